@@ -1,0 +1,27 @@
+"""hessviz: exact closed-form Hessians of a Transformer block.
+
+>>> import hessviz as hv
+>>> cfg = hv.BlockConfig(seq_len=4, d_model=8, d_k=4, d_ff=16, norm="post")
+>>> params = hv.init_params(cfg, seed=0)
+>>> X, Y = hv.sample_inputs(cfg, seed=0, input_norm=1.0)
+>>> res = hv.hessian(cfg, params, X, Y)
+>>> res.full.shape == (cfg.num_params, cfg.num_params)
+True
+>>> bool((res.full - res.outer - res.functional).abs().max() < 1e-12)
+True
+"""
+
+from hessviz.api import forward, gradient, hessian, jacobian, loss
+from hessviz.config import BlockConfig
+from hessviz.errors import ConfigError, HessvizError, InputError, SizeError
+from hessviz.hessian import HessianResult
+from hessviz.inputs import init_params, sample_inputs
+from hessviz.memory import memory_limit, set_memory_limit
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BlockConfig", "ConfigError", "HessianResult", "HessvizError", "InputError", "SizeError",
+    "forward", "gradient", "hessian", "init_params", "jacobian", "loss", "memory_limit",
+    "sample_inputs", "set_memory_limit",
+]

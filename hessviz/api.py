@@ -1,0 +1,154 @@
+"""The public API of ``MODEL.md``: forward, loss, jacobian, gradient, hessian.
+
+Every function validates its arguments first (names, shapes, dtypes, finiteness,
+LayerNorm variance, dense size) and raises a ``ValueError`` subclass naming the field;
+results are on the device and in the dtype of ``params``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from hessviz import hessian as closed, losses, reference
+from hessviz.block import BlockTrace, trace
+from hessviz.config import ATTENTION_PARAMS, BlockConfig
+from hessviz.errors import ConfigError
+from hessviz.inputs import check_params, check_X, check_Y
+from hessviz.memory import check_fits
+
+METHODS = ("closed_form", "autograd")
+_SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
+
+
+def _prepare(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
+             Y: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor, Tensor | None]:
+    if not isinstance(cfg, BlockConfig):
+        raise ConfigError(f"cfg must be a hessviz.BlockConfig, got {type(cfg).__name__}")
+    dtype, device = check_params(cfg, params)
+    X = check_X(cfg, X, dtype, device)
+    if Y is not None:
+        Y = check_Y(cfg, Y, dtype, device)
+    return params, X, Y
+
+
+def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) -> tuple[str, ...]:
+    if wrt is None:
+        return cfg.param_names
+    if isinstance(wrt, str):
+        wrt = (wrt,)
+    wrt = tuple(wrt)
+    if not wrt:
+        raise ConfigError(f"wrt must name at least one of {', '.join(cfg.param_names)}")
+    for name in wrt:
+        cfg.check_name(name)
+    if len(set(wrt)) != len(wrt):
+        raise ConfigError(f"wrt must not repeat a name, got {wrt}")
+    return tuple(n for n in cfg.param_names if n in wrt)
+
+
+def forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
+    """``Z (L, d)``: the block of ``cfg`` applied to ``X (L, d)``."""
+    params, X, _ = _prepare(cfg, params, X)
+    return trace(cfg, params, X).Z
+
+
+def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> Tensor:
+    """The 0-dim loss ``ℓ(Z, Y)``."""
+    params, X, Y = _prepare(cfg, params, X, Y)
+    return losses.value(cfg.loss, trace(cfg, params, X).Z, Y)
+
+
+def _dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:
+    L, d = tr.Z.shape
+    blocks = []
+    for n in names:
+        if n in ATTENTION_PARAMS:
+            J = tr.attention.jacobian[n].lmul(tr.sa_to_z)
+        else:
+            J = tr.ffn.jacobian[n].lmul(tr.post.jac)
+        blocks.append(J.dense().reshape(L * d, -1))
+    return torch.cat(blocks, dim=1)
+
+
+def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
+             wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> Tensor:
+    """``∂ vec_r(Z)/∂θ``, ``(L*d, P')``, closed form (or ``method="autograd"``)."""
+    params, X, _ = _prepare(cfg, params, X)
+    names = _check_wrt(cfg, wrt)
+    method = _check_method(method)
+    P = sum(cfg.param_size(n) for n in names)
+    itemsize = X.element_size()
+    check_fits(f"the Jacobian ({cfg.seq_len * cfg.d_model} x {P})",
+               2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, _SIZE_ADVICE)
+    if method == "autograd":
+        return reference.model_jacobian(cfg, params, X, names)
+    return _dense_jacobian(cfg, trace(cfg, params, X), names)
+
+
+def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
+             wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> dict[str, Tensor]:
+    """``∂ℓ/∂W`` for each name, ``name -> (rows, cols)``, closed form (or autograd)."""
+    params, X, Y = _prepare(cfg, params, X, Y)
+    names = _check_wrt(cfg, wrt)
+    if _check_method(method) == "autograd":
+        flat = reference.gradient(cfg, params, X, Y, names)
+        return {n: flat[sl].reshape(cfg.param_shapes[n]) for n, sl in cfg.offsets(names).items()}
+    cur = closed.backward(cfg, trace(cfg, params, X), Y)
+    tr = cur.trace
+    return {n: tr.attention.jacobian[n].vjp(cur.at_SA.g) if n in ATTENTION_PARAMS
+            else tr.ffn.jacobian[n].vjp(cur.at_R.g) for n in names}
+
+
+def _check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
+    return method
+
+
+def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, method: str) -> int:
+    """Estimated peak bytes to compute one ``(P', P')`` term."""
+    sizes = [cfg.param_size(n) for n in names]
+    P = sum(sizes)
+    L, d = cfg.seq_len, cfg.d_model
+    largest_block = max(sizes) ** 2
+    working = 4 * L**3 + 8 * L * d * (d + cfg.d_ff + L)        # per-token factors
+    if method == "autograd":                                   # vmapped tangents of every activation
+        working += 6 * P * L * (L + 3 * d + 2 * cfg.d_ff + cfg.d_k)
+    return (P * P + largest_block + working) * itemsize
+
+
+def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
+            wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> closed.HessianResult:
+    """The Hessian of the loss in the weights ``wrt`` (all by default, in cfg order).
+
+    Returns a :class:`~hessviz.hessian.HessianResult` whose ``full``, ``outer`` and
+    ``functional`` terms are computed when first read.
+    """
+    params, X, Y = _prepare(cfg, params, X, Y)
+    names = _check_wrt(cfg, wrt)
+    method = _check_method(method)
+    P = sum(cfg.param_size(n) for n in names)
+    check_fits(f"a dense Hessian term ({P} x {P}, {method})",
+               hessian_bytes(cfg, names, X.element_size(), method), X.device, _SIZE_ADVICE)
+
+    if method == "autograd":
+        def compute_term(term: str) -> Tensor:
+            return reference.hessian_term(cfg, params, X, Y, names, term)
+        return closed.HessianResult(cfg, names, compute_term, method=method)
+
+    cur = closed.backward(cfg, trace(cfg, params, X), Y)    # validates LayerNorm rows
+
+    def compute_term(term: str) -> Tensor:
+        check_fits(f"a dense Hessian term ({P} x {P})",
+                   hessian_bytes(cfg, names, X.element_size(), method), X.device, _SIZE_ADVICE)
+        return closed.assemble(cfg, names, closed.contributions(cur, names, term), X)
+
+    def compute_block(a: str, b: str, term: str) -> Tensor:
+        lo, hi = sorted((a, b), key=cfg.param_names.index)
+        pieces = closed.contributions(cur, (lo, hi) if lo != hi else (lo,), term)
+        block = torch.empty(cfg.param_size(lo), cfg.param_size(hi), dtype=X.dtype, device=X.device)
+        closed.write_block(block, [c for c in pieces if (c.a, c.b) == (lo, hi)])
+        return block if (lo, hi) == (a, b) else block.T
+
+    return closed.HessianResult(cfg, names, compute_term, compute_block, method=method)

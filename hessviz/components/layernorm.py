@@ -1,0 +1,93 @@
+r"""Row LayerNorm without affine parameters, ``y = c / σ`` with ``c = z - mean(z)``,
+``σ = sqrt(mean(c²) + ε)`` over the last dimension of size ``n``.
+
+With the centering projector ``Π = I - 11ᵀ/n``:
+
+.. math::
+    J = \frac{1}{σ}\Big(Π - \frac{c c^\top}{n σ^2}\Big),
+
+    Q(g) = -\frac{(Πg) c^\top + c (Πg)^\top + (g^\top c)\, Π}{n σ^3}
+           + \frac{3 (g^\top c)\, c c^\top}{n^2 σ^5}.
+
+With ``ε = 0`` a row of zero variance has no derivative: :func:`value` refuses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from hessviz.components.base import TokenMap
+from hessviz.errors import InputError
+
+
+@dataclass(frozen=True)
+class LayerNormState:
+    """What the derivatives need from the forward pass: ``c (..., n)``, ``σ (..., 1)``."""
+
+    centered: Tensor
+    sigma: Tensor
+
+    @property
+    def n(self) -> int:
+        return self.centered.shape[-1]
+
+
+def value(z: Tensor, eps: float, *, where: str = "LayerNorm input") -> tuple[Tensor, LayerNormState]:
+    """``(..., n) -> (..., n)`` and the state for the derivatives.
+
+    Raises :class:`~hessviz.errors.InputError` for a zero-variance row when ``eps = 0``.
+    """
+    c = z - z.mean(-1, keepdim=True)
+    var = (c * c).mean(-1, keepdim=True)
+    if eps == 0 and bool((var <= torch.finfo(z.dtype).tiny).any()):
+        rows = torch.nonzero(var.squeeze(-1) <= torch.finfo(z.dtype).tiny).flatten().tolist()
+        raise InputError(
+            f"ln_eps = 0 but the {where} has zero variance in row(s) {rows[:8]}: "
+            "LayerNorm is not differentiable there; use an input whose rows are not "
+            "constant, or set ln_eps > 0"
+        )
+    sigma = torch.sqrt(var + eps)
+    return c / sigma, LayerNormState(c, sigma)
+
+
+def _projector(n: int, like: Tensor) -> Tensor:
+    return torch.eye(n, dtype=like.dtype, device=like.device) - 1.0 / n
+
+
+def jacobian(st: LayerNormState) -> Tensor:
+    """``(..., n, n)``: ``(Π - c cᵀ/(n σ²)) / σ``."""
+    c, s, n = st.centered, st.sigma.unsqueeze(-1), st.n
+    return (_projector(n, c) - c.unsqueeze(-1) * c.unsqueeze(-2) / (n * s * s)) / s
+
+
+def apply_jacobian(st: LayerNormState, M: Tensor) -> Tensor:
+    """``J M`` for ``M (..., n, k)`` -> ``(..., n, k)`` without forming ``J``."""
+    c, s, n = st.centered.unsqueeze(-1), st.sigma.unsqueeze(-1), st.n
+    centered = M - M.mean(-2, keepdim=True)
+    return (centered - c * (c.transpose(-1, -2) @ M) / (n * s * s)) / s
+
+
+def vjp(st: LayerNormState, g: Tensor) -> Tensor:
+    """``Jᵀ g``: ``(..., n) -> (..., n)`` (J is symmetric)."""
+    c, s, n = st.centered, st.sigma, st.n
+    return (g - g.mean(-1, keepdim=True) - c * (c * g).sum(-1, keepdim=True) / (n * s * s)) / s
+
+
+def contract_hessian(st: LayerNormState, g: Tensor) -> Tensor:
+    """``Σ_i g_i ∇² y_i``: ``(..., n) -> (..., n, n)``, symmetric."""
+    c, n = st.centered, st.n
+    s = st.sigma.unsqueeze(-1)
+    gc = (g * c).sum(-1, keepdim=True).unsqueeze(-1)          # gᵀc, (..., 1, 1)
+    pg = g - g.mean(-1, keepdim=True)                           # Π g
+    cross = pg.unsqueeze(-1) * c.unsqueeze(-2)                  # (Πg) cᵀ
+    ccT = c.unsqueeze(-1) * c.unsqueeze(-2)
+    return (-(cross + cross.transpose(-1, -2) + gc * _projector(n, c)) / (n * s**3)
+            + 3.0 * gc * ccT / (n * n * s**5))
+
+
+def token_map(st: LayerNormState) -> TokenMap:
+    """The LayerNorm as a token-wise map for the chain rule."""
+    return TokenMap(jacobian(st), lambda g: contract_hessian(st, g))

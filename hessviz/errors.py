@@ -1,0 +1,28 @@
+"""Errors raised by hessviz.
+
+Every error is a :class:`ValueError` subclass, so ``except ValueError`` catches them,
+and every message names the offending field and what is allowed.
+"""
+
+from __future__ import annotations
+
+
+class HessvizError(ValueError):
+    """Base class: bad input that hessviz refuses rather than computing a wrong number."""
+
+
+class ConfigError(HessvizError):
+    """A :class:`~hessviz.BlockConfig` field is out of range."""
+
+
+class InputError(HessvizError):
+    """Parameters, inputs or targets have the wrong names, shapes, dtypes or values."""
+
+
+class SizeError(HessvizError):
+    """A dense result would not fit in the memory hessviz is allowed to use."""
+
+    def __init__(self, message: str, *, needed_bytes: int, limit_bytes: int):
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
+        self.limit_bytes = limit_bytes

@@ -1,0 +1,186 @@
+r"""The closed-form Hessian of the loss in the weights, and its result object.
+
+One forward pass (:func:`hessviz.block.trace`) and one token-wise backward pass of
+gradients and curvatures (:mod:`hessviz.chain`) give, per token,
+
+* at ``R`` (the sum before ``post``): ``g_R`` and ``N_R``,
+* at ``SA`` (the attention output): ``g_SA`` and ``N_SA``,
+
+each curvature split into its outer and functional part. Every block of
+
+.. math::
+    H = \sum_t \begin{bmatrix} J^{SA}_t & \\ & I \end{bmatrix}^\top
+        \begin{bmatrix} N^{SA}_t & D_t^\top N^R_t J^f_t \\ \cdot & J^{f\top}_t N^R_t J^f_t \end{bmatrix}
+        \begin{bmatrix} J^{SA}_t & \\ & I \end{bmatrix}
+        + \text{(second derivatives inside attention and the FFN)}
+
+is then a :class:`~hessviz.contributions.Sandwich` of Kronecker-factored Jacobians
+(``J^{SA}`` of attention in its weights, ``J^f`` of the FFN branch in its weights,
+``D = ∂R/∂SA``) or a sparse :class:`~hessviz.contributions.Diagonal`. ``outer``,
+``functional`` and ``full`` differ only in which parts of the curvatures enter and
+whether the model's own second derivatives are added: three views of one recipe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from hessviz import losses
+from hessviz.block import BlockTrace
+from hessviz.chain import TokenCurvature
+from hessviz.config import ATTENTION_PARAMS, FFN_PARAMS, BlockConfig
+from hessviz.contributions import Diagonal, Sandwich
+from hessviz.errors import ConfigError
+
+TERMS: dict[str, tuple[float, float]] = {
+    "full": (1.0, 1.0),
+    "outer": (1.0, 0.0),
+    "functional": (0.0, 1.0),
+}
+"""term -> (weight of the Gauss–Newton part, weight of the model's second derivatives)."""
+
+
+def check_term(term: str) -> str:
+    if term not in TERMS:
+        raise ConfigError(f"term must be one of {', '.join(map(repr, TERMS))}, got {term!r}")
+    return term
+
+
+@dataclass(frozen=True)
+class Curvature:
+    """Gradients and curvatures of the loss at ``Z``, ``R`` and ``SA``, token by token."""
+
+    trace: BlockTrace
+    at_Z: TokenCurvature
+    at_R: TokenCurvature
+    at_SA: TokenCurvature
+
+
+def backward(cfg: BlockConfig, tr: BlockTrace, Y: Tensor) -> Curvature:
+    """Loss gradient and Hessian in ``Z``, pulled back through ``post`` and ``SA → R``."""
+    at_Z = TokenCurvature(losses.gradient(cfg.loss, tr.Z, Y), losses.hessian(cfg.loss, tr.Z, Y))
+    at_R = at_Z.pull(tr.post)
+    return Curvature(tr, at_Z, at_R, at_R.pull(tr.sa_to_r))
+
+
+def contributions(cur: Curvature, names: tuple[str, ...], term: str) -> list[Sandwich | Diagonal]:
+    """Every piece of the ``term`` Hessian whose two parameters are both in ``names``."""
+    co, cf = TERMS[check_term(term)]
+    tr = cur.trace
+    att = [n for n in ATTENTION_PARAMS if n in names]
+    ffn = [n for n in FFN_PARAMS if n in names] if tr.ffn is not None else []
+    J_sa = tr.attention.jacobian
+    out: list[Sandwich | Diagonal] = []
+
+    N_sa = cur.at_SA.select(co, cf)
+    out += [Sandwich(a, b, J_sa[a], N_sa, J_sa[b]) for i, a in enumerate(att) for b in att[i:]]
+    if cf:
+        out += tr.attention.functional(cur.at_SA.g)
+    if ffn:
+        J_f = tr.ffn.jacobian
+        N_r = cur.at_R.select(co, cf)
+        across = tr.sa_to_r.jac.transpose(-1, -2) @ N_r            # Dᵀ N_R, (L, d, d)
+        out += [Sandwich(a, b, J_sa[a], across, J_f[b]) for a in att for b in ffn]
+        out += [Sandwich(a, b, J_f[a], N_r, J_f[b]) for i, a in enumerate(ffn) for b in ffn[i:]]
+        if cf:
+            mixed = tr.ffn.mixed(cur.at_R.g)
+            to_y = tr.sa_to_y.transpose(-1, -2)                    # (∂Y/∂SA)ᵀ
+            out += [Sandwich(a, b, J_sa[a], to_y, mixed[b]) for a in att for b in ffn]
+            out += tr.ffn.functional(cur.at_R.g)
+    return [c for c in out if c.a in names and c.b in names]
+
+
+def write_block(block: Tensor, pieces: list[Sandwich | Diagonal]) -> None:
+    """Write the sum of ``pieces`` into ``block``: dense pieces first, each entry written in place."""
+    pieces = sorted(pieces, key=lambda c: not c.dense)
+    if not pieces:
+        block.zero_()
+    for k, piece in enumerate(pieces):
+        piece.write(block, accumulate=k > 0)
+
+
+def assemble(cfg: BlockConfig, names: tuple[str, ...], pieces: list[Sandwich | Diagonal],
+             like: Tensor) -> Tensor:
+    """The ``(P', P')`` matrix: upper blocks from their pieces, lower blocks mirrored."""
+    offsets = cfg.offsets(names)
+    size = sum(cfg.param_size(n) for n in names)
+    H = torch.empty(size, size, dtype=like.dtype, device=like.device)
+    for i, a in enumerate(names):
+        for b in names[i:]:
+            block = H[offsets[a], offsets[b]]
+            write_block(block, [c for c in pieces if (c.a, c.b) == (a, b)])
+            if a != b:
+                H[offsets[b], offsets[a]].copy_(block.T)
+    return H
+
+
+class HessianResult:
+    """The Hessian of the loss in the weights ``names``; each term computed when first read.
+
+    ``full``, ``outer`` and ``functional`` are ``(P', P')`` tensors with
+    ``P' = Σ sizes of names``, rows and columns in θ order restricted to ``names``.
+    """
+
+    def __init__(self, cfg: BlockConfig, names: tuple[str, ...],
+                 compute_term: Callable[[str], Tensor],
+                 compute_block: Callable[[str, str, str], Tensor] | None = None,
+                 method: str = "closed_form"):
+        self.cfg = cfg
+        self.names = names
+        self.method = method
+        self._compute_term = compute_term
+        self._compute_block = compute_block
+        self._terms: dict[str, Tensor] = {}
+
+    def __repr__(self) -> str:
+        return (f"HessianResult(method={self.method!r}, names={self.names}, P={self.size}, "
+                f"computed={sorted(self._terms)})")
+
+    @cached_property
+    def offsets(self) -> dict[str, slice]:
+        """``name -> slice`` of its rows/columns."""
+        return self.cfg.offsets(self.names)
+
+    @property
+    def size(self) -> int:
+        return sum(self.cfg.param_size(n) for n in self.names)
+
+    def term(self, name: str) -> Tensor:
+        """``"full"``, ``"outer"`` or ``"functional"``, computed once and cached."""
+        check_term(name)
+        if name not in self._terms:
+            self._terms[name] = self._compute_term(name)
+        return self._terms[name]
+
+    @property
+    def full(self) -> Tensor:
+        return self.term("full")
+
+    @property
+    def outer(self) -> Tensor:
+        return self.term("outer")
+
+    @property
+    def functional(self) -> Tensor:
+        return self.term("functional")
+
+    def _check_covered(self, name: str) -> str:
+        self.cfg.check_name(name)
+        if name not in self.names:
+            raise ConfigError(f"parameter {name!r} is not in this result's names {self.names}; "
+                              "compute the Hessian with it in wrt")
+        return name
+
+    def block(self, a: str, b: str, term: str = "full") -> Tensor:
+        """The ``(|a|, |b|)`` block of ``term``; computed alone when the term is not cached."""
+        self._check_covered(a)
+        self._check_covered(b)
+        check_term(term)
+        if term in self._terms or self._compute_block is None:
+            return self.term(term)[self.offsets[a], self.offsets[b]]
+        return self._compute_block(a, b, term)

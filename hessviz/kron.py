@@ -1,0 +1,147 @@
+r"""Kronecker-factored per-token Jacobians, and the sums over tokens built from them.
+
+A token's output (a vector of size ``n_out``) depends on a weight matrix ``W (n1, n2)``
+through factors of Kronecker form. Indexing ``vec_r(W)`` by ``(α, β)``:
+
+* ``left`` term:  ``J_t[o, (α, β)] = u_t[α] · M_t[o, β]``   e.g. ``∂(x_t W)/∂W = x_t ⊗ I``
+* ``right`` term: ``J_t[o, (α, β)] = M_t[o, α] · v_t[β]``  e.g. ``∂(W_K x_r)...``
+
+A :class:`Factored` Jacobian is a sum of such terms. It never forms the dense
+``(L·n_out, n1·n2)`` matrix. The Hessian blocks are sums over tokens
+
+.. math::
+    B = \sum_t J^{a\top}_t N_t J^{b}_t,
+
+which, for one pair of terms, is a single GEMM whose inner dimension is the number
+of tokens ``L``: the two vectors form an outer product per token, the three small
+matrices ``P_t = M^{a\top}_t N_t M^b_t`` are formed per token, and the product
+``Σ_t (u ⊗ u')_t P_t`` is one matrix multiplication of shapes
+``(n_u n_u', L) @ (L, n_p n_p')``. Its cost is ``2 L`` flops per entry of the block,
+against ``2 L n_out`` for the dense ``JᵀNJ``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+LEFT, RIGHT = "left", "right"
+
+
+@dataclass(frozen=True)
+class KronTerm:
+    """One term: ``kind`` in {left, right}; ``vec (L, n_v)``; ``mat (L, n_out, n_m)``.
+
+    ``left``:  ``J_t[o, (α, β)] = vec[t, α] · mat[t, o, β]``, ``W`` has shape ``(n_v, n_m)``.
+    ``right``: ``J_t[o, (α, β)] = mat[t, o, α] · vec[t, β]``, ``W`` has shape ``(n_m, n_v)``.
+    """
+
+    kind: str
+    vec: Tensor
+    mat: Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape of the weight matrix the term differentiates with respect to."""
+        nv, nm = self.vec.shape[-1], self.mat.shape[-1]
+        return (nv, nm) if self.kind == LEFT else (nm, nv)
+
+    def lmul(self, M: Tensor) -> KronTerm:
+        """Chain rule on the output side: ``M_t J_t`` for ``M (L, n_new, n_out)``."""
+        return KronTerm(self.kind, self.vec, M @ self.mat)
+
+    def dense(self) -> Tensor:
+        """``(L, n_out, n1*n2)``: the term written out."""
+        L, n_out = self.mat.shape[0], self.mat.shape[1]
+        if self.kind == LEFT:
+            full = self.vec[:, None, :, None] * self.mat[:, :, None, :]
+        else:
+            full = self.mat[:, :, :, None] * self.vec[:, None, None, :]
+        return full.reshape(L, n_out, -1)
+
+    def vjp(self, g: Tensor) -> Tensor:
+        """``Σ_t J_tᵀ g_t`` for ``g (L, n_out)`` -> ``(n1, n2)``."""
+        mg = torch.einsum("tom,to->tm", self.mat, g)
+        if self.kind == LEFT:
+            return self.vec.T @ mg
+        return mg.T @ self.vec
+
+
+@dataclass(frozen=True)
+class Factored:
+    """A per-token Jacobian ``(L, n_out, n1*n2)`` kept as a sum of :class:`KronTerm`."""
+
+    terms: tuple[KronTerm, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.terms[0].shape
+
+    def lmul(self, M: Tensor) -> Factored:
+        return Factored(tuple(t.lmul(M) for t in self.terms))
+
+    def __add__(self, other: Factored) -> Factored:
+        return Factored(self.terms + other.terms)
+
+    def dense(self) -> Tensor:
+        """``(L, n_out, n1*n2)``."""
+        return sum(t.dense() for t in self.terms)
+
+    def vjp(self, g: Tensor) -> Tensor:
+        """``Σ_t J_tᵀ g_t`` -> ``(n1, n2)``."""
+        return sum(t.vjp(g) for t in self.terms)
+
+
+# For a pair of terms, the GEMM result G is indexed (i, j, p, q): i from the first
+# vector, j from the second, (p, q) from P_t. These permutations put it in the
+# block's order (α, β, α', β') for each pair of kinds.
+_PERMUTATION = {
+    (LEFT, LEFT): (0, 2, 1, 3),
+    (LEFT, RIGHT): (0, 2, 3, 1),
+    (RIGHT, LEFT): (2, 0, 1, 3),
+    (RIGHT, RIGHT): (2, 0, 3, 1),
+}
+
+
+def _term_pair(a: KronTerm, N: Tensor | None, b: KronTerm) -> Tensor:
+    """``Σ_t a_tᵀ N_t b_t`` as a 4-d view ``(α, β, α', β')`` over one GEMM result."""
+    # P_t = M_aᵀ N_t M_b: the per-token middle factor, (L, n_ma, n_mb)
+    left = a.mat.transpose(-1, -2)
+    P = left @ (b.mat if N is None else N @ b.mat)
+    L = P.shape[0]
+    # u ⊗ u' per token: (L, n_va * n_vb)
+    uu = (a.vec[:, :, None] * b.vec[:, None, :]).reshape(L, -1)
+    # one GEMM over tokens: (n_va n_vb, L) @ (L, n_ma n_mb)
+    G = (uu.T @ P.reshape(L, -1)).view(a.vec.shape[1], b.vec.shape[1], P.shape[1], P.shape[2])
+    return G.permute(*_PERMUTATION[(a.kind, b.kind)])
+
+
+def sandwich_into(out: Tensor, Ja: Factored, N: Tensor | None, Jb: Factored, *,
+                  accumulate: bool = False) -> None:
+    """Write ``Σ_t Ja_tᵀ N_t Jb_t`` into ``out (n1a*n2a, n1b*n2b)``.
+
+    ``N (L, n_out_a, n_out_b)`` or ``None`` for the identity. The first term pair is
+    copied into place (unless ``accumulate``), later ones are added: each entry of
+    ``out`` is written once per term pair and never read otherwise.
+    """
+    view = out.view(*Ja.shape, *Jb.shape)
+    first = not accumulate
+    for a in Ja.terms:
+        for b in Jb.terms:
+            block = _term_pair(a, N, b)
+            if first:
+                view.copy_(block)
+                first = False
+            else:
+                view.add_(block)
+
+
+def sandwich(Ja: Factored, N: Tensor | None, Jb: Factored) -> Tensor:
+    """``Σ_t Ja_tᵀ N_t Jb_t`` as a new ``(n1a*n2a, n1b*n2b)`` matrix."""
+    ref = Ja.terms[0].mat
+    out = torch.empty(Ja.shape[0] * Ja.shape[1], Jb.shape[0] * Jb.shape[1],
+                      dtype=ref.dtype, device=ref.device)
+    sandwich_into(out, Ja, N, Jb)
+    return out
