@@ -14,9 +14,9 @@ True
 from hessviz.api import forward, gradient, hessian, jacobian, loss
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError, HessvizError, InputError, SizeError
-from hessviz.hessian import HessianResult
 from hessviz.inputs import init_params, sample_inputs
 from hessviz.memory import memory_limit, set_memory_limit
+from hessviz.result import HessianResult
 
 __version__ = "0.1.0"
 

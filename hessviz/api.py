@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hessviz import hessian as closed, losses, reference
+from hessviz import assembly, losses, reference
 from hessviz.block import BlockTrace, trace
 from hessviz.config import ATTENTION_PARAMS, BlockConfig
 from hessviz.errors import ConfigError
 from hessviz.inputs import check_params, check_X, check_Y
 from hessviz.memory import check_fits
+from hessviz.result import HessianResult
 
 METHODS = ("closed_form", "autograd")
 _SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
@@ -94,7 +95,7 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
         return {n: flat[sl].reshape(cfg.param_shapes[n]) for n, sl in cfg.offsets(names).items()}
-    cur = closed.backward(cfg, trace(cfg, params, X), Y)
+    cur = assembly.backward(cfg, trace(cfg, params, X), Y)
     tr = cur.trace
     return {n: tr.attention.jacobian[n].vjp(cur.at_SA.g) if n in ATTENTION_PARAMS
             else tr.ffn.jacobian[n].vjp(cur.at_R.g) for n in names}
@@ -119,7 +120,7 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
 
 
 def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-            wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> closed.HessianResult:
+            wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> HessianResult:
     """The Hessian of the loss in the weights ``wrt`` (all by default, in cfg order).
 
     Returns a :class:`~hessviz.hessian.HessianResult` whose ``full``, ``outer`` and
@@ -135,20 +136,20 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
     if method == "autograd":
         def compute_term(term: str) -> Tensor:
             return reference.hessian_term(cfg, params, X, Y, names, term)
-        return closed.HessianResult(cfg, names, compute_term, method=method)
+        return HessianResult(cfg, names, compute_term, method=method)
 
-    cur = closed.backward(cfg, trace(cfg, params, X), Y)    # validates LayerNorm rows
+    cur = assembly.backward(cfg, trace(cfg, params, X), Y)    # validates LayerNorm rows
 
     def compute_term(term: str) -> Tensor:
         check_fits(f"a dense Hessian term ({P} x {P})",
                    hessian_bytes(cfg, names, X.element_size(), method), X.device, _SIZE_ADVICE)
-        return closed.assemble(cfg, names, closed.contributions(cur, names, term), X)
+        return assembly.assemble(cfg, names, assembly.contributions(cur, names, term), X)
 
     def compute_block(a: str, b: str, term: str) -> Tensor:
         lo, hi = sorted((a, b), key=cfg.param_names.index)
-        pieces = closed.contributions(cur, (lo, hi) if lo != hi else (lo,), term)
+        pieces = assembly.contributions(cur, (lo, hi) if lo != hi else (lo,), term)
         block = torch.empty(cfg.param_size(lo), cfg.param_size(hi), dtype=X.dtype, device=X.device)
-        closed.write_block(block, [c for c in pieces if (c.a, c.b) == (lo, hi)])
+        assembly.write_block(block, [c for c in pieces if (c.a, c.b) == (lo, hi)])
         return block if (lo, hi) == (a, b) else block.T
 
-    return closed.HessianResult(cfg, names, compute_term, compute_block, method=method)
+    return HessianResult(cfg, names, compute_term, compute_block, method=method)

@@ -11,8 +11,8 @@ derivative ``diag(g ⊙ φ''(x))``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor

@@ -1,0 +1,95 @@
+"""The result of a Hessian computation: ``full``, ``outer`` and ``functional`` as views.
+
+The three terms are three views of one computation: each is computed the first time
+it is read and cached; a single block can be computed alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+
+from torch import Tensor
+
+from hessviz.config import BlockConfig
+from hessviz.errors import ConfigError
+
+TERMS: dict[str, tuple[float, float]] = {
+    "full": (1.0, 1.0),
+    "outer": (1.0, 0.0),
+    "functional": (0.0, 1.0),
+}
+"""term -> (weight of the Gauss–Newton part, weight of the model's second derivatives)."""
+
+
+def check_term(term: str) -> str:
+    if term not in TERMS:
+        raise ConfigError(f"term must be one of {', '.join(map(repr, TERMS))}, got {term!r}")
+    return term
+
+
+class HessianResult:
+    """The Hessian of the loss in the weights ``names``; each term computed when first read.
+
+    ``full``, ``outer`` and ``functional`` are ``(P', P')`` tensors with
+    ``P' = Σ sizes of names``, rows and columns in θ order restricted to ``names``.
+    """
+
+    def __init__(self, cfg: BlockConfig, names: tuple[str, ...],
+                 compute_term: Callable[[str], Tensor],
+                 compute_block: Callable[[str, str, str], Tensor] | None = None,
+                 method: str = "closed_form"):
+        self.cfg = cfg
+        self.names = names
+        self.method = method
+        self._compute_term = compute_term
+        self._compute_block = compute_block
+        self._terms: dict[str, Tensor] = {}
+
+    def __repr__(self) -> str:
+        return (f"HessianResult(method={self.method!r}, names={self.names}, P={self.size}, "
+                f"computed={sorted(self._terms)})")
+
+    @cached_property
+    def offsets(self) -> dict[str, slice]:
+        """``name -> slice`` of its rows/columns."""
+        return self.cfg.offsets(self.names)
+
+    @property
+    def size(self) -> int:
+        return sum(self.cfg.param_size(n) for n in self.names)
+
+    def term(self, name: str) -> Tensor:
+        """``"full"``, ``"outer"`` or ``"functional"``, computed once and cached."""
+        check_term(name)
+        if name not in self._terms:
+            self._terms[name] = self._compute_term(name)
+        return self._terms[name]
+
+    @property
+    def full(self) -> Tensor:
+        return self.term("full")
+
+    @property
+    def outer(self) -> Tensor:
+        return self.term("outer")
+
+    @property
+    def functional(self) -> Tensor:
+        return self.term("functional")
+
+    def _check_covered(self, name: str) -> str:
+        self.cfg.check_name(name)
+        if name not in self.names:
+            raise ConfigError(f"parameter {name!r} is not in this result's names {self.names}; "
+                              "compute the Hessian with it in wrt")
+        return name
+
+    def block(self, a: str, b: str, term: str = "full") -> Tensor:
+        """The ``(|a|, |b|)`` block of ``term``; computed alone when the term is not cached."""
+        self._check_covered(a)
+        self._check_covered(b)
+        check_term(term)
+        if term in self._terms or self._compute_block is None:
+            return self.term(term)[self.offsets[a], self.offsets[b]]
+        return self._compute_block(a, b, term)
