@@ -94,28 +94,33 @@ class Factored:
         return sum(t.vjp(g) for t in self.terms)
 
 
-# For a pair of terms, the GEMM result G is indexed (i, j, p, q): i from the first
-# vector, j from the second, (p, q) from P_t. These permutations put it in the
-# block's order (α, β, α', β') for each pair of kinds.
-_PERMUTATION = {
-    (LEFT, LEFT): (0, 2, 1, 3),
-    (LEFT, RIGHT): (0, 2, 3, 1),
-    (RIGHT, LEFT): (2, 0, 1, 3),
-    (RIGHT, RIGHT): (2, 0, 3, 1),
+# For a pair of terms the GEMM puts the two vectors' indices (i, j) on one side and
+# P_t's (p, q) on the other. The side is chosen so that the block's last index β' is
+# the GEMM's last (contiguous) one, then a permutation gives the order (α, β, α', β').
+# kinds -> (vectors first?, permutation)
+_LAYOUT = {
+    (LEFT, LEFT): (True, (0, 2, 1, 3)),    # G[i,j,p,q] = [α, α', β, β']
+    (RIGHT, LEFT): (True, (2, 0, 1, 3)),   # G[i,j,p,q] = [β, α', α, β']
+    (LEFT, RIGHT): (False, (2, 0, 1, 3)),  # G[p,q,i,j] = [β, α', α, β']
+    (RIGHT, RIGHT): (False, (0, 2, 1, 3)), # G[p,q,i,j] = [α, α', β, β']
 }
 
 
 def _term_pair(a: KronTerm, N: Tensor | None, b: KronTerm) -> Tensor:
     """``Σ_t a_tᵀ N_t b_t`` as a 4-d view ``(α, β, α', β')`` over one GEMM result."""
     # P_t = M_aᵀ N_t M_b: the per-token middle factor, (L, n_ma, n_mb)
-    left = a.mat.transpose(-1, -2)
-    P = left @ (b.mat if N is None else N @ b.mat)
+    P = a.mat.transpose(-1, -2) @ (b.mat if N is None else N @ b.mat)
     L = P.shape[0]
     # u ⊗ u' per token: (L, n_va * n_vb)
     uu = (a.vec[:, :, None] * b.vec[:, None, :]).reshape(L, -1)
-    # one GEMM over tokens: (n_va n_vb, L) @ (L, n_ma n_mb)
-    G = (uu.T @ P.reshape(L, -1)).view(a.vec.shape[1], b.vec.shape[1], P.shape[1], P.shape[2])
-    return G.permute(*_PERMUTATION[(a.kind, b.kind)])
+    shape_uu, shape_P = (a.vec.shape[1], b.vec.shape[1]), (P.shape[1], P.shape[2])
+    vectors_first, perm = _LAYOUT[(a.kind, b.kind)]
+    # one GEMM over tokens: inner dimension L
+    if vectors_first:
+        G = (uu.T @ P.reshape(L, -1)).view(*shape_uu, *shape_P)
+    else:
+        G = (P.reshape(L, -1).T @ uu).view(*shape_P, *shape_uu)
+    return G.permute(*perm)
 
 
 def sandwich_into(out: Tensor, Ja: Factored, N: Tensor | None, Jb: Factored, *,

@@ -1,0 +1,3 @@
+from hessviz.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,206 @@
+"""Command line: ``hessviz compute | verify | bench | reproduce`` (also ``python -m hessviz``).
+
+Examples::
+
+    hessviz compute --norm pre -L 8 -d 16 --out out/pre      # out/pre.npz + out/pre.json
+    hessviz verify --norm post --activation gelu --loss ce   # closed form vs autograd table
+    hessviz bench                                            # writes benchmarks/RESULTS.md
+    hessviz reproduce --quick --out reproduce-out            # the papers' claims, measured
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import hessviz as hv
+from hessviz import spectra
+from hessviz.config import ACTIVATIONS, LOSSES, NORMS
+from hessviz.errors import HessvizError
+from hessviz.result import TERMS
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def _add_block_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("block")
+    g.add_argument("-L", "--seq-len", type=int, default=8, help="tokens (default 8)")
+    g.add_argument("-d", "--d-model", type=int, default=16, help="width (default 16)")
+    g.add_argument("--d-k", type=int, default=8, help="query/key width (default 8)")
+    g.add_argument("--d-ff", type=int, default=32, help="FFN hidden width (default 32)")
+    g.add_argument("--norm", choices=NORMS, default="post")
+    g.add_argument("--activation", choices=ACTIVATIONS, default="relu")
+    g.add_argument("--loss", choices=LOSSES, default="mse")
+    g.add_argument("--ln-eps", type=float, default=0.0, help="LayerNorm epsilon (default 0)")
+    g.add_argument("--input-norm", type=float, default=1.0, help="spectral norm of X (default 1)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--wrt", nargs="+", default=None, metavar="NAME",
+                   help="parameters to differentiate (default: all), e.g. --wrt W_Q W_K")
+    g.add_argument("--dtype", choices=DTYPES, default="float64")
+    g.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+
+
+def _setup(args: argparse.Namespace):
+    cfg = hv.BlockConfig(seq_len=args.seq_len, d_model=args.d_model, d_k=args.d_k, d_ff=args.d_ff,
+                         norm=args.norm, activation=args.activation, loss=args.loss,
+                         ln_eps=args.ln_eps)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = DTYPES[args.dtype]
+    params = hv.init_params(cfg, seed=args.seed, dtype=dtype, device=device)
+    X, Y = hv.sample_inputs(cfg, seed=args.seed, input_norm=args.input_norm, dtype=dtype, device=device)
+    wrt = tuple(args.wrt) if args.wrt else None
+    return cfg, params, X, Y, wrt
+
+
+def summarize(res: hv.HessianResult, terms: tuple[str, ...]) -> dict:
+    """Block norms, extreme eigenvalues and negative-eigenvalue count per term."""
+    out = {}
+    for term in terms:
+        spec = spectra.eigenvalues(res.term(term))
+        neg = spectra.negative_summary(spec)
+        out[term] = {
+            "block_norms_spectral": spectra.block_norms(res, term, "spectral").tolist(),
+            "block_norms_fro": spectra.block_norms(res, term, "fro").tolist(),
+            "min_eigenvalue": neg.min_eigenvalue,
+            "max_eigenvalue": neg.max_eigenvalue,
+            "negative_eigenvalues": neg.count,
+            "negative_mass": neg.mass,
+            "eigenvalue_method": spec.method,
+        }
+    return out
+
+
+def cmd_compute(args: argparse.Namespace) -> int:
+    cfg, params, X, Y, wrt = _setup(args)
+    terms = tuple(args.terms)
+    start = time.perf_counter()
+    res = hv.hessian(cfg, params, X, Y, wrt=wrt)
+    arrays = {t: res.term(t).cpu().numpy() for t in terms}
+    seconds = time.perf_counter() - start
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out.with_suffix(".npz"), **arrays, names=np.array(res.names),
+                        sizes=np.array([cfg.param_size(n) for n in res.names]))
+    summary = {
+        "config": {k: getattr(cfg, k) for k in ("seq_len", "d_model", "d_k", "d_ff", "norm",
+                                                "activation", "loss", "ln_eps")},
+        "input_norm": args.input_norm, "seed": args.seed, "dtype": args.dtype,
+        "device": str(X.device), "names": list(res.names), "P": res.size,
+        "seconds": seconds, "terms": summarize(res, terms),
+    }
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps({k: summary[k] for k in ("names", "P", "seconds")} | {
+        t: {k: v for k, v in s.items() if not k.startswith("block_norms")}
+        for t, s in summary["terms"].items()}, indent=2))
+    print(f"wrote {out.with_suffix('.npz')} and {out.with_suffix('.json')}", file=sys.stderr)
+    return 0
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``‖a − b‖_F / ‖b‖_F`` (absolute when ``b = 0``)."""
+    scale = float(torch.linalg.norm(b))
+    diff = float(torch.linalg.norm(a - b))
+    return diff / scale if scale > 0 else diff
+
+
+def verify_table(cfg: hv.BlockConfig, params, X, Y, wrt=None) -> list[dict]:
+    """Closed form vs autograd: one row per (term, block pair) plus whole-matrix rows."""
+    closed = hv.hessian(cfg, params, X, Y, wrt=wrt)
+    ref = hv.hessian(cfg, params, X, Y, wrt=wrt, method="autograd")
+    rows = []
+    for term in TERMS:
+        whole = relative_error(closed.term(term), ref.term(term))
+        rows.append({"what": term, "block": "all", "rel_error": whole})
+        for i, a in enumerate(closed.names):
+            for b in closed.names[i:]:
+                rows.append({"what": term, "block": f"{a}–{b}", "rel_error": relative_error(
+                    closed.block(a, b, term), ref.block(a, b, term))})
+    rows.append({"what": "jacobian", "block": "all", "rel_error": relative_error(
+        hv.jacobian(cfg, params, X, wrt), hv.jacobian(cfg, params, X, wrt, method="autograd"))})
+    g, g_ref = hv.gradient(cfg, params, X, Y, wrt), hv.gradient(cfg, params, X, Y, wrt, method="autograd")
+    rows.append({"what": "gradient", "block": "all", "rel_error": relative_error(
+        torch.cat([v.reshape(-1) for v in g.values()]), torch.cat([v.reshape(-1) for v in g_ref.values()]))})
+    from hessviz.reference import torch_forward
+    rows.append({"what": "forward", "block": "all", "rel_error": relative_error(
+        hv.forward(cfg, params, X), torch_forward(cfg, params, X))})
+    return rows
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    cfg, params, X, Y, wrt = _setup(args)
+    tol = args.tol if args.tol is not None else (1e-10 if args.dtype == "float64" else 1e-4)
+    rows = verify_table(cfg, params, X, Y, wrt)
+    print(f"{cfg.describe(args.input_norm)}  ({args.dtype}, {X.device})")
+    print(f"{'term':<12}{'block':<12}{'relative error':>16}")
+    worst = 0.0
+    for r in rows:
+        flag = "" if r["rel_error"] <= tol else "  <-- above tolerance"
+        print(f"{r['what']:<12}{r['block']:<12}{r['rel_error']:>16.2e}{flag}")
+        worst = max(worst, r["rel_error"])
+    print(f"worst relative error {worst:.2e} (tolerance {tol:.0e}): {'OK' if worst <= tol else 'FAIL'}")
+    return 0 if worst <= tol else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from hessviz import bench
+    bench.main(out=Path(args.out), seq_lens=tuple(args.seq_lens), repeats=args.repeats,
+               threads=args.threads)
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from hessviz.experiments import reproduce
+    claims = reproduce(Path(args.out), quick=args.quick)
+    for c in claims:
+        print(f"{c['id']:<12} holds={c['holds']!s:<8} {c['claim']}")
+    print(f"wrote {Path(args.out) / 'claims.json'} and {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hessviz", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("compute", help="Hessian terms to .npz and a JSON summary")
+    _add_block_args(p)
+    p.add_argument("--terms", nargs="+", choices=tuple(TERMS), default=list(TERMS))
+    p.add_argument("--out", default="hessian", help="output path prefix (default ./hessian)")
+    p.set_defaults(func=cmd_compute)
+
+    p = sub.add_parser("verify", help="closed form vs autograd, relative error per block and term")
+    _add_block_args(p)
+    p.add_argument("--tol", type=float, default=None, help="fail above this (default 1e-10 in float64)")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("bench", help="closed form vs autograd timings; writes benchmarks/RESULTS.md")
+    p.add_argument("--out", default="benchmarks/RESULTS.md")
+    p.add_argument("--seq-lens", type=int, nargs="+", default=[16, 32, 64])
+    p.add_argument("--repeats", type=int, default=3, help="timed warm runs per case (median)")
+    p.add_argument("--threads", type=int, default=2)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("reproduce", help="measure the papers' claims; writes claims.json and report.md")
+    p.add_argument("--quick", action="store_true", help="small grids, under a minute")
+    p.add_argument("--out", default="reproduce-out")
+    p.set_defaults(func=cmd_reproduce)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HessvizError as err:
+        print(f"hessviz {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
