@@ -1,0 +1,50 @@
+"""The command line, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from hessviz import bench
+from hessviz.cli import main
+
+
+def test_compute_writes_terms_and_summary(tmp_path, capsys):
+    out = tmp_path / "run" / "pre"
+    assert main(["compute", "--norm", "pre", "-L", "4", "-d", "6", "--d-k", "3", "--d-ff", "5",
+                 "--activation", "gelu", "--out", str(out)]) == 0
+    data = np.load(out.with_suffix(".npz"))
+    P = 2 * 6 * 3 + 36 + 2 * 6 * 5
+    assert data["full"].shape == (P, P)
+    np.testing.assert_allclose(data["outer"] + data["functional"], data["full"], atol=1e-14)
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["P"] == P and summary["names"] == ["W_Q", "W_K", "W_V", "W_1", "W_2"]
+    assert summary["terms"]["outer"]["negative_eigenvalues"] == 0
+    assert summary["terms"]["full"]["min_eigenvalue"] < 0                 # non-convex
+    assert len(summary["terms"]["full"]["block_norms_spectral"]) == 5
+    assert '"negative_eigenvalues"' in capsys.readouterr().out
+
+
+def test_verify_prints_the_table_and_passes(capsys):
+    assert main(["verify", "--norm", "attention", "--loss", "ce", "-L", "3", "-d", "4", "--d-k", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "W_Q–W_K" in text and "jacobian" in text and "OK" in text
+
+
+def test_bad_flags_give_a_message_not_a_traceback():
+    run = subprocess.run([sys.executable, "-m", "hessviz", "compute", "-L", "0"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2
+    assert "seq_len must be an integer >= 1" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_bench_runs_side_by_side_on_a_small_case(tmp_path):
+    rows = [bench.layernorm_jacobian(4, 6, repeats=1, device=bench.torch.device("cpu")),
+            *bench.ffn_jacobian(4, 6, 5, repeats=1, device=bench.torch.device("cpu"))]
+    assert all(r.error < 1e-12 for r in rows)
+    assert all(r.ours > 0 and all(t > 0 for t in r.baselines.values()) for r in rows)
+    table = bench.render(rows, "## t")
+    assert "autograd.functional.jacobian" in table and "×" in table
