@@ -194,7 +194,7 @@ def claim_ln_collapse(quick: bool = False) -> ClaimResult:
         f"LayerNorm's row collapsing, {len(bseeds)} seeds): ‖H_full‖₂ ∝ σ^{fB.slope:.2f} (outer "
         f"σ^{fBo.slope:.2f}, functional σ^{fBf.slope:.2f}). ln_eps caps a single LayerNorm: with ε = 1e-5, "
         f"‖J_LN‖₂ ≤ {m['ln_jacobian_max_eps1e-05']:.0f} ≈ 1/√ε and ‖H_LN‖₂ peaks near σ ≈ "
-        f"{m['ln_hessian_peak_sigma_eps1e-05']:.1e}, then falls. In the Post-LN block it barely helps: at "
+        f"{m['ln_hessian_peak_sigma_eps1e-05']:.1e}, then falls. In the Post-LN block the cap comes much later: at "
         f"σ = {deep[-1]:.0e}, ‖H_full‖₂ = {m[f'block_full_at_sigma{deep[-1]:.0e}_eps0']:.2e} (ε = 0), "
         f"{m[f'block_full_at_sigma{deep[-1]:.0e}_eps1e-05']:.2e} (ε = 1e-5), "
         f"{m[f'block_full_at_sigma{deep[-1]:.0e}_eps0.001']:.2e} (ε = 1e-3): with ε the first LayerNorm "
