@@ -1,0 +1,57 @@
+"""The page registry: every page of the app, its script, title, icon and URL path.
+
+``app.py`` builds ``st.navigation`` from :data:`SECTIONS`; the browser test and the
+Learn page read the same list, so a page is declared once, here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    script: str
+    """Path relative to the repository root, e.g. ``pages/spectrum.py``."""
+    title: str
+    icon: str
+    url_path: str
+    """The URL path (``/spectrum``); the default page is also served at ``/``."""
+    summary: str
+    default: bool = False
+
+
+EXPLORE = (
+    PageSpec("pages/hessian_map.py", "Hessian map", ":material/grid_on:", "hessian_map",
+             "the full, outer or functional Hessian as a heatmap, block by block", default=True),
+    PageSpec("pages/spectrum.py", "Spectrum", ":material/equalizer:", "spectrum",
+             "eigenvalues of each term and how many are negative"),
+    PageSpec("pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",
+             "block norms against ‖X‖₂, L and d on log–log axes, with fitted slopes"),
+    PageSpec("pages/verify.py", "Verify & speed", ":material/verified:", "verify",
+             "closed form against autograd: relative error and timings"),
+    PageSpec("pages/learn.py", "Learn", ":material/school:", "learn",
+             "equations, papers, and a classroom tour"),
+)
+
+CLAIMS = (
+    PageSpec("pages/optimization.py", "Optimization lens", ":material/trending_down:", "optimization",
+             "what the curvature means for training"),
+    PageSpec("pages/layernorm_collapse.py", "LayerNorm collapse", ":material/compress:",
+             "layernorm_collapse", "LayerNorm curvature as row variance collapses"),
+    PageSpec("pages/bounds.py", "Spectral bounds", ":material/vertical_align_top:", "bounds",
+             "bounds on block spectral norms against the exact values"),
+    PageSpec("pages/claims.py", "Claims", ":material/fact_check:", "claims",
+             "the papers' claims, checked one by one"),
+)
+
+SECTIONS: dict[str, tuple[PageSpec, ...]] = {"Explore": EXPLORE, "Paper claims": CLAIMS}
+ALL_PAGES: tuple[PageSpec, ...] = EXPLORE + CLAIMS
+
+
+def spec(url_path: str) -> PageSpec:
+    """The page registered under ``url_path``."""
+    for p in ALL_PAGES:
+        if p.url_path == url_path:
+            return p
+    raise KeyError(f"no page with url_path {url_path!r}; known: {[p.url_path for p in ALL_PAGES]}")

@@ -1,0 +1,306 @@
+"""Sidebar, URL state, page header, guarded computation, downloads, page controls."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+import hessviz as hv
+from hessviz.api import hessian_bytes
+from hessviz.app import state
+from hessviz.app.state import DEFAULTS, EPS_GRID, INT_RANGES, XNORM_GRID, View
+from hessviz.config import ACTIVATIONS, LOSSES, NORMS
+from hessviz.memory import format_bytes, memory_limit
+
+_BIND = "query-params"
+_VIEW = "_hv_view"
+_EXTRA = "_hv_link_extra"
+_LINK = "_hv_link_slot"
+
+# ----------------------------------------------------------------------------- sidebar
+
+
+def _rendered_this_run(key: str) -> bool:
+    """True when a widget with user key ``key`` was already drawn in this script run."""
+    try:
+        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+
+        ctx = get_script_run_ctx()
+        return ctx is not None and key in ctx.shared.widget_user_keys_this_run
+    except Exception:  # internal API moved: fall back to drawing once per page
+        return False
+
+
+def sidebar() -> View:
+    """Draw the shared controls (bound to the URL) and return the current :class:`View`.
+
+    Call it once near the top of a page. When the controls describe an invalid block
+    (e.g. LayerNorm with ``d = 1`` and ``ε = 0``) it shows the reason and what to change,
+    and stops the page.
+    """
+    if _rendered_this_run("L") and _VIEW in st.session_state:
+        return st.session_state[_VIEW]
+    sb = st.sidebar
+    st.session_state[_EXTRA] = {}
+    sb.markdown("### Block")
+    # URL-bound choice widgets show the raw option (the URL value), e.g. ``norm=pre``
+    norm = sb.segmented_control("LayerNorm placement", NORMS, default=DEFAULTS["norm"], required=True,
+                                key="norm", bind=_BIND,
+                                help="post: LN after each residual sum; pre: LN before attention and "
+                                     "FFN; none: residuals without LN; attention: the single "
+                                     "self-attention layer SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V.")
+    act = sb.segmented_control("Activation φ", ACTIVATIONS, default=DEFAULTS["act"], required=True,
+                               key="act", bind=_BIND, disabled=norm == "attention",
+                               help="φ in FFN(Z) = φ(Z W_1) W_2 (GELU: the exact erf form)")
+    loss = sb.segmented_control("Loss", LOSSES, default=DEFAULTS["loss"], required=True,
+                                key="loss", bind=_BIND,
+                                help="mse: ‖Z − Y‖²/(L d) against a Gaussian target Y; "
+                                     "ce: cross-entropy with d classes")
+    ints = {}
+    labels = {"L": ("Sequence length L", "tokens: rows of X"),
+              "d": ("Model width d", "features: columns of X"),
+              "dk": ("Key width d_k", "columns of W_Q and W_K"),
+              "dff": ("FFN width d_ff", "hidden units of the feed-forward layer")}
+    for k, (label, help_) in labels.items():
+        lo, hi = INT_RANGES[k]
+        ints[k] = sb.slider(label, lo, hi, DEFAULTS[k], key=k, bind=_BIND, help=help_,
+                            disabled=k == "dff" and norm == "attention")
+    sb.markdown("### Input")
+    xnorm = sb.select_slider("Input size ‖X‖₂", XNORM_GRID, value=DEFAULTS["xnorm"], key="xnorm",
+                             bind=_BIND, format_func=lambda v: f"{v:g}",
+                             help="the spectral norm (largest singular value) of the input X")
+    eps = sb.select_slider("LayerNorm ε", EPS_GRID, value=DEFAULTS["eps"], key="eps", bind=_BIND,
+                           format_func=lambda v: f"{v:g}", disabled=norm not in ("post", "pre"),
+                           help="LN(z) = (z − mean z)/√(var z + ε); ε = 0 as in the papers")
+    lo, hi = INT_RANGES["seed"]
+    seed = sb.number_input("Seed", lo, hi, DEFAULTS["seed"], step=1, key="seed", bind=_BIND,
+                           help="draws the weights W ~ N(0, 1/fan_in), X and the target")
+    values = {"norm": norm, "act": act, "loss": loss, **ints, "xnorm": xnorm, "eps": eps,
+              "seed": int(seed)}
+    sb.markdown("### This view")
+    st.session_state[_LINK] = sb.empty()
+    try:
+        view = View.from_values(values)
+    except hv.HessvizError as err:
+        _refresh_link(values)
+        st.error(f"**These controls do not describe a valid block.** {err}", icon=":material/block:")
+        st.stop()
+    st.session_state[_VIEW] = view
+    _refresh_link(values)
+    _size_panel(view)
+    return view
+
+
+def _size_panel(view: View) -> None:
+    P = view.num_params
+    sb = st.sidebar
+    c1, c2 = sb.columns(2)
+    c1.metric("Parameters P", f"{P:,}")
+    c2.metric("One term", format_bytes(view.term_bytes))
+    sb.caption(f"Device: **{state.device_label()}** · the Hessian is P × P = {P:,} × {P:,} "
+               f"(float64). Memory limit per result: {format_bytes(memory_limit(state.device()))}.")
+
+
+def _link(values: dict[str, object], extra: dict[str, object]) -> str:
+    base = None
+    with contextlib.suppress(Exception):
+        base = st.context.url
+    qs = state.query_string(values, extra)
+    base = base or ""
+    if base and base.count("/") < 3:  # "http://host:port" -> "http://host:port/"
+        base += "/"
+    return f"{base}{'?' + qs if qs else ''}" or "./"
+
+
+def _refresh_link(values: dict[str, object] | None = None) -> None:
+    slot = st.session_state.get(_LINK)
+    if slot is None:
+        return
+    if values is None:
+        view = st.session_state.get(_VIEW)
+        values = view.values if view is not None else DEFAULTS
+    url = _link(values, st.session_state.get(_EXTRA, {}))
+    with slot.container():
+        st.markdown("**Link to this view** (copy it to share this page with these settings)")
+        st.code(url, language=None, wrap_lines=True)
+
+
+def link_to_view(view: View, **extra: object) -> str:
+    """The URL of this page with ``view`` and the page's own controls (``extra``)."""
+    return _link(view.values, {**st.session_state.get(_EXTRA, {}), **extra})
+
+
+# ----------------------------------------------------------------------------- page furniture
+
+
+def header(title: str, view: View, *, icon: str | None = None) -> None:
+    """The page title and, under it, the block in words."""
+    st.title(f"{icon + ' ' if icon else ''}{title}")
+    st.caption(view.describe())
+
+
+def explain(text: str, *formulas: str) -> None:
+    """A short explanation for students, then each formula with ``st.latex``."""
+    st.markdown(text)
+    for f in formulas:
+        st.latex(f)
+
+
+@contextlib.contextmanager
+def guard(what: str = "this computation") -> Iterator[None]:
+    """Show a hessviz error (bad size, bad input) as a message and stop the page, never a traceback."""
+    try:
+        yield
+    except hv.SizeError as err:
+        st.error(f"**{what.capitalize()} is too large for this machine.** {err}", icon=":material/memory:")
+        st.stop()
+    except hv.HessvizError as err:
+        st.error(f"**Cannot compute {what}.** {err}", icon=":material/block:")
+        st.stop()
+    except MemoryError:
+        st.error(f"**{what.capitalize()} ran out of memory.** Lower d, d_ff or L.", icon=":material/memory:")
+        st.stop()
+
+
+def size_advice(view: View) -> str:
+    """Which controls to lower, naming the biggest weights."""
+    shapes = view.cfg.param_shapes
+    sizes = sorted(((r * c, n, r, c) for n, (r, c) in shapes.items()), reverse=True)
+    parts = ", ".join(f"{n} {r}×{c}" for _, n, r, c in sizes[:3])
+    return (f"P = {view.num_params:,} (largest weights: {parts}). Lower d (P grows like d² + d·d_ff) "
+            f"or d_ff, or choose norm = attention (no FFN).")
+
+
+def require_size(view: View, max_params: int, what: str = "this page") -> None:
+    """Refuse (message + stop) when P exceeds ``max_params`` or the library's memory estimate fails."""
+    P = view.num_params
+    if P > max_params:
+        st.warning(f"**{what.capitalize()} draws at most P = {max_params:,} parameters to stay "
+                   f"responsive; this block has P = {P:,}.** {size_advice(view)}",
+                   icon=":material/speed:")
+        st.stop()
+    need = hessian_bytes(view.cfg, view.cfg.param_names, 8, "closed_form")
+    limit = memory_limit(state.device())
+    if need > limit:
+        st.error(f"**A dense Hessian term needs about {format_bytes(need)}, over this machine's limit of "
+                 f"{format_bytes(limit)}.** {size_advice(view)}", icon=":material/memory:")
+        st.stop()
+
+
+# ----------------------------------------------------------------------------- downloads
+
+
+def figure_html(fig: go.Figure) -> str:
+    """A self-contained interactive HTML file of ``fig`` (plotly.js inlined, works offline)."""
+    return fig.to_html(include_plotlyjs=True, full_html=True)
+
+
+def csv_bytes(columns: dict[str, Sequence | np.ndarray]) -> bytes:
+    """CSV of equal-length columns, header first."""
+    import csv
+
+    names = list(columns)
+    cols = [np.asarray(columns[n]).ravel() for n in names]
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(names)
+    for row in zip(*cols):
+        w.writerow([f"{v:.17g}" if isinstance(v, float | np.floating) else v for v in row])
+    return out.getvalue().encode()
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    return buf.getvalue()
+
+
+def downloads(name: str, fig: go.Figure | None = None, *,
+              csv: Callable[[], dict] | None = None, npz: Callable[[], dict] | None = None,
+              key: str | None = None) -> None:
+    """Download buttons in one row: the figure (HTML) and its data (CSV columns or NPZ arrays).
+
+    ``csv``/``npz`` are callables returning the columns/arrays; they (and the HTML) are
+    only built when the button is clicked, so the page stays fast.
+    """
+    key = key or name
+    cols = st.columns(3, gap="small")
+    if fig is not None:
+        cols[0].download_button("Figure (HTML)", lambda: figure_html(fig), f"{name}.html", "text/html",
+                                key=f"dl_html_{key}", on_click="ignore", icon=":material/download:")
+    if csv is not None:
+        cols[1].download_button("Data (CSV)", lambda: csv_bytes(csv()), f"{name}.csv", "text/csv",
+                                key=f"dl_csv_{key}", on_click="ignore", icon=":material/table:")
+    if npz is not None:
+        cols[2].download_button("Data (NPZ)", lambda: npz_bytes(npz()), f"{name}.npz",
+                                "application/octet-stream", key=f"dl_npz_{key}", on_click="ignore",
+                                icon=":material/data_array:")
+
+
+def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
+          npz: Callable[[], dict] | None = None, key: str | None = None, height: int | None = None,
+          container=None) -> None:
+    """Draw ``fig`` (theme-aware) and its download buttons under it."""
+    where = container or st
+    with where.container():
+        st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
+                        config={"displaylogo": False, "toImageButtonOptions": {"filename": name}})
+        downloads(name, fig, csv=csv, npz=npz, key=key)
+
+
+# ----------------------------------------------------------------------------- page controls
+
+
+def _remember(key: str, value: object, default: object) -> None:
+    extra = st.session_state.setdefault(_EXTRA, {})
+    if value != default and value is not None:
+        extra[key] = value
+    else:
+        extra.pop(key, None)
+    _refresh_link()
+
+
+def choice(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
+           container=None) -> str:
+    """A page control (button row) bound to the URL under ``key`` and added to the view link.
+
+    The buttons show the options themselves, which are also the URL values (``term=outer``).
+    """
+    where = container or st
+    value = where.segmented_control(label, options, default=default, required=True, key=key, bind=_BIND,
+                                    help=help)
+    _remember(key, value, default)
+    return value
+
+
+def select(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
+           container=None) -> str:
+    """A page selectbox bound to the URL under ``key``; the options are the URL values."""
+    where = container or st
+    value = where.selectbox(label, options, index=list(options).index(default), key=key, bind=_BIND,
+                            help=help)
+    _remember(key, value, default)
+    return value
+
+
+def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | None = None,
+           container=None) -> int:
+    """A page integer slider bound to the URL under ``key``."""
+    where = container or st
+    value = where.slider(label, lo, hi, default, key=key, bind=_BIND, help=help)
+    _remember(key, value, default)
+    return value
+
+
+def toggle(label: str, key: str, default: bool = False, *, help: str | None = None,
+           container=None) -> bool:
+    """A page checkbox bound to the URL under ``key``."""
+    where = container or st
+    value = where.checkbox(label, default, key=key, bind=_BIND, help=help)
+    _remember(key, value, default)
+    return value
