@@ -33,6 +33,7 @@ from hessviz.block import BlockTrace
 from hessviz.chain import TokenCurvature
 from hessviz.config import ATTENTION_PARAMS, FFN_PARAMS, BlockConfig
 from hessviz.contributions import Diagonal, Sandwich
+from hessviz.kron import sandwich_into
 from hessviz.result import TERMS, check_term
 
 
@@ -80,27 +81,32 @@ def contributions(cur: Curvature, names: tuple[str, ...], term: str) -> list[San
     return [c for c in out if c.a in names and c.b in names]
 
 
-def write_block(block: Tensor, pieces: list[Sandwich | Diagonal]) -> None:
-    """Write the sum of ``pieces`` into ``block``: dense pieces first, each entry written in place."""
-    pieces = sorted(pieces, key=lambda c: not c.dense)
-    if not pieces:
-        block.zero_()
-    for k, piece in enumerate(pieces):
-        piece.write(block, accumulate=k > 0)
+def write_block(block: Tensor, pieces: list[Sandwich | Diagonal], mirror: Tensor | None = None) -> None:
+    """Write the sum of ``pieces`` into ``block`` (and its transpose into ``mirror``):
+    the dense sandwiches summed slice by slice and written once, then the sparse
+    pieces added on their diagonals."""
+    dense = [(c.Ja, c.N, c.Jb) for c in pieces if c.dense]
+    if dense:
+        sandwich_into(block, dense, mirror)
+    else:
+        for target in (block, mirror):
+            if target is not None:
+                target.zero_()
+    for piece in pieces:
+        if not piece.dense:
+            piece.add_to(block, mirror)
 
 
 def assemble(cfg: BlockConfig, names: tuple[str, ...], pieces: list[Sandwich | Diagonal],
              like: Tensor) -> Tensor:
-    """The ``(P', P')`` matrix: upper blocks from their pieces, lower blocks mirrored."""
+    """The ``(P', P')`` matrix: each upper block and its mirror image written from the same pieces."""
     offsets = cfg.offsets(names)
     size = sum(cfg.param_size(n) for n in names)
     H = torch.empty(size, size, dtype=like.dtype, device=like.device)
     for i, a in enumerate(names):
         for b in names[i:]:
-            block = H[offsets[a], offsets[b]]
-            write_block(block, [c for c in pieces if (c.a, c.b) == (a, b)])
-            if a != b:
-                H[offsets[b], offsets[a]].copy_(block.T)
+            mirror = H[offsets[b], offsets[a]] if a != b else None
+            write_block(H[offsets[a], offsets[b]], [c for c in pieces if (c.a, c.b) == (a, b)], mirror)
     return H
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from hessviz.kron import Factored, sandwich_into
+from hessviz.kron import Factored
 
 
 @dataclass(frozen=True)
@@ -26,9 +26,6 @@ class Sandwich:
     Jb: Factored
 
     dense = True
-
-    def write(self, block: Tensor, accumulate: bool) -> None:
-        sandwich_into(block, self.Ja, self.N, self.Jb, accumulate=accumulate)
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,16 @@ class Diagonal:
 
     dense = False
 
-    def write(self, block: Tensor, accumulate: bool) -> None:
-        if not accumulate:
-            block.zero_()
-        block.view(self.shape4).diagonal(dim1=self.dims[0], dim2=self.dims[1]).add_(self.values)
+    def add_to(self, block: Tensor, mirror: Tensor | None = None) -> None:
+        """Add the values on the diagonal of ``block`` (and of its transpose ``mirror``)."""
+        targets = [(block, self.shape4, self.dims, self.values)]
+        if mirror is not None:
+            # in the mirror (α', β', α, β) every dim k moves to (k + 2) % 4
+            moved = [(k + 2) % 4 for k in range(4)]
+            rest = [k for k in range(4) if k not in self.dims]
+            order = sorted(range(2), key=lambda r: moved[rest[r]])
+            shape = tuple(self.shape4[k] for k in (2, 3, 0, 1))
+            dims = (moved[self.dims[0]], moved[self.dims[1]])
+            targets.append((mirror, shape, dims, self.values.permute(*order, 2)))
+        for target, shape, dims, values in targets:
+            target.view(shape).diagonal(dim1=dims[0], dim2=dims[1]).add_(values)

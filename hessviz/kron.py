@@ -105,42 +105,62 @@ _LAYOUT = {
     (RIGHT, RIGHT): (False, (0, 2, 1, 3)), # G[p,q,i,j] = [α, α', β, β']
 }
 
-
-def _term_pair(a: KronTerm, N: Tensor | None, b: KronTerm) -> Tensor:
-    """``Σ_t a_tᵀ N_t b_t`` as a 4-d view ``(α, β, α', β')`` over one GEMM result."""
-    # P_t = M_aᵀ N_t M_b: the per-token middle factor, (L, n_ma, n_mb)
-    P = a.mat.transpose(-1, -2) @ (b.mat if N is None else N @ b.mat)
-    L = P.shape[0]
-    # u ⊗ u' per token: (L, n_va * n_vb)
-    uu = (a.vec[:, :, None] * b.vec[:, None, :]).reshape(L, -1)
-    shape_uu, shape_P = (a.vec.shape[1], b.vec.shape[1]), (P.shape[1], P.shape[2])
-    vectors_first, perm = _LAYOUT[(a.kind, b.kind)]
-    # one GEMM over tokens: inner dimension L
-    if vectors_first:
-        G = (uu.T @ P.reshape(L, -1)).view(*shape_uu, *shape_P)
-    else:
-        G = (P.reshape(L, -1).T @ uu).view(*shape_P, *shape_uu)
-    return G.permute(*perm)
+CHUNK_BYTES = 1 << 22
+"""Blocks are produced in slices of rows of about this size: every term of a slice is
+summed while it is in cache, then the slice is written once, with its mirror image."""
 
 
-def sandwich_into(out: Tensor, Ja: Factored, N: Tensor | None, Jb: Factored, *,
-                  accumulate: bool = False) -> None:
-    """Write ``Σ_t Ja_tᵀ N_t Jb_t`` into ``out (n1a*n2a, n1b*n2b)``.
+class _TermPair:
+    """One pair of terms of ``Σ_t a_tᵀ N_t b_t``, ready to produce any range of block rows α."""
 
-    ``N (L, n_out_a, n_out_b)`` or ``None`` for the identity. The first term pair is
-    copied into place (unless ``accumulate``), later ones are added: each entry of
-    ``out`` is written once per term pair and never read otherwise.
+    def __init__(self, a: KronTerm, N: Tensor | None, b: KronTerm):
+        # P_t = M_aᵀ N_t M_b: the per-token middle factor, (L, n_ma, n_mb)
+        P = a.mat.transpose(-1, -2) @ (b.mat if N is None else N @ b.mat)
+        L = P.shape[0]
+        # u ⊗ u' per token: (L, n_va * n_vb)
+        uu = (a.vec[:, :, None] * b.vec[:, None, :]).reshape(L, -1)
+        vectors_first, self.perm = _LAYOUT[(a.kind, b.kind)]
+        shape_uu, shape_P = (a.vec.shape[1], b.vec.shape[1]), (P.shape[1], P.shape[2])
+        self.lhs, self.rhs = (uu, P.reshape(L, -1)) if vectors_first else (P.reshape(L, -1), uu)
+        self.lhs_shape, self.rhs_shape = (shape_uu, shape_P) if vectors_first else (shape_P, shape_uu)
+
+    def rows(self, start: int, stop: int) -> Tensor:
+        """Block rows ``α ∈ [start, stop)`` as a 4-d view ``(stop − start, β, α', β')``.
+
+        One GEMM over tokens (inner dimension ``L``) on the slice of the side that holds α.
+        """
+        (l0, l1), (r0, r1) = self.lhs_shape, self.rhs_shape
+        if self.perm[0] == 0:      # α is the GEMM's first row index
+            G = (self.lhs[:, start * l1:stop * l1].T @ self.rhs).view(stop - start, l1, r0, r1)
+        else:                      # α is the GEMM's first column index
+            G = (self.lhs.T @ self.rhs[:, start * r1:stop * r1]).view(l0, l1, stop - start, r1)
+        return G.permute(*self.perm)
+
+
+def sandwich_into(out: Tensor, products: list[tuple[Factored, Tensor | None, Factored]],
+                  mirror: Tensor | None = None) -> None:
+    """Write ``Σ_k Σ_t Ja_tᵀ N_t Jb_t`` over ``products = [(Ja, N, Jb), ...]`` into
+    ``out (n1a*n2a, n1b*n2b)`` and its transpose into ``mirror`` (if given).
+
+    ``N (L, n_out_a, n_out_b)`` or ``None`` for the identity. Rows are produced in
+    cache-sized slices; each entry of ``out`` and ``mirror`` is written exactly once.
     """
-    view = out.view(*Ja.shape, *Jb.shape)
-    first = not accumulate
-    for a in Ja.terms:
-        for b in Jb.terms:
-            block = _term_pair(a, N, b)
-            if first:
-                view.copy_(block)
-                first = False
+    (na, nb), (nc, nd) = products[0][0].shape, products[0][2].shape
+    pairs = [_TermPair(a, N, b) for Ja, N, Jb in products for a in Ja.terms for b in Jb.terms]
+    step = max(1, CHUNK_BYTES // (nb * nc * nd * out.element_size()))
+    buffer = torch.empty(min(step, na) * nb, nc * nd, dtype=out.dtype, device=out.device)
+    for start in range(0, na, step):
+        stop = min(start + step, na)
+        rows = buffer[:(stop - start) * nb]
+        view = rows.view(stop - start, nb, nc, nd)
+        for k, pair in enumerate(pairs):
+            if k == 0:
+                view.copy_(pair.rows(start, stop))
             else:
-                view.add_(block)
+                view.add_(pair.rows(start, stop))
+        out[start * nb:stop * nb].copy_(rows)
+        if mirror is not None:
+            mirror[:, start * nb:stop * nb].copy_(rows.T)
 
 
 def sandwich(Ja: Factored, N: Tensor | None, Jb: Factored) -> Tensor:
@@ -148,5 +168,5 @@ def sandwich(Ja: Factored, N: Tensor | None, Jb: Factored) -> Tensor:
     ref = Ja.terms[0].mat
     out = torch.empty(Ja.shape[0] * Ja.shape[1], Jb.shape[0] * Jb.shape[1],
                       dtype=ref.dtype, device=ref.device)
-    sandwich_into(out, Ja, N, Jb)
+    sandwich_into(out, [(Ja, N, Jb)])
     return out
