@@ -58,9 +58,10 @@ def _projector(n: int, like: Tensor) -> Tensor:
 
 
 def jacobian(st: LayerNormState) -> Tensor:
-    """``(..., n, n)``: ``(Π - c cᵀ/(n σ²)) / σ``."""
-    c, s, n = st.centered, st.sigma.unsqueeze(-1), st.n
-    return (_projector(n, c) - c.unsqueeze(-1) * c.unsqueeze(-2) / (n * s * s)) / s
+    """``(..., n, n)``: ``(Π - c cᵀ/(n σ²)) / σ = (Π - y yᵀ/n) / σ`` with ``y = c/σ`` the output."""
+    y = st.centered / st.sigma
+    n = st.n
+    return (_projector(n, y) - y.unsqueeze(-1) * (y / n).unsqueeze(-2)) / st.sigma.unsqueeze(-1)
 
 
 def apply_jacobian(st: LayerNormState, M: Tensor) -> Tensor:
