@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import math
+import random
 from dataclasses import dataclass
 
 import hessviz as hv
+from hessviz.config import ACTIVATIONS, LOSSES, NORMS
 
 
 @dataclass(frozen=True)
@@ -50,4 +53,20 @@ ODD = [
                         ln_eps=0.5), input_norm=10.0),
 ]
 
-ALL = GRID + ODD
+
+
+def random_cases(n: int, seed: int = 2026) -> list[Case]:
+    """Seeded random configurations: any sizes, placements, losses, ε, ‖X‖₂ in [0.01, 20]."""
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        cfg = hv.BlockConfig(
+            seq_len=rng.randint(1, 6), d_model=rng.randint(2, 7), d_k=rng.randint(1, 5),
+            d_ff=rng.randint(1, 8), norm=rng.choice(NORMS), activation=rng.choice(ACTIVATIONS),
+            loss=rng.choice(LOSSES), ln_eps=rng.choice((0.0, 1e-3)))
+        out.append(Case(cfg, input_norm=round(10 ** rng.uniform(-2, math.log10(20)), 4), seed=k))
+    return out
+
+
+RANDOM = random_cases(8)
+ALL = GRID + ODD + RANDOM
