@@ -61,15 +61,16 @@ def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> T
 
 
 def _dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:
+    """``(L*d, P')``: each weight's factored Jacobian, chained to ``Z``, written into its columns."""
     L, d = tr.Z.shape
-    blocks = []
-    for n in names:
+    out = torch.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=tr.Z.dtype, device=tr.Z.device)
+    for n, columns in cfg.offsets(names).items():
         if n in ATTENTION_PARAMS:
-            J = tr.attention.jacobian[n].lmul(tr.sa_to_z)
+            J = tr.attention.jacobian[n].lmul(tr.sa_to_z)       # ∂Z/∂SA · ∂SA/∂W
         else:
-            J = tr.ffn.jacobian[n].lmul(tr.post.jac)
-        blocks.append(J.dense().reshape(L * d, -1))
-    return torch.cat(blocks, dim=1)
+            J = tr.ffn.jacobian[n].lmul(tr.post.jac)            # ∂Z/∂R · ∂f/∂W
+        J.dense_into(out[:, columns])
+    return out
 
 
 def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,

@@ -52,14 +52,15 @@ class KronTerm:
         """Chain rule on the output side: ``M_t J_t`` for ``M (L, n_new, n_out)``."""
         return KronTerm(self.kind, self.vec, M @ self.mat)
 
+    def _factors(self) -> tuple[Tensor, Tensor]:
+        """Two tensors whose broadcast product is the term, ``(L, n_out, n1, n2)``."""
+        if self.kind == LEFT:
+            return self.vec[:, None, :, None], self.mat[:, :, None, :]
+        return self.mat[:, :, :, None], self.vec[:, None, None, :]
+
     def dense(self) -> Tensor:
         """``(L, n_out, n1*n2)``: the term written out."""
-        L, n_out = self.mat.shape[0], self.mat.shape[1]
-        if self.kind == LEFT:
-            full = self.vec[:, None, :, None] * self.mat[:, :, None, :]
-        else:
-            full = self.mat[:, :, :, None] * self.vec[:, None, None, :]
-        return full.reshape(L, n_out, -1)
+        return torch.mul(*self._factors()).reshape(*self.mat.shape[:2], -1)
 
     def vjp(self, g: Tensor) -> Tensor:
         """``Σ_t J_tᵀ g_t`` for ``g (L, n_out)`` -> ``(n1, n2)``."""
@@ -88,6 +89,14 @@ class Factored:
     def dense(self) -> Tensor:
         """``(L, n_out, n1*n2)``."""
         return sum(t.dense() for t in self.terms)
+
+    def dense_into(self, out: Tensor) -> None:
+        """Write the Jacobian into ``out``, a (strided) view of shape ``(L*n_out, n1*n2)``."""
+        L, n_out = self.terms[0].mat.shape[:2]
+        view = out.view(L, n_out, *self.shape)
+        torch.mul(*self.terms[0]._factors(), out=view)
+        for term in self.terms[1:]:
+            view.addcmul_(*term._factors())
 
     def vjp(self, g: Tensor) -> Tensor:
         """``Σ_t J_tᵀ g_t`` -> ``(n1, n2)``."""
