@@ -328,6 +328,19 @@ def block_norm_bars(norms: dict[str, np.ndarray], names: Sequence[str], *, kind:
     return _layout(fig, title or f"Per-block norms {label}", height)
 
 
+def diagonal_norm_bars(norms: dict[str, dict[str, float]], *, title: str | None = None,
+                       height: int = 420) -> go.Figure:
+    """``term -> {block name -> norm}`` as grouped bars on a log axis (one group per block)."""
+    fig = go.Figure()
+    for term, by_block in norms.items():
+        fig.add_trace(go.Bar(x=[pretty(n) for n in by_block], y=list(by_block.values()), name=term,
+                             marker={"color": TERM_COLORS.get(term)},
+                             hovertemplate=f"{term}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>"))
+    fig.update_yaxes(type="log", title={"text": "spectral norm ‖·‖₂"})
+    fig.update_layout(barmode="group")
+    return _layout(fig, title, height)
+
+
 # ----------------------------------------------------------------------------- scaling laws
 
 

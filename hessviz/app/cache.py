@@ -8,13 +8,14 @@ default view (P = 1536) one term is 19 MiB.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 import streamlit as st
 
 import hessviz as hv
-from hessviz import spectra
+from hessviz import spectra, sweeps
 from hessviz.app.state import View
 
 
@@ -109,9 +110,23 @@ def verify(key: tuple, nonce: int = 0) -> dict:
     return {"names": names, "rel_err": rel, "times": times}
 
 
+@st.cache_data(max_entries=4096, show_spinner=False)
+def _sweep_point(cfg_fields: tuple, input_norm: float, seed: int, pair: tuple[str, str],
+                 kind: str) -> dict[str, float]:
+    return sweeps.point(hv.BlockConfig(**dict(cfg_fields)), input_norm, seed, pair, kind)
+
+
+def sweep_point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
+                kind: str = "spectral") -> dict[str, float]:
+    """:func:`hessviz.sweeps.point`, cached per point (a few floats each)."""
+    fields = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init)
+    return _sweep_point(fields, float(input_norm), int(seed), tuple(pair), kind)
+
+
 def clear() -> None:
     """Drop every cached result (the sidebar's "clear caches" button)."""
     term.clear()
     block_norms.clear()
     spectrum.clear()
     verify.clear()
+    _sweep_point.clear()

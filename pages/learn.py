@@ -1,0 +1,145 @@
+"""Learn: the block's equations, the decomposition, the pages, the papers and a classroom tour."""
+
+import streamlit as st
+
+from hessviz import app as hva
+from hessviz import plots
+from hessviz.app.registry import ALL_PAGES, spec
+
+view = hva.sidebar()
+hva.header("Learn", view)
+
+st.markdown("Contents: [classroom tour](#classroom-tour) · [the block](#the-block) · "
+            "[the pages](#the-pages) · [papers](#papers)")
+
+TOUR = [
+    ("The ‖X‖⁶ law", "scaling", {"norm": "attention", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
+     "Self-attention alone, W_Q–W_Q block, swept over the input size. Notice that the outer curve is a "
+     "straight line of slope close to 6 for small ‖X‖₂: doubling the input multiplies this curvature by "
+     "about 64. It bends away once softmax stops being nearly uniform (‖X‖₂ around 1 and above)."),
+    ("Pre-LN flattens it", "scaling", {"norm": "pre", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
+     "Same sweep, now look at the side-by-side view. Attention alone climbs steeply, Post-LN less, and "
+     "Pre-LN is almost flat: LayerNorm in front of attention removes the scale of X before it reaches "
+     "the query and key weights, so the curvature no longer depends on ‖X‖₂."),
+    ("Negative eigenvalues come from the functional term", "spectrum", {"norm": "post"},
+     "The default Post-LN block. Notice that outer has no negative eigenvalue while full has hundreds, "
+     "carrying a large share of the curvature: the loss is convex in the block's output, but the block "
+     "bends the landscape into saddles. Switch the loss to cross-entropy: the picture stays."),
+    ("1/L³ decay", "scaling", {"norm": "attention", "sc_axis": "L", "sc_blk": "W_Q,W_Q", "sc_seeds": 5},
+     "Attention alone at fixed ‖X‖₂, swept over the sequence length. Notice the outer W_Q–W_Q curve "
+     "falling with a fitted slope near −3 (the theory's exponent): with more tokens, each token's row "
+     "of X is smaller and softmax averages over more of them. The band shows the seed-to-seed spread; "
+     "more seeds make the fit steadier."),
+    ("LayerNorm curvature as row variance collapses", "layernorm_collapse", {"norm": "post", "xnorm": 0.01},
+     "A Post-LN block with a small input. LayerNorm divides each row by its standard deviation σ, so "
+     "its Jacobian grows like 1/σ and its second derivative like 1/σ² as the rows flatten. Notice how "
+     "the curvature explodes as σ shrinks with ε = 0, and how a positive ε (sidebar) caps it."),
+]
+
+st.header("Classroom tour", anchor="classroom-tour")
+st.markdown("Each stop opens a page with the controls already set **through the URL**, so you can also "
+            "copy the link into slides. Read *what to notice*, then play with one control at a time.")
+for i, (title, page, params, notice) in enumerate(TOUR, start=1):
+    p = spec(page)
+    with st.container(border=True):
+        st.markdown(f"#### {i}. {title}")
+        st.markdown(f"**What to notice.** {notice}")
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        try:
+            st.page_link(p.script, label=f"Open {p.title} with {query}", icon=p.icon,
+                         query_params={k: str(v) for k, v in params.items()})
+        except Exception:  # page run on its own (no navigation): a plain link does the same
+            st.markdown(f"[Open {p.title} with {query}](/{p.url_path}?{query})")
+
+st.header("The block", anchor="the-block")
+st.markdown("A sequence of *L* tokens is a matrix X with one row per token and *d* features. One "
+            "block applies single-head self-attention (no biases, no output projection), a LayerNorm "
+            "without learnable scale, and a two-layer feed-forward network with ReLU or GELU.")
+st.latex(r"\mathrm{SA}(X) = \operatorname{softmax}_{\text{row}}\!\Big(\frac{X W_Q W_K^\top X^\top}"
+         r"{\sqrt{d_k}}\Big)\, X W_V, \qquad \mathrm{FFN}(Z) = \varphi(Z W_1)\, W_2")
+st.latex(r"\mathrm{LN}(z) = \frac{z - \bar z}{\sqrt{\operatorname{var}(z) + \varepsilon}}"
+         r"\quad\text{(row by row)}")
+st.markdown("Where the LayerNorm sits is the *placement*:")
+st.latex(r"\begin{array}{ll}"
+         r"\text{Post-LN:} & Z_1 = \mathrm{LN}(X + \mathrm{SA}(X)),\ "
+         r"Z = \mathrm{LN}(Z_1 + \mathrm{FFN}(Z_1))\\"
+         r"\text{Pre-LN:} & Z_1 = X + \mathrm{SA}(\mathrm{LN}(X)),\ "
+         r"Z = Z_1 + \mathrm{FFN}(\mathrm{LN}(Z_1))\\"
+         r"\text{no LN:} & Z_1 = X + \mathrm{SA}(X),\ Z = Z_1 + \mathrm{FFN}(Z_1)\\"
+         r"\text{attention alone:} & Z = \mathrm{SA}(X)\end{array}")
+st.markdown("The loss compares the output Z with a target: mean squared error, or cross-entropy "
+            "with the *d* features as class scores.")
+st.latex(r"\ell_{\text{MSE}} = \frac{\|Z - Y\|_F^2}{L\,d},\qquad "
+         r"\ell_{\text{CE}} = -\frac1L \sum_t \log \operatorname{softmax}(Z_t)_{y_t}")
+st.markdown("The weights are stacked into one vector θ = (W_Q, W_K, W_V, W_1, W_2), each matrix "
+            "flattened row by row; the Hessian is the P × P matrix of second derivatives. The chain "
+            "rule splits it in two: the **outer** (Gauss–Newton) term, made of first derivatives of "
+            "the block and the loss's curvature in Z, and the **functional** term, made of the "
+            "block's own second derivatives weighted by the loss gradient.")
+st.latex(r"H = \underbrace{J^\top\, \nabla^2_Z \ell\; J}_{\text{outer}\ \succeq\ 0}"
+         r" + \underbrace{\sum_i \frac{\partial \ell}{\partial Z_i}\,"
+         r"\nabla^2_\theta Z_i}_{\text{functional}},"
+         r"\qquad J = \frac{\partial\, \mathrm{vec}_r(Z)}{\partial \theta} \in \mathbb{R}^{Ld \times P}")
+st.markdown("For the block in the sidebar, the spectral norm of each diagonal block in each term "
+            "(the full term is not the sum of the two norms: the parts can cancel):")
+names = view.cfg.param_names
+if view.num_params <= 4096:
+    with hva.guard("the block norms"):
+        norms = {t: hva.cache.block_norms(view.key, t) for t in ("outer", "functional", "full")}
+    diag = {t: {n: float(m[i, i]) for i, n in enumerate(names)} for t, m in norms.items()}
+    fig = plots.diagonal_norm_bars(diag, title="Diagonal blocks: outer, functional and full")
+    hva.chart(fig, "learn_decomposition", csv=lambda: {
+        "term": [t for t in diag for _ in names], "block": [n for _ in diag for n in names],
+        "spectral_norm": [diag[t][n] for t in diag for n in names]})
+else:
+    st.caption(f"(The figure is drawn for P ≤ 4,096; this block has P = {view.num_params:,}.)")
+st.markdown("Because both losses are convex in Z, the outer term is positive semi-definite; only the "
+            "functional term can make the Hessian indefinite. hessviz computes every block of both "
+            "terms from explicit formulas for each component, composed by the chain rule, and checks "
+            "them against automatic differentiation (see *Verify & speed*).")
+
+st.header("The pages", anchor="the-pages")
+for p in ALL_PAGES:
+    st.markdown(f"- **{p.title}**: {p.summary}.")
+st.markdown("Every page has the same sidebar: the block (placement, activation, loss, sizes), the "
+            "input size ‖X‖₂, LayerNorm's ε and the seed. All of them live in the URL, so the *link to "
+            "this view* in the sidebar reopens exactly what you see. Each figure can be downloaded as "
+            "an interactive HTML file and its data as CSV or NPZ.")
+
+st.header("Papers", anchor="papers")
+st.markdown(
+    "- **Ormaniec, Dangel & Singh**, *What Does It Mean to Be a Transformer? Insights from a "
+    "Theoretical Hessian Analysis*, ICLR 2025, [arXiv:2410.10986](https://arxiv.org/abs/2410.10986). "
+    "Derives the Hessian of a single self-attention layer and shows how differently its blocks "
+    "depend on the input, e.g. the ‖X‖⁶ growth of the query block; the *Scaling laws* page "
+    "reproduces it.\n"
+    "- **Petrov, Kiselev, Meshkov & Grabovoy**, *Closing the Curvature Gap: Full Transformer "
+    "Hessians and Their Implications for Scaling Laws*, "
+    "[arXiv:2510.16927](https://arxiv.org/abs/2510.16927). Extends the analysis to LayerNorm and "
+    "the feed-forward network, i.e. the whole block hessviz computes, with norm bounds per block.\n"
+    "- **Tomihari & Sato**, *Understanding Transformer Optimization via Gradient Heterogeneity* "
+    "(earlier versions: *Understanding Why Adam Outperforms SGD: Gradient Heterogeneity in "
+    "Transformers*), [arXiv:2502.00213](https://arxiv.org/abs/2502.00213). Links the spread of "
+    "gradient and curvature sizes across blocks, and LayerNorm placement, to why sign-based "
+    "optimisers such as Adam beat SGD on Transformers.")
+st.markdown("**How to cite.** When you use a figure from this app, cite the paper whose result it "
+            "illustrates; for example:")
+st.code("""@inproceedings{ormaniec2025transformer,
+  title     = {What Does It Mean to Be a Transformer? Insights from a Theoretical Hessian Analysis},
+  author    = {Ormaniec, Weronika and Dangel, Felix and Singh, Sidak Pal},
+  booktitle = {International Conference on Learning Representations (ICLR)},
+  year      = {2025},
+  note      = {arXiv:2410.10986}
+}
+@article{petrov2025curvature,
+  title   = {Closing the Curvature Gap: Full Transformer Hessians and Their Implications for Scaling Laws},
+  author  = {Petrov, Egor and Kiselev, Nikita and Meshkov, Vladislav and Grabovoy, Andrey},
+  journal = {arXiv preprint arXiv:2510.16927},
+  year    = {2025}
+}
+@article{tomihari2025gradient,
+  title   = {Understanding Transformer Optimization via Gradient Heterogeneity},
+  author  = {Tomihari, Akiyoshi and Sato, Issei},
+  journal = {arXiv preprint arXiv:2502.00213},
+  year    = {2025}
+}""", language="bibtex")

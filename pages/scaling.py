@@ -1,0 +1,119 @@
+"""Scaling laws: block norms against ‖X‖₂, L or d on log–log axes, with fitted slopes."""
+
+import numpy as np
+import streamlit as st
+
+from hessviz import app as hva
+from hessviz import plots, sweeps
+
+SEEDS_MAX = 8
+MAX_BLOCK = 2048  # weights in the swept block (its Hessian block is MAX_BLOCK²)
+PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_Q,W_V", "W_1,W_1", "W_2,W_2")
+PLACEMENTS = ("attention", "post", "pre")
+
+view = hva.sidebar()
+hva.header("Scaling laws", view)
+hva.explain(
+    "How big is each block of the Hessian, and how does it grow with the input? A power law "
+    "‖H‖ ∝ x^s is a straight line of slope *s* on log–log axes. For self-attention alone the theory "
+    "predicts that the outer W_Q–W_Q block grows like ‖X‖₂⁶ while softmax is still nearly uniform "
+    "(small ‖X‖₂), and that at fixed ‖X‖₂ it shrinks like 1/L³ with the sequence length. Each point "
+    "is the median over several seeds (weights, inputs and targets redrawn), the band spans "
+    "their minimum to maximum; the dashed line is the least-squares fit over the marked regime.",
+    r"\|H_{W_Q W_Q}^{\text{outer}}\|_2 \;\propto\; \|X\|_2^{6},\qquad"
+    r"\|H_{W_Q W_Q}^{\text{outer}}\|_2 \;\propto\; L^{-3}\ \text{at fixed}\ \|X\|_2,\qquad"
+    r"\log_{10}\|H\| \approx s\,\log_{10} x + c",
+)
+
+c1, c2, c3 = st.columns([3, 3, 2])
+axis = hva.choice("Sweep over", tuple(sweeps.AXES), key="sc_axis", default="xnorm", container=c1,
+                  help="xnorm: input size ‖X‖₂; L: sequence length; d: model width")
+names = view.cfg.param_names
+pairs = tuple(p for p in PAIRS if all(n in names for n in p.split(",")))
+pair_s = hva.select("Block (rows,cols)", pairs, key="sc_blk", default="W_Q,W_Q", container=c2)
+n_seeds = hva.slider("Seeds", 1, SEEDS_MAX, key="sc_seeds", default=3, container=c3,
+                     help="how many random draws per point; the band spans them")
+pair = tuple(pair_s.split(","))
+grid = sweeps.DEFAULT_GRIDS[axis]
+seeds = list(range(view.seed, view.seed + n_seeds))
+st.caption(f"Grid: {sweeps.AXES[axis]} ∈ {{{', '.join(f'{g:g}' for g in grid)}}}; the other controls are "
+           f"the sidebar's{'' if axis != 'xnorm' else ' (‖X‖₂ is swept)'}. Fit regime: "
+           + {"xnorm": "‖X‖₂ ≤ 1.", "L": "L ≥ 4.", "d": "all points."}[axis])
+with hva.guard("the sweep"):
+    largest = sweeps.largest_block(view.cfg, axis, grid, pair)
+if largest > MAX_BLOCK:
+    st.warning(f"**The {pair_s} block reaches {largest:,} weights on this grid; this page sweeps blocks of "
+               f"at most {MAX_BLOCK:,} to stay responsive.** Pick an attention block, or lower d_ff or d.",
+               icon=":material/speed:")
+    st.stop()
+
+bar = st.progress(0.0, text="Sweeping…")
+
+
+def run(cfg, label: str, offset: float, share: float) -> sweeps.SweepResult:
+    def progress(done: int, total: int) -> None:
+        bar.progress(min(1.0, offset + share * done / total), text=f"Sweeping {label}: {done}/{total}")
+
+    return sweeps.sweep(cfg, axis, grid, seeds, pair, input_norm=view.input_norm,
+                        evaluate=hva.cache.sweep_point, progress=progress)
+
+
+side_pair = pair if all(n in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
+with hva.guard("the sweep"):
+    main = run(view.cfg, view.cfg.describe(), 0.0, 0.4)
+    side = {}
+    for k, norm in enumerate(PLACEMENTS):
+        cfg = view.with_values(norm=norm).cfg
+        side[norm] = sweeps.sweep(cfg, axis, grid, seeds, side_pair, input_norm=view.input_norm,
+                                  evaluate=hva.cache.sweep_point,
+                                  progress=lambda d, t, k=k, n=norm: bar.progress(
+                                      min(1.0, 0.4 + 0.2 * k + 0.2 * d / t), text=f"Sweeping {n}: {d}/{t}"))
+bar.empty()
+
+fits = sweeps.fits(main, view.cfg.norm)
+fig = plots.scaling_plot(main.grid, main.curves(), x_title=sweeps.AXES[axis], fits=fits,
+                         y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
+                         title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}: {view.cfg.describe()}")
+left, right = st.columns([3, 1], gap="medium")
+with left:
+    hva.chart(fig, f"scaling_{axis}_{pair[0]}_{pair[1]}", csv=main.table)
+with right:
+    st.markdown("**Fitted slope vs theory**")
+    rows = []
+    for t in sweeps.TERMS:
+        f = fits[t]
+        rows.append({"term": t, "fitted slope": round(f["slope"], 2) if np.isfinite(f["slope"]) else None,
+                     "theory": f["theory"]})
+    st.dataframe(rows, hide_index=True, width="stretch")
+    th = fits["outer"]["theory"]
+    if th is not None and np.isfinite(fits["outer"]["slope"]):
+        gap = fits["outer"]["slope"] - th
+        st.markdown(f"Outer: fitted **{fits['outer']['slope']:.2f}** against the theory's **{th:g}** "
+                    f"(difference {gap:+.2f}).")
+    else:
+        st.caption("The theory gives an exponent for the outer W_Q–W_Q block of attention alone "
+                   "(set LayerNorm placement to *attention*, sweep ‖X‖₂ or L).")
+
+st.subheader("Attention alone, Post-LN and Pre-LN side by side")
+st.markdown("The same sweep for the three placements (block "
+            f"{side_pair[0]}–{side_pair[1]}). LayerNorm rescales what reaches attention: with Pre-LN the "
+            "attention input is normalised, so the block hardly changes with ‖X‖₂ and the steep ‖X‖⁶ curve "
+            "of attention alone flattens.")
+side_fits = {n: sweeps.fits(r, n) for n, r in side.items()}
+sfig = plots.side_by_side(main.grid, {n: r.curves() for n, r in side.items()}, x_title=sweeps.AXES[axis],
+                          y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂", fits=side_fits)
+
+
+def side_table() -> dict:
+    cols: dict[str, list] = {"placement": []}
+    for n, r in side.items():
+        t = r.table()
+        cols["placement"] += [n] * len(t["norm"])
+        for k, v in t.items():
+            cols.setdefault(k, []).extend(v)
+    return cols
+
+
+hva.chart(sfig, f"scaling_side_by_side_{axis}", csv=side_table)
+st.caption("Slopes per placement (outer / functional / full): " + "; ".join(
+    f"{n}: " + " / ".join(f"{side_fits[n][t]['slope']:.2f}" for t in sweeps.TERMS) for n in PLACEMENTS))
