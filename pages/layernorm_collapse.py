@@ -1,3 +1,135 @@
+"""LayerNorm collapse: curvature as one row's variance shrinks (LayerNorm alone, and a Post-LN block)."""
+
+import numpy as np
 import streamlit as st
 
-st.title("LayerNorm collapse")
+from hessviz import app as hva
+from hessviz.experiments import figures, ln_collapse
+from hessviz.experiments.fitting import power_law_fit
+
+WHOLE_MAX_P = 800
+
+view = hva.sidebar()
+hva.header("LayerNorm collapse", view)
+hva.explain(
+    "LayerNorm divides each row by its standard deviation σ. When one row's variance collapses, its "
+    "derivatives blow up. Without ε LayerNorm is scale invariant, so its Jacobian grows exactly like 1/σ "
+    "and its Hessian like 1/σ²; the bounds of Petrov et al. (with ‖X‖₂ held fixed) grow like 1/σ³ and 1/σ⁵. "
+    "Here one row of the input keeps its direction while its σ shrinks, the other rows stay put. ε (the "
+    "sidebar's LayerNorm ε) caps a single LayerNorm near σ ≈ √ε; in the Post-LN block the second LayerNorm "
+    "undoes the first one's rescaling, and the cap comes only near σ ≈ ε.",
+    r"\mathrm{LN}(z)=\frac{z-\bar z}{\sqrt{\operatorname{var} z+\varepsilon}},\qquad"
+    r"\|J_{LN}\|_2\le\frac{1}{\sigma_{\min}}+\frac{\|X\|_2^2}{\sqrt n\,\sigma_{\min}^3},\qquad"
+    r"\|H_{LN}\|_2\le\frac{\|X\|_2}{\sigma_{\min}^3}\Big(1+\sqrt{\tfrac mn}\Big)+"
+    r"\frac{\|X\|_2^2}{\sqrt n\,\sigma_{\min}^3}+\frac{3\|X\|_2^3}{n\,\sigma_{\min}^5}",
+)
+
+c1, c2, c3 = st.columns(3)
+mode = hva.choice(
+    "View",
+    ("layernorm", "block"),
+    key="lnc_view",
+    default="layernorm",
+    container=c1,
+    help="layernorm: the LayerNorm alone on an (L × d) input; block: a Post-LN block's weight "
+    "Hessian as the first LayerNorm's input row collapses",
+)
+decades = hva.slider(
+    "Decades of σ", 2, 7, key="lnc_decades", default=4, container=c2, help="σ runs from 1 down to 10^-decades"
+)
+n_seeds = hva.slider("Seeds", 1, 5, key="lnc_seeds", default=2, container=c3)
+eps = view.cfg.ln_eps
+sig = np.logspace(0, -decades, 3 * decades + 1)
+seeds = tuple(range(view.seed, view.seed + n_seeds))
+L, d = view.cfg.seq_len, view.cfg.d_model
+if d < 2:
+    st.warning("LayerNorm needs d ≥ 2 (a single feature has no variance). Raise d in the sidebar.")
+    st.stop()
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _ln(sig: tuple, eps: float, m: int, n: int, seeds: tuple) -> dict:
+    return ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=seeds)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _block(
+    sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int, dff: int, xnorm: float, whole: bool
+) -> dict:
+    return ln_collapse.block_sweep(
+        np.asarray(sig), eps, seeds, seq_len=L, d_model=d, d_k=dk, d_ff=dff, input_norm=xnorm, whole=whole
+    )
+
+
+def _slope(x, Y) -> str:
+    m = (x <= 1e-2) & np.isfinite(np.asarray(Y)).all(0)
+    if m.sum() < 2:
+        return "–"
+    f = power_law_fit(np.tile(x[m], Y.shape[0]), Y[:, m].ravel(), n_boot=200)
+    return f"{f.slope:.2f}"
+
+
+if mode == "layernorm":
+    with hva.guard("the LayerNorm sweep"):
+        r = _ln(tuple(sig), eps, L, d, seeds)
+    x = r["sigma_min"].mean(0)
+    k1, k2, k3, k4 = st.columns(4)
+    k1.metric("slope ‖J‖ (σ ≤ 1e-2)", _slope(x, r["J"]))
+    k2.metric("slope ‖H‖", _slope(x, r["H"]))
+    k3.metric("slope of J bound", _slope(x, r["J_bound"]))
+    k4.metric("slope of H bound", _slope(x, r["H_bound"]))
+    curves = {
+        "‖J_LN‖₂ exact": r["J"],
+        "‖H_LN‖₂ exact": r["H"],
+        "‖J_LN‖₂ bound": r["J_bound"],
+        "‖H_LN‖₂ bound": r["H_bound"],
+    }
+    fig = figures.curves_figure(
+        x,
+        curves,
+        title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
+        xlabel="σ_min (std of the collapsing row)",
+        ylabel="spectral norm",
+    )
+    hva.chart(
+        fig,
+        "layernorm_collapse",
+        csv=lambda: {"sigma_min": x, **{k: np.exp(np.log(v).mean(0)) for k, v in curves.items()}},
+    )
+    viol = int((r["J"] > r["J_bound_rownorm"]).sum() + (r["H"] > r["H_bound_rownorm"]).sum())
+    st.caption(
+        f"With σ_min read as the centred row norm (the Lemma's own wording) instead of the row standard "
+        f"deviation, the bounds fail at {viol} of {2 * r['J'].size} points here."
+    )
+else:
+    c = view.cfg
+    P = view.with_values(norm="post").num_params
+    whole = P <= WHOLE_MAX_P
+    if not whole:
+        st.info(
+            f"P = {P:,} > {WHOLE_MAX_P}: only the W_Q–W_Q block is drawn (whole-matrix norms are slow "
+            "at this size; lower d or d_ff to see them).",
+            icon=":material/speed:",
+        )
+    with hva.guard("the Post-LN sweep"), st.spinner("Sweeping σ…"):
+        r = _block(tuple(sig), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm, whole)
+    x = r["sigma_min"].mean(0)
+    keys = ("full", "outer", "functional", "QQ_full") if whole else ("QQ_full",)
+    curves = {f"‖H_{k}‖₂": r[k] for k in keys}
+    k1, k2 = st.columns(2)
+    k1.metric("slope ‖H_QQ‖ (σ ≤ 1e-2)", _slope(x, r["QQ_full"]))
+    if whole:
+        k2.metric("slope ‖H_full‖", _slope(x, r["full"]))
+    fig = figures.curves_figure(
+        x,
+        curves,
+        title=f"Post-LN block (L = {L}, d = {d}), ε = {eps:g}",
+        xlabel="σ_min of the first LayerNorm's input",
+        ylabel="spectral norm",
+        guides={"σ⁻² guide": (-2.0, next(iter(curves)))},
+    )
+    hva.chart(
+        fig,
+        "block_collapse",
+        csv=lambda: {"sigma_min": x, **{k: np.exp(np.log(v).mean(0)) for k, v in curves.items()}},
+    )

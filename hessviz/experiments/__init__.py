@@ -12,5 +12,13 @@ from hessviz.experiments.common import CLAIM_IDS, ClaimResult
 from hessviz.experiments.fitting import gini, power_law_fit, slope_over_seeds
 from hessviz.experiments.report import PAGE_LINKS, reproduce, run_claims
 
-__all__ = ["CLAIM_IDS", "PAGE_LINKS", "ClaimResult", "gini", "power_law_fit", "reproduce", "run_claims",
-           "slope_over_seeds"]
+__all__ = [
+    "CLAIM_IDS",
+    "PAGE_LINKS",
+    "ClaimResult",
+    "gini",
+    "power_law_fit",
+    "reproduce",
+    "run_claims",
+    "slope_over_seeds",
+]

@@ -62,32 +62,54 @@ class AttentionQuantities:
 def quantities(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: torch.Tensor) -> AttentionQuantities:
     def sn(M):
         return float(torch.linalg.matrix_norm(M, ord=2))
-    return AttentionQuantities(cfg.seq_len, cfg.d_model, cfg.d_k, sn(X), sn(params["W_Q"]), sn(params["W_K"]),
-                               sn(params["W_V"]), sn(Y), softmax_jacobian_norm(cfg, params, X))
+
+    return AttentionQuantities(
+        cfg.seq_len,
+        cfg.d_model,
+        cfg.d_k,
+        sn(X),
+        sn(params["W_Q"]),
+        sn(params["W_K"]),
+        sn(params["W_V"]),
+        sn(Y),
+        softmax_jacobian_norm(cfg, params, X),
+    )
 
 
-def attention_bound_terms(a: AttentionQuantities, version: str = "appendix") -> dict[str, tuple[float, float]]:
+def attention_bound_terms(
+    a: AttentionQuantities, version: str = "appendix"
+) -> dict[str, tuple[float, float]]:
     """``block -> (outer part, functional part)`` of the bound, for ``version`` in :data:`VERSIONS`."""
     if version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     L, d, dk, x, q, k, v, t, r = a.L, a.d, a.dk, a.x, a.q, a.k, a.v, a.t, a.r
     F = L * x * v + t
     sr = math.sqrt(r)
-    inv_L = a.s if version == "corrected" else 1.0 / L     # the softmax-Jacobian factor
-    c = 4.0 if version == "main" else 1.0                  # main text: 8 for 2, 4 for 2 (outer)
+    inv_L = a.s if version == "corrected" else 1.0 / L  # the softmax-Jacobian factor
+    c = 4.0 if version == "main" else 1.0  # main text: 8 for 2, 4 for 2 (outer)
     out = {"VV": (2 * L / d * x**2, 0.0)}
-    out["QQ"] = (c * 2 * inv_L**2 / (L * d * dk) * k**2 * v**2 * x**6,
-                 12 / (d * dk) * sr * F * v * k**2 * x**5)
+    out["QQ"] = (
+        c * 2 * inv_L**2 / (L * d * dk) * k**2 * v**2 * x**6,
+        12 / (d * dk) * sr * F * v * k**2 * x**5,
+    )
     if version == "main":
-        out["VQ"] = (4 / (L * d * math.sqrt(dk)) * v * k * x**4,
-                     4 * sr / (L**2 * math.sqrt(dk)) * F * k * x**3)
-        out["QK"] = (8 / (L**3 * d * dk) * k * q * v**2 * x**6,
-                     4 * sr * F / (L * d * math.sqrt(dk)) * v * (3 * L * k * q * x**5 + d / L * x**3))
+        out["VQ"] = (
+            4 / (L * d * math.sqrt(dk)) * v * k * x**4,
+            4 * sr / (L**2 * math.sqrt(dk)) * F * k * x**3,
+        )
+        out["QK"] = (
+            8 / (L**3 * d * dk) * k * q * v**2 * x**6,
+            4 * sr * F / (L * d * math.sqrt(dk)) * v * (3 * L * k * q * x**5 + d / L * x**3),
+        )
     else:
-        out["VQ"] = (2 * inv_L / (d * math.sqrt(dk)) * v * k * x**4,
-                     2 * sr * inv_L / (L * math.sqrt(d * dk)) * F * k * x**3)
-        out["QK"] = (2 * inv_L**2 / (L * d * dk) * k * q * v**2 * x**6,
-                     2 * sr * F / (L * d * math.sqrt(d * dk)) * v * (3 * L * k * q * x**5 + d * inv_L * x**3))
+        out["VQ"] = (
+            2 * inv_L / (d * math.sqrt(dk)) * v * k * x**4,
+            2 * sr * inv_L / (L * math.sqrt(d * dk)) * F * k * x**3,
+        )
+        out["QK"] = (
+            2 * inv_L**2 / (L * d * dk) * k * q * v**2 * x**6,
+            2 * sr * F / (L * d * math.sqrt(d * dk)) * v * (3 * L * k * q * x**5 + d * inv_L * x**3),
+        )
     return out
 
 
@@ -105,8 +127,14 @@ def true_norms(cfg: hv.BlockConfig, params: dict, X, Y) -> dict[str, float]:
     """Exact spectral norms: the whole attention Hessian and its blocks (full and outer)."""
     res = hv.hessian(cfg, params, X, Y)
     out = {"total": matrix_norm(res.full)}
-    pairs = {"VV": ("W_V", "W_V"), "QQ": ("W_Q", "W_Q"), "VQ": ("W_V", "W_Q"), "QK": ("W_Q", "W_K"),
-             "KK": ("W_K", "W_K"), "VK": ("W_V", "W_K")}
+    pairs = {
+        "VV": ("W_V", "W_V"),
+        "QQ": ("W_Q", "W_Q"),
+        "VQ": ("W_V", "W_Q"),
+        "QK": ("W_Q", "W_K"),
+        "KK": ("W_K", "W_K"),
+        "VK": ("W_V", "W_K"),
+    }
     for key, (i, j) in pairs.items():
         out[key] = block_norm(res, i, j, "full")
         out[key + "_outer"] = block_norm(res, i, j, "outer")
@@ -174,8 +202,10 @@ def adversarial_study(n_starts: int, iters: int, seed: int = 2) -> dict[str, np.
         best = _qq_outer_ratio(cfg, params, X, Y)
         for _ in range(iters):
             X2 = X + 0.3 * X.abs().mean() * torch.randn(X.shape, generator=gen, dtype=X.dtype)
-            p2 = {n: w + 0.1 * w.abs().mean() * torch.randn(w.shape, generator=gen, dtype=w.dtype)
-                  for n, w in params.items()}
+            p2 = {
+                n: w + 0.1 * w.abs().mean() * torch.randn(w.shape, generator=gen, dtype=w.dtype)
+                for n, w in params.items()
+            }
             r = _qq_outer_ratio(cfg, p2, X2, Y)
             if r > best:
                 best, X, params = r, X2, p2
@@ -187,8 +217,20 @@ def adversarial_study(n_starts: int, iters: int, seed: int = 2) -> dict[str, np.
 def ln_bound_study(n_cases: int, seed: int = 1) -> dict[str, np.ndarray]:
     """The LayerNorm Lemma on random inputs with rows of very different scales."""
     rng = np.random.default_rng(seed)
-    out = {k: [] for k in ("m", "n", "J", "H", "J_bound_std", "H_bound_std", "J_bound_rownorm",
-                           "H_bound_rownorm", "sigma_min")}
+    out = {
+        k: []
+        for k in (
+            "m",
+            "n",
+            "J",
+            "H",
+            "J_bound_std",
+            "H_bound_std",
+            "J_bound_rownorm",
+            "H_bound_rownorm",
+            "sigma_min",
+        )
+    }
     for _ in range(n_cases):
         m, n = int(rng.integers(1, 9)), int(rng.integers(2, 17))
         z = torch.as_tensor(rng.standard_normal((m, n)), dtype=torch.float64)
@@ -211,10 +253,10 @@ def _violations(true, bound, rtol: float = 1e-9) -> np.ndarray:
 def claim_bounds(quick: bool = False) -> ClaimResult:
     from hessviz.experiments import figures
 
-    n_att = 30 if quick else 300
-    n_ln = 30 if quick else 300
+    n_att = 30 if quick else 600
+    n_ln = 30 if quick else 600
     att = attention_bound_study(n_att)
-    adv = adversarial_study(3 if quick else 12, 25 if quick else 100)
+    adv = adversarial_study(3 if quick else 24, 25 if quick else 150)
     ln = ln_bound_study(n_ln)
     measured: dict = {"n_attention_cases": n_att, "n_layernorm_cases": n_ln}
     lines = []
@@ -231,19 +273,23 @@ def claim_bounds(quick: bool = False) -> ClaimResult:
             per_block[b + "_outer"] = len(_violations(att[f"true_{b}_outer"], att[f"{ver}_{b}_outer"]))
             measured[f"violations_{b}_{ver}"] = per_block[b]
             measured[f"violations_{b}_outer_{ver}"] = per_block[b + "_outer"]
-        lines.append(f"{ver}: M/‖H‖ median {np.median(ratio):.2e} (min {ratio.min():.2e}), "
-                     f"{len(v_tot)} violations of M; per block " + ", ".join(
-                         f"{b} {per_block[b]}" for b in ("VV", "QQ", "VQ", "QK", "KK", "VK"))
-                     + "; outer parts " + ", ".join(f"{b} {per_block[b + '_outer']}"
-                                                    for b in ("QQ", "VQ", "QK", "KK")))
+        lines.append(
+            f"{ver}: M/‖H‖ median {np.median(ratio):.2e} (min {ratio.min():.2e}), "
+            f"{len(v_tot)} violations of M; per block "
+            + ", ".join(f"{b} {per_block[b]}" for b in ("VV", "QQ", "VQ", "QK", "KK", "VK"))
+            + "; outer parts "
+            + ", ".join(f"{b} {per_block[b + '_outer']}" for b in ("QQ", "VQ", "QK", "KK"))
+        )
     adv_lines = []
     for ver in VERSIONS:
         r_o = adv["true_QQ_outer"] / adv[f"{ver}_QQ_outer"]
         measured[f"adversarial_max_QQ_outer_exact_over_bound_{ver}"] = float(r_o.max())
         measured[f"adversarial_violations_QQ_outer_{ver}"] = int((r_o > 1 + 1e-9).sum())
         measured[f"adversarial_violations_total_{ver}"] = len(_violations(adv["true_total"], adv[f"M_{ver}"]))
-        adv_lines.append(f"{ver}: {int((r_o > 1 + 1e-9).sum())}/{r_o.size} QQ-outer violations (worst "
-                         f"{r_o.max():.2f}×), {measured[f'adversarial_violations_total_{ver}']} of M")
+        adv_lines.append(
+            f"{ver}: {int((r_o > 1 + 1e-9).sum())}/{r_o.size} QQ-outer violations (worst "
+            f"{r_o.max():.2f}×), {measured[f'adversarial_violations_total_{ver}']} of M"
+        )
     measured["adversarial_max_s_times_L"] = float((adv["s"] * adv["L"]).max())
     measured["n_adversarial_searches"] = int(adv["L"].size)
     for tag in ("std", "rownorm"):
@@ -251,57 +297,98 @@ def claim_bounds(quick: bool = False) -> ClaimResult:
         vh = _violations(ln["H"], ln[f"H_bound_{tag}"])
         measured[f"ln_violations_jacobian_sigma_{tag}"] = len(vj)
         measured[f"ln_violations_hessian_sigma_{tag}"] = len(vh)
-    pos = (ln["H"] > 0) & (ln["J"] > 0)         # n = 2 rows are constant after LayerNorm: J = H = 0
+    pos = (ln["H"] > 0) & (ln["J"] > 0)  # n = 2 rows are constant after LayerNorm: J = H = 0
     measured["ln_hessian_ratio_median_sigma_std"] = float(np.median(ln["H_bound_std"][pos] / ln["H"][pos]))
     measured["ln_jacobian_ratio_median_sigma_std"] = float(np.median(ln["J_bound_std"][pos] / ln["J"][pos]))
     m = measured
-    ok_corr = m["violations_total_corrected"] == 0 and m["adversarial_violations_QQ_outer_corrected"] == 0 \
+    ok_corr = (
+        m["violations_total_corrected"] == 0
+        and m["adversarial_violations_QQ_outer_corrected"] == 0
         and all(m[f"violations_{b}_corrected"] == 0 for b in ("VV", "QQ", "VQ", "QK"))
+    )
     holds = "partly"
     note = (
         f"{n_att} random single-head attention configurations (L 2–16, d 2–12, d_k 1–8, ‖X‖₂ log-uniform in "
-        f"[0.1, 10], weights N(0, 1/fan_in) times a log-uniform factor in [0.25, 4], MSE target N(0, 1)); exact "
+        "[0.1, 10], weights N(0, 1/fan_in) times a log-uniform factor in [0.25, 4], MSE target N(0, 1)); "
+        "exact "
         "‖H‖₂ from the closed form. " + " | ".join(lines) + ". "
         "Random configurations never violate M: the bounds are loose by 10¹–10⁸. The 1/L³ of the QQ/QK outer "
         "parts, however, assumes uniform attention (‖∂A/∂T‖₂ ≤ 1/L, while diag(a) − aaᵀ has norm up to 1/2): "
         f"a hill-climbing search on X and the weights ({m['n_adversarial_searches']} starts) finds "
-        + "; ".join(adv_lines) + ". The whole-matrix M still holds there because its VV and functional "
+        + "; ".join(adv_lines)
+        + ". The whole-matrix M still holds there because its VV and functional "
         "terms are loose by orders of magnitude. The main-text constants (8 and 4 in the outer parts, 4√r/"
-        "(L²√d_k) in VQ) are 4× and 2√d× the appendix ones (2, 2√r/(L²√(d d_k))); the appendix version is the "
+        "(L²√d_k) in VQ) are 4× and 2√d× the appendix ones (2, 2√r/(L²√(d d_k))); the appendix version is "
+        "the "
         "one the proof supports, and both share the uniform-attention assumption. "
-        + ("Our corrected version (s instead of 1/L) had no violation. " if ok_corr else
-           "Our corrected version (s instead of 1/L) still had violations (see measured). ")
-        + f"K blocks (KK, VK) are not bounded in the paper; we checked them against the Q terms with W_Q↔W_K. "
-        f"LayerNorm Lemma on {n_ln} random inputs (1–8 rows, 2–16 features, row scales 1e-3–10): σ_min read as "
+        + (
+            "Our corrected version (s instead of 1/L) had no violation. "
+            if ok_corr
+            else "Our corrected version (s instead of 1/L) still had violations (see measured). "
+        )
+        + "K blocks (KK, VK) are not bounded in the paper; we checked them against the Q terms with "
+        "W_Q↔W_K. "
+        f"LayerNorm Lemma on {n_ln} random inputs (1–8 rows, 2–16 features, row scales 1e-3–10): σ_min "
+        "read as "
         f"the row standard deviation (as in the proof): {m['ln_violations_jacobian_sigma_std']} Jacobian and "
         f"{m['ln_violations_hessian_sigma_std']} Hessian violations, median bound/true "
-        f"{m['ln_jacobian_ratio_median_sigma_std']:.1f} and {m['ln_hessian_ratio_median_sigma_std']:.1e}; read as "
+        f"{m['ln_jacobian_ratio_median_sigma_std']:.1f} and {m['ln_hessian_ratio_median_sigma_std']:.1e}; "
+        "read as "
         f"the centred row norm (the Lemma's own definition): {m['ln_violations_jacobian_sigma_rownorm']} and "
-        f"{m['ln_violations_hessian_sigma_rownorm']} violations. The full-block theorem (5 × max over blocks) "
+        f"{m['ln_violations_hessian_sigma_rownorm']} violations. The full-block theorem (5 × max over "
+        "blocks) "
         "is stated through intermediate norms and not evaluated here."
     )
     figs = {
         "bounds_attention": figures.scatter_figure(
             {f"M ({ver})": (att["true_total"], att[f"M_{ver}"]) for ver in VERSIONS},
             title="Attention: bound M vs exact ‖H‖₂ (points below the diagonal are violations)",
-            xlabel="exact ‖H‖₂", ylabel="bound", diagonal=True),
+            xlabel="exact ‖H‖₂",
+            ylabel="bound",
+            diagonal=True,
+        ),
         "bounds_qq_outer": figures.scatter_figure(
-            {**{f"random, {ver}": (att["s"] * att["L"], att["true_QQ_outer"] / att[f"{ver}_QQ_outer"])
-                for ver in ("appendix", "corrected")},
-             **{f"adversarial, {ver}": (adv["s"] * adv["L"], adv["true_QQ_outer"] / adv[f"{ver}_QQ_outer"])
-                for ver in ("appendix", "corrected")}},
-            title="QQ outer: exact / bound vs s·L (s = max softmax-Jacobian norm; uniform attention: s·L = 1)",
-            xlabel="s · L", ylabel="exact / bound (> 1 is a violation)"),
+            {
+                **{
+                    f"random, {ver}": (att["s"] * att["L"], att["true_QQ_outer"] / att[f"{ver}_QQ_outer"])
+                    for ver in ("appendix", "corrected")
+                },
+                **{
+                    f"adversarial, {ver}": (
+                        adv["s"] * adv["L"],
+                        adv["true_QQ_outer"] / adv[f"{ver}_QQ_outer"],
+                    )
+                    for ver in ("appendix", "corrected")
+                },
+            },
+            title="QQ outer: exact / bound vs s·L (s = max softmax-Jacobian norm; uniform: s·L = 1)",
+            xlabel="s · L",
+            ylabel="exact / bound (> 1 is a violation)",
+        ),
         "bounds_layernorm": figures.scatter_figure(
-            {"Jacobian, σ = row std": (ln["J"], ln["J_bound_std"]),
-             "Hessian, σ = row std": (ln["H"], ln["H_bound_std"]),
-             "Jacobian, σ = row norm": (ln["J"], ln["J_bound_rownorm"]),
-             "Hessian, σ = row norm": (ln["H"], ln["H_bound_rownorm"])},
-            title="LayerNorm Lemma: bound vs exact norm", xlabel="exact", ylabel="bound", diagonal=True),
+            {
+                "Jacobian, σ = row std": (ln["J"], ln["J_bound_std"]),
+                "Hessian, σ = row std": (ln["H"], ln["H_bound_std"]),
+                "Jacobian, σ = row norm": (ln["J"], ln["J_bound_rownorm"]),
+                "Hessian, σ = row norm": (ln["H"], ln["H_bound_rownorm"]),
+            },
+            title="LayerNorm Lemma: bound vs exact norm",
+            xlabel="exact",
+            ylabel="bound",
+            diagonal=True,
+        ),
     }
     data = {f"attention_{k}": v for k, v in att.items()}
     data.update({f"adversarial_{k}": v for k, v in adv.items()})
     data.update({f"layernorm_{k}": v for k, v in ln.items()})
-    return ClaimResult("bounds", "Spectral-norm bounds of the self-attention Hessian (M = 3·max of block terms) "
-                       "and of the LayerNorm Jacobian and Hessian hold.", SOURCES["petrov"], measured, holds,
-                       note, figs, data)
+    return ClaimResult(
+        "bounds",
+        "Spectral-norm bounds of the self-attention Hessian (M = 3·max of block terms) "
+        "and of the LayerNorm Jacobian and Hessian hold.",
+        SOURCES["petrov"],
+        measured,
+        holds,
+        note,
+        figs,
+        data,
+    )

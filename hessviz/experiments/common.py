@@ -15,11 +15,11 @@ CLAIM_IDS = ("xnorm6", "placement", "seqlen", "nonconvex", "ln_collapse", "bound
 
 SOURCES = {
     "petrov": "Petrov, Kiselev, Meshkov, Grabovoy, 'Closing the Curvature Gap: Full Transformer Hessians "
-              "and Their Implications for Scaling Laws', arXiv:2510.16927",
+    "and Their Implications for Scaling Laws', arXiv:2510.16927",
     "ormaniec": "Ormaniec, Dangel, Singh, 'What Does It Mean to Be a Transformer? Insights from a "
-                "Theoretical Hessian Analysis', arXiv:2410.10986 (ICLR 2025)",
+    "Theoretical Hessian Analysis', arXiv:2410.10986 (ICLR 2025)",
     "tomihari": "Tomihari, Sato, 'Gradient Heterogeneity Complements Hessian Heterogeneity in Transformer "
-                "Optimization' (earlier version arXiv:2502.00213)",
+    "Optimization' (earlier version arXiv:2502.00213)",
 }
 
 SHORT = {"W_Q": "Q", "W_K": "K", "W_V": "V", "W_1": "1", "W_2": "2"}
@@ -42,8 +42,14 @@ class ClaimResult:
     seconds: float = 0.0
 
     def record(self) -> dict:
-        return {"id": self.id, "claim": self.claim, "source": self.source,
-                "measured": clean_measured(self.measured), "holds": self.holds, "note": self.note}
+        return {
+            "id": self.id,
+            "claim": self.claim,
+            "source": self.source,
+            "measured": clean_measured(self.measured),
+            "holds": self.holds,
+            "note": self.note,
+        }
 
 
 def _to_number(v):

@@ -70,7 +70,7 @@ def power_law_fit(x, y, *, n_boot: int = 1000, seed: int = 0) -> PowerLawFit:
         if np.ptp(lx[idx]) == 0:
             continue
         boots.append(_ols(lx[idx], ly[idx])[0])
-    lo, hi = (np.percentile(boots, [2.5, 97.5]) if boots else (b, b))
+    lo, hi = np.percentile(boots, [2.5, 97.5]) if boots else (b, b)
     return PowerLawFit(b, a, r2, (float(lo), float(hi)), int(lx.size))
 
 
@@ -95,8 +95,13 @@ def slope_over_seeds(x, Y) -> PowerLawFit:
     Y = np.atleast_2d(np.asarray(Y, dtype=float))
     fits = [power_law_fit(x, row, n_boot=0) for row in Y]
     m, lo, hi = t_interval([f.slope for f in fits])
-    return PowerLawFit(m, float(np.mean([f.intercept for f in fits])),
-                       float(np.mean([f.r2 for f in fits])), (lo, hi), len(fits))
+    return PowerLawFit(
+        m,
+        float(np.mean([f.intercept for f in fits])),
+        float(np.mean([f.r2 for f in fits])),
+        (lo, hi),
+        len(fits),
+    )
 
 
 def local_slopes(x, y) -> tuple[np.ndarray, np.ndarray]:

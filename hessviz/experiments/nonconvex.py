@@ -18,8 +18,18 @@ PLACEMENTS = ("attention", "none", "post", "pre")
 TERMS = ("outer", "functional", "full")
 
 
-def spectrum_grid(norms, seeds, placements=PLACEMENTS, *, seq_len=6, d_model=8, d_k=4, d_ff=16,
-                  activation="relu", loss="mse") -> dict:
+def spectrum_grid(
+    norms,
+    seeds,
+    placements=PLACEMENTS,
+    *,
+    seq_len=6,
+    d_model=8,
+    d_k=4,
+    d_ff=16,
+    activation="relu",
+    loss="mse",
+) -> dict:
     """``{"share"|"mass"|"min_rel": {term: array (placements, norms, seeds)}}`` plus the eigenvalues.
 
     ``min_rel`` is ``λ_min / max|λ|``; ``eigs[(placement, norm_index, seed)][term]`` the spectrum.
@@ -29,8 +39,9 @@ def spectrum_grid(norms, seeds, placements=PLACEMENTS, *, seq_len=6, d_model=8, 
     out = {k: {t: np.zeros(shape) for t in TERMS} for k in ("share", "mass", "min_rel")}
     eigs = {}
     for i, pl in enumerate(placements):
-        cfg = hv.BlockConfig(seq_len=seq_len, d_model=d_model, d_k=d_k, d_ff=d_ff, norm=pl,
-                             activation=activation, loss=loss)
+        cfg = hv.BlockConfig(
+            seq_len=seq_len, d_model=d_model, d_k=d_k, d_ff=d_ff, norm=pl, activation=activation, loss=loss
+        )
         for j, r in enumerate(norms):
             for k, s in enumerate(seeds):
                 params, X, Y = problem(cfg, s, float(r))
@@ -78,24 +89,38 @@ def claim_nonconvex(quick: bool = False) -> ClaimResult:
         f"{len(seeds)} seeds, all eigenvalues (dense). The outer term is PSD in every case "
         f"(smallest λ/max|λ| = {outer_min:.1e}, round-off). The full Hessian is indefinite in "
         f"{100 * full_nonconvex:.0f}% of cases; negative eigenvalues by placement (mean over norms): "
-        + "; ".join(parts) + ". Negative mass from the smallest to the largest ‖X‖₂: "
+        + "; ".join(parts)
+        + ". Negative mass from the smallest to the largest ‖X‖₂: "
         + "; ".join(f"{pl} {mass[pl][0]:.2f} → {mass[pl][-1]:.2f}" for pl in pls)
         + ". The outer term alone never has a negative eigenvalue, so all negative curvature comes from "
         "the functional term (softmax, LayerNorm and the bilinear score)."
     )
     figs = {
         "nonconvex_mass": figures.curves_figure(
-            np.asarray(norms), {pl: g["mass"]["full"][i].T for i, pl in enumerate(pls)},
-            title="Negative-eigenvalue mass of the full Hessian", xlabel="‖X‖₂",
-            ylabel="Σ_{λ<0}|λ| / Σ|λ|", logy=False),
+            np.asarray(norms),
+            {pl: g["mass"]["full"][i].T for i, pl in enumerate(pls)},
+            title="Negative-eigenvalue mass of the full Hessian",
+            xlabel="‖X‖₂",
+            ylabel="Σ_{λ<0}|λ| / Σ|λ|",
+            logy=False,
+        ),
         "nonconvex_spectrum": figures.spectrum_figure(
             {t: g["eigs"][("post", len(norms) // 2, seeds[0])][t] for t in TERMS},
-            title=f"Eigenvalues, Post-LN, ‖X‖₂ = {norms[len(norms) // 2]:g}, seed {seeds[0]}"),
+            title=f"Eigenvalues, Post-LN, ‖X‖₂ = {norms[len(norms) // 2]:g}, seed {seeds[0]}",
+        ),
     }
     data = {"norms": np.asarray(norms)}
     for key in ("share", "mass", "min_rel"):
         for t in TERMS:
             data[f"{key}_{t}"] = g[key][t]
-    return ClaimResult("nonconvex", "The outer (Gauss–Newton) term is positive semi-definite, but the functional "
-                       "term makes the full Hessian indefinite although the loss is convex in Z.",
-                       SOURCES["petrov"] + "; " + SOURCES["ormaniec"], measured, holds, note, figs, data)
+    return ClaimResult(
+        "nonconvex",
+        "The outer (Gauss–Newton) term is positive semi-definite, but the functional "
+        "term makes the full Hessian indefinite although the loss is convex in Z.",
+        SOURCES["petrov"] + "; " + SOURCES["ormaniec"],
+        measured,
+        holds,
+        note,
+        figs,
+        data,
+    )

@@ -12,16 +12,51 @@ import numpy as np
 from hessviz.experiments.common import CLAIM_IDS, ClaimResult
 
 PAGE_LINKS = {
-    "xnorm6": "scaling?norm=attention",
-    "placement": "scaling?norm=post",
-    "seqlen": "scaling?norm=attention&view=length",
+    "xnorm6": "scaling?norm=attention&sc_axis=xnorm&sc_blk=W_Q,W_Q",
+    "placement": "scaling?norm=pre&sc_axis=xnorm&sc_blk=W_Q,W_Q",
+    "seqlen": "scaling?norm=attention&sc_axis=L&sc_blk=W_Q,W_Q",
     "nonconvex": "spectrum?norm=post",
-    "ln_collapse": "layernorm_collapse",
-    "bounds": "bounds",
-    "gini": "optimization?view=gradients",
-    "optimizers": "optimization?view=training",
+    "ln_collapse": "layernorm_collapse?lnc_view=block",
+    "bounds": "bounds?bd_view=attention",
+    "gini": "optimization?opt_view=gradients",
+    "optimizers": "optimization?opt_view=training",
 }
 """Claim -> app page (and view) that shows it."""
+
+HEADLINES = {
+    "xnorm6": ("slope_attention_QQ_outer", "slope_attention_QQ_functional", "slope_attention_VV_outer"),
+    "placement": ("slope_attention_QQ_outer_small", "slope_post_QQ_outer_small", "slope_pre_QQ_outer_small"),
+    "seqlen": (
+        "exponent_QQ_outer_isotropic_xnorm1",
+        "exponent_QQ_outer_gaussian_xnorm1",
+        "exponent_QQ_full_isotropic_xnorm1",
+    ),
+    "nonconvex": (
+        "outer_min_eig_over_max_abs",
+        "fraction_of_cases_full_indefinite",
+        "full_negative_mass_post",
+    ),
+    "ln_collapse": ("exponent_ln_jacobian", "exponent_ln_hessian", "exponent_block_full"),
+    "bounds": (
+        "violations_total_appendix",
+        "adversarial_violations_QQ_outer_appendix",
+        "adversarial_violations_QQ_outer_corrected",
+    ),
+    "gini": ("gini_post_column", "gini_pre_column", "lambda_G_over_P_post_column"),
+    "optimizers": (
+        "log_final_ratio_SGD_over_SignSGD_post",
+        "log_final_ratio_SGD_over_Adam_post",
+        "log_final_ratio_SGD_over_SignSGD_pre",
+    ),
+}
+"""Claim -> the measured keys shown in summary tables."""
+
+
+def headline(record: dict) -> list[tuple[str, object]]:
+    """The headline ``(key, value)`` pairs of a ``claims.json`` record (first three keys as fallback)."""
+    m = record["measured"]
+    keys = [k for k in HEADLINES.get(record["id"], ()) if k in m] or list(m)[:3]
+    return [(k, m[k]) for k in keys]
 
 
 def claim_functions() -> dict[str, Callable[[bool], ClaimResult]]:
@@ -39,8 +74,9 @@ def claim_functions() -> dict[str, Callable[[bool], ClaimResult]]:
     }
 
 
-def run_claims(quick: bool = False, ids: tuple[str, ...] = CLAIM_IDS,
-               progress: Callable[[str], None] | None = None) -> list[ClaimResult]:
+def run_claims(
+    quick: bool = False, ids: tuple[str, ...] = CLAIM_IDS, progress: Callable[[str], None] | None = None
+) -> list[ClaimResult]:
     """Run the claims ``ids`` in order; each result carries its runtime in ``seconds``."""
     fns = claim_functions()
     out = []
@@ -69,7 +105,9 @@ def _fmt(v) -> str:
     return f"{v:.3g}" if (a >= 1e-3 and a < 1e4) else f"{v:.3e}"
 
 
-def write_report(results: list[ClaimResult], out_dir: pathlib.Path, quick: bool, seconds: float) -> list[dict]:
+def write_report(
+    results: list[ClaimResult], out_dir: pathlib.Path, quick: bool, seconds: float
+) -> list[dict]:
     """Write ``claims.json``, ``report.md``, ``figures/*.html`` and ``data/<id>.npz``."""
     out_dir = pathlib.Path(out_dir)
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
@@ -88,14 +126,21 @@ def write_report(results: list[ClaimResult], out_dir: pathlib.Path, quick: bool,
         "|---|---|---|---|",
     ]
     for r in results:
-        keys = list(r.record()["measured"].items())[:3]
-        nums = "; ".join(f"{k} = {_fmt(v)}" for k, v in keys)
+        nums = "; ".join(f"{k} = {_fmt(v)}" for k, v in headline(r.record()))
         lines.append(f"| `{r.id}` | {_holds_text(r.holds)} | {nums} | `{PAGE_LINKS.get(r.id, '')}` |")
     lines.append("")
     for r in results:
         rec = r.record()
-        lines += [f"## `{r.id}`: {_holds_text(r.holds)}", "", f"**Claim.** {r.claim}", "",
-                  f"**Source.** {r.source}", "", f"**Measured** ({r.seconds:.1f} s):", ""]
+        lines += [
+            f"## `{r.id}`: {_holds_text(r.holds)}",
+            "",
+            f"**Claim.** {r.claim}",
+            "",
+            f"**Source.** {r.source}",
+            "",
+            f"**Measured** ({r.seconds:.1f} s):",
+            "",
+        ]
         lines += [f"- `{k}`: {_fmt(v)}" for k, v in rec["measured"].items()]
         lines += ["", f"**Note.** {r.note}", ""]
         for name, fig in r.figures.items():
@@ -103,8 +148,9 @@ def write_report(results: list[ClaimResult], out_dir: pathlib.Path, quick: bool,
             fig.write_html(str(path), include_plotlyjs="cdn", full_html=True)
             lines.append(f"- Figure: [{name}](figures/{name}.html)")
         if r.data:
-            np.savez_compressed(out_dir / "data" / f"{r.id}.npz",
-                                **{k: np.asarray(v) for k, v in r.data.items()})
+            np.savez_compressed(
+                out_dir / "data" / f"{r.id}.npz", **{k: np.asarray(v) for k, v in r.data.items()}
+            )
             lines.append(f"- Data: [data/{r.id}.npz](data/{r.id}.npz)")
         lines.append("")
     (out_dir / "report.md").write_text("\n".join(lines))

@@ -24,8 +24,11 @@ from hessviz.experiments.fitting import PowerLawFit, bend_point, local_slopes, s
 Curve = tuple[str, str, str]
 """``(a, b, term)``: the block ``H[a, b]`` of ``term``."""
 
-DEFAULT_CURVES: tuple[Curve, ...] = (("W_Q", "W_Q", "outer"), ("W_Q", "W_Q", "functional"),
-                                     ("W_V", "W_V", "outer"))
+DEFAULT_CURVES: tuple[Curve, ...] = (
+    ("W_Q", "W_Q", "outer"),
+    ("W_Q", "W_Q", "functional"),
+    ("W_V", "W_V", "outer"),
+)
 
 
 def curve_key(c: Curve) -> str:
@@ -74,8 +77,9 @@ def norm_sweep(cfg: hv.BlockConfig, norms, seeds=(0, 1, 2), curves=DEFAULT_CURVE
     return sw
 
 
-def length_sweep(cfg: hv.BlockConfig, lengths, input_norm: float = 1.0, seeds=(0, 1, 2),
-                 curves=DEFAULT_CURVES) -> Sweep:
+def length_sweep(
+    cfg: hv.BlockConfig, lengths, input_norm: float = 1.0, seeds=(0, 1, 2), curves=DEFAULT_CURVES
+) -> Sweep:
     """Block norms for each sequence length at fixed ``‖X‖₂ = input_norm``."""
     lengths = np.asarray(lengths, dtype=int)
     sw = Sweep("seq_len", lengths.astype(float), tuple(seeds), label=cfg.describe(input_norm))
@@ -91,8 +95,16 @@ def length_sweep(cfg: hv.BlockConfig, lengths, input_norm: float = 1.0, seeds=(0
 
 
 def _cfg_kwargs(cfg: hv.BlockConfig) -> dict:
-    return dict(seq_len=cfg.seq_len, d_model=cfg.d_model, d_k=cfg.d_k, d_ff=cfg.d_ff, norm=cfg.norm,
-                activation=cfg.activation, loss=cfg.loss, ln_eps=cfg.ln_eps)
+    return dict(
+        seq_len=cfg.seq_len,
+        d_model=cfg.d_model,
+        d_k=cfg.d_k,
+        d_ff=cfg.d_ff,
+        norm=cfg.norm,
+        activation=cfg.activation,
+        loss=cfg.loss,
+        ln_eps=cfg.ln_eps,
+    )
 
 
 def fit_range(sw: Sweep, key: str, lo: float, hi: float) -> PowerLawFit:
@@ -142,16 +154,28 @@ def claim_xnorm6(quick: bool = False) -> ClaimResult:
         f"[1e-2, 1e2]; slopes fitted per seed on ‖X‖₂ ∈ [{SMALL_NORM_RANGE[0]}, {SMALL_NORM_RANGE[1]}], "
         "95% t-interval over seeds. "
         f"QQ outer {measured['slope_attention_QQ_outer']:.3f}, QQ functional "
-        f"{measured['slope_attention_QQ_functional']:.3f}, VV outer {measured['slope_attention_VV_outer']:.3f}. "
+        f"{measured['slope_attention_QQ_functional']:.3f}, VV outer "
+        f"{measured['slope_attention_VV_outer']:.3f}. "
         "The exponents are asymptotic: the local slope of QQ outer leaves 6 ± 0.5 at ‖X‖₂ ≈ "
         f"{bends['QQ_outer']:.3g} (softmax no longer uniform) and is "
         f"{hi_fit.slope:.2f} over [10, 100], where the attention saturates."
     )
-    figs = {"xnorm6": figures.loglog_sweep(sw, fits, title="Attention Hessian blocks vs ‖X‖₂",
-                                          reference=XNORM_EXPECTED)}
-    return ClaimResult("xnorm6", "For self-attention the W_Q–W_Q outer block grows like ‖X‖₂⁶, the functional "
-                       "block like ‖X‖₂⁵, and W_V–W_V outer like ‖X‖₂².", SOURCES["petrov"], measured,
-                       True if ok else "partly", note, figs, sw.to_arrays())
+    figs = {
+        "xnorm6": figures.loglog_sweep(
+            sw, fits, title="Attention Hessian blocks vs ‖X‖₂", reference=XNORM_EXPECTED
+        )
+    }
+    return ClaimResult(
+        "xnorm6",
+        "For self-attention the W_Q–W_Q outer block grows like ‖X‖₂⁶, the functional "
+        "block like ‖X‖₂⁵, and W_V–W_V outer like ‖X‖₂².",
+        SOURCES["petrov"],
+        measured,
+        True if ok else "partly",
+        note,
+        figs,
+        sw.to_arrays(),
+    )
 
 
 PLACEMENTS = ("attention", "none", "post", "pre")
@@ -173,8 +197,9 @@ def claim_placement(quick: bool = False) -> ClaimResult:
         measured[f"slope_{norm}_QQ_outer_small"] = small.slope
         measured[f"ci_{norm}_QQ_outer_small"] = list(small.ci)
         measured[f"slope_{norm}_QQ_outer_mid"] = mid.slope
-        measured[f"range_log10_{norm}_QQ_outer"] = float(np.log10(sw.mean("QQ_outer").max()
-                                                                  / sw.mean("QQ_outer").min()))
+        measured[f"range_log10_{norm}_QQ_outer"] = float(
+            np.log10(sw.mean("QQ_outer").max() / sw.mean("QQ_outer").min())
+        )
     s = {n: measured[f"slope_{n}_QQ_outer_small"] for n in PLACEMENTS}
     flat_pre = abs(s["pre"]) < 0.1
     between = s["pre"] < s["post"] < s["attention"]
@@ -190,9 +215,17 @@ def claim_placement(quick: bool = False) -> ClaimResult:
     data = {}
     for n, sw in sweeps.items():
         data.update(sw.to_arrays(prefix=f"{n}_"))
-    return ClaimResult("placement", "Pre-LN normalises the attention input, so the ‖X‖ growth of the W_Q "
-                       "curvature disappears; Post-LN sits in between.", SOURCES["petrov"] + "; "
-                       + SOURCES["ormaniec"], measured, holds, note, figs, data)
+    return ClaimResult(
+        "placement",
+        "Pre-LN normalises the attention input, so the ‖X‖ growth of the W_Q "
+        "curvature disappears; Post-LN sits in between.",
+        SOURCES["petrov"] + "; " + SOURCES["ormaniec"],
+        measured,
+        holds,
+        note,
+        figs,
+        data,
+    )
 
 
 def isotropic_inputs(cfg: hv.BlockConfig, seed: int, input_norm: float):
@@ -213,11 +246,14 @@ def isotropic_inputs(cfg: hv.BlockConfig, seed: int, input_norm: float):
     return input_norm * U @ V.T, Y
 
 
-def isotropic_length_sweep(cfg: hv.BlockConfig, lengths, input_norm: float = 1.0, seeds=(0, 1, 2),
-                           curves=DEFAULT_CURVES) -> Sweep:
+def isotropic_length_sweep(
+    cfg: hv.BlockConfig, lengths, input_norm: float = 1.0, seeds=(0, 1, 2), curves=DEFAULT_CURVES
+) -> Sweep:
     """As :func:`length_sweep` with :func:`isotropic_inputs` (all singular values of X fixed)."""
     lengths = np.asarray(lengths, dtype=int)
-    sw = Sweep("seq_len", lengths.astype(float), tuple(seeds), label=cfg.describe(input_norm) + ", isotropic X")
+    sw = Sweep(
+        "seq_len", lengths.astype(float), tuple(seeds), label=cfg.describe(input_norm) + ", isotropic X"
+    )
     vals = {curve_key(c): np.zeros((len(seeds), lengths.size)) for c in curves}
     for j, L in enumerate(lengths):
         c_L = hv.BlockConfig(**{**_cfg_kwargs(cfg), "seq_len": int(L)})
@@ -230,8 +266,11 @@ def isotropic_length_sweep(cfg: hv.BlockConfig, lengths, input_norm: float = 1.0
     return sw
 
 
-SEQLEN_CURVES: tuple[Curve, ...] = (("W_Q", "W_Q", "outer"), ("W_Q", "W_Q", "functional"),
-                                    ("W_Q", "W_Q", "full"))
+SEQLEN_CURVES: tuple[Curve, ...] = (
+    ("W_Q", "W_Q", "outer"),
+    ("W_Q", "W_Q", "functional"),
+    ("W_Q", "W_Q", "full"),
+)
 
 
 def claim_seqlen(quick: bool = False) -> ClaimResult:
@@ -264,8 +303,10 @@ def claim_seqlen(quick: bool = False) -> ClaimResult:
         "log–log slope over L, 95% t-interval over seeds. Two input designs with the same ‖X‖₂: Gaussian X "
         "rescaled (its other singular values change with L) and isotropic X (all singular values equal). "
         f"At ‖X‖₂ = 1: outer L^{e_iso:.2f} (isotropic) / L^{e_gau:.2f} (Gaussian); functional "
-        f"L^{m['exponent_QQ_functional_isotropic_xnorm1']:.2f} / L^{m['exponent_QQ_functional_gaussian_xnorm1']:.2f}; "
-        f"full L^{m['exponent_QQ_full_isotropic_xnorm1']:.2f} / L^{m['exponent_QQ_full_gaussian_xnorm1']:.2f}. "
+        f"L^{m['exponent_QQ_functional_isotropic_xnorm1']:.2f} / "
+        f"L^{m['exponent_QQ_functional_gaussian_xnorm1']:.2f}; "
+        f"full L^{m['exponent_QQ_full_isotropic_xnorm1']:.2f} / "
+        f"L^{m['exponent_QQ_full_gaussian_xnorm1']:.2f}. "
         f"At ‖X‖₂ = 10 the outer exponent is {m['exponent_QQ_outer_isotropic_xnorm10']:.2f} / "
         f"{m['exponent_QQ_outer_gaussian_xnorm10']:.2f}. The 1/L³ rests on ‖∂A/∂T‖ ≈ 1/L (uniform attention) "
         "and holds cleanly when the spectrum of X is held fixed; with only ‖X‖₂ fixed the rest of the "
@@ -275,5 +316,13 @@ def claim_seqlen(quick: bool = False) -> ClaimResult:
     data = {}
     for i, sw in enumerate(sweeps.values()):
         data.update(sw.to_arrays(prefix=f"design{i}_"))
-    return ClaimResult("seqlen", "At fixed ‖X‖₂ the W_Q curvature of attention decays like 1/L³ in the "
-                       "sequence length.", SOURCES["petrov"], measured, holds, note, figs, data)
+    return ClaimResult(
+        "seqlen",
+        "At fixed ‖X‖₂ the W_Q curvature of attention decays like 1/L³ in the sequence length.",
+        SOURCES["petrov"],
+        measured,
+        holds,
+        note,
+        figs,
+        data,
+    )

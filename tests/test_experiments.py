@@ -1,0 +1,179 @@
+"""The experiments library: fits, Gini, bounds, gradients, and the quick reproduction."""
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import hessviz as hv
+from hessviz.experiments import (
+    CLAIM_IDS,
+    bounds,
+    gini,
+    heterogeneity,
+    ln_collapse,
+    power_law_fit,
+    reproduce,
+    slope_over_seeds,
+)
+from hessviz.experiments.fitting import bend_point, t_interval
+
+# ------------------------------------------------------------------ fits
+
+
+@pytest.mark.parametrize("exponent", [-3.0, -1.0, 0.0, 2.0, 6.0])
+def test_power_law_fit_recovers_exponent(exponent):
+    x = np.logspace(-2, 1, 20)
+    y = 3.7 * x**exponent
+    fit = power_law_fit(x, y)
+    assert fit.slope == pytest.approx(exponent, abs=1e-10)
+    assert math.exp(fit.intercept) == pytest.approx(3.7, rel=1e-9)
+    assert fit.ci[0] <= fit.slope <= fit.ci[1]
+
+
+def test_slope_over_seeds_with_noise_covers_truth():
+    rng = np.random.default_rng(0)
+    x = np.logspace(-2, 0, 15)
+    Y = np.stack([2.0 * x**6 * np.exp(rng.normal(0, 0.05, x.size)) for _ in range(8)])
+    fit = slope_over_seeds(x, Y)
+    assert fit.ci[0] < 6.0 < fit.ci[1]
+    assert fit.ci[1] - fit.ci[0] < 0.2
+
+
+def test_bend_point_finds_the_knee():
+    x = np.logspace(-2, 2, 41)
+    y = x**6 / (1 + x**8)  # slope 6 below 1, −2 above
+    b = bend_point(x, y, 6.0, tol=0.5)
+    assert 0.3 < b < 1.0
+
+
+def test_t_interval_single_value():
+    assert t_interval([2.5]) == (2.5, 2.5, 2.5)
+
+
+# ------------------------------------------------------------------ Gini
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        ([1, 1, 1, 1], 0.0),
+        ([0, 0, 0, 1], 0.75),  # one non-zero of n: (n − 1)/n
+        ([1, 3], 0.25),  # |1−3|·2 / (2·4·2)
+        ([1, 2, 3, 4], 0.25),  # Σ|xi−xj| = 20, 2·16·2.5 = 80
+    ],
+)
+def test_gini_known_vectors(values, expected):
+    assert gini(values) == pytest.approx(expected)
+
+
+def test_gini_scale_invariant_and_rejects_negative():
+    assert gini([1, 5, 9]) == pytest.approx(gini([10, 50, 90]))
+    with pytest.raises(ValueError):
+        gini([1, -1])
+
+
+# ------------------------------------------------------------------ bounds, by hand
+
+
+def test_attention_bound_hand_case():
+    a = bounds.AttentionQuantities(L=2, d=2, dk=1, x=1.0, q=1.0, k=1.0, v=1.0, t=0.0, s=0.25)
+    F = 2.0  # L x v + t
+    app = bounds.attention_bound_terms(a, "appendix")
+    assert app["VV"] == pytest.approx((2 * 2 / 2, 0.0))  # 2L/d x²
+    assert app["QQ"][0] == pytest.approx(2 / (8 * 2 * 1))  # 2/(L³ d d_k)
+    assert app["QQ"][1] == pytest.approx(12 / 2 * math.sqrt(2) * F)  # 12/(d d_k) √r F
+    assert app["VQ"][0] == pytest.approx(2 / (2 * 2))  # 2/(L d √d_k)
+    main = bounds.attention_bound_terms(a, "main")
+    assert main["QQ"][0] == pytest.approx(4 * app["QQ"][0])  # 8 vs 2
+    corr = bounds.attention_bound_terms(a, "corrected")
+    assert corr["QQ"][0] == pytest.approx(2 * 0.25**2 / (2 * 2 * 1))  # 2 s²/(L d d_k)
+    assert bounds.attention_bound(a, "appendix") == pytest.approx(3 * max(o + f for o, f in app.values()))
+
+
+def test_layernorm_exact_and_bound_hand_case():
+    z = torch.tensor([[1.0, -1.0, 0.0, 0.0]], dtype=torch.float64)
+    # σ = sqrt(mean c²) = sqrt(1/2); J = (Π − ĉĉᵀ)/σ is a projector over σ
+    J, H = ln_collapse.ln_norms(z)
+    assert J == pytest.approx(math.sqrt(2))
+    jb, hb = ln_collapse.paper_ln_bounds(z, math.sqrt(0.5))
+    x, s, n, m = math.sqrt(2), math.sqrt(0.5), 4, 1
+    assert jb == pytest.approx(1 / s + x**2 / (math.sqrt(n) * s**3))
+    assert hb == pytest.approx(
+        x / s**3 * (1 + math.sqrt(m / n)) + x**2 / (math.sqrt(n) * s**3) + 3 * x**3 / (n * s**5)
+    )
+    assert J <= jb and H <= hb
+
+
+def test_layernorm_hessian_matches_autograd():
+    z = torch.randn(3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    _, H = ln_collapse.ln_norms(z)
+
+    def row_ln(r):
+        c = r - r.mean()
+        return c / c.pow(2).mean().sqrt()
+
+    worst = 0.0
+    for t in range(3):
+        T = torch.func.jacfwd(torch.func.jacrev(row_ln))(z[t])  # (n, n, n)
+        worst = max(worst, float(torch.linalg.matrix_norm(T.reshape(25, 5), ord=2)))
+    assert H == pytest.approx(worst, rel=1e-10)
+
+
+def test_attention_bounds_hold_in_a_uniform_regime():
+    cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, norm="attention")
+    params = hv.init_params(cfg, seed=0)
+    X, Y = hv.sample_inputs(cfg, seed=0, input_norm=0.1)
+    row = bounds.case_row(cfg, params, X, Y, {})
+    for ver in bounds.VERSIONS:
+        assert row["true_total"] <= row[f"M_{ver}"]
+        assert row["true_QQ_outer"] <= row[f"{ver}_QQ_outer"]
+    assert row["s"] * 4 == pytest.approx(1.0, abs=1e-2)  # near-uniform attention
+
+
+# ------------------------------------------------------------------ gradients
+
+
+@pytest.mark.parametrize("norm", ["post", "pre", "none", "attention"])
+def test_block_gradient_norms_match_autograd(norm):
+    cfg = hv.BlockConfig(seq_len=4, d_model=6, d_k=3, d_ff=5, norm=norm)
+    params = hv.init_params(cfg, seed=1)
+    X, Y = hv.sample_inputs(cfg, seed=1, input_norm=2.0)
+    h = heterogeneity.block_heterogeneity(cfg, params, X, Y, "column")
+    ref = hv.gradient(cfg, params, X, Y, method="autograd")
+    expected = np.array([float(g[:, j].norm()) for g in ref.values() for j in range(g.shape[1])])
+    np.testing.assert_allclose(h.grad_norms, expected, rtol=1e-10, atol=1e-14)
+    m = heterogeneity.block_heterogeneity(cfg, params, X, Y, "matrix")
+    np.testing.assert_allclose(m.grad_norms, [float(g.norm()) for g in ref.values()], rtol=1e-10)
+    assert m.lambda_G > 0 and m.lambda_P > 0
+
+
+# ------------------------------------------------------------------ the quick reproduction
+
+
+def test_reproduce_quick(tmp_path):
+    t = time.perf_counter()
+    records = reproduce(tmp_path, quick=True)
+    elapsed = time.perf_counter() - t
+    assert elapsed < 90, f"quick reproduction took {elapsed:.0f} s"
+    assert [r["id"] for r in records] == list(CLAIM_IDS)
+    on_disk = json.loads((tmp_path / "claims.json").read_text())
+    assert on_disk == records
+    for r in records:
+        assert set(r) == {"id", "claim", "source", "measured", "holds", "note"}
+        assert r["holds"] in (True, False, "partly")
+        assert r["claim"] and r["source"] and r["note"]
+        assert r["measured"], r["id"]
+        for k, v in r["measured"].items():
+            for u in v if isinstance(v, list) else [v]:
+                assert isinstance(u, float) and math.isfinite(u), (r["id"], k, v)
+    report = (tmp_path / "report.md").read_text()
+    for cid in CLAIM_IDS:
+        assert f"`{cid}`" in report
+    figs = list((tmp_path / "figures").glob("*.html"))
+    assert len(figs) >= len(CLAIM_IDS)
+    for f in figs:
+        assert f"figures/{f.name}" in report
