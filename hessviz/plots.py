@@ -49,6 +49,9 @@ def _layout(fig: go.Figure, title: str | None = None, height: int = 560) -> go.F
         hoverlabel={"font": {"size": FONT_SIZE}},
         legend={"font": {"size": FONT_SIZE - 2}},
     )
+    axis_fonts = {"tickfont": {"size": FONT_SIZE - 2}, "title": {"font": {"size": FONT_SIZE}}}
+    fig.update_xaxes(**axis_fonts)
+    fig.update_yaxes(**axis_fonts)
     return fig
 
 

@@ -111,6 +111,15 @@ def _open(browser, url: str):
     return ctx, page
 
 
+def _screenshot(page, path: Path) -> None:
+    """The whole page: Streamlit scrolls inside its main container, so grow the viewport to fit it."""
+    height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 1000")
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": int(min(max(height, 600), 6000))})
+    page.wait_for_timeout(800)
+    page.screenshot(path=str(path))
+    page.set_viewport_size(VIEWPORT)
+
+
 def _exceptions(page) -> list[str]:
     return [e.inner_text()[:2000] for e in page.query_selector_all('[data-testid="stException"]')]
 
@@ -146,7 +155,7 @@ def test_first_chart_and_every_page(server, browser):
         exc = _exceptions(page)
         name = url.rstrip("/").split("/")[-1].split("?")[0]
         name = "hessian_map" if name.startswith("127.0.0.1") or not name else name
-        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+        _screenshot(page, SHOTS / f"{name}.png")
         if exc or n_charts == 0:
             failures.append(f"{title} ({url}): {n_charts} charts, exceptions: {exc}")
     ctx.close()
@@ -159,7 +168,7 @@ def test_shared_url_restores_state(server, browser):
     page.wait_for_selector(".js-plotly-plot", timeout=60_000)
     sidebar = page.locator('[data-testid="stSidebar"]')
     assert sidebar.get_by_role("radio", name="pre", exact=True).get_attribute("aria-checked") == "true"
-    assert sidebar.get_by_role("slider").first.get_attribute("aria-valuenow") == "6"
+    assert sidebar.get_by_role("slider", name="Sequence length L").input_value() == "6"
     caption = page.get_by_text("Pre-LN block, L = 6", exact=False)
     assert caption.count() >= 1
     link = sidebar.locator('[data-testid="stCode"]').first.inner_text()

@@ -1,0 +1,137 @@
+"""The figure functions of :mod:`hessviz.plots` on small data, and the sweep helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+import hessviz as hv
+from hessviz import plots, sweeps
+
+OFFSETS = {"W_Q": slice(0, 4), "W_K": slice(4, 8), "W_V": slice(8, 24)}
+
+
+def sym(n: int, seed: int = 0) -> np.ndarray:
+    A = np.random.default_rng(seed).standard_normal((n, n))
+    return A + A.T
+
+
+def test_symlog_is_odd_monotone_and_linear_near_zero():
+    x = np.array([-1e3, -1.0, -1e-6, 0.0, 1e-6, 1.0, 1e3])
+    y = plots.symlog(x, 1e-3)
+    assert np.all(np.diff(y) > 0)
+    assert np.allclose(y, -y[::-1])
+    assert y[3] == 0 and abs(y[4] - 1e-3 / np.log(10)) < 1e-6  # ≈ x / (c ln 10) for |x| ≪ c
+
+
+def test_symlog_ticks_label_true_values():
+    vals, text = plots.symlog_ticks(10.0, 1e-3)
+    assert "0" in text and "1e1" in text and "−1e1" in text
+    assert vals == sorted(vals)
+
+
+def test_hessian_heatmap_labels_blocks_and_hover():
+    H = sym(24)
+    fig = plots.hessian_heatmap(H, OFFSETS, title="t")
+    assert isinstance(fig, go.Figure)
+    hm = fig.data[0]
+    assert np.asarray(hm.z).shape == (24, 24)
+    assert np.allclose(np.asarray(hm.customdata), H.astype(np.float32))  # hover shows the true value
+    assert hm.y[5] == "W_K row 1" and hm.x[9] == "W_V col 1"
+    assert "H = %{customdata" in hm.hovertemplate
+    assert len(fig.layout.shapes) == 4  # two boundaries, each a vertical and a horizontal line
+    assert list(fig.layout.xaxis.ticktext) == ["W<sub>Q</sub>", "W<sub>K</sub>", "W<sub>V</sub>"]
+    assert not fig.layout.annotations  # full resolution: nothing to say
+
+
+def test_hessian_heatmap_reduces_large_matrices_and_says_so():
+    H = sym(24)
+    fig = plots.hessian_heatmap(H, OFFSETS, max_cells=8)
+    z = np.asarray(fig.data[0].z)
+    assert z.shape[0] < 24
+    assert "Reduced view" in fig.layout.annotations[0].text
+    # the reduced cell keeps the largest-magnitude entry of its tile, inside one block
+    R, labels = plots.reduce_blocks(H, OFFSETS, 3)
+    assert labels[0] == ("W_Q", 0, 2) and labels[1] == ("W_Q", 3, 3) and labels[2][0] == "W_K"
+    tile = H[0:3, 0:3]
+    assert R[0, 0] == tile.flat[np.argmax(np.abs(tile))]
+
+
+def test_block_heatmap_names_weight_entries():
+    B = np.arange(12.0).reshape(3, 4) - 5
+    fig = plots.block_heatmap(B, "W_Q", "W_K", row_shape=(3, 1), col_shape=(2, 2))
+    assert fig.data[0].x[3] == "col 3 (W_K[1, 1])"
+    assert "W_Q × W_K" in fig.data[0].hovertemplate
+
+
+def test_block_norm_matrix_and_bars():
+    M = np.array([[1.0, 0.1], [0.1, 0.0]])
+    fig = plots.block_norm_matrix(M, ["W_Q", "W_K"], kind="fro")
+    assert np.isfinite(np.asarray(fig.data[0].z)).all()  # a zero block does not break the log scale
+    assert fig.data[0].text[0][0] == "1"
+    bars = plots.block_norm_bars({"outer": M, "full": 2 * M}, ["W_Q", "W_K"])
+    assert [t.name for t in bars.data] == ["outer", "full"] and len(bars.data[0].x) == 3
+
+
+def test_spectrum_figures():
+    vals = {"full": np.linspace(-1, 2, 50), "outer": np.linspace(0, 2, 50)}
+    s = plots.spectrum_sorted(vals)
+    assert [t.name for t in s.data] == ["full", "outer"]
+    assert np.allclose(s.data[0].customdata, vals["full"])
+    h = plots.spectrum_histogram(vals, bins=10)
+    assert sum(h.data[0].y) == 50 and h.layout.yaxis.type == "log"
+
+
+def test_scaling_and_side_by_side_figures():
+    x = np.array([0.1, 0.2, 0.4])
+    c = {"median": x**6, "lo": 0.9 * x**6, "hi": 1.1 * x**6}
+    fits = {"outer": {"slope": 6.0, "intercept": 0.0, "mask": [True, True, True], "theory": 6.0}}
+    fig = plots.scaling_plot(x, {"outer": c}, x_title="‖X‖₂", fits=fits)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert any("slope 6.00 (theory 6)" in (t.name or "") for t in fig.data)
+    side = plots.side_by_side(x, {"attention": {"outer": c}, "pre": {"outer": c}}, x_title="x")
+    assert len(side.layout.annotations) == 2
+
+
+def test_verify_figures():
+    E = {"full": np.full((2, 2), 1e-16), "outer": np.zeros((2, 2))}
+    fig = plots.error_matrix(E, ["W_Q", "W_K"])
+    assert len(fig.data) == 2
+    t = plots.timing_bars({"closed_form": 0.01, "autograd": 0.1})
+    assert list(t.data[0].text) == ["10 ms", "100 ms"]
+
+
+def test_figures_export_to_html():
+    fig = plots.hessian_heatmap(sym(8), {"W_Q": slice(0, 8)})
+    html = fig.to_html(include_plotlyjs=False)
+    assert "plotly" in html.lower()
+
+
+def test_fit_slope_recovers_power_law_and_ignores_masked_points():
+    x = np.array([0.1, 0.2, 0.4, 0.8, 10.0])
+    y = 3 * x**6
+    y[-1] = 1.0  # off the law: masked out
+    s, c = sweeps.fit_slope(x, y, x <= 1)
+    assert s == pytest.approx(6.0) and 10**c == pytest.approx(3.0)
+    assert np.isnan(sweeps.fit_slope([1.0], [1.0])[0])
+
+
+def test_sweep_attention_qq_outer_grows_like_x6():
+    cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, d_ff=4, norm="attention")
+    seen = []
+    res = sweeps.sweep(cfg, "xnorm", [0.05, 0.1, 0.2], seeds=[0, 1], progress=lambda d, t: seen.append(d))
+    assert seen == [1, 2, 3, 4, 5, 6]
+    fits = sweeps.fits(res, "attention")
+    assert fits["outer"]["theory"] == 6.0 and fits["outer"]["slope"] == pytest.approx(6.0, abs=0.1)
+    assert res.values["outer"].shape == (3, 2)
+    assert len(res.table()["norm"]) == 3 * 2 * 3
+
+
+def test_sweep_over_length_and_width_changes_the_config():
+    cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, d_ff=4, norm="post")
+    assert sweeps.config_at(cfg, "L", 7)[0].seq_len == 7
+    assert sweeps.config_at(cfg, "d", 6)[0].d_model == 6
+    assert sweeps.largest_block(cfg, "d", [4, 8], ("W_1", "W_1")) == 8 * 4
+    with pytest.raises(hv.ConfigError):
+        sweeps.config_at(cfg, "bogus", 1)
