@@ -131,6 +131,20 @@ def best_lr(curves: dict[float, np.ndarray]) -> float:
     return min(curves, key=lambda lr: float(np.mean(np.log(curves[lr][:, -1]))))
 
 
+def _growth_sentence(m: dict) -> str:
+    """Whether the sign-based advantage is larger where the gradient is more heterogeneous."""
+    more = "Post-LN" if m["gini_init_post"] > m["gini_init_pre"] else "Pre-LN"
+    parts = []
+    for o in ("SignSGD", "Adam"):
+        a, b = m[f"log_final_ratio_SGD_over_{o}_post"], m[f"log_final_ratio_SGD_over_{o}_pre"]
+        larger = "Post-LN" if a > b else "Pre-LN"
+        parts.append(f"{o}'s advantage over SGD is larger for {larger}")
+    return (f"The more heterogeneous placement here is {more}; " + " and ".join(parts)
+            + ", so the advantage does not track heterogeneity as the paper predicts"
+            * all(p.endswith("Pre-LN") == (more == "Post-LN") for p in parts)
+            + ".")
+
+
 def claim_optimizers(quick: bool = False) -> ClaimResult:
     from hessviz.experiments import figures
 
@@ -202,7 +216,9 @@ def claim_optimizers(quick: bool = False) -> ClaimResult:
         f"initial column-block gradient norms: Post-LN {measured['gini_init_post']:.3f}, Pre-LN "
         f"{measured['gini_init_pre']:.3f}"
         + (f"; Spearman(Gini, advantage) over runs {rho:+.2f}" if np.isfinite(rho) else "")
-        + ". A small synthetic task and a single block: this tests the direction of the effect, not its size."
+        + ". "
+        + _growth_sentence(measured)
+        + " A small synthetic task and a single block: this tests the direction of the effect, not its size."
     )
     figs = {}
     for pl, d in st.items():

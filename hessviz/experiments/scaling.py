@@ -150,7 +150,7 @@ def claim_xnorm6(quick: bool = False) -> ClaimResult:
     mid, s = local_slopes(sw.x, sw.mean("QQ_outer"))
     measured["max_local_slope_QQ_outer"] = float(s.max())
     note = (
-        f"Self-attention alone ({cfg.describe()}), {len(seeds)} seeds, {sw.x.size} norms in "
+        f"{cfg.describe()}, {len(seeds)} seeds, {sw.x.size} norms in "
         f"[1e-2, 1e2]; slopes fitted per seed on ‖X‖₂ ∈ [{SMALL_NORM_RANGE[0]}, {SMALL_NORM_RANGE[1]}], "
         "95% t-interval over seeds. "
         f"QQ outer {measured['slope_attention_QQ_outer']:.3f}, QQ functional "
