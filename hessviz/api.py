@@ -96,10 +96,12 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
         return {n: flat[sl].reshape(cfg.param_shapes[n]) for n, sl in cfg.offsets(names).items()}
-    cur = assembly.backward(cfg, trace(cfg, params, X), Y)
-    tr = cur.trace
-    return {n: tr.attention.jacobian[n].vjp(cur.at_SA.g) if n in ATTENTION_PARAMS
-            else tr.ffn.jacobian[n].vjp(cur.at_R.g) for n in names}
+    tr = trace(cfg, params, X)
+    g_R = tr.post.vjp(losses.gradient(cfg.loss, tr.Z, Y))     # reverse mode, gradients only
+    grads = tr.attention.weight_gradients(tr.sa_to_r.vjp(g_R))
+    if tr.ffn is not None:
+        grads |= tr.ffn.weight_gradients(g_R)
+    return {n: grads[n] for n in names}
 
 
 def _check_method(method: str) -> str:

@@ -62,13 +62,6 @@ class KronTerm:
         """``(L, n_out, n1*n2)``: the term written out."""
         return torch.mul(*self._factors()).reshape(*self.mat.shape[:2], -1)
 
-    def vjp(self, g: Tensor) -> Tensor:
-        """``Σ_t J_tᵀ g_t`` for ``g (L, n_out)`` -> ``(n1, n2)``."""
-        mg = torch.einsum("tom,to->tm", self.mat, g)
-        if self.kind == LEFT:
-            return self.vec.T @ mg
-        return mg.T @ self.vec
-
 
 @dataclass(frozen=True)
 class Factored:
@@ -97,10 +90,6 @@ class Factored:
         torch.mul(*self.terms[0]._factors(), out=view)
         for term in self.terms[1:]:
             view.addcmul_(*term._factors())
-
-    def vjp(self, g: Tensor) -> Tensor:
-        """``Σ_t J_tᵀ g_t`` -> ``(n1, n2)``."""
-        return sum(t.vjp(g) for t in self.terms)
 
 
 # For a pair of terms the GEMM puts the two vectors' indices (i, j) on one side and

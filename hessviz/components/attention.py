@@ -18,6 +18,7 @@ has three sources:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -84,6 +85,13 @@ class SelfAttention:
             "W_K": self.score_jacobian["W_K"].lmul(VtSigma),
             "W_V": Factored((KronTerm(LEFT, self.A @ self.X, eye),)),
         }
+
+    def weight_gradients(self, g: Tensor) -> dict[str, Tensor]:
+        """``∂(Σ_t g_tᵀ SA_t)/∂W`` by reverse mode: ``G^A = g Vᵀ``, ``G^S = Σ_t G^A_t``,
+        ``∇W_Q = Xᵀ G^S K / sqrt(d_k)``, ``∇W_K = Xᵀ G^{S⊤} Q / sqrt(d_k)``, ``∇W_V = (A X)ᵀ g``."""
+        gS = softmax.vjp(self.A, g @ self.V.T) / math.sqrt(self.Q.shape[1])
+        return {"W_Q": self.X.T @ (gS @ self.K), "W_K": self.X.T @ (gS.T @ self.Q),
+                "W_V": (self.A @ self.X).T @ g}
 
     def functional(self, g: Tensor) -> list[Sandwich | Diagonal]:
         """Contributions of ``Σ_t g_tᵀ ∇²SA_t`` for an upstream gradient ``g (L, d)``."""

@@ -91,6 +91,10 @@ class FeedForward:
             "W_2": Factored((KronTerm(LEFT, self.hidden, self._eye(d)),)),
         }
 
+    def weight_gradients(self, g: Tensor) -> dict[str, Tensor]:
+        """``∂(Σ_t g_tᵀ f_t)/∂W``: ``∇W_1 = Yᵀ ((g W_2ᵀ) ⊙ φ')``, ``∇W_2 = φ(Y W_1)ᵀ g``."""
+        return {"W_1": self.Y.T @ ((g @ self.W_2.T) * self.dphi), "W_2": self.hidden.T @ g}
+
     def mixed(self, g: Tensor) -> dict[str, Factored]:
         """``∂²(gᵀf)/∂y ∂W`` per token as factored terms with output index ``y_i``."""
         ga = g @ self.W_2.T                                          # (L, d_ff)
