@@ -34,7 +34,7 @@ NORM_COLORS = {"attention": "#ab63fa", "post": "#636efa", "pre": "#ffa15a", "non
 PRETTY = {"W_Q": "W<sub>Q</sub>", "W_K": "W<sub>K</sub>", "W_V": "W<sub>V</sub>",
           "W_1": "W<sub>1</sub>", "W_2": "W<sub>2</sub>"}
 PLACEMENTS = {"attention": "attention alone", "post": "Post-LN", "pre": "Pre-LN", "none": "no LN"}
-MAX_CELLS = 512
+MAX_CELLS = 400
 """Largest side (in cells) of a heatmap sent to the browser; larger matrices are reduced."""
 
 
@@ -167,11 +167,11 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
     if factor > 1:
         fig.add_annotation(
             text=(f"Reduced view: P = {P:,} > {max_cells} cells, so each cell is the largest-magnitude "
-                  f"entry of a {factor}×{factor} tile. Pick a block pair for full resolution."),
+                  f"entry of a {factor}×{factor} tile.<br>Pick a block pair for full resolution."),
             xref="paper", yref="paper", x=0, y=-0.02, xanchor="left", yanchor="top", showarrow=False,
             font={"size": FONT_SIZE - 4}, bgcolor="rgba(255,200,0,0.25)")
     _layout(fig, title, height)
-    fig.update_layout(margin={"b": 90 if factor > 1 else 30})
+    fig.update_layout(margin={"b": 110 if factor > 1 else 30})
     return fig
 
 

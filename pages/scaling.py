@@ -73,7 +73,7 @@ bar.empty()
 fits = sweeps.fits(main, view.cfg.norm)
 fig = plots.scaling_plot(main.grid, main.curves(), x_title=sweeps.AXES[axis], fits=fits,
                          y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
-                         title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}: {view.cfg.describe()}")
+                         title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}")
 left, right = st.columns([3, 1], gap="medium")
 with left:
     hva.chart(fig, f"scaling_{axis}_{pair[0]}_{pair[1]}", csv=main.table)
@@ -83,7 +83,7 @@ with right:
     for t in sweeps.TERMS:
         f = fits[t]
         rows.append({"term": t, "fitted slope": round(f["slope"], 2) if np.isfinite(f["slope"]) else None,
-                     "theory": f["theory"]})
+                     "theory": "—" if f["theory"] is None else f"{f['theory']:g}"})
     st.dataframe(rows, hide_index=True, width="stretch")
     th = fits["outer"]["theory"]
     if th is not None and np.isfinite(fits["outer"]["slope"]):

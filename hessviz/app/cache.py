@@ -54,8 +54,21 @@ def block_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
     for i, a in enumerate(names):
         for j in range(i, len(names)):
             b = names[j]
-            out[i, j] = out[j, i] = spectra.matrix_norm(H[off[a], off[b]], kind)
+            out[i, j] = out[j, i] = _norm(H[off[a], off[b]], kind, symmetric=i == j)
     return out
+
+
+def _norm(B, kind: str, symmetric: bool) -> float:
+    """``‖B‖₂`` from the smaller Gram matrix (or ``max |λ|`` of a symmetric diagonal block),
+    about twice as fast as an SVD and as accurate for the largest singular value; ``fro`` as usual."""
+    import torch
+
+    if kind != "spectral" or B.numel() == 0:
+        return spectra.matrix_norm(B, kind)
+    if symmetric:
+        return float(torch.linalg.eigvalsh(0.5 * (B + B.T)).abs().max())
+    G = B.T @ B if B.shape[1] <= B.shape[0] else B @ B.T
+    return float(torch.linalg.eigvalsh(G)[-1].clamp_min(0).sqrt())
 
 
 @st.cache_data(max_entries=24, show_spinner=False)

@@ -99,11 +99,9 @@ def sidebar() -> View:
 def _size_panel(view: View) -> None:
     P = view.num_params
     sb = st.sidebar
-    c1, c2 = sb.columns(2)
-    c1.metric("Parameters P", f"{P:,}")
-    c2.metric("One term", format_bytes(view.term_bytes))
-    sb.caption(f"Device: **{state.device_label()}** · the Hessian is P × P = {P:,} × {P:,} "
-               f"(float64). Memory limit per result: {format_bytes(memory_limit(state.device()))}.")
+    sb.markdown(f"**Device:** {state.device_label()}  \n**Hessian:** P = {P:,} parameters, "
+                f"{P:,} × {P:,} = {format_bytes(view.term_bytes)} per term (float64)")
+    sb.caption(f"Memory limit per result: {format_bytes(memory_limit(state.device()))}.")
 
 
 def _link(values: dict[str, object], extra: dict[str, object]) -> str:
