@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hessviz import assembly, losses, reference
+from hessviz import assembly, losses, memory, reference
 from hessviz.block import BlockTrace, trace
 from hessviz.config import ATTENTION_PARAMS, BlockConfig
 from hessviz.errors import ConfigError
@@ -63,7 +63,7 @@ def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> T
 def _dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:
     """``(L*d, P')``: each weight's factored Jacobian, chained to ``Z``, written into its columns."""
     L, d = tr.Z.shape
-    out = torch.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=tr.Z.dtype, device=tr.Z.device)
+    out = memory.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=tr.Z.dtype, device=tr.Z.device)
     for n, columns in cfg.offsets(names).items():
         if n in ATTENTION_PARAMS:
             J = tr.attention.jacobian[n].lmul(tr.sa_to_z)       # ∂Z/∂SA · ∂SA/∂W
@@ -137,9 +137,14 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                hessian_bytes(cfg, names, X.element_size(), method), X.device, _SIZE_ADVICE)
 
     if method == "autograd":
-        def compute_term(term: str) -> Tensor:
-            return reference.hessian_term(cfg, params, X, Y, names, term)
-        return HessianResult(cfg, names, compute_term, method=method)
+        def reference_term(term: str) -> Tensor:
+            if term == "full":
+                return reference.full_hessian(cfg, params, X, Y, names)
+            if term == "outer":
+                return reference.outer_hessian(cfg, params, X, Y, names)
+            return result.full - result.outer                 # each computed once, then cached
+        result = HessianResult(cfg, names, reference_term, method=method)
+        return result
 
     cur = assembly.backward(cfg, trace(cfg, params, X), Y)    # validates LayerNorm rows
 

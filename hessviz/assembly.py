@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
-from hessviz import losses
+from hessviz import losses, memory
 from hessviz.block import BlockTrace
 from hessviz.chain import TokenCurvature
 from hessviz.config import ATTENTION_PARAMS, FFN_PARAMS, BlockConfig
@@ -102,7 +101,7 @@ def assemble(cfg: BlockConfig, names: tuple[str, ...], pieces: list[Sandwich | D
     """The ``(P', P')`` matrix: each upper block and its mirror image written from the same pieces."""
     offsets = cfg.offsets(names)
     size = sum(cfg.param_size(n) for n in names)
-    H = torch.empty(size, size, dtype=like.dtype, device=like.device)
+    H = memory.empty(size, size, dtype=like.dtype, device=like.device)
     for i, a in enumerate(names):
         for b in names[i:]:
             mirror = H[offsets[b], offsets[a]] if a != b else None

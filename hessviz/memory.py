@@ -8,6 +8,7 @@ environment variable ``HESSVIZ_MEMORY_LIMIT`` (bytes, or a number with a unit su
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 
@@ -83,3 +84,27 @@ def check_fits(what: str, needed: int, device: torch.device | str, advice: str) 
             f"(hessviz.set_memory_limit or HESSVIZ_MEMORY_LIMIT sets it); {advice}",
             needed_bytes=needed, limit_bytes=limit,
         )
+
+
+HUGE_PAGE_MIN_BYTES = 4 << 20
+
+
+def empty(rows: int, cols: int, *, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """An uninitialised ``(rows, cols)`` tensor; large CPU ones are backed by huge pages.
+
+    A fresh dense Hessian is hundreds of MB, and on the CPU the kernel's 4 KiB page
+    faults cost more than writing it (0.1 s for 300 MB here). An anonymous mapping
+    advised ``MADV_HUGEPAGE`` faults in 2 MiB pages instead, about 5× faster; where that
+    is not available this is plain ``torch.empty``. The tensor keeps the mapping alive.
+    """
+    device = torch.device(device)
+    nbytes = rows * cols * torch.empty((), dtype=dtype).element_size()
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if device.type != "cpu" or advice is None or nbytes < HUGE_PAGE_MIN_BYTES:
+        return torch.empty(rows, cols, dtype=dtype, device=device)
+    try:
+        buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        buffer.madvise(advice)
+    except (OSError, ValueError):
+        return torch.empty(rows, cols, dtype=dtype, device=device)
+    return torch.frombuffer(buffer, dtype=dtype).view(rows, cols)

@@ -86,16 +86,6 @@ def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Ten
     return J.T @ H_Z @ J
 
 
-def hessian_term(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-                 names: tuple[str, ...], term: str) -> Tensor:
-    """``full``, ``outer``, or ``functional = full - outer``, all from autograd."""
-    if term == "full":
-        return full_hessian(cfg, params, X, Y, names)
-    if term == "outer":
-        return outer_hessian(cfg, params, X, Y, names)
-    return full_hessian(cfg, params, X, Y, names) - outer_hessian(cfg, params, X, Y, names)
-
-
 def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
              names: tuple[str, ...]) -> Tensor:
     """``∇_θ ℓ`` by ``torch.func.grad``."""

@@ -77,24 +77,37 @@ def negative_summary(spec: Spectrum, rtol: float = 1e-10) -> NegativeSummary:
     )
 
 
-def matrix_norm(M: Tensor, kind: str = "spectral") -> float:
-    """``‖M‖₂`` (largest singular value) or ``‖M‖_F``."""
-    if kind == "spectral":
-        return float(torch.linalg.matrix_norm(M.to(torch.float64), ord=2)) if M.numel() else 0.0
+def matrix_norm(M: Tensor, kind: str = "spectral", *, symmetric: bool = False) -> float:
+    """``‖M‖₂`` (largest singular value) or ``‖M‖_F``.
+
+    The spectral norm comes from the smaller Gram matrix, ``sqrt(λ_max(MᵀM))`` (or
+    ``max |λ|`` when ``symmetric``): about twice as fast as an SVD, and as accurate for
+    the largest singular value.
+    """
     if kind == "fro":
         return float(torch.linalg.matrix_norm(M.to(torch.float64), ord="fro"))
-    raise ValueError(f"kind must be 'spectral' or 'fro', got {kind!r}")
+    if kind != "spectral":
+        raise ValueError(f"kind must be 'spectral' or 'fro', got {kind!r}")
+    if M.numel() == 0:
+        return 0.0
+    M = M.to(torch.float64)
+    if symmetric:
+        return float(torch.linalg.eigvalsh(0.5 * (M + M.T)).abs().max())
+    gram = M.T @ M if M.shape[1] <= M.shape[0] else M @ M.T
+    return float(torch.linalg.eigvalsh(gram)[-1].clamp_min(0).sqrt())
+
+
+def block_norm_matrix(H: Tensor, offsets: dict[str, slice], kind: str = "spectral") -> np.ndarray:
+    """``(n, n)`` norms of the blocks ``H[offsets[a], offsets[b]]`` of a symmetric ``H``."""
+    names = list(offsets)
+    out = np.zeros((len(names), len(names)))
+    for i, a in enumerate(names):
+        for j in range(i, len(names)):
+            block = H[offsets[a], offsets[names[j]]]
+            out[i, j] = out[j, i] = matrix_norm(block, kind, symmetric=i == j)
+    return out
 
 
 def block_norms(result, term: str = "full", kind: str = "spectral") -> np.ndarray:
-    """``(n, n)`` array of block norms over ``result.names`` (a HessianResult)."""
-    names = result.names
-    H = result.term(term)
-    out = np.zeros((len(names), len(names)))
-    for i, a in enumerate(names):
-        for j, b in enumerate(names):
-            if j < i:
-                out[i, j] = out[j, i]
-                continue
-            out[i, j] = matrix_norm(H[result.offsets[a], result.offsets[b]], kind)
-    return out
+    """``(n, n)`` block norms of one term of a :class:`~hessviz.result.HessianResult`."""
+    return block_norm_matrix(result.term(term), result.offsets, kind)

@@ -9,7 +9,6 @@ default view (P = 1536) one term is 19 MiB.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 import streamlit as st
@@ -17,6 +16,7 @@ import streamlit as st
 import hessviz as hv
 from hessviz import spectra, sweeps
 from hessviz.app.state import View
+from hessviz.verify import compare
 
 
 def _view(key: tuple) -> View:
@@ -48,27 +48,7 @@ def block_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
     import torch
 
     H = torch.from_numpy(np.array(term(key, term_name)))
-    names = _view(key).cfg.param_names
-    off = offsets(key)
-    out = np.zeros((len(names), len(names)))
-    for i, a in enumerate(names):
-        for j in range(i, len(names)):
-            b = names[j]
-            out[i, j] = out[j, i] = _norm(H[off[a], off[b]], kind, symmetric=i == j)
-    return out
-
-
-def _norm(B, kind: str, symmetric: bool) -> float:
-    """``‖B‖₂`` from the smaller Gram matrix (or ``max |λ|`` of a symmetric diagonal block),
-    about twice as fast as an SVD and as accurate for the largest singular value; ``fro`` as usual."""
-    import torch
-
-    if kind != "spectral" or B.numel() == 0:
-        return spectra.matrix_norm(B, kind)
-    if symmetric:
-        return float(torch.linalg.eigvalsh(0.5 * (B + B.T)).abs().max())
-    G = B.T @ B if B.shape[1] <= B.shape[0] else B @ B.T
-    return float(torch.linalg.eigvalsh(G)[-1].clamp_min(0).sqrt())
+    return spectra.block_norm_matrix(H, offsets(key), kind)
 
 
 @st.cache_data(max_entries=24, show_spinner=False)
@@ -86,41 +66,14 @@ def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def verify(key: tuple, nonce: int = 0) -> dict:
-    """Closed form against autograd: per block and term the relative error, and both timings.
-
-    ``rel_err[term]`` is ``(n, n)``: ``‖H_cf − H_ag‖_F / max(‖H_ag‖_F, tiny)`` per block pair.
-    ``times[method]`` is the wall time (s) of all three terms, best of ``repeats``.
-    ``nonce`` only forces a fresh measurement.
-    """
+    """:func:`hessviz.verify.compare` of the view: per block and term the relative error,
+    and the wall time of all three terms per method (best of two). ``nonce`` only forces a
+    fresh measurement."""
     view = _view(key)
     params, X, Y = view.inputs
-    names = view.cfg.param_names
-    off = view.cfg.offsets()
-    terms = ("full", "outer", "functional")
-    results, times = {}, {}
-    for method in ("closed_form", "autograd"):
-        best = float("inf")
-        for _ in range(2):
-            t0 = time.perf_counter()
-            res = hv.hessian(view.cfg, params, X, Y, method=method)
-            mats = {t: res.term(t) for t in terms}
-            if X.device.type == "cuda":
-                import torch
-
-                torch.cuda.synchronize()
-            best = min(best, time.perf_counter() - t0)
-        results[method], times[method] = mats, best
-    rel = {}
-    for t in terms:
-        cf, ag = results["closed_form"][t], results["autograd"][t]
-        err = np.zeros((len(names), len(names)))
-        for i, a in enumerate(names):
-            for j, b in enumerate(names):
-                diff = float((cf[off[a], off[b]] - ag[off[a], off[b]]).norm())
-                ref = float(ag[off[a], off[b]].norm())
-                err[i, j] = diff / ref if ref > 0 else diff
-        rel[t] = err
-    return {"names": names, "rel_err": rel, "times": times}
+    out = compare(view.cfg, params, X, Y, repeats=2)
+    return {"names": out.names, "rel_err": out.block_errors, "times": out.seconds,
+            "whole": out.whole_errors}
 
 
 @st.cache_data(max_entries=4096, show_spinner=False)
