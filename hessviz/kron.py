@@ -105,7 +105,7 @@ _LAYOUT = {
 
 CHUNK_BYTES = 1 << 22
 """Blocks are produced in slices of rows of about this size: every term of a slice is
-summed while it is in cache, then the slice is written once, with its mirror image."""
+summed in place while it is in cache, then copied into the mirror image."""
 
 
 class _TermPair:
@@ -141,22 +141,21 @@ def sandwich_into(out: Tensor, products: list[tuple[Factored, Tensor | None, Fac
     ``out (n1a*n2a, n1b*n2b)`` and its transpose into ``mirror`` (if given).
 
     ``N (L, n_out_a, n_out_b)`` or ``None`` for the identity. Rows are produced in
-    cache-sized slices; each entry of ``out`` and ``mirror`` is written exactly once.
+    cache-sized slices: every term of a slice is summed in place while the slice is in
+    cache, and the finished slice is copied, transposed, into ``mirror``.
     """
     (na, nb), (nc, nd) = products[0][0].shape, products[0][2].shape
     pairs = [_TermPair(a, N, b) for Ja, N, Jb in products for a in Ja.terms for b in Jb.terms]
     step = max(1, CHUNK_BYTES // (nb * nc * nd * out.element_size()))
-    buffer = torch.empty(min(step, na) * nb, nc * nd, dtype=out.dtype, device=out.device)
     for start in range(0, na, step):
         stop = min(start + step, na)
-        rows = buffer[:(stop - start) * nb]
+        rows = out[start * nb:stop * nb]
         view = rows.view(stop - start, nb, nc, nd)
         for k, pair in enumerate(pairs):
             if k == 0:
                 view.copy_(pair.rows(start, stop))
             else:
                 view.add_(pair.rows(start, stop))
-        out[start * nb:stop * nb].copy_(rows)
         if mirror is not None:
             mirror[:, start * nb:stop * nb].copy_(rows.T)
 
