@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from hessviz.components import softmax
+from hessviz.components.base import eye
 
 
 def value(kind: str, Z: Tensor, Y: Tensor) -> Tensor:
@@ -37,6 +38,5 @@ def hessian(kind: str, Z: Tensor, Y: Tensor) -> Tensor:
     """``(L, d, d)``: the Hessian of the loss in each token's ``Z_t``."""
     L, d = Z.shape
     if kind == "mse":
-        eye = torch.eye(d, dtype=Z.dtype, device=Z.device)
-        return (2.0 / (L * d)) * eye.expand(L, d, d)
+        return (2.0 / (L * d)) * eye(d, Z, L)
     return softmax.jacobian(softmax.value(Z)) / L

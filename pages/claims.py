@@ -11,7 +11,7 @@ from hessviz.experiments.report import headline, reproduce
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "assets" / "claims" / "claims.json"
-HOLDS = {True: "✅ holds", False: "❌ does not hold", "partly": "◐ partly"}
+HOLDS = {True: "✓ holds", False: "✗ does not hold", "partly": "◐ partly"}
 
 view = hva.sidebar()
 hva.header("The papers' claims, measured", view)

@@ -117,9 +117,10 @@ st.markdown(
     "Hessians and Their Implications for Scaling Laws*, "
     "[arXiv:2510.16927](https://arxiv.org/abs/2510.16927). Extends the analysis to LayerNorm and "
     "the feed-forward network, i.e. the whole block hessviz computes, with norm bounds per block.\n"
-    "- **Tomihari & Sato**, *Understanding Transformer Optimization via Gradient Heterogeneity* "
-    "(earlier versions: *Understanding Why Adam Outperforms SGD: Gradient Heterogeneity in "
-    "Transformers*), [arXiv:2502.00213](https://arxiv.org/abs/2502.00213). Links the spread of "
+    "- **Tomihari & Sato**, *Gradient Heterogeneity Complements Hessian Heterogeneity in Transformer "
+    "Optimization*; earlier versions, [arXiv:2502.00213](https://arxiv.org/abs/2502.00213), are titled "
+    "*Understanding Transformer Optimization via Gradient Heterogeneity* and *Understanding Why Adam "
+    "Outperforms SGD: Gradient Heterogeneity in Transformers*. Links the spread of "
     "gradient and curvature sizes across blocks, and LayerNorm placement, to why sign-based "
     "optimisers such as Adam beat SGD on Transformers.")
 st.markdown("**How to cite.** When you use a figure from this app, cite the paper whose result it "

@@ -22,10 +22,10 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-import torch
 from torch import Tensor
 
 from hessviz.components import score, softmax
+from hessviz.components.base import eye
 from hessviz.contributions import Diagonal, Sandwich
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 
@@ -79,11 +79,10 @@ class SelfAttention:
         """``∂SA_t/∂W`` for ``W_Q, W_K, W_V``, factored, output size ``d``."""
         VtSigma = self._through_softmax(self.V)                   # Vᵀ Σ_t, (L, d, L)
         d = self.X.shape[1]
-        eye = torch.eye(d, dtype=self.X.dtype, device=self.X.device).expand(self.L, d, d)
         return {
             "W_Q": self.score_jacobian["W_Q"].lmul(VtSigma),
             "W_K": self.score_jacobian["W_K"].lmul(VtSigma),
-            "W_V": Factored((KronTerm(LEFT, self.A @ self.X, eye),)),
+            "W_V": Factored((KronTerm(LEFT, self.A @ self.X, eye(d, self.X, self.L)),)),
         }
 
     def weight_gradients(self, g: Tensor) -> dict[str, Tensor]:
@@ -101,8 +100,7 @@ class SelfAttention:
         JS = self.score_jacobian
         d, dk = self.X.shape[1], self.Q.shape[1]
         XtSigma = self._through_softmax(self.X)                   # Xᵀ Σ_t, (L, d, L)
-        eye = torch.eye(d, dtype=g.dtype, device=g.device).expand(self.L, d, d)
-        g_times_identity = Factored((KronTerm(RIGHT, g, eye),))   # [i,(i',j)] = δ_ii' g_t[j]
+        g_times_identity = Factored((KronTerm(RIGHT, g, eye(d, g, self.L)),))   # [i,(i',j)] = δ_ii' g_t[j]
         return [
             Sandwich("W_Q", "W_Q", JS["W_Q"], C, JS["W_Q"]),
             Sandwich("W_Q", "W_K", JS["W_Q"], C, JS["W_K"]),

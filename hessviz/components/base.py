@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import Tensor
@@ -29,7 +30,17 @@ class TokenMap:
         return torch.einsum("toi,to->ti", self.jac, g)
 
 
+@lru_cache(maxsize=64)
+def _eye(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    return torch.eye(n, dtype=dtype, device=device)
+
+
+def eye(n: int, like: Tensor, L: int | None = None) -> Tensor:
+    """``I_n`` in the dtype and device of ``like`` (cached, read-only), or expanded to ``(L, n, n)``."""
+    out = _eye(n, like.dtype, like.device)
+    return out if L is None else out.expand(L, n, n)
+
+
 def identity(L: int, n: int, like: Tensor) -> TokenMap:
     """The identity map on ``n``-vectors, for ``L`` tokens."""
-    eye = torch.eye(n, dtype=like.dtype, device=like.device)
-    return TokenMap(eye.expand(L, n, n))
+    return TokenMap(eye(n, like, L))

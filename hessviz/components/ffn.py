@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from hessviz.components.activation import Activation
-from hessviz.components.base import TokenMap
+from hessviz.components.base import TokenMap, eye
 from hessviz.contributions import Diagonal
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 
@@ -67,8 +67,7 @@ class FeedForward:
         return self.act.d2f(self.H)
 
     def _eye(self, n: int) -> Tensor:
-        L = self.Y.shape[0]
-        return torch.eye(n, dtype=self.Y.dtype, device=self.Y.device).expand(L, n, n)
+        return eye(n, self.Y, self.Y.shape[0])
 
     @cached_property
     def input_map(self) -> TokenMap:

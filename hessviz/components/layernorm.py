@@ -15,6 +15,7 @@ With ``ε = 0`` a row of zero variance has no derivative: :func:`value` refuses 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 import torch
 from torch import Tensor
@@ -34,33 +35,42 @@ class LayerNormState:
     def n(self) -> int:
         return self.centered.shape[-1]
 
+    @cached_property
+    def output(self) -> Tensor:
+        """``y = c / σ``, ``(..., n)``."""
+        return self.centered / self.sigma
+
 
 def value(z: Tensor, eps: float, *, where: str = "LayerNorm input") -> tuple[Tensor, LayerNormState]:
     """``(..., n) -> (..., n)`` and the state for the derivatives.
 
     Raises :class:`~hessviz.errors.InputError` for a zero-variance row when ``eps = 0``.
     """
-    c = z - z.mean(-1, keepdim=True)
-    var = (c * c).mean(-1, keepdim=True)
-    if eps == 0 and bool((var <= torch.finfo(z.dtype).tiny).any()):
+    var, mean = torch.var_mean(z, dim=-1, correction=0, keepdim=True)
+    if eps == 0 and bool(var.min() <= torch.finfo(z.dtype).tiny):
         rows = torch.nonzero(var.squeeze(-1) <= torch.finfo(z.dtype).tiny).flatten().tolist()
         raise InputError(
             f"ln_eps = 0 but the {where} has zero variance in row(s) {rows[:8]}: "
             "LayerNorm is not differentiable there; use an input whose rows are not "
             "constant, or set ln_eps > 0"
         )
-    sigma = torch.sqrt(var + eps)
-    return c / sigma, LayerNormState(c, sigma)
+    st = LayerNormState(z - mean, torch.sqrt(var + eps) if eps else torch.sqrt(var))
+    return st.output, st
+
+
+@lru_cache(maxsize=32)
+def _projector_for(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    return torch.eye(n, dtype=dtype, device=device) - 1.0 / n
 
 
 def _projector(n: int, like: Tensor) -> Tensor:
-    return torch.eye(n, dtype=like.dtype, device=like.device) - 1.0 / n
+    """``Π = I - 11ᵀ/n`` (cached per size, dtype and device; never written to)."""
+    return _projector_for(n, like.dtype, like.device)
 
 
 def jacobian(st: LayerNormState) -> Tensor:
     """``(..., n, n)``: ``(Π - c cᵀ/(n σ²)) / σ = (Π - y yᵀ/n) / σ`` with ``y = c/σ`` the output."""
-    y = st.centered / st.sigma
-    n = st.n
+    y, n = st.output, st.n
     return (_projector(n, y) - y.unsqueeze(-1) * (y / n).unsqueeze(-2)) / st.sigma.unsqueeze(-1)
 
 

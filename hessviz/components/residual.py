@@ -6,13 +6,9 @@ is the branch's own: ``Q_y(g) = Q_b(g)``.
 
 from __future__ import annotations
 
-import torch
-
-from hessviz.components.base import TokenMap
+from hessviz.components.base import TokenMap, eye
 
 
 def residual(branch: TokenMap) -> TokenMap:
     """``x ↦ x + b(x)`` from the branch's derivatives."""
-    n = branch.jac.shape[-1]
-    eye = torch.eye(n, dtype=branch.jac.dtype, device=branch.jac.device)
-    return TokenMap(branch.jac + eye, branch.contract)
+    return TokenMap(branch.jac + eye(branch.jac.shape[-1], branch.jac), branch.contract)
