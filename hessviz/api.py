@@ -143,7 +143,8 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
             if term == "outer":
                 return reference.outer_hessian(cfg, params, X, Y, names)
             return result.full - result.outer                 # each computed once, then cached
-        result = HessianResult(cfg, names, reference_term, method=method)
+        result = HessianResult(cfg, names, reference_term, method=method,
+                               order=("full", "outer", "functional"))
         return result
 
     cur = assembly.backward(cfg, trace(cfg, params, X), Y)    # validates LayerNorm rows

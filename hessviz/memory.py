@@ -86,7 +86,7 @@ def check_fits(what: str, needed: int, device: torch.device | str, advice: str) 
         )
 
 
-HUGE_PAGE_MIN_BYTES = 4 << 20
+HUGE_PAGE_MIN_BYTES = 64 << 20
 
 
 def empty(rows: int, cols: int, *, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cached_property
 
+import torch
 from torch import Tensor
 
+from hessviz import memory
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
 
@@ -38,10 +40,11 @@ class HessianResult:
     def __init__(self, cfg: BlockConfig, names: tuple[str, ...],
                  compute_term: Callable[[str], Tensor],
                  compute_block: Callable[[str, str, str], Tensor] | None = None,
-                 method: str = "closed_form"):
+                 method: str = "closed_form", order: tuple[str, ...] = ("outer", "functional", "full")):
         self.cfg = cfg
         self.names = names
         self.method = method
+        self._order = order
         self._compute_term = compute_term
         self._compute_block = compute_block
         self._terms: dict[str, Tensor] = {}
@@ -60,11 +63,25 @@ class HessianResult:
         return sum(self.cfg.param_size(n) for n in self.names)
 
     def term(self, name: str) -> Tensor:
-        """``"full"``, ``"outer"`` or ``"functional"``, computed once and cached."""
+        """``"full"``, ``"outer"`` or ``"functional"``, computed once and cached.
+
+        ``full`` is ``outer + functional`` when both are already cached.
+        """
         check_term(name)
         if name not in self._terms:
-            self._terms[name] = self._compute_term(name)
+            if name == "full" and {"outer", "functional"} <= self._terms.keys():
+                outer, functional = self._terms["outer"], self._terms["functional"]
+                self._terms[name] = torch.add(outer, functional, out=memory.empty(
+                    *outer.shape, dtype=outer.dtype, device=outer.device))
+            else:
+                self._terms[name] = self._compute_term(name)
         return self._terms[name]
+
+    def terms(self) -> dict[str, Tensor]:
+        """All three terms, computed in the cheapest order for the method."""
+        for name in self._order:
+            self.term(name)
+        return {name: self._terms[name] for name in TERMS}
 
     @property
     def full(self) -> Tensor:
