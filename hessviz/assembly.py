@@ -1,4 +1,4 @@
-r"""The closed-form Hessian of the loss in the weights, and its result object.
+r"""The closed-form Hessian of the loss in the weights, assembled block by block.
 
 One forward pass (:func:`hessviz.block.trace`) and one token-wise backward pass of
 gradients and curvatures (:mod:`hessviz.chain`) give, per token,

@@ -19,6 +19,8 @@ from hessviz.kron import Factored
 
 @dataclass(frozen=True)
 class Sandwich:
+    """``Σ_t Ja_tᵀ N_t Jb_t`` for the block ``(a, b)``; ``N (L, n_out_a, n_out_b)`` or ``None`` (identity)."""
+
     a: str
     b: str
     Ja: Factored

@@ -3,8 +3,9 @@ r"""Kronecker-factored per-token Jacobians, and the sums over tokens built from 
 A token's output (a vector of size ``n_out``) depends on a weight matrix ``W (n1, n2)``
 through factors of Kronecker form. Indexing ``vec_r(W)`` by ``(α, β)``:
 
-* ``left`` term:  ``J_t[o, (α, β)] = u_t[α] · M_t[o, β]``   e.g. ``∂(x_t W)/∂W = x_t ⊗ I``
-* ``right`` term: ``J_t[o, (α, β)] = M_t[o, α] · v_t[β]``  e.g. ``∂(W_K x_r)...``
+* ``left`` term:  ``J_t[o, (α, β)] = u_t[α] · M_t[o, β]``, e.g. ``∂(x_t W)/∂W = x_t ⊗ I``;
+* ``right`` term: ``J_t[o, (α, β)] = M_t[o, α] · v_t[β]``, e.g. the score row ``S_t`` in ``W_K``:
+  ``∂S_tr/∂W_K[i, m] = X[r, i] · q_t[m] / sqrt(d_k)``.
 
 A :class:`Factored` Jacobian is a sum of such terms. It never forms the dense
 ``(L·n_out, n1·n2)`` matrix. The Hessian blocks are sums over tokens
