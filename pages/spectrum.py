@@ -26,9 +26,8 @@ hva.explain(
     r"H_{\text{outer}} = J^\top \nabla_Z^2\ell\, J \succeq 0",
 )
 hva.require_size(view, MAX_P, "the spectrum page")
-shown = st.pills("Terms drawn", TERMS, selection_mode="multi", default=list(TERMS), key="spec_terms",
-                 help="the summaries below always cover all three")
-shown = [t for t in TERMS if t in (shown or TERMS)]
+shown = hva.multichoice("Terms drawn", TERMS, key="spec_terms", default=TERMS,
+                        help="the summaries below always cover all three")
 
 P = view.num_params
 with st.spinner("Eigenvalues…"), hva.guard("the spectrum"):

@@ -88,6 +88,13 @@ def test_spectrum_renders_and_reacts():
     assert all("W_1" not in x for trace in bars["data"] for x in trace["x"])  # no FFN blocks any more
 
 
+def test_spectrum_terms_drawn_come_from_the_url():
+    at = run_page("pages/spectrum.py", spec_terms=["outer"], **SMALL)
+    sorted_plot = figures(at)[0]
+    assert [trace["name"] for trace in sorted_plot["data"]] == ["outer"]
+    assert "spec_terms=outer" in at.sidebar.code[0].value                 # and in the link to this view
+
+
 def test_scaling_renders_and_reacts():
     at = run_page("pages/scaling.py", norm="attention", sc_seeds="2", **SMALL)
     figs = figures(at)

@@ -43,6 +43,7 @@ from hessviz.app.ui import (
     guard,
     header,
     link_to_view,
+    multichoice,
     npz_bytes,
     require_size,
     select,
@@ -54,6 +55,6 @@ from hessviz.app.ui import (
 
 __all__ = [
     "DEFAULTS", "SHARED_KEYS", "View", "cache", "chart", "choice", "csv_bytes", "device", "device_label",
-    "downloads", "explain", "figure_html", "guard", "header", "link_to_view", "npz_bytes", "registry",
-    "require_size", "select", "sidebar", "size_advice", "slider", "state", "toggle",
+    "downloads", "explain", "figure_html", "guard", "header", "link_to_view", "multichoice", "npz_bytes",
+    "registry", "require_size", "select", "sidebar", "size_advice", "slider", "state", "toggle",
 ]

@@ -119,8 +119,11 @@ class View:
         return View.from_values({**self.values, **changes})
 
 
-def format_value(key: str, value: object) -> str:
-    """How a value is written in the URL (``1.0 -> "1"``, ``1e-05 -> "1e-05"``)."""
+def format_value(key: str, value: object) -> str | list[str]:
+    """How a value is written in the URL (``1.0 -> "1"``, ``1e-05 -> "1e-05"``); a list is
+    written as a repeated key (``?terms=full&terms=outer``), as Streamlit binds multi-selections."""
+    if isinstance(value, (list, tuple)):
+        return [format_value(key, v) for v in value]
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
@@ -131,7 +134,7 @@ def query_string(values: dict[str, object], extra: dict[str, object] | None = No
     """``"norm=pre&L=6"``: the shared values that differ from :data:`DEFAULTS`, then ``extra``."""
     items = {k: v for k, v in values.items() if not only_changed or DEFAULTS.get(k) != v}
     items.update(extra or {})
-    return urlencode({k: format_value(k, v) for k, v in items.items()})
+    return urlencode({k: format_value(k, v) for k, v in items.items()}, doseq=True)
 
 
 def parse_value(key: str, text: str) -> object:

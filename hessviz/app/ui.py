@@ -276,6 +276,18 @@ def choice(label: str, options: Sequence[str], key: str, default: str, *, help: 
     return value
 
 
+def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[str], *,
+                help: str | None = None, container=None) -> list[str]:
+    """A page multi-selection (pills) bound to the URL as a repeated key; returns the selected
+    options in the order of ``options`` (all of them when nothing is selected)."""
+    where = container or st
+    value = where.pills(label, options, selection_mode="multi", default=list(default), key=key,
+                        bind=_BIND, help=help) or list(options)
+    value = [o for o in options if o in value]
+    _remember(key, value, [o for o in options if o in default])
+    return value
+
+
 def select(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
            container=None) -> str:
     """A page selectbox bound to the URL under ``key``; the options are the URL values."""
