@@ -59,13 +59,14 @@ def contributions(cur: Curvature, names: tuple[str, ...], term: str) -> list[San
     tr = cur.trace
     att = [n for n in ATTENTION_PARAMS if n in names]
     ffn = [n for n in FFN_PARAMS if n in names] if tr.ffn is not None else []
-    J_sa = tr.attention.jacobian
+    J_sa = tr.attention.jacobian if att else {}
     out: list[Sandwich | Diagonal] = []
 
-    N_sa = cur.at_SA.select(co, cf)
-    out += [Sandwich(a, b, J_sa[a], N_sa, J_sa[b]) for i, a in enumerate(att) for b in att[i:]]
-    if cf:
-        out += tr.attention.functional(cur.at_SA.g)
+    if att:
+        N_sa = cur.at_SA.select(co, cf)
+        out += [Sandwich(a, b, J_sa[a], N_sa, J_sa[b]) for i, a in enumerate(att) for b in att[i:]]
+        if cf:
+            out += tr.attention.functional(cur.at_SA.g)
     if ffn:
         J_f = tr.ffn.jacobian
         N_r = cur.at_R.select(co, cf)
