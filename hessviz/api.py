@@ -116,7 +116,7 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
     P = sum(sizes)
     L, d = cfg.seq_len, cfg.d_model
     largest_block = max(sizes) ** 2
-    working = 4 * L**3 + 8 * L * d * (d + cfg.d_ff + L)        # per-token factors
+    working = 8 * L * (L + d) * (d + cfg.d_ff + cfg.d_k)      # per-token factors
     if method == "autograd":                                   # vmapped tangents of every activation
         working += 6 * P * L * (L + 3 * d + 2 * cfg.d_ff + cfg.d_k)
     return (P * P + largest_block + working) * itemsize

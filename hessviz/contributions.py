@@ -14,17 +14,17 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from hessviz.kron import Factored
+from hessviz.kron import Factored, Middle
 
 
 @dataclass(frozen=True)
 class Sandwich:
-    """``Σ_t Ja_tᵀ N_t Jb_t`` for the block ``(a, b)``; ``N (L, n_out_a, n_out_b)`` or ``None`` (identity)."""
+    """``Σ_t Ja_tᵀ N_t Jb_t`` for the block ``(a, b)``; ``N`` a :data:`~hessviz.kron.Middle`."""
 
     a: str
     b: str
     Ja: Factored
-    N: Tensor | None
+    N: Middle
     Jb: Factored
 
     dense = True

@@ -24,6 +24,7 @@ against ``2 L n_out`` for the dense ``JᵀNJ``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -109,12 +110,31 @@ CHUNK_BYTES = 1 << 22
 summed in place while it is in cache, then copied into the mirror image."""
 
 
+class Structured(Protocol):
+    """A per-token middle matrix kept in factored form; it only forms ``Maᵀ N Mb``."""
+
+    def sandwich(self, Ma: Tensor, Mb: Tensor) -> Tensor: ...
+
+
+Middle = Tensor | Structured | None
+"""``N_t`` between two Jacobians: dense ``(L, n_a, n_b)``, structured, or ``None`` (identity)."""
+
+
+def _middle(Ma: Tensor, N: Middle, Mb: Tensor) -> Tensor:
+    """``Maᵀ N Mb`` per token, ``(L, n_ma, n_mb)``."""
+    if N is None:
+        return Ma.transpose(-1, -2) @ Mb
+    if isinstance(N, Tensor):
+        return Ma.transpose(-1, -2) @ (N @ Mb)
+    return N.sandwich(Ma, Mb)
+
+
 class _TermPair:
     """One pair of terms of ``Σ_t a_tᵀ N_t b_t``, ready to produce any range of block rows α."""
 
-    def __init__(self, a: KronTerm, N: Tensor | None, b: KronTerm):
+    def __init__(self, a: KronTerm, N: Middle, b: KronTerm):
         # P_t = M_aᵀ N_t M_b: the per-token middle factor, (L, n_ma, n_mb)
-        P = a.mat.transpose(-1, -2) @ (b.mat if N is None else N @ b.mat)
+        P = _middle(a.mat, N, b.mat)
         L = P.shape[0]
         # u ⊗ u' per token: (L, n_va * n_vb)
         uu = (a.vec[:, :, None] * b.vec[:, None, :]).reshape(L, -1)
@@ -136,12 +156,12 @@ class _TermPair:
         return G.permute(*self.perm)
 
 
-def sandwich_into(out: Tensor, products: list[tuple[Factored, Tensor | None, Factored]],
+def sandwich_into(out: Tensor, products: list[tuple[Factored, Middle, Factored]],
                   mirror: Tensor | None = None) -> None:
     """Write ``Σ_k Σ_t Ja_tᵀ N_t Jb_t`` over ``products = [(Ja, N, Jb), ...]`` into
     ``out (n1a*n2a, n1b*n2b)`` and its transpose into ``mirror`` (if given).
 
-    ``N (L, n_out_a, n_out_b)`` or ``None`` for the identity. Rows are produced in
+    ``N`` is a :data:`Middle`: ``(L, n_out_a, n_out_b)``, structured, or ``None``. Rows are produced in
     cache-sized slices: every term of a slice is summed in place while the slice is in
     cache, and the finished slice is copied, transposed, into ``mirror``.
     """
@@ -161,7 +181,7 @@ def sandwich_into(out: Tensor, products: list[tuple[Factored, Tensor | None, Fac
             mirror[:, start * nb:stop * nb].copy_(rows.T)
 
 
-def sandwich(Ja: Factored, N: Tensor | None, Jb: Factored) -> Tensor:
+def sandwich(Ja: Factored, N: Middle, Jb: Factored) -> Tensor:
     """``Σ_t Ja_tᵀ N_t Jb_t`` as a new ``(n1a*n2a, n1b*n2b)`` matrix."""
     ref = Ja.terms[0].mat
     out = torch.empty(Ja.shape[0] * Ja.shape[1], Jb.shape[0] * Jb.shape[1],

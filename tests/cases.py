@@ -51,6 +51,9 @@ ODD = [
          input_norm=0.05),
     Case(hv.BlockConfig(seq_len=7, d_model=2, d_k=2, d_ff=1, norm="pre", activation="relu", loss="ce",
                         ln_eps=0.5), input_norm=10.0),
+    # a longer sequence: the softmax curvature is never formed as (L, L, L)
+    Case(hv.BlockConfig(seq_len=40, d_model=4, d_k=2, d_ff=3, norm="post", activation="gelu", loss="ce"),
+         input_norm=6.0),
 ]
 
 

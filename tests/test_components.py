@@ -41,6 +41,15 @@ class TestSoftmax:
         assert_close(softmax.contract_hessian(a, self.g),
                      contracted_hessian(softmax.value, self.s, self.g), RTOL, "softmax Q(g)")
 
+    def test_factored_contracted_hessian_sandwich(self):
+        """Rows of an attention matrix: ``Maᵀ Q(g) Mb`` without the ``(L, L, L)`` tensor."""
+        A = softmax.value(rand(4, 7, seed=20, scale=2.0))
+        G = rand(4, 7, seed=21)
+        Ma, Mb = rand(4, 7, 3, seed=22), rand(4, 7, 5, seed=23)
+        Q = softmax.contract_hessian_factored(A, G)
+        dense = softmax.contract_hessian(A, G)
+        assert_close(Q.sandwich(Ma, Mb), Ma.transpose(-1, -2) @ dense @ Mb, RTOL, "Maᵀ Q Mb")
+
 
 @pytest.mark.parametrize("eps", [0.0, 1e-2])
 class TestLayerNorm:

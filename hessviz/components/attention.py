@@ -95,7 +95,7 @@ class SelfAttention:
     def functional(self, g: Tensor) -> list[Sandwich | Diagonal]:
         """Contributions of ``Σ_t g_tᵀ ∇²SA_t`` for an upstream gradient ``g (L, d)``."""
         gA = g @ self.V.T                                         # ∂/∂A, (L, L)
-        C = softmax.contract_hessian(self.A, gA)                  # (L, L, L)
+        C = softmax.contract_hessian_factored(self.A, gA)         # (L, L, L), kept factored
         gS = softmax.vjp(self.A, gA)                              # ∂/∂S, (L, L)
         JS = self.score_jacobian
         d, dk = self.X.shape[1], self.Q.shape[1]

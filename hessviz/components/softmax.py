@@ -4,10 +4,14 @@ r"""Row softmax ``a = softmax(s)`` over the last dimension.
     J = \operatorname{diag}(a) - a a^\top, \qquad
     Q(g) = \operatorname{diag}(w) - w a^\top - a w^\top,\quad w = a \odot (g - a^\top g).
 
-``w = J^\top g`` is also the vector-Jacobian product.
+``w = J^\top g`` is also the vector-Jacobian product. For a whole attention matrix
+``Q(g)`` is ``(L, L, L)``; :class:`ContractedHessian` keeps it as ``(a, w)`` and forms
+only the small products ``Mᵀ Q(g) M'`` the chain rule needs.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -35,6 +39,33 @@ def vjp(a: Tensor, g: Tensor) -> Tensor:
 
 def contract_hessian(a: Tensor, g: Tensor) -> Tensor:
     """``Σ_i g_i ∇² a_i``: ``(..., n), (..., n) -> (..., n, n)``."""
-    w = vjp(a, g)
-    outer = w.unsqueeze(-1) * a.unsqueeze(-2)
-    return torch.diag_embed(w) - outer - outer.transpose(-1, -2)
+    return contract_hessian_factored(a, g).dense()
+
+
+@dataclass(frozen=True)
+class ContractedHessian:
+    """``Q(g) = diag(w) - w aᵀ - a wᵀ`` per row, kept factored: ``a, w (..., n)``."""
+
+    a: Tensor
+    w: Tensor
+
+    def dense(self) -> Tensor:
+        """``(..., n, n)``."""
+        outer = self.w.unsqueeze(-1) * self.a.unsqueeze(-2)
+        return torch.diag_embed(self.w) - outer - outer.transpose(-1, -2)
+
+    def sandwich(self, Ma: Tensor, Mb: Tensor) -> Tensor:
+        """``Maᵀ Q(g) Mb`` for ``Ma (..., n, p)``, ``Mb (..., n, q)`` -> ``(..., p, q)``,
+        in ``O(n p q)`` per row instead of ``O(n² q)``:
+        ``Maᵀ diag(w) Mb − (Maᵀw)(Mbᵀa)ᵀ − (Maᵀa)(Mbᵀw)ᵀ``."""
+        Maw = (Ma * self.w.unsqueeze(-1)).sum(-2)
+        Maa = (Ma * self.a.unsqueeze(-1)).sum(-2)
+        Mbw = (Mb * self.w.unsqueeze(-1)).sum(-2)
+        Mba = (Mb * self.a.unsqueeze(-1)).sum(-2)
+        diag = Ma.transpose(-1, -2) @ (self.w.unsqueeze(-1) * Mb)
+        return diag - Maw.unsqueeze(-1) * Mba.unsqueeze(-2) - Maa.unsqueeze(-1) * Mbw.unsqueeze(-2)
+
+
+def contract_hessian_factored(a: Tensor, g: Tensor) -> ContractedHessian:
+    """:func:`contract_hessian` without forming it."""
+    return ContractedHessian(a, vjp(a, g))
