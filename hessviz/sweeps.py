@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import hessviz as hv
+from hessviz.experiments.fitting import power_law_fit
 from hessviz.spectra import matrix_norm
 
 TERMS = ("outer", "functional", "full")
@@ -163,11 +164,11 @@ def fit_slope(x: Sequence[float], y: Sequence[float],
     """
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     m = np.ones_like(x, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
-    m = m & (x > 0) & (y > 0) & np.isfinite(y)
-    if m.sum() < 2:
+    try:
+        fit = power_law_fit(x[m], y[m], n_boot=0)    # drops non-positive / non-finite points
+    except ValueError:
         return float("nan"), float("nan")
-    slope, intercept = np.polyfit(np.log10(x[m]), np.log10(y[m]), 1)
-    return float(slope), float(intercept)
+    return fit.slope, float(fit.intercept / np.log(10.0))
 
 
 def fits(result: SweepResult, norm: str, terms: Sequence[str] = TERMS) -> dict[str, dict]:

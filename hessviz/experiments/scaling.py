@@ -13,7 +13,7 @@ A sweep is a :class:`Sweep`: the swept values ``x`` and, per curve, an array
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -85,26 +85,13 @@ def length_sweep(
     sw = Sweep("seq_len", lengths.astype(float), tuple(seeds), label=cfg.describe(input_norm))
     vals = {curve_key(c): np.zeros((len(seeds), lengths.size)) for c in curves}
     for j, L in enumerate(lengths):
-        c_L = hv.BlockConfig(**{**_cfg_kwargs(cfg), "seq_len": int(L)})
+        c_L = replace(cfg, seq_len=int(L))
         for i, s in enumerate(seeds):
             params, X, Y = problem(c_L, s, input_norm)
             for k, v in _norms(c_L, params, X, Y, curves).items():
                 vals[k][i, j] = v
     sw.values = vals
     return sw
-
-
-def _cfg_kwargs(cfg: hv.BlockConfig) -> dict:
-    return dict(
-        seq_len=cfg.seq_len,
-        d_model=cfg.d_model,
-        d_k=cfg.d_k,
-        d_ff=cfg.d_ff,
-        norm=cfg.norm,
-        activation=cfg.activation,
-        loss=cfg.loss,
-        ln_eps=cfg.ln_eps,
-    )
 
 
 def fit_range(sw: Sweep, key: str, lo: float, hi: float) -> PowerLawFit:
@@ -256,7 +243,7 @@ def isotropic_length_sweep(
     )
     vals = {curve_key(c): np.zeros((len(seeds), lengths.size)) for c in curves}
     for j, L in enumerate(lengths):
-        c_L = hv.BlockConfig(**{**_cfg_kwargs(cfg), "seq_len": int(L)})
+        c_L = replace(cfg, seq_len=int(L))
         for i, s in enumerate(seeds):
             params = hv.init_params(c_L, seed=s)
             X, Y = isotropic_inputs(c_L, s, input_norm)
