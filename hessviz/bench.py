@@ -92,11 +92,7 @@ def full_block(L: int, repeats: int, device: torch.device, with_functional_api: 
     baselines = {"torch.func.hessian": func}
     if with_functional_api:
         theta = reference.flatten(params, names)
-
-        def loss_of(theta: torch.Tensor) -> torch.Tensor:
-            p = {n: theta[sl].reshape(cfg.param_shapes[n]) for n, sl in cfg.offsets(names).items()}
-            return reference.torch_loss(cfg, reference.torch_forward(cfg, p, X), Y)
-
+        loss_of = reference.loss_of_theta(cfg, params, X, Y, names)
         baselines["autograd.functional.hessian(vectorize=True)"] = median_time(
             lambda: torch.autograd.functional.hessian(loss_of, theta, vectorize=True), repeats, device)
     P = cfg.num_params

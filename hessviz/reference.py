@@ -8,6 +8,7 @@ The forward is written with stock torch ops (``torch.softmax``, ``F.layer_norm``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +62,14 @@ def flatten(params: dict[str, Tensor], names: tuple[str, ...]) -> Tensor:
     return torch.cat([params[n].reshape(-1) for n in names])
 
 
+def loss_of_theta(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
+                  names: tuple[str, ...]) -> Callable[[Tensor], Tensor]:
+    """``θ' ↦ ℓ``: the loss as a function of the flattened weights ``names`` (others fixed)."""
+    def f(theta: Tensor) -> Tensor:
+        return torch_loss(cfg, torch_forward(cfg, _unflatten(cfg, names, theta, params), X), Y)
+    return f
+
+
 def model_jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
                    names: tuple[str, ...]) -> Tensor:
     """``∂ vec_r(Z)/∂θ``, ``(L*d, P')``, by ``torch.func.jacrev``."""
@@ -72,9 +81,7 @@ def model_jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
 def full_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                  names: tuple[str, ...]) -> Tensor:
     """``∇²_θ ℓ`` by ``torch.func.hessian`` (forward-over-reverse)."""
-    def f(theta: Tensor) -> Tensor:
-        return torch_loss(cfg, torch_forward(cfg, _unflatten(cfg, names, theta, params), X), Y)
-    return torch.func.hessian(f)(flatten(params, names))
+    return torch.func.hessian(loss_of_theta(cfg, params, X, Y, names))(flatten(params, names))
 
 
 def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
@@ -89,6 +96,4 @@ def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Ten
 def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
              names: tuple[str, ...]) -> Tensor:
     """``∇_θ ℓ`` by ``torch.func.grad``."""
-    def f(theta: Tensor) -> Tensor:
-        return torch_loss(cfg, torch_forward(cfg, _unflatten(cfg, names, theta, params), X), Y)
-    return torch.func.grad(f)(flatten(params, names))
+    return torch.func.grad(loss_of_theta(cfg, params, X, Y, names))(flatten(params, names))
