@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import hessviz as hv
+from hessviz import plots
 from hessviz.api import hessian_bytes
 from hessviz.app import state
 from hessviz.app.state import DEFAULTS, EPS_GRID, INT_RANGES, XNORM_GRID, View
@@ -243,8 +244,9 @@ def downloads(name: str, fig: go.Figure | None = None, *,
 def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
           npz: Callable[[], dict] | None = None, key: str | None = None, height: int | None = None,
           container=None) -> None:
-    """Draw ``fig`` (theme-aware) and its download buttons under it."""
+    """Draw ``fig`` in the app's light or dark theme, and its download buttons under it."""
     where = container or st
+    plots.apply_theme(fig, "host")
     with where.container():
         st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
                         config={"displaylogo": False, "toImageButtonOptions": {"filename": name}})
