@@ -132,6 +132,9 @@ def seeded_inputs(cfg: hv.BlockConfig, seed: int,
 def block_norms(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: torch.Tensor,
                 curves: Sequence[Curve], kind: str = "spectral") -> dict[Curve, float]:
     """``curve -> ‖H[a, b]‖`` of ``term``, computing only the weights the curves name."""
+    for a, b, _ in curves:
+        cfg.check_name(a)
+        cfg.check_name(b)
     names = tuple(n for n in cfg.param_names if any(n in c[:2] for c in curves))
     res = hv.hessian(cfg, params, X, Y, wrt=names)
     return {c: matrix_norm(res.block(c[0], c[1], c[2]), kind) for c in curves}

@@ -50,7 +50,7 @@ def test_sandwich_into_many_slices_matches_the_dense_sum(slices):
     A, B = Ja.dense(), Jb.dense()   # (L, n_out, P_a), (L, n_out, P_b)
     expected = torch.einsum("toa,top,tpb->ab", A, N, B) + torch.einsum("toa,tob->ab", A, B)
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
-    assert torch.equal(mirror, out.T)                               # the mirror is a copy, not a recomputation
+    assert torch.equal(mirror, out.T)   # the mirror is a copy, not a recomputation
     assert sorted(set(slices)) == [(i, i + 1) for i in range(4)]   # one slice per row α of W_a (4 rows)
 
 

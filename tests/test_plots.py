@@ -196,3 +196,10 @@ def test_sweep_over_length_and_width_changes_the_config():
     assert sweeps.largest_block(cfg, "d", [4, 8], ("W_1", "W_1")) == 8 * 4
     with pytest.raises(hv.ConfigError):
         sweeps.config_at(cfg, "bogus", 1)
+
+
+def test_sweep_refuses_a_block_the_config_does_not_have():
+    cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, norm="attention")
+    measure = sweeps.block_norms_measure(sweeps.term_curves(("W_1", "W_1")), key=sweeps.term_key)
+    with pytest.raises(hv.ConfigError, match="W_1"):
+        sweeps.sweep(cfg, "xnorm", [1.0], seeds=[0], measure=measure)

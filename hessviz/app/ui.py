@@ -195,8 +195,9 @@ def require_size(view: View, max_params: int, what: str = "this page") -> None:
 
 
 def figure_html(fig: go.Figure) -> str:
-    """A self-contained interactive HTML file of ``fig`` (plotly.js inlined, works offline)."""
-    return fig.to_html(include_plotlyjs=True, full_html=True)
+    """A self-contained interactive HTML file of ``fig`` in the light theme (plotly.js inlined, works
+    offline): the app's own theme is Streamlit's and means nothing outside it."""
+    return plots.apply_theme(go.Figure(fig), "light").to_html(include_plotlyjs=True, full_html=True)
 
 
 def csv_bytes(columns: dict[str, Sequence | np.ndarray]) -> bytes:
