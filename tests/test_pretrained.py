@@ -425,3 +425,7 @@ def test_load_layer_fits_forward_after_replace(checkpoints):
     X = pt.layer_inputs(checkpoints["bert"], TEXT, layer=0)
     Z = hv.forward(dataclasses.replace(cfg, seq_len=X.shape[0]), params, X)
     assert Z.shape == X.shape and torch.isfinite(Z).all()
+
+
+def test_public_api_names():
+    assert (hv.load_layer, hv.layer_inputs, hv.load_model) == (pt.load_layer, pt.layer_inputs, pt.load_model)
