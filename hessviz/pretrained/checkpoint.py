@@ -171,8 +171,9 @@ class Checkpoint:
                 raise CheckpointError(f"source {self.name!r}: tensor {key!r} has shape {self.shape(key)}, "
                                       f"but config.json implies {tuple(shape)}")
 
-    def read(self, keys: list[str] | tuple[str, ...], dtype: torch.dtype) -> dict[str, Tensor]:
-        """``key -> tensor`` in ``dtype`` for exactly these keys (each file opened once)."""
+    def read(self, keys: list[str] | tuple[str, ...], dtype: torch.dtype | None = None) -> dict[str, Tensor]:
+        """``key -> tensor`` for exactly these keys (each file opened once), in ``dtype`` or
+        as stored."""
         by_file: dict[str, list[str]] = {}
         for key in keys:
             self.shape(key)
@@ -181,7 +182,7 @@ class Checkpoint:
         for path, names in by_file.items():
             with safe_open(path, framework="pt") as f:
                 for key in names:
-                    out[key] = f.get_tensor(key).to(dtype)
+                    out[key] = f.get_tensor(key) if dtype is None else f.get_tensor(key).to(dtype)
         return out
 
     def read_rows(self, key: str, rows: list[int], dtype: torch.dtype) -> Tensor:

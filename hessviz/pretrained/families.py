@@ -58,12 +58,14 @@ class Source:
             stored[-1] *= self.part[1]
         return tuple(stored)
 
-    def extract(self, stored: Tensor) -> Tensor:
-        """The hessviz weight from the stored tensor (a contiguous copy)."""
+    def extract(self, stored: Tensor, dtype: torch.dtype) -> Tensor:
+        """The hessviz weight in ``dtype`` from the stored tensor: one contiguous copy that
+        converts, transposes and cuts in a single pass."""
         if self.part is not None:
             k, n = self.part
             stored = stored.chunk(n, dim=-1)[k]
-        return (stored.T if self.transpose else stored).contiguous()
+        view = stored.T if self.transpose else stored
+        return torch.empty(view.shape, dtype=dtype).copy_(view)
 
 
 def _linear(prefix: str) -> tuple[Source, Source]:
@@ -171,8 +173,8 @@ class Family:
         """``name -> tensor`` of layer ``layer`` in hessviz orientation and ``dtype``."""
         sources = self.layer_sources(layer)
         self.ckpt.require(self.layer_shapes(layer))
-        stored = self.ckpt.read(sorted({s.key for s in sources.values()}), dtype)
-        return {n: sources[n].extract(stored[sources[n].key]) for n in self.block.param_names}
+        stored = self.ckpt.read(sorted({s.key for s in sources.values()}))
+        return {n: sources[n].extract(stored[sources[n].key], dtype) for n in self.block.param_names}
 
 
 class Bert(Family):
