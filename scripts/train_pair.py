@@ -15,10 +15,11 @@ The two formats bring their own small extras (BERT's embedding LayerNorm and tok
 and its LM-head transform; GPT-2's final ``ln_f``), so each is a standard checkpoint that
 ``transformers`` and :func:`hessviz.load_layer` both open. Loss: next-token cross-entropy.
 
-Run (about 2 × 5 minutes on one thread each; it writes ``assets/models/pydoc-{postln,preln}``
-with ``model.safetensors``, ``config.json``, ``tokenizer.json`` and ``train.log``)::
+Run (about 13 minutes for 1200 steps, the two models side by side on one thread each; it
+writes ``assets/models/pydoc-{postln,preln}`` with ``model.safetensors``, ``config.json``,
+``tokenizer.json`` and ``train.log``)::
 
-    nice -n 19 python scripts/train_pair.py --steps 600
+    nice -n 19 python scripts/train_pair.py --steps 1200
 
 Needs ``transformers`` (the ``test`` extra); hessviz itself does not.
 """
@@ -128,6 +129,7 @@ def train(kind: str, steps: int, tok_path: str, train_ids: torch.Tensor, val_ids
            f"# data: pydoc_data.topics, {len(train_ids)} training and {len(val_ids)} held-out tokens; "
            f"batch {BATCH} x {POSITIONS}, AdamW lr {LR} (warm-up {WARMUP}, cosine), weight decay "
            f"{WEIGHT_DECAY}, dropout {DROPOUT}, seed {SEED}, torch {torch.__version__}, 1 thread",
+           f"# command: nice -n 19 python scripts/train_pair.py --steps {steps} (both models side by side)",
            f"step 0 val_loss {evaluate(model, val_ids):.4f}"]
     print(log[-1], flush=True)
     gen = torch.Generator().manual_seed(SEED)
@@ -158,7 +160,7 @@ def train(kind: str, steps: int, tok_path: str, train_ids: torch.Tensor, val_ids
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=1200)
     args = parser.parse_args()
     texts = corpus()
     tok = train_tokenizer(texts)

@@ -440,3 +440,26 @@ def test_bench_rows_time_minilm():
     states_row = bench.hidden_states_row(1, cpu, has_transformers=False)
     assert load_row.ours > 0 and list(load_row.baselines) == ["safetensors load_file, whole model to float64"]
     assert states_row.case == "hidden states for a 64-token text (all 6 layers)" and states_row.ours > 0
+
+
+# ----------------------------------------------------------------------------- the trained pair
+
+PAIR = Path(__file__).resolve().parents[1] / "assets" / "models"
+
+
+@pytest.mark.parametrize("name, norm, base", [("pydoc-postln", "post", "bert"),
+                                              ("pydoc-preln", "pre", "gpt2")])
+def test_trained_pair_loads_and_matches_transformers(name, norm, base):
+    folder = PAIR / name
+    assert name in pt.available_models()
+    info = pt.model_info(name)
+    assert (info.block.norm, info.block.causal, info.n_layers, info.n_heads, info.d_model, info.d_ff,
+            info.block.activation) == (norm, True, 4, 4, 128, 512, "gelu_tanh")
+    assert (folder / "model.safetensors").stat().st_size < 5e6 and (folder / "train.log").is_file()
+    text = "The assert statement is a convenient way to insert debugging assertions into a program."
+    ids = pt.token_ids(folder, text)
+    ref_in, ref_out = reference_states(reference_model(folder, base), ids)
+    states = pt.hidden_states(name, text)
+    for i in range(info.n_layers):
+        assert_close(states[i], ref_in[i], f"{name} layer {i} input")
+        assert_close(states[i + 1], ref_out[i], f"{name} layer {i} output")

@@ -37,14 +37,14 @@ from hessviz.config import BlockConfig
 from hessviz.errors import CheckpointError
 from hessviz.pretrained.checkpoint import Checkpoint
 
-ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh",
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh",
                "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 """Hugging Face activation name -> hessviz activation (only exact equivalents)."""
 
 
 @dataclass(frozen=True)
 class Source:
-    """Where one hessviz weight is stored: ``key`` (after the layer's prefix), whether it is
+    """Where one hessviz weight is stored: the checkpoint tensor ``key``, whether it is
     an ``nn.Linear`` weight to transpose, and ``part = (k, n)`` when it is the ``k``-th of
     ``n`` equal blocks along the last axis of a packed tensor (GPT-2's ``c_attn``)."""
 
@@ -104,10 +104,10 @@ def _get(config: dict, key: str, kind: type, default: object = None, minimum: fl
 
 def _activation(config: dict, key: str, default: str) -> str:
     name = config.get(key, default)
-    if name not in ACTIVATIONS:
+    if name not in HF_ACTIVATIONS:
         raise CheckpointError(f"config.json: {key} = {name!r} is not supported; hessviz has "
-                              f"{', '.join(map(repr, ACTIVATIONS))}")
-    return ACTIVATIONS[name]
+                              f"{', '.join(map(repr, HF_ACTIVATIONS))}")
+    return HF_ACTIVATIONS[name]
 
 
 def _refuse(config: dict, flags: dict[str, object]) -> None:
