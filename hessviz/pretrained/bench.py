@@ -88,10 +88,10 @@ def load_row(repeats: int, device: torch.device, has_transformers: bool):
                float("nan"), extra=f"cold first call {cold * 1e3:.0f} ms (config, headers, page cache)")
 
 
-def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool):
-    """All hidden states of a 64-token text, from the folder."""
+def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool, tokens: int = TOKENS):
+    """All hidden states of a ``tokens``-token text (64), from the folder."""
     from hessviz.bench import Row, median_time
-    ids = text_ids()
+    ids = text_ids(tokens)
     ours, cold = _timed(lambda: load.hidden_states(MODEL, ids, device=device), repeats, device)
     baselines, error = {}, float("nan")
     if has_transformers:
@@ -104,7 +104,7 @@ def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool
         error = (load.hidden_states(MODEL, ids, device=device)[-1] - ref).abs().max().item()
     n_layers = load.model_info(MODEL).n_layers
     return Row(f"hidden states for a {len(ids)}-token text (all {n_layers} layers)", ours, baselines, error,
-               extra=f"from the folder (tokens, every layer's weights read and run with hessviz.forward); "
+               extra="from the folder (tokens, every layer's weights read and run with hessviz.forward); "
                      f"cold first call {cold * 1e3:.0f} ms")
 
 
