@@ -181,6 +181,21 @@ def test_load_model_is_every_layer(checkpoints):
         assert all(torch.equal(params[n], alone[n]) for n in cfg.param_names)
 
 
+def test_hidden_states_through_a_loaded_stack(checkpoints, monkeypatch):
+    folder = checkpoints["gpt2"]
+    stack, stack32 = pt.load_model(folder), pt.load_model(folder, dtype=torch.float32)
+    expected = pt.hidden_states(folder, TEXT)
+    reads = []
+    monkeypatch.setattr(pt.checkpoint.Checkpoint, "read",
+                        lambda self, keys, dtype=None: reads.append(keys) or {})
+    states = pt.hidden_states(folder, TEXT, layers=stack)       # embeddings read by rows, layers not
+    assert reads == [] and all(torch.equal(a, b) for a, b in zip(states, expected))
+    with pytest.raises(InputError, match="layers must be load_model"):
+        pt.hidden_states(folder, TEXT, layers=stack[:2])
+    with pytest.raises(InputError, match="layers must be load_model"):
+        pt.hidden_states(folder, TEXT, layers=stack32)
+
+
 def test_sharded_safetensors_load_the_same(checkpoints, tmp_path):
     sharded = build(tmp_path / "sharded", "bert", seed=0, max_shard_size="4KB")
     assert (sharded / "model.safetensors.index.json").is_file()

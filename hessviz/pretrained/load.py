@@ -136,24 +136,47 @@ def token_strings(source: Source, text_or_ids: TextOrIds) -> list[str]:
                                                            fam.max_positions))
 
 
+def _check_stack(family: Family, stack: list, dtype: torch.dtype) -> list[dict[str, Tensor]]:
+    """The weights of a :func:`load_model` result, checked to be this model's, in ``dtype``."""
+    shapes = family.block.param_shapes
+
+    def fits(params: object) -> bool:
+        return isinstance(params, dict) and all(
+            isinstance(params.get(n), Tensor) and tuple(params[n].shape) == shape and params[n].dtype == dtype
+            for n, shape in shapes.items())
+    ok = isinstance(stack, (list, tuple)) and len(stack) == family.n_layers and all(
+        isinstance(layer, tuple) and len(layer) == 2 and fits(layer[1]) for layer in stack)
+    if not ok:
+        raise InputError(f"layers must be load_model(source, dtype={dtype})'s list of {family.n_layers} "
+                         "(cfg, params) pairs for this source")
+    return [params for _, params in stack]
+
+
 def hidden_states(source: Source, text_or_ids: TextOrIds, *, upto: int | None = None,
-                  dtype: torch.dtype = torch.float64, device: Device = None) -> list[Tensor]:
+                  dtype: torch.dtype = torch.float64, device: Device = None,
+                  layers: list[tuple[BlockConfig, dict[str, Tensor]]] | None = None) -> list[Tensor]:
     """``[X_0, X_1, …, X_upto]``, each ``(L, d)``: ``X_0`` the embeddings' output and
     ``X_{i+1} = hessviz.forward(layer i, X_i)``; ``upto`` defaults to the number of layers
-    (then the last one is the last layer's output, before GPT-2's final ``ln_f``)."""
+    (then the last one is the last layer's output, before GPT-2's final ``ln_f``).
+
+    ``layers``, the result of :func:`load_model` for this source and ``dtype``, saves reading
+    the layers' weights again (an app keeps it in memory and runs many texts through it).
+    """
     fam = _open(source)
     dtype = _check_dtype(dtype)
     upto = fam.n_layers if upto is None else upto
     if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= fam.n_layers:
         raise ConfigError(f"upto must be an integer in [0, {fam.n_layers}], got {upto!r}")
     ids = tokens.token_ids(fam.ckpt, text_or_ids, fam.vocab_size, fam.max_positions)
+    loaded = None if layers is None else _check_stack(fam, layers, dtype)
     fam.ckpt.require(fam.embedding_shapes())                   # every name and shape, before reading
-    for i in range(upto):
+    for i in range(upto if loaded is None else 0):
         fam.ckpt.require(fam.layer_shapes(i))
     cfg = dataclasses.replace(fam.block, seq_len=len(ids))
     states = [fam.embed(ids, dtype).to(device)]
     for i in range(upto):
-        states.append(forward(cfg, _to(fam.read_layer(i, dtype), device), states[-1]))
+        params = fam.read_layer(i, dtype) if loaded is None else loaded[i]
+        states.append(forward(cfg, _to(params, device), states[-1]))
     return states
 
 
