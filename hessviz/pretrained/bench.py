@@ -93,6 +93,9 @@ def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool
     from hessviz.bench import Row, median_time
     ids = text_ids(tokens)
     ours, cold = _timed(lambda: load.hidden_states(MODEL, ids, device=device), repeats, device)
+    stack = load.load_model(MODEL, device=device)
+    in_memory = median_time(lambda: load.hidden_states(MODEL, ids, device=device, layers=stack),
+                            repeats, device)
     baselines, error = {}, float("nan")
     if has_transformers:
         model = _transformers_model(device)
@@ -105,7 +108,8 @@ def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool
     n_layers = load.model_info(MODEL).n_layers
     return Row(f"hidden states for a {len(ids)}-token text (all {n_layers} layers)", ours, baselines, error,
                extra="from the folder (tokens, every layer's weights read and run with hessviz.forward); "
-                     f"cold first call {cold * 1e3:.0f} ms")
+                     f"cold first call {cold * 1e3:.0f} ms; with the layers already in memory "
+                     f"(hidden_states(layers=load_model(…))) {in_memory * 1e3:.0f} ms")
 
 
 def rows(repeats: int = 5, device: torch.device | None = None) -> list:
