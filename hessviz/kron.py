@@ -78,9 +78,6 @@ class Factored:
     def lmul(self, M: Tensor) -> Factored:
         return Factored(tuple(t.lmul(M) for t in self.terms))
 
-    def __add__(self, other: Factored) -> Factored:
-        return Factored(self.terms + other.terms)
-
     def dense(self) -> Tensor:
         """``(L, n_out, n1*n2)``."""
         return sum(t.dense() for t in self.terms)
@@ -180,11 +177,3 @@ def sandwich_into(out: Tensor, products: list[tuple[Factored, Middle, Factored]]
         if mirror is not None:
             mirror[:, start * nb:stop * nb].copy_(rows.T)
 
-
-def sandwich(Ja: Factored, N: Middle, Jb: Factored) -> Tensor:
-    """``Σ_t Ja_tᵀ N_t Jb_t`` as a new ``(n1a*n2a, n1b*n2b)`` matrix."""
-    ref = Ja.terms[0].mat
-    out = torch.empty(Ja.shape[0] * Ja.shape[1], Jb.shape[0] * Jb.shape[1],
-                      dtype=ref.dtype, device=ref.device)
-    sandwich_into(out, [(Ja, N, Jb)])
-    return out

@@ -5,7 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz.experiments import bounds, figures
+from hessviz import plots
+from hessviz.experiments import bounds
+from hessviz.experiments.common import violations
 
 view = hva.sidebar()
 hva.header("Spectral-norm bounds", view)
@@ -87,7 +89,7 @@ if mode == "attention":
     )
     with hva.guard("the random study"), st.spinner("Evaluating random configurations…"):
         att = _study(n_cases, view.seed)
-    fig = figures.scatter_figure(
+    fig = plots.scatter_figure(
         {f"M ({ver})": (att["true_total"], att[f"M_{ver}"]) for ver in bounds.VERSIONS},
         title="Bound M vs exact ‖H‖₂ over random configurations",
         xlabel="exact ‖H‖₂",
@@ -95,7 +97,7 @@ if mode == "attention":
         diagonal=True,
     )
     hva.chart(fig, "attention_bounds", npz=lambda: att)
-    fig2 = figures.scatter_figure(
+    fig2 = plots.scatter_figure(
         {
             ver: (att["s"] * att["L"], att["true_QQ_outer"] / att[f"{ver}_QQ_outer"])
             for ver in bounds.VERSIONS
@@ -119,19 +121,19 @@ else:
         {
             "σ_min read as": ["row standard deviation (the proof)", "centred row norm (the Lemma's wording)"],
             "Jacobian violations": [
-                int((ln["J"] > ln["J_bound_std"]).sum()),
-                int((ln["J"] > ln["J_bound_rownorm"]).sum()),
+                violations(ln["J"], ln["J_bound_std"]),
+                violations(ln["J"], ln["J_bound_rownorm"]),
             ],
             "Hessian violations": [
-                int((ln["H"] > ln["H_bound_std"]).sum()),
-                int((ln["H"] > ln["H_bound_rownorm"]).sum()),
+                violations(ln["H"], ln["H_bound_std"]),
+                violations(ln["H"], ln["H_bound_rownorm"]),
             ],
             "cases": [ln["J"].size] * 2,
         }
     )
     st.dataframe(counts, hide_index=True)
     pos = ln["H"] > 0
-    fig = figures.scatter_figure(
+    fig = plots.scatter_figure(
         {
             "Jacobian, σ = row std": (ln["J"][pos], ln["J_bound_std"][pos]),
             "Hessian, σ = row std": (ln["H"][pos], ln["H_bound_std"][pos]),

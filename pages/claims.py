@@ -6,7 +6,8 @@ import pathlib
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz.experiments import CLAIM_IDS, PAGE_LINKS
+from hessviz.app.claim_links import link
+from hessviz.experiments import CLAIM_IDS
 from hessviz.experiments.report import headline, reproduce
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -74,7 +75,7 @@ table = {
     "statement": [r["claim"] for r in rows],
     "verdict": [HOLDS.get(r["holds"], str(r["holds"])) for r in rows],
     "key numbers": ["; ".join(f"{k} = {_fmt(v)}" for k, v in headline(r)) for r in rows],
-    "see it": [f"./{PAGE_LINKS.get(r['id'], '')}" for r in rows],
+    "see it": [link(r["id"]) for r in rows],
 }
 st.dataframe(
     table,
@@ -101,7 +102,7 @@ rec = next(r for r in records if r["id"] == pick)
 st.subheader(f"`{rec['id']}`: {HOLDS.get(rec['holds'], rec['holds'])}")
 st.markdown(f"**Claim.** {rec['claim']}  \n**Source.** {rec['source']}")
 st.markdown(f"**Note.** {rec['note']}")
-st.markdown(f"[Open the page that shows it](./{PAGE_LINKS.get(rec['id'], '')})")
+st.markdown(f"[Open the page that shows it]({link(rec['id'])})")
 st.dataframe(
     {"measured": list(rec["measured"]), "value": [_fmt(v) for v in rec["measured"].values()]},
     hide_index=True,

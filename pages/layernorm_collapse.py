@@ -4,8 +4,10 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz.experiments import figures, ln_collapse
-from hessviz.experiments.fitting import power_law_fit
+from hessviz import plots
+from hessviz.experiments import ln_collapse
+from hessviz.experiments.common import violations
+from hessviz.fitting import center, pooled_power_law_fit
 
 WHOLE_MAX_P = 800
 
@@ -62,11 +64,10 @@ def _block(
 
 
 def _slope(x, Y) -> str:
-    m = (x <= 1e-2) & np.isfinite(np.asarray(Y)).all(0)
-    if m.sum() < 2:
+    try:
+        return f"{pooled_power_law_fit(x, Y, hi=1e-2, n_boot=0).slope:.2f}"
+    except ValueError:  # fewer than two points with σ ≤ 1e-2
         return "–"
-    f = power_law_fit(np.tile(x[m], Y.shape[0]), Y[:, m].ravel(), n_boot=200)
-    return f"{f.slope:.2f}"
 
 
 if mode == "layernorm":
@@ -84,19 +85,20 @@ if mode == "layernorm":
         "‖J_LN‖₂ bound": r["J_bound"],
         "‖H_LN‖₂ bound": r["H_bound"],
     }
-    fig = figures.curves_figure(
+    fig = plots.band_plot(
         x,
         curves,
+        stat="geomean",
         title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
-        xlabel="σ_min (std of the collapsing row)",
-        ylabel="spectral norm",
+        x_title="σ_min (std of the collapsing row)",
+        y_title="spectral norm",
     )
     hva.chart(
         fig,
         "layernorm_collapse",
-        csv=lambda: {"sigma_min": x, **{k: np.exp(np.log(v).mean(0)) for k, v in curves.items()}},
+        csv=lambda: {"sigma_min": x, **{k: center(v, "geomean") for k, v in curves.items()}},
     )
-    viol = int((r["J"] > r["J_bound_rownorm"]).sum() + (r["H"] > r["H_bound_rownorm"]).sum())
+    viol = violations(r["J"], r["J_bound_rownorm"]) + violations(r["H"], r["H_bound_rownorm"])
     st.caption(
         f"With σ_min read as the centred row norm (the Lemma's own wording) instead of the row standard "
         f"deviation, the bounds fail at {viol} of {2 * r['J'].size} points here."
@@ -120,16 +122,17 @@ else:
     k1.metric("slope ‖H_QQ‖ (σ ≤ 1e-2)", _slope(x, r["QQ_full"]))
     if whole:
         k2.metric("slope ‖H_full‖", _slope(x, r["full"]))
-    fig = figures.curves_figure(
+    fig = plots.band_plot(
         x,
         curves,
+        stat="geomean",
         title=f"Post-LN block (L = {L}, d = {d}), ε = {eps:g}",
-        xlabel="σ_min of the first LayerNorm's input",
-        ylabel="spectral norm",
-        guides={"σ⁻² guide": (-2.0, next(iter(curves)))},
+        x_title="σ_min of the first LayerNorm's input",
+        y_title="spectral norm",
+        guides=[plots.Guide(-2.0, next(iter(curves)), -1, "σ⁻² guide")],
     )
     hva.chart(
         fig,
         "block_collapse",
-        csv=lambda: {"sigma_min": x, **{k: np.exp(np.log(v).mean(0)) for k, v in curves.items()}},
+        csv=lambda: {"sigma_min": x, **{k: center(v, "geomean") for k, v in curves.items()}},
     )

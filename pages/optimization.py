@@ -4,7 +4,8 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz.experiments import figures, heterogeneity, optimizers
+from hessviz import plots
+from hessviz.experiments import heterogeneity, optimizers
 
 MAX_PARAMS = 6000
 
@@ -88,7 +89,7 @@ if mode == "gradients":
         "values."
     )
     names = res["post"]["names"]
-    fig = figures.bar_figure(
+    fig = plots.grouped_bars(
         names,
         {pl: res[pl]["grad"] for pl in PLACEMENTS},
         title="Per-block gradient norm ‖g_b‖",
@@ -100,7 +101,7 @@ if mode == "gradients":
         "gradient_norms",
         csv=lambda: {"block": names, **{f"grad_{pl}": res[pl]["grad"] for pl in PLACEMENTS}},
     )
-    sc = figures.scatter_figure(
+    sc = plots.scatter_figure(
         {pl: (res[pl]["grad"], res[pl]["hess"]) for pl in PLACEMENTS},
         title="Gradient norm vs Hessian block norm, per block",
         xlabel="‖g_b‖",
@@ -150,7 +151,7 @@ else:
         )
     cols = st.columns(2)
     for col, pl in zip(cols, PLACEMENTS):
-        fig = figures.training_curves(
+        fig = plots.training_curves(
             {o: tr[pl][o] for o in optimizers.OPTIMIZERS},
             title=f"{NAMES[pl]} (Gini at init {tr[pl]['gini'].mean():.3f})",
         )

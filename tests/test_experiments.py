@@ -9,17 +9,8 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz.experiments import (
-    CLAIM_IDS,
-    bounds,
-    gini,
-    heterogeneity,
-    ln_collapse,
-    power_law_fit,
-    reproduce,
-    slope_over_seeds,
-)
-from hessviz.experiments.fitting import bend_point, t_interval
+from hessviz.experiments import CLAIM_IDS, bounds, heterogeneity, ln_collapse, reproduce
+from hessviz.fitting import bend_point, gini, power_law_fit, slope_over_seeds, t_interval
 
 # ------------------------------------------------------------------ fits
 

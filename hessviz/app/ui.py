@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import hessviz as hv
+from hessviz import plots
 from hessviz.api import hessian_bytes
 from hessviz.app import state
 from hessviz.app.state import DEFAULTS, View
@@ -186,8 +187,9 @@ def require_size(view: View, max_params: int, what: str = "this page") -> None:
 
 
 def figure_html(fig: go.Figure) -> str:
-    """A self-contained interactive HTML file of ``fig`` (plotly.js inlined, works offline)."""
-    return fig.to_html(include_plotlyjs=True, full_html=True)
+    """A self-contained interactive HTML file of ``fig`` in the light theme (plotly.js inlined, works
+    offline): the app's own theme is Streamlit's and means nothing outside it."""
+    return plots.apply_theme(go.Figure(fig), "light").to_html(include_plotlyjs=True, full_html=True)
 
 
 def csv_bytes(columns: dict[str, Sequence | np.ndarray]) -> bytes:
@@ -235,8 +237,9 @@ def downloads(name: str, fig: go.Figure | None = None, *,
 def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
           npz: Callable[[], dict] | None = None, key: str | None = None, height: int | None = None,
           container=None) -> None:
-    """Draw ``fig`` (theme-aware) and its download buttons under it."""
+    """Draw ``fig`` in the app's light or dark theme, and its download buttons under it."""
     where = container or st
+    plots.apply_theme(fig, "host")
     with where.container():
         st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
                         config={"displaylogo": False, "toImageButtonOptions": {"filename": name}})

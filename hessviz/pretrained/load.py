@@ -1,9 +1,12 @@
 """The pretrained-model API of ``MODEL.md`` part 2: layers of a real model and their inputs.
 
->>> cfg, params = load_layer("all-MiniLM-L6-v2", layer=2)            # doctest: +SKIP
->>> X = layer_inputs("all-MiniLM-L6-v2", "The cat sat.", layer=2)    # doctest: +SKIP
->>> cfg = dataclasses.replace(cfg, seq_len=X.shape[0])               # doctest: +SKIP
->>> Z = hessviz.forward(cfg, params, X)       # = layer 2's output in the real model
+>>> import hessviz
+>>> cfg, params = load_layer("pydoc-postln", layer=0)          # the bundled Post-LN model
+>>> X = layer_inputs("pydoc-postln", "def add(a, b):", layer=0)
+>>> cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
+>>> Z = hessviz.forward(cfg, params, X)                        # = layer 0's output in the real model
+>>> bool(torch.allclose(Z, layer_inputs("pydoc-postln", "def add(a, b):", layer=1)))
+True
 
 Shapes: ``X, Z (L, d)``; the weights as :attr:`BlockConfig.param_shapes` give them
 (``W_Q (d, H·d_k)``, ``W_1 (d, d_ff)``, ``b_Q (H·d_k,)``, ``ln1_gamma (d,)`` …).
