@@ -11,29 +11,25 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import hessviz as hv
-from hessviz.api import hessian_bytes
-from hessviz.app import state
+from hessviz import budget
+from hessviz.app import cache, progress, state
 from hessviz.app.state import DEFAULTS, EPS_GRID, INT_RANGES, XNORM_GRID, View
 from hessviz.config import ACTIVATIONS, LOSSES, NORMS
-from hessviz.memory import format_bytes, memory_limit
+from hessviz.memory import format_bytes
 
 _BIND = "query-params"
 _VIEW = "_hv_view"
 _EXTRA = "_hv_link_extra"
 _LINK = "_hv_link_slot"
+_RUN = "_hv_run"
+_DRAWN = "_hv_sidebar_run"
 
 # ----------------------------------------------------------------------------- sidebar
 
 
-def _rendered_this_run(key: str) -> bool:
-    """True when a widget with user key ``key`` was already drawn in this script run."""
-    try:
-        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
-
-        ctx = get_script_run_ctx()
-        return ctx is not None and key in ctx.shared.widget_user_keys_this_run
-    except Exception:  # internal API moved: fall back to drawing once per page
-        return False
+def begin_run() -> None:
+    """Mark a new script run (``app.py`` calls it first), so :func:`sidebar` draws once per run."""
+    st.session_state[_RUN] = object()
 
 
 def sidebar() -> View:
@@ -43,8 +39,10 @@ def sidebar() -> View:
     (e.g. LayerNorm with ``d = 1`` and ``ε = 0``) it shows the reason and what to change,
     and stops the page.
     """
-    if _rendered_this_run("L") and _VIEW in st.session_state:
+    run = st.session_state.get(_RUN)
+    if run is not None and st.session_state.get(_DRAWN) is run and _VIEW in st.session_state:
         return st.session_state[_VIEW]
+    st.session_state[_DRAWN] = run
     sb = st.sidebar
     st.session_state[_EXTRA] = {}
     sb.markdown("### Block")
@@ -99,9 +97,15 @@ def sidebar() -> View:
 def _size_panel(view: View) -> None:
     P = view.num_params
     sb = st.sidebar
+    lim = cache.LIMITS
     sb.markdown(f"**Device:** {state.device_label()}  \n**Hessian:** P = {P:,} parameters, "
                 f"{P:,} × {P:,} = {format_bytes(view.term_bytes)} per term (float64)")
-    sb.caption(f"Memory limit per result: {format_bytes(memory_limit(state.device()))}.")
+    sb.caption(f"Server ({lim.profile} profile): results of all visitors ≤ {format_bytes(lim.results_bytes)} "
+               f"(cached now: {format_bytes(cache.LEDGER.cached)}), ≤ {lim.max_seconds:g} s of work per "
+               f"view, {lim.heavy} heavy computation{'s' if lim.heavy > 1 else ''} at once.")
+    if lim.profile == "local" and sb.button("Clear cached results", icon=":material/delete_sweep:",
+                                            help="drop every cached result of this server"):
+        cache.clear()
 
 
 def _link(values: dict[str, object], extra: dict[str, object]) -> str:
@@ -128,11 +132,6 @@ def _refresh_link(values: dict[str, object] | None = None) -> None:
         st.code(url, language=None, wrap_lines=True)
 
 
-def link_to_view(view: View, **extra: object) -> str:
-    """The URL of this page with ``view`` and the page's own controls (``extra``)."""
-    return _link(view.values, {**st.session_state.get(_EXTRA, {}), **extra})
-
-
 # ----------------------------------------------------------------------------- page furniture
 
 
@@ -150,44 +149,52 @@ def explain(text: str, *formulas: str) -> None:
 
 
 @contextlib.contextmanager
-def guard(what: str = "this computation") -> Iterator[None]:
-    """Show a hessviz error (bad size, bad input) as a message and stop the page, never a traceback."""
+def guard(what: str = "this computation") -> Iterator[progress.Status]:
+    """Compute inside: a hessviz error (bad size, bad input, over budget) becomes a message and
+    stops the page, never a traceback. Yields the :class:`~hessviz.app.progress.Status` that
+    shows the queue place and progress; the computation stops when the visitor leaves."""
+    status = progress.open_status(what)
     try:
-        yield
+        yield status
+    except progress.Cancelled:
+        st.stop()                      # nobody is watching: drop the run quietly
     except hv.SizeError as err:
-        st.error(f"**{what.capitalize()} is too large for this machine.** {err}", icon=":material/memory:")
+        st.error(f"**{what[0].upper() + what[1:]} is too large for this server.** {err}",
+                 icon=":material/memory:")
         st.stop()
     except hv.HessvizError as err:
         st.error(f"**Cannot compute {what}.** {err}", icon=":material/block:")
         st.stop()
     except MemoryError:
-        st.error(f"**{what.capitalize()} ran out of memory.** Lower d, d_ff or L.", icon=":material/memory:")
+        st.error(f"**{what[0].upper() + what[1:]} ran out of memory.** Lower d, d_ff or L.",
+                 icon=":material/memory:")
         st.stop()
+    finally:
+        progress.close_status(status)
 
 
 def size_advice(view: View) -> str:
     """Which controls to lower, naming the biggest weights."""
-    shapes = view.cfg.param_shapes
-    sizes = sorted(((r * c, n, r, c) for n, (r, c) in shapes.items()), reverse=True)
-    parts = ", ".join(f"{n} {r}×{c}" for _, n, r, c in sizes[:3])
-    return (f"P = {view.num_params:,} (largest weights: {parts}). Lower d (P grows like d² + d·d_ff) "
-            f"or d_ff, or choose norm = attention (no FFN).")
+    return budget.size_advice(view.cfg)
 
 
-def require_size(view: View, max_params: int, what: str = "this page") -> None:
-    """Refuse (message + stop) when P exceeds ``max_params`` or the library's memory estimate fails."""
-    P = view.num_params
-    if P > max_params:
-        st.warning(f"**{what.capitalize()} draws at most P = {max_params:,} parameters to stay "
-                   f"responsive; this block has P = {P:,}.** {size_advice(view)}",
-                   icon=":material/speed:")
-        st.stop()
-    need = hessian_bytes(view.cfg, view.cfg.param_names, 8, "closed_form")
-    limit = memory_limit(state.device())
-    if need > limit:
-        st.error(f"**A dense Hessian term needs about {format_bytes(need)}, over this machine's limit of "
-                 f"{format_bytes(limit)}.** {size_advice(view)}", icon=":material/memory:")
-        st.stop()
+def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = None,
+           cfg: hv.BlockConfig | None = None, **extra: float) -> bool:
+    """Ask the budget (:func:`hessviz.budget.check`, the one place every page asks) whether this
+    server can afford the view. If not, say why and what to change, and stop the page (or,
+    with ``stop=False``, return False after a one-line note). ``kind``: one of
+    :data:`hessviz.budget.KINDS`; ``extra``: seeds, points, cases, steps… of the view;
+    ``cfg``: the block actually computed when it is not the sidebar's."""
+    cfg = cfg or view.cfg
+    verdict = budget.check(budget.cost(kind, cfg, **extra), cache.LIMITS, cfg, advice)
+    if verdict.ok:
+        return True
+    if not stop:
+        st.caption(f"(Not drawn here: {verdict.message})")
+        return False
+    st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
+    st.stop()
+    return False
 
 
 # ----------------------------------------------------------------------------- downloads
@@ -213,8 +220,9 @@ def csv_bytes(columns: dict[str, Sequence | np.ndarray]) -> bytes:
 
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """An uncompressed ``.npz`` (compressing float64 noise saves little and took seconds)."""
     buf = io.BytesIO()
-    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
     return buf.getvalue()
 
 
@@ -235,9 +243,15 @@ def downloads(name: str, fig: go.Figure | None = None, *,
         cols[1].download_button("Data (CSV)", lambda: csv_bytes(csv()), f"{name}.csv", "text/csv",
                                 key=f"dl_csv_{key}", on_click="ignore", icon=":material/table:")
     if npz is not None:
+        size = sum(np.asarray(v).nbytes for v in npz().values())   # views of cached arrays: no copy
+        limit = cache.LIMITS.download_bytes
+        too_big = size > limit
         cols[2].download_button("Data (NPZ)", lambda: npz_bytes(npz()), f"{name}.npz",
                                 "application/octet-stream", key=f"dl_npz_{key}", on_click="ignore",
-                                icon=":material/data_array:")
+                                icon=":material/data_array:", disabled=too_big,
+                                help=(f"{format_bytes(size)}: over this server's download limit of "
+                                      f"{format_bytes(limit)}; zoom into a block, or run the app "
+                                      "locally") if too_big else None)
 
 
 def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
@@ -303,14 +317,5 @@ def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | 
     """A page integer slider bound to the URL under ``key``."""
     where = container or st
     value = where.slider(label, lo, hi, default, key=key, bind=_BIND, help=help)
-    _remember(key, value, default)
-    return value
-
-
-def toggle(label: str, key: str, default: bool = False, *, help: str | None = None,
-           container=None) -> bool:
-    """A page checkbox bound to the URL under ``key``."""
-    where = container or st
-    value = where.checkbox(label, default, key=key, bind=_BIND, help=help)
     _remember(key, value, default)
     return value
