@@ -47,6 +47,7 @@ True
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -62,6 +63,8 @@ from hessviz.memory import format_bytes, memory_limit, parse_bytes
 PROFILES = ("local", "hosted")
 HOSTED_PROCESS_BYTES = 800 * 2**20
 """Default ceiling for the whole server process in the hosted profile (a 1 GB host)."""
+HEADROOM_BYTES = 128 * 2**20
+"""Kept free under the ceiling for what no ledger counts: Streamlit's sessions, figures, transient copies."""
 MIN_RESULTS_BYTES = 64 * 2**20
 
 
@@ -112,8 +115,9 @@ def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | 
 
     In the hosted profile ``HESSVIZ_MEMORY_LIMIT`` is the ceiling of the whole process, and
     results get what is left above ``baseline_bytes`` (the resident size once everything is
-    imported; measured now when not given), at least 64 MiB. In the local profile it keeps
-    its library meaning, the limit for one result (default: half of the free memory).
+    imported; measured now when not given) and :data:`HEADROOM_BYTES`, at least 64 MiB. In the
+    local profile it keeps its library meaning, the limit for one result (default: half of the
+    free memory).
     """
     env = os.environ if env is None else env
     name = profile_name(env)
@@ -123,7 +127,7 @@ def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | 
         ceiling = parse_bytes(env["HESSVIZ_MEMORY_LIMIT"]) if env.get("HESSVIZ_MEMORY_LIMIT") \
             else HOSTED_PROCESS_BYTES
         base = rss_bytes() if baseline_bytes is None else baseline_bytes
-        results = max(MIN_RESULTS_BYTES, ceiling - base)
+        results = max(MIN_RESULTS_BYTES, ceiling - base - HEADROOM_BYTES)
         seconds, download = 4.0, 32 * 2**20
     else:
         results = memory_limit("cpu")
@@ -135,6 +139,37 @@ def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | 
     if env.get("HESSVIZ_DOWNLOAD_LIMIT"):
         download = parse_bytes(env["HESSVIZ_DOWNLOAD_LIMIT"])
     return Limits(name, int(results), seconds, max(1, heavy), int(download))
+
+
+@functools.cache
+def _libc():
+    """The C library of this process when it is glibc (``mallopt``/``malloc_trim``), else None."""
+    import ctypes
+
+    lib = ctypes.CDLL(None)
+    return lib if hasattr(lib, "mallopt") and hasattr(lib, "malloc_trim") else None
+
+
+def tune_allocator() -> bool:
+    """Make glibc give freed result buffers back to the system (Linux; False elsewhere).
+
+    By default glibc raises its mmap threshold after each large ``free`` (up to 32 MiB), so
+    later Hessian-sized arrays come from heaps that never shrink and the resident size
+    creeps up view after view. A fixed 1 MiB threshold keeps every large buffer in its own
+    mapping, returned on ``free``; two arenas bound per-thread fragmentation.
+    """
+    lib = _libc()
+    if lib is None:
+        return False
+    m_mmap_threshold, m_arena_max = -3, -8
+    return bool(lib.mallopt(m_mmap_threshold, 1 << 20)) and bool(lib.mallopt(m_arena_max, 2))
+
+
+def trim_memory() -> None:
+    """Return free heap pages to the system now (glibc ``malloc_trim``; no-op elsewhere)."""
+    lib = _libc()
+    if lib is not None:
+        lib.malloc_trim(0)
 
 
 # ----------------------------------------------------------------------------- costs

@@ -35,6 +35,8 @@ from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
 from hessviz.verify import compare
 
+if budget.profile_name() == "hosted":
+    budget.tune_allocator()
 LIMITS = budget.limits_from_env()
 """The limits of this server (``HESSVIZ_PROFILE``), read once when the app starts."""
 LEDGER = budget.Ledger(LIMITS.results_bytes)
@@ -97,6 +99,7 @@ class Store:
                 _, (_, size) = self._items.popitem(last=False)
                 freed += size
         self.ledger.add_cached(-freed)
+        budget.trim_memory()
         return freed
 
     def clear(self) -> None:
@@ -122,7 +125,7 @@ class Store:
             while not event.wait(0.25):    # another visitor computes it: wait, or give up if we leave
                 status.waiting(0)
         try:
-            with GATE.slot(status.waiting), self.ledger.reserve(reserve, what, status.waiting):
+            with status.hold(GATE), self.ledger.reserve(reserve, what, status.waiting):
                 status.checkpoint()
                 value = _readonly(compute())
             size = nbytes(value)
@@ -135,6 +138,7 @@ class Store:
         finally:
             with self._lock:
                 self._computing.pop(key).set()
+            budget.trim_memory()          # the computation's temporaries go back to the system
 
 
 STORE = Store(LEDGER)

@@ -15,6 +15,7 @@ exception, so a computation abandons a view as soon as nobody asks for it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -52,6 +53,16 @@ class Status:
         self.slot = st.empty()
         self._shown = ""
         self._last = 0.0
+        self._held = contextlib.ExitStack()
+        self._holding = False
+
+    def hold(self, gate) -> contextlib.AbstractContextManager:
+        """Take a slot of ``gate`` at the first computation and keep it until the guard ends, so a
+        page's chunks (a sweep's points, a spectrum's terms) queue once, not once per chunk."""
+        if not self._holding:
+            self._held.enter_context(gate.slot(self.waiting))
+            self._holding = True
+        return contextlib.nullcontext()
 
     def checkpoint(self) -> None:
         if not session_alive():
@@ -82,8 +93,9 @@ class Status:
         self._show("progress", text or f"Computing {self.what}: {done}/{total}",
                    done / total if total else 1.0)
 
-    def clear(self) -> None:
-        self.slot.empty()
+    def release(self) -> None:
+        self._held.close()
+        self._holding = False
 
 
 class _Quiet:
@@ -100,6 +112,9 @@ class _Quiet:
     def step(self, done: int, total: int, text: str = "") -> None:
         pass
 
+    def hold(self, gate) -> contextlib.AbstractContextManager:
+        return gate.slot()
+
 
 def current() -> Status | _Quiet:
     """The status of the guarded computation running in this thread."""
@@ -113,6 +128,8 @@ def open_status(what: str) -> Status:
 
 
 def close_status(status: Status) -> None:
+    """Release the guard's slot, forget it, and remove its status line (if the run goes on)."""
+    status.release()
     if getattr(_local, "status", None) is status:
         _local.status = None
-    status.clear()
+    status.slot.empty()
