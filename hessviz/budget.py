@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -311,8 +312,8 @@ class Verdict:
 def size_advice(cfg: BlockConfig) -> str:
     """Which controls to lower, naming the biggest weights."""
     shapes = cfg.param_shapes
-    sizes = sorted(((r * c, n, r, c) for n, (r, c) in shapes.items()), reverse=True)
-    parts = ", ".join(f"{n} {r}×{c}" for _, n, r, c in sizes[:3])
+    sizes = sorted(((math.prod(shape), n, shape) for n, shape in shapes.items()), reverse=True)
+    parts = ", ".join(f"{n} {'×'.join(map(str, shape))}" for _, n, shape in sizes[:3])
     ffn = "" if all(n in ATTENTION_PARAMS for n in shapes) \
         else " or d_ff, or choose norm = attention (no FFN)"
     return (f"P = {cfg.num_params:,} (largest weights: {parts}). Lower d (P grows like d² + d·d_ff){ffn}; "
