@@ -48,6 +48,43 @@ def _control(where, s: Setting, disabled: bool) -> object:
     return where.slider(s.label, lo, hi, s.default, **common)
 
 
+def _settle_url() -> None:
+    """Clamp or refuse what the URL asks of the shared controls before they are drawn, so each
+    control starts from an allowed value, and say so in one line per key (escaped)."""
+    notes = []
+    for key in state.APP_SETTINGS:
+        texts = st.query_params.get_all(key)
+        if not texts:
+            continue
+        value, note = state.settle_shared(key, texts)
+        if note is not None:
+            notes.append(note)
+            st.query_params[key] = state.APP_SETTINGS[key].format(value)
+            st.session_state[key] = value        # the control starts from the settled value
+    _show_notes(notes)
+
+
+def _show_notes(notes: list[str], container=None) -> None:
+    if notes:
+        (container or st).warning("  \n".join(notes), icon=":material/link_off:")
+
+
+def _settle_page_key(key: str, default: object, container=None, **allowed) -> None:
+    """:func:`hessviz.app.state.settle` for a page control's URL key (options, range, multi)."""
+    texts = st.query_params.get_all(key)
+    if not texts:
+        return
+    value, note = state.settle(key, texts, default, **allowed)
+    if note is None:
+        return
+    if isinstance(value, list):
+        st.query_params[key] = [str(v) for v in value]
+    else:
+        st.query_params[key] = str(value)
+    st.session_state[key] = value                # the control starts from the settled value
+    _show_notes([note], container)
+
+
 def sidebar() -> View:
     """Draw the shared controls (bound to the URL) and return the current :class:`View`.
 
@@ -61,6 +98,7 @@ def sidebar() -> View:
     if run is not None and st.session_state.get(_DRAWN) is run and _VIEW in st.session_state:
         return st.session_state[_VIEW]
     st.session_state[_DRAWN] = run
+    _settle_url()
     sb = st.sidebar
     st.session_state[_EXTRA] = {}
     values: dict[str, object] = {}
@@ -275,6 +313,7 @@ def choice(label: str, options: Sequence[str], key: str, default: str, *, help: 
     The buttons show the options themselves, which are also the URL values (``term=outer``).
     """
     where = container or st
+    _settle_page_key(key, default, where, options=tuple(options))
     value = where.segmented_control(label, options, default=default, required=True, key=key, bind=_BIND,
                                     help=help)
     _remember(key, value, default)
@@ -286,6 +325,7 @@ def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[
     """A page multi-selection (pills) bound to the URL as a repeated key; returns the selected
     options in the order of ``options`` (all of them when nothing is selected)."""
     where = container or st
+    _settle_page_key(key, list(default), where, options=tuple(options), multi=True)
     value = where.pills(label, options, selection_mode="multi", default=list(default), key=key,
                         bind=_BIND, help=help) or list(options)
     value = [o for o in options if o in value]
@@ -297,6 +337,7 @@ def select(label: str, options: Sequence[str], key: str, default: str, *, help: 
            container=None) -> str:
     """A page selectbox bound to the URL under ``key``; the options are the URL values."""
     where = container or st
+    _settle_page_key(key, default, where, options=tuple(options))
     value = where.selectbox(label, options, index=list(options).index(default), key=key, bind=_BIND,
                             help=help)
     _remember(key, value, default)
@@ -307,6 +348,7 @@ def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | 
            container=None) -> int:
     """A page integer slider bound to the URL under ``key``."""
     where = container or st
+    _settle_page_key(key, default, where, int_range=(lo, hi))
     value = where.slider(label, lo, hi, default, key=key, bind=_BIND, help=help)
     _remember(key, value, default)
     return value
