@@ -87,6 +87,9 @@ class Store:
     def __len__(self) -> int:
         return len(self._items)
 
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._items
+
     @property
     def bytes(self) -> int:
         return self.ledger.cached
