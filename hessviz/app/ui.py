@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -255,13 +256,64 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
+class Detached:
+    """Arrays for a download, held without pinning anything else.
+
+    Streamlit keeps a download's callable for as long as the session lives (two minutes after
+    the tab closes by default), and a callable written in a page holds that page's whole run
+    (every Hessian it drew). So the page's callable is run when the button is drawn, and only
+    its arrays are held: small ones (≤ 1 MiB) copied, large ones by a weak reference to the
+    cached array they view, so the server-wide cache alone decides how long a Hessian lives.
+    """
+
+    SMALL = 1 << 20
+
+    def __init__(self, arrays: dict):
+        self.items: dict[str, tuple] = {}
+        self.nbytes = 0
+        for name, value in arrays.items():
+            a = np.asarray(value)
+            self.nbytes += a.nbytes
+            if a.nbytes <= self.SMALL or a.dtype == object:
+                self.items[name] = ("copy", np.array(a, copy=True))
+                continue
+            root = a
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+            self.items[name] = ("view", weakref.ref(root), offset, a.shape, a.strides, a.dtype)
+
+    def arrays(self) -> dict[str, np.ndarray] | None:
+        """The arrays again, or None when a large one has left the cache since."""
+        out = {}
+        for name, item in self.items.items():
+            if item[0] == "copy":
+                out[name] = item[1]
+                continue
+            _, ref, offset, shape, strides, dtype = item
+            root = ref()
+            if root is None:
+                return None
+            out[name] = np.ndarray(shape, dtype, buffer=root, offset=offset, strides=strides)
+        return out
+
+    def npz(self) -> bytes:
+        arrays = self.arrays()
+        if arrays is None:
+            arrays = {"expired": np.array("This view's data has left the server's memory since the page "
+                                          "was drawn; reload the page and download again.")}
+        return npz_bytes(arrays)
+
+
 def downloads(name: str, fig: go.Figure | None = None, *,
               csv: Callable[[], dict] | None = None, npz: Callable[[], dict] | None = None,
               key: str | None = None) -> None:
     """Download buttons in one row: the figure (HTML) and its data (CSV columns or NPZ arrays).
 
-    ``csv``/``npz`` are callables returning the columns/arrays; they (and the HTML) are
-    only built when the button is clicked, so the page stays fast.
+    ``csv``/``npz`` are callables returning the columns/arrays. They run when the buttons are
+    drawn (views of cached arrays, cheap); the files are built only when a button is clicked,
+    and nothing but the arrays is kept (:class:`Detached`). An NPZ over the server's download
+    limit is not offered.
     """
     key = key or name
     cols = st.columns(3, gap="small")
@@ -269,16 +321,18 @@ def downloads(name: str, fig: go.Figure | None = None, *,
         cols[0].download_button("Figure (HTML)", lambda: figure_html(fig), f"{name}.html", "text/html",
                                 key=f"dl_html_{key}", on_click="ignore", icon=":material/download:")
     if csv is not None:
-        cols[1].download_button("Data (CSV)", lambda: csv_bytes(csv()), f"{name}.csv", "text/csv",
+        columns = {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else list(v)
+                   for k, v in csv().items()}
+        cols[1].download_button("Data (CSV)", lambda: csv_bytes(columns), f"{name}.csv", "text/csv",
                                 key=f"dl_csv_{key}", on_click="ignore", icon=":material/table:")
     if npz is not None:
-        size = sum(np.asarray(v).nbytes for v in npz().values())   # views of cached arrays: no copy
+        held = Detached(npz())
         limit = cache.LIMITS.download_bytes
-        too_big = size > limit
-        cols[2].download_button("Data (NPZ)", lambda: npz_bytes(npz()), f"{name}.npz",
+        too_big = held.nbytes > limit
+        cols[2].download_button("Data (NPZ)", held.npz, f"{name}.npz",
                                 "application/octet-stream", key=f"dl_npz_{key}", on_click="ignore",
                                 icon=":material/data_array:", disabled=too_big,
-                                help=(f"{format_bytes(size)}: over this server's download limit of "
+                                help=(f"{format_bytes(held.nbytes)}: over this server's download limit of "
                                       f"{format_bytes(limit)}; zoom into a block, or run the app "
                                       "locally") if too_big else None)
 
