@@ -47,7 +47,6 @@ True
 from __future__ import annotations
 
 import collections
-import functools
 import math
 import os
 import threading
@@ -140,37 +139,6 @@ def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | 
     if env.get("HESSVIZ_DOWNLOAD_LIMIT"):
         download = parse_bytes(env["HESSVIZ_DOWNLOAD_LIMIT"])
     return Limits(name, int(results), seconds, max(1, heavy), int(download))
-
-
-@functools.cache
-def _libc():
-    """The C library of this process when it is glibc (``mallopt``/``malloc_trim``), else None."""
-    import ctypes
-
-    lib = ctypes.CDLL(None)
-    return lib if hasattr(lib, "mallopt") and hasattr(lib, "malloc_trim") else None
-
-
-def tune_allocator() -> bool:
-    """Make glibc give freed result buffers back to the system (Linux; False elsewhere).
-
-    By default glibc raises its mmap threshold after each large ``free`` (up to 32 MiB), so
-    later Hessian-sized arrays come from heaps that never shrink and the resident size
-    creeps up view after view. A fixed 1 MiB threshold keeps every large buffer in its own
-    mapping, returned on ``free``; two arenas bound per-thread fragmentation.
-    """
-    lib = _libc()
-    if lib is None:
-        return False
-    m_mmap_threshold, m_arena_max = -3, -8
-    return bool(lib.mallopt(m_mmap_threshold, 1 << 20)) and bool(lib.mallopt(m_arena_max, 2))
-
-
-def trim_memory() -> None:
-    """Return free heap pages to the system now (glibc ``malloc_trim``; no-op elsewhere)."""
-    lib = _libc()
-    if lib is not None:
-        lib.malloc_trim(0)
 
 
 # ----------------------------------------------------------------------------- costs

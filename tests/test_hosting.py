@@ -157,6 +157,26 @@ def test_store_is_bounded_by_bytes_and_evicts_least_recent():
     assert ledger.cached == 0 and len(store) == 0
 
 
+def test_memory_stays_bounded_over_thirty_views():
+    """Thirty distinct views through one store: what the process holds grows by the store's bound,
+    not by thirty Hessians (6 MiB each here, 180 MiB in all)."""
+    ledger = budget.Ledger(24 * 2**20)
+    store = cache.Store(ledger)
+    start = budget.rss_bytes()
+    for i in range(30):
+        view = state.View.from_values({"L": 8, "d": 12, "dk": 4 + i % 8, "dff": 24, "seed": 500 + i})
+
+        def compute(view=view):
+            params, X, Y = view.inputs
+            return hv.hessian(view.cfg, params, X, Y).term("full").numpy()
+
+        store.get(("term", view.key), compute, budget.term_cost(view.cfg).bytes, "a term")
+        assert ledger.cached <= ledger.capacity
+    assert len(store) < 30
+    if start:                                   # /proc available
+        assert budget.rss_bytes() - start < ledger.capacity + 64 * 2**20
+
+
 def test_store_shares_one_computation_between_visitors():
     store = cache.Store(budget.Ledger(2**30))
     calls = []
