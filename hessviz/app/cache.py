@@ -35,6 +35,8 @@ from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
 from hessviz.verify import compare
 
+if budget.profile_name() == "hosted":
+    budget.tune_allocator()
 LIMITS = budget.limits_from_env()
 """The limits of this server (``HESSVIZ_PROFILE``), read once when the app starts."""
 LEDGER = budget.Ledger(LIMITS.results_bytes)
@@ -100,6 +102,7 @@ class Store:
                 _, (_, size) = self._items.popitem(last=False)
                 freed += size
         self.ledger.add_cached(-freed)
+        budget.trim_memory()
         return freed
 
     def clear(self) -> None:
@@ -138,6 +141,7 @@ class Store:
         finally:
             with self._lock:
                 self._computing.pop(key).set()
+            budget.trim_memory()          # the computation's temporaries go back to the system
 
 
 STORE = Store(LEDGER)
