@@ -423,6 +423,7 @@ class Ledger:
         self._cached = 0
         self.evict: Callable[[int], int] = lambda nbytes: 0
         self.peak = 0
+        self._local = threading.local()
 
     @property
     def in_flight(self) -> int:
@@ -443,27 +444,34 @@ class Ledger:
     @contextmanager
     def reserve(self, nbytes: int, what: str, waiting: Waiting | None = None,
                 poll: float = 0.25) -> Iterator[None]:
-        """Hold ``nbytes`` while computing; evict cached results first, then wait for others."""
+        """Hold ``nbytes`` while computing; evict cached results first, then wait for others.
+
+        A thread that already holds a reservation (a spectrum computing its term) does not
+        wait: two visitors each waiting for the other's memory would wait forever.
+        """
         nbytes = int(nbytes)
         if nbytes > self.capacity:
             raise SizeError(f"{what} needs about {format_bytes(nbytes)}; this server keeps at most "
                             f"{format_bytes(self.capacity)} of results for all visitors",
                             needed_bytes=nbytes, limit_bytes=self.capacity)
+        nested = getattr(self._local, "depth", 0) > 0
         while True:
             over = self._over(nbytes)
             if over > 0:
                 self.evict(over)
             with self._lock:
-                if self._over(nbytes) <= 0:
+                if nested or self._over(nbytes) <= 0:
                     self._in_flight += nbytes
                     self.peak = max(self.peak, self._in_flight + self._cached)
                     break
                 self._lock.wait(poll)
             if waiting is not None:
                 waiting(0)
+        self._local.depth = getattr(self._local, "depth", 0) + 1
         try:
             yield
         finally:
+            self._local.depth -= 1
             with self._lock:
                 self._in_flight -= nbytes
                 self._lock.notify_all()

@@ -157,6 +157,18 @@ def test_store_is_bounded_by_bytes_and_evicts_least_recent():
     assert ledger.cached == 0 and len(store) == 0
 
 
+def test_ledger_nested_reservation_does_not_wait_and_small_results_outlive_large():
+    ledger = budget.Ledger(100)
+    with ledger.reserve(80, "a spectrum"), ledger.reserve(50, "its term"):   # would deadlock if it waited
+        assert ledger.in_flight == 130
+    assert ledger.in_flight == 0
+    store = cache.Store(budget.Ledger(10 * 2**20))
+    store.get(("small",), lambda: np.zeros(8), 64, "a sweep point")
+    for k in range(3):
+        store.get(("big", k), lambda: np.zeros(2**19), 4 * 2**20, "a term")   # 4 MiB each
+    assert ("small",) in store and ("big", 0) not in store     # the oldest large one went first
+
+
 def test_memory_stays_bounded_over_thirty_views():
     """Thirty distinct views through one store: what the process holds grows by the store's bound,
     not by thirty Hessians (6 MiB each here, 180 MiB in all)."""

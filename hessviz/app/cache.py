@@ -95,12 +95,16 @@ class Store:
         return self.ledger.cached
 
     def evict(self, need: int) -> int:
-        """Drop least recently used results until ``need`` bytes are freed (or nothing is left)."""
+        """Free at least ``need`` bytes of cached results, least recently used first; results under
+        1 % of ``need`` (a sweep point, a spectrum's summary: cheap to keep, slow to redo) go only
+        when dropping the large ones was not enough."""
         freed = 0
         with self._lock:
-            while self._items and freed < need:
-                _, (_, size) = self._items.popitem(last=False)
-                freed += size
+            for floor in (need / 100, 0):
+                for key in [k for k, (_, size) in self._items.items() if size >= floor]:
+                    if freed >= need:
+                        break
+                    freed += self._items.pop(key)[1]
         self.ledger.add_cached(-freed)
         budget.trim_memory()
         return freed
@@ -185,10 +189,12 @@ def offsets(key: tuple) -> dict[str, slice]:
 
 def block_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarray:
     """``(n, n)`` spectral (``"spectral"``) or Frobenius (``"fro"``) norms of every block pair."""
-    H = term(key, term_name)
-    return STORE.get(("block_norms", key, term_name, kind),
-                     lambda: spectra.block_norm_matrix(_tensor(H), offsets(key), kind),
-                     8 * max(s.stop - s.start for s in offsets(key).values()) ** 2 * 2, "the block norms")
+    largest = max(s.stop - s.start for s in offsets(key).values())
+
+    def compute() -> np.ndarray:
+        return spectra.block_norm_matrix(_tensor(term(key, term_name)), offsets(key), kind)
+
+    return STORE.get(("block_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2, "the block norms")
 
 
 def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra.DENSE_LIMIT) -> dict:
@@ -197,18 +203,18 @@ def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra
     The outer term ``JᵀAJ`` has rank at most ``L·d`` (``J`` is ``(L d, P)``), so past the
     dense limit all its eigenvalues come from its range (:func:`hessviz.spectra.low_rank_eigenvalues`).
     """
-    H = term(key, term_name)
     cfg = _view(key).cfg
     rank = cfg.seq_len * cfg.d_model if term_name == "outer" else None
 
     def compute() -> dict:
+        H = term(key, term_name)
         spec = spectra.eigenvalues(_tensor(H), k=k, dense_limit=dense_limit, rank=rank)
         neg = spectra.negative_summary(spec)
         return {"values": spec.values, "partial": spec.partial, "size": spec.size, "method": spec.method,
                 "negative_count": neg.count, "negative_share": neg.share, "negative_mass": neg.mass,
                 "min": neg.min_eigenvalue, "max": neg.max_eigenvalue, "tolerance": neg.tolerance}
 
-    return STORE.get(("spectrum", key, term_name, k, dense_limit), compute, 2 * H.nbytes,
+    return STORE.get(("spectrum", key, term_name, k, dense_limit), compute, 2 * 8 * cfg.num_params ** 2,
                      f"the eigenvalues of the {term_name} term")
 
 
