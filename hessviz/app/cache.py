@@ -220,18 +220,20 @@ def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra
 
 def verify(key: tuple, nonce: int = 0) -> dict:
     """:func:`hessviz.verify.compare` of the view: per block and term the relative error,
-    and the wall time of all three terms per method (best of two). ``nonce`` only forces a
-    fresh measurement. One comparison at a time in the process (torch.func's autograd state)."""
+    and the wall time of all three terms per method (best of ``LIMITS.timing_repeats``).
+    ``nonce`` only forces a fresh measurement. One comparison at a time in the process
+    (torch.func's forward-mode state is per process, not per thread)."""
     view = _view(key)
 
     def compute() -> dict:
         params, X, Y = view.inputs
         with _AUTOGRAD:
-            out = compare(view.cfg, params, X, Y, repeats=2)
+            out = compare(view.cfg, params, X, Y, repeats=LIMITS.timing_repeats)
         return {"names": out.names, "rel_err": out.block_errors, "times": out.seconds,
                 "whole": out.whole_errors}
 
-    return STORE.get(("verify", key, nonce), compute, budget.cost("verify", view.cfg).bytes,
+    cost = budget.cost("verify", view.cfg, repeats=LIMITS.timing_repeats)
+    return STORE.get(("verify", key, nonce), compute, cost.bytes,
                      "the comparison with autograd")
 
 
