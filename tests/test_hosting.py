@@ -15,12 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +26,7 @@ import torch
 import hessviz as hv
 from hessviz import budget, spectra
 from hessviz.app import cache, state
+from tests.streamlit_server import ARGS, CHROMIUM, Server, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -301,81 +298,12 @@ def test_page_control_keeps_allowed_values_of_a_repeated_key():
 
 # ----------------------------------------------------------------------------- a cold server, four visitors
 
-CHROMIUM = os.environ.get("HESSVIZ_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
-        "--no-first-run", "--disable-component-update", "--disable-sync"]
 SCRIPT_STATE = ("() => document.querySelector('[data-testid=\"stApp\"]')"
                 "?.getAttribute('data-test-script-state') === '{}'")
 HEAVY_PAGES = ["/verify?seed=200", "/spectrum", "/scaling", "/bounds"]
 REFUSED = ["/spectrum?L=64&d=32&dk=32&dff=48", "/bounds?L=64&d=64&dk=64",
            "/layernorm_collapse?lnc_view=block&L=64&d=64&dk=64&dff=256&lnc_decades=7&lnc_seeds=5",
            "/verify?L=64&d=32&dk=8&dff=24"]
-
-
-class Server:
-    """``streamlit run app.py`` on 127.0.0.1 with the hosted profile; CPU and memory from /proc."""
-
-    def __init__(self, env: dict[str, str]):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = open(ROOT / ".pytest_cache" / "streamlit_hosting_test.log", "w") \
-            if (ROOT / ".pytest_cache").exists() else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-             "--server.port", str(self.port), "--server.address", "127.0.0.1",
-             "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def wait_healthy(self, timeout: float = 60) -> None:
-        deadline = time.time() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.base}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not become healthy (exit code {self.proc.poll()})")
-            time.sleep(0.3)
-
-    def _status(self, field: str) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    def rss(self) -> int:
-        return self._status("VmRSS")
-
-    def peak_rss(self) -> int:
-        return self._status("VmHWM")
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def seconds_until_idle(self, timeout: float = 30, window: float = 0.5, below: float = 0.1) -> float:
-        """Seconds until the server uses under ``below`` of one core over ``window``."""
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < timeout:
-            c0 = self.cpu_seconds()
-            time.sleep(window)
-            if (self.cpu_seconds() - c0) / window < below:
-                return round(time.perf_counter() - t0 - window, 2)
-        pytest.fail(f"the server was still busy {timeout} s after the visitors left")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.log is not subprocess.DEVNULL:
-            self.log.close()
 
 
 def _settled(page, timeout_ms: float = 90_000, started: bool = False) -> None:
@@ -399,13 +327,11 @@ def _stats(xs: list[float]) -> dict[str, float]:
 
 @pytest.mark.browser
 def test_cold_server_four_visitors_hosted():
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"Chromium not found at {CHROMIUM}")
-        pytest.skip(f"Chromium not found at {CHROMIUM}")
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
-    server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"})
+    server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+                    log="streamlit_hosting_test.log")
     out: dict[str, object] = {"cores": os.cpu_count(), "profile": "hosted", "memory_limit": "800MiB"}
     try:
         server.wait_healthy()
