@@ -91,11 +91,6 @@ class Limits:
     """Timed runs per method on the Verify page (best of them); 1 on a shared host, whose
     timings other visitors disturb anyway."""
 
-    def describe(self) -> str:
-        return (f"profile {self.profile}: results ≤ {format_bytes(self.results_bytes)} in all, "
-                f"≤ {self.max_seconds:g} s of work per view, {self.heavy} at once, "
-                f"downloads ≤ {format_bytes(self.download_bytes)}")
-
 
 def profile_name(env: dict[str, str] | None = None) -> str:
     """``HESSVIZ_PROFILE`` (``local`` when unset); raises ``ValueError`` for an unknown name."""
@@ -425,7 +420,6 @@ class Ledger:
         self._in_flight = 0
         self._cached = 0
         self.evict: Callable[[int], int] = lambda nbytes: 0
-        self.peak = 0
         self._local = threading.local()
 
     @property
@@ -465,7 +459,6 @@ class Ledger:
             with self._lock:
                 if nested or self._over(nbytes) <= 0:
                     self._in_flight += nbytes
-                    self.peak = max(self.peak, self._in_flight + self._cached)
                     break
                 self._lock.wait(poll)
             if waiting is not None:
