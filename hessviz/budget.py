@@ -57,7 +57,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from hessviz.config import ATTENTION_PARAMS, BlockConfig
-from hessviz.errors import HessvizError, SizeError
+from hessviz.errors import SizeError
 from hessviz.memory import format_bytes, memory_limit, parse_bytes
 
 # ----------------------------------------------------------------------------- profiles
@@ -68,10 +68,6 @@ HOSTED_PROCESS_BYTES = 800 * 2**20
 HEADROOM_BYTES = 128 * 2**20
 """Kept free under the ceiling for what no ledger counts: Streamlit's sessions, figures, transient copies."""
 MIN_RESULTS_BYTES = 64 * 2**20
-
-
-class BudgetError(HessvizError):
-    """A view costs more than this server allows; the message says what to change."""
 
 
 @dataclass(frozen=True)
