@@ -38,27 +38,13 @@ n_cases = hva.slider(
 )
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _here(key: tuple) -> dict:
-    v = hva.View.from_values(dict(key))
-    params, X, Y = v.inputs
-    return bounds.case_row(v.cfg, params, X, Y, {"L": v.cfg.seq_len})
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _study(n: int, seed: int) -> dict:
-    return bounds.attention_bound_study(n, seed)
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _ln_study(n: int, seed: int) -> dict:
-    return bounds.ln_bound_study(n, seed)
-
-
 if mode == "attention":
     att_view = view.with_values(norm="attention")
+    hva.afford(att_view, "bounds", cases=n_cases,
+               advice="Lower d, d_k or L (the attention block has P = 3·d·d_k weights), or draw fewer "
+                      "random configurations.")
     with hva.guard("the attention bounds"):
-        row = _here(att_view.key)
+        row = hva.cache.bounds_here(att_view.key)
     blocks = ("VV", "QQ", "VQ", "QK", "KK", "VK")
     table = pd.DataFrame(
         {
@@ -88,7 +74,7 @@ if mode == "attention":
         "W_Q and W_K exchanged. A ratio below 1 is a violation."
     )
     with hva.guard("the random study"), st.spinner("Evaluating random configurations…"):
-        att = _study(n_cases, view.seed)
+        att = hva.cache.bounds_study(n_cases, view.seed)
     fig = plots.scatter_figure(
         {f"M ({ver})": (att["true_total"], att[f"M_{ver}"]) for ver in bounds.VERSIONS},
         title="Bound M vs exact ‖H‖₂ over random configurations",
@@ -116,7 +102,7 @@ if mode == "attention":
     )
 else:
     with hva.guard("the LayerNorm study"), st.spinner("Evaluating random LayerNorm inputs…"):
-        ln = _ln_study(n_cases, view.seed)
+        ln = hva.cache.ln_bounds_study(n_cases, view.seed)
     counts = pd.DataFrame(
         {
             "σ_min read as": ["row standard deviation (the proof)", "centred row norm (the Lemma's wording)"],

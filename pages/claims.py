@@ -8,7 +8,7 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz.app.claim_links import link
 from hessviz.experiments import CLAIM_IDS
-from hessviz.experiments.report import headline, reproduce
+from hessviz.experiments.report import headline
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "assets" / "claims" / "claims.json"
@@ -26,23 +26,10 @@ hva.explain(
 )
 
 
-@st.cache_data(show_spinner=False)
-def _load(path: str, mtime: float) -> list[dict]:
-    return json.loads(pathlib.Path(path).read_text())
-
-
-@st.cache_data(show_spinner=False)
-def _quick(nonce: int) -> list[dict]:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        return reproduce(pathlib.Path(tmp), quick=True)
-
-
 records = None
 source = ""
 if COMMITTED.exists():
-    records = _load(str(COMMITTED), COMMITTED.stat().st_mtime)
+    records = hva.cache.claims_file(str(COMMITTED), COMMITTED.stat().st_mtime)
     source = f"`{COMMITTED.relative_to(ROOT)}` (full run)"
 else:
     st.info(
@@ -51,8 +38,8 @@ else:
         icon=":material/info:",
     )
     if st.button("Run the quick reproduction", icon=":material/play_arrow:"):
-        with st.spinner("Measuring every claim (quick)…"):
-            records = _quick(0)
+        with hva.guard("the quick reproduction"):
+            records = hva.cache.claims_quick(0)
         source = "a quick run in this session (fewer seeds: indicative only)"
 if not records:
     st.stop()

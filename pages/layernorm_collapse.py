@@ -5,11 +5,8 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots
-from hessviz.experiments import ln_collapse
 from hessviz.experiments.common import violations
 from hessviz.fitting import center, pooled_power_law_fit
-
-WHOLE_MAX_P = 800
 
 view = hva.sidebar()
 hva.header("LayerNorm collapse", view)
@@ -49,20 +46,6 @@ if d < 2:
     st.stop()
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _ln(sig: tuple, eps: float, m: int, n: int, seeds: tuple) -> dict:
-    return ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=seeds)
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _block(
-    sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int, dff: int, xnorm: float, whole: bool
-) -> dict:
-    return ln_collapse.block_sweep(
-        np.asarray(sig), eps, seeds, seq_len=L, d_model=d, d_k=dk, d_ff=dff, input_norm=xnorm, whole=whole
-    )
-
-
 def _slope(x, Y) -> str:
     try:
         return f"{pooled_power_law_fit(x, Y, hi=1e-2, n_boot=0).slope:.2f}"
@@ -72,7 +55,7 @@ def _slope(x, Y) -> str:
 
 if mode == "layernorm":
     with hva.guard("the LayerNorm sweep"):
-        r = _ln(tuple(sig), eps, L, d, seeds)
+        r = hva.cache.ln_sweep(tuple(sig), eps, L, d, seeds)
     x = r["sigma_min"].mean(0)
     k1, k2, k3, k4 = st.columns(4)
     k1.metric("slope ‖J‖ (σ ≤ 1e-2)", _slope(x, r["J"]))
@@ -105,16 +88,15 @@ if mode == "layernorm":
     )
 else:
     c = view.cfg
-    P = view.with_values(norm="post").num_params
-    whole = P <= WHOLE_MAX_P
-    if not whole:
-        st.info(
-            f"P = {P:,} > {WHOLE_MAX_P}: only the W_Q–W_Q block is drawn (whole-matrix norms are slow "
-            "at this size; lower d or d_ff to see them).",
-            icon=":material/speed:",
-        )
-    with hva.guard("the Post-LN sweep"), st.spinner("Sweeping σ…"):
-        r = _block(tuple(sig), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm, whole)
+    post = view.with_values(norm="post")
+    points = sig.size * n_seeds
+    whole = hva.afford(post, "ln_collapse", stop=False, points=points, whole=1,
+                       advice="Only the W_Q–W_Q block is drawn; lower d or d_ff, the decades or the seeds "
+                              "to see the whole-matrix norms.")
+    hva.afford(post, "ln_collapse", points=points, whole=0,
+               advice="Lower d, d_k, the decades of σ or the seeds.")
+    with hva.guard("the Post-LN sweep"):
+        r = hva.cache.ln_block_sweep(tuple(sig), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm, whole)
     x = r["sigma_min"].mean(0)
     keys = ("full", "outer", "functional", "QQ_full") if whole else ("QQ_full",)
     curves = {f"‖H_{k}‖₂": r[k] for k in keys}

@@ -5,9 +5,7 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots
-from hessviz.experiments import heterogeneity, optimizers
-
-MAX_PARAMS = 6000
+from hessviz.experiments import optimizers
 
 view = hva.sidebar()
 hva.header("Optimization lens", view)
@@ -22,7 +20,6 @@ hva.explain(
     r"\Lambda_G=\frac{\sum_b \|g_b\|^2\|H_{bb}\|_2}{\sum_b\|g_b\|^2},\qquad"
     r"\Lambda_P=\frac{\sum_b P_b\|H_{bb}\|_2}{P}",
 )
-hva.require_size(view.with_values(norm="post"), MAX_PARAMS, "the optimization lens")
 
 mode = hva.choice(
     "View",
@@ -35,33 +32,6 @@ PLACEMENTS = ("post", "pre")
 NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _heterogeneity(key: tuple, part: str) -> dict:
-    v = hva.View.from_values(dict(key))
-    params, X, Y = v.inputs
-    h = heterogeneity.block_heterogeneity(v.cfg, params, X, Y, part)
-    return {
-        "names": h.names,
-        "grad": h.grad_norms,
-        "hess": h.hess_norms,
-        "sizes": h.sizes,
-        "gini": h.gini,
-        "lambda_G": h.lambda_G,
-        "lambda_P": h.lambda_P,
-        "corr": h.correlation,
-    }
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _training(L: int, d: int, dk: int, dff: int, seeds: tuple, steps: int, lrs: tuple) -> dict:
-    grids = {o: (lr,) for o, lr in zip(optimizers.OPTIMIZERS, lrs)}
-    st_ = optimizers.optimizer_study(seeds, steps, grids, seq_len=L, d_model=d, d_k=dk, d_ff=dff)
-    return {
-        pl: {"gini": d_["gini"], **{o: d_["curves"][o][grids[o][0]] for o in optimizers.OPTIMIZERS}}
-        for pl, d_ in st_.items()
-    }
-
-
 if mode == "gradients":
     part = hva.choice(
         "Blocks",
@@ -70,10 +40,11 @@ if mode == "gradients":
         default="column",
         help="matrix: the five weight matrices; column: every output unit of every matrix",
     )
+    hva.afford(view.with_values(norm="post"), "optimization")
     res = {}
     with hva.guard("the gradient heterogeneity"):
         for pl in PLACEMENTS:
-            res[pl] = _heterogeneity(view.with_values(norm=pl).key, part)
+            res[pl] = hva.cache.heterogeneity_of(view.with_values(norm=pl).key, part)
     cols = st.columns(2)
     for c, pl in zip(cols, PLACEMENTS):
         r = res[pl]
@@ -145,8 +116,9 @@ else:
     )
     seeds = tuple(range(view.seed, view.seed + n_seeds))
     c = view.cfg
-    with hva.guard("the training runs"), st.spinner("Training…"):
-        tr = _training(
+    hva.afford(view.with_values(norm="post"), "optimization", steps=steps, seeds=n_seeds)
+    with hva.guard("the training runs"):
+        tr = hva.cache.training(
             c.seq_len, c.d_model, c.d_k, c.d_ff, seeds, steps, (float(lr_sgd), float(lr_sign), float(lr_adam))
         )
     cols = st.columns(2)

@@ -7,7 +7,6 @@ from hessviz import app as hva
 from hessviz import plots, sweeps
 
 SEEDS_MAX = 8
-MAX_BLOCK = 2048  # weights in the swept block (its Hessian block is MAX_BLOCK²)
 PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_Q,W_V", "W_1,W_1", "W_2,W_2")
 PLACEMENTS = ("attention", "post", "pre")
 
@@ -41,11 +40,9 @@ st.caption(f"Grid: {sweeps.AXES[axis]} ∈ {{{', '.join(f'{g:g}' for g in grid)}
            + {"xnorm": "‖X‖₂ ≤ 1.", "L": "L ≥ 4.", "d": "all points."}[axis])
 with hva.guard("the sweep"):
     largest = sweeps.largest_block(view.cfg, axis, grid, pair)
-if largest > MAX_BLOCK:
-    st.warning(f"**The {pair_s} block reaches {largest:,} weights on this grid; this page sweeps blocks of "
-               f"at most {MAX_BLOCK:,} to stay responsive.** Pick an attention block, or lower d_ff or d.",
-               icon=":material/speed:")
-    st.stop()
+hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(PLACEMENTS)), block=largest,
+           advice=f"The {pair_s} block reaches {largest:,} weights on this grid: pick an attention block, "
+                  "lower d_ff or d, or use fewer seeds.")
 
 bar = st.progress(0.0, text="Sweeping…")
 
