@@ -17,7 +17,7 @@ RUN pip install -r requirements.txt && useradd --create-home hessviz
 COPY app.py ./
 COPY .streamlit .streamlit
 COPY hessviz hessviz
-COPY pages pages
+COPY app_pages app_pages
 COPY assets/claims/claims.json assets/claims/claims.json
 
 USER hessviz
