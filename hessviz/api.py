@@ -122,14 +122,20 @@ def _check_method(method: str) -> str:
 
 
 def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, method: str) -> int:
-    """Estimated peak bytes to compute one ``(P', P')`` term."""
+    """Estimated peak bytes to compute one ``(P', P')`` term: the term, one block, and the
+    per-token factors (``(L, d, d)`` chain-rule maps, ``(L, d, d_ff)`` FFN factors, ``(L, d, L)``
+    softmax-weighted values per head touched, and the input tangents of a Pre-LN ``ln1``)."""
     sizes = [cfg.param_size(n) for n in names]
     P = sum(sizes)
     L, d = cfg.seq_len, cfg.d_model
     largest_block = max(sizes) ** 2
-    working = 8 * L * (L + d) * (d + cfg.d_ff + cfg.n_heads * (cfg.d_k + L))   # per-token factors
+    us = units(cfg, names)
+    heads = len({u.ref[2] for u in us if u.ref[2] is not None})
+    working = L * d * (8 * d + 4 * cfg.d_ff) + 4 * heads * L * L * (d + cfg.d_k)
+    if cfg.norm == "pre" and cfg.ln_affine and any(u.ref[0] == "ln1" for u in us):
+        working += 2 * d * (P + 8 * L * L + 4 * L * d)             # tangents along ∂X/∂(γ, β)
     if method == "autograd":                                   # vmapped tangents of every activation
-        working += 6 * P * L * (L + 3 * d + 2 * cfg.d_ff + cfg.d_k)
+        working += 6 * P * L * (L + 3 * d + 2 * cfg.d_ff + cfg.n_heads * cfg.d_k)
     return (P * P + largest_block + working) * itemsize
 
 

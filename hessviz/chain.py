@@ -15,7 +15,7 @@ is the Gauss–Newton split of ``MODEL.md`` carried token by token.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from torch import Tensor
@@ -88,10 +88,29 @@ class Stage:
     """
 
     map: TokenMap
-    jacobians: dict[Ref, Factored]
+    jacobians: Mapping[Ref, Factored]
     mixed: Callable[[Tensor], dict[Ref, Factored]]
     functional: Callable[[Tensor], list[Piece]]
     gradients: Callable[[Tensor], dict[Ref, Tensor]]
+
+
+class Lazy(Mapping):
+    """A mapping whose keys are known and whose values are computed when first read
+    (a composed stage's parameter Jacobians: not formed unless a block needs them)."""
+
+    def __init__(self, makers: dict[Ref, Callable[[], Factored]]):
+        self._makers, self._values = makers, {}
+
+    def __getitem__(self, key: Ref) -> Factored:
+        if key not in self._values:
+            self._values[key] = self._makers[key]()
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
 
 
 def _nothing(g: Tensor) -> dict:
@@ -127,7 +146,8 @@ def compose_stages(inner: Stage, outer: Stage) -> Stage:
     """
     Ji, Jo = inner.map.jac, outer.map.jac
     inner_refs = list(inner.jacobians)
-    jacobians = {r: J.lmul(Jo) for r, J in inner.jacobians.items()} | outer.jacobians
+    jacobians = Lazy({r: (lambda r=r: inner.jacobians[r].lmul(Jo)) for r in inner_refs}
+                     | {r: (lambda r=r: outer.jacobians[r]) for r in outer.jacobians})
 
     def outer_curvature(g: Tensor) -> Tensor | None:
         return outer.map.contract(g) if outer.map.contract is not None and inner_refs else None

@@ -35,7 +35,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.chain import Stage
+from hessviz.chain import Lazy, Stage
 from hessviz.components.activation import Activation
 from hessviz.components.base import TokenMap, eye, ones
 from hessviz.contributions import Diagonal
@@ -102,7 +102,7 @@ class FeedForward:
     def jacobian(self) -> dict[tuple, Factored]:
         """``∂f_t/∂θ`` for every weight and bias, factored, output size ``d``."""
         d = self.W_2.shape[1]
-        W2t_dphi = self.W_2.T.unsqueeze(0) * self.dphi.unsqueeze(1)  # (L, d, d_ff)
+        W2t_dphi = self.W_2.T.unsqueeze(0) * self.dphi.unsqueeze(1)  # (L, d, d_ff), shared
         out = {self.ref("fc1.weight"): Factored((KronTerm(LEFT, self.Y, W2t_dphi),))}
         if self.b_1 is not None:
             out[self.ref("fc1.bias")] = Factored((KronTerm(LEFT, self._ones, W2t_dphi),))
@@ -152,4 +152,7 @@ class FeedForward:
 
     def stage(self) -> Stage:
         """The branch ``y ↦ f(y)`` with its parameters, for the chain rule."""
-        return Stage(self.input_map, self.jacobian, self.mixed, self.functional, self.weight_gradients)
+        refs = [self.ref(k) for k, w in (("fc1.weight", 1), ("fc1.bias", self.b_1), ("fc2.weight", 1),
+                                         ("fc2.bias", self.b_2)) if w is not None]
+        return Stage(self.input_map, Lazy({r: (lambda r=r: self.jacobian[r]) for r in refs}), self.mixed,
+                     self.functional, self.weight_gradients)
