@@ -129,7 +129,7 @@ def test_a_slice_is_its_entries_of_the_whole_hessian():
     alone = res.block("W_Q[1]", "W_O[2]")                  # computed alone: nothing cached yet
     assert alone.shape == (cfg.param_size("W_Q[1]"), cfg.param_size("W_O[2]"))
     assert_close(alone, whole[rows][:, cols], 1e-13, "slice vs whole")
-    res.full                                               # now read from the cached term
+    res.term("full")                                       # now read from the cached term
     assert_close(res.block("W_O[2]", "W_Q[1]"), whole[rows][:, cols].T, 1e-13, "cached slice vs whole")
 
 
