@@ -36,7 +36,7 @@ from hessviz.block import BlockTrace
 from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig
 from hessviz.contributions import Piece, Ref, Sandwich
-from hessviz.kron import Factored, sandwich_into
+from hessviz.kron import Factored, MiddleCache, sandwich_into
 from hessviz.result import TERMS, check_term
 from hessviz.weights import Unit, units, units_of
 
@@ -93,13 +93,14 @@ def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piec
     return [p for p in out if p.a in wanted and p.b in wanted]
 
 
-def write_block(block: Tensor, pieces: list[Piece], mirror: Tensor | None = None) -> None:
+def write_block(block: Tensor, pieces: list[Piece], mirror: Tensor | None = None,
+                cache: MiddleCache | None = None) -> None:
     """Write the sum of ``pieces`` into the 4-d ``block`` (and its transpose into ``mirror``):
     the dense sandwiches summed slice by slice and written once, then the sparse pieces
     added; no piece (a zero block, e.g. two different heads' softmax terms) writes zeros."""
     dense = [(c.Ja, c.N, c.Jb) for c in pieces if c.dense]
     if dense:
-        sandwich_into(block, dense, mirror)
+        sandwich_into(block, dense, mirror, cache)
     else:
         for target in (block, mirror):
             if target is not None:
@@ -128,11 +129,12 @@ def assemble(cfg: BlockConfig, names: tuple[str, ...], cur: Curvature, term: str
     offsets = cfg.offsets(names)
     size = sum(cfg.param_size(n) for n in names)
     H = memory.empty(size, size, dtype=like.dtype, device=like.device)
+    cache = MiddleCache()
     for i, a in enumerate(us):
         for b in us[i:]:
             block = Unit.view(H[offsets[a.name], offsets[b.name]], a, b)
             mirror = Unit.view(H[offsets[b.name], offsets[a.name]], b, a) if b is not a else None
-            write_block(block, pieces.get((a.ref, b.ref), []), mirror)
+            write_block(block, pieces.get((a.ref, b.ref), []), mirror, cache)
     return H
 
 
@@ -143,13 +145,14 @@ def assemble_block(cfg: BlockConfig, a: str, b: str, cur: Curvature, term: str, 
     order = {r: k for k, r in enumerate(sorted(refs, key=_theta_order(cfg)))}
     pieces = _by_pair(contributions(cur, refs, term), order)
     out = torch.empty(cfg.param_size(a), cfg.param_size(b), dtype=like.dtype, device=like.device)
+    cache = MiddleCache()
     for x in ua:
         for y in ub:
             view = Unit.view(out, x, y)
             if order[x.ref] <= order[y.ref]:
-                write_block(view, pieces.get((x.ref, y.ref), []))
+                write_block(view, pieces.get((x.ref, y.ref), []), cache=cache)
             else:
-                write_block(view.permute(2, 3, 0, 1), pieces.get((y.ref, x.ref), []))
+                write_block(view.permute(2, 3, 0, 1), pieces.get((y.ref, x.ref), []), cache=cache)
     return out
 
 

@@ -126,12 +126,26 @@ Middle = Tensor | Structured | None
 """``N_t`` between two Jacobians: dense ``(L, n_a, n_b)``, structured, or ``None`` (identity)."""
 
 
-def _middle(Ma: Tensor, N: Middle, Mb: Tensor) -> Tensor:
+class MiddleCache:
+    """``N_t M_b`` per (middle, Jacobian factor), kept for one assembly: a unit's factor meets
+    the same middle in every block of its row, and is multiplied by it once."""
+
+    def __init__(self):
+        self._products: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor]] = {}
+
+    def apply(self, N: Tensor, Mb: Tensor) -> Tensor:
+        key = (id(N), id(Mb))
+        if key not in self._products:                 # the operands are kept, so ids stay unique
+            self._products[key] = (N, Mb, N @ Mb)
+        return self._products[key][2]
+
+
+def _middle(Ma: Tensor, N: Middle, Mb: Tensor, cache: MiddleCache | None = None) -> Tensor:
     """``Maᵀ N Mb`` per token, ``(L, n_ma, n_mb)``."""
     if N is None:
         return Ma.transpose(-1, -2) @ Mb
     if isinstance(N, Tensor):
-        return Ma.transpose(-1, -2) @ (N @ Mb)
+        return Ma.transpose(-1, -2) @ (N @ Mb if cache is None else cache.apply(N, Mb))
     return N.sandwich(Ma, Mb)
 
 
@@ -166,7 +180,8 @@ class _TermPair:
         return G.permute(*self.perm)
 
 
-def term_pairs(products: list[tuple[Factored, Middle, Factored]]) -> list[_TermPair]:
+def term_pairs(products: list[tuple[Factored, Middle, Factored]],
+               cache: MiddleCache | None = None) -> list[_TermPair]:
     """Every pair of terms of ``Σ_k Σ_t Ja_tᵀ N_t Jb_t``, with the middle factors
     ``P_t = M_aᵀ N_t M_b`` of pairs that share both vectors summed first (one GEMM each)."""
     groups: dict[tuple, tuple[KronTerm, KronTerm, Tensor]] = {}
@@ -174,7 +189,7 @@ def term_pairs(products: list[tuple[Factored, Middle, Factored]]) -> list[_TermP
         for a in Ja.terms:
             for b in Jb.terms:
                 key = _pair_key(a, b)
-                P = _middle(a.mat, N, b.mat)                   # (L, n_ma, n_mb)
+                P = _middle(a.mat, N, b.mat, cache)            # (L, n_ma, n_mb)
                 if key in groups:
                     ga, gb, total = groups[key]
                     groups[key] = (ga, gb, total + P)
@@ -184,7 +199,7 @@ def term_pairs(products: list[tuple[Factored, Middle, Factored]]) -> list[_TermP
 
 
 def sandwich_into(out: Tensor, products: list[tuple[Factored, Middle, Factored]],
-                  mirror: Tensor | None = None) -> None:
+                  mirror: Tensor | None = None, cache: MiddleCache | None = None) -> None:
     """Write ``Σ_k Σ_t Ja_tᵀ N_t Jb_t`` over ``products = [(Ja, N, Jb), ...]`` into the 4-d
     view ``out (n1a, n2a, n1b, n2b)`` and its transpose into ``mirror (n1b, n2b, n1a, n2a)``.
 
@@ -194,7 +209,7 @@ def sandwich_into(out: Tensor, products: list[tuple[Factored, Middle, Factored]]
     cache, and the finished slice is copied, transposed, into ``mirror``.
     """
     na, nb, nc, nd = out.shape
-    pairs = term_pairs(products)
+    pairs = term_pairs(products, cache)
     step = max(1, CHUNK_BYTES // (nb * nc * nd * out.element_size()))
     for start in range(0, na, step):
         stop = min(start + step, na)
@@ -205,7 +220,17 @@ def sandwich_into(out: Tensor, products: list[tuple[Factored, Middle, Factored]]
             else:
                 view.add_(pair.rows(start, stop))
         if mirror is not None:
-            mirror[:, :, start:stop].copy_(view.permute(2, 3, 0, 1))
+            _copy_transposed(mirror[:, :, start:stop], view)
+
+
+def _copy_transposed(target: Tensor, source: Tensor) -> None:
+    """``target (c, d, a, b) = source (a, b, c, d)`` transposed; as a matrix transpose (torch's
+    blocked 2-d path) when both are plain matrix regions, else as a 4-d permutation."""
+    a, b, c, d = source.shape
+    try:
+        target.view(c * d, a * b).copy_(source.view(a * b, c * d).T)
+    except RuntimeError:                               # a head's strided view inside a whole weight
+        target.copy_(source.permute(2, 3, 0, 1))
 
 
 def sandwich(Ja: Factored, N: Middle, Jb: Factored) -> Tensor:
