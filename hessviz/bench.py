@@ -139,12 +139,24 @@ MINILM = hv.BlockConfig(seq_len=128, d_model=384, d_k=32, d_ff=1536, n_heads=12,
 SLICE = "W_Q[3]"
 
 
+def _resident_bytes(peak: bool = False, reset_peak: bool = False) -> int:
+    """This process's resident memory now (``VmRSS``) or its peak (``VmHWM``), from ``/proc``;
+    ``reset_peak`` first sets the peak to the current size (``clear_refs``). Unlike
+    ``ru_maxrss``, which survives ``execve`` and so starts at the parent's peak."""
+    if reset_peak:
+        Path("/proc/self/clear_refs").write_text("5")
+    key = "VmHWM:" if peak else "VmRSS:"
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"{key} not in /proc/self/status")
+
+
 def _slice_child(dtype_name: str, device_name: str, threads: int) -> None:
     """In a fresh process: time the dense ``W_Q[h]``–``W_Q[h]`` block and print JSON with the time,
     the peak memory above the inputs, and its error on sampled rows against autograd
     Hessian-vector products (and the full autograd slice Hessian where it fits)."""
     import json
-    import resource
 
     torch.set_num_threads(threads)
     dtype, device = getattr(torch, dtype_name), torch.device(device_name)
@@ -155,7 +167,7 @@ def _slice_child(dtype_name: str, device_name: str, threads: int) -> None:
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
     else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        base = _resident_bytes(reset_peak=True)
     start = time.perf_counter()
     B = hv.hessian(cfg, params, X, Y, wrt=(SLICE,)).block(SLICE, SLICE)
     _sync(device)
@@ -163,7 +175,7 @@ def _slice_child(dtype_name: str, device_name: str, threads: int) -> None:
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) - base
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+        peak = _resident_bytes(peak=True) - base
     # autograd: 8 sampled rows of the slice's Hessian, reverse over reverse, in float64
     p64 = {n: w.double() for n, w in params.items()}
     Y64 = Y.double() if Y.is_floating_point() else Y
