@@ -28,8 +28,8 @@ import torch
 
 import hessviz as hv
 from hessviz import plots
+from hessviz.block import attention
 from hessviz.components import layernorm
-from hessviz.components.attention import SelfAttention
 from hessviz.experiments.common import SLOPE_TOL, SOURCES, Claim, Measurement, Verdict, grade, violations
 from hessviz.fitting import center, pooled_power_law_fit
 from hessviz.spectra import matrix_norm
@@ -102,7 +102,7 @@ def post_ln_inputs(
     target_dir = target_dir / target_dir.pow(2).mean().sqrt()
     Xp = X.clone()
     for _ in range(iters):
-        sa = SelfAttention(Xp, params["W_Q"], params["W_K"], params["W_V"]).output
+        sa = attention(cfg, params, Xp).output
         new = sigma * target_dir - sa[row]
         if float((new - Xp[row]).abs().max()) < 1e-14 * max(1.0, float(new.abs().max())):
             Xp[row] = new
@@ -139,7 +139,7 @@ def block_sweep(
         X, Y = hv.sample_inputs(cfg, seed=s, input_norm=r)
         for j, sig in enumerate(sigmas):
             Xp = post_ln_inputs(cfg, params, X, float(sig))
-            R1 = Xp + SelfAttention(Xp, params["W_Q"], params["W_K"], params["W_V"]).output
+            R1 = Xp + attention(cfg, params, Xp).output
             c = R1 - R1.mean(-1, keepdim=True)
             out["sigma_min"][i, j] = float(c.pow(2).mean(-1).min().sqrt())
             res = hv.hessian(cfg, params, Xp, Y, wrt=None if whole else ("W_Q",))
