@@ -78,6 +78,10 @@ class Factored:
     def lmul(self, M: Tensor) -> Factored:
         return Factored(tuple(t.lmul(M) for t in self.terms))
 
+    def __add__(self, other: Factored) -> Factored:
+        """The sum of two Jacobians of one weight: their terms side by side."""
+        return Factored(self.terms + other.terms)
+
     @staticmethod
     def per_token(mat: Tensor, ones: Tensor) -> Factored:
         """A dense per-token Jacobian ``mat (L, n_out, n)`` of a vector parameter, seen as a
@@ -228,4 +232,3 @@ def _copy_transposed(target: Tensor, source: Tensor) -> None:
         target.view(c * d, a * b).copy_(source.view(a * b, c * d).T)
     except RuntimeError:                               # a head's strided view inside a whole weight
         target.copy_(source.permute(2, 3, 0, 1))
-
