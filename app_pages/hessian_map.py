@@ -70,9 +70,9 @@ with right:
                 f"{KINDS[kind].split()[0]} norm is {norms.min():.2g} and the largest {norms.max():.2g}.")
 
 if headed:
-    st.caption(f"With {cfg.n_heads} heads, the rows and columns of {', '.join(headed)} are drawn head by head "
-               f"({headed[0]}[0], then {headed[0]}[1], …; dotted lines between heads, solid between weights); "
-               "inside a head, the slice's row-major vec. The NPZ keeps θ order.")
+    st.caption(f"With {cfg.n_heads} heads, the rows and columns of {', '.join(headed)} are drawn head "
+               f"by head ({headed[0]}[0], then {headed[0]}[1], …; dotted lines between heads, solid between "
+               "weights); inside a head, the slice's row-major vec. The NPZ keeps θ order.")
 
 if pair != "all":
     a, b = pair.split(",")

@@ -65,7 +65,8 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
         segments = []
         for name, sl in offsets.items():
             if name in heads:
-                segments += [(f"{name}[{h}]", sl.start + np.asarray(idx)) for h, idx in enumerate(heads[name])]
+                segments += [(f"{name}[{h}]", sl.start + np.asarray(idx))
+                             for h, idx in enumerate(heads[name])]
             else:
                 segments.append((name, np.arange(sl.start, sl.stop)))
         R, labels = reduce_segments(H, segments, factor)
