@@ -1,0 +1,1 @@
+"""Matrix-free Hessian products and the spectral tools built on them."""
