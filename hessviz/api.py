@@ -34,29 +34,34 @@ def _prepare(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
 
 
 def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) -> tuple[str, ...]:
+    """``wrt`` checked and in θ order: whole names and head slices such as ``"W_Q[1]"``."""
     if wrt is None:
         return cfg.param_names
-    if isinstance(wrt, str):
-        wrt = (wrt,)
-    wrt = tuple(wrt)
-    if not wrt:
+    names = cfg.sort_names(wrt)
+    if not names:
         raise ConfigError(f"wrt must name at least one of {', '.join(cfg.param_names)}")
-    for name in wrt:
-        cfg.check_name(name)
-    if len(set(wrt)) != len(wrt):
-        raise ConfigError(f"wrt must not repeat a name, got {wrt}")
-    return tuple(n for n in cfg.param_names if n in wrt)
+    return names
+
+
+def _require_closed_form(cfg: BlockConfig, names: tuple[str, ...] = ()) -> None:
+    """Refuse what the closed-form engine does not cover yet (real-layer fields, head slices)."""
+    if not cfg.is_paper_block or any("[" in n for n in names):
+        raise ConfigError("the closed form covers the papers' block (n_heads = 1, no out_proj, bias, "
+                          "ln_affine or causal) and whole weights so far; use method='autograd' "
+                          "for this block")
 
 
 def forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     """``Z (L, d)``: the block of ``cfg`` applied to ``X (L, d)``."""
     params, X, _ = _prepare(cfg, params, X)
+    _require_closed_form(cfg)
     return trace(cfg, params, X).Z
 
 
 def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> Tensor:
     """The 0-dim loss ``ℓ(Z, Y)``."""
     params, X, Y = _prepare(cfg, params, X, Y)
+    _require_closed_form(cfg)
     return losses.value(cfg.loss, trace(cfg, params, X).Z, Y)
 
 
@@ -85,6 +90,7 @@ def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
                2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, _SIZE_ADVICE)
     if method == "autograd":
         return reference.model_jacobian(cfg, params, X, names)
+    _require_closed_form(cfg, names)
     return _dense_jacobian(cfg, trace(cfg, params, X), names)
 
 
@@ -95,7 +101,8 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
     names = _check_wrt(cfg, wrt)
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
-        return {n: flat[sl].reshape(cfg.param_shapes[n]) for n, sl in cfg.offsets(names).items()}
+        return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
+    _require_closed_form(cfg, names)
     tr = trace(cfg, params, X)
     g_R = tr.post.vjp(losses.gradient(cfg.loss, tr.Z, Y))     # reverse mode, gradients only
     grads = tr.attention.weight_gradients(tr.sa_to_r.vjp(g_R))
@@ -147,6 +154,7 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                                order=("full", "outer", "functional"))
         return result
 
+    _require_closed_form(cfg, names)
     cur = assembly.backward(cfg, trace(cfg, params, X), Y)    # validates LayerNorm rows
 
     def compute_term(term: str) -> Tensor:

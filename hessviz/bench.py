@@ -91,7 +91,7 @@ def full_block(L: int, repeats: int, device: torch.device, with_functional_api: 
     func = median_time(lambda: reference.full_hessian(cfg, params, X, Y, names), repeats, device)
     baselines = {"torch.func.hessian": func}
     if with_functional_api:
-        theta = reference.flatten(params, names)
+        theta = reference.flatten(cfg, params, names)
         loss_of = reference.loss_of_theta(cfg, params, X, Y, names)
         baselines["autograd.functional.hessian(vectorize=True)"] = median_time(
             lambda: torch.autograd.functional.hessian(loss_of, theta, vectorize=True), repeats, device)

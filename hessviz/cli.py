@@ -21,35 +21,48 @@ import torch
 
 import hessviz as hv
 from hessviz import spectra
-from hessviz.config import ACTIVATIONS, LOSSES, NORMS
+from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS, Setting
 from hessviz.errors import HessvizError
 from hessviz.result import TERMS
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
+def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:
+    """One command-line option from its :class:`~hessviz.config.Setting`."""
+    help_ = f"{s.help} (default {s.format(s.default) if s.default is not None else 'none'})"
+    if s.kind is bool:
+        group.add_argument(*s.flags, dest=s.name, action=argparse.BooleanOptionalAction,
+                           default=s.default, help=s.help)
+    elif s.choices:
+        group.add_argument(*s.flags, dest=s.name, choices=s.choices, default=s.default, help=help_)
+    else:
+        def parse(text: str, s: Setting = s) -> object:
+            try:
+                return s.parse(text)
+            except HessvizError as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+
+        group.add_argument(*s.flags, dest=s.name, type=parse, default=s.default,
+                           metavar=s.name.upper(), help=help_)
+
+
 def _add_block_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("block")
-    g.add_argument("-L", "--seq-len", type=int, default=8, help="tokens (default 8)")
-    g.add_argument("-d", "--d-model", type=int, default=16, help="width (default 16)")
-    g.add_argument("--d-k", type=int, default=8, help="query/key width (default 8)")
-    g.add_argument("--d-ff", type=int, default=32, help="FFN hidden width (default 32)")
-    g.add_argument("--norm", choices=NORMS, default="post")
-    g.add_argument("--activation", choices=ACTIVATIONS, default="relu")
-    g.add_argument("--loss", choices=LOSSES, default="mse")
-    g.add_argument("--ln-eps", type=float, default=0.0, help="LayerNorm epsilon (default 0)")
-    g.add_argument("--input-norm", type=float, default=1.0, help="spectral norm of X (default 1)")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--wrt", nargs="+", default=None, metavar="NAME",
-                   help="parameters to differentiate (default: all), e.g. --wrt W_Q W_K")
-    g.add_argument("--dtype", choices=DTYPES, default="float64")
-    g.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    block = p.add_argument_group("block")
+    for s in BLOCK_SETTINGS:
+        _add_setting(block, s)
+    given = p.add_argument_group("input")
+    for s in INPUT_SETTINGS:
+        _add_setting(given, s)
+    given.add_argument("--wrt", nargs="+", default=None, metavar="NAME",
+                       help="parameters to differentiate (default: all), e.g. --wrt W_Q W_K or a head "
+                            "slice W_Q[0]")
+    given.add_argument("--dtype", choices=DTYPES, default="float64")
+    given.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
 
 
 def _setup(args: argparse.Namespace):
-    cfg = hv.BlockConfig(seq_len=args.seq_len, d_model=args.d_model, d_k=args.d_k, d_ff=args.d_ff,
-                         norm=args.norm, activation=args.activation, loss=args.loss,
-                         ln_eps=args.ln_eps)
+    cfg = hv.BlockConfig(**{s.name: getattr(args, s.name) for s in BLOCK_SETTINGS})
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = DTYPES[args.dtype]
     params = hv.init_params(cfg, seed=args.seed, dtype=dtype, device=device)
@@ -88,8 +101,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     np.savez_compressed(out.with_suffix(".npz"), **arrays, names=np.array(res.names),
                         sizes=np.array([cfg.param_size(n) for n in res.names]))
     summary = {
-        "config": {k: getattr(cfg, k) for k in ("seq_len", "d_model", "d_k", "d_ff", "norm",
-                                                "activation", "loss", "ln_eps")},
+        "config": cfg.values(),
         "input_norm": args.input_norm, "seed": args.seed, "dtype": args.dtype,
         "device": str(X.device), "names": list(res.names), "P": res.size,
         "seconds": seconds, "terms": summarize(res, terms),

@@ -1,80 +1,259 @@
-"""The block configuration and the conventions that every module shares.
+"""The block configuration, its settings table, and the conventions every module shares.
 
 Conventions (fixed once, here)
 ------------------------------
 * ``L`` = ``seq_len`` tokens, ``d`` = ``d_model`` features; a sequence is ``X`` of shape
   ``(L, d)``, one row per token.
 * ``vec_r`` is row-major flattening (``tensor.reshape(-1)``); every Jacobian and Hessian
-  is taken with respect to ``vec_r`` of its matrices.
-* Parameters, always in this order: ``W_Q (d, d_k)``, ``W_K (d, d_k)``, ``W_V (d, d)``,
-  ``W_1 (d, d_ff)``, ``W_2 (d_ff, d)``; the placement ``attention`` has only the first
-  three. ``θ`` is their ``vec_r`` concatenated in that order and ``P = len(θ)``.
+  is taken with respect to ``vec_r`` of its parameters.
+* The paper block's parameters, in this order: ``W_Q (d, d_k)``, ``W_K (d, d_k)``,
+  ``W_V (d, d)``, ``W_1 (d, d_ff)``, ``W_2 (d_ff, d)``; the placement ``attention`` has
+  only the first three. A real layer (``MODEL.md`` part 2) adds heads, ``W_O``, biases
+  (vectors ``(n,)``) and LayerNorm scale and shift, each in the order the forward pass
+  first uses it (:attr:`BlockConfig.param_names`). ``θ`` is their ``vec_r`` concatenated in
+  that order and ``P = len(θ)``.
+* Head ``h`` of ``W_Q``, ``W_K``, ``b_Q``, ``b_K`` is columns ``h·d_k … (h+1)·d_k − 1``; of
+  ``W_V``, ``b_V`` columns ``h·d_v …``; of ``W_O`` the same rows. ``"W_Q[h]"`` names that
+  slice, ``vec_r`` of the slice.
 * Weights multiply from the right: ``X @ W``.
 * ``J = ∂ vec_r(Z) / ∂θ`` has shape ``(L*d, P)``; its row ``t*d + j`` is output
   feature ``j`` of token ``t``.
+
+Every user-facing setting is declared once, as a :class:`Setting` in the metadata of its
+:class:`BlockConfig` field (or in :data:`INPUT_SETTINGS` for the input): its type, range,
+help text, CLI flags and URL key. The command line, the app's sidebar and its URL read
+:data:`SETTINGS`; adding a block field is one field here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
+
+import torch
 
 from hessviz.errors import ConfigError
 
 NORMS = ("post", "pre", "none", "attention")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 LOSSES = ("mse", "ce")
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V")
 FFN_PARAMS = ("W_1", "W_2")
 
 NORM_TITLES = {"post": "Post-LN block", "pre": "Pre-LN block", "none": "Block without LN",
                "attention": "Self-attention alone"}
+ACTIVATION_TITLES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU-tanh"}
+LOSS_TITLES = {"mse": "MSE", "ce": "cross-entropy"}
+
+XNORM_GRID: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+                                 10.0, 20.0, 50.0, 100.0)
+"""The input sizes ``‖X‖₂`` the app offers."""
+EPS_GRID: tuple[float, ...] = (0.0, 1e-12, 1e-9, 1e-6, 1e-5, 1e-3, 1e-2, 0.1, 1.0)
+"""The LayerNorm ``ε`` values the app offers."""
+
+TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value}")
-    return value
+# ----------------------------------------------------------------------------- the settings table
 
 
-def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-    return value  # type: ignore[return-value]
+def _always(values: Mapping[str, object]) -> bool:
+    return True
+
+
+def _has_ffn(values: Mapping[str, object]) -> bool:
+    return values.get("norm") != "attention"
+
+
+def _has_layernorm(values: Mapping[str, object]) -> bool:
+    return values.get("norm") in ("post", "pre")
+
+
+def _has_out_proj(values: Mapping[str, object]) -> bool:
+    return bool(values.get("out_proj"))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One user-facing setting: what it is, where it may range, and how it is spelled.
+
+    ``kind`` is ``int``, ``float``, ``str`` (one of ``choices``) or ``bool``; ``minimum`` is
+    the library's lower bound (ints and floats), ``optional`` allows ``None``. The app
+    offers ints in ``app_range`` and floats on ``grid``; ``relevant`` says, from the other
+    values (by field name), whether the setting matters (the sidebar disables it when not).
+    ``section`` groups the sidebar; ``in_app = False`` keeps it to the library and the CLI.
+    """
+
+    url: str
+    label: str
+    help: str
+    kind: type
+    default: object
+    minimum: float | None = None
+    choices: tuple[str, ...] | None = None
+    optional: bool = False
+    app_range: tuple[int, int] | None = None
+    grid: tuple[float, ...] | None = None
+    short: str | None = None
+    alias: str | None = None
+    section: str = "block"
+    in_app: bool = True
+    relevant: Callable[[Mapping[str, object]], bool] = _always
+    name: str = ""
+
+    @property
+    def flag(self) -> str:
+        """The long command-line flag, ``--d-model`` for ``d_model``."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(f for f in (self.short, self.flag, self.alias) if f)
+
+    def check(self, value: object) -> object:
+        """``value`` if allowed, else :class:`ConfigError` naming the field and what is allowed."""
+        if value is None and self.optional:
+            return None
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{self.name} must be True or False, got {value!r}")
+        elif self.kind is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+                raise ConfigError(f"{self.name} must be an integer >= {self.minimum:g}"
+                                  f"{' or None' if self.optional else ''}, got {value!r}")
+        elif self.kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < self.minimum:
+                raise ConfigError(f"{self.name} must be a finite number >= {self.minimum:g}, got {value!r}")
+        elif value not in self.choices:
+            raise ConfigError(f"{self.name} must be one of {', '.join(map(repr, self.choices))}, "
+                              f"got {value!r}")
+        return value
+
+    def parse(self, text: str) -> object:
+        """The value written as ``text`` (a URL or command-line word), checked; ``ValueError``
+        (a :class:`ConfigError`) naming the field when it is not allowed."""
+        if not isinstance(text, str):
+            raise ConfigError(f"{self.name} must be given as text, got {type(text).__name__}")
+        word = text.strip()
+        if self.optional and word.lower() in ("", "none"):
+            return None
+        try:
+            if self.kind is bool:
+                if word.lower() not in TRUE_WORDS + FALSE_WORDS:
+                    raise ValueError(word)
+                value: object = word.lower() in TRUE_WORDS
+            elif self.kind is int:
+                value = int(word)
+            elif self.kind is float:
+                value = float(word)
+            else:
+                value = word
+        except ValueError:
+            kinds = {bool: "true or false", int: "an integer", float: "a number"}
+            raise ConfigError(f"{self.name} must be {kinds[self.kind]}, got {text[:40]!r}") from None
+        return self.check(value)
+
+    def format(self, value: object) -> str:
+        """How ``value`` is written in a URL: ``1.0 -> "1"``, ``True -> "true"``."""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, float):
+            return f"{value:g}"
+        return str(value)
+
+
+def setting(default: object, url: str, label: str, help: str, kind: type | None = None,
+            **spec: object):
+    """A :class:`BlockConfig` field whose :class:`Setting` lives in its metadata."""
+    kind = kind or type(default)
+    return field(default=default, metadata={"setting": Setting(url, label, help, kind, default, **spec)})
+
+
+# ----------------------------------------------------------------------------- parameter names
+
+HEADED: dict[str, int] = {"W_Q": 1, "W_K": 1, "W_V": 1, "W_O": 0, "b_Q": 0, "b_K": 0, "b_V": 0}
+"""Parameters that are split by head, and the axis that holds the heads."""
+
+_ATTENTION_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
+_FFN_ORDER = ("W_1", "b_1", "W_2", "b_2")
+_LN1, _LN2 = ("ln1_gamma", "ln1_beta"), ("ln2_gamma", "ln2_beta")
+_NAME = re.compile(r"^(?P<base>[A-Za-z_][A-Za-z0-9_]*)(\[(?P<head>-?\d+)\])?$")
+
+
+class ParamRef(NamedTuple):
+    """A parameter name split into its base weight and head (``None`` for the whole weight)."""
+
+    base: str
+    head: int | None
+
+
+def parse_name(name: str) -> ParamRef:
+    """``"W_Q[3]" -> ParamRef("W_Q", 3)``, ``"W_1" -> ParamRef("W_1", None)``."""
+    m = _NAME.match(name) if isinstance(name, str) else None
+    if m is None:
+        raise ConfigError(f"parameter name must be a weight name such as 'W_Q' or a head slice such as "
+                          f"'W_Q[0]', got {name!r}")
+    head = m.group("head")
+    return ParamRef(m.group("base"), None if head is None else int(head))
+
+
+# ----------------------------------------------------------------------------- the block
 
 
 @dataclass(frozen=True)
 class BlockConfig:
-    """One Transformer block, as fixed by ``MODEL.md``.
+    """One Transformer block, as fixed by ``MODEL.md`` (parts 1 and 2).
 
     ``norm`` places the LayerNorm: ``post`` ``Z = LN(Z1 + FFN(Z1)), Z1 = LN(X + SA(X))``;
     ``pre`` ``Z = Z1 + FFN(LN(Z1)), Z1 = X + SA(LN(X))``; ``none`` without LayerNorm;
-    ``attention`` the single self-attention layer ``Z = SA(X)``.
+    ``attention`` the single self-attention layer ``Z = SA(X)``. The defaults are the
+    papers' block: one head, no ``W_O``, no biases, LayerNorm without scale and shift.
     """
 
-    seq_len: int = 8
-    d_model: int = 16
-    d_k: int = 8
-    d_ff: int = 32
-    norm: str = "post"
-    activation: str = "relu"
-    loss: str = "mse"
-    ln_eps: float = 0.0
-    _shapes: dict = field(init=False, repr=False, compare=False)
+    seq_len: int = setting(8, "L", "Sequence length L", "tokens: rows of X", minimum=1,
+                           app_range=(1, 64), short="-L", section="size")
+    d_model: int = setting(16, "d", "Model width d", "features: columns of X", minimum=1,
+                           app_range=(1, 64), short="-d", section="size")
+    d_k: int = setting(8, "dk", "Key width d_k", "columns of W_Q and W_K per head", minimum=1,
+                       app_range=(1, 64), section="size")
+    d_ff: int = setting(32, "dff", "FFN width d_ff", "hidden units of the feed-forward layer", minimum=1,
+                        app_range=(1, 256), section="size", relevant=_has_ffn)
+    norm: str = setting("post", "norm", "LayerNorm placement",
+                        "post: LN after each residual sum; pre: LN before attention and FFN; none: "
+                        "residuals without LN; attention: the single self-attention layer "
+                        "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V.", choices=NORMS)
+    activation: str = setting("relu", "act", "Activation φ",
+                              "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form) or GELU-tanh "
+                              "(GPT-2's approximation)", choices=ACTIVATIONS, relevant=_has_ffn)
+    loss: str = setting("mse", "loss", "Loss", "mse: ‖Z − Y‖²/(L d) against a Gaussian target Y; "
+                        "ce: cross-entropy with d classes", choices=LOSSES)
+    ln_eps: float = setting(0.0, "eps", "LayerNorm ε", "LN(z) = (z − mean z)/√(var z + ε); ε = 0 as in "
+                            "the papers", kind=float, minimum=0.0, grid=EPS_GRID, section="input",
+                            relevant=_has_layernorm)
+    n_heads: int = setting(1, "heads", "Attention heads", "heads of width d_k each; more than one "
+                           "needs the output projection W_O", minimum=1, app_range=(1, 8),
+                           alias="--heads", section="size")
+    out_proj: bool = setting(False, "wo", "Output projection W_O", "SA(X) = concat_h(A_h V_h) W_O "
+                             "(+ b_O); required with more than one head", section="layer")
+    d_v: int | None = setting(None, "dv", "Value width d_v", "value width of one head (default: d_k "
+                              "with W_O, d without)", kind=int, minimum=1, optional=True, in_app=False,
+                              relevant=_has_out_proj, section="size")
+    bias: bool = setting(False, "bias", "Biases", "a bias on every linear map: b_Q, b_K, b_V, b_O, b_1, "
+                         "b_2", section="layer")
+    ln_affine: bool = setting(False, "affine", "LayerNorm γ, β", "learnable LayerNorm scale γ and "
+                              "shift β in both LayerNorms", section="layer", relevant=_has_layernorm)
+    causal: bool = setting(False, "causal", "Causal mask", "token t attends to tokens s ≤ t only",
+                           section="layer")
 
     def __post_init__(self) -> None:
-        _check_int("seq_len", self.seq_len, 1)
-        _check_int("d_model", self.d_model, 1)
-        _check_int("d_k", self.d_k, 1)
-        _check_int("d_ff", self.d_ff, 1)
-        _check_choice("norm", self.norm, NORMS)
-        _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("loss", self.loss, LOSSES)
-        eps = self.ln_eps
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
-            raise ConfigError(f"ln_eps must be a finite number >= 0, got {eps!r}")
+        for s in BLOCK_SETTINGS:
+            s.check(getattr(self, s.name))
         if self.loss == "ce" and self.d_model < 2:
             raise ConfigError("d_model must be >= 2 with loss='ce' (the classes are the d_model features)")
         if self.uses_layernorm and self.d_model < 2 and self.ln_eps == 0:
@@ -82,35 +261,143 @@ class BlockConfig:
                 "d_model must be >= 2 when LayerNorm is used with ln_eps = 0 "
                 "(a single feature has zero variance); raise d_model or set ln_eps > 0"
             )
-        d, dk, dff = self.d_model, self.d_k, self.d_ff
-        shapes = {"W_Q": (d, dk), "W_K": (d, dk), "W_V": (d, d), "W_1": (d, dff), "W_2": (dff, d)}
-        object.__setattr__(self, "_shapes", {n: shapes[n] for n in self.param_names})
+        if self.n_heads > 1 and not self.out_proj:
+            raise ConfigError(f"n_heads = {self.n_heads} needs out_proj=True (the heads are joined by "
+                              "W_O); set out_proj or n_heads = 1")
+        if self.d_v is not None and not self.out_proj:
+            raise ConfigError(f"d_v = {self.d_v} needs out_proj=True (without W_O the value width is "
+                              "d_model); set out_proj or leave d_v = None")
+        if self.ln_affine and not self.uses_layernorm:
+            raise ConfigError(f"ln_affine needs a LayerNorm: norm must be 'post' or 'pre', got "
+                              f"{self.norm!r}")
+
+    # ------------------------------------------------------------------ structure
 
     @property
     def uses_layernorm(self) -> bool:
         return self.norm in ("post", "pre")
 
     @property
-    def param_names(self) -> tuple[str, ...]:
-        """Parameter names in θ order."""
-        return ATTENTION_PARAMS if self.norm == "attention" else ATTENTION_PARAMS + FFN_PARAMS
+    def has_ffn(self) -> bool:
+        return self.norm != "attention"
 
     @property
-    def param_shapes(self) -> dict[str, tuple[int, int]]:
-        """``name -> (rows, cols)`` in θ order."""
-        return dict(self._shapes)
+    def value_width(self) -> int:
+        """``d_v`` of one head: ``d_model`` without ``W_O``, else ``d_v`` (default ``d_k``)."""
+        if not self.out_proj:
+            return self.d_model
+        return self.d_k if self.d_v is None else self.d_v
 
-    def param_size(self, name: str) -> int:
-        rows, cols = self.param_shapes[self.check_name(name)]
-        return rows * cols
+    @property
+    def is_paper_block(self) -> bool:
+        """True for the papers' block: one head, no ``W_O``, no biases, no γ/β, no mask."""
+        return (self.n_heads == 1 and not self.out_proj and not self.bias and not self.ln_affine
+                and not self.causal)
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """Whole parameter names in θ order (the order the forward pass first uses them)."""
+        keep = {"W_Q", "W_K", "W_V", "W_1", "W_2"}
+        if self.out_proj:
+            keep.add("W_O")
+        if self.bias:
+            keep |= {"b_Q", "b_K", "b_V", "b_1", "b_2"} | ({"b_O"} if self.out_proj else set())
+        if self.ln_affine:
+            keep |= set(_LN1 + _LN2)
+        if self.norm == "attention":
+            order = _ATTENTION_ORDER
+        elif self.norm == "pre":
+            order = _LN1 + _ATTENTION_ORDER + _LN2 + _FFN_ORDER
+        else:
+            order = _ATTENTION_ORDER + _LN1 + _FFN_ORDER + _LN2
+        return tuple(n for n in order if n in keep)
+
+    @property
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """``name -> shape`` in θ order: matrices ``(rows, cols)``, biases and γ/β ``(n,)``."""
+        return dict(self._shape_table)
+
+    @cached_property
+    def _shape_table(self) -> dict[str, tuple[int, ...]]:
+        d, H, dk, dv, dff = self.d_model, self.n_heads, self.d_k, self.value_width, self.d_ff
+        shapes = {"W_Q": (d, H * dk), "b_Q": (H * dk,), "W_K": (d, H * dk), "b_K": (H * dk,),
+                  "W_V": (d, H * dv), "b_V": (H * dv,), "W_O": (H * dv, d), "b_O": (d,),
+                  "W_1": (d, dff), "b_1": (dff,), "W_2": (dff, d), "b_2": (d,),
+                  "ln1_gamma": (d,), "ln1_beta": (d,), "ln2_gamma": (d,), "ln2_beta": (d,)}
+        return {n: shapes[n] for n in self.param_names}
 
     @property
     def num_params(self) -> int:
         """``P``, the length of θ."""
-        return sum(r * c for r, c in self._shapes.values())
+        return sum(math.prod(s) for s in self.param_shapes.values())
+
+    # ------------------------------------------------------------------ names and head slices
+
+    def check_name(self, name: str) -> str:
+        """``name`` if it is a parameter of this block or a head slice of one, else :class:`ConfigError`."""
+        base, head = parse_name(name)
+        if base not in self._shape_table:
+            raise ConfigError(
+                f"parameter name must be one of {', '.join(self.param_names)} for norm={self.norm!r} "
+                f"(or a head slice such as 'W_Q[0]'), got {name!r}"
+            )
+        if head is not None:
+            if base not in HEADED:
+                headed = ", ".join(n for n in self.param_names if n in HEADED)
+                raise ConfigError(f"{base} has no heads, so {name!r} is not a parameter; head slices "
+                                  f"exist for {headed}")
+            if not 0 <= head < self.n_heads:
+                raise ConfigError(f"head index in {name!r} must be in [0, {self.n_heads - 1}] "
+                                  f"(n_heads = {self.n_heads}), got {head}")
+        return name
+
+    def shape_of(self, name: str) -> tuple[int, ...]:
+        """Shape of a whole parameter or of one head's slice: ``W_Q[h] (d, d_k)``, ``W_O[h] (d_v, d)``."""
+        base, head = parse_name(self.check_name(name))
+        shape = list(self.param_shapes[base])
+        if head is not None:
+            shape[HEADED[base]] //= self.n_heads
+        return tuple(shape)
+
+    def param_size(self, name: str) -> int:
+        return math.prod(self.shape_of(name))
+
+    def head_indices(self, name: str) -> torch.Tensor:
+        """Positions of ``name``'s entries inside ``vec_r`` of its whole weight, in the slice's
+        own ``vec_r`` order (``arange`` for a whole name); int64 on the CPU."""
+        base, head = parse_name(self.check_name(name))
+        shape = self.param_shapes[base]
+        full = torch.arange(math.prod(shape)).reshape(shape)
+        if head is None:
+            return full.reshape(-1)
+        axis = HEADED[base]
+        width = shape[axis] // self.n_heads
+        return full.narrow(axis, head * width, width).reshape(-1)
+
+    def head_names(self, base: str) -> tuple[str, ...]:
+        """``("W_Q[0]", …, "W_Q[H-1]")`` for a weight with heads."""
+        self.check_name(base)
+        if base not in HEADED:
+            raise ConfigError(f"{base} has no heads; head slices exist for "
+                              f"{', '.join(n for n in self.param_names if n in HEADED)}")
+        return tuple(f"{base}[{h}]" for h in range(self.n_heads))
+
+    def sort_names(self, names: tuple[str, ...] | list[str] | str) -> tuple[str, ...]:
+        """``names`` checked and put in θ order (a slice at its weight's place, by head);
+        :class:`ConfigError` on a repeat or on a weight given both whole and sliced."""
+        names = (names,) if isinstance(names, str) else tuple(names)
+        refs = {n: parse_name(self.check_name(n)) for n in names}
+        if len(refs) != len(names):
+            raise ConfigError(f"wrt must not repeat a name, got {names}")
+        whole = {r.base for r in refs.values() if r.head is None}
+        for n, r in refs.items():
+            if r.head is not None and r.base in whole:
+                raise ConfigError(f"wrt names {r.base!r} whole and its slice {n!r}; give one or the other")
+        order = self.param_names
+        return tuple(sorted(names, key=lambda n: (order.index(refs[n].base), refs[n].head or 0)))
 
     def offsets(self, names: tuple[str, ...] | None = None) -> dict[str, slice]:
-        """``name -> slice`` of that parameter inside θ restricted to ``names`` (cfg order)."""
+        """``name -> slice`` of that parameter inside θ restricted to ``names`` (in the given order)."""
         names = self.param_names if names is None else names
         out, start = {}, 0
         for n in names:
@@ -119,23 +406,50 @@ class BlockConfig:
             start += size
         return out
 
-    def check_name(self, name: str) -> str:
-        if name not in self._shapes:
-            raise ConfigError(
-                f"parameter name must be one of {', '.join(self.param_names)} "
-                f"for norm={self.norm!r}, got {name!r}"
-            )
-        return name
+    # ------------------------------------------------------------------ words
 
     def describe(self, input_norm: float | None = None) -> str:
         """One line in words, e.g. ``Post-LN block, L = 8, d = 16, ReLU, MSE, ‖X‖₂ = 1``."""
         parts = [NORM_TITLES[self.norm], f"L = {self.seq_len}", f"d = {self.d_model}",
                  f"d_k = {self.d_k}"]
-        if self.norm != "attention":
-            parts += [f"d_ff = {self.d_ff}", {"relu": "ReLU", "gelu": "GELU"}[self.activation]]
-        parts.append({"mse": "MSE", "ce": "cross-entropy"}[self.loss])
+        if self.n_heads > 1:
+            parts.append(f"{self.n_heads} heads")
+        if self.out_proj:
+            parts.append("W_O" + (f" (d_v = {self.value_width})" if self.value_width != self.d_k else ""))
+        if self.has_ffn:
+            parts += [f"d_ff = {self.d_ff}", ACTIVATION_TITLES[self.activation]]
+        parts += [label for flag, label in ((self.bias, "biases"), (self.ln_affine, "LN γ/β"),
+                                            (self.causal, "causal")) if flag]
+        parts.append(LOSS_TITLES[self.loss])
         if self.uses_layernorm and self.ln_eps:
             parts.append(f"ε = {self.ln_eps:g}")
         if input_norm is not None:
             parts.append(f"‖X‖₂ = {input_norm:g}")
         return ", ".join(parts)
+
+    def values(self) -> dict[str, object]:
+        """``field name -> value`` of every setting (what the CLI and the JSON summaries record)."""
+        return {s.name: getattr(self, s.name) for s in BLOCK_SETTINGS}
+
+
+def _settings_of(cls: type) -> tuple[Setting, ...]:
+    return tuple(dataclasses.replace(f.metadata["setting"], name=f.name)
+                 for f in dataclasses.fields(cls) if "setting" in f.metadata)
+
+
+BLOCK_SETTINGS: tuple[Setting, ...] = _settings_of(BlockConfig)
+"""One :class:`Setting` per :class:`BlockConfig` field, in field order."""
+
+INPUT_SETTINGS: tuple[Setting, ...] = (
+    Setting("xnorm", "Input size ‖X‖₂", "the spectral norm (largest singular value) of the input X",
+            float, 1.0, minimum=0.0, grid=XNORM_GRID, section="input", name="input_norm"),
+    Setting("seed", "Seed", "draws the weights W ~ N(0, 1/fan_in), X and the target", int, 0,
+            minimum=0, app_range=(0, 9999), section="input", name="seed"),
+)
+"""The input's settings (not part of the block): its spectral norm and the seed."""
+
+SETTINGS: tuple[Setting, ...] = BLOCK_SETTINGS + INPUT_SETTINGS
+"""Every user-facing setting; the CLI, the sidebar and the URL are built from this table."""
+
+SECTIONS: dict[str, str] = {"block": "Block", "size": "Sizes", "layer": "Real layer", "input": "Input"}
+"""Sidebar sections, in the order they are drawn."""

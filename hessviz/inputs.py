@@ -1,7 +1,10 @@
 """Parameters and inputs: seeded sampling and the validation every entry point runs.
 
-``init_params`` draws ``W ~ N(0, 1/fan_in)`` entrywise (``fan_in`` = rows of ``W``),
-``sample_inputs`` draws a Gaussian ``X`` rescaled to a given spectral norm ``‖X‖₂``.
+``init_params`` draws, in θ order, every weight matrix ``W ~ N(0, 1/fan_in)`` entrywise
+(``fan_in`` = rows of ``W``), every bias and LayerNorm shift ``~ N(0, 0.1²)`` and every
+LayerNorm scale ``~ 1 + N(0, 0.1²)``: small but non-zero, so that every term of the
+Hessian is exercised. ``sample_inputs`` draws a Gaussian ``X`` rescaled to a given
+spectral norm ``‖X‖₂``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from hessviz.config import BlockConfig
 from hessviz.errors import InputError
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
+VECTOR_SCALE = 0.1
+"""Standard deviation of the random biases, LayerNorm shifts and (around 1) scales."""
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -25,13 +30,18 @@ def _generator(seed: int) -> torch.Generator:
 
 def init_params(cfg: BlockConfig, seed: int = 0, *, dtype: torch.dtype = torch.float64,
                 device: str | torch.device | None = None) -> dict[str, Tensor]:
-    """Seeded weights ``name -> (rows, cols)`` tensor, entries ``N(0, 1/rows)``."""
+    """Seeded parameters ``name -> tensor`` of ``cfg.param_shapes``: matrices ``N(0, 1/rows)``,
+    biases and γ/β near ``0`` and ``1`` (see the module docstring)."""
     if dtype not in FLOAT_DTYPES:
         raise InputError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     gen = _generator(seed)
     params = {}
-    for name, (rows, cols) in cfg.param_shapes.items():
-        w = torch.randn(rows, cols, generator=gen, dtype=torch.float64) / math.sqrt(rows)
+    for name, shape in cfg.param_shapes.items():
+        w = torch.randn(*shape, generator=gen, dtype=torch.float64)
+        if len(shape) == 2:
+            w = w / math.sqrt(shape[0])
+        else:
+            w = (1.0 if name.endswith("_gamma") else 0.0) + VECTOR_SCALE * w
         params[name] = w.to(dtype=dtype, device=device)
     return params
 

@@ -14,32 +14,48 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hessviz.config import BlockConfig
+from hessviz.config import BlockConfig, parse_name
 
 
 def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    """``Z (L, d)`` from stock torch ops."""
-    eps, d = cfg.ln_eps, cfg.d_model
+    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 and 2)."""
+    eps, d, L = cfg.ln_eps, cfg.d_model, X.shape[0]
+    H, dk, dv = cfg.n_heads, cfg.d_k, cfg.value_width
+    p = params.get
 
-    def ln(z: Tensor) -> Tensor:
-        return F.layer_norm(z, (d,), eps=eps)
+    def ln(z: Tensor, which: str) -> Tensor:
+        return F.layer_norm(z, (d,), weight=p(f"{which}_gamma"), bias=p(f"{which}_beta"), eps=eps)
+
+    def linear(x: Tensor, w: str, b: str) -> Tensor:
+        out = x @ params[w]
+        return out if p(b) is None else out + params[b]
+
+    def heads(x: Tensor, width: int) -> Tensor:                   # (L, H*width) -> (H, L, width)
+        return x.reshape(L, H, width).transpose(0, 1)
 
     def sa(x: Tensor) -> Tensor:
-        scores = (x @ params["W_Q"]) @ (x @ params["W_K"]).T / math.sqrt(cfg.d_k)
-        return torch.softmax(scores, dim=-1) @ x @ params["W_V"]
+        q, k = heads(linear(x, "W_Q", "b_Q"), dk), heads(linear(x, "W_K", "b_K"), dk)
+        v = heads(linear(x, "W_V", "b_V"), dv)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
+        if cfg.causal:
+            future = torch.ones(L, L, dtype=torch.bool, device=X.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        out = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(L, H * dv)
+        return linear(out, "W_O", "b_O") if cfg.out_proj else out
 
     def ffn(z: Tensor) -> Tensor:
-        act = torch.relu if cfg.activation == "relu" else F.gelu
-        return act(z @ params["W_1"]) @ params["W_2"]
+        act = {"relu": torch.relu, "gelu": F.gelu,
+               "gelu_tanh": lambda u: F.gelu(u, approximate="tanh")}[cfg.activation]
+        return linear(act(linear(z, "W_1", "b_1")), "W_2", "b_2")
 
     if cfg.norm == "attention":
         return sa(X)
     if cfg.norm == "post":
-        z1 = ln(X + sa(X))
-        return ln(z1 + ffn(z1))
+        z1 = ln(X + sa(X), "ln1")
+        return ln(z1 + ffn(z1), "ln2")
     if cfg.norm == "pre":
-        z1 = X + sa(ln(X))
-        return z1 + ffn(ln(z1))
+        z1 = X + sa(ln(X, "ln1"))
+        return z1 + ffn(ln(z1, "ln2"))
     z1 = X + sa(X)
     return z1 + ffn(z1)
 
@@ -52,14 +68,22 @@ def torch_loss(cfg: BlockConfig, Z: Tensor, Y: Tensor) -> Tensor:
 
 def _unflatten(cfg: BlockConfig, names: tuple[str, ...], theta: Tensor,
                params: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``params`` with the entries of ``names`` (whole weights or head slices) taken from ``θ'``."""
     out = dict(params)
     for n, sl in cfg.offsets(names).items():
-        out[n] = theta[sl].reshape(cfg.param_shapes[n])
+        base = parse_name(n).base
+        flat = out[base].reshape(-1).index_copy(0, cfg.head_indices(n).to(theta.device), theta[sl])
+        out[base] = flat.reshape(cfg.param_shapes[base])
     return out
 
 
-def flatten(params: dict[str, Tensor], names: tuple[str, ...]) -> Tensor:
-    return torch.cat([params[n].reshape(-1) for n in names])
+def flatten(cfg: BlockConfig, params: dict[str, Tensor], names: tuple[str, ...]) -> Tensor:
+    """``θ'``: the entries of ``names`` (whole weights or head slices) in order."""
+    pieces = []
+    for n in names:
+        whole = params[parse_name(n).base].reshape(-1)
+        pieces.append(whole[cfg.head_indices(n).to(whole.device)])
+    return torch.cat(pieces)
 
 
 def loss_of_theta(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
@@ -75,13 +99,13 @@ def model_jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
     """``∂ vec_r(Z)/∂θ``, ``(L*d, P')``, by ``torch.func.jacrev``."""
     def f(theta: Tensor) -> Tensor:
         return torch_forward(cfg, _unflatten(cfg, names, theta, params), X).reshape(-1)
-    return torch.func.jacrev(f)(flatten(params, names))
+    return torch.func.jacrev(f)(flatten(cfg, params, names))
 
 
 def full_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                  names: tuple[str, ...]) -> Tensor:
     """``∇²_θ ℓ`` by ``torch.func.hessian`` (forward-over-reverse)."""
-    return torch.func.hessian(loss_of_theta(cfg, params, X, Y, names))(flatten(params, names))
+    return torch.func.hessian(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))
 
 
 def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
@@ -96,4 +120,4 @@ def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Ten
 def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
              names: tuple[str, ...]) -> Tensor:
     """``∇_θ ℓ`` by ``torch.func.grad``."""
-    return torch.func.grad(loss_of_theta(cfg, params, X, Y, names))(flatten(params, names))
+    return torch.func.grad(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))

@@ -1,21 +1,10 @@
 """The shared view: what the sidebar controls describe, and how it maps to the URL.
 
-Pure Python (no Streamlit), so it can be tested and reused. URL keys:
-
-=======  ==========  ======================================
-key      field       values
-=======  ==========  ======================================
-``L``    seq_len     1 … 64
-``d``    d_model     1 … 64
-``dk``   d_k         1 … 64
-``dff``  d_ff        1 … 256
-``norm`` norm        post | pre | none | attention
-``act``  activation  relu | gelu
-``loss`` loss        mse | ce
-``xnorm`` ‖X‖₂       a value of :data:`XNORM_GRID`
-``eps``  ln_eps      a value of :data:`EPS_GRID`
-``seed`` seed        0 … 9999
-=======  ==========  ======================================
+Pure Python (no Streamlit), so it can be tested and reused. Every control and its URL key
+come from :data:`hessviz.config.SETTINGS` (the block's fields, then the input's): an int
+within its ``app_range``, a float on its ``grid``, a choice, or ``true``/``false``. For
+example ``L`` is ``seq_len`` in 1 … 64, ``norm`` one of post | pre | none | attention,
+``heads`` the number of heads, ``xnorm`` the input's ``‖X‖₂``.
 """
 
 from __future__ import annotations
@@ -27,24 +16,15 @@ from urllib.parse import urlencode
 import torch
 
 import hessviz as hv
-from hessviz.config import ACTIVATIONS, LOSSES, NORMS
+from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS, SETTINGS, Setting
 
-XNORM_GRID: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
-                                 10.0, 20.0, 50.0, 100.0)
-EPS_GRID: tuple[float, ...] = (0.0, 1e-12, 1e-9, 1e-6, 1e-5, 1e-3, 1e-2, 0.1, 1.0)
+APP_SETTINGS: dict[str, Setting] = {s.url: s for s in SETTINGS if s.in_app}
+"""URL key -> setting, for every control the app shows."""
 
-DEFAULTS: dict[str, object] = {"L": 8, "d": 16, "dk": 8, "dff": 32, "norm": "post", "act": "relu",
-                               "loss": "mse", "xnorm": 1.0, "eps": 0.0, "seed": 0}
+DEFAULTS: dict[str, object] = {k: s.default for k, s in APP_SETTINGS.items()}
 """The default view (URL key -> value); the app opens on it."""
 
-INT_RANGES: dict[str, tuple[int, int]] = {"L": (1, 64), "d": (1, 64), "dk": (1, 64), "dff": (1, 256),
-                                          "seed": (0, 9999)}
-CHOICES: dict[str, tuple[str, ...]] = {"norm": NORMS, "act": ACTIVATIONS, "loss": LOSSES}
 SHARED_KEYS: tuple[str, ...] = tuple(DEFAULTS)
-
-NORM_LABELS = {"post": "Post-LN", "pre": "Pre-LN", "none": "no LN", "attention": "attention only"}
-ACT_LABELS = {"relu": "ReLU", "gelu": "GELU"}
-LOSS_LABELS = {"mse": "MSE", "ce": "cross-entropy"}
 
 
 def device() -> torch.device:
@@ -75,18 +55,16 @@ class View:
     @classmethod
     def from_values(cls, values: dict[str, object]) -> View:
         v = {**DEFAULTS, **values}
-        cfg = hv.BlockConfig(seq_len=int(v["L"]), d_model=int(v["d"]), d_k=int(v["dk"]),
-                             d_ff=int(v["dff"]), norm=str(v["norm"]), activation=str(v["act"]),
-                             loss=str(v["loss"]), ln_eps=float(v["eps"]))
-        return cls(cfg, float(v["xnorm"]), int(v["seed"]))
+        fields = {s.name: v[s.url] if s.in_app else s.default for s in BLOCK_SETTINGS}
+        inputs = {s.name: v[s.url] for s in INPUT_SETTINGS}
+        return cls(hv.BlockConfig(**fields), float(inputs["input_norm"]), int(inputs["seed"]))
 
     @property
     def values(self) -> dict[str, object]:
         """URL key -> value."""
-        c = self.cfg
-        return {"L": c.seq_len, "d": c.d_model, "dk": c.d_k, "dff": c.d_ff, "norm": c.norm,
-                "act": c.activation, "loss": c.loss, "xnorm": self.input_norm, "eps": c.ln_eps,
-                "seed": self.seed}
+        given = {"input_norm": self.input_norm, "seed": self.seed}
+        return {k: given[s.name] if s.name in given else getattr(self.cfg, s.name)
+                for k, s in APP_SETTINGS.items()}
 
     @property
     def key(self) -> tuple:
@@ -120,13 +98,14 @@ class View:
 
 
 def format_value(key: str, value: object) -> str | list[str]:
-    """How a value is written in the URL (``1.0 -> "1"``, ``1e-05 -> "1e-05"``); a list is
+    """How a value is written in the URL (``1.0 -> "1"``, ``True -> "true"``); a list is
     written as a repeated key (``?terms=full&terms=outer``), as Streamlit binds multi-selections."""
     if isinstance(value, (list, tuple)):
         return [format_value(key, v) for v in value]
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+    setting = APP_SETTINGS.get(key)
+    if setting is not None:
+        return setting.format(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def query_string(values: dict[str, object], extra: dict[str, object] | None = None,
@@ -138,19 +117,17 @@ def query_string(values: dict[str, object], extra: dict[str, object] | None = No
 
 
 def parse_value(key: str, text: str) -> object:
-    """Parse one URL value for ``key``; raise ``ValueError`` when it is not allowed."""
-    if key in INT_RANGES:
-        lo, hi = INT_RANGES[key]
-        value = int(text)
+    """Parse one URL value for ``key``; raise ``ValueError`` when the app does not offer it
+    (out of the control's range or grid, not a choice, not a number)."""
+    setting = APP_SETTINGS[key]
+    try:
+        value = setting.parse(text)
+    except hv.HessvizError as err:
+        raise ValueError(f"{key}: {err}") from None
+    if setting.app_range is not None:
+        lo, hi = setting.app_range
         if not lo <= value <= hi:
             raise ValueError(f"{key} must be in [{lo}, {hi}], got {value}")
-        return value
-    if key in CHOICES:
-        if text not in CHOICES[key]:
-            raise ValueError(f"{key} must be one of {', '.join(CHOICES[key])}, got {text!r}")
-        return text
-    grid = {"xnorm": XNORM_GRID, "eps": EPS_GRID}[key]
-    value = float(text)
-    if value not in grid:
-        raise ValueError(f"{key} must be one of {', '.join(f'{g:g}' for g in grid)}, got {text!r}")
+    if setting.grid is not None and value not in setting.grid:
+        raise ValueError(f"{key} must be one of {', '.join(f'{g:g}' for g in setting.grid)}, got {text!r}")
     return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -13,8 +14,8 @@ import streamlit as st
 import hessviz as hv
 from hessviz.api import hessian_bytes
 from hessviz.app import state
-from hessviz.app.state import DEFAULTS, EPS_GRID, INT_RANGES, XNORM_GRID, View
-from hessviz.config import ACTIVATIONS, LOSSES, NORMS
+from hessviz.app.state import DEFAULTS, View
+from hessviz.config import SECTIONS, SETTINGS, Setting
 from hessviz.memory import format_bytes, memory_limit
 
 _BIND = "query-params"
@@ -36,9 +37,27 @@ def _rendered_this_run(key: str) -> bool:
         return False
 
 
+def _control(where, s: Setting, disabled: bool) -> object:
+    """One sidebar widget for the setting ``s``, bound to the URL under ``s.url``."""
+    common = {"key": s.url, "bind": _BIND, "help": s.help, "disabled": disabled}
+    if s.choices:   # URL-bound choice widgets show the raw option (the URL value), e.g. ``norm=pre``
+        return where.segmented_control(s.label, s.choices, default=s.default, required=True, **common)
+    if s.kind is bool:
+        return where.toggle(s.label, value=s.default, **common)
+    if s.grid is not None:
+        return where.select_slider(s.label, s.grid, value=s.default, format_func=lambda v: f"{v:g}",
+                                   **common)
+    lo, hi = s.app_range
+    if hi - lo > 256:  # a wide range (the seed) is typed, not slid
+        return int(where.number_input(s.label, lo, hi, s.default, step=1, **common))
+    return where.slider(s.label, lo, hi, s.default, **common)
+
+
 def sidebar() -> View:
     """Draw the shared controls (bound to the URL) and return the current :class:`View`.
 
+    The controls come from :data:`hessviz.config.SETTINGS`, section by section; a control
+    that does not apply to the chosen block (``d_ff`` for attention alone) is disabled.
     Call it once near the top of a page. When the controls describe an invalid block
     (e.g. LayerNorm with ``d = 1`` and ``ε = 0``) it shows the reason and what to change,
     and stops the page.
@@ -47,41 +66,14 @@ def sidebar() -> View:
         return st.session_state[_VIEW]
     sb = st.sidebar
     st.session_state[_EXTRA] = {}
-    sb.markdown("### Block")
-    # URL-bound choice widgets show the raw option (the URL value), e.g. ``norm=pre``
-    norm = sb.segmented_control("LayerNorm placement", NORMS, default=DEFAULTS["norm"], required=True,
-                                key="norm", bind=_BIND,
-                                help="post: LN after each residual sum; pre: LN before attention and "
-                                     "FFN; none: residuals without LN; attention: the single "
-                                     "self-attention layer SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V.")
-    act = sb.segmented_control("Activation φ", ACTIVATIONS, default=DEFAULTS["act"], required=True,
-                               key="act", bind=_BIND, disabled=norm == "attention",
-                               help="φ in FFN(Z) = φ(Z W_1) W_2 (GELU: the exact erf form)")
-    loss = sb.segmented_control("Loss", LOSSES, default=DEFAULTS["loss"], required=True,
-                                key="loss", bind=_BIND,
-                                help="mse: ‖Z − Y‖²/(L d) against a Gaussian target Y; "
-                                     "ce: cross-entropy with d classes")
-    ints = {}
-    labels = {"L": ("Sequence length L", "tokens: rows of X"),
-              "d": ("Model width d", "features: columns of X"),
-              "dk": ("Key width d_k", "columns of W_Q and W_K"),
-              "dff": ("FFN width d_ff", "hidden units of the feed-forward layer")}
-    for k, (label, help_) in labels.items():
-        lo, hi = INT_RANGES[k]
-        ints[k] = sb.slider(label, lo, hi, DEFAULTS[k], key=k, bind=_BIND, help=help_,
-                            disabled=k == "dff" and norm == "attention")
-    sb.markdown("### Input")
-    xnorm = sb.select_slider("Input size ‖X‖₂", XNORM_GRID, value=DEFAULTS["xnorm"], key="xnorm",
-                             bind=_BIND, format_func=lambda v: f"{v:g}",
-                             help="the spectral norm (largest singular value) of the input X")
-    eps = sb.select_slider("LayerNorm ε", EPS_GRID, value=DEFAULTS["eps"], key="eps", bind=_BIND,
-                           format_func=lambda v: f"{v:g}", disabled=norm not in ("post", "pre"),
-                           help="LN(z) = (z − mean z)/√(var z + ε); ε = 0 as in the papers")
-    lo, hi = INT_RANGES["seed"]
-    seed = sb.number_input("Seed", lo, hi, DEFAULTS["seed"], step=1, key="seed", bind=_BIND,
-                           help="draws the weights W ~ N(0, 1/fan_in), X and the target")
-    values = {"norm": norm, "act": act, "loss": loss, **ints, "xnorm": xnorm, "eps": eps,
-              "seed": int(seed)}
+    values: dict[str, object] = {}
+    by_name = {s.name: s.default for s in SETTINGS}
+    for section, title in SECTIONS.items():
+        settings = [s for s in SETTINGS if s.in_app and s.section == section]
+        if settings:
+            sb.markdown(f"### {title}")
+        for s in settings:
+            values[s.url] = by_name[s.name] = _control(sb, s, disabled=not s.relevant(by_name))
     sb.markdown("### This view")
     st.session_state[_LINK] = sb.empty()
     try:
@@ -168,8 +160,8 @@ def guard(what: str = "this computation") -> Iterator[None]:
 def size_advice(view: View) -> str:
     """Which controls to lower, naming the biggest weights."""
     shapes = view.cfg.param_shapes
-    sizes = sorted(((r * c, n, r, c) for n, (r, c) in shapes.items()), reverse=True)
-    parts = ", ".join(f"{n} {r}×{c}" for _, n, r, c in sizes[:3])
+    sizes = sorted(((math.prod(shape), n, shape) for n, shape in shapes.items()), reverse=True)
+    parts = ", ".join(f"{n} {'×'.join(map(str, shape))}" for _, n, shape in sizes[:3])
     return (f"P = {view.num_params:,} (largest weights: {parts}). Lower d (P grows like d² + d·d_ff) "
             f"or d_ff, or choose norm = attention (no FFN).")
 
