@@ -39,13 +39,6 @@ def loss_hvp(kind: str, Z: Tensor):
     return lambda dZ: (p * dZ - p * (p * dZ).sum(-1, keepdim=True)) / L
 
 
-def heads_of(cfg: BlockConfig) -> tuple[int, int]:
-    """``(H, d_v)`` of the config (one head of width ``d`` for the paper block)."""
-    H = getattr(cfg, "n_heads", 1)
-    d_v = getattr(cfg, "value_width", None)
-    return H, (d_v if d_v is not None else cfg.d_model)
-
-
 class _Builder:
     """Appends nodes and evaluates them, so the recipe below reads like a forward pass."""
 
@@ -75,13 +68,12 @@ class _Builder:
 def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> Tape:
     """Run the forward pass of ``cfg`` and the first-order reverse sweep once."""
     b = _Builder(params, X)
-    H, d_v = heads_of(cfg)
     eps, norm = cfg.ln_eps, cfg.norm
 
     def self_attention(x: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
-        o = b.add(Attention("O", qkv, b.values[qkv], H, cfg.d_k, d_v, getattr(cfg, "causal", False)))
-        return b.linear("SA", o, ["W_O"], ["b_O"]) if "W_O" in params else o
+        o = b.add(Attention("O", qkv, b.values[qkv], cfg.n_heads, cfg.d_k, cfg.value_width, cfg.causal))
+        return b.linear("SA", o, ["W_O"], ["b_O"]) if cfg.out_proj else o
 
     def ffn(z: str) -> str:
         h = b.linear("U", z, ["W_1"], ["b_1"])
