@@ -24,7 +24,12 @@ def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Ten
     p = params.get
 
     def ln(z: Tensor, which: str) -> Tensor:
-        return F.layer_norm(z, (d,), weight=p(f"{which}_gamma"), bias=p(f"{which}_beta"), eps=eps)
+        # γ and β applied outside F.layer_norm: in torch 2.13 its second derivative with a
+        # weight is wrong (asymmetric: the (γ, z) block), in every autograd mode.
+        out = F.layer_norm(z, (d,), eps=eps)
+        gamma, beta = p(f"{which}_gamma"), p(f"{which}_beta")
+        out = out if gamma is None else out * gamma
+        return out if beta is None else out + beta
 
     def linear(x: Tensor, w: str, b: str) -> Tensor:
         out = x @ params[w]
