@@ -68,7 +68,7 @@ class Linear(Node):
         if dW is not None:
             out = add(out, torch.matmul(self.x, dW))                  # x Ẇ
         if db is not None:
-            out = add(out, db[:, None, :])                             # ḃ
+            out = add(out, db[:, None, :].expand(-1, self.x.shape[0], -1))   # ḃ
         return out
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
