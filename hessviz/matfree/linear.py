@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from hessviz.matfree import batched as bt
 from hessviz.matfree.tape import Maybe, Node, add
 
 
@@ -64,9 +65,9 @@ class Linear(Node):
         db = self._join(dp[nw:], self.bias_of)
         out = None
         if dx[0] is not None:
-            out = dx[0] @ self.W                                      # ẋ W
+            out = bt.tangent_times(dx[0], self.W)                        # ẋ W
         if dW is not None:
-            out = add(out, torch.matmul(self.x, dW))                  # x Ẇ
+            out = add(out, bt.primal_times(self.x, dW))                  # x Ẇ
         if db is not None:
             out = add(out, db[:, None, :].expand(-1, self.x.shape[0], -1))   # ḃ
         return out
@@ -84,18 +85,18 @@ class Linear(Node):
         dgx = None
         if need_x[0]:
             if dgy is not None:
-                dgx = dgy @ self.W.T                                   # ȳ̇ Wᵀ
+                dgx = bt.tangent_times(dgy, self.W.T)                     # ȳ̇ Wᵀ
             if second:
                 dW = self._join(dp[:nw], list(range(nw)))
                 if dW is not None:
-                    dgx = add(dgx, torch.matmul(self.gy, dW.transpose(-1, -2)))   # ȳ Ẇᵀ
+                    dgx = add(dgx, bt.primal_times_T(self.gy, dW))        # ȳ Ẇᵀ
         dgp: list[Maybe] = [None] * len(self.params)
         if any(need_p[:nw]):
             dgW = None
             if dgy is not None:
-                dgW = torch.matmul(self.x.T, dgy)                      # xᵀ ȳ̇
+                dgW = bt.primal_T_times(self.x, dgy)                      # xᵀ ȳ̇
             if second and dx[0] is not None:
-                dgW = add(dgW, dx[0].transpose(-1, -2) @ self.gy)      # ẋᵀ ȳ
+                dgW = add(dgW, bt.tangent_T_times(dx[0], self.gy))        # ẋᵀ ȳ
             if dgW is not None:
                 dgp[:nw] = self._split(dgW, list(range(nw)))
         if any(need_p[nw:]) and dgy is not None:
