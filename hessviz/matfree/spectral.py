@@ -10,7 +10,8 @@ computation and propagates.
   eigenpairs by implicitly restarted Lanczos (``scipy.sparse.linalg.eigsh``).
 * :func:`density`: the spectral density by stochastic Lanczos quadrature (Ubaru, Chen and
   Saad 2017; PyHessian): for each of ``probes`` Rademacher vectors ``v/‖v‖``, ``steps``
-  Lanczos steps with full reorthogonalisation give ``T = Y diag(θ) Yᵀ``; the density is
+  Lanczos steps with full reorthogonalisation give ``T = Y diag(θ) Yᵀ`` (the probes run
+  side by side, one ``k``-column product per step, as many as the memory limit allows); the density is
   ``φ(λ) ≈ (1/probes) Σ_probe Σ_j τ_j δ(λ − θ_j)`` with ``τ_j = (Y_{1j})²``.
 * :func:`trace`: Hutchinson (``tr H ≈ (1/m) Σ vᵀHv``, Rademacher ``v``) or Hutch++
   (Meyer et al. 2021: exact on a sketched top subspace, Hutchinson on the rest), with a
@@ -34,6 +35,8 @@ from torch import Tensor
 
 from hessviz.config import HEADED
 from hessviz.errors import ConfigError
+from hessviz.matfree.operator import BATCH
+from hessviz.memory import memory_limit
 from hessviz.result import check_term
 
 Progress = Callable[[int, int | None, str], None]
@@ -126,31 +129,33 @@ def top_eigenvalues(res, term: str = "full", k: int = 5, **kw) -> np.ndarray:
 # ----------------------------------------------------------------------------- Lanczos / SLQ
 
 
-def lanczos(apply: Callable[[Tensor], Tensor], v0: Tensor, steps: int) -> tuple[Tensor, Tensor]:
-    """``steps`` Lanczos steps from ``v0 (n,)`` with full reorthogonalisation.
+def lanczos(apply: Callable[[Tensor], Tensor], v0: Tensor, steps: int) -> list[tuple[Tensor, Tensor]]:
+    """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once, fully reorthogonalised.
 
-    Returns the tridiagonal ``T``'s diagonal ``α (m,)`` and off-diagonal ``β (m − 1,)``;
-    ``m < steps`` when an invariant subspace is found (``β`` below round-off).
+    One product with ``k`` columns per step. Returns per start vector the tridiagonal ``T``'s
+    diagonal ``α (m,)`` and off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's
+    Krylov space is invariant (``β`` below round-off), after which its rows stay zero.
     """
-    n = v0.shape[0]
+    k, n = v0.shape
     steps = min(steps, n)
-    Q = v0.new_zeros(steps, n)
-    q = v0 / torch.linalg.vector_norm(v0)
-    alpha, beta = [], []
+    Q = v0.new_zeros(steps, k, n)
+    q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
+    alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
+    length = torch.full((k,), steps, dtype=torch.long)
     for j in range(steps):
         Q[j] = q
-        w = apply(q[None])[0]
-        a = torch.dot(w, q)
-        w = w - a * q - (beta[-1] * Q[j - 1] if j else 0.0)
-        w = w - Q[: j + 1].T @ (Q[: j + 1] @ w)                    # full reorthogonalisation, twice
-        w = w - Q[: j + 1].T @ (Q[: j + 1] @ w)
-        alpha.append(a)
-        b = torch.linalg.vector_norm(w)
-        if j + 1 == steps or b <= 1e-12 * max(1.0, abs(float(a))):
-            break
-        beta.append(b)
-        q = w / b
-    return torch.stack(alpha), (torch.stack(beta) if beta else v0.new_zeros(0))
+        w = apply(q)
+        a = (w * q).sum(1)
+        w = w - a[:, None] * q - (betas[j - 1, :, None] * Q[j - 1] if j else 0.0)
+        for _ in range(2):                                        # full reorthogonalisation, twice
+            w = w - torch.einsum("jk,jkn->kn", torch.einsum("jkn,kn->jk", Q[: j + 1], w), Q[: j + 1])
+        alphas[j] = a
+        b = torch.linalg.vector_norm(w, dim=1)
+        stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps)
+        length[stop.cpu()] = j + 1
+        betas[j] = torch.where(stop, 0.0, b)
+        q = torch.where((length > j + 1).to(w.device)[:, None], w / b.clamp_min(1e-300)[:, None], 0.0)
+    return [(alphas[: m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]
 
 
 @dataclass(frozen=True)
@@ -210,12 +215,15 @@ def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     nodes, weights = [], []
-    for v in _rademacher(n, probes, gen, ops.like):
-        alpha, beta = lanczos(ops, v, steps)
-        T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)
-        theta, Y = torch.linalg.eigh(T.to(torch.float64).cpu())
-        nodes.append(theta.numpy())
-        weights.append((Y[0] ** 2).numpy())
+    probe_bytes = min(steps, n) * n * ops.like.element_size()          # one probe's Lanczos basis
+    group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // max(1, probe_bytes)))
+    V = _rademacher(n, probes, gen, ops.like)
+    for first in range(0, probes, group):
+        for alpha, beta in lanczos(ops, V[first:first + group], steps):
+            T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)
+            theta, Y = torch.linalg.eigh(T.to(torch.float64).cpu())
+            nodes.append(theta.numpy())
+            weights.append((Y[0] ** 2).numpy())
     return Density(nodes, weights, n, term, steps, ops.done, time.perf_counter() - start)
 
 
