@@ -255,3 +255,21 @@ def test_spectral_tools_refuse_bad_arguments(spectral_case):
         spectral.eigenpairs(res, which="largest")
     with pytest.raises(hv.ConfigError, match="method"):
         spectral.trace(res, method="exact")
+
+
+def test_cli_spectrum_writes_json_and_html(tmp_path):
+    from hessviz.cli import main
+
+    out = tmp_path / "spec"
+    assert main(["spectrum", "--norm", "post", "-L", "4", "-d", "6", "--d-k", "2", "--heads", "2",
+                 "--out-proj", "--bias", "--ln-affine", "--ln-eps", "1e-5", "--top", "3", "--density",
+                 "--probes", "3", "--steps", "10", "--trace", "9", "--out", str(out)]) == 0
+    report = __import__("json").loads(out.with_suffix(".json").read_text())
+    cfg = hv.BlockConfig(seq_len=4, d_model=6, d_k=2, n_heads=2, out_proj=True, bias=True, ln_affine=True,
+                         ln_eps=1e-5)
+    params = hv.init_params(cfg, seed=0)
+    X, Y = hv.sample_inputs(cfg, seed=0)
+    ev = torch.linalg.eigvalsh(hv.hessian(cfg, params, X, Y, method="autograd").full).numpy()
+    np.testing.assert_allclose(report["top"]["values"], ev[-3:], rtol=1e-7)
+    assert len(report["density"]["nodes"]) == 3 and report["trace"]["matvecs"] == 9
+    assert "plotly" in out.with_suffix(".html").read_text()
