@@ -55,10 +55,11 @@ class Layout:
 
     def gather(self, products: dict[str, Tensor | None], k: int, like: Tensor) -> Tensor:
         """``{base: (k, *shape) or None} -> (k, P')`` (``None`` reads as zero)."""
-        out = like.new_zeros(k, self.size)
+        out = like.new_empty(k, self.size)
         for p in self.pieces:
             prod = products.get(p.base)
             if prod is None:
+                out[:, p.columns] = 0.0
                 continue
             flat = prod.reshape(k, -1)
             out[:, p.columns] = flat if p.index is None else flat[:, p.index]

@@ -63,13 +63,11 @@ class Linear(Node):
         nw = len(self.weight_names)
         dW = self._join(dp[:nw], list(range(nw)))
         db = self._join(dp[nw:], self.bias_of)
-        out = None
+        out = None if db is None else db[:, None, :].expand(-1, self.x.shape[0], -1)    # ḃ
         if dx[0] is not None:
-            out = bt.tangent_times(dx[0], self.W)                        # ẋ W
+            out = bt.tangent_times(dx[0], self.W, out)                # ẋ W
         if dW is not None:
-            out = add(out, bt.primal_times(self.x, dW))                  # x Ẇ
-        if db is not None:
-            out = add(out, db[:, None, :].expand(-1, self.x.shape[0], -1))   # ḃ
+            out = bt.primal_times(self.x, dW, out)                    # x Ẇ
         return out
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
@@ -85,18 +83,17 @@ class Linear(Node):
         dgx = None
         if need_x[0]:
             if dgy is not None:
-                dgx = bt.tangent_times(dgy, self.W.T)                     # ȳ̇ Wᵀ
-            if second:
-                dW = self._join(dp[:nw], list(range(nw)))
-                if dW is not None:
-                    dgx = add(dgx, bt.primal_times_T(self.gy, dW))        # ȳ Ẇᵀ
+                dgx = bt.tangent_times(dgy, self.W.T)                  # ȳ̇ Wᵀ
+            dW = self._join(dp[:nw], list(range(nw))) if second else None
+            if dW is not None:
+                dgx = bt.primal_times_T(self.gy, dW, dgx)              # + ȳ Ẇᵀ
         dgp: list[Maybe] = [None] * len(self.params)
         if any(need_p[:nw]):
             dgW = None
             if dgy is not None:
-                dgW = bt.primal_T_times(self.x, dgy)                      # xᵀ ȳ̇
+                dgW = bt.primal_T_times(self.x, dgy)                   # xᵀ ȳ̇
             if second and dx[0] is not None:
-                dgW = add(dgW, bt.tangent_T_times(dx[0], self.gy))        # ẋᵀ ȳ
+                dgW = bt.tangent_T_times(dx[0], self.gy, dgW)          # + ẋᵀ ȳ
             if dgW is not None:
                 dgp[:nw] = self._split(dgW, list(range(nw)))
         if any(need_p[nw:]) and dgy is not None:
