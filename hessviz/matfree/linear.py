@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from hessviz.matfree import batched as bt
-from hessviz.matfree.tape import Maybe, Node, add
+from hessviz.matfree.tape import Maybe, Node
 
 
 class Linear(Node):

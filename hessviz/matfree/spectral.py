@@ -11,7 +11,8 @@ computation and propagates.
 * :func:`density`: the spectral density by stochastic Lanczos quadrature (Ubaru, Chen and
   Saad 2017; PyHessian): for each of ``probes`` Rademacher vectors ``v/‖v‖``, ``steps``
   Lanczos steps with full reorthogonalisation give ``T = Y diag(θ) Yᵀ`` (the probes run
-  side by side, one ``k``-column product per step, as many as the memory limit allows); the density is
+  side by side, one ``k``-column product per step, as many as a quarter of the memory
+  limit holds: each probe keeps its ``steps × P`` basis); the density is
   ``φ(λ) ≈ (1/probes) Σ_probe Σ_j τ_j δ(λ − θ_j)`` with ``τ_j = (Y_{1j})²``.
 * :func:`trace`: Hutchinson (``tr H ≈ (1/m) Σ vᵀHv``, Rademacher ``v``) or Hutch++
   (Meyer et al. 2021: exact on a sketched top subspace, Hutchinson on the rest), with a
@@ -138,20 +139,21 @@ def lanczos(apply: Callable[[Tensor], Tensor], v0: Tensor, steps: int) -> list[t
     """
     k, n = v0.shape
     steps = min(steps, n)
-    Q = v0.new_zeros(steps, k, n)
+    Q = v0.new_zeros(k, steps, n)                                  # each probe's basis contiguous
     q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
     alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
     length = torch.full((k,), steps, dtype=torch.long)
     for j in range(steps):
-        Q[j] = q
+        Q[:, j] = q
         w = apply(q)
         a = (w * q).sum(1)
-        w = w - a[:, None] * q - (betas[j - 1, :, None] * Q[j - 1] if j else 0.0)
+        w = w - a[:, None] * q - (betas[j - 1, :, None] * Q[:, j - 1] if j else 0.0)
+        basis = Q[:, : j + 1]                                     # (k, j + 1, n), a view
         for _ in range(2):                                        # full reorthogonalisation, twice
-            w = w - torch.einsum("jk,jkn->kn", torch.einsum("jkn,kn->jk", Q[: j + 1], w), Q[: j + 1])
+            w = w - torch.bmm(torch.bmm(basis, w[:, :, None]).transpose(1, 2), basis)[:, 0]
         alphas[j] = a
         b = torch.linalg.vector_norm(w, dim=1)
-        stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps)
+        stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps).to(b.device)
         length[stop.cpu()] = j + 1
         betas[j] = torch.where(stop, 0.0, b)
         q = torch.where((length > j + 1).to(w.device)[:, None], w / b.clamp_min(1e-300)[:, None], 0.0)
@@ -216,7 +218,7 @@ def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names
     start = time.perf_counter()
     nodes, weights = [], []
     probe_bytes = min(steps, n) * n * ops.like.element_size()          # one probe's Lanczos basis
-    group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // max(1, probe_bytes)))
+    group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // (4 * max(1, probe_bytes))))
     V = _rademacher(n, probes, gen, ops.like)
     for first in range(0, probes, group):
         for alpha, beta in lanczos(ops, V[first:first + group], steps):
