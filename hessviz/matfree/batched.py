@@ -47,6 +47,8 @@ def tangent_T_times(A: Tensor, b: Tensor, acc: Tensor | None = None) -> Tensor:
     """``A_jᵀ b (+ acc_j)``: ``(k, L, n), (L, m) -> (k, n, m)``."""
     k, L, n = A.shape
     m = b.shape[1]
+    if k == 1:
+        return _mm(A[0].T, b, None if acc is None else acc[0])[None]
     flat = None if acc is None else acc.reshape(k * n, m)
     return _mm(A.transpose(-1, -2).reshape(k * n, L), b, flat).reshape(k, n, m)
 

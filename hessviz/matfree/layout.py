@@ -61,6 +61,8 @@ class Layout:
             if prod is None:
                 out[:, p.columns] = 0.0
                 continue
-            flat = prod.reshape(k, -1)
-            out[:, p.columns] = flat if p.index is None else flat[:, p.index]
+            if p.index is None:                        # one copy, straight from a strided split
+                out[:, p.columns].view(prod.shape).copy_(prod)
+            else:
+                out[:, p.columns] = prod.reshape(k, -1)[:, p.index]
         return out
