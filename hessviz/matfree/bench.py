@@ -15,7 +15,8 @@ The layer is MiniLM-sized (all-MiniLM-L6-v2's shape): Post-LN, 12 heads of 32, `
 Timings alternate the methods round by round in one process (one warm-up each, then
 ``repeats`` rounds) and report the median and the minimum: on a shared machine the
 minimum is the least disturbed. Peak memory is measured per method in a fresh process
-(``ru_maxrss``, minus the resident size after building the inputs).
+(``ru_maxrss``, minus the resident size after building the inputs); the spectral rows run
+there once, timed and measured together.
 
 ``rows(...)`` returns dicts; ``markdown(rows)`` renders them; ``python -m
 hessviz.matfree.bench`` writes ``benchmarks/MATFREE.md``.
@@ -152,7 +153,7 @@ def _child(spec: dict) -> dict:
     if spec["row"] in ("top5", "slq"):
         base = _rss_mib()
         out = spectral_row(spec["row"], spec["L"])
-        return {"seconds": out["seconds"], "rss_setup_mib": base, "rss_peak_mib": _rss_mib()}
+        return out | {"memory": {"rss_setup_mib": base, "rss_peak_mib": _rss_mib()}}
     v = torch.randn(cfg.num_params, dtype=X.dtype)
     fn = _methods(spec["row"], cfg, params, X, Y, v)[spec["method"]]
     base = _rss_mib()
@@ -185,10 +186,8 @@ def rows(seq_lens: tuple[int, ...] = (32, 128), repeats: int = 7, threads: int =
             out.append(row)
     for kind in ("top5", "slq") if spectral_len else ():
         progress(f"{kind} L={spectral_len}")
-        row = spectral_row(kind, spectral_len)
-        if memory:
-            row["memory"] = peak_memory({"row": kind, "L": spectral_len, "threads": threads})
-        out.append(row)
+        out.append(peak_memory({"row": kind, "L": spectral_len, "threads": threads}) if memory
+                   else spectral_row(kind, spectral_len))
     return out
 
 
