@@ -57,15 +57,15 @@ def _require_closed_form(cfg: BlockConfig, names: tuple[str, ...] = ()) -> None:
 def forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     """``Z (L, d)``: the block of ``cfg`` applied to ``X (L, d)``."""
     params, X, _ = _prepare(cfg, params, X)
-    _require_closed_form(cfg)
+    if not cfg.is_paper_block:     # a forward pass needs no derivatives: stock torch ops
+        return reference.torch_forward(cfg, params, X)
     return trace(cfg, params, X).Z
 
 
 def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> Tensor:
     """The 0-dim loss ``ℓ(Z, Y)``."""
     params, X, Y = _prepare(cfg, params, X, Y)
-    _require_closed_form(cfg)
-    return losses.value(cfg.loss, trace(cfg, params, X).Z, Y)
+    return losses.value(cfg.loss, forward(cfg, params, X), Y)
 
 
 def _dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:

@@ -24,12 +24,12 @@ def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Ten
     p = params.get
 
     def ln(z: Tensor, which: str) -> Tensor:
-        # γ and β applied outside F.layer_norm: in torch 2.13 its second derivative with a
-        # weight is wrong (asymmetric: the (γ, z) block), in every autograd mode.
+        # γ and β applied by hand: torch.func.hessian (forward over reverse) through
+        # F.layer_norm(weight=γ) gives a wrong, asymmetric γ Hessian in torch 2.13
+        # (reverse over reverse agrees with this form); tests/test_real_layers.py checks it
         out = F.layer_norm(z, (d,), eps=eps)
         gamma, beta = p(f"{which}_gamma"), p(f"{which}_beta")
-        out = out if gamma is None else out * gamma
-        return out if beta is None else out + beta
+        return out if gamma is None else out * gamma + beta
 
     def linear(x: Tensor, w: str, b: str) -> Tensor:
         out = x @ params[w]
