@@ -15,7 +15,8 @@ The layer is MiniLM-sized (all-MiniLM-L6-v2's shape): Post-LN, 12 heads of 32, `
 Timings alternate the methods round by round in one process (one warm-up each, then
 ``repeats`` rounds) and report the median and the minimum: on a shared machine the
 minimum is the least disturbed. Peak memory is measured per method in a fresh process
-(``ru_maxrss``, minus the resident size after building the inputs); the spectral rows run
+(``ru_maxrss``, minus the resident size after building the inputs, so the method's own
+set-up, e.g. autograd's retained graph or the tape, counts); the spectral rows run
 there once, timed and measured together.
 
 ``rows(...)`` returns dicts; ``markdown(rows)`` renders them; ``python -m
@@ -93,24 +94,29 @@ def _curvlinops_ggn(cfg, params, X, Y):
                              [(X[None], Y[None])], check_deterministic=False)
 
 
-def _methods(kind: str, cfg, params, X, Y, v: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
-    """The competing products of one row, each ``() -> (P,)``."""
+def _methods(kind: str, cfg, params, X, Y, v: torch.Tensor,
+             only: str | None = None) -> dict[str, Callable[[], torch.Tensor]]:
+    """The competing products of one row, each ``() -> (P,)``; ``only`` builds just that one."""
     from hessviz.matfree.autograd import AutogradProducts
 
-    res = hv.hessian(cfg, params, X, Y)
-    ag = AutogradProducts(cfg, params, X, Y)
-    parts = [t.reshape(w.shape) for t, w in zip(torch.split(v, [w.numel() for w in ag.leaves]), ag.leaves)]
+    def wanted(name: str) -> bool:
+        return only is None or only == name
 
-    def flat(gs):
-        return torch.cat([g.reshape(-1) for g in gs])
-
-    if kind == "hvp":
-        return {"closed form": lambda: res.matvec(v), "autograd double backward": lambda: flat(ag.hvp(parts))}
-    out = {"closed form": lambda: res.matvec(v, "outer"),
-           "autograd JVP + VJP": lambda: flat(ag.ggn_vp(parts))}
-    ggn = _curvlinops_ggn(cfg, params, X, Y)
-    if ggn is not None:
-        out["curvlinops GGNLinearOperator"] = lambda: ggn @ v
+    out: dict[str, Callable[[], torch.Tensor]] = {}
+    term = "full" if kind == "hvp" else "outer"
+    if wanted("closed form"):
+        res = hv.hessian(cfg, params, X, Y)
+        out["closed form"] = lambda: res.matvec(v, term)
+    baseline = "autograd double backward" if kind == "hvp" else "autograd JVP + VJP"
+    if wanted(baseline):
+        ag = AutogradProducts(cfg, params, X, Y)
+        parts = [t.reshape(w.shape) for t, w in zip(torch.split(v, [w.numel() for w in ag.leaves]), ag.leaves)]
+        product = ag.hvp if kind == "hvp" else ag.ggn_vp
+        out[baseline] = lambda: torch.cat([g.reshape(-1) for g in product(parts)])
+    if kind == "ggn" and wanted("curvlinops GGNLinearOperator"):
+        ggn = _curvlinops_ggn(cfg, params, X, Y)
+        if ggn is not None:
+            out["curvlinops GGNLinearOperator"] = lambda: ggn @ v
     return out
 
 
@@ -155,8 +161,8 @@ def _child(spec: dict) -> dict:
         out = spectral_row(spec["row"], spec["L"])
         return out | {"memory": {"rss_setup_mib": base, "rss_peak_mib": _rss_mib()}}
     v = torch.randn(cfg.num_params, dtype=X.dtype)
-    fn = _methods(spec["row"], cfg, params, X, Y, v)[spec["method"]]
-    base = _rss_mib()
+    base = _rss_mib()                                             # the inputs only
+    fn = _methods(spec["row"], cfg, params, X, Y, v, only=spec["method"])[spec["method"]]
     for _ in range(2):
         fn()
     return {"rss_setup_mib": base, "rss_peak_mib": _rss_mib()}
