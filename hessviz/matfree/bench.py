@@ -110,7 +110,8 @@ def _methods(kind: str, cfg, params, X, Y, v: torch.Tensor,
     baseline = "autograd double backward" if kind == "hvp" else "autograd JVP + VJP"
     if wanted(baseline):
         ag = AutogradProducts(cfg, params, X, Y)
-        parts = [t.reshape(w.shape) for t, w in zip(torch.split(v, [w.numel() for w in ag.leaves]), ag.leaves)]
+        sizes = [w.numel() for w in ag.leaves]
+        parts = [t.reshape(w.shape) for t, w in zip(torch.split(v, sizes), ag.leaves)]
         product = ag.hvp if kind == "hvp" else ag.ggn_vp
         out[baseline] = lambda: torch.cat([g.reshape(-1) for g in product(parts)])
     if kind == "ggn" and wanted("curvlinops GGNLinearOperator"):
