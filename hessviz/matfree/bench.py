@@ -15,7 +15,8 @@ The layer is MiniLM-sized (all-MiniLM-L6-v2's shape): Post-LN, 12 heads of 32, `
 Timings alternate the methods round by round in one process (one warm-up each, then
 ``repeats`` rounds) and report the median and the minimum: on a shared machine the
 minimum is the least disturbed. Peak memory is measured per method in a fresh process
-(``ru_maxrss``, minus the resident size after building the inputs, so the method's own
+(peak resident size ``VmHWM``, reset after building the inputs, minus the resident size
+then; so the method's own
 set-up, e.g. autograd's retained graph or the tape, counts); the spectral rows run
 there once, timed and measured together.
 
@@ -121,8 +122,27 @@ def _methods(kind: str, cfg, params, X, Y, v: torch.Tensor,
     return out
 
 
-def _rss_mib() -> float:
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _reset_peak() -> float:
+    """Reset the peak resident size to the current one (Linux ``clear_refs``); return it in MiB."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+    return _status_mib("VmRSS")
+
+
+def _rss_mib() -> float:
+    """Peak resident size (MiB) since the last :func:`_reset_peak`."""
+    return _status_mib("VmHWM")
 
 
 def product_row(kind: str, seq_len: int, repeats: int) -> dict:
@@ -158,11 +178,11 @@ def _child(spec: dict) -> dict:
     torch.set_num_threads(spec["threads"])
     cfg, params, X, Y = minilm_case(spec["L"])
     if spec["row"] in ("top5", "slq"):
-        base = _rss_mib()
+        base = _reset_peak()
         out = spectral_row(spec["row"], spec["L"])
         return out | {"memory": {"rss_setup_mib": base, "rss_peak_mib": _rss_mib()}}
     v = torch.randn(cfg.num_params, dtype=X.dtype)
-    base = _rss_mib()                                             # the inputs only
+    base = _reset_peak()                                          # the inputs only
     fn = _methods(spec["row"], cfg, params, X, Y, v, only=spec["method"])[spec["method"]]
     for _ in range(2):
         fn()
