@@ -7,6 +7,8 @@ results are on the device and in the dtype of ``params``.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -15,6 +17,7 @@ from hessviz.block import BlockTrace, trace
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
 from hessviz.inputs import check_params, check_X, check_Y
+from hessviz.matfree.operator import MatrixFreeHessian
 from hessviz.memory import check_fits
 from hessviz.result import HessianResult
 from hessviz.weights import units, units_of
@@ -150,28 +153,35 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
     names = _check_wrt(cfg, wrt)
     method = _check_method(method)
     P = sum(cfg.param_size(n) for n in names)
-    check_fits(f"a dense Hessian term ({P} x {P}, {method})",
-               hessian_bytes(cfg, names, X.element_size(), method), X.device, _SIZE_ADVICE)
+    products = MatrixFreeHessian(cfg, params, X, Y, names, method)
+
+    def dense_guard() -> None:                                 # only when a dense term is read
+        check_fits(f"a dense Hessian term ({P} x {P}, {method})",
+                   hessian_bytes(cfg, names, X.element_size(), method), X.device, _SIZE_ADVICE)
 
     if method == "autograd":
         def reference_term(term: str) -> Tensor:
+            dense_guard()
             if term == "full":
                 return reference.full_hessian(cfg, params, X, Y, names)
             if term == "outer":
                 return reference.outer_hessian(cfg, params, X, Y, names)
             return result.full - result.outer                 # each computed once, then cached
         result = HessianResult(cfg, names, reference_term, method=method,
-                               order=("full", "outer", "functional"))
+                               order=("full", "outer", "functional"), products=products)
         return result
 
-    cur = assembly.backward(cfg, trace(cfg, params, X), Y)    # validates LayerNorm rows
+    _ = products.tape                                          # forward pass: validates LayerNorm rows
+
+    @functools.cache
+    def dense_engine() -> assembly.Curvature:                  # built when a dense term is first read
+        return assembly.backward(cfg, trace(cfg, params, X), Y)
 
     def compute_term(term: str) -> Tensor:
-        check_fits(f"a dense Hessian term ({P} x {P})",
-                   hessian_bytes(cfg, names, X.element_size(), method), X.device, _SIZE_ADVICE)
-        return assembly.assemble(cfg, names, cur, term, X)
+        dense_guard()
+        return assembly.assemble(cfg, names, dense_engine(), term, X)
 
     def compute_block(a: str, b: str, term: str) -> Tensor:
-        return assembly.assemble_block(cfg, a, b, cur, term, X)
+        return assembly.assemble_block(cfg, a, b, dense_engine(), term, X)
 
-    return HessianResult(cfg, names, compute_term, compute_block, method=method)
+    return HessianResult(cfg, names, compute_term, compute_block, method=method, products=products)

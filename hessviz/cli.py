@@ -1,9 +1,11 @@
-"""Command line: ``hessviz compute | verify | bench | reproduce`` (also ``python -m hessviz``).
+"""Command line: ``hessviz compute | verify | spectrum | bench | reproduce`` (also ``python -m hessviz``).
 
 Examples::
 
     hessviz compute --norm pre -L 8 -d 16 --out out/pre      # out/pre.npz + out/pre.json
     hessviz verify --norm post --activation gelu --loss ce   # closed form vs autograd table
+    hessviz spectrum --norm post -L 32 -d 384 --heads 12 --d-k 32 --d-ff 1536 --out-proj \\
+        --bias --ln-affine --activation gelu --top 5 --density   # spectrum.json + .html
     hessviz bench                                            # writes benchmarks/RESULTS.md
     hessviz reproduce --quick --out reproduce-out            # the papers' claims, measured
 """
@@ -132,6 +134,44 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_spectrum(args: argparse.Namespace) -> int:
+    from hessviz.matfree.report import spectrum_figure, spectrum_report
+
+    cfg, params, X, Y, wrt = _setup(args)
+    res = hv.hessian(cfg, params, X, Y, wrt=wrt)
+    print(f"{cfg.describe(args.input_norm)}: P = {res.size:,}", file=sys.stderr)
+
+    def progress(done: int, total: int | None, message: str) -> None:
+        if sys.stderr.isatty():
+            print(f"\r  {message[:100]:<100}", end="", file=sys.stderr)
+
+    report = spectrum_report(res, args.term, args.top, args.bottom, args.density, args.probes, args.steps,
+                             args.trace, args.blocks, args.seed, progress)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    report |= {"config": cfg.values(), "input_norm": args.input_norm, "device": str(X.device)}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    spectrum_figure(report, f"{args.term} Hessian: {cfg.describe(args.input_norm)}, P = {res.size:,}") \
+        .write_html(out.with_suffix(".html"), include_plotlyjs="cdn")
+    for which in ("top", "bottom"):
+        if which in report:
+            r = report[which]
+            values = r["values"][::-1] if which == "top" else r["values"]
+            print(f"{which} {len(values)}: {', '.join(f'{v:.6g}' for v in values)} "
+                  f"({r['matvecs']} products, {r['seconds']:.1f} s)")
+    if "density" in report:
+        r = report["density"]
+        print(f"density: {r['probes']} probes x {r['steps']} steps ({r['matvecs']} products, "
+              f"{r['seconds']:.1f} s); SLQ trace {r['trace_estimate']:.6g}")
+    if "trace" in report:
+        r = report["trace"]
+        print(f"trace (Hutch++): {r['value']:.6g} ± {r['stderr']:.2g} ({r['matvecs']} products)")
+    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.html')}", file=sys.stderr)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from hessviz import bench
     bench.main(out=Path(args.out), seq_lens=tuple(args.seq_lens), repeats=args.repeats,
@@ -163,6 +203,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_block_args(p)
     p.add_argument("--tol", type=float, default=None, help="fail above this (default 1e-10 in float64)")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("spectrum", help="matrix-free spectrum at any size: Lanczos eigenvalues, SLQ density, "
+                                        "trace; writes JSON and an HTML figure")
+    _add_block_args(p)
+    p.add_argument("--term", choices=tuple(TERMS), default="full")
+    p.add_argument("--top", type=int, default=5, help="largest eigenvalues by Lanczos (default 5)")
+    p.add_argument("--bottom", type=int, default=0, help="smallest eigenvalues by Lanczos (default 0)")
+    p.add_argument("--density", action="store_true", help="spectral density by SLQ")
+    p.add_argument("--probes", type=int, default=10, help="SLQ probe vectors (default 10)")
+    p.add_argument("--steps", type=int, default=80, help="Lanczos steps per SLQ probe (default 80)")
+    p.add_argument("--trace", type=int, default=0, metavar="SAMPLES", help="Hutch++ trace from this many "
+                                                                          "products (default: none)")
+    p.add_argument("--blocks", action="store_true", help="top eigenvalue and trace of every weight and head")
+    p.add_argument("--out", default="spectrum", help="output path prefix (default ./spectrum)")
+    p.set_defaults(func=cmd_spectrum)
 
     p = sub.add_parser("bench", help="closed form vs autograd timings; writes benchmarks/RESULTS.md")
     p.add_argument("--out", default="benchmarks/RESULTS.md")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -15,6 +16,11 @@ from torch import Tensor
 from hessviz import memory
 from hessviz.config import BlockConfig, parse_name
 from hessviz.errors import ConfigError
+
+if TYPE_CHECKING:
+    from scipy.sparse.linalg import LinearOperator
+
+    from hessviz.matfree.operator import MatrixFreeHessian
 
 TERMS: dict[str, tuple[float, float]] = {
     "full": (1.0, 1.0),
@@ -40,8 +46,11 @@ class HessianResult:
     def __init__(self, cfg: BlockConfig, names: tuple[str, ...],
                  compute_term: Callable[[str], Tensor],
                  compute_block: Callable[[str, str, str], Tensor] | None = None,
-                 method: str = "closed_form", order: tuple[str, ...] = ("outer", "functional", "full")):
+                 method: str = "closed_form", order: tuple[str, ...] = ("outer", "functional", "full"),
+                 products: MatrixFreeHessian | None = None):
         self.cfg = cfg
+        self.products = products
+        """Matrix-free products (:mod:`hessviz.matfree`); no dense term is needed for them."""
         self.names = names
         self.method = method
         self._order = order
@@ -121,3 +130,28 @@ class HessianResult:
             matrix = self.term(term)
             return matrix[rows][:, cols] if isinstance(cols, Tensor) else matrix[rows, cols]
         return self._compute_block(a, b, term)
+
+    # ------------------------------------------------------------------ matrix-free products
+
+    def _matrix_free(self) -> MatrixFreeHessian:
+        if self.products is None:
+            raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
+        return self.products
+
+    def matvec(self, v: Tensor, term: str = "full") -> Tensor:
+        """``H v`` for ``v (P',)`` or ``(P', k)``, without forming ``H`` (``P'`` = :attr:`size`)."""
+        return self._matrix_free().matvec(v, term)
+
+    def linear_operator(self, term: str = "full") -> LinearOperator:
+        """The ``(P', P')`` term as a float64 ``scipy.sparse.linalg.LinearOperator``."""
+        return self._matrix_free().linear_operator(term)
+
+    def block_operator(self, a: str | tuple[str, ...], b: str | tuple[str, ...],
+                       term: str = "full") -> LinearOperator:
+        """The block ``H[a, b]`` as a ``LinearOperator`` (``a``, ``b``: names or head slices,
+        each covered by this result); ``(|a|, |b|)``, ``rmatvec`` is ``H[b, a]``."""
+        rows, cols = ((x,) if isinstance(x, str) else tuple(x) for x in (a, b))
+        for name in rows + cols:                     # a head slice of a covered weight is covered
+            if parse_name(self.cfg.check_name(name)).base not in self.names:
+                self._check_covered(name)
+        return self._matrix_free().linear_operator(term, rows, cols)

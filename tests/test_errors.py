@@ -116,8 +116,9 @@ def test_size_guard_refuses_before_allocating(setup):
     cfg, params, X, Y = setup
     hv.set_memory_limit("64KiB")
     try:
+        res = hv.hessian(cfg, params, X, Y)        # MODEL.md part 2: the guard is on reading a dense term
         with pytest.raises(hv.SizeError, match=r"needs about .* over the limit of 64.0 KiB") as err:
-            hv.hessian(cfg, params, X, Y)
+            _ = res.full
         assert err.value.needed_bytes > err.value.limit_bytes == 64 * 1024
         assert hv.hessian(cfg, params, X, Y, wrt=("W_Q",)).full.shape == (15, 15)   # small still fits
         hv.set_memory_limit(16 * 1024)
@@ -126,9 +127,10 @@ def test_size_guard_refuses_before_allocating(setup):
     finally:
         hv.set_memory_limit(None)
     big = hv.BlockConfig(seq_len=8, d_model=512, d_k=512, d_ff=2048)           # P ≈ 2.6 M
+    res = hv.hessian(big, {n: torch.zeros(s, dtype=torch.float64) for n, s in big.param_shapes.items()},
+                     torch.randn(8, 512, dtype=torch.float64), torch.randn(8, 512, dtype=torch.float64))
     with pytest.raises(hv.SizeError, match="lower seq_len, d_model, d_k or d_ff"):
-        hv.hessian(big, {n: torch.zeros(s, dtype=torch.float64) for n, s in big.param_shapes.items()},
-                   torch.randn(8, 512, dtype=torch.float64), torch.randn(8, 512, dtype=torch.float64))
+        _ = res.outer
 
 
 def test_memory_limit_from_environment(monkeypatch):

@@ -46,7 +46,7 @@ def test_sandwich_into_many_slices_matches_the_dense_sum(slices):
     N = torch.randn(L, N_OUT, N_OUT, generator=g, dtype=torch.float64)
     out = torch.empty(12, 10, dtype=torch.float64)
     mirror = torch.empty(10, 12, dtype=torch.float64)
-    kron.sandwich_into(out, [(Ja, N, Jb), (Ja, None, Jb)], mirror)
+    kron.sandwich_into(out.view(4, 3, 2, 5), [(Ja, N, Jb), (Ja, None, Jb)], mirror.view(2, 5, 4, 3))
     A, B = Ja.dense(), Jb.dense()   # (L, n_out, P_a), (L, n_out, P_b)
     expected = torch.einsum("toa,top,tpb->ab", A, N, B) + torch.einsum("toa,tob->ab", A, B)
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)

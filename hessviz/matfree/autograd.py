@@ -1,0 +1,67 @@
+r"""The autograd reference for products (tests and benchmarks only, never the closed form).
+
+PyHessian's way, the fastest plain-autograd HVP: the weights are per-weight leaf tensors,
+``g = ∇ℓ`` is taken once with ``create_graph=True``, and each product is one more
+backward pass, ``H v = ∇(gᵀ v)``. The Gauss–Newton product is a JVP (the double-VJP trick:
+``J v = ∂/∂u (Jᵀ u)ᵀ v``) followed by ``∇²_Z ℓ`` and a VJP, all on the retained graph;
+``functional = full − outer``.
+
+:class:`AutogradProducts` answers the same ``sweep`` as :class:`~hessviz.matfree.tape.Tape`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from hessviz import reference
+from hessviz.config import BlockConfig
+from hessviz.matfree.block import loss_hvp
+
+
+class AutogradProducts:
+    """Autograd Hessian products over the whole weights of ``cfg`` (float64 reference)."""
+
+    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor):
+        self.names = cfg.param_names
+        with torch.enable_grad():
+            self.leaves = [params[n].detach().clone().requires_grad_() for n in self.names]
+            self.Z = reference.torch_forward(cfg, dict(zip(self.names, self.leaves)), X)
+            loss = reference.torch_loss(cfg, self.Z, Y)
+            self.grads = torch.autograd.grad(loss, self.leaves, create_graph=True)
+        self.loss_hvp = loss_hvp(cfg.loss, self.Z.detach())
+        self._u = None
+
+    def _tangents(self, dparams: dict[str, Tensor], j: int) -> list[Tensor]:
+        return [dparams[n][j] if n in dparams else torch.zeros_like(w)
+                for n, w in zip(self.names, self.leaves)]
+
+    def hvp(self, v: list[Tensor]) -> tuple[Tensor, ...]:
+        """``H v`` by double backward (``v`` per leaf)."""
+        return torch.autograd.grad(self.grads, self.leaves, grad_outputs=v, retain_graph=True)
+
+    def ggn_vp(self, v: list[Tensor]) -> tuple[Tensor, ...]:
+        """``Jᵀ ∇²_Z ℓ J v``: JVP by the double-VJP trick, then a VJP."""
+        with torch.enable_grad():
+            if self._u is None:
+                u = torch.zeros_like(self.Z, requires_grad=True)
+                self._u = (u, torch.autograd.grad(self.Z, self.leaves, u, create_graph=True))
+            u, JTu = self._u
+            Jv = torch.autograd.grad(JTu, u, grad_outputs=v, retain_graph=True)[0]
+        HJv = self.loss_hvp(Jv[None])[0]
+        return torch.autograd.grad(self.Z, self.leaves, grad_outputs=HJv, retain_graph=True)
+
+    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str]) -> dict[str, Tensor]:
+        k = next(iter(dparams.values())).shape[0]
+        cols = []
+        for j in range(k):
+            v = self._tangents(dparams, j)
+            if term == "full":
+                cols.append(self.hvp(v))
+            elif term == "outer":
+                cols.append(self.ggn_vp(v))
+            else:
+                cols.append(tuple(a - b for a, b in zip(self.hvp(v), self.ggn_vp(v))))
+        return {n: torch.stack([c[i] for c in cols]) for i, n in enumerate(self.names) if n in wanted}

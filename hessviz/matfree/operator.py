@@ -1,0 +1,107 @@
+r"""Hessian products without the matrix: ``V ↦ H V`` for any term, weights and head slices.
+
+:class:`MatrixFreeHessian` runs the forward pass and the first-order reverse sweep once
+(:func:`hessviz.matfree.block.build`); each product is then one tangent-forward and one
+tangent-reverse sweep (:meth:`Tape.sweep`), batched over the columns of ``V``.
+
+Memory per product column: the tangents of every activation, ``O(L d + H L² + L d_ff)``,
+plus ``O(P)`` for the weight tangents. Nothing of size ``P × P`` or ``(L, d, d)`` is formed.
+
+A block ``H[a, b]`` (rows ``a``, columns ``b``, each a tuple of names) is the same sweep
+with the tangent on ``b`` only and the product read on ``a`` only: ``block_operator``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+
+import numpy as np
+import torch
+from scipy.sparse.linalg import LinearOperator
+from torch import Tensor
+
+from hessviz.config import BlockConfig
+from hessviz.errors import InputError
+from hessviz.matfree.autograd import AutogradProducts
+from hessviz.matfree.block import build
+from hessviz.matfree.layout import Layout
+from hessviz.matfree.tape import Tape
+from hessviz.result import check_term
+
+BATCH = 16
+"""Product columns per sweep: enough to batch the small matrix products, little memory."""
+
+
+def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v") -> tuple[Tensor, bool]:
+    """``v (size,)`` or ``(size, k)`` as a ``(k, size)`` tensor like ``like``; and whether it was 1-D."""
+    if isinstance(v, np.ndarray):
+        v = torch.from_numpy(np.ascontiguousarray(v))
+    if not isinstance(v, Tensor):
+        raise InputError(f"{field} must be a torch.Tensor or numpy array of shape ({size},) or ({size}, k), "
+                         f"got {type(v).__name__}")
+    if v.ndim not in (1, 2) or v.shape[0] != size:
+        raise InputError(f"{field} must have shape ({size},) or ({size}, k), got {tuple(v.shape)}")
+    if not v.is_floating_point():
+        raise InputError(f"{field} must be a floating-point tensor, got {v.dtype}")
+    vector = v.ndim == 1
+    return v.to(dtype=like.dtype, device=like.device).reshape(size, -1).T, vector
+
+
+class MatrixFreeHessian:
+    """Products with the Hessian of ``cfg``'s loss in ``names`` (arguments validated by the API).
+
+    ``method="closed_form"`` sweeps the hand-written tape; ``"autograd"`` answers the same
+    calls with :class:`~hessviz.matfree.autograd.AutogradProducts` (the reference).
+    """
+
+    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
+                 names: tuple[str, ...], method: str = "closed_form"):
+        self.cfg, self.params, self.X, self.Y, self.names = cfg, params, X, Y, names
+        self.method = method
+        self.matvecs = 0
+        """Product columns computed so far (what Lanczos and Hutchinson count)."""
+
+    @cached_property
+    def tape(self) -> Tape | AutogradProducts:
+        if self.method == "autograd":
+            return AutogradProducts(self.cfg, self.params, self.X, self.Y)
+        return build(self.cfg, self.params, self.X, self.Y)
+
+    def layout(self, names: Sequence[str] | None = None) -> Layout:
+        names = self.names if names is None else self.cfg.sort_names(tuple(names))
+        return Layout(self.cfg, names, self.X.device)
+
+    def product(self, V: Tensor, term: str, rows: Layout, cols: Layout) -> Tensor:
+        """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``."""
+        out = []
+        for chunk in V.split(BATCH):
+            prods = self.tape.sweep(cols.scatter(chunk), term, rows.bases)
+            out.append(rows.gather(prods, chunk.shape[0], chunk))
+            self.matvecs += chunk.shape[0]
+        return torch.cat(out) if out else V.new_zeros(0, rows.size)
+
+    def matvec(self, v: Tensor | np.ndarray, term: str = "full", rows: Sequence[str] | None = None,
+               cols: Sequence[str] | None = None) -> Tensor:
+        """``H v`` for ``v (P',)`` or ``(P', k)`` (same shape back; ``P'`` of ``cols``)."""
+        check_term(term)
+        r, c = self.layout(rows), self.layout(cols)
+        V, vector = as_columns(v, c.size, self.X)
+        out = self.product(V, term, r, c).T
+        return out.reshape(-1) if vector else out
+
+    def linear_operator(self, term: str = "full", rows: Sequence[str] | None = None,
+                        cols: Sequence[str] | None = None) -> LinearOperator:
+        """``H[rows, cols]`` as a float64 scipy ``LinearOperator`` (``rmatvec`` is ``H[cols, rows]``)."""
+        check_term(term)
+        r, c = self.layout(rows), self.layout(cols)
+
+        def apply(a: Layout, b: Layout):
+            def f(x: np.ndarray) -> np.ndarray:
+                V, _ = as_columns(np.asarray(x, dtype=np.float64).reshape(b.size, -1), b.size, self.X)
+                return self.product(V, term, a, b).T.to(torch.float64).cpu().numpy()
+            return f
+
+        forward, backward = apply(r, c), apply(c, r)
+        return LinearOperator((r.size, c.size), matvec=forward, matmat=forward, rmatvec=backward,
+                              rmatmat=backward, dtype=np.float64)

@@ -1,0 +1,351 @@
+r"""Spectra and traces from products alone: Lanczos eigenpairs, SLQ densities, Hutch++ traces.
+
+Every tool takes a :class:`~hessviz.result.HessianResult` (or anything with ``products``),
+a ``term``, a ``seed`` (same seed, same numbers) and a ``progress`` callback
+``progress(done, total, message)`` called after each batch of products (``total`` is
+``None`` where it is not known in advance). An exception raised by the callback cancels the
+computation and propagates.
+
+* :func:`eigenpairs`: the ``k`` largest (``which="top"``) or smallest (``"bottom"``)
+  eigenpairs by implicitly restarted Lanczos (``scipy.sparse.linalg.eigsh``).
+* :func:`density`: the spectral density by stochastic Lanczos quadrature (Ubaru, Chen and
+  Saad 2017; PyHessian): for each of ``probes`` Rademacher vectors ``v/‖v‖``, ``steps``
+  Lanczos steps with full reorthogonalisation give ``T = Y diag(θ) Yᵀ`` (the probes run
+  side by side, one ``k``-column product per step, as many as a quarter of the memory
+  limit holds: each probe keeps its ``steps × P`` basis); the density is
+  ``φ(λ) ≈ (1/probes) Σ_probe Σ_j τ_j δ(λ − θ_j)`` with ``τ_j = (Y_{1j})²``.
+* :func:`trace`: Hutchinson (``tr H ≈ (1/m) Σ vᵀHv``, Rademacher ``v``) or Hutch++
+  (Meyer et al. 2021: exact on a sketched top subspace, Hutchinson on the rest), with a
+  standard error from the sample spread.
+* :func:`block_table`: per block (every weight, or every head of a headed weight) the top
+  eigenvalue and the trace of the diagonal block ``H[b, b]``; exact (dense ``eigvalsh``
+  of ``H[b, b]`` built from ``|b|`` products) for blocks up to ``exact_limit`` entries.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from scipy.sparse.linalg import LinearOperator, eigsh
+from torch import Tensor
+
+from hessviz.config import HEADED
+from hessviz.errors import ConfigError
+from hessviz.matfree.operator import BATCH
+from hessviz.memory import memory_limit
+from hessviz.result import check_term
+
+Progress = Callable[[int, int | None, str], None]
+
+
+def _check_count(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+class _Products:
+    """``(k, |cols|) -> (k, |rows|)`` products of one block of ``res``, counted and reported."""
+
+    def __init__(self, res, term: str, rows: Sequence[str] | None, cols: Sequence[str] | None,
+                 progress: Progress | None, total: int | None, what: str):
+        check_term(term)
+        mf = res.products
+        if mf is None:
+            raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
+        self.mf, self.term = mf, term
+        self.rows, self.cols = mf.layout(rows), mf.layout(cols)
+        self.progress, self.total, self.what = progress, total, what
+        self.done = 0
+        self.like = mf.X
+
+    def __call__(self, V: Tensor) -> Tensor:
+        out = self.mf.product(V, self.term, self.rows, self.cols)
+        self.done += V.shape[0]
+        if self.progress is not None:
+            self.progress(self.done, self.total, f"{self.what}: {self.done} products")
+        return out
+
+    def scipy(self) -> LinearOperator:
+        def f(x: np.ndarray) -> np.ndarray:
+            X = torch.from_numpy(np.asarray(x, dtype=np.float64).reshape(self.cols.size, -1))
+            return self(X.T.to(self.like)).T.to(torch.float64).cpu().numpy()
+        return LinearOperator((self.rows.size, self.cols.size), matvec=f, matmat=f, dtype=np.float64)
+
+
+def _rademacher(n: int, count: int, gen: torch.Generator, like: Tensor) -> Tensor:
+    """``(count, n)`` entries ±1 from ``gen``, in the dtype and device of ``like``."""
+    return (torch.randint(0, 2, (count, n), generator=gen, dtype=torch.int8) * 2 - 1).to(like)
+
+
+# ----------------------------------------------------------------------------- eigenpairs
+
+
+@dataclass(frozen=True)
+class Eigenpairs:
+    values: np.ndarray
+    """``(k,)`` ascending."""
+    vectors: np.ndarray | None
+    """``(P', k)`` unit eigenvectors (columns), or ``None`` when not asked for."""
+    which: str
+    term: str
+    matvecs: int
+    seconds: float
+    method: str = "Lanczos (scipy eigsh)"
+
+
+def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names: Sequence[str] | None = None,
+               seed: int = 0, tol: float = 1e-8, vectors: bool = False, ncv: int | None = None,
+               progress: Progress | None = None) -> Eigenpairs:
+    """The ``k`` largest (``top``) or smallest (``bottom``) eigenpairs of ``term`` (of the
+    diagonal block ``names`` when given), relative tolerance ``tol``."""
+    if which not in ("top", "bottom"):
+        raise ConfigError(f"which must be 'top' or 'bottom', got {which!r}")
+    ops = _Products(res, term, names, names, progress, None, f"{which}-{k} eigenvalues")
+    n = ops.rows.size
+    _check_count("k", k, 1)
+    if k >= n:
+        raise ConfigError(f"k must be < the operator size {n} for Lanczos, got {k}; use the dense term")
+    start = time.perf_counter()
+    v0 = np.random.default_rng(seed).standard_normal(n)
+    ncv = min(n, max(2 * k + 1, 20)) if ncv is None else ncv
+    out = eigsh(ops.scipy(), k=k, which="LA" if which == "top" else "SA", v0=v0, tol=tol, ncv=ncv,
+                return_eigenvectors=vectors)
+    vals, vecs = (out if vectors else (out, None))
+    order = np.argsort(vals)
+    return Eigenpairs(np.asarray(vals)[order], None if vecs is None else vecs[:, order], which, term,
+                      ops.done, time.perf_counter() - start)
+
+
+def top_eigenvalues(res, term: str = "full", k: int = 5, **kw) -> np.ndarray:
+    """The ``k`` largest eigenvalues, descending (see :func:`eigenpairs`)."""
+    return eigenpairs(res, term, k, "top", **kw).values[::-1].copy()
+
+
+# ----------------------------------------------------------------------------- Lanczos / SLQ
+
+
+def lanczos(apply: Callable[[Tensor], Tensor], v0: Tensor, steps: int) -> list[tuple[Tensor, Tensor]]:
+    """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once, fully reorthogonalised.
+
+    One product with ``k`` columns per step. Returns per start vector the tridiagonal ``T``'s
+    diagonal ``α (m,)`` and off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's
+    Krylov space is invariant (``β`` below round-off), after which its rows stay zero.
+    """
+    k, n = v0.shape
+    steps = min(steps, n)
+    Q = v0.new_zeros(k, steps, n)                                  # each probe's basis contiguous
+    q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
+    alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
+    length = torch.full((k,), steps, dtype=torch.long)
+    for j in range(steps):
+        Q[:, j] = q
+        w = apply(q)
+        a = (w * q).sum(1)
+        w = w - a[:, None] * q - (betas[j - 1, :, None] * Q[:, j - 1] if j else 0.0)
+        basis = Q[:, : j + 1]                                     # (k, j + 1, n), a view
+        for _ in range(2):                                        # full reorthogonalisation, twice
+            w = w - torch.bmm(torch.bmm(basis, w[:, :, None]).transpose(1, 2), basis)[:, 0]
+        alphas[j] = a
+        b = torch.linalg.vector_norm(w, dim=1)
+        stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps).to(b.device)
+        length[stop.cpu()] = j + 1
+        betas[j] = torch.where(stop, 0.0, b)
+        q = torch.where((length > j + 1).to(w.device)[:, None], w / b.clamp_min(1e-300)[:, None], 0.0)
+    return [(alphas[: m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]
+
+
+@dataclass(frozen=True)
+class Density:
+    """SLQ nodes and weights: probe ``i`` puts mass ``weights[i][j]`` at ``nodes[i][j]``."""
+
+    nodes: list[np.ndarray]
+    weights: list[np.ndarray]
+    size: int
+    term: str
+    steps: int
+    matvecs: int
+    seconds: float
+    method: str = "stochastic Lanczos quadrature"
+
+    @property
+    def all_nodes(self) -> np.ndarray:
+        return np.concatenate(self.nodes)
+
+    @property
+    def all_weights(self) -> np.ndarray:
+        """Weights summing to 1 over all probes."""
+        return np.concatenate(self.weights) / len(self.weights)
+
+    @property
+    def trace(self) -> float:
+        """``P · mean_probe Σ_j τ_j θ_j``: the SLQ trace estimate."""
+        return float(self.size * np.sum(self.all_nodes * self.all_weights))
+
+    def cdf(self, x: np.ndarray) -> np.ndarray:
+        """Share of eigenvalues ``≤ x``."""
+        x = np.asarray(x, dtype=np.float64)
+        return (self.all_weights[None, :] * (self.all_nodes[None, :] <= x.reshape(-1, 1))).sum(1) \
+            .reshape(x.shape)
+
+    def curve(self, grid: np.ndarray | None = None, sigma: float | None = None,
+              points: int = 400) -> tuple[np.ndarray, np.ndarray]:
+        """``(grid, φ(grid))``: the nodes smoothed by Gaussians of width ``sigma``
+        (default 1 % of the spectral range); ``∫ φ = 1``."""
+        lo, hi = float(self.all_nodes.min()), float(self.all_nodes.max())
+        width = max(hi - lo, 1e-12 * max(abs(lo), abs(hi), 1.0))
+        sigma = 0.01 * width if sigma is None else sigma
+        if grid is None:
+            grid = np.linspace(lo - 5 * sigma, hi + 5 * sigma, points)
+        z = (grid[:, None] - self.all_nodes[None, :]) / sigma
+        phi = (self.all_weights[None, :] * np.exp(-0.5 * z * z)).sum(1) / (sigma * math.sqrt(2 * math.pi))
+        return grid, phi
+
+
+def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names: Sequence[str] | None = None,
+            seed: int = 0, progress: Progress | None = None) -> Density:
+    """The spectral density of ``term`` by SLQ with ``probes`` probes of ``steps`` Lanczos steps."""
+    _check_count("probes", probes, 1)
+    _check_count("steps", steps, 1)
+    ops = _Products(res, term, names, names, progress, probes * steps, "spectral density (SLQ)")
+    n = ops.rows.size
+    gen = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    nodes, weights = [], []
+    probe_bytes = min(steps, n) * n * ops.like.element_size()          # one probe's Lanczos basis
+    group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // (4 * max(1, probe_bytes))))
+    V = _rademacher(n, probes, gen, ops.like)
+    for first in range(0, probes, group):
+        for alpha, beta in lanczos(ops, V[first:first + group], steps):
+            T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)
+            theta, Y = torch.linalg.eigh(T.to(torch.float64).cpu())
+            nodes.append(theta.numpy())
+            weights.append((Y[0] ** 2).numpy())
+    return Density(nodes, weights, n, term, steps, ops.done, time.perf_counter() - start)
+
+
+# ----------------------------------------------------------------------------- traces
+
+
+@dataclass(frozen=True)
+class TraceEstimate:
+    value: float
+    stderr: float
+    """Standard error of the stochastic part (0 when exact)."""
+    matvecs: int
+    method: str
+    term: str
+
+
+def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *,
+          names: Sequence[str] | None = None, seed: int = 0,
+          progress: Progress | None = None) -> TraceEstimate:
+    """``tr`` of ``term`` (or of the diagonal block ``names``) from ``samples`` products.
+
+    ``hutchinson``: ``(1/m) Σ vᵢᵀ H vᵢ``, Rademacher ``vᵢ``, ``stderr = std/√m``.
+    ``hutch++``: ``m/3`` products sketch ``Q = orth(H S)``; ``tr(Qᵀ H Q)`` is exact and
+    Hutchinson with ``m/3`` probes handles ``(I − QQᵀ) H (I − QQᵀ)``. When ``samples ≥ P'``
+    the trace is exact, from ``P'`` unit vectors.
+    """
+    if method not in ("hutchinson", "hutch++"):
+        raise ConfigError(f"method must be 'hutchinson' or 'hutch++', got {method!r}")
+    _check_count("samples", samples, 3 if method == "hutch++" else 1)
+    ops = _Products(res, term, names, names, progress, samples, f"trace ({method})")
+    n = ops.rows.size
+    if samples >= n:
+        eye = torch.eye(n, dtype=ops.like.dtype, device=ops.like.device)
+        return TraceEstimate(float(torch.diagonal(ops(eye)).sum()), 0.0, ops.done, "exact", term)
+    gen = torch.Generator().manual_seed(seed)
+    if method == "hutchinson":
+        V = _rademacher(n, samples, gen, ops.like)
+        quad = (ops(V) * V).sum(1)
+        return TraceEstimate(float(quad.mean()), float(quad.std() / math.sqrt(samples)) if samples > 1
+                             else float("nan"), ops.done, method, term)
+    s = samples // 3
+    S = _rademacher(n, s, gen, ops.like)
+    Q, _ = torch.linalg.qr(ops(S).T)                              # (n, s) orthonormal
+    exact = torch.trace(Q.T @ ops(Q.T).T)
+    G = _rademacher(n, samples - 2 * s, gen, ops.like)
+    G = G - (G @ Q) @ Q.T                                          # (I − QQᵀ) G
+    HG = ops(G)
+    quad = (HG * G).sum(1) - ((HG @ Q) * (G @ Q)).sum(1)
+    stderr = float(quad.std() / math.sqrt(quad.numel())) if quad.numel() > 1 else float("nan")
+    return TraceEstimate(float(exact + quad.mean()), stderr, ops.done, method, term)
+
+
+# ----------------------------------------------------------------------------- per block
+
+
+def block_names(res, by_head: bool = True) -> tuple[str, ...]:
+    """Every block of ``res``: each weight, or each head of a headed weight when ``by_head``."""
+    cfg, out = res.cfg, []
+    for name in res.names:
+        if by_head and name in HEADED and cfg.n_heads > 1:
+            out.extend(cfg.head_names(name))
+        else:
+            out.append(name)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BlockStats:
+    name: str
+    size: int
+    top: float
+    """Largest eigenvalue of the diagonal block ``H[b, b]``."""
+    trace: float
+    trace_stderr: float
+    exact: bool
+    """True when both numbers come from the dense block (``size ≤ exact_limit``)."""
+
+
+@dataclass(frozen=True)
+class BlockTable:
+    rows: list[BlockStats] = field(default_factory=list)
+    term: str = "full"
+    matvecs: int = 0
+    seconds: float = 0.0
+
+    def as_dicts(self) -> list[dict]:
+        return [asdict(r) for r in self.rows]
+
+
+def block_table(res, term: str = "full", blocks: Sequence[str] | None = None, *, by_head: bool = True,
+                trace_samples: int = 30, exact_limit: int = 256, tol: float = 1e-6, seed: int = 0,
+                progress: Progress | None = None) -> BlockTable:
+    """Top eigenvalue and trace of every diagonal block ``H[b, b]`` (the heterogeneity table).
+
+    ``blocks`` defaults to :func:`block_names`. Blocks up to ``exact_limit`` entries are
+    exact (dense ``eigvalsh``); larger ones use :func:`eigenpairs` (``k = 1``) and
+    :func:`trace` (Hutch++, ``trace_samples`` products).
+    """
+    blocks = block_names(res, by_head) if blocks is None else tuple(blocks)
+    start = time.perf_counter()
+    rows, done = [], 0
+
+    def step(d: int, total: int | None, message: str) -> None:
+        if progress is not None:
+            progress(len(rows), len(blocks), f"block {len(rows) + 1}/{len(blocks)}: {message}")
+
+    for b in blocks:
+        ops = _Products(res, term, (b,), (b,), step, None, b)
+        n = ops.rows.size
+        if n <= exact_limit:
+            eye = torch.eye(n, dtype=ops.like.dtype, device=ops.like.device)
+            Hb = ops(eye).to(torch.float64).cpu()
+            vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
+            rows.append(BlockStats(b, n, float(vals[-1]), float(vals.sum()), 0.0, True))
+            done += ops.done
+            continue
+        top = eigenpairs(res, term, 1, "top", names=(b,), seed=seed, tol=tol, progress=step)
+        tr = trace(res, term, trace_samples, "hutch++", names=(b,), seed=seed, progress=step)
+        rows.append(BlockStats(b, n, float(top.values[-1]), tr.value, tr.stderr, False))
+        done += top.matvecs + tr.matvecs
+    if progress is not None:
+        progress(len(blocks), len(blocks), "done")
+    return BlockTable(rows, term, done, time.perf_counter() - start)
