@@ -64,11 +64,12 @@ from hessviz.app.ui import (  # noqa: E402
     sidebar,
     size_advice,
     slider,
+    verdict,
 )
 
 __all__ = [
     "DEFAULTS", "PRELOAD", "SHARED_KEYS", "View", "afford", "begin_run", "cache", "chart", "choice",
     "csv_bytes", "device", "device_label", "downloads", "explain", "figure_html", "guard", "header",
     "multichoice", "npz_bytes", "progress", "registry", "select", "sidebar", "size_advice", "slider",
-    "state",
+    "state", "verdict",
 ]
