@@ -78,7 +78,8 @@ def spectrum_matrix_free(view, shown: list[str], why: str) -> None:
     st.caption("Error statement: Lanczos eigenvalues are converged to relative residual 1e-8. SLQ "
                f"numbers are means over {probes} probes ± their standard error (none with one probe); each "
                f"probe's {steps} nodes resolve the density to about 1/{steps} of the spectral range, and the "
-               "curve is smoothed by Gaussians of 1 % of the range. More probes shrink the error like 1/√probes.")
+               "curve is smoothed by Gaussians of 1 % of the range. More probes shrink the error like "
+               "1/√probes.")
     ext = {t: np.concatenate([spec[t][w]["values"] for w in ("bottom", "top") if spec[t][w] is not None])
            for t in shown}
     ends = {t: [w for w in ("bottom", "top") if spec[t][w] is not None for _ in range(k)] for t in shown}
