@@ -27,7 +27,8 @@ hva.explain(
     r"\text{spread} = \frac{\max_b \lambda_{\max}(H_{bb})}{\min_b \lambda_{\max}(H_{bb})}",
 )
 c1, c2, c3 = st.columns([2, 2, 3])
-term = hva.choice("Term", TERMS, key="het_term", default="full", container=c1, help="full = outer + functional")
+term = hva.choice("Term", TERMS, key="het_term", default="full", container=c1,
+                  help="full = outer + functional")
 by = hva.choice("Blocks", tuple(BY), key="het_by", default="heads", container=c2,
                 help="heads: each attention head's slice of W_Q, W_K, W_V, W_O and their biases is its own "
                      "block (when there are several heads); weights: one block per weight")
