@@ -194,8 +194,11 @@ KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse",
 
 
 def matvec_cost(cfg: BlockConfig, columns: int = 1, calls: int = 1) -> float:
-    """Seconds for ``calls`` matrix-free products of ``columns`` columns each (closed form)."""
-    return calls * (MV_CALL_S + columns * (MV_COL_S + MV_S * cfg.seq_len * cfg.num_params))
+    """Seconds for ``calls`` matrix-free products of ``columns`` columns each (closed form): per
+    column the weights' work ``L·P`` plus each head's attention maps ``4 H L² (d_k + d_v)``."""
+    L, H = cfg.seq_len, cfg.n_heads
+    work = L * cfg.num_params + 4 * H * L * L * (cfg.d_k + cfg.value_width)
+    return calls * (MV_CALL_S + columns * (MV_COL_S + MV_S * work))
 
 
 def matvec_bytes(cfg: BlockConfig, columns: int = 1) -> int:

@@ -69,10 +69,34 @@ def test_heaviest_urls_are_refused_with_what_to_change(kind, fields, extra):
     assert "Lower d" in verdict.advice
 
 
-@pytest.mark.parametrize("kind", ["map", "spectrum", "verify", "learn", "bounds", "optimization"])
+@pytest.mark.parametrize("kind", ["map", "spectrum", "verify", "learn", "bounds", "optimization",
+                                  "spectrum_matfree", "heterogeneity"])
 def test_default_view_is_affordable_when_hosted(kind):
     cfg = state.View.from_values({}).cfg
     assert budget.check(budget.cost(kind, cfg, dense_limit=2048, cases=40), HOSTED, cfg).ok
+
+
+@pytest.mark.parametrize("kind", ["map", "spectrum", "spectrum_matfree", "heterogeneity"])
+def test_real_layer_costs_grow_with_heads_and_layer_parts(kind):
+    """At equal P (d_k · heads fixed), more heads cost more; biases and γ/β add blocks and cost."""
+    base = dict(seq_len=8, d_model=16, d_ff=32, out_proj=True)
+    one, eight = hv.BlockConfig(d_k=8, n_heads=1, **base), hv.BlockConfig(d_k=1, n_heads=8, **base)
+    full = hv.BlockConfig(d_k=1, n_heads=8, bias=True, ln_affine=True, **base)
+    assert one.num_params == eight.num_params
+    seconds = [budget.cost(kind, c).seconds for c in (one, eight, full)]
+    assert seconds[0] < seconds[1] < seconds[2]
+
+
+def test_matrix_free_views_are_affordable_past_the_dense_limit():
+    """The largest block the sidebar offers: the dense spectrum is refused even locally, the
+    matrix-free spectrum fits the local profile, and the hosted refusal says what to lower."""
+    cfg = hv.BlockConfig(seq_len=64, d_model=64, d_k=64, d_ff=256, n_heads=8, out_proj=True, bias=True,
+                         ln_affine=True)
+    local = budget.Limits("local", 8 << 30, 120.0, 2, 1 << 30)
+    assert not budget.check(budget.cost("spectrum", cfg), local, cfg).ok
+    assert budget.check(budget.cost("spectrum_matfree", cfg, terms=1), local, cfg).ok
+    hosted = budget.check(budget.cost("spectrum_matfree", cfg), HOSTED, cfg)
+    assert not hosted.ok and "Lower d" in hosted.advice
 
 
 # ----------------------------------------------------------------------------- gate and ledger
