@@ -25,7 +25,7 @@ import torch
 
 import hessviz as hv
 from hessviz import budget, spectra
-from hessviz.app import cache, state
+from hessviz.app import cache, progress, state
 from tests.streamlit_server import ARGS, CHROMIUM, Server, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +102,46 @@ def test_matrix_free_views_are_affordable_past_the_dense_limit():
     assert budget.check(budget.cost("spectrum_matfree", cfg, terms=1), local, cfg).ok
     hosted = budget.check(budget.cost("spectrum_matfree", cfg), HOSTED, cfg)
     assert not hosted.ok and "Lower d" in hosted.advice
+
+
+class _LeavesAfter:
+    """A page status whose visitor leaves after ``n`` progress steps (what moving a control does)."""
+
+    what = "the test"
+
+    def __init__(self, n: int):
+        self.n, self.calls = n, 0
+
+    def checkpoint(self) -> None:
+        self.calls += 1
+        if self.calls > self.n:
+            raise progress.Cancelled(self.what)
+
+    def step(self, done: int, total: int, text: str = "") -> None:
+        self.checkpoint()
+
+    def waiting(self, place: int) -> None:
+        self.checkpoint()
+
+    def hold(self, gate):
+        return gate.slot()
+
+
+@pytest.mark.parametrize("view_of", ["matfree_spectrum", "block_table"])
+def test_matrix_free_views_stop_when_the_visitor_leaves(view_of):
+    """The library's progress callbacks reach the page's status; raising there cancels the run,
+    and nothing half-done is cached."""
+    key = state.View.from_values({"L": 4, "d": 8, "dk": 4, "dff": 8, "heads": 2, "wo": True}).key
+    args = ("full", 3, 2, 10, 7) if view_of == "matfree_spectrum" else ("full", True, 9, 7)
+    leaving = _LeavesAfter(3)
+    progress._local.status = leaving
+    try:
+        with pytest.raises(progress.Cancelled):
+            getattr(cache, view_of)(key, *args)
+    finally:
+        progress._local.status = None
+    assert leaving.calls == 4                 # stopped at the first check after the visitor left
+    assert not [k for k in cache.STORE._items if k[0] == view_of and k[1] == key and k[-1] == 7]
 
 
 # ----------------------------------------------------------------------------- gate and ledger

@@ -34,6 +34,7 @@ from hessviz.plots.matrices import block_heatmap, block_norm_matrix, error_matri
 from hessviz.plots.scale import (
     MAX_CELLS,
     reduce_blocks,
+    reduce_segments,
     reduction_factor,
     symlog,
     symlog_threshold,
@@ -54,10 +55,8 @@ from hessviz.plots.style import (
 __all__ = [
     "MAX_CELLS", "PALETTE", "PLACEMENT_COLORS", "PLACEMENT_NAMES", "TERM_COLORS", "THEMES", "Guide",
     "apply_theme", "band_plot", "block_heatmap", "block_norm_bars", "block_norm_matrix",
-    "block_spectrum_bars", "color_for",
-    "compare_plot", "diagonal_norm_bars", "error_matrix", "grouped_bars", "hessian_heatmap", "pretty",
-    "reduce_blocks", "reduction_factor", "scatter_figure", "side_by_side", "spectral_density",
-    "spectrum_histogram",
-    "spectrum_sorted", "sweep_plot", "symlog", "symlog_threshold", "symlog_ticks", "tile_extremes",
+    "block_spectrum_bars", "color_for", "compare_plot", "diagonal_norm_bars", "error_matrix", "grouped_bars",
+    "hessian_heatmap", "pretty", "reduce_blocks", "reduce_segments", "reduction_factor", "scatter_figure",
+    "side_by_side", "spectral_density", "spectrum_histogram", "spectrum_sorted", "sweep_plot", "symlog", "symlog_threshold", "symlog_ticks", "tile_extremes",
     "timing_bars", "training_curves",
 ]
