@@ -226,7 +226,8 @@ def test_vector_and_head_slice_blocks_name_whole_weight_entries():
     fig = plots.block_heatmap(B, "b_Q[1]", "W_Q[1]", row_shape=(4,), col_shape=(2, 4),
                               row_index=np.array([2, 3]), col_index=np.array([2, 3, 6]))
     assert fig.data[0].y[1] == "row 1 (b_Q[3])" and fig.data[0].x[2] == "col 2 (W_Q[1, 2])"
-    assert [plots.pretty(n) for n in ("ln2_beta", "W_O[3]", "x")] == ["β<sub>2</sub>", "W<sub>O</sub>[3]", "x"]
+    pretty = [plots.pretty(n) for n in ("ln2_beta", "W_O[3]", "x")]
+    assert pretty == ["β<sub>2</sub>", "W<sub>O</sub>[3]", "x"]
 
 
 def test_block_spectrum_bars_and_density():
