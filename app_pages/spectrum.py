@@ -15,9 +15,10 @@ K = 64
 
 def metric(where, label: str, value: float, se: float, percent: bool = False,
            help: str | None = None) -> None:
+    """An estimate with its standard error in the label (the value alone fits a narrow column)."""
     scale, unit = (100, " %") if percent else (1, "")
-    text = f"{scale * value:.3g}{unit}" + (f" ± {scale * se:.2g}{unit}" if np.isfinite(se) else "")
-    where.metric(label, text, help=help)
+    error = f" ± {scale * se:.2g}{unit}" if np.isfinite(se) else ""
+    where.metric(f"{label}{error}", f"{scale * value:.3g}{unit}", help=help)
 
 
 def spectrum_matrix_free(view, shown: list[str], why: str) -> None:

@@ -52,7 +52,7 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
     (positions inside that weight's ``vec_r``, e.g. from ``BlockConfig.head_indices``). Its
     rows and columns are then drawn head by head, ``W_Q[0]`` first, with thin lines between
     heads and thick lines between weights; ticks name each head (each weight when there
-    would be more than ``max_ticks``).
+    would be more than ``max_ticks``); blocks under 1/40 of the side are named in the hover only.
 
     Hover shows the block (row weight, column weight), the (row, column) inside the
     block and the value. When ``P > max_cells`` each cell shows the largest-magnitude
@@ -95,6 +95,10 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
         ends = [*[bounds[i] for i in weights[1:]], n]
         centers = [(bounds[i] + e - 1) // 2 for i, e in zip(weights, ends)]
         names = [_weight(names[i]) for i in weights]
+        bounds = [bounds[i] for i in weights]
+    widths = np.diff([*bounds, n])
+    keep = [i for i, w in enumerate(widths) if w >= max(2, n // 40)]   # narrow ones would overlap
+    centers, names = [centers[i] for i in keep], [names[i] for i in keep]
     small = FONT_SIZE if len(names) <= 16 else FONT_SIZE - 6
     axis = {"tickmode": "array", "tickvals": [xlab[i] for i in centers],
             "ticktext": [pretty(m) for m in names], "showgrid": False, "tickfont": {"size": small}}
@@ -199,8 +203,10 @@ def block_heatmap(B: np.ndarray, row_name: str, col_name: str, *, row_shape: tup
 
 
 def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "spectral",
-                      title: str | None = None, height: int = 480, theme: str = "light") -> go.Figure:
-    """The ``(n, n)`` matrix of block norms, log colour scale, each value written in its cell."""
+                      title: str | None = None, height: int = 480, max_written: int = 8,
+                      theme: str = "light") -> go.Figure:
+    """The ``(n, n)`` matrix of block norms, log colour scale, each value written in its cell
+    (up to ``max_written`` weights; beyond, the values are in the hover only: they would overlap)."""
     norms = np.asarray(norms, dtype=np.float64)
     positive = norms[norms > 0]
     floor = float(positive.min()) / 10 if positive.size else 1e-300
@@ -209,7 +215,8 @@ def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "s
     label = {"spectral": "‖·‖₂", "fro": "‖·‖_F"}.get(kind, kind)
     ticks = [pretty(n) for n in names]
     fig = go.Figure(go.Heatmap(
-        z=Z, x=ticks, y=ticks, text=text, texttemplate="%{text}", textfont={"size": FONT_SIZE - 2},
+        z=Z, x=ticks, y=ticks, text=text, texttemplate="%{text}" if len(names) <= max_written else None,
+        textfont={"size": FONT_SIZE - 2},
         customdata=norms, colorscale=SEQUENTIAL,
         colorbar={"title": {"text": f"log₁₀ {label}"}},
         hovertemplate=f"block %{{y}} × %{{x}}<br>{label} = %{{customdata:.4g}}<extra></extra>",
