@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -405,8 +406,6 @@ class _Reporter:
         self._last = 0.0
 
     def __call__(self, done: int, total: int | None, message: str) -> None:
-        import time
-
         now = time.monotonic()
         status = current()
         if now - self._last < 0.2:
