@@ -1,19 +1,33 @@
-"""hessviz app: ``streamlit run app.py``. Routes over the scripts in ``pages/``."""
+"""hessviz app: ``streamlit run app.py``. Routes over the scripts in ``app_pages/``.
+
+The server's limits come from one setting, ``HESSVIZ_PROFILE`` (``local`` or ``hosted``),
+read from the environment or from a root-level key of ``.streamlit/secrets.toml``
+(Streamlit copies those into the environment); see :mod:`hessviz.budget`.
+"""
 
 import os
 
 import streamlit as st
-import torch
 
-from hessviz.app.registry import SECTIONS
+st.secrets.load_if_toml_exists()  # root-level secrets (HESSVIZ_PROFILE = "hosted") become env vars
+
+import torch  # noqa: E402
 
 # One intra-op thread by default: on small shared machines (2 vCPUs, Streamlit and the browser
-# on the same cores) torch's spinning worker threads made a 0.2 s computation take tens of seconds.
+# on the same cores) torch's spinning worker threads made a 0.2 s computation take tens of seconds,
+# and concurrent visitors are spread over the cores by the budget's gate instead.
 # HESSVIZ_APP_THREADS=0 keeps torch's default; any other number sets it.
 _threads = int(os.environ.get("HESSVIZ_APP_THREADS", "1"))
 if _threads > 0 and torch.get_num_threads() != _threads:
     torch.set_num_threads(_threads)
 
+# Importing hessviz.app loads every module the pages need (pandas, plotly, scipy, …) under
+# Python's import lock, before any page runs: concurrent first imports from several
+# sessions' script threads raised "partially initialized module 'pandas'".
+from hessviz import app as hva  # noqa: E402
+from hessviz.app.registry import SECTIONS  # noqa: E402
+
+hva.begin_run()
 st.set_page_config(page_title="hessviz: the Hessian of a Transformer block", page_icon=":material/grid_on:",
                    layout="wide", initial_sidebar_state="expanded")
 

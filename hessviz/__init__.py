@@ -16,12 +16,13 @@ from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError, HessvizError, InputError, SizeError
 from hessviz.inputs import init_params, sample_inputs
 from hessviz.memory import memory_limit, set_memory_limit
+from hessviz.pretrained import layer_inputs, load_layer, load_model
 from hessviz.result import HessianResult
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BlockConfig", "ConfigError", "HessianResult", "HessvizError", "InputError", "SizeError",
-    "forward", "gradient", "hessian", "init_params", "jacobian", "loss", "memory_limit",
-    "sample_inputs", "set_memory_limit",
+    "forward", "gradient", "hessian", "init_params", "jacobian", "layer_inputs", "load_layer", "load_model",
+    "loss", "memory_limit", "sample_inputs", "set_memory_limit",
 ]

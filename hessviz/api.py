@@ -14,12 +14,13 @@ from torch import Tensor
 
 from hessviz import assembly, losses, memory, reference
 from hessviz.block import BlockTrace, trace
-from hessviz.config import ATTENTION_PARAMS, BlockConfig
+from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
 from hessviz.inputs import check_params, check_X, check_Y
 from hessviz.matfree.operator import MatrixFreeHessian
 from hessviz.memory import check_fits
 from hessviz.result import HessianResult
+from hessviz.weights import units, units_of
 
 METHODS = ("closed_form", "autograd")
 _SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
@@ -46,38 +47,35 @@ def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) 
     return names
 
 
-def _require_closed_form(cfg: BlockConfig, names: tuple[str, ...] = ()) -> None:
-    """Refuse what the closed-form engine does not cover yet (real-layer fields, head slices)."""
-    if not cfg.is_paper_block or any("[" in n for n in names):
-        raise ConfigError("the closed form covers the papers' block (n_heads = 1, no out_proj, bias, "
-                          "ln_affine or causal) and whole weights so far; use method='autograd' "
-                          "for this block")
-
-
 def forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     """``Z (L, d)``: the block of ``cfg`` applied to ``X (L, d)``."""
     params, X, _ = _prepare(cfg, params, X)
-    if not cfg.is_paper_block:     # a forward pass needs no derivatives: stock torch ops
-        return reference.torch_forward(cfg, params, X)
     return trace(cfg, params, X).Z
 
 
 def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> Tensor:
     """The 0-dim loss ``ℓ(Z, Y)``."""
     params, X, Y = _prepare(cfg, params, X, Y)
-    return losses.value(cfg.loss, forward(cfg, params, X), Y)
+    return losses.value(cfg.loss, trace(cfg, params, X).Z, Y)
 
 
 def _dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:
-    """``(L*d, P')``: each weight's factored Jacobian, chained to ``Z``, written into its columns."""
+    """``(L*d, P')``: each unit's factored Jacobian, chained to ``Z``, written into its columns."""
     L, d = tr.Z.shape
     out = memory.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=tr.Z.dtype, device=tr.Z.device)
-    for n, columns in cfg.offsets(names).items():
-        if n in ATTENTION_PARAMS:
-            J = tr.attention.jacobian[n].lmul(tr.sa_to_z)       # ∂Z/∂SA · ∂SA/∂W
-        else:
-            J = tr.ffn.jacobian[n].lmul(tr.post.jac)            # ∂Z/∂R · ∂f/∂W
-        J.dense_into(out[:, columns])
+    offsets = cfg.offsets(names)
+    us = units(cfg, names)
+    at_sa = assembly.attention_jacobians(tr, tuple(u.ref for u in us))
+    for u in us:
+        target = u.rows_of(out[:, offsets[u.name]], 1)             # (L*d, rows, cols)
+        if u.ref in at_sa:
+            J = at_sa[u.ref] if tr.stage is None else at_sa[u.ref].lmul(tr.stage.map.jac)  # ∂Z/∂SA · ∂SA/∂θ
+        elif tr.stage is not None and u.ref in tr.stage.jacobians:
+            J = tr.stage.jacobians[u.ref]
+        else:                                                       # b_K: exactly zero
+            target.zero_()
+            continue
+        J.dense_into(target)
     return out
 
 
@@ -93,7 +91,6 @@ def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
                2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, _SIZE_ADVICE)
     if method == "autograd":
         return reference.model_jacobian(cfg, params, X, names)
-    _require_closed_form(cfg, names)
     return _dense_jacobian(cfg, trace(cfg, params, X), names)
 
 
@@ -105,13 +102,20 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
         return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
-    _require_closed_form(cfg, names)
     tr = trace(cfg, params, X)
-    g_R = tr.post.vjp(losses.gradient(cfg.loss, tr.Z, Y))     # reverse mode, gradients only
-    grads = tr.attention.weight_gradients(tr.sa_to_r.vjp(g_R))
-    if tr.ffn is not None:
-        grads |= tr.ffn.weight_gradients(g_R)
-    return {n: grads[n] for n in names}
+    g_Z = losses.gradient(cfg.loss, tr.Z, Y)                   # reverse mode, gradients only
+    grads = {}
+    if tr.stage is not None:
+        grads |= tr.stage.gradients(g_Z)
+        g_Z = tr.stage.map.vjp(g_Z)
+    grads |= tr.attention.weight_gradients(g_Z)
+    out = {}
+    for n in names:
+        flat = torch.empty(cfg.param_size(n), dtype=X.dtype, device=X.device)
+        for u in units_of(cfg, n):
+            u.rows_of(flat, 0).copy_(grads[u.ref].reshape(u.shape))
+        out[n] = flat.reshape(cfg.shape_of(n))
+    return out
 
 
 def _check_method(method: str) -> str:
@@ -121,14 +125,20 @@ def _check_method(method: str) -> str:
 
 
 def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, method: str) -> int:
-    """Estimated peak bytes to compute one ``(P', P')`` term."""
+    """Estimated peak bytes to compute one ``(P', P')`` term: the term, one block, and the
+    per-token factors (``(L, d, d)`` chain-rule maps, ``(L, d, d_ff)`` FFN factors, ``(L, d, L)``
+    softmax-weighted values per head touched, and the input tangents of a Pre-LN ``ln1``)."""
     sizes = [cfg.param_size(n) for n in names]
     P = sum(sizes)
     L, d = cfg.seq_len, cfg.d_model
     largest_block = max(sizes) ** 2
-    working = 8 * L * (L + d) * (d + cfg.d_ff + cfg.d_k)      # per-token factors
+    us = units(cfg, names)
+    heads = len({u.ref[2] for u in us if u.ref[2] is not None})
+    working = L * d * (8 * d + 4 * cfg.d_ff) + 4 * heads * L * L * (d + cfg.d_k)
+    if cfg.norm == "pre" and cfg.ln_affine and any(u.ref[0] == "ln1" for u in us):
+        working += 2 * d * (P + 8 * L * L + 4 * L * d)             # tangents along ∂X/∂(γ, β)
     if method == "autograd":                                   # vmapped tangents of every activation
-        working += 6 * P * L * (L + 3 * d + 2 * cfg.d_ff + cfg.d_k)
+        working += 6 * P * L * (L + 3 * d + 2 * cfg.d_ff + cfg.n_heads * cfg.d_k)
     return (P * P + largest_block + working) * itemsize
 
 
@@ -164,20 +174,14 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
     _ = products.tape                                          # forward pass: validates LayerNorm rows
 
     @functools.cache
-    def dense_engine() -> assembly.Curvature:
-        _require_closed_form(cfg, names)
+    def dense_engine() -> assembly.Curvature:                  # built when a dense term is first read
         return assembly.backward(cfg, trace(cfg, params, X), Y)
 
     def compute_term(term: str) -> Tensor:
         dense_guard()
-        return assembly.assemble(cfg, names, assembly.contributions(dense_engine(), names, term), X)
+        return assembly.assemble(cfg, names, dense_engine(), term, X)
 
     def compute_block(a: str, b: str, term: str) -> Tensor:
-        cur = dense_engine()
-        lo, hi = sorted((a, b), key=cfg.param_names.index)
-        pieces = assembly.contributions(cur, (lo, hi) if lo != hi else (lo,), term)
-        block = torch.empty(cfg.param_size(lo), cfg.param_size(hi), dtype=X.dtype, device=X.device)
-        assembly.write_block(block, [c for c in pieces if (c.a, c.b) == (lo, hi)])
-        return block if (lo, hi) == (a, b) else block.T
+        return assembly.assemble_block(cfg, a, b, dense_engine(), term, X)
 
     return HessianResult(cfg, names, compute_term, compute_block, method=method, products=products)

@@ -1,93 +1,106 @@
-r"""The closed-form Hessian of the loss in the weights, assembled block by block.
+r"""The closed-form Hessian of the loss in the weights, assembled unit by unit.
 
-One forward pass (:func:`hessviz.block.trace`) and one token-wise backward pass of
-gradients and curvatures (:mod:`hessviz.chain`) give, per token,
-
-* at ``R`` (the sum before ``post``): ``g_R`` and ``N_R``,
-* at ``SA`` (the attention output): ``g_SA`` and ``N_SA``,
-
-each curvature split into its outer and functional part. Every block of
+One forward pass (:func:`hessviz.block.trace`) gives the attention and the token-wise rest
+of the block ``T: SA → Z``. The loss gradient ``g_Z`` and Hessian ``N_Z`` in ``Z`` are pulled
+back through ``T`` (:mod:`hessviz.chain`) to ``g_SA`` and ``N_SA = J_Tᵀ N_Z J_T + Q_T(g_Z)``,
+each split into its outer and functional part. With ``J^a`` the Jacobian of ``SA`` in an
+attention unit (or an input parameter of the attention) and ``J^q`` that of ``Z`` in a
+parameter of ``T``, every block is one recipe:
 
 .. math::
-    H = \sum_t \begin{bmatrix} J^{SA}_t & \\ & I \end{bmatrix}^\top
-        \begin{bmatrix} N^{SA}_t & D_t^\top N^R_t J^f_t \\ \cdot & J^{f\top}_t N^R_t J^f_t \end{bmatrix}
-        \begin{bmatrix} J^{SA}_t & \\ & I \end{bmatrix}
-        + \text{(second derivatives inside attention and the FFN)}
+    H_{aa'} &= \sum_t J^{a\top}_t N^{SA}_t J^{a'}_t + ∂^2_{aa'}(g_{SA}^\top SA), \\
+    H_{aq}  &= \sum_t J^{a\top}_t \big(J_{T,t}^\top N^Z_t J^{q}_t + \text{mixed}^T_q(g_Z)_t\big), \\
+    H_{qq'} &= \sum_t J^{q\top}_t N^Z_t J^{q'}_t + ∂^2_{qq'}(g_Z^\top T),
 
-is then a :class:`~hessviz.contributions.Sandwich` of Kronecker-factored Jacobians
-(``J^{SA}`` of attention in its weights, ``J^f`` of the FFN branch in its weights,
-``D = ∂R/∂SA``) or a sparse :class:`~hessviz.contributions.Diagonal`. ``outer``,
-``functional`` and ``full`` differ only in which parts of the curvatures enter and
-whether the model's own second derivatives are added: three views of one recipe.
+a list of :class:`~hessviz.contributions.Sandwich` (GEMMs over tokens of Kronecker-factored
+Jacobians), :class:`~hessviz.contributions.Diagonal` and
+:class:`~hessviz.contributions.Dense` pieces. ``outer``, ``functional`` and ``full`` are the
+same recipe with the weights of :data:`hessviz.result.TERMS`: the outer weight keeps the
+loss Hessian ``N_Z`` (and everything it reaches through Jacobians), the functional weight
+keeps every second derivative of the model (``Q_T``, the mixed terms, the attention's own).
+
+Pieces are addressed by the components' references; :mod:`hessviz.weights` places each
+unit's block in the matrix (a head of a whole weight is a strided view of it).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from hessviz import losses, memory
 from hessviz.block import BlockTrace
 from hessviz.chain import TokenCurvature
-from hessviz.config import ATTENTION_PARAMS, FFN_PARAMS, BlockConfig
-from hessviz.contributions import Diagonal, Sandwich
-from hessviz.kron import sandwich_into
+from hessviz.config import BlockConfig
+from hessviz.contributions import Piece, Ref, Sandwich
+from hessviz.kron import Factored, MiddleCache, sandwich_into
 from hessviz.result import TERMS, check_term
+from hessviz.weights import Unit, units, units_of
 
 
 @dataclass(frozen=True)
 class Curvature:
-    """Gradients and curvatures of the loss at ``Z``, ``R`` and ``SA``, token by token."""
+    """Gradients and curvatures of the loss at ``Z`` and at ``SA``, token by token."""
 
     trace: BlockTrace
     at_Z: TokenCurvature
-    at_R: TokenCurvature
     at_SA: TokenCurvature
 
 
 def backward(cfg: BlockConfig, tr: BlockTrace, Y: Tensor) -> Curvature:
-    """Loss gradient and Hessian in ``Z``, pulled back through ``post`` and ``SA → R``."""
+    """Loss gradient and Hessian in ``Z``, pulled back through ``T`` to ``SA``."""
     at_Z = TokenCurvature(losses.gradient(cfg.loss, tr.Z, Y), losses.hessian(cfg.loss, tr.Z, Y))
-    at_R = at_Z.pull(tr.post)
-    return Curvature(tr, at_Z, at_R, at_R.pull(tr.sa_to_r))
+    return Curvature(tr, at_Z, at_Z if tr.stage is None else at_Z.pull(tr.stage.map))
 
 
-def contributions(cur: Curvature, names: tuple[str, ...], term: str) -> list[Sandwich | Diagonal]:
-    """Every piece of the ``term`` Hessian whose two parameters are both in ``names``."""
+def attention_jacobians(tr: BlockTrace, refs: tuple[Ref, ...]) -> dict[Ref, Factored]:
+    """``∂SA/∂θ`` of the attention's units among ``refs``; zero ones (``b_K``) left out."""
+    att = set(tr.attention.units)
+    out = {r: tr.attention.jacobian(r) for r in refs if r in att}
+    return {r: J for r, J in out.items() if J is not None}
+
+
+def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piece]:
+    """Every piece of the ``term`` Hessian whose two units are both in ``refs``."""
     co, cf = TERMS[check_term(term)]
-    tr = cur.trace
-    att = [n for n in ATTENTION_PARAMS if n in names]
-    ffn = [n for n in FFN_PARAMS if n in names] if tr.ffn is not None else []
-    J_sa = tr.attention.jacobian if att else {}
-    out: list[Sandwich | Diagonal] = []
-
+    tr, T = cur.trace, cur.trace.stage
+    J_sa = attention_jacobians(tr, refs)
+    att = list(J_sa)
+    stg = [r for r in refs if T is not None and r in T.jacobians]
+    g_Z = cur.at_Z.g
+    out: list[Piece] = []
     if att:
         N_sa = cur.at_SA.select(co, cf)
         out += [Sandwich(a, b, J_sa[a], N_sa, J_sa[b]) for i, a in enumerate(att) for b in att[i:]]
         if cf:
-            out += tr.attention.functional(cur.at_SA.g)
-    if ffn:
-        J_f = tr.ffn.jacobian
-        N_r = cur.at_R.select(co, cf)
-        across = tr.sa_to_r.jac.transpose(-1, -2) @ N_r            # Dᵀ N_R, (L, d, d)
-        out += [Sandwich(a, b, J_sa[a], across, J_f[b]) for a in att for b in ffn]
-        out += [Sandwich(a, b, J_f[a], N_r, J_f[b]) for i, a in enumerate(ffn) for b in ffn[i:]]
+            out += tr.attention.functional(cur.at_SA.g, tuple(att))
+    if stg:
+        J_t = T.jacobians
+        if co:
+            N_z = cur.at_Z.select(co, 0.0)
+            out += [Sandwich(a, b, J_t[a], N_z, J_t[b]) for i, a in enumerate(stg) for b in stg[i:]]
+            across = T.map.jac.transpose(-1, -2) @ N_z                 # J_Tᵀ N_Z, (L, d, d)
+            out += [Sandwich(a, b, J_sa[a], across, J_t[b]) for a in att for b in stg]
         if cf:
-            mixed = tr.ffn.mixed(cur.at_R.g)
-            to_y = tr.sa_to_y.transpose(-1, -2)                    # (∂Y/∂SA)ᵀ
-            out += [Sandwich(a, b, J_sa[a], to_y, mixed[b]) for a in att for b in ffn]
-            out += tr.ffn.functional(cur.at_R.g)
-    return [c for c in out if c.a in names and c.b in names]
+            out += T.functional(g_Z)
+            if att:
+                mixed = T.mixed(g_Z)
+                out += [Sandwich(a, b, J_sa[a], None, mixed[b]) for a in att for b in stg if b in mixed]
+    wanted = set(refs)
+    return [p for p in out if p.a in wanted and p.b in wanted]
 
 
-def write_block(block: Tensor, pieces: list[Sandwich | Diagonal], mirror: Tensor | None = None) -> None:
-    """Write the sum of ``pieces`` into ``block`` (and its transpose into ``mirror``):
-    the dense sandwiches summed slice by slice and written once, then the sparse
-    pieces added on their diagonals."""
+def write_block(block: Tensor, pieces: list[Piece], mirror: Tensor | None = None,
+                cache: MiddleCache | None = None) -> None:
+    """Write the sum of ``pieces`` into the 4-d ``block`` (and its transpose into ``mirror``):
+    the dense sandwiches summed slice by slice and written once, then the sparse pieces
+    added; no piece (a zero block, e.g. two different heads' softmax terms) writes zeros."""
     dense = [(c.Ja, c.N, c.Jb) for c in pieces if c.dense]
     if dense:
-        sandwich_into(block, dense, mirror)
+        sandwich_into(block, dense, mirror, cache)
     else:
         for target in (block, mirror):
             if target is not None:
@@ -97,16 +110,53 @@ def write_block(block: Tensor, pieces: list[Sandwich | Diagonal], mirror: Tensor
             piece.add_to(block, mirror)
 
 
-def assemble(cfg: BlockConfig, names: tuple[str, ...], pieces: list[Sandwich | Diagonal],
+def _by_pair(pieces: list[Piece], order: dict[Ref, int]) -> dict[tuple[Ref, Ref], list[Piece]]:
+    """Pieces bucketed by their (ordered) pair of units, each seen from the earlier unit."""
+    out: dict[tuple[Ref, Ref], list[Piece]] = defaultdict(list)
+    for p in pieces:
+        if order[p.a] > order[p.b]:
+            p = p.transposed()
+        out[(p.a, p.b)].append(p)
+    return out
+
+
+def assemble(cfg: BlockConfig, names: tuple[str, ...], cur: Curvature, term: str,
              like: Tensor) -> Tensor:
-    """The ``(P', P')`` matrix: each upper block and its mirror image written from the same pieces."""
+    """The ``(P', P')`` matrix: each upper unit block and its mirror image written from the same pieces."""
+    us = units(cfg, names)
+    order = {u.ref: k for k, u in enumerate(us)}
+    pieces = _by_pair(contributions(cur, tuple(order), term), order)
     offsets = cfg.offsets(names)
     size = sum(cfg.param_size(n) for n in names)
     H = memory.empty(size, size, dtype=like.dtype, device=like.device)
-    for i, a in enumerate(names):
-        for b in names[i:]:
-            mirror = H[offsets[b], offsets[a]] if a != b else None
-            write_block(H[offsets[a], offsets[b]], [c for c in pieces if (c.a, c.b) == (a, b)], mirror)
+    cache = MiddleCache()
+    for i, a in enumerate(us):
+        for b in us[i:]:
+            block = Unit.view(H[offsets[a.name], offsets[b.name]], a, b)
+            mirror = Unit.view(H[offsets[b.name], offsets[a.name]], b, a) if b is not a else None
+            write_block(block, pieces.get((a.ref, b.ref), []), mirror, cache)
     return H
 
 
+def assemble_block(cfg: BlockConfig, a: str, b: str, cur: Curvature, term: str, like: Tensor) -> Tensor:
+    """The ``(|a|, |b|)`` block of two names alone: only their units' pieces are formed."""
+    ua, ub = units_of(cfg, a), units_of(cfg, b)
+    refs = tuple(dict.fromkeys(u.ref for u in ua + ub))
+    order = {r: k for k, r in enumerate(sorted(refs, key=_theta_order(cfg)))}
+    pieces = _by_pair(contributions(cur, refs, term), order)
+    out = torch.empty(cfg.param_size(a), cfg.param_size(b), dtype=like.dtype, device=like.device)
+    cache = MiddleCache()
+    for x in ua:
+        for y in ub:
+            view = Unit.view(out, x, y)
+            if order[x.ref] <= order[y.ref]:
+                write_block(view, pieces.get((x.ref, y.ref), []), cache=cache)
+            else:
+                write_block(view.permute(2, 3, 0, 1), pieces.get((y.ref, x.ref), []), cache=cache)
+    return out
+
+
+def _theta_order(cfg: BlockConfig):
+    """Sort key of units in θ order (heads of one weight by head)."""
+    position = {u.ref: k for k, u in enumerate(units(cfg, cfg.param_names))}
+    return position.__getitem__

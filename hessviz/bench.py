@@ -14,7 +14,12 @@ Cases
 * the LayerNorm Jacobian ``∂LN(X)/∂X`` and the FFN Jacobian ``∂FFN(Z)/∂(W_1, W_2)``
   against ``torch.autograd.functional.jacobian`` (the papers' baseline) and
   ``torch.func.jacrev``;
-* the model Jacobian :func:`hessviz.jacobian` against ``torch.func.jacrev``.
+* the model Jacobian :func:`hessviz.jacobian` against ``torch.func.jacrev``;
+* the full Hessian of a real layer (Post-LN, 4 heads, ``W_O``, biases, γ/β, GELU, ``P = 8544``)
+  against ``torch.func.hessian`` and the memory floor;
+* one head's slice ``W_Q[3]``–``W_Q[3]`` of a MiniLM-sized layer (``12288 × 12288``) in float32
+  and float64: time and peak memory (in a fresh process), checked on sampled rows against
+  autograd Hessian-vector products, and ``torch.func.hessian`` of the slice where it fits.
 """
 
 from __future__ import annotations
@@ -81,6 +86,25 @@ def _fmt(seconds: float) -> str:
 def full_block(L: int, repeats: int, device: torch.device, with_functional_api: bool) -> Row:
     cfg = hv.BlockConfig(seq_len=L, d_model=D_MODEL, d_k=D_K, d_ff=D_FF, norm="post",
                          activation="relu", loss="mse")
+    return hessian_row(cfg, f"full-block Hessian, L = {L}, P = {cfg.num_params}", repeats, device,
+                       with_functional_api)
+
+
+REAL_LAYER = hv.BlockConfig(seq_len=64, d_model=32, d_k=8, d_ff=64, n_heads=4, out_proj=True, bias=True,
+                            ln_affine=True, norm="post", activation="gelu", loss="mse")
+"""The issue's real-layer case: Post-LN, 4 heads, W_O, biases, γ/β, GELU."""
+
+
+def real_layer(repeats: int, device: torch.device) -> Row:
+    cfg = REAL_LAYER
+    return hessian_row(cfg, f"full-block Hessian of a real layer ({cfg.describe()}), P = {cfg.num_params}",
+                       repeats, device, with_functional_api=False)
+
+
+def hessian_row(cfg: hv.BlockConfig, case: str, repeats: int, device: torch.device,
+                with_functional_api: bool) -> Row:
+    """The whole Hessian of ``cfg`` (every weight) against ``torch.func.hessian``, and the memory floor."""
+    L = cfg.seq_len
     params = hv.init_params(cfg, seed=0, device=device)
     X, Y = hv.sample_inputs(cfg, seed=0, input_norm=float(L) ** 0.5, device=device)
     names = cfg.param_names
@@ -102,11 +126,104 @@ def full_block(L: int, repeats: int, device: torch.device, with_functional_api: 
                              max(repeats, 7), device, warmup=2)
     error = relative_error(hv.hessian(cfg, params, X, Y).full,
                            reference.full_hessian(cfg, params, X, Y, names))
-    return Row(f"full-block Hessian, L = {L}, P = {P}", ours, baselines, error,
+    return Row(case, ours, baselines, error,
                extra=f"memory floor, fill a new {P}×{P} float64 array: {_fmt(floor)} with torch.empty "
                      f"(closed form / floor = **{ours / floor:.1f}×**), {_fmt(floor_ours)} with the "
                      f"huge-page allocation hessviz uses (closed form / floor = {ours / floor_ours:.1f}×); "
                      f"the closed form's cold first call: {_fmt(cold)}")
+
+
+MINILM = hv.BlockConfig(seq_len=128, d_model=384, d_k=32, d_ff=1536, n_heads=12, out_proj=True, bias=True,
+                        ln_affine=True, norm="post", activation="gelu", loss="mse", ln_eps=1e-12)
+"""A MiniLM-sized layer (all-MiniLM-L6-v2's shape): d = 384, 12 heads of 32, d_ff = 1536."""
+SLICE = "W_Q[3]"
+
+
+def _resident_bytes(peak: bool = False, reset_peak: bool = False) -> int:
+    """This process's resident memory now (``VmRSS``) or its peak (``VmHWM``), from ``/proc``;
+    ``reset_peak`` first sets the peak to the current size (``clear_refs``). Unlike
+    ``ru_maxrss``, which survives ``execve`` and so starts at the parent's peak."""
+    if reset_peak:
+        Path("/proc/self/clear_refs").write_text("5")
+    key = "VmHWM:" if peak else "VmRSS:"
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+    raise OSError(f"{key} not in /proc/self/status")
+
+
+def _slice_child(dtype_name: str, device_name: str, threads: int) -> None:
+    """In a fresh process: time the dense ``W_Q[h]``–``W_Q[h]`` block and print JSON with the time,
+    the peak memory above the inputs, and its error on sampled rows against autograd
+    Hessian-vector products (and the full autograd slice Hessian where it fits)."""
+    import json
+
+    torch.set_num_threads(threads)
+    dtype, device = getattr(torch, dtype_name), torch.device(device_name)
+    cfg = MINILM
+    params = hv.init_params(cfg, seed=0, dtype=dtype, device=device)
+    X, Y = hv.sample_inputs(cfg, seed=0, input_norm=float(cfg.seq_len) ** 0.5, dtype=dtype, device=device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    else:
+        base = _resident_bytes(reset_peak=True)
+    start = time.perf_counter()
+    B = hv.hessian(cfg, params, X, Y, wrt=(SLICE,)).block(SLICE, SLICE)
+    _sync(device)
+    seconds = time.perf_counter() - start
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) - base
+    else:
+        peak = _resident_bytes(peak=True) - base
+    # autograd: 8 sampled rows of the slice's Hessian, reverse over reverse, in float64
+    p64 = {n: w.double() for n, w in params.items()}
+    Y64 = Y.double() if Y.is_floating_point() else Y
+    loss_of = reference.loss_of_theta(cfg, p64, X.double(), Y64, (SLICE,))
+    theta = reference.flatten(cfg, p64, (SLICE,)).requires_grad_(True)
+    (grad,) = torch.autograd.grad(loss_of(theta), theta, create_graph=True)
+    rows = torch.randperm(theta.numel(), generator=torch.Generator().manual_seed(0))[:8].tolist()
+    sampled = torch.stack([torch.autograd.grad(grad[i], theta, retain_graph=True)[0] for i in rows])
+    error = relative_error(B[rows].double(), sampled)
+    out = {"seconds": seconds, "peak": peak, "error": error, "P": theta.numel()}
+    needed = hv.api.hessian_bytes(cfg, (SLICE,), torch.empty((), dtype=dtype).element_size(), "autograd")
+    limit = memory.memory_limit(device)
+    if needed <= limit:
+        theta_d = reference.flatten(cfg, params, (SLICE,))
+        f = reference.loss_of_theta(cfg, params, X, Y, (SLICE,))
+        start = time.perf_counter()
+        torch.func.hessian(f)(theta_d)
+        _sync(device)
+        out["autograd"] = time.perf_counter() - start
+    else:
+        out["autograd_needs"], out["limit"] = needed, limit
+    print(json.dumps(out))
+
+
+def head_slice(dtype: torch.dtype, device: torch.device, threads: int) -> Row:
+    """The MiniLM-sized ``W_Q[h]``–``W_Q[h]`` block, measured in a fresh process (peak memory)."""
+    import json
+    import subprocess
+    import sys
+
+    name = str(dtype).removeprefix("torch.")
+    code = f"from hessviz.bench import _slice_child; _slice_child({name!r}, {str(device)!r}, {threads})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    P = r["P"]
+    if "autograd" in r:
+        baselines, note = {f"torch.func.hessian of the slice ({name})": r["autograd"]}, ""
+    else:
+        baselines = {}
+        note = (f"; torch.func.hessian of the slice does not fit: hessviz's estimate "
+                f"{memory.format_bytes(r['autograd_needs'])} > limit {memory.format_bytes(r['limit'])}")
+    return Row(f"head slice {SLICE}–{SLICE} of a MiniLM-sized layer ({MINILM.describe()}), "
+               f"dense {P}×{P}, {name}", r["seconds"], baselines, r["error"],
+               extra=f"peak memory above the inputs {memory.format_bytes(r['peak'])} (the block itself: "
+                     f"{memory.format_bytes(P * P * torch.empty((), dtype=dtype).element_size())}); "
+                     f"rel. error on 8 sampled rows against autograd Hessian-vector products in float64"
+                     + note)
 
 
 def layernorm_jacobian(L: int, d: int, repeats: int, device: torch.device) -> Row:
@@ -143,7 +260,8 @@ def ffn_jacobian(L: int, d: int, d_ff: int, repeats: int, device: torch.device) 
 
     def dense() -> torch.Tensor:
         J = factored()
-        return torch.cat([J["W_1"].dense().reshape(L * d, -1), J["W_2"].dense().reshape(L * d, -1)], 1)
+        return torch.cat([J[("ffn", "fc1.weight", None)].dense().reshape(L * d, -1),
+                          J[("ffn", "fc2.weight", None)].dense().reshape(L * d, -1)], 1)
 
     def ffn(w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         return torch.relu(Z @ w1) @ w2
@@ -184,6 +302,8 @@ def render(rows: list[Row], header: str) -> str:
     lines = [header, "", "| case | closed form | baseline | baseline time | speed-up | rel. error |",
              "|---|---:|---|---:|---:|---:|"]
     for r in rows:
+        if not r.baselines:
+            lines.append(f"| {r.case} | {_fmt(r.ours)} | (none that fits) | | | {r.error:.1e} |")
         for i, (name, t) in enumerate(r.baselines.items()):
             first = i == 0
             lines.append(
@@ -197,11 +317,15 @@ def main(out: Path, seq_lens: tuple[int, ...] = (16, 32, 64), repeats: int = 3,
          threads: int = 2) -> str:
     torch.set_num_threads(threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    started = time.perf_counter()
+    started, load = time.perf_counter(), os.getloadavg()
     rows: list[Row] = []
     for L in seq_lens:
         rows.append(full_block(L, repeats, device, with_functional_api=(L == min(seq_lens))))
         print(render(rows[-1:], ""), flush=True)
+    real_rows = [real_layer(repeats, device)]
+    print(render(real_rows, ""), flush=True)
+    slice_rows = [head_slice(dtype, device, threads) for dtype in (torch.float32, torch.float64)]
+    print(render(slice_rows, ""), flush=True)
     component_rows = [layernorm_jacobian(16, 32, repeats, device),
                       *ffn_jacobian(16, 32, 64, repeats, device),
                       model_jacobian(max(seq_lens), repeats, device)]
@@ -219,9 +343,14 @@ def main(out: Path, seq_lens: tuple[int, ...] = (16, 32, 64), repeats: int = 3,
         f"- float64; baselines: median of {repeats} warm runs after one warm-up; closed form and "
         f"floors: median of {max(repeats, 7)} after two warm-ups (components: at least 20); "
         "every row also checks the closed form against the baseline (rel. error).",
+        f"- load average when it started (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in load)}",
         f"- total time {time.perf_counter() - started:.0f} s",
         "",
         render(rows, "## Full-block Hessian (post-LN, ReLU, MSE, d = 32, d_k = 16, d_ff = 64)"),
+        "",
+        render(real_rows, "## Full-block Hessian of a real layer"),
+        "",
+        render(slice_rows, "## One head's slice of a MiniLM-sized layer"),
         "",
         render(component_rows, "## Components and the model Jacobian"),
         "",

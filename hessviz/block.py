@@ -1,109 +1,100 @@
 r"""The four placements as short forward recipes over the components.
 
-Each recipe returns a :class:`BlockTrace`: the output ``Z`` and what the chain rule
-needs. Every placement has the same shape
+Each recipe returns a :class:`BlockTrace`: the attention (with its parameters and, in a
+Pre-LN block with an affine ``ln1``, the parameters of its input), the token-wise rest of
+the block from ``SA`` to ``Z`` as one :class:`~hessviz.chain.Stage` with its parameters,
+and ``Z``. Every placement has the same shape
 
 .. math::
-    SA = \text{attention}(X_a), \quad Z_1 = T_1(X + SA), \quad
-    R = Z_1 + \text{FFN}(\text{pre}(Z_1)), \quad Z = \text{post}(R),
+    SA = \text{attention}(X_a), \qquad Z = T(SA),
 
-where the attention input ``X_a`` never depends on the weights, and ``T_1``, ``pre`` and
-``post`` are each a LayerNorm or the identity:
+where ``T`` is token-wise (a composition of LayerNorms, the residual FFN branch, and the
+residual sums with the constant ``X``):
 
-======== ========== ======= ======= ========
-norm     ``X_a``    ``T_1`` pre     post
-======== ========== ======= ======= ========
-post     X          LN      id      LN
-pre      LN(X)      id      LN      id
-none     X          id      id      id
-======== ========== ======= ======= ========
+======== ================ ======================================
+norm     ``X_a``          ``T``
+======== ================ ======================================
+post     X                ``ln2 ∘ (id + FFN) ∘ ln1`` (``ln1`` on ``X + SA``)
+pre      ``ln1(X)``       ``id + FFN ∘ ln2`` (on ``Z_1 = X + SA``)
+none     X                ``id + FFN``
+======== ================ ======================================
 
-``attention`` is ``Z = SA(X)`` alone.
+``attention`` is ``Z = SA(X)`` alone (``T`` is the identity). Components receive their
+weights by local name through :data:`hessviz.weights.WEIGHT_MAP`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 from torch import Tensor
 
-from hessviz.chain import compose
+from hessviz.chain import Stage, compose_stages, residual_stage
 from hessviz.components import activation, layernorm
-from hessviz.components.attention import SelfAttention
-from hessviz.components.base import TokenMap, identity
+from hessviz.components.attention import MultiHeadAttention
 from hessviz.components.ffn import FeedForward
-from hessviz.components.residual import residual
 from hessviz.config import BlockConfig
+from hessviz.weights import component_weights
 
 
 @dataclass(frozen=True)
 class BlockTrace:
-    """One forward pass with its token-wise maps.
+    """One forward pass: the attention, the token-wise map ``T: SA → Z`` (``None`` for the
+    identity), and ``Z (L, d)``."""
 
-    ``sa_to_z1``: ``SA → Z_1``; ``pre``: ``Z_1 → Y`` (the FFN input); ``post``: ``R → Z``.
-    For ``attention`` there is no FFN and every map is the identity.
-    """
-
-    attention: SelfAttention
-    ffn: FeedForward | None
+    attention: MultiHeadAttention
+    stage: Stage | None
     Z: Tensor
-    sa_to_z1: TokenMap
-    pre: TokenMap
-    post: TokenMap
 
-    @cached_property
-    def sa_to_r(self) -> TokenMap:
-        """``SA → R = Z_1 + f(pre(Z_1))``: the residual around the FFN branch."""
-        if self.ffn is None:
-            return self.sa_to_z1
-        branch = compose(self.pre, self.ffn.input_map)
-        return compose(self.sa_to_z1, residual(branch))
 
-    @cached_property
-    def sa_to_y(self) -> Tensor:
-        """``∂Y/∂SA``, ``(L, d, d)``, Y the FFN input."""
-        return self.pre.jac @ self.sa_to_z1.jac
+def _layernorm(cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tensor,
+               where: str) -> tuple[Tensor, Stage]:
+    """``which(z)`` and its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise."""
+    n, st = layernorm.value(z, cfg.ln_eps, where=where)
+    w = component_weights(cfg, params, which)
+    gamma, beta = w.get("gamma"), w.get("beta")
+    out = n if gamma is None else n * gamma + beta
+    return out, layernorm.stage(st, which, gamma, beta)
 
-    @cached_property
-    def sa_to_z(self) -> Tensor:
-        """``∂Z/∂SA``, ``(L, d, d)``."""
-        return self.post.jac @ self.sa_to_r.jac
+
+def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor,
+              input_stage: Stage | None = None) -> MultiHeadAttention:
+    """The block's attention on the input ``Xa (L, d)``; ``.output`` is ``SA(Xa)``."""
+    return MultiHeadAttention(Xa, component_weights(cfg, params, "attention"), cfg.n_heads,
+                              causal=cfg.causal, input_stage=input_stage)
 
 
 def trace(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockTrace:
     """Run the block of ``cfg`` on ``X (L, d)``; raises on a zero-variance LayerNorm row."""
-    eps = cfg.ln_eps
     act = activation.get(cfg.activation)
-    L, d = X.shape
-    same = identity(L, d, X)
 
-    def attention_on(Xa: Tensor) -> SelfAttention:
-        return SelfAttention(Xa, params["W_Q"], params["W_K"], params["W_V"])
+    def attention_on(Xa: Tensor, input_stage: Stage | None = None) -> MultiHeadAttention:
+        return attention(cfg, params, Xa, input_stage)
 
     def ffn_on(Y: Tensor) -> FeedForward:
-        return FeedForward(Y, params["W_1"], params["W_2"], act)
+        w = component_weights(cfg, params, "ffn")
+        return FeedForward(Y, w["fc1.weight"], w["fc2.weight"], act, w.get("fc1.bias"), w.get("fc2.bias"))
 
     if cfg.norm == "attention":
         sa = attention_on(X)
-        return BlockTrace(sa, None, sa.output, same, same, same)
+        return BlockTrace(sa, None, sa.output)
 
-    if cfg.norm == "post":        # Z1 = LN(X + SA(X)),  Z = LN(Z1 + FFN(Z1))
+    if cfg.norm == "post":        # Z1 = ln1(X + SA(X)),  Z = ln2(Z1 + FFN(Z1))
         sa = attention_on(X)
-        Z1, ln1 = layernorm.value(X + sa.output, eps, where="first LayerNorm input X + SA(X)")
+        Z1, ln1 = _layernorm(cfg, params, "ln1", X + sa.output, "first LayerNorm input X + SA(X)")
         ffn = ffn_on(Z1)
-        Z, ln2 = layernorm.value(Z1 + ffn.output, eps, where="second LayerNorm input Z1 + FFN(Z1)")
-        return BlockTrace(sa, ffn, Z, layernorm.token_map(ln1), same, layernorm.token_map(ln2))
+        Z, ln2 = _layernorm(cfg, params, "ln2", Z1 + ffn.output, "second LayerNorm input Z1 + FFN(Z1)")
+        return BlockTrace(sa, compose_stages(compose_stages(ln1, residual_stage(ffn.stage())), ln2), Z)
 
-    if cfg.norm == "pre":         # Z1 = X + SA(LN(X)),  Z = Z1 + FFN(LN(Z1))
-        Xa, _ = layernorm.value(X, eps, where="input X")
-        sa = attention_on(Xa)
+    if cfg.norm == "pre":         # Z1 = X + SA(ln1(X)),  Z = Z1 + FFN(ln2(Z1))
+        Xa, ln1 = _layernorm(cfg, params, "ln1", X, "input X")
+        sa = attention_on(Xa, ln1 if ln1.jacobians else None)
         Z1 = X + sa.output
-        Y, ln2 = layernorm.value(Z1, eps, where="second LayerNorm input Z1 = X + SA(LN(X))")
+        Y, ln2 = _layernorm(cfg, params, "ln2", Z1, "second LayerNorm input Z1 = X + SA(ln1(X))")
         ffn = ffn_on(Y)
-        return BlockTrace(sa, ffn, Z1 + ffn.output, same, layernorm.token_map(ln2), same)
+        return BlockTrace(sa, residual_stage(compose_stages(ln2, ffn.stage())), Z1 + ffn.output)
 
     sa = attention_on(X)          # none: Z1 = X + SA(X),  Z = Z1 + FFN(Z1)
     Z1 = X + sa.output
     ffn = ffn_on(Z1)
-    return BlockTrace(sa, ffn, Z1 + ffn.output, same, same, same)
+    return BlockTrace(sa, residual_stage(ffn.stage()), Z1 + ffn.output)

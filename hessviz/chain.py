@@ -15,11 +15,15 @@ is the Gauss–Newton split of ``MODEL.md`` carried token by token.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from torch import Tensor
 
 from hessviz.components.base import TokenMap
+from hessviz.components.residual import residual
+from hessviz.contributions import Piece, Ref, Sandwich
+from hessviz.kron import Factored
 
 
 def compose(inner: TokenMap, outer: TokenMap) -> TokenMap:
@@ -66,3 +70,117 @@ class TokenCurvature:
         if functional and self.functional is not None:
             total = total + functional * self.functional
         return total
+
+
+@dataclass(frozen=True)
+class Stage:
+    r"""A token-wise map with parameters, ``y_t = f(x_t; θ)``: everything the chain rule needs.
+
+    * ``map``: ``∂y_t/∂x_t`` and ``Q(g) = Σ_i g_i ∇²_{x_t} y_{t,i}`` (a :class:`TokenMap`);
+    * ``jacobians[r]``: ``∂y_t/∂θ_r``, factored, output index ``y`` (size ``n_out``);
+    * ``mixed(g)[r]``: ``∂²(Σ_t g_tᵀ y_t)/∂x_t ∂θ_r``, factored, output index ``x`` (``n_in``);
+      absent where zero;
+    * ``functional(g)``: the pieces of ``∂²(Σ_t g_tᵀ y_t)/∂θ ∂θ'``;
+    * ``gradients(g)``: ``∂(Σ_t g_tᵀ y_t)/∂θ_r`` as ``r -> (rows, cols)``.
+
+    Parameters are addressed by :data:`~hessviz.contributions.Ref`; the block's weight
+    table says which global name each one is.
+    """
+
+    map: TokenMap
+    jacobians: Mapping[Ref, Factored]
+    mixed: Callable[[Tensor], dict[Ref, Factored]]
+    functional: Callable[[Tensor], list[Piece]]
+    gradients: Callable[[Tensor], dict[Ref, Tensor]]
+
+
+class Lazy(Mapping):
+    """A mapping whose keys are known and whose values are computed when first read
+    (a composed stage's parameter Jacobians: not formed unless a block needs them)."""
+
+    def __init__(self, makers: dict[Ref, Callable[[], Factored]]):
+        self._makers, self._values = makers, {}
+
+    def __getitem__(self, key: Ref) -> Factored:
+        if key not in self._values:
+            self._values[key] = self._makers[key]()
+        return self._values[key]
+
+    def __iter__(self):
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+
+def _nothing(g: Tensor) -> dict:
+    return {}
+
+
+def _no_pieces(g: Tensor) -> list:
+    return []
+
+
+def plain(f: TokenMap) -> Stage:
+    """A token-wise map without parameters."""
+    return Stage(f, {}, _nothing, _no_pieces, _nothing)
+
+
+def residual_stage(branch: Stage) -> Stage:
+    """``x ↦ x + b(x; θ)``: the identity path adds ``I`` to the Jacobian and nothing else."""
+    return Stage(residual(branch.map), branch.jacobians, branch.mixed, branch.functional,
+                 branch.gradients)
+
+
+def compose_stages(inner: Stage, outer: Stage) -> Stage:
+    r"""``outer ∘ inner``, with ``g_mid = J_oᵀ g`` the gradient between them:
+
+    .. math::
+        \frac{∂y}{∂θ_i} = J_o \frac{∂m}{∂θ_i}, \quad
+        \text{mixed}_{θ_i}(g) = J_i^\top Q_o(g) \frac{∂m}{∂θ_i} + \text{mixed}^{in}_{θ_i}(g_{mid}),
+        \quad \text{mixed}_{θ_o}(g) = J_i^\top \text{mixed}^{out}_{θ_o}(g),
+
+        ∂^2_{θ_i θ_i'} = \frac{∂m}{∂θ_i}^\top Q_o(g) \frac{∂m}{∂θ_i'} + ∂^2_{in}(g_{mid}), \quad
+        ∂^2_{θ_i θ_o} = \frac{∂m}{∂θ_i}^\top \text{mixed}^{out}_{θ_o}(g), \quad
+        ∂^2_{θ_o θ_o'} = ∂^2_{out}(g).
+    """
+    Ji, Jo = inner.map.jac, outer.map.jac
+    inner_refs = list(inner.jacobians)
+    jacobians = Lazy({r: (lambda r=r: inner.jacobians[r].lmul(Jo)) for r in inner_refs}
+                     | {r: (lambda r=r: outer.jacobians[r]) for r in outer.jacobians})
+
+    def outer_curvature(g: Tensor) -> Tensor | None:
+        return outer.map.contract(g) if outer.map.contract is not None and inner_refs else None
+
+    def mixed(g: Tensor) -> dict[Ref, Factored]:
+        out = {r: F.lmul(Ji.transpose(-1, -2)) for r, F in outer.mixed(g).items()}
+        Qo = outer_curvature(g)
+        from_inner = inner.mixed(outer.map.vjp(g)) if inner_refs else {}
+        for r in inner_refs:
+            parts = []
+            if Qo is not None:
+                parts.append(inner.jacobians[r].lmul(Ji.transpose(-1, -2) @ Qo))
+            if r in from_inner:
+                parts.append(from_inner[r])
+            if parts:
+                out[r] = sum(parts[1:], parts[0])
+        return out
+
+    def functional(g: Tensor) -> list[Piece]:
+        pieces = outer.functional(g)
+        if not inner_refs:
+            return pieces
+        pieces += inner.functional(outer.map.vjp(g))
+        Qo = outer_curvature(g)
+        if Qo is not None:
+            pieces += [Sandwich(a, b, inner.jacobians[a], Qo, inner.jacobians[b])
+                       for k, a in enumerate(inner_refs) for b in inner_refs[k:]]
+        pieces += [Sandwich(a, b, inner.jacobians[a], None, Mb)
+                   for b, Mb in outer.mixed(g).items() for a in inner_refs]
+        return pieces
+
+    def gradients(g: Tensor) -> dict[Ref, Tensor]:
+        out = outer.gradients(g)
+        return out | inner.gradients(outer.map.vjp(g)) if inner_refs else out
+
+    return Stage(compose(inner.map, outer.map), jacobians, mixed, functional, gradients)

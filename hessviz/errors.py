@@ -19,6 +19,11 @@ class InputError(HessvizError):
     """Parameters, inputs or targets have the wrong names, shapes, dtypes or values."""
 
 
+class CheckpointError(HessvizError):
+    """A model checkpoint folder is missing, unreadable, of an unsupported architecture, or
+    holds its weights in a format hessviz refuses to read (pickle)."""
+
+
 class SizeError(HessvizError):
     """A dense result would not fit in the memory hessviz is allowed to use."""
 

@@ -79,16 +79,23 @@ class Factored:
         return Factored(tuple(t.lmul(M) for t in self.terms))
 
     def __add__(self, other: Factored) -> Factored:
+        """The sum of two Jacobians of one weight: their terms side by side."""
         return Factored(self.terms + other.terms)
+
+    @staticmethod
+    def per_token(mat: Tensor, ones: Tensor) -> Factored:
+        """A dense per-token Jacobian ``mat (L, n_out, n)`` of a vector parameter, seen as a
+        ``(1, n)`` matrix: one left term with the vector ``ones (L, 1)``."""
+        return Factored((KronTerm(LEFT, ones, mat),))
 
     def dense(self) -> Tensor:
         """``(L, n_out, n1*n2)``."""
         return sum(t.dense() for t in self.terms)
 
     def dense_into(self, out: Tensor) -> None:
-        """Write the Jacobian into ``out``, a (strided) view of shape ``(L*n_out, n1*n2)``."""
+        """Write the Jacobian into ``out``, a (strided) view of shape ``(L*n_out, n1, n2)``."""
         L, n_out = self.terms[0].mat.shape[:2]
-        view = out.view(L, n_out, *self.shape)
+        view = out.unflatten(0, (L, n_out))
         torch.mul(*self.terms[0]._factors(), out=view)
         for term in self.terms[1:]:
             view.addcmul_(*term._factors())
@@ -120,21 +127,39 @@ Middle = Tensor | Structured | None
 """``N_t`` between two Jacobians: dense ``(L, n_a, n_b)``, structured, or ``None`` (identity)."""
 
 
-def _middle(Ma: Tensor, N: Middle, Mb: Tensor) -> Tensor:
+class MiddleCache:
+    """``N_t M_b`` per (middle, Jacobian factor), kept for one assembly: a unit's factor meets
+    the same middle in every block of its row, and is multiplied by it once."""
+
+    def __init__(self):
+        self._products: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor]] = {}
+
+    def apply(self, N: Tensor, Mb: Tensor) -> Tensor:
+        key = (id(N), id(Mb))
+        if key not in self._products:                 # the operands are kept, so ids stay unique
+            self._products[key] = (N, Mb, N @ Mb)
+        return self._products[key][2]
+
+
+def _middle(Ma: Tensor, N: Middle, Mb: Tensor, cache: MiddleCache | None = None) -> Tensor:
     """``Maᵀ N Mb`` per token, ``(L, n_ma, n_mb)``."""
     if N is None:
         return Ma.transpose(-1, -2) @ Mb
     if isinstance(N, Tensor):
-        return Ma.transpose(-1, -2) @ (N @ Mb)
+        return Ma.transpose(-1, -2) @ (N @ Mb if cache is None else cache.apply(N, Mb))
     return N.sandwich(Ma, Mb)
 
 
-class _TermPair:
-    """One pair of terms of ``Σ_t a_tᵀ N_t b_t``, ready to produce any range of block rows α."""
+def _pair_key(a: KronTerm, b: KronTerm) -> tuple:
+    """Two term pairs with the same kinds and the same vector tensors share one GEMM."""
+    return (a.kind, id(a.vec), b.kind, id(b.vec), a.mat.shape[-1], b.mat.shape[-1])
 
-    def __init__(self, a: KronTerm, N: Middle, b: KronTerm):
-        # P_t = M_aᵀ N_t M_b: the per-token middle factor, (L, n_ma, n_mb)
-        P = _middle(a.mat, N, b.mat)
+
+class _TermPair:
+    """``Σ_t (u ⊗ u')_t P_t`` for one pair of vectors and the sum of their middle factors,
+    ready to produce any range of block rows α."""
+
+    def __init__(self, a: KronTerm, b: KronTerm, P: Tensor):
         L = P.shape[0]
         # u ⊗ u' per token: (L, n_va * n_vb)
         uu = (a.vec[:, :, None] * b.vec[:, None, :]).reshape(L, -1)
@@ -156,35 +181,54 @@ class _TermPair:
         return G.permute(*self.perm)
 
 
-def sandwich_into(out: Tensor, products: list[tuple[Factored, Middle, Factored]],
-                  mirror: Tensor | None = None) -> None:
-    """Write ``Σ_k Σ_t Ja_tᵀ N_t Jb_t`` over ``products = [(Ja, N, Jb), ...]`` into
-    ``out (n1a*n2a, n1b*n2b)`` and its transpose into ``mirror`` (if given).
+def term_pairs(products: list[tuple[Factored, Middle, Factored]],
+               cache: MiddleCache | None = None) -> list[_TermPair]:
+    """Every pair of terms of ``Σ_k Σ_t Ja_tᵀ N_t Jb_t``, with the middle factors
+    ``P_t = M_aᵀ N_t M_b`` of pairs that share both vectors summed first (one GEMM each)."""
+    groups: dict[tuple, tuple[KronTerm, KronTerm, Tensor]] = {}
+    for Ja, N, Jb in products:
+        for a in Ja.terms:
+            for b in Jb.terms:
+                key = _pair_key(a, b)
+                P = _middle(a.mat, N, b.mat, cache)            # (L, n_ma, n_mb)
+                if key in groups:
+                    ga, gb, total = groups[key]
+                    groups[key] = (ga, gb, total + P)
+                else:
+                    groups[key] = (a, b, P)
+    return [_TermPair(a, b, P) for a, b, P in groups.values()]
 
-    ``N`` is a :data:`Middle`: ``(L, n_out_a, n_out_b)``, structured, or ``None``. Rows are produced in
+
+def sandwich_into(out: Tensor, products: list[tuple[Factored, Middle, Factored]],
+                  mirror: Tensor | None = None, cache: MiddleCache | None = None) -> None:
+    """Write ``Σ_k Σ_t Ja_tᵀ N_t Jb_t`` over ``products = [(Ja, N, Jb), ...]`` into the 4-d
+    view ``out (n1a, n2a, n1b, n2b)`` and its transpose into ``mirror (n1b, n2b, n1a, n2a)``.
+
+    ``N`` is a :data:`Middle`: ``(L, n_out_a, n_out_b)``, structured, or ``None``. Both views
+    may be strided (one head's slice inside a whole weight's block). Rows are produced in
     cache-sized slices: every term of a slice is summed in place while the slice is in
     cache, and the finished slice is copied, transposed, into ``mirror``.
     """
-    (na, nb), (nc, nd) = products[0][0].shape, products[0][2].shape
-    pairs = [_TermPair(a, N, b) for Ja, N, Jb in products for a in Ja.terms for b in Jb.terms]
+    na, nb, nc, nd = out.shape
+    pairs = term_pairs(products, cache)
     step = max(1, CHUNK_BYTES // (nb * nc * nd * out.element_size()))
     for start in range(0, na, step):
         stop = min(start + step, na)
-        rows = out[start * nb:stop * nb]
-        view = rows.view(stop - start, nb, nc, nd)
+        view = out[start:stop]
         for k, pair in enumerate(pairs):
             if k == 0:
                 view.copy_(pair.rows(start, stop))
             else:
                 view.add_(pair.rows(start, stop))
         if mirror is not None:
-            mirror[:, start * nb:stop * nb].copy_(rows.T)
+            _copy_transposed(mirror[:, :, start:stop], view)
 
 
-def sandwich(Ja: Factored, N: Middle, Jb: Factored) -> Tensor:
-    """``Σ_t Ja_tᵀ N_t Jb_t`` as a new ``(n1a*n2a, n1b*n2b)`` matrix."""
-    ref = Ja.terms[0].mat
-    out = torch.empty(Ja.shape[0] * Ja.shape[1], Jb.shape[0] * Jb.shape[1],
-                      dtype=ref.dtype, device=ref.device)
-    sandwich_into(out, [(Ja, N, Jb)])
-    return out
+def _copy_transposed(target: Tensor, source: Tensor) -> None:
+    """``target (c, d, a, b) = source (a, b, c, d)`` transposed; as a matrix transpose (torch's
+    blocked 2-d path) when both are plain matrix regions, else as a 4-d permutation."""
+    a, b, c, d = source.shape
+    try:
+        target.view(c * d, a * b).copy_(source.view(a * b, c * d).T)
+    except RuntimeError:                               # a head's strided view inside a whole weight
+        target.copy_(source.permute(2, 3, 0, 1))

@@ -105,19 +105,30 @@ class HessianResult:
         return self.term("functional")
 
     def _check_covered(self, name: str) -> str:
-        self.cfg.check_name(name)
-        if name not in self.names:
+        """``name`` if it is one of ``names`` or a head slice of one of them."""
+        base = parse_name(self.cfg.check_name(name)).base
+        if name not in self.names and base not in self.names:
             raise ConfigError(f"parameter {name!r} is not in this result's names {self.names}; "
-                              "compute the Hessian with it in wrt")
+                              "compute the Hessian with it (or its whole weight) in wrt")
         return name
 
+    def _index(self, name: str) -> slice | Tensor:
+        """Rows of ``name`` in the terms: its slice, or a head's entries inside its whole weight."""
+        if name in self.offsets:
+            return self.offsets[name]
+        whole = self.offsets[parse_name(name).base]
+        return self.cfg.head_indices(name) + whole.start
+
     def block(self, a: str, b: str, term: str = "full") -> Tensor:
-        """The ``(|a|, |b|)`` block of ``term``; computed alone when the term is not cached."""
+        """The ``(|a|, |b|)`` block of ``term``; ``a`` and ``b`` may be head slices (``"W_Q[1]"``)
+        of covered weights. Computed alone (only those units) when the term is not cached."""
         self._check_covered(a)
         self._check_covered(b)
         check_term(term)
         if term in self._terms or self._compute_block is None:
-            return self.term(term)[self.offsets[a], self.offsets[b]]
+            rows, cols = self._index(a), self._index(b)
+            matrix = self.term(term)
+            return matrix[rows][:, cols] if isinstance(cols, Tensor) else matrix[rows, cols]
         return self._compute_block(a, b, term)
 
     # ------------------------------------------------------------------ matrix-free products

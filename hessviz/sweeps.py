@@ -1,38 +1,60 @@
-r"""Sweeps of block norms over ‖X‖₂, L or d, and log–log slope fits. Numeric, no Streamlit.
+r"""Sweeps: a measurement repeated over a grid of one variable and several seeds.
 
-A sweep evaluates, for every grid value and seed, the norm of one block ``H[a, b]`` of
-each term (``outer``, ``functional``, ``full``), computing only that block. The
-median over seeds and its band (min..max) are then fitted on log–log axes,
+One engine, :func:`sweep`, serves the app's Scaling page and the claims of
+:mod:`hessviz.experiments`. At every grid value ``x`` and seed ``s`` it calls a
+:data:`Measure` ``(config at x, input norm, s) -> {key: value}`` and stores the values
+in one :class:`Sweep`, whose layout is fixed:
+
+* ``values[key]`` is ``(n_seeds, n_grid)``: one row per seed, one column per grid value.
+
+The grid is the input norm ``‖X‖₂`` (``axis="xnorm"``), the sequence length (``"L"``) or
+the model width (``"d"``). A measure that only depends on the point is the usual case:
+:func:`block_norms_measure` gives the spectral norms of Hessian blocks ``H[a, b]`` of each
+term, computing only those blocks.
+
+Statistics over seeds are named, never implied (:data:`hessviz.fitting.STATISTICS`):
+
+* ``"median"``: the median over seeds (robust to one odd seed), with the ``band``
+  ``min..max`` over seeds; the app draws these;
+* ``"geomean"``: the geometric mean ``exp(mean log v)`` (the centre of a log–log plot),
+  with the same band; the claims use it.
+
+Power-law slopes on log–log axes,
 
 .. math::
     \log_{10} \|H_{ab}\| \approx s \log_{10} x + c ,
 
-and the slope ``s`` is compared with the exponent the theory gives, where it gives one
-(:data:`THEORY`): for self-attention alone the outer W_Q–W_Q block grows like
-``‖X‖₂⁶`` (Ormaniec, Dangel & Singh, arXiv 2410.10986) and, at fixed ``‖X‖₂``, decays
-like ``1/L³``.
+are compared with the exponents the theory gives (:data:`THEORY`): for self-attention
+alone the outer W_Q–W_Q block grows like ``‖X‖₂⁶`` (Ormaniec, Dangel & Singh,
+arXiv 2410.10986) and, at fixed ``‖X‖₂``, decays like ``1/L³``.
 
 >>> import hessviz as hv
 >>> cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, d_ff=4, norm="attention")
->>> res = sweep(cfg, "xnorm", [0.05, 0.1, 0.2], seeds=[0])
->>> round(fit_slope(res.grid, res.median("outer"))[0])
+>>> measure = block_norms_measure(TERM_CURVES, key=term_key)
+>>> res = sweep(cfg, "xnorm", [0.05, 0.1, 0.2], seeds=[0, 1], measure=measure)
+>>> res.values["outer"].shape        # (seeds, grid)
+(2, 3)
+>>> round(res.fit_center("outer", stat="median").slope)
 6
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 import hessviz as hv
-from hessviz.experiments.fitting import power_law_fit
+from hessviz.fitting import PowerLawFit, RangeFit, center, power_law_fit, slope_over_seeds
 from hessviz.spectra import matrix_norm
 
 TERMS = ("outer", "functional", "full")
 AXES = {"xnorm": "input size ‖X‖₂", "L": "sequence length L", "d": "model width d"}
+ARRAY_NAMES = {"xnorm": "input_norm", "L": "seq_len", "d": "d_model"}
+"""Axis -> the name of the swept quantity in saved arrays (the argument or config field it sets)."""
 DEFAULT_GRIDS: dict[str, tuple[float, ...]] = {
     "xnorm": tuple(float(v) for v in np.round(np.logspace(-1.5, 1, 11), 4)),
     "L": (2, 4, 8, 16, 32, 64),
@@ -44,7 +66,16 @@ THEORY: dict[tuple[str, str, tuple[str, str], str], float] = {
 }
 """(norm, term, block pair, axis) -> exponent the theory gives (small ‖X‖₂ / large L regime)."""
 
-PointFn = Callable[[hv.BlockConfig, float, int, tuple[str, str], str], dict[str, float]]
+Curve = tuple[str, str, str]
+"""``(a, b, term)``: the block ``H[a, b]`` of ``term``."""
+SHORT = {"W_Q": "Q", "W_K": "K", "W_V": "V", "W_1": "1", "W_2": "2"}
+
+Measure = Callable[[hv.BlockConfig, float, int], Mapping[str, float]]
+"""``(config at the grid point, input norm ‖X‖₂, seed) -> {key: value}``."""
+Inputs = Callable[[hv.BlockConfig, int, float], tuple[dict, torch.Tensor, torch.Tensor]]
+"""``(config, seed, input norm) -> (params, X, Y)``."""
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``, called after each point; an exception it raises stops the sweep."""
 
 
 def theory_exponent(norm: str, term: str, pair: tuple[str, str], axis: str) -> float | None:
@@ -52,15 +83,19 @@ def theory_exponent(norm: str, term: str, pair: tuple[str, str], axis: str) -> f
     return THEORY.get((norm, term, tuple(pair), axis))
 
 
+def check_axis(axis: str) -> None:
+    if axis not in AXES:
+        raise hv.ConfigError(f"axis must be one of {', '.join(AXES)}, got {axis!r}")
+
+
 def config_at(cfg: hv.BlockConfig, axis: str, value: float) -> tuple[hv.BlockConfig, float | None]:
     """``cfg`` with the swept field set; the second item is the input norm when ``axis == "xnorm"``."""
+    check_axis(axis)
     if axis == "xnorm":
         return cfg, float(value)
     if axis == "L":
         return dataclasses.replace(cfg, seq_len=int(value)), None
-    if axis == "d":
-        return dataclasses.replace(cfg, d_model=int(value)), None
-    raise hv.ConfigError(f"axis must be one of {', '.join(AXES)}, got {axis!r}")
+    return dataclasses.replace(cfg, d_model=int(value)), None
 
 
 def largest_block(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], pair: tuple[str, str]) -> int:
@@ -69,45 +104,111 @@ def largest_block(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], pair: t
     return max(sizes)
 
 
-def point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
-          kind: str = "spectral") -> dict[str, float]:
-    """``term -> ‖H_ab‖`` for one block pair, computing only that block of each term."""
-    a, b = pair
+# ----------------------------------------------------------------------------- measures
+
+
+def curve_key(c: Curve) -> str:
+    """``("W_Q", "W_Q", "outer") -> "QQ_outer"``."""
+    a, b, term = c
+    return f"{SHORT[a]}{SHORT[b]}_{term}"
+
+
+def term_curves(pair: tuple[str, str]) -> tuple[Curve, ...]:
+    """The three terms (:data:`TERMS`) of one block pair."""
+    return tuple((pair[0], pair[1], t) for t in TERMS)
+
+
+TERM_CURVES = term_curves(("W_Q", "W_Q"))
+
+
+def seeded_inputs(cfg: hv.BlockConfig, seed: int,
+                  input_norm: float) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """Seeded ``(params, X, Y)``: weights ``N(0, 1/fan_in)``, ``‖X‖₂ = input_norm`` (one seed for all)."""
     params = hv.init_params(cfg, seed=seed)
     X, Y = hv.sample_inputs(cfg, seed=seed, input_norm=input_norm)
-    wrt = (a,) if a == b else (a, b)
-    res = hv.hessian(cfg, params, X, Y, wrt=wrt)
-    return {t: matrix_norm(res.block(a, b, t), kind) for t in TERMS}
+    return params, X, Y
+
+
+def block_norms(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: torch.Tensor,
+                curves: Sequence[Curve], kind: str = "spectral") -> dict[Curve, float]:
+    """``curve -> ‖H[a, b]‖`` of ``term``, computing only the weights the curves name."""
+    for a, b, _ in curves:
+        cfg.check_name(a)
+        cfg.check_name(b)
+    names = tuple(n for n in cfg.param_names if any(n in c[:2] for c in curves))
+    res = hv.hessian(cfg, params, X, Y, wrt=names)
+    return {c: matrix_norm(res.block(c[0], c[1], c[2]), kind) for c in curves}
+
+
+def term_key(c: Curve) -> str:
+    """``("W_Q", "W_Q", "outer") -> "outer"``: the key when one block pair is swept."""
+    return c[2]
+
+
+def block_norms_measure(curves: Sequence[Curve], *, key: Callable[[Curve], str] = curve_key,
+                        kind: str = "spectral", inputs: Inputs = seeded_inputs) -> Measure:
+    """A :data:`Measure`: ``key(curve) -> ‖H[a, b]‖`` of each curve's term on ``inputs(cfg, seed, ‖X‖₂)``."""
+    curves = tuple(tuple(c) for c in curves)
+
+    def measure(cfg: hv.BlockConfig, input_norm: float, seed: int) -> dict[str, float]:
+        got = block_norms(cfg, *inputs(cfg, seed, input_norm), curves, kind)
+        return {key(c): v for c, v in got.items()}
+
+    return measure
+
+
+def point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
+          kind: str = "spectral") -> dict[str, float]:
+    """``term -> ‖H_ab‖`` for one block pair on seeded inputs: one point of the Scaling page."""
+    return block_norms_measure(term_curves(tuple(pair)), key=term_key, kind=kind)(cfg, input_norm, seed)
+
+
+# ----------------------------------------------------------------------------- the result
 
 
 @dataclass(frozen=True)
-class SweepResult:
+class Sweep:
+    """Values over a grid and seeds. ``values[key]`` is ``(n_seeds, n_grid)``."""
+
     axis: str
+    """``"xnorm"``, ``"L"`` or ``"d"`` (:data:`AXES`)."""
     grid: np.ndarray
-    """``(n,)`` swept values."""
+    """``(n_grid,)`` swept values."""
     seeds: tuple[int, ...]
-    pair: tuple[str, str]
-    values: dict[str, np.ndarray]
-    """``term -> (n, n_seeds)`` block norms."""
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    """``key -> (n_seeds, n_grid)``."""
+    label: str = ""
 
-    def median(self, term: str) -> np.ndarray:
-        return np.median(self.values[term], axis=1)
+    def center(self, key: str, stat: str) -> np.ndarray:
+        """``(n_grid,)``: the statistic ``stat`` (:data:`STATISTICS`) over seeds."""
+        return center(self.values[key], stat)
 
-    def band(self, term: str) -> tuple[np.ndarray, np.ndarray]:
-        """(min, max) over seeds."""
-        v = self.values[term]
-        return v.min(axis=1), v.max(axis=1)
+    def band(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(min, max)`` over seeds, each ``(n_grid,)``."""
+        v = self.values[key]
+        return v.min(axis=0), v.max(axis=0)
 
-    def curves(self, terms: Sequence[str] = TERMS) -> dict[str, dict[str, np.ndarray]]:
-        """``term -> {"median", "lo", "hi"}``, the input of :func:`hessviz.plots.scaling_plot`."""
-        out = {}
-        for t in terms:
-            lo, hi = self.band(t)
-            out[t] = {"median": self.median(t), "lo": lo, "hi": hi}
+    def fit_center(self, key: str, stat: str, mask: Sequence[bool] | None = None) -> PowerLawFit:
+        """Least-squares log–log fit of the centre curve over ``mask`` (all points by default).
+
+        Raises ``ValueError`` with fewer than two usable (positive) points.
+        """
+        m = np.ones(self.grid.size, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        return power_law_fit(self.grid[m], self.center(key, stat)[m], n_boot=0)
+
+    def fit_per_seed(self, key: str, lo: float = -np.inf, hi: float = np.inf) -> PowerLawFit:
+        """One slope per seed over ``lo <= x <= hi``, their mean with a 95 % t-interval over seeds."""
+        m = (self.grid >= lo) & (self.grid <= hi)
+        return slope_over_seeds(self.grid[m], self.values[key][:, m])
+
+    def to_arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
+        """Flat arrays for an NPZ: the grid (named as in :data:`ARRAY_NAMES`), the seeds and each key."""
+        out = {f"{prefix}{ARRAY_NAMES[self.axis]}": self.grid, f"{prefix}seeds": np.asarray(self.seeds)}
+        out.update({f"{prefix}{k}": v for k, v in self.values.items()})
         return out
 
     def table(self) -> dict[str, list]:
-        """Long format columns: axis value, seed, term, norm."""
+        """Long format columns: axis value, seed, key (``term``), value (``norm``)."""
         cols: dict[str, list] = {self.axis: [], "seed": [], "term": [], "norm": []}
         for t, v in self.values.items():
             for i, x in enumerate(self.grid):
@@ -115,36 +216,46 @@ class SweepResult:
                     cols[self.axis].append(float(x))
                     cols["seed"].append(s)
                     cols["term"].append(t)
-                    cols["norm"].append(float(v[i, j]))
+                    cols["norm"].append(float(v[j, i]))
         return cols
 
 
-def sweep(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], seeds: Sequence[int],
-          pair: tuple[str, str] = ("W_Q", "W_Q"), *, input_norm: float = 1.0, kind: str = "spectral",
-          evaluate: PointFn = point, progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    """Block norms of ``pair`` for every grid value and seed; ``progress(done, total)`` after each."""
-    cfg.check_name(pair[0])
-    cfg.check_name(pair[1])
+def sweep(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], seeds: Sequence[int], measure: Measure,
+          *, input_norm: float = 1.0, progress: Progress | None = None, label: str = "") -> Sweep:
+    """``measure`` at every grid value (outer loop) and seed (inner loop).
+
+    At ``axis == "xnorm"`` the grid value is the input norm; otherwise ``input_norm`` is.
+    ``progress(done, total)`` is called after each point: an app shows progress with it,
+    and cancels by raising from it, as any exception from ``progress`` (or ``measure``)
+    stops the sweep and propagates to the caller; nothing partial is returned.
+    """
+    check_axis(axis)
     grid_a = np.asarray(grid, dtype=np.float64)
     seeds = tuple(int(s) for s in seeds)
-    vals = {t: np.zeros((grid_a.size, len(seeds))) for t in TERMS}
+    values: dict[str, np.ndarray] = {}
     total, done = grid_a.size * len(seeds), 0
     for i, x in enumerate(grid_a):
         c, xn = config_at(cfg, axis, x)
         for j, s in enumerate(seeds):
-            got = evaluate(c, input_norm if xn is None else xn, s, tuple(pair), kind)
-            for t in TERMS:
-                vals[t][i, j] = got[t]
+            got = measure(c, input_norm if xn is None else xn, s)
+            for k, v in got.items():
+                values.setdefault(k, np.full((len(seeds), grid_a.size), np.nan))[j, i] = v
             done += 1
             if progress is not None:
                 progress(done, total)
-    return SweepResult(axis, grid_a, seeds, tuple(pair), vals)
+    return Sweep(axis, grid_a, seeds, values, label)
+
+
+# ----------------------------------------------------------------------------- fits for the app
 
 
 def fit_mask(axis: str, grid: Sequence[float]) -> np.ndarray:
     """Which points a slope fit uses: the regime the theory describes.
 
     ``xnorm``: ``‖X‖₂ ≤ 1`` (softmax still close to uniform); ``L``: ``L ≥ 4``; ``d``: all.
+
+    >>> fit_mask("L", [2, 4, 8]).tolist()
+    [False, True, True]
     """
     g = np.asarray(grid, dtype=np.float64)
     if axis == "xnorm":
@@ -156,27 +267,17 @@ def fit_mask(axis: str, grid: Sequence[float]) -> np.ndarray:
     return m if m.sum() >= 2 else np.ones_like(g, dtype=bool)
 
 
-def fit_slope(x: Sequence[float], y: Sequence[float],
-              mask: Sequence[bool] | None = None) -> tuple[float, float]:
-    """Least-squares ``(slope, intercept)`` of ``log10 y`` on ``log10 x`` over ``mask`` (positive y only).
-
-    Returns ``(nan, nan)`` with fewer than two usable points.
-    """
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    m = np.ones_like(x, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
-    try:
-        fit = power_law_fit(x[m], y[m], n_boot=0)    # drops non-positive / non-finite points
-    except ValueError:
-        return float("nan"), float("nan")
-    return fit.slope, float(fit.intercept / np.log(10.0))
-
-
-def fits(result: SweepResult, norm: str, terms: Sequence[str] = TERMS) -> dict[str, dict]:
-    """``term -> {"slope", "intercept", "mask", "theory"}`` for :func:`hessviz.plots.scaling_plot`."""
+def fits(result: Sweep, norm: str, pair: tuple[str, str], terms: Sequence[str] = TERMS,
+         stat: str = "median") -> dict[str, RangeFit]:
+    """``term -> RangeFit`` of the ``stat`` curve over :func:`fit_mask`, expecting :func:`theory_exponent`."""
     mask = fit_mask(result.axis, result.grid)
+    xs = result.grid[mask]
     out = {}
     for t in terms:
-        s, c = fit_slope(result.grid, result.median(t), mask)
-        out[t] = {"slope": s, "intercept": c, "mask": mask,
-                  "theory": theory_exponent(norm, t, result.pair, result.axis)}
+        try:
+            f = result.fit_center(t, stat, mask)
+        except ValueError:
+            f = None
+        theory = theory_exponent(norm, t, tuple(pair), result.axis)
+        out[t] = RangeFit(f, float(xs.min()), float(xs.max()), theory)
     return out

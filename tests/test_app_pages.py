@@ -45,7 +45,7 @@ def caption(at: AppTest) -> str:
 
 
 def test_hessian_map_renders_and_reacts():
-    at = run_page("pages/hessian_map.py", **SMALL)
+    at = run_page("app_pages/hessian_map.py", **SMALL)
     assert caption(at).startswith("Post-LN block, L = 4, d = 8")
     assert len(at.get("plotly_chart")) == 2
     before = titles(at)
@@ -62,19 +62,19 @@ def test_hessian_map_renders_and_reacts():
 
 
 def test_hessian_map_refuses_too_large():
-    at = run_page("pages/hessian_map.py", d="64", dff="256")
+    at = run_page("app_pages/hessian_map.py", d="64", dff="256")
     assert not at.get("plotly_chart")
     assert "P = " in at.warning[0].value and "Lower d" in at.warning[0].value
 
 
 def test_invalid_block_shows_message():
-    at = run_page("pages/hessian_map.py", d="1")  # LayerNorm with d = 1 and eps = 0
+    at = run_page("app_pages/hessian_map.py", d="1")  # LayerNorm with d = 1 and eps = 0
     assert not at.get("plotly_chart")
     assert "d_model must be >= 2" in at.error[0].value
 
 
 def test_spectrum_renders_and_reacts():
-    at = run_page("pages/spectrum.py", **SMALL)
+    at = run_page("app_pages/spectrum.py", **SMALL)
     assert len(at.get("plotly_chart")) == 3
     metrics = {m.label: m.value for m in at.metric}
     assert "negative mass" in metrics
@@ -89,14 +89,14 @@ def test_spectrum_renders_and_reacts():
 
 
 def test_spectrum_terms_drawn_come_from_the_url():
-    at = run_page("pages/spectrum.py", spec_terms=["outer"], **SMALL)
+    at = run_page("app_pages/spectrum.py", spec_terms=["outer"], **SMALL)
     sorted_plot = figures(at)[0]
     assert [trace["name"] for trace in sorted_plot["data"]] == ["outer"]
     assert "spec_terms=outer" in at.sidebar.code[0].value                 # and in the link to this view
 
 
 def test_scaling_renders_and_reacts():
-    at = run_page("pages/scaling.py", norm="attention", sc_seeds="2", **SMALL)
+    at = run_page("app_pages/scaling.py", norm="attention", sc_seeds="2", **SMALL)
     figs = figures(at)
     assert len(figs) == 2
     assert figs[0]["layout"]["xaxis"]["title"]["text"] == "input size ‖X‖₂"
@@ -110,7 +110,7 @@ def test_scaling_renders_and_reacts():
 
 
 def test_verify_renders_and_reacts():
-    at = run_page("pages/verify.py", **SMALL)
+    at = run_page("app_pages/verify.py", **SMALL)
     metrics = {m.label: m.value for m in at.metric}
     assert float(metrics["worst relative error"]) < 1e-10
     assert at.success
@@ -122,7 +122,7 @@ def test_verify_renders_and_reacts():
 
 
 def test_learn_renders_and_reacts():
-    at = run_page("pages/learn.py", **SMALL)
+    at = run_page("app_pages/learn.py", **SMALL)
     assert len(at.latex) >= 4
     assert len(at.get("page_link")) == 5  # the classroom tour
     queries = [pl.proto.query_string for pl in at.get("page_link")]

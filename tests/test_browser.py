@@ -13,23 +13,16 @@ skip, or fail when the environment variable ``CI`` is set.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.streamlit_server import ARGS, CHROMIUM, ROOT, Server, require_chromium
+
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "assets" / "screenshots"
-CHROMIUM = os.environ.get("HESSVIZ_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
-        "--no-first-run", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1600, "height": 1000}
 TIMINGS: dict[str, float] = {}
 EXPLORE_TITLES = {"Hessian map", "Spectrum", "Scaling laws", "Verify & speed", "Learn"}
@@ -38,53 +31,15 @@ IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
         " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
 
 
-def _require_chromium() -> None:
-    if not Path(CHROMIUM).exists():
-        msg = f"Chromium not found at {CHROMIUM} (set HESSVIZ_CHROMIUM or apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    _require_chromium()
-    port = _free_port()
-    log = open(ROOT / ".pytest_cache" / "streamlit_browser_test.log", "w") \
-        if (ROOT / ".pytest_cache").exists() else subprocess.DEVNULL
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    require_chromium()
+    srv = Server(log="streamlit_browser_test.log")
     try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"streamlit did not become healthy (exit code {proc.poll()})")
-            time.sleep(0.3)
-        yield base
+        srv.wait_healthy()
+        yield srv.base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if log is not subprocess.DEVNULL:
-            log.close()
+        srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _run(page: str, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / f"{page}.py"), default_timeout=240)
+    at = AppTest.from_file(str(ROOT / "app_pages" / f"{page}.py"), default_timeout=240)
     for k, v in query.items():
         at.query_params[k] = v
     at.run()

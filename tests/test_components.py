@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hessviz.components import activation, layernorm, score, softmax
-from hessviz.components.attention import SelfAttention
+from hessviz.components.attention import MultiHeadAttention
 from hessviz.components.ffn import FeedForward
 from tests.helpers import assert_close
 
@@ -105,8 +105,8 @@ def test_score_jacobians_and_mixed_second_derivative():
 
     JQ, JK = torch.func.jacrev(S, argnums=(0, 1))(WQ, WK)
     factored = score.jacobian(X, X @ WQ, X @ WK)
-    assert_close(factored["W_Q"].dense().reshape(L, L, d, dk), JQ, RTOL, "∂S/∂W_Q")
-    assert_close(factored["W_K"].dense().reshape(L, L, d, dk), JK, RTOL, "∂S/∂W_K")
+    assert_close(factored["query.weight"].dense().reshape(L, L, d, dk), JQ, RTOL, "∂S/∂W_Q")
+    assert_close(factored["key.weight"].dense().reshape(L, L, d, dk), JK, RTOL, "∂S/∂W_K")
     H = torch.func.hessian(lambda wq, wk: (G * S(wq, wk)).sum(), argnums=(0, 1))(WQ, WK)
     mixed = score.contract_mixed(X, G, dk)
     expected = torch.einsum("ik,mn->imkn", mixed, torch.eye(dk, dtype=F64))
@@ -122,11 +122,11 @@ def test_attention_jacobian():
     L, d, dk = 4, 5, 2
     X = rand(L, d, seed=12, scale=2.0)
     W = [rand(d, dk, seed=13), rand(d, dk, seed=14), rand(d, d, seed=15)]
-    sa = SelfAttention(X, *W)
+    sa = MultiHeadAttention(X, dict(zip(("query.weight", "key.weight", "value.weight"), W)), 1)
     assert_close(sa.output, _attention_reference(X, *W), RTOL, "SA value")
     ref = torch.func.jacrev(lambda *w: _attention_reference(X, *w), argnums=(0, 1, 2))(*W)
-    for name, J in zip(("W_Q", "W_K", "W_V"), ref):
-        assert_close(sa.jacobian[name].dense().reshape(J.shape), J, RTOL, f"∂SA/∂{name}")
+    for local, J in zip(("query.weight", "key.weight", "value.weight"), ref):
+        assert_close(sa.jacobian(("attention", local, 0)).dense().reshape(J.shape), J, RTOL, f"∂SA/∂{local}")
 
 
 def test_feedforward_derivatives():
@@ -141,13 +141,13 @@ def test_feedforward_derivatives():
     Jy, J1, J2 = torch.func.jacrev(f, argnums=(0, 1, 2))(Y, W1, W2)
     per_token_jy = torch.stack([Jy[t, :, t, :] for t in range(L)])
     assert_close(ffn.input_map.jac, per_token_jy, RTOL, "∂f/∂y")
-    assert_close(ffn.jacobian["W_1"].dense().reshape(J1.shape), J1, RTOL, "∂f/∂W_1")
-    assert_close(ffn.jacobian["W_2"].dense().reshape(J2.shape), J2, RTOL, "∂f/∂W_2")
+    assert_close(ffn.jacobian[ffn.ref("fc1.weight")].dense().reshape(J1.shape), J1, RTOL, "∂f/∂W_1")
+    assert_close(ffn.jacobian[ffn.ref("fc2.weight")].dense().reshape(J2.shape), J2, RTOL, "∂f/∂W_2")
 
     H = torch.func.hessian(lambda y, w1, w2: (g * f(y, w1, w2)).sum(), argnums=(0, 1, 2))(Y, W1, W2)
     yy = torch.stack([H[0][0][t, :, t, :] for t in range(L)])
     assert_close(ffn.input_map.contract(g), yy, 1e-11, "∂²_yy")
-    for k, name in ((1, "W_1"), (2, "W_2")):
-        mixed = ffn.mixed(g)[name].dense()                         # (L, d, |W|) per token
+    for k, name in ((1, "fc1.weight"), (2, "fc2.weight")):
+        mixed = ffn.mixed(g)[ffn.ref(name)].dense()                         # (L, d, |W|) per token
         expected = torch.stack([H[0][k][t].reshape(d, -1) for t in range(L)])
         assert_close(mixed, expected, 1e-11, f"∂²_y{name}")

@@ -83,15 +83,55 @@ def test_spectrum_figures():
     assert sum(h.data[0].y) == 50 and h.layout.yaxis.type == "log"
 
 
-def test_scaling_and_side_by_side_figures():
+def _sweep(values: dict, grid=(0.1, 0.2, 0.4), axis="xnorm") -> sweeps.Sweep:
+    return sweeps.Sweep(axis, np.asarray(grid), tuple(range(next(iter(values.values())).shape[0])), values)
+
+
+def test_sweep_plot_draws_the_named_statistic_band_and_fit():
     x = np.array([0.1, 0.2, 0.4])
-    c = {"median": x**6, "lo": 0.9 * x**6, "hi": 1.1 * x**6}
-    fits = {"outer": {"slope": 6.0, "intercept": 0.0, "mask": [True, True, True], "theory": 6.0}}
-    fig = plots.scaling_plot(x, {"outer": c}, x_title="‖X‖₂", fits=fits)
+    Y = np.stack([x**6, 4 * x**6, 9 * x**6])  # seeds (3) × grid (3)
+    sw = _sweep({"outer": Y})
+    fit = sweeps.fits(sw, "attention", ("W_Q", "W_Q"), terms=("outer",))
+    fig = plots.sweep_plot(sw, stat="median", fits=fit)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
-    assert any("slope 6.00 (theory 6)" in (t.name or "") for t in fig.data)
-    side = plots.side_by_side(x, {"attention": {"outer": c}, "pre": {"outer": c}}, x_title="x")
-    assert len(side.layout.annotations) == 2
+    assert fig.layout.xaxis.title.text == "input size ‖X‖₂"
+    band, line, fitted = fig.data
+    assert np.allclose(line.y, 4 * x**6)                       # median over seeds
+    assert np.allclose(band.y, np.concatenate([9 * x**6, (x**6)[::-1]]))  # max, then min reversed
+    assert "slope 6.00 (theory 6)" in line.name
+    assert np.allclose(fitted.y, 4 * fitted.x**6)
+    geo = plots.sweep_plot(sw, stat="geomean")
+    assert np.allclose(geo.data[1].y, (1 * 4 * 9) ** (1 / 3) * x**6)
+    with pytest.raises(ValueError, match="stat must be one of"):
+        plots.sweep_plot(sw, stat="mean")
+
+
+def test_side_by_side_and_compare_plot():
+    Y = np.ones((2, 3))
+    side = {"attention": _sweep({"outer": Y}), "pre": _sweep({"outer": 2 * Y})}
+    fig = plots.side_by_side(side, stat="median")
+    assert [a.text for a in fig.layout.annotations] == ["attention alone", "Pre-LN"]
+    cmp = plots.compare_plot(side, "outer", stat="geomean", guide=-3.0, guide_label="guide")
+    lines = [t for t in cmp.data if t.mode == "lines+markers"]
+    assert [t.name for t in lines] == ["attention alone", "Pre-LN"]
+    assert lines[1].line.color == plots.PLACEMENT_COLORS["pre"]
+    guides = [t for t in cmp.data if t.name == "guide"]
+    assert len(guides) == 2 and [g.showlegend for g in guides] == [True, False]
+
+
+def test_themes():
+    fig = plots.block_norm_matrix(np.eye(2), ["W_Q", "W_K"])
+    assert fig.layout.template.layout.paper_bgcolor == "white"          # light by default
+    dark = plots.block_norm_matrix(np.eye(2), ["W_Q", "W_K"], theme="dark")
+    assert dark.layout.template.layout.paper_bgcolor == "rgb(17,17,17)"
+    with pytest.raises(ValueError, match="theme must be one of"):
+        plots.apply_theme(fig, "sepia")
+
+
+def test_one_tile_reduction_for_both_heatmaps():
+    B = sym(9)
+    fig = plots.block_heatmap(B, "W_Q", "W_Q", max_cells=3)
+    assert np.allclose(np.asarray(fig.data[0].customdata), plots.tile_extremes(B, [0, 3, 6], [0, 3, 6]))
 
 
 def test_verify_figures():
@@ -108,24 +148,45 @@ def test_figures_export_to_html():
     assert "plotly" in html.lower()
 
 
-def test_fit_slope_recovers_power_law_and_ignores_masked_points():
-    x = np.array([0.1, 0.2, 0.4, 0.8, 10.0])
-    y = 3 * x**6
-    y[-1] = 1.0  # off the law: masked out
-    s, c = sweeps.fit_slope(x, y, x <= 1)
-    assert s == pytest.approx(6.0) and 10**c == pytest.approx(3.0)
-    assert np.isnan(sweeps.fit_slope([1.0], [1.0])[0])
-
-
 def test_sweep_attention_qq_outer_grows_like_x6():
     cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, d_ff=4, norm="attention")
     seen = []
-    res = sweeps.sweep(cfg, "xnorm", [0.05, 0.1, 0.2], seeds=[0, 1], progress=lambda d, t: seen.append(d))
-    assert seen == [1, 2, 3, 4, 5, 6]
-    fits = sweeps.fits(res, "attention")
-    assert fits["outer"]["theory"] == 6.0 and fits["outer"]["slope"] == pytest.approx(6.0, abs=0.1)
-    assert res.values["outer"].shape == (3, 2)
-    assert len(res.table()["norm"]) == 3 * 2 * 3
+    measure = sweeps.block_norms_measure(sweeps.TERM_CURVES, key=sweeps.term_key)
+    res = sweeps.sweep(cfg, "xnorm", [0.05, 0.1, 0.2], seeds=[0, 1], measure=measure,
+                       progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(k, 6) for k in range(1, 7)]
+    fits = sweeps.fits(res, "attention", ("W_Q", "W_Q"))
+    assert fits["outer"].expected == 6.0 and fits["outer"].slope == pytest.approx(6.0, abs=0.1)
+    assert res.values["outer"].shape == (2, 3)                   # (seeds, grid)
+    assert res.values["outer"][1, 2] == sweeps.point(cfg, 0.2, 1, ("W_Q", "W_Q"))["outer"]
+    table = res.table()
+    assert len(table["norm"]) == 3 * 2 * 3
+    assert table["norm"][1] == res.values["outer"][1, 0]        # grid-major, then seed
+
+
+def test_sweep_stops_when_progress_raises():
+    cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, d_ff=4, norm="attention")
+    calls = []
+
+    def measure(c, xn, s):
+        calls.append((xn, s))
+        return {"v": xn}
+
+    def cancel(done, total):
+        if done == 2:
+            raise KeyboardInterrupt("cancelled")
+
+    with pytest.raises(KeyboardInterrupt):
+        sweeps.sweep(cfg, "xnorm", [1.0, 2.0, 3.0], seeds=[0, 1], measure=measure, progress=cancel)
+    assert calls == [(1.0, 0), (1.0, 1)]
+
+
+def test_per_seed_and_center_fits():
+    x = np.logspace(-2, 0, 7)
+    sw = sweeps.Sweep("xnorm", x, (0, 1), {"a": np.stack([x**2, 3 * x**2])})
+    assert sw.fit_per_seed("a", 0.01, 0.1).slope == pytest.approx(2.0)
+    assert sw.fit_center("a", "geomean").slope == pytest.approx(2.0)
+    assert sw.to_arrays("p_").keys() == {"p_input_norm", "p_seeds", "p_a"}
 
 
 def test_sweep_over_length_and_width_changes_the_config():
@@ -135,3 +196,10 @@ def test_sweep_over_length_and_width_changes_the_config():
     assert sweeps.largest_block(cfg, "d", [4, 8], ("W_1", "W_1")) == 8 * 4
     with pytest.raises(hv.ConfigError):
         sweeps.config_at(cfg, "bogus", 1)
+
+
+def test_sweep_refuses_a_block_the_config_does_not_have():
+    cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, norm="attention")
+    measure = sweeps.block_norms_measure(sweeps.term_curves(("W_1", "W_1")), key=sweeps.term_key)
+    with pytest.raises(hv.ConfigError, match="W_1"):
+        sweeps.sweep(cfg, "xnorm", [1.0], seeds=[0], measure=measure)

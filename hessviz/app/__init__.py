@@ -1,6 +1,6 @@
 """The Streamlit layer of hessviz: the only package that imports ``streamlit``.
 
-A page is a short script in ``pages/`` that reads widgets, calls hessviz and draws
+A page is a short script in ``app_pages/`` that reads widgets, calls hessviz and draws
 figures from :mod:`hessviz.plots`. The shared pieces live here::
 
     import streamlit as st
@@ -10,9 +10,9 @@ figures from :mod:`hessviz.plots`. The shared pieces live here::
     view = hva.sidebar()                     # shared controls, bound to the URL; returns a View
     hva.header("My page", view)              # title + the block in words ("Post-LN block, L = 8, …")
     hva.explain("What is drawn, for a student.", r"H = H_o + H_f")
-    hva.require_size(view, max_params=4096)  # refuse sizes this page cannot draw quickly (stops)
+    hva.afford(view, "map")                  # ask the budget; over it: what to change, and stop
     term = hva.choice("Term", ["full", "outer", "functional"], key="term", default="full")
-    with hva.guard("the Hessian"):           # hessviz errors -> message with what to change, stop
+    with hva.guard("the Hessian"):           # errors -> message; queue place, progress, cancellation
         H = hva.cache.term(view.key, term)   # cached, read-only numpy (P, P)
     fig = plots.hessian_heatmap(H, hva.cache.offsets(view.key))
     hva.chart(fig, "hessian_map", npz=lambda: {"H": H})   # plot + HTML/CSV/NPZ download buttons
@@ -22,18 +22,34 @@ figures from :mod:`hessviz.plots`. The shared pieces live here::
 (the hashable cache key), ``describe()`` and ``with_values(norm="pre", …)``.
 
 Shared URL keys: ``L d dk dff norm act loss xnorm eps seed``. Page controls made with
-:func:`choice`, :func:`select`, :func:`slider`, :func:`toggle` are bound to the URL
+:func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider` are bound to the URL
 under their own ``key`` too and appear in the sidebar's "link to this view"; pick page
 keys that do not clash with the shared ones (prefix them, e.g. ``opt_lr``).
 
-Cached computations: :mod:`hessviz.app.cache` (``term``, ``block_norms``, ``spectrum``,
-``verify``), all keyed by ``view.key`` and bounded by ``max_entries``.
+Every cache is in :mod:`hessviz.app.cache` (``term``, ``block_norms``, ``spectrum``,
+``verify``, the sweeps and the claim pages' studies): one server-wide store bounded by
+bytes under the limits of :mod:`hessviz.budget`; pages define none.
 The page list (titles, icons, URL paths) is :mod:`hessviz.app.registry`.
+
+Importing this package also imports everything the pages need (:data:`PRELOAD`), so that
+``app.py`` loads them once, under the import lock, before any page runs.
 """
 
-from hessviz.app import cache, registry, state
-from hessviz.app.state import DEFAULTS, SHARED_KEYS, View, device, device_label
-from hessviz.app.ui import (
+import importlib
+
+PRELOAD = ("numpy", "scipy.sparse.linalg", "scipy.stats", "pandas", "pyarrow", "plotly.graph_objects",
+           "plotly.subplots", "plotly.io", "hessviz.plots",
+           "hessviz.experiments.report")
+"""Modules imported once at startup: concurrent first imports of pandas from several script
+threads raised ``partially initialized module 'pandas' has no attribute 'Series'``."""
+for _name in PRELOAD:
+    importlib.import_module(_name)
+
+from hessviz.app import cache, progress, registry, state  # noqa: E402
+from hessviz.app.state import DEFAULTS, SHARED_KEYS, View, device, device_label  # noqa: E402
+from hessviz.app.ui import (  # noqa: E402
+    afford,
+    begin_run,
     chart,
     choice,
     csv_bytes,
@@ -42,19 +58,17 @@ from hessviz.app.ui import (
     figure_html,
     guard,
     header,
-    link_to_view,
     multichoice,
     npz_bytes,
-    require_size,
     select,
     sidebar,
     size_advice,
     slider,
-    toggle,
 )
 
 __all__ = [
-    "DEFAULTS", "SHARED_KEYS", "View", "cache", "chart", "choice", "csv_bytes", "device", "device_label",
-    "downloads", "explain", "figure_html", "guard", "header", "link_to_view", "multichoice", "npz_bytes",
-    "registry", "require_size", "select", "sidebar", "size_advice", "slider", "state", "toggle",
+    "DEFAULTS", "PRELOAD", "SHARED_KEYS", "View", "afford", "begin_run", "cache", "chart", "choice",
+    "csv_bytes", "device", "device_label", "downloads", "explain", "figure_html", "guard", "header",
+    "multichoice", "npz_bytes", "progress", "registry", "select", "sidebar", "size_advice", "slider",
+    "state",
 ]

@@ -1,40 +1,185 @@
-"""Cached computations for the pages: bounded Streamlit caches over hessviz.
+"""Every cache of the app, in one place: one server-wide store bounded by bytes.
 
-Every function takes ``view.key`` (hashable) rather than tensors, so the cache key is
-the URL state. Results are CPU numpy arrays marked read-only; pages must not modify
-them. Bounds (``max_entries``) keep memory flat however long the app runs: at the
-default view (P = 1536) one term is 19 MiB.
+Pages call the functions below with hashable arguments (``view.key`` rather than
+tensors, so the cache key is the URL state). Results are CPU numpy arrays (or dicts of
+them) marked read-only; pages must not modify them.
+
+The store (:data:`STORE`) is shared by every session and bounded by **bytes**, together
+with the results being computed, by the server-wide :class:`hessviz.budget.Ledger`
+(:data:`LEDGER`): a new result first evicts the least recently used ones. At most
+:attr:`~hessviz.budget.Limits.heavy` computations run at once (:data:`GATE`); other
+visitors see their place in the queue. Two visitors asking for the same result share
+one computation. Long computations run in chunks and call
+:func:`hessviz.app.progress.current` between them, so they stop when the visitor leaves
+or moves a control. :func:`clear` empties everything (the sidebar's button).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
-import streamlit as st
+import torch
 
 import hessviz as hv
-from hessviz import spectra, sweeps
+from hessviz import budget, spectra, sweeps
+from hessviz.app.progress import current
 from hessviz.app.state import View
+from hessviz.experiments import bounds as bounds_exp
+from hessviz.experiments import heterogeneity, ln_collapse, optimizers
 from hessviz.verify import compare
+
+if budget.profile_name() == "hosted":
+    budget.tune_allocator()
+LIMITS = budget.limits_from_env()
+"""The limits of this server (``HESSVIZ_PROFILE``), read once when the app starts."""
+LEDGER = budget.Ledger(LIMITS.results_bytes)
+GATE = budget.Gate(LIMITS.heavy)
+_AUTOGRAD = threading.Lock()
+"""torch.func's forward-mode state is per process, not per thread: one autograd reference at a time."""
+
+
+def nbytes(value: object) -> int:
+    """Bytes held by a result (arrays counted by their buffers; small objects ~64 bytes)."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes) + 112
+    if isinstance(value, torch.Tensor):
+        return int(value.numel() * value.element_size()) + 112
+    if isinstance(value, dict):
+        return 64 + sum(nbytes(k) + nbytes(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return 64 + sum(nbytes(v) for v in value)
+    if isinstance(value, str | bytes):
+        return 49 + len(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return 64 + sum(nbytes(getattr(value, f.name)) for f in dataclasses.fields(value))
+    return 64
+
+
+def _readonly(value):
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif isinstance(value, dict):
+        for v in value.values():
+            _readonly(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _readonly(v)
+    return value
+
+
+class Store:
+    """A least-recently-used map bounded by the bytes of the :class:`~hessviz.budget.Ledger`."""
+
+    def __init__(self, ledger: budget.Ledger):
+        self.ledger = ledger
+        self._lock = threading.Lock()
+        self._items: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()
+        self._computing: dict[tuple, threading.Event] = {}
+        ledger.evict = self.evict
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._items
+
+    @property
+    def bytes(self) -> int:
+        return self.ledger.cached
+
+    def evict(self, need: int) -> int:
+        """Free at least ``need`` bytes of cached results, least recently used first; results under
+        1 % of ``need`` (a sweep point, a spectrum's summary: cheap to keep, slow to redo) go only
+        when dropping the large ones was not enough."""
+        freed = 0
+        with self._lock:
+            for floor in (need / 100, 0):
+                for key in [k for k, (_, size) in self._items.items() if size >= floor]:
+                    if freed >= need:
+                        break
+                    freed += self._items.pop(key)[1]
+        self.ledger.add_cached(-freed)
+        budget.trim_memory()
+        return freed
+
+    def clear(self) -> None:
+        with self._lock:
+            freed = sum(size for _, size in self._items.values())
+            self._items.clear()
+        self.ledger.add_cached(-freed)
+
+    def get(self, key: tuple, compute: Callable[[], object], reserve: int, what: str) -> object:
+        """The cached value of ``key``, or ``compute()`` it holding a slot and ``reserve`` bytes."""
+        status = current()
+        while True:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    return self._items[key][0]
+                event = self._computing.get(key)
+                mine = event is None
+                if mine:
+                    event = self._computing[key] = threading.Event()
+            if mine:
+                break
+            while not event.wait(0.25):    # another visitor computes it: wait, or give up if we leave
+                status.waiting(0)
+        try:
+            with status.hold(GATE), self.ledger.reserve(reserve, what, status.waiting):
+                status.checkpoint()
+                value = _readonly(compute())
+            size = nbytes(value)
+            with self._lock:
+                self._items[key] = (value, size)
+            self.ledger.add_cached(size)
+            if self.ledger.cached + self.ledger.in_flight > self.ledger.capacity:
+                self.evict(self.ledger.cached + self.ledger.in_flight - self.ledger.capacity)
+            return value
+        finally:
+            with self._lock:
+                self._computing.pop(key).set()
+            budget.trim_memory()          # the computation's temporaries go back to the system
+
+
+STORE = Store(LEDGER)
+
+
+def clear() -> None:
+    """Drop every cached result (the sidebar's "clear caches" button)."""
+    STORE.clear()
 
 
 def _view(key: tuple) -> View:
     return View.from_values(dict(key))
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A read-only view of a cached array as a tensor, without a copy (the callers only read it)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+        return torch.from_numpy(a)
 
 
-@st.cache_resource(max_entries=6, show_spinner=False)
-def term(key: tuple, term: str, method: str = "closed_form") -> np.ndarray:
+# ----------------------------------------------------------------------------- Hessian terms
+
+
+def term(key: tuple, term: str) -> np.ndarray:
     """The dense ``(P, P)`` Hessian term ``full``/``outer``/``functional`` of the view."""
     view = _view(key)
-    params, X, Y = view.inputs
-    res = hv.hessian(view.cfg, params, X, Y, method=method)
-    return _readonly(res.term(term).detach().cpu().numpy())
+
+    def compute() -> np.ndarray:
+        params, X, Y = view.inputs
+        return hv.hessian(view.cfg, params, X, Y).term(term).detach().cpu().numpy()
+
+    c = budget.term_cost(view.cfg)
+    return STORE.get(("term", key, term), compute, c.bytes, f"the {term} Hessian (P = {view.num_params:,})")
 
 
 def offsets(key: tuple) -> dict[str, slice]:
@@ -42,57 +187,199 @@ def offsets(key: tuple) -> dict[str, slice]:
     return _view(key).cfg.offsets()
 
 
-@st.cache_data(max_entries=48, show_spinner=False)
 def block_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarray:
     """``(n, n)`` spectral (``"spectral"``) or Frobenius (``"fro"``) norms of every block pair."""
-    import torch
+    largest = max(s.stop - s.start for s in offsets(key).values())
 
-    H = torch.from_numpy(np.array(term(key, term_name)))
-    return spectra.block_norm_matrix(H, offsets(key), kind)
+    def compute() -> np.ndarray:
+        return spectra.block_norm_matrix(_tensor(term(key, term_name)), offsets(key), kind)
+
+    return STORE.get(("block_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2, "the block norms")
 
 
-@st.cache_data(max_entries=24, show_spinner=False)
 def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra.DENSE_LIMIT) -> dict:
-    """Eigenvalues of one term: ``values`` (ascending), ``partial``, ``size``, ``method``, negatives."""
-    import torch
+    """Eigenvalues of one term: ``values`` (ascending), ``partial``, ``size``, ``method``, negatives.
 
-    spec = spectra.eigenvalues(torch.from_numpy(np.array(term(key, term_name))), k=k,
-                               dense_limit=dense_limit)
-    neg = spectra.negative_summary(spec)
-    return {"values": spec.values, "partial": spec.partial, "size": spec.size, "method": spec.method,
-            "negative_count": neg.count, "negative_share": neg.share, "negative_mass": neg.mass,
-            "min": neg.min_eigenvalue, "max": neg.max_eigenvalue, "tolerance": neg.tolerance}
+    The outer term ``JᵀAJ`` has rank at most ``L·d`` (``J`` is ``(L d, P)``), so past the
+    dense limit all its eigenvalues come from its range (:func:`hessviz.spectra.low_rank_eigenvalues`).
+    """
+    cfg = _view(key).cfg
+    rank = cfg.seq_len * cfg.d_model if term_name == "outer" else None
+
+    def compute() -> dict:
+        H = term(key, term_name)
+        spec = spectra.eigenvalues(_tensor(H), k=k, dense_limit=dense_limit, rank=rank)
+        neg = spectra.negative_summary(spec)
+        return {"values": spec.values, "partial": spec.partial, "size": spec.size, "method": spec.method,
+                "negative_count": neg.count, "negative_share": neg.share, "negative_mass": neg.mass,
+                "min": neg.min_eigenvalue, "max": neg.max_eigenvalue, "tolerance": neg.tolerance}
+
+    return STORE.get(("spectrum", key, term_name, k, dense_limit), compute, 2 * 8 * cfg.num_params ** 2,
+                     f"the eigenvalues of the {term_name} term")
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
 def verify(key: tuple, nonce: int = 0) -> dict:
     """:func:`hessviz.verify.compare` of the view: per block and term the relative error,
-    and the wall time of all three terms per method (best of two). ``nonce`` only forces a
-    fresh measurement."""
+    and the wall time of all three terms per method (best of ``LIMITS.timing_repeats``).
+    ``nonce`` only forces a fresh measurement. One comparison at a time in the process
+    (torch.func's forward-mode state is per process, not per thread)."""
     view = _view(key)
-    params, X, Y = view.inputs
-    out = compare(view.cfg, params, X, Y, repeats=2)
-    return {"names": out.names, "rel_err": out.block_errors, "times": out.seconds,
-            "whole": out.whole_errors}
+
+    def compute() -> dict:
+        params, X, Y = view.inputs
+        with _AUTOGRAD:
+            out = compare(view.cfg, params, X, Y, repeats=LIMITS.timing_repeats)
+        return {"names": out.names, "rel_err": out.block_errors, "times": out.seconds,
+                "whole": out.whole_errors}
+
+    cost = budget.cost("verify", view.cfg, repeats=LIMITS.timing_repeats)
+    return STORE.get(("verify", key, nonce), compute, cost.bytes,
+                     "the comparison with autograd")
 
 
-@st.cache_data(max_entries=4096, show_spinner=False)
-def _sweep_point(cfg_fields: tuple, input_norm: float, seed: int, pair: tuple[str, str],
-                 kind: str) -> dict[str, float]:
-    return sweeps.point(hv.BlockConfig(**dict(cfg_fields)), input_norm, seed, pair, kind)
+# ----------------------------------------------------------------------------- sweeps
 
 
 def sweep_point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
                 kind: str = "spectral") -> dict[str, float]:
     """:func:`hessviz.sweeps.point`, cached per point (a few floats each)."""
     fields = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init)
-    return _sweep_point(fields, float(input_norm), int(seed), tuple(pair), kind)
+    block = max(cfg.param_size(n) for n in pair)
+    return STORE.get(("sweep_point", fields, float(input_norm), int(seed), tuple(pair), kind),
+                     lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind),
+                     8 * 4 * block * block, "a sweep point")
 
 
-def clear() -> None:
-    """Drop every cached result (the sidebar's "clear caches" button)."""
-    term.clear()
-    block_norms.clear()
-    spectrum.clear()
-    verify.clear()
-    _sweep_point.clear()
+# ----------------------------------------------------------------------------- claim pages
+
+
+def bounds_here(key: tuple) -> dict:
+    """:func:`hessviz.experiments.bounds.case_row` for the attention-only block of the view."""
+    view = _view(key)
+
+    def compute() -> dict:
+        params, X, Y = view.inputs
+        return bounds_exp.case_row(view.cfg, params, X, Y, {"L": view.cfg.seq_len})
+
+    return STORE.get(("bounds_here", key), compute, budget.cost("bounds", view.cfg).bytes,
+                     "the attention bounds")
+
+
+def bounds_study(n: int, seed: int) -> dict:
+    """:func:`hessviz.experiments.bounds.attention_bound_study`, one configuration per chunk."""
+
+    def compute() -> dict:
+        rng = np.random.default_rng(seed)
+        rows = []
+        for i in range(n):
+            rows.append(bounds_exp.case_row(*bounds_exp.random_attention_case(rng)))
+            current().step(i + 1, n, f"Random configurations: {i + 1}/{n}")
+        return {k: np.array([r[k] for r in rows], dtype=float) for k in rows[0]}
+
+    return STORE.get(("bounds_study", int(n), int(seed)), compute, 1 << 20, "the random study")
+
+
+def ln_bounds_study(n: int, seed: int) -> dict:
+    """:func:`hessviz.experiments.bounds.ln_bound_study` (tiny matrices: one chunk)."""
+    return STORE.get(("ln_bounds_study", int(n), int(seed)), lambda: bounds_exp.ln_bound_study(n, seed),
+                     1 << 20, "the LayerNorm study")
+
+
+def _stack_seeds(parts: list[dict]) -> dict:
+    """Per-seed results of the σ sweeps, ``(1, n)`` each, stacked to ``(n_seeds, n)``."""
+    out = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0] if k != "sigma"}
+    out["sigma"] = parts[0]["sigma"]
+    return out
+
+
+def ln_sweep(sig: tuple, eps: float, m: int, n: int, seeds: tuple) -> dict:
+    """:func:`hessviz.experiments.ln_collapse.ln_sweep`, one seed per chunk."""
+
+    def compute() -> dict:
+        parts = []
+        for i, s in enumerate(seeds):
+            parts.append(ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=(s,)))
+            current().step(i + 1, len(seeds), f"Seeds: {i + 1}/{len(seeds)}")
+        return _stack_seeds(parts)
+
+    return STORE.get(("ln_sweep", sig, eps, m, n, seeds), compute, 1 << 20, "the LayerNorm sweep")
+
+
+def ln_block_sweep(sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int, dff: int, xnorm: float,
+                   whole: bool) -> dict:
+    """:func:`hessviz.experiments.ln_collapse.block_sweep`, one (seed, σ) point per chunk."""
+    cfg = hv.BlockConfig(seq_len=L, d_model=d, d_k=dk, d_ff=dff, norm="post", ln_eps=eps)
+
+    def compute() -> dict:
+        total, done, rows = len(seeds) * len(sig), 0, []
+        for s in seeds:
+            cols = []
+            for g in sig:
+                cols.append(ln_collapse.block_sweep([g], eps, (s,), seq_len=L, d_model=d, d_k=dk, d_ff=dff,
+                                                    input_norm=xnorm, whole=whole))
+                done += 1
+                current().step(done, total, f"Post-LN blocks: {done}/{total}")
+            rows.append({k: np.concatenate([c[k] for c in cols], axis=-1) for k in cols[0]})
+        out = _stack_seeds(rows)
+        out["sigma"] = np.asarray(sig, dtype=float)
+        return out
+
+    c = budget.cost("ln_collapse", cfg, points=1, whole=int(whole))
+    return STORE.get(("ln_block_sweep", sig, eps, seeds, L, d, dk, dff, xnorm, whole), compute, c.bytes,
+                     "the σ sweep")
+
+
+def heterogeneity_of(key: tuple, part: str) -> dict:
+    """:func:`hessviz.experiments.heterogeneity.block_heterogeneity` of the view."""
+    view = _view(key)
+
+    def compute() -> dict:
+        params, X, Y = view.inputs
+        h = heterogeneity.block_heterogeneity(view.cfg, params, X, Y, part)
+        return {"names": h.names, "grad": h.grad_norms, "hess": h.hess_norms, "sizes": h.sizes,
+                "gini": h.gini, "lambda_G": h.lambda_G, "lambda_P": h.lambda_P, "corr": h.correlation}
+
+    return STORE.get(("heterogeneity", key, part), compute, budget.term_cost(view.cfg).bytes * 2,
+                     "the gradient heterogeneity")
+
+
+def training(L: int, d: int, dk: int, dff: int, seeds: tuple, steps: int, lrs: tuple) -> dict:
+    """:func:`hessviz.experiments.optimizers.optimizer_study` with one learning rate per optimizer,
+    one (placement, seed) per chunk: ``{placement: {"gini": (seeds,), optimizer: (seeds, steps + 1)}}``."""
+
+    def compute() -> dict:
+        grids = {o: (lr,) for o, lr in zip(optimizers.OPTIMIZERS, lrs)}
+        placements = ("post", "pre")
+        total, done, out = len(placements) * len(seeds), 0, {}
+        for pl in placements:
+            runs = []
+            for s in seeds:
+                runs.append(optimizers.optimizer_study((s,), steps, grids, (pl,), seq_len=L, d_model=d,
+                                                       d_k=dk, d_ff=dff)[pl])
+                done += 1
+                current().step(done, total, f"Training {pl}, seed {s}: {done}/{total}")
+            out[pl] = {"gini": np.concatenate([r["gini"] for r in runs])}
+            for o in optimizers.OPTIMIZERS:
+                out[pl][o] = np.concatenate([r["curves"][o][grids[o][0]] for r in runs], axis=0)
+        return out
+
+    return STORE.get(("training", L, d, dk, dff, seeds, steps, lrs), compute, 16 << 20, "the training runs")
+
+
+def claims_file(path: str, mtime: float) -> list[dict]:
+    """The committed ``claims.json`` (keyed by its modification time)."""
+    import json
+
+    return STORE.get(("claims_file", path, mtime), lambda: json.loads(Path(path).read_text()), 1 << 20,
+                     "the claims")
+
+
+def claims_quick(nonce: int) -> list[dict]:
+    """A quick ``hessviz reproduce`` run in a temporary directory."""
+    from hessviz.experiments.report import reproduce
+
+    def compute() -> list[dict]:
+        with tempfile.TemporaryDirectory() as tmp:
+            return reproduce(Path(tmp), quick=True)
+
+    return STORE.get(("claims_quick", nonce), compute, 64 << 20, "the quick reproduction")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class PageSpec:
     script: str
-    """Path relative to the repository root, e.g. ``pages/spectrum.py``."""
+    """Path relative to the repository root, e.g. ``app_pages/spectrum.py``."""
     title: str
     icon: str
     url_path: str
@@ -22,26 +22,26 @@ class PageSpec:
 
 
 EXPLORE = (
-    PageSpec("pages/hessian_map.py", "Hessian map", ":material/grid_on:", "hessian_map",
+    PageSpec("app_pages/hessian_map.py", "Hessian map", ":material/grid_on:", "hessian_map",
              "the full, outer or functional Hessian as a heatmap, block by block", default=True),
-    PageSpec("pages/spectrum.py", "Spectrum", ":material/equalizer:", "spectrum",
+    PageSpec("app_pages/spectrum.py", "Spectrum", ":material/equalizer:", "spectrum",
              "eigenvalues of each term and how many are negative"),
-    PageSpec("pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",
+    PageSpec("app_pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",
              "block norms against ‖X‖₂, L and d on log–log axes, with fitted slopes"),
-    PageSpec("pages/verify.py", "Verify & speed", ":material/verified:", "verify",
+    PageSpec("app_pages/verify.py", "Verify & speed", ":material/verified:", "verify",
              "closed form against autograd: relative error and timings"),
-    PageSpec("pages/learn.py", "Learn", ":material/school:", "learn",
+    PageSpec("app_pages/learn.py", "Learn", ":material/school:", "learn",
              "equations, papers, and a classroom tour"),
 )
 
 CLAIMS = (
-    PageSpec("pages/optimization.py", "Optimization lens", ":material/trending_down:", "optimization",
+    PageSpec("app_pages/optimization.py", "Optimization lens", ":material/trending_down:", "optimization",
              "what the curvature means for training"),
-    PageSpec("pages/layernorm_collapse.py", "LayerNorm collapse", ":material/compress:",
+    PageSpec("app_pages/layernorm_collapse.py", "LayerNorm collapse", ":material/compress:",
              "layernorm_collapse", "LayerNorm curvature as row variance collapses"),
-    PageSpec("pages/bounds.py", "Spectral bounds", ":material/vertical_align_top:", "bounds",
+    PageSpec("app_pages/bounds.py", "Spectral bounds", ":material/vertical_align_top:", "bounds",
              "bounds on block spectral norms against the exact values"),
-    PageSpec("pages/claims.py", "Claims", ":material/fact_check:", "claims",
+    PageSpec("app_pages/claims.py", "Claims", ":material/fact_check:", "claims",
              "the papers' claims, checked one by one"),
 )
 

@@ -9,6 +9,8 @@ example ``L`` is ``seq_len`` in 1 … 64, ``norm`` one of post | pre | none | at
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlencode
@@ -131,3 +133,113 @@ def parse_value(key: str, text: str) -> object:
     if setting.grid is not None and value not in setting.grid:
         raise ValueError(f"{key} must be one of {', '.join(f'{g:g}' for g in setting.grid)}, got {text!r}")
     return value
+
+
+# ----------------------------------------------------------------------------- hostile URLs
+
+SHOWN_CHARS = 40
+"""How much of a refused URL value a message repeats."""
+
+
+def shown(text: str) -> str:
+    """``text`` safe to repeat inside a Markdown code span: at most :data:`SHOWN_CHARS` characters,
+    no backticks and no control characters (a code span shows HTML and Markdown literally)."""
+    clean = "".join(c if c.isprintable() and c != "`" else "?" for c in str(text))
+    return clean if len(clean) <= SHOWN_CHARS else clean[:SHOWN_CHARS] + "…"
+
+
+def nearest_on_grid(value: float, grid: tuple[float, ...]) -> float:
+    """The grid value nearest to ``value`` on a log scale (grids span decades); ≤ 0 gives the smallest."""
+    positive = [g for g in grid if g > 0]
+    if value <= 0 or not positive:
+        return min(grid)
+    return min(positive, key=lambda g: abs(math.log(value) - math.log(g)))
+
+
+def settle(key: str, texts: list[str], default: object, *, options: tuple | None = None,
+           int_range: tuple[int, int] | None = None, grid: tuple[float, ...] | None = None,
+           multi: bool = False, parse: Callable[[str], object] | None = None) -> tuple[object, str | None]:
+    """The value the app uses for a URL key written ``texts`` (every occurrence, in order), and a
+    one-line note when that is not exactly what the URL asked (``None`` when it is).
+
+    A value out of ``int_range`` is clamped to it, a number off ``grid`` goes to the nearest grid
+    value, anything else that is not allowed (not a number, NaN, ∞, not one of ``options``) falls
+    back to ``default``. A key given several times uses the last (``multi`` keys keep all their
+    allowed values). ``parse`` checks one text first (raises ``ValueError``). Notes repeat the
+    URL text through :func:`shown`, so they are safe to draw as Markdown.
+
+    >>> settle("L", ["100000"], 8, int_range=(1, 64))
+    (64, '`L=100000` is out of range 1 … 64: used L = 64.')
+    >>> settle("L", ["4", "16"], 8, int_range=(1, 64))
+    (16, '`L` was given 2 times (4, 16): used the last, L = 16.')
+    >>> settle("xnorm", ["nan"], 1.0, grid=(0.1, 1.0, 10.0))
+    (1.0, '`xnorm=nan` is not a finite number: used the default, xnorm = 1.')
+    """
+    if not texts:
+        return default, None
+    fmt = (lambda v: f"{v:g}") if grid is not None else str
+    if multi:
+        allowed = [t for t in texts if options is None or t in options]
+        bad = [t for t in texts if t not in allowed]
+        if not bad:
+            return allowed, None
+        note = f"`{key}` has values that are not options ({shown(', '.join(bad))}): ignored them."
+        return allowed or list(default), note
+    note = None
+    if len(texts) > 1:
+        note = (f"`{key}` was given {len(texts)} times ({shown(', '.join(texts))}): used the last, ")
+    text = texts[-1]
+    try:
+        value = parse(text) if parse is not None else _parse_plain(text, options, int_range, grid)
+        return value, None if note is None else f"{note}{key} = {fmt(value)}."
+    except ValueError:
+        pass
+    head = f"`{key}={shown(text)}`"
+    if options is not None:
+        return default, f"{head} is not one of {', '.join(options)}: used the default, {key} = {default}."
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        what = "an integer" if int_range is not None else "a finite number"
+        return default, f"{head} is not {what}: used the default, {key} = {fmt(default)}."
+    if int_range is not None:
+        lo, hi = int_range
+        value = int(min(max(round(number), lo), hi))
+        why = "is not an integer" if lo <= number <= hi else f"is out of range {lo} … {hi}"
+        return value, f"{head} {why}: used {key} = {value}."
+    if grid is not None:
+        value = nearest_on_grid(number, grid)
+        return value, f"{head} is not offered: used the nearest, {key} = {value:g}."
+    return default, f"{head} is not allowed: used the default, {key} = {fmt(default)}."
+
+
+def _parse_plain(text: str, options, int_range, grid) -> object:
+    if options is not None:
+        if text not in options:
+            raise ValueError(text)
+        return text
+    if int_range is not None:
+        value = int(text)
+        if not int_range[0] <= value <= int_range[1]:
+            raise ValueError(text)
+        return value
+    if grid is not None:
+        value = float(text)
+        if value not in grid:
+            raise ValueError(text)
+        return value
+    return text
+
+
+def settle_shared(key: str, texts: list[str]) -> tuple[object, str | None]:
+    """:func:`settle` for a shared control of :data:`APP_SETTINGS` (its range, grid or choices)."""
+    s = APP_SETTINGS[key]
+    options = s.choices or (("true", "false") if s.kind is bool else None)
+    value, note = settle(key, texts, s.default, options=None if s.kind is bool else options,
+                         int_range=s.app_range, grid=s.grid, parse=lambda t: parse_value(key, t))
+    if note is not None and s.kind is bool and value is s.default:
+        note = (f"`{key}={shown(texts[-1])}` is not true or false: used the default, "
+                f"{key} = {s.format(value)}.")
+    return value, note

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -12,29 +12,25 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import hessviz as hv
-from hessviz.api import hessian_bytes
-from hessviz.app import state
+from hessviz import budget, plots
+from hessviz.app import cache, progress, state
 from hessviz.app.state import DEFAULTS, View
 from hessviz.config import SECTIONS, SETTINGS, Setting
-from hessviz.memory import format_bytes, memory_limit
+from hessviz.memory import format_bytes
 
 _BIND = "query-params"
 _VIEW = "_hv_view"
 _EXTRA = "_hv_link_extra"
 _LINK = "_hv_link_slot"
+_RUN = "_hv_run"
+_DRAWN = "_hv_sidebar_run"
 
 # ----------------------------------------------------------------------------- sidebar
 
 
-def _rendered_this_run(key: str) -> bool:
-    """True when a widget with user key ``key`` was already drawn in this script run."""
-    try:
-        from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
-
-        ctx = get_script_run_ctx()
-        return ctx is not None and key in ctx.shared.widget_user_keys_this_run
-    except Exception:  # internal API moved: fall back to drawing once per page
-        return False
+def begin_run() -> None:
+    """Mark a new script run (``app.py`` calls it first), so :func:`sidebar` draws once per run."""
+    st.session_state[_RUN] = object()
 
 
 def _control(where, s: Setting, disabled: bool) -> object:
@@ -53,6 +49,43 @@ def _control(where, s: Setting, disabled: bool) -> object:
     return where.slider(s.label, lo, hi, s.default, **common)
 
 
+def _settle_url() -> None:
+    """Clamp or refuse what the URL asks of the shared controls before they are drawn, so each
+    control starts from an allowed value, and say so in one line per key (escaped)."""
+    notes = []
+    for key in state.APP_SETTINGS:
+        texts = st.query_params.get_all(key)
+        if not texts:
+            continue
+        value, note = state.settle_shared(key, texts)
+        if note is not None:
+            notes.append(note)
+            st.query_params[key] = state.APP_SETTINGS[key].format(value)
+            st.session_state[key] = value        # the control starts from the settled value
+    _show_notes(notes)
+
+
+def _show_notes(notes: list[str], container=None) -> None:
+    if notes:
+        (container or st).warning("  \n".join(notes), icon=":material/link_off:")
+
+
+def _settle_page_key(key: str, default: object, container=None, **allowed) -> None:
+    """:func:`hessviz.app.state.settle` for a page control's URL key (options, range, multi)."""
+    texts = st.query_params.get_all(key)
+    if not texts:
+        return
+    value, note = state.settle(key, texts, default, **allowed)
+    if note is None:
+        return
+    if isinstance(value, list):
+        st.query_params[key] = [str(v) for v in value]
+    else:
+        st.query_params[key] = str(value)
+    st.session_state[key] = value                # the control starts from the settled value
+    _show_notes([note], container)
+
+
 def sidebar() -> View:
     """Draw the shared controls (bound to the URL) and return the current :class:`View`.
 
@@ -62,8 +95,11 @@ def sidebar() -> View:
     (e.g. LayerNorm with ``d = 1`` and ``ε = 0``) it shows the reason and what to change,
     and stops the page.
     """
-    if _rendered_this_run("L") and _VIEW in st.session_state:
+    run = st.session_state.get(_RUN)
+    if run is not None and st.session_state.get(_DRAWN) is run and _VIEW in st.session_state:
         return st.session_state[_VIEW]
+    st.session_state[_DRAWN] = run
+    _settle_url()
     sb = st.sidebar
     st.session_state[_EXTRA] = {}
     values: dict[str, object] = {}
@@ -91,9 +127,15 @@ def sidebar() -> View:
 def _size_panel(view: View) -> None:
     P = view.num_params
     sb = st.sidebar
+    lim = cache.LIMITS
     sb.markdown(f"**Device:** {state.device_label()}  \n**Hessian:** P = {P:,} parameters, "
                 f"{P:,} × {P:,} = {format_bytes(view.term_bytes)} per term (float64)")
-    sb.caption(f"Memory limit per result: {format_bytes(memory_limit(state.device()))}.")
+    sb.caption(f"Server ({lim.profile} profile): results of all visitors ≤ {format_bytes(lim.results_bytes)} "
+               f"(cached now: {format_bytes(cache.LEDGER.cached)}), ≤ {lim.max_seconds:g} s of work per "
+               f"view, {lim.heavy} heavy computation{'s' if lim.heavy > 1 else ''} at once.")
+    if lim.profile == "local" and sb.button("Clear cached results", icon=":material/delete_sweep:",
+                                            help="drop every cached result of this server"):
+        cache.clear()
 
 
 def _link(values: dict[str, object], extra: dict[str, object]) -> str:
@@ -120,11 +162,6 @@ def _refresh_link(values: dict[str, object] | None = None) -> None:
         st.code(url, language=None, wrap_lines=True)
 
 
-def link_to_view(view: View, **extra: object) -> str:
-    """The URL of this page with ``view`` and the page's own controls (``extra``)."""
-    return _link(view.values, {**st.session_state.get(_EXTRA, {}), **extra})
-
-
 # ----------------------------------------------------------------------------- page furniture
 
 
@@ -142,52 +179,61 @@ def explain(text: str, *formulas: str) -> None:
 
 
 @contextlib.contextmanager
-def guard(what: str = "this computation") -> Iterator[None]:
-    """Show a hessviz error (bad size, bad input) as a message and stop the page, never a traceback."""
+def guard(what: str = "this computation") -> Iterator[progress.Status]:
+    """Compute inside: a hessviz error (bad size, bad input, over budget) becomes a message and
+    stops the page, never a traceback. Yields the :class:`~hessviz.app.progress.Status` that
+    shows the queue place and progress; the computation stops when the visitor leaves."""
+    status = progress.open_status(what)
     try:
-        yield
+        yield status
+    except progress.Cancelled:
+        st.stop()                      # nobody is watching: drop the run quietly
     except hv.SizeError as err:
-        st.error(f"**{what.capitalize()} is too large for this machine.** {err}", icon=":material/memory:")
+        st.error(f"**{what[0].upper() + what[1:]} is too large for this server.** {err}",
+                 icon=":material/memory:")
         st.stop()
     except hv.HessvizError as err:
         st.error(f"**Cannot compute {what}.** {err}", icon=":material/block:")
         st.stop()
     except MemoryError:
-        st.error(f"**{what.capitalize()} ran out of memory.** Lower d, d_ff or L.", icon=":material/memory:")
+        st.error(f"**{what[0].upper() + what[1:]} ran out of memory.** Lower d, d_ff or L.",
+                 icon=":material/memory:")
         st.stop()
+    finally:
+        progress.close_status(status)
 
 
 def size_advice(view: View) -> str:
     """Which controls to lower, naming the biggest weights."""
-    shapes = view.cfg.param_shapes
-    sizes = sorted(((math.prod(shape), n, shape) for n, shape in shapes.items()), reverse=True)
-    parts = ", ".join(f"{n} {'×'.join(map(str, shape))}" for _, n, shape in sizes[:3])
-    return (f"P = {view.num_params:,} (largest weights: {parts}). Lower d (P grows like d² + d·d_ff) "
-            f"or d_ff, or choose norm = attention (no FFN).")
+    return budget.size_advice(view.cfg)
 
 
-def require_size(view: View, max_params: int, what: str = "this page") -> None:
-    """Refuse (message + stop) when P exceeds ``max_params`` or the library's memory estimate fails."""
-    P = view.num_params
-    if P > max_params:
-        st.warning(f"**{what.capitalize()} draws at most P = {max_params:,} parameters to stay "
-                   f"responsive; this block has P = {P:,}.** {size_advice(view)}",
-                   icon=":material/speed:")
-        st.stop()
-    need = hessian_bytes(view.cfg, view.cfg.param_names, 8, "closed_form")
-    limit = memory_limit(state.device())
-    if need > limit:
-        st.error(f"**A dense Hessian term needs about {format_bytes(need)}, over this machine's limit of "
-                 f"{format_bytes(limit)}.** {size_advice(view)}", icon=":material/memory:")
-        st.stop()
+def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = None,
+           cfg: hv.BlockConfig | None = None, **extra: float) -> bool:
+    """Ask the budget (:func:`hessviz.budget.check`, the one place every page asks) whether this
+    server can afford the view. If not, say why and what to change, and stop the page (or,
+    with ``stop=False``, return False after a one-line note). ``kind``: one of
+    :data:`hessviz.budget.KINDS`; ``extra``: seeds, points, cases, steps… of the view;
+    ``cfg``: the block actually computed when it is not the sidebar's."""
+    cfg = cfg or view.cfg
+    verdict = budget.check(budget.cost(kind, cfg, **extra), cache.LIMITS, cfg, advice)
+    if verdict.ok:
+        return True
+    if not stop:
+        st.caption(f"(Not drawn here: {verdict.message})")
+        return False
+    st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
+    st.stop()
+    return False
 
 
 # ----------------------------------------------------------------------------- downloads
 
 
 def figure_html(fig: go.Figure) -> str:
-    """A self-contained interactive HTML file of ``fig`` (plotly.js inlined, works offline)."""
-    return fig.to_html(include_plotlyjs=True, full_html=True)
+    """A self-contained interactive HTML file of ``fig`` in the light theme (plotly.js inlined, works
+    offline): the app's own theme is Streamlit's and means nothing outside it."""
+    return plots.apply_theme(go.Figure(fig), "light").to_html(include_plotlyjs=True, full_html=True)
 
 
 def csv_bytes(columns: dict[str, Sequence | np.ndarray]) -> bytes:
@@ -205,9 +251,59 @@ def csv_bytes(columns: dict[str, Sequence | np.ndarray]) -> bytes:
 
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """An uncompressed ``.npz`` (compressing float64 noise saves little and took seconds)."""
     buf = io.BytesIO()
-    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
     return buf.getvalue()
+
+
+class Detached:
+    """Arrays for a download, held without pinning anything else.
+
+    Streamlit keeps a download's callable for as long as the session lives (two minutes after
+    the tab closes by default), and a callable written in a page holds that page's whole run
+    (every Hessian it drew). So the page's callable is run when the button is drawn, and only
+    its arrays are held: small ones (≤ 1 MiB) copied, large ones by a weak reference to the
+    cached array they view, so the server-wide cache alone decides how long a Hessian lives.
+    """
+
+    SMALL = 1 << 20
+
+    def __init__(self, arrays: dict):
+        self.items: dict[str, tuple] = {}
+        self.nbytes = 0
+        for name, value in arrays.items():
+            a = np.asarray(value)
+            self.nbytes += a.nbytes
+            if a.nbytes <= self.SMALL or a.dtype == object:
+                self.items[name] = ("copy", np.array(a, copy=True))
+                continue
+            root = a
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+            self.items[name] = ("view", weakref.ref(root), offset, a.shape, a.strides, a.dtype)
+
+    def arrays(self) -> dict[str, np.ndarray] | None:
+        """The arrays again, or None when a large one has left the cache since."""
+        out = {}
+        for name, item in self.items.items():
+            if item[0] == "copy":
+                out[name] = item[1]
+                continue
+            _, ref, offset, shape, strides, dtype = item
+            root = ref()
+            if root is None:
+                return None
+            out[name] = np.ndarray(shape, dtype, buffer=root, offset=offset, strides=strides)
+        return out
+
+    def npz(self) -> bytes:
+        arrays = self.arrays()
+        if arrays is None:
+            arrays = {"expired": np.array("This view's data has left the server's memory since the page "
+                                          "was drawn; reload the page and download again.")}
+        return npz_bytes(arrays)
 
 
 def downloads(name: str, fig: go.Figure | None = None, *,
@@ -215,8 +311,10 @@ def downloads(name: str, fig: go.Figure | None = None, *,
               key: str | None = None) -> None:
     """Download buttons in one row: the figure (HTML) and its data (CSV columns or NPZ arrays).
 
-    ``csv``/``npz`` are callables returning the columns/arrays; they (and the HTML) are
-    only built when the button is clicked, so the page stays fast.
+    ``csv``/``npz`` are callables returning the columns/arrays. They run when the buttons are
+    drawn (views of cached arrays, cheap); the files are built only when a button is clicked,
+    and nothing but the arrays is kept (:class:`Detached`). An NPZ over the server's download
+    limit is not offered.
     """
     key = key or name
     cols = st.columns(3, gap="small")
@@ -224,19 +322,28 @@ def downloads(name: str, fig: go.Figure | None = None, *,
         cols[0].download_button("Figure (HTML)", lambda: figure_html(fig), f"{name}.html", "text/html",
                                 key=f"dl_html_{key}", on_click="ignore", icon=":material/download:")
     if csv is not None:
-        cols[1].download_button("Data (CSV)", lambda: csv_bytes(csv()), f"{name}.csv", "text/csv",
+        columns = {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else list(v)
+                   for k, v in csv().items()}
+        cols[1].download_button("Data (CSV)", lambda: csv_bytes(columns), f"{name}.csv", "text/csv",
                                 key=f"dl_csv_{key}", on_click="ignore", icon=":material/table:")
     if npz is not None:
-        cols[2].download_button("Data (NPZ)", lambda: npz_bytes(npz()), f"{name}.npz",
+        held = Detached(npz())
+        limit = cache.LIMITS.download_bytes
+        too_big = held.nbytes > limit
+        cols[2].download_button("Data (NPZ)", held.npz, f"{name}.npz",
                                 "application/octet-stream", key=f"dl_npz_{key}", on_click="ignore",
-                                icon=":material/data_array:")
+                                icon=":material/data_array:", disabled=too_big,
+                                help=(f"{format_bytes(held.nbytes)}: over this server's download limit of "
+                                      f"{format_bytes(limit)}; zoom into a block, or run the app "
+                                      "locally") if too_big else None)
 
 
 def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
           npz: Callable[[], dict] | None = None, key: str | None = None, height: int | None = None,
           container=None) -> None:
-    """Draw ``fig`` (theme-aware) and its download buttons under it."""
+    """Draw ``fig`` in the app's light or dark theme, and its download buttons under it."""
     where = container or st
+    plots.apply_theme(fig, "host")
     with where.container():
         st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
                         config={"displaylogo": False, "toImageButtonOptions": {"filename": name}})
@@ -262,6 +369,7 @@ def choice(label: str, options: Sequence[str], key: str, default: str, *, help: 
     The buttons show the options themselves, which are also the URL values (``term=outer``).
     """
     where = container or st
+    _settle_page_key(key, default, where, options=tuple(options))
     value = where.segmented_control(label, options, default=default, required=True, key=key, bind=_BIND,
                                     help=help)
     _remember(key, value, default)
@@ -273,6 +381,7 @@ def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[
     """A page multi-selection (pills) bound to the URL as a repeated key; returns the selected
     options in the order of ``options`` (all of them when nothing is selected)."""
     where = container or st
+    _settle_page_key(key, list(default), where, options=tuple(options), multi=True)
     value = where.pills(label, options, selection_mode="multi", default=list(default), key=key,
                         bind=_BIND, help=help) or list(options)
     value = [o for o in options if o in value]
@@ -284,6 +393,7 @@ def select(label: str, options: Sequence[str], key: str, default: str, *, help: 
            container=None) -> str:
     """A page selectbox bound to the URL under ``key``; the options are the URL values."""
     where = container or st
+    _settle_page_key(key, default, where, options=tuple(options))
     value = where.selectbox(label, options, index=list(options).index(default), key=key, bind=_BIND,
                             help=help)
     _remember(key, value, default)
@@ -294,15 +404,7 @@ def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | 
            container=None) -> int:
     """A page integer slider bound to the URL under ``key``."""
     where = container or st
+    _settle_page_key(key, default, where, int_range=(lo, hi))
     value = where.slider(label, lo, hi, default, key=key, bind=_BIND, help=help)
-    _remember(key, value, default)
-    return value
-
-
-def toggle(label: str, key: str, default: bool = False, *, help: str | None = None,
-           container=None) -> bool:
-    """A page checkbox bound to the URL under ``key``."""
-    where = container or st
-    value = where.checkbox(label, default, key=key, bind=_BIND, help=help)
     _remember(key, value, default)
     return value

@@ -41,6 +41,17 @@ def eye(n: int, like: Tensor, L: int | None = None) -> Tensor:
     return out if L is None else out.expand(L, n, n)
 
 
+@lru_cache(maxsize=64)
+def _ones(L: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    return torch.ones(L, 1, dtype=dtype, device=device)
+
+
+def ones(L: int, like: Tensor) -> Tensor:
+    """``(L, 1)`` ones (cached, read-only): the vector of a bias's Kronecker term. One shared
+    tensor, so term pairs of different biases are recognised as sharing it."""
+    return _ones(L, like.dtype, like.device)
+
+
 def identity(L: int, n: int, like: Tensor) -> TokenMap:
     """The identity map on ``n``-vectors, for ``L`` tokens."""
     return TokenMap(eye(n, like, L))

@@ -1,25 +1,30 @@
-r"""The feed-forward branch ``f(y) = φ(y W_1) W_2`` of one token ``y ∈ R^d``.
+r"""The feed-forward branch ``f(y) = φ(y W_1 + b_1) W_2 + b_2`` of one token ``y ∈ R^d``.
 
-With ``h = y W_1``, ``a = φ(h)`` and an upstream gradient ``g ∈ R^d`` at ``f``, write
-``g^a = W_2 g`` (at ``a``) and ``g^h = g^a ⊙ φ'(h)`` (at ``h``). Then
+Local parameter names: ``fc1.weight`` (``W_1``), ``fc1.bias`` (``b_1``), ``fc2.weight``,
+``fc2.bias``; the biases are optional. With ``h = y W_1 + b_1``, ``a = φ(h)`` and an
+upstream gradient ``g ∈ R^d`` at ``f``, write ``g^a = W_2 g`` (at ``a``) and
+``g^h = g^a ⊙ φ'(h)`` (at ``h``). Then
 
 .. math::
     \frac{∂f}{∂y} = W_2^\top \operatorname{diag}(φ') W_1^\top, \qquad
     \frac{∂f_j}{∂W_1[i,m]} = y_i\, W_2[m,j]\, φ'_m, \qquad
-    \frac{∂f_j}{∂W_2[m,j']} = a_m δ_{jj'};
+    \frac{∂f_j}{∂b_1[m]} = W_2[m,j]\, φ'_m, \qquad
+    \frac{∂f_j}{∂W_2[m,j']} = a_m δ_{jj'}, \qquad \frac{∂f}{∂b_2} = I;
 
 second derivatives of ``gᵀf``:
 
 .. math::
     ∂^2_{yy} = W_1 \operatorname{diag}(g^a ⊙ φ'') W_1^\top,\quad
     ∂^2_{y_i, W_1[i',m]} = δ_{ii'} g^h_m + W_1[i,m]\, y_{i'}\, g^a_m φ''_m,\quad
+    ∂^2_{y_i, b_1[m]} = W_1[i,m]\, g^a_m φ''_m,\quad
     ∂^2_{y_i, W_2[m,j']} = W_1[i,m] φ'_m g_{j'},
 
     ∂^2_{W_1[i,m], W_1[i',m']} = δ_{mm'} y_i y_{i'} g^a_m φ''_m,\quad
     ∂^2_{W_1[i,m], W_2[m',j']} = δ_{mm'} y_i φ'_m g_{j'},\quad
-    ∂^2_{W_2 W_2} = 0.
+    ∂^2_{W_2 W_2} = 0,
 
-ReLU has ``φ'' = 0``: every term with ``φ''`` is dropped, not computed as zeros.
+and the same with ``y_i`` replaced by ``1`` for ``b_1`` in place of ``W_1``; ``b_2`` enters
+linearly. ReLU has ``φ'' = 0``: every term with ``φ''`` is dropped, not computed as zeros.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
+from hessviz.chain import Lazy, Stage
 from hessviz.components.activation import Activation
-from hessviz.components.base import TokenMap, eye
+from hessviz.components.base import TokenMap, eye, ones
 from hessviz.contributions import Diagonal
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 
@@ -44,19 +50,24 @@ class FeedForward:
     W_1: Tensor
     W_2: Tensor
     act: Activation
+    b_1: Tensor | None = None
+    b_2: Tensor | None = None
+    name: str = "ffn"
 
     @cached_property
     def H(self) -> Tensor:
-        return self.Y @ self.W_1
+        H = self.Y @ self.W_1
+        return H if self.b_1 is None else H + self.b_1
 
     @cached_property
     def hidden(self) -> Tensor:
-        """``φ(Y W_1)``, ``(L, d_ff)``."""
+        """``φ(Y W_1 + b_1)``, ``(L, d_ff)``."""
         return self.act.value(self.H)
 
     @cached_property
     def output(self) -> Tensor:
-        return self.hidden @ self.W_2
+        out = self.hidden @ self.W_2
+        return out if self.b_2 is None else out + self.b_2
 
     @cached_property
     def dphi(self) -> Tensor:
@@ -68,6 +79,13 @@ class FeedForward:
 
     def _eye(self, n: int) -> Tensor:
         return eye(n, self.Y, self.Y.shape[0])
+
+    @property
+    def _ones(self) -> Tensor:
+        return ones(self.Y.shape[0], self.Y)
+
+    def ref(self, local: str) -> tuple[str, str, None]:
+        return (self.name, local, None)
 
     @cached_property
     def input_map(self) -> TokenMap:
@@ -81,36 +99,60 @@ class FeedForward:
         return TokenMap(jac, contract if self.act.has_curvature else None)
 
     @cached_property
-    def jacobian(self) -> dict[str, Factored]:
-        """``∂f_t/∂W_1`` and ``∂f_t/∂W_2``, factored, output size ``d``."""
+    def jacobian(self) -> dict[tuple, Factored]:
+        """``∂f_t/∂θ`` for every weight and bias, factored, output size ``d``."""
         d = self.W_2.shape[1]
-        W2t_dphi = self.W_2.T.unsqueeze(0) * self.dphi.unsqueeze(1)  # (L, d, d_ff)
-        return {
-            "W_1": Factored((KronTerm(LEFT, self.Y, W2t_dphi),)),
-            "W_2": Factored((KronTerm(LEFT, self.hidden, self._eye(d)),)),
-        }
+        W2t_dphi = self.W_2.T.unsqueeze(0) * self.dphi.unsqueeze(1)  # (L, d, d_ff), shared
+        out = {self.ref("fc1.weight"): Factored((KronTerm(LEFT, self.Y, W2t_dphi),))}
+        if self.b_1 is not None:
+            out[self.ref("fc1.bias")] = Factored((KronTerm(LEFT, self._ones, W2t_dphi),))
+        out[self.ref("fc2.weight")] = Factored((KronTerm(LEFT, self.hidden, self._eye(d)),))
+        if self.b_2 is not None:
+            out[self.ref("fc2.bias")] = Factored((KronTerm(LEFT, self._ones, self._eye(d)),))
+        return out
 
-    def weight_gradients(self, g: Tensor) -> dict[str, Tensor]:
-        """``∂(Σ_t g_tᵀ f_t)/∂W``: ``∇W_1 = Yᵀ ((g W_2ᵀ) ⊙ φ')``, ``∇W_2 = φ(Y W_1)ᵀ g``."""
-        return {"W_1": self.Y.T @ ((g @ self.W_2.T) * self.dphi), "W_2": self.hidden.T @ g}
+    def weight_gradients(self, g: Tensor) -> dict[tuple, Tensor]:
+        """``∂(Σ_t g_tᵀ f_t)/∂θ``: ``∇W_1 = Yᵀ g^h``, ``∇b_1 = 1ᵀ g^h``, ``∇W_2 = aᵀ g``, ``∇b_2 = 1ᵀ g``."""
+        gh = (g @ self.W_2.T) * self.dphi
+        out = {self.ref("fc1.weight"): self.Y.T @ gh, self.ref("fc2.weight"): self.hidden.T @ g}
+        if self.b_1 is not None:
+            out[self.ref("fc1.bias")] = gh.sum(0, keepdim=True)
+        if self.b_2 is not None:
+            out[self.ref("fc2.bias")] = g.sum(0, keepdim=True)
+        return out
 
-    def mixed(self, g: Tensor) -> dict[str, Factored]:
-        """``∂²(gᵀf)/∂y ∂W`` per token as factored terms with output index ``y_i``."""
+    def mixed(self, g: Tensor) -> dict[tuple, Factored]:
+        """``∂²(gᵀf)/∂y ∂θ`` per token as factored terms with output index ``y_i``."""
         ga = g @ self.W_2.T                                          # (L, d_ff)
         d = self.Y.shape[1]
         W1_dphi = self.W_1.unsqueeze(0) * self.dphi.unsqueeze(1)     # (L, d, d_ff)
         w1_terms = (KronTerm(RIGHT, ga * self.dphi, self._eye(d)),)
+        out = {}
         if self.act.has_curvature:
-            w1_terms += (KronTerm(LEFT, self.Y, self.W_1.unsqueeze(0) * (ga * self.d2phi).unsqueeze(1)),)
-        return {"W_1": Factored(w1_terms), "W_2": Factored((KronTerm(RIGHT, g, W1_dphi),))}
+            W1_curv = self.W_1.unsqueeze(0) * (ga * self.d2phi).unsqueeze(1)
+            w1_terms += (KronTerm(LEFT, self.Y, W1_curv),)
+            if self.b_1 is not None:
+                out[self.ref("fc1.bias")] = Factored((KronTerm(LEFT, self._ones, W1_curv),))
+        out[self.ref("fc1.weight")] = Factored(w1_terms)
+        out[self.ref("fc2.weight")] = Factored((KronTerm(RIGHT, g, W1_dphi),))
+        return out
 
     def functional(self, g: Tensor) -> list[Diagonal]:
         """The weight–weight second derivatives of ``Σ_t g_tᵀ f_t``: diagonal in ``m``."""
-        d, dff = self.W_1.shape
-        terms = [Diagonal("W_1", "W_2", (d, dff, dff, d), (1, 2),
-                          torch.einsum("ti,tj,tm->ijm", self.Y, g, self.dphi))]
+        fc1 = [(self.ref("fc1.weight"), self.Y)]
+        if self.b_1 is not None:
+            fc1.append((self.ref("fc1.bias"), self._ones))
+        w2 = self.ref("fc2.weight")
+        terms = [Diagonal(r, w2, (1, 2), torch.einsum("ti,tj,tm->ijm", u, g, self.dphi)) for r, u in fc1]
         if self.act.has_curvature:
             curv = (g @ self.W_2.T) * self.d2phi
-            terms.append(Diagonal("W_1", "W_1", (d, dff, d, dff), (1, 3),
-                                  torch.einsum("ti,tk,tm->ikm", self.Y, self.Y, curv)))
+            terms += [Diagonal(ra, rb, (1, 3), torch.einsum("ti,tk,tm->ikm", ua, ub, curv))
+                      for k, (ra, ua) in enumerate(fc1) for rb, ub in fc1[k:]]
         return terms
+
+    def stage(self) -> Stage:
+        """The branch ``y ↦ f(y)`` with its parameters, for the chain rule."""
+        refs = [self.ref(k) for k, w in (("fc1.weight", 1), ("fc1.bias", self.b_1), ("fc2.weight", 1),
+                                         ("fc2.bias", self.b_2)) if w is not None]
+        return Stage(self.input_map, Lazy({r: (lambda r=r: self.jacobian[r]) for r in refs}), self.mixed,
+                     self.functional, self.weight_gradients)

@@ -20,8 +20,10 @@ from functools import cached_property, lru_cache
 import torch
 from torch import Tensor
 
-from hessviz.components.base import TokenMap
+from hessviz.chain import Stage, plain
+from hessviz.components.base import TokenMap, eye, ones
 from hessviz.errors import InputError
+from hessviz.kron import Factored
 
 
 @dataclass(frozen=True)
@@ -102,3 +104,34 @@ def contract_hessian(st: LayerNormState, g: Tensor) -> Tensor:
 def token_map(st: LayerNormState) -> TokenMap:
     """The LayerNorm as a token-wise map for the chain rule."""
     return TokenMap(jacobian(st), lambda g: contract_hessian(st, g))
+
+
+def stage(st: LayerNormState, name: str, gamma: Tensor | None = None,
+          beta: Tensor | None = None) -> Stage:
+    r"""The LayerNorm as a stage of the chain rule, ``y = γ ⊙ n + β`` with ``n = c/σ``;
+    ``γ, β`` (local names ``gamma``, ``beta``) when it is affine.
+
+    .. math::
+        \frac{∂y}{∂z} = \operatorname{diag}(γ) J_n, \quad Q_y(g) = Q_n(γ ⊙ g), \quad
+        \frac{∂y}{∂γ} = \operatorname{diag}(n), \quad \frac{∂y}{∂β} = I, \quad
+        \frac{∂^2 (g^\top y)}{∂z_i ∂γ_k} = (J_n)_{ki}\, g_k,
+
+    and ``y`` is linear in ``(γ, β)``, so there is no weight–weight term.
+    """
+    if gamma is None:
+        return plain(token_map(st))
+    Jn = jacobian(st)
+    y, L, n = st.output, st.output.shape[0], st.n
+    one = ones(L, y)
+    jacobians = {(name, "gamma", None): Factored.per_token(torch.diag_embed(y), one),
+                 (name, "beta", None): Factored.per_token(eye(n, y, L), one)}
+
+    def mixed(g: Tensor) -> dict:
+        return {(name, "gamma", None): Factored.per_token(Jn * g.unsqueeze(-2), one)}
+
+    def gradients(g: Tensor) -> dict:
+        return {(name, "gamma", None): (g * y).sum(0, keepdim=True),
+                (name, "beta", None): g.sum(0, keepdim=True)}
+
+    tmap = TokenMap(Jn * gamma.unsqueeze(-1), lambda g: contract_hessian(st, g * gamma))
+    return Stage(tmap, jacobians, mixed, lambda g: [], gradients)

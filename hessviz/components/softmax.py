@@ -49,6 +49,8 @@ class ContractedHessian:
     a: Tensor
     w: Tensor
 
+    symmetric = True
+
     def dense(self) -> Tensor:
         """``(..., n, n)``."""
         outer = self.w.unsqueeze(-1) * self.a.unsqueeze(-2)

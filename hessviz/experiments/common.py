@@ -1,8 +1,24 @@
-"""What every claim module shares: the result record, block norms, and seeded problems."""
+"""What every claim module shares: the three steps of a claim, the tolerances its verdict
+uses, the result record and block norms.
+
+A claim runs in three steps (:class:`Claim`):
+
+1. **measure** ``(quick) -> Measurement``: the numbers (``claims.json``'s ``measured``),
+   the raw arrays (``data/<id>.npz``) and whatever else the report draws;
+2. **judge** ``(numbers) -> Verdict``: ``holds`` computed from the numbers against the
+   stated thresholds below, and the rule in words;
+3. **report** ``(Measurement, Verdict) -> (note, figures)``: prose and figures.
+
+One tolerance per kind of comparison, used by the claims and the app's pages alike:
+:data:`SLOPE_TOL` (a fitted exponent against the theory's), :data:`BOUND_RTOL` (an exact
+norm against its bound, :func:`violations`) and :data:`NEGATIVE_RTOL` (an eigenvalue
+counted as negative).
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +38,74 @@ SOURCES = {
     "Optimization' (earlier version arXiv:2502.00213)",
 }
 
-SHORT = {"W_Q": "Q", "W_K": "K", "W_V": "V", "W_1": "1", "W_2": "2"}
+SLOPE_TOL = 0.15
+"""A fitted exponent agrees with the theory's when ``|fitted − theory| < SLOPE_TOL``."""
+BOUND_RTOL = 1e-9
+"""An exact norm violates its bound when ``exact > bound · (1 + BOUND_RTOL)``: round-off is no violation."""
+NEGATIVE_RTOL = 1e-10
+"""An eigenvalue is negative when ``λ < −NEGATIVE_RTOL · max|λ|`` (round-off is not curvature)."""
+
+Holds = bool | str
+"""``True``, ``False`` or ``"partly"``."""
+
+
+def violated(exact, bound) -> np.ndarray:
+    """Where ``exact > bound · (1 + BOUND_RTOL)`` (elementwise).
+
+    >>> violated(np.array([1.0, 1.0 + 1e-12, 1.1]), np.ones(3)).tolist()
+    [False, False, True]
+    """
+    return np.asarray(exact, dtype=float) > np.asarray(bound, dtype=float) * (1 + BOUND_RTOL)
+
+
+def violations(exact, bound) -> int:
+    """How many ``exact`` exceed their ``bound`` (:func:`violated`)."""
+    return int(violated(exact, bound).sum())
+
+
+@dataclass
+class Measurement:
+    """What a claim's measure step returns."""
+
+    numbers: dict
+    """key -> number or list of numbers: ``claims.json``'s ``measured``."""
+    data: dict = field(default_factory=dict)
+    """name -> numpy array, written to ``data/<id>.npz``."""
+    detail: dict = field(default_factory=dict)
+    """Anything else the report step draws or cites (sweeps, fits, settings)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    holds: Holds
+    rule: str
+    """The thresholds, in words, with the numbers they were applied to."""
+
+
+def grade(all_of: bool, some_of: bool, rule: str) -> Verdict:
+    """``True`` when ``all_of``, else ``"partly"`` when ``some_of``, else ``False``."""
+    return Verdict(True if all_of else ("partly" if some_of else False), rule)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement from a paper and the three steps that check it."""
+
+    id: str
+    statement: str
+    source: str
+    measure: Callable[[bool], Measurement]
+    judge: Callable[[dict], Verdict]
+    report: Callable[[Measurement, Verdict], tuple[str, dict]]
+    """``-> (note, {name: plotly Figure})``."""
+
+    def run(self, quick: bool = False) -> ClaimResult:
+        m = self.measure(quick)
+        v = self.judge(m.numbers)
+        note, figures = self.report(m, v)
+        return ClaimResult(
+            self.id, self.statement, self.source, m.numbers, v.holds, note, figures, m.data, rule=v.rule
+        )
 
 
 @dataclass
@@ -33,13 +116,15 @@ class ClaimResult:
     claim: str
     source: str
     measured: dict
-    holds: bool | str
+    holds: Holds
     note: str
     figures: dict = field(default_factory=dict)
     """name -> plotly Figure."""
     data: dict = field(default_factory=dict)
     """name -> numpy array (written to an NPZ next to the report)."""
     seconds: float = 0.0
+    rule: str = ""
+    """How ``holds`` was decided (:attr:`Verdict.rule`)."""
 
     def record(self) -> dict:
         return {
@@ -75,13 +160,6 @@ def clean_measured(measured: dict) -> dict:
 def block_norm(res, a: str, b: str, term: str) -> float:
     """Spectral norm of one block of a :class:`~hessviz.HessianResult`."""
     return matrix_norm(res.block(a, b, term=term))
-
-
-def problem(cfg: hv.BlockConfig, seed: int, input_norm: float):
-    """Seeded ``(params, X, Y)``: weights ``N(0, 1/fan_in)``, ``‖X‖₂ = input_norm``."""
-    params = hv.init_params(cfg, seed=seed)
-    X, Y = hv.sample_inputs(cfg, seed=seed, input_norm=input_norm)
-    return params, X, Y
 
 
 def unit_entry_norm(cfg: hv.BlockConfig) -> float:

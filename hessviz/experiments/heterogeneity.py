@@ -21,8 +21,9 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz.experiments.common import SOURCES, ClaimResult, unit_entry_norm
-from hessviz.experiments.fitting import gini, spearman, t_interval
+from hessviz import plots
+from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade, unit_entry_norm
+from hessviz.fitting import gini, spearman, t_interval
 from hessviz.spectra import matrix_norm
 
 PAPER_GINI = {"post": 0.941, "pre": 0.880}
@@ -120,10 +121,12 @@ def gradient_check(seeds=(0, 1)) -> float:
     return worst
 
 
-def claim_gini(quick: bool = False) -> ClaimResult:
-    from hessviz.experiments import figures
+GINI_SEEDS = {True: 3, False: 24}
+"""Seeds for the quick and the full run."""
 
-    seeds = tuple(range(3 if quick else 24))
+
+def measure_gini(quick: bool = False) -> Measurement:
+    seeds = tuple(range(GINI_SEEDS[quick]))
     st = heterogeneity_study(seeds)
     measured: dict = {}
     summary = {}
@@ -153,14 +156,38 @@ def claim_gini(quick: bool = False) -> ClaimResult:
     measured["paper_gini_post_roberta"] = PAPER_GINI["post"]
     measured["paper_gini_pre_roberta"] = PAPER_GINI["pre"]
     measured["gradient_closed_vs_autograd_max_rel_err"] = gradient_check()
-    post_higher = dlo > 0
-    lam_ok = all(measured[f"lambda_G_over_P_{pl}_column"] > 1 for pl in ("post", "pre"))
-    holds = True if (post_higher and lam_ok) else ("partly" if (post_higher or lam_ok) else False)
-    m = measured
+    data = {}
+    for pl in ("post", "pre"):
+        for part in ("matrix", "column"):
+            hs = st[pl][part]
+            data[f"{pl}_{part}_grad_norms"] = np.stack([h.grad_norms for h in hs])
+            data[f"{pl}_{part}_hess_norms"] = np.stack([h.hess_norms for h in hs])
+            data[f"{pl}_{part}_sizes"] = hs[0].sizes
+    return Measurement(measured, data, {"study": st, "summary": summary, "seeds": seeds})
+
+
+def judge_gini(m: dict) -> Verdict:
+    lo = m["gini_post_minus_pre_column_ci"][0]
+    ratios = {pl: m[f"lambda_G_over_P_{pl}_column"] for pl in ("post", "pre")}
+    post_higher = lo > 0
+    lam_ok = all(r > 1 for r in ratios.values())
+    rule = (
+        f"holds when the 95% interval of Gini(Post-LN) − Gini(Pre-LN) (column blocks) lies above 0 "
+        f"(lower end {lo:+.3f}) and Λ_G/Λ_P > 1 for both placements ("
+        + ", ".join(f"{pl} {r:.2f}" for pl, r in ratios.items())
+        + "); partly when one of the two holds"
+    )
+    return grade(post_higher and lam_ok, post_higher or lam_ok, rule)
+
+
+def report_gini(ms: Measurement, v: Verdict) -> tuple[str, dict]:
+    m, st, summary = ms.numbers, ms.detail["study"], ms.detail["summary"]
+    md, (dlo, dhi) = m["gini_post_minus_pre_column"], m["gini_post_minus_pre_column_ci"]
+    mm, (mlo, mhi) = m["gini_post_minus_pre_matrix"], m["gini_post_minus_pre_matrix_ci"]
     note = (
         f"One block (L = 8, d = 16, d_k = 8, d_ff = 32, ReLU, MSE, ‖X‖₂ = √L + √d, random target) at "
-        f"initialisation, {len(seeds)} seeds; 95% t-intervals over seeds. Gini of per-block gradient norms, "
-        f"column blocks (80 output units): Post-LN {m['gini_post_column']:.3f} "
+        f"initialisation, {len(ms.detail['seeds'])} seeds; 95% t-intervals over seeds. Gini of per-block "
+        f"gradient norms, column blocks (80 output units): Post-LN {m['gini_post_column']:.3f} "
         f"[{m['gini_ci_post_column'][0]:.3f}, {m['gini_ci_post_column'][1]:.3f}], Pre-LN "
         f"{m['gini_pre_column']:.3f} [{m['gini_ci_pre_column'][0]:.3f}, {m['gini_ci_pre_column'][1]:.3f}] "
         f"(paired difference {md:+.3f} [{dlo:+.3f}, {dhi:+.3f}]); matrix blocks (5): Post-LN "
@@ -175,7 +202,7 @@ def claim_gini(quick: bool = False) -> ClaimResult:
     )
     cats = ["Gini (matrix)", "Gini (column)"]
     figs = {
-        "gini_bars": figures.bar_figure(
+        "gini_bars": plots.grouped_bars(
             cats,
             {pl: [summary[(pl, "matrix")][0], summary[(pl, "column")][0]] for pl in ("post", "pre")},
             errors={
@@ -185,7 +212,7 @@ def claim_gini(quick: bool = False) -> ClaimResult:
             title="Gradient heterogeneity (Gini of ‖g_b‖), mean and 95% CI over seeds",
             ylabel="Gini",
         ),
-        "gini_scatter": figures.scatter_figure(
+        "gini_scatter": plots.scatter_figure(
             {
                 pl: (
                     np.concatenate([h.grad_norms for h in st[pl]["column"]]),
@@ -198,21 +225,15 @@ def claim_gini(quick: bool = False) -> ClaimResult:
             ylabel="‖H_bb‖₂",
         ),
     }
-    data = {}
-    for pl in ("post", "pre"):
-        for part in ("matrix", "column"):
-            hs = st[pl][part]
-            data[f"{pl}_{part}_grad_norms"] = np.stack([h.grad_norms for h in hs])
-            data[f"{pl}_{part}_hess_norms"] = np.stack([h.hess_norms for h in hs])
-            data[f"{pl}_{part}_sizes"] = hs[0].sizes
-    return ClaimResult(
-        "gini",
-        "Post-LN amplifies gradient heterogeneity (Gini 0.941 vs 0.880 for Pre-LN on "
-        "RoBERTa), and gradient and Hessian block norms are correlated so that Λ_G > Λ_P.",
-        SOURCES["tomihari"],
-        measured,
-        holds,
-        note,
-        figs,
-        data,
-    )
+    return note, figs
+
+
+GINI = Claim(
+    "gini",
+    "Post-LN amplifies gradient heterogeneity (Gini 0.941 vs 0.880 for Pre-LN on "
+    "RoBERTa), and gradient and Hessian block norms are correlated so that Λ_G > Λ_P.",
+    SOURCES["tomihari"],
+    measure_gini,
+    judge_gini,
+    report_gini,
+)

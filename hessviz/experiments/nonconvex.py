@@ -3,7 +3,8 @@ r"""Claim 4: ``H_outer = Jᵀ(∇²_Z ℓ)J`` is positive semi-definite, ``H_ful
 For each placement and input norm we compute all eigenvalues of the outer, functional and
 full terms and summarise the negative ones (:func:`hessviz.spectra.negative_summary`):
 their share ``#{λ < 0}/P`` and their mass ``Σ_{λ<0}|λ| / Σ|λ|``, with a tolerance
-``1e-10 · max|λ|`` so that round-off does not count as curvature.
+``NEGATIVE_RTOL · max|λ|`` (:data:`~hessviz.experiments.common.NEGATIVE_RTOL`) so that
+round-off does not count as curvature.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 import hessviz as hv
-from hessviz.experiments.common import SOURCES, ClaimResult, problem
+from hessviz import plots
+from hessviz.experiments.common import NEGATIVE_RTOL, SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.spectra import eigenvalues, negative_summary
+from hessviz.sweeps import seeded_inputs
 
 PLACEMENTS = ("attention", "none", "post", "pre")
 TERMS = ("outer", "functional", "full")
@@ -44,12 +47,12 @@ def spectrum_grid(
         )
         for j, r in enumerate(norms):
             for k, s in enumerate(seeds):
-                params, X, Y = problem(cfg, s, float(r))
+                params, X, Y = seeded_inputs(cfg, s, float(r))
                 res = hv.hessian(cfg, params, X, Y)
                 eigs[(pl, j, s)] = {}
                 for t in TERMS:
                     spec = eigenvalues(res.term(t))
-                    ns = negative_summary(spec)
+                    ns = negative_summary(spec, NEGATIVE_RTOL)
                     out["share"][t][i, j, k] = ns.share
                     out["mass"][t][i, j, k] = ns.mass
                     out["min_rel"][t][i, j, k] = ns.min_eigenvalue / spec.max_abs if spec.max_abs else 0.0
@@ -61,9 +64,11 @@ def spectrum_grid(
     return out
 
 
-def claim_nonconvex(quick: bool = False) -> ClaimResult:
-    from hessviz.experiments import figures
+INDEFINITE_SHARE = 0.9
+"""The full Hessian is "not PSD" in general when it is indefinite in more than this share of cases."""
 
+
+def measure_nonconvex(quick: bool = False) -> Measurement:
     norms = (0.3, 3.0) if quick else (0.1, 0.3, 1.0, 3.0, 10.0)
     seeds = (0, 1) if quick else (0, 1, 2, 3, 4)
     g = spectrum_grid(norms, seeds)
@@ -76,10 +81,29 @@ def claim_nonconvex(quick: bool = False) -> ClaimResult:
         measured[f"full_negative_mass_{pl}"] = float(g["mass"]["full"][i].mean())
         measured[f"full_negative_mass_{pl}_by_norm"] = g["mass"]["full"][i].mean(axis=1).tolist()
     measured["norms"] = list(norms)
-    full_nonconvex = float((g["share"]["full"] > 0).mean())
-    measured["fraction_of_cases_full_indefinite"] = full_nonconvex
-    psd = outer_min > -1e-10
-    holds = True if (psd and full_nonconvex > 0.9) else ("partly" if psd else False)
+    measured["fraction_of_cases_full_indefinite"] = float((g["share"]["full"] > 0).mean())
+    data = {"norms": np.asarray(norms)}
+    for key in ("share", "mass", "min_rel"):
+        for t in TERMS:
+            data[f"{key}_{t}"] = g[key][t]
+    return Measurement(measured, data, {"grid": g, "norms": norms, "seeds": seeds})
+
+
+def judge_nonconvex(m: dict) -> Verdict:
+    outer_min, frac = m["outer_min_eig_over_max_abs"], m["fraction_of_cases_full_indefinite"]
+    psd = outer_min > -NEGATIVE_RTOL
+    rule = (
+        f"holds when the outer term is PSD in every case (smallest λ/max|λ| = {outer_min:.1e} > "
+        f"−{NEGATIVE_RTOL:g}) and the full Hessian is indefinite in more than {INDEFINITE_SHARE:.0%} of "
+        f"cases ({frac:.0%}); partly when only the first holds"
+    )
+    return grade(psd and frac > INDEFINITE_SHARE, psd, rule)
+
+
+def report_nonconvex(ms: Measurement, v: Verdict) -> tuple[str, dict]:
+    g, norms, seeds = ms.detail["grid"], ms.detail["norms"], ms.detail["seeds"]
+    outer_min = ms.numbers["outer_min_eig_over_max_abs"]
+    full_nonconvex = ms.numbers["fraction_of_cases_full_indefinite"]
     pls = g["placements"]
     mass = {pl: g["mass"]["full"][i].mean(axis=1) for i, pl in enumerate(pls)}
     share = {pl: g["share"]["full"][i].mean(axis=1) for i, pl in enumerate(pls)}
@@ -95,32 +119,32 @@ def claim_nonconvex(quick: bool = False) -> ClaimResult:
         + ". The outer term alone never has a negative eigenvalue, so all negative curvature comes from "
         "the functional term (softmax, LayerNorm and the bilinear score)."
     )
+    mid = len(norms) // 2
     figs = {
-        "nonconvex_mass": figures.curves_figure(
+        "nonconvex_mass": plots.band_plot(
             np.asarray(norms),
             {pl: g["mass"]["full"][i].T for i, pl in enumerate(pls)},
+            stat="geomean",
+            names=plots.PLACEMENT_NAMES,
             title="Negative-eigenvalue mass of the full Hessian",
-            xlabel="‖X‖₂",
-            ylabel="Σ_{λ<0}|λ| / Σ|λ|",
+            x_title="‖X‖₂",
+            y_title="Σ_{λ<0}|λ| / Σ|λ|",
             logy=False,
         ),
-        "nonconvex_spectrum": figures.spectrum_figure(
-            {t: g["eigs"][("post", len(norms) // 2, seeds[0])][t] for t in TERMS},
-            title=f"Eigenvalues, Post-LN, ‖X‖₂ = {norms[len(norms) // 2]:g}, seed {seeds[0]}",
+        "nonconvex_spectrum": plots.spectrum_sorted(
+            {t: g["eigs"][("post", mid, seeds[0])][t] for t in TERMS},
+            title=f"Eigenvalues, Post-LN, ‖X‖₂ = {norms[mid]:g}, seed {seeds[0]}",
         ),
     }
-    data = {"norms": np.asarray(norms)}
-    for key in ("share", "mass", "min_rel"):
-        for t in TERMS:
-            data[f"{key}_{t}"] = g[key][t]
-    return ClaimResult(
-        "nonconvex",
-        "The outer (Gauss–Newton) term is positive semi-definite, but the functional "
-        "term makes the full Hessian indefinite although the loss is convex in Z.",
-        SOURCES["petrov"] + "; " + SOURCES["ormaniec"],
-        measured,
-        holds,
-        note,
-        figs,
-        data,
-    )
+    return note, figs
+
+
+NONCONVEX = Claim(
+    "nonconvex",
+    "The outer (Gauss–Newton) term is positive semi-definite, but the functional "
+    "term makes the full Hessian indefinite although the loss is convex in Z.",
+    SOURCES["petrov"] + "; " + SOURCES["ormaniec"],
+    measure_nonconvex,
+    judge_nonconvex,
+    report_nonconvex,
+)

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz.experiments.common import SOURCES, ClaimResult, unit_entry_norm
-from hessviz.experiments.fitting import gini, spearman, t_interval
+from hessviz import plots
+from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade, unit_entry_norm
+from hessviz.fitting import gini, spearman, t_interval
 
 OPTIMIZERS = ("SGD", "SignSGD", "Adam")
 GRIDS = {"SGD": (0.3, 1.0, 3.0, 10.0), "SignSGD": (1e-4, 3e-4, 1e-3, 3e-3), "Adam": (3e-3, 1e-2, 3e-2, 1e-1)}
@@ -139,15 +140,16 @@ def _growth_sentence(m: dict) -> str:
         a, b = m[f"log_final_ratio_SGD_over_{o}_post"], m[f"log_final_ratio_SGD_over_{o}_pre"]
         larger = "Post-LN" if a > b else "Pre-LN"
         parts.append(f"{o}'s advantage over SGD is larger for {larger}")
-    return (f"The more heterogeneous placement here is {more}; " + " and ".join(parts)
-            + ", so the advantage does not track heterogeneity as the paper predicts"
-            * all(p.endswith("Pre-LN") == (more == "Post-LN") for p in parts)
-            + ".")
+    return (
+        f"The more heterogeneous placement here is {more}; "
+        + " and ".join(parts)
+        + ", so the advantage does not track heterogeneity as the paper predicts"
+        * all(p.endswith("Pre-LN") == (more == "Post-LN") for p in parts)
+        + "."
+    )
 
 
-def claim_optimizers(quick: bool = False) -> ClaimResult:
-    from hessviz.experiments import figures
-
+def measure_optimizers(quick: bool = False) -> Measurement:
     seeds = (0,) if quick else (0, 1, 2, 3, 4)
     steps = 30 if quick else 200
     grids = QUICK_GRIDS if quick else GRIDS
@@ -155,7 +157,6 @@ def claim_optimizers(quick: bool = False) -> ClaimResult:
     measured: dict = {"steps": steps, "n_seeds": len(seeds)}
     chosen: dict = {}
     adv_runs, gini_runs = [], []
-    parts = []
     for pl, d in st.items():
         init = float(np.mean([c[:, 0].mean() for c in d["curves"]["SGD"].values()]))
         thr = 0.1 * init
@@ -179,6 +180,40 @@ def claim_optimizers(quick: bool = False) -> ClaimResult:
         measured[f"gini_init_{pl}"] = float(d["gini"].mean())
         adv_runs += list(adv)
         gini_runs += list(d["gini"])
+    rho = spearman(gini_runs, adv_runs)
+    if np.isfinite(rho):
+        measured["spearman_gini_vs_sign_advantage"] = rho
+    data = {}
+    for pl, d in st.items():
+        data[f"{pl}_gini"] = d["gini"]
+        for o in OPTIMIZERS:
+            for lr, C in d["curves"][o].items():
+                data[f"{pl}_{o}_lr{lr:g}"] = C
+    return Measurement(measured, data, {"study": st, "chosen": chosen, "grids": grids, "seeds": seeds})
+
+
+def judge_optimizers(m: dict) -> Verdict:
+    placements = ("post", "pre")
+    sign = {pl: m[f"log_final_ratio_SGD_over_SignSGD_{pl}"] for pl in placements}
+    adam = {pl: m[f"log_final_ratio_SGD_over_Adam_{pl}"] for pl in placements}
+    sign_wins = all(v > 0 for v in sign.values())
+    adam_wins = all(v > 0 for v in adam.values())
+    grows = sign["post"] > sign["pre"] and m["gini_init_post"] > m["gini_init_pre"]
+    rule = (
+        "holds when log(final SGD / final SignSGD) > 0 and log(final SGD / final Adam) > 0 for both "
+        f"placements (SignSGD {sign['post']:+.2f} / {sign['pre']:+.2f}, Adam {adam['post']:+.2f} / "
+        f"{adam['pre']:+.2f}) and SignSGD's advantage and the initial Gini are both larger for Post-LN; "
+        "partly when SignSGD or Adam beats SGD for both placements"
+    )
+    return grade(sign_wins and adam_wins and grows, sign_wins or adam_wins, rule)
+
+
+def report_optimizers(ms: Measurement, v: Verdict) -> tuple[str, dict]:
+    measured, d = ms.numbers, ms.detail
+    chosen, grids, st = d["chosen"], d["grids"], d["study"]
+    steps = int(measured["steps"])
+    parts = []
+    for pl in st:
         parts.append(
             f"{'Post-LN' if pl == 'post' else 'Pre-LN'}: final loss SGD "
             f"{measured[f'final_loss_{pl}_SGD']:.2e} / SignSGD "
@@ -188,19 +223,10 @@ def claim_optimizers(quick: bool = False) -> ClaimResult:
             f"{measured[f'steps_to_threshold_{pl}_SignSGD']:.0f} / "
             f"{measured[f'steps_to_threshold_{pl}_Adam']:.0f}"
         )
-    rho = spearman(gini_runs, adv_runs)
-    if np.isfinite(rho):
-        measured["spearman_gini_vs_sign_advantage"] = rho
-    sign_wins = all(measured[f"log_final_ratio_SGD_over_SignSGD_{pl}"] > 0 for pl in st)
-    adam_wins = all(measured[f"log_final_ratio_SGD_over_Adam_{pl}"] > 0 for pl in st)
-    grows = (
-        measured["log_final_ratio_SGD_over_SignSGD_post"] > measured["log_final_ratio_SGD_over_SignSGD_pre"]
-        and measured["gini_init_post"] > measured["gini_init_pre"]
-    )
-    holds = True if (sign_wins and adam_wins and grows) else ("partly" if (sign_wins or adam_wins) else False)
+    rho = measured.get("spearman_gini_vs_sign_advantage", float("nan"))
     note = (
         f"Teacher–student regression, one block (L = 8, d = 16, d_k = 8, d_ff = 32, ReLU, MSE), 2 training "
-        f"sequences, full batch, {steps} steps, {len(seeds)} seeds; learning rates picked from "
+        f"sequences, full batch, {steps} steps, {len(d['seeds'])} seeds; learning rates picked from "
         f"{ {o: list(g) for o, g in grids.items()} } by mean final log-loss (chosen: "
         + ", ".join(f"{pl} {o} {chosen[(pl, o)]:g}" for pl, o in chosen)
         + "). "
@@ -221,26 +247,21 @@ def claim_optimizers(quick: bool = False) -> ClaimResult:
         + " A small synthetic task and a single block: this tests the direction of the effect, not its size."
     )
     figs = {}
-    for pl, d in st.items():
-        figs[f"optimizers_{pl}"] = figures.training_curves(
-            {f"{o} (lr {chosen[(pl, o)]:g})": d["curves"][o][chosen[(pl, o)]] for o in OPTIMIZERS},
+    for pl, dd in st.items():
+        figs[f"optimizers_{pl}"] = plots.training_curves(
+            {f"{o} (lr {chosen[(pl, o)]:g})": dd["curves"][o][chosen[(pl, o)]] for o in OPTIMIZERS},
             title=f"Training loss, {'Post-LN' if pl == 'post' else 'Pre-LN'} (best learning rate each)",
             threshold=measured[f"threshold_{pl}"],
         )
-    data = {}
-    for pl, d in st.items():
-        data[f"{pl}_gini"] = d["gini"]
-        for o in OPTIMIZERS:
-            for lr, C in d["curves"][o].items():
-                data[f"{pl}_{o}_lr{lr:g}"] = C
-    return ClaimResult(
-        "optimizers",
-        "Sign-based methods (SignSGD, Adam) beat SGD on Transformers, and their "
-        "advantage grows with gradient heterogeneity (larger for Post-LN).",
-        SOURCES["tomihari"],
-        measured,
-        holds,
-        note,
-        figs,
-        data,
-    )
+    return note, figs
+
+
+OPTIMIZERS_CLAIM = Claim(
+    "optimizers",
+    "Sign-based methods (SignSGD, Adam) beat SGD on Transformers, and their "
+    "advantage grows with gradient heterogeneity (larger for Post-LN).",
+    SOURCES["tomihari"],
+    measure_optimizers,
+    judge_optimizers,
+    report_optimizers,
+)

@@ -1,4 +1,8 @@
-"""``reproduce``: run every claim, write ``claims.json``, ``report.md``, figures and data."""
+"""``reproduce``: run every claim, write ``claims.json``, ``report.md``, figures and data.
+
+The report knows the claims, not the app: which page of the app shows a claim is the app's
+business (:mod:`hessviz.app.claim_links`).
+"""
 
 from __future__ import annotations
 
@@ -9,19 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hessviz.experiments.common import CLAIM_IDS, ClaimResult
-
-PAGE_LINKS = {
-    "xnorm6": "scaling?norm=attention&sc_axis=xnorm&sc_blk=W_Q,W_Q",
-    "placement": "scaling?norm=pre&sc_axis=xnorm&sc_blk=W_Q,W_Q",
-    "seqlen": "scaling?norm=attention&sc_axis=L&sc_blk=W_Q,W_Q",
-    "nonconvex": "spectrum?norm=post",
-    "ln_collapse": "layernorm_collapse?lnc_view=block",
-    "bounds": "bounds?bd_view=attention",
-    "gini": "optimization?opt_view=gradients",
-    "optimizers": "optimization?opt_view=training",
-}
-"""Claim -> app page (and view) that shows it."""
+from hessviz.experiments.common import CLAIM_IDS, Claim, ClaimResult
 
 HEADLINES = {
     "xnorm6": ("slope_attention_QQ_outer", "slope_attention_QQ_functional", "slope_attention_VV_outer"),
@@ -59,34 +51,37 @@ def headline(record: dict) -> list[tuple[str, object]]:
     return [(k, m[k]) for k in keys]
 
 
-def claim_functions() -> dict[str, Callable[[bool], ClaimResult]]:
+def claims() -> dict[str, Claim]:
+    """Every claim by id, in the order of :data:`CLAIM_IDS`."""
     from hessviz.experiments import bounds, heterogeneity, ln_collapse, nonconvex, optimizers, scaling
 
-    return {
-        "xnorm6": scaling.claim_xnorm6,
-        "placement": scaling.claim_placement,
-        "seqlen": scaling.claim_seqlen,
-        "nonconvex": nonconvex.claim_nonconvex,
-        "ln_collapse": ln_collapse.claim_ln_collapse,
-        "bounds": bounds.claim_bounds,
-        "gini": heterogeneity.claim_gini,
-        "optimizers": optimizers.claim_optimizers,
-    }
+    found = (
+        scaling.XNORM6,
+        scaling.PLACEMENT,
+        scaling.SEQLEN,
+        nonconvex.NONCONVEX,
+        ln_collapse.LN_COLLAPSE,
+        bounds.BOUNDS,
+        heterogeneity.GINI,
+        optimizers.OPTIMIZERS_CLAIM,
+    )
+    by_id = {c.id: c for c in found}
+    return {cid: by_id[cid] for cid in CLAIM_IDS}
 
 
 def run_claims(
     quick: bool = False, ids: tuple[str, ...] = CLAIM_IDS, progress: Callable[[str], None] | None = None
 ) -> list[ClaimResult]:
     """Run the claims ``ids`` in order; each result carries its runtime in ``seconds``."""
-    fns = claim_functions()
+    known = claims()
     out = []
     for cid in ids:
-        if cid not in fns:
+        if cid not in known:
             raise ValueError(f"claim id must be one of {', '.join(CLAIM_IDS)}, got {cid!r}")
         if progress:
             progress(f"{cid} …")
         t = time.perf_counter()
-        res = fns[cid](quick)
+        res = known[cid].run(quick)
         res.seconds = time.perf_counter() - t
         out.append(res)
     return out
@@ -122,12 +117,12 @@ def write_report(
         "Every number comes from the closed-form Hessians and gradients of hessviz, float64, CPU. "
         "`claims.json` holds the same records; `data/<id>.npz` the raw arrays behind each figure.",
         "",
-        "| claim | holds | key numbers | page |",
-        "|---|---|---|---|",
+        "| claim | holds | key numbers |",
+        "|---|---|---|",
     ]
     for r in results:
         nums = "; ".join(f"{k} = {_fmt(v)}" for k, v in headline(r.record()))
-        lines.append(f"| `{r.id}` | {_holds_text(r.holds)} | {nums} | `{PAGE_LINKS.get(r.id, '')}` |")
+        lines.append(f"| `{r.id}` | {_holds_text(r.holds)} | {nums} |")
     lines.append("")
     for r in results:
         rec = r.record()
@@ -142,7 +137,7 @@ def write_report(
             "",
         ]
         lines += [f"- `{k}`: {_fmt(v)}" for k, v in rec["measured"].items()]
-        lines += ["", f"**Note.** {r.note}", ""]
+        lines += ["", f"**Verdict.** {_holds_text(r.holds)}: {r.rule}.", "", f"**Note.** {r.note}", ""]
         for name, fig in r.figures.items():
             path = out_dir / "figures" / f"{name}.html"
             fig.write_html(str(path), include_plotlyjs="cdn", full_html=True)

@@ -4,10 +4,9 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz.experiments import figures, ln_collapse
-from hessviz.experiments.fitting import power_law_fit
-
-WHOLE_MAX_P = 800
+from hessviz import plots
+from hessviz.experiments.common import violations
+from hessviz.fitting import center, pooled_power_law_fit
 
 view = hva.sidebar()
 hva.header("LayerNorm collapse", view)
@@ -47,31 +46,16 @@ if d < 2:
     st.stop()
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _ln(sig: tuple, eps: float, m: int, n: int, seeds: tuple) -> dict:
-    return ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=seeds)
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _block(
-    sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int, dff: int, xnorm: float, whole: bool
-) -> dict:
-    return ln_collapse.block_sweep(
-        np.asarray(sig), eps, seeds, seq_len=L, d_model=d, d_k=dk, d_ff=dff, input_norm=xnorm, whole=whole
-    )
-
-
 def _slope(x, Y) -> str:
-    m = (x <= 1e-2) & np.isfinite(np.asarray(Y)).all(0)
-    if m.sum() < 2:
+    try:
+        return f"{pooled_power_law_fit(x, Y, hi=1e-2, n_boot=0).slope:.2f}"
+    except ValueError:  # fewer than two points with σ ≤ 1e-2
         return "–"
-    f = power_law_fit(np.tile(x[m], Y.shape[0]), Y[:, m].ravel(), n_boot=200)
-    return f"{f.slope:.2f}"
 
 
 if mode == "layernorm":
     with hva.guard("the LayerNorm sweep"):
-        r = _ln(tuple(sig), eps, L, d, seeds)
+        r = hva.cache.ln_sweep(tuple(sig), eps, L, d, seeds)
     x = r["sigma_min"].mean(0)
     k1, k2, k3, k4 = st.columns(4)
     k1.metric("slope ‖J‖ (σ ≤ 1e-2)", _slope(x, r["J"]))
@@ -84,35 +68,35 @@ if mode == "layernorm":
         "‖J_LN‖₂ bound": r["J_bound"],
         "‖H_LN‖₂ bound": r["H_bound"],
     }
-    fig = figures.curves_figure(
+    fig = plots.band_plot(
         x,
         curves,
+        stat="geomean",
         title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
-        xlabel="σ_min (std of the collapsing row)",
-        ylabel="spectral norm",
+        x_title="σ_min (std of the collapsing row)",
+        y_title="spectral norm",
     )
     hva.chart(
         fig,
         "layernorm_collapse",
-        csv=lambda: {"sigma_min": x, **{k: np.exp(np.log(v).mean(0)) for k, v in curves.items()}},
+        csv=lambda: {"sigma_min": x, **{k: center(v, "geomean") for k, v in curves.items()}},
     )
-    viol = int((r["J"] > r["J_bound_rownorm"]).sum() + (r["H"] > r["H_bound_rownorm"]).sum())
+    viol = violations(r["J"], r["J_bound_rownorm"]) + violations(r["H"], r["H_bound_rownorm"])
     st.caption(
         f"With σ_min read as the centred row norm (the Lemma's own wording) instead of the row standard "
         f"deviation, the bounds fail at {viol} of {2 * r['J'].size} points here."
     )
 else:
     c = view.cfg
-    P = view.with_values(norm="post").num_params
-    whole = P <= WHOLE_MAX_P
-    if not whole:
-        st.info(
-            f"P = {P:,} > {WHOLE_MAX_P}: only the W_Q–W_Q block is drawn (whole-matrix norms are slow "
-            "at this size; lower d or d_ff to see them).",
-            icon=":material/speed:",
-        )
-    with hva.guard("the Post-LN sweep"), st.spinner("Sweeping σ…"):
-        r = _block(tuple(sig), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm, whole)
+    post = view.with_values(norm="post")
+    points = sig.size * n_seeds
+    whole = hva.afford(post, "ln_collapse", stop=False, points=points, whole=1,
+                       advice="Only the W_Q–W_Q block is drawn; lower d or d_ff, the decades or the seeds "
+                              "to see the whole-matrix norms.")
+    hva.afford(post, "ln_collapse", points=points, whole=0,
+               advice="Lower d, d_k, the decades of σ or the seeds.")
+    with hva.guard("the Post-LN sweep"):
+        r = hva.cache.ln_block_sweep(tuple(sig), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm, whole)
     x = r["sigma_min"].mean(0)
     keys = ("full", "outer", "functional", "QQ_full") if whole else ("QQ_full",)
     curves = {f"‖H_{k}‖₂": r[k] for k in keys}
@@ -120,16 +104,17 @@ else:
     k1.metric("slope ‖H_QQ‖ (σ ≤ 1e-2)", _slope(x, r["QQ_full"]))
     if whole:
         k2.metric("slope ‖H_full‖", _slope(x, r["full"]))
-    fig = figures.curves_figure(
+    fig = plots.band_plot(
         x,
         curves,
+        stat="geomean",
         title=f"Post-LN block (L = {L}, d = {d}), ε = {eps:g}",
-        xlabel="σ_min of the first LayerNorm's input",
-        ylabel="spectral norm",
-        guides={"σ⁻² guide": (-2.0, next(iter(curves)))},
+        x_title="σ_min of the first LayerNorm's input",
+        y_title="spectral norm",
+        guides=[plots.Guide(-2.0, next(iter(curves)), -1, "σ⁻² guide")],
     )
     hva.chart(
         fig,
         "block_collapse",
-        csv=lambda: {"sigma_min": x, **{k: np.exp(np.log(v).mean(0)) for k, v in curves.items()}},
+        csv=lambda: {"sigma_min": x, **{k: center(v, "geomean") for k, v in curves.items()}},
     )

@@ -7,8 +7,7 @@ from hessviz import app as hva
 from hessviz import plots
 
 TERMS = ("full", "outer", "functional")
-MAX_P = 6144
-DENSE_LIMIT = 2048  # above this P the page asks scipy eigsh for the extremes only
+DENSE_LIMIT = 2048  # above this P: the outer term from its range (rank ≤ L·d), the others' extremes
 K = 64
 
 view = hva.sidebar()
@@ -25,20 +24,26 @@ hva.explain(
     r"\text{negative mass} = \frac{\sum_{\lambda_i<0} |\lambda_i|}{\sum_i |\lambda_i|},\qquad "
     r"H_{\text{outer}} = J^\top \nabla_Z^2\ell\, J \succeq 0",
 )
-hva.require_size(view, MAX_P, "the spectrum page")
+hva.afford(view, "spectrum", dense_limit=DENSE_LIMIT, k=K)
 shown = hva.multichoice("Terms drawn", TERMS, key="spec_terms", default=TERMS,
                         help="the summaries below always cover all three")
 
 P = view.num_params
-with st.spinner("Eigenvalues…"), hva.guard("the spectrum"):
-    spec = {t: hva.cache.spectrum(view.key, t, k=K, dense_limit=DENSE_LIMIT) for t in TERMS}
-    norms = {t: hva.cache.block_norms(view.key, t, "spectral") for t in TERMS}
+spec, norms = {}, {}
+with hva.guard("the spectrum") as status:
+    for i, t in enumerate(TERMS):
+        status.step(2 * i, 2 * len(TERMS), f"Eigenvalues of the {t} term…")
+        spec[t] = hva.cache.spectrum(view.key, t, k=K, dense_limit=DENSE_LIMIT)
+        status.step(2 * i + 1, 2 * len(TERMS), f"Block norms of the {t} term…")
+        norms[t] = hva.cache.block_norms(view.key, t, "spectral")
 
 partial = spec["full"]["partial"]
 if partial:
     st.info(f"P = {P:,} is above {DENSE_LIMIT:,}, so the page computes only the {K} largest and {K} "
-            f"smallest eigenvalues of each term with a partial method ({spec['full']['method']}). "
-            "Counts and mass below are over those extremes.", icon=":material/info:")
+            f"smallest eigenvalues of the full and functional terms ({spec['full']['method']}); the outer "
+            f"term has rank at most L·d, so all its eigenvalues come from its range "
+            f"({spec['outer']['method']}). Counts and mass below are over what was computed.",
+            icon=":material/info:")
 else:
     st.caption(f"All {P:,} eigenvalues of each term, by a dense symmetric eigendecomposition.")
 

@@ -7,7 +7,6 @@ from hessviz import app as hva
 from hessviz import plots, sweeps
 
 SEEDS_MAX = 8
-MAX_BLOCK = 2048  # weights in the swept block (its Hessian block is MAX_BLOCK²)
 PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_Q,W_V", "W_1,W_1", "W_2,W_2")
 PLACEMENTS = ("attention", "post", "pre")
 
@@ -41,39 +40,33 @@ st.caption(f"Grid: {sweeps.AXES[axis]} ∈ {{{', '.join(f'{g:g}' for g in grid)}
            + {"xnorm": "‖X‖₂ ≤ 1.", "L": "L ≥ 4.", "d": "all points."}[axis])
 with hva.guard("the sweep"):
     largest = sweeps.largest_block(view.cfg, axis, grid, pair)
-if largest > MAX_BLOCK:
-    st.warning(f"**The {pair_s} block reaches {largest:,} weights on this grid; this page sweeps blocks of "
-               f"at most {MAX_BLOCK:,} to stay responsive.** Pick an attention block, or lower d_ff or d.",
-               icon=":material/speed:")
-    st.stop()
+hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(PLACEMENTS)), block=largest,
+           advice=f"The {pair_s} block reaches {largest:,} weights on this grid: pick an attention block, "
+                  "lower d_ff or d, or use fewer seeds.")
 
 bar = st.progress(0.0, text="Sweeping…")
 
 
-def run(cfg, label: str, offset: float, share: float) -> sweeps.SweepResult:
+def run(cfg, label: str, pair: tuple[str, str], offset: float, share: float) -> sweeps.Sweep:
     def progress(done: int, total: int) -> None:
         bar.progress(min(1.0, offset + share * done / total), text=f"Sweeping {label}: {done}/{total}")
 
-    return sweeps.sweep(cfg, axis, grid, seeds, pair, input_norm=view.input_norm,
-                        evaluate=hva.cache.sweep_point, progress=progress)
+    def measure(c, input_norm: float, seed: int) -> dict[str, float]:
+        return hva.cache.sweep_point(c, input_norm, seed, pair)
+
+    return sweeps.sweep(cfg, axis, grid, seeds, measure, input_norm=view.input_norm, progress=progress)
 
 
 side_pair = pair if all(n in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
 with hva.guard("the sweep"):
-    main = run(view.cfg, view.cfg.describe(), 0.0, 0.4)
-    side = {}
-    for k, norm in enumerate(PLACEMENTS):
-        cfg = view.with_values(norm=norm).cfg
-        side[norm] = sweeps.sweep(cfg, axis, grid, seeds, side_pair, input_norm=view.input_norm,
-                                  evaluate=hva.cache.sweep_point,
-                                  progress=lambda d, t, k=k, n=norm: bar.progress(
-                                      min(1.0, 0.4 + 0.2 * k + 0.2 * d / t), text=f"Sweeping {n}: {d}/{t}"))
+    main = run(view.cfg, view.cfg.describe(), pair, 0.0, 0.4)
+    side = {norm: run(view.with_values(norm=norm).cfg, norm, side_pair, 0.4 + 0.2 * k, 0.2)
+            for k, norm in enumerate(PLACEMENTS)}
 bar.empty()
 
-fits = sweeps.fits(main, view.cfg.norm)
-fig = plots.scaling_plot(main.grid, main.curves(), x_title=sweeps.AXES[axis], fits=fits,
-                         y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
-                         title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}")
+fits = sweeps.fits(main, view.cfg.norm, pair)
+fig = plots.sweep_plot(main, sweeps.TERMS, stat="median", fits=fits, y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
+                       title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}")
 left, right = st.columns([3, 1], gap="medium")
 with left:
     hva.chart(fig, f"scaling_{axis}_{pair[0]}_{pair[1]}", csv=main.table)
@@ -82,13 +75,13 @@ with right:
     rows = []
     for t in sweeps.TERMS:
         f = fits[t]
-        rows.append({"term": t, "fitted slope": round(f["slope"], 2) if np.isfinite(f["slope"]) else None,
-                     "theory": "—" if f["theory"] is None else f"{f['theory']:g}"})
+        rows.append({"term": t, "fitted slope": round(f.slope, 2) if np.isfinite(f.slope) else None,
+                     "theory": "—" if f.expected is None else f"{f.expected:g}"})
     st.dataframe(rows, hide_index=True, width="stretch")
-    th = fits["outer"]["theory"]
-    if th is not None and np.isfinite(fits["outer"]["slope"]):
-        gap = fits["outer"]["slope"] - th
-        st.markdown(f"Outer: fitted **{fits['outer']['slope']:.2f}** against the theory's **{th:g}** "
+    th = fits["outer"].expected
+    if th is not None and np.isfinite(fits["outer"].slope):
+        gap = fits["outer"].slope - th
+        st.markdown(f"Outer: fitted **{fits['outer'].slope:.2f}** against the theory's **{th:g}** "
                     f"(difference {gap:+.2f}).")
     else:
         st.caption("The theory gives an exponent for the outer W_Q–W_Q block of attention alone "
@@ -99,9 +92,9 @@ st.markdown("The same sweep for the three placements (block "
             f"{side_pair[0]}–{side_pair[1]}). LayerNorm rescales what reaches attention: with Pre-LN the "
             "attention input is normalised, so the block hardly changes with ‖X‖₂ and the steep ‖X‖⁶ curve "
             "of attention alone flattens.")
-side_fits = {n: sweeps.fits(r, n) for n, r in side.items()}
-sfig = plots.side_by_side(main.grid, {n: r.curves() for n, r in side.items()}, x_title=sweeps.AXES[axis],
-                          y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂", fits=side_fits)
+side_fits = {n: sweeps.fits(r, n, side_pair) for n, r in side.items()}
+sfig = plots.side_by_side(side, stat="median", fits=side_fits,
+                          y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂")
 
 
 def side_table() -> dict:
@@ -116,4 +109,4 @@ def side_table() -> dict:
 
 hva.chart(sfig, f"scaling_side_by_side_{axis}", csv=side_table)
 st.caption("Slopes per placement (outer / functional / full): " + "; ".join(
-    f"{n}: " + " / ".join(f"{side_fits[n][t]['slope']:.2f}" for t in sweeps.TERMS) for n in PLACEMENTS))
+    f"{n}: " + " / ".join(f"{side_fits[n][t].slope:.2f}" for t in sweeps.TERMS) for n in PLACEMENTS))

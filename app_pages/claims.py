@@ -6,8 +6,9 @@ import pathlib
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz.experiments import CLAIM_IDS, PAGE_LINKS
-from hessviz.experiments.report import headline, reproduce
+from hessviz.app.claim_links import link
+from hessviz.experiments import CLAIM_IDS
+from hessviz.experiments.report import headline
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "assets" / "claims" / "claims.json"
@@ -25,23 +26,10 @@ hva.explain(
 )
 
 
-@st.cache_data(show_spinner=False)
-def _load(path: str, mtime: float) -> list[dict]:
-    return json.loads(pathlib.Path(path).read_text())
-
-
-@st.cache_data(show_spinner=False)
-def _quick(nonce: int) -> list[dict]:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        return reproduce(pathlib.Path(tmp), quick=True)
-
-
 records = None
 source = ""
 if COMMITTED.exists():
-    records = _load(str(COMMITTED), COMMITTED.stat().st_mtime)
+    records = hva.cache.claims_file(str(COMMITTED), COMMITTED.stat().st_mtime)
     source = f"`{COMMITTED.relative_to(ROOT)}` (full run)"
 else:
     st.info(
@@ -50,8 +38,8 @@ else:
         icon=":material/info:",
     )
     if st.button("Run the quick reproduction", icon=":material/play_arrow:"):
-        with st.spinner("Measuring every claim (quick)…"):
-            records = _quick(0)
+        with hva.guard("the quick reproduction"):
+            records = hva.cache.claims_quick(0)
         source = "a quick run in this session (fewer seeds: indicative only)"
 if not records:
     st.stop()
@@ -74,7 +62,7 @@ table = {
     "statement": [r["claim"] for r in rows],
     "verdict": [HOLDS.get(r["holds"], str(r["holds"])) for r in rows],
     "key numbers": ["; ".join(f"{k} = {_fmt(v)}" for k, v in headline(r)) for r in rows],
-    "see it": [f"./{PAGE_LINKS.get(r['id'], '')}" for r in rows],
+    "see it": [link(r["id"]) for r in rows],
 }
 st.dataframe(
     table,
@@ -101,7 +89,7 @@ rec = next(r for r in records if r["id"] == pick)
 st.subheader(f"`{rec['id']}`: {HOLDS.get(rec['holds'], rec['holds'])}")
 st.markdown(f"**Claim.** {rec['claim']}  \n**Source.** {rec['source']}")
 st.markdown(f"**Note.** {rec['note']}")
-st.markdown(f"[Open the page that shows it](./{PAGE_LINKS.get(rec['id'], '')})")
+st.markdown(f"[Open the page that shows it]({link(rec['id'])})")
 st.dataframe(
     {"measured": list(rec["measured"]), "value": [_fmt(v) for v in rec["measured"].values()]},
     hide_index=True,

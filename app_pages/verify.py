@@ -6,8 +6,6 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import plots
 
-MAX_P = 3072  # autograd needs P Hessian-vector products; beyond this the page would stall
-
 view = hva.sidebar()
 hva.header("Verify & speed", view)
 hva.explain(
@@ -22,7 +20,7 @@ hva.explain(
     r"{\|H^{\text{autograd}}_{ab}\|_F},\qquad "
     r"\text{speed-up} = \frac{t_{\text{autograd}}}{t_{\text{closed}}}",
 )
-hva.require_size(view, MAX_P, "the verification page")
+hva.afford(view, "verify", repeats=hva.cache.LIMITS.timing_repeats)
 if st.button("Time again", icon=":material/timer:", help="measure both methods afresh"):
     st.session_state["verify_nonce"] = st.session_state.get("verify_nonce", 0) + 1
 with st.spinner("Computing the Hessian twice (closed form and autograd)…"), hva.guard("the comparison"):
@@ -52,5 +50,7 @@ hva.chart(efig, "verify_relative_error", csv=lambda: {
 tfig = plots.timing_bars(times, title=f"Time for all three terms: closed form is {speedup:.1f}× "
                                       f"{'faster' if speedup >= 1 else 'slower'}")
 hva.chart(tfig, "verify_timing", csv=lambda: {"method": list(times), "seconds": list(times.values())})
-st.caption(f"Best of two runs each, on {hva.device_label()}, P = {view.num_params:,}. The first visit of a "
-           "view also pays one-off costs; press *Time again* for a fresh measurement.")
+runs = hva.cache.LIMITS.timing_repeats
+st.caption(f"{f'Best of {runs} runs' if runs > 1 else 'One run'} each, on {hva.device_label()}, "
+           f"P = {view.num_params:,}. The first visit of a view also pays one-off costs; press *Time again* "
+           "for a fresh measurement.")

@@ -1,5 +1,6 @@
-r"""Fitting utilities for the claims: power-law slopes with confidence intervals, the Gini
-coefficient, and the point where a power law bends.
+r"""Fits on measured curves: power-law slopes with confidence intervals, the point where a
+power law bends, the Gini coefficient and rank correlation. Used by the sweeps, the claims
+and the app alike.
 
 * :func:`power_law_fit` fits ``log y = a + b log x`` by least squares and gives a
   bootstrap confidence interval for the exponent ``b`` (resampling the points).
@@ -8,8 +9,17 @@ coefficient, and the point where a power law bends.
 * :func:`local_slopes` and :func:`bend_point` show where a curve leaves its small-``x``
   power law (for attention: where the softmax saturates).
 * :func:`gini` is ``G = Σ_i Σ_j |x_i − x_j| / (2 n² x̄)`` (Tomihari & Sato).
+* :func:`center` is the named statistic over seeds (:data:`STATISTICS`) of a curve
+  measured once per seed, ``(n_seeds, n)``; :class:`RangeFit` a fit over a range of ``x``
+  with the exponent expected there.
 
 Everything here is plain numpy; no torch, no plotting.
+
+>>> import numpy as np
+>>> x = np.logspace(-2, 0, 9)
+>>> fit = power_law_fit(x, 3.0 * x**6, n_boot=0)
+>>> round(fit.slope, 6), round(float(np.exp(fit.intercept)), 6), fit.n
+(6.0, 3.0, 9)
 """
 
 from __future__ import annotations
@@ -32,8 +42,50 @@ class PowerLawFit:
     n: int
     """Number of points (or seeds) behind the interval."""
 
-    def as_dict(self, prefix: str = "slope") -> dict[str, float | list[float]]:
-        return {prefix: self.slope, f"{prefix}_ci": [self.ci[0], self.ci[1]], f"{prefix}_r2": self.r2}
+
+@dataclass(frozen=True)
+class RangeFit:
+    """A power-law fit over ``lo <= x <= hi`` and the exponent expected there (``None``: none)."""
+
+    fit: PowerLawFit | None
+    """``None`` when the range held fewer than two usable points."""
+    lo: float
+    hi: float
+    expected: float | None = None
+
+    @property
+    def slope(self) -> float:
+        return self.fit.slope if self.fit is not None else float("nan")
+
+
+STATISTICS = ("median", "geomean")
+"""The centre of a curve over seeds: the ``median``, or the geometric mean ``geomean``."""
+
+
+def center(Y, stat: str) -> np.ndarray:
+    """The statistic ``stat`` (:data:`STATISTICS`) over the rows (seeds) of ``Y (n_seeds, n)``.
+
+    ``geomean`` is ``exp(mean log y)``, ignoring non-positive or non-finite entries (``nan``
+    where none is left).
+
+    >>> Y = np.array([[1.0, 1.0], [4.0, 100.0], [16.0, 10.0]])
+    >>> center(Y, "median").tolist(), center(Y, "geomean").round(12).tolist()
+    ([4.0, 10.0], [4.0, 10.0])
+    >>> center(Y, "mean")
+    Traceback (most recent call last):
+    ...
+    ValueError: stat must be one of median, geomean, got 'mean'
+    """
+    if stat not in STATISTICS:
+        raise ValueError(f"stat must be one of {', '.join(STATISTICS)}, got {stat!r}")
+    Y = np.atleast_2d(np.asarray(Y, dtype=np.float64))
+    if stat == "median":
+        return np.median(Y, axis=0)
+    ok = np.isfinite(Y) & (Y > 0)
+    if ok.all():
+        return np.exp(np.log(Y).mean(axis=0))
+    with np.errstate(all="ignore"):
+        return np.exp(np.nanmean(np.log(np.where(ok, Y, np.nan)), axis=0))
 
 
 def _clean(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -146,9 +198,18 @@ def spearman(a, b) -> float:
     return float(stats.spearmanr(a, b).statistic)
 
 
-def pearson(a, b) -> float:
-    a = np.asarray(a, dtype=float).ravel()
-    b = np.asarray(b, dtype=float).ravel()
-    if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")
-    return float(np.corrcoef(a, b)[0, 1])
+
+def pooled_power_law_fit(x, Y, lo: float = -np.inf, hi: float = np.inf, *, n_boot: int = 1000) -> PowerLawFit:
+    """One log–log fit through every seed's points: ``Y (seeds, points)`` against ``x (points)``,
+    over the points with ``lo <= x <= hi`` whose column is finite for every seed.
+
+    >>> import numpy as np
+    >>> x = np.logspace(-4, 0, 9)
+    >>> Y = np.stack([x**-2, 2 * x**-2])
+    >>> round(pooled_power_law_fit(x, Y, hi=1e-2, n_boot=0).slope, 6)
+    -2.0
+    """
+    x = np.asarray(x, dtype=float)
+    Y = np.atleast_2d(np.asarray(Y, dtype=float))
+    m = (x >= lo) & (x <= hi) & np.isfinite(Y).all(axis=0)
+    return power_law_fit(np.tile(x[m], Y.shape[0]), Y[:, m].ravel(), n_boot=n_boot)

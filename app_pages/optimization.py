@@ -4,9 +4,8 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz.experiments import figures, heterogeneity, optimizers
-
-MAX_PARAMS = 6000
+from hessviz import plots
+from hessviz.experiments import optimizers
 
 view = hva.sidebar()
 hva.header("Optimization lens", view)
@@ -21,7 +20,6 @@ hva.explain(
     r"\Lambda_G=\frac{\sum_b \|g_b\|^2\|H_{bb}\|_2}{\sum_b\|g_b\|^2},\qquad"
     r"\Lambda_P=\frac{\sum_b P_b\|H_{bb}\|_2}{P}",
 )
-hva.require_size(view.with_values(norm="post"), MAX_PARAMS, "the optimization lens")
 
 mode = hva.choice(
     "View",
@@ -34,33 +32,6 @@ PLACEMENTS = ("post", "pre")
 NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _heterogeneity(key: tuple, part: str) -> dict:
-    v = hva.View.from_values(dict(key))
-    params, X, Y = v.inputs
-    h = heterogeneity.block_heterogeneity(v.cfg, params, X, Y, part)
-    return {
-        "names": h.names,
-        "grad": h.grad_norms,
-        "hess": h.hess_norms,
-        "sizes": h.sizes,
-        "gini": h.gini,
-        "lambda_G": h.lambda_G,
-        "lambda_P": h.lambda_P,
-        "corr": h.correlation,
-    }
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _training(L: int, d: int, dk: int, dff: int, seeds: tuple, steps: int, lrs: tuple) -> dict:
-    grids = {o: (lr,) for o, lr in zip(optimizers.OPTIMIZERS, lrs)}
-    st_ = optimizers.optimizer_study(seeds, steps, grids, seq_len=L, d_model=d, d_k=dk, d_ff=dff)
-    return {
-        pl: {"gini": d_["gini"], **{o: d_["curves"][o][grids[o][0]] for o in optimizers.OPTIMIZERS}}
-        for pl, d_ in st_.items()
-    }
-
-
 if mode == "gradients":
     part = hva.choice(
         "Blocks",
@@ -69,10 +40,11 @@ if mode == "gradients":
         default="column",
         help="matrix: the five weight matrices; column: every output unit of every matrix",
     )
+    hva.afford(view.with_values(norm="post"), "optimization")
     res = {}
     with hva.guard("the gradient heterogeneity"):
         for pl in PLACEMENTS:
-            res[pl] = _heterogeneity(view.with_values(norm=pl).key, part)
+            res[pl] = hva.cache.heterogeneity_of(view.with_values(norm=pl).key, part)
     cols = st.columns(2)
     for c, pl in zip(cols, PLACEMENTS):
         r = res[pl]
@@ -88,7 +60,7 @@ if mode == "gradients":
         "values."
     )
     names = res["post"]["names"]
-    fig = figures.bar_figure(
+    fig = plots.grouped_bars(
         names,
         {pl: res[pl]["grad"] for pl in PLACEMENTS},
         title="Per-block gradient norm ‖g_b‖",
@@ -100,7 +72,7 @@ if mode == "gradients":
         "gradient_norms",
         csv=lambda: {"block": names, **{f"grad_{pl}": res[pl]["grad"] for pl in PLACEMENTS}},
     )
-    sc = figures.scatter_figure(
+    sc = plots.scatter_figure(
         {pl: (res[pl]["grad"], res[pl]["hess"]) for pl in PLACEMENTS},
         title="Gradient norm vs Hessian block norm, per block",
         xlabel="‖g_b‖",
@@ -144,13 +116,14 @@ else:
     )
     seeds = tuple(range(view.seed, view.seed + n_seeds))
     c = view.cfg
-    with hva.guard("the training runs"), st.spinner("Training…"):
-        tr = _training(
+    hva.afford(view.with_values(norm="post"), "optimization", steps=steps, seeds=n_seeds)
+    with hva.guard("the training runs"):
+        tr = hva.cache.training(
             c.seq_len, c.d_model, c.d_k, c.d_ff, seeds, steps, (float(lr_sgd), float(lr_sign), float(lr_adam))
         )
     cols = st.columns(2)
     for col, pl in zip(cols, PLACEMENTS):
-        fig = figures.training_curves(
+        fig = plots.training_curves(
             {o: tr[pl][o] for o in optimizers.OPTIMIZERS},
             title=f"{NAMES[pl]} (Gini at init {tr[pl]['gini'].mean():.3f})",
         )

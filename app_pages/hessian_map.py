@@ -7,7 +7,6 @@ from hessviz import plots
 
 TERMS = ("full", "outer", "functional")
 KINDS = {"spectral": "spectral ‖·‖₂", "fro": "Frobenius ‖·‖_F"}  # URL value -> words
-MAX_P = 4096
 
 view = hva.sidebar()
 hva.header("Hessian map", view)
@@ -24,7 +23,7 @@ hva.explain(
     r"\nabla_\theta^2 Z_i}_{\text{functional}},"
     r"\qquad J = \frac{\partial\, \mathrm{vec}_r Z}{\partial \theta}",
 )
-hva.require_size(view, MAX_P, "the Hessian map")
+hva.afford(view, "map")
 
 names = view.cfg.param_names
 pairs = ["all"] + [f"{a},{b}" for i, a in enumerate(names) for b in names[i:]]

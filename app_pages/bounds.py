@@ -5,7 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz.experiments import bounds, figures
+from hessviz import plots
+from hessviz.experiments import bounds
+from hessviz.experiments.common import violations
 
 view = hva.sidebar()
 hva.header("Spectral-norm bounds", view)
@@ -36,27 +38,13 @@ n_cases = hva.slider(
 )
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _here(key: tuple) -> dict:
-    v = hva.View.from_values(dict(key))
-    params, X, Y = v.inputs
-    return bounds.case_row(v.cfg, params, X, Y, {"L": v.cfg.seq_len})
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _study(n: int, seed: int) -> dict:
-    return bounds.attention_bound_study(n, seed)
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _ln_study(n: int, seed: int) -> dict:
-    return bounds.ln_bound_study(n, seed)
-
-
 if mode == "attention":
     att_view = view.with_values(norm="attention")
+    hva.afford(att_view, "bounds", cases=n_cases,
+               advice="Lower d, d_k or L (the attention block has P = 3·d·d_k weights), or draw fewer "
+                      "random configurations.")
     with hva.guard("the attention bounds"):
-        row = _here(att_view.key)
+        row = hva.cache.bounds_here(att_view.key)
     blocks = ("VV", "QQ", "VQ", "QK", "KK", "VK")
     table = pd.DataFrame(
         {
@@ -86,8 +74,8 @@ if mode == "attention":
         "W_Q and W_K exchanged. A ratio below 1 is a violation."
     )
     with hva.guard("the random study"), st.spinner("Evaluating random configurations…"):
-        att = _study(n_cases, view.seed)
-    fig = figures.scatter_figure(
+        att = hva.cache.bounds_study(n_cases, view.seed)
+    fig = plots.scatter_figure(
         {f"M ({ver})": (att["true_total"], att[f"M_{ver}"]) for ver in bounds.VERSIONS},
         title="Bound M vs exact ‖H‖₂ over random configurations",
         xlabel="exact ‖H‖₂",
@@ -95,7 +83,7 @@ if mode == "attention":
         diagonal=True,
     )
     hva.chart(fig, "attention_bounds", npz=lambda: att)
-    fig2 = figures.scatter_figure(
+    fig2 = plots.scatter_figure(
         {
             ver: (att["s"] * att["L"], att["true_QQ_outer"] / att[f"{ver}_QQ_outer"])
             for ver in bounds.VERSIONS
@@ -114,24 +102,24 @@ if mode == "attention":
     )
 else:
     with hva.guard("the LayerNorm study"), st.spinner("Evaluating random LayerNorm inputs…"):
-        ln = _ln_study(n_cases, view.seed)
+        ln = hva.cache.ln_bounds_study(n_cases, view.seed)
     counts = pd.DataFrame(
         {
             "σ_min read as": ["row standard deviation (the proof)", "centred row norm (the Lemma's wording)"],
             "Jacobian violations": [
-                int((ln["J"] > ln["J_bound_std"]).sum()),
-                int((ln["J"] > ln["J_bound_rownorm"]).sum()),
+                violations(ln["J"], ln["J_bound_std"]),
+                violations(ln["J"], ln["J_bound_rownorm"]),
             ],
             "Hessian violations": [
-                int((ln["H"] > ln["H_bound_std"]).sum()),
-                int((ln["H"] > ln["H_bound_rownorm"]).sum()),
+                violations(ln["H"], ln["H_bound_std"]),
+                violations(ln["H"], ln["H_bound_rownorm"]),
             ],
             "cases": [ln["J"].size] * 2,
         }
     )
     st.dataframe(counts, hide_index=True)
     pos = ln["H"] > 0
-    fig = figures.scatter_figure(
+    fig = plots.scatter_figure(
         {
             "Jacobian, σ = row std": (ln["J"][pos], ln["J_bound_std"][pos]),
             "Hessian, σ = row std": (ln["H"][pos], ln["H_bound_std"][pos]),

@@ -83,7 +83,7 @@ st.latex(r"H = \underbrace{J^\top\, \nabla^2_Z \ell\; J}_{\text{outer}\ \succeq\
 st.markdown("For the block in the sidebar, the spectral norm of each diagonal block in each term "
             "(the full term is not the sum of the two norms: the parts can cancel):")
 names = view.cfg.param_names
-if view.num_params <= 4096:
+if hva.afford(view, "learn", stop=False):
     with hva.guard("the block norms"):
         norms = {t: hva.cache.block_norms(view.key, t) for t in ("outer", "functional", "full")}
     diag = {t: {n: float(m[i, i]) for i, n in enumerate(names)} for t, m in norms.items()}
@@ -91,8 +91,6 @@ if view.num_params <= 4096:
     hva.chart(fig, "learn_decomposition", csv=lambda: {
         "term": [t for t in diag for _ in names], "block": [n for _ in diag for n in names],
         "spectral_norm": [diag[t][n] for t in diag for n in names]})
-else:
-    st.caption(f"(The figure is drawn for P ≤ 4,096; this block has P = {view.num_params:,}.)")
 st.markdown("Because both losses are convex in Z, the outer term is positive semi-definite; only the "
             "functional term can make the Hessian indefinite. hessviz computes every block of both "
             "terms from explicit formulas for each component, composed by the chain rule, and checks "

@@ -1,0 +1,135 @@
+"""Is this run still wanted? Status line, queue place and progress of a guarded computation.
+
+A page computes inside :func:`hessviz.app.guard`, which opens a :class:`Status` for the
+script thread. The caches call :func:`current` between chunks of work:
+
+* :meth:`Status.checkpoint` raises :class:`Cancelled` when the visitor's session has no
+  connection any more (tab closed), so the server stops working for nobody;
+* :meth:`Status.waiting` shows the visitor's place in the queue of heavy computations;
+* :meth:`Status.step` draws a progress bar.
+
+Each of them writes to a Streamlit placeholder. Writing is also how Streamlit interrupts a
+run whose controls have moved (``runner.fastReruns``): the write raises Streamlit's rerun
+exception, so a computation abandons a view as soon as nobody asks for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import streamlit as st
+from streamlit import runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+_local = threading.local()
+
+
+class Cancelled(Exception):
+    """The visitor who asked for this computation has gone."""
+
+
+def session_alive() -> bool:
+    """False once this script run's browser session has disconnected (True outside a server)."""
+    if not runtime.exists():
+        return True
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return True
+    return runtime.get_instance().is_active_session(ctx.session_id)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+class Status:
+    """The status placeholder of one guarded computation (``what``: e.g. ``"the spectrum"``)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self.slot = st.empty()
+        self._shown = ""
+        self._last = 0.0
+        self._held = contextlib.ExitStack()
+        self._holding = False
+
+    def hold(self, gate) -> contextlib.AbstractContextManager:
+        """Take a slot of ``gate`` at the first computation and keep it until the guard ends, so a
+        page's chunks (a sweep's points, a spectrum's terms) queue once, not once per chunk."""
+        if not self._holding:
+            self._held.enter_context(gate.slot(self.waiting))
+            self._holding = True
+        return contextlib.nullcontext()
+
+    def checkpoint(self) -> None:
+        if not session_alive():
+            raise Cancelled(self.what)
+
+    def _show(self, kind: str, text: str, value: float | None = None) -> None:
+        now = time.monotonic()
+        if kind == "queue" and text == self._shown and now - self._last < 1.0:
+            return                      # the same message: do not resend it four times a second
+        self._shown, self._last = text, now
+        if kind == "progress":
+            self.slot.progress(min(1.0, max(0.0, value or 0.0)), text=text)
+        else:
+            self.slot.info(text, icon=":material/hourglass_top:")
+
+    def waiting(self, place: int) -> None:
+        """Called while queued (``place`` 1 = next) or waiting for memory (``place`` 0)."""
+        self.checkpoint()
+        if place > 0:
+            self._show("queue", f"**Queued: {_ordinal(place)} in line** for {self.what}. This server runs "
+                                "one heavy computation per core at a time; yours starts as soon as one ends.")
+        else:
+            self._show("queue", f"Waiting for memory or for another visitor computing {self.what}…")
+
+    def step(self, done: int, total: int, text: str = "") -> None:
+        """Progress ``done / total`` (and a cancellation point)."""
+        self.checkpoint()
+        self._show("progress", text or f"Computing {self.what}: {done}/{total}",
+                   done / total if total else 1.0)
+
+    def release(self) -> None:
+        self._held.close()
+        self._holding = False
+
+
+class _Quiet:
+    """Used when no page guards the call (library use, tests): never cancels, draws nothing."""
+
+    what = "this computation"
+
+    def checkpoint(self) -> None:
+        pass
+
+    def waiting(self, place: int) -> None:
+        pass
+
+    def step(self, done: int, total: int, text: str = "") -> None:
+        pass
+
+    def hold(self, gate) -> contextlib.AbstractContextManager:
+        return gate.slot()
+
+
+def current() -> Status | _Quiet:
+    """The status of the guarded computation running in this thread."""
+    return getattr(_local, "status", None) or _Quiet()
+
+
+def open_status(what: str) -> Status:
+    status = Status(what)
+    _local.status = status
+    return status
+
+
+def close_status(status: Status) -> None:
+    """Release the guard's slot, forget it, and remove its status line (if the run goes on)."""
+    status.release()
+    if getattr(_local, "status", None) is status:
+        _local.status = None
+    status.slot.empty()

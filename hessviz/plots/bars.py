@@ -1,0 +1,76 @@
+"""Bars: block norms per term, grouped values with error bars, and timings.
+
+>>> fig = grouped_bars(["a", "b"], {"post": [1.0, 2.0]}, errors={"post": [0.1, 0.2]}, title="t", ylabel="y")
+>>> fig.data[0].name, list(fig.data[0].error_y.array)
+('Post-LN', [0.1, 0.2])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from hessviz.plots.style import TERM_COLORS, color_for, layout, placement_name, pretty
+
+
+def block_norm_bars(norms: dict[str, np.ndarray], names: Sequence[str], *, kind: str = "spectral",
+                    title: str | None = None, height: int = 460, theme: str = "light") -> go.Figure:
+    """Diagonal and off-diagonal block norms per term as grouped bars on a log axis."""
+    n = len(names)
+    pairs = [(i, j) for i in range(n) for j in range(i, n)]
+    xs = [f"{names[i]}–{names[j]}" for i, j in pairs]
+    fig = go.Figure()
+    for term, M in norms.items():
+        fig.add_trace(go.Bar(x=xs, y=[M[i, j] for i, j in pairs], name=term,
+                             marker={"color": TERM_COLORS.get(term)},
+                             hovertemplate=f"{term}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>"))
+    label = {"spectral": "‖·‖₂", "fro": "‖·‖_F"}.get(kind, kind)
+    fig.update_yaxes(type="log", title={"text": f"block norm {label}"})
+    fig.update_layout(barmode="group")
+    return layout(fig, title or f"Per-block norms {label}", height, theme=theme)
+
+
+def diagonal_norm_bars(norms: dict[str, dict[str, float]], *, title: str | None = None,
+                       height: int = 420, theme: str = "light") -> go.Figure:
+    """``term -> {block name -> norm}`` as grouped bars on a log axis (one group per block)."""
+    fig = go.Figure()
+    for term, by_block in norms.items():
+        fig.add_trace(go.Bar(x=[pretty(n) for n in by_block], y=list(by_block.values()), name=term,
+                             marker={"color": TERM_COLORS.get(term)},
+                             hovertemplate=f"{term}<br>%{{x}}<br>%{{y:.4g}}<extra></extra>"))
+    fig.update_yaxes(type="log", title={"text": "spectral norm ‖·‖₂"})
+    fig.update_layout(barmode="group")
+    return layout(fig, title, height, theme=theme)
+
+
+def timing_bars(times: dict[str, float], *, title: str | None = "Time for full, outer and functional",
+                height: int = 360, theme: str = "light") -> go.Figure:
+    """Horizontal bars of wall times (seconds), with the speed-up in the title."""
+    labels = {"closed_form": "closed form", "autograd": "autograd (torch.func)"}
+    names = list(times)
+    fig = go.Figure(go.Bar(
+        x=[times[n] for n in names], y=[labels.get(n, n) for n in names], orientation="h",
+        text=[f"{times[n] * 1e3:.0f} ms" for n in names], textposition="auto",
+        marker={"color": ["#00a676" if n == "closed_form" else "#636efa" for n in names]},
+        hovertemplate="%{y}: %{x:.4f} s<extra></extra>"))
+    fig.update_xaxes(title={"text": "seconds (best of 2)"})
+    return layout(fig, title, height, theme=theme)
+
+
+def grouped_bars(categories: Sequence[str], groups: Mapping[str, Sequence[float]], *, title: str, ylabel: str,
+                 errors: Mapping[str, Sequence[float]] | None = None, logy: bool = False, height: int = 460,
+                 theme: str = "light") -> go.Figure:
+    """Grouped bars: ``groups`` name -> one value per category, optional symmetric ``errors``."""
+    fig = go.Figure()
+    for i, (name, vals) in enumerate(groups.items()):
+        err = None
+        if errors and name in errors:
+            err = {"type": "data", "array": list(np.asarray(errors[name], dtype=float))}
+        fig.add_trace(go.Bar(x=list(categories), y=list(np.asarray(vals, dtype=float)),
+                             name=placement_name(name),
+                             error_y=err, marker={"color": color_for(name, i)}))
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(type="log" if logy else "linear", title={"text": ylabel})
+    return layout(fig, title, height, theme=theme)

