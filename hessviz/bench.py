@@ -306,9 +306,12 @@ def render(rows: list[Row], header: str) -> str:
             lines.append(f"| {r.case} | {_fmt(r.ours)} | (none that fits) | | | {r.error:.1e} |")
         for i, (name, t) in enumerate(r.baselines.items()):
             first = i == 0
+            ratio = t / r.ours
+            speedup = f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.2g}"
+            error = f"{r.error:.1e}" if first and r.error == r.error else ""   # nan: nothing compared
             lines.append(
                 f"| {r.case if first else ''} | {_fmt(r.ours) if first else ''} | {name} | {_fmt(t)} | "
-                f"**{t / r.ours:.0f}×** | {f'{r.error:.1e}' if first else ''} |")
+                f"**{speedup}×** | {error} |")
     notes = [f"- {r.case}: {r.extra}" for r in rows if r.extra]
     return "\n".join(lines + ([""] + notes if notes else []))
 

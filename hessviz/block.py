@@ -25,7 +25,9 @@ weights by local name through :data:`hessviz.weights.WEIGHT_MAP`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from torch import Tensor
 
@@ -40,21 +42,29 @@ from hessviz.weights import component_weights
 @dataclass(frozen=True)
 class BlockTrace:
     """One forward pass: the attention, the token-wise map ``T: SA → Z`` (``None`` for the
-    identity), and ``Z (L, d)``."""
+    identity), and ``Z (L, d)``.
+
+    The stage's per-token Jacobians cost ``O(L d³)`` to compose, so it is built from
+    ``build_stage`` when first asked for: a forward pass (``hv.forward``) never builds it.
+    """
 
     attention: MultiHeadAttention
-    stage: Stage | None
+    build_stage: Callable[[], Stage | None]
     Z: Tensor
+
+    @cached_property
+    def stage(self) -> Stage | None:
+        return self.build_stage()
 
 
 def _layernorm(cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tensor,
-               where: str) -> tuple[Tensor, Stage]:
-    """``which(z)`` and its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise."""
+               where: str) -> tuple[Tensor, Callable[[], Stage]]:
+    """``which(z)`` and a builder of its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise."""
     n, st = layernorm.value(z, cfg.ln_eps, where=where)
     w = component_weights(cfg, params, which)
     gamma, beta = w.get("gamma"), w.get("beta")
     out = n if gamma is None else n * gamma + beta
-    return out, layernorm.stage(st, which, gamma, beta)
+    return out, lambda: layernorm.stage(st, which, gamma, beta)
 
 
 def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor,
@@ -77,24 +87,25 @@ def trace(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockTrace:
 
     if cfg.norm == "attention":
         sa = attention_on(X)
-        return BlockTrace(sa, None, sa.output)
+        return BlockTrace(sa, lambda: None, sa.output)
 
     if cfg.norm == "post":        # Z1 = ln1(X + SA(X)),  Z = ln2(Z1 + FFN(Z1))
         sa = attention_on(X)
         Z1, ln1 = _layernorm(cfg, params, "ln1", X + sa.output, "first LayerNorm input X + SA(X)")
         ffn = ffn_on(Z1)
         Z, ln2 = _layernorm(cfg, params, "ln2", Z1 + ffn.output, "second LayerNorm input Z1 + FFN(Z1)")
-        return BlockTrace(sa, compose_stages(compose_stages(ln1, residual_stage(ffn.stage())), ln2), Z)
+        return BlockTrace(sa, lambda: compose_stages(compose_stages(ln1(), residual_stage(ffn.stage())),
+                                                     ln2()), Z)
 
     if cfg.norm == "pre":         # Z1 = X + SA(ln1(X)),  Z = Z1 + FFN(ln2(Z1))
         Xa, ln1 = _layernorm(cfg, params, "ln1", X, "input X")
-        sa = attention_on(Xa, ln1 if ln1.jacobians else None)
+        sa = attention_on(Xa, ln1() if cfg.ln_affine else None)   # γ, β of ln1 move attention's input
         Z1 = X + sa.output
         Y, ln2 = _layernorm(cfg, params, "ln2", Z1, "second LayerNorm input Z1 = X + SA(ln1(X))")
         ffn = ffn_on(Y)
-        return BlockTrace(sa, residual_stage(compose_stages(ln2, ffn.stage())), Z1 + ffn.output)
+        return BlockTrace(sa, lambda: residual_stage(compose_stages(ln2(), ffn.stage())), Z1 + ffn.output)
 
     sa = attention_on(X)          # none: Z1 = X + SA(X),  Z = Z1 + FFN(Z1)
     Z1 = X + sa.output
     ffn = ffn_on(Z1)
-    return BlockTrace(sa, residual_stage(ffn.stage()), Z1 + ffn.output)
+    return BlockTrace(sa, lambda: residual_stage(ffn.stage()), Z1 + ffn.output)

@@ -6,7 +6,7 @@ Examples::
     hessviz verify --norm post --activation gelu --loss ce   # closed form vs autograd table
     hessviz spectrum --norm post -L 32 -d 384 --heads 12 --d-k 32 --d-ff 1536 --out-proj \\
         --bias --ln-affine --activation gelu --top 5 --density   # spectrum.json + .html
-    hessviz bench                                            # writes benchmarks/RESULTS.md
+    hessviz bench                                # benchmarks/RESULTS.md, MATFREE.md, PRETRAINED.md
     hessviz reproduce --quick --out reproduce-out            # the papers' claims, measured
 """
 
@@ -28,6 +28,7 @@ from hessviz.errors import HessvizError
 from hessviz.result import TERMS
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
+BENCH_SUITES = ("dense", "matfree", "pretrained")
 
 
 def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:
@@ -173,9 +174,20 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from hessviz import bench
-    bench.main(out=Path(args.out), seq_lens=tuple(args.seq_lens), repeats=args.repeats,
-               threads=args.threads)
+    out = Path(args.out)
+    if "dense" in args.suite:
+        from hessviz import bench
+        bench.main(out=out / "RESULTS.md", seq_lens=tuple(args.seq_lens), repeats=args.repeats,
+                   threads=args.threads)
+    if "matfree" in args.suite:
+        from hessviz.matfree import bench as matfree_bench
+        matfree_bench.main(out=out / "MATFREE.md", repeats=max(args.repeats, 7), threads=args.threads)
+        print(f"wrote {out / 'MATFREE.md'}")
+    if "pretrained" in args.suite:
+        from hessviz.pretrained import bench as pretrained_bench
+        text = pretrained_bench.main(repeats=max(args.repeats, 5), threads=args.threads)
+        (out / "PRETRAINED.md").write_text(f"# Pretrained layers\n\n{text}\n")
+        print(f"wrote {out / 'PRETRAINED.md'}")
     return 0
 
 
@@ -219,8 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="spectrum", help="output path prefix (default ./spectrum)")
     p.set_defaults(func=cmd_spectrum)
 
-    p = sub.add_parser("bench", help="closed form vs autograd timings; writes benchmarks/RESULTS.md")
-    p.add_argument("--out", default="benchmarks/RESULTS.md")
+    p = sub.add_parser("bench", help="closed form vs the strongest autograd, side by side; writes "
+                                     "benchmarks/RESULTS.md, MATFREE.md and PRETRAINED.md")
+    p.add_argument("--out", default="benchmarks", help="folder of the result files (default benchmarks)")
+    p.add_argument("--suite", nargs="+", choices=BENCH_SUITES, default=list(BENCH_SUITES),
+                   help="dense Hessians (RESULTS.md, ~8 min), matrix-free products and spectra "
+                        "(MATFREE.md, ~20 min), pretrained loading (PRETRAINED.md, ~1 min); default all")
     p.add_argument("--seq-lens", type=int, nargs="+", default=[16, 32, 64])
     p.add_argument("--repeats", type=int, default=3, help="timed warm runs per case (median)")
     p.add_argument("--threads", type=int, default=2)
