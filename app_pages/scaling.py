@@ -27,8 +27,12 @@ hva.explain(
 c1, c2, c3 = st.columns([3, 3, 2])
 axis = hva.choice("Sweep over", tuple(sweeps.AXES), key="sc_axis", default="xnorm", container=c1,
                   help="xnorm: input size ‖X‖₂; L: sequence length; d: model width")
-names = view.cfg.param_names
-pairs = tuple(p for p in PAIRS if all(n in names for n in p.split(",")))
+cfg = view.cfg
+names = cfg.param_names
+pairs = tuple(p for p in PAIRS + ("W_O,W_O",) if all(n in names for n in p.split(",")))
+if cfg.n_heads > 1:   # one head's slices: the same scaling laws, per head
+    pairs += ("W_Q[0],W_Q[0]", "W_K[0],W_K[0]", "W_Q[0],W_K[0]", "W_Q[0],W_Q[1]", "W_V[0],W_V[0]",
+              "W_O[0],W_O[0]")
 pair_s = hva.select("Block (rows,cols)", pairs, key="sc_blk", default="W_Q,W_Q", container=c2)
 n_seeds = hva.slider("Seeds", 1, SEEDS_MAX, key="sc_seeds", default=3, container=c3,
                      help="how many random draws per point; the band spans them")
@@ -57,11 +61,17 @@ def run(cfg, label: str, pair: tuple[str, str], offset: float, share: float) -> 
     return sweeps.sweep(cfg, axis, grid, seeds, measure, input_norm=view.input_norm, progress=progress)
 
 
-side_pair = pair if all(n in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
+side_pair = pair if all(n.partition("[")[0] in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
+
+
+def placed(norm: str):
+    """The sidebar's block with LayerNorm placed at ``norm`` (no γ/β where there is no LayerNorm)."""
+    return view.with_values(norm=norm, affine=view.cfg.ln_affine and norm in ("post", "pre")).cfg
+
+
 with hva.guard("the sweep"):
     main = run(view.cfg, view.cfg.describe(), pair, 0.0, 0.4)
-    side = {norm: run(view.with_values(norm=norm).cfg, norm, side_pair, 0.4 + 0.2 * k, 0.2)
-            for k, norm in enumerate(PLACEMENTS)}
+    side = {norm: run(placed(norm), norm, side_pair, 0.4 + 0.2 * k, 0.2) for k, norm in enumerate(PLACEMENTS)}
 bar.empty()
 
 fits = sweeps.fits(main, view.cfg.norm, pair)

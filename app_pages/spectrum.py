@@ -5,10 +5,102 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots
+from hessviz.memory import format_bytes
 
 TERMS = ("full", "outer", "functional")
+METHODS = ("auto", "dense", "matrix-free")
 DENSE_LIMIT = 2048  # above this P: the outer term from its range (rank ≤ L·d), the others' extremes
 K = 64
+
+
+def metric(where, label: str, value: float, se: float, percent: bool = False,
+           help: str | None = None) -> None:
+    """An estimate with its standard error in the label (the value alone fits a narrow column)."""
+    scale, unit = (100, " %") if percent else (1, "")
+    error = f" ± {scale * se:.2g}{unit}" if np.isfinite(se) else ""
+    where.metric(f"{label}{error}", f"{scale * value:.3g}{unit}", help=help)
+
+
+def spectrum_matrix_free(view, shown: list[str], why: str) -> None:
+    """Lanczos extremes and an SLQ density of each term drawn, from products alone."""
+    P = view.num_params
+    c1, c2, c3 = st.columns(3)
+    k = hva.slider("Extreme eigenvalues k (each end)", 1, 20, key="spec_k", default=5, container=c1,
+                   help="the k largest and k smallest eigenvalues, by Lanczos (scipy eigsh)")
+    probes = hva.slider("SLQ probes", 1, 30, key="spec_probes", default=4, container=c2,
+                        help="random ±1 start vectors; the standard errors below are over them")
+    steps = hva.slider("Lanczos steps per probe", 5, 120, key="spec_steps", default=30, container=c3,
+                       help="each probe's density has this many nodes (Gauss quadrature exact for "
+                            "polynomials of degree < 2·steps)")
+    extra = {"k": k, "probes": probes, "steps": steps, "group_bytes": hva.cache.SLQ_GROUP_BYTES}
+    cost = hva.verdict(view, "spectrum_matfree", terms=len(shown), **extra).cost
+    bigger = hva.verdict(view, "spectrum_matfree", terms=3, k=max(k, 10), probes=max(2 * probes, 10),
+                         steps=max(steps, 80), group_bytes=hva.cache.SLQ_GROUP_BYTES).cost
+    st.info(f"**Matrix-free spectrum** ({why}): no P × P matrix is formed. For each term drawn, the "
+            f"{k} largest and {k} smallest eigenvalues by **Lanczos** (scipy `eigsh`, relative tolerance "
+            f"1e-8) and the spectral density by **stochastic Lanczos quadrature** ({probes} probes × {steps} "
+            "steps), "
+            "all from closed-form Hessian-vector products. Estimated work here: about "
+            f"{cost.seconds:.2g} s and {format_bytes(cost.bytes)}; all three terms with "
+            f"{max(2 * probes, 10)} probes × {max(steps, 80)} steps would take about {bigger.seconds:.2g} s "
+            f"({'within' if bigger.seconds <= hva.cache.LIMITS.max_seconds else 'over'} this "
+            f"server's {hva.cache.LIMITS.max_seconds:g} s per view).",
+            icon=":material/info:")
+    hva.afford(view, "spectrum_matfree", terms=len(shown),
+               advice="Lower the probes, steps or k, draw fewer terms, or lower d, d_ff, heads or L.",
+               **extra)
+    spec = {}
+    with hva.guard("the matrix-free spectrum"):
+        for t in shown:
+            spec[t] = hva.cache.matfree_spectrum(view.key, t, k, probes, steps, view.seed)
+    cols = st.columns(len(shown))
+    for col, t in zip(cols, shown):
+        s, d = spec[t], spec[t]["density"]
+        with col:
+            st.markdown(f"**{t}**")
+            a, b = st.columns(2)
+            a.metric("λ_max (Lanczos)", f"{s['top']['values'][-1]:.4g}")
+            if s["bottom"] is None:
+                rank = view.cfg.seq_len * view.cfg.d_model
+                b.metric("λ_min", "0", help=f"outer = JᵀAJ ⪰ 0 has rank ≤ L·d = {rank:,} < P: at least "
+                                          "P − L·d of its eigenvalues are 0 (not computed)")
+            else:
+                b.metric("λ_min (Lanczos)", f"{s['bottom']['values'][0]:.4g}")
+            metric(a, "negative share (SLQ)", d["negative_share"], d["negative_share_se"], percent=True,
+                   help="share of the P eigenvalues below zero (round-off excluded), ± standard error "
+                        "over probes")
+            metric(b, "negative mass (SLQ)", d["negative_mass"], d["negative_mass_se"], percent=True,
+                   help="Σ|λ| over negative λ / Σ|λ|, ± standard error over probes")
+            metric(a, "trace (SLQ)", d["trace"], d["trace_se"], help="P · Σ τ_j θ_j, ± standard error")
+            lanczos = [s[w] for w in ("top", "bottom") if s[w] is not None]
+            st.caption(f"{sum(e['matvecs'] for e in lanczos)} Lanczos products in "
+                       f"{sum(e['seconds'] for e in lanczos):.2g} s; SLQ {d['matvecs']} products "
+                       f"in {d['seconds']:.2g} s.")
+    st.caption("Error statement: Lanczos eigenvalues are converged to relative residual 1e-8. SLQ "
+               f"numbers are means over {probes} probes ± their standard error (none with one probe); each "
+               f"probe's {steps} nodes resolve the density to about 1/{steps} of the spectral range, and the "
+               "curve is smoothed by Gaussians of 1 % of the range. More probes shrink the error like "
+               "1/√probes.")
+    ext = {t: np.concatenate([spec[t][w]["values"] for w in ("bottom", "top") if spec[t][w] is not None])
+           for t in shown}
+    ends = {t: [w for w in ("bottom", "top") if spec[t][w] is not None for _ in range(k)] for t in shown}
+    curves = {t: (spec[t]["density"]["grid"], spec[t]["density"]["curve"]) for t in shown}
+    left, right = st.columns(2, gap="medium")
+    with left:
+        fig = plots.spectral_density(curves,
+                                     extremes=ext,
+                                     title=f"Spectral density (SLQ, {probes} × {steps}), P = {P:,}")
+        hva.chart(fig, "spectral_density_slq", npz=lambda: {
+            **{f"{t}_nodes": spec[t]["density"]["nodes"] for t in shown},
+            **{f"{t}_weights": spec[t]["density"]["weights"] for t in shown}})
+    with right:
+        efig = plots.spectrum_sorted(ext, partial={t: True for t in shown},
+                                     title=f"The {k} smallest and {k} largest eigenvalues (Lanczos)")
+        hva.chart(efig, "spectrum_extremes_lanczos", csv=lambda: {
+            "term": [t for t in shown for _ in ext[t]], "end": [e for t in shown for e in ends[t]],
+            "eigenvalue": np.concatenate([ext[t] for t in shown])})
+    st.caption("Per-block top eigenvalues and traces, for every weight and every head, are on the "
+               "**Heterogeneity** page.")
 
 view = hva.sidebar()
 hva.header("Spectrum", view)
@@ -24,11 +116,23 @@ hva.explain(
     r"\text{negative mass} = \frac{\sum_{\lambda_i<0} |\lambda_i|}{\sum_i |\lambda_i|},\qquad "
     r"H_{\text{outer}} = J^\top \nabla_Z^2\ell\, J \succeq 0",
 )
-hva.afford(view, "spectrum", dense_limit=DENSE_LIMIT, k=K)
-shown = hva.multichoice("Terms drawn", TERMS, key="spec_terms", default=TERMS,
-                        help="the summaries below always cover all three")
-
 P = view.num_params
+c1, c2 = st.columns([2, 3])
+how = hva.choice("Method", METHODS, key="spec_method", default="auto", container=c1,
+                 help="auto: dense eigenvalues while the dense terms fit this server (and P ≤ "
+                      f"{DENSE_LIMIT:,}), else matrix-free; dense: always the dense terms; matrix-free: "
+                      "Lanczos eigenvalues and an SLQ density from closed-form Hessian-vector products")
+shown = hva.multichoice("Terms drawn", TERMS, key="spec_terms", default=TERMS, container=c2,
+                        help="dense: the summaries always cover all three; matrix-free: only the terms drawn "
+                             "are computed")
+dense = hva.verdict(view, "spectrum", dense_limit=DENSE_LIMIT, k=K)
+if how == "matrix-free" or how == "auto" and (P > DENSE_LIMIT or not dense.ok):
+    why = ("you chose it" if how == "matrix-free" else f"P = {P:,} is above {DENSE_LIMIT:,}"
+           if dense.ok else f"the dense spectrum is over this server's budget ({dense.reason})")
+    spectrum_matrix_free(view, shown, why)
+    st.stop()
+hva.afford(view, "spectrum", dense_limit=DENSE_LIMIT, k=K)
+
 spec, norms = {}, {}
 with hva.guard("the spectrum") as status:
     for i, t in enumerate(TERMS):

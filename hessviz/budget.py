@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from hessviz.config import ATTENTION_PARAMS, BlockConfig
+from hessviz.config import ATTENTION_PARAMS, HEADED, BlockConfig
 from hessviz.errors import SizeError
 from hessviz.memory import format_bytes, memory_limit, parse_bytes
 
@@ -176,13 +176,61 @@ EIG_S = 5e-11        # dense eigvalsh of n × n: EIG_S · n³ seconds
 EIGSH_S = 5e-10      # Lanczos extremes (scipy eigsh, k largest and k smallest): EIGSH_S · n² · 2k
 RANGE_S = 1e-10      # all eigenvalues from the range of a rank-r matrix: RANGE_S · n² · (r + 10)
 NORM_S = 5e-11       # spectral norm of m × n via its Gram matrix: NORM_S · min² (m + n)
-TERM_S = 1.5e-8      # one closed-form dense term: TERM_S · P² · (1 + L d / 512)
+TERM_S = 1.5e-8      # one closed-form dense term: TERM_S · P² · (1 + L d / 512) · (1 + (H − 1)/5)
+PAIR_S = 4e-4        # fixed work per block pair of a dense term at L d = 256
 AUTOGRAD_S = 3e-8    # autograd reference: AUTOGRAD_S · P · L (d² + d d_ff + L d) per term
 POINT_S = 0.006      # fixed cost of one sweep point (weights, inputs, the block's forward and backward)
 CASE_S = 0.03        # one random configuration of the bounds / LayerNorm studies
 STEP_S = 2e-9        # one optimizer step: STEP_S · P · L · d (forward + closed-form gradient)
 
-KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse", "optimization")
+MV_CALL_S = 3e-4     # one matrix-free product call (res.matvec, hessviz.matfree): fixed cost
+MV_COL_S = 3.5e-4    # … plus per column MV_COL_S + MV_S · L · P (measured 19.5 ms at L = 64, P = 166,016)
+MV_S = 2e-9
+REORTH_S = 1e-9      # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
+EXACT_BLOCK = 256    # hessviz.matfree.block_table's default exact_limit (dense eigvalsh of H[b, b])
+
+KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse", "optimization",
+         "spectrum_matfree", "heterogeneity")
+
+
+def matvec_cost(cfg: BlockConfig, columns: int = 1, calls: int = 1) -> float:
+    """Seconds for ``calls`` matrix-free products of ``columns`` columns each (closed form): per
+    column the weights' work ``L·P`` plus each head's attention maps ``4 H L² (d_k + d_v)``."""
+    L, H = cfg.seq_len, cfg.n_heads
+    work = L * cfg.num_params + 4 * H * L * L * (cfg.d_k + cfg.value_width)
+    return calls * (MV_CALL_S + columns * (MV_COL_S + MV_S * work))
+
+
+def matvec_bytes(cfg: BlockConfig, columns: int = 1) -> int:
+    """Working memory of one product: the tape (activations, ``H`` attention maps) and the
+    columns in and out, O(P + L²·H + L·d_ff) per column."""
+    L, d, H = cfg.seq_len, cfg.d_model, cfg.n_heads
+    tape = 8 * (L * (4 * d + cfg.d_ff + 3 * H * max(cfg.d_k, cfg.value_width)) + 3 * H * L * L)
+    return 4 * tape + columns * (3 * 8 * cfg.num_params + 2 * tape)
+
+
+def lanczos_products(k: int) -> int:
+    """Products scipy's ``eigsh`` usually needs for ``k`` extreme eigenvalues (``ncv = max(2k+1, 20)``;
+    a few restarts): ``4 · ncv``, an over-estimate on the blocks measured."""
+    return 4 * max(2 * k + 1, 20)
+
+
+def slq_group(cfg: BlockConfig, probes: int, steps: int, group_bytes: int) -> int:
+    """Probes run side by side so that their Lanczos bases (``steps × P`` each) fit ``group_bytes``."""
+    basis = 8 * min(steps, cfg.num_params) * cfg.num_params
+    return max(1, min(probes, group_bytes // max(1, basis)))
+
+
+def block_list(cfg: BlockConfig, by_head: bool = True) -> list[tuple[str, int]]:
+    """``(name, size)`` of each diagonal block of the heterogeneity table: every weight, or every
+    head of a weight with heads (as :func:`hessviz.matfree.block_names`)."""
+    out = []
+    for name in cfg.param_names:
+        if by_head and cfg.n_heads > 1 and name in HEADED:
+            out += [(s, cfg.param_size(s)) for s in cfg.head_names(name)]
+        else:
+            out.append((name, cfg.param_size(name)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -199,10 +247,18 @@ class Cost:
 
 
 def term_cost(cfg: BlockConfig) -> Cost:
-    """One dense closed-form term, ``(P, P)`` float64, plus its working memory."""
-    P, L, d = cfg.num_params, cfg.seq_len, cfg.d_model
-    working = 8 * L * (L + d) * (d + cfg.d_ff + cfg.d_k)
-    return Cost(TERM_S * P * P * (1 + L * d / 512), 8 * P * P + working, f"a dense term of P = {P:,}")
+    """One dense closed-form term, ``(P, P)`` float64, plus its working memory.
+
+    A real layer costs more per entry than the paper block of the same ``P``: each head pair
+    has its own cross-head terms (``× (1 + (H − 1)/5)``, measured 2.5× for 8 heads at equal
+    ``P``), and every block pair its own fixed work (``PAIR_S · pairs · L d / 256``: biases
+    and γ/β add many small blocks; measured 2.3× at ``P`` = 1,688 with 16 weights).
+    """
+    P, L, d, H = cfg.num_params, cfg.seq_len, cfg.d_model, cfg.n_heads
+    working = 8 * L * (L + d) * (d + cfg.d_ff + H * cfg.d_k) + 8 * H * L * L * (L + d)
+    n = len(cfg.param_names)
+    seconds = TERM_S * P * P * (1 + L * d / 512) * (1 + (H - 1) / 5) + PAIR_S * n * (n + 1) / 2 * L * d / 256
+    return Cost(seconds, 8 * P * P + working, f"a dense term of P = {P:,}")
 
 
 def block_norms_cost(cfg: BlockConfig) -> float:
@@ -291,6 +347,29 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
                   for n in sizes)
         return Cost(2 * per, 2 * 8 * 3 * max(sizes) ** 2,
                     f"the heterogeneity (diagonal Hessian blocks of up to {max(sizes):,} weights)")
+    if kind == "spectrum_matfree":   # per term: top-k and bottom-k by Lanczos, an SLQ density
+        k, probes, steps = int(extra.get("k", 5)), int(extra.get("probes", 4)), int(extra.get("steps", 30))
+        terms = int(extra.get("terms", 3))
+        group = slq_group(cfg, probes, steps, int(extra.get("group_bytes", 64 << 20)))
+        per = (matvec_cost(cfg, 1, 2 * lanczos_products(k))
+               + matvec_cost(cfg, group, probes * steps / group) + REORTH_S * steps * steps * P * probes)
+        held = matvec_bytes(cfg, group) + 8 * P * (group * min(steps, P) + max(2 * k + 1, 20) + 2)
+        return Cost(terms * per, held,
+                    f"the matrix-free spectrum ({terms} term{'s' if terms > 1 else ''} of P = {P:,}: "
+                    f"{2 * k} Lanczos eigenvalues and {probes} × {steps} SLQ products each)")
+    if kind == "heterogeneity":      # per block: dense if small (|b| products), else Lanczos + Hutch++
+        samples = int(extra.get("samples", 30))
+        blocks = block_list(cfg, bool(extra.get("by_head", 1)))
+        seconds, held = 0.0, matvec_bytes(cfg, 1)
+        for _, n in blocks:
+            if n <= EXACT_BLOCK:
+                seconds += matvec_cost(cfg, n) + dense_eig_cost(n)
+                held = max(held, matvec_bytes(cfg, n) + 16 * n * n)
+            else:
+                seconds += matvec_cost(cfg, 1, lanczos_products(1)) + matvec_cost(cfg, samples // 3, 3)
+                held = max(held, matvec_bytes(cfg, samples) + 8 * n * (samples + 22))
+        return Cost(seconds, held, f"the heterogeneity table ({len(blocks)} blocks of P = {P:,}, "
+                                   "top eigenvalue and trace each)")
     raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 

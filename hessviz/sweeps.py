@@ -135,7 +135,7 @@ def block_norms(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: torch.Ten
     for a, b, _ in curves:
         cfg.check_name(a)
         cfg.check_name(b)
-    names = tuple(n for n in cfg.param_names if any(n in c[:2] for c in curves))
+    names = cfg.sort_names(sorted({n for c in curves for n in c[:2]}))   # weights or head slices
     res = hv.hessian(cfg, params, X, Y, wrt=names)
     return {c: matrix_norm(res.block(c[0], c[1], c[2]), kind) for c in curves}
 

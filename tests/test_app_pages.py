@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("streamlit")
@@ -132,3 +133,93 @@ def test_learn_renders_and_reacts():
     at.segmented_control(key="norm").set_value("attention").run()
     assert not at.exception
     assert len(figures(at)[0]["data"][0]["x"]) == 3
+
+
+# ----------------------------------------------------------------------------- real layers, matrix-free
+
+REAL = {**SMALL, "heads": "2", "wo": "true", "bias": "true", "affine": "true"}
+
+
+def array(value) -> np.ndarray:
+    """A figure's array as numpy: plotly writes large arrays as typed arrays (dtype, base64 bdata, shape)."""
+    if isinstance(value, dict) and "bdata" in value:
+        import base64
+
+        a = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        return a.reshape([int(n) for n in str(value.get("shape", a.size)).split(",")]).astype(np.float64)
+    return np.asarray(value, dtype=np.float64)
+
+
+def real_view():
+    import hessviz as hv
+    from hessviz.app.state import View
+
+    view = View.from_values({"L": 4, "d": 8, "dk": 4, "dff": 8, "heads": 2, "wo": True, "bias": True,
+                             "affine": True})
+    return view, hv.hessian(view.cfg, *view.inputs)
+
+
+def test_hessian_map_draws_heads_and_head_slice_blocks():
+    at = run_page("app_pages/hessian_map.py", blk="W_Q[1],W_K[1]", **REAL)
+    heat = figures(at)[0]
+    ticks = heat["layout"]["xaxis"]["ticktext"]
+    assert "W<sub>Q</sub>[0]" in ticks and "W<sub>O</sub>[1]" in ticks and "W<sub>1</sub>" in ticks
+    assert any(y.startswith("ln1_gamma row") for y in heat["data"][0]["y"])   # narrow blocks: in the hover
+    dotted = [s for s in heat["layout"]["shapes"] if s["line"].get("dash") == "dot"]
+    assert dotted                                              # thin lines between heads
+    view, res = real_view()
+    block = array(figures(at)[2]["data"][0]["customdata"])
+    want = res.block("W_Q[1]", "W_K[1]", "full").numpy()
+    assert block.shape == want.shape == (32, 32)
+    np.testing.assert_allclose(block, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+    at.selectbox(key="blk").set_value("b_Q,ln1_gamma").run()   # vectors (n,) in the block view
+    assert not at.exception
+    assert figures(at)[2]["data"][0]["y"][3] == "row 3 (b_Q[3])"
+
+
+def test_spectrum_matrix_free_matches_dense_and_says_so():
+    at = run_page("app_pages/spectrum.py", spec_method="matrix-free", spec_terms=["full"], spec_k="3",
+                  **REAL)
+    assert "Lanczos" in at.info[0].value and "stochastic Lanczos quadrature" in at.info[0].value
+    assert "Error statement" in " ".join(c.value for c in at.main.get("caption"))
+    metrics = {m.label: m.value for m in at.metric}
+    _, res = real_view()
+    eig = np.linalg.eigvalsh(res.full.numpy())
+    assert abs(float(metrics["λ_max (Lanczos)"]) - eig[-1]) < 1e-3 * abs(eig[-1])
+    assert abs(float(metrics["λ_min (Lanczos)"]) - eig[0]) < 1e-3 * abs(eig[0])
+    assert [t["name"] for t in figures(at)[0]["data"]] == ["full density", "full extremes (Lanczos)"]
+
+
+def test_spectrum_auto_switches_to_matrix_free_past_the_budget(monkeypatch):
+    import dataclasses
+
+    from hessviz.app import cache
+
+    monkeypatch.setattr(cache, "LIMITS", dataclasses.replace(cache.LIMITS, results_bytes=2 << 20))
+    at = run_page("app_pages/spectrum.py", spec_terms=["outer"], spec_probes="2", spec_steps="10", **REAL)
+    assert "over this server's budget" in at.info[0].value
+    labels = [m.label for m in at.metric]
+    assert "λ_max (Lanczos)" in labels and any(lb.startswith("negative share (SLQ) ± ") for lb in labels)
+    at.segmented_control(key="spec_method").set_value("dense").run()   # forced dense: refused
+    assert not at.get("plotly_chart") and "Too much for this server" in at.warning[0].value
+
+
+def test_heterogeneity_per_head_matches_the_dense_blocks():
+    at = run_page("app_pages/heterogeneity.py", **REAL)
+    table = at.dataframe[0].value
+    names = list(table["block"])
+    assert names[:4] == ["W_Q[0]", "W_Q[1]", "b_Q[0]", "b_Q[1]"] and "ln2_beta" in names
+    _, res = real_view()
+    for name in ("W_Q[1]", "W_O[0]", "ln1_gamma"):
+        want = np.linalg.eigvalsh(res.block(name, name, "full").numpy())
+        row = table[table["block"] == name]
+        assert abs(row["λ_max"].iloc[0] - want[-1]) <= 1e-8 * max(1.0, abs(want[-1]))
+        assert abs(row["trace"].iloc[0] - want.sum()) <= 1e-8 * max(1.0, abs(want).sum())
+    at.segmented_control(key="het_by").set_value("weights").run()
+    assert not at.exception
+    assert list(at.dataframe[0].value["block"]) == list(res.cfg.param_names)
+
+
+def test_scaling_accepts_a_head_slice_pair():
+    at = run_page("app_pages/scaling.py", sc_seeds="1", sc_blk="W_Q[0],W_K[0]", **REAL)
+    assert "W_Q[0]–W_K[0]" in titles(at)[0]

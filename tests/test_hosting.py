@@ -25,7 +25,7 @@ import torch
 
 import hessviz as hv
 from hessviz import budget, spectra
-from hessviz.app import cache, state
+from hessviz.app import cache, progress, state
 from tests.streamlit_server import ARGS, CHROMIUM, Server, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,10 +69,79 @@ def test_heaviest_urls_are_refused_with_what_to_change(kind, fields, extra):
     assert "Lower d" in verdict.advice
 
 
-@pytest.mark.parametrize("kind", ["map", "spectrum", "verify", "learn", "bounds", "optimization"])
+@pytest.mark.parametrize("kind", ["map", "spectrum", "verify", "learn", "bounds", "optimization",
+                                  "spectrum_matfree", "heterogeneity"])
 def test_default_view_is_affordable_when_hosted(kind):
     cfg = state.View.from_values({}).cfg
     assert budget.check(budget.cost(kind, cfg, dense_limit=2048, cases=40), HOSTED, cfg).ok
+
+
+@pytest.mark.parametrize("kind", ["map", "spectrum", "spectrum_matfree", "heterogeneity"])
+def test_real_layer_costs_grow_with_heads_and_layer_parts(kind):
+    """More heads of the same width, and biases with γ/β, cost more; a dense term also costs more
+    per entry with more heads at equal P (a product does not: its heads run batched, measured
+    0.62 ms for 1 head of 8 and 0.56 ms for 8 heads of 1 at P = 1,536)."""
+    base = dict(seq_len=8, d_model=16, d_ff=32, out_proj=True)
+    one, four = hv.BlockConfig(d_k=8, n_heads=1, **base), hv.BlockConfig(d_k=8, n_heads=4, **base)
+    full = hv.BlockConfig(d_k=8, n_heads=4, bias=True, ln_affine=True, **base)
+    seconds = [budget.cost(kind, c).seconds for c in (one, four, full)]
+    assert seconds[0] < seconds[1] < seconds[2]
+    if kind in ("map", "spectrum"):
+        eight = hv.BlockConfig(d_k=1, n_heads=8, **base)
+        assert eight.num_params == one.num_params
+        assert budget.cost(kind, eight).seconds > budget.cost(kind, one).seconds
+
+
+def test_matrix_free_views_are_affordable_past_the_dense_limit():
+    """The largest block the sidebar offers: the dense spectrum is refused even locally, the
+    matrix-free spectrum fits the local profile, and the hosted refusal says what to lower."""
+    cfg = hv.BlockConfig(seq_len=64, d_model=64, d_k=64, d_ff=256, n_heads=8, out_proj=True, bias=True,
+                         ln_affine=True)
+    local = budget.Limits("local", 8 << 30, 120.0, 2, 1 << 30)
+    assert not budget.check(budget.cost("spectrum", cfg), local, cfg).ok
+    assert budget.check(budget.cost("spectrum_matfree", cfg, terms=1), local, cfg).ok
+    hosted = budget.check(budget.cost("spectrum_matfree", cfg), HOSTED, cfg)
+    assert not hosted.ok and "Lower d" in hosted.advice
+
+
+class _LeavesAfter:
+    """A page status whose visitor leaves after ``n`` progress steps (what moving a control does)."""
+
+    what = "the test"
+
+    def __init__(self, n: int):
+        self.n, self.calls = n, 0
+
+    def checkpoint(self) -> None:
+        self.calls += 1
+        if self.calls > self.n:
+            raise progress.Cancelled(self.what)
+
+    def step(self, done: int, total: int, text: str = "") -> None:
+        self.checkpoint()
+
+    def waiting(self, place: int) -> None:
+        self.checkpoint()
+
+    def hold(self, gate):
+        return gate.slot()
+
+
+@pytest.mark.parametrize("view_of", ["matfree_spectrum", "block_table"])
+def test_matrix_free_views_stop_when_the_visitor_leaves(view_of):
+    """The library's progress callbacks reach the page's status; raising there cancels the run,
+    and nothing half-done is cached."""
+    key = state.View.from_values({"L": 4, "d": 8, "dk": 4, "dff": 8, "heads": 2, "wo": True}).key
+    args = ("full", 3, 2, 10, 7) if view_of == "matfree_spectrum" else ("full", True, 9, 7)
+    leaving = _LeavesAfter(3)
+    progress._local.status = leaving
+    try:
+        with pytest.raises(progress.Cancelled):
+            getattr(cache, view_of)(key, *args)
+    finally:
+        progress._local.status = None
+    assert leaving.calls == 4                 # stopped at the first check after the visitor left
+    assert not [k for k in cache.STORE._items if k[0] == view_of and k[1] == key and k[-1] == 7]
 
 
 # ----------------------------------------------------------------------------- gate and ledger
@@ -301,7 +370,9 @@ def test_page_control_keeps_allowed_values_of_a_repeated_key():
 SCRIPT_STATE = ("() => document.querySelector('[data-testid=\"stApp\"]')"
                 "?.getAttribute('data-test-script-state') === '{}'")
 HEAVY_PAGES = ["/verify?seed=200", "/spectrum", "/scaling", "/bounds"]
-REFUSED = ["/spectrum?L=64&d=32&dk=32&dff=48", "/bounds?L=64&d=64&dk=64",
+# the spectrum forced dense: its auto method goes matrix-free there, which a hosted server affords
+REFUSED = ["/spectrum?L=64&d=32&dk=32&dff=48&spec_method=dense",
+           "/bounds?L=64&d=64&dk=64",
            "/layernorm_collapse?lnc_view=block&L=64&d=64&dk=64&dff=256&lnc_decades=7&lnc_seeds=5",
            "/verify?L=64&d=32&dk=8&dff=24"]
 

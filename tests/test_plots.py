@@ -203,3 +203,39 @@ def test_sweep_refuses_a_block_the_config_does_not_have():
     measure = sweeps.block_norms_measure(sweeps.term_curves(("W_1", "W_1")), key=sweeps.term_key)
     with pytest.raises(hv.ConfigError, match="W_1"):
         sweeps.sweep(cfg, "xnorm", [1.0], seeds=[0], measure=measure)
+
+
+def test_heads_drawn_head_by_head_with_thin_lines():
+    # W_Q (2, 4) with 2 heads of 2 columns: head 0 is vec_r positions 0, 1, 4, 5
+    heads = {"W_Q": [np.array([0, 1, 4, 5]), np.array([2, 3, 6, 7])]}
+    H = np.arange(100.0).reshape(10, 10)
+    fig = plots.hessian_heatmap(H, {"W_Q": slice(0, 8), "b_1": slice(8, 10)}, heads=heads)
+    assert list(fig.layout.xaxis.ticktext) == ["W<sub>Q</sub>[0]", "W<sub>Q</sub>[1]", "b<sub>1</sub>"]
+    order = [0, 1, 4, 5, 2, 3, 6, 7, 8, 9]
+    np.testing.assert_array_equal(np.asarray(fig.data[0].customdata), H[np.ix_(order, order)])
+    dashes = sorted((s.line.dash or "solid", s.x0) for s in fig.layout.shapes if s.x0 == s.x1)
+    assert dashes == [("dot", 3.5), ("solid", 7.5)]
+    R, labels = plots.reduce_segments(H, [("a", np.array(order[:4])), ("b", np.array(order[4:]))], 3)
+    assert labels == [("a", 0, 2), ("a", 3, 3), ("b", 0, 2), ("b", 3, 5)]
+    tile = H[np.ix_(order[:3], order[:3])]
+    assert R[0, 0] == tile.flat[np.argmax(np.abs(tile))]
+
+
+def test_vector_and_head_slice_blocks_name_whole_weight_entries():
+    B = np.ones((2, 3))
+    fig = plots.block_heatmap(B, "b_Q[1]", "W_Q[1]", row_shape=(4,), col_shape=(2, 4),
+                              row_index=np.array([2, 3]), col_index=np.array([2, 3, 6]))
+    assert fig.data[0].y[1] == "row 1 (b_Q[3])" and fig.data[0].x[2] == "col 2 (W_Q[1, 2])"
+    pretty = [plots.pretty(n) for n in ("ln2_beta", "W_O[3]", "x")]
+    assert pretty == ["β<sub>2</sub>", "W<sub>O</sub>[3]", "x"]
+
+
+def test_block_spectrum_bars_and_density():
+    fig = plots.block_spectrum_bars(["W_Q[0]", "W_Q[1]", "W_1"], [1.0, 2.0, 30.0], [-1.0, 2.0, 5.0],
+                                    trace_errors=[0.0, 0.0, 0.5])
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type != "log"   # negative trace: linear
+    assert fig.data[0].marker.color[0] == fig.data[0].marker.color[1] != fig.data[0].marker.color[2]
+    dens = plots.spectral_density({"full": (np.linspace(-1, 1, 5), np.array([0, 1, 2, 1, 0.0]))},
+                                  extremes={"full": np.array([-1.0, 1.0])})
+    assert [t.name for t in dens.data] == ["full density", "full extremes (Lanczos)"]
+    assert min(dens.data[0].y) > 0                                                  # log axis: no zeros

@@ -27,8 +27,10 @@ under their own ``key`` too and appear in the sidebar's "link to this view"; pic
 keys that do not clash with the shared ones (prefix them, e.g. ``opt_lr``).
 
 Every cache is in :mod:`hessviz.app.cache` (``term``, ``block_norms``, ``spectrum``,
-``verify``, the sweeps and the claim pages' studies): one server-wide store bounded by
-bytes under the limits of :mod:`hessviz.budget`; pages define none.
+``verify``, the matrix-free ``matfree_spectrum`` and ``block_table``, the sweeps and the claim
+pages' studies): one server-wide store bounded by bytes under the limits of
+:mod:`hessviz.budget`; pages define none. :func:`verdict` asks the budget without drawing
+(to choose between a dense and a matrix-free method); :func:`afford` asks and refuses.
 The page list (titles, icons, URL paths) is :mod:`hessviz.app.registry`.
 
 Importing this package also imports everything the pages need (:data:`PRELOAD`), so that
@@ -64,11 +66,12 @@ from hessviz.app.ui import (  # noqa: E402
     sidebar,
     size_advice,
     slider,
+    verdict,
 )
 
 __all__ = [
     "DEFAULTS", "PRELOAD", "SHARED_KEYS", "View", "afford", "begin_run", "cache", "chart", "choice",
     "csv_bytes", "device", "device_label", "downloads", "explain", "figure_html", "guard", "header",
     "multichoice", "npz_bytes", "progress", "registry", "select", "sidebar", "size_advice", "slider",
-    "state",
+    "state", "verdict",
 ]

@@ -20,6 +20,7 @@ import collections
 import dataclasses
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -383,3 +384,128 @@ def claims_quick(nonce: int) -> list[dict]:
             return reproduce(Path(tmp), quick=True)
 
     return STORE.get(("claims_quick", nonce), compute, 64 << 20, "the quick reproduction")
+
+
+# ----------------------------------------------------------------------------- matrix-free views
+
+SLQ_GROUP_BYTES = 64 << 20
+"""Lanczos bases held at once by the SLQ density (probes run in groups that fit; one at least)."""
+
+
+class _Reporter:
+    """A :mod:`hessviz.matfree` progress callback drawing one stage of a page's progress bar.
+
+    ``progress(done, total, message)`` from the library (``total`` None when unknown: then
+    ``expected`` products) becomes :meth:`~hessviz.app.progress.Status.step` of the guarded
+    computation, at most five times a second; the step raises when the visitor has left or
+    moved a control (Streamlit's rerun), which cancels the library's loop.
+    """
+
+    def __init__(self, stage: int, stages: int, expected: int, label: str):
+        self.stage, self.stages, self.expected, self.label = stage, stages, max(1, expected), label
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int | None, message: str) -> None:
+        now = time.monotonic()
+        status = current()
+        if now - self._last < 0.2:
+            status.checkpoint()
+            return
+        self._last = now
+        frac = min(1.0, done / (total or self.expected))
+        status.step(int(1000 * (self.stage + frac)), 1000 * self.stages, f"{self.label}: {message}")
+
+
+def _result(view: View):
+    """``hv.hessian`` of the view without any dense term (products only)."""
+    params, X, Y = view.inputs
+    return hv.hessian(view.cfg, params, X, Y)
+
+
+def _slq_summary(d) -> dict:
+    """Per-probe SLQ estimates (mean and standard error over probes) of the trace, the share of
+    negative eigenvalues and the negative mass ``Σ_{λ<0}|λ| / Σ|λ|``."""
+    P, tol = d.size, 1e-10 * float(np.max(np.abs(d.all_nodes)))     # round-off is not curvature
+    trace = np.array([P * float(np.sum(w * x)) for x, w in zip(d.nodes, d.weights)])
+    share = np.array([float(np.sum(w[x < -tol])) for x, w in zip(d.nodes, d.weights)])
+    absolute = np.array([float(np.sum(w * np.abs(x))) for x, w in zip(d.nodes, d.weights)])
+    negative = np.array([float(np.sum((w * np.abs(x))[x < -tol])) for x, w in zip(d.nodes, d.weights)])
+    mass = negative / np.where(absolute > 0, absolute, 1.0)
+
+    def se(a: np.ndarray) -> float:
+        return float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")
+
+    return {"trace": float(trace.mean()), "trace_se": se(trace), "negative_share": float(share.mean()),
+            "negative_share_se": se(share), "negative_mass": float(mass.mean()), "negative_mass_se": se(mass)}
+
+
+def matfree_spectrum(key: tuple, term_name: str, k: int, probes: int, steps: int, seed: int = 0) -> dict:
+    """Matrix-free spectrum of one term: the ``k`` largest and ``k`` smallest eigenvalues by
+    Lanczos (:func:`hessviz.matfree.eigenpairs`; ``bottom`` is None for the outer term when
+    its rank bound ``L·d`` leaves ``k`` zero eigenvalues) and the SLQ density with ``probes`` probes of
+    ``steps`` steps (:func:`hessviz.matfree.density`, probes in groups that fit
+    :data:`SLQ_GROUP_BYTES`; group ``i`` uses seed ``seed + i``), with its per-probe summaries.
+    No dense term is formed."""
+    from hessviz import matfree
+
+    view = _view(key)
+    cfg = view.cfg
+    group = budget.slq_group(cfg, probes, steps, SLQ_GROUP_BYTES)
+    n_groups = -(-probes // group)
+    stages, eig_products = 2 + n_groups, budget.lanczos_products(k)
+    rank = cfg.seq_len * cfg.d_model
+
+    def compute() -> dict:
+        res = _result(view)
+        out = {"k": k, "probes": probes, "steps": steps, "seed": seed, "size": res.size, "term": term_name}
+        for i, which in enumerate(("top", "bottom")):
+            if which == "bottom" and term_name == "outer" and rank + k < res.size:
+                out[which] = None    # JᵀAJ ⪰ 0 with rank ≤ L·d: its k smallest are 0, Lanczos stalls on them
+                continue
+            e = matfree.eigenpairs(res, term_name, k, which, seed=seed,
+                                   progress=_Reporter(i, stages, eig_products, f"{term_name}: {which}-{k} λ"))
+            out[which] = {"values": e.values, "matvecs": e.matvecs, "seconds": e.seconds, "method": e.method}
+        nodes, weights, matvecs, seconds = [], [], 0, 0.0
+        for g in range(n_groups):
+            count = min(group, probes - g * group)
+            d = matfree.density(res, term_name, count, steps, seed=seed + g,
+                                progress=_Reporter(2 + g, stages, count * steps, f"{term_name}: SLQ density"))
+            nodes += d.nodes
+            weights += d.weights
+            matvecs, seconds = matvecs + d.matvecs, seconds + d.seconds
+        dens = dataclasses.replace(d, nodes=nodes, weights=weights, matvecs=matvecs, seconds=seconds)
+        grid, phi = dens.curve()
+        out["density"] = {"grid": grid, "curve": phi, "nodes": np.concatenate(nodes),
+                          "weights": dens.all_weights, "matvecs": matvecs, "seconds": seconds,
+                          "method": dens.method, "group": group, **_slq_summary(dens)}
+        return out
+
+    c = budget.cost("spectrum_matfree", cfg, k=k, probes=probes, steps=steps, terms=1,
+                    group_bytes=SLQ_GROUP_BYTES)
+    return STORE.get(("matfree_spectrum", key, term_name, k, probes, steps, seed), compute, c.bytes,
+                     f"the matrix-free spectrum of the {term_name} term")
+
+
+def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int = 30, seed: int = 0) -> dict:
+    """:func:`hessviz.matfree.block_table`: per block (every weight, or every head) the top
+    eigenvalue and the trace of ``H[b, b]``; exact for blocks up to
+    :data:`hessviz.budget.EXACT_BLOCK` entries, else Lanczos and Hutch++ (``samples`` products)."""
+    from hessviz import matfree
+
+    view = _view(key)
+    blocks = budget.block_list(view.cfg, by_head)
+
+    def compute() -> dict:
+        res = _result(view)
+        t = matfree.block_table(res, term_name, [b for b, _ in blocks], trace_samples=samples,
+                                exact_limit=budget.EXACT_BLOCK, seed=seed,
+                                progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
+        rows = t.as_dicts()
+        return {"names": [r["name"] for r in rows], "size": np.array([r["size"] for r in rows]),
+                "top": np.array([r["top"] for r in rows]), "trace": np.array([r["trace"] for r in rows]),
+                "trace_se": np.array([r["trace_stderr"] for r in rows]),
+                "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
+
+    c = budget.cost("heterogeneity", view.cfg, samples=samples, by_head=int(by_head))
+    return STORE.get(("block_table", key, term_name, by_head, samples, seed), compute, c.bytes,
+                     f"the heterogeneity table of the {term_name} term")

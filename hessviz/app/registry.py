@@ -26,6 +26,8 @@ EXPLORE = (
              "the full, outer or functional Hessian as a heatmap, block by block", default=True),
     PageSpec("app_pages/spectrum.py", "Spectrum", ":material/equalizer:", "spectrum",
              "eigenvalues of each term and how many are negative"),
+    PageSpec("app_pages/heterogeneity.py", "Heterogeneity", ":material/bar_chart:", "heterogeneity",
+             "top eigenvalue and trace of every weight's and every head's Hessian block, matrix-free"),
     PageSpec("app_pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",
              "block norms against ‖X‖₂, L and d on log–log axes, with fitted slopes"),
     PageSpec("app_pages/verify.py", "Verify & speed", ":material/verified:", "verify",

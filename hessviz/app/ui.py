@@ -208,6 +208,12 @@ def size_advice(view: View) -> str:
     return budget.size_advice(view.cfg)
 
 
+def verdict(view: View, kind: str, *, cfg: hv.BlockConfig | None = None, **extra: float) -> budget.Verdict:
+    """The budget's verdict on a view, without drawing anything (to choose between two methods)."""
+    cfg = cfg or view.cfg
+    return budget.check(budget.cost(kind, cfg, **extra), cache.LIMITS, cfg)
+
+
 def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = None,
            cfg: hv.BlockConfig | None = None, **extra: float) -> bool:
     """Ask the budget (:func:`hessviz.budget.check`, the one place every page asks) whether this

@@ -13,7 +13,13 @@ reduces large ones tile by tile.
 * :mod:`~hessviz.plots.bars`: grouped bars and timings.
 """
 
-from hessviz.plots.bars import block_norm_bars, diagonal_norm_bars, grouped_bars, timing_bars
+from hessviz.plots.bars import (
+    block_norm_bars,
+    block_spectrum_bars,
+    diagonal_norm_bars,
+    grouped_bars,
+    timing_bars,
+)
 from hessviz.plots.curves import (
     Guide,
     band_plot,
@@ -23,11 +29,12 @@ from hessviz.plots.curves import (
     sweep_plot,
     training_curves,
 )
-from hessviz.plots.eigen import spectrum_histogram, spectrum_sorted
+from hessviz.plots.eigen import spectral_density, spectrum_histogram, spectrum_sorted
 from hessviz.plots.matrices import block_heatmap, block_norm_matrix, error_matrix, hessian_heatmap
 from hessviz.plots.scale import (
     MAX_CELLS,
     reduce_blocks,
+    reduce_segments,
     reduction_factor,
     symlog,
     symlog_threshold,
@@ -47,9 +54,9 @@ from hessviz.plots.style import (
 
 __all__ = [
     "MAX_CELLS", "PALETTE", "PLACEMENT_COLORS", "PLACEMENT_NAMES", "TERM_COLORS", "THEMES", "Guide",
-    "apply_theme", "band_plot", "block_heatmap", "block_norm_bars", "block_norm_matrix", "color_for",
-    "compare_plot", "diagonal_norm_bars", "error_matrix", "grouped_bars", "hessian_heatmap", "pretty",
-    "reduce_blocks", "reduction_factor", "scatter_figure", "side_by_side", "spectrum_histogram",
-    "spectrum_sorted", "sweep_plot", "symlog", "symlog_threshold", "symlog_ticks", "tile_extremes",
-    "timing_bars", "training_curves",
+    "apply_theme", "band_plot", "block_heatmap", "block_norm_bars", "block_norm_matrix",
+    "block_spectrum_bars", "color_for", "compare_plot", "diagonal_norm_bars", "error_matrix", "grouped_bars",
+    "hessian_heatmap", "pretty", "reduce_blocks", "reduce_segments", "reduction_factor", "scatter_figure",
+    "side_by_side", "spectral_density", "spectrum_histogram", "spectrum_sorted", "sweep_plot", "symlog",
+    "symlog_threshold", "symlog_ticks", "tile_extremes", "timing_bars", "training_curves",
 ]

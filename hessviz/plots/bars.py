@@ -74,3 +74,29 @@ def grouped_bars(categories: Sequence[str], groups: Mapping[str, Sequence[float]
     fig.update_layout(barmode="group")
     fig.update_yaxes(type="log" if logy else "linear", title={"text": ylabel})
     return layout(fig, title, height, theme=theme)
+
+
+def block_spectrum_bars(names: Sequence[str], top: np.ndarray, trace: np.ndarray, *,
+                        trace_errors: np.ndarray | None = None, title: str | None = None,
+                        height: int = 640, theme: str = "light") -> go.Figure:
+    """Per diagonal block ``H[b, b]`` (every weight, or every head ``W_Q[h]``): its top eigenvalue
+    (upper panel) and its trace with error bars where estimated (lower panel). Heads of one weight
+    share its colour. A panel is on a log axis when all its values are positive."""
+    from plotly.subplots import make_subplots
+
+    top, trace = np.asarray(top, dtype=np.float64), np.asarray(trace, dtype=np.float64)
+    weights = list(dict.fromkeys(n.partition("[")[0] for n in names))
+    colors = [color_for(n.partition("[")[0], weights.index(n.partition("[")[0])) for n in names]
+    labels = [pretty(n) for n in names]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("top eigenvalue λ_max(H[b, b])", "trace tr H[b, b]"))
+    fig.add_trace(go.Bar(x=labels, y=top, marker={"color": colors}, name="λ_max", showlegend=False,
+                         hovertemplate="%{x}<br>λ_max = %{y:.4g}<extra></extra>"), row=1, col=1)
+    err = None if trace_errors is None else \
+        {"type": "data", "array": np.asarray(trace_errors, dtype=np.float64), "visible": True}
+    fig.add_trace(go.Bar(x=labels, y=trace, marker={"color": colors}, name="trace", showlegend=False,
+                         error_y=err, hovertemplate="%{x}<br>trace = %{y:.4g}<extra></extra>"), row=2, col=1)
+    for row, values in ((1, top), (2, trace)):
+        if values.size and np.all(values > 0):
+            fig.update_yaxes(type="log", row=row, col=1)
+    return layout(fig, title or "Per-block curvature", height, theme=theme)

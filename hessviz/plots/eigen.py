@@ -58,3 +58,29 @@ def spectrum_histogram(spectra: dict[str, np.ndarray], *, bins: int = 80,
     fig.update_yaxes(type="log", title={"text": "count"})
     fig.update_layout(barmode="overlay")
     return layout(fig, title, height, theme=theme)
+
+
+def spectral_density(curves: dict[str, tuple[np.ndarray, np.ndarray]], *,
+                     extremes: dict[str, np.ndarray] | None = None,
+                     title: str | None = "Spectral density (SLQ)", height: int = 500,
+                     theme: str = "light") -> go.Figure:
+    """Each term's density ``φ(λ)`` (``(grid, φ)``, e.g. ``hessviz.matfree.Density.curve()``) on a
+    log y axis, and its extreme eigenvalues (Lanczos) as markers on the curve's floor."""
+    fig = go.Figure()
+    floor = 1e-12
+    peaks = [float(np.max(phi)) for _, phi in curves.values() if np.size(phi)]
+    base = max(floor, min(peaks) * 1e-6) if peaks else 1.0
+    for term, (grid, phi) in curves.items():
+        fig.add_trace(go.Scatter(x=np.asarray(grid), y=np.maximum(np.asarray(phi), base), mode="lines",
+                                 name=f"{term} density", line={"color": TERM_COLORS.get(term), "width": 3},
+                                 hovertemplate=f"{term}<br>λ = %{{x:.4g}}<br>φ = %{{y:.3g}}<extra></extra>"))
+    for term, vals in (extremes or {}).items():
+        vals = np.asarray(vals, dtype=np.float64)
+        fig.add_trace(go.Scatter(x=vals, y=np.full(vals.size, base), mode="markers",
+                                 name=f"{term} extremes (Lanczos)",
+                                 marker={"color": TERM_COLORS.get(term), "symbol": "line-ns-open", "size": 18,
+                                         "line": {"width": 3}},
+                                 hovertemplate=f"{term}<br>λ = %{{x:.6g}} (Lanczos)<extra></extra>"))
+    fig.update_yaxes(type="log", title={"text": "density φ(λ)"})
+    fig.update_xaxes(title={"text": "eigenvalue λ"}, zeroline=True, zerolinewidth=2)
+    return layout(fig, title, height, theme=theme)

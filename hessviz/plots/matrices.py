@@ -21,6 +21,7 @@ from plotly.subplots import make_subplots
 from hessviz.plots.scale import (
     MAX_CELLS,
     reduce_blocks,
+    reduce_segments,
     reduction_factor,
     symlog,
     symlog_threshold,
@@ -42,18 +43,35 @@ def _axis_labels(labels: list[tuple], axis: str) -> list[str]:
 
 
 def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | None = None,
+                    heads: dict[str, Sequence[np.ndarray]] | None = None,
                     max_cells: int = MAX_CELLS, decades: float = 4.0, height: int = 720,
-                    theme: str = "light") -> go.Figure:
+                    max_ticks: int = 48, theme: str = "light") -> go.Figure:
     """The ``(P, P)`` matrix on a symmetric-log scale with block boundaries and labels.
+
+    ``heads`` (optional): for a weight split by attention head, one index array per head
+    (positions inside that weight's ``vec_r``, e.g. from ``BlockConfig.head_indices``). Its
+    rows and columns are then drawn head by head, ``W_Q[0]`` first, with thin lines between
+    heads and thick lines between weights; ticks name each head (each weight when there
+    would be more than ``max_ticks``); blocks under 1/40 of the side are named in the hover only.
 
     Hover shows the block (row weight, column weight), the (row, column) inside the
     block and the value. When ``P > max_cells`` each cell shows the largest-magnitude
-    entry of a tile inside one block, and the figure says so.
+    entry of a tile inside one block (one head), and the figure says so.
     """
     H = np.asarray(H, dtype=np.float64)
     P = H.shape[0]
     factor = reduction_factor(P, max_cells)
-    R, labels = reduce_blocks(H, offsets, factor)
+    if heads:
+        segments = []
+        for name, sl in offsets.items():
+            if name in heads:
+                segments += [(f"{name}[{h}]", sl.start + np.asarray(idx))
+                             for h, idx in enumerate(heads[name])]
+            else:
+                segments.append((name, np.arange(sl.start, sl.stop)))
+        R, labels = reduce_segments(H, segments, factor)
+    else:
+        R, labels = reduce_blocks(H, offsets, factor)
     c = symlog_threshold(H, decades)
     Z = symlog(R, c)
     zmax = float(np.max(np.abs(Z))) or 1.0
@@ -69,9 +87,21 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
         hovertemplate="%{y}<br>%{x}<br>H = %{customdata:.4g}<extra></extra>",
     ))
     bounds, centers, names = _block_geometry(labels)
-    _block_lines(fig, bounds, n)
+    weights = [i for i, b in enumerate(bounds) if i == 0 or _weight(names[i]) != _weight(names[i - 1])]
+    _block_lines(fig, [bounds[i] for i in weights], n, width=1.5)
+    between_heads = [b for i, b in enumerate(bounds) if i not in weights]
+    _block_lines(fig, [0, *between_heads], n, width=0.6, dash="dot")
+    if len(names) > max_ticks:   # too many heads to name: one tick per weight
+        ends = [*[bounds[i] for i in weights[1:]], n]
+        centers = [(bounds[i] + e - 1) // 2 for i, e in zip(weights, ends)]
+        names = [_weight(names[i]) for i in weights]
+        bounds = [bounds[i] for i in weights]
+    widths = np.diff([*bounds, n])
+    keep = [i for i, w in enumerate(widths) if w >= max(2, n // 40)]   # narrow ones would overlap
+    centers, names = [centers[i] for i in keep], [names[i] for i in keep]
+    small = FONT_SIZE if len(names) <= 16 else FONT_SIZE - 6
     axis = {"tickmode": "array", "tickvals": [xlab[i] for i in centers],
-            "ticktext": [pretty(m) for m in names], "showgrid": False, "tickfont": {"size": FONT_SIZE}}
+            "ticktext": [pretty(m) for m in names], "showgrid": False, "tickfont": {"size": small}}
     fig.update_xaxes(**axis, side="top", constrain="domain")
     fig.update_yaxes(**{**axis, "tickvals": [ylab[i] for i in centers]}, autorange="reversed",
                      scaleanchor="x", constrain="domain")
@@ -98,21 +128,33 @@ def _block_geometry(labels: list[tuple]) -> tuple[list[int], list[int], list[str
     return bounds, centers, names
 
 
-def _block_lines(fig: go.Figure, bounds: list[int], n: int) -> None:
+def _weight(label: str) -> str:
+    """The weight a segment label belongs to: ``"W_Q[2]" -> "W_Q"``."""
+    return label.partition("[")[0]
+
+
+def _block_lines(fig: go.Figure, bounds: list[int], n: int, width: float = 1.5,
+                 dash: str | None = None) -> None:
+    """Lines before each boundary but the first (the first entry of ``bounds`` is the start)."""
     for b in bounds[1:]:
         for kw in ({"x0": b - 0.5, "x1": b - 0.5, "y0": -0.5, "y1": n - 0.5},
                    {"y0": b - 0.5, "y1": b - 0.5, "x0": -0.5, "x1": n - 0.5}):
-            fig.add_shape(type="line", xref="x", yref="y", line={"color": "black", "width": 1.5}, **kw)
+            fig.add_shape(type="line", xref="x", yref="y", **kw,
+                          line={"color": "black", "width": width, **({"dash": dash} if dash else {})})
 
 
-def block_heatmap(B: np.ndarray, row_name: str, col_name: str, *, row_shape: tuple[int, int] | None = None,
-                  col_shape: tuple[int, int] | None = None, title: str | None = None,
+def block_heatmap(B: np.ndarray, row_name: str, col_name: str, *, row_shape: tuple[int, ...] | None = None,
+                  col_shape: tuple[int, ...] | None = None, row_index: np.ndarray | None = None,
+                  col_index: np.ndarray | None = None, title: str | None = None,
                   max_cells: int = 1024, decades: float = 4.0, height: int = 640,
                   theme: str = "light") -> go.Figure:
     """One block ``H[row_name, col_name]`` at full resolution (reduced only beyond ``max_cells``).
 
     Hover gives (row, column) inside the block and, when the weight shapes are given,
-    the weight entries they stand for (``W_Q[i, j]``).
+    the weight entries they stand for: ``W_Q[i, j]`` for a matrix ``(rows, cols)``, ``b_Q[i]``
+    for a vector ``(n,)``. For a head slice (``W_Q[1]``) give the whole weight's shape and
+    ``row_index``/``col_index``, the slice's positions inside the whole weight's ``vec_r``,
+    so the hover names the entry of the whole weight.
     """
     B = np.asarray(B, dtype=np.float64)
     m, n = B.shape
@@ -129,15 +171,17 @@ def block_heatmap(B: np.ndarray, row_name: str, col_name: str, *, row_shape: tup
     zmax = float(np.max(np.abs(Z))) or 1.0
     tickvals, ticktext = symlog_ticks(float(np.max(np.abs(B))) if B.size else 0.0, c)
 
-    def entry(name: str, shape: tuple[int, int] | None, k: np.ndarray) -> list[str] | None:
-        if shape is None:
-            return None
-        return [f"{name}[{i // shape[1]}, {i % shape[1]}]" for i in k]
+    def entry(name: str, shape: tuple[int, ...], index: np.ndarray | None, k: np.ndarray) -> list[str]:
+        base = name.partition("[")[0]
+        pos = k if index is None else np.asarray(index)[k]
+        if len(shape) == 1:
+            return [f"{base}[{i}]" for i in pos]
+        return [f"{base}[{i // shape[1]}, {i % shape[1]}]" for i in pos]
 
-    ylab = [f"row {i} ({e})" for i, e in zip(rows, entry(row_name, row_shape, rows))] if row_shape \
-        else [f"row {i}" for i in rows]
-    xlab = [f"col {j} ({e})" for j, e in zip(cols, entry(col_name, col_shape, cols))] if col_shape \
-        else [f"col {j}" for j in cols]
+    ylab = [f"row {i} ({e})" for i, e in zip(rows, entry(row_name, row_shape, row_index, rows))] \
+        if row_shape else [f"row {i}" for i in rows]
+    xlab = [f"col {j} ({e})" for j, e in zip(cols, entry(col_name, col_shape, col_index, cols))] \
+        if col_shape else [f"col {j}" for j in cols]
     fig = go.Figure(go.Heatmap(
         z=Z.astype(np.float32), customdata=R.astype(np.float32), x=xlab, y=ylab,
         colorscale=DIVERGING, zmid=0, zmin=-zmax, zmax=zmax,
@@ -159,8 +203,10 @@ def block_heatmap(B: np.ndarray, row_name: str, col_name: str, *, row_shape: tup
 
 
 def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "spectral",
-                      title: str | None = None, height: int = 480, theme: str = "light") -> go.Figure:
-    """The ``(n, n)`` matrix of block norms, log colour scale, each value written in its cell."""
+                      title: str | None = None, height: int = 480, max_written: int = 8,
+                      theme: str = "light") -> go.Figure:
+    """The ``(n, n)`` matrix of block norms, log colour scale, each value written in its cell
+    (up to ``max_written`` weights; beyond, the values are in the hover only: they would overlap)."""
     norms = np.asarray(norms, dtype=np.float64)
     positive = norms[norms > 0]
     floor = float(positive.min()) / 10 if positive.size else 1e-300
@@ -169,7 +215,8 @@ def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "s
     label = {"spectral": "‖·‖₂", "fro": "‖·‖_F"}.get(kind, kind)
     ticks = [pretty(n) for n in names]
     fig = go.Figure(go.Heatmap(
-        z=Z, x=ticks, y=ticks, text=text, texttemplate="%{text}", textfont={"size": FONT_SIZE - 2},
+        z=Z, x=ticks, y=ticks, text=text, texttemplate="%{text}" if len(names) <= max_written else None,
+        textfont={"size": FONT_SIZE - 2},
         customdata=norms, colorscale=SEQUENTIAL,
         colorbar={"title": {"text": f"log₁₀ {label}"}},
         hovertemplate=f"block %{{y}} × %{{x}}<br>{label} = %{{customdata:.4g}}<extra></extra>",

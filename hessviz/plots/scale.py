@@ -94,3 +94,33 @@ def reduce_blocks(H: np.ndarray, offsets: dict[str, slice], factor: int) -> tupl
     if factor == 1:
         return np.asarray(H)[np.ix_(starts, starts)], labels
     return tile_extremes(H, starts, starts), labels
+
+
+def reduce_segments(H: np.ndarray, segments: Sequence[tuple[str, np.ndarray]],
+                    factor: int) -> tuple[np.ndarray, list]:
+    """:func:`reduce_blocks` for segments that need not be contiguous: ``(label, indices)``
+    pairs, the indices (into ``H``'s rows and columns) in the order drawn.
+
+    Used to draw a weight head by head (``W_Q[0]``, ``W_Q[1]``, …) when a head's entries are
+    spread through the weight's ``vec_r`` (the columns of ``W_Q``). Tiles of ``factor``
+    consecutive drawn positions never straddle a segment; each keeps its entry of largest
+    magnitude. Rows are gathered one segment at a time (at most ``|segment| × 2 P`` extra).
+    """
+    order = np.concatenate([np.asarray(idx, dtype=np.int64) for _, idx in segments]) if segments \
+        else np.zeros(0, dtype=np.int64)
+    starts, labels, pos = [], [], 0
+    for label, idx in segments:
+        for t in reduce_index(len(idx), factor):
+            starts.append(pos + t.start)
+            labels.append((label, t.start, t.stop - 1))
+        pos += len(idx)
+    if factor == 1:
+        return np.asarray(H)[np.ix_(order, order)], labels
+    out, pos = [], 0
+    for _, idx in segments:
+        n = len(idx)
+        local = [s - pos for s in starts if pos <= s < pos + n]
+        rows = np.asarray(H)[np.asarray(idx, dtype=np.int64)][:, order]
+        out.append(tile_extremes(rows, local, starts))
+        pos += n
+    return np.concatenate(out, axis=0), labels

@@ -38,13 +38,23 @@ PLACEMENT_COLORS = {"attention": "#ab63fa", "post": "#636efa", "pre": "#ffa15a",
 PLACEMENT_NAMES = {"attention": "attention alone", "post": "Post-LN", "pre": "Pre-LN", "none": "no LN"}
 PALETTE = ("#636efa", "#ef553b", "#00a676", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880")
 GUIDE_COLOR = "#999999"
-PRETTY = {"W_Q": "W<sub>Q</sub>", "W_K": "W<sub>K</sub>", "W_V": "W<sub>V</sub>",
-          "W_1": "W<sub>1</sub>", "W_2": "W<sub>2</sub>"}
+_LN_PRETTY = {"gamma": "γ", "beta": "β"}
 
 
 def pretty(name: str) -> str:
-    """A weight's name with its subscript in HTML (``W_Q -> W<sub>Q</sub>``)."""
-    return PRETTY.get(name, name)
+    """A weight's name with its subscript in HTML: ``W_Q -> W<sub>Q</sub>``,
+    ``b_O[1] -> b<sub>O</sub>[1]`` (a head slice keeps its index), ``ln1_gamma -> γ<sub>1</sub>``;
+    anything else unchanged."""
+    base, bracket, rest = name.partition("[")
+    head = bracket + rest
+    if base.startswith("ln") and "_" in base and base[2:].split("_")[0].isdigit():
+        layer, _, which = base[2:].partition("_")
+        if which in _LN_PRETTY:
+            return f"{_LN_PRETTY[which]}<sub>{layer}</sub>{head}"
+    letter, underscore, sub = base.partition("_")
+    if underscore and letter in ("W", "b") and sub.isalnum():
+        return f"{letter}<sub>{sub}</sub>{head}"
+    return name
 
 
 def color_for(name: str, index: int) -> str:
