@@ -136,11 +136,7 @@ class MultiHeadAttention:
     def A(self) -> Tensor:
         """``(H, L, L)`` attention weights."""
         S = (self._project("query") @ self._project("key").transpose(-1, -2)) * self.scale
-        if self.causal:
-            L = S.shape[-1]
-            above = torch.ones(L, L, dtype=torch.bool, device=S.device).triu(1)
-            S = S.masked_fill(above, float("-inf"))
-        return softmax.value(S)
+        return softmax.value(S, self.causal)
 
     @cached_property
     def heads(self) -> list[_Head]:

@@ -17,8 +17,12 @@ import torch
 from torch import Tensor
 
 
-def value(s: Tensor) -> Tensor:
-    """``(..., n) -> (..., n)``."""
+def value(s: Tensor, causal: bool = False) -> Tensor:
+    """``(..., n) -> (..., n)``, row by row. With ``causal`` the scores are ``(..., L, L)`` and
+    row ``t`` sees columns ``s ≤ t`` only (the rest are ``−∞`` before the softmax)."""
+    if causal:
+        L = s.shape[-1]
+        s = s.masked_fill(torch.ones(L, L, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
     return torch.softmax(s, dim=-1)
 
 

@@ -34,6 +34,7 @@ import math
 import torch
 from torch import Tensor
 
+from hessviz.components import softmax
 from hessviz.matfree.tape import Maybe, Node, add
 
 
@@ -54,12 +55,7 @@ class Attention(Node):
         self.H, self.d_k, self.d_v = heads, d_k, d_v
         self.c = 1.0 / math.sqrt(d_k)
         self.Q, self.K, self.V = self._heads(qkv)
-        S = self.c * (self.Q @ _T(self.K))
-        if causal:
-            L = S.shape[-1]
-            above = torch.ones(L, L, dtype=torch.bool, device=S.device).triu(1)
-            S = S.masked_fill(above, float("-inf"))
-        self.A = torch.softmax(S, dim=-1)                               # (H, L, L)
+        self.A = softmax.value(self.c * (self.Q @ _T(self.K)), causal)   # (H, L, L)
         self.y = self._concat(self.A @ self.V)
 
     def _heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
