@@ -236,9 +236,8 @@ def _parse_plain(text: str, options, int_range, grid) -> object:
 def settle_shared(key: str, texts: list[str]) -> tuple[object, str | None]:
     """:func:`settle` for a shared control of :data:`APP_SETTINGS` (its range, grid or choices)."""
     s = APP_SETTINGS[key]
-    options = s.choices or (("true", "false") if s.kind is bool else None)
-    value, note = settle(key, texts, s.default, options=None if s.kind is bool else options,
-                         int_range=s.app_range, grid=s.grid, parse=lambda t: parse_value(key, t))
+    value, note = settle(key, texts, s.default, options=s.choices, int_range=s.app_range, grid=s.grid,
+                         parse=lambda t: parse_value(key, t))
     if note is not None and s.kind is bool and value is s.default:
         note = (f"`{key}={shown(texts[-1])}` is not true or false: used the default, "
                 f"{key} = {s.format(value)}.")
