@@ -53,6 +53,13 @@ def _slope(x, Y) -> str:
         return "–"
 
 
+def _draw(name: str, x, curves: dict, title: str, x_title: str, **kw) -> None:
+    """Geometric-mean bands of ``curves`` over σ_min, with the CSV of their centres."""
+    fig = plots.band_plot(x, curves, stat="geomean", title=title, x_title=x_title, y_title="spectral norm",
+                          **kw)
+    hva.chart(fig, name, csv=lambda: {"sigma_min": x, **{k: center(v, "geomean") for k, v in curves.items()}})
+
+
 if mode == "layernorm":
     with hva.guard("the LayerNorm sweep"):
         r = hva.cache.ln_sweep(tuple(sig), eps, L, d, seeds)
@@ -68,19 +75,8 @@ if mode == "layernorm":
         "‖J_LN‖₂ bound": r["J_bound"],
         "‖H_LN‖₂ bound": r["H_bound"],
     }
-    fig = plots.band_plot(
-        x,
-        curves,
-        stat="geomean",
-        title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
-        x_title="σ_min (std of the collapsing row)",
-        y_title="spectral norm",
-    )
-    hva.chart(
-        fig,
-        "layernorm_collapse",
-        csv=lambda: {"sigma_min": x, **{k: center(v, "geomean") for k, v in curves.items()}},
-    )
+    _draw("layernorm_collapse", x, curves, f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
+          "σ_min (std of the collapsing row)")
     viol = violations(r["J"], r["J_bound_rownorm"]) + violations(r["H"], r["H_bound_rownorm"])
     st.caption(
         f"With σ_min read as the centred row norm (the Lemma's own wording) instead of the row standard "
@@ -104,17 +100,6 @@ else:
     k1.metric("slope ‖H_QQ‖ (σ ≤ 1e-2)", _slope(x, r["QQ_full"]))
     if whole:
         k2.metric("slope ‖H_full‖", _slope(x, r["full"]))
-    fig = plots.band_plot(
-        x,
-        curves,
-        stat="geomean",
-        title=f"Post-LN block (L = {L}, d = {d}), ε = {eps:g}",
-        x_title="σ_min of the first LayerNorm's input",
-        y_title="spectral norm",
-        guides=[plots.Guide(-2.0, next(iter(curves)), -1, "σ⁻² guide")],
-    )
-    hva.chart(
-        fig,
-        "block_collapse",
-        csv=lambda: {"sigma_min": x, **{k: center(v, "geomean") for k, v in curves.items()}},
-    )
+    _draw("block_collapse", x, curves, f"Post-LN block (L = {L}, d = {d}), ε = {eps:g}",
+          "σ_min of the first LayerNorm's input",
+          guides=[plots.Guide(-2.0, next(iter(curves)), -1, "σ⁻² guide")])
