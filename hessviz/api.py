@@ -171,11 +171,12 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                                order=("full", "outer", "functional"), products=products)
         return result
 
-    _ = products.tape                                          # forward pass: validates LayerNorm rows
+    tr = trace(cfg, params, X)              # the forward pass alone (stages are built lazily): validates
+                                            # LayerNorm rows now; products build their own tape on first use
 
     @functools.cache
     def dense_engine() -> assembly.Curvature:                  # built when a dense term is first read
-        return assembly.backward(cfg, trace(cfg, params, X), Y)
+        return assembly.backward(cfg, tr, Y)
 
     def compute_term(term: str) -> Tensor:
         dense_guard()
