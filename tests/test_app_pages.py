@@ -223,3 +223,35 @@ def test_heterogeneity_per_head_matches_the_dense_blocks():
 def test_scaling_accepts_a_head_slice_pair():
     at = run_page("app_pages/scaling.py", sc_seeds="1", sc_blk="W_Q[0],W_K[0]", **REAL)
     assert "W_Q[0]–W_K[0]" in titles(at)[0]
+
+
+def test_real_model_page_renders_and_reacts():
+    """The trained Post-LN model (in the repository, 4 heads of d = 128) on a short text: attention,
+    a head slice's Hessian window, gradients with their Gini, the per-block table; the text, the
+    head and the weight change what is drawn."""
+    at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):",
+                  rm_layer="1", rm_rows="1")
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.get("plotly_chart")) == 4
+    assert "Loss drawn:" in at.info[0].value and "synthetic target" in at.info[0].value
+    shown = titles(at)
+    assert any("layer 1, head 0: attention" in t for t in shown)
+    assert any("Hessian of W_Q[0], rows 0…0 (32 × 32)" in t for t in shown)
+    assert any("Gini" in t for t in shown)
+    def tokens() -> int:                                   # the attention map is (L, L)
+        return len(figures(at)[0]["data"][0]["x"])
+
+    before = tokens()
+    at.text_area(key="rm_text").set_value("def add(a, b):\n    return a + b").run()
+    assert not at.exception
+    assert tokens() > before
+    at.slider(key="rm_head").set_value(2).run()
+    at.segmented_control(key="rm_w").set_value("W_O").run()
+    assert not at.exception
+    assert any("Hessian of W_O[2], rows 0…0 (128 × 128)" in t for t in titles(at))
+
+
+def test_real_model_page_refuses_bad_text():
+    at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="x " * 199)
+    assert not at.get("plotly_chart")
+    assert "positions" in at.error[0].value

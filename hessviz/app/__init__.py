@@ -60,18 +60,20 @@ from hessviz.app.ui import (  # noqa: E402
     figure_html,
     guard,
     header,
+    link_only,
     multichoice,
     npz_bytes,
     select,
     sidebar,
     size_advice,
     slider,
+    text,
     verdict,
 )
 
 __all__ = [
     "DEFAULTS", "PRELOAD", "SHARED_KEYS", "View", "afford", "begin_run", "cache", "chart", "choice",
     "csv_bytes", "device", "device_label", "downloads", "explain", "figure_html", "guard", "header",
-    "multichoice", "npz_bytes", "progress", "registry", "select", "sidebar", "size_advice", "slider",
-    "state", "verdict",
+    "link_only", "multichoice", "npz_bytes", "progress", "registry", "select", "sidebar", "size_advice",
+    "slider", "state", "text", "verdict",
 ]

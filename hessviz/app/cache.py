@@ -31,7 +31,7 @@ import torch
 import hessviz as hv
 from hessviz import budget, spectra, sweeps
 from hessviz.app.progress import current
-from hessviz.app.state import View
+from hessviz.app.state import View, device
 from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
 from hessviz.verify import compare
@@ -509,3 +509,110 @@ def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int =
     c = budget.cost("heterogeneity", view.cfg, samples=samples, by_head=int(by_head))
     return STORE.get(("block_table", key, term_name, by_head, samples, seed), compute, c.bytes,
                      f"the heterogeneity table of the {term_name} term")
+
+
+# ----------------------------------------------------------------------------- real models
+
+
+def real_stack(model: str) -> list:
+    """Every layer of the checkpoint ``model`` (:func:`hessviz.pretrained.load_model`, float64, on
+    the app's device), read once per server and shared by every visitor and text."""
+    from hessviz import pretrained
+
+    def compute() -> list:
+        return pretrained.load_model(model, device=device())
+
+    info = pretrained.model_info(model)
+    weights = info.n_layers * info.block.num_params * 8
+    return STORE.get(("real_stack", model), compute, weights, f"the weights of {model}")
+
+
+def real_states(model: str, text: str) -> dict:
+    """``{"ids", "tokens", "states"}`` of ``text`` in ``model``: its token ids and strings and every
+    hidden state ``X_0 … X_n`` (``(n+1, L, d)`` numpy), from the layers in :func:`real_stack`."""
+    from hessviz import pretrained
+
+    def compute() -> dict:
+        ids = pretrained.token_ids(model, text)
+        states = pretrained.hidden_states(model, ids, layers=real_stack(model), device=device())
+        return {"ids": np.array(ids), "tokens": pretrained.token_strings(model, ids),
+                "states": torch.stack(states).cpu().numpy()}
+
+    info = pretrained.model_info(model)
+    size = (info.n_layers + 1) * info.max_positions * info.d_model * 8
+    return STORE.get(("real_states", model, text), compute, size, f"the hidden states of the text in {model}")
+
+
+def real_inputs(model: str, layer: int, text: str, seed: int) -> tuple:
+    """``(cfg, params, X, Y)`` of layer ``layer`` on ``text``: ``cfg.seq_len`` is the text's length,
+    ``X`` the hidden state entering the layer and ``Y`` the app's synthetic target (seeded
+    :func:`hessviz.sample_inputs` for the layer's loss, ``mse``: ``Y ~ N(0, 1)``)."""
+    cfg, params = real_stack(model)[layer]
+    X = _tensor(real_states(model, text)["states"][layer]).to(device())
+    cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
+    _, Y = hv.sample_inputs(cfg, seed=seed, device=device())
+    return cfg, params, X, Y
+
+
+def real_attention(model: str, layer: int, text: str) -> np.ndarray:
+    """``(H, L, L)`` attention weights of every head of the layer on the text."""
+    from hessviz.pretrained import explore
+
+    def compute() -> np.ndarray:
+        cfg, params, X, _ = real_inputs(model, layer, text, 0)
+        return explore.attention_pattern(cfg, params, X).cpu().numpy()
+
+    states = real_states(model, text)["states"]
+    L, H = states.shape[1], real_stack(model)[layer][0].n_heads
+    return STORE.get(("real_attention", model, layer, text), compute, 8 * H * L * L, "the attention pattern")
+
+
+def real_window(model: str, layer: int, text: str, seed: int, name: str, start: int, size: int,
+                term_name: str = "full") -> np.ndarray:
+    """``(size, size)``: the exact Hessian block of entries ``start …`` of the head slice ``name``
+    (:func:`hessviz.pretrained.explore.slice_window`, closed-form products)."""
+    from hessviz.pretrained import explore
+
+    def compute() -> np.ndarray:
+        cfg, params, X, Y = real_inputs(model, layer, text, seed)
+        res = hv.hessian(cfg, params, X, Y, wrt=(name,))
+        return explore.slice_window(res, name, start, size, term_name,
+                                    progress=_Reporter(0, 1, size, f"{name} block")).cpu().numpy()
+
+    return STORE.get(("real_window", model, layer, text, seed, name, start, size, term_name), compute,
+                     8 * size * size, f"the Hessian block of {name}")
+
+
+def real_block_table(model: str, layer: int, text: str, seed: int, term_name: str, by_head: bool,
+                     samples: int) -> dict:
+    """:func:`block_table` of the real layer: top eigenvalue and trace of every weight's (or
+    head's) diagonal block, matrix-free."""
+    from hessviz import matfree
+
+    def compute() -> dict:
+        cfg, params, X, Y = real_inputs(model, layer, text, seed)
+        blocks = [b for b, _ in budget.block_list(cfg, by_head)]
+        t = matfree.block_table(hv.hessian(cfg, params, X, Y), term_name, blocks, trace_samples=samples,
+                                exact_limit=budget.EXACT_BLOCK, seed=seed,
+                                progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
+        rows = t.as_dicts()
+        return {"names": [r["name"] for r in rows], "size": np.array([r["size"] for r in rows]),
+                "top": np.array([r["top"] for r in rows]), "trace": np.array([r["trace"] for r in rows]),
+                "trace_se": np.array([r["trace_stderr"] for r in rows]),
+                "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
+
+    return STORE.get(("real_block_table", model, layer, text, seed, term_name, by_head, samples), compute,
+                     1 << 16, f"the heterogeneity table of layer {layer}")
+
+
+def real_gradients(model: str, layer: int, text: str, seed: int, by_head: bool) -> dict:
+    """``{"names", "norms", "sizes"}``: ``‖g_b‖_F`` of every block of the real layer (closed form)."""
+    from hessviz.pretrained import explore
+
+    def compute() -> dict:
+        cfg, params, X, Y = real_inputs(model, layer, text, seed)
+        names, norms, sizes = explore.gradient_blocks(cfg, params, X, Y, by_head)
+        return {"names": names, "norms": norms, "sizes": sizes}
+
+    return STORE.get(("real_gradients", model, layer, text, seed, by_head), compute, 1 << 14,
+                     f"the gradient norms of layer {layer}")

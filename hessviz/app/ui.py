@@ -414,3 +414,36 @@ def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | 
     value = where.slider(label, lo, hi, default, key=key, bind=_BIND, help=help)
     _remember(key, value, default)
     return value
+
+
+def text(label: str, key: str, default: str, max_chars: int, *, help: str | None = None,
+         container=None) -> str:
+    """A page text box bound to the URL under ``key``; a URL text longer than ``max_chars`` is cut
+    to it (with a note), an empty one falls back to ``default``."""
+    where = container or st
+    texts = st.query_params.get_all(key)
+    if texts:
+        value, note = texts[-1], None
+        if not value.strip():
+            value, note = default, f"`{key}` is empty: used the default text."
+        elif len(value) > max_chars:
+            value, note = value[:max_chars], f"`{key}` is longer than {max_chars} characters: cut to them."
+        if note is not None:
+            st.query_params[key] = value
+            st.session_state[key] = value
+            _show_notes([note], where)
+    value = where.text_area(label, default, max_chars=max_chars, key=key, bind=_BIND, help=help,
+                            height=80) or default
+    _remember(key, value, default)
+    return value
+
+
+def link_only() -> None:
+    """The sidebar of a page that does not use the block's shared controls: only the link to this
+    view (the page's own controls; no shared key)."""
+    st.session_state[_EXTRA] = {}
+    st.session_state[_VIEW] = View.from_values({})
+    st.session_state[_DRAWN] = st.session_state.get(_RUN)
+    st.sidebar.markdown("### This view")
+    st.session_state[_LINK] = st.sidebar.empty()
+    _refresh_link(DEFAULTS)

@@ -30,7 +30,13 @@ from hessviz.plots.curves import (
     training_curves,
 )
 from hessviz.plots.eigen import spectral_density, spectrum_histogram, spectrum_sorted
-from hessviz.plots.matrices import block_heatmap, block_norm_matrix, error_matrix, hessian_heatmap
+from hessviz.plots.matrices import (
+    attention_map,
+    block_heatmap,
+    block_norm_matrix,
+    error_matrix,
+    hessian_heatmap,
+)
 from hessviz.plots.scale import (
     MAX_CELLS,
     reduce_blocks,
@@ -54,7 +60,7 @@ from hessviz.plots.style import (
 
 __all__ = [
     "MAX_CELLS", "PALETTE", "PLACEMENT_COLORS", "PLACEMENT_NAMES", "TERM_COLORS", "THEMES", "Guide",
-    "apply_theme", "band_plot", "block_heatmap", "block_norm_bars", "block_norm_matrix",
+    "apply_theme", "attention_map", "band_plot", "block_heatmap", "block_norm_bars", "block_norm_matrix",
     "block_spectrum_bars", "color_for", "compare_plot", "diagonal_norm_bars", "error_matrix", "grouped_bars",
     "hessian_heatmap", "pretty", "reduce_blocks", "reduce_segments", "reduction_factor", "scatter_figure",
     "side_by_side", "spectral_density", "spectrum_histogram", "spectrum_sorted", "sweep_plot", "symlog",

@@ -227,6 +227,24 @@ def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "s
 
 
 
+def attention_map(A: np.ndarray, tokens: Sequence[str], *, title: str | None = None, height: int = 560,
+                  theme: str = "light") -> go.Figure:
+    """One head's ``(L, L)`` attention weights: row ``i`` (a query token) spreads 1 over the
+    columns (the key tokens); both axes are labelled with the tokens, ``#i`` added so that
+    repeated tokens stay distinct."""
+    A = np.asarray(A, dtype=np.float64)
+    labels = [f"{t} #{i}" for i, t in enumerate(tokens)]
+    fig = go.Figure(go.Heatmap(
+        z=A, x=labels, y=labels, colorscale=SEQUENTIAL, zmin=0.0, zmax=float(A.max()) if A.size else 1.0,
+        colorbar={"title": {"text": "weight"}},
+        hovertemplate="query %{y}<br>key %{x}<br>weight = %{z:.3f}<extra></extra>",
+    ))
+    fig.update_xaxes(side="top", showgrid=False, tickangle=-60, title={"text": "key (attended to)"})
+    fig.update_yaxes(autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain",
+                     title={"text": "query"})
+    return layout(fig, title or "Attention weights", height, theme=theme)
+
+
 # ----------------------------------------------------------------------------- verify
 
 
