@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -25,7 +26,8 @@ pytestmark = pytest.mark.browser
 SHOTS = ROOT / "assets" / "screenshots"
 VIEWPORT = {"width": 1600, "height": 1000}
 TIMINGS: dict[str, float] = {}
-EXPLORE_TITLES = {"Hessian map", "Spectrum", "Heterogeneity", "Scaling laws", "Verify & speed", "Learn"}
+EXPLORE_TITLES = {"Hessian map", "Spectrum", "Heterogeneity", "Real model", "Scaling laws", "Verify & speed",
+                  "Learn"}
 
 IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
         " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
@@ -155,6 +157,31 @@ def test_real_layer_and_matrix_free_views(server, browser, path, query, text, ch
     assert _exceptions(page) == []
     SHOTS.mkdir(parents=True, exist_ok=True)
     _screenshot(page, SHOTS / f"{shot}.png")
+    ctx.close()
+
+
+def test_real_model_page_from_a_shared_link(server, browser):
+    """The Real model page opened from a link (the trained Post-LN model, layer 2, head 1, a text):
+    the controls come back from the URL, the four figures are drawn, the loss is named, and the
+    sidebar's link carries the page's state."""
+    text = "def add(a, b):\n    return a + b"
+    query = "rm_model=pydoc-postln&rm_layer=2&rm_head=1&rm_w=W_V&rm_rows=1&rm_text=" + quote(text)
+    ctx, page = _open(browser, f"{server}/real_model?{query}")
+    t0 = time.perf_counter()
+    page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+    TIMINGS["real_model_first_chart_s"] = round(time.perf_counter() - t0, 2)
+    _settle(page)
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4", timeout=120_000)
+    TIMINGS["real_model_page_s"] = round(time.perf_counter() - t0, 2)
+    assert page.get_by_text("layer 2, head 1: attention", exact=False).count() >= 1
+    assert page.get_by_text("Hessian of W_V[1]", exact=False).count() >= 1
+    assert page.get_by_text("Loss drawn:", exact=False).count() >= 1
+    assert page.locator("textarea").first.input_value() == text
+    link = page.locator('[data-testid="stSidebar"]').locator('[data-testid="stCode"]').first.inner_text()
+    assert "rm_model=pydoc-postln" in link and "rm_head=1" in link, link
+    assert _exceptions(page) == []
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    _screenshot(page, SHOTS / "real_model_link.png")
     ctx.close()
 
 

@@ -11,7 +11,15 @@ call reported too):
   folder to all 7 hidden states (tokens are read, every layer is read and run with
   :func:`hessviz.forward`), against ``BertModel(…, output_hidden_states=True)`` on a model
   already in memory, and end to end from the folder (``from_pretrained`` + forward). The
-  error column is the largest difference of the last hidden state.
+  error column is the largest difference of the last hidden state;
+* **a head slice's dense Hessian**: ``W_Q[0]``–``W_Q[0]`` of MiniLM's layer 3 (12,288 weights,
+  a 12,288 × 12,288 matrix) on a 32-token text, closed form (one run), against building it
+  column by column from autograd Hessian-vector products (double backward; ``SAMPLED``
+  columns timed, the time scaled to all 12,288) and from closed-form products the same way;
+  the error is the largest difference on the sampled columns, relative to their largest entry;
+* **top-5 eigenvalues of one whole MiniLM layer** (1.77 M weights, 64 tokens): Lanczos
+  (:func:`hessviz.matfree.eigenpairs`, scipy ``eigsh``) on closed-form products against the
+  same Lanczos on autograd products; the error is the largest relative difference of the five.
 
 ``rows()`` returns :class:`hessviz.bench.Row` objects for :func:`hessviz.bench.render`
 (``hessviz.bench`` is imported lazily, so it may import this module at its top);
@@ -32,6 +40,7 @@ from hessviz.pretrained.checkpoint import Checkpoint
 MODEL = "all-MiniLM-L6-v2"
 LAYER = 3
 TOKENS = 64
+SLICE, SLICE_TOKENS, SAMPLED = "W_Q[0]", 32, 256
 
 
 def available() -> bool:
@@ -112,13 +121,91 @@ def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool
                      f"(hidden_states(layers=load_model(…))) {in_memory * 1e3:.0f} ms")
 
 
-def rows(repeats: int = 5, device: torch.device | None = None) -> list:
-    """The two cases above as :class:`hessviz.bench.Row` (empty when MiniLM is not installed)."""
+def _real_layer(tokens: int, device: torch.device, wrt: tuple[str, ...] | None = None,
+                method: str = "closed_form"):
+    """``hv.hessian`` of MiniLM's layer :data:`LAYER` on the first ``tokens`` tokens of the bench text
+    (the layer's MSE against the seeded synthetic target, as the app draws)."""
+    import dataclasses
+
+    import hessviz as hv
+    ids = text_ids(tokens)
+    cfg, params = load.load_layer(MODEL, LAYER, device=device)
+    cfg = dataclasses.replace(cfg, seq_len=len(ids))
+    X = load.layer_inputs(MODEL, ids, LAYER, device=device)
+    _, Y = hv.sample_inputs(cfg, seed=0, device=device)
+    return hv.hessian(cfg, params, X, Y, wrt=wrt, method=method)
+
+
+def head_slice_row(device: torch.device):
+    """The dense ``W_Q[0]``–``W_Q[0]`` block (12,288 weights) of a real layer, 32 tokens."""
+    from hessviz.bench import Row, run_times
+
+    res = _real_layer(SLICE_TOKENS, device, (SLICE,))
+    held = {}
+
+    def dense() -> None:
+        held["H"] = _real_layer(SLICE_TOKENS, device, (SLICE,)).full
+    ours = run_times(dense, 1, device)[0]
+    n = res.size
+    scale = n / SAMPLED
+    columns = {}
+
+    def sampled(method: str):
+        def run() -> None:
+            columns[method] = _columns(_real_layer(SLICE_TOKENS, device, (SLICE,), method), n)
+        return run
+    t_auto = run_times(sampled("autograd"), 1, device)[0] * scale
+    t_prod = run_times(sampled("closed_form"), 1, device)[0] * scale
+    ref = columns["autograd"]
+    error = ((held["H"][:, :SAMPLED] - ref).abs().max() / ref.abs().max()).item()
+    case = f"head slice {SLICE}–{SLICE} of MiniLM layer {LAYER}, dense {n:,} × {n:,}, {SLICE_TOKENS} tokens"
+    return Row(case, ours, {f"autograd HVPs column by column ({SAMPLED} timed, × {scale:g})": t_auto,
+                      f"closed-form products column by column ({SAMPLED} timed, × {scale:g})": t_prod},
+               error, extra=f"one run each; {8 * n * n / 2**30:.2f} GiB in float64; error on the "
+                            f"{SAMPLED} sampled columns, relative to their largest entry")
+
+
+def _columns(res, n: int) -> torch.Tensor:
+    """``(n, SAMPLED)``: the first :data:`SAMPLED` columns of the slice's block, ``H e_j``."""
+    mf = res.products
+    layout = mf.layout((SLICE,))
+    E = mf.X.new_zeros(SAMPLED, n)
+    E[torch.arange(SAMPLED), torch.arange(SAMPLED)] = 1.0
+    return mf.product(E, "full", layout, layout).T
+
+
+def top5_row(device: torch.device, tokens: int = TOKENS):
+    """Top-5 eigenvalues of the whole real layer (1.77 M weights) by Lanczos, closed form vs autograd."""
+    import numpy as np
+
+    from hessviz.bench import Row, run_times
+    from hessviz.matfree import eigenpairs
+    found = {}
+
+    def top5(method: str):
+        def run() -> None:
+            found[method] = eigenpairs(_real_layer(tokens, device, None, method), "full", 5, "top", seed=0)
+        return run
+    ours = run_times(top5("closed_form"), 1, device)[0]
+    theirs = run_times(top5("autograd"), 1, device)[0]
+    a, b = found["closed_form"], found["autograd"]
+    error = float(np.max(np.abs(a.values - b.values) / np.abs(b.values)))
+    P = _real_layer(tokens, device).size
+    return Row(f"top-5 eigenvalues of MiniLM layer {LAYER} (P = {P:,}), {tokens} tokens", ours,
+               {"the same Lanczos on autograd HVPs (double backward)": theirs}, error,
+               extra=f"one run each; {a.matvecs} closed-form / {b.matvecs} autograd products; λ = "
+                     + ", ".join(f"{v:.4g}" for v in a.values[::-1]))
+
+
+def rows(repeats: int = 5, device: torch.device | None = None, heavy: bool = True) -> list:
+    """The cases above as :class:`hessviz.bench.Row` (empty when MiniLM is not installed);
+    ``heavy=False`` leaves out the head slice and the top-5 (minutes on 2 cores)."""
     if not available():
         return []
     device = device or torch.device("cpu")
     has_transformers = importlib.util.find_spec("transformers") is not None
-    return [load_row(repeats, device, has_transformers), hidden_states_row(repeats, device, has_transformers)]
+    out = [load_row(repeats, device, has_transformers), hidden_states_row(repeats, device, has_transformers)]
+    return out + ([head_slice_row(device), top5_row(device)] if heavy else [])
 
 
 def main(repeats: int = 5, threads: int = 2) -> str:
