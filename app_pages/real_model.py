@@ -15,15 +15,14 @@ from hessviz.pretrained import explore
 DEFAULT_TEXT = ("The old lighthouse keeper climbed the narrow stairs every evening to light the lamp "
                 "and watch the ships pass safely.")
 MAX_CHARS = 400
-FOLDERS_SETTING = "HESSVIZ_MODEL_FOLDERS"
-"""``HESSVIZ_MODEL_FOLDERS=1`` lets a local server open a checkpoint folder typed on this page;
-the hosted profile never does (no uploads, no paths)."""
+FOLDERS_SETTING = "HESSVIZ_MODEL_FOLDERS"  # =1: a local server may open a checkpoint folder typed here;
+#                                            the hosted profile never does (no uploads, no paths)
 FOLDER = "a local folder…"
 WEIGHTS = ("W_Q", "W_K", "W_V", "W_O")
 TERMS = ("full", "outer", "functional")
 BY = {"weights": "every weight", "heads": "every head"}
-WINDOW_MAX = 2048
-"""Largest window of a head slice drawn (entries; one closed-form product per entry)."""
+WINDOW_MAX = 2048  # largest window of a head slice drawn (entries; one closed-form product per entry)
+SHOWN = str.maketrans({"Ġ": "␣", "Ċ": "↵", "ĉ": "⇥"})  # byte-level BPE marks (GPT-2, the pydoc pair)
 
 hva.link_only()
 st.title("Real model")
@@ -69,7 +68,7 @@ seed = hva.slider("Target seed", 0, 99, key="rm_seed", default=0, container=c5,
 with st.spinner("Reading the model and running the text…"), hva.guard("the hidden states"):
     states = hva.cache.real_states(model, text)
     attention = hva.cache.real_attention(model, layer, text)
-tokens, L = list(states["tokens"]), states["states"].shape[1]
+tokens, L = [t.translate(SHOWN) for t in states["tokens"]], states["states"].shape[1]
 cfg = hva.cache.real_inputs(model, layer, text, seed)[0]
 st.info(f"**Loss drawn:** mean squared error of the layer's output Z ({L} × {info.d_model}) against a "
         f"synthetic target Y ~ N(0, 1) drawn from seed {seed}, ℓ = ‖Z − Y‖²_F / (L·d), as on the other "
@@ -162,7 +161,15 @@ tfig = plots.block_spectrum_bars(table["names"], table["top"], table["trace"],
 hva.chart(tfig, f"blocks_l{layer}_{by}", csv=lambda: {
     "block": table["names"], "size": table["size"], "top_eigenvalue": table["top"], "trace": table["trace"],
     "trace_stderr": table["trace_se"], "exact": table["exact"]})
-positive = table["top"][table["top"] > 0]
+flat = table["top"] <= 1e-10 * np.abs(table["top"]).max()        # round-off is not curvature
+positive = table["top"][~flat]
 if positive.size > 1:
+    flat_names = [n for n, f in zip(table["names"], flat) if f]
+    note = ""
+    if flat_names:
+        note = f" Flat (no positive curvature beyond round-off): {', '.join(flat_names)}."
+        if any(n.startswith("b_K") for n in flat_names):
+            note += " A key bias cannot move the attention: softmax ignores a shift shared by a whole row."
     st.markdown(f"Top eigenvalues span a factor of **{positive.max() / positive.min():.3g}** across the "
-                f"blocks of this layer ({table['matvecs']:,} products, {table['seconds']:.2g} s).")
+                f"other blocks of this layer ({table['matvecs']:,} products, {table['seconds']:.2g} s)."
+                + note)
