@@ -1,6 +1,7 @@
 """What the Real model page draws (hessviz.pretrained.explore), on the trained Post-LN model in
 the repository: the window of a head slice's Hessian from closed-form products equals the same window
-read from autograd Hessian-vector products; attention rows sum to 1; block gradient norms are hv.gradient's."""
+read from autograd Hessian-vector products; attention rows sum to 1; block gradient norms are
+hv.gradient's."""
 
 from __future__ import annotations
 
