@@ -21,14 +21,18 @@ figures from :mod:`hessviz.plots`. The shared pieces live here::
 ``input_norm``, ``seed``, ``inputs`` (``params, X, Y`` on the app's device), ``key``
 (the hashable cache key), ``describe()`` and ``with_values(norm="pre", …)``.
 
+A page that does not use the block's shared controls (the Real model page) calls
+:func:`link_only` instead of :func:`sidebar`; :func:`text` is a URL-bound text box.
+
 Shared URL keys: ``L d dk dff norm act loss xnorm eps seed``. Page controls made with
 :func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider` are bound to the URL
 under their own ``key`` too and appear in the sidebar's "link to this view"; pick page
 keys that do not clash with the shared ones (prefix them, e.g. ``opt_lr``).
 
 Every cache is in :mod:`hessviz.app.cache` (``term``, ``block_norms``, ``spectrum``,
-``verify``, the matrix-free ``matfree_spectrum`` and ``block_table``, the sweeps and the claim
-pages' studies): one server-wide store bounded by bytes under the limits of
+``verify``, the matrix-free ``matfree_spectrum`` and ``block_table``, the sweeps, the claim
+pages' studies, and the Real model page's ``real_stack``, ``real_states``, ``real_attention``,
+``real_window``, ``real_gradients`` and ``real_block_table``): one server-wide store bounded by bytes under the limits of
 :mod:`hessviz.budget`; pages define none. :func:`verdict` asks the budget without drawing
 (to choose between a dense and a matrix-free method); :func:`afford` asks and refuses.
 The page list (titles, icons, URL paths) is :mod:`hessviz.app.registry`.
