@@ -114,13 +114,19 @@ def models_here() -> tuple[str, ...]:
 
 
 def measure(quick: bool = False) -> Measurement:
-    numbers: dict = {"paper_gini_post_roberta": PAPER_GINI["post"],
-                     "paper_gini_pre_roberta": PAPER_GINI["pre"]}
-    data, study = {}, {}
+    study = {}
     for model in models_here():
         texts = TEXTS[model][:QUICK_TEXTS] if quick else TEXTS[model]
-        runs = [model_heterogeneity(model, t, seed=i) for i, t in enumerate(texts)]
-        study[model] = runs
+        study[model] = [model_heterogeneity(model, t, seed=i) for i, t in enumerate(texts)]
+    return summarise(study)
+
+
+def summarise(study: dict[str, list[dict[str, Heterogeneity]]]) -> Measurement:
+    """The numbers and arrays of ``{model: [{"trained", "random"} per text]}``."""
+    numbers: dict = {"paper_gini_post_roberta": PAPER_GINI["post"],
+                     "paper_gini_pre_roberta": PAPER_GINI["pre"]}
+    data = {}
+    for model, runs in study.items():
         for kind in ("trained", "random"):
             hs = [r[kind] for r in runs]
             key = f"{model}_{kind}"
@@ -142,8 +148,7 @@ def measure(quick: bool = False) -> Measurement:
 
 
 def judge(m: dict) -> Verdict:
-    trained = [k[len("gini_"):-len("_trained")] for k in m
-               if k.startswith("gini_") and k.endswith("_trained")]
+    trained = [model for model in LAYERS if f"gini_{model}_trained" in m]
     if "gini_post_minus_pre_trained_pair_range" not in m or not trained:
         return Verdict(False, "not measured: the trained pair is missing")
     lo = m["gini_post_minus_pre_trained_pair_range"][0]
