@@ -210,7 +210,8 @@ def main(quick: bool = False, out: pathlib.Path = OUT) -> list[dict]:
     result = REAL_GINI.run(quick)
     result.seconds = time.perf_counter() - start
     return write_report([result], out, quick, result.seconds,
-                        title="hessviz: the gradient-heterogeneity claim on real weights")
+                        title="hessviz: the gradient-heterogeneity claim on real weights",
+                        command="python -m hessviz.experiments.real_weights")
 
 
 if __name__ == "__main__":
