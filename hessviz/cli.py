@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="benchmarks", help="folder of the result files (default benchmarks)")
     p.add_argument("--suite", nargs="+", choices=BENCH_SUITES, default=list(BENCH_SUITES),
                    help="dense Hessians (RESULTS.md, ~8 min), matrix-free products and spectra "
-                        "(MATFREE.md, ~20 min), pretrained loading (PRETRAINED.md, ~1 min); default all")
+                        "(MATFREE.md, ~20 min), pretrained layers: loading, hidden states, a head slice's "
+                        "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min); default all")
     p.add_argument("--seq-lens", type=int, nargs="+", default=[16, 32, 64])
     p.add_argument("--repeats", type=int, default=3, help="timed warm runs per case (median)")
     p.add_argument("--threads", type=int, default=2)
