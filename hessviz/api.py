@@ -14,13 +14,16 @@ from torch import Tensor
 
 from hessviz import assembly, losses, memory, reference
 from hessviz.block import BlockTrace, trace
-from hessviz.config import BlockConfig
+from hessviz.config import BlockConfig, parse_name
 from hessviz.errors import ConfigError
 from hessviz.inputs import check_params, check_X, check_Y
+from hessviz.matfree.block import build
+from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import MatrixFreeHessian
+from hessviz.matfree.tape import Tape
 from hessviz.memory import check_fits
 from hessviz.result import HessianResult
-from hessviz.weights import units, units_of
+from hessviz.weights import layer_params, units, units_of
 
 METHODS = ("closed_form", "autograd")
 _SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
@@ -47,16 +50,23 @@ def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) 
     return names
 
 
+def _output(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
+    """``Z``: the block, or the blocks of a stack in layer order, each with its own weights."""
+    for layer in range(cfg.n_layers):
+        X = trace(cfg.block, layer_params(cfg, params, layer), X).Z
+    return X
+
+
 def forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    """``Z (L, d)``: the block of ``cfg`` applied to ``X (L, d)``."""
+    """``Z (L, d)``: the block of ``cfg`` (or its stack of ``n_layers`` blocks) applied to ``X (L, d)``."""
     params, X, _ = _prepare(cfg, params, X)
-    return trace(cfg, params, X).Z
+    return _output(cfg, params, X)
 
 
 def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> Tensor:
     """The 0-dim loss ``ℓ(Z, Y)``."""
     params, X, Y = _prepare(cfg, params, X, Y)
-    return losses.value(cfg.loss, trace(cfg, params, X).Z, Y)
+    return losses.value(cfg.loss, _output(cfg, params, X), Y)
 
 
 def _dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:
@@ -91,7 +101,23 @@ def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
                2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, _SIZE_ADVICE)
     if method == "autograd":
         return reference.model_jacobian(cfg, params, X, names)
+    if cfg.is_stack:
+        return _tape_jacobian(cfg, build(cfg, params, X, None), names)
     return _dense_jacobian(cfg, trace(cfg, params, X), names)
+
+
+def _tape_jacobian(cfg: BlockConfig, tape: Tape, names: tuple[str, ...], chunk: int = 256) -> Tensor:
+    """``(L*d, P')``: the tape's forward tangents (hand-written JVP rules) along the unit vectors
+    of ``θ'``, ``chunk`` columns per sweep."""
+    Z = tape.values[tape.output]
+    layout = Layout(cfg, names, Z.device)
+    out = memory.empty(Z.numel(), layout.size, dtype=Z.dtype, device=Z.device)
+    eye = torch.eye(layout.size, dtype=Z.dtype, device=Z.device)
+    for start in range(0, layout.size, chunk):
+        cols = eye[start:start + chunk]
+        dZ = tape.tangents(tape.whole, {}, layout.scatter(cols))[tape.output]
+        out[:, start:start + cols.shape[0]] = 0.0 if dZ is None else dZ.reshape(cols.shape[0], -1).T
+    return out
 
 
 def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
@@ -102,6 +128,8 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
         return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
+    if cfg.is_stack:                                           # the tape's first-order sweep
+        return _tape_gradient(cfg, build(cfg, params, X, Y), names)
     tr = trace(cfg, params, X)
     g_Z = losses.gradient(cfg.loss, tr.Z, Y)                   # reverse mode, gradients only
     grads = {}
@@ -115,6 +143,18 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
         for u in units_of(cfg, n):
             u.rows_of(flat, 0).copy_(grads[u.ref].reshape(u.shape))
         out[n] = flat.reshape(cfg.shape_of(n))
+    return out
+
+
+def _tape_gradient(cfg: BlockConfig, tape: Tape, names: tuple[str, ...]) -> dict[str, Tensor]:
+    """``name -> ∂ℓ/∂W`` read from the tape's first-order reverse sweep (head slices by index)."""
+    out = {}
+    for n in names:
+        base = parse_name(n).base
+        grad = tape.gradients.get(base)
+        flat = (torch.zeros(cfg.param_shapes[base], dtype=tape.seed_gradient.dtype) if grad is None
+                else grad).reshape(-1)
+        out[n] = flat[cfg.head_indices(n).to(flat.device)].reshape(cfg.shape_of(n))
     return out
 
 
@@ -171,6 +211,9 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                                order=("full", "outer", "functional"), products=products)
         return result
 
+    if cfg.is_stack:
+        raise ConfigError("a dense closed-form Hessian of a stack (n_layers > 1) is not available yet; "
+                          "use method='autograd' or the matrix-free products")
     tr = trace(cfg, params, X)              # the forward pass alone (stages are built lazily): validates
                                             # LayerNorm rows now; products build their own tape on first use
 

@@ -14,11 +14,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hessviz.config import BlockConfig, parse_name
+from hessviz.config import BlockConfig, layer_name, parse_name
 
 
 def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 and 2)."""
+    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 and 2); a stack
+    applies its blocks in layer order, each with its own weights."""
+    if not cfg.is_stack:
+        return _block_forward(cfg, params, X)
+    for layer in range(cfg.n_layers):
+        X = _block_forward(cfg.block, {n: params[layer_name(layer, n)] for n in cfg.block.param_names}, X)
+    return X
+
+
+def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     eps, d, L = cfg.ln_eps, cfg.d_model, X.shape[0]
     H, dk, dv = cfg.n_heads, cfg.d_k, cfg.value_width
     p = params.get
