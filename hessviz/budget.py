@@ -316,6 +316,8 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
         block = int(extra.get("block", 1))
         per = POINT_S + TERM_S * block * block * (1 + cfg.seq_len * cfg.d_model / 512) * 3 \
             + NORM_S * 3 * block ** 3 * 2
+        if cfg.is_stack:       # the curvature crosses every block: (L d)-sized maps per layer
+            per += cfg.n_layers * matvec_cost(cfg.block, columns=2 * cfg.seq_len * cfg.d_model)
         return Cost(per * extra.get("points", 1), 8 * 4 * block * block,
                     f"the sweep ({int(extra.get('points', 1))} points, blocks of {block:,} weights)")
     if kind == "bounds":       # the attention-only block here, plus the random study

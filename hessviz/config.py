@@ -269,7 +269,7 @@ class BlockConfig:
                            section="layer")
     n_layers: int = setting(1, "layers", "Layers", "a stack of this many blocks of this shape, each with "
                             "its own weights (names l0.W_Q, l1.W_Q, …); the loss is on the last Z",
-                            minimum=1, app_range=(1, 4), alias="--layers", in_app=False)
+                            minimum=1, app_range=(1, 4), alias="--layers")
 
     def __post_init__(self) -> None:
         for s in BLOCK_SETTINGS:

@@ -121,7 +121,8 @@ def sweep_plot(sweep, keys: Sequence[str] | None = None, *, stat: str, y_title: 
 
 def compare_plot(sweeps: Mapping[str, object], key: str, *, stat: str, y_title: str = "block norm",
                  x_title: str | None = None, title: str | None = None, guide: float | None = None,
-                 guide_label: str = "", height: int = 520, theme: str = "light") -> go.Figure:
+                 guide_label: str = "", logx: bool = True, height: int = 520,
+                 theme: str = "light") -> go.Figure:
     """Curve ``key`` of each sweep (``name -> Sweep``, same grid), one colour per name (placements
     get theirs); ``guide`` draws ``x^guide`` through each curve's first point."""
     first = next(iter(sweeps.values()))
@@ -129,7 +130,7 @@ def compare_plot(sweeps: Mapping[str, object], key: str, *, stat: str, y_title: 
     guides = [Guide(guide, n, 0, guide_label) for n in curves] if guide is not None else ()
     return band_plot(first.grid, curves, stat=stat, names={n: placement_name(n) for n in curves},
                      guides=guides, x_title=x_title or _x_title(first), y_title=y_title, title=title,
-                     height=height, theme=theme)
+                     logx=logx, height=height, theme=theme)
 
 
 def side_by_side(sweeps: Mapping[str, object], *, stat: str, y_title: str = "block norm",
