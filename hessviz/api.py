@@ -15,7 +15,8 @@ from torch import Tensor
 from hessviz import assembly, losses, memory, reference
 from hessviz.block import BlockTrace, trace
 from hessviz.config import BlockConfig, parse_name
-from hessviz.errors import ConfigError
+from hessviz.custom_loss import CustomLoss
+from hessviz.errors import ConfigError, InputError
 from hessviz.inputs import check_params, check_X, check_Y
 from hessviz.matfree.block import build
 from hessviz.matfree.layout import Layout
@@ -38,6 +39,24 @@ def _prepare(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
     if Y is not None:
         Y = check_Y(cfg, Y, dtype, device)
     return params, X, Y
+
+
+def _prepare_target(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
+                    loss: CustomLoss | None) -> tuple[dict[str, Tensor], Tensor, Tensor | CustomLoss]:
+    """``(params, X, target)``: the target ``Y`` of ``cfg.loss``, or the custom ``loss`` checked
+    and bound to ``Z`` (which then stands where ``Y`` would)."""
+    if loss is None:
+        if Y is None:
+            raise InputError(f"Y is required: the target of loss={cfg.loss!r} (or pass "
+                             "loss=hv.CustomLoss(grad_Z, hess_Z) instead)")
+        return _prepare(cfg, params, X, Y)
+    if Y is not None:
+        raise InputError("give either Y (the target of cfg.loss) or loss=hv.CustomLoss(...), not both")
+    if not isinstance(loss, CustomLoss):
+        raise InputError(f"loss must be a hessviz.CustomLoss(grad_Z, hess_Z), got {type(loss).__name__}")
+    params, X, _ = _prepare(cfg, params, X)
+    Z = _output(cfg, params, X)
+    return params, X, loss.checked(cfg.seq_len, cfg.d_model, X.dtype, X.device, Z)
 
 
 def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) -> tuple[str, ...]:
@@ -120,15 +139,17 @@ def _tape_jacobian(cfg: BlockConfig, tape: Tape, names: tuple[str, ...], chunk: 
     return out
 
 
-def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-             wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> dict[str, Tensor]:
-    """``∂ℓ/∂W`` for each name, ``name -> (rows, cols)``, closed form (or autograd)."""
-    params, X, Y = _prepare(cfg, params, X, Y)
+def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None = None,
+             wrt: tuple[str, ...] | None = None, *, method: str = "closed_form",
+             loss: CustomLoss | None = None) -> dict[str, Tensor]:
+    """``∂ℓ/∂W`` for each name, ``name -> (rows, cols)``, closed form (or autograd); ``loss`` a
+    :class:`~hessviz.custom_loss.CustomLoss` in place of ``Y``."""
+    params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
         return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
-    if cfg.is_stack:                                           # the tape's first-order sweep
+    if cfg.is_stack or isinstance(Y, CustomLoss):              # the tape's first-order sweep
         return _tape_gradient(cfg, build(cfg, params, X, Y), names)
     tr = trace(cfg, params, X)
     g_Z = losses.gradient(cfg.loss, tr.Z, Y)                   # reverse mode, gradients only
@@ -167,7 +188,17 @@ def _check_method(method: str) -> str:
 def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, method: str) -> int:
     """Estimated peak bytes to compute one ``(P', P')`` term: the term, one block, and the
     per-token factors (``(L, d, d)`` chain-rule maps, ``(L, d, d_ff)`` FFN factors, ``(L, d, L)``
-    softmax-weighted values per head touched, and the input tangents of a Pre-LN ``ln1``)."""
+    softmax-weighted values per head touched, and the input tangents of a Pre-LN ``ln1``).
+    A stack adds, per layer with names in ``names``, that block's working memory, and the
+    ``(L·d, L·d)`` curvatures and ``(L·d, P')`` Jacobians of :mod:`hessviz.stack`."""
+    if cfg.is_stack:
+        by_layer: dict[int, list[str]] = {}
+        for n in names:
+            layer, local = cfg.layer_of(n)
+            by_layer.setdefault(layer, []).append(local)
+        P, Ld = sum(cfg.param_size(n) for n in names), cfg.seq_len * cfg.d_model
+        blocks = sum(hessian_bytes(cfg.block, tuple(local), itemsize, method) for local in by_layer.values())
+        return blocks + (P * P + 3 * Ld * P + (cfg.n_layers + 2) * Ld * Ld) * itemsize
     sizes = [cfg.param_size(n) for n in names]
     P = sum(sizes)
     L, d = cfg.seq_len, cfg.d_model
@@ -182,14 +213,17 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
     return (P * P + largest_block + working) * itemsize
 
 
-def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-            wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> HessianResult:
+def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None = None,
+            wrt: tuple[str, ...] | None = None, *, method: str = "closed_form",
+            loss: CustomLoss | None = None) -> HessianResult:
     """The Hessian of the loss in the weights ``wrt`` (all by default, in cfg order).
 
+    The loss is ``cfg.loss`` against the target ``Y``, or ``loss=hv.CustomLoss(grad_Z, hess_Z)``
+    (then no ``Y``): a loss given by its gradient and curvature in ``Z``, which may couple tokens.
     Returns a :class:`~hessviz.hessian.HessianResult` whose ``full``, ``outer`` and
     ``functional`` terms are computed when first read.
     """
-    params, X, Y = _prepare(cfg, params, X, Y)
+    params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
     method = _check_method(method)
     P = sum(cfg.param_size(n) for n in names)
@@ -211,9 +245,12 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                                order=("full", "outer", "functional"), products=products)
         return result
 
-    if cfg.is_stack:
-        raise ConfigError("a dense closed-form Hessian of a stack (n_layers > 1) is not available yet; "
-                          "use method='autograd' or the matrix-free products")
+    if cfg.is_stack or not losses.token_wise(Y):
+        _output(cfg, params, X)                              # validates every layer's LayerNorm rows
+        def refuse(*args) -> Tensor:
+            raise ConfigError("a dense closed-form Hessian of a stack or of a token-coupling loss is not "
+                              "available yet; use method='autograd' or the matrix-free products")
+        return HessianResult(cfg, names, refuse, refuse, method=method, products=products)
     tr = trace(cfg, params, X)              # the forward pass alone (stages are built lazily): validates
                                             # LayerNorm rows now; products build their own tape on first use
 

@@ -98,3 +98,126 @@ def test_forward_loss_gradient_and_jacobian_of_stacks_match_autograd(cfg):
         assert_close(grads[n], ref[n], RTOL, f"gradient {n}", atol=floor)
     assert_close(hv.jacobian(cfg, params, X), hv.jacobian(cfg, params, X, method="autograd"), RTOL,
                  "jacobian")
+
+
+# ----------------------------------------------------------------------------- custom losses
+
+
+def _pooled_cosine(u: torch.Tensor):
+    """A real objective that couples tokens: ``1 − cos(mean_t Z_t, u)``."""
+    def phi(Z: torch.Tensor) -> torch.Tensor:
+        m = Z.mean(0)
+        return 1.0 - (m @ u) / (m.norm() * u.norm())
+    return phi
+
+
+def _custom(cfg: hv.BlockConfig, params, X, phi, form: str) -> hv.CustomLoss:
+    """``phi``'s gradient and curvature at ``Z`` by autograd, in the ``form`` asked for."""
+    Z = hv.forward(cfg, params, X)
+    g = torch.func.grad(phi)(Z)
+    N = torch.func.hessian(lambda z: phi(z.reshape(Z.shape)))(Z.reshape(-1))
+    if form == "dense":
+        return hv.CustomLoss(g, N)
+    if form == "operator":
+        return hv.CustomLoss(g, lambda dZ: (dZ.reshape(dZ.shape[0], -1) @ N).reshape(dZ.shape))
+    L, d = Z.shape
+    return hv.CustomLoss(g, torch.stack([N[t * d:(t + 1) * d, t * d:(t + 1) * d] for t in range(L)]))
+
+
+def _direct_hessian(cfg, params, X, phi, names):
+    """``∇²_θ phi(f(θ))`` by ``torch.func.hessian``, independently of :class:`CustomLoss`."""
+    def f(theta):
+        return phi(reference.torch_forward(cfg, reference._unflatten(cfg, names, theta, params), X))
+    return torch.func.hessian(f)(reference.flatten(cfg, params, names))
+
+
+def _columns(res: hv.HessianResult, term: str) -> torch.Tensor:
+    return res.matvec(torch.eye(res.size, dtype=F64), term)
+
+
+@pytest.mark.parametrize("cfg", [hv.BlockConfig(**SMALL, norm="pre"),
+                                 hv.BlockConfig(n_layers=2, norm="post", n_heads=2, out_proj=True,
+                                                bias=True, **SMALL)],
+                         ids=("one-block", "stack"))
+@pytest.mark.parametrize("form", ["dense", "operator"])
+def test_a_token_coupling_custom_loss_matches_autograd_in_products(cfg, form):
+    params, X, _ = _setup(cfg, seed=5)
+    phi = _pooled_cosine(torch.linspace(-1, 1, cfg.d_model, dtype=F64) + 0.3)
+    names = cfg.param_names
+    direct = _direct_hessian(cfg, params, X, phi, names)
+    res = hv.hessian(cfg, params, X, loss=_custom(cfg, params, X, phi, form))
+    assert_close(_columns(res, "full"), direct, RTOL, f"{form}: matvec vs torch.func of phi∘f")
+    ref = hv.hessian(cfg, params, X, loss=_custom(cfg, params, X, phi, form), method="autograd")
+    assert_close(ref.full, direct, RTOL, "autograd reference on the second-order model")
+    for term in ("outer", "functional"):
+        assert_close(_columns(res, term), ref.term(term), RTOL, f"{form}: matvec {term}")
+    grads = hv.gradient(cfg, params, X, loss=_custom(cfg, params, X, phi, form))
+    flat = torch.func.grad(lambda th: phi(reference.torch_forward(
+        cfg, reference._unflatten(cfg, names, th, params), X)))(reference.flatten(cfg, params, names))
+    assert_close(torch.cat([grads[n].reshape(-1) for n in names]), flat, RTOL, "gradient")
+
+
+def test_a_token_wise_custom_loss_is_the_builtin_loss():
+    cfg = hv.BlockConfig(**SMALL, norm="post", n_heads=2, out_proj=True, loss="ce")
+    params, X, Y = _setup(cfg, seed=6)
+    from hessviz import losses
+    Z = hv.forward(cfg, params, X)
+    custom = hv.CustomLoss(losses.gradient("ce", Z, Y), losses.hessian("ce", Z, Y))
+    res, ref = hv.hessian(cfg, params, X, loss=custom), hv.hessian(cfg, params, X, Y)
+    for term in TERMS:
+        assert_close(res.term(term), ref.term(term), 1e-13, f"token-wise custom {term}")
+    v = torch.linspace(-1, 1, res.size, dtype=F64)
+    assert_close(res.matvec(v), ref.full @ v, RTOL, "matvec")
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda g, N: hv.CustomLoss(g[:-1], N), "grad_Z must have shape"),
+    (lambda g, N: hv.CustomLoss(g, N[:-1]), "hess_Z must have shape"),
+    (lambda g, N: hv.CustomLoss(g, N + torch.triu(torch.ones_like(N), 1)), "hess_Z must be symmetric"),
+    (lambda g, N: hv.CustomLoss(g * float("nan"), N), "grad_Z has non-finite"),
+    (lambda g, N: hv.CustomLoss(g, N.reshape(-1)), "hess_Z must have shape"),
+    (lambda g, N: hv.CustomLoss(g, lambda dZ: dZ[:, :1]), r"hess_Z\(dZ\) must map"),
+    (lambda g, N: hv.CustomLoss(g, lambda dZ: dZ.roll(1, -1)), "hess_Z must be symmetric"),
+    (lambda g, N: hv.CustomLoss(g, "N"), "hess_Z must be a torch.Tensor"),
+    (lambda g, N: g, "loss must be a hessviz.CustomLoss"),
+])
+def test_bad_custom_losses_are_refused_naming_the_field(make, match):
+    cfg = hv.BlockConfig(**SMALL)
+    params, X, _ = _setup(cfg)
+    L, d = cfg.seq_len, cfg.d_model
+    g, N = torch.ones(L, d, dtype=F64), torch.eye(L * d, dtype=F64)
+    with pytest.raises(ValueError, match=match):
+        hv.hessian(cfg, params, X, loss=make(g, N))
+
+
+def test_y_and_a_custom_loss_are_exclusive_and_one_is_needed():
+    cfg = hv.BlockConfig(**SMALL)
+    params, X, Y = _setup(cfg)
+    L, d = cfg.seq_len, cfg.d_model
+    custom = hv.CustomLoss(torch.ones(L, d, dtype=F64), torch.eye(L * d, dtype=F64))
+    with pytest.raises(ValueError, match="not both"):
+        hv.hessian(cfg, params, X, Y, loss=custom)
+    with pytest.raises(ValueError, match="Y is required"):
+        hv.hessian(cfg, params, X)
+
+
+# ----------------------------------------------------------------------------- products on stacks
+
+
+def _id(cfg: hv.BlockConfig) -> str:
+    return cfg.describe().replace(" ", "")
+
+
+@pytest.mark.parametrize("cfg", STACK_KINDS[:2] + STACK_KINDS[4:], ids=_id)
+def test_matvec_on_stacks_matches_autograd(cfg):
+    params, X, Y = _setup(cfg, seed=7)
+    wrt = (cfg.param_names[0], cfg.param_names[-1]) if cfg.n_heads == 1 else \
+        ("l0.W_Q[1]", "l0.W_O", f"l{cfg.n_layers - 1}.W_V[0]", cfg.param_names[-1])
+    res = hv.hessian(cfg, params, X, Y, wrt=wrt)
+    ref = hv.hessian(cfg, params, X, Y, wrt=wrt, method="autograd")
+    for term in TERMS:
+        assert_close(_columns(res, term), ref.term(term), RTOL, f"matvec {term}")
+    op = res.block_operator(wrt[-1], wrt[0], "full")
+    v = torch.linspace(0, 1, cfg.param_size(wrt[0]), dtype=F64).numpy()
+    assert_close(torch.from_numpy(op.matvec(v)), ref.block(wrt[-1], wrt[0]) @ torch.from_numpy(v), RTOL,
+                 "cross-layer block operator")

@@ -25,21 +25,13 @@ from torch import Tensor
 
 from hessviz import losses
 from hessviz.config import BlockConfig
+from hessviz.custom_loss import CustomLoss
 from hessviz.matfree.attention import Attention
 from hessviz.matfree.elementwise import Elementwise
 from hessviz.matfree.layernorm import LayerNorm
 from hessviz.matfree.linear import Linear
 from hessviz.matfree.residual import Residual
 from hessviz.matfree.tape import LayerSpan, Node, Tape
-
-
-def loss_hvp(kind: str, Z: Tensor):
-    """``Ż (k, L, d) ↦ ∇²_Z ℓ · Ż``: ``2Ż/(Ld)`` (mse), ``(p⊙Ż − p (pᵀŻ))/L`` per token (ce)."""
-    L, d = Z.shape
-    if kind == "mse":
-        return lambda dZ: dZ * (2.0 / (L * d))
-    p = Z.softmax(-1)
-    return lambda dZ: (p * dZ - p * (p * dZ).sum(-1, keepdim=True)) / L
 
 
 class _Builder:
@@ -100,7 +92,7 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
     return b.residual("Z", z1, ffn(z1))
 
 
-def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None) -> Tape:
+def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | CustomLoss | None) -> Tape:
     """Run the forward pass of ``cfg`` (every layer of a stack) and the first-order reverse sweep once.
 
     Layer ``i`` of a stack names its values and reads its weights with the prefix ``l{i}.``;
@@ -116,4 +108,5 @@ def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | No
     Zv = b.values[x]
     if Y is None:                                   # the model alone (Jacobians): no loss to seed
         return Tape(b.nodes, b.values, x, torch.zeros_like(Zv), torch.zeros_like, layers=layers)
-    return Tape(b.nodes, b.values, x, losses.gradient(cfg.loss, Zv, Y), loss_hvp(cfg.loss, Zv), layers=layers)
+    return Tape(b.nodes, b.values, x, losses.gradient(cfg.loss, Zv, Y), losses.hvp(cfg.loss, Zv, Y),
+                layers=layers)
