@@ -123,16 +123,13 @@ class Boundary:
         else:
             SJ = self.S @ J
         start = 0
-        for size in sizes:
-            rows, rest = slice(start, start + size), slice(start, None)
-            tile = J[:, rows].T @ SJ[:, rest]                  # (size, p − start): row chunk, upper part
-            below = tile[:, size:].T
+        for size in sizes:                                     # row chunk: its upper part, then mirrored
+            rows, rest, below = slice(start, start + size), slice(start, None), slice(start + size, None)
             if accumulate:
-                out[rows, rest] += tile
-                out[start + size:, rows] += below
+                out[rows, rest].addmm_(J[:, rows].T, SJ[:, rest])
             else:
-                out[rows, rest] = tile
-                out[start + size:, rows] = below
+                torch.mm(J[:, rows].T, SJ[:, rest], out=out[rows, rest])
+            out[below, rows].copy_(out[rows, below].T)
             start += size
 
 
@@ -266,9 +263,10 @@ class StackHessian:
         self.boundary(b, term).sandwich_into(out, self.jacobian(b, local), sizes, accumulate=bool(cf))
         return out
 
-    def cross(self, b: int, rows: tuple[str, ...], a: int, cols: tuple[str, ...], term: str) -> Tensor:
-        """``H[rows of layer b, cols of layer a]`` for ``a < b``: ``M_b K^{(a)}_{b−1}``."""
-        return self._rows_of_M(b, rows, term) @ self.K(a, cols, b - 1)
+    def cross(self, b: int, rows: tuple[str, ...], a: int, cols: tuple[str, ...], term: str,
+              out: Tensor | None = None) -> Tensor:
+        """``H[rows of layer b, cols of layer a]`` for ``a < b``: ``M_b K^{(a)}_{b−1}`` (into ``out``)."""
+        return torch.mm(self._rows_of_M(b, rows, term), self.K(a, cols, b - 1), out=out)
 
     # ------------------------------------------------------------------ the matrix
 
@@ -287,9 +285,8 @@ class StackHessian:
         for i, b in enumerate(layers):
             self.diagonal(b, tuple(by_layer[b]), term, H[span[b], span[b]])
             for a in layers[:i]:
-                block = self.cross(b, tuple(by_layer[b]), a, tuple(by_layer[a]), term)
-                H[span[b], span[a]] = block
-                H[span[a], span[b]] = block.T
+                block = self.cross(b, tuple(by_layer[b]), a, tuple(by_layer[a]), term, H[span[b], span[a]])
+                H[span[a], span[b]].copy_(block.T)
         return H
 
     def block(self, a: str, b: str, term: str) -> Tensor:
