@@ -313,3 +313,13 @@ def test_the_boundary_curvature_is_one_interface_for_both_kinds():
         assert_close(out, 2 * expected, 1e-13, "sandwich tiles, accumulated")
     assert_close(token.times(dZ), dense.times(dZ), 1e-13, "times")
     assert Boundary(g, None).times(dZ) is None
+
+
+def test_spectral_tools_list_every_head_of_every_layer():
+    from hessviz import matfree
+    cfg = hv.BlockConfig(n_layers=2, n_heads=2, out_proj=True, **SMALL)
+    params, X, Y = _setup(cfg)
+    res = hv.hessian(cfg, params, X, Y, wrt=("l0.W_Q", "l1.W_1"))
+    assert matfree.block_names(res) == ("l0.W_Q[0]", "l0.W_Q[1]", "l1.W_1")
+    top = matfree.top_eigenvalues(res, "full", k=1)
+    assert abs(float(top[0]) - float(torch.linalg.eigvalsh(res.full)[-1])) < 1e-8
