@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from hessviz import assembly, losses, memory, reference
-from hessviz.block import BlockTrace, trace
+from hessviz.block import trace
 from hessviz.config import BlockConfig, parse_name
 from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
@@ -24,6 +24,7 @@ from hessviz.matfree.operator import MatrixFreeHessian
 from hessviz.matfree.tape import Tape
 from hessviz.memory import check_fits
 from hessviz.result import HessianResult
+from hessviz.stack import StackHessian
 from hessviz.weights import layer_params, units, units_of
 
 METHODS = ("closed_form", "autograd")
@@ -88,26 +89,6 @@ def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> T
     return losses.value(cfg.loss, _output(cfg, params, X), Y)
 
 
-def _dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:
-    """``(L*d, P')``: each unit's factored Jacobian, chained to ``Z``, written into its columns."""
-    L, d = tr.Z.shape
-    out = memory.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=tr.Z.dtype, device=tr.Z.device)
-    offsets = cfg.offsets(names)
-    us = units(cfg, names)
-    at_sa = assembly.attention_jacobians(tr, tuple(u.ref for u in us))
-    for u in us:
-        target = u.rows_of(out[:, offsets[u.name]], 1)             # (L*d, rows, cols)
-        if u.ref in at_sa:
-            J = at_sa[u.ref] if tr.stage is None else at_sa[u.ref].lmul(tr.stage.map.jac)  # ∂Z/∂SA · ∂SA/∂θ
-        elif tr.stage is not None and u.ref in tr.stage.jacobians:
-            J = tr.stage.jacobians[u.ref]
-        else:                                                       # b_K: exactly zero
-            target.zero_()
-            continue
-        J.dense_into(target)
-    return out
-
-
 def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
              wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> Tensor:
     """``∂ vec_r(Z)/∂θ``, ``(L*d, P')``, closed form (or ``method="autograd"``)."""
@@ -122,7 +103,7 @@ def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
         return reference.model_jacobian(cfg, params, X, names)
     if cfg.is_stack:
         return _tape_jacobian(cfg, build(cfg, params, X, None), names)
-    return _dense_jacobian(cfg, trace(cfg, params, X), names)
+    return assembly.dense_jacobian(cfg, trace(cfg, params, X), names)
 
 
 def _tape_jacobian(cfg: BlockConfig, tape: Tape, names: tuple[str, ...], chunk: int = 256) -> Tensor:
@@ -198,7 +179,8 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
             by_layer.setdefault(layer, []).append(local)
         P, Ld = sum(cfg.param_size(n) for n in names), cfg.seq_len * cfg.d_model
         blocks = sum(hessian_bytes(cfg.block, tuple(local), itemsize, method) for local in by_layer.values())
-        return blocks + (P * P + 3 * Ld * P + (cfg.n_layers + 2) * Ld * Ld) * itemsize
+        tangents = Ld * cfg.seq_len * (8 * cfg.d_model + 2 * cfg.d_ff + 2 * cfg.n_heads * cfg.seq_len)
+        return blocks + (P * P + 3 * Ld * P + (cfg.n_layers + 2) * Ld * Ld + tangents) * itemsize
     sizes = [cfg.param_size(n) for n in names]
     P = sum(sizes)
     L, d = cfg.seq_len, cfg.d_model
@@ -246,11 +228,13 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | 
         return result
 
     if cfg.is_stack or not losses.token_wise(Y):
-        _output(cfg, params, X)                              # validates every layer's LayerNorm rows
-        def refuse(*args) -> Tensor:
-            raise ConfigError("a dense closed-form Hessian of a stack or of a token-coupling loss is not "
-                              "available yet; use method='autograd' or the matrix-free products")
-        return HessianResult(cfg, names, refuse, refuse, method=method, products=products)
+        engine = StackHessian(cfg, params, products.tape, Y)   # the tape's forward pass validates now
+
+        def stack_term(term: str) -> Tensor:
+            dense_guard()
+            return engine.term(names, term)
+
+        return HessianResult(cfg, names, stack_term, engine.block, method=method, products=products)
     tr = trace(cfg, params, X)              # the forward pass alone (stages are built lazily): validates
                                             # LayerNorm rows now; products build their own tape on first use
 

@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from hessviz.config import ATTENTION_PARAMS, HEADED, BlockConfig
+from hessviz.config import ATTENTION_PARAMS, BlockConfig
 from hessviz.errors import SizeError
 from hessviz.memory import format_bytes, memory_limit, parse_bytes
 
@@ -226,7 +226,7 @@ def block_list(cfg: BlockConfig, by_head: bool = True) -> list[tuple[str, int]]:
     head of a weight with heads (as :func:`hessviz.matfree.block_names`)."""
     out = []
     for name in cfg.param_names:
-        if by_head and cfg.n_heads > 1 and name in HEADED:
+        if by_head and cfg.n_heads > 1 and cfg.is_headed(name):
             out += [(s, cfg.param_size(s)) for s in cfg.head_names(name)]
         else:
             out.append((name, cfg.param_size(name)))

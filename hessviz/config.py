@@ -444,6 +444,10 @@ class BlockConfig:
         width = shape[axis] // self.n_heads
         return full.narrow(axis, head * width, width).reshape(-1)
 
+    def is_headed(self, name: str) -> bool:
+        """Whether ``name`` (a whole weight, ``"W_Q"`` or ``"l1.W_Q"``) is split by head."""
+        return parse_name(self.layer_of(name)[1]).base in HEADED
+
     def head_names(self, base: str) -> tuple[str, ...]:
         """``("W_Q[0]", …, "W_Q[H-1]")`` for a weight with heads (``"l1.W_Q[0]"`` … in a stack)."""
         if self.is_stack:

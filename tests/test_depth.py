@@ -221,3 +221,105 @@ def test_matvec_on_stacks_matches_autograd(cfg):
     v = torch.linspace(0, 1, cfg.param_size(wrt[0]), dtype=F64).numpy()
     assert_close(torch.from_numpy(op.matvec(v)), ref.block(wrt[-1], wrt[0]) @ torch.from_numpy(v), RTOL,
                  "cross-layer block operator")
+
+
+# ----------------------------------------------------------------------------- dense terms of stacks
+
+
+def assert_every_block_close(res: hv.HessianResult, ref: hv.HessianResult, what: str) -> None:
+    """Every term, every block pair (within and across layers) to RTOL; blocks that are zero in
+    exact arithmetic against an absolute floor at round-off of the full Hessian."""
+    floor = 1e-13 * max(float(ref.full.abs().max()), 1e-300)
+    for term in TERMS:
+        ours, theirs = res.term(term), ref.term(term)
+        assert_close(ours, ours.T, 1e-12, f"{what}: {term} symmetric", atol=floor)
+        for a in res.names:
+            for b in res.names:
+                assert_close(ours[res.offsets[a], res.offsets[b]], theirs[ref.offsets[a], ref.offsets[b]],
+                             RTOL, f"{what}: {term} block ({a}, {b})", atol=floor)
+
+
+@pytest.mark.parametrize("cfg", STACK_KINDS, ids=_id)
+def test_every_term_of_every_block_pair_of_stacks_matches_autograd(cfg):
+    params, X, Y = _setup(cfg, seed=11)
+    res = hv.hessian(cfg, params, X, Y)
+    ref = hv.hessian(cfg, params, X, Y, method="autograd")
+    assert res.names == cfg.param_names
+    assert_every_block_close(res, ref, cfg.describe())
+
+
+@pytest.mark.parametrize("cfg", STACK_KINDS[4:], ids=_id)
+def test_head_slices_and_wrt_subsets_of_stacks(cfg):
+    params, X, Y = _setup(cfg, seed=12)
+    last = cfg.n_layers - 1
+    wrt = ("l0.W_Q[1]", "l0.b_V[0]", f"l{last}.W_K[0]", f"l{last}.W_O[1]", f"l{last}.ln2_gamma")
+    res = hv.hessian(cfg, params, X, Y, wrt=wrt)
+    ref = hv.hessian(cfg, params, X, Y, wrt=wrt, method="autograd")
+    assert_every_block_close(res, ref, "head slices")
+    whole = hv.hessian(cfg, params, X, Y, wrt=("l0.W_Q", f"l{last}.W_O"))
+    for a, b in (("l0.W_Q[1]", f"l{last}.W_O[0]"), (f"l{last}.W_O[1]", "l0.W_Q[0]"),
+                 ("l0.W_Q[0]", "l0.W_Q[1]"), (f"l{last}.W_O", "l0.W_Q")):
+        for term in TERMS:                             # blocks computed alone, then read from the term
+            alone = whole.block(a, b, term)
+            expected = whole.term(term)[whole._index(a)][:, whole._index(b)]
+            assert_close(alone, expected, 1e-12, f"block ({a}, {b}) {term}")
+
+
+@pytest.mark.parametrize("cfg", [hv.BlockConfig(**SMALL, norm="post", n_heads=2, out_proj=True, bias=True,
+                                                activation="gelu"),
+                                 hv.BlockConfig(n_layers=3, norm="pre", ln_affine=True, **SMALL)],
+                         ids=("one-block", "stack"))
+@pytest.mark.parametrize("form", ["dense", "operator", "token"])
+def test_dense_terms_under_a_custom_loss_match_autograd(cfg, form):
+    params, X, _ = _setup(cfg, seed=13)
+    phi = _pooled_cosine(torch.linspace(1, -1, cfg.d_model, dtype=F64) - 0.2)
+    res = hv.hessian(cfg, params, X, loss=_custom(cfg, params, X, phi, form))
+    ref = hv.hessian(cfg, params, X, loss=_custom(cfg, params, X, phi, form), method="autograd")
+    assert_every_block_close(res, ref, f"custom {form}")
+    if form != "token":
+        assert_close(res.full, _direct_hessian(cfg, params, X, phi, cfg.param_names), RTOL,
+                     "full vs torch.func of phi∘f")
+
+
+def test_a_random_symmetric_token_coupling_curvature():
+    cfg = hv.BlockConfig(n_layers=2, norm="none", activation="gelu", **SMALL)
+    params, X, _ = _setup(cfg, seed=14)
+    gen = torch.Generator().manual_seed(3)
+    Ld = cfg.seq_len * cfg.d_model
+    B = torch.randn(Ld, Ld, generator=gen, dtype=F64)
+    custom = dict(grad_Z=torch.randn(cfg.seq_len, cfg.d_model, generator=gen, dtype=F64), hess_Z=B + B.T)
+    res = hv.hessian(cfg, params, X, loss=hv.CustomLoss(**custom), wrt=("l0.W_V", "l1.W_Q", "l1.W_2"))
+    ref = hv.hessian(cfg, params, X, loss=hv.CustomLoss(**custom), wrt=("l0.W_V", "l1.W_Q", "l1.W_2"),
+                     method="autograd")
+    assert_every_block_close(res, ref, "random symmetric curvature")
+    assert_close(_columns(res, "full"), res.full, RTOL, "matvec vs dense")
+
+
+def test_the_boundary_curvature_is_one_interface_for_both_kinds():
+    from hessviz.stack import Boundary
+    gen = torch.Generator().manual_seed(0)
+    L, d = 3, 2
+    S = torch.randn(L, d, d, generator=gen, dtype=F64)
+    S = S + S.transpose(1, 2)
+    g = torch.zeros(L, d, dtype=F64)
+    token, dense = Boundary(g, S), Boundary(g, torch.block_diag(*S))
+    J, dZ = torch.randn(L * d, 5, generator=gen, dtype=F64), torch.randn(5, L, d, generator=gen, dtype=F64)
+    expected = J.T @ torch.block_diag(*S) @ J
+    for kind in (token, dense):
+        out = torch.full((5, 5), 7.0, dtype=F64)
+        kind.sandwich_into(out, J, [2, 1, 2], accumulate=False)
+        assert_close(out, expected, 1e-13, "sandwich tiles")
+        kind.sandwich_into(out, J, [3, 2], accumulate=True)
+        assert_close(out, 2 * expected, 1e-13, "sandwich tiles, accumulated")
+    assert_close(token.times(dZ), dense.times(dZ), 1e-13, "times")
+    assert Boundary(g, None).times(dZ) is None
+
+
+def test_spectral_tools_list_every_head_of_every_layer():
+    from hessviz import matfree
+    cfg = hv.BlockConfig(n_layers=2, n_heads=2, out_proj=True, **SMALL)
+    params, X, Y = _setup(cfg)
+    res = hv.hessian(cfg, params, X, Y, wrt=("l0.W_Q", "l1.W_1"))
+    assert matfree.block_names(res) == ("l0.W_Q[0]", "l0.W_Q[1]", "l1.W_1")
+    top = matfree.top_eigenvalues(res, "full", k=1)
+    assert abs(float(top[0]) - float(torch.linalg.eigvalsh(res.full)[-1])) < 1e-8
