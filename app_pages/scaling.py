@@ -47,7 +47,8 @@ grid = sweeps.DEFAULT_GRIDS[axis]
 seeds = list(range(view.seed, view.seed + n_seeds))
 st.caption(f"Grid: {sweeps.AXES[axis]} ∈ {{{', '.join(f'{g:g}' for g in grid)}}}; the other controls are "
            f"the sidebar's{'' if axis != 'xnorm' else ' (‖X‖₂ is swept)'}. Fit regime: "
-           + {"xnorm": "‖X‖₂ ≤ 1.", "L": "L ≥ 4.", "d": "all points."}[axis])
+           + {"xnorm": "‖X‖₂ ≤ 1.", "L": "L ≥ 4.", "d": "all points.",
+             "layers": "none (a geometric law r^N: the factor per block is shown)."}[axis])
 with hva.guard("the sweep"):
     largest = sweeps.largest_block(view.cfg, axis, grid, pair)
 hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(PLACEMENTS)), block=largest,

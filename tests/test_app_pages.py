@@ -227,13 +227,13 @@ def test_scaling_accepts_a_head_slice_pair():
 
 def test_depth_page_layer_matrix_profile_and_first_layer():
     at = run_page("app_pages/depth.py", layers="3", dp_seeds="1", **SMALL)
-    assert caption(at).startswith("Post-LN block, L = 4, d = 8")
+    assert caption(at).startswith("Post-LN block × 3 layers, L = 4, d = 8")
     assert len(at.get("plotly_chart")) == 3      # layer-by-layer norms, per-layer profile, first layer vs N
     fig = figures(at)[0]
-    norms = np.array(fig["data"][0]["customdata"])
+    norms = array(fig["data"][0]["customdata"])
     assert norms.shape == (3, 3) and np.allclose(norms, norms.T) and (norms > 0).all()
     profile = [d for d in figures(at)[1]["data"] if d.get("mode") == "lines+markers"]
-    assert [len(d["y"]) for d in profile] == [3, 3]              # Post-LN and Pre-LN, one point per layer
+    assert [array(d["y"]).size for d in profile] == [3, 3]              # Post-LN and Pre-LN, one point per layer
     at.segmented_control(key="dp_term").set_value("outer").run()
     assert not at.exception
     assert any("of outer, layer by layer" in t for t in titles(at))
@@ -245,7 +245,7 @@ def test_depth_page_layer_matrix_profile_and_first_layer():
     params = hv.init_params(cfg, seed=0)
     X, Y = hv.sample_inputs(cfg, seed=0)
     exact = matrix_norm(hv.hessian(cfg, params, X, Y, wrt=("W_Q",)).block("W_Q", "W_Q", "outer"))
-    assert first["y"][0] == pytest.approx(exact, rel=1e-9)
+    assert array(first["y"])[0] == pytest.approx(exact, rel=1e-9)
 
 
 def test_depth_page_one_block_says_how_to_see_a_stack():
