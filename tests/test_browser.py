@@ -25,7 +25,8 @@ pytestmark = pytest.mark.browser
 SHOTS = ROOT / "assets" / "screenshots"
 VIEWPORT = {"width": 1600, "height": 1000}
 TIMINGS: dict[str, float] = {}
-EXPLORE_TITLES = {"Hessian map", "Spectrum", "Heterogeneity", "Depth", "Scaling laws", "Verify & speed", "Learn"}
+EXPLORE_TITLES = {"Hessian map", "Spectrum", "Heterogeneity", "Depth", "Scaling laws", "Verify & speed",
+                  "Learn"}
 
 IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
         " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
