@@ -120,7 +120,8 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         + ", ".join(f"{x:.3g}" for x in m["profile_post_QQ_full"]) + "; Pre-LN "
         + ", ".join(f"{x:.3g}" for x in m["profile_pre_QQ_full"]) + ". "
         "The papers state no depth law; this claim follows their LayerNorm-Jacobian argument "
-        "(module docstring of hessviz.experiments.depth), and the numbers above are what it predicts or not."
+        "(module docstring of hessviz.experiments.depth). "
+        + (WHY_CALMER if v.holds is True else WHY_NOT)
     )
     sweeps = d["sweeps"]
     figs = {
@@ -133,6 +134,16 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
                                          title=f"W_Q–W_Q curvature by layer, {d['depths'][-1]}-block stack"),
     }
     return note, figs
+
+
+WHY_CALMER = ("As that argument implies, Pre-LN's identity path keeps the first layer's curvature "
+              "nearly unchanged as blocks are added, while each Post-LN block rescales it.")
+WHY_NOT = ("What the argument leaves out: the stack has no final LayerNorm (the loss is on the last Z, as "
+           "MODEL.md fixes), so in Pre-LN every block adds its branch to the residual stream undiminished; "
+           "‖Z‖, the loss gradient and the Jacobian from layer 0 to Z all grow with depth, and so does the "
+           "first layer's curvature. Post-LN's LayerNorms rescale every block's output to unit row variance, "
+           "which keeps the first layer's curvature closer to flat. The LayerNorm Jacobians do not "
+           "multiply the curvature down geometrically here.")
 
 
 DEPTH = Claim(
