@@ -154,8 +154,7 @@ def _tape_gradient(cfg: BlockConfig, tape: Tape, names: tuple[str, ...]) -> dict
     for n in names:
         base = parse_name(n).base
         grad = tape.gradients.get(base)
-        flat = (torch.zeros(cfg.param_shapes[base], dtype=tape.seed_gradient.dtype) if grad is None
-                else grad).reshape(-1)
+        flat = (tape.seed_gradient.new_zeros(cfg.param_shapes[base]) if grad is None else grad).reshape(-1)
         out[n] = flat[cfg.head_indices(n).to(flat.device)].reshape(cfg.shape_of(n))
     return out
 
