@@ -154,8 +154,7 @@ def _tape_gradient(cfg: BlockConfig, tape: Tape, names: tuple[str, ...]) -> dict
     for n in names:
         base = parse_name(n).base
         grad = tape.gradients.get(base)
-        flat = (torch.zeros(cfg.param_shapes[base], dtype=tape.seed_gradient.dtype) if grad is None
-                else grad).reshape(-1)
+        flat = (tape.seed_gradient.new_zeros(cfg.param_shapes[base]) if grad is None else grad).reshape(-1)
         out[n] = flat[cfg.head_indices(n).to(flat.device)].reshape(cfg.shape_of(n))
     return out
 
@@ -170,8 +169,9 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
     """Estimated peak bytes to compute one ``(P', P')`` term: the term, one block, and the
     per-token factors (``(L, d, d)`` chain-rule maps, ``(L, d, d_ff)`` FFN factors, ``(L, d, L)``
     softmax-weighted values per head touched, and the input tangents of a Pre-LN ``ln1``).
-    A stack adds, per layer with names in ``names``, that block's working memory, and the
-    ``(L·d, L·d)`` curvatures and ``(L·d, P')`` Jacobians of :mod:`hessviz.stack`."""
+    A stack adds, per layer with names in ``names``, that block's working memory, and, unless
+    only the last layer is asked for, the ``(L·d, L·d)`` curvatures, the ``(L·d, P')`` Jacobians
+    and the ``L·d`` tangent columns of :mod:`hessviz.stack`."""
     if cfg.is_stack:
         by_layer: dict[int, list[str]] = {}
         for n in names:
@@ -179,6 +179,8 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
             by_layer.setdefault(layer, []).append(local)
         P, Ld = sum(cfg.param_size(n) for n in names), cfg.seq_len * cfg.d_model
         blocks = sum(hessian_bytes(cfg.block, tuple(local), itemsize, method) for local in by_layer.values())
+        if min(by_layer) == cfg.n_layers - 1:          # the last layer alone: the one-block engine
+            return blocks + P * P * itemsize
         tangents = Ld * cfg.seq_len * (8 * cfg.d_model + 2 * cfg.d_ff + 2 * cfg.n_heads * cfg.seq_len)
         return blocks + (P * P + 3 * Ld * P + (cfg.n_layers + 2) * Ld * Ld + tangents) * itemsize
     sizes = [cfg.param_size(n) for n in names]

@@ -52,7 +52,11 @@ class Curvature:
 
 def backward(cfg: BlockConfig, tr: BlockTrace, Y: Tensor) -> Curvature:
     """Loss gradient and Hessian in ``Z``, pulled back through ``T`` to ``SA``."""
-    at_Z = TokenCurvature(losses.gradient(cfg.loss, tr.Z, Y), losses.hessian(cfg.loss, tr.Z, Y))
+    return pulled(tr, TokenCurvature(losses.gradient(cfg.loss, tr.Z, Y), losses.hessian(cfg.loss, tr.Z, Y)))
+
+
+def pulled(tr: BlockTrace, at_Z: TokenCurvature) -> Curvature:
+    """The token-wise curvature ``at_Z`` at the block's output, pulled back through ``T`` to ``SA``."""
     return Curvature(tr, at_Z, at_Z if tr.stage is None else at_Z.pull(tr.stage.map))
 
 

@@ -385,6 +385,9 @@ class BlockConfig:
             parse_name(name)
             raise ConfigError(f"parameter name {name!r} needs its layer prefix with n_layers = "
                               f"{self.n_layers}: 'l0.{name}' … 'l{self.n_layers - 1}.{name}'")
+        if name != layer_name(layer, local):
+            raise ConfigError(f"layer index in {name!r} must be written without leading zeros: "
+                              f"{layer_name(layer, local)!r}")
         if layer >= self.n_layers:
             raise ConfigError(f"layer index in {name!r} must be in [0, {self.n_layers - 1}] "
                               f"(n_layers = {self.n_layers}), got {layer}")

@@ -173,10 +173,10 @@ class StackHessian:
         """``J_b (L·d, P_b')`` for block-local names of layer ``b``."""
         return assembly.dense_jacobian(self.cfg.block, self.trace(b), local)
 
-    @memo
     def input_tangents(self, b: int) -> dict[str, Tensor | None]:
         """Forward tangents of every value of layer ``b`` along the identity on ``X_{b−1}``:
-        ``L·d`` columns (the columns of ``A_b`` at the output)."""
+        ``L·d`` columns (the columns of ``A_b`` at the output). Not kept: ``L·d`` times every
+        activation of the block, recomputed per sweep rather than held by the result."""
         span = self.tape.layers[b]
         eye = torch.eye(self.Ld, dtype=self.like.dtype, device=self.like.device)
         return self.tape.tangents(span, {span.input: eye.reshape(self.Ld, *self.like.shape)}, {})
@@ -250,17 +250,16 @@ class StackHessian:
             out = memory.empty(size, size, dtype=self.like.dtype, device=self.like.device)
         tr = self.trace(b)
         if b == self.N - 1 and self.token_wise:                   # the one-block engine unchanged
-            at_Z = TokenCurvature(self.gradient(b), self.loss_curvature)
-            cur = assembly.Curvature(tr, at_Z, at_Z if tr.stage is None else at_Z.pull(tr.stage.map))
+            cur = assembly.pulled(tr, TokenCurvature(self.gradient(b), self.loss_curvature))
             return assembly.assemble(self.cfg.block, local, cur, term, self.like, out)
+        outside = self.boundary(b, term)
         if cf:                                                     # T_b^{θθ}(G_b): the functional term
-            G = self.gradient(b)                                   # with G_b as the loss gradient
+            G = outside.g                                          # with G_b as the loss gradient
             L, d = G.shape
-            at_Z = TokenCurvature(G, G.new_zeros(L, d, d))
-            cur = assembly.Curvature(tr, at_Z, at_Z if tr.stage is None else at_Z.pull(tr.stage.map))
+            cur = assembly.pulled(tr, TokenCurvature(G, G.new_zeros(L, d, d)))
             assembly.assemble(self.cfg.block, local, cur, "functional", self.like, out)
         sizes = [self.cfg.param_size(n) for n in names]
-        self.boundary(b, term).sandwich_into(out, self.jacobian(b, local), sizes, accumulate=bool(cf))
+        outside.sandwich_into(out, self.jacobian(b, local), sizes, accumulate=bool(cf))
         return out
 
     def cross(self, b: int, rows: tuple[str, ...], a: int, cols: tuple[str, ...], term: str,

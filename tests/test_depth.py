@@ -56,7 +56,7 @@ def test_each_layer_has_its_own_weights_and_layer_0_is_the_one_block_draw():
 
 @pytest.mark.parametrize("name, match", [("l3.W_Q", "n_layers = 3"), ("W_Q", "layer prefix"),
                                          ("l1.W_9", "l1.W_9"), ("l0.W_1[0]", "no heads"),
-                                         ("l-1.W_Q", "parameter name")])
+                                         ("l-1.W_Q", "parameter name"), ("l01.W_Q", "leading zeros")])
 def test_bad_names_in_a_stack_are_refused(name, match):
     cfg = hv.BlockConfig(n_layers=3, **SMALL)
     params, X, Y = _setup(cfg)
@@ -323,3 +323,28 @@ def test_spectral_tools_list_every_head_of_every_layer():
     assert matfree.block_names(res) == ("l0.W_Q[0]", "l0.W_Q[1]", "l1.W_1")
     top = matfree.top_eigenvalues(res, "full", k=1)
     assert abs(float(top[0]) - float(torch.linalg.eigvalsh(res.full)[-1])) < 1e-8
+
+
+def test_the_last_layer_of_a_stack_is_one_block_on_the_previous_output():
+    cfg = hv.BlockConfig(n_layers=3, norm="post", n_heads=2, out_proj=True, bias=True, **SMALL)
+    params, X, Y = _setup(cfg, seed=15)
+    last = [n for n in cfg.param_names if n.startswith("l2.")]
+    block_params = {n[3:]: params[n] for n in last}
+    X2 = X
+    for layer in range(2):
+        X2 = hv.forward(cfg.block, {n: params[f"l{layer}.{n}"] for n in cfg.block.param_names}, X2)
+    res = hv.hessian(cfg, params, X, Y, wrt=last)
+    one = hv.hessian(cfg.block, block_params, X2, Y)
+    for term in TERMS:
+        assert_close(res.term(term), one.term(term), 1e-13, f"last layer {term}")
+
+
+def test_a_dense_custom_loss_with_token_wise_values_is_the_builtin_loss():
+    cfg = hv.BlockConfig(**SMALL, norm="pre", activation="gelu")
+    params, X, Y = _setup(cfg, seed=16)
+    from hessviz import losses
+    Z = hv.forward(cfg, params, X)
+    dense = hv.CustomLoss(losses.gradient("mse", Z, Y), torch.block_diag(*losses.hessian("mse", Z, Y)))
+    res, ref = hv.hessian(cfg, params, X, loss=dense), hv.hessian(cfg, params, X, Y)
+    for term in TERMS:
+        assert_close(res.term(term), ref.term(term), 1e-12, f"dense engine vs one-block engine: {term}")
