@@ -48,7 +48,7 @@ def factor_per_layer(depths, Y) -> tuple[float, float, float]:
     """``(r, lo, hi)``: ``exp`` of the mean over seeds of the slope of ``ln ‖H‖`` on ``N``
     (rows of ``Y (seeds, depths)``), with its 95 % t-interval.
 
-    >>> factor_per_layer([1, 2, 3], [[1.0, 2.0, 4.0], [3.0, 6.0, 12.0]])[0]
+    >>> round(factor_per_layer([1, 2, 3], [[1.0, 2.0, 4.0], [3.0, 6.0, 12.0]])[0], 12)
     2.0
     """
     Y = np.atleast_2d(np.asarray(Y, dtype=float))
