@@ -30,6 +30,8 @@ EXPLORE = (
              "top eigenvalue and trace of every weight's and every head's Hessian block, matrix-free"),
     PageSpec("app_pages/real_model.py", "Real model", ":material/psychology:", "real_model",
              "a pretrained layer on your text: attention, a head's exact Hessian, per-block curvature"),
+    PageSpec("app_pages/depth.py", "Depth", ":material/layers:", "depth",
+             "stacks of blocks: the Hessian layer by layer, Post-LN and Pre-LN side by side"),
     PageSpec("app_pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",
              "block norms against ‖X‖₂, L and d on log–log axes, with fitted slopes"),
     PageSpec("app_pages/verify.py", "Verify & speed", ":material/verified:", "verify",
