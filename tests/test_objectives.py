@@ -12,6 +12,7 @@ from hessviz.errors import ConfigError, InputError
 from hessviz.pretrained import objectives as ob
 
 L, D, V = 5, 6, 11
+V_SIZE = V
 TOL = 1e-10
 
 
@@ -92,3 +93,40 @@ def test_gpt2_head_gives_transformers_loss(tmp_path):
     assert abs(ours.item() - ref.item()) <= TOL
     with pytest.raises(ConfigError, match="GPT-2"):
         ob.lm_head("pydoc-postln")
+
+
+def test_products_are_the_hessians():
+    g = torch.Generator().manual_seed(4)
+    Z = torch.randn(L, D, generator=g, dtype=torch.float64)
+    V = torch.randn(3, L, D, generator=g, dtype=torch.float64)
+    for obj in (ob.cosine_loss(Z, torch.randn(D, generator=g, dtype=torch.float64)),
+                ob.next_token_loss(Z, torch.randint(0, V_SIZE, (L,), generator=g), random_head())):
+        dense = obj.dense_hessian() @ V.reshape(3, -1).T
+        assert (obj.product(V).reshape(3, -1) - dense.T).abs().max().item() <= TOL
+
+
+def test_cosine_objective_through_a_real_layer_matches_autograd():
+    """MiniLM's objective on the last layer of the trained Post-LN model: the Hessian of a head's
+    value bias through hv.hessian(loss=CustomLoss(…)) against autograd of the whole composition."""
+    import dataclasses
+
+    import hessviz as hv
+    from hessviz.reference import torch_forward
+
+    model, text = "pydoc-postln", "def add(a, b):"
+    last = pt.model_info(model).n_layers - 1
+    cfg, params = pt.load_layer(model, last)
+    X = pt.layer_inputs(model, text, last)
+    cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
+    other = ob.sentence_embedding(model, "import sys")
+    obj = ob.cosine_loss(hv.forward(cfg, params, X), other)
+    name, idx = "b_V[1]", cfg.head_indices("b_V[1]")
+    ours = hv.hessian(cfg, params, X, loss=obj.custom_loss(), wrt=(name,)).full
+
+    def f(w: torch.Tensor) -> torch.Tensor:
+        b = params["b_V"].clone()
+        b[idx] = w
+        Z = torch_forward(cfg, {**params, "b_V": b}, X)
+        return 1 - torch.nn.functional.cosine_similarity(Z.mean(0), other, dim=0)
+    ref = hessian(f)(params["b_V"][idx])
+    assert (ours - ref).abs().max().item() <= 1e-9 * ref.abs().max().item()

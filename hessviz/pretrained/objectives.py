@@ -37,33 +37,50 @@ for a target the caller names (the token after the text); every other token's bl
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 from torch import Tensor
 
 from hessviz.components import layernorm
+from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
 
 
 @dataclass(frozen=True)
 class Objective:
-    """A loss at ``Z``: its value, ``grad (L, d)`` and Hessian (token-wise or dense)."""
+    """A loss at ``Z``: its value, ``grad (L, d)`` and Hessian (token-wise or dense).
+
+    ``product`` applies the Hessian, ``Ż (k, L, d) ↦ N Ż (k, L, d)``, without forming it (the
+    dense Hessian of a pooled loss is ``(L·d)²``: 1.2 GB at 32 tokens of MiniLM); ``hess`` is
+    built on first use. :meth:`custom_loss` is what ``hv.hessian(…, loss=…)`` takes.
+    """
 
     name: str
     value: Tensor
     grad: Tensor
-    hess: Tensor
-    """``(L, d, d)`` token-wise, or ``(L·d, L·d)`` dense in ``vec_r`` order."""
+    build: Callable[[], Tensor] = field(repr=False)
+    product: Callable[[Tensor], Tensor] = field(repr=False)
+    token_wise: bool = True
 
-    @property
-    def token_wise(self) -> bool:
-        return self.hess.dim() == 3
+    @cached_property
+    def hess(self) -> Tensor:
+        """``(L, d, d)`` token-wise, or ``(L·d, L·d)`` dense in ``vec_r`` order."""
+        return self.build()
 
     def dense_hessian(self) -> Tensor:
         """``(L·d, L·d)``: the token-wise blocks put on the diagonal, or the dense Hessian as is."""
         return torch.block_diag(*self.hess) if self.token_wise else self.hess
+
+    def custom_loss(self) -> CustomLoss:
+        """``hv.CustomLoss``: token-wise blocks as a tensor, a coupling Hessian as its product."""
+        return CustomLoss(self.grad, self.hess if self.token_wise else self.product)
+
+
+def _token_wise(name: str, value: Tensor, grad: Tensor, hess: Tensor) -> Objective:
+    return Objective(name, value, grad, lambda: hess, lambda V: torch.einsum("tij,ktj->kti", hess, V))
 
 
 @dataclass(frozen=True)
@@ -103,8 +120,14 @@ def cosine_loss(Z: Tensor, other: Tensor) -> Objective:
     grad_m = -(e - c * u) / r
     hess_m = (torch.outer(u, e) + torch.outer(e, u) + c * (torch.eye(d, dtype=Z.dtype, device=Z.device)
                                                            - 3.0 * torch.outer(u, u))) / r**2
-    ones = torch.ones(L, L, dtype=Z.dtype, device=Z.device)
-    return Objective("cosine", 1.0 - c, grad_m.expand(L, d) / L, torch.kron(ones, hess_m) / L**2)
+
+    def build() -> Tensor:
+        return torch.kron(torch.ones(L, L, dtype=Z.dtype, device=Z.device), hess_m) / L**2
+
+    def product(V: Tensor) -> Tensor:                      # (k, L, d): every token gets H_m Σ_t V_t / L²
+        return (V.sum(1) @ hess_m / L**2).unsqueeze(1).expand_as(V)
+
+    return Objective("cosine", 1.0 - c, grad_m.expand(L, d) / L, build, product, token_wise=False)
 
 
 def _check_head(head: LMHead, d: int) -> LMHead:
@@ -151,7 +174,7 @@ def next_token_loss(Z: Tensor, ids: Sequence[int] | Tensor, head: LMHead) -> Obj
     targets = torch.cat([t[1:], t[:1]])                                    # the last one is unused
     weights = torch.full((L,), 1.0 / (L - 1), dtype=Z.dtype, device=Z.device)
     weights[-1] = 0.0
-    return Objective("next-token", *_cross_entropy(Z, targets, weights, head))
+    return _token_wise("next-token", *_cross_entropy(Z, targets, weights, head))
 
 
 def last_token_loss(Z: Tensor, target: int, head: LMHead) -> Objective:
@@ -162,7 +185,7 @@ def last_token_loss(Z: Tensor, target: int, head: LMHead) -> Objective:
     t = _targets([target], head.embedding.shape[0], Z.device)
     weights = torch.zeros(L, dtype=Z.dtype, device=Z.device)
     weights[-1] = 1.0
-    return Objective("last-token", *_cross_entropy(Z, t.expand(L), weights, head))
+    return _token_wise("last-token", *_cross_entropy(Z, t.expand(L), weights, head))
 
 
 def lm_head(source: str | os.PathLike, dtype: torch.dtype = torch.float64) -> LMHead:
