@@ -14,6 +14,7 @@ from hessviz.pretrained import explore
 
 DEFAULT_TEXT = ("The old lighthouse keeper climbed the narrow stairs every evening to light the lamp "
                 "and watch the ships pass safely.")
+OTHER_TEXT = "A lighthouse keeper lit the lamp each night so that ships could find the harbour."
 MAX_CHARS = 400
 FOLDERS_SETTING = "HESSVIZ_MODEL_FOLDERS"  # =1: a local server may open a checkpoint folder typed here;
 #                                            the hosted profile never does (no uploads, no paths)
@@ -58,22 +59,51 @@ st.caption(info.describe())
 text = hva.text("Text", "rm_text", DEFAULT_TEXT, MAX_CHARS, container=c2,
                 help=f"at most {MAX_CHARS} characters and the model's {info.max_positions} positions; "
                      "tokenised with the model's own tokenizer")
-c3, c4, c5 = st.columns(3)
-layer = hva.slider("Layer", 0, info.n_layers - 1, key="rm_layer", default=min(3, info.n_layers - 1),
-                   container=c3)
-head = hva.slider("Head", 0, info.n_heads - 1, key="rm_head", default=0, container=c4)
-seed = hva.slider("Target seed", 0, 99, key="rm_seed", default=0, container=c5,
+OBJECTIVE = {"bert": "sentence similarity", "roberta": "sentence similarity", "gpt2": "next token"}
+objective = OBJECTIVE.get(info.model_type)
+c3, c4, c5, c6 = st.columns(4)
+loss_name = hva.choice("Loss", ("synthetic",) + ((objective,) if objective else ()), key="rm_loss",
+                       default="synthetic", container=c3,
+                       help="synthetic: the layer's MSE against a seeded random target; "
+                            + ("sentence similarity: 1 − cos of the mean-pooled embedding and another "
+                               "sentence's (MiniLM's training objective)"
+                               if objective == "sentence similarity"
+                               else "next token: the model's language-modelling loss through its head")
+                            + " (on the last layer)")
+own = loss_name != "synthetic"
+last = info.n_layers - 1
+layer = hva.slider("Layer", 0, last, key="rm_layer", default=min(3, last), container=c4,
+                   help="the model's own loss acts on the last hidden states: it is drawn on the last layer")
+if own and layer != last:
+    st.caption(f"The model's own loss is a function of the last hidden states: layer {last} is drawn.")
+    layer = last
+head = hva.slider("Head", 0, info.n_heads - 1, key="rm_head", default=0, container=c5)
+seed = hva.slider("Target seed", 0, 99, key="rm_seed", default=0, container=c6,
                   help="the synthetic target Y of the loss is drawn from this seed")
+other = ""
+if objective == "sentence similarity" and own:
+    other = hva.text("Other sentence (fixed)", "rm_other", OTHER_TEXT, MAX_CHARS,
+                     help="the loss is 1 − cos(mean-pooled embedding of the text, that of this sentence)")
+loss_key = {"synthetic": hva.cache.SYNTHETIC, "next token": "next-token",
+            "sentence similarity": f"cosine:{other}"}[loss_name]
 
 with st.spinner("Reading the model and running the text…"), hva.guard("the hidden states"):
     states = hva.cache.real_states(model, text)
     attention = hva.cache.real_attention(model, layer, text)
+    cfg = hva.cache.real_inputs(model, layer, text, seed, loss_key)[0]
 tokens, L = [t.translate(SHOWN) for t in states["tokens"]], states["states"].shape[1]
-cfg = hva.cache.real_inputs(model, layer, text, seed)[0]
-st.info(f"**Loss drawn:** mean squared error of the layer's output Z ({L} × {info.d_model}) against a "
-        f"synthetic target Y ~ N(0, 1) drawn from seed {seed}, ℓ = ‖Z − Y‖²_F / (L·d), as on the other "
-        "pages; the model's own objectives come with custom losses. The text is "
-        f"**{L} tokens** long; the layer has P = {cfg.num_params:,} weights.", icon=":material/functions:")
+if not own:
+    drawn = (f"mean squared error of the layer's output Z ({L} × {info.d_model}) against a synthetic target "
+             f"Y ~ N(0, 1) drawn from seed {seed}, ℓ = ‖Z − Y‖²_F / (L·d), as on the other pages")
+elif objective == "sentence similarity":
+    drawn = ("the model's own objective, ℓ = 1 − cos(m, e) with m the mean of the last hidden states over "
+             "the tokens and e that of the other sentence (fixed); its Hessian in Z couples every pair of "
+             "tokens")
+else:
+    drawn = ("the model's own next-token loss: the mean cross-entropy of each position predicting the next "
+             "token, through the final LayerNorm and the tied embedding")
+st.info(f"**Loss drawn:** {drawn}. The text is **{L} tokens** long; the layer has P = {cfg.num_params:,} "
+        "weights.", icon=":material/functions:")
 
 # ----------------------------------------------------------------------------- attention
 st.subheader(f"Attention of head {head} in layer {layer}")
@@ -108,7 +138,7 @@ if not verdict.ok:
     st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
 else:
     with st.spinner(f"Computing {size:,} columns of the Hessian of {name}…"), hva.guard("the Hessian block"):
-        B = hva.cache.real_window(model, layer, text, seed, name, start, size, term)
+        B = hva.cache.real_window(model, layer, text, seed, name, start, size, term, loss_key)
     whole = cfg.param_shapes[weight]
     index = cfg.head_indices(name).numpy()[start:start + size]
     hfig = plots.block_heatmap(B, name, name, row_shape=whole, col_shape=whole, row_index=index,
@@ -129,7 +159,7 @@ by = hva.choice("Blocks", tuple(BY), key="rm_by", default="weights",
                      "biases is its own block")
 by_head = by == "heads"
 with hva.guard("the gradient"):
-    grads = hva.cache.real_gradients(model, layer, text, seed, by_head)
+    grads = hva.cache.real_gradients(model, layer, text, seed, by_head, loss_key)
 g = gini(grads["norms"])
 gfig = plots.grouped_bars([plots.pretty(n) for n in grads["names"]], {"‖g_b‖_F": grads["norms"]},
                           title=f"Gradient norm of every block, layer {layer} (Gini {g:.3f})",
@@ -138,7 +168,7 @@ hva.chart(gfig, f"gradients_l{layer}_{by}", csv=lambda: {"block": grads["names"]
                                                           "grad_norm": grads["norms"]})
 st.caption(f"Gini coefficient of the block gradient norms: **{g:.3f}** (0: all blocks equal; near 1: a few "
            "blocks carry the gradient). Tomihari & Sato report 0.94 for a trained RoBERTa with its own loss; "
-           "this is one layer under the synthetic loss above.")
+           f"this is one layer under the loss above ({loss_name}).")
 
 # ----------------------------------------------------------------------------- per-block curvature
 st.subheader("Curvature of every block (matrix-free)")
@@ -154,7 +184,7 @@ if not verdict.ok:
     st.stop()
 st.caption(f"Estimated work: about {cost.seconds:.2g} s and {format_bytes(cost.bytes)}.")
 with hva.guard("the block table"):
-    table = hva.cache.real_block_table(model, layer, text, seed, "full", by_head, samples)
+    table = hva.cache.real_block_table(model, layer, text, seed, "full", by_head, samples, loss_key)
 tfig = plots.block_spectrum_bars(table["names"], table["top"], table["trace"],
                                  trace_errors=table["trace_se"],
                                  title=f"Per-block curvature, layer {layer} of {info.name}")

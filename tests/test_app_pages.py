@@ -295,3 +295,23 @@ def test_scaling_sweeps_depth_and_reads_a_layer_of_a_stack():
     assert at.slider(key="sc_layer").value == 0
     at.slider(key="sc_layer").set_value(1).run()
     assert not at.exception
+
+
+def test_real_model_page_draws_the_models_own_objective():
+    """Sentence similarity (MiniLM's objective, here on the trained pair's Post-LN model): the last
+    layer is drawn whatever the layer control says, the loss is named, and the Hessian differs from
+    the synthetic loss's on the same layer."""
+    query = dict(rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="1")
+
+    def block(at: AppTest) -> object:
+        fig = next(f for f in figures(at) if "Hessian of W_Q[0]" in str(f["layout"]["title"]))
+        return fig["data"][0]["z"]
+
+    synthetic = run_page("app_pages/real_model.py", rm_layer="3", **query)
+    at = run_page("app_pages/real_model.py", rm_loss="sentence similarity", rm_other="import sys",
+                  rm_layer="1", **query)
+    assert not at.error, [e.value for e in at.error]
+    assert "1 − cos(m, e)" in at.info[0].value
+    assert any("layer 3, head 0: attention" in t for t in titles(at))          # the last layer
+    assert len(at.get("plotly_chart")) == 4
+    assert block(at) != block(synthetic)

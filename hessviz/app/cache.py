@@ -561,15 +561,48 @@ def real_states(model: str, text: str) -> dict:
     return STORE.get(("real_states", model, text), compute, size, f"the hidden states of the text in {model}")
 
 
-def real_inputs(model: str, layer: int, text: str, seed: int) -> tuple:
-    """``(cfg, params, X, Y)`` of layer ``layer`` on ``text``: ``cfg.seq_len`` is the text's length,
-    ``X`` the hidden state entering the layer and ``Y`` the app's synthetic target (seeded
-    :func:`hessviz.sample_inputs` for the layer's loss, ``mse``: ``Y ~ N(0, 1)``)."""
+SYNTHETIC = "synthetic"
+"""The loss key of the app's synthetic target; ``"cosine:<other sentence>"`` and ``"next-token"``
+name a model's own objective (:mod:`hessviz.pretrained.objectives`, on the last layer)."""
+
+
+def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHETIC) -> tuple:
+    """``(cfg, params, X, Y, custom)`` of layer ``layer`` on ``text``: ``cfg.seq_len`` is the text's
+    length, ``X`` the hidden state entering the layer. With ``loss = "synthetic"``, ``Y`` is the app's
+    synthetic target (seeded :func:`hessviz.sample_inputs` for the layer's loss, ``mse``:
+    ``Y ~ N(0, 1)``) and ``custom`` is None; otherwise ``Y`` is None and ``custom`` the model's own
+    objective at the layer's output as a :class:`hessviz.CustomLoss` (the last layer only)."""
+    from hessviz.pretrained import objectives
+
     cfg, params = real_stack(model)[layer]
-    X = _tensor(real_states(model, text)["states"][layer]).to(device())
+    states = real_states(model, text)
+    X = _tensor(states["states"][layer]).to(device())
     cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
-    _, Y = hv.sample_inputs(cfg, seed=seed, device=device())
-    return cfg, params, X, Y
+    if loss == SYNTHETIC:
+        _, Y = hv.sample_inputs(cfg, seed=seed, device=device())
+        return cfg, params, X, Y, None
+    if layer != len(real_stack(model)) - 1:
+        raise hv.ConfigError(f"loss {loss.partition(':')[0]!r} is the model's objective on its last hidden "
+                             f"states: choose layer {len(real_stack(model)) - 1}")
+    Z = _tensor(states["states"][layer + 1]).to(device())
+    if loss.startswith("cosine:"):
+        other = _tensor(real_states(model, loss.partition(":")[2])["states"][-1]).to(device())
+        obj = objectives.cosine_loss(Z, objectives.mean_pooled(other))
+    elif loss == "next-token":
+        obj = objectives.next_token_loss(Z, torch.as_tensor(states["ids"]), real_head(model))
+    else:
+        raise hv.ConfigError(f"loss must be 'synthetic', 'cosine:<sentence>' or 'next-token', got {loss!r}")
+    return cfg, params, X, None, obj.custom_loss()
+
+
+def real_head(model: str):
+    """GPT-2's output head of ``model`` (``ln_f`` and the tied embedding), read once."""
+    from hessviz import pretrained
+    from hessviz.pretrained import objectives
+
+    info = pretrained.model_info(model)
+    return STORE.get(("real_head", model), lambda: objectives.lm_head(model),
+                     8 * info.vocab_size * info.d_model, f"the output head of {model}")
 
 
 def real_attention(model: str, layer: int, text: str) -> np.ndarray:
@@ -577,7 +610,7 @@ def real_attention(model: str, layer: int, text: str) -> np.ndarray:
     from hessviz.pretrained import explore
 
     def compute() -> np.ndarray:
-        cfg, params, X, _ = real_inputs(model, layer, text, 0)
+        cfg, params, X, _, _ = real_inputs(model, layer, text, 0)
         return explore.attention_pattern(cfg, params, X).cpu().numpy()
 
     states = real_states(model, text)["states"]
@@ -586,32 +619,32 @@ def real_attention(model: str, layer: int, text: str) -> np.ndarray:
 
 
 def real_window(model: str, layer: int, text: str, seed: int, name: str, start: int, size: int,
-                term_name: str = "full") -> np.ndarray:
+                term_name: str = "full", loss: str = SYNTHETIC) -> np.ndarray:
     """``(size, size)``: the exact Hessian block of entries ``start …`` of the head slice ``name``
     (:func:`hessviz.pretrained.explore.slice_window`, closed-form products)."""
     from hessviz.pretrained import explore
 
     def compute() -> np.ndarray:
-        cfg, params, X, Y = real_inputs(model, layer, text, seed)
-        res = hv.hessian(cfg, params, X, Y, wrt=(name,))
+        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
+        res = hv.hessian(cfg, params, X, Y, wrt=(name,), loss=custom)
         return explore.slice_window(res, name, start, size, term_name,
                                     progress=_Reporter(0, 1, size, f"{name} block")).cpu().numpy()
 
-    return STORE.get(("real_window", model, layer, text, seed, name, start, size, term_name), compute,
-                     8 * size * size, f"the Hessian block of {name}")
+    return STORE.get(("real_window", model, layer, text, seed, name, start, size, term_name, loss),
+                     compute, 8 * size * size, f"the Hessian block of {name}")
 
 
 def real_block_table(model: str, layer: int, text: str, seed: int, term_name: str, by_head: bool,
-                     samples: int) -> dict:
+                     samples: int, loss: str = SYNTHETIC) -> dict:
     """:func:`block_table` of the real layer: top eigenvalue and trace of every weight's (or
     head's) diagonal block, matrix-free."""
     from hessviz import matfree
 
     def compute() -> dict:
-        cfg, params, X, Y = real_inputs(model, layer, text, seed)
+        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
         blocks = [b for b, _ in budget.block_list(cfg, by_head)]
-        t = matfree.block_table(hv.hessian(cfg, params, X, Y), term_name, blocks, trace_samples=samples,
-                                exact_limit=budget.EXACT_BLOCK, seed=seed,
+        t = matfree.block_table(hv.hessian(cfg, params, X, Y, loss=custom), term_name, blocks,
+                                trace_samples=samples, exact_limit=budget.EXACT_BLOCK, seed=seed,
                                 progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
         rows = t.as_dicts()
         return {"names": [r["name"] for r in rows], "size": np.array([r["size"] for r in rows]),
@@ -619,18 +652,19 @@ def real_block_table(model: str, layer: int, text: str, seed: int, term_name: st
                 "trace_se": np.array([r["trace_stderr"] for r in rows]),
                 "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
 
-    return STORE.get(("real_block_table", model, layer, text, seed, term_name, by_head, samples), compute,
-                     1 << 16, f"the heterogeneity table of layer {layer}")
+    return STORE.get(("real_block_table", model, layer, text, seed, term_name, by_head, samples, loss),
+                     compute, 1 << 16, f"the heterogeneity table of layer {layer}")
 
 
-def real_gradients(model: str, layer: int, text: str, seed: int, by_head: bool) -> dict:
+def real_gradients(model: str, layer: int, text: str, seed: int, by_head: bool,
+                   loss: str = SYNTHETIC) -> dict:
     """``{"names", "norms", "sizes"}``: ``‖g_b‖_F`` of every block of the real layer (closed form)."""
     from hessviz.pretrained import explore
 
     def compute() -> dict:
-        cfg, params, X, Y = real_inputs(model, layer, text, seed)
-        names, norms, sizes = explore.gradient_blocks(cfg, params, X, Y, by_head)
+        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
+        names, norms, sizes = explore.gradient_blocks(cfg, params, X, Y, by_head, custom)
         return {"names": names, "norms": norms, "sizes": sizes}
 
-    return STORE.get(("real_gradients", model, layer, text, seed, by_head), compute, 1 << 14,
+    return STORE.get(("real_gradients", model, layer, text, seed, by_head, loss), compute, 1 << 14,
                      f"the gradient norms of layer {layer}")

@@ -77,11 +77,13 @@ def slice_window(res: hv.HessianResult, name: str, start: int, size: int, term: 
     return torch.cat(columns).T
 
 
-def gradient_blocks(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-                    by_head: bool = True) -> tuple[list[str], np.ndarray, np.ndarray]:
+def gradient_blocks(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
+                    by_head: bool = True, loss: hv.CustomLoss | None = None
+                    ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """``(names, ‖g_b‖_F, sizes)`` of every block of :func:`hessviz.budget.block_list` (every weight,
-    or every head's slice of a weight with heads), from the closed-form gradient."""
-    grads = {n: g.reshape(-1) for n, g in hv.gradient(cfg, params, X, Y).items()}
+    or every head's slice of a weight with heads), from the closed-form gradient of the layer's
+    loss against ``Y``, or of ``loss`` (a custom loss, ``Y = None``)."""
+    grads = {n: g.reshape(-1) for n, g in hv.gradient(cfg, params, X, Y, loss=loss).items()}
     names, norms, sizes = [], [], []
     for name, size in block_list(cfg, by_head):
         base = name.partition("[")[0]
