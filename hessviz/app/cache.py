@@ -589,7 +589,7 @@ def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHE
         other = _tensor(real_states(model, loss.partition(":")[2])["states"][-1]).to(device())
         obj = objectives.cosine_loss(Z, objectives.mean_pooled(other))
     elif loss == "next-token":
-        obj = objectives.next_token_loss(Z, torch.as_tensor(states["ids"]), real_head(model))
+        obj = objectives.next_token_loss(Z, states["ids"].tolist(), real_head(model))
     else:
         raise hv.ConfigError(f"loss must be 'synthetic', 'cosine:<sentence>' or 'next-token', got {loss!r}")
     return cfg, params, X, None, obj.custom_loss()
