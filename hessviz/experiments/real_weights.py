@@ -42,6 +42,7 @@ from hessviz import plots
 from hessviz import pretrained as pt
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.experiments.heterogeneity import PAPER_GINI, Heterogeneity
+from hessviz.pretrained import objectives
 
 BLOCKS = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2", "ln1_gamma", "ln1_beta", "ln2_gamma", "ln2_beta")
 """The paper code's blocks of one layer: Q, K, V, O, the FFN and the LayerNorm weights."""
@@ -56,6 +57,12 @@ TEXTS = {
                      "import sys\nprint(sys.argv)"),
 }
 TEXTS["pydoc-preln"] = TEXTS["pydoc-postln"]
+OWN_OBJECTIVE = {"all-MiniLM-L6-v2": dict(zip(TEXTS["all-MiniLM-L6-v2"], (
+    "Every night the keeper of the old lighthouse went up the stairs to light its lamp.",
+    "Each morning the corner bakery sells warm cinnamon rolls and freshly baked bread.",
+    "For three summers researchers recorded the lake's temperature once an hour.")))}
+"""Models with their own objective here, and the other sentence of each text (a paraphrase): MiniLM's
+sentence-similarity loss ``1 − cos`` of mean-pooled embeddings, on its last layer (kind ``own``)."""
 QUICK_TEXTS = 1
 OUT = pathlib.Path(__file__).resolve().parents[2] / "assets" / "claims" / "real_weights"
 
@@ -73,11 +80,12 @@ def block_norm(res: hv.HessianResult, name: str, tol: float = 1e-4) -> float:
 
 
 def layer_heterogeneity(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, seed: int,
-                        prefix: str = "") -> Heterogeneity:
-    """Per-block ``‖g_b‖``, ``‖H_bb‖₂`` and sizes of one layer on ``X`` (MSE, seeded random target)."""
-    _, Y = hv.sample_inputs(cfg, seed=seed)
-    grads = hv.gradient(cfg, params, X, Y, wrt=BLOCKS)
-    res = hv.hessian(cfg, params, X, Y)
+                        prefix: str = "", loss: hv.CustomLoss | None = None) -> Heterogeneity:
+    """Per-block ``‖g_b‖``, ``‖H_bb‖₂`` and sizes of one layer on ``X``: MSE against a seeded random
+    target, or the custom ``loss`` when given."""
+    Y = None if loss is not None else hv.sample_inputs(cfg, seed=seed)[1]
+    grads = hv.gradient(cfg, params, X, Y, wrt=BLOCKS, loss=loss)
+    res = hv.hessian(cfg, params, X, Y, loss=loss)
     return Heterogeneity([prefix + b for b in BLOCKS], np.array([float(grads[b].norm()) for b in BLOCKS]),
                          np.array([block_norm(res, b) for b in BLOCKS]),
                          np.array([float(cfg.param_size(b)) for b in BLOCKS]))
@@ -104,6 +112,13 @@ def model_heterogeneity(model: str, text: str, seed: int = 0) -> dict[str, Heter
         X = states[layer]
         out["trained"].append(layer_heterogeneity(cfg, params, X, seed, f"l{layer}."))
         out["random"].append(layer_heterogeneity(cfg, hv.init_params(cfg, seed=seed), X, seed, f"l{layer}."))
+    if model in OWN_OBJECTIVE:                  # the model's own objective on its last layer
+        last = len(stack) - 1
+        cfg, params = stack[last]
+        cfg = dataclasses.replace(cfg, seq_len=states[last].shape[0])
+        other = objectives.sentence_embedding(model, OWN_OBJECTIVE[model][text])
+        loss = objectives.cosine_loss(states[-1], other).custom_loss()
+        out["own"] = [layer_heterogeneity(cfg, params, states[last], seed, f"l{last}.", loss)]
     return {k: joined(v) for k, v in out.items()}
 
 
@@ -127,7 +142,7 @@ def summarise(study: dict[str, list[dict[str, Heterogeneity]]]) -> Measurement:
                      "paper_gini_pre_roberta": PAPER_GINI["pre"]}
     data = {}
     for model, runs in study.items():
-        for kind in ("trained", "random"):
+        for kind in runs[0]:
             hs = [r[kind] for r in runs]
             key = f"{model}_{kind}"
             numbers[f"gini_{key}"] = float(np.mean([h.gini for h in hs]))
@@ -170,15 +185,18 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
                     f"{m[f'gini_{model}_random']:.3f}, "
                     f"Λ_G/Λ_P trained {m[f'lambda_G_over_P_{model}_trained']:.2f} vs random "
                     f"{m[f'lambda_G_over_P_{model}_random']:.2f}")
+    own = [f"With its own objective (1 − cos against a paraphrase, last layer only), {model} gives Gini "
+           f"{m[f'gini_{model}_own']:.3f} and Λ_G/Λ_P {m[f'lambda_G_over_P_{model}_own']:.2f}. "
+           for model in study if f"gini_{model}_own" in m]
     note = ("Real layers on real text, each layer's MSE against a seeded random target (N(0, 1)), "
             f"{len(BLOCKS)} blocks per layer (Q, K, V, O, W_1, W_2, LayerNorm γ and β). "
             + "; ".join(rows) + ". "
             f"RoBERTa's reported Ginis ({PAPER_GINI['post']} Post-LN, {PAPER_GINI['pre']} Pre-LN) are over "
             "all of its parameter tensors with its fine-tuning loss; here 20 blocks of two layers under a "
             "synthetic loss, so only orderings (trained vs random, Post vs Pre) compare, not the absolute "
-            "values. "
+            "values. " + "".join(own) +
             "The optimizer lens is Λ_G/Λ_P alone: no optimizer is trained on these weights.")
-    cats = [f"{model} {kind}" for model in study for kind in ("trained", "random")]
+    cats = [f"{model} {kind}" for model in study for kind in study[model][0]]
     ginis = [m[f"gini_{c.replace(' ', '_')}"] for c in cats]
     ranges = [m[f"gini_range_{c.replace(' ', '_')}"] for c in cats]
     figs = {
