@@ -248,7 +248,8 @@ def rows(seq_lens: tuple[int, ...] = (32, 128), repeats: int = 7, threads: int =
             out.append(row)
     for kind in ("top5", "slq") if spectral_len else ():
         progress(f"{kind} L={spectral_len}")
-        out.append(memory_of(kind, None, spectral_len) if memory else spectral_row(kind, spectral_len, device))
+        out.append(memory_of(kind, None, spectral_len) if memory
+                   else spectral_row(kind, spectral_len, device))
     return out
 
 
