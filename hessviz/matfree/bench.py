@@ -294,7 +294,8 @@ def machine(device: str = "cpu") -> str:
     if torch.device(device).type == "cuda":
         return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{torch.get_num_threads()} threads, torch {torch.__version__}, "
+    n = torch.get_num_threads()
+    return (f"{n} thread{'s' if n != 1 else ''}, torch {torch.__version__}, "
             f"load average {load} at the end (1, 5, 15 min)")
 
 
