@@ -388,6 +388,37 @@ def _settled(page, timeout_ms: float = 90_000, started: bool = False) -> None:
     page.wait_for_function(SCRIPT_STATE.format("notRunning"), timeout=timeout_ms)
 
 
+WATCH = """() => {
+  // Records, in the page's own clock, when a key goes down and when the script state changes,
+  // so a re-render is timed from the keystroke to the first frame painted after the run ended,
+  // whatever order the test looks at the visitors in.
+  if (window.__hv) return;
+  const hv = window.__hv = {press: null, done: null, painted: null, running: false};
+  document.addEventListener("keydown", () => {
+    hv.press = performance.now(); hv.done = hv.painted = null; hv.running = false;
+  }, true);
+  new MutationObserver(records => {
+    for (const r of records) {
+      if (hv.press === null || hv.done !== null) continue;
+      const now = r.target.getAttribute("data-test-script-state");
+      if (r.oldValue === "running" || now === "running") hv.running = true;
+      if (hv.running && now === "notRunning") {
+        hv.done = performance.now();
+        requestAnimationFrame(() => requestAnimationFrame(() => { hv.painted = performance.now(); }));
+      }
+    }
+  }).observe(document, {attributes: true, subtree: true, attributeOldValue: true,
+                        attributeFilter: ["data-test-script-state"]});
+}"""
+
+
+def _rerendered(page, timeout_ms: float = 90_000) -> float:
+    """Seconds from the last keystroke to the first frame painted after the run it started ended
+    (:data:`WATCH` must be installed in the page)."""
+    page.wait_for_function("() => window.__hv && window.__hv.painted !== null", timeout=timeout_ms)
+    return page.evaluate("() => (window.__hv.painted - window.__hv.press) / 1000")
+
+
 def _exceptions(page) -> list[str]:
     return [e.inner_text()[:500] for e in page.query_selector_all('[data-testid="stException"]')]
 
