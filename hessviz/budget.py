@@ -188,6 +188,10 @@ MV_COL_S = 3.5e-4    # … plus per column MV_COL_S + MV_S · L · P (measured 1
 MV_S = 2e-9
 REORTH_S = 1e-9      # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
 EXACT_BLOCK = 256    # hessviz.matfree.block_table's default exact_limit (dense eigvalsh of H[b, b])
+LIGHT_SECONDS = 0.25
+"""A computation estimated under this many core-seconds (a term, an eigendecomposition or a sweep
+point of the default block) runs at once, without a heavy slot of the :class:`Gate`: queued behind
+a multi-second one it waited seconds for a tenth of a second of work."""
 
 KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse", "optimization",
          "spectrum_matfree", "heterogeneity")

@@ -208,6 +208,47 @@ def test_gate_forgets_a_visitor_who_gives_up():
         assert gate.running == 1
 
 
+class _LeavesWhenQueued(_LeavesAfter):
+    """A page status whose visitor leaves as soon as they are told their place in the queue."""
+
+    def waiting(self, place: int) -> None:
+        raise progress.Cancelled(self.what)
+
+    def hold(self, gate):
+        return gate.slot(self.waiting, poll=0.01)
+
+
+def test_light_work_does_not_queue_behind_heavy_work():
+    """With every heavy slot taken, a computation under ``LIGHT_SECONDS`` runs at once; a heavy one
+    queues (and its visitor, told their place, leaves)."""
+    store = cache.Store(budget.Ledger(2**20))
+    release = threading.Event()
+    holders = [threading.Event() for _ in range(cache.GATE.slots)]
+    threads = [threading.Thread(target=_hold, args=(ready, release)) for ready in holders]
+    for t in threads:
+        t.start()
+    try:
+        assert all(ready.wait(10) for ready in holders) and cache.GATE.running == cache.GATE.slots
+        progress._local.status = _LeavesWhenQueued(100)
+        light = store.get(("light",), lambda: np.ones(2), 64, "a light result",
+                          seconds=budget.LIGHT_SECONDS / 2)
+        assert light.tolist() == [1.0, 1.0]
+        with pytest.raises(progress.Cancelled):
+            store.get(("heavy",), lambda: np.ones(2), 64, "a heavy result", seconds=2 * budget.LIGHT_SECONDS)
+    finally:
+        progress._local.status = None
+        release.set()
+        for t in threads:
+            t.join(10)
+    assert ("heavy",) not in store and cache.GATE.running == 0
+
+
+def _hold(ready: threading.Event, release: threading.Event) -> None:
+    with cache.GATE.slot():
+        ready.set()
+        release.wait(10)
+
+
 def test_store_is_bounded_by_bytes_and_evicts_least_recent():
     ledger = budget.Ledger(3 * 2**20)
     store = cache.Store(ledger)
