@@ -522,8 +522,11 @@ class Ledger:
                 poll: float = 0.25) -> Iterator[None]:
         """Hold ``nbytes`` while computing; evict cached results first, then wait for others.
 
-        A thread that already holds a reservation (a spectrum computing its term) does not
-        wait: two visitors each waiting for the other's memory would wait forever.
+        Cached results are evicted only when that makes room: while the computations in flight
+        leave less than ``nbytes`` even with an empty cache, this waits for them and keeps the
+        cache (emptying it then freed nothing that helped, and every visitor's next view was
+        computed again). A thread that already holds a reservation (a spectrum computing its
+        term) does not wait: two visitors each waiting for the other's memory would wait forever.
         """
         nbytes = int(nbytes)
         if nbytes > self.capacity:
@@ -533,7 +536,7 @@ class Ledger:
         nested = getattr(self._local, "depth", 0) > 0
         while True:
             over = self._over(nbytes)
-            if over > 0:
+            if over > 0 and (nested or self._in_flight + nbytes <= self.capacity):
                 self.evict(over)
             with self._lock:
                 if nested or self._over(nbytes) <= 0:

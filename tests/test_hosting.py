@@ -276,6 +276,37 @@ def test_ledger_nested_reservation_does_not_wait_and_small_results_outlive_large
     assert ("small",) in store and ("big", 0) not in store     # the oldest large one went first
 
 
+def test_ledger_keeps_the_cache_while_work_in_flight_leaves_no_room():
+    """Another visitor's computation holds 70 of 100 MiB: a 50 MiB reservation waits for it and
+    leaves the 28 MiB of cached results alone (emptying the cache would not have made room);
+    once that computation ends, there is room for both."""
+    ledger = budget.Ledger(100 * 2**20)
+    store = cache.Store(ledger)
+    for k in range(4):
+        store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * 2**20, "a result")   # 7 MiB each
+    holding, release = threading.Event(), threading.Event()
+
+    def other_visitor():
+        with ledger.reserve(70 * 2**20, "another visitor's view"):
+            holding.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other_visitor)
+    t.start()
+    assert holding.wait(10)
+    cached_while_waiting = []
+
+    def waiting(place: int) -> None:
+        cached_while_waiting.append(len(store))
+        if len(cached_while_waiting) == 3:
+            release.set()
+
+    with ledger.reserve(50 * 2**20, "a view", waiting, poll=0.01):
+        assert cached_while_waiting[:3] == [4, 4, 4] and len(store) == 4
+    t.join(10)
+    assert ledger.in_flight == 0
+
+
 def test_memory_stays_bounded_over_thirty_views():
     """Thirty distinct views through one store: what the process holds grows by the store's bound,
     not by thirty Hessians (6 MiB each here, 180 MiB in all)."""
