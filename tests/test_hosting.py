@@ -144,6 +144,14 @@ def test_matrix_free_views_stop_when_the_visitor_leaves(view_of):
     assert not [k for k in cache.STORE._items if k[0] == view_of and k[1] == key and k[-1] == 7]
 
 
+def test_progress_bars_are_throttled_but_the_last_step_is_drawn():
+    drawn = []
+    bar = progress.throttled(lambda done, total: drawn.append(done), every=60)
+    for i in range(1, 121):                  # a sweep of 120 cached points
+        bar(i, 120)
+    assert drawn == [1, 120]
+
+
 # ----------------------------------------------------------------------------- gate and ledger
 
 
