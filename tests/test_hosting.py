@@ -25,8 +25,8 @@ import torch
 
 import hessviz as hv
 from hessviz import budget, spectra
-from hessviz.app import cache, progress, state
-from tests.streamlit_server import ARGS, CHROMIUM, Server, require_chromium
+from hessviz.app import cache, progress, runlog, state
+from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -150,6 +150,22 @@ def test_progress_bars_are_throttled_but_the_last_step_is_drawn():
     for i in range(1, 121):                  # a sweep of 120 cached points
         bar(i, 120)
     assert drawn == [1, 120]
+
+
+def test_run_log_times_each_script_run_only_when_asked(monkeypatch, capfd):
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    with runlog.timed("spectrum"):
+        pass
+    assert capfd.readouterr().err == ""
+    monkeypatch.setenv(runlog.ENV, "1")
+    with runlog.timed("spectrum"):
+        sum(range(10_000))
+    with pytest.raises(StopException), runlog.timed("bounds"):
+        raise StopException
+    runs = runlog.parse(capfd.readouterr().err)
+    assert [(r["page"], r["end"]) for r in runs] == [("spectrum", "finished"), ("bounds", "stopped")]
+    assert all(r["wall_s"] >= 0 and r["cpu_s"] >= 0 for r in runs)
 
 
 # ----------------------------------------------------------------------------- gate and ledger
@@ -499,6 +515,14 @@ def _rerendered(page, timeout_ms: float = 90_000) -> float:
     return page.evaluate("() => (window.__hv.painted - window.__hv.press) / 1000")
 
 
+def _count_received(page, into: dict[str, int], key: str) -> None:
+    """Add the bytes of every websocket frame the page receives to ``into[key]``."""
+    def on_frame(data) -> None:
+        into[key] += len(data)
+
+    page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
+
+
 def _exceptions(page) -> list[str]:
     return [e.inner_text()[:500] for e in page.query_selector_all('[data-testid="stException"]')]
 
@@ -512,9 +536,10 @@ def test_cold_server_four_visitors_hosted():
     require_chromium()
     from playwright.sync_api import sync_playwright
 
-    server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+    server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB", runlog.ENV: "1"},
                     log="streamlit_hosting_test.log")
-    out: dict[str, object] = {"cores": os.cpu_count(), "profile": "hosted", "memory_limit": "800MiB"}
+    out: dict[str, object] = {"cores": os.cpu_count(), "profile": "hosted", "memory_limit": "800MiB",
+                              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     try:
         server.wait_healthy()
         out["rss_server_started_mb"] = round(server.rss() / 2**20)
@@ -522,9 +547,11 @@ def test_cold_server_four_visitors_hosted():
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             # 1. a cold server, four visitors on the heaviest pages at once
             visitors = []
+            received = dict.fromkeys(HEAVY_PAGES, 0)             # bytes the server sent to each page
             for url in HEAVY_PAGES:
                 ctx = browser.new_context(viewport={"width": 1400, "height": 900})
                 page = ctx.new_page()
+                _count_received(page, received, url)
                 t0 = time.perf_counter()
                 page.goto(server.base + url)
                 visitors.append((url, ctx, page, t0))
@@ -536,21 +563,39 @@ def test_cold_server_four_visitors_hosted():
                 assert _exceptions(page) == [], (url, _exceptions(page))
             out["first_chart_s"] = _stats(first)
             out["rss_after_first_charts_mb"] = round(server.rss() / 2**20)
-            # 2. each visitor moves a slider (d_k 8 -> 9: a new view) at the same moment
+            # 2. each visitor moves a slider (d_k 8 -> 9: a new view, then back: a cached one) at
+            # the same moment; where the time goes: each visitor's script run on the server (from
+            # the run log), the CPU of the server and of the browsers, the bytes sent to each page
+            for _, _, page, _ in visitors:
+                page.evaluate(WATCH)
             for step in ("ArrowRight", "ArrowLeft"):
-                times, t0s = [], []
+                name = "new" if step == "ArrowRight" else "cached"
+                runs_before = len(runlog.parse(server.log_text()))
+                cpu = (server.cpu_seconds(), browser_cpu_seconds())
+                load = os.getloadavg()[0]
+                for url in received:
+                    received[url] = 0
                 for _, _, page, _ in visitors:
                     sidebar = page.locator('[data-testid="stSidebar"]')
                     slider = sidebar.get_by_role("slider", name="Key width d_k")
                     slider.focus()
-                    t0s.append(time.perf_counter())
                     slider.press(step)
-                for (url, _, page, _), t0 in zip(visitors, t0s):
-                    _settled(page, started=True)
-                    page.wait_for_selector(".js-plotly-plot", timeout=60_000)
-                    times.append(time.perf_counter() - t0)
+                times = []
+                for url, _, page, _ in visitors:
+                    times.append(_rerendered(page))
                     assert _exceptions(page) == [], (url, _exceptions(page))
-                out[f"rerender_{'new' if step == 'ArrowRight' else 'cached'}_view_s"] = _stats(times)
+                cpu = (server.cpu_seconds() - cpu[0], browser_cpu_seconds() - cpu[1])
+                time.sleep(0.5)                               # the last run lines reach the log
+                runs = [r for r in runlog.parse(server.log_text())[runs_before:] if r["end"] == "finished"]
+                out[f"rerender_{name}_view_s"] = _stats(times)
+                out[f"rerender_{name}_view_detail"] = {
+                    "visitors_s": {url: round(t, 2) for (url, *_), t in zip(visitors, times)},
+                    "server_run_wall_s": {r["page"]: r["wall_s"] for r in runs},
+                    "server_run_cpu_s": {r["page"]: r["cpu_s"] for r in runs},
+                    "server_cpu_s": round(cpu[0], 2), "browsers_cpu_s": round(cpu[1], 2),
+                    "bytes_to_each_page": dict(received), "load_average_before": round(load, 2)}
+                if runs:
+                    out[f"rerender_{name}_view_server_s"] = _stats([r["wall_s"] for r in runs])
             # 3. the heaviest URLs of issue 8 settle with a message, no computation
             settle = []
             for (_, _, page, _), heavy in zip(visitors, REFUSED):
@@ -590,6 +635,7 @@ def test_cold_server_four_visitors_hosted():
         out["rss_over_30_views_mb"] = {"first": round(rss[0] / 2**20), "last": round(rss[-1] / 2**20),
                                        "max": round(max(rss) / 2**20)}
         out["peak_rss_mb"] = round(server.peak_rss() / 2**20)
+        out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
         print("hosting:", json.dumps(out), flush=True)
         shots = ROOT / "assets" / "screenshots"
         shots.mkdir(parents=True, exist_ok=True)
