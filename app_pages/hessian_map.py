@@ -10,7 +10,7 @@ from hessviz.config import HEADED
 TERMS = ("full", "outer", "functional")
 KINDS = {"spectral": "spectral ‖·‖₂", "fro": "Frobenius ‖·‖_F"}  # URL value -> words
 
-view = hva.sidebar()
+view = hva.sidebar(stacks=True)
 hva.header("Hessian map", view)
 hva.explain(
     "Each pixel is one second derivative of the loss: row *a* and column *b* are two weights "
@@ -29,7 +29,7 @@ hva.afford(view, "map")
 
 cfg = view.cfg
 names = cfg.param_names
-headed = [n for n in names if n in HEADED] if cfg.n_heads > 1 else []
+headed = [n for n in names if n.rpartition(".")[2] in HEADED] if cfg.n_heads > 1 else []
 slices = [s for n in headed for s in cfg.head_names(n)]
 pairs = ["all"] + [f"{a},{b}" for group in (names, slices) for i, a in enumerate(group) for b in group[i:]]
 c1, c2, c3 = st.columns([2, 2, 3])

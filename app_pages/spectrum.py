@@ -102,7 +102,7 @@ def spectrum_matrix_free(view, shown: list[str], why: str) -> None:
     st.caption("Per-block top eigenvalues and traces, for every weight and every head, are on the "
                "**Heterogeneity** page.")
 
-view = hva.sidebar()
+view = hva.sidebar(stacks=True)
 hva.header("Spectrum", view)
 hva.explain(
     "A symmetric matrix has real eigenvalues λ; each one is the curvature of the loss along one "

@@ -13,14 +13,19 @@ import torch
 from torch import Tensor
 
 from hessviz import assembly, losses, memory, reference
-from hessviz.block import BlockTrace, trace
-from hessviz.config import BlockConfig
-from hessviz.errors import ConfigError
+from hessviz.block import trace
+from hessviz.config import BlockConfig, parse_name
+from hessviz.custom_loss import CustomLoss
+from hessviz.errors import ConfigError, InputError
 from hessviz.inputs import check_params, check_X, check_Y
+from hessviz.matfree.block import build
+from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import MatrixFreeHessian
+from hessviz.matfree.tape import Tape
 from hessviz.memory import check_fits
 from hessviz.result import HessianResult
-from hessviz.weights import units, units_of
+from hessviz.stack import StackHessian
+from hessviz.weights import layer_params, units, units_of
 
 METHODS = ("closed_form", "autograd")
 _SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
@@ -37,6 +42,24 @@ def _prepare(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
     return params, X, Y
 
 
+def _prepare_target(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
+                    loss: CustomLoss | None) -> tuple[dict[str, Tensor], Tensor, Tensor | CustomLoss]:
+    """``(params, X, target)``: the target ``Y`` of ``cfg.loss``, or the custom ``loss`` checked
+    and bound to ``Z`` (which then stands where ``Y`` would)."""
+    if loss is None:
+        if Y is None:
+            raise InputError(f"Y is required: the target of loss={cfg.loss!r} (or pass "
+                             "loss=hv.CustomLoss(grad_Z, hess_Z) instead)")
+        return _prepare(cfg, params, X, Y)
+    if Y is not None:
+        raise InputError("give either Y (the target of cfg.loss) or loss=hv.CustomLoss(...), not both")
+    if not isinstance(loss, CustomLoss):
+        raise InputError(f"loss must be a hessviz.CustomLoss(grad_Z, hess_Z), got {type(loss).__name__}")
+    params, X, _ = _prepare(cfg, params, X)
+    Z = _output(cfg, params, X)
+    return params, X, loss.checked(cfg.seq_len, cfg.d_model, X.dtype, X.device, Z)
+
+
 def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) -> tuple[str, ...]:
     """``wrt`` checked and in θ order: whole names and head slices such as ``"W_Q[1]"``."""
     if wrt is None:
@@ -47,36 +70,23 @@ def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) 
     return names
 
 
+def _output(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
+    """``Z``: the block, or the blocks of a stack in layer order, each with its own weights."""
+    for layer in range(cfg.n_layers):
+        X = trace(cfg.block, layer_params(cfg, params, layer), X).Z
+    return X
+
+
 def forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    """``Z (L, d)``: the block of ``cfg`` applied to ``X (L, d)``."""
+    """``Z (L, d)``: the block of ``cfg`` (or its stack of ``n_layers`` blocks) applied to ``X (L, d)``."""
     params, X, _ = _prepare(cfg, params, X)
-    return trace(cfg, params, X).Z
+    return _output(cfg, params, X)
 
 
 def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> Tensor:
     """The 0-dim loss ``ℓ(Z, Y)``."""
     params, X, Y = _prepare(cfg, params, X, Y)
-    return losses.value(cfg.loss, trace(cfg, params, X).Z, Y)
-
-
-def _dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:
-    """``(L*d, P')``: each unit's factored Jacobian, chained to ``Z``, written into its columns."""
-    L, d = tr.Z.shape
-    out = memory.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=tr.Z.dtype, device=tr.Z.device)
-    offsets = cfg.offsets(names)
-    us = units(cfg, names)
-    at_sa = assembly.attention_jacobians(tr, tuple(u.ref for u in us))
-    for u in us:
-        target = u.rows_of(out[:, offsets[u.name]], 1)             # (L*d, rows, cols)
-        if u.ref in at_sa:
-            J = at_sa[u.ref] if tr.stage is None else at_sa[u.ref].lmul(tr.stage.map.jac)  # ∂Z/∂SA · ∂SA/∂θ
-        elif tr.stage is not None and u.ref in tr.stage.jacobians:
-            J = tr.stage.jacobians[u.ref]
-        else:                                                       # b_K: exactly zero
-            target.zero_()
-            continue
-        J.dense_into(target)
-    return out
+    return losses.value(cfg.loss, _output(cfg, params, X), Y)
 
 
 def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
@@ -91,17 +101,37 @@ def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
                2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, _SIZE_ADVICE)
     if method == "autograd":
         return reference.model_jacobian(cfg, params, X, names)
-    return _dense_jacobian(cfg, trace(cfg, params, X), names)
+    if cfg.is_stack:
+        return _tape_jacobian(cfg, build(cfg, params, X, None), names)
+    return assembly.dense_jacobian(cfg, trace(cfg, params, X), names)
 
 
-def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-             wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> dict[str, Tensor]:
-    """``∂ℓ/∂W`` for each name, ``name -> (rows, cols)``, closed form (or autograd)."""
-    params, X, Y = _prepare(cfg, params, X, Y)
+def _tape_jacobian(cfg: BlockConfig, tape: Tape, names: tuple[str, ...], chunk: int = 256) -> Tensor:
+    """``(L*d, P')``: the tape's forward tangents (hand-written JVP rules) along the unit vectors
+    of ``θ'``, ``chunk`` columns per sweep."""
+    Z = tape.values[tape.output]
+    layout = Layout(cfg, names, Z.device)
+    out = memory.empty(Z.numel(), layout.size, dtype=Z.dtype, device=Z.device)
+    eye = torch.eye(layout.size, dtype=Z.dtype, device=Z.device)
+    for start in range(0, layout.size, chunk):
+        cols = eye[start:start + chunk]
+        dZ = tape.tangents(tape.whole, {}, layout.scatter(cols))[tape.output]
+        out[:, start:start + cols.shape[0]] = 0.0 if dZ is None else dZ.reshape(cols.shape[0], -1).T
+    return out
+
+
+def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None = None,
+             wrt: tuple[str, ...] | None = None, *, method: str = "closed_form",
+             loss: CustomLoss | None = None) -> dict[str, Tensor]:
+    """``∂ℓ/∂W`` for each name, ``name -> (rows, cols)``, closed form (or autograd); ``loss`` a
+    :class:`~hessviz.custom_loss.CustomLoss` in place of ``Y``."""
+    params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
         return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
+    if cfg.is_stack or isinstance(Y, CustomLoss):              # the tape's first-order sweep
+        return _tape_gradient(cfg, build(cfg, params, X, Y), names)
     tr = trace(cfg, params, X)
     g_Z = losses.gradient(cfg.loss, tr.Z, Y)                   # reverse mode, gradients only
     grads = {}
@@ -118,6 +148,17 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
     return out
 
 
+def _tape_gradient(cfg: BlockConfig, tape: Tape, names: tuple[str, ...]) -> dict[str, Tensor]:
+    """``name -> ∂ℓ/∂W`` read from the tape's first-order reverse sweep (head slices by index)."""
+    out = {}
+    for n in names:
+        base = parse_name(n).base
+        grad = tape.gradients.get(base)
+        flat = (tape.seed_gradient.new_zeros(cfg.param_shapes[base]) if grad is None else grad).reshape(-1)
+        out[n] = flat[cfg.head_indices(n).to(flat.device)].reshape(cfg.shape_of(n))
+    return out
+
+
 def _check_method(method: str) -> str:
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(map(repr, METHODS))}, got {method!r}")
@@ -127,7 +168,21 @@ def _check_method(method: str) -> str:
 def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, method: str) -> int:
     """Estimated peak bytes to compute one ``(P', P')`` term: the term, one block, and the
     per-token factors (``(L, d, d)`` chain-rule maps, ``(L, d, d_ff)`` FFN factors, ``(L, d, L)``
-    softmax-weighted values per head touched, and the input tangents of a Pre-LN ``ln1``)."""
+    softmax-weighted values per head touched, and the input tangents of a Pre-LN ``ln1``).
+    A stack adds, per layer with names in ``names``, that block's working memory, and, unless
+    only the last layer is asked for, the ``(L·d, L·d)`` curvatures, the ``(L·d, P')`` Jacobians
+    and the ``L·d`` tangent columns of :mod:`hessviz.stack`."""
+    if cfg.is_stack:
+        by_layer: dict[int, list[str]] = {}
+        for n in names:
+            layer, local = cfg.layer_of(n)
+            by_layer.setdefault(layer, []).append(local)
+        P, Ld = sum(cfg.param_size(n) for n in names), cfg.seq_len * cfg.d_model
+        blocks = sum(hessian_bytes(cfg.block, tuple(local), itemsize, method) for local in by_layer.values())
+        if min(by_layer) == cfg.n_layers - 1:          # the last layer alone: the one-block engine
+            return blocks + P * P * itemsize
+        tangents = Ld * cfg.seq_len * (8 * cfg.d_model + 2 * cfg.d_ff + 2 * cfg.n_heads * cfg.seq_len)
+        return blocks + (P * P + 3 * Ld * P + (cfg.n_layers + 2) * Ld * Ld + tangents) * itemsize
     sizes = [cfg.param_size(n) for n in names]
     P = sum(sizes)
     L, d = cfg.seq_len, cfg.d_model
@@ -142,14 +197,17 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
     return (P * P + largest_block + working) * itemsize
 
 
-def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-            wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> HessianResult:
+def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None = None,
+            wrt: tuple[str, ...] | None = None, *, method: str = "closed_form",
+            loss: CustomLoss | None = None) -> HessianResult:
     """The Hessian of the loss in the weights ``wrt`` (all by default, in cfg order).
 
+    The loss is ``cfg.loss`` against the target ``Y``, or ``loss=hv.CustomLoss(grad_Z, hess_Z)``
+    (then no ``Y``): a loss given by its gradient and curvature in ``Z``, which may couple tokens.
     Returns a :class:`~hessviz.hessian.HessianResult` whose ``full``, ``outer`` and
     ``functional`` terms are computed when first read.
     """
-    params, X, Y = _prepare(cfg, params, X, Y)
+    params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
     method = _check_method(method)
     P = sum(cfg.param_size(n) for n in names)
@@ -171,6 +229,14 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                                order=("full", "outer", "functional"), products=products)
         return result
 
+    if cfg.is_stack or not losses.token_wise(Y):
+        engine = StackHessian(cfg, params, products.tape, Y)   # the tape's forward pass validates now
+
+        def stack_term(term: str) -> Tensor:
+            dense_guard()
+            return engine.term(names, term)
+
+        return HessianResult(cfg, names, stack_term, engine.block, method=method, products=products)
     tr = trace(cfg, params, X)              # the forward pass alone (stages are built lazily): validates
                                             # LayerNorm rows now; products build their own tape on first use
 

@@ -52,7 +52,11 @@ class Curvature:
 
 def backward(cfg: BlockConfig, tr: BlockTrace, Y: Tensor) -> Curvature:
     """Loss gradient and Hessian in ``Z``, pulled back through ``T`` to ``SA``."""
-    at_Z = TokenCurvature(losses.gradient(cfg.loss, tr.Z, Y), losses.hessian(cfg.loss, tr.Z, Y))
+    return pulled(tr, TokenCurvature(losses.gradient(cfg.loss, tr.Z, Y), losses.hessian(cfg.loss, tr.Z, Y)))
+
+
+def pulled(tr: BlockTrace, at_Z: TokenCurvature) -> Curvature:
+    """The token-wise curvature ``at_Z`` at the block's output, pulled back through ``T`` to ``SA``."""
     return Curvature(tr, at_Z, at_Z if tr.stage is None else at_Z.pull(tr.stage.map))
 
 
@@ -61,6 +65,27 @@ def attention_jacobians(tr: BlockTrace, refs: tuple[Ref, ...]) -> dict[Ref, Fact
     att = set(tr.attention.units)
     out = {r: tr.attention.jacobian(r) for r in refs if r in att}
     return {r: J for r, J in out.items() if J is not None}
+
+
+def dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:
+    """``∂ vec_r(Z)/∂θ'`` of one block, ``(L*d, P')``: each unit's factored Jacobian, chained to
+    ``Z``, written into its columns."""
+    L, d = tr.Z.shape
+    out = memory.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=tr.Z.dtype, device=tr.Z.device)
+    offsets = cfg.offsets(names)
+    us = units(cfg, names)
+    at_sa = attention_jacobians(tr, tuple(u.ref for u in us))
+    for u in us:
+        target = u.rows_of(out[:, offsets[u.name]], 1)             # (L*d, rows, cols)
+        if u.ref in at_sa:
+            J = at_sa[u.ref] if tr.stage is None else at_sa[u.ref].lmul(tr.stage.map.jac)  # ∂Z/∂SA · ∂SA/∂θ
+        elif tr.stage is not None and u.ref in tr.stage.jacobians:
+            J = tr.stage.jacobians[u.ref]
+        else:                                                       # b_K: exactly zero
+            target.zero_()
+            continue
+        J.dense_into(target)
+    return out
 
 
 def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piece]:
@@ -121,14 +146,15 @@ def _by_pair(pieces: list[Piece], order: dict[Ref, int]) -> dict[tuple[Ref, Ref]
 
 
 def assemble(cfg: BlockConfig, names: tuple[str, ...], cur: Curvature, term: str,
-             like: Tensor) -> Tensor:
-    """The ``(P', P')`` matrix: each upper unit block and its mirror image written from the same pieces."""
+             like: Tensor, out: Tensor | None = None) -> Tensor:
+    """The ``(P', P')`` matrix: each upper unit block and its mirror image written from the same
+    pieces (into ``out``, e.g. a diagonal block of a stack's matrix, when given)."""
     us = units(cfg, names)
     order = {u.ref: k for k, u in enumerate(us)}
     pieces = _by_pair(contributions(cur, tuple(order), term), order)
     offsets = cfg.offsets(names)
     size = sum(cfg.param_size(n) for n in names)
-    H = memory.empty(size, size, dtype=like.dtype, device=like.device)
+    H = memory.empty(size, size, dtype=like.dtype, device=like.device) if out is None else out
     cache = MiddleCache()
     for i, a in enumerate(us):
         for b in us[i:]:

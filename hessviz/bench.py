@@ -17,6 +17,9 @@ Cases
 * the model Jacobian :func:`hessviz.jacobian` against ``torch.func.jacrev``;
 * the full Hessian of a real layer (Post-LN, 4 heads, ``W_O``, biases, γ/β, GELU, ``P = 8544``)
   against ``torch.func.hessian`` and the memory floor;
+* the full Hessian of a 2-layer and a 4-layer Pre-LN stack (``L = 16, d = 16, d_k = 8,
+  d_ff = 32``, ``P = 3072`` and ``6144``, every block within and across layers) against
+  ``torch.func.hessian`` and the memory floor (:mod:`hessviz.stack`);
 * one head's slice ``W_Q[3]``–``W_Q[3]`` of a MiniLM-sized layer (``12288 × 12288``) in float32
   and float64: time and peak memory (in a fresh process), checked on sampled rows against
   autograd Hessian-vector products, and ``torch.func.hessian`` of the slice where it fits.
@@ -24,6 +27,7 @@ Cases
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import platform
@@ -98,6 +102,16 @@ REAL_LAYER = hv.BlockConfig(seq_len=64, d_model=32, d_k=8, d_ff=64, n_heads=4, o
 def real_layer(repeats: int, device: torch.device) -> Row:
     cfg = REAL_LAYER
     return hessian_row(cfg, f"full-block Hessian of a real layer ({cfg.describe()}), P = {cfg.num_params}",
+                       repeats, device, with_functional_api=False)
+
+
+STACK = hv.BlockConfig(seq_len=16, d_model=16, d_k=8, d_ff=32, norm="pre", activation="relu", loss="mse")
+"""The issue's stack case (issue 11): Pre-LN blocks, L = 16, d = 16, d_k = 8, d_ff = 32."""
+
+
+def stack(n_layers: int, repeats: int, device: torch.device) -> Row:
+    cfg = dataclasses.replace(STACK, n_layers=n_layers)
+    return hessian_row(cfg, f"full Hessian of a {n_layers}-layer Pre-LN stack, P = {cfg.num_params}",
                        repeats, device, with_functional_api=False)
 
 
@@ -327,6 +341,8 @@ def main(out: Path, seq_lens: tuple[int, ...] = (16, 32, 64), repeats: int = 3,
         print(render(rows[-1:], ""), flush=True)
     real_rows = [real_layer(repeats, device)]
     print(render(real_rows, ""), flush=True)
+    stack_rows = [stack(n, repeats, device) for n in (2, 4)]
+    print(render(stack_rows, ""), flush=True)
     slice_rows = [head_slice(dtype, device, threads) for dtype in (torch.float32, torch.float64)]
     print(render(slice_rows, ""), flush=True)
     component_rows = [layernorm_jacobian(16, 32, repeats, device),
@@ -352,6 +368,9 @@ def main(out: Path, seq_lens: tuple[int, ...] = (16, 32, 64), repeats: int = 3,
         render(rows, "## Full-block Hessian (post-LN, ReLU, MSE, d = 32, d_k = 16, d_ff = 64)"),
         "",
         render(real_rows, "## Full-block Hessian of a real layer"),
+        "",
+        render(stack_rows, "## Full Hessian of a stack of blocks (Pre-LN, ReLU, MSE, L = 16, d = 16, "
+                           "d_k = 8, d_ff = 32; every block within and across layers)"),
         "",
         render(slice_rows, "## One head's slice of a MiniLM-sized layer"),
         "",

@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from hessviz.config import ATTENTION_PARAMS, HEADED, BlockConfig
+from hessviz.config import ATTENTION_PARAMS, BlockConfig
 from hessviz.errors import SizeError
 from hessviz.memory import format_bytes, memory_limit, parse_bytes
 
@@ -230,7 +230,7 @@ def block_list(cfg: BlockConfig, by_head: bool = True) -> list[tuple[str, int]]:
     head of a weight with heads (as :func:`hessviz.matfree.block_names`)."""
     out = []
     for name in cfg.param_names:
-        if by_head and cfg.n_heads > 1 and name in HEADED:
+        if by_head and cfg.n_heads > 1 and cfg.is_headed(name):
             out += [(s, cfg.param_size(s)) for s in cfg.head_names(name)]
         else:
             out.append((name, cfg.param_size(name)))
@@ -320,6 +320,8 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
         block = int(extra.get("block", 1))
         per = POINT_S + TERM_S * block * block * (1 + cfg.seq_len * cfg.d_model / 512) * 3 \
             + NORM_S * 3 * block ** 3 * 2
+        if cfg.is_stack:       # the curvature crosses every block: (L d)-sized maps per layer
+            per += cfg.n_layers * matvec_cost(cfg.block, columns=2 * cfg.seq_len * cfg.d_model)
         return Cost(per * extra.get("points", 1), 8 * 4 * block * block,
                     f"the sweep ({int(extra.get('points', 1))} points, blocks of {block:,} weights)")
     if kind == "bounds":       # the attention-only block here, plus the random study

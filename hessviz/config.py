@@ -15,6 +15,9 @@ Conventions (fixed once, here)
 * Head ``h`` of ``W_Q``, ``W_K``, ``b_Q``, ``b_K`` is columns ``h·d_k … (h+1)·d_k − 1``; of
   ``W_V``, ``b_V`` columns ``h·d_v …``; of ``W_O`` the same rows. ``"W_Q[h]"`` names that
   slice, ``vec_r`` of the slice.
+* A stack (``n_layers = N > 1``) is ``N`` blocks of one shape, each with its own weights:
+  every name is prefixed by its layer, ``l0.W_Q … l1.W_Q …``, layer 0 first (``l1.W_Q[2]``
+  is a head slice of layer 1). With one layer the names carry no prefix.
 * Weights multiply from the right: ``X @ W``.
 * ``J = ∂ vec_r(Z) / ∂θ`` has shape ``(L*d, P)``; its row ``t*d + j`` is output
   feature ``j`` of token ``t``.
@@ -183,24 +186,38 @@ HEADED: dict[str, int] = {"W_Q": 1, "W_K": 1, "W_V": 1, "W_O": 0, "b_Q": 0, "b_K
 _ATTENTION_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
 _FFN_ORDER = ("W_1", "b_1", "W_2", "b_2")
 _LN1, _LN2 = ("ln1_gamma", "ln1_beta"), ("ln2_gamma", "ln2_beta")
-_NAME = re.compile(r"^(?P<base>[A-Za-z_][A-Za-z0-9_]*)(\[(?P<head>-?\d+)\])?$")
+_NAME = re.compile(r"^(?P<base>(l\d+\.)?[A-Za-z_][A-Za-z0-9_]*)(\[(?P<head>-?\d+)\])?$")
+_LAYER = re.compile(r"^l(?P<layer>\d+)\.(?P<local>.+)$")
 
 
 class ParamRef(NamedTuple):
-    """A parameter name split into its base weight and head (``None`` for the whole weight)."""
+    """A parameter name split into its base weight and head (``None`` for the whole weight);
+    in a stack the base keeps its layer prefix (``"l1.W_Q[2]" -> ("l1.W_Q", 2)``)."""
 
     base: str
     head: int | None
 
 
 def parse_name(name: str) -> ParamRef:
-    """``"W_Q[3]" -> ParamRef("W_Q", 3)``, ``"W_1" -> ParamRef("W_1", None)``."""
+    """``"W_Q[3]" -> ParamRef("W_Q", 3)``, ``"W_1" -> ParamRef("W_1", None)``,
+    ``"l1.W_Q[2]" -> ParamRef("l1.W_Q", 2)``."""
     m = _NAME.match(name) if isinstance(name, str) else None
     if m is None:
         raise ConfigError(f"parameter name must be a weight name such as 'W_Q' or a head slice such as "
-                          f"'W_Q[0]', got {name!r}")
+                          f"'W_Q[0]' (in a stack prefixed by its layer, 'l1.W_Q'), got {name!r}")
     head = m.group("head")
     return ParamRef(m.group("base"), None if head is None else int(head))
+
+
+def split_layer(name: str) -> tuple[int | None, str]:
+    """``"l1.W_Q[2]" -> (1, "W_Q[2]")``; a name without a layer prefix -> ``(None, name)``."""
+    m = _LAYER.match(name)
+    return (None, name) if m is None else (int(m.group("layer")), m.group("local"))
+
+
+def layer_name(layer: int, local: str) -> str:
+    """``(1, "W_Q[2]") -> "l1.W_Q[2]"``."""
+    return f"l{layer}.{local}"
 
 
 # ----------------------------------------------------------------------------- the block
@@ -250,6 +267,9 @@ class BlockConfig:
                               "shift β in both LayerNorms", section="layer", relevant=_has_layernorm)
     causal: bool = setting(False, "causal", "Causal mask", "token t attends to tokens s ≤ t only",
                            section="layer")
+    n_layers: int = setting(1, "layers", "Layers", "a stack of this many blocks of this shape, each with "
+                            "its own weights (names l0.W_Q, l1.W_Q, …); the loss is on the last Z",
+                            minimum=1, app_range=(1, 4), alias="--layers")
 
     def __post_init__(self) -> None:
         for s in BLOCK_SETTINGS:
@@ -294,9 +314,21 @@ class BlockConfig:
         return (self.n_heads == 1 and not self.out_proj and not self.bias and not self.ln_affine
                 and not self.causal)
 
+    @cached_property
+    def block(self) -> BlockConfig:
+        """One block of this stack (``n_layers = 1``): its names carry no layer prefix."""
+        return self if self.n_layers == 1 else dataclasses.replace(self, n_layers=1)
+
+    @property
+    def is_stack(self) -> bool:
+        return self.n_layers > 1
+
     @property
     def param_names(self) -> tuple[str, ...]:
-        """Whole parameter names in θ order (the order the forward pass first uses them)."""
+        """Whole parameter names in θ order (the order the forward pass first uses them);
+        layer by layer with the prefix ``l{i}.`` in a stack."""
+        if self.is_stack:
+            return tuple(layer_name(i, n) for i in range(self.n_layers) for n in self.block.param_names)
         keep = {"W_Q", "W_K", "W_V", "W_1", "W_2"}
         if self.out_proj:
             keep.add("W_O")
@@ -324,6 +356,9 @@ class BlockConfig:
                   "W_V": (d, H * dv), "b_V": (H * dv,), "W_O": (H * dv, d), "b_O": (d,),
                   "W_1": (d, dff), "b_1": (dff,), "W_2": (dff, d), "b_2": (d,),
                   "ln1_gamma": (d,), "ln1_beta": (d,), "ln2_gamma": (d,), "ln2_beta": (d,)}
+        if self.is_stack:
+            one = self.block._shape_table
+            return {layer_name(i, n): s for i in range(self.n_layers) for n, s in one.items()}
         return {n: shapes[n] for n in self.param_names}
 
     @property
@@ -333,8 +368,42 @@ class BlockConfig:
 
     # ------------------------------------------------------------------ names and head slices
 
+    def layer_names(self, layer: int) -> tuple[str, ...]:
+        """The whole names of layer ``layer``, in θ order (prefixed in a stack)."""
+        return tuple(n for n in self.param_names if self.layer_of(n)[0] == layer)
+
+    def layer_of(self, name: str) -> tuple[int, str]:
+        """``(layer, name inside its block)``: ``"l1.W_Q[2]" -> (1, "W_Q[2]")``; ``(0, name)`` for
+        one block. Checked: a layer beyond the stack is a :class:`ConfigError` naming ``n_layers``."""
+        layer, local = split_layer(name) if isinstance(name, str) else (None, name)
+        if not self.is_stack:
+            if layer is not None:
+                raise ConfigError(f"parameter name {name!r} has a layer prefix but n_layers = 1: the names "
+                                  f"of one block carry none ({', '.join(self.param_names)})")
+            return 0, name
+        if layer is None:
+            parse_name(name)
+            raise ConfigError(f"parameter name {name!r} needs its layer prefix with n_layers = "
+                              f"{self.n_layers}: 'l0.{name}' … 'l{self.n_layers - 1}.{name}'")
+        if name != layer_name(layer, local):
+            raise ConfigError(f"layer index in {name!r} must be written without leading zeros: "
+                              f"{layer_name(layer, local)!r}")
+        if layer >= self.n_layers:
+            raise ConfigError(f"layer index in {name!r} must be in [0, {self.n_layers - 1}] "
+                              f"(n_layers = {self.n_layers}), got {layer}")
+        return layer, local
+
     def check_name(self, name: str) -> str:
         """``name`` if it is a parameter of this block or a head slice of one, else :class:`ConfigError`."""
+        if self.is_stack:
+            layer, local = self.layer_of(name)
+            try:
+                self.block.check_name(local)
+            except ConfigError as err:
+                raise ConfigError(f"{err} (in {name!r}: layer {layer} of n_layers = "
+                                  f"{self.n_layers})") from None
+            return name
+        self.layer_of(name)
         base, head = parse_name(name)
         if base not in self._shape_table:
             raise ConfigError(
@@ -353,6 +422,8 @@ class BlockConfig:
 
     def shape_of(self, name: str) -> tuple[int, ...]:
         """Shape of a whole parameter or of one head's slice: ``W_Q[h] (d, d_k)``, ``W_O[h] (d_v, d)``."""
+        if self.is_stack:
+            return self.block.shape_of(self.layer_of(name)[1])
         base, head = parse_name(self.check_name(name))
         shape = list(self.param_shapes[base])
         if head is not None:
@@ -365,6 +436,8 @@ class BlockConfig:
     def head_indices(self, name: str) -> torch.Tensor:
         """Positions of ``name``'s entries inside ``vec_r`` of its whole weight, in the slice's
         own ``vec_r`` order (``arange`` for a whole name); int64 on the CPU."""
+        if self.is_stack:
+            return self.block.head_indices(self.layer_of(name)[1])
         base, head = parse_name(self.check_name(name))
         shape = self.param_shapes[base]
         full = torch.arange(math.prod(shape)).reshape(shape)
@@ -374,8 +447,15 @@ class BlockConfig:
         width = shape[axis] // self.n_heads
         return full.narrow(axis, head * width, width).reshape(-1)
 
+    def is_headed(self, name: str) -> bool:
+        """Whether ``name`` (a whole weight, ``"W_Q"`` or ``"l1.W_Q"``) is split by head."""
+        return parse_name(self.layer_of(name)[1]).base in HEADED
+
     def head_names(self, base: str) -> tuple[str, ...]:
-        """``("W_Q[0]", …, "W_Q[H-1]")`` for a weight with heads."""
+        """``("W_Q[0]", …, "W_Q[H-1]")`` for a weight with heads (``"l1.W_Q[0]"`` … in a stack)."""
+        if self.is_stack:
+            layer, local = self.layer_of(base)
+            return tuple(layer_name(layer, n) for n in self.block.head_names(local))
         self.check_name(base)
         if base not in HEADED:
             raise ConfigError(f"{base} has no heads; head slices exist for "
@@ -410,7 +490,8 @@ class BlockConfig:
 
     def describe(self, input_norm: float | None = None) -> str:
         """One line in words, e.g. ``Post-LN block, L = 8, d = 16, ReLU, MSE, ‖X‖₂ = 1``."""
-        parts = [NORM_TITLES[self.norm], f"L = {self.seq_len}", f"d = {self.d_model}",
+        parts = [NORM_TITLES[self.norm] + (f" × {self.n_layers} layers" if self.is_stack else ""),
+                 f"L = {self.seq_len}", f"d = {self.d_model}",
                  f"d_k = {self.d_k}"]
         if self.n_heads > 1:
             parts.append(f"{self.n_heads} heads")

@@ -14,11 +14,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hessviz.config import BlockConfig, parse_name
+from hessviz.config import BlockConfig, layer_name, parse_name
+from hessviz.custom_loss import CustomLoss
 
 
 def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 and 2)."""
+    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 and 2); a stack
+    applies its blocks in layer order, each with its own weights."""
+    if not cfg.is_stack:
+        return _block_forward(cfg, params, X)
+    for layer in range(cfg.n_layers):
+        X = _block_forward(cfg.block, {n: params[layer_name(layer, n)] for n in cfg.block.param_names}, X)
+    return X
+
+
+def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     eps, d, L = cfg.ln_eps, cfg.d_model, X.shape[0]
     H, dk, dv = cfg.n_heads, cfg.d_k, cfg.value_width
     p = params.get
@@ -65,10 +75,18 @@ def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Ten
     return z1 + ffn(z1)
 
 
-def torch_loss(cfg: BlockConfig, Z: Tensor, Y: Tensor) -> Tensor:
+def torch_loss(cfg: BlockConfig, Z: Tensor, Y: Tensor | CustomLoss) -> Tensor:
+    if isinstance(Y, CustomLoss):                  # its second-order model at the point
+        return Y.model(Z)
     if cfg.loss == "mse":
         return F.mse_loss(Z, Y, reduction="mean")
     return F.cross_entropy(Z, Y, reduction="mean")
+
+
+def _materialize(Y: Tensor | CustomLoss) -> None:
+    """Form a custom loss's dense curvature now, outside any ``torch.func`` transform."""
+    if isinstance(Y, CustomLoss):
+        Y.dense_hessian()
 
 
 def _unflatten(cfg: BlockConfig, names: tuple[str, ...], theta: Tensor,
@@ -94,6 +112,7 @@ def flatten(cfg: BlockConfig, params: dict[str, Tensor], names: tuple[str, ...])
 def loss_of_theta(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                   names: tuple[str, ...]) -> Callable[[Tensor], Tensor]:
     """``θ' ↦ ℓ``: the loss as a function of the flattened weights ``names`` (others fixed)."""
+    _materialize(Y)
     def f(theta: Tensor) -> Tensor:
         return torch_loss(cfg, torch_forward(cfg, _unflatten(cfg, names, theta, params), X), Y)
     return f
@@ -116,6 +135,7 @@ def full_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tens
 def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                   names: tuple[str, ...]) -> Tensor:
     """``Jᵀ (∇²_Z ℓ) J`` with both factors from autograd."""
+    _materialize(Y)
     J = model_jacobian(cfg, params, X, names)
     Z = torch_forward(cfg, params, X)
     H_Z = torch.func.hessian(lambda z: torch_loss(cfg, z.reshape(Z.shape), Y))(Z.reshape(-1))

@@ -7,8 +7,10 @@ in one :class:`Sweep`, whose layout is fixed:
 
 * ``values[key]`` is ``(n_seeds, n_grid)``: one row per seed, one column per grid value.
 
-The grid is the input norm ``‖X‖₂`` (``axis="xnorm"``), the sequence length (``"L"``) or
-the model width (``"d"``). A measure that only depends on the point is the usual case:
+The grid is the input norm ``‖X‖₂`` (``axis="xnorm"``), the sequence length (``"L"``),
+the model width (``"d"``) or the depth of a stack (``"layers"``: ``n_layers``; the block
+measured is then the first layer's, :func:`in_layer`). A measure that only depends on the
+point is the usual case:
 :func:`block_norms_measure` gives the spectral norms of Hessian blocks ``H[a, b]`` of each
 term, computing only those blocks.
 
@@ -48,17 +50,20 @@ import numpy as np
 import torch
 
 import hessviz as hv
+from hessviz.config import layer_name
 from hessviz.fitting import PowerLawFit, RangeFit, center, power_law_fit, slope_over_seeds
 from hessviz.spectra import matrix_norm
 
 TERMS = ("outer", "functional", "full")
-AXES = {"xnorm": "input size ‖X‖₂", "L": "sequence length L", "d": "model width d"}
-ARRAY_NAMES = {"xnorm": "input_norm", "L": "seq_len", "d": "d_model"}
+AXES = {"xnorm": "input size ‖X‖₂", "L": "sequence length L", "d": "model width d",
+        "layers": "stack depth N (blocks)"}
+ARRAY_NAMES = {"xnorm": "input_norm", "L": "seq_len", "d": "d_model", "layers": "n_layers"}
 """Axis -> the name of the swept quantity in saved arrays (the argument or config field it sets)."""
 DEFAULT_GRIDS: dict[str, tuple[float, ...]] = {
     "xnorm": tuple(float(v) for v in np.round(np.logspace(-1.5, 1, 11), 4)),
     "L": (2, 4, 8, 16, 32, 64),
     "d": (4, 8, 16, 24, 32, 48),
+    "layers": (1, 2, 3, 4),
 }
 THEORY: dict[tuple[str, str, tuple[str, str], str], float] = {
     ("attention", "outer", ("W_Q", "W_Q"), "xnorm"): 6.0,
@@ -95,12 +100,29 @@ def config_at(cfg: hv.BlockConfig, axis: str, value: float) -> tuple[hv.BlockCon
         return cfg, float(value)
     if axis == "L":
         return dataclasses.replace(cfg, seq_len=int(value)), None
+    if axis == "layers":
+        return dataclasses.replace(cfg, n_layers=int(value)), None
     return dataclasses.replace(cfg, d_model=int(value)), None
+
+
+def in_layer(cfg: hv.BlockConfig, name: str, layer: int = 0) -> str:
+    """``name`` (one block's, e.g. ``"W_Q[1]"``) as the weight of layer ``layer`` of ``cfg``:
+    unchanged for one block, ``"l{layer}.W_Q[1]"`` in a stack. ``layer = -1`` is the last layer.
+
+    >>> in_layer(hv.BlockConfig(n_layers=3), "W_Q", -1), in_layer(hv.BlockConfig(), "W_Q")
+    ('l2.W_Q', 'W_Q')
+    """
+    if not cfg.is_stack:
+        return name
+    return layer_name(layer % cfg.n_layers, name)
 
 
 def largest_block(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], pair: tuple[str, str]) -> int:
     """The largest weight count of ``pair`` over the grid (the swept Hessian block is its square)."""
-    sizes = [config_at(cfg, axis, g)[0].param_size(n) for g in grid for n in pair]
+    sizes = []
+    for g in grid:
+        c = config_at(cfg, axis, g)[0]
+        sizes += [c.param_size(in_layer(c, n)) for n in pair]
     return max(sizes)
 
 
@@ -130,14 +152,16 @@ def seeded_inputs(cfg: hv.BlockConfig, seed: int,
 
 
 def block_norms(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: torch.Tensor,
-                curves: Sequence[Curve], kind: str = "spectral") -> dict[Curve, float]:
-    """``curve -> ‖H[a, b]‖`` of ``term``, computing only the weights the curves name."""
-    for a, b, _ in curves:
+                curves: Sequence[Curve], kind: str = "spectral", layer: int = 0) -> dict[Curve, float]:
+    """``curve -> ‖H[a, b]‖`` of ``term``, computing only the weights the curves name; in a
+    stack the curves' one-block names are read in layer ``layer`` (:func:`in_layer`)."""
+    named = {c: (in_layer(cfg, c[0], layer), in_layer(cfg, c[1], layer)) for c in curves}
+    for a, b in named.values():
         cfg.check_name(a)
         cfg.check_name(b)
-    names = cfg.sort_names(sorted({n for c in curves for n in c[:2]}))   # weights or head slices
+    names = cfg.sort_names(sorted({n for ab in named.values() for n in ab}))   # weights or head slices
     res = hv.hessian(cfg, params, X, Y, wrt=names)
-    return {c: matrix_norm(res.block(c[0], c[1], c[2]), kind) for c in curves}
+    return {c: matrix_norm(res.block(*named[c], c[2]), kind) for c in curves}
 
 
 def term_key(c: Curve) -> str:
@@ -146,21 +170,24 @@ def term_key(c: Curve) -> str:
 
 
 def block_norms_measure(curves: Sequence[Curve], *, key: Callable[[Curve], str] = curve_key,
-                        kind: str = "spectral", inputs: Inputs = seeded_inputs) -> Measure:
-    """A :data:`Measure`: ``key(curve) -> ‖H[a, b]‖`` of each curve's term on ``inputs(cfg, seed, ‖X‖₂)``."""
+                        kind: str = "spectral", inputs: Inputs = seeded_inputs, layer: int = 0) -> Measure:
+    """A :data:`Measure`: ``key(curve) -> ‖H[a, b]‖`` of each curve's term on ``inputs(cfg, seed, ‖X‖₂)``
+    (in a stack, of layer ``layer``)."""
     curves = tuple(tuple(c) for c in curves)
 
     def measure(cfg: hv.BlockConfig, input_norm: float, seed: int) -> dict[str, float]:
-        got = block_norms(cfg, *inputs(cfg, seed, input_norm), curves, kind)
+        got = block_norms(cfg, *inputs(cfg, seed, input_norm), curves, kind, layer)
         return {key(c): v for c, v in got.items()}
 
     return measure
 
 
 def point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
-          kind: str = "spectral") -> dict[str, float]:
-    """``term -> ‖H_ab‖`` for one block pair on seeded inputs: one point of the Scaling page."""
-    return block_norms_measure(term_curves(tuple(pair)), key=term_key, kind=kind)(cfg, input_norm, seed)
+          kind: str = "spectral", layer: int = 0) -> dict[str, float]:
+    """``term -> ‖H_ab‖`` for one block pair (of layer ``layer`` in a stack) on seeded inputs:
+    one point of the Scaling page."""
+    return block_norms_measure(term_curves(tuple(pair)), key=term_key, kind=kind,
+                               layer=layer)(cfg, input_norm, seed)
 
 
 # ----------------------------------------------------------------------------- the result
@@ -252,7 +279,7 @@ def sweep(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], seeds: Sequence
 def fit_mask(axis: str, grid: Sequence[float]) -> np.ndarray:
     """Which points a slope fit uses: the regime the theory describes.
 
-    ``xnorm``: ``‖X‖₂ ≤ 1`` (softmax still close to uniform); ``L``: ``L ≥ 4``; ``d``: all.
+    ``xnorm``: ``‖X‖₂ ≤ 1`` (softmax still close to uniform); ``L``: ``L ≥ 4``; ``d``, ``layers``: all.
 
     >>> fit_mask("L", [2, 4, 8]).tolist()
     [False, True, True]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from hessviz.config import HEADED, BlockConfig, parse_name
+from hessviz.config import HEADED, BlockConfig, layer_name, parse_name
 from hessviz.contributions import Ref
 
 WEIGHT_MAP: dict[str, tuple[str, str]] = {
@@ -41,6 +41,14 @@ def component_weights(cfg: BlockConfig, params: dict[str, Tensor], component: st
     """``local name -> tensor`` of one component, for the weights that ``cfg`` has."""
     return {local: params[name] for name, (comp, local) in WEIGHT_MAP.items()
             if comp == component and name in cfg.param_shapes}
+
+
+def layer_params(cfg: BlockConfig, params: dict[str, Tensor], layer: int) -> dict[str, Tensor]:
+    """The weights of layer ``layer`` of a stack under the block's own names (``l1.W_Q -> W_Q``);
+    ``params`` itself for one block."""
+    if not cfg.is_stack:
+        return params
+    return {n: params[layer_name(layer, n)] for n in cfg.block.param_names}
 
 
 def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:

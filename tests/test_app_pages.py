@@ -223,3 +223,43 @@ def test_heterogeneity_per_head_matches_the_dense_blocks():
 def test_scaling_accepts_a_head_slice_pair():
     at = run_page("app_pages/scaling.py", sc_seeds="1", sc_blk="W_Q[0],W_K[0]", **REAL)
     assert "W_Q[0]–W_K[0]" in titles(at)[0]
+
+
+def test_depth_page_layer_matrix_profile_and_first_layer():
+    at = run_page("app_pages/depth.py", layers="3", dp_seeds="1", **SMALL)
+    assert caption(at).startswith("Post-LN block × 3 layers, L = 4, d = 8")
+    assert len(at.get("plotly_chart")) == 3      # layer-by-layer norms, per-layer profile, first layer vs N
+    fig = figures(at)[0]
+    norms = array(fig["data"][0]["customdata"])
+    assert norms.shape == (3, 3) and np.allclose(norms, norms.T) and (norms > 0).all()
+    profile = [d for d in figures(at)[1]["data"] if d.get("mode") == "lines+markers"]
+    assert [array(d["y"]).size for d in profile] == [3, 3]      # Post-LN and Pre-LN, one point per layer
+    at.segmented_control(key="dp_term").set_value("outer").run()
+    assert not at.exception
+    assert any("of outer, layer by layer" in t for t in titles(at))
+    # the first layer's block norm at N = 1 is the one-block Hessian's (no stack around it)
+    import hessviz as hv
+    from hessviz.spectra import matrix_norm
+    first = [d for d in figures(at)[2]["data"] if d.get("mode") == "lines+markers"][0]
+    cfg = hv.BlockConfig(seq_len=4, d_model=8, d_k=4, d_ff=8, norm="post")
+    params = hv.init_params(cfg, seed=0)
+    X, Y = hv.sample_inputs(cfg, seed=0)
+    exact = matrix_norm(hv.hessian(cfg, params, X, Y, wrt=("W_Q",)).block("W_Q", "W_Q", "outer"))
+    assert array(first["y"])[0] == pytest.approx(exact, rel=1e-9)
+
+
+def test_depth_page_one_block_says_how_to_see_a_stack():
+    at = run_page("app_pages/depth.py", dp_seeds="1", **SMALL)
+    assert any("Raise **Layers**" in i.value for i in at.info)
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_scaling_sweeps_depth_and_reads_a_layer_of_a_stack():
+    at = run_page("app_pages/scaling.py", sc_axis="layers", sc_seeds="1", **SMALL)
+    main = figures(at)[0]
+    assert main["layout"]["xaxis"]["type"] == "linear"
+    assert any("Factor per added block" in m.value for m in at.markdown)
+    at = run_page("app_pages/scaling.py", sc_axis="xnorm", sc_seeds="1", layers="2", **SMALL)
+    assert at.slider(key="sc_layer").value == 0
+    at.slider(key="sc_layer").set_value(1).run()
+    assert not at.exception

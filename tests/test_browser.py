@@ -25,7 +25,8 @@ pytestmark = pytest.mark.browser
 SHOTS = ROOT / "assets" / "screenshots"
 VIEWPORT = {"width": 1600, "height": 1000}
 TIMINGS: dict[str, float] = {}
-EXPLORE_TITLES = {"Hessian map", "Spectrum", "Heterogeneity", "Scaling laws", "Verify & speed", "Learn"}
+EXPLORE_TITLES = {"Hessian map", "Spectrum", "Heterogeneity", "Depth", "Scaling laws", "Verify & speed",
+                  "Learn"}
 
 IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
         " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
@@ -138,12 +139,14 @@ def test_shared_url_restores_state(server, browser):
 
 REAL_LAYER = "heads=2&wo=true&bias=true&affine=true&L=4&d=8&dk=4&dff=8"
 MATRIX_FREE = "L=8&d=32&dk=8&dff=64&heads=4&wo=true&bias=true&affine=true"   # P = 8,544 > the dense limit
+STACK = "layers=3&norm=pre&L=4&d=8&dk=4&dff=8"
 
 
 @pytest.mark.parametrize("path,query,text,charts,shot", [
     ("/", REAL_LAYER + "&blk=W_Q[1],W_K[1]", "2 heads, W_O", 3, "real_layer_map"),
     ("/spectrum", MATRIX_FREE, "Matrix-free spectrum", 2, "spectrum_matrix_free"),
-], ids=["real_layer_map", "matrix_free_spectrum"])
+    ("/depth", STACK + "&dp_seeds=1", "How block-diagonal", 3, "depth_stack"),
+], ids=["real_layer_map", "matrix_free_spectrum", "depth_stack"])
 def test_real_layer_and_matrix_free_views(server, browser, path, query, text, charts, shot):
     ctx, page = _open(browser, f"{server}{path}?{query}")
     t0 = time.perf_counter()

@@ -251,13 +251,31 @@ def verify(key: tuple, nonce: int = 0) -> dict:
 
 
 def sweep_point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
-                kind: str = "spectral") -> dict[str, float]:
-    """:func:`hessviz.sweeps.point`, cached per point (a few floats each)."""
+                kind: str = "spectral", layer: int = 0) -> dict[str, float]:
+    """:func:`hessviz.sweeps.point` (of layer ``layer`` in a stack), cached per point (a few floats each)."""
     fields = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init)
-    block = max(cfg.param_size(n) for n in pair)
-    return STORE.get(("sweep_point", fields, float(input_norm), int(seed), tuple(pair), kind),
-                     lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind),
+    block = max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
+    return STORE.get(("sweep_point", fields, float(input_norm), int(seed), tuple(pair), kind, int(layer)),
+                     lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind, layer),
                      8 * 4 * block * block, "a sweep point", budget.cost("sweep", cfg, block=block).seconds)
+
+
+def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarray:
+    """``(N, N)`` norms of the layer-by-layer blocks ``H[θ_i, θ_j]`` of a stack's term (each
+    layer's weights are contiguous in θ): how close the stack's Hessian is to block-diagonal."""
+    cfg = _view(key).cfg
+    spans = {}
+    for i in range(cfg.n_layers):
+        names = cfg.layer_names(i)
+        offs = cfg.offsets()
+        spans[f"layer {i}"] = slice(offs[names[0]].start, offs[names[-1]].stop)
+    largest = max(s.stop - s.start for s in spans.values())
+
+    def compute() -> np.ndarray:
+        return spectra.block_norm_matrix(_tensor(term(key, term_name)), spans, kind)
+
+    return STORE.get(("layer_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2,
+                     "the layer-by-layer block norms")
 
 
 # ----------------------------------------------------------------------------- claim pages

@@ -15,6 +15,7 @@ CLAIM_VIEWS: dict[str, str] = {
     "bounds": "bounds?bd_view=attention",
     "gini": "optimization?opt_view=gradients",
     "optimizers": "optimization?opt_view=training",
+    "depth": "depth?dp_blk=W_Q,W_Q&dp_term=outer",
 }
 """Claim id -> ``page?query`` of the view that shows it."""
 

@@ -28,6 +28,8 @@ EXPLORE = (
              "eigenvalues of each term and how many are negative"),
     PageSpec("app_pages/heterogeneity.py", "Heterogeneity", ":material/bar_chart:", "heterogeneity",
              "top eigenvalue and trace of every weight's and every head's Hessian block, matrix-free"),
+    PageSpec("app_pages/depth.py", "Depth", ":material/layers:", "depth",
+             "stacks of blocks: the Hessian layer by layer, Post-LN and Pre-LN side by side"),
     PageSpec("app_pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",
              "block norms against ‖X‖₂, L and d on log–log axes, with fitted slopes"),
     PageSpec("app_pages/verify.py", "Verify & speed", ":material/verified:", "verify",

@@ -27,7 +27,8 @@ import torch
 import hessviz as hv
 from hessviz.spectra import matrix_norm
 
-CLAIM_IDS = ("xnorm6", "placement", "seqlen", "nonconvex", "ln_collapse", "bounds", "gini", "optimizers")
+CLAIM_IDS = ("xnorm6", "placement", "seqlen", "nonconvex", "ln_collapse", "bounds", "gini", "optimizers",
+             "depth")
 
 SOURCES = {
     "petrov": "Petrov, Kiselev, Meshkov, Grabovoy, 'Closing the Curvature Gap: Full Transformer Hessians "

@@ -35,6 +35,7 @@ HEADLINES = {
         "adversarial_violations_QQ_outer_corrected",
     ),
     "gini": ("gini_post_column", "gini_pre_column", "lambda_G_over_P_post_column"),
+    "depth": ("factor_post_QQ_outer", "factor_pre_QQ_outer", "factor_post_QQ_full"),
     "optimizers": (
         "log_final_ratio_SGD_over_SignSGD_post",
         "log_final_ratio_SGD_over_Adam_post",
@@ -53,7 +54,7 @@ def headline(record: dict) -> list[tuple[str, object]]:
 
 def claims() -> dict[str, Claim]:
     """Every claim by id, in the order of :data:`CLAIM_IDS`."""
-    from hessviz.experiments import bounds, heterogeneity, ln_collapse, nonconvex, optimizers, scaling
+    from hessviz.experiments import bounds, depth, heterogeneity, ln_collapse, nonconvex, optimizers, scaling
 
     found = (
         scaling.XNORM6,
@@ -64,6 +65,7 @@ def claims() -> dict[str, Claim]:
         bounds.BOUNDS,
         heterogeneity.GINI,
         optimizers.OPTIMIZERS_CLAIM,
+        depth.DEPTH,
     )
     by_id = {c.id: c for c in found}
     return {cid: by_id[cid] for cid in CLAIM_IDS}

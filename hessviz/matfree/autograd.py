@@ -16,9 +16,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from hessviz import reference
+from hessviz import losses, reference
 from hessviz.config import BlockConfig
-from hessviz.matfree.block import loss_hvp
 
 
 class AutogradProducts:
@@ -31,7 +30,7 @@ class AutogradProducts:
             self.Z = reference.torch_forward(cfg, dict(zip(self.names, self.leaves)), X)
             loss = reference.torch_loss(cfg, self.Z, Y)
             self.grads = torch.autograd.grad(loss, self.leaves, create_graph=True)
-        self.loss_hvp = loss_hvp(cfg.loss, self.Z.detach())
+        self.loss_hvp = losses.hvp(cfg.loss, self.Z.detach(), Y)
         self._u = None
 
     def _tangents(self, dparams: dict[str, Tensor], j: int) -> list[Tensor]:

@@ -13,39 +13,39 @@ attention —                                   ``SA(X)``
 ======== ==================================== ==========================================
 
 ``FFN(z) = φ(z W_1 + b_1) W_2 + b_2``. Weights that the config does not have (biases,
-``W_O``, γ/β) are simply absent from the tape.
+``W_O``, γ/β) are simply absent from the tape. A stack of ``N`` blocks is the recipe read ``N``
+times, layer ``i`` on the output of layer ``i − 1`` with its own weights ``l{i}.W_Q …``; the
+tape then differentiates the whole stack exactly, cross-layer blocks included.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from hessviz import losses
 from hessviz.config import BlockConfig
+from hessviz.custom_loss import CustomLoss
 from hessviz.matfree.attention import Attention
 from hessviz.matfree.elementwise import Elementwise
 from hessviz.matfree.layernorm import LayerNorm
 from hessviz.matfree.linear import Linear
 from hessviz.matfree.residual import Residual
-from hessviz.matfree.tape import Node, Tape
-
-
-def loss_hvp(kind: str, Z: Tensor):
-    """``Ż (k, L, d) ↦ ∇²_Z ℓ · Ż``: ``2Ż/(Ld)`` (mse), ``(p⊙Ż − p (pᵀŻ))/L`` per token (ce)."""
-    L, d = Z.shape
-    if kind == "mse":
-        return lambda dZ: dZ * (2.0 / (L * d))
-    p = Z.softmax(-1)
-    return lambda dZ: (p * dZ - p * (p * dZ).sum(-1, keepdim=True)) / L
+from hessviz.matfree.tape import LayerSpan, Node, Tape
 
 
 class _Builder:
-    """Appends nodes and evaluates them, so the recipe below reads like a forward pass."""
+    """Appends nodes and evaluates them, so the recipe below reads like a forward pass.
+
+    ``prefix`` (``"l1."`` in a stack) is put in front of every value and parameter name the
+    recipe writes, so each layer has its own values and reads its own weights."""
 
     def __init__(self, params: dict[str, Tensor], X: Tensor):
         self.params, self.values, self.nodes = params, {"X": X}, []
+        self.prefix = ""
 
     def p(self, name: str) -> tuple[str, Tensor] | None:
+        name = self.prefix + name
         return (name, self.params[name]) if name in self.params else None
 
     def add(self, node: Node) -> str:
@@ -54,42 +54,59 @@ class _Builder:
         return node.output
 
     def linear(self, out: str, x: str, weights: list[str], biases: list[str]) -> str:
-        return self.add(Linear(out, x, self.values[x], [self.p(w) for w in weights],
+        return self.add(Linear(self.prefix + out, x, self.values[x], [self.p(w) for w in weights],
                                [self.p(b) for b in biases]))
 
-    def layernorm(self, out: str, x: str, prefix: str, eps: float) -> str:
-        return self.add(LayerNorm(out, x, self.values[x], eps, self.p(f"{prefix}_gamma"),
-                                  self.p(f"{prefix}_beta"), where=f"{prefix} input"))
+    def layernorm(self, out: str, x: str, which: str, eps: float) -> str:
+        return self.add(LayerNorm(self.prefix + out, x, self.values[x], eps, self.p(f"{which}_gamma"),
+                                  self.p(f"{which}_beta"), where=f"{self.prefix}{which} input"))
 
     def residual(self, out: str, a: str, b: str) -> str:
-        return self.add(Residual(out, a, b, self.values[a], self.values[b]))
+        return self.add(Residual(self.prefix + out, a, b, self.values[a], self.values[b]))
 
 
-def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> Tape:
-    """Run the forward pass of ``cfg`` and the first-order reverse sweep once."""
-    b = _Builder(params, X)
+def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
+    """Append one block's nodes on the input value ``X``; the name of its output."""
     eps, norm = cfg.ln_eps, cfg.norm
 
     def self_attention(x: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
-        o = b.add(Attention("O", qkv, b.values[qkv], cfg.n_heads, cfg.d_k, cfg.value_width, cfg.causal))
+        o = b.add(Attention(b.prefix + "O", qkv, b.values[qkv], cfg.n_heads, cfg.d_k, cfg.value_width,
+                            cfg.causal))
         return b.linear("SA", o, ["W_O"], ["b_O"]) if cfg.out_proj else o
 
     def ffn(z: str) -> str:
         h = b.linear("U", z, ["W_1"], ["b_1"])
-        a = b.add(Elementwise("act", h, b.values[h], cfg.activation))
+        a = b.add(Elementwise(b.prefix + "act", h, b.values[h], cfg.activation))
         return b.linear("F", a, ["W_2"], ["b_2"])
 
     if norm == "attention":
-        Z = self_attention("X")
-    elif norm == "post":
-        z1 = b.layernorm("Z1", b.residual("R1", "X", self_attention("X")), "ln1", eps)
-        Z = b.layernorm("Z", b.residual("R2", z1, ffn(z1)), "ln2", eps)
-    elif norm == "pre":
-        z1 = b.residual("Z1", "X", self_attention(b.layernorm("X_ln", "X", "ln1", eps)))
-        Z = b.residual("Z", z1, ffn(b.layernorm("Z1_ln", z1, "ln2", eps)))
-    else:
-        z1 = b.residual("Z1", "X", self_attention("X"))
-        Z = b.residual("Z", z1, ffn(z1))
-    Zv = b.values[Z]
-    return Tape(b.nodes, b.values, Z, losses.gradient(cfg.loss, Zv, Y), loss_hvp(cfg.loss, Zv))
+        return self_attention(X)
+    if norm == "post":
+        z1 = b.layernorm("Z1", b.residual("R1", X, self_attention(X)), "ln1", eps)
+        return b.layernorm("Z", b.residual("R2", z1, ffn(z1)), "ln2", eps)
+    if norm == "pre":
+        z1 = b.residual("Z1", X, self_attention(b.layernorm("X_ln", X, "ln1", eps)))
+        return b.residual("Z", z1, ffn(b.layernorm("Z1_ln", z1, "ln2", eps)))
+    z1 = b.residual("Z1", X, self_attention(X))
+    return b.residual("Z", z1, ffn(z1))
+
+
+def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | CustomLoss | None) -> Tape:
+    """Run the forward pass of ``cfg`` (every layer of a stack) and the first-order reverse sweep once.
+
+    Layer ``i`` of a stack names its values and reads its weights with the prefix ``l{i}.``;
+    ``Tape.layers`` records each layer's input, output and nodes."""
+    b = _Builder(params, X)
+    x, layers = "X", []
+    for layer in range(cfg.n_layers):
+        b.prefix = f"l{layer}." if cfg.is_stack else ""
+        first = len(b.nodes)
+        out = _block(b, cfg.block, x)
+        layers.append(LayerSpan(x, out, first, len(b.nodes)))
+        x = out
+    Zv = b.values[x]
+    if Y is None:                                   # the model alone (Jacobians): no loss to seed
+        return Tape(b.nodes, b.values, x, torch.zeros_like(Zv), torch.zeros_like, layers=layers)
+    return Tape(b.nodes, b.values, x, losses.gradient(cfg.loss, Zv, Y), losses.hvp(cfg.loss, Zv, Y),
+                layers=layers)

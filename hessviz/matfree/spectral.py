@@ -34,7 +34,6 @@ import torch
 from scipy.sparse.linalg import LinearOperator, eigsh
 from torch import Tensor
 
-from hessviz.config import HEADED
 from hessviz.errors import ConfigError
 from hessviz.matfree.operator import BATCH
 from hessviz.memory import memory_limit
@@ -285,7 +284,7 @@ def block_names(res, by_head: bool = True) -> tuple[str, ...]:
     """Every block of ``res``: each weight, or each head of a headed weight when ``by_head``."""
     cfg, out = res.cfg, []
     for name in res.names:
-        if by_head and name in HEADED and cfg.n_heads > 1:
+        if by_head and cfg.is_headed(name) and cfg.n_heads > 1:
             out.extend(cfg.head_names(name))
         else:
             out.append(name)

@@ -75,11 +75,24 @@ class Node:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class LayerSpan:
+    """One block of a stack on the tape: its input and output values and its nodes
+    ``nodes[start:stop]``."""
+
+    input: str
+    output: str
+    start: int
+    stop: int
+
+
 @dataclass
 class Tape:
     """Nodes in forward order, the primal values by name, and the first-order adjoints.
 
     ``seed_gradient`` is ``∇_Z ℓ (L, d)``; ``loss_hvp(Ż) = ∇²_Z ℓ · Ż`` for ``Ż (k, L, d)``.
+    ``adjoints[v]`` is ``∂ℓ/∂v`` for every value ``v`` (the input ``X`` included); ``layers`` the
+    blocks of a stack (one span for one block).
     """
 
     nodes: list[Node]
@@ -88,55 +101,71 @@ class Tape:
     seed_gradient: Tensor
     loss_hvp: Callable[[Tensor], Tensor]
     gradients: dict[str, Tensor] = field(default_factory=dict)
+    layers: list[LayerSpan] = field(default_factory=list)
+    adjoints: dict[str, Tensor] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.whole = LayerSpan("X", self.output, 0, len(self.nodes))
+        if not self.layers:
+            self.layers = [self.whole]
+        self._closures: dict[tuple[int, int, frozenset[str]], dict[str, set[str]]] = {}
         bars: dict[str, Maybe] = {self.output: self.seed_gradient}
         for node in reversed(self.nodes):           # first-order reverse sweep, once
             gy = bars.pop(node.output, None)
             if gy is None:
                 continue
+            self.adjoints[node.output] = gy
             gx, gp = node.adjoint(gy)
             for name, g in zip(node.inputs, gx):
                 bars[name] = add(bars.get(name), g)
             for name, g in zip(node.params, gp):
                 if g is not None:
                     self.gradients[name] = g
-        self._upstream = self._param_closure()
+        self.adjoints |= {name: g for name, g in bars.items() if g is not None}
 
-    def _param_closure(self) -> dict[str, set[str]]:
-        """value name -> parameters that it depends on (to skip adjoints nobody needs)."""
-        deps: dict[str, set[str]] = {}
-        for node in self.nodes:
-            s = set(node.params)
-            for name in node.inputs:
-                s |= deps.get(name, set())
-            deps[node.output] = s
-        return deps
+    def _closure(self, span: LayerSpan, sources: frozenset[str]) -> dict[str, set[str]]:
+        """value name -> the parameters and the ``sources`` (values fed from outside) it depends
+        on, over the nodes of ``span`` (to skip adjoints nobody needs)."""
+        key = (span.start, span.stop, sources)
+        if key not in self._closures:
+            deps: dict[str, set[str]] = {name: {name} for name in sources}
+            for node in self.nodes[span.start:span.stop]:
+                s = set(node.params)
+                for name in node.inputs:
+                    s |= deps.get(name, set())
+                deps[node.output] = s
+            self._closures[key] = deps
+        return self._closures[key]
 
-    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str]) -> dict[str, Maybe]:
-        """``θ̄̇`` for the parameters ``wanted``, given tangents ``dparams`` (``k`` leading).
-
-        ``dparams`` maps a parameter name to its tangent of shape ``(k, *shape)``; missing
-        names have zero tangent. Returns ``name -> (k, *shape)`` (``None`` when exactly 0).
-        """
-        seed_curvature, second = TERM_RULES[term]
-        wanted_set = set(wanted)
-        dvals: dict[str, Maybe] = {}
-        for node in self.nodes:                      # forward tangents (JVP)
+    def tangents(self, span: LayerSpan, dinputs: dict[str, Tensor],
+                 dparams: dict[str, Tensor]) -> dict[str, Maybe]:
+        """Forward tangents (JVP) of every value of ``span``'s nodes from the tangents ``dinputs``
+        of the values they read from outside and ``dparams`` of the weights (``k`` leading)."""
+        dvals: dict[str, Maybe] = dict(dinputs)
+        for node in self.nodes[span.start:span.stop]:
             dvals[node.output] = node.tangent([dvals.get(n) for n in node.inputs],
                                               [dparams.get(p) for p in node.params])
-        dZ = dvals[self.output]
-        dbars: dict[str, Maybe] = {self.output: self.loss_hvp(dZ) if seed_curvature and dZ is not None
-                                   else None}
+        return dvals
+
+    def adjoint_tangents(self, span: LayerSpan, dvals: dict[str, Maybe], dparams: dict[str, Tensor],
+                         seeds: dict[str, Maybe], second: bool, wanted: Sequence[str],
+                         wanted_inputs: Sequence[str] = ()) -> tuple[dict[str, Maybe], dict[str, Maybe]]:
+        """The tangent of the reverse sweep over ``span``: ``(θ̄̇ of wanted, x̄̇ of wanted_inputs)``.
+
+        ``seeds`` holds the adjoint tangents of the outputs (``None`` for zero); ``second`` keeps
+        the second-order parts. The first-order adjoints are the tape's (``∂ℓ/∂·`` of the loss)."""
+        wanted_set = set(wanted) | set(wanted_inputs)
+        upstream = self._closure(span, frozenset(wanted_inputs))
+        dbars: dict[str, Maybe] = dict(seeds)
         out: dict[str, Maybe] = {}
-        for node in reversed(self.nodes):           # tangent of the reverse sweep
+        for node in reversed(self.nodes[span.start:span.stop]):
             dgy = dbars.pop(node.output, None)
             dx = [dvals.get(n) for n in node.inputs]
             dp = [dparams.get(p) for p in node.params]
             has_tangent = any(t is not None for t in dx + dp)
             if dgy is None and not (second and has_tangent):
                 continue
-            need_x = [bool(self._upstream.get(n, set()) & wanted_set) for n in node.inputs]
+            need_x = [bool(upstream.get(n, set()) & wanted_set) for n in node.inputs]
             need_p = [p in wanted_set for p in node.params]
             if not (any(need_x) or any(need_p)):
                 continue
@@ -146,4 +175,16 @@ class Tape:
             for name, g in zip(node.params, dgp):
                 if name in wanted_set:
                     out[name] = add(out.get(name), g)
-        return out
+        return out, {name: dbars.get(name) for name in wanted_inputs}
+
+    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str]) -> dict[str, Maybe]:
+        """``θ̄̇`` for the parameters ``wanted``, given tangents ``dparams`` (``k`` leading).
+
+        ``dparams`` maps a parameter name to its tangent of shape ``(k, *shape)``; missing
+        names have zero tangent. Returns ``name -> (k, *shape)`` (``None`` when exactly 0).
+        """
+        seed_curvature, second = TERM_RULES[term]
+        dvals = self.tangents(self.whole, {}, dparams)
+        dZ = dvals[self.output]
+        seed = self.loss_hvp(dZ) if seed_curvature and dZ is not None else None
+        return self.adjoint_tangents(self.whole, dvals, dparams, {self.output: seed}, second, wanted)[0]

@@ -102,6 +102,11 @@ def band_plot(x, curves: Mapping[str, np.ndarray], *, stat: str, x_title: str, y
     return layout(fig, title, height, theme=theme)
 
 
+def _logx(sweep) -> bool:
+    """Log axes for the power laws in ‖X‖₂, L and d; a linear axis for the depth of a stack."""
+    return sweep.axis != "layers"
+
+
 def _x_title(sweep) -> str:
     from hessviz.sweeps import AXES
 
@@ -116,12 +121,13 @@ def sweep_plot(sweep, keys: Sequence[str] | None = None, *, stat: str, y_title: 
     keys = list(sweep.values) if keys is None else list(keys)
     return band_plot(sweep.grid, {k: sweep.values[k] for k in keys}, stat=stat, fits=fits, names=names,
                      x_title=x_title or _x_title(sweep), y_title=y_title, title=title or sweep.label or None,
-                     height=height, theme=theme)
+                     logx=_logx(sweep), height=height, theme=theme)
 
 
 def compare_plot(sweeps: Mapping[str, object], key: str, *, stat: str, y_title: str = "block norm",
                  x_title: str | None = None, title: str | None = None, guide: float | None = None,
-                 guide_label: str = "", height: int = 520, theme: str = "light") -> go.Figure:
+                 guide_label: str = "", logx: bool = True, height: int = 520,
+                 theme: str = "light") -> go.Figure:
     """Curve ``key`` of each sweep (``name -> Sweep``, same grid), one colour per name (placements
     get theirs); ``guide`` draws ``x^guide`` through each curve's first point."""
     first = next(iter(sweeps.values()))
@@ -129,7 +135,7 @@ def compare_plot(sweeps: Mapping[str, object], key: str, *, stat: str, y_title: 
     guides = [Guide(guide, n, 0, guide_label) for n in curves] if guide is not None else ()
     return band_plot(first.grid, curves, stat=stat, names={n: placement_name(n) for n in curves},
                      guides=guides, x_title=x_title or _x_title(first), y_title=y_title, title=title,
-                     height=height, theme=theme)
+                     logx=logx, height=height, theme=theme)
 
 
 def side_by_side(sweeps: Mapping[str, object], *, stat: str, y_title: str = "block norm",
@@ -144,7 +150,8 @@ def side_by_side(sweeps: Mapping[str, object], *, stat: str, y_title: str = "blo
         sw = sweeps[pname]
         add_bands(fig, sw.grid, sw.values, stat=stat, row=1, col=col, show_legend=col == 1,
                   hover_prefix=f"{pname}, ")
-        fig.update_xaxes(type="log", title={"text": x_title or _x_title(sw)}, row=1, col=col)
+        fig.update_xaxes(type="log" if _logx(sw) else "linear", title={"text": x_title or _x_title(sw)},
+                         row=1, col=col)
     fig.update_yaxes(type="log", exponentformat="power")
     fig.update_yaxes(title={"text": y_title}, row=1, col=1)
     fig.update_annotations(font={"size": FONT_SIZE})

@@ -44,7 +44,10 @@ _LN_PRETTY = {"gamma": "γ", "beta": "β"}
 def pretty(name: str) -> str:
     """A weight's name with its subscript in HTML: ``W_Q -> W<sub>Q</sub>``,
     ``b_O[1] -> b<sub>O</sub>[1]`` (a head slice keeps its index), ``ln1_gamma -> γ<sub>1</sub>``;
-    anything else unchanged."""
+    in a stack the layer prefix stays, ``l1.W_Q -> l1.W<sub>Q</sub>``; anything else unchanged."""
+    layer, dot, local = name.partition(".")
+    if dot and layer[:1] == "l" and layer[1:].isdigit():
+        return f"{layer}.{pretty(local)}"
     base, bracket, rest = name.partition("[")
     head = bracket + rest
     if base.startswith("ln") and "_" in base and base[2:].split("_")[0].isdigit():
