@@ -8,7 +8,11 @@ The last test (``browser`` marker) starts a cold ``streamlit run`` under the hos
 127.0.0.1 and drives four concurrent Chromium sessions through the heaviest pages; it checks
 that no page shows an exception, that refused views settle, that the server's CPU falls back
 once the visitors leave, and that its resident memory stays under 1 GiB over 30 distinct
-views. Its measurements go to ``assets/screenshots/hosting.json`` (quoted in the README).
+views. Its measurements go to ``assets/screenshots/hosting.json`` (quoted in the README), with
+where a re-render's time goes: each visitor's time from the keystroke to the first frame painted
+after the run, each page's script run on the server (wall and CPU, ``HESSVIZ_RUN_LOG``), the CPU
+the server and the browsers spent (both on this machine's cores; a real visitor's browser is on
+theirs), the bytes sent to each page, and the load average. No timing is asserted.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
 import torch
 
@@ -166,6 +171,24 @@ def test_run_log_times_each_script_run_only_when_asked(monkeypatch, capfd):
     runs = runlog.parse(capfd.readouterr().err)
     assert [(r["page"], r["end"]) for r in runs] == [("spectrum", "finished"), ("bounds", "stopped")]
     assert all(r["wall_s"] >= 0 and r["cpu_s"] >= 0 for r in runs)
+
+
+def test_figures_are_laid_out_once_in_the_theme_they_are_drawn_in():
+    """The app draws every figure in its host's theme from the start (``plots.drawn_in``), so
+    ``hva.chart`` does not replace a template; a download still gets the light one."""
+    from hessviz import plots
+
+    values = {"full": np.array([-1.0, 0.5, 2.0])}
+    assert plots.spectrum_sorted(values).layout.template.layout.paper_bgcolor == "white"
+    with plots.drawn_in("dark"):
+        fig = plots.spectrum_sorted(values)
+    assert fig.layout.template.layout.paper_bgcolor == "rgb(17,17,17)"
+    fig.layout.template.layout.paper_bgcolor = "#123456"          # not replaced by a second call
+    assert plots.apply_theme(fig, "dark").layout.template.layout.paper_bgcolor == "#123456"
+    light = plots.apply_theme(go.Figure(fig), "light")
+    assert light.layout.template.layout.paper_bgcolor == "white"
+    with pytest.raises(ValueError, match="theme"), plots.drawn_in("sepia"):
+        pass
 
 
 # ----------------------------------------------------------------------------- gate and ledger
