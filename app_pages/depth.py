@@ -119,10 +119,11 @@ with hva.guard("the depth views"):
 bar.empty()
 
 st.subheader(f"Curvature per layer of a {depth}-block stack, Post-LN and Pre-LN")
-curves = {plots.placement_name(n): profiles[n][term] for n in SIDES}
-fig = plots.band_plot(np.arange(depth), curves, stat="median", logx=False, x_title="layer i (0 = first)",
+fig = plots.band_plot(np.arange(depth), {n: profiles[n][term] for n in SIDES}, stat="median", logx=False,
+                      names={n: plots.placement_name(n) for n in SIDES}, x_title="layer i (0 = first)",
                       y_title=f"‖H[l_i.{pair[0]}, l_i.{pair[1]}]‖₂ ({term})",
                       title=f"{pair[0]}–{pair[1]} block of each layer, {term}")
+fig.update_xaxes(dtick=1)
 hva.chart(fig, f"depth_profile_{pair[0]}_{pair[1]}_{term}",
           csv=lambda: {"placement": [n for n in SIDES for _ in seeds for _ in range(depth)],
                        "seed": [s for _ in SIDES for s in seeds for _ in range(depth)],
@@ -133,6 +134,7 @@ st.subheader("The first layer against depth")
 sfig = plots.compare_plot(firsts, term, stat="median", logx=False, x_title="stack depth N (blocks)",
                           y_title=f"‖H[l0.{pair[0]}, l0.{pair[1]}]‖₂ ({term})",
                           title=f"First layer's {pair[0]}–{pair[1]} block ({term}) as blocks are added")
+sfig.update_xaxes(dtick=1)
 
 
 def first_table() -> dict:
@@ -159,5 +161,7 @@ with right:
     st.dataframe(rows, hide_index=True, width="stretch")
     st.caption("‖H(N)‖ ≈ c·r^N fitted per seed: r > 1 grows, r < 1 shrinks with each block added on top.")
 st.markdown("In Post-LN every path from the loss back to the first layer crosses both LayerNorm Jacobians "
-            "of every later block, so each added block multiplies the first layer's curvature; Pre-LN's "
-            "identity path bypasses them. The claim row `depth` (Claims page) measures this across seeds.")
+            "of every later block, which the papers' argument expects to change the first layer's curvature "
+            "more than Pre-LN's identity path does. But the stack ends without a LayerNorm, so Pre-LN's "
+            "residual stream, and with it the curvature, grows with depth. The claim row `depth` (Claims "
+            "page) measures both across seeds.")

@@ -146,6 +146,8 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
                                          names={n: plots.placement_name(n) for n in d["profiles"]},
                                          title=f"W_Q–W_Q curvature by layer, {d['depths'][-1]}-block stack"),
     }
+    for fig in figs.values():
+        fig.update_xaxes(dtick=1)
     return note, figs
 
 
