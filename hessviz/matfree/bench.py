@@ -6,9 +6,7 @@ The layer is MiniLM-sized (all-MiniLM-L6-v2's shape): Post-LN, 12 heads of 32, `
 
 * ``hvp``: ``res.matvec(v)`` against PyHessian's double backward over per-weight leaves
   (:class:`~hessviz.matfree.autograd.AutogradProducts`), and the largest relative
-  difference ``max|Δ| / max|ref|`` between the two.
-  On a CUDA device the closed form replays CUDA graphs (:mod:`hessviz.matfree.graphs`); the
-  row ``closed form, no CUDA graph`` launches every kernel from Python, for comparison;
+  difference ``max|Δ| / max|ref|`` between the two;
 * ``ggn``: ``res.matvec(v, "outer")`` against ``curvlinops.GGNLinearOperator`` (when
   installed) and against the autograd JVP-then-VJP product;
 * ``top5``: the 5 largest eigenvalues of the full Hessian by ``eigsh`` (products and seconds);
@@ -113,10 +111,6 @@ def _methods(kind: str, cfg, params, X, Y, v: torch.Tensor,
     if wanted("closed form"):
         res = hv.hessian(cfg, params, X, Y)
         out["closed form"] = lambda: res.matvec(v, term)
-    if X.is_cuda and wanted("closed form, no CUDA graph"):        # what the graph replay saves
-        eager = hv.hessian(cfg, params, X, Y)
-        eager.products.cuda_graphs = False
-        out["closed form, no CUDA graph"] = lambda: eager.matvec(v, term)
     baseline = "autograd double backward" if kind == "hvp" else "autograd JVP + VJP"
     if wanted(baseline):
         ag = AutogradProducts(cfg, params, X, Y)

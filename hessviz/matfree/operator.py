@@ -25,7 +25,6 @@ from hessviz.config import BlockConfig
 from hessviz.errors import InputError
 from hessviz.matfree.autograd import AutogradProducts
 from hessviz.matfree.block import build
-from hessviz.matfree.graphs import SweepGraphs
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.tape import Tape
 from hessviz.result import check_term
@@ -56,10 +55,6 @@ class MatrixFreeHessian:
     calls with :class:`~hessviz.matfree.autograd.AutogradProducts` (the reference).
     """
 
-    cuda_graphs: bool = True
-    """On a CUDA device, replay each repeated product from a CUDA graph (:mod:`hessviz.matfree.graphs`);
-    set ``False`` (on the class or an instance) to launch every kernel from Python."""
-
     def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                  names: tuple[str, ...], method: str = "closed_form"):
         self.cfg, self.params, self.X, self.Y, self.names = cfg, params, X, Y, names
@@ -77,22 +72,12 @@ class MatrixFreeHessian:
         names = self.names if names is None else self.cfg.sort_names(tuple(names))
         return Layout(self.cfg, names, self.X.device)
 
-    @cached_property
-    def graphs(self) -> SweepGraphs:
-        return SweepGraphs()
-
     def product(self, V: Tensor, term: str, rows: Layout, cols: Layout) -> Tensor:
-        """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``
-        (replayed from CUDA graphs on a CUDA device, see :attr:`cuda_graphs`)."""
-        def sweep(chunk: Tensor) -> Tensor:
-            prods = self.tape.sweep(cols.scatter(chunk), term, rows.bases)
-            return rows.gather(prods, chunk.shape[0], chunk)
-
-        graphed = self.cuda_graphs and self.method == "closed_form" and V.is_cuda
+        """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``."""
         out = []
         for chunk in V.split(BATCH):
-            key = (chunk.shape[0], term, rows.names, cols.names)
-            out.append(self.graphs.run(key, sweep, chunk) if graphed else sweep(chunk))
+            prods = self.tape.sweep(cols.scatter(chunk), term, rows.bases)
+            out.append(rows.gather(prods, chunk.shape[0], chunk))
             self.matvecs += chunk.shape[0]
         if len(out) == 1:                                  # one sweep: no copy
             return out[0]
