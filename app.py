@@ -26,6 +26,8 @@ if _threads > 0 and torch.get_num_threads() != _threads:
 # sessions' script threads raised "partially initialized module 'pandas'".
 from hessviz import app as hva  # noqa: E402
 from hessviz.app.registry import SECTIONS  # noqa: E402
+from hessviz.app.runlog import timed  # noqa: E402
+from hessviz.plots import drawn_in  # noqa: E402
 
 hva.begin_run()
 st.set_page_config(page_title="hessviz: the Hessian of a Transformer block", page_icon=":material/grid_on:",
@@ -34,4 +36,8 @@ st.set_page_config(page_title="hessviz: the Hessian of a Transformer block", pag
 nav = st.navigation({section: [st.Page(p.script, title=p.title, icon=p.icon, url_path=p.url_path,
                                        default=p.default) for p in pages]
                      for section, pages in SECTIONS.items()})
-nav.run()
+# Figures are laid out in Streamlit's theme from the start (hva.chart shows them in it; a light
+# template first, replaced there, cost 20-50 ms of CPU per figure). HESSVIZ_RUN_LOG=1: one line
+# per run (hessviz.app.runlog).
+with timed(nav.url_path or "hessian_map"), drawn_in("host"):
+    nav.run()

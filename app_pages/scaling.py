@@ -59,6 +59,7 @@ bar = st.progress(0.0, text="Sweeping…")
 
 
 def run(cfg, label: str, pair: tuple[str, str], offset: float, share: float) -> sweeps.Sweep:
+    @hva.progress.throttled
     def progress(done: int, total: int) -> None:
         bar.progress(min(1.0, offset + share * done / total), text=f"Sweeping {label}: {done}/{total}")
 

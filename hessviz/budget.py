@@ -188,6 +188,10 @@ MV_COL_S = 3.5e-4    # … plus per column MV_COL_S + MV_S · L · P (measured 1
 MV_S = 2e-9
 REORTH_S = 1e-9      # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
 EXACT_BLOCK = 256    # hessviz.matfree.block_table's default exact_limit (dense eigvalsh of H[b, b])
+LIGHT_SECONDS = 0.25
+"""A computation estimated under this many core-seconds (a term, an eigendecomposition or a sweep
+point of the default block) runs at once, without a heavy slot of the :class:`Gate`: queued behind
+a multi-second one it waited seconds for a tenth of a second of work."""
 
 KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse", "optimization",
          "spectrum_matfree", "heterogeneity")
@@ -520,8 +524,11 @@ class Ledger:
                 poll: float = 0.25) -> Iterator[None]:
         """Hold ``nbytes`` while computing; evict cached results first, then wait for others.
 
-        A thread that already holds a reservation (a spectrum computing its term) does not
-        wait: two visitors each waiting for the other's memory would wait forever.
+        Cached results are evicted only when that makes room: while the computations in flight
+        leave less than ``nbytes`` even with an empty cache, this waits for them and keeps the
+        cache (emptying it then freed nothing that helped, and every visitor's next view was
+        computed again). A thread that already holds a reservation (a spectrum computing its
+        term) does not wait: two visitors each waiting for the other's memory would wait forever.
         """
         nbytes = int(nbytes)
         if nbytes > self.capacity:
@@ -531,7 +538,7 @@ class Ledger:
         nested = getattr(self._local, "depth", 0) > 0
         while True:
             over = self._over(nbytes)
-            if over > 0:
+            if over > 0 and (nested or self._in_flight + nbytes <= self.capacity):
                 self.evict(over)
             with self._lock:
                 if nested or self._over(nbytes) <= 0:

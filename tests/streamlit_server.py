@@ -27,6 +27,35 @@ def require_chromium() -> None:
         pytest.skip(msg)
 
 
+def _cpu_seconds(pid: int | str) -> float:
+    """User + system CPU seconds of one process (0 once it has gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def browser_cpu_seconds() -> float:
+    """CPU seconds of every Chromium process this test process started (all its renderers)."""
+    me, total = str(os.getpid()), 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b"chrom" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+        except OSError:
+            continue
+        parent = pid
+        while parent not in ("0", "1", me):            # is it ours?
+            try:
+                parent = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            except OSError:
+                break
+        if parent == me:
+            total += _cpu_seconds(pid)
+    return total
+
+
 class Server:
     """``streamlit run app.py`` on 127.0.0.1 (``env`` added to this environment), logging to
     ``.pytest_cache/<log>``; its CPU time and memory come from /proc."""
@@ -36,8 +65,9 @@ class Server:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log = open(ROOT / ".pytest_cache" / log, "w") \
-            if (ROOT / ".pytest_cache").exists() else subprocess.DEVNULL
+        (ROOT / ".pytest_cache").mkdir(exist_ok=True)
+        self.log_path = ROOT / ".pytest_cache" / log
+        self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
              "--server.port", str(self.port), "--server.address", "127.0.0.1",
@@ -70,8 +100,11 @@ class Server:
         return self._status("VmHWM")
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _cpu_seconds(self.proc.pid)
+
+    def log_text(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
 
     def seconds_until_idle(self, timeout: float = 30, window: float = 0.5, below: float = 0.1) -> float:
         """Seconds until the server uses under ``below`` of one core over ``window``."""
@@ -90,5 +123,4 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self.log is not subprocess.DEVNULL:
-            self.log.close()
+        self.log.close()

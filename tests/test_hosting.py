@@ -8,7 +8,11 @@ The last test (``browser`` marker) starts a cold ``streamlit run`` under the hos
 127.0.0.1 and drives four concurrent Chromium sessions through the heaviest pages; it checks
 that no page shows an exception, that refused views settle, that the server's CPU falls back
 once the visitors leave, and that its resident memory stays under 1 GiB over 30 distinct
-views. Its measurements go to ``assets/screenshots/hosting.json`` (quoted in the README).
+views. Its measurements go to ``assets/screenshots/hosting.json`` (quoted in the README), with
+where a re-render's time goes: each visitor's time from the keystroke to the first frame painted
+after the run, each page's script run on the server (wall and CPU, ``HESSVIZ_RUN_LOG``), the CPU
+the server and the browsers spent (both on this machine's cores; a real visitor's browser is on
+theirs), the bytes sent to each page, and the load average. No timing is asserted.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
 import torch
 
 import hessviz as hv
 from hessviz import budget, spectra
-from hessviz.app import cache, progress, state
-from tests.streamlit_server import ARGS, CHROMIUM, Server, require_chromium
+from hessviz.app import cache, progress, runlog, state
+from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -144,6 +149,48 @@ def test_matrix_free_views_stop_when_the_visitor_leaves(view_of):
     assert not [k for k in cache.STORE._items if k[0] == view_of and k[1] == key and k[-1] == 7]
 
 
+def test_progress_bars_are_throttled_but_the_last_step_is_drawn():
+    drawn = []
+    bar = progress.throttled(lambda done, total: drawn.append(done), every=60)
+    for i in range(1, 121):                  # a sweep of 120 cached points
+        bar(i, 120)
+    assert drawn == [1, 120]
+
+
+def test_run_log_times_each_script_run_only_when_asked(monkeypatch, capfd):
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    with runlog.timed("spectrum"):
+        pass
+    assert capfd.readouterr().err == ""
+    monkeypatch.setenv(runlog.ENV, "1")
+    with runlog.timed("spectrum"):
+        sum(range(10_000))
+    with pytest.raises(StopException), runlog.timed("bounds"):
+        raise StopException
+    runs = runlog.parse(capfd.readouterr().err)
+    assert [(r["page"], r["end"]) for r in runs] == [("spectrum", "finished"), ("bounds", "stopped")]
+    assert all(r["wall_s"] >= 0 and r["cpu_s"] >= 0 for r in runs)
+
+
+def test_figures_are_laid_out_once_in_the_theme_they_are_drawn_in():
+    """The app draws every figure in its host's theme from the start (``plots.drawn_in``), so
+    ``hva.chart`` does not replace a template; a download still gets the light one."""
+    from hessviz import plots
+
+    values = {"full": np.array([-1.0, 0.5, 2.0])}
+    assert plots.spectrum_sorted(values).layout.template.layout.paper_bgcolor == "white"
+    with plots.drawn_in("dark"):
+        fig = plots.spectrum_sorted(values)
+    assert fig.layout.template.layout.paper_bgcolor == "rgb(17,17,17)"
+    fig.layout.template.layout.paper_bgcolor = "#123456"          # not replaced by a second call
+    assert plots.apply_theme(fig, "dark").layout.template.layout.paper_bgcolor == "#123456"
+    light = plots.apply_theme(go.Figure(fig), "light")
+    assert light.layout.template.layout.paper_bgcolor == "white"
+    with pytest.raises(ValueError, match="theme"), plots.drawn_in("sepia"):
+        pass
+
+
 # ----------------------------------------------------------------------------- gate and ledger
 
 
@@ -208,6 +255,47 @@ def test_gate_forgets_a_visitor_who_gives_up():
         assert gate.running == 1
 
 
+class _LeavesWhenQueued(_LeavesAfter):
+    """A page status whose visitor leaves as soon as they are told their place in the queue."""
+
+    def waiting(self, place: int) -> None:
+        raise progress.Cancelled(self.what)
+
+    def hold(self, gate):
+        return gate.slot(self.waiting, poll=0.01)
+
+
+def test_light_work_does_not_queue_behind_heavy_work():
+    """With every heavy slot taken, a computation under ``LIGHT_SECONDS`` runs at once; a heavy one
+    queues (and its visitor, told their place, leaves)."""
+    store = cache.Store(budget.Ledger(2**20))
+    release = threading.Event()
+    holders = [threading.Event() for _ in range(cache.GATE.slots)]
+    threads = [threading.Thread(target=_hold, args=(ready, release)) for ready in holders]
+    for t in threads:
+        t.start()
+    try:
+        assert all(ready.wait(10) for ready in holders) and cache.GATE.running == cache.GATE.slots
+        progress._local.status = _LeavesWhenQueued(100)
+        light = store.get(("light",), lambda: np.ones(2), 64, "a light result",
+                          seconds=budget.LIGHT_SECONDS / 2)
+        assert light.tolist() == [1.0, 1.0]
+        with pytest.raises(progress.Cancelled):
+            store.get(("heavy",), lambda: np.ones(2), 64, "a heavy result", seconds=2 * budget.LIGHT_SECONDS)
+    finally:
+        progress._local.status = None
+        release.set()
+        for t in threads:
+            t.join(10)
+    assert ("heavy",) not in store and cache.GATE.running == 0
+
+
+def _hold(ready: threading.Event, release: threading.Event) -> None:
+    with cache.GATE.slot():
+        ready.set()
+        release.wait(10)
+
+
 def test_store_is_bounded_by_bytes_and_evicts_least_recent():
     ledger = budget.Ledger(3 * 2**20)
     store = cache.Store(ledger)
@@ -233,6 +321,37 @@ def test_ledger_nested_reservation_does_not_wait_and_small_results_outlive_large
     for k in range(3):
         store.get(("big", k), lambda: np.zeros(2**19), 4 * 2**20, "a term")   # 4 MiB each
     assert ("small",) in store and ("big", 0) not in store     # the oldest large one went first
+
+
+def test_ledger_keeps_the_cache_while_work_in_flight_leaves_no_room():
+    """Another visitor's computation holds 70 of 100 MiB: a 50 MiB reservation waits for it and
+    leaves the 28 MiB of cached results alone (emptying the cache would not have made room);
+    once that computation ends, there is room for both."""
+    ledger = budget.Ledger(100 * 2**20)
+    store = cache.Store(ledger)
+    for k in range(4):
+        store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * 2**20, "a result")   # 7 MiB each
+    holding, release = threading.Event(), threading.Event()
+
+    def other_visitor():
+        with ledger.reserve(70 * 2**20, "another visitor's view"):
+            holding.set()
+            release.wait(10)
+
+    t = threading.Thread(target=other_visitor)
+    t.start()
+    assert holding.wait(10)
+    cached_while_waiting = []
+
+    def waiting(place: int) -> None:
+        cached_while_waiting.append(len(store))
+        if len(cached_while_waiting) == 3:
+            release.set()
+
+    with ledger.reserve(50 * 2**20, "a view", waiting, poll=0.01):
+        assert cached_while_waiting[:3] == [4, 4, 4] and len(store) == 4
+    t.join(10)
+    assert ledger.in_flight == 0
 
 
 def test_memory_stays_bounded_over_thirty_views():
@@ -388,6 +507,45 @@ def _settled(page, timeout_ms: float = 90_000, started: bool = False) -> None:
     page.wait_for_function(SCRIPT_STATE.format("notRunning"), timeout=timeout_ms)
 
 
+WATCH = """() => {
+  // Records, in the page's own clock, when a key goes down and when the script state changes,
+  // so a re-render is timed from the keystroke to the first frame painted after the run ended,
+  // whatever order the test looks at the visitors in.
+  if (window.__hv) return;
+  const hv = window.__hv = {press: null, done: null, painted: null, running: false};
+  document.addEventListener("keydown", () => {
+    hv.press = performance.now(); hv.done = hv.painted = null; hv.running = false;
+  }, true);
+  new MutationObserver(records => {
+    for (const r of records) {
+      if (hv.press === null || hv.done !== null) continue;
+      const now = r.target.getAttribute("data-test-script-state");
+      if (r.oldValue === "running" || now === "running") hv.running = true;
+      if (hv.running && now === "notRunning") {
+        hv.done = performance.now();
+        requestAnimationFrame(() => requestAnimationFrame(() => { hv.painted = performance.now(); }));
+      }
+    }
+  }).observe(document, {attributes: true, subtree: true, attributeOldValue: true,
+                        attributeFilter: ["data-test-script-state"]});
+}"""
+
+
+def _rerendered(page, timeout_ms: float = 90_000) -> float:
+    """Seconds from the last keystroke to the first frame painted after the run it started ended
+    (:data:`WATCH` must be installed in the page)."""
+    page.wait_for_function("() => window.__hv && window.__hv.painted !== null", timeout=timeout_ms)
+    return page.evaluate("() => (window.__hv.painted - window.__hv.press) / 1000")
+
+
+def _count_received(page, into: dict[str, int], key: str) -> None:
+    """Add the bytes of every websocket frame the page receives to ``into[key]``."""
+    def on_frame(data) -> None:
+        into[key] += len(data)
+
+    page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
+
+
 def _exceptions(page) -> list[str]:
     return [e.inner_text()[:500] for e in page.query_selector_all('[data-testid="stException"]')]
 
@@ -401,9 +559,10 @@ def test_cold_server_four_visitors_hosted():
     require_chromium()
     from playwright.sync_api import sync_playwright
 
-    server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+    server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB", runlog.ENV: "1"},
                     log="streamlit_hosting_test.log")
-    out: dict[str, object] = {"cores": os.cpu_count(), "profile": "hosted", "memory_limit": "800MiB"}
+    out: dict[str, object] = {"cores": os.cpu_count(), "profile": "hosted", "memory_limit": "800MiB",
+                              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     try:
         server.wait_healthy()
         out["rss_server_started_mb"] = round(server.rss() / 2**20)
@@ -411,9 +570,11 @@ def test_cold_server_four_visitors_hosted():
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             # 1. a cold server, four visitors on the heaviest pages at once
             visitors = []
+            received = dict.fromkeys(HEAVY_PAGES, 0)             # bytes the server sent to each page
             for url in HEAVY_PAGES:
                 ctx = browser.new_context(viewport={"width": 1400, "height": 900})
                 page = ctx.new_page()
+                _count_received(page, received, url)
                 t0 = time.perf_counter()
                 page.goto(server.base + url)
                 visitors.append((url, ctx, page, t0))
@@ -425,21 +586,39 @@ def test_cold_server_four_visitors_hosted():
                 assert _exceptions(page) == [], (url, _exceptions(page))
             out["first_chart_s"] = _stats(first)
             out["rss_after_first_charts_mb"] = round(server.rss() / 2**20)
-            # 2. each visitor moves a slider (d_k 8 -> 9: a new view) at the same moment
+            # 2. each visitor moves a slider (d_k 8 -> 9: a new view, then back: a cached one) at
+            # the same moment; where the time goes: each visitor's script run on the server (from
+            # the run log), the CPU of the server and of the browsers, the bytes sent to each page
+            for _, _, page, _ in visitors:
+                page.evaluate(WATCH)
             for step in ("ArrowRight", "ArrowLeft"):
-                times, t0s = [], []
+                name = "new" if step == "ArrowRight" else "cached"
+                runs_before = len(runlog.parse(server.log_text()))
+                cpu = (server.cpu_seconds(), browser_cpu_seconds())
+                load = os.getloadavg()[0]
+                for url in received:
+                    received[url] = 0
                 for _, _, page, _ in visitors:
                     sidebar = page.locator('[data-testid="stSidebar"]')
                     slider = sidebar.get_by_role("slider", name="Key width d_k")
                     slider.focus()
-                    t0s.append(time.perf_counter())
                     slider.press(step)
-                for (url, _, page, _), t0 in zip(visitors, t0s):
-                    _settled(page, started=True)
-                    page.wait_for_selector(".js-plotly-plot", timeout=60_000)
-                    times.append(time.perf_counter() - t0)
+                times = []
+                for url, _, page, _ in visitors:
+                    times.append(_rerendered(page))
                     assert _exceptions(page) == [], (url, _exceptions(page))
-                out[f"rerender_{'new' if step == 'ArrowRight' else 'cached'}_view_s"] = _stats(times)
+                cpu = (server.cpu_seconds() - cpu[0], browser_cpu_seconds() - cpu[1])
+                time.sleep(0.5)                               # the last run lines reach the log
+                runs = [r for r in runlog.parse(server.log_text())[runs_before:] if r["end"] == "finished"]
+                out[f"rerender_{name}_view_s"] = _stats(times)
+                out[f"rerender_{name}_view_detail"] = {
+                    "visitors_s": {url: round(t, 2) for (url, *_), t in zip(visitors, times)},
+                    "server_run_wall_s": {r["page"]: r["wall_s"] for r in runs},
+                    "server_run_cpu_s": {r["page"]: r["cpu_s"] for r in runs},
+                    "server_cpu_s": round(cpu[0], 2), "browsers_cpu_s": round(cpu[1], 2),
+                    "bytes_to_each_page": dict(received), "load_average_before": round(load, 2)}
+                if runs:
+                    out[f"rerender_{name}_view_server_s"] = _stats([r["wall_s"] for r in runs])
             # 3. the heaviest URLs of issue 8 settle with a message, no computation
             settle = []
             for (_, _, page, _), heavy in zip(visitors, REFUSED):
@@ -479,6 +658,7 @@ def test_cold_server_four_visitors_hosted():
         out["rss_over_30_views_mb"] = {"first": round(rss[0] / 2**20), "last": round(rss[-1] / 2**20),
                                        "max": round(max(rss) / 2**20)}
         out["peak_rss_mb"] = round(server.peak_rss() / 2**20)
+        out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
         print("hosting:", json.dumps(out), flush=True)
         shots = ROOT / "assets" / "screenshots"
         shots.mkdir(parents=True, exist_ok=True)

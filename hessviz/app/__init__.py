@@ -42,6 +42,7 @@ Importing this package also imports everything the pages need (:data:`PRELOAD`),
 ``app.py`` loads them once, under the import lock, before any page runs.
 """
 
+import gc
 import importlib
 
 PRELOAD = ("numpy", "scipy.sparse.linalg", "scipy.stats", "pandas", "pyarrow", "plotly.graph_objects",
@@ -53,6 +54,15 @@ for _name in PRELOAD:
     importlib.import_module(_name)
 
 from hessviz.app import cache, progress, registry, state  # noqa: E402
+
+# Streamlit runs a full garbage collection after every script run (``runner.postScriptGC``),
+# which walks every object the process holds: with torch, scipy, pandas and plotly loaded that
+# is ~300,000 objects and 0.16–0.3 s per run, with the GIL held, so four visitors' re-renders
+# queued behind each other's collections. What is loaded now lives as long as the process:
+# collect once and move it out of the collector's sight (``gc.freeze``); later collections walk
+# only what the sessions create, and still free their cycles.
+gc.collect()
+gc.freeze()
 from hessviz.app.state import DEFAULTS, SHARED_KEYS, View, device, device_label  # noqa: E402
 from hessviz.app.ui import (  # noqa: E402
     afford,

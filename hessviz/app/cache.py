@@ -17,7 +17,9 @@ or moves a control. :func:`clear` empties everything (the sidebar's button).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import math
 import tempfile
 import threading
 import time
@@ -116,8 +118,11 @@ class Store:
             self._items.clear()
         self.ledger.add_cached(-freed)
 
-    def get(self, key: tuple, compute: Callable[[], object], reserve: int, what: str) -> object:
-        """The cached value of ``key``, or ``compute()`` it holding a slot and ``reserve`` bytes."""
+    def get(self, key: tuple, compute: Callable[[], object], reserve: int, what: str,
+            seconds: float = math.inf) -> object:
+        """The cached value of ``key``, or ``compute()`` it holding ``reserve`` bytes and, when its
+        estimated work ``seconds`` (core-seconds) is not under :data:`hessviz.budget.LIGHT_SECONDS`,
+        a heavy slot of :data:`GATE`."""
         status = current()
         while True:
             with self._lock:
@@ -133,7 +138,8 @@ class Store:
             while not event.wait(0.25):    # another visitor computes it: wait, or give up if we leave
                 status.waiting(0)
         try:
-            with status.hold(GATE), self.ledger.reserve(reserve, what, status.waiting):
+            slot = status.hold(GATE) if seconds >= budget.LIGHT_SECONDS else contextlib.nullcontext()
+            with slot, self.ledger.reserve(reserve, what, status.waiting):
                 status.checkpoint()
                 value = _readonly(compute())
             size = nbytes(value)
@@ -180,7 +186,8 @@ def term(key: tuple, term: str) -> np.ndarray:
         return hv.hessian(view.cfg, params, X, Y).term(term).detach().cpu().numpy()
 
     c = budget.term_cost(view.cfg)
-    return STORE.get(("term", key, term), compute, c.bytes, f"the {term} Hessian (P = {view.num_params:,})")
+    return STORE.get(("term", key, term), compute, c.bytes, f"the {term} Hessian (P = {view.num_params:,})",
+                     c.seconds)
 
 
 def offsets(key: tuple) -> dict[str, slice]:
@@ -195,7 +202,8 @@ def block_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
     def compute() -> np.ndarray:
         return spectra.block_norm_matrix(_tensor(term(key, term_name)), offsets(key), kind)
 
-    return STORE.get(("block_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2, "the block norms")
+    return STORE.get(("block_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2, "the block norms",
+                     budget.block_norms_cost(_view(key).cfg))
 
 
 def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra.DENSE_LIMIT) -> dict:
@@ -216,7 +224,8 @@ def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra
                 "min": neg.min_eigenvalue, "max": neg.max_eigenvalue, "tolerance": neg.tolerance}
 
     return STORE.get(("spectrum", key, term_name, k, dense_limit), compute, 2 * 8 * cfg.num_params ** 2,
-                     f"the eigenvalues of the {term_name} term")
+                     f"the eigenvalues of the {term_name} term",
+                     budget.eig_cost(cfg.num_params, dense_limit, k, rank))
 
 
 def verify(key: tuple, nonce: int = 0) -> dict:
@@ -234,8 +243,8 @@ def verify(key: tuple, nonce: int = 0) -> dict:
                 "whole": out.whole_errors}
 
     cost = budget.cost("verify", view.cfg, repeats=LIMITS.timing_repeats)
-    return STORE.get(("verify", key, nonce), compute, cost.bytes,
-                     "the comparison with autograd")
+    return STORE.get(("verify", key, nonce), compute, cost.bytes, "the comparison with autograd",
+                     cost.seconds)
 
 
 # ----------------------------------------------------------------------------- sweeps
@@ -248,7 +257,7 @@ def sweep_point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[s
     block = max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
     return STORE.get(("sweep_point", fields, float(input_norm), int(seed), tuple(pair), kind, int(layer)),
                      lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind, layer),
-                     8 * 4 * block * block, "a sweep point")
+                     8 * 4 * block * block, "a sweep point", budget.cost("sweep", cfg, block=block).seconds)
 
 
 def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarray:
@@ -266,7 +275,7 @@ def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
         return spectra.block_norm_matrix(_tensor(term(key, term_name)), spans, kind)
 
     return STORE.get(("layer_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2,
-                     "the layer-by-layer block norms")
+                     "the layer-by-layer block norms", budget.NORM_S * cfg.n_layers ** 2 * 2 * largest ** 3)
 
 
 # ----------------------------------------------------------------------------- claim pages
@@ -280,8 +289,8 @@ def bounds_here(key: tuple) -> dict:
         params, X, Y = view.inputs
         return bounds_exp.case_row(view.cfg, params, X, Y, {"L": view.cfg.seq_len})
 
-    return STORE.get(("bounds_here", key), compute, budget.cost("bounds", view.cfg).bytes,
-                     "the attention bounds")
+    c = budget.cost("bounds", view.cfg)
+    return STORE.get(("bounds_here", key), compute, c.bytes, "the attention bounds", c.seconds)
 
 
 def bounds_study(n: int, seed: int) -> dict:
@@ -295,7 +304,8 @@ def bounds_study(n: int, seed: int) -> dict:
             current().step(i + 1, n, f"Random configurations: {i + 1}/{n}")
         return {k: np.array([r[k] for r in rows], dtype=float) for k in rows[0]}
 
-    return STORE.get(("bounds_study", int(n), int(seed)), compute, 1 << 20, "the random study")
+    return STORE.get(("bounds_study", int(n), int(seed)), compute, 1 << 20, "the random study",
+                     budget.CASE_S * n)
 
 
 def ln_bounds_study(n: int, seed: int) -> dict:

@@ -25,6 +25,11 @@ rule of its own. The bilinear score and the value product:
     \dot O = \dot A V + A \dot V,\quad \bar A = \bar O V^\top,\ \bar V = A^\top \bar O,\quad
     \dot{\bar A} = \dot{\bar O} V^\top + [\bar O \dot V^\top],\
     \dot{\bar V} = A^\top \dot{\bar O} + [\dot A^\top \bar O].
+
+The factors that do not depend on the product (``cK``, ``cQ``, ``c S̄``, ``Ā − r``) are
+formed once; the tangents ``(Q̇, K̇, V̇, Ȧ)`` of the forward sweep are kept for the reverse
+one; the two softmax terms of ``S̄̇`` share one row sum,
+``S̄̇ = A ⊙ (Ā̇ − rowsum(A ⊙ Ā̇ + Ȧ ⊙ Ā)) + Ȧ ⊙ (Ā − r)``.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class Attention(Node):
         self.Q, self.K, self.V = self._heads(qkv)
         self.A = softmax.value(self.c * (self.Q @ _T(self.K)), causal)   # (H, L, L)
         self.y = self._concat(self.A @ self.V)
+        self.cK, self.cKT, self.cQ = self.c * self.K, self.c * _T(self.K), self.c * self.Q
 
     def _heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(..., L, H(2d_k + d_v)) -> 3 × (..., H, L, ·)``."""
@@ -74,9 +80,15 @@ class Attention(Node):
         return P - self.A * _rowsum(P)
 
     def _tangents(self, dqkv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(Q̇, K̇, V̇, Ȧ)``; kept from the forward sweep for the reverse one (same ``dqkv``)."""
+        cached = getattr(self, "_cache", None)
+        if cached is not None and cached[0] is dqkv:
+            return cached[1]
         dQ, dK, dV = self._heads(dqkv)
-        dS = self.c * (dQ @ _T(self.K) + self.Q @ _T(dK))
-        return dQ, dK, dV, self._softmax_jvp(dS)
+        dS = dQ @ self.cKT + self.cQ @ _T(dK)                              # c(Q̇ Kᵀ + Q K̇ᵀ)
+        out = dQ, dK, dV, self._softmax_jvp(dS)
+        self._cache = (dqkv, out)
+        return out
 
     def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
         if dx[0] is None:
@@ -92,29 +104,37 @@ class Attention(Node):
         gQ = self.c * self.gS @ self.K
         gK = self.c * _T(self.gS) @ self.Q
         gV = _T(self.A) @ self.gO
+        # v-independent factors of the second-order rules, formed once
+        self.cgS, self.cgST = self.c * self.gS, self.c * _T(self.gS)
+        self.gA_r = self.gA - self.r
         return [torch.cat([self._concat(gQ), self._concat(gK), self._concat(gV)], -1)], []
 
     def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
                         need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
         second = second and dx[0] is not None
-        dgA = dgV = dgQ = dgK = None
+        dgA = dgV = dgS = dgQ = dgK = None
         if dgy is not None:
             dgO = dgy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)
             dgA = dgO @ _T(self.V)                                       # Ō̇ Vᵀ
             dgV = _T(self.A) @ dgO                                       # Aᵀ Ō̇
         if second:
             dQ, dK, dV, dA = self._tangents(dx[0])
+        self._cache = None                                               # the forward sweep's, done with
+        if second:
             dgA = add(dgA, self.gO @ _T(dV))                             # [Ō V̇ᵀ]
             dgV = add(dgV, _T(dA) @ self.gO)                             # [Ȧᵀ Ō]
-        dgS = None if dgA is None else self._softmax_jvp(dgA)
-        if second:
-            dgS = add(dgS, dA * (self.gA - self.r) - self.A * _rowsum(dA * self.gA))
+            # A ⊙ (Ā̇ − rowsum(A ⊙ Ā̇ + Ȧ ⊙ Ā)) + Ȧ ⊙ (Ā − r): the softmax rule and its tangent
+            t = dA * self.gA if dgA is None else torch.addcmul(dA * self.gA, self.A, dgA)
+            inner = -_rowsum(t) if dgA is None else dgA - _rowsum(t)
+            dgS = torch.addcmul(dA * self.gA_r, self.A, inner)
+        elif dgA is not None:
+            dgS = self._softmax_jvp(dgA)
         if dgS is not None:
-            dgQ = self.c * (dgS @ self.K)
-            dgK = self.c * (_T(dgS) @ self.Q)
+            dgQ = dgS @ self.cK                                          # c S̄̇ K
+            dgK = _T(dgS) @ self.cQ                                      # c S̄̇ᵀ Q
         if second:
-            dgQ = add(dgQ, self.c * (self.gS @ dK))                      # [c S̄ K̇]
-            dgK = add(dgK, self.c * (_T(self.gS) @ dQ))                  # [c S̄ᵀ Q̇]
+            dgQ = add(dgQ, self.cgS @ dK)                                # [c S̄ K̇]
+            dgK = add(dgK, self.cgST @ dQ)                               # [c S̄ᵀ Q̇]
         parts = [dgQ, dgK, dgV]
         if all(p is None for p in parts):
             return [None], []

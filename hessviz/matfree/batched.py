@@ -1,9 +1,14 @@
-r"""Matrix products between an unbatched primal and ``k`` tangents, as single GEMMs.
+r"""Matrix products between unbatched primals and ``k`` tangents, without copying weight-sized operands.
 
-``torch.matmul`` of ``(L, n)`` with ``(k, n, m)`` runs a batched kernel that is several times
-slower on the CPU than one plain matrix product; these helpers fold ``k`` into a matrix side.
-Shapes: ``a (L, n)`` primal, ``B (k, ·, ·)`` tangents. ``acc`` (same shape as the result, or
-``None``) is added inside the GEMM (``addmm``), saving a pass over the result.
+Shapes: primals ``a (L, n)``, weights ``W (n, m)``; tangents carry a leading ``k``. Two kinds:
+
+* activation-sized tangents ``A (k, L, n)`` times a primal weight: ``k`` folds into the rows of
+  one GEMM (a reshape, no copy);
+* weight-sized tangents ``Ẇ (k, n, m)``: one GEMM per column ``j`` (the operands are large
+  enough for BLAS to run at full speed, and folding ``k`` into a matrix side would copy
+  ``Ẇ``). Results go straight into their destination (``out``, possibly a strided column
+  block of a wider tensor), accumulated in place (``addmm_``), so no temporary of the
+  weight's size is allocated.
 """
 
 from __future__ import annotations
@@ -12,49 +17,37 @@ import torch
 from torch import Tensor
 
 
-def _mm(a: Tensor, b: Tensor, acc: Tensor | None) -> Tensor:
-    return a @ b if acc is None else torch.addmm(acc, a, b)
-
-
-def primal_times(a: Tensor, B: Tensor, acc: Tensor | None = None) -> Tensor:
-    """``a B_j (+ acc_j)`` for every ``j``: ``(L, n), (k, n, m) -> (k, L, m)``."""
-    k, n, m = B.shape
-    if k == 1:
-        return _mm(a, B[0], None if acc is None else acc[0])[None]
-    out = (a @ B.transpose(0, 1).reshape(n, k * m)).reshape(-1, k, m).transpose(0, 1)
-    return out if acc is None else out + acc
-
-
-def primal_times_T(a: Tensor, B: Tensor, acc: Tensor | None = None) -> Tensor:
-    """``a B_jᵀ (+ acc_j)``: ``(L, m), (k, n, m) -> (k, L, n)``."""
-    k, n, m = B.shape
-    if k == 1:
-        return _mm(a, B[0].T, None if acc is None else acc[0])[None]
-    out = (a @ B.reshape(k * n, m).T).reshape(-1, k, n).transpose(0, 1)
-    return out if acc is None else out + acc
-
-
-def primal_T_times(a: Tensor, B: Tensor, acc: Tensor | None = None) -> Tensor:
-    """``aᵀ B_j (+ acc_j)``: ``(L, n), (k, L, m) -> (k, n, m)``."""
-    k, L, m = B.shape
-    if k == 1:
-        return _mm(a.T, B[0], None if acc is None else acc[0])[None]
-    out = (a.T @ B.transpose(0, 1).reshape(L, k * m)).reshape(-1, k, m).transpose(0, 1)
-    return out if acc is None else out + acc
-
-
-def tangent_T_times(A: Tensor, b: Tensor, acc: Tensor | None = None) -> Tensor:
-    """``A_jᵀ b (+ acc_j)``: ``(k, L, n), (L, m) -> (k, n, m)``."""
+def tangent_times(A: Tensor, b: Tensor) -> Tensor:
+    """``A_j b``: ``(k, L, n), (n, m) -> (k, L, m)`` (one GEMM over ``k L`` rows)."""
     k, L, n = A.shape
-    m = b.shape[1]
-    if k == 1:
-        return _mm(A[0].T, b, None if acc is None else acc[0])[None]
-    flat = None if acc is None else acc.reshape(k * n, m)
-    return _mm(A.transpose(-1, -2).reshape(k * n, L), b, flat).reshape(k, n, m)
+    return (A.reshape(k * L, n) @ b).reshape(k, L, b.shape[1])
 
 
-def tangent_times(A: Tensor, b: Tensor, acc: Tensor | None = None) -> Tensor:
-    """``A_j b (+ acc_j)``: ``(k, L, n), (n, m) -> (k, L, m)`` (one GEMM over ``k L`` rows)."""
-    k, L, n = A.shape
-    m = b.shape[1]
-    return _mm(A.reshape(k * L, n), b, None if acc is None else acc.reshape(k * L, m)).reshape(k, L, m)
+def add_primal_times_(out: Tensor, a: Tensor, B: Tensor) -> Tensor:
+    """``out_j += a B_j``: ``(k, L, m) += (L, n) @ (k, n, m)``; ``out`` may be a column block."""
+    for o, b in zip(out, B):
+        o.addmm_(a, b)
+    return out
+
+
+def add_primal_times_T_(out: Tensor, a: Tensor, B: Tensor) -> Tensor:
+    """``out_j += a B_jᵀ``: ``(k, L, n) += (L, m) @ (k, n, m)ᵀ``; ``a`` may be a column block."""
+    for o, b in zip(out, B):
+        o.addmm_(a, b.T)
+    return out
+
+
+def stacked_T_times(left: list[Tensor | None], right: list[Tensor | None], k: int, out: Tensor) -> Tensor:
+    r"""``out_j = Σ_i left_iᵀ right_i`` for pairs whose members are ``(L, ·)`` primals or
+    ``(k, L, ·)`` tangents (``None`` pairs skipped): one GEMM per ``j`` over the stacked
+    rows, ``[l_1; l_2]ᵀ [r_1; r_2] = l_1ᵀ r_1 + l_2ᵀ r_2``, so the weight-sized ``out (k, n, m)``
+    is written once."""
+    pairs = [(lf, r) for lf, r in zip(left, right) if lf is not None and r is not None]
+    for j in range(k):
+        lhs = [lf if lf.ndim == 2 else lf[j] for lf, _ in pairs]
+        rhs = [r if r.ndim == 2 else r[j] for _, r in pairs]
+        if len(pairs) == 1:
+            torch.mm(lhs[0].T, rhs[0], out=out[j])
+        else:
+            torch.mm(torch.cat(lhs).T, torch.cat(rhs), out=out[j])
+    return out

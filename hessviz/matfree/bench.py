@@ -18,7 +18,10 @@ minimum is the least disturbed. Peak memory is measured per method in a fresh pr
 (peak resident size ``VmHWM``, reset after building the inputs, minus the resident size
 then; so the method's own
 set-up, e.g. autograd's retained graph or the tape, counts); the spectral rows run
-there once, timed and measured together.
+there once, timed and measured together. On a CUDA ``device`` the memory is the peak of
+``torch.cuda.max_memory_allocated`` over what the inputs hold, measured in this process
+(the allocator's counters need no fresh process), and CUDA is synchronised around each
+timed call.
 
 ``rows(...)`` returns dicts; ``markdown(rows)`` renders them; ``python -m
 hessviz.matfree.bench`` writes ``benchmarks/MATFREE.md``.
@@ -53,7 +56,7 @@ def minilm_case(seq_len: int, seed: int = 0, device: str = "cpu"):
 
 
 def _sync() -> None:
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
 
 
@@ -145,9 +148,9 @@ def _rss_mib() -> float:
     return _status_mib("VmHWM")
 
 
-def product_row(kind: str, seq_len: int, repeats: int) -> dict:
-    """``hvp`` or ``ggn`` at ``L = seq_len``: times, ratios and agreement."""
-    cfg, params, X, Y = minilm_case(seq_len)
+def product_row(kind: str, seq_len: int, repeats: int, device: str = "cpu") -> dict:
+    """``hvp`` or ``ggn`` at ``L = seq_len`` on ``device``: times, ratios and agreement."""
+    cfg, params, X, Y = minilm_case(seq_len, device=device)
     v = torch.randn(cfg.num_params, generator=torch.Generator().manual_seed(1), dtype=X.dtype).to(X.device)
     fns = _methods(kind, cfg, params, X, Y, v)
     outs = {n: f() for n, f in fns.items()}
@@ -157,12 +160,13 @@ def product_row(kind: str, seq_len: int, repeats: int) -> dict:
     return {"row": kind, "L": seq_len, "P": cfg.num_params, "times": times, "agreement": agree}
 
 
-def spectral_row(kind: str, seq_len: int) -> dict:
+def spectral_row(kind: str, seq_len: int, device: str = "cpu") -> dict:
     """``top5`` (eigsh) or ``slq`` (10 × 80) of the full Hessian at ``L = seq_len``."""
     from hessviz.matfree import spectral
 
-    cfg, params, X, Y = minilm_case(seq_len)
+    cfg, params, X, Y = minilm_case(seq_len, device=device)
     res = hv.hessian(cfg, params, X, Y)
+    _sync()
     start = time.perf_counter()
     if kind == "top5":
         e = spectral.eigenpairs(res, "full", 5, "top", seed=0)
@@ -170,6 +174,7 @@ def spectral_row(kind: str, seq_len: int) -> dict:
     else:
         d = spectral.density(res, "full", probes=10, steps=80, seed=0)
         extra = {"matvecs": d.matvecs, "range": [float(d.all_nodes.min()), float(d.all_nodes.max())]}
+    _sync()
     return {"row": kind, "L": seq_len, "P": cfg.num_params, "seconds": time.perf_counter() - start} | extra
 
 
@@ -189,6 +194,29 @@ def _child(spec: dict) -> dict:
     return {"rss_setup_mib": base, "rss_peak_mib": _rss_mib()}
 
 
+def cuda_peak_memory(kind: str, method: str, seq_len: int, device: str) -> dict:
+    """Like :func:`_child` on a CUDA device, in this process: peak allocated MiB over the inputs'."""
+    import gc
+
+    cfg, params, X, Y = minilm_case(seq_len, device=device)
+    v = torch.randn(cfg.num_params, dtype=X.dtype, device=device)
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated(device) / 2**20
+    torch.cuda.reset_peak_memory_stats(device)
+    if kind in ("top5", "slq"):
+        out = spectral_row(kind, seq_len, device)
+    else:
+        fn = _methods(kind, cfg, params, X, Y, v, only=method)[method]
+        for _ in range(2):
+            fn()
+        torch.cuda.synchronize(device)
+        out = {}
+    mem = {"rss_setup_mib": base, "rss_peak_mib": torch.cuda.max_memory_allocated(device) / 2**20}
+    return out | {"memory": mem} if kind in ("top5", "slq") else mem
+
+
 def peak_memory(spec: dict) -> dict:
     """``_child(spec)`` in a fresh interpreter."""
     code = ("import json, sys; from hessviz.matfree.bench import _child; "
@@ -199,22 +227,29 @@ def peak_memory(spec: dict) -> dict:
 
 
 def rows(seq_lens: tuple[int, ...] = (32, 128), repeats: int = 7, threads: int = 2, spectral_len: int = 128,
-         memory: bool = True, progress: Callable[[str], None] = print) -> list[dict]:
-    """Every row (``hvp``, ``ggn`` at each ``L``; ``top5``, ``slq`` at ``spectral_len``, unless 0)."""
+         memory: bool = True, progress: Callable[[str], None] = print, device: str = "cpu") -> list[dict]:
+    """Every row (``hvp``, ``ggn`` at each ``L``; ``top5``, ``slq`` at ``spectral_len``, unless 0)
+    with the parameters and inputs on ``device`` (``"cpu"`` or ``"cuda"``)."""
     torch.set_num_threads(threads)
+    cuda = torch.device(device).type == "cuda"
+
+    def memory_of(kind: str, method: str | None, L: int) -> dict:
+        if cuda:
+            return cuda_peak_memory(kind, method or "", L, device)
+        return peak_memory({"row": kind, "method": method, "L": L, "threads": threads})
+
     out = []
     for L in seq_lens:
         for kind in ("hvp", "ggn"):
             progress(f"{kind} L={L}")
-            row = product_row(kind, L, repeats)
+            row = product_row(kind, L, repeats, device)
             if memory:
-                row["memory"] = {m: peak_memory({"row": kind, "method": m, "L": L, "threads": threads})
-                                 for m in row["times"]}
+                row["memory"] = {m: memory_of(kind, m, L) for m in row["times"]}
             out.append(row)
     for kind in ("top5", "slq") if spectral_len else ():
         progress(f"{kind} L={spectral_len}")
-        out.append(peak_memory({"row": kind, "L": spectral_len, "threads": threads}) if memory
-                   else spectral_row(kind, spectral_len))
+        out.append(memory_of(kind, None, spectral_len) if memory
+                   else spectral_row(kind, spectral_len, device))
     return out
 
 
@@ -248,11 +283,20 @@ def markdown(result: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def machine(device: str = "cpu") -> str:
+    """Where the rows ran: the CPU threads and load average, or the CUDA device's name."""
+    if torch.device(device).type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    n = torch.get_num_threads()
+    return (f"{n} thread{'s' if n != 1 else ''}, torch {torch.__version__}, "
+            f"load average {load} at the end (1, 5, 15 min)")
+
+
 def main(out: Path = Path("benchmarks/MATFREE.md"), **kw) -> list[dict]:
     result = rows(**kw)
     out.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"# Matrix-free products, MiniLM-sized layer (float64, {torch.get_num_threads()} threads, "
-              f"torch {torch.__version__})\n\n")
+    header = f"# Matrix-free products, MiniLM-sized layer (float64, {machine(kw.get('device', 'cpu'))})\n\n"
     out.write_text(header + markdown(result))
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
     return result
@@ -268,6 +312,7 @@ if __name__ == "__main__":
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where the parameters and inputs live")
     a = p.parse_args()
     main(Path(a.out), seq_lens=tuple(a.seq_lens), repeats=a.repeats, threads=a.threads,
-         spectral_len=a.spectral_len, memory=not a.no_memory)
+         spectral_len=a.spectral_len, memory=not a.no_memory, device=a.device)

@@ -1,8 +1,11 @@
 r"""An affine map ``y = x W + b`` over column blocks ``W = [W_1 … W_m]``, ``b = [b_1 … b_m]``.
 
-Several maps that read the same input (``W_Q, W_K, W_V``) are one node, so each product is
-one matrix product. Shapes: ``x (L, n)``, ``W (n, m)``, ``b (m,)``; tangents carry a
-leading ``k``.
+Several maps that read the same input (``W_Q, W_K, W_V``) are one node: the products with
+the primal ``W`` (``ẋ W``, ``ȳ̇ Wᵀ``) are one matrix product each. The weight tangents
+``Ẇ_i`` are never concatenated (that would copy them): each adds its own product into the
+column block ``i`` in place, and ``Ẇ̄_i = xᵀ ȳ̇_i + ẋᵀ ȳ_i = [x; ẋ]ᵀ [ȳ̇_i; ȳ_i]`` is one
+matrix product over ``2L`` stacked rows, written once. Shapes: ``x (L, n)``, ``W (n, m)``,
+``b (m,)``; tangents carry a leading ``k``.
 
 .. math::
     \dot y = \dot x W + x \dot W + \dot b, \qquad
@@ -32,6 +35,9 @@ class Linear(Node):
         self.output, self.inputs = output, (input,)
         self.x = x
         self.widths = [w.shape[1] for _, w in weights]
+        edges = [0] + torch.tensor(self.widths).cumsum(0).tolist()
+        self.cols = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+        """the column block of each weight in ``W`` and ``y``."""
         self.W = weights[0][1] if len(weights) == 1 else torch.cat([w for _, w in weights], dim=1)
         self.weight_names = tuple(n for n, _ in weights)
         self.bias_names = tuple(b[0] for b in biases if b is not None)
@@ -44,30 +50,27 @@ class Linear(Node):
             y = y + b
         self.y = y
 
-    def _join(self, parts: list[Maybe], where: list[int]) -> Maybe:
-        """Concatenate per-block tangents along the last axis, zeros for missing ones."""
-        if all(p is None for p in parts):
-            return None
-        like = next(p for p in parts if p is not None)
-        full = [None] * len(self.widths)
-        for i, p in zip(where, parts):
-            full[i] = p
-        return torch.cat([p if p is not None else like.new_zeros(*like.shape[:-1], w)
-                          for p, w in zip(full, self.widths)], dim=-1) if len(full) > 1 else full[0]
-
     def _split(self, t: Tensor, where: list[int]) -> list[Tensor]:
         pieces = torch.split(t, self.widths, dim=-1)
         return [pieces[i] for i in where]
 
+    def _batch(self, *tangents: Maybe) -> int | None:
+        """``k``, the leading size of the first tangent given (``None`` when all are zero)."""
+        return next((t.shape[0] for t in tangents if t is not None), None)
+
     def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
         nw = len(self.weight_names)
-        dW = self._join(dp[:nw], list(range(nw)))
-        db = self._join(dp[nw:], self.bias_of)
-        out = None if db is None else db[:, None, :].expand(-1, self.x.shape[0], -1)    # ḃ
-        if dx[0] is not None:
-            out = bt.tangent_times(dx[0], self.W, out)                # ẋ W
-        if dW is not None:
-            out = bt.primal_times(self.x, dW, out)                    # x Ẇ
+        k = self._batch(dx[0], *dp)
+        if k is None:
+            return None
+        out = bt.tangent_times(dx[0], self.W) if dx[0] is not None else \
+            self.x.new_zeros(k, self.x.shape[0], self.W.shape[1])                # ẋ W
+        for i, db in zip(self.bias_of, dp[nw:]):
+            if db is not None:
+                out[..., self.cols[i]] += db[:, None, :]                           # + ḃ_i
+        for i, dW in enumerate(dp[:nw]):
+            if dW is not None:
+                bt.add_primal_times_(out[..., self.cols[i]], self.x, dW)           # + x Ẇ_i
         return out
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
@@ -80,22 +83,26 @@ class Linear(Node):
     def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
                         need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
         nw = len(self.weight_names)
+        dW = dp[:nw] if second else [None] * nw
+        dx0 = dx[0] if second else None
+        k = self._batch(dgy, dx0, *dW)
+        if k is None:
+            return [None], [None] * len(self.params)
         dgx = None
-        if need_x[0]:
-            if dgy is not None:
-                dgx = bt.tangent_times(dgy, self.W.T)                  # ȳ̇ Wᵀ
-            dW = self._join(dp[:nw], list(range(nw))) if second else None
-            if dW is not None:
-                dgx = bt.primal_times_T(self.gy, dW, dgx)              # + ȳ Ẇᵀ
+        if need_x[0] and (dgy is not None or any(w is not None for w in dW)):
+            dgx = bt.tangent_times(dgy, self.W.T) if dgy is not None else \
+                self.x.new_zeros(k, self.x.shape[0], self.x.shape[1])             # ȳ̇ Wᵀ
+            for i, w in enumerate(dW):
+                if w is not None:
+                    bt.add_primal_times_T_(dgx, self.gy[:, self.cols[i]], w)       # + ȳ_i Ẇ_iᵀ
         dgp: list[Maybe] = [None] * len(self.params)
-        if any(need_p[:nw]):
-            dgW = None
-            if dgy is not None:
-                dgW = bt.primal_T_times(self.x, dgy)                   # xᵀ ȳ̇
-            if second and dx[0] is not None:
-                dgW = bt.tangent_T_times(dx[0], self.gy, dgW)          # + ẋᵀ ȳ
-            if dgW is not None:
-                dgp[:nw] = self._split(dgW, list(range(nw)))
-        if any(need_p[nw:]) and dgy is not None:
-            dgp[nw:] = self._split(dgy.sum(-2), self.bias_of)          # Σ_t ȳ̇_t
+        for i in range(nw):
+            if need_p[i] and (dgy is not None or dx0 is not None):               # xᵀ ȳ̇_i + ẋᵀ ȳ_i
+                cols = self.cols[i]
+                dgp[i] = bt.stacked_T_times([self.x, dx0], [None if dgy is None else dgy[..., cols],
+                                                            self.gy[:, cols]], k,
+                                            self.x.new_empty(k, self.x.shape[1], self.widths[i]))
+        for j, i in enumerate(self.bias_of):
+            if need_p[nw + j] and dgy is not None:
+                dgp[nw + j] = dgy[..., self.cols[i]].sum(-2)                       # Σ_t ȳ̇_t
         return [dgx], dgp

@@ -79,6 +79,8 @@ class MatrixFreeHessian:
             prods = self.tape.sweep(cols.scatter(chunk), term, rows.bases)
             out.append(rows.gather(prods, chunk.shape[0], chunk))
             self.matvecs += chunk.shape[0]
+        if len(out) == 1:                                  # one sweep: no copy
+            return out[0]
         return torch.cat(out) if out else V.new_zeros(0, rows.size)
 
     def matvec(self, v: Tensor | np.ndarray, term: str = "full", rows: Sequence[str] | None = None,

@@ -55,6 +55,7 @@ from hessviz.plots.style import (
     THEMES,
     apply_theme,
     color_for,
+    drawn_in,
     placement_name,
     pretty,
 )
@@ -62,7 +63,8 @@ from hessviz.plots.style import (
 __all__ = [
     "MAX_CELLS", "PALETTE", "PLACEMENT_COLORS", "PLACEMENT_NAMES", "TERM_COLORS", "THEMES", "Guide",
     "apply_theme", "attention_map", "band_plot", "block_heatmap", "block_norm_bars", "block_norm_matrix",
-    "block_spectrum_bars", "color_for", "compare_plot", "diagonal_norm_bars", "error_matrix", "grouped_bars",
+    "block_spectrum_bars", "color_for", "compare_plot", "diagonal_norm_bars", "drawn_in", "error_matrix",
+    "grouped_bars",
     "hessian_heatmap",
     "placement_name", "pretty", "reduce_blocks", "reduce_segments", "reduction_factor", "scatter_figure",
     "side_by_side", "spectral_density", "spectrum_histogram", "spectrum_sorted", "sweep_plot", "symlog",

@@ -1,0 +1,81 @@
+"""Where a re-render's time goes on the server: one line per script run, when asked for.
+
+With ``HESSVIZ_RUN_LOG=1`` in the server's environment, ``app.py`` wraps each script run in
+:func:`timed` and prints one line to standard error when it ends::
+
+    hessviz-run {"page": "spectrum", "session": "3f2a9c1e", "wall_s": 0.912, "cpu_s": 0.874,
+                 "end": "finished", "t": 1764525600.123}
+
+``wall_s`` is the script run from its first line to its last (queueing for a heavy slot
+included), ``cpu_s`` the CPU time of the script thread alone (with one torch thread, the
+computation runs there; Streamlit's event loop, which serialises and sends the messages, is
+another thread and not counted), ``end`` is ``finished``, ``stopped`` (``st.stop``, e.g. a
+refused view) or ``rerun`` (a control moved mid-run and the run was dropped), ``t`` the Unix
+time at the end. The load test (``tests/test_hosting.py``) reads these lines from the
+server's log to report the server's share of a re-render. Without the variable nothing is
+measured or printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+ENV = "HESSVIZ_RUN_LOG"
+PREFIX = "hessviz-run "
+
+
+def enabled(env: dict[str, str] | None = None) -> bool:
+    return (os.environ if env is None else env).get(ENV, "") not in ("", "0")
+
+
+def _session() -> str:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id[:8] if ctx is not None else "-"
+
+
+@contextlib.contextmanager
+def timed(page: str) -> Iterator[None]:
+    """Time the script run inside (``page``: its URL path) and print one line when it ends."""
+    if not enabled():
+        yield
+        return
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
+
+    t0, c0, end = time.perf_counter(), time.thread_time(), "finished"
+    try:
+        yield
+    except StopException:
+        end = "stopped"
+        raise
+    except RerunException:
+        end = "rerun"
+        raise
+    except BaseException:
+        end = "error"
+        raise
+    finally:
+        line = {"page": page, "session": _session(), "wall_s": round(time.perf_counter() - t0, 4),
+                "cpu_s": round(time.thread_time() - c0, 4), "end": end, "t": round(time.time(), 3)}
+        text = PREFIX + json.dumps(line) + "\n"
+        try:                    # one write, so other threads' log lines cannot land inside it
+            os.write(sys.stderr.fileno(), text.encode())
+        except (OSError, ValueError):
+            print(text, end="", file=sys.stderr, flush=True)
+
+
+def parse(text: str) -> list[dict]:
+    """The run lines of a server log, in order (anything else on a line is ignored)."""
+    decoder, out = json.JSONDecoder(), []
+    for line in text.splitlines():
+        at = line.find(PREFIX)
+        if at >= 0:
+            with contextlib.suppress(ValueError):
+                out.append(decoder.raw_decode(line, at + len(PREFIX))[0])
+    return out
