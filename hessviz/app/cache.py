@@ -514,6 +514,15 @@ def matfree_spectrum(key: tuple, term_name: str, k: int, probes: int, steps: int
                      f"the matrix-free spectrum of the {term_name} term")
 
 
+def _table_arrays(t) -> dict:
+    """A :class:`hessviz.matfree.spectral.BlockTable` as plain arrays (what the pages draw and cache)."""
+    rows = t.as_dicts()
+    return {"names": [r["name"] for r in rows], "size": np.array([r["size"] for r in rows]),
+            "top": np.array([r["top"] for r in rows]), "trace": np.array([r["trace"] for r in rows]),
+            "trace_se": np.array([r["trace_stderr"] for r in rows]),
+            "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
+
+
 def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int = 30, seed: int = 0) -> dict:
     """:func:`hessviz.matfree.block_table`: per block (every weight, or every head) the top
     eigenvalue and the trace of ``H[b, b]``; exact for blocks up to
@@ -528,11 +537,7 @@ def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int =
         t = matfree.block_table(res, term_name, [b for b, _ in blocks], trace_samples=samples,
                                 exact_limit=budget.EXACT_BLOCK, seed=seed,
                                 progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
-        rows = t.as_dicts()
-        return {"names": [r["name"] for r in rows], "size": np.array([r["size"] for r in rows]),
-                "top": np.array([r["top"] for r in rows]), "trace": np.array([r["trace"] for r in rows]),
-                "trace_se": np.array([r["trace_stderr"] for r in rows]),
-                "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
+        return _table_arrays(t)
 
     c = budget.cost("heterogeneity", view.cfg, samples=samples, by_head=int(by_head))
     return STORE.get(("block_table", key, term_name, by_head, samples, seed), compute, c.bytes,
@@ -656,11 +661,7 @@ def real_block_table(model: str, layer: int, text: str, seed: int, term_name: st
         t = matfree.block_table(hv.hessian(cfg, params, X, Y, loss=custom), term_name, blocks,
                                 trace_samples=samples, exact_limit=budget.EXACT_BLOCK, seed=seed,
                                 progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
-        rows = t.as_dicts()
-        return {"names": [r["name"] for r in rows], "size": np.array([r["size"] for r in rows]),
-                "top": np.array([r["top"] for r in rows]), "trace": np.array([r["trace"] for r in rows]),
-                "trace_se": np.array([r["trace_stderr"] for r in rows]),
-                "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
+        return _table_arrays(t)
 
     return STORE.get(("real_block_table", model, layer, text, seed, term_name, by_head, samples, loss),
                      compute, 1 << 16, f"the heterogeneity table of layer {layer}")
