@@ -5,6 +5,8 @@ import pathlib
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from hessviz.experiments import CLAIM_IDS
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -64,9 +66,9 @@ def test_claims_page_table_and_filter():
         pytest.skip("assets/claims/claims.json not generated (run hessviz reproduce --out assets/claims)")
     at = _run("claims")
     full = at.dataframe[0].value
-    assert len(full) == 8
+    assert len(full) == len(CLAIM_IDS)
     at.segmented_control(key="cl_show").set_value("partly").run()
     assert not at.exception
-    assert len(at.dataframe[0].value) < 8
+    assert len(at.dataframe[0].value) < len(CLAIM_IDS)
     at.selectbox(key="cl_id").set_value("bounds").run()
     assert any("bounds" in s.value for s in at.subheader)
