@@ -135,21 +135,9 @@ sfig = plots.compare_plot(firsts, term, stat="median", logx=False, x_title="stac
                           y_title=f"‖H[l0.{pair[0]}, l0.{pair[1]}]‖₂ ({term})",
                           title=f"First layer's {pair[0]}–{pair[1]} block ({term}) as blocks are added")
 sfig.update_xaxes(dtick=1)
-
-
-def first_table() -> dict:
-    cols: dict[str, list] = {"placement": []}
-    for n in SIDES:
-        t = firsts[n].table()
-        cols["placement"] += [n] * len(t["norm"])
-        for k, v in t.items():
-            cols.setdefault(k, []).extend(v)
-    return cols
-
-
 left, right = st.columns([3, 1], gap="medium")
 with left:
-    hva.chart(sfig, f"depth_first_layer_{pair[0]}_{pair[1]}_{term}", csv=first_table)
+    hva.chart(sfig, f"depth_first_layer_{pair[0]}_{pair[1]}_{term}", csv=lambda: sweeps.long_table(firsts))
 with right:
     st.markdown("**Factor per added block**")
     rows = []

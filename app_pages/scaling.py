@@ -123,17 +123,7 @@ sfig = plots.side_by_side(side, stat="median", fits=side_fits,
                           y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂")
 
 
-def side_table() -> dict:
-    cols: dict[str, list] = {"placement": []}
-    for n, r in side.items():
-        t = r.table()
-        cols["placement"] += [n] * len(t["norm"])
-        for k, v in t.items():
-            cols.setdefault(k, []).extend(v)
-    return cols
-
-
-hva.chart(sfig, f"scaling_side_by_side_{axis}", csv=side_table)
+hva.chart(sfig, f"scaling_side_by_side_{axis}", csv=lambda: sweeps.long_table(side))
 if by_depth:
     st.caption("Factor per added block per placement (outer / functional / full): " + "; ".join(
         f"{n}: " + " / ".join(f"{factor_per_layer(r.grid, r.values[t])[0]:.3g}" for t in sweeps.TERMS)

@@ -247,6 +247,24 @@ class Sweep:
         return cols
 
 
+def long_table(named: Mapping[str, Sweep], label: str = "placement") -> dict[str, list]:
+    """The long tables (:meth:`Sweep.table`) of several sweeps one under the other, with a
+    ``label`` column naming the sweep of each row (e.g. ``placement -> Sweep``).
+
+    >>> one = Sweep("L", np.array([2.0, 4.0]), (0,), {"outer": np.array([[1.0, 0.5]])})
+    >>> t = long_table({"post": one, "pre": one})
+    >>> t["placement"], t["L"], t["norm"]
+    (['post', 'post', 'pre', 'pre'], [2.0, 4.0, 2.0, 4.0], [1.0, 0.5, 1.0, 0.5])
+    """
+    cols: dict[str, list] = {label: []}
+    for name, result in named.items():
+        t = result.table()
+        cols[label] += [name] * len(t["norm"])
+        for k, v in t.items():
+            cols.setdefault(k, []).extend(v)
+    return cols
+
+
 def sweep(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], seeds: Sequence[int], measure: Measure,
           *, input_norm: float = 1.0, progress: Progress | None = None, label: str = "") -> Sweep:
     """``measure`` at every grid value (outer loop) and seed (inner loop).
