@@ -264,10 +264,10 @@ def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
     """``(N, N)`` norms of the layer-by-layer blocks ``H[θ_i, θ_j]`` of a stack's term (each
     layer's weights are contiguous in θ): how close the stack's Hessian is to block-diagonal."""
     cfg = _view(key).cfg
+    offs = cfg.offsets()
     spans = {}
     for i in range(cfg.n_layers):
         names = cfg.layer_names(i)
-        offs = cfg.offsets()
         spans[f"layer {i}"] = slice(offs[names[0]].start, offs[names[-1]].stop)
     largest = max(s.stop - s.start for s in spans.values())
 
