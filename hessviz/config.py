@@ -89,7 +89,8 @@ class Setting:
     the library's lower bound (ints and floats), ``optional`` allows ``None``. The app
     offers ints in ``app_range`` and floats on ``grid``; ``relevant`` says, from the other
     values (by field name), whether the setting matters (the sidebar disables it when not).
-    ``section`` groups the sidebar; ``in_app = False`` keeps it to the library and the CLI.
+    ``section`` groups the sidebar; ``in_app = False`` keeps it to the library and the CLI;
+    ``stacks_only`` draws it only on the pages that show stacks of blocks (one block elsewhere).
     """
 
     url: str
@@ -106,6 +107,7 @@ class Setting:
     alias: str | None = None
     section: str = "block"
     in_app: bool = True
+    stacks_only: bool = False
     relevant: Callable[[Mapping[str, object]], bool] = _always
     name: str = ""
 
@@ -269,7 +271,7 @@ class BlockConfig:
                            section="layer")
     n_layers: int = setting(1, "layers", "Layers", "a stack of this many blocks of this shape, each with "
                             "its own weights (names l0.W_Q, l1.W_Q, …); the loss is on the last Z",
-                            minimum=1, app_range=(1, 4), alias="--layers")
+                            minimum=1, app_range=(1, 4), alias="--layers", stacks_only=True)
 
     def __post_init__(self) -> None:
         for s in BLOCK_SETTINGS:

@@ -315,3 +315,11 @@ def test_real_model_page_draws_the_models_own_objective():
     assert any("layer 3, head 0: attention" in t for t in titles(at))          # the last layer
     assert len(at.get("plotly_chart")) == 4
     assert block(at) != block(synthetic)
+
+
+def test_pages_without_stacks_show_one_block_and_no_layers_control():
+    at = run_page("app_pages/verify.py", layers="3", **SMALL)
+    assert caption(at).startswith("Post-LN block, L = 4")
+    assert not [s for s in at.sidebar.get("slider") if s.key == "layers"]
+    at = run_page("app_pages/hessian_map.py", layers="2", **SMALL)
+    assert caption(at).startswith("Post-LN block × 2 layers")

@@ -91,8 +91,8 @@ def sidebar(*, stacks: bool = False) -> View:
 
     The controls come from :data:`hessviz.config.SETTINGS`, section by section; a control
     that does not apply to the chosen block (``d_ff`` for attention alone) is disabled.
-    The depth control (``n_layers``, URL key ``layers``) is drawn only on pages that show
-    stacks (``stacks=True``); every other page shows one block.
+    A setting marked ``stacks_only`` (the depth, URL key ``layers``) is drawn only on pages
+    that show stacks (``stacks=True``); every other page shows one block.
     Call it once near the top of a page. When the controls describe an invalid block
     (e.g. LayerNorm with ``d = 1`` and ``ε = 0``) it shows the reason and what to change,
     and stops the page.
@@ -108,7 +108,7 @@ def sidebar(*, stacks: bool = False) -> View:
     by_name = {s.name: s.default for s in SETTINGS}
     for section, title in SECTIONS.items():
         settings = [s for s in SETTINGS if s.in_app and s.section == section
-                    and (stacks or s.name != "n_layers")]
+                    and (stacks or not s.stacks_only)]
         if settings:
             sb.markdown(f"### {title}")
         for s in settings:
