@@ -30,7 +30,8 @@ import hessviz as hv
 from hessviz import plots
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade, unit_entry_norm
 from hessviz.fitting import t_interval
-from hessviz.sweeps import Sweep, block_norms, block_norms_measure, seeded_inputs, sweep
+from hessviz.spectra import matrix_norm
+from hessviz.sweeps import Sweep, block_norms_measure, in_layer, seeded_inputs, sweep
 
 PLACEMENTS = ("post", "pre")
 CURVES = (("W_Q", "W_Q", "outer"), ("W_Q", "W_Q", "functional"), ("W_Q", "W_Q", "full"),
@@ -60,12 +61,11 @@ def factor_per_layer(depths, Y) -> tuple[float, float, float]:
 def layer_profile(norm: str, n_layers: int, seeds, term: str = "full") -> np.ndarray:
     """``(seeds, n_layers)``: ``‖H[l_i.W_Q, l_i.W_Q]‖₂`` of ``term`` for every layer ``i`` of one stack."""
     cfg = base_config(norm, n_layers)
+    names = [in_layer(cfg, "W_Q", i) for i in range(n_layers)]
     out = np.empty((len(seeds), n_layers))
     for j, s in enumerate(seeds):
-        params, X, Y = seeded_inputs(cfg, s, unit_entry_norm(cfg))
-        for i in range(n_layers):
-            c = ("W_Q", "W_Q", term)
-            out[j, i] = block_norms(cfg, params, X, Y, (c,), layer=i)[c]
+        res = hv.hessian(cfg, *seeded_inputs(cfg, s, unit_entry_norm(cfg)), wrt=names)  # one forward pass
+        out[j] = [matrix_norm(res.block(n, n, term)) for n in names]
     return out
 
 
