@@ -5,6 +5,7 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import plots
 from hessviz.app.registry import ALL_PAGES, spec
+from hessviz.app.tour import TOUR
 
 view = hva.sidebar()
 hva.header("Learn", view)
@@ -12,44 +13,41 @@ hva.header("Learn", view)
 st.markdown("Contents: [classroom tour](#classroom-tour) · [the block](#the-block) · "
             "[the pages](#the-pages) · [papers](#papers)")
 
-TOUR = [
-    ("The ‖X‖⁶ law", "scaling", {"norm": "attention", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
-     "Self-attention alone, W_Q–W_Q block, swept over the input size. Notice that the outer curve is a "
-     "straight line of slope close to 6 for small ‖X‖₂: doubling the input multiplies this curvature by "
-     "about 64. It bends away once softmax stops being nearly uniform (‖X‖₂ around 1 and above)."),
-    ("Pre-LN flattens it", "scaling", {"norm": "pre", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
-     "Same sweep, now look at the side-by-side view. Attention alone climbs steeply, Post-LN less, and "
-     "Pre-LN is almost flat: LayerNorm in front of attention removes the scale of X before it reaches "
-     "the query and key weights, so the curvature no longer depends on ‖X‖₂."),
-    ("Negative eigenvalues come from the functional term", "spectrum", {"norm": "post"},
-     "The default Post-LN block. Notice that outer has no negative eigenvalue while full has hundreds, "
-     "carrying a large share of the curvature: the loss is convex in the block's output, but the block "
-     "bends the landscape into saddles. Switch the loss to cross-entropy: the picture stays."),
-    ("1/L³ decay", "scaling", {"norm": "attention", "sc_axis": "L", "sc_blk": "W_Q,W_Q", "sc_seeds": 5},
-     "Attention alone at fixed ‖X‖₂, swept over the sequence length. Notice the outer W_Q–W_Q curve "
-     "falling with a fitted slope near −3 (the theory's exponent): with more tokens, each token's row "
-     "of X is smaller and softmax averages over more of them. The band shows the seed-to-seed spread; "
-     "more seeds make the fit steadier."),
-    ("LayerNorm curvature as row variance collapses", "layernorm_collapse", {"norm": "post", "xnorm": 0.01},
-     "A Post-LN block with a small input. LayerNorm divides each row by its standard deviation σ, so "
-     "its Jacobian grows like 1/σ and its second derivative like 1/σ² as the rows flatten. Notice how "
-     "the curvature explodes as σ shrinks with ε = 0, and how a positive ε (sidebar) caps it."),
-]
-
 st.header("Classroom tour", anchor="classroom-tour")
-st.markdown("Each stop opens a page with the controls already set **through the URL**, so you can also "
-            "copy the link into slides. Read *what to notice*, then play with one control at a time.")
-for i, (title, page, params, notice) in enumerate(TOUR, start=1):
-    p = spec(page)
+st.markdown("Five stops for a 20-minute lesson. **Next** and **Back** step through them; each stop's "
+            "story sits beside a live view of its page, with its settings applied. Every stop is also a "
+            "plain link for slides, and *Open the full page* lets you play with one control at a time.")
+stops = [str(i) for i in range(1, len(TOUR) + 1)]
+
+
+def go(to: int) -> None:
+    st.session_state["tour"] = str(min(max(to, 1), len(TOUR)))
+
+
+at = int(hva.choice("Stop", stops, key="tour", default="1", help="the tour's stops, in order"))
+stop = TOUR[at - 1]
+story, live = st.columns([2, 3], gap="medium")
+with story:
+    back, ahead = st.columns(2)
+    back.button("Back", icon=":material/arrow_back:", on_click=go, args=(at - 1,), disabled=at == 1,
+                width="stretch", key="tour_back")
+    ahead.button("Next", icon=":material/arrow_forward:", on_click=go, args=(at + 1,),
+                 disabled=at == len(TOUR), width="stretch", key="tour_next")
     with st.container(border=True):
-        st.markdown(f"#### {i}. {title}")
-        st.markdown(f"**What to notice.** {notice}")
-        query = "&".join(f"{k}={v}" for k, v in params.items())
-        try:
-            st.page_link(p.script, label=f"Open {p.title} with {query}", icon=p.icon,
-                         query_params={k: str(v) for k, v in params.items()})
-        except Exception:  # page run on its own (no navigation): a plain link does the same
-            st.markdown(f"[Open {p.title} with {query}](/{p.url_path}?{query})")
+        st.markdown(f"#### {at}. {stop.title}")
+        st.markdown(f"**What to notice.** {stop.notice}")
+        p = spec(stop.page)
+        flags = hva.lesson().query()
+        st.page_link(p.script, label=f"Open the full page: {p.title}", icon=p.icon,
+                     query_params={**stop.params, **{k: v[0] for k, v in flags.items()}})
+        st.caption("This stop as a link (for slides):")
+        st.code(hva.controls.app_root() + stop.link(), language=None, wrap_lines=True)
+with live:
+    st.iframe(hva.controls.app_root() + stop.link(embed="true", hide="sidebar", present="1"), height=640)
+
+with st.expander("Every stop as a link", icon=":material/link:"):
+    for i, s in enumerate(TOUR, start=1):
+        st.markdown(f"{i}. **{s.title}**: `{hva.controls.app_root() + s.link()}`")
 
 st.header("The block", anchor="the-block")
 st.markdown("A sequence of *L* tokens is a matrix X with one row per token and *d* features. One "

@@ -50,7 +50,6 @@ model = hva.select("Model", models, key="rm_model", default=models[0], container
                        else f" (a local server may open a folder when {FOLDERS_SETTING}=1)"))
 if model == FOLDER:
     model = c1.text_input("Checkpoint folder", key="rm_folder", placeholder="/path/to/checkpoint",
-                          bind="query-params",
                           help="a folder with config.json, model.safetensors and tokenizer.json")
     if not model:
         st.stop()

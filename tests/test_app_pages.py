@@ -125,9 +125,17 @@ def test_verify_renders_and_reacts():
 def test_learn_renders_and_reacts():
     at = run_page("app_pages/learn.py", **SMALL)
     assert len(at.latex) >= 4
-    assert len(at.get("page_link")) == 5  # the classroom tour
-    queries = [pl.proto.query_string for pl in at.get("page_link")]
-    assert "norm=attention" in queries[0] and "sc_axis=xnorm" in queries[0]
+    links = at.main.get("page_link")         # the tour's stop: its full page, with its settings
+    assert len(links) == 1
+    assert "norm=attention" in links[0].proto.query_string and "sc_axis=xnorm" in links[0].proto.query_string
+    frame = at.main.get("iframe")[0].proto.src       # the live view beside the story
+    assert "scaling?norm=attention" in frame and "hide=sidebar" in frame and "present=1" in frame
+    at.button(key="tour_next").click().run()         # Next: stop 2, Pre-LN
+    assert not at.exception
+    assert "norm=pre" in at.main.get("page_link")[0].proto.query_string
+    assert at.segmented_control(key="tour").value == "2"
+    at.button(key="tour_back").click().run()
+    assert at.segmented_control(key="tour").value == "1"
     bars = figures(at)[0]
     assert len(bars["data"][0]["x"]) == 5
     at.segmented_control(key="norm").set_value("attention").run()

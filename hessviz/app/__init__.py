@@ -24,10 +24,13 @@ figures from :mod:`hessviz.plots`. The shared pieces live here::
 A page that does not use the block's shared controls (the Real model page) calls
 :func:`link_only` instead of :func:`sidebar`; :func:`text` is a URL-bound text box.
 
-Shared URL keys: ``L d dk dff norm act loss xnorm eps seed``. Page controls made with
-:func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider` are bound to the URL
-under their own ``key`` too and appear in the sidebar's "link to this view"; pick page
-keys that do not clash with the shared ones (prefix them, e.g. ``opt_lr``).
+Shared URL keys: every ``url`` of :data:`hessviz.config.SETTINGS` shown in the app (``L d dk dff
+heads norm act loss wo bias affine causal layers eps xnorm seed``); they carry over from page to
+page. Page controls made with :func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider`
+and :func:`text` live in the URL under their own ``key`` too and appear in the sidebar's "link to
+this view"; pick page keys that do not clash with the shared ones (prefix them, e.g. ``opt_lr``).
+Lesson links add ``hide=`` (keys, or ``sidebar``) and ``present=1``. The rules are
+:mod:`hessviz.app.address`; ``app.py`` starts each run with :func:`begin_run` and :func:`open_page`.
 
 Every cache is in :mod:`hessviz.app.cache` (``term``, ``block_norms``, ``spectrum``,
 ``verify``, the matrix-free ``matfree_spectrum`` and ``block_table``, the sweeps, the claim
@@ -53,7 +56,7 @@ threads raised ``partially initialized module 'pandas' has no attribute 'Series'
 for _name in PRELOAD:
     importlib.import_module(_name)
 
-from hessviz.app import cache, progress, registry, state  # noqa: E402
+from hessviz.app import address, cache, controls, progress, registry, state  # noqa: E402
 
 # Streamlit runs a full garbage collection after every script run (``runner.postScriptGC``),
 # which walks every object the process holds: with torch, scipy, pandas and plotly loaded that
@@ -63,32 +66,36 @@ from hessviz.app import cache, progress, registry, state  # noqa: E402
 # only what the sessions create, and still free their cycles.
 gc.collect()
 gc.freeze()
+from hessviz.app.controls import (  # noqa: E402
+    begin_run,
+    choice,
+    lesson,
+    link_only,
+    multichoice,
+    open_page,
+    select,
+    sidebar,
+    slider,
+    text,
+)
 from hessviz.app.state import DEFAULTS, SHARED_KEYS, View, device, device_label  # noqa: E402
 from hessviz.app.ui import (  # noqa: E402
     afford,
-    begin_run,
     chart,
-    choice,
     csv_bytes,
     downloads,
     explain,
     figure_html,
     guard,
     header,
-    link_only,
-    multichoice,
     npz_bytes,
-    select,
-    sidebar,
     size_advice,
-    slider,
-    text,
     verdict,
 )
 
 __all__ = [
-    "DEFAULTS", "PRELOAD", "SHARED_KEYS", "View", "afford", "begin_run", "cache", "chart", "choice",
-    "csv_bytes", "device", "device_label", "downloads", "explain", "figure_html", "guard", "header",
-    "link_only", "multichoice", "npz_bytes", "progress", "registry", "select", "sidebar", "size_advice",
-    "slider", "state", "text", "verdict",
+    "DEFAULTS", "PRELOAD", "SHARED_KEYS", "View", "address", "afford", "begin_run", "cache", "chart",
+    "choice", "controls", "csv_bytes", "device", "device_label", "downloads", "explain",
+    "figure_html", "guard", "header", "lesson", "link_only", "multichoice", "npz_bytes", "open_page",
+    "progress", "registry", "select", "sidebar", "size_advice", "slider", "state", "text", "verdict",
 ]

@@ -238,7 +238,27 @@ def settle_shared(key: str, texts: list[str]) -> tuple[object, str | None]:
     s = APP_SETTINGS[key]
     value, note = settle(key, texts, s.default, options=s.choices, int_range=s.app_range, grid=s.grid,
                          parse=lambda t: parse_value(key, t))
-    if note is not None and s.kind is bool and value is s.default:
-        note = (f"`{key}={shown(texts[-1])}` is not true or false: used the default, "
-                f"{key} = {s.format(value)}.")
+    if s.kind is bool and texts:
+        if note is not None and value is s.default:
+            note = (f"`{key}={shown(texts[-1])}` is not true or false: used the default, "
+                    f"{key} = {s.format(value)}.")
+        elif note is None and texts[-1] != s.format(value):   # wo=1, wo=yes: say how it was read
+            note = f"`{key}={shown(texts[-1])}` read as {key} = {s.format(value)}."
     return value, note
+
+
+def reconcile(values: dict[str, object]) -> tuple[dict[str, object], list[str]]:
+    """The shared values with the couplings a student would otherwise trip over made for them, and
+    a line for each: more than one head needs the output projection ``W_O`` (``wo``), which is
+    turned on rather than refusing the view.
+
+    >>> values, notes = reconcile({"heads": 2, "wo": False})
+    >>> values, notes[0][:40]
+    ({'heads': 2, 'wo': True}, 'n_heads = 2 needs the output projection ')
+    """
+    out, notes = dict(values), []
+    if int(out.get("heads", 1)) > 1 and not out.get("wo", False):
+        out["wo"] = True
+        notes.append(f"n_heads = {out['heads']} needs the output projection W_O to join the heads: "
+                     "turned W_O on.")
+    return out, notes

@@ -1,4 +1,5 @@
-"""Sidebar, URL state, page header, guarded computation, downloads, page controls."""
+"""Page furniture: the header, explanations, guarded computation, the budget's verdict, charts and
+downloads. The controls and the URL are :mod:`hessviz.app.controls`."""
 
 from __future__ import annotations
 
@@ -13,172 +14,28 @@ import streamlit as st
 
 import hessviz as hv
 from hessviz import budget, plots
-from hessviz.app import cache, progress, state
-from hessviz.app.state import DEFAULTS, View
-from hessviz.config import SECTIONS, SETTINGS, Setting
+from hessviz.app import cache, controls, progress
+from hessviz.app.state import View
 from hessviz.memory import format_bytes
-
-_BIND = "query-params"
-_VIEW = "_hv_view"
-_EXTRA = "_hv_link_extra"
-_LINK = "_hv_link_slot"
-_RUN = "_hv_run"
-_DRAWN = "_hv_sidebar_run"
-
-# ----------------------------------------------------------------------------- sidebar
-
-
-def begin_run() -> None:
-    """Mark a new script run (``app.py`` calls it first), so :func:`sidebar` draws once per run."""
-    st.session_state[_RUN] = object()
-
-
-def _control(where, s: Setting, disabled: bool) -> object:
-    """One sidebar widget for the setting ``s``, bound to the URL under ``s.url``."""
-    common = {"key": s.url, "bind": _BIND, "help": s.help, "disabled": disabled}
-    if s.choices:   # URL-bound choice widgets show the raw option (the URL value), e.g. ``norm=pre``
-        return where.segmented_control(s.label, s.choices, default=s.default, required=True, **common)
-    if s.kind is bool:
-        return where.toggle(s.label, value=s.default, **common)
-    if s.grid is not None:
-        return where.select_slider(s.label, s.grid, value=s.default, format_func=lambda v: f"{v:g}",
-                                   **common)
-    lo, hi = s.app_range
-    if hi - lo > 256:  # a wide range (the seed) is typed, not slid
-        return int(where.number_input(s.label, lo, hi, s.default, step=1, **common))
-    return where.slider(s.label, lo, hi, s.default, **common)
-
-
-def _settle_url() -> None:
-    """Clamp or refuse what the URL asks of the shared controls before they are drawn, so each
-    control starts from an allowed value, and say so in one line per key (escaped)."""
-    notes = []
-    for key in state.APP_SETTINGS:
-        texts = st.query_params.get_all(key)
-        if not texts:
-            continue
-        value, note = state.settle_shared(key, texts)
-        if note is not None:
-            notes.append(note)
-            st.query_params[key] = state.APP_SETTINGS[key].format(value)
-            st.session_state[key] = value        # the control starts from the settled value
-    _show_notes(notes)
-
-
-def _show_notes(notes: list[str], container=None) -> None:
-    if notes:
-        (container or st).warning("  \n".join(notes), icon=":material/link_off:")
-
-
-def _settle_page_key(key: str, default: object, container=None, **allowed) -> None:
-    """:func:`hessviz.app.state.settle` for a page control's URL key (options, range, multi)."""
-    texts = st.query_params.get_all(key)
-    if not texts:
-        return
-    value, note = state.settle(key, texts, default, **allowed)
-    if note is None:
-        return
-    if isinstance(value, list):
-        st.query_params[key] = [str(v) for v in value]
-    else:
-        st.query_params[key] = str(value)
-    st.session_state[key] = value                # the control starts from the settled value
-    _show_notes([note], container)
-
-
-def sidebar(*, stacks: bool = False) -> View:
-    """Draw the shared controls (bound to the URL) and return the current :class:`View`.
-
-    The controls come from :data:`hessviz.config.SETTINGS`, section by section; a control
-    that does not apply to the chosen block (``d_ff`` for attention alone) is disabled.
-    A setting marked ``stacks_only`` (the depth, URL key ``layers``) is drawn only on pages
-    that show stacks (``stacks=True``); every other page shows one block.
-    Call it once near the top of a page. When the controls describe an invalid block
-    (e.g. LayerNorm with ``d = 1`` and ``ε = 0``) it shows the reason and what to change,
-    and stops the page.
-    """
-    run = st.session_state.get(_RUN)
-    if run is not None and st.session_state.get(_DRAWN) is run and _VIEW in st.session_state:
-        return st.session_state[_VIEW]
-    st.session_state[_DRAWN] = run
-    _settle_url()
-    sb = st.sidebar
-    st.session_state[_EXTRA] = {}
-    values: dict[str, object] = {}
-    by_name = {s.name: s.default for s in SETTINGS}
-    for section, title in SECTIONS.items():
-        settings = [s for s in SETTINGS if s.in_app and s.section == section
-                    and (stacks or not s.stacks_only)]
-        if settings:
-            sb.markdown(f"### {title}")
-        for s in settings:
-            values[s.url] = by_name[s.name] = _control(sb, s, disabled=not s.relevant(by_name))
-    sb.markdown("### This view")
-    st.session_state[_LINK] = sb.empty()
-    try:
-        view = View.from_values(values)
-    except hv.HessvizError as err:
-        _refresh_link(values)
-        st.error(f"**These controls do not describe a valid block.** {err}", icon=":material/block:")
-        st.stop()
-    st.session_state[_VIEW] = view
-    _refresh_link(values)
-    _size_panel(view)
-    return view
-
-
-def _size_panel(view: View) -> None:
-    P = view.num_params
-    sb = st.sidebar
-    lim = cache.LIMITS
-    sb.markdown(f"**Device:** {state.device_label()}  \n**Hessian:** P = {P:,} parameters, "
-                f"{P:,} × {P:,} = {format_bytes(view.term_bytes)} per term (float64)")
-    sb.caption(f"Server ({lim.profile} profile): results of all visitors ≤ {format_bytes(lim.results_bytes)} "
-               f"(cached now: {format_bytes(cache.LEDGER.cached)}), ≤ {lim.max_seconds:g} s of work per "
-               f"view, {lim.heavy} heavy computation{'s' if lim.heavy > 1 else ''} at once.")
-    if lim.profile == "local" and sb.button("Clear cached results", icon=":material/delete_sweep:",
-                                            help="drop every cached result of this server"):
-        cache.clear()
-
-
-def _link(values: dict[str, object], extra: dict[str, object]) -> str:
-    base = None
-    with contextlib.suppress(Exception):
-        base = st.context.url
-    qs = state.query_string(values, extra)
-    base = base or ""
-    if base and base.count("/") < 3:  # "http://host:port" -> "http://host:port/"
-        base += "/"
-    return f"{base}{'?' + qs if qs else ''}" or "./"
-
-
-def _refresh_link(values: dict[str, object] | None = None) -> None:
-    slot = st.session_state.get(_LINK)
-    if slot is None:
-        return
-    if values is None:
-        view = st.session_state.get(_VIEW)
-        values = view.values if view is not None else DEFAULTS
-    url = _link(values, st.session_state.get(_EXTRA, {}))
-    with slot.container():
-        st.markdown("**Link to this view** (copy it to share this page with these settings)")
-        st.code(url, language=None, wrap_lines=True)
-
 
 # ----------------------------------------------------------------------------- page furniture
 
 
 def header(title: str, view: View, *, icon: str | None = None) -> None:
-    """The page title and, under it, the block in words."""
+    """The page title and, under it, the block in words (every value, also those a lesson hides)."""
     st.title(f"{icon + ' ' if icon else ''}{title}")
     st.caption(view.describe())
 
 
 def explain(text: str, *formulas: str) -> None:
-    """A short explanation for students, then each formula with ``st.latex``."""
-    st.markdown(text)
-    for f in formulas:
-        st.latex(f)
+    """A short explanation for students, then each formula with ``st.latex``; folded in
+    presentation mode (``present=1``), so the chart comes first."""
+    where = st.expander("What this page shows", icon=":material/menu_book:") if controls.lesson().present \
+        else st.container()
+    with where:
+        st.markdown(text)
+        for f in formulas:
+            st.latex(f)
 
 
 @contextlib.contextmanager
@@ -357,96 +214,3 @@ def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
         st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
                         config={"displaylogo": False, "toImageButtonOptions": {"filename": name}})
         downloads(name, fig, csv=csv, npz=npz, key=key)
-
-
-# ----------------------------------------------------------------------------- page controls
-
-
-def _remember(key: str, value: object, default: object) -> None:
-    extra = st.session_state.setdefault(_EXTRA, {})
-    if value != default and value is not None:
-        extra[key] = value
-    else:
-        extra.pop(key, None)
-    _refresh_link()
-
-
-def choice(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
-           container=None) -> str:
-    """A page control (button row) bound to the URL under ``key`` and added to the view link.
-
-    The buttons show the options themselves, which are also the URL values (``term=outer``).
-    """
-    where = container or st
-    _settle_page_key(key, default, where, options=tuple(options))
-    value = where.segmented_control(label, options, default=default, required=True, key=key, bind=_BIND,
-                                    help=help)
-    _remember(key, value, default)
-    return value
-
-
-def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[str], *,
-                help: str | None = None, container=None) -> list[str]:
-    """A page multi-selection (pills) bound to the URL as a repeated key; returns the selected
-    options in the order of ``options`` (all of them when nothing is selected)."""
-    where = container or st
-    _settle_page_key(key, list(default), where, options=tuple(options), multi=True)
-    value = where.pills(label, options, selection_mode="multi", default=list(default), key=key,
-                        bind=_BIND, help=help) or list(options)
-    value = [o for o in options if o in value]
-    _remember(key, value, [o for o in options if o in default])
-    return value
-
-
-def select(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
-           container=None) -> str:
-    """A page selectbox bound to the URL under ``key``; the options are the URL values."""
-    where = container or st
-    _settle_page_key(key, default, where, options=tuple(options))
-    value = where.selectbox(label, options, index=list(options).index(default), key=key, bind=_BIND,
-                            help=help)
-    _remember(key, value, default)
-    return value
-
-
-def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | None = None,
-           container=None) -> int:
-    """A page integer slider bound to the URL under ``key``."""
-    where = container or st
-    _settle_page_key(key, default, where, int_range=(lo, hi))
-    value = where.slider(label, lo, hi, default, key=key, bind=_BIND, help=help)
-    _remember(key, value, default)
-    return value
-
-
-def text(label: str, key: str, default: str, max_chars: int, *, help: str | None = None,
-         container=None) -> str:
-    """A page text box bound to the URL under ``key``; a URL text longer than ``max_chars`` is cut
-    to it (with a note), an empty one falls back to ``default``."""
-    where = container or st
-    texts = st.query_params.get_all(key)
-    if texts:
-        value, note = texts[-1], None
-        if not value.strip():
-            value, note = default, f"`{key}` is empty: used the default text."
-        elif len(value) > max_chars:
-            value, note = value[:max_chars], f"`{key}` is longer than {max_chars} characters: cut to them."
-        if note is not None:
-            st.query_params[key] = value
-            st.session_state[key] = value
-            _show_notes([note], where)
-    value = where.text_area(label, default, max_chars=max_chars, key=key, bind=_BIND, help=help,
-                            height=80) or default
-    _remember(key, value, default)
-    return value
-
-
-def link_only() -> None:
-    """The sidebar of a page that does not use the block's shared controls: only the link to this
-    view (the page's own controls; no shared key)."""
-    st.session_state[_EXTRA] = {}
-    st.session_state[_VIEW] = View.from_values({})
-    st.session_state[_DRAWN] = st.session_state.get(_RUN)
-    st.sidebar.markdown("### This view")
-    st.session_state[_LINK] = st.sidebar.empty()
-    _refresh_link(DEFAULTS)

@@ -1,0 +1,412 @@
+"""Every control that lives in the URL: the shared sidebar, each page's own controls, lesson links.
+
+The rules (what a URL asks, what carries over to the next page) are :mod:`hessviz.app.address`;
+this module is their Streamlit side. ``app.py`` calls :func:`begin_run` and :func:`open_page`
+first in every run; then pages call :func:`sidebar` (or :func:`link_only`) and the page
+controls :func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider` and :func:`text`.
+
+A control's widget starts from the address whenever the run arrived at a new one or at another
+page (or the widget is new); otherwise the widget holds what the visitor chose, and that is
+recorded. No widget is bound to the URL by Streamlit: :func:`sync` writes the view after each
+control (a page may stop early, after which no Streamlit call goes through), only when it changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+
+import streamlit as st
+
+import hessviz as hv
+from hessviz.app import address, cache, registry, state
+from hessviz.app.address import Address, Lesson
+from hessviz.app.state import View
+from hessviz.config import SECTIONS, SETTINGS, Setting
+from hessviz.memory import format_bytes
+
+_ADDRESS = "_hv_address"
+_VIEW = "_hv_view"
+_LINK = "_hv_link_slot"
+_NOTES = "_hv_notes_slot"
+_LINKED = "_hv_link_drawn"
+_TYPED = "_hv_typed_notes"
+_RUN = "_hv_run"
+_DRAWN = "_hv_sidebar_run"
+
+# ----------------------------------------------------------------------------- one run
+
+
+def current() -> Address:
+    """This session's :class:`~hessviz.app.address.Address`."""
+    if _ADDRESS not in st.session_state:
+        st.session_state[_ADDRESS] = Address()
+    return st.session_state[_ADDRESS]
+
+
+def _browser_query() -> tuple[address.Query, bool]:
+    """The query the browser sent for this run, as it sent it, and whether Back/Forward sent it.
+
+    Read from the run's context rather than ``st.query_params``, which Streamlit filters on a page
+    change."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None:        # AppTest and bare runs: what st.query_params holds
+        return {k: st.query_params.get_all(k) for k in st.query_params}, False
+    return address.parse_query(ctx.query_string), bool(getattr(ctx, "is_history_navigation", False))
+
+
+def begin_run() -> Lesson:
+    """Start a run (``app.py`` calls it first): read the address the browser asked for, take what
+    the visitor just moved in the shared controls, and return the lesson flags (the page config
+    and the navigation depend on them)."""
+    st.session_state[_RUN] = object()
+    st.session_state[_LINK] = st.session_state[_NOTES] = None   # places drawn by the last run are gone
+    here = current()
+    query, history = _browser_query()
+    here.arrive(query, history=history)
+    here.notes = st.session_state.pop(_TYPED, []) + here.notes
+    if not here.fresh:
+        for key, s in state.APP_SETTINGS.items():
+            if key in st.session_state:
+                here.shared[key] = _widget_value(s, st.session_state[key], here.shared[key])
+    reconciled, notes = state.reconcile(here.shared)
+    if reconciled != here.shared:
+        here.shared.update(reconciled)
+        here.notes += notes
+        st.session_state["wo"] = reconciled["wo"]
+    return here.lesson
+
+
+def _widget_value(s: Setting, held: object, kept: object) -> object:
+    """The value a shared widget holds, as the setting's value (the seed's box holds text)."""
+    if s.app_range is not None and s.app_range[1] - s.app_range[0] > 256:
+        return state.settle(s.url, [str(held)], kept, int_range=s.app_range)[0]
+    return held
+
+
+def open_page(url_path: str) -> None:
+    """Name the page this run shows; draw the navigation at the top of the sidebar (each link
+    carries the view) and keep a place at the top of the page for the address's notes."""
+    here = current()
+    here.open(url_path)
+    if here.lesson.sidebar:
+        _nav(st.sidebar)
+    st.session_state[_NOTES] = st.empty()
+    _show_notes()
+    sync()
+
+
+def _nav(where) -> None:
+    """The page links, each carrying this view's shared controls and lesson flags."""
+    query = {k: v if len(v) > 1 else v[0] for k, v in current().nav_query().items()}
+    with where.container():
+        for section, pages in registry.SECTIONS.items():
+            st.markdown(f"**{section}**")
+            for p in pages:
+                st.page_link(p.script, label=p.title, icon=p.icon, query_params=query)
+
+
+def sync() -> None:
+    """Bring the address bar and the sidebar's link up to date with the view (each control calls
+    it after it is drawn, so a page that stops early still leaves its view in the URL; a write
+    happens only when something changed, and each is one step of the browser's history)."""
+    here = current()
+    query = here.write()
+    now = {k: st.query_params.get_all(k) for k in st.query_params}
+    now = {k: v for k, v in now.items() if k.lower() not in address.EMBED_KEYS}
+    if now != query:
+        st.query_params.from_dict(query)
+    drawn = (st.session_state.get(_RUN), address.encode_query(query))
+    if st.session_state.get(_LINKED) != drawn and st.session_state.get(_LINK) is not None:
+        st.session_state[_LINKED] = drawn
+        _show_link()
+
+
+def _show_notes() -> None:
+    slot = st.session_state.get(_NOTES)
+    notes = list(dict.fromkeys(current().notes))
+    if slot is not None and notes:
+        slot.warning("  \n".join(notes), icon=":material/link_off:")
+
+
+def lesson() -> Lesson:
+    return current().lesson
+
+
+# ----------------------------------------------------------------------------- the shared sidebar
+
+
+def _start(key: str, value: object) -> None:
+    """Let the widget ``key`` start from ``value`` when the view came from the address."""
+    here = current()
+    if here.fresh or here.moved or key not in st.session_state:
+        st.session_state[key] = value
+
+
+def _typed_int(key: str, lo: int, hi: int) -> None:
+    """A typed integer (the seed): an entry that is not an integer in range is put back to the value
+    used, with one line saying so, so the box and the header never disagree."""
+    text = str(st.session_state.get(key, "")).strip()
+    kept = current().shared.get(key, lo)
+    value, note = state.settle(key, [text], kept, int_range=(lo, hi))
+    if note is not None:
+        if value == kept:   # not a number at all: nothing to clamp
+            note = f"{key}: `{state.shown(text)}` is not an integer in {lo} … {hi}: kept {key} = {kept}."
+        st.session_state.setdefault(_TYPED, []).append(note)
+    st.session_state[key] = str(value)
+
+
+def _control(where, s: Setting, value: object, disabled: bool) -> object:
+    """One sidebar widget for the setting ``s``, starting from ``value``."""
+    key = s.url
+    common = {"key": key, "help": s.help, "disabled": disabled}
+    if s.choices:
+        _start(key, value)
+        return where.segmented_control(s.label, s.choices, required=True, **common)
+    if s.kind is bool:
+        _start(key, value)
+        return where.toggle(s.label, **common)
+    if s.grid is not None:
+        _start(key, value)
+        return where.select_slider(s.label, s.grid, format_func=lambda v: f"{v:g}", **common)
+    lo, hi = s.app_range
+    if hi - lo > 256:  # a wide range (the seed) is typed, not slid; a bad entry is put back with a note
+        _start(key, str(value))
+        text = where.text_input(f"{s.label} ({lo} … {hi})", on_change=_typed_int, args=(key, lo, hi),
+                                **common)
+        value, _ = state.settle(key, [str(text)], value, int_range=(lo, hi))
+        return value
+    _start(key, value)
+    return where.slider(s.label, lo, hi, **common)
+
+
+def sidebar(*, stacks: bool = False) -> View:
+    """Draw the shared controls and return the current :class:`View`.
+
+    The controls come from :data:`hessviz.config.SETTINGS`, section by section; a control
+    that does not apply to the chosen block (``d_ff`` for attention alone) is disabled, and a
+    control a lesson link hides (``hide=norm``) is not drawn (its value is the link's).
+    A setting marked ``stacks_only`` (the depth, URL key ``layers``) is drawn only on pages
+    that show stacks (``stacks=True``); every other page shows one block, and the depth is kept
+    for the pages that do. Call it once near the top of a page. When the controls describe an
+    invalid block it shows the reason and what to change, and stops the page.
+    """
+    run = st.session_state.get(_RUN)
+    if run is not None and st.session_state.get(_DRAWN) is run and _VIEW in st.session_state:
+        return st.session_state[_VIEW]
+    st.session_state[_DRAWN] = run
+    here = current()
+    lesson = here.lesson
+    drawn = [s for s in SETTINGS if s.in_app and (stacks or not s.stacks_only)]
+    sb = st.sidebar
+    by_name = {s.name: here.shared[s.url] if s.in_app else s.default for s in SETTINGS}
+    values: dict[str, object] = {}
+    fixed = []
+    if lesson.sidebar:
+        for section, title in SECTIONS.items():
+            settings = [s for s in drawn if s.section == section]
+            shown = [s for s in settings if not lesson.hides(s.url)]
+            if shown:
+                sb.markdown(f"### {title}")
+            for s in settings:
+                if lesson.hides(s.url):
+                    fixed.append(s)
+                    values[s.url] = by_name[s.name] = here.shared[s.url]
+                    continue
+                value = _control(sb, s, here.shared[s.url], disabled=not s.relevant(by_name))
+                values[s.url] = by_name[s.name] = value
+                here.choose(s.url, value)
+        if fixed:
+            sb.caption("Fixed by this lesson link: " + ", ".join(
+                f"{s.url} = {s.format(here.shared[s.url])}" for s in fixed))
+        sb.markdown("### This view")
+        st.session_state[_LINK] = sb.empty()
+    else:
+        values = {s.url: here.shared[s.url] for s in drawn}
+    sync()
+    try:
+        view = View.from_values(values)
+    except hv.HessvizError as err:
+        st.error(f"**These controls do not describe a valid block.** {err}", icon=":material/block:")
+        st.stop()
+    st.session_state[_VIEW] = view
+    if lesson.sidebar:
+        _size_panel(view)
+        _lesson_panel()
+    return view
+
+
+def link_only() -> None:
+    """The sidebar of a page that does not use the block's shared controls: only the link to this
+    view and the lesson panel (the shared values are kept for the other pages)."""
+    st.session_state[_VIEW] = View.from_values({})
+    st.session_state[_DRAWN] = st.session_state.get(_RUN)
+    if current().lesson.sidebar:
+        st.sidebar.markdown("### This view")
+        st.session_state[_LINK] = st.sidebar.empty()
+        _lesson_panel()
+    sync()
+
+
+def _size_panel(view: View) -> None:
+    P = view.num_params
+    sb = st.sidebar
+    lim = cache.LIMITS
+    sb.markdown(f"**Device:** {state.device_label()}  \n**Hessian:** P = {P:,} parameters, "
+                f"{P:,} × {P:,} = {format_bytes(view.term_bytes)} per term (float64)")
+    sb.caption(f"Server ({lim.profile} profile): results of all visitors ≤ {format_bytes(lim.results_bytes)} "
+               f"(cached now: {format_bytes(cache.LEDGER.cached)}), ≤ {lim.max_seconds:g} s of work per "
+               f"view, {lim.heavy} heavy computation{'s' if lim.heavy > 1 else ''} at once.")
+    if lim.profile == "local" and sb.button("Clear cached results", icon=":material/delete_sweep:",
+                                            help="drop every cached result of this server"):
+        cache.clear()
+
+
+# ----------------------------------------------------------------------------- links
+
+
+def base_url() -> str:
+    """``http://host:port/page`` of this run (empty when unknown, e.g. under AppTest)."""
+    base = ""
+    with contextlib.suppress(Exception):
+        base = (st.context.url or "").split("?", 1)[0]
+    if base and base.count("/") < 3:  # "http://host:port" -> "http://host:port/"
+        base += "/"
+    return base
+
+
+def app_root() -> str:
+    """The app's root address, ``http://host:port/`` (``/`` when unknown), for links to a page."""
+    base = base_url()
+    return base.rsplit("/", 1)[0] + "/" if base else "/"
+
+
+def view_link(query: address.Query | None = None) -> str:
+    """The address of this view (or of ``query`` on this page)."""
+    qs = address.encode_query(current().query() if query is None else query)
+    return f"{base_url()}{'?' + qs if qs else ''}" or "./"
+
+
+def _show_link() -> None:
+    slot = st.session_state.get(_LINK)
+    if slot is None:
+        return
+    with slot.container():
+        st.markdown("**Link to this view** (copy it to share this page with these settings)")
+        st.code(view_link(), language=None, wrap_lines=True)
+
+
+def _lesson_panel() -> None:
+    """"Make a lesson link": pick what to hide and the presentation mode; the link is built here."""
+    here = current()
+    with st.sidebar.expander("Make a lesson link", icon=":material/school:"):
+        st.caption("A link for students: the controls you hide are fixed at this view's values "
+                   "(and shown in the page's header); presentation mode folds the text, enlarges the "
+                   "type and puts the chart first.")
+        page_keys = list(here.pages.get(here.page, {}))
+        options = [address.SIDEBAR, *state.APP_SETTINGS, *page_keys]
+        hide = st.multiselect("Hide", options, default=[o for o in here.lesson.hide if o in options],
+                              key="_hv_lesson_hide", help="`sidebar` hides the whole sidebar")
+        present = st.toggle("Presentation mode", value=here.lesson.present, key="_hv_lesson_present")
+        st.code(view_link(here.query(Lesson(frozenset(hide), present))), language=None, wrap_lines=True)
+
+
+# ----------------------------------------------------------------------------- page controls
+
+
+def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple[object, str | None]],
+                  draw: Callable[[], object], label: str, container=None) -> object:
+    """One page control: its value from the address (settled), its widget started from it, and
+    what the visitor chooses recorded. A control the lesson hides is not drawn: a caption shows
+    its value instead."""
+    here = current()
+    value = here.page_value(key, default, settle)
+    if here.lesson.hides(key):
+        shown = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+        (container or st).caption(f"{label}: **{shown}** (fixed by this lesson link)")
+        return value
+    _start(key, list(value) if isinstance(value, (list, tuple)) else value)
+    value = draw()
+    here.choose(key, value)
+    _show_notes()
+    sync()
+    return value
+
+
+def choice(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
+           container=None) -> str:
+    """A page control (button row) kept in the URL under ``key`` and in the view link.
+
+    The buttons show the options themselves, which are also the URL values (``term=outer``).
+    """
+    where = container or st
+    return _page_control(
+        key, default, lambda texts: state.settle(key, texts, default, options=tuple(options)),
+        lambda: where.segmented_control(label, options, required=True, key=key, help=help),
+        label, where)
+
+
+def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[str], *,
+                help: str | None = None, container=None) -> list[str]:
+    """A page multi-selection (pills) kept in the URL as a repeated key; returns the selected
+    options in the order of ``options`` (all of them when nothing is selected)."""
+    where = container or st
+    ordered = [o for o in options if o in default]
+    value = _page_control(
+        key, ordered, lambda texts: state.settle(key, texts, ordered, options=tuple(options), multi=True),
+        lambda: where.pills(label, options, selection_mode="multi", key=key, help=help) or list(options),
+        label, where)
+    value = [o for o in options if o in value]
+    current().choose(key, value)
+    sync()
+    return value
+
+
+def select(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
+           container=None) -> str:
+    """A page selectbox kept in the URL under ``key``; the options are the URL values."""
+    where = container or st
+    return _page_control(
+        key, default, lambda texts: state.settle(key, texts, default, options=tuple(options)),
+        lambda: where.selectbox(label, options, key=key, help=help), label, where)
+
+
+def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | None = None,
+           container=None) -> int:
+    """A page integer slider kept in the URL under ``key``."""
+    where = container or st
+    value = _page_control(
+        key, default, lambda texts: state.settle(key, texts, default, int_range=(lo, hi)),
+        lambda: where.slider(label, lo, hi, key=key, help=help), label, where)
+    value = int(min(max(int(value), lo), hi))     # a range that shrank since (a stack's layer)
+    return value
+
+
+def text(label: str, key: str, default: str, max_chars: int, *, help: str | None = None,
+         container=None) -> str:
+    """A page text box kept in the URL under ``key``. A text longer than ``max_chars`` is cut to it
+    and an empty or blank one falls back to ``default``, each with one line; what the visitor typed
+    stays in the box."""
+    where = container or st
+
+    def settle(texts: list[str]) -> tuple[str, str | None]:
+        return _text_value(key, texts[-1], default, max_chars)
+
+    value = _page_control(key, default, settle,
+                          lambda: where.text_area(label, max_chars=max_chars, key=key, help=help, height=80),
+                          label, where)
+    used, note = _text_value(key, str(value or ""), default, max_chars)
+    if note is not None and used == default:
+        where.caption(f":material/info: {note}")
+    return used
+
+
+def _text_value(key: str, text: str, default: str, max_chars: int) -> tuple[str, str | None]:
+    """The text used for ``text``: the default when blank, cut at ``max_chars``; and a note."""
+    if not text.strip():
+        return default, f"`{key}` is empty: used the default text."
+    if len(text) > max_chars:
+        return text[:max_chars], f"`{key}` is longer than {max_chars} characters: cut to them."
+    return text, None
