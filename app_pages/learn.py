@@ -10,13 +10,7 @@ from hessviz.app.tour import TOUR
 view = hva.sidebar()
 hva.header("Learn", view)
 
-st.markdown("Contents: [classroom tour](#classroom-tour) · [the block](#the-block) · "
-            "[the pages](#the-pages) · [papers](#papers)")
-
 st.header("Classroom tour", anchor="classroom-tour")
-st.markdown("Five stops for a 20-minute lesson. **Next** and **Back** step through them; each stop's "
-            "story sits beside a live view of its page, with its settings applied. Every stop is also a "
-            "plain link for slides, and *Open the full page* lets you play with one control at a time.")
 stops = [str(i) for i in range(1, len(TOUR) + 1)]
 
 
@@ -24,30 +18,32 @@ def go(to: int) -> None:
     st.session_state["tour"] = str(min(max(to, 1), len(TOUR)))
 
 
-at = int(hva.choice("Stop", stops, key="tour", default="1", help="the tour's stops, in order"))
+pick, back, ahead = st.columns([3, 1, 1], vertical_alignment="bottom")
+at = int(hva.choice("Stop", stops, key="tour", default="1", container=pick,
+                    help="five stops for a 20-minute lesson; each is also a plain link for slides"))
+back.button("Back", icon=":material/arrow_back:", on_click=go, args=(at - 1,), disabled=at == 1,
+            width="stretch", key="tour_back")
+ahead.button("Next", icon=":material/arrow_forward:", on_click=go, args=(at + 1,), disabled=at == len(TOUR),
+             width="stretch", key="tour_next")
 stop = TOUR[at - 1]
 story, live = st.columns([2, 3], gap="medium")
-with story:
-    back, ahead = st.columns(2)
-    back.button("Back", icon=":material/arrow_back:", on_click=go, args=(at - 1,), disabled=at == 1,
-                width="stretch", key="tour_back")
-    ahead.button("Next", icon=":material/arrow_forward:", on_click=go, args=(at + 1,),
-                 disabled=at == len(TOUR), width="stretch", key="tour_next")
-    with st.container(border=True):
-        st.markdown(f"#### {at}. {stop.title}")
-        st.markdown(f"**What to notice.** {stop.notice}")
-        p = spec(stop.page)
-        flags = hva.lesson().query()
-        st.page_link(p.script, label=f"Open the full page: {p.title}", icon=p.icon,
-                     query_params={**stop.params, **{k: v[0] for k, v in flags.items()}})
-        st.caption("This stop as a link (for slides):")
-        st.code(hva.controls.app_root() + stop.link(), language=None, wrap_lines=True)
-with live:
-    st.iframe(hva.controls.app_root() + stop.link(embed="true", hide="sidebar", present="1"), height=640)
+with story, st.container(border=True):
+    st.markdown(f"#### {at}. {stop.title}")
+    st.markdown(f"**What to notice.** {stop.notice}")
+    p = spec(stop.page)
+    flags = hva.lesson().query()
+    st.page_link(p.script, label=f"Open the full page: {p.title}", icon=p.icon,
+                 query_params={**stop.params, **{k: v[0] for k, v in flags.items()}})
+    st.caption("This stop as a link (for slides):")
+    st.code(hva.controls.app_root() + stop.link(), language=None, wrap_lines=True)
+with live:   # the stop's own page, live, without its sidebar
+    st.iframe(hva.controls.app_root() + stop.link(embed="true", hide="sidebar", present="1"), height=600)
 
 with st.expander("Every stop as a link", icon=":material/link:"):
     for i, s in enumerate(TOUR, start=1):
         st.markdown(f"{i}. **{s.title}**: `{hva.controls.app_root() + s.link()}`")
+
+st.markdown("Further down: [the block](#the-block) · [the pages](#the-pages) · [papers](#papers)")
 
 st.header("The block", anchor="the-block")
 st.markdown("A sequence of *L* tokens is a matrix X with one row per token and *d* features. One "

@@ -93,7 +93,7 @@ def test_first_chart_and_every_page(server, browser):
     page.wait_for_selector(".js-plotly-plot", timeout=60_000)
     TIMINGS["first_chart_cold_browser_s"] = round(time.perf_counter() - t0, 2)
     _settle(page)
-    links = page.query_selector_all('[data-testid="stSidebarNavLink"]')
+    links = page.query_selector_all('[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]')
     pages = [(link.inner_text().split("\n")[-1].strip(), link.get_attribute("href")) for link in links]
     assert len(pages) >= 9, f"navigation lists {len(pages)} pages: {pages}"
     SHOTS.mkdir(parents=True, exist_ok=True)

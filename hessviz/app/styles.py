@@ -14,6 +14,7 @@ from hessviz.app.address import Lesson
 BASE = """
 [data-testid="stMainBlockContainer"] { padding-top: 64px; padding-bottom: 2rem; }
 [data-testid="stMainBlockContainer"] h1 { font-size: 2rem; padding-top: 0.25rem; padding-bottom: 0.25rem; }
+[data-testid="stMainBlockContainer"] h2 { font-size: 1.5rem; }
 @media (max-width: 640px) {
   [data-testid="stMainBlockContainer"] { padding: 56px 0.75rem 2rem 0.75rem; }
   [data-testid="stMainBlockContainer"] h1 { font-size: 1.5rem; }

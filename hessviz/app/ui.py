@@ -204,12 +204,21 @@ def downloads(name: str, fig: go.Figure | None = None, *,
                                       "locally") if too_big else None)
 
 
+PRESENT_HEIGHT = 360
+"""Pixels: the tallest figure in presentation mode."""
+
+
 def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
           npz: Callable[[], dict] | None = None, key: str | None = None, height: int | None = None,
           container=None) -> None:
-    """Draw ``fig`` in the app's light or dark theme, and its download buttons under it."""
+    """Draw ``fig`` in the app's light or dark theme, and its download buttons under it. In
+    presentation mode a figure is at most :data:`PRESENT_HEIGHT` pixels tall, so that it fits a
+    projector's 720 rows under the title."""
     where = container or st
     plots.apply_theme(fig, "host")
+    if controls.lesson().present:
+        tall = height or fig.layout.height or PRESENT_HEIGHT
+        height = min(tall, PRESENT_HEIGHT)
     with where.container():
         st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
                         config={"displaylogo": False, "toImageButtonOptions": {"filename": name}})

@@ -1,0 +1,163 @@
+"""The classroom in a real browser (issue 16): tour stops, shared links across pages, Back and
+Forward, lesson links (``hide=``, ``present=1``), values the app does not offer, and the projector
+(1280×720) and phone (390×844) layouts. Screenshots go to ``assets/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hessviz.app.tour import TOUR
+from tests.test_browser import SHOTS, _exceptions, _settle, browser, server  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.browser
+
+PROJECTOR = {"width": 1280, "height": 720}
+PHONE = {"width": 390, "height": 844}
+
+
+def _visit(browser, url: str, viewport=PROJECTOR):  # noqa: F811
+    ctx = browser.new_context(viewport=viewport)
+    page = ctx.new_page()
+    page.goto(url)
+    _settle(page)
+    return ctx, page
+
+
+def _sidebar_open(page) -> bool:
+    """Whether the sidebar is on screen (collapsed, Streamlit moves it off to the left)."""
+    box = page.locator('[data-testid="stSidebar"]').bounding_box()
+    return box is not None and box["width"] > 50 and box["x"] + box["width"] > 50
+
+
+def _caption(page) -> str:
+    """The page header's line: the block in words."""
+    return page.locator('[data-testid="stMain"] [data-testid="stCaptionContainer"]').first.inner_text()
+
+
+def _wait_caption(page, text: str) -> None:
+    page.wait_for_function(
+        "t => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stCaptionContainer]')]"
+        ".some(e => e.innerText.includes(t))", arg=text, timeout=60_000)
+
+
+EXPECTED = {"attention": "Self-attention alone", "pre": "Pre-LN block", "post": "Post-LN block"}
+
+
+@pytest.mark.parametrize("index", range(len(TOUR)), ids=[s.page + str(i + 1) for i, s in enumerate(TOUR)])
+def test_every_tour_stop_opens_the_view_it_names(server, browser, index):  # noqa: F811
+    stop = TOUR[index]
+    ctx, page = _visit(browser, f"{server}/learn?tour={index + 1}")
+    frame = page.locator("iframe").first.get_attribute("src")
+    assert stop.link() in frame and "hide=sidebar" in frame and "present=1" in frame
+    page.get_by_role("link", name="Open the full page: ").click()
+    page.wait_for_url(f"**/{stop.page}*", timeout=30_000, wait_until="commit")
+    _settle(page)
+    _wait_caption(page, EXPECTED[stop.params["norm"]])
+    for key, value in stop.params.items():
+        default = key == "norm" and value == "post" or key == "sc_axis" and value == "xnorm" \
+            or key == "sc_blk" and value == "W_Q,W_Q"
+        if not default:        # the URL keeps what differs from the defaults
+            assert f"{key}={value}" in page.url.replace("%2C", ","), (key, page.url)
+    if "xnorm" in stop.params:
+        assert f"‖X‖₂ = {stop.params['xnorm']}" in _caption(page)
+    assert _exceptions(page) == []
+    ctx.close()
+
+
+def test_a_shared_link_keeps_its_settings_across_pages_and_back(server, browser):  # noqa: F811
+    ctx, page = _visit(browser, f"{server}/?norm=pre&L=6")
+    assert _caption(page).startswith("Pre-LN block, L = 6")
+    page.locator('[data-testid="stSidebar"]').get_by_role("link", name="Spectrum").click()
+    page.wait_for_url("**/spectrum?**", timeout=30_000, wait_until="commit")
+    _settle(page)
+    _wait_caption(page, "Pre-LN block, L = 6")
+    assert "norm=pre" in page.url and "L=6" in page.url
+    slider = page.locator('[data-testid="stSidebar"]').get_by_role("slider", name="Sequence length L")
+    slider.focus()
+    slider.press("ArrowRight")                    # a control moved on this page: L = 7
+    _wait_caption(page, "Pre-LN block, L = 7")
+    page.go_back()                                # Back: the view before, L = 6 on the Spectrum page
+    _wait_caption(page, "Pre-LN block, L = 6")
+    assert "/spectrum" in page.url
+    page.go_back()                                # and the shared link itself
+    _wait_caption(page, "Pre-LN block, L = 6")
+    assert "/spectrum" not in page.url
+    page.go_forward()
+    page.go_forward()
+    _wait_caption(page, "Pre-LN block, L = 7")
+    assert _exceptions(page) == []
+    ctx.close()
+
+
+def test_a_lesson_link_hides_its_controls_and_presents(server, browser):  # noqa: F811
+    ctx, page = _visit(browser, f"{server}/scaling?norm=attention&hide=norm,L,sc_axis")
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    assert sidebar.get_by_text("LayerNorm placement").count() == 0
+    assert sidebar.get_by_role("slider", name="Sequence length L").count() == 0
+    fixed = sidebar.get_by_text("Fixed by this lesson link").inner_text()
+    assert "L = 8" in fixed and "norm = attention" in fixed
+    assert _caption(page).startswith("Self-attention alone, L = 8")
+    assert page.get_by_text("Sweep over: xnorm (fixed by this lesson link)").count() == 1
+    sidebar.get_by_role("link", name="Spectrum").click()         # the lesson rides along
+    page.wait_for_url("**/spectrum?**", timeout=30_000, wait_until="commit")
+    _settle(page)
+    assert "hide=" in page.url and sidebar.get_by_text("LayerNorm placement").count() == 0
+    ctx.close()
+
+    ctx, page = _visit(browser, f"{server}/scaling?norm=attention&present=1")
+    page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+    page.wait_for_timeout(1000)
+    box = page.locator(".js-plotly-plot").first.bounding_box()
+    assert box["y"] + box["height"] <= PROJECTOR["height"], box       # the first chart above the fold
+    assert not _sidebar_open(page)
+    assert page.get_by_text("What this page shows").count() == 1        # the explanation is folded
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "lesson_present_1280x720.png"))
+    ctx.close()
+
+    ctx, page = _visit(browser, f"{server}/spectrum?hide=sidebar")
+    assert not page.locator('[data-testid="stSidebar"]').is_visible()
+    assert page.locator('[data-testid="stExpandSidebarButton"]').count() == 0 or \
+        not page.locator('[data-testid="stExpandSidebarButton"]').is_visible()
+    ctx.close()
+
+
+def test_values_the_app_does_not_offer_get_one_line(server, browser):  # noqa: F811
+    ctx, page = _visit(browser, f"{server}/spectrum?wo=1&seed=-5&heads=2&L=abc")
+    note = page.locator('[data-testid="stAlert"]').first.inner_text()
+    assert "wo=1 read as wo = true" in note and "seed=-5 is out of range" in note and "L=abc" in note
+    assert _caption(page).endswith("seed 0") and "2 heads, W_O" in _caption(page)
+    seed = page.locator('[data-testid="stSidebar"] input[aria-label="Seed (0 … 9999)"]')
+    seed.fill("abc")
+    seed.press("Enter")
+    page.wait_for_function("() => document.body.innerText.includes('is not an integer in 0')", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('[data-testid=stSidebar] input[aria-label^=Seed]')"
+                           ".value === '0'", timeout=30_000)    # put back: the box agrees with the header
+    seed.fill("12")
+    seed.press("Enter")
+    _wait_caption(page, "seed 12")
+    ctx.close()
+
+    ctx, page = _visit(browser, f"{server}/?L=4&d=8&dk=4&dff=8")   # heads 1 -> 2 turns W_O on
+    slider = page.locator('[data-testid="stSidebar"]').get_by_role("slider", name="Heads")
+    slider.focus()
+    slider.press("ArrowRight")
+    _wait_caption(page, "2 heads, W_O")
+    assert page.get_by_text("turned W_O on").count() >= 1
+    assert _exceptions(page) == []
+    ctx.close()
+
+
+@pytest.mark.parametrize("viewport,name", [(PROJECTOR, "projector_1280x720"), (PHONE, "phone_390x844")])
+def test_projector_and_phone_layouts(server, browser, viewport, name):  # noqa: F811
+    ctx, page = _visit(browser, f"{server}/?norm=pre", viewport)
+    page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+    page.wait_for_timeout(1000)
+    assert _sidebar_open(page) == (viewport is PROJECTOR)               # a phone starts collapsed
+    title = page.locator("h1").first.bounding_box()
+    assert title["y"] >= 0 and title["y"] + title["height"] <= viewport["height"] / 4
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+    assert _exceptions(page) == []
+    ctx.close()
