@@ -175,7 +175,6 @@ class Address:
             self.pending = {}
         if self.fresh:
             self.pages[page] = {}
-            self.page_defaults[page] = {}
 
     def page_value(self, key: str, default: object, settle) -> object:
         """The value of the current page's control ``key``: from a new address (``settle(texts)``

@@ -305,10 +305,13 @@ def _lesson_panel() -> None:
         st.caption("A link for students: the controls you hide are fixed at this view's values "
                    "(and shown in the page's header); presentation mode folds the text, enlarges the "
                    "type and puts the chart first.")
-        page_keys = list(here.pages.get(here.page, {}))
+        page_keys = list(here.page_defaults.get(here.page, {}))     # the controls this page has drawn
         options = [address.SIDEBAR, *state.APP_SETTINGS, *page_keys]
+        labels = {k: f"{k} ({s.label})" for k, s in state.APP_SETTINGS.items()}
+        labels[address.SIDEBAR] = "sidebar (every control and the navigation)"
         hide = st.multiselect("Hide", options, default=[o for o in here.lesson.hide if o in options],
-                              key="_hv_lesson_hide", help="`sidebar` hides the whole sidebar")
+                              format_func=lambda k: labels.get(k, f"{k} (this page)"),
+                              key="_hv_lesson_hide", help="the controls students will not see")
         present = st.toggle("Presentation mode", value=here.lesson.present, key="_hv_lesson_present")
         st.code(view_link(here.query(Lesson(frozenset(hide), present))), language=None, wrap_lines=True)
 
