@@ -77,6 +77,11 @@ def test_a_shared_link_keeps_its_settings_across_pages_and_back(server, browser)
     slider.focus()
     slider.press("ArrowRight")                    # a control moved on this page: L = 7
     _wait_caption(page, "Pre-LN block, L = 7")
+    link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').first.inner_text()
+    assert "/spectrum?" in link and "L=7" in link and "norm=pre" in link, link
+    other, seen = _visit(browser, link.strip())    # the link to this view opens this view
+    _wait_caption(seen, "Pre-LN block, L = 7")
+    other.close()
     page.go_back()                                # Back: the view before, L = 6 on the Spectrum page
     _wait_caption(page, "Pre-LN block, L = 6")
     assert "/spectrum" in page.url
@@ -84,6 +89,8 @@ def test_a_shared_link_keeps_its_settings_across_pages_and_back(server, browser)
     _wait_caption(page, "Pre-LN block, L = 6")
     assert "/spectrum" not in page.url
     page.go_forward()
+    page.wait_for_url("**/spectrum?**", timeout=30_000, wait_until="commit")
+    _settle(page)
     page.go_forward()
     _wait_caption(page, "Pre-LN block, L = 7")
     assert _exceptions(page) == []
