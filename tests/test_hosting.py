@@ -31,6 +31,7 @@ import torch
 import hessviz as hv
 from hessviz import budget, spectra
 from hessviz.app import cache, progress, runlog, state
+from tests.page_timing import WATCH, count_received, exceptions, rerendered, settled, stats
 from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -486,86 +487,12 @@ def test_page_control_keeps_allowed_values_of_a_repeated_key():
 
 # ----------------------------------------------------------------------------- a cold server, four visitors
 
-SCRIPT_STATE = ("() => document.querySelector('[data-testid=\"stApp\"]')"
-                "?.getAttribute('data-test-script-state') === '{}'")
 HEAVY_PAGES = ["/verify?seed=200", "/spectrum", "/scaling", "/bounds"]
 # the spectrum forced dense: its auto method goes matrix-free there, which a hosted server affords
 REFUSED = ["/spectrum?L=64&d=32&dk=32&dff=48&spec_method=dense",
            "/bounds?L=64&d=64&dk=64",
            "/layernorm_collapse?lnc_view=block&L=64&d=64&dk=64&dff=256&lnc_decades=7&lnc_seeds=5",
            "/verify?L=64&d=32&dk=8&dff=24"]
-
-
-def _settled(page, timeout_ms: float = 90_000, started: bool = False) -> None:
-    """Wait until the script run is over: running first (when a rerun was just asked), then not."""
-    if started:
-        try:
-            page.wait_for_function(SCRIPT_STATE.format("running"), timeout=3_000)
-        except Exception:  # noqa: BLE001 - a fast rerun may be over before we look
-            pass
-    page.wait_for_selector("h1", timeout=timeout_ms)
-    page.wait_for_function(SCRIPT_STATE.format("notRunning"), timeout=timeout_ms)
-
-
-WATCH = """() => {
-  // Records, in the page's own clock, when a key goes down and when the script state changes,
-  // so a re-render is timed from the keystroke to the first frame painted after the run ended,
-  // whatever order the test looks at the visitors in.
-  // A run so fast that the page never shows the "running" state (a cached view) is caught by
-  // the last change to the main area (the sidebar's own slider does not count) instead.
-  if (window.__hv) return;
-  const hv = window.__hv = {press: null, done: null, painted: null, running: false, last: null};
-  document.addEventListener("keydown", () => {
-    hv.press = performance.now(); hv.done = hv.painted = hv.last = null; hv.running = false;
-  }, true);
-  new MutationObserver(records => {
-    for (const r of records) {
-      const el = r.target.nodeType === 1 ? r.target : r.target.parentElement;
-      if (hv.press !== null && el && el.closest('[data-testid="stMain"]')) hv.last = performance.now();
-      if (hv.press === null || hv.done !== null || r.attributeName !== "data-test-script-state") continue;
-      const now = r.target.getAttribute("data-test-script-state");
-      if (r.oldValue === "running" || now === "running") hv.running = true;
-      if (hv.running && now === "notRunning") {
-        hv.done = performance.now();
-        requestAnimationFrame(() => requestAnimationFrame(() => { hv.painted = performance.now(); }));
-      }
-    }
-  }).observe(document, {attributes: true, subtree: true, attributeOldValue: true, childList: true,
-                        characterData: true});
-}"""
-
-
-def _rerendered(page, timeout_ms: float = 90_000) -> float:
-    """Seconds from the last keystroke to the first frame painted after the run it started ended
-    (:data:`WATCH` must be installed in the page)."""
-    page.wait_for_function(QUIET, timeout=timeout_ms)
-    return page.evaluate("() => ((window.__hv.painted ?? window.__hv.last) - window.__hv.press) / 1000")
-
-
-QUIET = """() => {
-  const hv = window.__hv;
-  if (!hv || hv.press === null) return false;
-  if (hv.painted !== null) return true;
-  const app = document.querySelector('[data-testid="stApp"]');
-  const idle = app && app.getAttribute('data-test-script-state') === 'notRunning';
-  return idle && hv.last !== null && performance.now() - hv.last > 1500;
-}"""
-
-
-def _count_received(page, into: dict[str, int], key: str) -> None:
-    """Add the bytes of every websocket frame the page receives to ``into[key]``."""
-    def on_frame(data) -> None:
-        into[key] += len(data)
-
-    page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
-
-
-def _exceptions(page) -> list[str]:
-    return [e.inner_text()[:500] for e in page.query_selector_all('[data-testid="stException"]')]
-
-
-def _stats(xs: list[float]) -> dict[str, float]:
-    return {"median": round(float(np.median(xs)), 2), "max": round(float(np.max(xs)), 2)}
 
 
 @pytest.mark.browser
@@ -588,7 +515,7 @@ def test_cold_server_four_visitors_hosted():
             for url in HEAVY_PAGES:
                 ctx = browser.new_context(viewport={"width": 1400, "height": 900})
                 page = ctx.new_page()
-                _count_received(page, received, url)
+                count_received(page, received, url)
                 t0 = time.perf_counter()
                 page.goto(server.base + url)
                 visitors.append((url, ctx, page, t0))
@@ -596,9 +523,9 @@ def test_cold_server_four_visitors_hosted():
             for url, _, page, t0 in visitors:
                 page.wait_for_selector(".js-plotly-plot", timeout=180_000)
                 first.append(time.perf_counter() - t0)
-                _settled(page)
-                assert _exceptions(page) == [], (url, _exceptions(page))
-            out["first_chart_s"] = _stats(first)
+                settled(page)
+                assert exceptions(page) == [], (url, exceptions(page))
+            out["first_chart_s"] = stats(first)
             out["rss_after_first_charts_mb"] = round(server.rss() / 2**20)
             # 2. each visitor moves a slider (d_k 8 -> 9: a new view, then back: a cached one) at
             # the same moment; where the time goes: each visitor's script run on the server (from
@@ -619,12 +546,12 @@ def test_cold_server_four_visitors_hosted():
                     slider.press(step)
                 times = []
                 for url, _, page, _ in visitors:
-                    times.append(_rerendered(page))
-                    assert _exceptions(page) == [], (url, _exceptions(page))
+                    times.append(rerendered(page))
+                    assert exceptions(page) == [], (url, exceptions(page))
                 cpu = (server.cpu_seconds() - cpu[0], browser_cpu_seconds() - cpu[1])
                 time.sleep(0.5)                               # the last run lines reach the log
                 runs = [r for r in runlog.parse(server.log_text())[runs_before:] if r["end"] == "finished"]
-                out[f"rerender_{name}_view_s"] = _stats(times)
+                out[f"rerender_{name}_view_s"] = stats(times)
                 out[f"rerender_{name}_view_detail"] = {
                     "visitors_s": {url: round(t, 2) for (url, *_), t in zip(visitors, times)},
                     "server_run_wall_s": {r["page"]: r["wall_s"] for r in runs},
@@ -632,23 +559,23 @@ def test_cold_server_four_visitors_hosted():
                     "server_cpu_s": round(cpu[0], 2), "browsers_cpu_s": round(cpu[1], 2),
                     "bytes_to_each_page": dict(received), "load_average_before": round(load, 2)}
                 if runs:
-                    out[f"rerender_{name}_view_server_s"] = _stats([r["wall_s"] for r in runs])
+                    out[f"rerender_{name}_view_server_s"] = stats([r["wall_s"] for r in runs])
             # 3. the heaviest URLs of issue 8 settle with a message, no computation
             settle = []
             for (_, _, page, _), heavy in zip(visitors, REFUSED):
                 t0 = time.perf_counter()
                 page.goto(server.base + heavy)
                 page.wait_for_selector("text=Too much for this server", timeout=60_000)
-                _settled(page)
+                settled(page)
                 settle.append(time.perf_counter() - t0)
-                assert _exceptions(page) == [], (heavy, _exceptions(page))
-            out["refused_heaviest_urls_s"] = _stats(settle)
+                assert exceptions(page) == [], (heavy, exceptions(page))
+            out["refused_heaviest_urls_s"] = stats(settle)
             # 4. an unknown page and a script in the URL: the default page, no exception
             page = visitors[0][2]
             page.goto(server.base + "/no_such_page?L=%3Cscript%3Ealert(1)%3C/script%3E")
             page.wait_for_selector(".js-plotly-plot", timeout=60_000)
-            _settled(page)
-            assert _exceptions(page) == []
+            settled(page)
+            assert exceptions(page) == []
             # 5. everyone starts a fresh heavy view, then leaves at once
             for (url, _, page, _) in visitors:
                 page.goto(server.base + url.split("?")[0] + "?seed=77&dk=7")
@@ -664,9 +591,9 @@ def test_cold_server_four_visitors_hosted():
             for seed in range(30):
                 page.goto(f"{server.base}/?seed={1000 + seed}&dk={4 + seed % 8}")
                 page.wait_for_selector(".js-plotly-plot", timeout=60_000)
-                _settled(page)
+                settled(page)
                 rss.append(server.rss())
-            assert _exceptions(page) == []
+            assert exceptions(page) == []
             ctx.close()
             browser.close()
         out["rss_over_30_views_mb"] = {"first": round(rss[0] / 2**20), "last": round(rss[-1] / 2**20),
