@@ -86,6 +86,9 @@ class Limits:
     timing_repeats: int = 2
     """Timed runs per method on the Verify page (best of them); 1 on a shared host, whose
     timings other visitors disturb anyway."""
+    process_bytes: int | None = None
+    """The ceiling of the whole process's resident memory (hosted: ``HESSVIZ_MEMORY_LIMIT``), which
+    the :class:`Ledger` keeps to by measuring it; None (local) leaves only ``results_bytes``."""
 
 
 def profile_name(env: dict[str, str] | None = None) -> str:
@@ -134,7 +137,8 @@ def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | 
             raise ValueError(f"HESSVIZ_MAX_SECONDS must be > 0, got {env['HESSVIZ_MAX_SECONDS']!r}")
     if env.get("HESSVIZ_DOWNLOAD_LIMIT"):
         download = parse_bytes(env["HESSVIZ_DOWNLOAD_LIMIT"])
-    return Limits(name, int(results), seconds, max(1, heavy), int(download), repeats)
+    return Limits(name, int(results), seconds, max(1, heavy), int(download), repeats,
+                  int(ceiling) if name == "hosted" else None)
 
 
 @functools.cache
@@ -488,15 +492,32 @@ class Gate:
                 self._cv.notify_all()
 
 
+PROCESS_SLACK_BYTES = 32 * 2**20
+"""Kept free under the process ceiling for what a reservation does not name (Streamlit's messages,
+a figure, the copies a computation makes beyond its estimate)."""
+
+
 class Ledger:
-    """Server-wide bytes: results being computed plus what caches keep, against ``capacity``.
+    """Server-wide bytes: results being computed plus what caches keep, against ``capacity``,
+    and, given a ``ceiling``, the process's measured resident memory against it.
 
     ``evict(nbytes)`` is asked to free at least ``nbytes`` of cached results (least
     recently used first) and returns what it freed; it is set by the cache that registers.
+
+    The bytes counted are estimates, and the process holds more than they count: memory that
+    is only touched once the first visitors arrive (lazy imports, LAPACK workspaces, plotly's
+    validators), every session's state and messages, allocator fragmentation. Measured on the
+    hosted profile with an 800 MiB ceiling: 398 MiB resident when the limits were set, ~540 MiB
+    besides the cached results after thirty views, so a full cache took the process to 823 MiB.
+    With ``ceiling`` the ledger also measures the process (``rss()``, :func:`rss_bytes`) and treats
+    ``rss() + nbytes + PROCESS_SLACK_BYTES`` over the ceiling like a full cache: it evicts cached
+    results, or waits for the computations in flight, before a reservation goes ahead.
     """
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, ceiling: int | None = None, rss: Callable[[], int] = rss_bytes):
         self.capacity = int(capacity)
+        self.ceiling = None if ceiling is None else int(ceiling)
+        self.rss = rss
         self._lock = threading.Condition()
         self._in_flight = 0
         self._cached = 0
@@ -519,6 +540,19 @@ class Ledger:
     def _over(self, nbytes: int) -> int:
         return self._in_flight + self._cached + nbytes - self.capacity
 
+    def process_over(self, nbytes: int = 0) -> int:
+        """Bytes by which the measured process plus ``nbytes`` (and the slack) is over the ceiling
+        (0 or less: under it; always 0 without a ceiling or where memory cannot be measured)."""
+        if self.ceiling is None:
+            return 0
+        rss = self.rss()
+        return rss + nbytes + PROCESS_SLACK_BYTES - self.ceiling if rss else 0
+
+    def _must_wait(self, nbytes: int) -> bool:
+        """Over the accounted capacity, or over the measured ceiling while others' computations
+        (which will free memory) are in flight and the cache has nothing left to evict."""
+        return self._over(nbytes) > 0 or (self.process_over(nbytes) > 0 and self._in_flight > 0)
+
     @contextmanager
     def reserve(self, nbytes: int, what: str, waiting: Waiting | None = None,
                 poll: float = 0.25) -> Iterator[None]:
@@ -540,8 +574,10 @@ class Ledger:
             over = self._over(nbytes)
             if over > 0 and (nested or self._in_flight + nbytes <= self.capacity):
                 self.evict(over)
+            if self._cached > 0 and self.process_over(nbytes) > 0:
+                self.evict(self.process_over(nbytes))
             with self._lock:
-                if nested or self._over(nbytes) <= 0:
+                if nested or not self._must_wait(nbytes):
                     self._in_flight += nbytes
                     break
                 self._lock.wait(poll)

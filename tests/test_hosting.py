@@ -355,6 +355,26 @@ def test_ledger_keeps_the_cache_while_work_in_flight_leaves_no_room():
     assert ledger.in_flight == 0
 
 
+def test_ledger_keeps_the_measured_process_under_its_ceiling():
+    """The accounting has room (28 of 100 MiB cached), but the process, measured, holds 80 MiB
+    besides the cache: a 10 MiB reservation under a 141 MiB ceiling (32 MiB slack) first evicts
+    the two oldest results; with nothing left to evict and nothing in flight it goes ahead."""
+    mib = 2**20
+    base = [80 * mib]
+    ledger = budget.Ledger(100 * mib, ceiling=141 * mib, rss=lambda: base[0] + ledger.cached)
+    store = cache.Store(ledger)
+    for k in range(4):
+        store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * mib, "a result")   # 7 MiB each
+    assert len(store) == 4                              # 80 + 28 + 32 slack is still under 141
+    with ledger.reserve(10 * mib, "a view"):
+        assert [k for k in [("kept", i) for i in range(4)] if k in store] == [("kept", 2), ("kept", 3)]
+    base[0] = 200 * mib                                 # over the ceiling with an empty cache
+    store.clear()
+    with ledger.reserve(10 * mib, "a view", poll=0.01):
+        assert ledger.in_flight == 10 * mib
+    assert budget.Ledger(10, rss=lambda: 10**12).process_over(5) == 0      # no ceiling: not measured
+
+
 def test_memory_stays_bounded_over_thirty_views():
     """Thirty distinct views through one store: what the process holds grows by the store's bound,
     not by thirty Hessians (6 MiB each here, 180 MiB in all)."""

@@ -43,7 +43,7 @@ if budget.profile_name() == "hosted":
     budget.tune_allocator()
 LIMITS = budget.limits_from_env()
 """The limits of this server (``HESSVIZ_PROFILE``), read once when the app starts."""
-LEDGER = budget.Ledger(LIMITS.results_bytes)
+LEDGER = budget.Ledger(LIMITS.results_bytes, LIMITS.process_bytes)
 GATE = budget.Gate(LIMITS.heavy)
 _AUTOGRAD = threading.Lock()
 """torch.func's forward-mode state is per process, not per thread: one autograd reference at a time."""
@@ -154,6 +154,8 @@ class Store:
             self.ledger.add_cached(size)
             if self.ledger.cached + self.ledger.in_flight > self.ledger.capacity:
                 self.evict(self.ledger.cached + self.ledger.in_flight - self.ledger.capacity)
+            if self.ledger.process_over() > 0:       # the process itself, measured, is over its ceiling
+                self.evict(self.ledger.process_over())
             return value
         finally:
             with self._lock:
