@@ -52,6 +52,7 @@ st.caption(f"Grid: {sweeps.AXES[axis]} ∈ {{{', '.join(f'{g:g}' for g in grid)}
 with hva.guard("the sweep"):
     largest = sweeps.largest_block(view.cfg, axis, grid, pair)
 hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(PLACEMENTS)), block=largest,
+           cfg=sweeps.costliest_config(view.cfg, axis, grid),
            advice=f"The {pair_s} block reaches {largest:,} weights on this grid: pick an attention block, "
                   "lower d_ff or d, or use fewer seeds.")
 

@@ -57,7 +57,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from hessviz.config import ATTENTION_PARAMS, BlockConfig
-from hessviz.errors import SizeError
+from hessviz.errors import HessvizError, SizeError
 from hessviz.memory import format_bytes, memory_limit, parse_bytes
 
 # ----------------------------------------------------------------------------- profiles
@@ -381,6 +381,23 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
         return Cost(seconds, held, f"the heterogeneity table ({len(blocks)} blocks of P = {P:,}, "
                                    "top eigenvalue and trace each)")
     raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+
+
+WORK_FACTOR = 3.0
+"""A view's computations stop once they have used this many times the seconds a view may cost
+(:attr:`Limits.max_seconds`) of CPU: the estimate decides before anything runs, this bound holds
+whatever the estimate missed (a sweep estimated under 4 s that ran for 47 s)."""
+
+
+class OverBudget(HessvizError):
+    """A view's computations used more CPU than :data:`WORK_FACTOR` times the per-view limit."""
+
+
+def over_budget(what: str, used: float, lim_seconds: float, profile: str) -> OverBudget:
+    """The one-line refusal of a view stopped by the work bound (``used``: CPU seconds spent)."""
+    return OverBudget(f"{what[0].upper() + what[1:]} was stopped after {used:,.1f} s of computation: this "
+                      f"server allows about {lim_seconds:g} s per view ({profile} profile). What was "
+                      "computed is kept; lower d, d_ff or L, choose a smaller block, or use fewer seeds.")
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,67 @@ def test_matrix_free_views_are_affordable_past_the_dense_limit():
     assert not hosted.ok and "Lower d" in hosted.advice
 
 
+@pytest.mark.parametrize("axis", ["L", "d", "xnorm"])
+def test_a_sweep_is_priced_at_its_costliest_grid_point(axis):
+    """The Scaling page prices every point of a sweep at the grid's largest L or d: never less than
+    the sum of each point's own cost, and for a sweep over L the same whatever the sidebar's L."""
+    from hessviz import sweeps
+
+    grid, pair = sweeps.DEFAULT_GRIDS[axis], ("W_Q", "W_Q")
+    for sidebar in ((2, 32, 32, 64), (64, 8, 4, 16)):
+        cfg = hv.BlockConfig(**dict(zip(("seq_len", "d_model", "d_k", "d_ff"), sidebar)))
+        largest = sweeps.largest_block(cfg, axis, grid, pair)
+        priced = budget.cost("sweep", sweeps.costliest_config(cfg, axis, grid), points=len(grid),
+                             block=largest).seconds
+        each = sum(budget.cost("sweep", c, block=c.param_size("W_Q")).seconds
+                   for c in (sweeps.config_at(cfg, axis, g)[0] for g in grid))
+        assert priced >= each * (1 - 1e-12)
+    if axis == "L":
+        at = [budget.cost("sweep", sweeps.costliest_config(hv.BlockConfig(seq_len=L, d_model=32, d_k=32),
+                                                           axis, grid), points=24, block=1024).seconds
+              for L in (2, 64)]
+        assert at[0] == at[1]
+
+
+def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
+    """``/scaling?sc_axis=L&sc_seeds=9&L=64&d=32&dk=32&dff=64`` (issue 16: ran 47 s): 8 seeds (the
+    most offered), six lengths, four sweeps of a 1,024-weight block: refused before any work."""
+    from hessviz import sweeps
+
+    cfg = state.View.from_values({"L": 64, "d": 32, "dk": 32, "dff": 64}).cfg
+    grid = sweeps.DEFAULT_GRIDS["L"]
+    c = budget.cost("sweep", sweeps.costliest_config(cfg, "L", grid), points=len(grid) * 8 * 4,
+                    block=sweeps.largest_block(cfg, "L", grid, ("W_Q", "W_Q")))
+    assert not budget.check(c, HOSTED, cfg).ok
+
+
+def test_a_view_stops_once_its_computations_pass_the_work_bound():
+    """Whatever the estimate missed, a run's priced computations stop at the next checkpoint once
+    they have used more CPU than the bound (here 0.1 s); what was computed stays cached, and a
+    computation without an estimate is not charged."""
+
+    def burn() -> np.ndarray:                   # ~0.04 s of CPU of real work
+        t0, a = time.thread_time(), np.random.default_rng(0).standard_normal((120, 120))
+        while time.thread_time() - t0 < 0.04:
+            np.linalg.eigvalsh(a + a.T)
+        return np.zeros(4)
+
+    store = cache.Store(budget.Ledger(2**30), work_limit=0.1, profile="test")
+    status = progress.open_status("the test sweep")
+    try:
+        store.get(("free",), burn, 64, "unpriced")            # no estimate: not charged
+        assert status.work == 0
+        done = []
+        with pytest.raises(budget.OverBudget, match="stopped after .* s of computation"):
+            for k in range(20):
+                store.get(("point", k), burn, 64, "a point", seconds=0.01)
+                done.append(k)
+        assert 2 <= len(done) <= 4 and all(("point", k) in store for k in done)
+        assert status.work > 0.1
+    finally:
+        progress.close_status(status)
+
+
 class _LeavesAfter:
     """A page status whose visitor leaves after ``n`` progress steps (what moving a control does)."""
 

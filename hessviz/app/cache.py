@@ -81,10 +81,17 @@ def _readonly(value):
 
 
 class Store:
-    """A least-recently-used map bounded by the bytes of the :class:`~hessviz.budget.Ledger`."""
+    """A least-recently-used map bounded by the bytes of the :class:`~hessviz.budget.Ledger`.
 
-    def __init__(self, ledger: budget.Ledger):
+    ``work_limit``: CPU seconds one script run's computations may use before the next one stops
+    it (:meth:`hessviz.app.progress.Status.charge`). Only computations given a cost estimate
+    (``seconds`` of :meth:`get`: the budget priced them) are charged, a computation inside another
+    (a spectrum's term) once, with the outer one; waiting for another visitor's costs nothing."""
+
+    def __init__(self, ledger: budget.Ledger, work_limit: float = math.inf, profile: str = ""):
         self.ledger = ledger
+        self.work_limit, self.profile = work_limit, profile
+        self._depth = threading.local()
         self._lock = threading.Lock()
         self._items: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()
         self._computing: dict[tuple, threading.Event] = {}
@@ -145,8 +152,15 @@ class Store:
             slot = status.hold(GATE) if heavy else contextlib.nullcontext()
             with slot, self.ledger.reserve(reserve, what, status.waiting):
                 status.checkpoint()
-                start, t0 = time.time(), time.perf_counter()
-                value = _readonly(compute())
+                start, t0, cpu0 = time.time(), time.perf_counter(), time.thread_time()
+                depth = getattr(self._depth, "n", 0)
+                self._depth.n = depth + 1
+                try:
+                    value = _readonly(compute())
+                finally:
+                    self._depth.n = depth
+                if depth == 0 and math.isfinite(seconds):
+                    status.charge(time.thread_time() - cpu0, self.work_limit, self.profile)
                 runlog.computed(key, start, time.perf_counter() - t0, heavy)
             size = nbytes(value)
             with self._lock:
@@ -163,7 +177,7 @@ class Store:
             budget.trim_memory()          # the computation's temporaries go back to the system
 
 
-STORE = Store(LEDGER)
+STORE = Store(LEDGER, budget.WORK_FACTOR * LIMITS.max_seconds, LIMITS.profile)
 
 
 def clear() -> None:
