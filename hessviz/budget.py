@@ -528,8 +528,8 @@ class Ledger:
     hosted profile with an 800 MiB ceiling: 398 MiB resident when the limits were set, ~540 MiB
     besides the cached results after thirty views, so a full cache took the process to 823 MiB.
     With ``ceiling`` the ledger also measures the process (``rss()``, :func:`rss_bytes`) and treats
-    ``rss() + nbytes + PROCESS_SLACK_BYTES`` over the ceiling like a full cache: it evicts cached
-    results, or waits for the computations in flight, before a reservation goes ahead.
+    ``rss() + nbytes + PROCESS_SLACK_BYTES`` over the ceiling like a full cache: it waits for the
+    computations in flight, then evicts cached results, before a reservation goes ahead.
     """
 
     def __init__(self, capacity: int, ceiling: int | None = None, rss: Callable[[], int] = rss_bytes):
@@ -568,7 +568,9 @@ class Ledger:
 
     def _must_wait(self, nbytes: int) -> bool:
         """Over the accounted capacity, or over the measured ceiling while others' computations
-        (which will free memory) are in flight and the cache has nothing left to evict."""
+        (which will free memory) are in flight: the cache is evicted for the ceiling only once
+        nothing else is computing, since what is in flight is part of what was measured (evicting
+        then emptied the cache and every visitor's next view was computed again)."""
         return self._over(nbytes) > 0 or (self.process_over(nbytes) > 0 and self._in_flight > 0)
 
     @contextmanager
@@ -592,8 +594,8 @@ class Ledger:
             over = self._over(nbytes)
             if over > 0 and (nested or self._in_flight + nbytes <= self.capacity):
                 self.evict(over)
-            if self._cached > 0 and self.process_over(nbytes) > 0:
-                self.evict(self.process_over(nbytes))
+            if self._cached > 0 and (nested or self._in_flight == 0) and self.process_over(nbytes) > 0:
+                self.evict(self.process_over(nbytes))       # others' work in flight: wait for it first
             with self._lock:
                 if nested or not self._must_wait(nbytes):
                     self._in_flight += nbytes

@@ -34,8 +34,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.asyncio.client import ClientConnection, connect
 
 FINISHED = ForwardMsg.ScriptFinishedStatus
-ERROR = 1          # streamlit.proto.Alert_pb2.Alert.Format.ERROR
-WARNING = 2        # … .WARNING
+ERROR, WARNING, INFO = 1, 2, 3      # streamlit.proto.Alert_pb2.Alert.Format
 
 
 @dataclass
@@ -52,6 +51,8 @@ class Run:
     errors: list[str] = field(default_factory=list)
     """Bodies of ``st.error`` boxes."""
     warnings: list[str] = field(default_factory=list)
+    infos: list[str] = field(default_factory=list)
+    """Bodies of ``st.info`` boxes (the queue's "Queued: 2nd in line …")."""
     text: list[str] = field(default_factory=list)
     """Markdown, captions and headings, in arrival order (what the visitor reads)."""
     bytes: int = 0
@@ -162,7 +163,7 @@ class Visitor:
         elif kind == "exception":
             run.exceptions.append(f"{element.exception.type}: {element.exception.message}"[:500])
         elif kind == "alert":
-            box = {ERROR: run.errors, WARNING: run.warnings}.get(element.alert.format)
+            box = {ERROR: run.errors, WARNING: run.warnings, INFO: run.infos}.get(element.alert.format)
             if box is not None:
                 box.append(element.alert.body[:500])
         elif kind in ("markdown", "heading"):

@@ -419,7 +419,8 @@ def test_ledger_keeps_the_cache_while_work_in_flight_leaves_no_room():
 def test_ledger_keeps_the_measured_process_under_its_ceiling():
     """The accounting has room (28 of 100 MiB cached), but the process, measured, holds 80 MiB
     besides the cache: a 10 MiB reservation under a 173 MiB ceiling (64 MiB slack) first evicts
-    the two oldest results; with nothing left to evict and nothing in flight it goes ahead."""
+    the two oldest results. While another visitor's computation is in flight it waits for it with
+    the cache kept, then evicts; with nothing left to evict and nothing in flight it goes ahead."""
     mib = 2**20
     base = [80 * mib]
     ledger = budget.Ledger(100 * mib, ceiling=173 * mib, rss=lambda: base[0] + ledger.cached)
@@ -429,6 +430,25 @@ def test_ledger_keeps_the_measured_process_under_its_ceiling():
     assert len(store) == 4                              # 80 + 28 + 64 slack is still under 173
     with ledger.reserve(10 * mib, "a view"):
         assert [k for k in [("kept", i) for i in range(4)] if k in store] == [("kept", 2), ("kept", 3)]
+    holding, release, kept = threading.Event(), threading.Event(), []
+
+    def other_visitor():                                # its work in flight is part of what is measured
+        with ledger.reserve(5 * mib, "another visitor's view"):
+            holding.set()
+            release.wait(10)
+
+    def waiting(place: int) -> None:
+        kept.append(len(store))
+        if len(kept) == 3:
+            release.set()
+
+    t = threading.Thread(target=other_visitor)
+    t.start()
+    assert holding.wait(10)
+    base[0] = 100 * mib                                 # 100 + 14 + 10 + 64 is over 173 while it computes
+    with ledger.reserve(10 * mib, "a view", waiting, poll=0.01):
+        assert kept[:3] == [2, 2, 2] and len(store) < 2    # waited with the cache kept, then evicted
+    t.join(10)
     base[0] = 200 * mib                                 # over the ceiling with an empty cache
     store.clear()
     with ledger.reserve(10 * mib, "a view", poll=0.01):

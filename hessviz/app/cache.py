@@ -168,7 +168,7 @@ class Store:
             self.ledger.add_cached(size)
             if self.ledger.cached + self.ledger.in_flight > self.ledger.capacity:
                 self.evict(self.ledger.cached + self.ledger.in_flight - self.ledger.capacity)
-            if self.ledger.process_over() > 0:       # the process itself, measured, is over its ceiling
+            if self.ledger.in_flight == 0 and self.ledger.process_over() > 0:   # measured, over the ceiling
                 self.evict(self.ledger.process_over())
             return value
         finally:
