@@ -2,7 +2,7 @@
 
 A cold ``streamlit run app.py`` under the hosted profile (``HESSVIZ_PROFILE=hosted``,
 ``HESSVIZ_MEMORY_LIMIT=800MiB``, one torch thread) on 127.0.0.1. :data:`HEADLESS` visitors speak
-Streamlit's websocket protocol (:mod:`tests.st_client`, thirty coroutines in one thread) and
+Streamlit's websocket protocol (:mod:`tests.st_client`, coroutines in one thread) and
 :data:`BROWSERS` are real Chromium tabs (Playwright, in a thread of their own). All of them:
 
 1. open :data:`LESSON` at the same moment; each one's *first chart* is timed from its request to the
@@ -11,7 +11,7 @@ Streamlit's websocket protocol (:mod:`tests.st_client`, thirty coroutines in one
    new view; the *re-render* is timed from the request to the end of the run that carries the new
    chart (headless: ``script_finished``; Chromium: the first frame painted after the run);
 3. move it back (a view every visitor has already seen: served from the store);
-4. then four of them open four distinct heavy views at once (:data:`QUEUED`), which must queue
+4. then four more headless visitors open four distinct heavy views at once (:data:`QUEUED`), which must queue
    for the gate's heavy slots.
 
 Asserted: no visitor is shown an exception or an error box and every run has its charts; every
@@ -238,6 +238,7 @@ def test_a_class_of_thirty_on_one_small_host():
                               "lesson": LESSON, "step": f"{STEP[0]} 8 -> {STEP[1]} -> 8",
                               "visitors": {"headless": HEADLESS, "chromium": BROWSERS},
                               "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    browsers: Browsers | None = None
     try:
         server.wait_healthy()
         out["rss_server_started_mb"] = round(server.rss() / 2**20)
@@ -305,3 +306,7 @@ def test_a_class_of_thirty_on_one_small_host():
         assert server.peak_rss() < limit, f"the server peaked at {server.peak_rss() / 2**20:.0f} MiB"
     finally:
         server.stop()
+        if browsers is not None:               # a failed phase: let the tabs run out at once, and close
+            for event in browsers.go.values():
+                event.set()
+            browsers.join()
