@@ -11,8 +11,8 @@ Streamlit's websocket protocol (:mod:`tests.st_client`, coroutines in one thread
    new view; the *re-render* is timed from the request to the end of the run that carries the new
    chart (headless: ``script_finished``; Chromium: the first frame painted after the run);
 3. move it back (a view every visitor has already seen: served from the store);
-4. then four more headless visitors open four distinct heavy views at once (:data:`QUEUED`), which must queue
-   for the gate's heavy slots.
+4. then four more headless visitors open four distinct heavy views at once (:data:`QUEUED`),
+   which must queue for the gate's heavy slots.
 
 Asserted: no visitor is shown an exception or an error box and every run has its charts; every
 visitor sees the view it asked for (the header says ``d_k = 9`` after the step); the server's
