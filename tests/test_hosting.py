@@ -235,6 +235,23 @@ def test_run_log_times_each_script_run_only_when_asked(monkeypatch, capfd):
     assert all(r["wall_s"] >= 0 and r["cpu_s"] >= 0 for r in runs)
 
 
+def test_the_store_logs_each_result_it_computes_once(monkeypatch, capfd):
+    """One ``hessviz-compute`` line per computation, none for a result served from the store; the
+    same key gives the same digest (how the load test finds a result computed twice)."""
+    store = cache.Store(budget.Ledger(2**20))
+    store.get(("quiet",), lambda: np.ones(2), 64, "x")
+    assert capfd.readouterr().err == ""
+    monkeypatch.setenv(runlog.ENV, "1")
+    for k in ("a", "b", "a", "a"):
+        store.get(("point", k), lambda: np.ones(2), 64, "x", seconds=0.3)
+    store.clear()
+    store.get(("point", "a"), lambda: np.ones(2), 64, "x", seconds=0.01)      # light: no gate
+    lines = runlog.parse(capfd.readouterr().err, runlog.COMPUTE_PREFIX)
+    assert [c["what"] for c in lines] == ["point"] * 3
+    assert lines[0]["key"] == lines[2]["key"] != lines[1]["key"]
+    assert [c["heavy"] for c in lines] == [True, True, False] and all(c["wall_s"] >= 0 for c in lines)
+
+
 def test_figures_are_laid_out_once_in_the_theme_they_are_drawn_in():
     """The app draws every figure in its host's theme from the start (``plots.drawn_in``), so
     ``hva.chart`` does not replace a template; a download still gets the light one."""
