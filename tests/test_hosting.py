@@ -193,6 +193,9 @@ class _LeavesAfter:
     def hold(self, gate):
         return gate.slot()
 
+    def charge(self, seconds: float, limit: float, profile: str = "") -> None:
+        pass
+
 
 @pytest.mark.parametrize("view_of", ["matfree_spectrum", "block_table"])
 def test_matrix_free_views_stop_when_the_visitor_leaves(view_of):
