@@ -27,10 +27,13 @@ norm of an ``m × n`` block (Gram matrix, then ``eigvalsh``) ``≈ 5·10⁻¹¹ 
 the autograd reference ``≈ 3·10⁻⁸ · P · L(d² + d·d_ff + L·d)`` s per term; a sweep point
 at least 6 ms.
 :func:`check` compares a cost with the limits and, when it is over, says which control
-to lower (:class:`Verdict`).
+to lower (:class:`Verdict`). An estimate can miss: the app also stops a view's computations
+once they have used :data:`WORK_FACTOR` times the per-view seconds of CPU (:class:`OverBudget`).
 
 **Gates.** :class:`Ledger` holds the bytes of results in flight plus what caches keep,
-against one server-wide capacity, evicting cached results first (least recently used).
+against one server-wide capacity, evicting cached results first (least recently used);
+given the process ceiling (:attr:`Limits.process_bytes`, hosted) it also measures the
+process's resident memory and keeps it, with the reservation, under that ceiling.
 :class:`Gate` lets at most ``slots`` heavy computations run at once; the others wait in
 arrival order and are told their place. Both take a ``waiting`` callback that may raise
 to abandon the wait (the visitor left or moved a control).
