@@ -52,6 +52,7 @@ st.caption(f"Grid: {sweeps.AXES[axis]} ∈ {{{', '.join(f'{g:g}' for g in grid)}
 with hva.guard("the sweep"):
     largest = sweeps.largest_block(view.cfg, axis, grid, pair)
 hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(PLACEMENTS)), block=largest,
+           cfg=sweeps.costliest_config(view.cfg, axis, grid),
            advice=f"The {pair_s} block reaches {largest:,} weights on this grid: pick an attention block, "
                   "lower d_ff or d, or use fewer seeds.")
 
@@ -84,8 +85,11 @@ bar.empty()
 
 by_depth = axis == "layers"     # a geometric law in N, not a power law: no slope fits
 fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair)
-fig = plots.sweep_plot(main, sweeps.TERMS, stat="median", fits=fits, y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
-                       title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}")
+fig = hva.cache.figure(  # built once per view, for every visitor of a lesson link
+    ("scaling", view.key, axis, pair_s, n_seeds, layer),
+    lambda: plots.sweep_plot(main, sweeps.TERMS, stat="median", fits=fits,
+                             y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
+                             title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}"))
 left, right = st.columns([3, 1], gap="medium")
 with left:
     hva.chart(fig, f"scaling_{axis}_{pair[0]}_{pair[1]}", csv=main.table)
@@ -119,8 +123,9 @@ st.markdown("The same sweep for the three placements (block "
             "attention input is normalised, so the block hardly changes with ‖X‖₂ and the steep ‖X‖⁶ curve "
             "of attention alone flattens.")
 side_fits = {} if by_depth else {n: sweeps.fits(r, n, side_pair) for n, r in side.items()}
-sfig = plots.side_by_side(side, stat="median", fits=side_fits,
-                          y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂")
+sfig = hva.cache.figure(("scaling_side", view.key, axis, side_pair, n_seeds, layer),
+                       lambda: plots.side_by_side(side, stat="median", fits=side_fits,
+                                                  y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂"))
 
 
 hva.chart(sfig, f"scaling_side_by_side_{axis}", csv=lambda: sweeps.long_table(side))

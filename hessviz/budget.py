@@ -27,10 +27,13 @@ norm of an ``m × n`` block (Gram matrix, then ``eigvalsh``) ``≈ 5·10⁻¹¹ 
 the autograd reference ``≈ 3·10⁻⁸ · P · L(d² + d·d_ff + L·d)`` s per term; a sweep point
 at least 6 ms.
 :func:`check` compares a cost with the limits and, when it is over, says which control
-to lower (:class:`Verdict`).
+to lower (:class:`Verdict`). An estimate can miss: the app also stops a view's computations
+once they have used :data:`WORK_FACTOR` times the per-view seconds of CPU (:class:`OverBudget`).
 
 **Gates.** :class:`Ledger` holds the bytes of results in flight plus what caches keep,
-against one server-wide capacity, evicting cached results first (least recently used).
+against one server-wide capacity, evicting cached results first (least recently used);
+given the process ceiling (:attr:`Limits.process_bytes`, hosted) it also measures the
+process's resident memory and keeps it, with the reservation, under that ceiling.
 :class:`Gate` lets at most ``slots`` heavy computations run at once; the others wait in
 arrival order and are told their place. Both take a ``waiting`` callback that may raise
 to abandon the wait (the visitor left or moved a control).
@@ -57,7 +60,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from hessviz.config import ATTENTION_PARAMS, BlockConfig
-from hessviz.errors import SizeError
+from hessviz.errors import HessvizError, SizeError
 from hessviz.memory import format_bytes, memory_limit, parse_bytes
 
 # ----------------------------------------------------------------------------- profiles
@@ -86,6 +89,9 @@ class Limits:
     timing_repeats: int = 2
     """Timed runs per method on the Verify page (best of them); 1 on a shared host, whose
     timings other visitors disturb anyway."""
+    process_bytes: int | None = None
+    """The ceiling of the whole process's resident memory (hosted: ``HESSVIZ_MEMORY_LIMIT``), which
+    the :class:`Ledger` keeps to by measuring it; None (local) leaves only ``results_bytes``."""
 
 
 def profile_name(env: dict[str, str] | None = None) -> str:
@@ -134,7 +140,8 @@ def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | 
             raise ValueError(f"HESSVIZ_MAX_SECONDS must be > 0, got {env['HESSVIZ_MAX_SECONDS']!r}")
     if env.get("HESSVIZ_DOWNLOAD_LIMIT"):
         download = parse_bytes(env["HESSVIZ_DOWNLOAD_LIMIT"])
-    return Limits(name, int(results), seconds, max(1, heavy), int(download), repeats)
+    return Limits(name, int(results), seconds, max(1, heavy), int(download), repeats,
+                  int(ceiling) if name == "hosted" else None)
 
 
 @functools.cache
@@ -379,6 +386,23 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
     raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
+WORK_FACTOR = 3.0
+"""A view's computations stop once they have used this many times the seconds a view may cost
+(:attr:`Limits.max_seconds`) of CPU: the estimate decides before anything runs, this bound holds
+whatever the estimate missed (a sweep estimated under 4 s that ran for 47 s)."""
+
+
+class OverBudget(HessvizError):
+    """A view's computations used more CPU than :data:`WORK_FACTOR` times the per-view limit."""
+
+
+def over_budget(what: str, used: float, lim_seconds: float, profile: str) -> OverBudget:
+    """The one-line refusal of a view stopped by the work bound (``used``: CPU seconds spent)."""
+    return OverBudget(f"{what[0].upper() + what[1:]} was stopped after {used:,.1f} s of computation: this "
+                      f"server allows about {lim_seconds:g} s per view ({profile} profile). What was "
+                      "computed is kept; lower d, d_ff or L, choose a smaller block, or use fewer seeds.")
+
+
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
@@ -488,15 +512,33 @@ class Gate:
                 self._cv.notify_all()
 
 
+PROCESS_SLACK_BYTES = 64 * 2**20
+"""Kept free under the process ceiling for what a reservation does not name (Streamlit's messages,
+a figure, the copies a computation makes beyond its estimate): with 32 MiB the hosted server
+peaked at 780 MiB under an 800 MiB ceiling, too close."""
+
+
 class Ledger:
-    """Server-wide bytes: results being computed plus what caches keep, against ``capacity``.
+    """Server-wide bytes: results being computed plus what caches keep, against ``capacity``,
+    and, given a ``ceiling``, the process's measured resident memory against it.
 
     ``evict(nbytes)`` is asked to free at least ``nbytes`` of cached results (least
     recently used first) and returns what it freed; it is set by the cache that registers.
+
+    The bytes counted are estimates, and the process holds more than they count: memory that
+    is only touched once the first visitors arrive (lazy imports, LAPACK workspaces, plotly's
+    validators), every session's state and messages, allocator fragmentation. Measured on the
+    hosted profile with an 800 MiB ceiling: 398 MiB resident when the limits were set, ~540 MiB
+    besides the cached results after thirty views, so a full cache took the process to 823 MiB.
+    With ``ceiling`` the ledger also measures the process (``rss()``, :func:`rss_bytes`) and treats
+    ``rss() + nbytes + PROCESS_SLACK_BYTES`` over the ceiling like a full cache: it waits for the
+    computations in flight, then evicts cached results, before a reservation goes ahead.
     """
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, ceiling: int | None = None, rss: Callable[[], int] = rss_bytes):
         self.capacity = int(capacity)
+        self.ceiling = None if ceiling is None else int(ceiling)
+        self.rss = rss
         self._lock = threading.Condition()
         self._in_flight = 0
         self._cached = 0
@@ -519,6 +561,21 @@ class Ledger:
     def _over(self, nbytes: int) -> int:
         return self._in_flight + self._cached + nbytes - self.capacity
 
+    def process_over(self, nbytes: int = 0) -> int:
+        """Bytes by which the measured process plus ``nbytes`` (and the slack) is over the ceiling
+        (0 or less: under it; always 0 without a ceiling or where memory cannot be measured)."""
+        if self.ceiling is None:
+            return 0
+        rss = self.rss()
+        return rss + nbytes + PROCESS_SLACK_BYTES - self.ceiling if rss else 0
+
+    def _must_wait(self, nbytes: int) -> bool:
+        """Over the accounted capacity, or over the measured ceiling while others' computations
+        (which will free memory) are in flight: the cache is evicted for the ceiling only once
+        nothing else is computing, since what is in flight is part of what was measured (evicting
+        then emptied the cache and every visitor's next view was computed again)."""
+        return self._over(nbytes) > 0 or (self.process_over(nbytes) > 0 and self._in_flight > 0)
+
     @contextmanager
     def reserve(self, nbytes: int, what: str, waiting: Waiting | None = None,
                 poll: float = 0.25) -> Iterator[None]:
@@ -540,8 +597,10 @@ class Ledger:
             over = self._over(nbytes)
             if over > 0 and (nested or self._in_flight + nbytes <= self.capacity):
                 self.evict(over)
+            if self._cached > 0 and (nested or self._in_flight == 0) and self.process_over(nbytes) > 0:
+                self.evict(self.process_over(nbytes))       # others' work in flight: wait for it first
             with self._lock:
-                if nested or self._over(nbytes) <= 0:
+                if nested or not self._must_wait(nbytes):
                     self._in_flight += nbytes
                     break
                 self._lock.wait(poll)

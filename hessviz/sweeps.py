@@ -126,6 +126,19 @@ def largest_block(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], pair: t
     return max(sizes)
 
 
+def costliest_config(cfg: hv.BlockConfig, axis: str, grid: Sequence[float]) -> hv.BlockConfig:
+    """The configuration at the grid's largest ``L``, ``d`` or depth (``cfg`` itself for ``‖X‖₂``):
+    a point's cost grows with each of them, so pricing every point there bounds the sweep's cost
+    from above. Pricing it at the sidebar's block instead missed the grid's larger points: a sweep
+    over ``L`` from a sidebar at ``L = 2`` was priced as thirty-two times shorter sequences than
+    its last points.
+
+    >>> costliest_config(hv.BlockConfig(seq_len=2), "L", DEFAULT_GRIDS["L"]).seq_len
+    64
+    """
+    return config_at(cfg, axis, max(grid))[0]
+
+
 # ----------------------------------------------------------------------------- measures
 
 

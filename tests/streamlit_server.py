@@ -58,12 +58,15 @@ def browser_cpu_seconds() -> float:
 
 class Server:
     """``streamlit run app.py`` on 127.0.0.1 (``env`` added to this environment), logging to
-    ``.pytest_cache/<log>``; its CPU time and memory come from /proc."""
+    ``.pytest_cache/<log>``; its CPU time and memory come from /proc. The port is a free one, or
+    ``HESSVIZ_TEST_PORT`` when set (a machine shared by several test runs gives each its own)."""
 
     def __init__(self, env: dict[str, str] | None = None, log: str = "streamlit_test.log"):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = int(os.environ.get("HESSVIZ_TEST_PORT", "0") or 0)
+        if not self.port:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.port = s.getsockname()[1]
         self.base = f"http://127.0.0.1:{self.port}"
         (ROOT / ".pytest_cache").mkdir(exist_ok=True)
         self.log_path = ROOT / ".pytest_cache" / log

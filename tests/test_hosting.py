@@ -31,6 +31,7 @@ import torch
 import hessviz as hv
 from hessviz import budget, spectra
 from hessviz.app import cache, progress, runlog, state
+from tests.page_timing import WATCH, count_received, exceptions, rerendered, settled, stats
 from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,6 +110,67 @@ def test_matrix_free_views_are_affordable_past_the_dense_limit():
     assert not hosted.ok and "Lower d" in hosted.advice
 
 
+@pytest.mark.parametrize("axis", ["L", "d", "xnorm"])
+def test_a_sweep_is_priced_at_its_costliest_grid_point(axis):
+    """The Scaling page prices every point of a sweep at the grid's largest L or d: never less than
+    the sum of each point's own cost, and for a sweep over L the same whatever the sidebar's L."""
+    from hessviz import sweeps
+
+    grid, pair = sweeps.DEFAULT_GRIDS[axis], ("W_Q", "W_Q")
+    for sidebar in ((2, 32, 32, 64), (64, 8, 4, 16)):
+        cfg = hv.BlockConfig(**dict(zip(("seq_len", "d_model", "d_k", "d_ff"), sidebar)))
+        largest = sweeps.largest_block(cfg, axis, grid, pair)
+        priced = budget.cost("sweep", sweeps.costliest_config(cfg, axis, grid), points=len(grid),
+                             block=largest).seconds
+        each = sum(budget.cost("sweep", c, block=c.param_size("W_Q")).seconds
+                   for c in (sweeps.config_at(cfg, axis, g)[0] for g in grid))
+        assert priced >= each * (1 - 1e-12)
+    if axis == "L":
+        at = [budget.cost("sweep", sweeps.costliest_config(hv.BlockConfig(seq_len=L, d_model=32, d_k=32),
+                                                           axis, grid), points=24, block=1024).seconds
+              for L in (2, 64)]
+        assert at[0] == at[1]
+
+
+def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
+    """``/scaling?sc_axis=L&sc_seeds=9&L=64&d=32&dk=32&dff=64`` (issue 16: ran 47 s): 8 seeds (the
+    most offered), six lengths, four sweeps of a 1,024-weight block: refused before any work."""
+    from hessviz import sweeps
+
+    cfg = state.View.from_values({"L": 64, "d": 32, "dk": 32, "dff": 64}).cfg
+    grid = sweeps.DEFAULT_GRIDS["L"]
+    c = budget.cost("sweep", sweeps.costliest_config(cfg, "L", grid), points=len(grid) * 8 * 4,
+                    block=sweeps.largest_block(cfg, "L", grid, ("W_Q", "W_Q")))
+    assert not budget.check(c, HOSTED, cfg).ok
+
+
+def test_a_view_stops_once_its_computations_pass_the_work_bound():
+    """Whatever the estimate missed, a run's priced computations stop at the next checkpoint once
+    they have used more CPU than the bound (here 0.1 s); what was computed stays cached, and a
+    computation without an estimate is not charged."""
+
+    def burn() -> np.ndarray:                   # ~0.04 s of CPU of real work
+        t0, a = time.thread_time(), np.random.default_rng(0).standard_normal((120, 120))
+        while time.thread_time() - t0 < 0.04:
+            np.linalg.eigvalsh(a + a.T)
+        return np.zeros(4)
+
+    store = cache.Store(budget.Ledger(2**30), work_limit=0.1, profile="test")
+    status = progress.open_status("the test sweep")
+    try:
+        store.get(("free",), burn, 64, "unpriced")            # no estimate: not charged
+        assert status.work == 0
+        done = []
+        with pytest.raises(budget.OverBudget, match="stopped after .* s of computation"):
+            for k in range(20):
+                store.get(("point", k), burn, 64, "a point", seconds=0.01)
+                done.append(k)
+        assert 2 <= len(done) <= 4 and all(("point", k) in store for k in done)
+        assert status.work > 0.1
+    finally:
+        progress.close_status(status)
+
+
 class _LeavesAfter:
     """A page status whose visitor leaves after ``n`` progress steps (what moving a control does)."""
 
@@ -130,6 +192,9 @@ class _LeavesAfter:
 
     def hold(self, gate):
         return gate.slot()
+
+    def charge(self, seconds: float, limit: float, profile: str = "") -> None:
+        pass
 
 
 @pytest.mark.parametrize("view_of", ["matfree_spectrum", "block_table"])
@@ -171,6 +236,23 @@ def test_run_log_times_each_script_run_only_when_asked(monkeypatch, capfd):
     runs = runlog.parse(capfd.readouterr().err)
     assert [(r["page"], r["end"]) for r in runs] == [("spectrum", "finished"), ("bounds", "stopped")]
     assert all(r["wall_s"] >= 0 and r["cpu_s"] >= 0 for r in runs)
+
+
+def test_the_store_logs_each_result_it_computes_once(monkeypatch, capfd):
+    """One ``hessviz-compute`` line per computation, none for a result served from the store; the
+    same key gives the same digest (how the load test finds a result computed twice)."""
+    store = cache.Store(budget.Ledger(2**20))
+    store.get(("quiet",), lambda: np.ones(2), 64, "x")
+    assert capfd.readouterr().err == ""
+    monkeypatch.setenv(runlog.ENV, "1")
+    for k in ("a", "b", "a", "a"):
+        store.get(("point", k), lambda: np.ones(2), 64, "x", seconds=0.3)
+    store.clear()
+    store.get(("point", "a"), lambda: np.ones(2), 64, "x", seconds=0.01)      # light: no gate
+    lines = runlog.parse(capfd.readouterr().err, runlog.COMPUTE_PREFIX)
+    assert [c["what"] for c in lines] == ["point"] * 3
+    assert lines[0]["key"] == lines[2]["key"] != lines[1]["key"]
+    assert [c["heavy"] for c in lines] == [True, True, False] and all(c["wall_s"] >= 0 for c in lines)
 
 
 def test_figures_are_laid_out_once_in_the_theme_they_are_drawn_in():
@@ -354,6 +436,46 @@ def test_ledger_keeps_the_cache_while_work_in_flight_leaves_no_room():
     assert ledger.in_flight == 0
 
 
+def test_ledger_keeps_the_measured_process_under_its_ceiling():
+    """The accounting has room (28 of 100 MiB cached), but the process, measured, holds 80 MiB
+    besides the cache: a 10 MiB reservation under a 173 MiB ceiling (64 MiB slack) first evicts
+    the two oldest results. While another visitor's computation is in flight it waits for it with
+    the cache kept, then evicts; with nothing left to evict and nothing in flight it goes ahead."""
+    mib = 2**20
+    base = [80 * mib]
+    ledger = budget.Ledger(100 * mib, ceiling=173 * mib, rss=lambda: base[0] + ledger.cached)
+    store = cache.Store(ledger)
+    for k in range(4):
+        store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * mib, "a result")   # 7 MiB each
+    assert len(store) == 4                              # 80 + 28 + 64 slack is still under 173
+    with ledger.reserve(10 * mib, "a view"):
+        assert [k for k in [("kept", i) for i in range(4)] if k in store] == [("kept", 2), ("kept", 3)]
+    holding, release, kept = threading.Event(), threading.Event(), []
+
+    def other_visitor():                                # its work in flight is part of what is measured
+        with ledger.reserve(5 * mib, "another visitor's view"):
+            holding.set()
+            release.wait(10)
+
+    def waiting(place: int) -> None:
+        kept.append(len(store))
+        if len(kept) == 3:
+            release.set()
+
+    t = threading.Thread(target=other_visitor)
+    t.start()
+    assert holding.wait(10)
+    base[0] = 100 * mib                                 # 100 + 14 + 10 + 64 is over 173 while it computes
+    with ledger.reserve(10 * mib, "a view", waiting, poll=0.01):
+        assert kept[:3] == [2, 2, 2] and len(store) < 2    # waited with the cache kept, then evicted
+    t.join(10)
+    base[0] = 200 * mib                                 # over the ceiling with an empty cache
+    store.clear()
+    with ledger.reserve(10 * mib, "a view", poll=0.01):
+        assert ledger.in_flight == 10 * mib
+    assert budget.Ledger(10, rss=lambda: 10**12).process_over(5) == 0      # no ceiling: not measured
+
+
 def test_memory_stays_bounded_over_thirty_views():
     """Thirty distinct views through one store: what the process holds grows by the store's bound,
     not by thirty Hessians (6 MiB each here, 180 MiB in all)."""
@@ -486,86 +608,12 @@ def test_page_control_keeps_allowed_values_of_a_repeated_key():
 
 # ----------------------------------------------------------------------------- a cold server, four visitors
 
-SCRIPT_STATE = ("() => document.querySelector('[data-testid=\"stApp\"]')"
-                "?.getAttribute('data-test-script-state') === '{}'")
 HEAVY_PAGES = ["/verify?seed=200", "/spectrum", "/scaling", "/bounds"]
 # the spectrum forced dense: its auto method goes matrix-free there, which a hosted server affords
 REFUSED = ["/spectrum?L=64&d=32&dk=32&dff=48&spec_method=dense",
            "/bounds?L=64&d=64&dk=64",
            "/layernorm_collapse?lnc_view=block&L=64&d=64&dk=64&dff=256&lnc_decades=7&lnc_seeds=5",
            "/verify?L=64&d=32&dk=8&dff=24"]
-
-
-def _settled(page, timeout_ms: float = 90_000, started: bool = False) -> None:
-    """Wait until the script run is over: running first (when a rerun was just asked), then not."""
-    if started:
-        try:
-            page.wait_for_function(SCRIPT_STATE.format("running"), timeout=3_000)
-        except Exception:  # noqa: BLE001 - a fast rerun may be over before we look
-            pass
-    page.wait_for_selector("h1", timeout=timeout_ms)
-    page.wait_for_function(SCRIPT_STATE.format("notRunning"), timeout=timeout_ms)
-
-
-WATCH = """() => {
-  // Records, in the page's own clock, when a key goes down and when the script state changes,
-  // so a re-render is timed from the keystroke to the first frame painted after the run ended,
-  // whatever order the test looks at the visitors in.
-  // A run so fast that the page never shows the "running" state (a cached view) is caught by
-  // the last change to the main area (the sidebar's own slider does not count) instead.
-  if (window.__hv) return;
-  const hv = window.__hv = {press: null, done: null, painted: null, running: false, last: null};
-  document.addEventListener("keydown", () => {
-    hv.press = performance.now(); hv.done = hv.painted = hv.last = null; hv.running = false;
-  }, true);
-  new MutationObserver(records => {
-    for (const r of records) {
-      const el = r.target.nodeType === 1 ? r.target : r.target.parentElement;
-      if (hv.press !== null && el && el.closest('[data-testid="stMain"]')) hv.last = performance.now();
-      if (hv.press === null || hv.done !== null || r.attributeName !== "data-test-script-state") continue;
-      const now = r.target.getAttribute("data-test-script-state");
-      if (r.oldValue === "running" || now === "running") hv.running = true;
-      if (hv.running && now === "notRunning") {
-        hv.done = performance.now();
-        requestAnimationFrame(() => requestAnimationFrame(() => { hv.painted = performance.now(); }));
-      }
-    }
-  }).observe(document, {attributes: true, subtree: true, attributeOldValue: true, childList: true,
-                        characterData: true});
-}"""
-
-
-def _rerendered(page, timeout_ms: float = 90_000) -> float:
-    """Seconds from the last keystroke to the first frame painted after the run it started ended
-    (:data:`WATCH` must be installed in the page)."""
-    page.wait_for_function(QUIET, timeout=timeout_ms)
-    return page.evaluate("() => ((window.__hv.painted ?? window.__hv.last) - window.__hv.press) / 1000")
-
-
-QUIET = """() => {
-  const hv = window.__hv;
-  if (!hv || hv.press === null) return false;
-  if (hv.painted !== null) return true;
-  const app = document.querySelector('[data-testid="stApp"]');
-  const idle = app && app.getAttribute('data-test-script-state') === 'notRunning';
-  return idle && hv.last !== null && performance.now() - hv.last > 1500;
-}"""
-
-
-def _count_received(page, into: dict[str, int], key: str) -> None:
-    """Add the bytes of every websocket frame the page receives to ``into[key]``."""
-    def on_frame(data) -> None:
-        into[key] += len(data)
-
-    page.on("websocket", lambda ws: ws.on("framereceived", on_frame))
-
-
-def _exceptions(page) -> list[str]:
-    return [e.inner_text()[:500] for e in page.query_selector_all('[data-testid="stException"]')]
-
-
-def _stats(xs: list[float]) -> dict[str, float]:
-    return {"median": round(float(np.median(xs)), 2), "max": round(float(np.max(xs)), 2)}
 
 
 @pytest.mark.browser
@@ -588,7 +636,7 @@ def test_cold_server_four_visitors_hosted():
             for url in HEAVY_PAGES:
                 ctx = browser.new_context(viewport={"width": 1400, "height": 900})
                 page = ctx.new_page()
-                _count_received(page, received, url)
+                count_received(page, received, url)
                 t0 = time.perf_counter()
                 page.goto(server.base + url)
                 visitors.append((url, ctx, page, t0))
@@ -596,9 +644,9 @@ def test_cold_server_four_visitors_hosted():
             for url, _, page, t0 in visitors:
                 page.wait_for_selector(".js-plotly-plot", timeout=180_000)
                 first.append(time.perf_counter() - t0)
-                _settled(page)
-                assert _exceptions(page) == [], (url, _exceptions(page))
-            out["first_chart_s"] = _stats(first)
+                settled(page)
+                assert exceptions(page) == [], (url, exceptions(page))
+            out["first_chart_s"] = stats(first)
             out["rss_after_first_charts_mb"] = round(server.rss() / 2**20)
             # 2. each visitor moves a slider (d_k 8 -> 9: a new view, then back: a cached one) at
             # the same moment; where the time goes: each visitor's script run on the server (from
@@ -619,12 +667,12 @@ def test_cold_server_four_visitors_hosted():
                     slider.press(step)
                 times = []
                 for url, _, page, _ in visitors:
-                    times.append(_rerendered(page))
-                    assert _exceptions(page) == [], (url, _exceptions(page))
+                    times.append(rerendered(page))
+                    assert exceptions(page) == [], (url, exceptions(page))
                 cpu = (server.cpu_seconds() - cpu[0], browser_cpu_seconds() - cpu[1])
                 time.sleep(0.5)                               # the last run lines reach the log
                 runs = [r for r in runlog.parse(server.log_text())[runs_before:] if r["end"] == "finished"]
-                out[f"rerender_{name}_view_s"] = _stats(times)
+                out[f"rerender_{name}_view_s"] = stats(times)
                 out[f"rerender_{name}_view_detail"] = {
                     "visitors_s": {url: round(t, 2) for (url, *_), t in zip(visitors, times)},
                     "server_run_wall_s": {r["page"]: r["wall_s"] for r in runs},
@@ -632,23 +680,23 @@ def test_cold_server_four_visitors_hosted():
                     "server_cpu_s": round(cpu[0], 2), "browsers_cpu_s": round(cpu[1], 2),
                     "bytes_to_each_page": dict(received), "load_average_before": round(load, 2)}
                 if runs:
-                    out[f"rerender_{name}_view_server_s"] = _stats([r["wall_s"] for r in runs])
+                    out[f"rerender_{name}_view_server_s"] = stats([r["wall_s"] for r in runs])
             # 3. the heaviest URLs of issue 8 settle with a message, no computation
             settle = []
             for (_, _, page, _), heavy in zip(visitors, REFUSED):
                 t0 = time.perf_counter()
                 page.goto(server.base + heavy)
                 page.wait_for_selector("text=Too much for this server", timeout=60_000)
-                _settled(page)
+                settled(page)
                 settle.append(time.perf_counter() - t0)
-                assert _exceptions(page) == [], (heavy, _exceptions(page))
-            out["refused_heaviest_urls_s"] = _stats(settle)
+                assert exceptions(page) == [], (heavy, exceptions(page))
+            out["refused_heaviest_urls_s"] = stats(settle)
             # 4. an unknown page and a script in the URL: the default page, no exception
             page = visitors[0][2]
             page.goto(server.base + "/no_such_page?L=%3Cscript%3Ealert(1)%3C/script%3E")
             page.wait_for_selector(".js-plotly-plot", timeout=60_000)
-            _settled(page)
-            assert _exceptions(page) == []
+            settled(page)
+            assert exceptions(page) == []
             # 5. everyone starts a fresh heavy view, then leaves at once
             for (url, _, page, _) in visitors:
                 page.goto(server.base + url.split("?")[0] + "?seed=77&dk=7")
@@ -664,9 +712,9 @@ def test_cold_server_four_visitors_hosted():
             for seed in range(30):
                 page.goto(f"{server.base}/?seed={1000 + seed}&dk={4 + seed % 8}")
                 page.wait_for_selector(".js-plotly-plot", timeout=60_000)
-                _settled(page)
+                settled(page)
                 rss.append(server.rss())
-            assert _exceptions(page) == []
+            assert exceptions(page) == []
             ctx.close()
             browser.close()
         out["rss_over_30_views_mb"] = {"first": round(rss[0] / 2**20), "last": round(rss[-1] / 2**20),

@@ -32,6 +32,7 @@ import torch
 
 import hessviz as hv
 from hessviz import budget, spectra, sweeps
+from hessviz.app import runlog
 from hessviz.app.progress import current
 from hessviz.app.state import View, device
 from hessviz.experiments import bounds as bounds_exp
@@ -42,7 +43,7 @@ if budget.profile_name() == "hosted":
     budget.tune_allocator()
 LIMITS = budget.limits_from_env()
 """The limits of this server (``HESSVIZ_PROFILE``), read once when the app starts."""
-LEDGER = budget.Ledger(LIMITS.results_bytes)
+LEDGER = budget.Ledger(LIMITS.results_bytes, LIMITS.process_bytes)
 GATE = budget.Gate(LIMITS.heavy)
 _AUTOGRAD = threading.Lock()
 """torch.func's forward-mode state is per process, not per thread: one autograd reference at a time."""
@@ -62,6 +63,8 @@ def nbytes(value: object) -> int:
         return 49 + len(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return 64 + sum(nbytes(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if hasattr(value, "to_plotly_json"):       # a plotly figure: its data and layout as dicts and lists
+        return 64 + nbytes(value.to_plotly_json())
     return 64
 
 
@@ -78,10 +81,17 @@ def _readonly(value):
 
 
 class Store:
-    """A least-recently-used map bounded by the bytes of the :class:`~hessviz.budget.Ledger`."""
+    """A least-recently-used map bounded by the bytes of the :class:`~hessviz.budget.Ledger`.
 
-    def __init__(self, ledger: budget.Ledger):
+    ``work_limit``: CPU seconds one script run's computations may use before the next one stops
+    it (:meth:`hessviz.app.progress.Status.charge`). Only computations given a cost estimate
+    (``seconds`` of :meth:`get`: the budget priced them) are charged, a computation inside another
+    (a spectrum's term) once, with the outer one; waiting for another visitor's costs nothing."""
+
+    def __init__(self, ledger: budget.Ledger, work_limit: float = math.inf, profile: str = ""):
         self.ledger = ledger
+        self.work_limit, self.profile = work_limit, profile
+        self._depth = threading.local()
         self._lock = threading.Lock()
         self._items: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()
         self._computing: dict[tuple, threading.Event] = {}
@@ -138,16 +148,28 @@ class Store:
             while not event.wait(0.25):    # another visitor computes it: wait, or give up if we leave
                 status.waiting(0)
         try:
-            slot = status.hold(GATE) if seconds >= budget.LIGHT_SECONDS else contextlib.nullcontext()
+            heavy = seconds >= budget.LIGHT_SECONDS
+            slot = status.hold(GATE) if heavy else contextlib.nullcontext()
             with slot, self.ledger.reserve(reserve, what, status.waiting):
                 status.checkpoint()
-                value = _readonly(compute())
+                start, t0, cpu0 = time.time(), time.perf_counter(), time.thread_time()
+                depth = getattr(self._depth, "n", 0)
+                self._depth.n = depth + 1
+                try:
+                    value = _readonly(compute())
+                finally:
+                    self._depth.n = depth
+                if depth == 0 and math.isfinite(seconds):
+                    status.charge(time.thread_time() - cpu0, self.work_limit, self.profile)
+                runlog.computed(key, start, time.perf_counter() - t0, heavy)
             size = nbytes(value)
             with self._lock:
                 self._items[key] = (value, size)
             self.ledger.add_cached(size)
             if self.ledger.cached + self.ledger.in_flight > self.ledger.capacity:
                 self.evict(self.ledger.cached + self.ledger.in_flight - self.ledger.capacity)
+            if self.ledger.in_flight == 0 and self.ledger.process_over() > 0:   # measured, over the ceiling
+                self.evict(self.ledger.process_over())
             return value
         finally:
             with self._lock:
@@ -155,7 +177,7 @@ class Store:
             budget.trim_memory()          # the computation's temporaries go back to the system
 
 
-STORE = Store(LEDGER)
+STORE = Store(LEDGER, budget.WORK_FACTOR * LIMITS.max_seconds, LIMITS.profile)
 
 
 def clear() -> None:
@@ -188,6 +210,18 @@ def term(key: tuple, term: str) -> np.ndarray:
     c = budget.term_cost(view.cfg)
     return STORE.get(("term", key, term), compute, c.bytes, f"the {term} Hessian (P = {view.num_params:,})",
                      c.seconds)
+
+
+def figure(key: tuple, build: Callable[[], object]) -> object:
+    """The figure ``build()`` draws from cached results, built once for every visitor of the view
+    ``key`` (the page's name first, then everything the figure depends on).
+
+    Thirty students on one lesson link run the same page on the same view: laying out a plotly
+    figure (validating every trace and property) was most of a cached run's CPU, ~0.1 s per figure
+    on the Scaling page, paid thirty times over under one GIL. The figure is shared between
+    sessions: callers must not modify it (``hva.chart`` only reads a figure laid out in the
+    app's theme, :func:`hessviz.plots.drawn_in`)."""
+    return STORE.get(("figure", *key), build, 1 << 20, "a figure", seconds=0.0)
 
 
 def offsets(key: tuple) -> dict[str, slice]:

@@ -6,7 +6,10 @@ script thread. The caches call :func:`current` between chunks of work:
 * :meth:`Status.checkpoint` raises :class:`Cancelled` when the visitor's session has no
   connection any more (tab closed), so the server stops working for nobody;
 * :meth:`Status.waiting` shows the visitor's place in the queue of heavy computations;
-* :meth:`Status.step` draws a progress bar.
+* :meth:`Status.step` draws a progress bar;
+* :meth:`Status.charge` adds the CPU a computation used, and :meth:`Status.checkpoint` raises
+  :class:`hessviz.budget.OverBudget` once the run's computations are over
+  :data:`hessviz.budget.WORK_FACTOR` times the per-view limit (the guard shows it in one line).
 
 Each of them writes to a Streamlit placeholder. Writing is also how Streamlit interrupts a
 run whose controls have moved (``runner.fastReruns``): the write raises Streamlit's rerun
@@ -24,6 +27,8 @@ from collections.abc import Callable
 import streamlit as st
 from streamlit import runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from hessviz import budget
 
 _local = threading.local()
 
@@ -78,6 +83,8 @@ class Status:
         self._last = 0.0
         self._held = contextlib.ExitStack()
         self._holding = False
+        self.work, self.work_limit, self.profile = 0.0, math.inf, ""
+        """CPU seconds this run's computations used (:meth:`charge`), and the bound on them."""
 
     def hold(self, gate) -> contextlib.AbstractContextManager:
         """Take a slot of ``gate`` at the first computation and keep it until the guard ends, so a
@@ -87,9 +94,17 @@ class Status:
             self._holding = True
         return contextlib.nullcontext()
 
+    def charge(self, seconds: float, limit: float, profile: str = "") -> None:
+        """Add ``seconds`` of CPU that this run's computations used; the next :meth:`checkpoint`
+        raises :class:`hessviz.budget.OverBudget` once they are over ``limit``."""
+        self.work += seconds
+        self.work_limit, self.profile = limit, profile
+
     def checkpoint(self) -> None:
         if not session_alive():
             raise Cancelled(self.what)
+        if self.work > self.work_limit:
+            raise budget.over_budget(self.what, self.work, self.work_limit / budget.WORK_FACTOR, self.profile)
 
     def _show(self, kind: str, text: str, value: float | None = None) -> None:
         now = time.monotonic()
@@ -129,6 +144,9 @@ class _Quiet:
     what = "this computation"
 
     def checkpoint(self) -> None:
+        pass
+
+    def charge(self, seconds: float, limit: float, profile: str = "") -> None:
         pass
 
     def waiting(self, place: int) -> None:

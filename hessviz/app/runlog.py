@@ -14,11 +14,23 @@ refused view) or ``rerun`` (a control moved mid-run and the run was dropped), ``
 time at the end. The load test (``tests/test_hosting.py``) reads these lines from the
 server's log to report the server's share of a re-render. Without the variable nothing is
 measured or printed.
+
+With the same variable the cache (:mod:`hessviz.app.cache`) prints one line per result it
+computes (not per result it serves from the store or from another visitor's computation)::
+
+    hessviz-compute {"what": "sweep_point", "key": "9c0e1f2a3b4d", "heavy": false,
+                     "start": 1764525599.873, "wall_s": 0.031, "session": "3f2a9c1e"}
+
+``key`` is a digest of the whole cache key, so two lines with the same ``key`` are the same
+result computed twice; the load test (``tests/test_classroom_load.py``) checks that thirty
+visitors of one view share each computation, and ``heavy`` (it held a slot of the
+:class:`hessviz.budget.Gate`) how many heavy ones ran at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -27,6 +39,7 @@ from collections.abc import Iterator
 
 ENV = "HESSVIZ_RUN_LOG"
 PREFIX = "hessviz-run "
+COMPUTE_PREFIX = "hessviz-compute "
 
 
 def enabled(env: dict[str, str] | None = None) -> bool:
@@ -61,21 +74,34 @@ def timed(page: str) -> Iterator[None]:
         end = "error"
         raise
     finally:
-        line = {"page": page, "session": _session(), "wall_s": round(time.perf_counter() - t0, 4),
-                "cpu_s": round(time.thread_time() - c0, 4), "end": end, "t": round(time.time(), 3)}
-        text = PREFIX + json.dumps(line) + "\n"
-        try:                    # one write, so other threads' log lines cannot land inside it
-            os.write(sys.stderr.fileno(), text.encode())
-        except (OSError, ValueError):
-            print(text, end="", file=sys.stderr, flush=True)
+        _write(PREFIX, {"page": page, "session": _session(), "wall_s": round(time.perf_counter() - t0, 4),
+                        "cpu_s": round(time.thread_time() - c0, 4), "end": end, "t": round(time.time(), 3)})
 
 
-def parse(text: str) -> list[dict]:
-    """The run lines of a server log, in order (anything else on a line is ignored)."""
+def computed(key: tuple, start: float, wall_s: float, heavy: bool) -> None:
+    """One line for a result the cache computed (``start``: Unix time; nothing unless enabled)."""
+    if not enabled():
+        return
+    digest = hashlib.sha1(repr(key).encode(), usedforsecurity=False).hexdigest()[:12]
+    _write(COMPUTE_PREFIX, {"what": str(key[0]), "key": digest, "heavy": bool(heavy),
+                            "start": round(start, 3), "wall_s": round(wall_s, 4), "session": _session()})
+
+
+def _write(prefix: str, line: dict) -> None:
+    text = prefix + json.dumps(line) + "\n"
+    try:                    # one write, so other threads' log lines cannot land inside it
+        os.write(sys.stderr.fileno(), text.encode())
+    except (OSError, ValueError):
+        print(text, end="", file=sys.stderr, flush=True)
+
+
+def parse(text: str, prefix: str = PREFIX) -> list[dict]:
+    """The run lines (or, with ``prefix=COMPUTE_PREFIX``, the computation lines) of a server log,
+    in order (anything else on a line is ignored)."""
     decoder, out = json.JSONDecoder(), []
     for line in text.splitlines():
-        at = line.find(PREFIX)
+        at = line.find(prefix)
         if at >= 0:
             with contextlib.suppress(ValueError):
-                out.append(decoder.raw_decode(line, at + len(PREFIX))[0])
+                out.append(decoder.raw_decode(line, at + len(prefix))[0])
     return out
