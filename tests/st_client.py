@@ -14,8 +14,8 @@ A browser tab of a Streamlit app is one websocket, ``/_stcore/stream`` (subproto
 :class:`Visitor` opens a page as a tab does (its first ``rerun_script`` carries no widget
 state, exactly what Chromium sends), records every run (:class:`Run`: when its first chart
 arrived, its exceptions, error and warning boxes, its text) and moves one control the way the
-frontend does after a slider step: a ``rerun_script`` with the new query string and the
-widget's new value. It sends only the states of the widgets it changed: the server keeps every
+frontend does after a slider step: a ``rerun_script`` with the query string the app last wrote
+and the widget's new value. It sends only the states of the widgets it changed: the server keeps every
 other widget's value from the previous run (``SessionState.set_widgets_from_proto`` sets just the
 states given), so the page runs with the same values a browser would send.
 
@@ -97,12 +97,13 @@ class Visitor:
         return await self._receive(run, timeout)
 
     async def step(self, key: str, value: float, timeout: float) -> Run:
-        """Move the slider bound to URL key ``key`` to ``value`` and return the run it starts."""
+        """Move the slider of URL key ``key`` to ``value`` and return the run it starts. The query
+        sent is the one the app last wrote (``page_info_changed``): no widget is bound to the URL,
+        the app writes it after the run reads the new value (:mod:`hessviz.app.address`)."""
         widget = self.widgets.get(key)
         if widget is None:
             raise ProtocolError(f"{self.name}: no widget with key {key!r} among {sorted(self.widgets)}")
-        self.query = [(k, v) for k, v in self.query if k != key] + [(key, f"{value:g}")]
-        run = Run(sent=time.perf_counter())
+        run = Run(sent=time.perf_counter())    # the query stays what the app last wrote, as in a tab
         await self._send(widgets={widget: float(value)})
         return await self._receive(run, timeout)
 
