@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 import hessviz as hv
 from hessviz import budget, plots
@@ -60,9 +61,18 @@ def _settle_url() -> None:
         value, note = state.settle_shared(key, texts)
         if note is not None:
             notes.append(note)
-            st.query_params[key] = state.APP_SETTINGS[key].format(value)
-            st.session_state[key] = value        # the control starts from the settled value
+            _settle_control(key, value, state.APP_SETTINGS[key].format(value))
     _show_notes(notes)
+
+
+def _settle_control(key: str, value: object, url: str | list[str]) -> None:
+    """Start the control ``key`` from ``value`` (drawn later in this run) and write ``url`` to the
+    address bar. Once the control has been drawn it is bound to its URL key (a rerun after the
+    visitor moved it, a switch of page or model), Streamlit refuses a direct write to that key, and
+    the control's new value updates the URL by itself."""
+    with contextlib.suppress(StreamlitAPIException):     # bound: the control writes the URL
+        st.query_params[key] = url
+    st.session_state[key] = value
 
 
 def _show_notes(notes: list[str], container=None) -> None:
@@ -78,11 +88,7 @@ def _settle_page_key(key: str, default: object, container=None, **allowed) -> No
     value, note = state.settle(key, texts, default, **allowed)
     if note is None:
         return
-    if isinstance(value, list):
-        st.query_params[key] = [str(v) for v in value]
-    else:
-        st.query_params[key] = str(value)
-    st.session_state[key] = value                # the control starts from the settled value
+    _settle_control(key, value, [str(v) for v in value] if isinstance(value, list) else str(value))
     _show_notes([note], container)
 
 
@@ -432,11 +438,13 @@ def text(label: str, key: str, default: str, max_chars: int, *, help: str | None
         elif len(value) > max_chars:
             value, note = value[:max_chars], f"`{key}` is longer than {max_chars} characters: cut to them."
         if note is not None:
-            st.query_params[key] = value
-            st.session_state[key] = value
+            _settle_control(key, value, value)
             _show_notes([note], where)
     value = where.text_area(label, default, max_chars=max_chars, key=key, bind=_BIND, help=help,
-                            height=80) or default
+                            height=80)
+    if not (value or "").strip():              # emptied in the box: drawn with the default text
+        value = default
+        _show_notes([f"`{key}` is empty: used the default text."], where)
     _remember(key, value, default)
     return value
 
