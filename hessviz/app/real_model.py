@@ -119,10 +119,10 @@ def default_views(model: str, text: str = DEFAULT_TEXT, say: Callable[[str], Non
     return seconds
 
 
-def precompute(models: Sequence[str], path: Path, command: str = "",
+def precompute(models: Sequence[str], path: Path, command: str = "", text: str = DEFAULT_TEXT,
                say: Callable[[str], None] = print) -> int:
-    """The default views of ``models`` (:func:`default_views`) saved to ``path``; returns its bytes.
-    Nothing is read from an earlier file: every entry is computed here."""
+    """The default views of ``models`` on ``text`` (:func:`default_views`) saved to ``path``; returns
+    its bytes. Nothing is read from an earlier file: every entry is computed here."""
     import torch
 
     import hessviz
@@ -131,11 +131,11 @@ def precompute(models: Sequence[str], path: Path, command: str = "",
     cache.PRECOMPUTED = None
     cache.clear()
     try:
-        seconds = {m: default_views(m, say=say) for m in models}
+        seconds = {m: default_views(m, text, say=say) for m in models}
         entries = cache.real_results()
     finally:
         cache.PRECOMPUTED = saved
-    made = {"command": command, "models": list(models), "text": DEFAULT_TEXT, "seconds": seconds,
+    made = {"command": command, "models": list(models), "text": text, "seconds": seconds,
             "hessviz": hessviz.__version__, "torch": torch.__version__, "python": platform.python_version(),
             "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     return precomputed.save(path, entries, made)
