@@ -325,7 +325,7 @@ def test_pages_without_stacks_show_one_block_and_no_layers_control():
     assert caption(at).startswith("Post-LN block × 2 layers")
 
 
-# ----------------------------------------------------------------------------- the Real model page: odd inputs
+# ------------------------------------------------------------------------- the Real model page: odd inputs
 PYDOC = dict(rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="1", rm_part="attention",
              rm_samples="6")
 
