@@ -127,8 +127,18 @@ asked = int(hva.select(f"Rows of {name}", [str(k) for k in counts], key="rm_rows
                        default=str(rm.default_rows(rows, cols)), container=c8,
                        help=f"{name} is {rows} × {cols}: the block drawn is that many of its rows, all "
                             f"{cols} columns ({rm.WINDOW_MAX:,} entries at most)"))
-n_rows, verdict = rm.window_rows(cfg, name, asked, hva.cache.LIMITS)
-first = hva.slider("From row", 0, rows - n_rows, key="rm_row0", default=0, container=c9)
+first = hva.slider("From row", 0, rows - 1, key="rm_row0", default=0, container=c9,
+                   help="the window's first row (moved up when the window would pass the last row)")
+
+
+def window_ready(k: int) -> bool:
+    at = min(first, rows - k) * cols
+    key = hva.cache.window_key(model, layer, text, seed, name, at, k * cols, term, loss_key)
+    return hva.cache.real_ready(key)
+
+
+n_rows, verdict = rm.window_rows(cfg, name, asked, hva.cache.LIMITS, window_ready)
+first = min(first, rows - n_rows)
 start, size = first * cols, n_rows * cols
 if not verdict.ok:
     st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
@@ -180,7 +190,8 @@ part_asked = hva.select("Part of the layer", explore.PARTS, key="rm_part", defau
                                             "biases and the LayerNorm weights")
 st.caption("Top eigenvalue (Lanczos) and trace (Hutch++) of each diagonal block H[b, b] of the full "
            f"Hessian; blocks of ≤ {budget.EXACT_BLOCK} entries exactly. Blocks as chosen above.")
-part, used, verdict = rm.reduced_table(cfg, by_head, part_asked, samples, hva.cache.LIMITS)
+part, used, verdict = rm.reduced_table(cfg, by_head, part_asked, samples, hva.cache.LIMITS, lambda b, s: (
+    hva.cache.real_ready(hva.cache.table_key(model, layer, text, seed, "full", b, s, loss_key))))
 if not verdict.ok:
     st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
     st.stop()
@@ -189,7 +200,8 @@ if (part, used) != (part_asked, samples):
             f"view ({hva.cache.LIMITS.profile} profile, {hva.cache.LIMITS.max_seconds:g} s): drawn {part} "
             f"with {used} products.", icon=":material/speed:")
 blocks = tuple(n for n, _ in explore.part_blocks(cfg, by_head, part))
-st.caption(f"Estimated work: about {verdict.cost.seconds:.2g} s and {format_bytes(verdict.cost.bytes)}.")
+st.caption(f"Estimated work: about {verdict.cost.seconds:.2g} s and {format_bytes(verdict.cost.bytes)}."
+           if verdict.cost.seconds else "Precomputed (or computed before on this server): drawn at once.")
 with hva.guard("the block table"):
     table = hva.cache.real_block_table(model, layer, text, seed, "full", blocks, used, loss_key)
 tfig = plots.block_spectrum_bars(table["names"], table["top"], table["trace"],

@@ -561,13 +561,22 @@ def target_seed(loss: str, seed: int) -> int | None:
     return int(seed) if loss == SYNTHETIC else None
 
 
+def _precomputed(key: tuple) -> dict | None:
+    return None if PRECOMPUTED is None else precomputed.lookup(key, PRECOMPUTED)
+
+
 def _real(key: tuple, compute: Callable[[], dict], reserve: int, what: str) -> dict:
     """The precomputed entry of ``key``, or the cached (or computed) one."""
-    if PRECOMPUTED is not None:
-        hit = precomputed.lookup(key, PRECOMPUTED)
-        if hit is not None:
-            return hit
+    hit = _precomputed(key)
+    if hit is not None:
+        return hit
     return STORE.get(("real",) + key, compute, reserve, what)
+
+
+def real_ready(key: tuple) -> bool:
+    """Is the result of ``key`` (:func:`window_key`, :func:`table_key`) precomputed or cached, so that
+    drawing it costs no work (a server's budget need not be asked)?"""
+    return ("real",) + key in STORE or _precomputed(key) is not None
 
 
 def real_results() -> dict[tuple, dict]:
@@ -674,6 +683,13 @@ def real_attention(model: str, layer: int, text: str) -> np.ndarray:
                  "the attention pattern")["A"]
 
 
+def window_key(model: str, layer: int, text: str, seed: int, name: str, start: int, size: int,
+               term_name: str = "full", loss: str = SYNTHETIC) -> tuple:
+    """The key of :func:`real_window`'s result."""
+    return ("window", model, text, int(layer), loss, target_seed(loss, seed), name, int(start), int(size),
+            term_name)
+
+
 def real_window(model: str, layer: int, text: str, seed: int, name: str, start: int, size: int,
                 term_name: str = "full", loss: str = SYNTHETIC) -> np.ndarray:
     """``(size, size)``: the exact Hessian block of entries ``start …`` of the head slice ``name``
@@ -683,10 +699,16 @@ def real_window(model: str, layer: int, text: str, seed: int, name: str, start: 
         return {"B": explore.window(cfg, params, X, Y, custom, name, start, size, term_name,
                                     progress=_Reporter(0, 1, size, f"{name} block"))}
 
-    key = ("window", model, text, int(layer), loss, target_seed(loss, seed), name, int(start), int(size),
-           term_name)
+    key = window_key(model, layer, text, seed, name, start, size, term_name, loss)
     reserve = explore.window_bytes(real_config(model, text), name, size)
     return _real(key, compute, reserve, f"the Hessian block of {name}")["B"]
+
+
+def table_key(model: str, layer: int, text: str, seed: int, term_name: str, blocks: tuple[str, ...],
+              samples: int, loss: str = SYNTHETIC) -> tuple:
+    """The key of :func:`real_block_table`'s result."""
+    return ("table", model, text, int(layer), loss, target_seed(loss, seed), term_name, tuple(blocks),
+            int(samples))
 
 
 def real_block_table(model: str, layer: int, text: str, seed: int, term_name: str, blocks: tuple[str, ...],
@@ -699,8 +721,7 @@ def real_block_table(model: str, layer: int, text: str, seed: int, term_name: st
                                        seed=TABLE_SEED,
                                        progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
 
-    key = ("table", model, text, int(layer), loss, target_seed(loss, seed), term_name, tuple(blocks),
-           int(samples))
+    key = table_key(model, layer, text, seed, term_name, blocks, samples, loss)
     return _real(key, compute, 1 << 16, f"the heterogeneity table of layer {layer}")
 
 

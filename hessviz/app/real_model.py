@@ -52,12 +52,20 @@ def default_rows(rows: int, cols: int) -> int:
     return max([k for k in counts if k * cols <= WINDOW_DEFAULT] or [counts[0]])
 
 
-def window_rows(cfg: BlockConfig, name: str, n_rows: int, lim: budget.Limits) -> tuple[int, budget.Verdict]:
-    """``(rows, verdict)``: ``n_rows`` when a window of that many rows of ``name`` fits ``lim``,
-    else the most rows that fit (the verdict is that of the rows returned; not ok when not even one
-    row fits)."""
+def _free(what: str) -> budget.Verdict:
+    """The verdict on a result already at hand (precomputed or cached): no work."""
+    return budget.Verdict(True, budget.Cost(0.0, 0, what), "", "")
+
+
+def window_rows(cfg: BlockConfig, name: str, n_rows: int, lim: budget.Limits,
+                ready: Callable[[int], bool] = lambda rows: False) -> tuple[int, budget.Verdict]:
+    """``(rows, verdict)``: ``n_rows`` when a window of that many rows of ``name`` is ``ready``
+    (precomputed or cached) or fits ``lim``, else the most rows that do (the verdict is that of the
+    rows returned; not ok when not even one row fits)."""
     cols = cfg.shape_of(name)[1]
     for k in [n_rows] + [k for k in reversed(row_counts(*cfg.shape_of(name))) if k < n_rows]:
+        if ready(k):
+            return k, _free(f"the exact Hessian block of {k * cols:,} entries (at hand)")
         verdict = budget.check(explore.window_cost(cfg, name, k * cols), lim, cfg,
                                f"choose fewer rows of {name}, or a shorter text")
         if verdict.ok:
@@ -65,11 +73,13 @@ def window_rows(cfg: BlockConfig, name: str, n_rows: int, lim: budget.Limits) ->
     return k, verdict
 
 
-def reduced_table(cfg: BlockConfig, by_head: bool, part: str, samples: int, lim: budget.Limits
+def reduced_table(cfg: BlockConfig, by_head: bool, part: str, samples: int, lim: budget.Limits,
+                  ready: Callable[[tuple[str, ...], int], bool] = lambda blocks, samples: False
                   ) -> tuple[str, int, budget.Verdict]:
-    """``(part, samples, verdict)``: the chosen part and products when they fit ``lim``, else the
-    first smaller choice that does: fewer products (:data:`FEWEST_SAMPLES`), then each single
-    part of the layer (:data:`hessviz.pretrained.explore.PARTS`). Not ok when nothing fits."""
+    """``(part, samples, verdict)``: the chosen part and products when they are ``ready`` or fit
+    ``lim``, else the first smaller choice that does: fewer products (:data:`FEWEST_SAMPLES`), then
+    each single part of the layer (:data:`hessviz.pretrained.explore.PARTS`). Not ok (with the
+    verdict on the choice) when nothing fits."""
     tries = [(part, samples), (part, FEWEST_SAMPLES)]
     tries += [(p, s) for p in explore.PARTS[1:] if p != part for s in (samples, FEWEST_SAMPLES)]
     first = None
@@ -77,6 +87,8 @@ def reduced_table(cfg: BlockConfig, by_head: bool, part: str, samples: int, lim:
         blocks = explore.part_blocks(cfg, by_head, p)
         if not blocks:
             continue
+        if ready(tuple(n for n, _ in blocks), s):
+            return p, s, _free(f"the table of {len(blocks)} blocks (at hand)")
         verdict = budget.check(explore.table_cost(cfg, blocks, s), lim, cfg,
                                "choose blocks = weights, one part of the layer, fewer products, or a "
                                "shorter text")

@@ -193,7 +193,11 @@ def window_cost(cfg: BlockConfig, name: str, size: int) -> Cost:
 def table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: int) -> Cost:
     """Work of :func:`curvature_table` for ``blocks`` (``(name, size)``, :func:`part_blocks`): per
     block ≤ ``EXACT_BLOCK`` entries its size in columns, per larger block Lanczos
-    (:func:`hessviz.budget.lanczos_products` single products) and ``samples`` Hutch++ columns."""
+    (:func:`hessviz.budget.lanczos_products` single products) and ``samples`` Hutch++ columns.
+    Memory: the layer's result (about 8 vectors of ``P``) and 24 vectors of the largest block (the
+    Lanczos basis, Hutch++'s sketch), 8 bytes each: MiniLM's layer at 23 tokens peaked 140 MiB above
+    its inputs for the attention weights (estimate 142 MB) and 150 MiB for the FFN (227 MB)."""
     columns = sum(n if n <= EXACT_BLOCK else lanczos_products(1) + samples for _, n in blocks)
-    return Cost(product_seconds(cfg, columns), 8 * 24 * cfg.num_params,
+    largest = max((n for _, n in blocks), default=0)
+    return Cost(product_seconds(cfg, columns), 8 * (8 * cfg.num_params + 24 * largest),
                 f"the table of {len(blocks)} blocks ({columns:,} products)")
