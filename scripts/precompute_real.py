@@ -2,9 +2,9 @@
 
 For each bundled model present here (all-MiniLM-L6-v2 needs the ``models`` extra; the
 pydoc pair is in ``assets/models/``): the default text, the default layer, the synthetic
-loss with target seed 0, and for every head the attention, the exact window of ``W_Q[h]``
-(default rows, full term), the gradient norms (by weight and by head) and the per-block
-curvature of every weight. Everything goes through the app's own cache functions, the
+loss with target seed 0, and for every head the attention, the exact window of ``W_Q[h]``,
+``W_K[h]`` and ``W_V[h]`` (default rows, full term), the gradient norms (by weight and by
+head) and the per-block curvature of every weight. Everything goes through the app's own cache functions, the
 path of a live view, so a precomputed figure is the figure the page would compute. The
 file's manifest records the command, the versions and the seconds of each entry.
 

@@ -220,6 +220,8 @@ def test_real_model_page_odd_inputs(server, browser):
     assert _exceptions(page) == []
     assert "positions" in _alerts(page) and page.locator("textarea").count() >= 1
     _after(page, lambda: (box.fill("x = 1"), box.press("Control+Enter")))
+    part = page.locator('[data-testid="stSelectbox"]').filter(has_text="Part of the layer")
+    _after(page, lambda: (part.click(), page.get_by_role("option", name="FFN").click()))  # cheapest
     _after(page, lambda: page.get_by_role("radio", name="sentence similarity").click())
     assert "1 − cos(m, e)" in _alerts(page)
     _after(page, lambda: (page.locator('[data-testid="stSelectbox"]').first.click(),
@@ -236,6 +238,14 @@ def test_real_model_page_odd_inputs(server, browser):
     assert len(page.query_selector_all(".js-plotly-plot")) == 4
     SHOTS.mkdir(parents=True, exist_ok=True)
     _screenshot(page, SHOTS / "real_model_odd_inputs.png")
+    ctx.close()
+    ctx = browser.new_context(viewport={"width": 390, "height": 844})        # a phone: the precomputed view
+    page = ctx.new_page()
+    page.goto(f"{server}/real_model?rm_model=pydoc-preln")
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4", timeout=120_000)
+    _settle(page)
+    assert _exceptions(page) == [] and "Precomputed" in page.inner_text("body")
+    page.screenshot(path=str(SHOTS / "real_model_phone.png"))
     ctx.close()
 
 

@@ -35,6 +35,9 @@ ROW_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
 SAMPLES = 30
 DEFAULT_WEIGHT, DEFAULT_TERM, DEFAULT_PART = "W_Q", "full", "every block"
 FEWEST_SAMPLES = 6
+PRECOMPUTED_WEIGHTS = ("W_Q", "W_K", "W_V")
+"""Weights whose default window is precomputed for every head (W_O[h]'s is a whole row of d
+entries, 9× the bytes of the others in MiniLM: computed live, about 2.6 s)."""
 
 
 def default_layer(n_layers: int) -> int:
@@ -100,8 +103,8 @@ def reduced_table(cfg: BlockConfig, by_head: bool, part: str, samples: int, lim:
 
 def default_views(model: str, text: str = DEFAULT_TEXT, say: Callable[[str], None] = print) -> dict:
     """Compute (through :mod:`hessviz.app.cache`) the default view of ``model`` for each head:
-    tokens, attention, the default window of ``W_Q[h]``, the gradients (by weight and by head) and
-    the block table of every weight; returns the seconds of each."""
+    tokens, attention, the default window of each weight in :data:`PRECOMPUTED_WEIGHTS`, the
+    gradients (by weight and by head) and the block table of every weight; returns the seconds of each."""
     from hessviz import pretrained
 
     info = pretrained.model_info(model)
@@ -117,11 +120,12 @@ def default_views(model: str, text: str = DEFAULT_TEXT, say: Callable[[str], Non
 
     timed("attention", lambda: cache.real_attention(model, layer, text))
     for h in range(info.n_heads):
-        name = f"{DEFAULT_WEIGHT}[{h}]"
-        rows, cols = cfg.shape_of(name)
-        size = default_rows(rows, cols) * cols
-        timed(f"window {name}", lambda name=name, size=size: cache.real_window(
-            model, layer, text, seed, name, 0, size, DEFAULT_TERM, loss))
+        for weight in PRECOMPUTED_WEIGHTS:
+            name = f"{weight}[{h}]"
+            rows, cols = cfg.shape_of(name)
+            size = default_rows(rows, cols) * cols
+            timed(f"window {name}", lambda name=name, size=size: cache.real_window(
+                model, layer, text, seed, name, 0, size, DEFAULT_TERM, loss))
     for by_head in (False, True):
         timed(f"gradients by_head={by_head}", lambda b=by_head: cache.real_gradients(
             model, layer, text, seed, b, loss))
