@@ -220,8 +220,6 @@ def test_real_model_page_odd_inputs(server, browser):
     assert _exceptions(page) == []
     assert "positions" in _alerts(page) and page.locator("textarea").count() >= 1
     _after(page, lambda: (box.fill("x = 1"), box.press("Control+Enter")))
-    part = page.locator('[data-testid="stSelectbox"]').filter(has_text="Part of the layer")
-    _after(page, lambda: (part.click(), page.get_by_role("option", name="FFN").click()))  # cheapest
     _after(page, lambda: page.get_by_role("radio", name="sentence similarity").click())
     assert "1 − cos(m, e)" in _alerts(page)
     _after(page, lambda: (page.locator('[data-testid="stSelectbox"]').first.click(),
