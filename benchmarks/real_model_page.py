@@ -8,9 +8,9 @@ times, the median (and the worst) of:
   until its first chart, and until all four charts;
 * **head**: the head slider moved one step (``W_Q[h]``'s window, precomputed for every head),
   until the Hessian chart shows ``W_Q[h]``;
-* **weight**: the weight buttons (``W_K``, ``W_V``, ``W_O`` of head 0: computed live), until the
-  Hessian chart shows it;
-* **head, live**: the head slider moved with ``W_K`` chosen (no precomputed window);
+* **weight**: the weight buttons (``W_K``, ``W_V`` of head 0: precomputed; ``W_O``: computed live,
+  the first live view, so it also loads the model), until the Hessian chart shows it;
+* **head, live**: the head slider moved with ``W_O`` chosen (no precomputed window: 384 products);
 * **target seed**: the seed slider moved one step, until the Hessian chart's numbers change
   (the attention is not recomputed; the table of the layer is, after it).
 
@@ -109,11 +109,11 @@ def main() -> None:
                 times["weight"].append(timed(page, lambda w=w: page.get_by_role("radio", name=w).click(),
                                              HESSIAN.replace("{name}", f"{w}[0]")))
                 settle(page)
-            page.get_by_role("radio", name="W_K").click()
+            page.get_by_role("radio", name="W_O").click()
             settle(page)
             for h in range(1, args.repeats + 1):
                 times["head, live"].append(timed(page, lambda: (head.focus(), head.press("ArrowRight")),
-                                                 HESSIAN.replace("{name}", f"W_K[{h}]")))
+                                                 HESSIAN.replace("{name}", f"W_O[{h}]")))
                 settle(page)
             seed = page.get_by_role("slider", name="Target seed")
             for _ in range(args.repeats):
