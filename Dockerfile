@@ -19,6 +19,9 @@ COPY .streamlit .streamlit
 COPY hessviz hessviz
 COPY app_pages app_pages
 COPY assets/claims/claims.json assets/claims/claims.json
+# the trained pydoc pair and the Real model page's precomputed default views (scripts/precompute_real.py)
+COPY assets/models assets/models
+COPY assets/real_views.npz assets/real_views.npz
 
 USER hessviz
 EXPOSE 8501

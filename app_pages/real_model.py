@@ -8,21 +8,17 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import budget, plots, pretrained
+from hessviz.app import real_model as rm
 from hessviz.fitting import gini
 from hessviz.memory import format_bytes
 from hessviz.pretrained import explore
 
-DEFAULT_TEXT = ("The old lighthouse keeper climbed the narrow stairs every evening to light the lamp "
-                "and watch the ships pass safely.")
-OTHER_TEXT = "A lighthouse keeper lit the lamp each night so that ships could find the harbour."
-MAX_CHARS = 400
 FOLDERS_SETTING = "HESSVIZ_MODEL_FOLDERS"  # =1: a local server may open a checkpoint folder typed here;
 #                                            the hosted profile never does (no uploads, no paths)
 FOLDER = "a local folder…"
 WEIGHTS = ("W_Q", "W_K", "W_V", "W_O")
 TERMS = ("full", "outer", "functional")
 BY = {"weights": "every weight", "heads": "every head"}
-WINDOW_MAX = 2048  # largest window of a head slice drawn (entries; one closed-form product per entry)
 SHOWN = str.maketrans({"Ġ": "␣", "Ċ": "↵", "ĉ": "⇥"})  # byte-level BPE marks (GPT-2, the pydoc pair)
 
 hva.link_only()
@@ -56,8 +52,8 @@ if model == FOLDER:
 with hva.guard("the model"):
     info = pretrained.model_info(model)
 st.caption(info.describe())
-text = hva.text("Text", "rm_text", DEFAULT_TEXT, MAX_CHARS, container=c2,
-                help=f"at most {MAX_CHARS} characters and the model's {info.max_positions} positions; "
+text = hva.text("Text", "rm_text", rm.DEFAULT_TEXT, rm.MAX_CHARS, container=c2,
+                help=f"at most {rm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
                      "tokenised with the model's own tokenizer")
 OBJECTIVE = {"bert": "sentence similarity", "roberta": "sentence similarity", "gpt2": "next token"}
 objective = OBJECTIVE.get(info.model_type)
@@ -72,26 +68,26 @@ loss_name = hva.choice("Loss", ("synthetic",) + ((objective,) if objective else 
                             + " (on the last layer)")
 own = loss_name != "synthetic"
 last = info.n_layers - 1
-layer = hva.slider("Layer", 0, last, key="rm_layer", default=min(3, last), container=c4,
+layer = hva.slider("Layer", 0, last, key="rm_layer", default=rm.default_layer(info.n_layers), container=c4,
                    help="the model's own loss acts on the last hidden states: it is drawn on the last layer")
 if own and layer != last:
     st.caption(f"The model's own loss is a function of the last hidden states: layer {last} is drawn.")
     layer = last
 head = hva.slider("Head", 0, info.n_heads - 1, key="rm_head", default=0, container=c5)
 seed = hva.slider("Target seed", 0, 99, key="rm_seed", default=0, container=c6,
-                  help="the synthetic target Y of the loss is drawn from this seed")
+                  help="the synthetic target Y of the loss is drawn from this seed (the model's own loss "
+                       "has no target: nothing drawn under it depends on the seed)")
 other = ""
 if objective == "sentence similarity" and own:
-    other = hva.text("Other sentence (fixed)", "rm_other", OTHER_TEXT, MAX_CHARS,
+    other = hva.text("Other sentence (fixed)", "rm_other", rm.OTHER_TEXT, rm.MAX_CHARS,
                      help="the loss is 1 − cos(mean-pooled embedding of the text, that of this sentence)")
 loss_key = {"synthetic": hva.cache.SYNTHETIC, "next token": "next-token",
             "sentence similarity": f"cosine:{other}"}[loss_name]
 
 with st.spinner("Reading the model and running the text…"), hva.guard("the hidden states"):
-    states = hva.cache.real_states(model, text)
+    cfg = hva.cache.real_config(model, text)
     attention = hva.cache.real_attention(model, layer, text)
-    cfg = hva.cache.real_inputs(model, layer, text, seed, loss_key)[0]
-tokens, L = [t.translate(SHOWN) for t in states["tokens"]], states["states"].shape[1]
+tokens, L = [t.translate(SHOWN) for t in hva.cache.real_tokens(model, text)], cfg.seq_len
 if not own:
     drawn = (f"mean squared error of the layer's output Z ({L} × {info.d_model}) against a synthetic target "
              f"Y ~ N(0, 1) drawn from seed {seed}, ℓ = ‖Z − Y‖²_F / (L·d), as on the other pages")
@@ -119,24 +115,37 @@ st.caption("Row i is how token i (the query) spreads its attention over the toke
 # ----------------------------------------------------------------------------- a head slice's Hessian
 st.subheader("The exact Hessian of one head's slice")
 c6, c7, c8, c9 = st.columns([2, 2, 2, 2])
-weight = hva.choice("Weight", [w for w in WEIGHTS if w in cfg.param_names], key="rm_w", default="W_Q",
-                    container=c6)
-term = hva.choice("Term", TERMS, key="rm_term", default="full", container=c7,
+weight = hva.choice("Weight", [w for w in WEIGHTS if w in cfg.param_names], key="rm_w",
+                    default=rm.DEFAULT_WEIGHT, container=c6)
+term = hva.choice("Term", TERMS, key="rm_term", default=rm.DEFAULT_TERM, container=c7,
                   help="full = outer + functional")
 name = f"{weight}[{head}]"
 rows, cols = cfg.shape_of(name)
-counts = [k for k in (1, 2, 4, 8, 16, 32, 64, 128) if k <= rows and k * cols <= WINDOW_MAX] or [1]
-default_rows = max([k for k in counts if k * cols <= 256] or [counts[0]])
-n_rows = int(hva.select(f"Rows of {name}", [str(k) for k in counts], key="rm_rows", default=str(default_rows),
-                        container=c8, help=f"{name} is {rows} × {cols}: the block drawn is that many of its "
-                                           f"rows, all {cols} columns ({WINDOW_MAX:,} entries at most)"))
-first = hva.slider("From row", 0, rows - n_rows, key="rm_row0", default=0, container=c9)
+counts = rm.row_counts(rows, cols)
+asked = int(hva.select(f"Rows of {name}", [str(k) for k in counts], key="rm_rows",
+                       default=str(rm.default_rows(rows, cols)), container=c8,
+                       help=f"{name} is {rows} × {cols}: the block drawn is that many of its rows, all "
+                            f"{cols} columns ({rm.WINDOW_MAX:,} entries at most)"))
+first = hva.slider("From row", 0, rows - 1, key="rm_row0", default=0, container=c9,
+                   help="the window's first row (moved up when the window would pass the last row)")
+
+
+def window_ready(k: int) -> bool:
+    at = min(first, rows - k) * cols
+    key = hva.cache.window_key(model, layer, text, seed, name, at, k * cols, term, loss_key)
+    return hva.cache.real_ready(key)
+
+
+n_rows, verdict = rm.window_rows(cfg, name, asked, hva.cache.LIMITS, window_ready)
+first = min(first, rows - n_rows)
 start, size = first * cols, n_rows * cols
-verdict = budget.check(explore.window_cost(cfg, size), hva.cache.LIMITS, cfg,
-                       f"choose fewer rows of {name}, or a shorter text")
 if not verdict.ok:
     st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
 else:
+    if n_rows < asked:
+        st.info(f"**A reduced view:** {asked} rows of {name} are more than this server allows per view "
+                f"({hva.cache.LIMITS.profile} profile, {hva.cache.LIMITS.max_seconds:g} s); drawn the "
+                f"{n_rows} that fit.", icon=":material/speed:")
     with st.spinner(f"Computing {size:,} columns of the Hessian of {name}…"), hva.guard("the Hessian block"):
         B = hva.cache.real_window(model, layer, text, seed, name, start, size, term, loss_key)
     whole = cfg.param_shapes[weight]
@@ -146,11 +155,11 @@ else:
                                title=f"{term} Hessian of {name}, rows {first}…{first + n_rows - 1} "
                                      f"({size} × {size})")
     hva.chart(hfig, f"hessian_{term}_l{layer}_{weight}{head}", npz=lambda: {"block": B, "entries": index})
-    eig = np.linalg.eigvalsh(0.5 * (B + B.T))
+    eig = explore.window_summary(B)
     st.caption(f"Entries {start}…{start + size - 1} of {name} in row-major order (hover names each weight "
                f"entry). Each column is one closed-form Hessian-vector product H e_j (no autograd, no "
-               f"P × P matrix). This block: λ_max = {eig[-1]:.3g}, λ_min = {eig[0]:.3g}, trace "
-               f"{eig.sum():.3g}, {int((eig < -1e-12 * abs(eig).max()).sum())} negative eigenvalues.")
+               f"P × P matrix). This block: λ_max = {eig['top']:.3g}, λ_min = {eig['bottom']:.3g}, trace "
+               f"{eig['trace']:.3g}, {eig['negative']} negative eigenvalues.")
 
 # ----------------------------------------------------------------------------- gradients
 st.subheader("Gradient norms per block")
@@ -173,25 +182,34 @@ st.caption(f"Gini coefficient of the block gradient norms: **{g:.3f}** (0: all b
 # ----------------------------------------------------------------------------- per-block curvature
 st.subheader("Curvature of every block (matrix-free)")
 c10, c11 = st.columns(2)
-samples = hva.slider("Hutch++ products per large block", 6, 90, key="rm_samples", default=30, container=c10)
-c11.caption("Top eigenvalue (Lanczos) and trace (Hutch++) of each diagonal block H[b, b] of the full "
-            f"Hessian; blocks of ≤ {budget.EXACT_BLOCK} entries exactly. Blocks as chosen above.")
-cost = explore.table_cost(cfg, by_head, samples)
-verdict = budget.check(cost, hva.cache.LIMITS, cfg,
-                       "choose blocks = weights, fewer products, or a shorter text")
+samples = hva.slider("Hutch++ products per large block", rm.FEWEST_SAMPLES, 90, key="rm_samples",
+                     default=rm.SAMPLES, container=c10)
+part_asked = hva.select("Part of the layer", explore.PARTS, key="rm_part", default=rm.DEFAULT_PART,
+                        container=c11, help="attention: W_Q, W_K, W_V, W_O; FFN: W_1, W_2; the rest: the "
+                                            "biases and the LayerNorm weights")
+st.caption("Top eigenvalue (Lanczos) and trace (Hutch++) of each diagonal block H[b, b] of the full "
+           f"Hessian; blocks of ≤ {budget.EXACT_BLOCK} entries exactly. Blocks as chosen above.")
+part, used, verdict = rm.reduced_table(cfg, by_head, part_asked, samples, hva.cache.LIMITS, lambda b, s: (
+    hva.cache.real_ready(hva.cache.table_key(model, layer, text, seed, "full", b, s, loss_key))))
 if not verdict.ok:
     st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
     st.stop()
-st.caption(f"Estimated work: about {cost.seconds:.2g} s and {format_bytes(cost.bytes)}.")
+if (part, used) != (part_asked, samples):
+    st.info(f"**A reduced view:** {part_asked} with {samples} products is more than this server allows per "
+            f"view ({hva.cache.LIMITS.profile} profile, {hva.cache.LIMITS.max_seconds:g} s): drawn {part} "
+            f"with {used} products.", icon=":material/speed:")
+blocks = tuple(n for n, _ in explore.part_blocks(cfg, by_head, part))
+st.caption(f"Estimated work: about {verdict.cost.seconds:.2g} s and {format_bytes(verdict.cost.bytes)}."
+           if verdict.cost.seconds else "Precomputed (or computed before on this server): drawn at once.")
 with hva.guard("the block table"):
-    table = hva.cache.real_block_table(model, layer, text, seed, "full", by_head, samples, loss_key)
+    table = hva.cache.real_block_table(model, layer, text, seed, "full", blocks, used, loss_key)
 tfig = plots.block_spectrum_bars(table["names"], table["top"], table["trace"],
                                  trace_errors=table["trace_se"],
                                  title=f"Per-block curvature, layer {layer} of {info.name}")
 hva.chart(tfig, f"blocks_l{layer}_{by}", csv=lambda: {
     "block": table["names"], "size": table["size"], "top_eigenvalue": table["top"], "trace": table["trace"],
     "trace_stderr": table["trace_se"], "exact": table["exact"]})
-flat = table["top"] <= 1e-10 * np.abs(table["top"]).max()        # round-off is not curvature
+flat = explore.flat_blocks(table["top"])
 positive = table["top"][~flat]
 if positive.size > 1:
     flat_names = [n for n, f in zip(table["names"], flat) if f]

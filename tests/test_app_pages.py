@@ -331,3 +331,214 @@ def test_pages_without_stacks_show_one_block_and_no_layers_control():
     assert not [s for s in at.sidebar.get("slider") if s.key == "layers"]
     at = run_page("app_pages/hessian_map.py", layers="2", **SMALL)
     assert caption(at).startswith("Post-LN block × 2 layers")
+
+
+# ------------------------------------------------------------------------- the Real model page: odd inputs
+PYDOC = dict(rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="1", rm_part="attention",
+             rm_samples="6")
+
+
+def shown_lines(at: AppTest) -> str:
+    return " ".join(m.value for m in [*at.warning, *at.info, *at.error])
+
+
+@pytest.mark.parametrize("typed", ["", "   \n\t "], ids=["empty", "whitespace"])
+def test_real_model_page_an_emptied_text_box_draws_the_default_text(typed):
+    """Emptying the text box (or leaving blanks) used to raise on ``st.query_params``: now the
+    default text is drawn, the box is still there, and one line says so."""
+    from hessviz.app import real_model as rm
+
+    at = run_page("app_pages/real_model.py", **PYDOC)
+    at.text_area(key="rm_text").set_value(typed).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "`rm_text` is empty: used the default text." in shown_lines(at)
+    assert at.text_area(key="rm_text")                                     # the box is still drawn
+    n_tokens = len(figures(at)[0]["data"][0]["x"])
+    from hessviz import pretrained
+    assert n_tokens == len(pretrained.token_ids("pydoc-postln", rm.DEFAULT_TEXT))
+    at.text_area(key="rm_text").set_value("x = 1").run()                   # and a new text works again
+    assert not at.exception
+    assert len(figures(at)[0]["data"][0]["x"]) == len(pretrained.token_ids("pydoc-postln", "x = 1"))
+
+
+def test_real_model_page_a_very_long_text_gets_one_line():
+    at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="word " * 300)
+    assert "longer than 400 characters: cut to them" in shown_lines(at)
+    assert "positions" in at.error[0].value            # 400 characters are still more than 64 tokens
+    assert not at.get("plotly_chart")
+
+
+def test_real_model_page_switches_model_under_its_own_loss():
+    """pydoc-postln's own loss (sentence similarity, a BERT) → pydoc-preln (a GPT-2, whose own loss is
+    next token) used to raise on ``rm_loss``; now the loss falls back to one the model has, with a line."""
+    at = run_page("app_pages/real_model.py", **{**PYDOC, "rm_loss": "sentence similarity"})
+    assert "1 − cos(m, e)" in at.info[0].value
+    at.selectbox(key="rm_model").set_value("pydoc-preln").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "rm_loss" in shown_lines(at) and "synthetic target" in at.info[0].value
+    at.segmented_control(key="rm_loss").set_value("next token").run()
+    assert not at.exception
+    assert "next-token loss" in at.info[0].value
+    at.selectbox(key="rm_model").set_value("pydoc-postln").run()             # and back
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == 4
+
+
+def test_real_model_page_every_weight_and_row_sequence():
+    """Every weight of a head in turn, with the rows and the first row at their ends (the slice's shape
+    changes with the weight: W_O[h] is d_k × d), then a head and a layer out of the new model's range."""
+    at = run_page("app_pages/real_model.py", **{**PYDOC, "rm_rows": "4", "rm_row0": "124"})
+    for w in ("W_K", "W_V", "W_O", "W_Q"):
+        at.segmented_control(key="rm_w").set_value(w).run()
+        assert not at.exception, (w, [e.value for e in at.exception])
+        assert any(f"Hessian of {w}[0]" in t for t in titles(at)), w
+    at.slider(key="rm_head").set_value(3).run()
+    at.slider(key="rm_layer").set_value(0).run()
+    at.segmented_control(key="rm_term").set_value("functional").run()
+    at.segmented_control(key="rm_by").set_value("heads").run()
+    assert not at.exception
+    assert any("functional Hessian of W_Q[3]" in t for t in titles(at))
+    assert len(at.get("plotly_chart")) == 4
+
+
+def test_real_model_page_target_seed_recomputes_only_what_the_target_enters():
+    from hessviz.app import cache
+
+    at = run_page("app_pages/real_model.py", **PYDOC)
+    attention = cache.real_attention("pydoc-postln", 3, "def add(a, b):")
+    before = set(cache.real_results())
+    at.slider(key="rm_seed").set_value(7).run()
+    new = set(cache.real_results()) - before
+    assert {k[0] for k in new} == {"window", "gradients", "table"}             # not the attention, not tokens
+    assert cache.real_attention("pydoc-postln", 3, "def add(a, b):") is attention
+    own = run_page("app_pages/real_model.py", **{**PYDOC, "rm_loss": "sentence similarity"})
+    before = set(cache.real_results())
+    own.slider(key="rm_seed").set_value(9).run()
+    assert not own.exception
+    assert set(cache.real_results()) == before                                # the own loss has no target
+
+
+def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
+    """A server that allows less work than the chosen view draws the largest window and the part of the
+    layer that fit, each with one line, instead of refusing."""
+    from hessviz import budget
+    from hessviz.app import cache
+    from hessviz.pretrained import explore
+
+    cfg = cache.real_config("pydoc-postln", "def add(a, b):")
+    ffn = explore.table_cost(cfg, explore.part_blocks(cfg, False, "FFN"), 6).seconds   # the cheapest part
+    tight = budget.Limits("hosted", cache.LIMITS.results_bytes, 1.01 * ffn, 1, 1 << 20, 1)
+    monkeypatch.setattr(cache, "LIMITS", tight)
+    cache.clear()                          # a result computed before is drawn at once, whatever it cost
+    at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="64",
+                  rm_part="every block", rm_samples="30")
+    assert not at.exception
+    lines = [i.value for i in at.info if "reduced view" in i.value]
+    assert len(lines) == 2, shown_lines(at)
+    assert "64 rows of W_Q[0]" in lines[0]
+    window = next(t for t in titles(at) if "Hessian of W_Q[0]" in t)
+    assert "rows 0…63" not in window
+    assert "drawn FFN with 6 products" in lines[1]
+    assert len(figures(at)[3]["data"][0]["x"]) == 2                           # W_1 and W_2
+    assert len(at.get("plotly_chart")) == 4
+
+
+def test_real_model_page_draws_a_precomputed_view_as_a_fresh_one(tmp_path, monkeypatch):
+    """Precompute a short text's default view, draw the page from it (no model is loaded), then
+    draw it computed afresh: every figure is the same."""
+    from hessviz.app import cache
+    from hessviz.app import real_model as rm
+
+    text = "x = 1"
+    path = tmp_path / "views.npz"
+    rm.precompute(["pydoc-postln"], path, text=text, say=lambda _: None)
+    monkeypatch.setattr(cache, "PRECOMPUTED", path)
+    cache.clear()
+    query = dict(rm_model="pydoc-postln", rm_text=text)
+    at = run_page("app_pages/real_model.py", **query)
+    assert not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]     # nothing computed live
+    stored = figures(at)
+    assert len(stored) == 4
+    monkeypatch.setattr(cache, "PRECOMPUTED", None)
+    cache.clear()
+    fresh = figures(run_page("app_pages/real_model.py", **query))
+    assert [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
+    for a, b in zip(stored, fresh):
+        assert a["layout"]["title"] == b["layout"]["title"]
+        assert_same_numbers(a["data"], b["data"], rtol=1e-6)     # Lanczos' tolerance: the thread count may
+        #                                                            reorder a sum between the two runs
+
+
+def assert_same_numbers(a, b, rtol: float, where: str = "data") -> None:
+    """Two figures' JSON alike: the same structure and strings, numbers (and plotly's base64 arrays)
+    equal to ``rtol``."""
+    import base64
+
+    def numbers(v):
+        if isinstance(v, dict) and set(v) >= {"dtype", "bdata"}:
+            return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
+        return None
+
+    if numbers(a) is not None or isinstance(a, (int, float)) and not isinstance(a, bool):
+        x = numbers(a) if numbers(a) is not None else np.asarray(a, float)
+        y = numbers(b) if numbers(b) is not None else np.asarray(b, float)
+        scale = float(np.abs(x).max(initial=0))
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=rtol * scale, err_msg=where)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            assert_same_numbers(a[k], b[k], rtol, f"{where}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_numbers(x, y, rtol, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def test_committed_precomputed_views_match_a_fresh_computation():
+    """The committed assets/real_views.npz holds the default views of this code: pydoc-preln's
+    attention and window of W_Q[1], recomputed here."""
+    from hessviz.app import cache
+    from hessviz.app import real_model as rm
+    from hessviz.pretrained import precomputed
+
+    entries, made = precomputed.read(precomputed.FILE)
+    assert made["text"] == rm.DEFAULT_TEXT
+    model, text, layer = "pydoc-preln", rm.DEFAULT_TEXT, 3
+    keys = [k for k in entries if k[:4] in (("attention", model, text, layer), ("window", model, text, layer))
+            and (k[0] == "attention" or k[6] == "W_Q[1]")]
+    assert sorted(k[0] for k in keys) == ["attention", "window"]
+    fresh = {"attention": lambda k: cache.real_attention(model, layer, text),
+             "window": lambda k: cache.real_window(model, layer, text, *k[5:])}
+    saved = cache.PRECOMPUTED
+    try:
+        cache.PRECOMPUTED = None
+        for k in keys:
+            stored = next(iter(entries[k].values()))
+            np.testing.assert_allclose(fresh[k[0]](k), stored, rtol=1e-9, atol=1e-12 * np.abs(stored).max())
+    finally:
+        cache.PRECOMPUTED = saved
+
+
+def test_real_model_page_on_the_hosted_profile_draws_the_precomputed_default(monkeypatch):
+    """Under the hosted profile's limits (4 s, 800 MiB for the whole process) the default view of the
+    first bundled model is drawn whole from the precomputed file: the exact window of W_Q[0] and the
+    per-block table, which a live computation of that size could not afford, with no model loaded."""
+    from hessviz import budget, pretrained
+    from hessviz.app import cache
+
+    hosted = budget.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+                                    baseline_bytes=400 << 20)
+    monkeypatch.setattr(cache, "LIMITS", hosted)
+    cache.clear()
+    model = pretrained.available_models()[0]
+    at = run_page("app_pages/real_model.py", rm_model=model)
+    assert not at.warning, [w.value for w in at.warning]
+    assert len(at.get("plotly_chart")) == 4
+    assert any("Hessian of W_Q[0], rows 0…" in t for t in titles(at))
+    assert not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
+    at.slider(key="rm_head").set_value(1).run()                       # every head is precomputed
+    at.segmented_control(key="rm_w").set_value("W_V").run()
+    assert not at.warning and not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
+    assert any("Hessian of W_V[1], rows 0…" in t for t in titles(at))

@@ -187,6 +187,70 @@ def test_real_model_page_from_a_shared_link(server, browser):
     ctx.close()
 
 
+def _after(page, action, timeout: float = 120_000) -> None:
+    """Do ``action`` (a control change), then wait for the rerun it starts to finish."""
+    action()
+    page.wait_for_timeout(400)          # the script run starts a moment after the widget's message
+    page.wait_for_function(IDLE, timeout=timeout)
+
+
+def _alerts(page) -> str:
+    return " ".join(e.inner_text() for e in page.query_selector_all('[data-testid="stAlert"]'))
+
+
+def test_real_model_page_odd_inputs(server, browser):
+    """The controls a student moves on the Real model page, in the order that used to raise: the text
+    box emptied (it raised on st.query_params and vanished), blanks, a text longer than the model's
+    positions, the model's own loss and then a switch to a model without that loss (it raised on
+    rm_loss), then a head and a weight. Each gets a view or one line, never a traceback."""
+    query = "rm_model=pydoc-postln&rm_text=" + quote("def f(x):")     # emptied: the precomputed default
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = ctx.new_page()
+    page.goto(f"{server}/real_model?{query}")
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4", timeout=120_000)
+    _settle(page)
+    box = page.locator("textarea").first
+    for typed in ("", "   \n  "):
+        _after(page, lambda typed=typed: (box.fill(typed), box.press("Control+Enter")))
+        assert _exceptions(page) == [], repr(typed)
+        assert "rm_text is empty: used the default text." in _alerts(page), repr(typed)
+        assert page.locator("textarea").count() >= 1 and box.input_value().startswith("The old lighthouse")
+        assert len(page.query_selector_all(".js-plotly-plot")) == 4
+    _after(page, lambda: (box.fill("word " * 80), box.press("Control+Enter")))     # 400 characters, 81 tokens
+    assert _exceptions(page) == []
+    assert "positions" in _alerts(page) and page.locator("textarea").count() >= 1
+    _after(page, lambda: (box.fill("x = 1"), box.press("Control+Enter")))
+    _after(page, lambda: page.get_by_role("radio", name="sentence similarity").click())
+    assert "1 − cos(m, e)" in _alerts(page)
+    _after(page, lambda: (page.locator('[data-testid="stSelectbox"]').first.click(),
+                          page.get_by_role("option", name="pydoc-preln").click()))
+    assert _exceptions(page) == []
+    assert "rm_loss" in _alerts(page) and "synthetic target" in _alerts(page)
+    _after(page, lambda: page.get_by_role("radio", name="next token").click())
+    _after(page, lambda: page.get_by_role("radio", name="W_O").click())
+    head = page.get_by_role("slider", name="Head")
+    _after(page, lambda: (head.focus(), head.press("End")))
+    assert _exceptions(page) == []
+    assert page.get_by_text("Hessian of W_O[3]", exact=False).count() >= 1
+    assert "next-token loss" in _alerts(page)
+    assert len(page.query_selector_all(".js-plotly-plot")) == 4
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    _screenshot(page, SHOTS / "real_model_odd_inputs.png")
+    ctx.close()
+    ctx = browser.new_context(viewport={"width": 390, "height": 844})        # a phone: the precomputed view
+    page = ctx.new_page()
+    page.goto(f"{server}/real_model?rm_model=pydoc-preln")
+    page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4", timeout=120_000)
+    _settle(page)
+    assert _exceptions(page) == [] and "Precomputed" in page.inner_text("body")
+    collapse = page.locator('[data-testid="stSidebarCollapseButton"] button')
+    if collapse.count() and collapse.first.is_visible():          # a phone opens with the sidebar over it
+        collapse.first.click()
+        page.wait_for_timeout(500)
+    page.screenshot(path=str(SHOTS / "real_model_phone.png"))
+    ctx.close()
+
+
 def test_slider_rerenders(server, browser):
     ctx, page = _open(browser, server + "/")
     page.wait_for_selector(".js-plotly-plot", timeout=60_000)

@@ -34,9 +34,10 @@ Lesson links add ``hide=`` (keys, or ``sidebar``) and ``present=1``. The rules a
 
 Every cache is in :mod:`hessviz.app.cache` (``term``, ``block_norms``, ``spectrum``,
 ``verify``, the matrix-free ``matfree_spectrum`` and ``block_table``, the sweeps, the claim
-pages' studies, and the Real model page's ``real_stack``, ``real_states``, ``real_attention``,
-``real_window``, ``real_gradients`` and ``real_block_table``): one server-wide store bounded by
-bytes under the limits of :mod:`hessviz.budget`; pages define none. :func:`verdict` asks the
+pages' studies, and the Real model page's ``real_stack``, ``real_states``, ``real_tokens``,
+``real_config``, ``real_attention``, ``real_window``, ``real_gradients`` and ``real_block_table``,
+which read the precomputed default views first, :mod:`hessviz.app.real_model`): one server-wide
+store bounded by bytes under the limits of :mod:`hessviz.budget`; pages define none. :func:`verdict` asks the
 budget without drawing (to choose between a dense and a matrix-free method); :func:`afford`
 asks and refuses.
 The page list (titles, icons, URL paths) is :mod:`hessviz.app.registry`.

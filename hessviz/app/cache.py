@@ -37,6 +37,7 @@ from hessviz.app.progress import current
 from hessviz.app.state import View, device
 from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
+from hessviz.pretrained import explore, precomputed
 from hessviz.verify import compare
 
 if budget.profile_name() == "hosted":
@@ -121,6 +122,11 @@ class Store:
         self.ledger.add_cached(-freed)
         budget.trim_memory()
         return freed
+
+    def items(self) -> list[tuple[tuple, object]]:
+        """``(key, value)`` of every cached result, least recently used first."""
+        with self._lock:
+            return [(k, v) for k, (v, _) in self._items.items()]
 
     def clear(self) -> None:
         with self._lock:
@@ -548,15 +554,6 @@ def matfree_spectrum(key: tuple, term_name: str, k: int, probes: int, steps: int
                      f"the matrix-free spectrum of the {term_name} term")
 
 
-def _table_arrays(t) -> dict:
-    """A :class:`hessviz.matfree.spectral.BlockTable` as plain arrays (what the pages draw and cache)."""
-    rows = t.as_dicts()
-    return {"names": [r["name"] for r in rows], "size": np.array([r["size"] for r in rows]),
-            "top": np.array([r["top"] for r in rows]), "trace": np.array([r["trace"] for r in rows]),
-            "trace_se": np.array([r["trace_stderr"] for r in rows]),
-            "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
-
-
 def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int = 30, seed: int = 0) -> dict:
     """:func:`hessviz.matfree.block_table`: per block (every weight, or every head) the top
     eigenvalue and the trace of ``H[b, b]``; exact for blocks up to
@@ -571,7 +568,7 @@ def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int =
         t = matfree.block_table(res, term_name, [b for b, _ in blocks], trace_samples=samples,
                                 exact_limit=budget.EXACT_BLOCK, seed=seed,
                                 progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
-        return _table_arrays(t)
+        return explore.table_arrays(t)
 
     c = budget.cost("heterogeneity", view.cfg, samples=samples, by_head=int(by_head))
     return STORE.get(("block_table", key, term_name, by_head, samples, seed), compute, c.bytes,
@@ -579,6 +576,46 @@ def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int =
 
 
 # ----------------------------------------------------------------------------- real models
+#
+# Each result of the Real model page has a key of plain values that names exactly what it
+# depends on (:mod:`hessviz.pretrained.precomputed`): the attention does not depend on the
+# loss or the target seed, nothing under a model's own loss depends on the seed (its key holds
+# ``None``), and the Hutch++ probes of the block table have their own fixed seed, so a change
+# of target seed recomputes only what the target enters. A key found in the precomputed file
+# (:data:`PRECOMPUTED`) is read from it without loading the model.
+
+PRECOMPUTED: Path | None = precomputed.FILE
+"""The precomputed views the Real model page reads first (None: compute everything)."""
+TABLE_SEED = 0
+"""Seed of the block table's Lanczos start and Hutch++ probes (not the target's)."""
+
+
+def target_seed(loss: str, seed: int) -> int | None:
+    """The seed a result under ``loss`` depends on: the synthetic target's, or None (a model's own loss)."""
+    return int(seed) if loss == SYNTHETIC else None
+
+
+def _precomputed(key: tuple) -> dict | None:
+    return None if PRECOMPUTED is None else precomputed.lookup(key, PRECOMPUTED)
+
+
+def _real(key: tuple, compute: Callable[[], dict], reserve: int, what: str) -> dict:
+    """The precomputed entry of ``key``, or the cached (or computed) one."""
+    hit = _precomputed(key)
+    if hit is not None:
+        return hit
+    return STORE.get(("real",) + key, compute, reserve, what)
+
+
+def real_ready(key: tuple) -> bool:
+    """Is the result of ``key`` (:func:`window_key`, :func:`table_key`) precomputed or cached, so that
+    drawing it costs no work (a server's budget need not be asked)?"""
+    return ("real",) + key in STORE or _precomputed(key) is not None
+
+
+def real_results() -> dict[tuple, dict]:
+    """Every Real model result in the store now, by its key (what ``scripts/precompute_real.py`` saves)."""
+    return {k[1:]: v for k, v in STORE.items() if k[0] == "real"}
 
 
 def real_stack(model: str) -> list:
@@ -608,6 +645,21 @@ def real_states(model: str, text: str) -> dict:
     info = pretrained.model_info(model)
     size = (info.n_layers + 1) * info.max_positions * info.d_model * 8
     return STORE.get(("real_states", model, text), compute, size, f"the hidden states of the text in {model}")
+
+
+def real_tokens(model: str, text: str) -> list[str]:
+    """The tokens of ``text`` in ``model`` as its tokenizer writes them (no weights read)."""
+    from hessviz import pretrained
+
+    return _real(("tokens", model, text), lambda: {"tokens": pretrained.token_strings(model, text)},
+                 1 << 12, "the tokens")["tokens"]
+
+
+def real_config(model: str, text: str) -> hv.BlockConfig:
+    """A layer of ``model`` as a block whose ``seq_len`` is the length of ``text`` (no weights read)."""
+    from hessviz import pretrained
+
+    return dataclasses.replace(pretrained.model_info(model).block, seq_len=len(real_tokens(model, text)))
 
 
 SYNTHETIC = "synthetic"
@@ -655,61 +707,65 @@ def real_head(model: str):
 
 
 def real_attention(model: str, layer: int, text: str) -> np.ndarray:
-    """``(H, L, L)`` attention weights of every head of the layer on the text."""
-    from hessviz.pretrained import explore
-
-    def compute() -> np.ndarray:
+    """``(H, L, L)`` attention weights of every head of the layer on the text (no loss, no seed)."""
+    def compute() -> dict:
         cfg, params, X, _, _ = real_inputs(model, layer, text, 0)
-        return explore.attention_pattern(cfg, params, X).cpu().numpy()
+        return {"A": explore.attention_pattern(cfg, params, X).cpu().numpy()}
 
-    states = real_states(model, text)["states"]
-    L, H = states.shape[1], real_stack(model)[layer][0].n_heads
-    return STORE.get(("real_attention", model, layer, text), compute, 8 * H * L * L, "the attention pattern")
+    cfg = real_config(model, text)
+    return _real(("attention", model, text, int(layer)), compute, 8 * cfg.n_heads * cfg.seq_len ** 2,
+                 "the attention pattern")["A"]
+
+
+def window_key(model: str, layer: int, text: str, seed: int, name: str, start: int, size: int,
+               term_name: str = "full", loss: str = SYNTHETIC) -> tuple:
+    """The key of :func:`real_window`'s result."""
+    return ("window", model, text, int(layer), loss, target_seed(loss, seed), name, int(start), int(size),
+            term_name)
 
 
 def real_window(model: str, layer: int, text: str, seed: int, name: str, start: int, size: int,
                 term_name: str = "full", loss: str = SYNTHETIC) -> np.ndarray:
     """``(size, size)``: the exact Hessian block of entries ``start …`` of the head slice ``name``
-    (:func:`hessviz.pretrained.explore.slice_window`, closed-form products)."""
-    from hessviz.pretrained import explore
-
-    def compute() -> np.ndarray:
-        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
-        res = hv.hessian(cfg, params, X, Y, wrt=(name,), loss=custom)
-        return explore.slice_window(res, name, start, size, term_name,
-                                    progress=_Reporter(0, 1, size, f"{name} block")).cpu().numpy()
-
-    return STORE.get(("real_window", model, layer, text, seed, name, start, size, term_name, loss),
-                     compute, 8 * size * size, f"the Hessian block of {name}")
-
-
-def real_block_table(model: str, layer: int, text: str, seed: int, term_name: str, by_head: bool,
-                     samples: int, loss: str = SYNTHETIC) -> dict:
-    """:func:`block_table` of the real layer: top eigenvalue and trace of every weight's (or
-    head's) diagonal block, matrix-free."""
-    from hessviz import matfree
-
+    (:func:`hessviz.pretrained.explore.window`, closed-form products)."""
     def compute() -> dict:
         cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
-        blocks = [b for b, _ in budget.block_list(cfg, by_head)]
-        t = matfree.block_table(hv.hessian(cfg, params, X, Y, loss=custom), term_name, blocks,
-                                trace_samples=samples, exact_limit=budget.EXACT_BLOCK, seed=seed,
-                                progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
-        return _table_arrays(t)
+        return {"B": explore.window(cfg, params, X, Y, custom, name, start, size, term_name,
+                                    progress=_Reporter(0, 1, size, f"{name} block"))}
 
-    return STORE.get(("real_block_table", model, layer, text, seed, term_name, by_head, samples, loss),
-                     compute, 1 << 16, f"the heterogeneity table of layer {layer}")
+    key = window_key(model, layer, text, seed, name, start, size, term_name, loss)
+    reserve = explore.window_bytes(real_config(model, text), name, size)
+    return _real(key, compute, reserve, f"the Hessian block of {name}")["B"]
+
+
+def table_key(model: str, layer: int, text: str, seed: int, term_name: str, blocks: tuple[str, ...],
+              samples: int, loss: str = SYNTHETIC) -> tuple:
+    """The key of :func:`real_block_table`'s result."""
+    return ("table", model, text, int(layer), loss, target_seed(loss, seed), term_name, tuple(blocks),
+            int(samples))
+
+
+def real_block_table(model: str, layer: int, text: str, seed: int, term_name: str, blocks: tuple[str, ...],
+                     samples: int, loss: str = SYNTHETIC) -> dict:
+    """:func:`hessviz.pretrained.explore.curvature_table` of the real layer: top eigenvalue and
+    trace of each diagonal block in ``blocks``, matrix-free (probes from :data:`TABLE_SEED`)."""
+    def compute() -> dict:
+        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
+        return explore.curvature_table(cfg, params, X, Y, custom, list(blocks), samples, term_name,
+                                       seed=TABLE_SEED,
+                                       progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
+
+    key = table_key(model, layer, text, seed, term_name, blocks, samples, loss)
+    return _real(key, compute, 1 << 16, f"the heterogeneity table of layer {layer}")
 
 
 def real_gradients(model: str, layer: int, text: str, seed: int, by_head: bool,
                    loss: str = SYNTHETIC) -> dict:
     """``{"names", "norms", "sizes"}``: ``‖g_b‖_F`` of every block of the real layer (closed form)."""
-    from hessviz.pretrained import explore
-
     def compute() -> dict:
         cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
         names, norms, sizes = explore.gradient_blocks(cfg, params, X, Y, by_head, custom)
         return {"names": names, "norms": norms, "sizes": sizes}
 
-    return STORE.get(("real_gradients", model, layer, text, seed, by_head, loss), compute, 1 << 14,
-                     f"the gradient norms of layer {layer}")
+    key = ("gradients", model, text, int(layer), loss, target_seed(loss, seed), bool(by_head))
+    return _real(key, compute, 1 << 14, f"the gradient norms of layer {layer}")

@@ -11,7 +11,12 @@ r"""What the "Real model" page draws for one layer of a real model on one text (
   features ``i … i+m−1`` × the head's ``d_k`` columns;
 * :func:`gradient_blocks` ``(cfg, params, X, Y, by_head) -> (names, norms, sizes)``: ``‖g_b‖_F``
   of every weight (or every head of a weight with heads) from the closed-form gradient, for
-  the Gini coefficient :func:`hessviz.fitting.gini`.
+  the Gini coefficient :func:`hessviz.fitting.gini`;
+* :func:`window` the same block from the layer's inputs, as numpy; :func:`window_summary` its
+  eigenvalues in four numbers;
+* :func:`curvature_table` ``(cfg, params, X, Y, custom, blocks, samples) -> dict``: top
+  eigenvalue and trace of every diagonal block ``H[b, b]`` (:func:`hessviz.matfree.block_table`),
+  of one part of the layer (:func:`part_blocks`); :func:`flat_blocks` which have no curvature.
 
 The loss is the block's own (``cfg.loss``) against the target ``Y`` given; the page uses the
 app's synthetic seeded target.
@@ -30,6 +35,7 @@ from hessviz.block import trace
 from hessviz.budget import EXACT_BLOCK, Cost, block_list, lanczos_products
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
+from hessviz.matfree.operator import BATCH
 
 Progress = Callable[[int, int | None, str], None]
 WINDOW_CHUNK = 64
@@ -77,6 +83,73 @@ def slice_window(res: hv.HessianResult, name: str, start: int, size: int, term: 
     return torch.cat(columns).T
 
 
+def window(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
+           loss: hv.CustomLoss | None, name: str, start: int, size: int, term: str = "full",
+           progress: Progress | None = None) -> np.ndarray:
+    """``(size, size)`` float64 numpy: :func:`slice_window` of the layer's loss against ``Y`` (or
+    of the custom ``loss``, ``Y = None``), from a result computed for the slice ``name`` alone."""
+    res = hv.hessian(cfg, params, X, Y, wrt=(name,), loss=loss)
+    return slice_window(res, name, start, size, term, progress).to(torch.float64).cpu().numpy()
+
+
+def window_summary(B: np.ndarray) -> dict[str, float | int]:
+    """``top``, ``bottom``, ``trace`` and ``negative`` (the count below ``−10⁻¹² max|λ|``, round-off
+    is not curvature) of the eigenvalues of the symmetric part ``(B + Bᵀ)/2`` of a window."""
+    eig = np.linalg.eigvalsh(0.5 * (B + B.T))
+    scale = float(np.abs(eig).max()) if eig.size else 0.0
+    return {"top": float(eig[-1]), "bottom": float(eig[0]), "trace": float(eig.sum()),
+            "negative": int((eig < -1e-12 * scale).sum())}
+
+
+PARTS = ("every block", "attention", "FFN", "biases and norms")
+"""The parts of a layer that :func:`part_blocks` can keep: attention = ``W_Q, W_K, W_V, W_O`` (or
+their heads), FFN = ``W_1, W_2`` (``W_3`` when gated), the rest = biases and LayerNorm weights."""
+_WEIGHTS = {"attention": ("W_Q", "W_K", "W_V", "W_O"), "FFN": ("W_1", "W_2", "W_3")}
+
+
+def part_blocks(cfg: BlockConfig, by_head: bool, part: str = "every block") -> list[tuple[str, int]]:
+    """``(name, size)`` of the blocks of :func:`hessviz.budget.block_list` in one part of the layer
+    (:data:`PARTS`)."""
+    if part not in PARTS:
+        raise ConfigError(f"part must be one of {', '.join(map(repr, PARTS))}, got {part!r}")
+    blocks = block_list(cfg, by_head)
+    if part == "every block":
+        return blocks
+    weights = {w for ws in _WEIGHTS.values() for w in ws}
+    keep = (lambda base: base in _WEIGHTS[part]) if part in _WEIGHTS else (lambda base: base not in weights)
+    return [(n, size) for n, size in blocks if keep(n.partition("[")[0])]
+
+
+def curvature_table(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
+                    loss: hv.CustomLoss | None, blocks: list[str], samples: int, term: str = "full",
+                    seed: int = 0, progress: Progress | None = None) -> dict:
+    """Per block ``b`` of ``blocks``: the top eigenvalue and the trace of ``H[b, b]``
+    (:func:`hessviz.matfree.block_table`: exact for ≤ :data:`hessviz.budget.EXACT_BLOCK` entries,
+    else Lanczos and Hutch++ with ``samples`` products, probes from ``seed``), as arrays:
+    ``names, size, top, trace, trace_se, exact`` and the totals ``matvecs, seconds``."""
+    from hessviz import matfree
+
+    t = matfree.block_table(hv.hessian(cfg, params, X, Y, loss=loss), term, blocks, trace_samples=samples,
+                            exact_limit=EXACT_BLOCK, seed=seed, progress=progress)
+    return table_arrays(t)
+
+
+def table_arrays(t) -> dict:
+    """A :class:`hessviz.matfree.spectral.BlockTable` as plain arrays (what the pages draw and cache)."""
+    rows = t.as_dicts()
+    return {"names": [r["name"] for r in rows], "size": np.array([r["size"] for r in rows]),
+            "top": np.array([r["top"] for r in rows]), "trace": np.array([r["trace"] for r in rows]),
+            "trace_se": np.array([r["trace_stderr"] for r in rows]),
+            "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
+
+
+def flat_blocks(top: np.ndarray) -> np.ndarray:
+    """``(n,)`` bool: blocks whose top eigenvalue is at most ``10⁻¹⁰ max|λ_top|`` (no positive
+    curvature beyond round-off)."""
+    top = np.asarray(top, dtype=float)
+    return top <= 1e-10 * np.abs(top).max() if top.size else np.zeros(0, bool)
+
+
 def gradient_blocks(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
                     by_head: bool = True, loss: hv.CustomLoss | None = None
                     ) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -99,17 +172,32 @@ def product_seconds(cfg: BlockConfig, columns: int) -> float:
     return PRODUCT_S * cfg.seq_len * cfg.num_params * columns
 
 
-def window_cost(cfg: BlockConfig, size: int) -> Cost:
-    """Work of :func:`slice_window` for ``size`` entries: ``size`` product columns."""
-    return Cost(product_seconds(cfg, size), 8 * size * size + 4 * 8 * WINDOW_CHUNK * cfg.num_params,
+def window_bytes(cfg: BlockConfig, name: str, size: int) -> int:
+    """Peak bytes of :func:`window` for ``size`` entries of the slice ``name`` (``n`` entries): the
+    block ``8 size²``, three ``(WINDOW_CHUNK, n)`` arrays of unit columns and products, and the
+    tape of one sweep of ``BATCH`` columns (activations and attention maps,
+    ``L (4d + d_ff + 3 H d_k) + 3 H L²`` numbers per column, in and out), twice for the
+    temporaries: 1.6× the 98 MiB measured for MiniLM's ``W_Q[0]`` at 23 tokens and 128 entries."""
+    n = cfg.param_size(cfg.sort_names((name,))[0])
+    L, d, H = cfg.seq_len, cfg.d_model, cfg.n_heads
+    column = 8 * (L * (4 * d + cfg.d_ff + 3 * H * max(cfg.d_k, cfg.value_width)) + 3 * H * L * L)
+    return 8 * size * size + 2 * (3 * 8 * WINDOW_CHUNK * n + 2 * BATCH * column)
+
+
+def window_cost(cfg: BlockConfig, name: str, size: int) -> Cost:
+    """Work of :func:`slice_window` for ``size`` entries of ``name``: ``size`` product columns."""
+    return Cost(product_seconds(cfg, size), window_bytes(cfg, name, size),
                 f"the exact Hessian block of {size:,} entries ({size:,} products)")
 
 
-def table_cost(cfg: BlockConfig, by_head: bool, samples: int) -> Cost:
-    """Work of :func:`hessviz.matfree.block_table` on a real layer: per block ≤ ``EXACT_BLOCK``
-    entries its size in columns, per larger block Lanczos (:func:`hessviz.budget.lanczos_products`
-    single products) and ``samples`` Hutch++ columns."""
-    blocks = block_list(cfg, by_head)
+def table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: int) -> Cost:
+    """Work of :func:`curvature_table` for ``blocks`` (``(name, size)``, :func:`part_blocks`): per
+    block ≤ ``EXACT_BLOCK`` entries its size in columns, per larger block Lanczos
+    (:func:`hessviz.budget.lanczos_products` single products) and ``samples`` Hutch++ columns.
+    Memory: the layer's result (about 8 vectors of ``P``) and 24 vectors of the largest block (the
+    Lanczos basis, Hutch++'s sketch), 8 bytes each: MiniLM's layer at 23 tokens peaked 140 MiB above
+    its inputs for the attention weights (estimate 142 MB) and 150 MiB for the FFN (227 MB)."""
     columns = sum(n if n <= EXACT_BLOCK else lanczos_products(1) + samples for _, n in blocks)
-    return Cost(product_seconds(cfg, columns), 8 * 24 * cfg.num_params,
+    largest = max((n for _, n in blocks), default=0)
+    return Cost(product_seconds(cfg, columns), 8 * (8 * cfg.num_params + 24 * largest),
                 f"the table of {len(blocks)} blocks ({columns:,} products)")
