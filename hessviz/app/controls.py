@@ -320,12 +320,23 @@ def _lesson_panel() -> None:
 
 
 def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple[object, str | None]],
-                  draw: Callable[[], object], label: str, container=None) -> object:
+                  draw: Callable[[], object], label: str, container=None,
+                  fit: Callable[[object], object] | None = None) -> object:
     """One page control: its value from the address (settled), its widget started from it, and
     what the visitor chooses recorded. A control the lesson hides is not drawn: a caption shows
-    its value instead."""
+    its value instead. ``fit`` maps a value the control no longer offers (its options or range
+    changed with another control, e.g. a model without that loss) to one it does."""
     here = current()
     value = here.page_value(key, default, settle)
+    if fit is not None:
+        held = st.session_state.get(key, value)
+        for was in (value, held):
+            now = fit(was)
+            if now != was:
+                here.notes.append(f"`{key}`: {state.shown(str(was))} is not offered here: used {now}.")
+                if was is held:
+                    st.session_state[key] = now
+                value = now if was is value else value
     if here.lesson.hides(key):
         shown = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
         (container or st).caption(f"{label}: **{shown}** (fixed by this lesson link)")
@@ -348,7 +359,7 @@ def choice(label: str, options: Sequence[str], key: str, default: str, *, help: 
     return _page_control(
         key, default, lambda texts: state.settle(key, texts, default, options=tuple(options)),
         lambda: where.segmented_control(label, options, required=True, key=key, help=help),
-        label, where)
+        label, where, fit=lambda v: v if v in options else default)
 
 
 def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[str], *,
@@ -373,18 +384,18 @@ def select(label: str, options: Sequence[str], key: str, default: str, *, help: 
     where = container or st
     return _page_control(
         key, default, lambda texts: state.settle(key, texts, default, options=tuple(options)),
-        lambda: where.selectbox(label, options, key=key, help=help), label, where)
+        lambda: where.selectbox(label, options, key=key, help=help), label, where,
+        fit=lambda v: v if v in options else default)
 
 
 def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | None = None,
            container=None) -> int:
     """A page integer slider kept in the URL under ``key``."""
     where = container or st
-    value = _page_control(
+    return _page_control(
         key, default, lambda texts: state.settle(key, texts, default, int_range=(lo, hi)),
-        lambda: where.slider(label, lo, hi, key=key, help=help), label, where)
-    value = int(min(max(int(value), lo), hi))     # a range that shrank since (a stack's layer)
-    return value
+        lambda: where.slider(label, lo, hi, key=key, help=help), label, where,
+        fit=lambda v: int(min(max(int(v), lo), hi)))     # a range that shrank (fewer layers)
 
 
 def text(label: str, key: str, default: str, max_chars: int, *, help: str | None = None,
@@ -401,8 +412,8 @@ def text(label: str, key: str, default: str, max_chars: int, *, help: str | None
                           lambda: where.text_area(label, max_chars=max_chars, key=key, help=help, height=80),
                           label, where)
     used, note = _text_value(key, str(value or ""), default, max_chars)
-    if note is not None and used == default:
-        where.caption(f":material/info: {note}")
+    if note is not None and used == default:     # emptied in the box: said under it, the box kept
+        where.info(note, icon=":material/info:")
     return used
 
 
