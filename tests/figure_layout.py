@@ -95,7 +95,8 @@ CUT_TEXT_JS = r"""
 () => {
   const out = [];
   const main = document.querySelector('[data-testid="stMain"]') || document.body;
-  const skip = '.js-plotly-plot, [data-testid="stDataFrame"], [data-testid="stCode"], pre, code, svg';
+  const skip = '.js-plotly-plot, [data-testid="stDataFrame"], [data-testid="stCode"], pre, code, svg, '
+    + '.katex-mathml';   // KaTeX's copy for screen readers is clipped to 1 px on purpose
   for (const e of main.querySelectorAll('*')) {
     if (!e.offsetParent || !(e instanceof HTMLElement) || e.closest(skip) || e.querySelector(skip)) continue;
     const s = getComputedStyle(e);

@@ -55,7 +55,7 @@ PALETTE = ("#636efa", "#ef553b", "#00a676", "#ab63fa", "#ffa15a", "#19d3f3", "#f
 GUIDE_COLOR = "#999999"
 PHONE_WIDTH = 358
 """The narrowest width a figure is drawn at, in CSS pixels: a 390-px phone less Streamlit's padding."""
-TITLE_CHARS = 30
+TITLE_CHARS = 27
 """A title wraps after about this many characters: at :data:`TITLE_SIZE` that fills :data:`PHONE_WIDTH`."""
 CHAR_WIDTH = 0.6
 """Width of an average glyph of our fonts, as a fraction of the font size (digits, lower case; a
