@@ -34,10 +34,11 @@ def figures(at: AppTest) -> list[dict]:
 
 
 def titles(at: AppTest) -> list[str]:
+    """Each figure's title as it reads (a long one is wrapped onto lines by ``<br>``)."""
     out = []
     for f in figures(at):
         t = f.get("layout", {}).get("title", {})
-        out.append(t.get("text", "") if isinstance(t, dict) else str(t))
+        out.append((t.get("text", "") if isinstance(t, dict) else str(t)).replace("<br>", " "))
     return out
 
 
