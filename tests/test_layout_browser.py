@@ -12,7 +12,7 @@ import pytest
 
 from hessviz.app.registry import ALL_PAGES
 from tests.figure_layout import CUT_TEXT_JS, FIGURE_PROBLEMS_JS
-from tests.streamlit_server import ARGS, CHROMIUM, Server, require_chromium
+from tests.streamlit_server import chromium, require_chromium, running_server
 
 pytestmark = pytest.mark.browser
 
@@ -27,24 +27,14 @@ Learn page is being rewritten (a stepper), so its link labels are left out here 
 @pytest.fixture(scope="module")
 def base():
     require_chromium()
-    srv = Server(log="streamlit_layout_test.log")
-    try:
-        srv.wait_healthy()
+    with running_server("streamlit_layout_test.log") as srv:
         yield srv.base
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 def browser(base):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _problems(page, spec, size: str) -> list[str]:
