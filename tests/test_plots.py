@@ -325,19 +325,23 @@ def test_block_norm_numbers_fit_their_cells_or_stay_in_the_hover():
 
 def test_heatmap_tick_labels_do_not_overlap_on_a_phone():
     """Two narrow blocks side by side (W_Q, W_K of 128 in P = 1,536): the second one's label
-    goes to the hover; every pair of kept labels is at least their half-widths apart."""
+    goes to the hover; every pair of kept labels is at least their half-extents apart on a phone
+    (text widths side by side; line heights when the x labels stand up, as with many heads)."""
     offsets = {"W_Q": slice(0, 128), "W_K": slice(128, 256), "W_V": slice(256, 512), "W_1": slice(512, 1024),
                "W_2": slice(1024, 1536)}
     fig = plots.hessian_heatmap(np.eye(1536), offsets, max_cells=1536)
-    shown = [plots.style.visible(s) for s in fig.layout.xaxis.ticktext]
-    assert shown == ["WQ", "WV", "W1", "W2"]
-    size, side = fig.layout.xaxis.tickfont.size, plots.style.PHONE_WIDTH - 160
-    centers = [int(v.split()[-1]) for v in fig.layout.xaxis.tickvals]   # "W_Q col 63": inside its block
-    starts = [offsets[n].start for n in ("W_Q", "W_V", "W_1", "W_2")]
-    pos = [s + c for s, c in zip(starts, centers)]
-    for a, b, la, lb in zip(pos, pos[1:], shown, shown[1:]):
-        width = plots.style.text_width
-        assert (b - a) / 1536 * side >= (width(la, size) + width(lb, size)) / 2
+    assert [plots.style.visible(s) for s in fig.layout.xaxis.ticktext] == ["WQ", "WV", "W1", "W2"]
+    two = {"W_Q": slice(0, 512), "W_K": slice(512, 1024), "W_1": slice(1024, 1536)}   # two heads each
+    heads = {"W_Q": [np.arange(h, 512, 2) for h in range(2)], "W_K": [np.arange(h, 512, 2) for h in range(2)]}
+    many = plots.hessian_heatmap(np.eye(1536), two, heads=heads, max_cells=1536)
+    for f in (fig, many):
+        ax = f.layout.xaxis
+        size, side = ax.tickfont.size, plots.style.PHONE_WIDTH - 160
+        pos = [list(f.data[0].x).index(v) for v in ax.tickvals]
+        extent = [1.3 * size if ax.tickangle == -90 else plots.style.text_width(s, size) for s in ax.ticktext]
+        for i in range(len(pos) - 1):
+            assert (pos[i + 1] - pos[i]) / 1536 * side >= (extent[i] + extent[i + 1]) / 2
+    assert many.layout.xaxis.tickangle == -90 and len(many.layout.xaxis.ticktext) == 5   # all, stood up
 
 
 @pytest.mark.parametrize("name", ["side_by_side", "error_matrix", "block_spectrum_bars"])

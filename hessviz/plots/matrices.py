@@ -111,11 +111,16 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
         names = [_weight(names[i]) for i in weights]
         bounds = [bounds[i] for i in weights]
     small = FONT_SIZE - 2 if len(names) <= 16 else FONT_SIZE - 6
-    keep = spaced_labels(centers, [pretty(m) for m in names], n, small)
+    widths = np.diff([*bounds, n])
+    texts = [pretty(m) for m in names]
+    flat = spaced_labels(centers, [text_width(s, small) for s in texts], n, widths)
+    stood = spaced_labels(centers, [1.3 * small] * len(names), n, widths)
+    upright = len(stood) > len(flat)           # side by side fewer fit: stand the x labels up
+    keep = stood if upright else flat
     centers, names = [centers[i] for i in keep], [names[i] for i in keep]
     axis = {"tickmode": "array", "tickvals": [xlab[i] for i in centers],
             "ticktext": [pretty(m) for m in names], "showgrid": False, "tickfont": {"size": small}}
-    fig.update_xaxes(**axis, side="top", constrain="domain")
+    fig.update_xaxes(**axis, side="top", constrain="domain", tickangle=-90 if upright else 0)
     fig.update_yaxes(**{**axis, "tickvals": [ylab[i] for i in centers]}, autorange="reversed",
                      scaleanchor="x", constrain="domain")
     if factor > 1:
@@ -130,25 +135,25 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
     return fig
 
 
-def spaced_labels(centers: Sequence[float], labels: Sequence[str], n: int, size: float, *,
+def spaced_labels(centers: Sequence[float], extents: Sequence[float], n: int, widths: Sequence[float], *,
                   side: float = PHONE_WIDTH - 160) -> list[int]:
-    """Indices of the tick labels to draw on an axis of ``n`` cells drawn ``side`` pixels long
-    (a heatmap on a phone): left to right, a label is kept when it is at least half its width plus
-    half the last kept one's (and 4 px) away from that one, so no two overlap; the others are
-    named in the hover.
+    """Indices (in order) of the tick labels to draw on an axis of ``n`` cells drawn ``side``
+    pixels long (a heatmap on a phone), so that no two overlap: label ``i`` at cell ``centers[i]``
+    takes ``extents[i]`` pixels along the axis (its text width side by side, its line height when
+    stacked or stood up). The widest blocks (``widths``, in cells) are named first; a label is kept
+    when it is at least half its extent plus half each kept neighbour's (and 4 px) away from it.
+    The others are named in the hover.
 
-    >>> spaced_labels([64, 192, 384, 768, 1280], ["WQ", "WK", "WV", "W1", "W2"], 1536, 16)
+    >>> spaced_labels([64, 192, 384, 768, 1280], [30] * 5, 1536, [128, 128, 256, 512, 512])
     [0, 2, 3, 4]
     """
     keep: list[int] = []
-    for i, (c, label) in enumerate(zip(centers, labels)):
-        if keep:
-            j = keep[-1]
-            gap = (c - centers[j]) / max(n, 1) * side
-            if gap < (text_width(label, size) + text_width(labels[j], size)) / 2 + 4:
-                continue
-        keep.append(i)
-    return keep
+    for i in sorted(range(len(centers)), key=lambda k: -widths[k]):
+        apart = all(abs(centers[i] - centers[j]) / max(n, 1) * side >= (extents[i] + extents[j]) / 2 + 4
+                    for j in keep)
+        if apart:
+            keep.append(i)
+    return sorted(keep)
 
 
 def _block_geometry(labels: list[tuple]) -> tuple[list[int], list[int], list[str]]:
