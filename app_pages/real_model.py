@@ -57,7 +57,7 @@ text = hva.text("Text", "rm_text", rm.DEFAULT_TEXT, rm.MAX_CHARS, container=c2,
                      "tokenised with the model's own tokenizer")
 OBJECTIVE = {"bert": "sentence similarity", "roberta": "sentence similarity", "gpt2": "next token"}
 objective = OBJECTIVE.get(info.model_type)
-c3, c4, c5, c6 = st.columns(4)
+c3, c4, c5, c6 = st.columns([3, 2, 2, 2])   # the loss's options need the room: 'sentence similarity'
 loss_name = hva.choice("Loss", ("synthetic",) + ((objective,) if objective else ()), key="rm_loss",
                        default="synthetic", container=c3,
                        help="synthetic: the layer's MSE against a seeded random target; "
@@ -114,11 +114,12 @@ st.caption("Row i is how token i (the query) spreads its attention over the toke
 
 # ----------------------------------------------------------------------------- a head slice's Hessian
 st.subheader("The exact Hessian of one head's slice")
-c6, c7, c8, c9 = st.columns([2, 2, 2, 2])
+c6, c7 = st.columns(2)    # two rows of two: four weights and three terms do not fit a quarter of the page
 weight = hva.choice("Weight", [w for w in WEIGHTS if w in cfg.param_names], key="rm_w",
                     default=rm.DEFAULT_WEIGHT, container=c6)
 term = hva.choice("Term", TERMS, key="rm_term", default=rm.DEFAULT_TERM, container=c7,
                   help="full = outer + functional")
+c8, c9 = st.columns(2)
 name = f"{weight}[{head}]"
 rows, cols = cfg.shape_of(name)
 counts = rm.row_counts(rows, cols)

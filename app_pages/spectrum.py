@@ -157,7 +157,7 @@ for col, t in zip(cols, TERMS):
     with col:
         st.markdown(f"**{t}**")
         c1, c2 = st.columns(2)
-        c1.metric("negative eigenvalues", f"{s['negative_count']:,}" + (" (of extremes)" if partial else ""),
+        c1.metric("negative λ", f"{s['negative_count']:,}" + (" (of extremes)" if partial else ""),
                   help=f"below −{s['tolerance']:.1e} (round-off relative to max |λ|)")
         c2.metric("negative mass", f"{100 * s['negative_mass']:.1f} %")
         st.caption(f"λ from {s['min']:.3g} to {s['max']:.3g}")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,27 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+@contextlib.contextmanager
+def running_server(log: str, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A healthy :class:`Server` for the ``with`` block, stopped after it."""
+    srv = Server(env, log=log)
+    try:
+        srv.wait_healthy()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[object]:
+    """Headless Chromium (Playwright's sync API) for the ``with`` block."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()

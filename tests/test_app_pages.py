@@ -34,10 +34,11 @@ def figures(at: AppTest) -> list[dict]:
 
 
 def titles(at: AppTest) -> list[str]:
+    """Each figure's title as it reads (a long one is wrapped onto lines by ``<br>``)."""
     out = []
     for f in figures(at):
         t = f.get("layout", {}).get("title", {})
-        out.append(t.get("text", "") if isinstance(t, dict) else str(t))
+        out.append((t.get("text", "") if isinstance(t, dict) else str(t)).replace("<br>", " "))
     return out
 
 
@@ -171,7 +172,8 @@ def test_hessian_map_draws_heads_and_head_slice_blocks():
     at = run_page("app_pages/hessian_map.py", blk="W_Q[1],W_K[1]", **REAL)
     heat = figures(at)[0]
     ticks = heat["layout"]["xaxis"]["ticktext"]
-    assert "W<sub>Q</sub>[0]" in ticks and "W<sub>O</sub>[1]" in ticks and "W<sub>1</sub>" in ticks
+    assert "W<sub>Q</sub>[0]" in ticks and "W<sub>O</sub>[0]" in ticks and "W<sub>1</sub>" in ticks
+    assert any(x.startswith("W_O[1] col") for x in heat["data"][0]["x"])   # every head named in the hover
     assert any(y.startswith("ln1_gamma row") for y in heat["data"][0]["y"])   # narrow blocks: in the hover
     dotted = [s for s in heat["layout"]["shapes"] if s["line"].get("dash") == "dot"]
     assert dotted                                              # thin lines between heads

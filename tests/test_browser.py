@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.streamlit_server import ARGS, CHROMIUM, ROOT, Server, require_chromium
+from tests.streamlit_server import ROOT, chromium, require_chromium, running_server
 
 pytestmark = pytest.mark.browser
 
@@ -36,24 +36,14 @@ IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
 @pytest.fixture(scope="module")
 def server():
     require_chromium()
-    srv = Server(log="streamlit_browser_test.log")
-    try:
-        srv.wait_healthy()
+    with running_server("streamlit_browser_test.log") as srv:
         yield srv.base
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def _settle(page, timeout: float = 120_000) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
@@ -239,3 +241,139 @@ def test_block_spectrum_bars_and_density():
                                   extremes={"full": np.array([-1.0, 1.0])})
     assert [t.name for t in dens.data] == ["full density", "full extremes (Lanczos)"]
     assert min(dens.data[0].y) > 0                                                  # log axis: no zeros
+
+
+# ----------------------------------------------------------------------------- projector and phone
+
+@functools.cache
+def _every_figure() -> dict[str, go.Figure]:
+    """One figure of every function of :mod:`hessviz.plots`, on small data (built once; the tests
+    only read them)."""
+    M = np.abs(sym(5)) + 1e-3
+    names = ["W_Q", "W_K", "W_V", "W_1", "W_2"]
+    sw = _sweep({"outer": np.ones((2, 3)), "full": 2 * np.ones((2, 3))})
+    return {
+        "hessian_heatmap": plots.hessian_heatmap(sym(24), OFFSETS, title="t"),
+        "block_heatmap": plots.block_heatmap(sym(6), "W_Q", "W_K"),
+        "block_norm_matrix": plots.block_norm_matrix(M, names),
+        "attention_map": plots.attention_map(np.full((3, 3), 1 / 3), ["a", "b", "c"]),
+        "error_matrix": plots.error_matrix({"full": M * 1e-15, "outer": M * 1e-16}, names),
+        "spectrum_sorted": plots.spectrum_sorted({"full": np.linspace(-1, 1, 9),
+                                                  "outer": np.linspace(0, 1, 9)}),
+        "spectrum_histogram": plots.spectrum_histogram({"full": np.linspace(-1, 1, 9)}),
+        "spectral_density": plots.spectral_density({"full": (np.linspace(-1, 1, 5), np.ones(5))}),
+        "block_norm_bars": plots.block_norm_bars({"full": M, "outer": M}, names),
+        "diagonal_norm_bars": plots.diagonal_norm_bars({"full": {"W_Q": 1.0}, "outer": {"W_Q": 0.5}}),
+        "timing_bars": plots.timing_bars({"closed_form": 0.01, "autograd": 0.1}),
+        "grouped_bars": plots.grouped_bars(["a"], {"post": [1.0], "pre": [2.0]}, title="t", ylabel="y"),
+        "block_spectrum_bars": plots.block_spectrum_bars(names, np.ones(5), np.ones(5)),
+        "sweep_plot": plots.sweep_plot(sw, stat="median"),
+        "compare_plot": plots.compare_plot({"post": sw, "pre": sw}, "outer", stat="median"),
+        "side_by_side": plots.side_by_side({"attention": sw, "post": sw, "pre": sw}, stat="median"),
+        "training_curves": plots.training_curves({"SGD": np.ones((2, 4)), "Adam": np.ones((2, 4))}),
+        "scatter_figure": plots.scatter_figure({"post": ([1.0, 2.0], [1.0, 2.0])}, title="t", xlabel="x",
+                                               ylabel="y", diagonal=True),
+    }
+
+
+@pytest.mark.parametrize("name", list(_every_figure()))
+def test_every_figure_puts_its_legend_below_the_plot(name):
+    """On a phone a legend beside the plot takes half its width: every figure's legend is
+    horizontal, anchored at the bottom of the figure (below the axis titles) and left-aligned."""
+    legend = _every_figure()[name].layout.legend
+    assert legend.orientation == "h"
+    assert (legend.yref, legend.y, legend.yanchor) == ("container", 0.0, "bottom")
+    assert (legend.xref, legend.x, legend.xanchor) == ("container", 0.0, "left")
+
+
+@pytest.mark.parametrize("name", list(_every_figure()))
+def test_titles_wrap_to_a_phone_and_log_axes_ask_for_few_labels(name):
+    fig = _every_figure()[name]
+    style = plots.style
+    if fig.layout.title.text:
+        lines = fig.layout.title.text.split("<br>")
+        assert max(len(style.visible(s)) for s in lines) <= style.TITLE_CHARS
+        assert style.text_width(fig.layout.title.text, style.TITLE_SIZE) <= style.PHONE_WIDTH
+    for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:
+        if axis.type == "log" and axis.tickvals is None:
+            assert axis.nticks is not None and axis.nticks <= 4   # no overprinted minor digits 2 … 9
+
+
+def test_long_titles_wrap_and_the_figure_grows_for_them():
+    short = plots.timing_bars({"closed_form": 0.01}, title="Time")
+    long = plots.timing_bars({"closed_form": 0.01},
+                             title="Time for all three terms: closed form is 16.7× faster than autograd")
+    assert long.layout.title.text.count("<br>") == 2 and short.layout.title.text == "Time"
+    assert long.layout.height > short.layout.height
+    assert plots.style.wrap("a <sub>bb</sub> c", 4) == "a <sub>bb</sub><br>c"   # tags are not counted
+
+
+def test_block_norm_numbers_fit_their_cells_or_stay_in_the_hover():
+    """Five weights: short numbers at a font that fits a cell on a phone; sixteen (a real layer):
+    no numbers written (they would overprint), the hover still gives each value."""
+    names16 = [f"W_{i}" for i in range(16)]
+    small = plots.block_norm_matrix(np.full((5, 5), 0.000351), ["W_Q", "W_K", "W_V", "W_1", "W_2"])
+    hm = small.data[0]
+    assert hm.texttemplate == "%{text}" and hm.text[0][0] == "4e-4"
+    side = min(small.layout.height - 150, plots.style.PHONE_WIDTH - 160) / 5
+    assert plots.style.text_width("4e-4", hm.textfont.size) <= side and hm.textfont.size >= 10
+    big = plots.block_norm_matrix(np.full((16, 16), 0.5), names16)
+    assert big.data[0].texttemplate is None and "customdata" in big.data[0].hovertemplate
+    assert [plots.matrices.short_number(v) for v in (0.4412, 12.34, 4.5e5, -0.0002)] == \
+        ["0.44", "12", "4e+5", "-2e-4"]
+
+
+def test_heatmap_tick_labels_do_not_overlap_on_a_phone():
+    """Two narrow blocks side by side (W_Q, W_K of 128 in P = 1,536): the second one's label
+    goes to the hover; every pair of kept labels is at least their half-extents apart on a phone
+    (text widths side by side; line heights when the x labels stand up, as with many heads)."""
+    offsets = {"W_Q": slice(0, 128), "W_K": slice(128, 256), "W_V": slice(256, 512), "W_1": slice(512, 1024),
+               "W_2": slice(1024, 1536)}
+    fig = plots.hessian_heatmap(np.eye(1536), offsets, max_cells=1536)
+    assert [plots.style.visible(s) for s in fig.layout.xaxis.ticktext] == ["WQ", "WV", "W1", "W2"]
+    two = {"W_Q": slice(0, 512), "W_K": slice(512, 1024), "W_1": slice(1024, 1536)}   # two heads each
+    heads = {"W_Q": [np.arange(h, 512, 2) for h in range(2)], "W_K": [np.arange(h, 512, 2) for h in range(2)]}
+    many = plots.hessian_heatmap(np.eye(1536), two, heads=heads, max_cells=1536)
+    for f in (fig, many):
+        ax = f.layout.xaxis
+        size, side = ax.tickfont.size, plots.style.PHONE_WIDTH - 160
+        pos = [list(f.data[0].x).index(v) for v in ax.tickvals]
+        extent = [1.3 * size if ax.tickangle == -90 else plots.style.text_width(s, size) for s in ax.ticktext]
+        for i in range(len(pos) - 1):
+            assert (pos[i + 1] - pos[i]) / 1536 * side >= (extent[i] + extent[i + 1]) / 2
+    assert many.layout.xaxis.tickangle == -90 and len(many.layout.xaxis.ticktext) == 5   # all, stood up
+
+
+@pytest.mark.parametrize("name", ["side_by_side", "error_matrix", "block_spectrum_bars"])
+def test_subplot_titles_fit_their_panels_and_stay_below_the_title(name):
+    """Subplot titles (``make_subplots``) of neighbouring panels never meet: each, at its font,
+    is narrower on a phone than its panel's domain plus the gap to the next; and the top margin
+    holds the figure's title above them."""
+    fig = _every_figure()[name]
+    titles = [a for a in fig.layout.annotations if a.yanchor == "bottom" and a.yref == "paper"]
+    assert titles
+    plot_width = plots.style.PHONE_WIDTH - fig.layout.margin.l - fig.layout.margin.r
+    by_row: dict[float, list] = {}
+    for a in titles:
+        by_row.setdefault(round(a.y, 6), []).append(a)
+    for row in by_row.values():
+        row.sort(key=lambda a: a.x)
+        for left, right in zip(row, row[1:]):
+            half = (plots.style.text_width(left.text, left.font.size)
+                    + plots.style.text_width(right.text, right.font.size)) / 2
+            assert half <= (right.x - left.x) * plot_width, (left.text, right.text)
+    top_row = max(by_row)
+    lines = max(a.text.count("<br>") + 1 for a in by_row[top_row])
+    needed = 1.3 * max(a.font.size for a in by_row[top_row]) * lines
+    if fig.layout.title.text:
+        needed += 1.3 * plots.style.TITLE_SIZE * (fig.layout.title.text.count("<br>") + 1)
+    assert fig.layout.margin.t >= needed
+
+
+def test_side_by_side_panel_titles_put_the_slope_on_its_own_line():
+    x = np.array([0.1, 0.2, 0.4])
+    sw = _sweep({"outer": np.stack([x**6, 2 * x**6])})
+    fits = {"attention": sweeps.fits(sw, "attention", ("W_Q", "W_Q"), terms=("outer",))}
+    fig = plots.side_by_side({"attention": sw, "pre": sw}, stat="median", fits=fits)
+    assert fig.layout.annotations[0].text == "attention alone<br>outer slope 6.0"
+    assert [ax.title.text for ax in fig.select_xaxes()].count(None) == 1   # one x title for two panels

@@ -17,11 +17,13 @@ BASE = """
 [data-testid="stMainBlockContainer"] h2 { font-size: 1.5rem; }
 @media (max-width: 640px) {
   [data-testid="stMainBlockContainer"] { padding: 56px 0.75rem 2rem 0.75rem; }
+  [data-testid="stMarkdownContainer"] .katex-display { font-size: 0.78em; overflow-x: auto; overflow-y: hidden; }
   [data-testid="stMainBlockContainer"] h1 { font-size: 1.5rem; }
 }
 """
 """Always: a shorter band above the title (Streamlit's header bar is 60 px tall), a smaller title;
-narrower margins on a phone."""
+narrower margins on a phone, where display math is set smaller and scrolls sideways rather than
+being cut off."""
 
 PRESENT = """
 html { font-size: 18px; }

@@ -27,15 +27,43 @@ def header(title: str, view: View, *, icon: str | None = None) -> None:
     st.caption(view.describe())
 
 
+def formula_parts(formula: str) -> list[str]:
+    r"""``formula`` split at its top-level ``\qquad`` (outside braces) into the
+    equations it lines up, each without its trailing comma's space.
+
+    >>> formula_parts(r"a = 1,\qquad \frac{b}{\qquad c}\qquad d")
+    ['a = 1,', '\\frac{b}{\\qquad c}', 'd']
+    """
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(formula):
+        ch = formula[i]
+        depth += (ch == "{") - (ch == "}")
+        if depth == 0 and formula.startswith(r"\qquad", i):
+            parts.append(formula[start:i])
+            i = start = i + len(r"\qquad")
+            continue
+        i += 1
+    parts.append(formula[start:])
+    return [s.strip() for s in parts if s.strip()]
+
+
 def explain(text: str, *formulas: str) -> None:
-    """A short explanation for students, then each formula with ``st.latex``; folded in
-    presentation mode (``present=1``), so the chart comes first."""
+    """A short explanation for students, then the formulas; folded in presentation mode
+    (``present=1``), so the chart comes first. The equations that a formula lines up with
+    ``\\qquad`` sit side by side in a row that wraps, so on a narrow screen they stack instead of
+    running off the page (and :mod:`hessviz.app.styles` sets them smaller on a phone)."""
     where = st.expander("What this page shows", icon=":material/menu_book:") if controls.lesson().present \
         else st.container()
     with where:
         st.markdown(text)
         for f in formulas:
-            st.latex(f)
+            parts = formula_parts(f)
+            if len(parts) == 1:
+                st.latex(parts[0])
+                continue
+            row = st.container(horizontal=True, wrap=True, gap="large", horizontal_alignment="center")
+            for part in parts:
+                row.latex(part)
 
 
 @contextlib.contextmanager
@@ -180,23 +208,24 @@ def downloads(name: str, fig: go.Figure | None = None, *,
     ``csv``/``npz`` are callables returning the columns/arrays. They run when the buttons are
     drawn (views of cached arrays, cheap); the files are built only when a button is clicked,
     and nothing but the arrays is kept (:class:`Detached`). An NPZ over the server's download
-    limit is not offered.
+    limit is not offered. The buttons are as wide as their labels and wrap onto a second line
+    when the row is narrow (a horizontal container, not fixed columns that cut "Figure (HTML)").
     """
     key = key or name
-    cols = st.columns(3, gap="small")
+    row = st.container(horizontal=True, gap="small", wrap=True)
     if fig is not None:
-        cols[0].download_button("Figure (HTML)", lambda: figure_html(fig), f"{name}.html", "text/html",
+        row.download_button("Figure (HTML)", lambda: figure_html(fig), f"{name}.html", "text/html",
                                 key=f"dl_html_{key}", on_click="ignore", icon=":material/download:")
     if csv is not None:
         columns = {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else list(v)
                    for k, v in csv().items()}
-        cols[1].download_button("Data (CSV)", lambda: csv_bytes(columns), f"{name}.csv", "text/csv",
+        row.download_button("Data (CSV)", lambda: csv_bytes(columns), f"{name}.csv", "text/csv",
                                 key=f"dl_csv_{key}", on_click="ignore", icon=":material/table:")
     if npz is not None:
         held = Detached(npz())
         limit = cache.LIMITS.download_bytes
         too_big = held.nbytes > limit
-        cols[2].download_button("Data (NPZ)", held.npz, f"{name}.npz",
+        row.download_button("Data (NPZ)", held.npz, f"{name}.npz",
                                 "application/octet-stream", key=f"dl_npz_{key}", on_click="ignore",
                                 icon=":material/data_array:", disabled=too_big,
                                 help=(f"{format_bytes(held.nbytes)}: over this server's download limit of "

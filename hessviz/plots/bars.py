@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from hessviz.plots.style import TERM_COLORS, color_for, layout, placement_name, pretty
+from hessviz.plots.style import FONT_SIZE, TERM_COLORS, color_for, layout, placement_name, pretty
 
 
 def block_norm_bars(norms: dict[str, np.ndarray], names: Sequence[str], *, kind: str = "spectral",
@@ -20,7 +20,7 @@ def block_norm_bars(norms: dict[str, np.ndarray], names: Sequence[str], *, kind:
     """Diagonal and off-diagonal block norms per term as grouped bars on a log axis."""
     n = len(names)
     pairs = [(i, j) for i in range(n) for j in range(i, n)]
-    xs = [f"{names[i]}–{names[j]}" for i, j in pairs]
+    xs = [f"{pretty(names[i])}–{pretty(names[j])}" for i, j in pairs]
     fig = go.Figure()
     for term, M in norms.items():
         fig.add_trace(go.Bar(x=xs, y=[M[i, j] for i, j in pairs], name=term,
@@ -29,7 +29,8 @@ def block_norm_bars(norms: dict[str, np.ndarray], names: Sequence[str], *, kind:
     label = {"spectral": "‖·‖₂", "fro": "‖·‖_F"}.get(kind, kind)
     fig.update_yaxes(type="log", title={"text": f"block norm {label}"})
     fig.update_layout(barmode="group")
-    return layout(fig, title or f"Per-block norms {label}", height, theme=theme)
+    fig = layout(fig, title or f"Per-block norms {label}", height, theme=theme)
+    return fig.update_xaxes(tickfont={"size": FONT_SIZE - 4})   # n(n+1)/2 pair labels: keep them apart
 
 
 def diagonal_norm_bars(norms: dict[str, dict[str, float]], *, title: str | None = None,

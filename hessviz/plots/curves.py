@@ -24,7 +24,16 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hessviz.fitting import RangeFit, center
-from hessviz.plots.style import FONT_SIZE, GUIDE_COLOR, color_for, layout, placement_name, rgba
+from hessviz.plots.style import (
+    FONT_SIZE,
+    GUIDE_COLOR,
+    PHONE_WIDTH,
+    color_for,
+    layout,
+    placement_name,
+    rgba,
+    text_width,
+)
 
 
 @dataclass(frozen=True)
@@ -144,25 +153,37 @@ def side_by_side(sweeps: Mapping[str, object], *, stat: str, y_title: str = "blo
     """One log–log panel per placement (``name -> Sweep``, e.g. attention alone, Post-LN, Pre-LN),
     shared y axis; each panel's title gives its fitted ``outer`` slope."""
     names = list(sweeps)
-    fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, horizontal_spacing=0.04,
+    fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, horizontal_spacing=0.06,
                         subplot_titles=[_panel_title(n, (fits or {}).get(n)) for n in names])
     for col, pname in enumerate(names, start=1):
         sw = sweeps[pname]
         add_bands(fig, sw.grid, sw.values, stat=stat, row=1, col=col, show_legend=col == 1,
                   hover_prefix=f"{pname}, ")
-        fig.update_xaxes(type="log" if _logx(sw) else "linear", title={"text": x_title or _x_title(sw)},
-                         row=1, col=col)
+        middle = col == (len(names) + 1) // 2     # one x title, under the middle panel: they would meet
+        fig.update_xaxes(type="log" if _logx(sw) else "linear",
+                         title={"text": x_title or _x_title(sw) if middle else None}, row=1, col=col)
     fig.update_yaxes(type="log", exponentformat="power")
     fig.update_yaxes(title={"text": y_title}, row=1, col=1)
-    fig.update_annotations(font={"size": FONT_SIZE})
-    return layout(fig, title, height, theme=theme)
+    fig.update_annotations(font={"size": subplot_title_size([a.text for a in fig.layout.annotations])})
+    fig = layout(fig, title, height, theme=theme)
+    return fig.update_xaxes(tickfont={"size": FONT_SIZE - 5})   # narrow panels: 0.01, 2, 5, 0.1 apart
 
 
 def _panel_title(name: str, fits: Mapping[str, RangeFit] | None) -> str:
+    """The placement on one line, its fitted outer slope on the next (``Post-LN<br>outer slope 4.0``)."""
     label = placement_name(name)
     if fits and "outer" in fits and np.isfinite(fits["outer"].slope):
-        label += f" (outer slope {fits['outer'].slope:.1f})"
+        label += f"<br>outer slope {fits['outer'].slope:.1f}"
     return label
+
+
+def subplot_title_size(titles: Sequence[str], *, reserved: int = 100) -> int:
+    """The largest font, up to ``FONT_SIZE − 2`` and at least 11, at which each of ``titles`` (one
+    per side-by-side panel) fits its panel's share of :data:`~hessviz.plots.style.PHONE_WIDTH`
+    less ``reserved`` pixels (axis labels, margins): titles of neighbouring panels never meet."""
+    share = (PHONE_WIDTH - reserved) / max(len(titles), 1)
+    widest = max((text_width(s, 1.0) for s in titles), default=0.0)
+    return max(11, min(FONT_SIZE - 2, int(share / widest))) if widest else FONT_SIZE - 2
 
 
 def training_curves(curves: Mapping[str, np.ndarray], *, title: str = "Training loss",

@@ -54,7 +54,7 @@ def spectrum_histogram(spectra: dict[str, np.ndarray], *, bins: int = 80,
                              opacity=0.65, width=edges[1] - edges[0],
                              hovertemplate=f"{term}<br>%{{y}} eigenvalues<extra></extra>"))
     tv, tt = symlog_ticks(float(np.max(np.abs(allv))) if allv.size else 0.0, c)
-    fig.update_xaxes(tickvals=tv, ticktext=tt, title={"text": "eigenvalue λ (symlog)"})
+    fig.update_xaxes(tickvals=tv, ticktext=tt, title={"text": "eigenvalue λ (symlog)"}, tickangle=-45)
     fig.update_yaxes(type="log", title={"text": "count"})
     fig.update_layout(barmode="overlay")
     return layout(fig, title, height, theme=theme)

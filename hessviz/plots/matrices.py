@@ -28,7 +28,21 @@ from hessviz.plots.scale import (
     symlog_ticks,
     tile_extremes,
 )
-from hessviz.plots.style import DIVERGING, FONT_SIZE, SEQUENTIAL, layout, pretty
+from hessviz.plots.style import (
+    DIVERGING,
+    FONT_SIZE,
+    PHONE_WIDTH,
+    SEQUENTIAL,
+    layout,
+    pretty,
+    text_width,
+    wrap,
+)
+
+MIN_CELL_FONT = 10
+"""Smallest font a heatmap cell's number is written in; below it, the number is in the hover only."""
+NOTE_CHARS = 44
+"""A note under a figure ("Reduced view …") wraps after about this many characters."""
 
 # ----------------------------------------------------------------------------- Hessian heatmaps
 
@@ -96,24 +110,50 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
         centers = [(bounds[i] + e - 1) // 2 for i, e in zip(weights, ends)]
         names = [_weight(names[i]) for i in weights]
         bounds = [bounds[i] for i in weights]
+    small = FONT_SIZE - 2 if len(names) <= 16 else FONT_SIZE - 6
     widths = np.diff([*bounds, n])
-    keep = [i for i, w in enumerate(widths) if w >= max(2, n // 40)]   # narrow ones would overlap
+    texts = [pretty(m) for m in names]
+    flat = spaced_labels(centers, [text_width(s, small) for s in texts], n, widths)
+    stood = spaced_labels(centers, [1.3 * small] * len(names), n, widths)
+    upright = len(stood) > len(flat)           # side by side fewer fit: stand the x labels up
+    keep = stood if upright else flat
     centers, names = [centers[i] for i in keep], [names[i] for i in keep]
-    small = FONT_SIZE if len(names) <= 16 else FONT_SIZE - 6
     axis = {"tickmode": "array", "tickvals": [xlab[i] for i in centers],
             "ticktext": [pretty(m) for m in names], "showgrid": False, "tickfont": {"size": small}}
-    fig.update_xaxes(**axis, side="top", constrain="domain")
+    fig.update_xaxes(**axis, side="top", constrain="domain", tickangle=-90 if upright else 0)
     fig.update_yaxes(**{**axis, "tickvals": [ylab[i] for i in centers]}, autorange="reversed",
                      scaleanchor="x", constrain="domain")
     if factor > 1:
         fig.add_annotation(
-            text=(f"Reduced view: P = {P:,} > {max_cells} cells, so each cell is the largest-magnitude "
-                  f"entry of a {factor}×{factor} tile.<br>Pick a block pair for full resolution."),
+            text=wrap(f"Reduced view: P = {P:,} > {max_cells} cells, so each cell is the largest-magnitude "
+                      f"entry of a {factor}×{factor} tile. Pick a block pair for full resolution.",
+                      NOTE_CHARS),
             xref="paper", yref="paper", x=0, y=-0.02, xanchor="left", yanchor="top", showarrow=False,
             font={"size": FONT_SIZE - 4}, bgcolor="rgba(255,200,0,0.25)")
     layout(fig, title, height, theme=theme)
-    fig.update_layout(margin={"b": 110 if factor > 1 else 30})
+    fig.update_layout(margin={"b": 130 if factor > 1 else 30})
     return fig
+
+
+def spaced_labels(centers: Sequence[float], extents: Sequence[float], n: int, widths: Sequence[float], *,
+                  side: float = PHONE_WIDTH - 160) -> list[int]:
+    """Indices (in order) of the tick labels to draw on an axis of ``n`` cells drawn ``side``
+    pixels long (a heatmap on a phone), so that no two overlap: label ``i`` at cell ``centers[i]``
+    takes ``extents[i]`` pixels along the axis (its text width side by side, its line height when
+    stacked or stood up). The widest blocks (``widths``, in cells) are named first; a label is kept
+    when it is at least half its extent plus half each kept neighbour's (and 4 px) away from it.
+    The others are named in the hover.
+
+    >>> spaced_labels([64, 192, 384, 768, 1280], [30] * 5, 1536, [128, 128, 256, 512, 512])
+    [0, 2, 3, 4]
+    """
+    keep: list[int] = []
+    for i in sorted(range(len(centers)), key=lambda k: -widths[k]):
+        apart = all(abs(centers[i] - centers[j]) / max(n, 1) * side >= (extents[i] + extents[j]) / 2 + 4
+                    for j in keep)
+        if apart:
+            keep.append(i)
+    return sorted(keep)
 
 
 def _block_geometry(labels: list[tuple]) -> tuple[list[int], list[int], list[str]]:
@@ -194,29 +234,66 @@ def block_heatmap(B: np.ndarray, row_name: str, col_name: str, *, row_shape: tup
     fig.update_yaxes(showticklabels=False, showgrid=False, title={"text": f"{pretty(row_name)} (rows)"},
                      autorange="reversed", constrain="domain", scaleanchor="x" if m == n else None)
     if factor > 1:
-        fig.add_annotation(text=f"Reduced view: {m}×{n} block, each cell is the largest-magnitude entry "
-                                f"of a {factor}×{factor} tile", xref="paper", yref="paper", x=0, y=-0.02,
-                           xanchor="left", yanchor="top", showarrow=False, font={"size": FONT_SIZE - 4},
-                           bgcolor="rgba(255,200,0,0.25)")
+        note = wrap(f"Reduced view: {m}×{n} block, each cell is the largest-magnitude entry "
+                    f"of a {factor}×{factor} tile", NOTE_CHARS)
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-0.02, xanchor="left", yanchor="top",
+                           showarrow=False, font={"size": FONT_SIZE - 4}, bgcolor="rgba(255,200,0,0.25)")
     title = title or f"Block {pretty(row_name)} × {pretty(col_name)} ({m} × {n})"
     return layout(fig, title, height, theme=theme)
 
 
+def short_number(v: float) -> str:
+    """A cell's number in at most five characters: two significant digits between 0.01 and 1000
+    (``0.44``, ``12``), else one digit and the exponent (``2e-4``, ``3e+5``); ``0`` for zero.
+
+    >>> [short_number(v) for v in (0.4412, 0.0123, 0.00023, 12.3, 0.0, 4.5e5)]
+    ['0.44', '0.012', '2e-4', '12', '0', '4e+5']
+    """
+    if v == 0 or not np.isfinite(v):
+        return "0" if v == 0 else str(v)
+    if 0.01 <= abs(v) < 1000:
+        return f"{v:.2g}"
+    mantissa, exponent = f"{v:.0e}".split("e")
+    return f"{mantissa}e{int(exponent):+d}"
+
+
+def cell_font(n_cols: int, texts: Sequence[str], *, height: int, panels: int = 1,
+              reserved: int = 160) -> int | None:
+    """The font size at which every one of ``texts`` fits the cells of a square heatmap of
+    ``n_cols`` columns (in one of ``panels`` side-by-side panels) drawn :data:`PHONE_WIDTH` wide and
+    ``height`` tall, ``reserved`` pixels of the width going to tick labels, margins and the colour
+    bar; capped at ``FONT_SIZE - 4``. ``None`` when that is under :data:`MIN_CELL_FONT`: the
+    numbers would overprint, so they stay in the hover.
+
+    A cell is ``side / n_cols`` wide with ``side = min(height − 150, (PHONE_WIDTH − reserved) /
+    panels)``; text of ``k`` characters at size ``s`` is ``k · s · CHAR_WIDTH`` wide.
+
+    >>> cell_font(5, ["0.44"], height=480), cell_font(16, ["0.44"], height=480)
+    (14, None)
+    """
+    side = min(height - 150, (PHONE_WIDTH - reserved) / panels)
+    cell = side / max(n_cols, 1)
+    widest = max((text_width(s, 1.0) for s in texts), default=0.0)
+    size = min(FONT_SIZE - 4, int(0.85 * cell / widest)) if widest else FONT_SIZE - 4
+    return size if size >= MIN_CELL_FONT else None
+
+
 def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "spectral",
-                      title: str | None = None, height: int = 480, max_written: int = 8,
-                      theme: str = "light") -> go.Figure:
-    """The ``(n, n)`` matrix of block norms, log colour scale, each value written in its cell
-    (up to ``max_written`` weights; beyond, the values are in the hover only: they would overlap)."""
+                      title: str | None = None, height: int = 480, theme: str = "light") -> go.Figure:
+    """The ``(n, n)`` matrix of block norms, log colour scale. Each value is written in its cell
+    (:func:`short_number`) at a font that fits the cell on a phone (:func:`cell_font`); when no
+    readable font fits (many weights), the values are in the hover only."""
     norms = np.asarray(norms, dtype=np.float64)
     positive = norms[norms > 0]
     floor = float(positive.min()) / 10 if positive.size else 1e-300
     Z = np.log10(np.maximum(norms, floor))
-    text = [[f"{v:.2g}" for v in row] for row in norms]
+    text = [[short_number(v) for v in row] for row in norms]
+    size = cell_font(len(names), [s for row in text for s in row], height=height)
     label = {"spectral": "‖·‖₂", "fro": "‖·‖_F"}.get(kind, kind)
     ticks = [pretty(n) for n in names]
     fig = go.Figure(go.Heatmap(
-        z=Z, x=ticks, y=ticks, text=text, texttemplate="%{text}" if len(names) <= max_written else None,
-        textfont={"size": FONT_SIZE - 2},
+        z=Z, x=ticks, y=ticks, text=text, texttemplate="%{text}" if size else None,
+        textfont={"size": size or MIN_CELL_FONT},
         customdata=norms, colorscale=SEQUENTIAL,
         colorbar={"title": {"text": f"log₁₀ {label}"}},
         hovertemplate=f"block %{{y}} × %{{x}}<br>{label} = %{{customdata:.4g}}<extra></extra>",
@@ -224,7 +301,6 @@ def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "s
     fig.update_xaxes(side="top", showgrid=False)
     fig.update_yaxes(autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain")
     return layout(fig, title or f"Block norms {label}", height, theme=theme)
-
 
 
 def attention_map(A: np.ndarray, tokens: Sequence[str], *, title: str | None = None, height: int = 560,
@@ -239,10 +315,12 @@ def attention_map(A: np.ndarray, tokens: Sequence[str], *, title: str | None = N
         colorbar={"title": {"text": "weight"}},
         hovertemplate="query %{y}<br>key %{x}<br>weight = %{z:.3f}<extra></extra>",
     ))
-    fig.update_xaxes(side="top", showgrid=False, tickangle=-60, title={"text": "key (attended to)"})
+    fig.update_xaxes(side="top", showgrid=False, tickangle=-90, title={"text": "key (attended to)"},
+                     tickfont={"size": FONT_SIZE - 4})
     fig.update_yaxes(autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain",
-                     title={"text": "query"})
-    return layout(fig, title or "Attention weights", height, theme=theme)
+                     title={"text": "query"}, tickfont={"size": FONT_SIZE - 4})
+    fig = layout(fig, title or "Attention weights", height, theme=theme)
+    return fig.update_xaxes(tickfont={"size": FONT_SIZE - 4}).update_yaxes(tickfont={"size": FONT_SIZE - 4})
 
 
 # ----------------------------------------------------------------------------- verify
@@ -258,16 +336,20 @@ def error_matrix(errors: dict[str, np.ndarray], names: Sequence[str], *,
     allv = np.concatenate([np.asarray(e).ravel() for e in errors.values()])
     floor = 1e-17
     zmin, zmax = -17.0, max(-8.0, float(np.log10(max(allv.max(), floor))))
+    texts = {t: [[f"{v:.0e}" if v > 0 else "0" for v in row] for row in np.asarray(errors[t])] for t in terms}
+    size = cell_font(len(names), [s for rows in texts.values() for row in rows for s in row],
+                     height=height, panels=len(terms))
     for k, t in enumerate(terms, start=1):
         E = np.asarray(errors[t], dtype=np.float64)
         fig.add_trace(go.Heatmap(
             z=np.log10(np.maximum(E, floor)), x=ticks, y=ticks, customdata=E,
-            text=[[f"{v:.0e}" if v > 0 else "0" for v in row] for row in E], texttemplate="%{text}",
-            textfont={"size": FONT_SIZE - 6}, colorscale="Greens_r", zmin=zmin, zmax=zmax,
+            text=texts[t], texttemplate="%{text}" if size else None,
+            textfont={"size": size or MIN_CELL_FONT}, colorscale="Greens_r", zmin=zmin, zmax=zmax,
             showscale=k == len(terms), colorbar={"title": {"text": "log₁₀ rel. err."}},
             hovertemplate=f"{t}: block %{{y}} × %{{x}}<br>relative error %{{customdata:.2e}}<extra></extra>"),
             row=1, col=k)
-        fig.update_yaxes(autorange="reversed", row=1, col=k)
+        fig.update_yaxes(autorange="reversed", showticklabels=k == 1, row=1, col=k)   # rows named once
         fig.update_xaxes(side="bottom", row=1, col=k)
-    fig.update_annotations(font={"size": FONT_SIZE})
-    return layout(fig, title, height, theme=theme)
+    fig.update_annotations(font={"size": FONT_SIZE - 2})
+    fig = layout(fig, title, height, theme=theme)
+    return fig.update_xaxes(tickfont={"size": FONT_SIZE - 4}).update_yaxes(tickfont={"size": FONT_SIZE - 4})

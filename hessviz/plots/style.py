@@ -11,6 +11,14 @@ A figure is drawn for a ``theme`` (:data:`THEMES`):
 :mod:`hessviz.plots` in its own theme. Fonts are large (readable on a projector) and set
 on the figure itself, so they are the same in every theme.
 
+Every figure also reads on a phone (:data:`PHONE_WIDTH`) as well as on a projector, whatever
+width it is drawn at (:func:`layout` sets this for all): the legend sits below the plot,
+horizontal, so it never takes the plot's width; long titles wrap (:func:`wrap`); a title pushes
+the margin clear of tick labels drawn above the plot; log axes ask for few labels, so the minor
+digits (2, 3, … 9) of a narrow axis do not overprint; colour bars are slim, their title turned
+along them. Text that must fit a fixed share of the width (heatmap cells, subplot titles) is
+sized for :data:`PHONE_WIDTH` with :func:`text_width`.
+
 Colours: one per term (:data:`TERM_COLORS`), one per LayerNorm placement
 (:data:`PLACEMENT_COLORS`, named by :data:`PLACEMENT_NAMES`), and :data:`PALETTE` for
 anything else, in order.
@@ -20,12 +28,15 @@ anything else, in order.
 'rgb(17,17,17)'
 >>> color_for("pre", 0) == PLACEMENT_COLORS["pre"] and color_for("x", 1) == PALETTE[1]
 True
+>>> wrap("Per-block curvature, layer 3 of all-MiniLM-L6-v2", 30)
+'Per-block curvature, layer 3<br>of all-MiniLM-L6-v2'
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 from collections.abc import Iterator
 
 import plotly.graph_objects as go
@@ -42,7 +53,47 @@ PLACEMENT_COLORS = {"attention": "#ab63fa", "post": "#636efa", "pre": "#ffa15a",
 PLACEMENT_NAMES = {"attention": "attention alone", "post": "Post-LN", "pre": "Pre-LN", "none": "no LN"}
 PALETTE = ("#636efa", "#ef553b", "#00a676", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880")
 GUIDE_COLOR = "#999999"
+PHONE_WIDTH = 358
+"""The narrowest width a figure is drawn at, in CSS pixels: a 390-px phone less Streamlit's padding."""
+TITLE_CHARS = 27
+"""A title wraps after about this many characters: at :data:`TITLE_SIZE` that fills :data:`PHONE_WIDTH`."""
+CHAR_WIDTH = 0.6
+"""Width of an average glyph of our fonts, as a fraction of the font size (digits, lower case; a
+slight overestimate, so that text sized with it fits)."""
+LEGEND_BELOW = {"orientation": "h", "xref": "container", "yref": "container", "x": 0.0, "xanchor": "left",
+                "y": 0.0, "yanchor": "bottom", "font": {"size": FONT_SIZE - 2}}
+"""Legends sit under the plot, left-aligned and horizontal (wrapping into rows), at the bottom of
+the figure: container coordinates make plotly reserve their space below the axis titles."""
+COLORBAR = {"thickness": 14, "tickfont": {"size": FONT_SIZE - 4}, "title": {"side": "right"}}
 _LN_PRETTY = {"gamma": "γ", "beta": "β"}
+
+
+def visible(text: str) -> str:
+    """``text`` as drawn: HTML tags (``<sub>``, ``<br>``) removed."""
+    return re.sub(r"<[^>]*>", "", text)
+
+
+def text_width(text: str, size: float) -> float:
+    """Estimated drawn width in pixels of ``text`` (HTML allowed; its longest line) at font ``size``."""
+    lines = re.split(r"<br\s*/?>", text)
+    return max(len(visible(line)) for line in lines) * size * CHAR_WIDTH
+
+
+def wrap(text: str, width: int = TITLE_CHARS) -> str:
+    """Break ``text`` at spaces into lines of at most ``width`` visible characters, joined by
+    ``<br>`` (existing ``<br>`` kept; a word longer than ``width`` stays whole)."""
+    out = []
+    for para in re.split(r"<br\s*/?>", text):
+        line = ""
+        for word in para.split(" "):
+            candidate = f"{line} {word}" if line else word
+            if line and len(visible(candidate)) > width:
+                out.append(line)
+                line = word
+            else:
+                line = candidate
+        out.append(line)
+    return "<br>".join(out)
 
 
 def pretty(name: str) -> str:
@@ -113,16 +164,71 @@ def apply_theme(fig: go.Figure, theme: str) -> go.Figure:
 
 
 def layout(fig: go.Figure, title: str | None = None, height: int = 560, *, theme: str = "light") -> go.Figure:
-    """The common layout: theme (or the one of :func:`drawn_in`), title, fonts, margins and
-    height; returns ``fig``."""
+    """The common layout: theme (or the one of :func:`drawn_in`), title, fonts, margins, height and
+    the rules that make a figure read at any width (module docstring); returns ``fig``."""
     apply_theme(fig, _DRAWN_IN.get() or theme)
+    title = wrap(title) if title else None
+    lines = title.count("<br>") + 1 if title else 0
     fig.update_layout(
-        title={"text": title, "font": {"size": TITLE_SIZE}} if title else None,
-        font={"size": FONT_SIZE}, height=height, margin={"l": 70, "r": 30, "t": 70 if title else 30, "b": 60},
+        font={"size": FONT_SIZE}, height=height + 28 * max(lines - 1, 0),
+        margin={"l": 70, "r": 30, "t": 30, "b": 60},
         hoverlabel={"font": {"size": FONT_SIZE}},
-        legend={"font": {"size": FONT_SIZE - 2}},
+        legend=LEGEND_BELOW,
     )
     axis_fonts = {"tickfont": {"size": FONT_SIZE - 2}, "title": {"font": {"size": FONT_SIZE}}}
     fig.update_xaxes(**axis_fonts)
     fig.update_yaxes(**axis_fonts)
+    fig.for_each_xaxis(lambda ax: _few_log_labels(ax, 3))
+    fig.for_each_yaxis(lambda ax: _few_log_labels(ax, 4))
+    subtitles = _subplot_titles_height(fig)
+    if subtitles:
+        _title_over_subplots(fig, title, subtitles)
+    elif title:
+        fig.update_layout(title=_title(title))
+    fig.update_traces(colorbar=COLORBAR, selector=lambda tr: "colorbar" in tr)
     return fig
+
+
+def _title_over_subplots(fig: go.Figure, title: str | None, subtitles: int) -> None:
+    """A figure of subplots with titles: the top margin holds the figure's title and, under it,
+    the subplot titles (plotly's title automargin moves the plot area but leaves heatmaps and
+    subplot titles where they were: measured in Chromium). Anchored at its bottom, a title of
+    ``n`` lines is drawn from its first line down: its first line's foot goes 34 px from the top."""
+    line = round(1.3 * TITLE_SIZE)
+    lines = title.count("<br>") + 1 if title else 0
+    top = 10 + subtitles + (39 + line * (lines - 1) if title else 10)
+    fig.update_layout(margin={"t": top})
+    if title:
+        fig.update_layout(title={"text": title, "font": {"size": TITLE_SIZE}, "x": 0.01, "xanchor": "left",
+                                 "yref": "container", "y": 1 - 34 / fig.layout.height, "yanchor": "bottom"})
+
+
+def _title(title: str) -> dict:
+    """The title at the top left of the figure; plotly reserves its height above everything else
+    (title automargin in container coordinates), so tick labels drawn above a heatmap and
+    subplot titles sit below it. Plotly draws a title of ``n > 1`` lines anchored at its top
+    ``n`` line heights too high (measured in Chromium: 2 lines 58 px, 3 lines 87 px, at 22 px),
+    so the top pad adds that and the bottom pad takes it back: the reserved height stays the
+    title's own."""
+    lines = title.count("<br>") + 1
+    shift = round(1.3 * TITLE_SIZE * lines) if lines > 1 else 0
+    return {"text": title, "font": {"size": TITLE_SIZE}, "x": 0.01, "xanchor": "left", "yref": "container",
+            "y": 1, "yanchor": "top", "automargin": True, "pad": {"t": 10 + shift, "b": 10 - shift}}
+
+
+def _subplot_titles_height(fig: go.Figure) -> int:
+    """Pixels that the titles of the top row of subplots (annotations standing on the top of the
+    plot area, as ``make_subplots`` places them) take above it; the top margin makes room for them
+    under the figure's title."""
+    tops = [a for a in fig.layout.annotations
+            if a.yref == "paper" and a.yanchor == "bottom" and a.y is not None and a.y >= 0.999 and a.text]
+    heights = [round(1.3 * (a.font.size or FONT_SIZE) * (a.text.count("<br>") + 1)) for a in tops]
+    return max(heights, default=0)
+
+
+def _few_log_labels(axis, nticks: int) -> None:
+    """A log axis asks plotly for about ``nticks`` labels: within a decade or two it labels 2 and 5
+    (not every digit 2 … 9, which overprint on a narrow axis), over many decades every k-th
+    power. Axes with their own ticks are left alone."""
+    if axis.type == "log" and axis.tickvals is None and axis.dtick is None and axis.nticks is None:
+        axis.nticks = nticks
