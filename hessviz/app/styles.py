@@ -17,7 +17,7 @@ BASE = """
 [data-testid="stMainBlockContainer"] h2 { font-size: 1.5rem; }
 @media (max-width: 640px) {
   [data-testid="stMainBlockContainer"] { padding: 56px 0.75rem 2rem 0.75rem; }
-  [data-testid="stMarkdownContainer"] .katex-display { font-size: 0.78em; overflow-x: auto; overflow-y: hidden; }
+  [data-testid="stMarkdownContainer"] .katex-display { font-size: 0.78em; overflow: auto hidden; }
   [data-testid="stMainBlockContainer"] h1 { font-size: 1.5rem; }
 }
 """
