@@ -25,6 +25,7 @@ from hessviz.matfree.tape import Tape
 from hessviz.memory import check_fits
 from hessviz.result import HessianResult
 from hessviz.stack import StackHessian
+from hessviz.terms import NAMES
 from hessviz.weights import layer_params, units, units_of
 
 METHODS = ("closed_form", "autograd")
@@ -204,7 +205,7 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | 
 
     The loss is ``cfg.loss`` against the target ``Y``, or ``loss=hv.CustomLoss(grad_Z, hess_Z)``
     (then no ``Y``): a loss given by its gradient and curvature in ``Z``, which may couple tokens.
-    Returns a :class:`~hessviz.hessian.HessianResult` whose ``full``, ``outer`` and
+    Returns a :class:`~hessviz.result.HessianResult` whose ``full``, ``outer`` and
     ``functional`` terms are computed when first read.
     """
     params, X, Y = _prepare_target(cfg, params, X, Y, loss)
@@ -226,7 +227,7 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | 
                 return reference.outer_hessian(cfg, params, X, Y, names)
             return result.full - result.outer                 # each computed once, then cached
         result = HessianResult(cfg, names, reference_term, method=method,
-                               order=("full", "outer", "functional"), products=products)
+                               order=NAMES, products=products)
         return result
 
     if cfg.is_stack or not losses.token_wise(Y):

@@ -15,7 +15,7 @@ parameter of ``T``, every block is one recipe:
 a list of :class:`~hessviz.contributions.Sandwich` (GEMMs over tokens of Kronecker-factored
 Jacobians), :class:`~hessviz.contributions.Diagonal` and
 :class:`~hessviz.contributions.Dense` pieces. ``outer``, ``functional`` and ``full`` are the
-same recipe with the weights of :data:`hessviz.result.TERMS`: the outer weight keeps the
+same recipe with the weights of :data:`hessviz.terms.TERMS`: the outer weight keeps the
 loss Hessian ``N_Z`` (and everything it reaches through Jacobians), the functional weight
 keeps every second derivative of the model (``Q_T``, the mixed terms, the attention's own).
 
@@ -37,7 +37,7 @@ from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig
 from hessviz.contributions import Piece, Ref, Sandwich
 from hessviz.kron import Factored, MiddleCache, sandwich_into
-from hessviz.result import TERMS, check_term
+from hessviz.terms import TERMS, check_term
 from hessviz.weights import Unit, units, units_of
 
 

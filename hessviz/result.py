@@ -16,25 +16,12 @@ from torch import Tensor
 from hessviz import memory
 from hessviz.config import BlockConfig, parse_name
 from hessviz.errors import ConfigError
+from hessviz.terms import NAMES, PARTS_FIRST, check_term
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
 
     from hessviz.matfree.operator import MatrixFreeHessian
-
-TERMS: dict[str, tuple[float, float]] = {
-    "full": (1.0, 1.0),
-    "outer": (1.0, 0.0),
-    "functional": (0.0, 1.0),
-}
-"""term -> (weight of the Gauss–Newton part, weight of the model's second derivatives)."""
-
-
-def check_term(term: str) -> str:
-    if term not in TERMS:
-        raise ConfigError(f"term must be one of {', '.join(map(repr, TERMS))}, got {term!r}")
-    return term
-
 
 class HessianResult:
     """The Hessian of the loss in the weights ``names``; each term computed when first read.
@@ -46,7 +33,7 @@ class HessianResult:
     def __init__(self, cfg: BlockConfig, names: tuple[str, ...],
                  compute_term: Callable[[str], Tensor],
                  compute_block: Callable[[str, str, str], Tensor] | None = None,
-                 method: str = "closed_form", order: tuple[str, ...] = ("outer", "functional", "full"),
+                 method: str = "closed_form", order: tuple[str, ...] = PARTS_FIRST,
                  products: MatrixFreeHessian | None = None):
         self.cfg = cfg
         self.products = products
@@ -90,7 +77,7 @@ class HessianResult:
         """All three terms, computed in the cheapest order for the method."""
         for name in self._order:
             self.term(name)
-        return {name: self._terms[name] for name in TERMS}
+        return {name: self._terms[name] for name in NAMES}
 
     @property
     def full(self) -> Tensor:

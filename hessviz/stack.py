@@ -24,7 +24,7 @@ kinds are one thing here, a :class:`Boundary`: a gradient and a curvature that m
 tangent of the boundary value (:meth:`Boundary.times`) and sandwiches a Jacobian
 (:meth:`Boundary.sandwich`), per term.
 
-With the term weights ``(co, cf)`` of :data:`hessviz.result.TERMS` and ``S_b = co·C_b + cf·F_b``,
+With the term weights ``(co, cf)`` of :data:`hessviz.terms.TERMS` and ``S_b = co·C_b + cf·F_b``,
 every block of ``H`` is
 
 .. math::
@@ -73,7 +73,7 @@ from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig, parse_name
 from hessviz.custom_loss import CustomLoss
 from hessviz.matfree.tape import Tape
-from hessviz.result import TERMS, check_term
+from hessviz.terms import TERMS, check_term
 from hessviz.weights import layer_params
 
 

@@ -7,11 +7,12 @@ import torch
 
 import hessviz as hv
 from hessviz.reference import torch_forward
+from hessviz.terms import NAMES
 from tests.cases import ALL, GRID, Case
 from tests.helpers import assert_close
 
 RTOL = 1e-10
-TERMS = ("full", "outer", "functional")
+TERMS = NAMES
 
 
 @pytest.fixture(scope="module", params=ALL, ids=lambda c: c.id)

@@ -14,11 +14,12 @@ import torch
 
 import hessviz as hv
 from hessviz import reference
+from hessviz.terms import NAMES
 from tests.helpers import assert_close
 
 F64 = torch.float64
 RTOL = 1e-10
-TERMS = ("full", "outer", "functional")
+TERMS = NAMES
 
 
 def _setup(cfg: hv.BlockConfig, seed: int = 0, input_norm: float = 2.0):

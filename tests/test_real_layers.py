@@ -18,11 +18,12 @@ import torch
 
 import hessviz as hv
 from hessviz.config import ACTIVATIONS, LOSSES
+from hessviz.terms import NAMES
 from tests.helpers import assert_close
 
 F64 = torch.float64
 RTOL = 1e-10
-TERMS = ("full", "outer", "functional")
+TERMS = NAMES
 HEADS = ((1, False), (1, True), (2, True), (3, True))     # (n_heads, out_proj)
 
 

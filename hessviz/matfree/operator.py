@@ -27,7 +27,7 @@ from hessviz.matfree.autograd import AutogradProducts
 from hessviz.matfree.block import build
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.tape import Tape
-from hessviz.result import check_term
+from hessviz.terms import check_term
 
 BATCH = 16
 """Product columns per sweep: enough to batch the small matrix products, little memory."""

@@ -37,15 +37,9 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from hessviz.terms import SWEEP_RULES
+
 Maybe = Tensor | None
-
-TERM_RULES: dict[str, tuple[bool, bool]] = {
-    "full": (True, True),
-    "outer": (True, False),
-    "functional": (False, True),
-}
-"""term -> (seed ``Z̄̇`` with the loss curvature, keep the second-order parts)."""
-
 
 def add(*terms: Maybe) -> Maybe:
     """Sum of the non-``None`` terms (``None`` when all are zero)."""
@@ -183,7 +177,7 @@ class Tape:
         ``dparams`` maps a parameter name to its tangent of shape ``(k, *shape)``; missing
         names have zero tangent. Returns ``name -> (k, *shape)`` (``None`` when exactly 0).
         """
-        seed_curvature, second = TERM_RULES[term]
+        seed_curvature, second = SWEEP_RULES[term]
         dvals = self.tangents(self.whole, {}, dparams)
         dZ = dvals[self.output]
         seed = self.loss_hvp(dZ) if seed_curvature and dZ is not None else None
