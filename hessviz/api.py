@@ -26,7 +26,7 @@ from hessviz.memory import check_fits
 from hessviz.result import HessianResult
 from hessviz.stack import StackHessian
 from hessviz.terms import NAMES
-from hessviz.weights import layer_params, units, units_of
+from hessviz.weights import layer_params, units
 
 METHODS = ("closed_form", "autograd")
 _SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
@@ -131,22 +131,7 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor |
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
         return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
-    if cfg.is_stack or isinstance(Y, CustomLoss):              # the tape's first-order sweep
-        return _tape_gradient(cfg, build(cfg, params, X, Y), names)
-    tr = trace(cfg, params, X)
-    g_Z = losses.gradient(cfg.loss, tr.Z, Y)                   # reverse mode, gradients only
-    grads = {}
-    if tr.stage is not None:
-        grads |= tr.stage.gradients(g_Z)
-        g_Z = tr.stage.map.vjp(g_Z)
-    grads |= tr.attention.weight_gradients(g_Z)
-    out = {}
-    for n in names:
-        flat = torch.empty(cfg.param_size(n), dtype=X.dtype, device=X.device)
-        for u in units_of(cfg, n):
-            u.rows_of(flat, 0).copy_(grads[u.ref].reshape(u.shape))
-        out[n] = flat.reshape(cfg.shape_of(n))
-    return out
+    return _tape_gradient(cfg, build(cfg, params, X, Y), names)   # the tape's first-order sweep
 
 
 def _tape_gradient(cfg: BlockConfig, tape: Tape, names: tuple[str, ...]) -> dict[str, Tensor]:

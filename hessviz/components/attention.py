@@ -238,26 +238,6 @@ class MultiHeadAttention:
                            for p in side]
         return pieces
 
-    def weight_gradients(self, g: Tensor) -> dict[Ref, Tensor]:
-        """``∂(Σ_t g_tᵀ SA_t)/∂θ`` for every unit, by reverse mode: ``∇W_Q = Xᵀ G^S K/√d_k``,
-        ``∇b_Q = 1ᵀ G^S K/√d_k``, ``∇W_K = Xᵀ G^{S⊤} Q/√d_k``, ``∇b_K = 0``,
-        ``∇W_V = (A X)ᵀ g^O``, ``∇b_V = 1ᵀ g^O``, ``∇W_O^h = O_hᵀ g``, ``∇b_O = 1ᵀ g``."""
-        out: dict[Ref, Tensor] = {}
-        for h, head in enumerate(self.heads):
-            gO = g if head.W_O is None else g @ head.W_O.T
-            gS = softmax.vjp(head.A, gO @ head.V.T) * self.scale
-            gS_K = gS @ head.K
-            grads = {"query.weight": self.X.T @ gS_K, "query.bias": gS_K.sum(0, keepdim=True),
-                     "key.weight": self.X.T @ (gS.T @ head.Q), "key.bias": torch.zeros_like(head.K[:1]),
-                     "value.weight": (head.A @ self.X).T @ gO, "value.bias": gO.sum(0, keepdim=True),
-                     "out.weight": head.O.T @ g}
-            out |= {(self.name, k, h): v for k, v in grads.items() if k in self.weights}
-        if "out.bias" in self.weights:
-            out[(self.name, "out.bias", None)] = g.sum(0, keepdim=True)
-        if self.input_stage is not None:
-            out |= self.input_stage.gradients(self.input_gradient(g))
-        return {r: out[r] for r in self.units if r in out}
-
     def input_gradient(self, g: Tensor) -> Tensor:
         """``∂(Σ_t g_tᵀ SA_t)/∂X``, ``(L, d)``: ``Σ_h (G^S K W_Qᵀ + G^{S⊤} Q W_Kᵀ)/√d_k + Aᵀ g^O W_Vᵀ``."""
         total = 0

@@ -111,16 +111,6 @@ class FeedForward:
             out[self.ref("fc2.bias")] = Factored((KronTerm(LEFT, self._ones, self._eye(d)),))
         return out
 
-    def weight_gradients(self, g: Tensor) -> dict[tuple, Tensor]:
-        """``∂(Σ_t g_tᵀ f_t)/∂θ``: ``∇W_1 = Yᵀ g^h``, ``∇b_1 = 1ᵀ g^h``, ``∇W_2 = aᵀ g``, ``∇b_2 = 1ᵀ g``."""
-        gh = (g @ self.W_2.T) * self.dphi
-        out = {self.ref("fc1.weight"): self.Y.T @ gh, self.ref("fc2.weight"): self.hidden.T @ g}
-        if self.b_1 is not None:
-            out[self.ref("fc1.bias")] = gh.sum(0, keepdim=True)
-        if self.b_2 is not None:
-            out[self.ref("fc2.bias")] = g.sum(0, keepdim=True)
-        return out
-
     def mixed(self, g: Tensor) -> dict[tuple, Factored]:
         """``∂²(gᵀf)/∂y ∂θ`` per token as factored terms with output index ``y_i``."""
         ga = g @ self.W_2.T                                          # (L, d_ff)
@@ -155,4 +145,4 @@ class FeedForward:
         refs = [self.ref(k) for k, w in (("fc1.weight", 1), ("fc1.bias", self.b_1), ("fc2.weight", 1),
                                          ("fc2.bias", self.b_2)) if w is not None]
         return Stage(self.input_map, Lazy({r: (lambda r=r: self.jacobian[r]) for r in refs}), self.mixed,
-                     self.functional, self.weight_gradients)
+                     self.functional)

@@ -129,9 +129,5 @@ def stage(st: LayerNormState, name: str, gamma: Tensor | None = None,
     def mixed(g: Tensor) -> dict:
         return {(name, "gamma", None): Factored.per_token(Jn * g.unsqueeze(-2), one)}
 
-    def gradients(g: Tensor) -> dict:
-        return {(name, "gamma", None): (g * y).sum(0, keepdim=True),
-                (name, "beta", None): g.sum(0, keepdim=True)}
-
     tmap = TokenMap(Jn * gamma.unsqueeze(-1), lambda g: contract_hessian(st, g * gamma))
-    return Stage(tmap, jacobians, mixed, lambda g: [], gradients)
+    return Stage(tmap, jacobians, mixed, lambda g: [])
