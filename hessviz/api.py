@@ -7,8 +7,6 @@ results are on the device and in the dtype of ``params``.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
@@ -23,13 +21,11 @@ from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import MatrixFreeHessian
 from hessviz.matfree.tape import Tape
 from hessviz.memory import check_fits
-from hessviz.result import HessianResult
+from hessviz.result import SIZE_ADVICE, HessianResult
 from hessviz.stack import StackHessian
-from hessviz.terms import NAMES
 from hessviz.weights import layer_params, units
 
 METHODS = ("closed_form", "autograd")
-_SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
 
 
 def _prepare(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
@@ -99,7 +95,7 @@ def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
     P = sum(cfg.param_size(n) for n in names)
     itemsize = X.element_size()
     check_fits(f"the Jacobian ({cfg.seq_len * cfg.d_model} x {P})",
-               2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, _SIZE_ADVICE)
+               2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, SIZE_ADVICE)
     if method == "autograd":
         return reference.model_jacobian(cfg, params, X, names)
     if cfg.is_stack:
@@ -196,45 +192,12 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | 
     params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
     method = _check_method(method)
-    P = sum(cfg.param_size(n) for n in names)
     products = MatrixFreeHessian(cfg, params, X, Y, names, method)
-
-    def dense_guard() -> None:                                 # only when a dense term is read
-        check_fits(f"a dense Hessian term ({P} x {P}, {method})",
-                   hessian_bytes(cfg, names, X.element_size(), method), X.device, _SIZE_ADVICE)
-
     if method == "autograd":
-        def reference_term(term: str) -> Tensor:
-            dense_guard()
-            if term == "full":
-                return reference.full_hessian(cfg, params, X, Y, names)
-            if term == "outer":
-                return reference.outer_hessian(cfg, params, X, Y, names)
-            return result.full - result.outer                 # each computed once, then cached
-        result = HessianResult(cfg, names, reference_term, method=method,
-                               order=NAMES, products=products)
-        return result
-
-    if cfg.is_stack or not losses.token_wise(Y):
-        engine = StackHessian(cfg, params, products.tape, Y)   # the tape's forward pass validates now
-
-        def stack_term(term: str) -> Tensor:
-            dense_guard()
-            return engine.term(names, term)
-
-        return HessianResult(cfg, names, stack_term, engine.block, method=method, products=products)
-    tr = trace(cfg, params, X)              # the forward pass alone (stages are built lazily): validates
-                                            # LayerNorm rows now; products build their own tape on first use
-
-    @functools.cache
-    def dense_engine() -> assembly.Curvature:                  # built when a dense term is first read
-        return assembly.backward(cfg, tr, Y)
-
-    def compute_term(term: str) -> Tensor:
-        dense_guard()
-        return assembly.assemble(cfg, names, dense_engine(), term, X)
-
-    def compute_block(a: str, b: str, term: str) -> Tensor:
-        return assembly.assemble_block(cfg, a, b, dense_engine(), term, X)
-
-    return HessianResult(cfg, names, compute_term, compute_block, method=method, products=products)
+        engine = reference.AutogradHessian(cfg, params, X, Y)
+    elif cfg.is_stack or not losses.token_wise(Y):
+        engine = StackHessian(cfg, params, products.tape, Y)    # the tape's forward pass validates now
+    else:                # the forward pass alone (stages are built lazily) validates LayerNorm rows now;
+        engine = assembly.DenseHessian(cfg, trace(cfg, params, X), Y, X)   # products tape on first use
+    return HessianResult(cfg, names, engine, method=method, products=products, device=X.device,
+                         dense_bytes=hessian_bytes(cfg, names, X.element_size(), method))

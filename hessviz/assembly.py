@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -37,7 +38,7 @@ from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig
 from hessviz.contributions import Piece, Ref, Sandwich
 from hessviz.kron import Factored, MiddleCache, sandwich_into
-from hessviz.terms import TERMS, check_term
+from hessviz.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.weights import Unit, units, units_of
 
 
@@ -186,3 +187,30 @@ def _theta_order(cfg: BlockConfig):
     """Sort key of units in θ order (heads of one weight by head)."""
     position = {u.ref: k for k, u in enumerate(units(cfg, cfg.param_names))}
     return position.__getitem__
+
+
+class DenseHessian:
+    """The closed-form engine of one block under a token-wise loss: every term and block assembled
+    from the Kronecker-factored pieces of the forward record ``tr`` of ``X``.
+
+    The curvature pulled back to ``SA`` (:func:`backward`, ``O(L d³)``) is formed when a term or
+    block is first asked for, and shared by all of them."""
+
+    order = PARTS_FIRST
+    """outer and functional are assembled, full is their sum."""
+
+    def __init__(self, cfg: BlockConfig, tr: BlockTrace, Y: Tensor, X: Tensor):
+        self.cfg, self.trace, self.Y, self.X = cfg, tr, Y, X
+
+    @cached_property
+    def curvature(self) -> Curvature:
+        return backward(self.cfg, self.trace, self.Y)
+
+    def term(self, names: tuple[str, ...], term: str) -> Tensor:
+        """The ``(P', P')`` term for ``names`` (checked, θ order): :func:`assemble`."""
+        return assemble(self.cfg, names, self.curvature, term, self.X)
+
+    def block(self, a: str, b: str, term: str) -> Tensor:
+        """The ``(|a|, |b|)`` block of two names or head slices alone: :func:`assemble_block`."""
+        return assemble_block(self.cfg, a, b, self.curvature, term, self.X)
+

@@ -73,7 +73,7 @@ from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig, parse_name
 from hessviz.custom_loss import CustomLoss
 from hessviz.matfree.tape import Tape
-from hessviz.terms import TERMS, check_term
+from hessviz.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.weights import layer_params
 
 
@@ -139,6 +139,9 @@ class StackHessian:
 
     ``target`` is the target ``Y`` of ``cfg.loss`` or a checked :class:`CustomLoss`.
     """
+
+    order = PARTS_FIRST
+    """outer and functional are computed, full is their sum."""
 
     def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], tape: Tape, target: Tensor | CustomLoss):
         self.cfg, self.params, self.tape, self.target = cfg, params, tape, target
