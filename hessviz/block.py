@@ -32,10 +32,10 @@ from functools import cached_property
 from torch import Tensor
 
 from hessviz.chain import Stage, compose_stages, residual_stage
-from hessviz.components import activation, layernorm
-from hessviz.components.attention import MultiHeadAttention
-from hessviz.components.ffn import FeedForward
 from hessviz.config import BlockConfig
+from hessviz.ops import activations, layernorm
+from hessviz.ops.attention import MultiHeadAttention
+from hessviz.ops.ffn import FeedForward
 from hessviz.weights import component_weights
 
 
@@ -76,7 +76,7 @@ def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor,
 
 def trace(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockTrace:
     """Run the block of ``cfg`` on ``X (L, d)``; raises on a zero-variance LayerNorm row."""
-    act = activation.get(cfg.activation)
+    act = activations.get(cfg.activation)
 
     def attention_on(Xa: Tensor, input_stage: Stage | None = None) -> MultiHeadAttention:
         return attention(cfg, params, Xa, input_stage)

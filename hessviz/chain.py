@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from hessviz.components.base import TokenMap
-from hessviz.components.residual import residual
 from hessviz.contributions import Piece, Ref, Sandwich
 from hessviz.kron import Factored
+from hessviz.ops.base import TokenMap
+from hessviz.ops.residual import residual
 
 
 def compose(inner: TokenMap, outer: TokenMap) -> TokenMap:

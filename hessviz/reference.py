@@ -2,7 +2,7 @@
 
 Nothing here is used by the closed form; it exists to check it and to time it.
 The forward is written with stock torch ops (``torch.softmax``, ``F.layer_norm``,
-``F.gelu``), independently of :mod:`hessviz.components`.
+``F.gelu``), independently of :mod:`hessviz.ops`.
 """
 
 from __future__ import annotations

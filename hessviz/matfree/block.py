@@ -26,12 +26,13 @@ from torch import Tensor
 from hessviz import losses
 from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
-from hessviz.matfree.attention import Attention
-from hessviz.matfree.elementwise import Elementwise
-from hessviz.matfree.layernorm import LayerNorm
-from hessviz.matfree.linear import Linear
-from hessviz.matfree.residual import Residual
-from hessviz.matfree.tape import LayerSpan, Node, Tape
+from hessviz.matfree.tape import LayerSpan, Tape
+from hessviz.ops import activations
+from hessviz.ops.attention import AttentionCore
+from hessviz.ops.base import Node
+from hessviz.ops.layernorm import LayerNorm
+from hessviz.ops.linear import Linear
+from hessviz.ops.residual import Residual
 
 
 class _Builder:
@@ -71,13 +72,13 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
 
     def self_attention(x: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
-        o = b.add(Attention(b.prefix + "O", qkv, b.values[qkv], cfg.n_heads, cfg.d_k, cfg.value_width,
+        o = b.add(AttentionCore(b.prefix + "O", qkv, b.values[qkv], cfg.n_heads, cfg.d_k, cfg.value_width,
                             cfg.causal))
         return b.linear("SA", o, ["W_O"], ["b_O"]) if cfg.out_proj else o
 
     def ffn(z: str) -> str:
         h = b.linear("U", z, ["W_1"], ["b_1"])
-        a = b.add(Elementwise(b.prefix + "act", h, b.values[h], cfg.activation))
+        a = b.add(activations.get(cfg.activation)(b.prefix + "act", h, b.values[h]))
         return b.linear("F", a, ["W_2"], ["b_2"])
 
     if norm == "attention":

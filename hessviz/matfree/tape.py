@@ -37,36 +37,8 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from hessviz.ops.base import Maybe, Node, add
 from hessviz.terms import SWEEP_RULES
-
-Maybe = Tensor | None
-
-def add(*terms: Maybe) -> Maybe:
-    """Sum of the non-``None`` terms (``None`` when all are zero)."""
-    out = None
-    for t in terms:
-        if t is not None:
-            out = t if out is None else out + t
-    return out
-
-
-class Node:
-    """One step ``y = f(inputs; params)`` of a tape (see the module docstring)."""
-
-    inputs: tuple[str, ...] = ()
-    params: tuple[str, ...] = ()
-    output: str = ""
-    y: Tensor
-
-    def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
-        raise NotImplementedError
-
-    def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
-        raise NotImplementedError
-
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)
