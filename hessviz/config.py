@@ -250,8 +250,9 @@ class BlockConfig:
                         "residuals without LN; attention: the single self-attention layer "
                         "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V.", choices=NORMS)
     activation: str = setting("relu", "act", "Activation φ",
-                              "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form) or GELU-tanh "
-                              "(GPT-2's approximation)", choices=ACTIVATIONS, relevant=_has_ffn)
+                              "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form), GELU-tanh "
+                              "(GPT-2's approximation) or SiLU (u·sigmoid(u))", choices=ACTIVATIONS,
+                              relevant=_has_ffn)
     loss: str = setting("mse", "loss", "Loss", "mse: ‖Z − Y‖²/(L d) against a Gaussian target Y; "
                         "ce: cross-entropy with d classes", choices=LOSSES)
     ln_eps: float = setting(0.0, "eps", "LayerNorm ε", "LN(z) = (z − mean z)/√(var z + ε); ε = 0 as in "

@@ -82,11 +82,16 @@ def test_layernorm_refuses_zero_variance_without_eps():
     assert torch.equal(y, torch.zeros(3, 4, dtype=F64))
 
 
-@pytest.mark.parametrize("name", ["relu", "gelu"])
+STOCK = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+         "gelu_tanh": lambda u: torch.nn.functional.gelu(u, approximate="tanh")}
+"""Each activation as stock torch writes it: the reference its ``f``, ``df``, ``d2f`` are checked against."""
+
+
+@pytest.mark.parametrize("name", sorted(activations.ACTIVATIONS))
 def test_activation_derivatives(name):
     act = activations.get(name)
     x = rand(50, seed=7, scale=3.0)
-    ref = torch.relu if name == "relu" else torch.nn.functional.gelu
+    ref = STOCK[name]
     assert_close(act.f(x), ref(x), RTOL, f"{name} value")
     assert_close(act.df(x), torch.func.vmap(torch.func.grad(ref))(x), RTOL, f"{name}'")
     assert_close(act.d2f(x), torch.func.vmap(torch.func.grad(torch.func.grad(ref)))(x), 1e-11, f"{name}''")

@@ -11,8 +11,9 @@ from hessviz.ops.elementwise import Elementwise
 from hessviz.ops.gelu import GELU
 from hessviz.ops.gelu_tanh import GELUTanh
 from hessviz.ops.relu import ReLU
+from hessviz.ops.silu import SiLU
 
-ACTIVATIONS: dict[str, type[Elementwise]] = {op.name: op for op in (ReLU, GELU, GELUTanh)}
+ACTIVATIONS: dict[str, type[Elementwise]] = {op.name: op for op in (ReLU, GELU, GELUTanh, SiLU)}
 
 
 def get(name: str) -> type[Elementwise]:
