@@ -11,7 +11,6 @@ import torch
 from torch import Tensor
 
 from hessviz import assembly, losses, memory, reference
-from hessviz.block import trace
 from hessviz.config import BlockConfig, parse_name
 from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
@@ -21,6 +20,7 @@ from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import MatrixFreeHessian
 from hessviz.matfree.tape import Tape
 from hessviz.memory import check_fits
+from hessviz.record import record
 from hessviz.result import SIZE_ADVICE, HessianResult
 from hessviz.stack import StackHessian
 from hessviz.weights import layer_params, units
@@ -70,7 +70,7 @@ def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) 
 def _output(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     """``Z``: the block, or the blocks of a stack in layer order, each with its own weights."""
     for layer in range(cfg.n_layers):
-        X = trace(cfg.block, layer_params(cfg, params, layer), X).Z
+        X = record(cfg.block, layer_params(cfg, params, layer), X).Z
     return X
 
 
@@ -100,7 +100,7 @@ def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
         return reference.model_jacobian(cfg, params, X, names)
     if cfg.is_stack:
         return _tape_jacobian(cfg, build(cfg, params, X, None), names)
-    return assembly.dense_jacobian(cfg, trace(cfg, params, X), names)
+    return assembly.dense_jacobian(cfg, record(cfg, params, X), names)
 
 
 def _tape_jacobian(cfg: BlockConfig, tape: Tape, names: tuple[str, ...], chunk: int = 256) -> Tensor:
@@ -198,6 +198,6 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | 
     elif cfg.is_stack or not losses.token_wise(Y):
         engine = StackHessian(cfg, params, products.tape, Y)    # the tape's forward pass validates now
     else:                # the forward pass alone (stages are built lazily) validates LayerNorm rows now;
-        engine = assembly.DenseHessian(cfg, trace(cfg, params, X), Y, X)   # products tape on first use
+        engine = assembly.DenseHessian(cfg, record(cfg, params, X), Y, X)   # products tape on first use
     return HessianResult(cfg, names, engine, method=method, products=products, device=X.device,
                          dense_bytes=hessian_bytes(cfg, names, X.element_size(), method))

@@ -68,11 +68,11 @@ import torch
 from torch import Tensor
 
 from hessviz import assembly, losses, memory
-from hessviz.block import BlockTrace, trace
 from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig, parse_name
 from hessviz.custom_loss import CustomLoss
 from hessviz.matfree.tape import Tape
+from hessviz.record import BlockRecord, record
 from hessviz.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.weights import layer_params
 
@@ -154,10 +154,10 @@ class StackHessian:
     # ------------------------------------------------------------------ one block at a time
 
     @memo
-    def trace(self, b: int) -> BlockTrace:
+    def record(self, b: int) -> BlockRecord:
         """The one-block forward pass of layer ``b`` on its input (stages built when asked)."""
         X = self.tape.values[self.tape.layers[b].input]
-        return trace(self.cfg.block, layer_params(self.cfg, self.params, b), X)
+        return record(self.cfg.block, layer_params(self.cfg, self.params, b), X)
 
     def gradient(self, b: int) -> Tensor:
         """``G_b = ∂ℓ/∂X_b``, at the output of layer ``b``."""
@@ -174,7 +174,7 @@ class StackHessian:
     @memo
     def jacobian(self, b: int, local: tuple[str, ...]) -> Tensor:
         """``J_b (L·d, P_b')`` for block-local names of layer ``b``."""
-        return assembly.dense_jacobian(self.cfg.block, self.trace(b), local)
+        return assembly.dense_jacobian(self.cfg.block, self.record(b), local)
 
     def input_tangents(self, b: int) -> dict[str, Tensor | None]:
         """Forward tangents of every value of layer ``b`` along the identity on ``X_{b−1}``:
@@ -251,15 +251,15 @@ class StackHessian:
         if out is None:
             size = sum(self.cfg.param_size(n) for n in names)
             out = memory.empty(size, size, dtype=self.like.dtype, device=self.like.device)
-        tr = self.trace(b)
+        rec = self.record(b)
         if b == self.N - 1 and self.token_wise:                   # the one-block engine unchanged
-            cur = assembly.pulled(tr, TokenCurvature(self.gradient(b), self.loss_curvature))
+            cur = assembly.pulled(rec, TokenCurvature(self.gradient(b), self.loss_curvature))
             return assembly.assemble(self.cfg.block, local, cur, term, self.like, out)
         outside = self.boundary(b, term)
         if cf:                                                     # T_b^{θθ}(G_b): the functional term
             G = outside.g                                          # with G_b as the loss gradient
             L, d = G.shape
-            cur = assembly.pulled(tr, TokenCurvature(G, G.new_zeros(L, d, d)))
+            cur = assembly.pulled(rec, TokenCurvature(G, G.new_zeros(L, d, d)))
             assembly.assemble(self.cfg.block, local, cur, "functional", self.like, out)
         sizes = [self.cfg.param_size(n) for n in names]
         outside.sandwich_into(out, self.jacobian(b, local), sizes, accumulate=bool(cf))

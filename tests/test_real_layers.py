@@ -19,6 +19,7 @@ import torch
 import hessviz as hv
 from hessviz.config import ACTIVATIONS, LOSSES
 from hessviz.terms import NAMES
+from tests.cases import tiered
 from tests.helpers import assert_close
 
 F64 = torch.float64
@@ -65,7 +66,7 @@ def assert_blocks_close(res: hv.HessianResult, ref: hv.HessianResult, what: str)
                          RTOL, f"{what}: {term} block ({a}, {b})", atol=floor)
 
 
-@pytest.mark.parametrize("cfg", CASES, ids=lambda c: c.describe().replace(" ", ""))
+@pytest.mark.parametrize("cfg", tiered(CASES, fast=8), ids=lambda c: c.describe().replace(" ", ""))
 def test_every_term_and_block_matches_autograd(cfg):
     params, X, Y = _setup(cfg)
     res = hv.hessian(cfg, params, X, Y)
@@ -221,6 +222,7 @@ def _hf_output(layer: torch.nn.Module, X: torch.Tensor, mask: torch.Tensor | Non
     return (out[0] if isinstance(out, tuple) else out)[0]
 
 
+@pytest.mark.slow
 def test_forward_matches_huggingface_bert_layer():
     transformers = pytest.importorskip("transformers")
     from transformers.models.bert.modeling_bert import BertLayer
@@ -246,6 +248,7 @@ def test_forward_matches_huggingface_bert_layer():
     assert_close(hv.forward(cfg, params, X), _hf_output(layer, X), 1e-12, "block vs BertLayer")
 
 
+@pytest.mark.slow
 def test_forward_matches_huggingface_gpt2_block():
     transformers = pytest.importorskip("transformers")
     from transformers.models.gpt2.modeling_gpt2 import GPT2Block

@@ -28,10 +28,10 @@ import torch
 
 import hessviz as hv
 from hessviz import plots
-from hessviz.block import attention
 from hessviz.experiments.common import SLOPE_TOL, SOURCES, Claim, Measurement, Verdict, grade, violations
 from hessviz.fitting import center, pooled_power_law_fit
 from hessviz.ops import layernorm
+from hessviz.record import attention
 from hessviz.spectra import matrix_norm
 from hessviz.terms import NAMES
 

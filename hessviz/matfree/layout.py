@@ -17,7 +17,10 @@ from hessviz.config import BlockConfig, parse_name
 
 
 @dataclass(frozen=True)
-class Piece:
+class Slot:
+    """Where one name (a whole weight or a head slice) sits: its columns of ``θ'`` and its
+    positions in its whole weight."""
+
     name: str
     base: str
     index: Tensor | None
@@ -26,23 +29,23 @@ class Piece:
 
 
 class Layout:
-    """The pieces of ``θ'`` for ``names`` (checked, in θ order) of ``cfg``."""
+    """The slots of ``θ'`` for ``names`` (checked, in θ order) of ``cfg``."""
 
     def __init__(self, cfg: BlockConfig, names: tuple[str, ...], device: torch.device):
         self.cfg, self.names = cfg, names
-        self.pieces = []
+        self.slots = []
         for name, columns in cfg.offsets(names).items():
             base, head = parse_name(name)
             index = None if head is None else cfg.head_indices(name).to(device)
-            self.pieces.append(Piece(name, base, index, columns))
+            self.slots.append(Slot(name, base, index, columns))
         self.size = sum(cfg.param_size(n) for n in names)
-        self.bases = tuple(dict.fromkeys(p.base for p in self.pieces))
+        self.bases = tuple(dict.fromkeys(p.base for p in self.slots))
 
     def scatter(self, V: Tensor) -> dict[str, Tensor]:
         """``V (k, P') -> {base: (k, *shape)}`` with zeros outside the named slices."""
         k = V.shape[0]
         out: dict[str, Tensor] = {}
-        for p in self.pieces:
+        for p in self.slots:
             shape = self.cfg.param_shapes[p.base]
             if p.index is None:
                 out[p.base] = V[:, p.columns].reshape(k, *shape)
@@ -56,7 +59,7 @@ class Layout:
     def gather(self, products: dict[str, Tensor | None], k: int, like: Tensor) -> Tensor:
         """``{base: (k, *shape) or None} -> (k, P')`` (``None`` reads as zero)."""
         out = like.new_empty(k, self.size)
-        for p in self.pieces:
+        for p in self.slots:
             prod = products.get(p.base)
             if prod is None:
                 out[:, p.columns] = 0.0
