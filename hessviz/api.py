@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from hessviz import assembly, losses, memory, reference
-from hessviz.config import BlockConfig, parse_name
+from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
 from hessviz.inputs import check_params, check_X, check_Y
@@ -107,7 +107,7 @@ def _tape_jacobian(cfg: BlockConfig, tape: Tape, names: tuple[str, ...], chunk: 
     """``(L*d, P')``: the tape's forward tangents (hand-written JVP rules) along the unit vectors
     of ``θ'``, ``chunk`` columns per sweep."""
     Z = tape.values[tape.output]
-    layout = Layout(cfg, names, Z.device)
+    layout = Layout(cfg, names)
     out = memory.empty(Z.numel(), layout.size, dtype=Z.dtype, device=Z.device)
     eye = torch.eye(layout.size, dtype=Z.dtype, device=Z.device)
     for start in range(0, layout.size, chunk):
@@ -131,14 +131,11 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor |
 
 
 def _tape_gradient(cfg: BlockConfig, tape: Tape, names: tuple[str, ...]) -> dict[str, Tensor]:
-    """``name -> ∂ℓ/∂W`` read from the tape's first-order reverse sweep (head slices by index)."""
-    out = {}
-    for n in names:
-        base = parse_name(n).base
-        grad = tape.gradients.get(base)
-        flat = (tape.seed_gradient.new_zeros(cfg.param_shapes[base]) if grad is None else grad).reshape(-1)
-        out[n] = flat[cfg.head_indices(n).to(flat.device)].reshape(cfg.shape_of(n))
-    return out
+    """``name -> ∂ℓ/∂W`` read from the tape's first-order reverse sweep through the layout of
+    ``names`` (head slices by their views; a weight the sweep never reached reads as zero)."""
+    whole = {base: g.unsqueeze(0) for base, g in tape.gradients.items()}
+    flat = Layout(cfg, names).gather(whole, 1, tape.seed_gradient)[0]
+    return {n: flat[cols].reshape(cfg.shape_of(n)) for n, cols in cfg.offsets(names).items()}
 
 
 def _check_method(method: str) -> str:

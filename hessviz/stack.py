@@ -69,8 +69,9 @@ from torch import Tensor
 
 from hessviz import assembly, losses, memory
 from hessviz.chain import TokenCurvature
-from hessviz.config import BlockConfig, parse_name
+from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
+from hessviz.matfree.layout import Layout
 from hessviz.matfree.tape import Tape
 from hessviz.record import BlockRecord, record
 from hessviz.terms import PARTS_FIRST, TERMS, check_term
@@ -225,17 +226,7 @@ class StackHessian:
 
     def _rows_of_M(self, b: int, names: tuple[str, ...], term: str) -> Tensor:
         """``M_b`` restricted to ``names`` of layer ``b``: ``(P', L·d)``."""
-        M = self.mixed(b, term)
-        cols = []
-        for n in names:
-            prod = M.get(parse_name(n).base)
-            size = self.cfg.param_size(n)
-            if prod is None:
-                cols.append(self.like.new_zeros(self.Ld, size))
-            else:
-                flat = prod.reshape(self.Ld, -1)
-                cols.append(flat[:, self.cfg.head_indices(n).to(flat.device)])
-        return torch.cat(cols, 1).T
+        return Layout(self.cfg, names).gather(self.mixed(b, term), self.Ld, self.like).T
 
     @memo
     def K(self, a: int, names: tuple[str, ...], c: int) -> Tensor:

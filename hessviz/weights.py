@@ -1,6 +1,6 @@
 """The one map of the weights: where each global parameter enters the block.
 
-Components address their parameters by local names (``query.weight``, ``fc1.bias``,
+Operations address their parameters by local names (``query.weight``, ``fc1.bias``,
 ``gamma``), as BackPACK modules do; :data:`WEIGHT_MAP` is the only place that says which
 global name (``W_Q``, ``b_1``, ``ln2_gamma``) is which component's which local parameter.
 The dense forward record (:mod:`hessviz.record`) hands each operation its weights through this
