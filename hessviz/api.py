@@ -7,14 +7,11 @@ results are on the device and in the dtype of ``params``.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
 from hessviz import assembly, losses, memory, reference
-from hessviz.block import trace
-from hessviz.config import BlockConfig, parse_name
+from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
 from hessviz.inputs import check_params, check_X, check_Y
@@ -23,12 +20,12 @@ from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import MatrixFreeHessian
 from hessviz.matfree.tape import Tape
 from hessviz.memory import check_fits
-from hessviz.result import HessianResult
+from hessviz.record import record
+from hessviz.result import SIZE_ADVICE, HessianResult
 from hessviz.stack import StackHessian
-from hessviz.weights import layer_params, units, units_of
+from hessviz.weights import layer_params, units
 
 METHODS = ("closed_form", "autograd")
-_SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
 
 
 def _prepare(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
@@ -73,7 +70,7 @@ def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) 
 def _output(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     """``Z``: the block, or the blocks of a stack in layer order, each with its own weights."""
     for layer in range(cfg.n_layers):
-        X = trace(cfg.block, layer_params(cfg, params, layer), X).Z
+        X = record(cfg.block, layer_params(cfg, params, layer), X).Z
     return X
 
 
@@ -98,19 +95,19 @@ def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
     P = sum(cfg.param_size(n) for n in names)
     itemsize = X.element_size()
     check_fits(f"the Jacobian ({cfg.seq_len * cfg.d_model} x {P})",
-               2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, _SIZE_ADVICE)
+               2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, SIZE_ADVICE)
     if method == "autograd":
         return reference.model_jacobian(cfg, params, X, names)
     if cfg.is_stack:
         return _tape_jacobian(cfg, build(cfg, params, X, None), names)
-    return assembly.dense_jacobian(cfg, trace(cfg, params, X), names)
+    return assembly.dense_jacobian(cfg, record(cfg, params, X), names)
 
 
 def _tape_jacobian(cfg: BlockConfig, tape: Tape, names: tuple[str, ...], chunk: int = 256) -> Tensor:
     """``(L*d, P')``: the tape's forward tangents (hand-written JVP rules) along the unit vectors
     of ``θ'``, ``chunk`` columns per sweep."""
     Z = tape.values[tape.output]
-    layout = Layout(cfg, names, Z.device)
+    layout = Layout(cfg, names)
     out = memory.empty(Z.numel(), layout.size, dtype=Z.dtype, device=Z.device)
     eye = torch.eye(layout.size, dtype=Z.dtype, device=Z.device)
     for start in range(0, layout.size, chunk):
@@ -130,33 +127,15 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor |
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
         return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
-    if cfg.is_stack or isinstance(Y, CustomLoss):              # the tape's first-order sweep
-        return _tape_gradient(cfg, build(cfg, params, X, Y), names)
-    tr = trace(cfg, params, X)
-    g_Z = losses.gradient(cfg.loss, tr.Z, Y)                   # reverse mode, gradients only
-    grads = {}
-    if tr.stage is not None:
-        grads |= tr.stage.gradients(g_Z)
-        g_Z = tr.stage.map.vjp(g_Z)
-    grads |= tr.attention.weight_gradients(g_Z)
-    out = {}
-    for n in names:
-        flat = torch.empty(cfg.param_size(n), dtype=X.dtype, device=X.device)
-        for u in units_of(cfg, n):
-            u.rows_of(flat, 0).copy_(grads[u.ref].reshape(u.shape))
-        out[n] = flat.reshape(cfg.shape_of(n))
-    return out
+    return _tape_gradient(cfg, build(cfg, params, X, Y), names)   # the tape's first-order sweep
 
 
 def _tape_gradient(cfg: BlockConfig, tape: Tape, names: tuple[str, ...]) -> dict[str, Tensor]:
-    """``name -> ∂ℓ/∂W`` read from the tape's first-order reverse sweep (head slices by index)."""
-    out = {}
-    for n in names:
-        base = parse_name(n).base
-        grad = tape.gradients.get(base)
-        flat = (tape.seed_gradient.new_zeros(cfg.param_shapes[base]) if grad is None else grad).reshape(-1)
-        out[n] = flat[cfg.head_indices(n).to(flat.device)].reshape(cfg.shape_of(n))
-    return out
+    """``name -> ∂ℓ/∂W`` read from the tape's first-order reverse sweep through the layout of
+    ``names`` (head slices by their views; a weight the sweep never reached reads as zero)."""
+    whole = {base: g.unsqueeze(0) for base, g in tape.gradients.items()}
+    flat = Layout(cfg, names).gather(whole, 1, tape.seed_gradient)[0]
+    return {n: flat[cols].reshape(cfg.shape_of(n)) for n, cols in cfg.offsets(names).items()}
 
 
 def _check_method(method: str) -> str:
@@ -204,51 +183,18 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | 
 
     The loss is ``cfg.loss`` against the target ``Y``, or ``loss=hv.CustomLoss(grad_Z, hess_Z)``
     (then no ``Y``): a loss given by its gradient and curvature in ``Z``, which may couple tokens.
-    Returns a :class:`~hessviz.hessian.HessianResult` whose ``full``, ``outer`` and
+    Returns a :class:`~hessviz.result.HessianResult` whose ``full``, ``outer`` and
     ``functional`` terms are computed when first read.
     """
     params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
     method = _check_method(method)
-    P = sum(cfg.param_size(n) for n in names)
     products = MatrixFreeHessian(cfg, params, X, Y, names, method)
-
-    def dense_guard() -> None:                                 # only when a dense term is read
-        check_fits(f"a dense Hessian term ({P} x {P}, {method})",
-                   hessian_bytes(cfg, names, X.element_size(), method), X.device, _SIZE_ADVICE)
-
     if method == "autograd":
-        def reference_term(term: str) -> Tensor:
-            dense_guard()
-            if term == "full":
-                return reference.full_hessian(cfg, params, X, Y, names)
-            if term == "outer":
-                return reference.outer_hessian(cfg, params, X, Y, names)
-            return result.full - result.outer                 # each computed once, then cached
-        result = HessianResult(cfg, names, reference_term, method=method,
-                               order=("full", "outer", "functional"), products=products)
-        return result
-
-    if cfg.is_stack or not losses.token_wise(Y):
-        engine = StackHessian(cfg, params, products.tape, Y)   # the tape's forward pass validates now
-
-        def stack_term(term: str) -> Tensor:
-            dense_guard()
-            return engine.term(names, term)
-
-        return HessianResult(cfg, names, stack_term, engine.block, method=method, products=products)
-    tr = trace(cfg, params, X)              # the forward pass alone (stages are built lazily): validates
-                                            # LayerNorm rows now; products build their own tape on first use
-
-    @functools.cache
-    def dense_engine() -> assembly.Curvature:                  # built when a dense term is first read
-        return assembly.backward(cfg, tr, Y)
-
-    def compute_term(term: str) -> Tensor:
-        dense_guard()
-        return assembly.assemble(cfg, names, dense_engine(), term, X)
-
-    def compute_block(a: str, b: str, term: str) -> Tensor:
-        return assembly.assemble_block(cfg, a, b, dense_engine(), term, X)
-
-    return HessianResult(cfg, names, compute_term, compute_block, method=method, products=products)
+        engine = reference.AutogradHessian(cfg, params, X, Y)
+    elif cfg.is_stack or not losses.token_wise(Y):
+        engine = StackHessian(cfg, params, products.tape, Y)    # the tape's forward pass validates now
+    else:                # the forward pass alone (stages are built lazily) validates LayerNorm rows now;
+        engine = assembly.DenseHessian(cfg, record(cfg, params, X), Y, X)   # products tape on first use
+    return HessianResult(cfg, names, engine, method=method, products=products, device=X.device,
+                         dense_bytes=hessian_bytes(cfg, names, X.element_size(), method))

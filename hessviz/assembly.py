@@ -1,6 +1,6 @@
 r"""The closed-form Hessian of the loss in the weights, assembled unit by unit.
 
-One forward pass (:func:`hessviz.block.trace`) gives the attention and the token-wise rest
+One forward pass (:func:`hessviz.record.record`) gives the attention and the token-wise rest
 of the block ``T: SA → Z``. The loss gradient ``g_Z`` and Hessian ``N_Z`` in ``Z`` are pulled
 back through ``T`` (:mod:`hessviz.chain`) to ``g_SA`` and ``N_SA = J_Tᵀ N_Z J_T + Q_T(g_Z)``,
 each split into its outer and functional part. With ``J^a`` the Jacobian of ``SA`` in an
@@ -15,7 +15,7 @@ parameter of ``T``, every block is one recipe:
 a list of :class:`~hessviz.contributions.Sandwich` (GEMMs over tokens of Kronecker-factored
 Jacobians), :class:`~hessviz.contributions.Diagonal` and
 :class:`~hessviz.contributions.Dense` pieces. ``outer``, ``functional`` and ``full`` are the
-same recipe with the weights of :data:`hessviz.result.TERMS`: the outer weight keeps the
+same recipe with the weights of :data:`hessviz.terms.TERMS`: the outer weight keeps the
 loss Hessian ``N_Z`` (and everything it reaches through Jacobians), the functional weight
 keeps every second derivative of the model (``Q_T``, the mixed terms, the attention's own).
 
@@ -27,17 +27,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
 
 from hessviz import losses, memory
-from hessviz.block import BlockTrace
 from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig
 from hessviz.contributions import Piece, Ref, Sandwich
 from hessviz.kron import Factored, MiddleCache, sandwich_into
-from hessviz.result import TERMS, check_term
+from hessviz.record import BlockRecord
+from hessviz.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.weights import Unit, units, units_of
 
 
@@ -45,42 +46,43 @@ from hessviz.weights import Unit, units, units_of
 class Curvature:
     """Gradients and curvatures of the loss at ``Z`` and at ``SA``, token by token."""
 
-    trace: BlockTrace
+    record: BlockRecord
     at_Z: TokenCurvature
     at_SA: TokenCurvature
 
 
-def backward(cfg: BlockConfig, tr: BlockTrace, Y: Tensor) -> Curvature:
+def backward(cfg: BlockConfig, rec: BlockRecord, Y: Tensor) -> Curvature:
     """Loss gradient and Hessian in ``Z``, pulled back through ``T`` to ``SA``."""
-    return pulled(tr, TokenCurvature(losses.gradient(cfg.loss, tr.Z, Y), losses.hessian(cfg.loss, tr.Z, Y)))
+    at_Z = TokenCurvature(losses.gradient(cfg.loss, rec.Z, Y), losses.hessian(cfg.loss, rec.Z, Y))
+    return pulled(rec, at_Z)
 
 
-def pulled(tr: BlockTrace, at_Z: TokenCurvature) -> Curvature:
+def pulled(rec: BlockRecord, at_Z: TokenCurvature) -> Curvature:
     """The token-wise curvature ``at_Z`` at the block's output, pulled back through ``T`` to ``SA``."""
-    return Curvature(tr, at_Z, at_Z if tr.stage is None else at_Z.pull(tr.stage.map))
+    return Curvature(rec, at_Z, at_Z if rec.stage is None else at_Z.pull(rec.stage.map))
 
 
-def attention_jacobians(tr: BlockTrace, refs: tuple[Ref, ...]) -> dict[Ref, Factored]:
+def attention_jacobians(rec: BlockRecord, refs: tuple[Ref, ...]) -> dict[Ref, Factored]:
     """``∂SA/∂θ`` of the attention's units among ``refs``; zero ones (``b_K``) left out."""
-    att = set(tr.attention.units)
-    out = {r: tr.attention.jacobian(r) for r in refs if r in att}
+    att = set(rec.attention.units)
+    out = {r: rec.attention.jacobian(r) for r in refs if r in att}
     return {r: J for r, J in out.items() if J is not None}
 
 
-def dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> Tensor:
+def dense_jacobian(cfg: BlockConfig, rec: BlockRecord, names: tuple[str, ...]) -> Tensor:
     """``∂ vec_r(Z)/∂θ'`` of one block, ``(L*d, P')``: each unit's factored Jacobian, chained to
     ``Z``, written into its columns."""
-    L, d = tr.Z.shape
-    out = memory.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=tr.Z.dtype, device=tr.Z.device)
+    L, d = rec.Z.shape
+    out = memory.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=rec.Z.dtype, device=rec.Z.device)
     offsets = cfg.offsets(names)
     us = units(cfg, names)
-    at_sa = attention_jacobians(tr, tuple(u.ref for u in us))
+    at_sa = attention_jacobians(rec, tuple(u.ref for u in us))
     for u in us:
         target = u.rows_of(out[:, offsets[u.name]], 1)             # (L*d, rows, cols)
         if u.ref in at_sa:
-            J = at_sa[u.ref] if tr.stage is None else at_sa[u.ref].lmul(tr.stage.map.jac)  # ∂Z/∂SA · ∂SA/∂θ
-        elif tr.stage is not None and u.ref in tr.stage.jacobians:
-            J = tr.stage.jacobians[u.ref]
+            J = at_sa[u.ref] if rec.stage is None else at_sa[u.ref].lmul(rec.stage.map.jac)  # ∂Z/∂SA · ∂SA/∂θ
+        elif rec.stage is not None and u.ref in rec.stage.jacobians:
+            J = rec.stage.jacobians[u.ref]
         else:                                                       # b_K: exactly zero
             target.zero_()
             continue
@@ -91,8 +93,8 @@ def dense_jacobian(cfg: BlockConfig, tr: BlockTrace, names: tuple[str, ...]) -> 
 def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piece]:
     """Every piece of the ``term`` Hessian whose two units are both in ``refs``."""
     co, cf = TERMS[check_term(term)]
-    tr, T = cur.trace, cur.trace.stage
-    J_sa = attention_jacobians(tr, refs)
+    rec, T = cur.record, cur.record.stage
+    J_sa = attention_jacobians(rec, refs)
     att = list(J_sa)
     stg = [r for r in refs if T is not None and r in T.jacobians]
     g_Z = cur.at_Z.g
@@ -101,7 +103,7 @@ def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piec
         N_sa = cur.at_SA.select(co, cf)
         out += [Sandwich(a, b, J_sa[a], N_sa, J_sa[b]) for i, a in enumerate(att) for b in att[i:]]
         if cf:
-            out += tr.attention.functional(cur.at_SA.g, tuple(att))
+            out += rec.attention.functional(cur.at_SA.g, tuple(att))
     if stg:
         J_t = T.jacobians
         if co:
@@ -186,3 +188,30 @@ def _theta_order(cfg: BlockConfig):
     """Sort key of units in θ order (heads of one weight by head)."""
     position = {u.ref: k for k, u in enumerate(units(cfg, cfg.param_names))}
     return position.__getitem__
+
+
+class DenseHessian:
+    """The closed-form engine of one block under a token-wise loss: every term and block assembled
+    from the Kronecker-factored pieces of the forward record ``rec`` of ``X``.
+
+    The curvature pulled back to ``SA`` (:func:`backward`, ``O(L d³)``) is formed when a term or
+    block is first asked for, and shared by all of them."""
+
+    order = PARTS_FIRST
+    """outer and functional are assembled, full is their sum."""
+
+    def __init__(self, cfg: BlockConfig, rec: BlockRecord, Y: Tensor, X: Tensor):
+        self.cfg, self.record, self.Y, self.X = cfg, rec, Y, X
+
+    @cached_property
+    def curvature(self) -> Curvature:
+        return backward(self.cfg, self.record, self.Y)
+
+    def term(self, names: tuple[str, ...], term: str) -> Tensor:
+        """The ``(P', P')`` term for ``names`` (checked, θ order): :func:`assemble`."""
+        return assemble(self.cfg, names, self.curvature, term, self.X)
+
+    def block(self, a: str, b: str, term: str) -> Tensor:
+        """The ``(|a|, |b|)`` block of two names or head slices alone: :func:`assemble_block`."""
+        return assemble_block(self.cfg, a, b, self.curvature, term, self.X)
+

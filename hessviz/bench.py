@@ -42,8 +42,9 @@ import torch.nn.functional as F
 
 import hessviz as hv
 from hessviz import memory, reference
-from hessviz.components import activation, layernorm
-from hessviz.components.ffn import FeedForward
+from hessviz.ops import layernorm
+from hessviz.ops.ffn import FeedForward
+from hessviz.ops.relu import ReLU
 from hessviz.verify import relative_error
 
 D_MODEL, D_K, D_FF = 32, 16, 64
@@ -270,7 +271,7 @@ def ffn_jacobian(L: int, d: int, d_ff: int, repeats: int, device: torch.device) 
     W2 = (torch.randn(d_ff, d, dtype=torch.float64, generator=gen) / d_ff**0.5).to(device)
 
     def factored():
-        return FeedForward(Z, W1, W2, activation.RELU).jacobian
+        return FeedForward(Z, W1, W2, ReLU).jacobian
 
     def dense() -> torch.Tensor:
         J = factored()

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from hessviz.components.base import TokenMap
-from hessviz.components.residual import residual
 from hessviz.contributions import Piece, Ref, Sandwich
 from hessviz.kron import Factored
+from hessviz.ops.base import TokenMap
+from hessviz.ops.residual import residual
 
 
 def compose(inner: TokenMap, outer: TokenMap) -> TokenMap:
@@ -80,8 +80,10 @@ class Stage:
     * ``jacobians[r]``: ``∂y_t/∂θ_r``, factored, output index ``y`` (size ``n_out``);
     * ``mixed(g)[r]``: ``∂²(Σ_t g_tᵀ y_t)/∂x_t ∂θ_r``, factored, output index ``x`` (``n_in``);
       absent where zero;
-    * ``functional(g)``: the pieces of ``∂²(Σ_t g_tᵀ y_t)/∂θ ∂θ'``;
-    * ``gradients(g)``: ``∂(Σ_t g_tᵀ y_t)/∂θ_r`` as ``r -> (rows, cols)``.
+    * ``functional(g)``: the pieces of ``∂²(Σ_t g_tᵀ y_t)/∂θ ∂θ'``.
+
+    The gradients themselves come from the product engine's first reverse sweep
+    (:attr:`hessviz.matfree.tape.Tape.gradients`), not from here.
 
     Parameters are addressed by :data:`~hessviz.contributions.Ref`; the block's weight
     table says which global name each one is.
@@ -91,7 +93,6 @@ class Stage:
     jacobians: Mapping[Ref, Factored]
     mixed: Callable[[Tensor], dict[Ref, Factored]]
     functional: Callable[[Tensor], list[Piece]]
-    gradients: Callable[[Tensor], dict[Ref, Tensor]]
 
 
 class Lazy(Mapping):
@@ -123,13 +124,12 @@ def _no_pieces(g: Tensor) -> list:
 
 def plain(f: TokenMap) -> Stage:
     """A token-wise map without parameters."""
-    return Stage(f, {}, _nothing, _no_pieces, _nothing)
+    return Stage(f, {}, _nothing, _no_pieces)
 
 
 def residual_stage(branch: Stage) -> Stage:
     """``x ↦ x + b(x; θ)``: the identity path adds ``I`` to the Jacobian and nothing else."""
-    return Stage(residual(branch.map), branch.jacobians, branch.mixed, branch.functional,
-                 branch.gradients)
+    return Stage(residual(branch.map), branch.jacobians, branch.mixed, branch.functional)
 
 
 def compose_stages(inner: Stage, outer: Stage) -> Stage:
@@ -179,8 +179,4 @@ def compose_stages(inner: Stage, outer: Stage) -> Stage:
                    for b, Mb in outer.mixed(g).items() for a in inner_refs]
         return pieces
 
-    def gradients(g: Tensor) -> dict[Ref, Tensor]:
-        out = outer.gradients(g)
-        return out | inner.gradients(outer.map.vjp(g)) if inner_refs else out
-
-    return Stage(compose(inner.map, outer.map), jacobians, mixed, functional, gradients)
+    return Stage(compose(inner.map, outer.map), jacobians, mixed, functional)

@@ -25,7 +25,7 @@ import hessviz as hv
 from hessviz import spectra
 from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS, Setting
 from hessviz.errors import HessvizError
-from hessviz.result import TERMS
+from hessviz.terms import TERMS
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 BENCH_SUITES = ("dense", "matfree", "pretrained")

@@ -41,16 +41,18 @@ from typing import NamedTuple
 import torch
 
 from hessviz.errors import ConfigError
+from hessviz.ops.activations import ACTIVATIONS as _ACTIVATION_OPS
 
 NORMS = ("post", "pre", "none", "attention")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+ACTIVATIONS = tuple(_ACTIVATION_OPS)
+"""The ``activation`` choices: the rows of :data:`hessviz.ops.activations.ACTIVATIONS`."""
 LOSSES = ("mse", "ce")
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V")
 FFN_PARAMS = ("W_1", "W_2")
 
 NORM_TITLES = {"post": "Post-LN block", "pre": "Pre-LN block", "none": "Block without LN",
                "attention": "Self-attention alone"}
-ACTIVATION_TITLES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU-tanh"}
+ACTIVATION_TITLES = {name: op.title for name, op in _ACTIVATION_OPS.items()}
 LOSS_TITLES = {"mse": "MSE", "ce": "cross-entropy"}
 
 XNORM_GRID: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
@@ -248,8 +250,9 @@ class BlockConfig:
                         "residuals without LN; attention: the single self-attention layer "
                         "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V.", choices=NORMS)
     activation: str = setting("relu", "act", "Activation φ",
-                              "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form) or GELU-tanh "
-                              "(GPT-2's approximation)", choices=ACTIVATIONS, relevant=_has_ffn)
+                              "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form), GELU-tanh "
+                              "(GPT-2's approximation) or SiLU (u·sigmoid(u))", choices=ACTIVATIONS,
+                              relevant=_has_ffn)
     loss: str = setting("mse", "loss", "Loss", "mse: ‖Z − Y‖²/(L d) against a Gaussian target Y; "
                         "ce: cross-entropy with d classes", choices=LOSSES)
     ln_eps: float = setting(0.0, "eps", "LayerNorm ε", "LN(z) = (z − mean z)/√(var z + ε); ε = 0 as in "

@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hessviz.components import softmax
-from hessviz.components.base import eye
 from hessviz.custom_loss import CustomLoss
+from hessviz.ops import softmax
+from hessviz.ops.base import eye
 
 
 def value(kind: str, Z: Tensor, Y: Tensor | CustomLoss) -> Tensor:

@@ -2,7 +2,7 @@
 
 Nothing here is used by the closed form; it exists to check it and to time it.
 The forward is written with stock torch ops (``torch.softmax``, ``F.layer_norm``,
-``F.gelu``), independently of :mod:`hessviz.components`.
+``F.gelu``), independently of :mod:`hessviz.ops`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
 
     def ffn(z: Tensor) -> Tensor:
         act = {"relu": torch.relu, "gelu": F.gelu,
-               "gelu_tanh": lambda u: F.gelu(u, approximate="tanh")}[cfg.activation]
+               "gelu_tanh": lambda u: F.gelu(u, approximate="tanh"), "silu": F.silu}[cfg.activation]
         return linear(act(linear(z, "W_1", "b_1")), "W_2", "b_2")
 
     if cfg.norm == "attention":
@@ -146,3 +146,31 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
              names: tuple[str, ...]) -> Tensor:
     """``∇_θ ℓ`` by ``torch.func.grad``."""
     return torch.func.grad(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))
+
+
+class AutogradHessian:
+    """The autograd engine behind ``hv.hessian(..., method="autograd")``: ``full`` and ``outer`` by
+    ``torch.func``, ``functional = full − outer``; blocks are read from the terms."""
+
+    order = ("full", "outer", "functional")
+    """full and outer are computed, functional is their difference."""
+
+    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | CustomLoss):
+        self.cfg, self.params, self.X, self.Y = cfg, params, X, Y
+        self._parts: dict[tuple[tuple[str, ...], str], Tensor] = {}
+
+    def term(self, names: tuple[str, ...], term: str) -> Tensor:
+        """``(P', P')``; the ``full`` and ``outer`` it computes are kept for ``functional``."""
+        key = (names, term)
+        if key in self._parts:
+            return self._parts[key]
+        if term == "functional":
+            return self.term(names, "full") - self.term(names, "outer")
+        compute = full_hessian if term == "full" else outer_hessian
+        self._parts[key] = compute(self.cfg, self.params, self.X, self.Y, names)
+        return self._parts[key]
+
+    def block(self, a: str, b: str, term: str) -> None:
+        """``None``: autograd has no cheaper block than the term it is read from."""
+        return None
+

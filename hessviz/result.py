@@ -1,14 +1,17 @@
 """The result of a Hessian computation: ``full``, ``outer`` and ``functional`` as views.
 
 The three terms are three views of one computation: each is computed the first time
-it is read and cached; a single block can be computed alone.
+it is read and cached; a single block can be computed alone. The computing is an
+*engine*'s (:class:`Engine`): :class:`~hessviz.assembly.DenseHessian` (one block, token-wise
+loss), :class:`~hessviz.stack.StackHessian` (stacks, coupling losses) or
+:class:`~hessviz.reference.AutogradHessian`; the products are
+:class:`~hessviz.matfree.operator.MatrixFreeHessian`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
@@ -16,24 +19,28 @@ from torch import Tensor
 from hessviz import memory
 from hessviz.config import BlockConfig, parse_name
 from hessviz.errors import ConfigError
+from hessviz.terms import NAMES, check_term
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
 
     from hessviz.matfree.operator import MatrixFreeHessian
 
-TERMS: dict[str, tuple[float, float]] = {
-    "full": (1.0, 1.0),
-    "outer": (1.0, 0.0),
-    "functional": (0.0, 1.0),
-}
-"""term -> (weight of the Gauss–Newton part, weight of the model's second derivatives)."""
+SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
+"""What to do when a dense result is over the memory limit."""
 
 
-def check_term(term: str) -> str:
-    if term not in TERMS:
-        raise ConfigError(f"term must be one of {', '.join(map(repr, TERMS))}, got {term!r}")
-    return term
+class Engine(Protocol):
+    """What computes the dense terms and blocks of a :class:`HessianResult`."""
+
+    order: tuple[str, ...]
+    """The cheapest order in which to compute all three terms."""
+
+    def term(self, names: tuple[str, ...], term: str) -> Tensor:
+        """The ``(P', P')`` term for ``names`` (checked, in θ order)."""
+
+    def block(self, a: str, b: str, term: str) -> Tensor | None:
+        """The ``(|a|, |b|)`` block of two names or head slices alone; ``None``: read it from the term."""
 
 
 class HessianResult:
@@ -43,19 +50,19 @@ class HessianResult:
     ``P' = Σ sizes of names``, rows and columns in θ order restricted to ``names``.
     """
 
-    def __init__(self, cfg: BlockConfig, names: tuple[str, ...],
-                 compute_term: Callable[[str], Tensor],
-                 compute_block: Callable[[str, str, str], Tensor] | None = None,
-                 method: str = "closed_form", order: tuple[str, ...] = ("outer", "functional", "full"),
-                 products: MatrixFreeHessian | None = None):
+    def __init__(self, cfg: BlockConfig, names: tuple[str, ...], engine: Engine, *,
+                 method: str = "closed_form", products: MatrixFreeHessian | None = None,
+                 dense_bytes: int = 0, device: torch.device | str = "cpu"):
         self.cfg = cfg
+        self.engine = engine
+        """Computes the dense terms and blocks: ``engine.term(names, term)``, ``engine.block(a, b, term)``."""
         self.products = products
         """Matrix-free products (:mod:`hessviz.matfree`); no dense term is needed for them."""
         self.names = names
         self.method = method
-        self._order = order
-        self._compute_term = compute_term
-        self._compute_block = compute_block
+        self.dense_bytes = dense_bytes
+        """Estimated peak bytes of one dense term, checked against the memory limit before one is computed."""
+        self._device = device
         self._terms: dict[str, Tensor] = {}
 
     def __repr__(self) -> str:
@@ -83,14 +90,16 @@ class HessianResult:
                 self._terms[name] = torch.add(outer, functional, out=memory.empty(
                     *outer.shape, dtype=outer.dtype, device=outer.device))
             else:
-                self._terms[name] = self._compute_term(name)
+                memory.check_fits(f"a dense Hessian term ({self.size} x {self.size}, {self.method})",
+                                  self.dense_bytes, self._device, SIZE_ADVICE)
+                self._terms[name] = self.engine.term(self.names, name)
         return self._terms[name]
 
     def terms(self) -> dict[str, Tensor]:
         """All three terms, computed in the cheapest order for the method."""
-        for name in self._order:
+        for name in self.engine.order:
             self.term(name)
-        return {name: self._terms[name] for name in TERMS}
+        return {name: self._terms[name] for name in NAMES}
 
     @property
     def full(self) -> Tensor:
@@ -125,11 +134,12 @@ class HessianResult:
         self._check_covered(a)
         self._check_covered(b)
         check_term(term)
-        if term in self._terms or self._compute_block is None:
-            rows, cols = self._index(a), self._index(b)
-            matrix = self.term(term)
-            return matrix[rows][:, cols] if isinstance(cols, Tensor) else matrix[rows, cols]
-        return self._compute_block(a, b, term)
+        alone = None if term in self._terms else self.engine.block(a, b, term)
+        if alone is not None:
+            return alone
+        rows, cols = self._index(a), self._index(b)
+        matrix = self.term(term)
+        return matrix[rows][:, cols] if isinstance(cols, Tensor) else matrix[rows, cols]
 
     # ------------------------------------------------------------------ matrix-free products
 

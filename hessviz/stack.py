@@ -24,7 +24,7 @@ kinds are one thing here, a :class:`Boundary`: a gradient and a curvature that m
 tangent of the boundary value (:meth:`Boundary.times`) and sandwiches a Jacobian
 (:meth:`Boundary.sandwich`), per term.
 
-With the term weights ``(co, cf)`` of :data:`hessviz.result.TERMS` and ``S_b = co·C_b + cf·F_b``,
+With the term weights ``(co, cf)`` of :data:`hessviz.terms.TERMS` and ``S_b = co·C_b + cf·F_b``,
 every block of ``H`` is
 
 .. math::
@@ -68,12 +68,13 @@ import torch
 from torch import Tensor
 
 from hessviz import assembly, losses, memory
-from hessviz.block import BlockTrace, trace
 from hessviz.chain import TokenCurvature
-from hessviz.config import BlockConfig, parse_name
+from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
+from hessviz.matfree.layout import Layout
 from hessviz.matfree.tape import Tape
-from hessviz.result import TERMS, check_term
+from hessviz.record import BlockRecord, record
+from hessviz.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.weights import layer_params
 
 
@@ -140,6 +141,9 @@ class StackHessian:
     ``target`` is the target ``Y`` of ``cfg.loss`` or a checked :class:`CustomLoss`.
     """
 
+    order = PARTS_FIRST
+    """outer and functional are computed, full is their sum."""
+
     def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], tape: Tape, target: Tensor | CustomLoss):
         self.cfg, self.params, self.tape, self.target = cfg, params, tape, target
         self.N = cfg.n_layers
@@ -151,10 +155,10 @@ class StackHessian:
     # ------------------------------------------------------------------ one block at a time
 
     @memo
-    def trace(self, b: int) -> BlockTrace:
+    def record(self, b: int) -> BlockRecord:
         """The one-block forward pass of layer ``b`` on its input (stages built when asked)."""
         X = self.tape.values[self.tape.layers[b].input]
-        return trace(self.cfg.block, layer_params(self.cfg, self.params, b), X)
+        return record(self.cfg.block, layer_params(self.cfg, self.params, b), X)
 
     def gradient(self, b: int) -> Tensor:
         """``G_b = ∂ℓ/∂X_b``, at the output of layer ``b``."""
@@ -171,7 +175,7 @@ class StackHessian:
     @memo
     def jacobian(self, b: int, local: tuple[str, ...]) -> Tensor:
         """``J_b (L·d, P_b')`` for block-local names of layer ``b``."""
-        return assembly.dense_jacobian(self.cfg.block, self.trace(b), local)
+        return assembly.dense_jacobian(self.cfg.block, self.record(b), local)
 
     def input_tangents(self, b: int) -> dict[str, Tensor | None]:
         """Forward tangents of every value of layer ``b`` along the identity on ``X_{b−1}``:
@@ -222,17 +226,7 @@ class StackHessian:
 
     def _rows_of_M(self, b: int, names: tuple[str, ...], term: str) -> Tensor:
         """``M_b`` restricted to ``names`` of layer ``b``: ``(P', L·d)``."""
-        M = self.mixed(b, term)
-        cols = []
-        for n in names:
-            prod = M.get(parse_name(n).base)
-            size = self.cfg.param_size(n)
-            if prod is None:
-                cols.append(self.like.new_zeros(self.Ld, size))
-            else:
-                flat = prod.reshape(self.Ld, -1)
-                cols.append(flat[:, self.cfg.head_indices(n).to(flat.device)])
-        return torch.cat(cols, 1).T
+        return Layout(self.cfg, names).gather(self.mixed(b, term), self.Ld, self.like).T
 
     @memo
     def K(self, a: int, names: tuple[str, ...], c: int) -> Tensor:
@@ -248,15 +242,15 @@ class StackHessian:
         if out is None:
             size = sum(self.cfg.param_size(n) for n in names)
             out = memory.empty(size, size, dtype=self.like.dtype, device=self.like.device)
-        tr = self.trace(b)
+        rec = self.record(b)
         if b == self.N - 1 and self.token_wise:                   # the one-block engine unchanged
-            cur = assembly.pulled(tr, TokenCurvature(self.gradient(b), self.loss_curvature))
+            cur = assembly.pulled(rec, TokenCurvature(self.gradient(b), self.loss_curvature))
             return assembly.assemble(self.cfg.block, local, cur, term, self.like, out)
         outside = self.boundary(b, term)
         if cf:                                                     # T_b^{θθ}(G_b): the functional term
             G = outside.g                                          # with G_b as the loss gradient
             L, d = G.shape
-            cur = assembly.pulled(tr, TokenCurvature(G, G.new_zeros(L, d, d)))
+            cur = assembly.pulled(rec, TokenCurvature(G, G.new_zeros(L, d, d)))
             assembly.assemble(self.cfg.block, local, cur, "functional", self.like, out)
         sizes = [self.cfg.param_size(n) for n in names]
         outside.sandwich_into(out, self.jacobian(b, local), sizes, accumulate=bool(cf))

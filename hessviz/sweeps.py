@@ -53,8 +53,10 @@ import hessviz as hv
 from hessviz.config import layer_name
 from hessviz.fitting import PowerLawFit, RangeFit, center, power_law_fit, slope_over_seeds
 from hessviz.spectra import matrix_norm
+from hessviz.terms import PARTS_FIRST
 
-TERMS = ("outer", "functional", "full")
+TERMS = PARTS_FIRST
+"""The terms, parts first (:data:`hessviz.terms.PARTS_FIRST`)."""
 AXES = {"xnorm": "input size ‖X‖₂", "L": "sequence length L", "d": "model width d",
         "layers": "stack depth N (blocks)"}
 ARRAY_NAMES = {"xnorm": "input_norm", "L": "seq_len", "d": "d_model", "layers": "n_layers"}

@@ -18,7 +18,7 @@ from torch import Tensor
 
 import hessviz as hv
 from hessviz.reference import torch_forward
-from hessviz.result import TERMS
+from hessviz.terms import TERMS
 
 
 def relative_error(a: Tensor, b: Tensor, scale: Tensor | None = None) -> float:

@@ -1,9 +1,9 @@
 """The one map of the weights: where each global parameter enters the block.
 
-Components address their parameters by local names (``query.weight``, ``fc1.bias``,
+Operations address their parameters by local names (``query.weight``, ``fc1.bias``,
 ``gamma``), as BackPACK modules do; :data:`WEIGHT_MAP` is the only place that says which
 global name (``W_Q``, ``b_1``, ``ln2_gamma``) is which component's which local parameter.
-The block recipe (:mod:`hessviz.block`) hands each component its weights through this
+The dense forward record (:mod:`hessviz.record`) hands each operation its weights through this
 table, and the assembler (:mod:`hessviz.assembly`) translates the component references
 back to rows and columns of the Hessian through it. A new weight is a new row here.
 

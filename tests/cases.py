@@ -73,3 +73,14 @@ def random_cases(n: int, seed: int = 2026) -> list[Case]:
 
 RANDOM = random_cases(8)
 ALL = GRID + ODD + RANDOM
+
+
+def tiered(cases: list, fast: int, stride: int | None = None) -> list:
+    """``cases`` as ``pytest.param``s, all but ``fast`` of them marked ``slow``: the fast tier keeps
+    every ``stride``-th case (``len(cases) // fast`` by default), spread over the whole list so that
+    each placement and option is still drawn."""
+    import pytest
+
+    stride = stride or max(1, len(cases) // fast)
+    keep = set(range(0, len(cases), stride)[:fast])
+    return [c if i in keep else pytest.param(c, marks=pytest.mark.slow) for i, c in enumerate(cases)]

@@ -7,9 +7,11 @@ import math
 import pytest
 import torch
 
-from hessviz.components import activation, layernorm, score, softmax
-from hessviz.components.attention import MultiHeadAttention
-from hessviz.components.ffn import FeedForward
+from hessviz.ops import activations, layernorm, score, softmax
+from hessviz.ops.attention import MultiHeadAttention
+from hessviz.ops.ffn import FeedForward
+from hessviz.ops.gelu import GELU
+from hessviz.ops.relu import ReLU
 from tests.helpers import assert_close
 
 F64 = torch.float64
@@ -80,20 +82,25 @@ def test_layernorm_refuses_zero_variance_without_eps():
     assert torch.equal(y, torch.zeros(3, 4, dtype=F64))
 
 
-@pytest.mark.parametrize("name", ["relu", "gelu"])
+STOCK = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+         "gelu_tanh": lambda u: torch.nn.functional.gelu(u, approximate="tanh")}
+"""Each activation as stock torch writes it: the reference its ``f``, ``df``, ``d2f`` are checked against."""
+
+
+@pytest.mark.parametrize("name", sorted(activations.ACTIVATIONS))
 def test_activation_derivatives(name):
-    act = activation.get(name)
+    act = activations.get(name)
     x = rand(50, seed=7, scale=3.0)
-    ref = torch.relu if name == "relu" else torch.nn.functional.gelu
-    assert_close(act.value(x), ref(x), RTOL, f"{name} value")
+    ref = STOCK[name]
+    assert_close(act.f(x), ref(x), RTOL, f"{name} value")
     assert_close(act.df(x), torch.func.vmap(torch.func.grad(ref))(x), RTOL, f"{name}'")
     assert_close(act.d2f(x), torch.func.vmap(torch.func.grad(torch.func.grad(ref)))(x), 1e-11, f"{name}''")
 
 
 def test_relu_states_no_curvature():
-    assert activation.RELU.has_curvature is False
-    assert torch.count_nonzero(activation.RELU.d2f(rand(10))) == 0
-    assert activation.RELU.df(torch.zeros(1)).item() == 0.0      # ReLU'(0) = 0
+    assert ReLU.hessian_is_zero is True
+    assert torch.count_nonzero(ReLU.d2f(rand(10))) == 0
+    assert ReLU.df(torch.zeros(1)).item() == 0.0                 # ReLU'(0) = 0
 
 
 def test_score_jacobians_and_mixed_second_derivative():
@@ -132,7 +139,7 @@ def test_attention_jacobian():
 def test_feedforward_derivatives():
     L, d, dff = 3, 4, 6
     Y, W1, W2, g = rand(L, d, seed=16), rand(d, dff, seed=17), rand(dff, d, seed=18), rand(L, d, seed=19)
-    ffn = FeedForward(Y, W1, W2, activation.GELU)
+    ffn = FeedForward(Y, W1, W2, GELU)
 
     def f(y, w1, w2):
         return torch.nn.functional.gelu(y @ w1) @ w2

@@ -144,6 +144,7 @@ def test_block_gradient_norms_match_autograd(norm):
 # ------------------------------------------------------------------ the quick reproduction
 
 
+@pytest.mark.slow                     # every claim measured once: five minutes on a shared CPU
 def test_reproduce_quick(tmp_path):
     records = reproduce(tmp_path, quick=True)
     assert [r["id"] for r in records] == list(CLAIM_IDS)

@@ -476,6 +476,7 @@ def test_ledger_keeps_the_measured_process_under_its_ceiling():
     assert budget.Ledger(10, rss=lambda: 10**12).process_over(5) == 0      # no ceiling: not measured
 
 
+@pytest.mark.slow  # a load test
 def test_memory_stays_bounded_over_thirty_views():
     """Thirty distinct views through one store: what the process holds grows by the store's bound,
     not by thirty Hessians (6 MiB each here, 180 MiB in all)."""
@@ -516,6 +517,7 @@ def test_store_shares_one_computation_between_visitors():
     assert not out[0].flags.writeable                      # cached results are read-only
 
 
+@pytest.mark.slow  # a load test
 def test_concurrent_autograd_references_do_not_collide():
     """Three visitors open Verify at once (issue 8: forward-AD level errors in 3 of 3 sessions)."""
     keys = [state.View.from_values({**{k: int(v) for k, v in SMALL.items()}, "seed": s}).key

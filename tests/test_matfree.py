@@ -13,10 +13,11 @@ import torch
 import hessviz as hv
 from hessviz import reference
 from hessviz.matfree import spectral
+from hessviz.terms import NAMES
 from tests.cases import GRID
 from tests.helpers import assert_close
 
-TERMS = ("full", "outer", "functional")
+TERMS = NAMES
 
 REAL = [
     hv.BlockConfig(seq_len=4, d_model=6, d_k=2, d_ff=5, norm="post", n_heads=2, out_proj=True, bias=True,

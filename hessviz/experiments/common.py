@@ -170,8 +170,8 @@ def unit_entry_norm(cfg: hv.BlockConfig) -> float:
 
 def softmax_jacobian_norm(cfg: hv.BlockConfig, params: dict, X: torch.Tensor) -> float:
     """``max_t ‖diag(a_t) − a_t a_tᵀ‖₂`` of the attention rows (``1/L`` when uniform, ``≤ 1/2``)."""
-    from hessviz.block import trace
-    from hessviz.components import softmax
+    from hessviz.ops import softmax
+    from hessviz.record import record
 
-    A = trace(cfg, params, X).attention.A
+    A = record(cfg, params, X).attention.A
     return float(torch.linalg.matrix_norm(softmax.jacobian(A), ord=2).max())

@@ -28,11 +28,12 @@ import torch
 
 import hessviz as hv
 from hessviz import plots
-from hessviz.block import attention
-from hessviz.components import layernorm
 from hessviz.experiments.common import SLOPE_TOL, SOURCES, Claim, Measurement, Verdict, grade, violations
 from hessviz.fitting import center, pooled_power_law_fit
+from hessviz.ops import layernorm
+from hessviz.record import attention
 from hessviz.spectra import matrix_norm
+from hessviz.terms import NAMES
 
 
 def ln_norms(z: torch.Tensor, eps: float = 0.0) -> tuple[float, float]:
@@ -132,7 +133,7 @@ def block_sweep(
     sigmas = np.asarray(sigmas, dtype=float)
     out = {
         k: np.zeros((len(seeds), sigmas.size))
-        for k in ("full", "outer", "functional", "QQ_full", "sigma_min")
+        for k in (*NAMES, "QQ_full", "sigma_min")
     }
     for i, s in enumerate(seeds):
         params = hv.init_params(cfg, seed=s)
@@ -143,7 +144,7 @@ def block_sweep(
             c = R1 - R1.mean(-1, keepdim=True)
             out["sigma_min"][i, j] = float(c.pow(2).mean(-1).min().sqrt())
             res = hv.hessian(cfg, params, Xp, Y, wrt=None if whole else ("W_Q",))
-            for t in ("full", "outer", "functional"):
+            for t in NAMES:
                 out[t][i, j] = matrix_norm(res.term(t)) if whole else np.nan
             out["QQ_full"][i, j] = matrix_norm(res.block("W_Q", "W_Q", "full"))
     out["sigma"] = sigmas

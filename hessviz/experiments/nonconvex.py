@@ -16,9 +16,10 @@ from hessviz import plots
 from hessviz.experiments.common import NEGATIVE_RTOL, SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.spectra import eigenvalues, negative_summary
 from hessviz.sweeps import seeded_inputs
+from hessviz.terms import PARTS_FIRST
 
 PLACEMENTS = ("attention", "none", "post", "pre")
-TERMS = ("outer", "functional", "full")
+TERMS = PARTS_FIRST
 
 
 def spectrum_grid(

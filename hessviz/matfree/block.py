@@ -1,16 +1,10 @@
-r"""The block as a tape of nodes: the same recipe the dense engine follows, read once.
+r"""The block as a tape of nodes: the recipe of :mod:`hessviz.placements` (which the dense
+engine reads too), one group of nodes per step.
 
-Placements (MODEL.md parts 1 and 2), with ``SA(x) = O(x) W_O + b_O`` (or ``O(x)`` without
-``out_proj``) and ``O`` the multi-head attention core over ``x [W_Q W_K W_V] + [b_Q b_K b_V]``:
-
-======== ==================================== ==========================================
-norm     ``Z1``                               ``Z``
-======== ==================================== ==========================================
-post     ``ln1(X + SA(X))``                   ``ln2(Z1 + FFN(Z1))``
-pre      ``X + SA(ln1(X))``                   ``Z1 + FFN(ln2(Z1))``
-none     ``X + SA(X)``                        ``Z1 + FFN(Z1)``
-attention —                                   ``SA(X)``
-======== ==================================== ==========================================
+A step ``attention`` is ``SA(x) = O(x) W_O + b_O`` (or ``O(x)`` without ``out_proj``), three
+nodes: the fused projection ``x [W_Q W_K W_V] + [b_Q b_K b_V]``, the core ``O`` and the output
+projection; a step ``ffn`` is ``Linear``, the activation, ``Linear``; ``norm`` and ``add`` are one
+node each.
 
 ``FFN(z) = φ(z W_1 + b_1) W_2 + b_2``. Weights that the config does not have (biases,
 ``W_O``, γ/β) are simply absent from the tape. A stack of ``N`` blocks is the recipe read ``N``
@@ -26,12 +20,14 @@ from torch import Tensor
 from hessviz import losses
 from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
-from hessviz.matfree.attention import Attention
-from hessviz.matfree.elementwise import Elementwise
-from hessviz.matfree.layernorm import LayerNorm
-from hessviz.matfree.linear import Linear
-from hessviz.matfree.residual import Residual
-from hessviz.matfree.tape import LayerSpan, Node, Tape
+from hessviz.matfree.tape import LayerSpan, Tape
+from hessviz.ops import activations
+from hessviz.ops.attention import AttentionCore
+from hessviz.ops.base import Node
+from hessviz.ops.layernorm import LayerNorm
+from hessviz.ops.linear import Linear
+from hessviz.ops.residual import Residual
+from hessviz.placements import PLACEMENTS, where
 
 
 class _Builder:
@@ -57,39 +53,42 @@ class _Builder:
         return self.add(Linear(self.prefix + out, x, self.values[x], [self.p(w) for w in weights],
                                [self.p(b) for b in biases]))
 
-    def layernorm(self, out: str, x: str, which: str, eps: float) -> str:
+    def layernorm(self, out: str, x: str, which: str, eps: float, where: str) -> str:
         return self.add(LayerNorm(self.prefix + out, x, self.values[x], eps, self.p(f"{which}_gamma"),
-                                  self.p(f"{which}_beta"), where=f"{self.prefix}{which} input"))
+                                  self.p(f"{which}_beta"), where=self.prefix + where))
 
     def residual(self, out: str, a: str, b: str) -> str:
         return self.add(Residual(self.prefix + out, a, b, self.values[a], self.values[b]))
 
 
 def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
-    """Append one block's nodes on the input value ``X``; the name of its output."""
-    eps, norm = cfg.ln_eps, cfg.norm
+    """Append one block's nodes on the input value ``X``, step by step of its recipe
+    (:data:`hessviz.placements.PLACEMENTS`); the name of its output."""
+    recipe = PLACEMENTS[cfg.norm]
+    names = {"X": X}                       # recipe value -> tape value
 
-    def self_attention(x: str) -> str:
+    def self_attention(x: str, out: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
-        o = b.add(Attention(b.prefix + "O", qkv, b.values[qkv], cfg.n_heads, cfg.d_k, cfg.value_width,
-                            cfg.causal))
-        return b.linear("SA", o, ["W_O"], ["b_O"]) if cfg.out_proj else o
+        o = b.add(AttentionCore(b.prefix + ("O" if cfg.out_proj else out), qkv, b.values[qkv], cfg.n_heads,
+                                cfg.d_k, cfg.value_width, cfg.causal))
+        return b.linear(out, o, ["W_O"], ["b_O"]) if cfg.out_proj else o
 
-    def ffn(z: str) -> str:
+    def ffn(z: str, out: str) -> str:
         h = b.linear("U", z, ["W_1"], ["b_1"])
-        a = b.add(Elementwise(b.prefix + "act", h, b.values[h], cfg.activation))
-        return b.linear("F", a, ["W_2"], ["b_2"])
+        a = b.add(activations.get(cfg.activation)(b.prefix + "act", h, b.values[h]))
+        return b.linear(out, a, ["W_2"], ["b_2"])
 
-    if norm == "attention":
-        return self_attention(X)
-    if norm == "post":
-        z1 = b.layernorm("Z1", b.residual("R1", X, self_attention(X)), "ln1", eps)
-        return b.layernorm("Z", b.residual("R2", z1, ffn(z1)), "ln2", eps)
-    if norm == "pre":
-        z1 = b.residual("Z1", X, self_attention(b.layernorm("X_ln", X, "ln1", eps)))
-        return b.residual("Z", z1, ffn(b.layernorm("Z1_ln", z1, "ln2", eps)))
-    z1 = b.residual("Z1", X, self_attention(X))
-    return b.residual("Z", z1, ffn(z1))
+    for step in recipe:
+        x = [names[i] for i in step.inputs]
+        if step.op == "attention":
+            names[step.out] = self_attention(x[0], step.out)
+        elif step.op == "ffn":
+            names[step.out] = ffn(x[0], step.out)
+        elif step.op == "norm":
+            names[step.out] = b.layernorm(step.out, x[0], step.which, cfg.ln_eps, where(recipe, step))
+        else:
+            names[step.out] = b.residual(step.out, *x)
+    return names[recipe[-1].out]
 
 
 def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | CustomLoss | None) -> Tape:

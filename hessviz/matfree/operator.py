@@ -27,7 +27,7 @@ from hessviz.matfree.autograd import AutogradProducts
 from hessviz.matfree.block import build
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.tape import Tape
-from hessviz.result import check_term
+from hessviz.terms import check_term
 
 BATCH = 16
 """Product columns per sweep: enough to batch the small matrix products, little memory."""
@@ -70,7 +70,7 @@ class MatrixFreeHessian:
 
     def layout(self, names: Sequence[str] | None = None) -> Layout:
         names = self.names if names is None else self.cfg.sort_names(tuple(names))
-        return Layout(self.cfg, names, self.X.device)
+        return Layout(self.cfg, names)
 
     def product(self, V: Tensor, term: str, rows: Layout, cols: Layout) -> Tensor:
         """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``."""

@@ -37,7 +37,7 @@ from torch import Tensor
 from hessviz.errors import ConfigError
 from hessviz.matfree.operator import BATCH
 from hessviz.memory import memory_limit
-from hessviz.result import check_term
+from hessviz.terms import check_term
 
 Progress = Callable[[int, int | None, str], None]
 

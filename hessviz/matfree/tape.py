@@ -37,42 +37,8 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-Maybe = Tensor | None
-
-TERM_RULES: dict[str, tuple[bool, bool]] = {
-    "full": (True, True),
-    "outer": (True, False),
-    "functional": (False, True),
-}
-"""term -> (seed ``Z̄̇`` with the loss curvature, keep the second-order parts)."""
-
-
-def add(*terms: Maybe) -> Maybe:
-    """Sum of the non-``None`` terms (``None`` when all are zero)."""
-    out = None
-    for t in terms:
-        if t is not None:
-            out = t if out is None else out + t
-    return out
-
-
-class Node:
-    """One step ``y = f(inputs; params)`` of a tape (see the module docstring)."""
-
-    inputs: tuple[str, ...] = ()
-    params: tuple[str, ...] = ()
-    output: str = ""
-    y: Tensor
-
-    def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
-        raise NotImplementedError
-
-    def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
-        raise NotImplementedError
-
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
-        raise NotImplementedError
+from hessviz.ops.base import Maybe, Node, add
+from hessviz.terms import SWEEP_RULES
 
 
 @dataclass(frozen=True)
@@ -183,7 +149,7 @@ class Tape:
         ``dparams`` maps a parameter name to its tangent of shape ``(k, *shape)``; missing
         names have zero tangent. Returns ``name -> (k, *shape)`` (``None`` when exactly 0).
         """
-        seed_curvature, second = TERM_RULES[term]
+        seed_curvature, second = SWEEP_RULES[term]
         dvals = self.tangents(self.whole, {}, dparams)
         dZ = dvals[self.output]
         seed = self.loss_hvp(dZ) if seed_curvature and dZ is not None else None

@@ -2,7 +2,7 @@ r"""What the "Real model" page draws for one layer of a real model on one text (
 
 * :func:`attention_pattern` ``(cfg, params, X) -> A (H, L, L)``: each head's attention weights
   ``A_h = softmax(Q_h K_hᵀ / √d_k)`` on the layer's input (after ``ln1`` in a Pre-LN layer),
-  from the same forward trace :func:`hessviz.hessian` uses;
+  from the same forward record :func:`hessviz.hessian` uses;
 * :func:`slice_window` ``(res, name, start, size) -> (size, size)``: the exact block
   ``H[S, S]`` of a head slice (``W_Q[h]`` …) for a window ``S`` of its entries, read column
   by column from closed-form Hessian-vector products (``H e_j``, ``size`` products; no
@@ -31,11 +31,11 @@ import torch
 from torch import Tensor
 
 import hessviz as hv
-from hessviz.block import trace
 from hessviz.budget import EXACT_BLOCK, Cost, block_list, lanczos_products
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
 from hessviz.matfree.operator import BATCH
+from hessviz.record import record
 
 Progress = Callable[[int, int | None, str], None]
 WINDOW_CHUNK = 64
@@ -49,7 +49,7 @@ a real layer's batched products about 20-fold."""
 
 def attention_pattern(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     """``(H, L, L)``: row ``i`` of head ``h`` is how token ``i`` spreads its attention over the tokens."""
-    return trace(cfg, params, X).attention.A
+    return record(cfg, params, X).attention.A
 
 
 def check_window(cfg: BlockConfig, name: str, start: int, size: int) -> tuple[int, int]:

@@ -25,7 +25,7 @@ embedding ``E (V, d)``), :func:`next_token_loss`: per position ``t`` with target
     ∇^2_{Z_t} ℓ_t = J_n\, \mathrm{diag}(γ)\, E^⊤(\mathrm{diag}\,p − p p^⊤) E\, \mathrm{diag}(γ)\, J_n
                    + \textstyle\sum_k (γ ⊙ r)_k ∇^2 n_k,
 
-with the LayerNorm's ``J_n`` and ``Σ_k g_k ∇² n_k`` of :mod:`hessviz.components.layernorm`.
+with the LayerNorm's ``J_n`` and ``Σ_k g_k ∇² n_k`` of :mod:`hessviz.ops.layernorm`.
 Positions ``0 … L−2`` predict the next token of the text and the loss is their mean, as
 ``GPT2LMHeadModel(labels=ids)``; the last position has no target (its Hessian block is 0).
 The ``Eᵀ diag(p) E`` term costs ``O(V d²)`` per token.
@@ -44,9 +44,9 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.components import layernorm
 from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
+from hessviz.ops import layernorm
 
 
 @dataclass(frozen=True)

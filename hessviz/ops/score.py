@@ -1,7 +1,7 @@
 r"""The bilinear attention score ``S = Q Kᵀ / sqrt(d_k)``, ``Q = X W_Q + b_Q``, ``K = X W_K + b_K``.
 
 Row ``t`` is token ``t``'s scores over the tokens ``r``: ``S_tr = q_t · k_r / sqrt(d_k)``.
-Per token ``t`` (output index ``r``), in the local names of :mod:`hessviz.components.attention`:
+Per token ``t`` (output index ``r``), in the local names of :mod:`hessviz.ops.attention`:
 
 .. math::
     \frac{∂S_{tr}}{∂W_Q[i,m]} = x_t[i]\, \frac{K[r,m]}{\sqrt{d_k}} \quad (\text{left term}),
@@ -25,8 +25,8 @@ import math
 
 from torch import Tensor
 
-from hessviz.components.base import ones
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
+from hessviz.ops.base import ones
 
 
 def value(Q: Tensor, K: Tensor) -> Tensor:

@@ -1,4 +1,8 @@
-"""A token-wise map and its derivatives, the currency of the chain rule.
+"""The two interfaces every operation speaks: a token-wise map (dense face) and a node (product face).
+
+See :mod:`hessviz.ops` for the conventions.
+
+A token-wise map and its derivatives are the currency of the dense chain rule.
 
 A token-wise map sends each token's vector ``x_t (n_in)`` to ``y_t (n_out)`` on its own
 (LayerNorm, the feed-forward branch, a residual sum). For the chain rule it is enough
@@ -55,3 +59,41 @@ def ones(L: int, like: Tensor) -> Tensor:
 def identity(L: int, n: int, like: Tensor) -> TokenMap:
     """The identity map on ``n``-vectors, for ``L`` tokens."""
     return TokenMap(eye(n, like, L))
+
+
+Maybe = Tensor | None
+"""A tangent or adjoint; ``None`` stands for zero, and nodes skip the work it would multiply."""
+
+
+def add(*terms: Maybe) -> Maybe:
+    """Sum of the non-``None`` terms (``None`` when all are zero)."""
+    out = None
+    for t in terms:
+        if t is not None:
+            out = t if out is None else out + t
+    return out
+
+
+class Node:
+    """One step ``y = f(inputs; params)`` of a tape (:mod:`hessviz.matfree.tape`): value names
+    ``inputs``, ``output`` and the parameter names ``params``; ``y`` is the primal output."""
+
+    inputs: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+    output: str = ""
+    y: Tensor
+
+    def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
+        """``ẏ`` from the input tangents ``dx`` and parameter tangents ``dp`` (``k`` leading)."""
+        raise NotImplementedError
+
+    def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
+        """``(x̄ per input, θ̄ per parameter)`` from ``ȳ`` at the primal point (unbatched)."""
+        raise NotImplementedError
+
+    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
+                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+        """``(x̄̇, θ̄̇)`` from ``ȳ̇`` and the tangents; the second-order part only when ``second``;
+        entries not in ``need_x``/``need_p`` may be ``None``."""
+        raise NotImplementedError
+

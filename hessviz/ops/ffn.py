@@ -1,4 +1,8 @@
-r"""The feed-forward branch ``f(y) = φ(y W_1 + b_1) W_2 + b_2`` of one token ``y ∈ R^d``.
+r"""The feed-forward branch ``f(y) = φ(y W_1 + b_1) W_2 + b_2`` of one token ``y ∈ R^d`` (dense face).
+
+The product engine runs the same branch as three nodes (:class:`~hessviz.ops.linear.Linear`,
+the activation's :class:`~hessviz.ops.elementwise.Elementwise`, ``Linear``); the dense face is fused
+here because its factored pieces share ``φ'`` and ``W_2 g`` across every weight pair.
 
 Local parameter names: ``fc1.weight`` (``W_1``), ``fc1.bias`` (``b_1``), ``fc2.weight``,
 ``fc2.bias``; the biases are optional. With ``h = y W_1 + b_1``, ``a = φ(h)`` and an
@@ -24,7 +28,8 @@ second derivatives of ``gᵀf``:
     ∂^2_{W_2 W_2} = 0,
 
 and the same with ``y_i`` replaced by ``1`` for ``b_1`` in place of ``W_1``; ``b_2`` enters
-linearly. ReLU has ``φ'' = 0``: every term with ``φ''`` is dropped, not computed as zeros.
+linearly. ReLU has ``φ'' = 0`` (``hessian_is_zero``): every term with ``φ''`` is dropped, not
+computed as zeros.
 """
 
 from __future__ import annotations
@@ -36,10 +41,10 @@ import torch
 from torch import Tensor
 
 from hessviz.chain import Lazy, Stage
-from hessviz.components.activation import Activation
-from hessviz.components.base import TokenMap, eye, ones
 from hessviz.contributions import Diagonal
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
+from hessviz.ops.base import TokenMap, eye, ones
+from hessviz.ops.elementwise import Elementwise
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class FeedForward:
     Y: Tensor
     W_1: Tensor
     W_2: Tensor
-    act: Activation
+    act: type[Elementwise]
     b_1: Tensor | None = None
     b_2: Tensor | None = None
     name: str = "ffn"
@@ -62,7 +67,7 @@ class FeedForward:
     @cached_property
     def hidden(self) -> Tensor:
         """``φ(Y W_1 + b_1)``, ``(L, d_ff)``."""
-        return self.act.value(self.H)
+        return self.act.f(self.H)
 
     @cached_property
     def output(self) -> Tensor:
@@ -96,7 +101,7 @@ class FeedForward:
             curv = (g @ self.W_2.T) * self.d2phi                     # g^a ⊙ φ'', (L, d_ff)
             return torch.einsum("im,tm,km->tik", self.W_1, curv, self.W_1)
 
-        return TokenMap(jac, contract if self.act.has_curvature else None)
+        return TokenMap(jac, None if self.act.hessian_is_zero else contract)
 
     @cached_property
     def jacobian(self) -> dict[tuple, Factored]:
@@ -111,16 +116,6 @@ class FeedForward:
             out[self.ref("fc2.bias")] = Factored((KronTerm(LEFT, self._ones, self._eye(d)),))
         return out
 
-    def weight_gradients(self, g: Tensor) -> dict[tuple, Tensor]:
-        """``∂(Σ_t g_tᵀ f_t)/∂θ``: ``∇W_1 = Yᵀ g^h``, ``∇b_1 = 1ᵀ g^h``, ``∇W_2 = aᵀ g``, ``∇b_2 = 1ᵀ g``."""
-        gh = (g @ self.W_2.T) * self.dphi
-        out = {self.ref("fc1.weight"): self.Y.T @ gh, self.ref("fc2.weight"): self.hidden.T @ g}
-        if self.b_1 is not None:
-            out[self.ref("fc1.bias")] = gh.sum(0, keepdim=True)
-        if self.b_2 is not None:
-            out[self.ref("fc2.bias")] = g.sum(0, keepdim=True)
-        return out
-
     def mixed(self, g: Tensor) -> dict[tuple, Factored]:
         """``∂²(gᵀf)/∂y ∂θ`` per token as factored terms with output index ``y_i``."""
         ga = g @ self.W_2.T                                          # (L, d_ff)
@@ -128,7 +123,7 @@ class FeedForward:
         W1_dphi = self.W_1.unsqueeze(0) * self.dphi.unsqueeze(1)     # (L, d, d_ff)
         w1_terms = (KronTerm(RIGHT, ga * self.dphi, self._eye(d)),)
         out = {}
-        if self.act.has_curvature:
+        if not self.act.hessian_is_zero:
             W1_curv = self.W_1.unsqueeze(0) * (ga * self.d2phi).unsqueeze(1)
             w1_terms += (KronTerm(LEFT, self.Y, W1_curv),)
             if self.b_1 is not None:
@@ -144,7 +139,7 @@ class FeedForward:
             fc1.append((self.ref("fc1.bias"), self._ones))
         w2 = self.ref("fc2.weight")
         terms = [Diagonal(r, w2, (1, 2), torch.einsum("ti,tj,tm->ijm", u, g, self.dphi)) for r, u in fc1]
-        if self.act.has_curvature:
+        if not self.act.hessian_is_zero:
             curv = (g @ self.W_2.T) * self.d2phi
             terms += [Diagonal(ra, rb, (1, 3), torch.einsum("ti,tk,tm->ikm", ua, ub, curv))
                       for k, (ra, ua) in enumerate(fc1) for rb, ub in fc1[k:]]
@@ -155,4 +150,4 @@ class FeedForward:
         refs = [self.ref(k) for k, w in (("fc1.weight", 1), ("fc1.bias", self.b_1), ("fc2.weight", 1),
                                          ("fc2.bias", self.b_2)) if w is not None]
         return Stage(self.input_map, Lazy({r: (lambda r=r: self.jacobian[r]) for r in refs}), self.mixed,
-                     self.functional, self.weight_gradients)
+                     self.functional)

@@ -37,8 +37,15 @@ def apply_jacobian(a: Tensor, M: Tensor) -> Tensor:
 
 
 def vjp(a: Tensor, g: Tensor) -> Tensor:
-    """``Jᵀ g = a ⊙ (g - aᵀg)``: ``(..., n), (..., n) -> (..., n)``."""
-    return a * (g - (a * g).sum(-1, keepdim=True))
+    """``Jᵀ g = a ⊙ (g - aᵀg)``: ``(..., n), (..., n) -> (..., n)``. ``J`` is symmetric, so this is
+    also the JVP ``J ṡ``."""
+    return vjp_centered(a, g)[0]
+
+
+def vjp_centered(a: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
+    """``(Jᵀ g, g − aᵀg)``: the VJP and the centred ``g`` it is made of (the adjoint tangent reuses it)."""
+    centered = g - (a * g).sum(-1, keepdim=True)
+    return a * centered, centered
 
 
 def contract_hessian(a: Tensor, g: Tensor) -> Tensor:

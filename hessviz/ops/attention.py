@@ -1,4 +1,6 @@
-r"""Multi-head self-attention with optional biases, output projection and causal mask.
+r"""Multi-head self-attention with optional biases, output projection and causal mask: both faces.
+
+Dense face (:class:`MultiHeadAttention`, the projections, score, softmax and values fused).
 
 Local parameter names (the block's weight table maps them to ``W_Q``, ``b_Q``, …):
 ``query.weight (d, H·d_k)``, ``query.bias (H·d_k,)``, ``key.weight``, ``key.bias``,
@@ -36,7 +38,42 @@ The second derivative of ``Σ_t g_tᵀ SA_t`` (the functional term), with ``g^O 
 When the input itself depends on parameters (the affine ``ln1`` of a Pre-LN block,
 ``X = γ ⊙ n + β``), those are *input parameters*: their Jacobian is attention's input
 Jacobian applied to ``∂X/∂θ``, and their second derivatives are the directional
-derivatives, along ``∂X/∂θ``, of the closed-form gradients above (:meth:`_tangents`).
+derivatives, along ``∂X/∂θ``, of the gradients above: the node face's adjoint tangent
+(:meth:`MultiHeadAttention._tangents`), the same rules the product engine runs.
+
+Node face (:class:`AttentionCore`): the core ``[Q K V] ↦ O = concat_h softmax(Q_h K_hᵀ c + M) V_h``;
+the projections around it are :class:`~hessviz.ops.linear.Linear` nodes.
+
+The input is the fused projection ``[Q K V] (L, H d_k + H d_k + H d_v)``; per head
+``S = c Q Kᵀ + M`` (``c = 1/√d_k``, ``M`` the causal mask, ``−∞`` above the diagonal),
+``A = softmax_row(S)``, ``O = A V``. Everything is ``(H, L, L)`` or ``(H, L, ·)`` per
+product; no ``(L, L, L)`` tensor is formed.
+
+Softmax, with ``r = rowsum(A ⊙ Ā)``:
+
+.. math::
+    \dot A = A ⊙ (\dot S − \text{rowsum}(A ⊙ \dot S)), \qquad \bar S = A ⊙ (\bar A − r),
+
+    \dot{\bar S} = A ⊙ (\dot{\bar A} − \text{rowsum}(A ⊙ \dot{\bar A}))
+      + [\dot A ⊙ (\bar A − r) − A ⊙ \text{rowsum}(\dot A ⊙ \bar A)].
+
+Masked entries have ``A = 0``, so every rule above is zero there: the mask needs no
+rule of its own. The bilinear score and the value product:
+
+.. math::
+    \dot S = c(\dot Q K^\top + Q \dot K^\top),\quad
+    \bar Q = c \bar S K,\ \bar K = c \bar S^\top Q,\quad
+    \dot{\bar Q} = c(\dot{\bar S} K + [\bar S \dot K]),\
+    \dot{\bar K} = c(\dot{\bar S}^\top Q + [\bar S^\top \dot Q]),
+
+    \dot O = \dot A V + A \dot V,\quad \bar A = \bar O V^\top,\ \bar V = A^\top \bar O,\quad
+    \dot{\bar A} = \dot{\bar O} V^\top + [\bar O \dot V^\top],\
+    \dot{\bar V} = A^\top \dot{\bar O} + [\dot A^\top \bar O].
+
+The factors that do not depend on the product (``cK``, ``cQ``, ``c S̄``, ``Ā − r``) are
+formed once; the tangents ``(Q̇, K̇, V̇, Ȧ)`` of the forward sweep are kept for the reverse
+one; the two softmax terms of ``S̄̇`` share one row sum,
+``S̄̇ = A ⊙ (Ā̇ − rowsum(A ⊙ Ā̇ + Ȧ ⊙ Ā)) + Ȧ ⊙ (Ā − r)``.
 """
 
 from __future__ import annotations
@@ -49,10 +86,11 @@ import torch
 from torch import Tensor
 
 from hessviz.chain import Stage
-from hessviz.components import score, softmax
-from hessviz.components.base import eye, ones
 from hessviz.contributions import Dense, Diagonal, Piece, Ref, Sandwich
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
+from hessviz.ops import score, softmax
+from hessviz.ops.base import Maybe, Node, add, eye, ones
+from hessviz.ops.linear import Linear
 
 HEAD_AXES = {"query.weight": 1, "query.bias": 1, "key.weight": 1, "key.bias": 1,
              "value.weight": 1, "value.bias": 1, "out.weight": 0}
@@ -238,36 +276,6 @@ class MultiHeadAttention:
                            for p in side]
         return pieces
 
-    def weight_gradients(self, g: Tensor) -> dict[Ref, Tensor]:
-        """``∂(Σ_t g_tᵀ SA_t)/∂θ`` for every unit, by reverse mode: ``∇W_Q = Xᵀ G^S K/√d_k``,
-        ``∇b_Q = 1ᵀ G^S K/√d_k``, ``∇W_K = Xᵀ G^{S⊤} Q/√d_k``, ``∇b_K = 0``,
-        ``∇W_V = (A X)ᵀ g^O``, ``∇b_V = 1ᵀ g^O``, ``∇W_O^h = O_hᵀ g``, ``∇b_O = 1ᵀ g``."""
-        out: dict[Ref, Tensor] = {}
-        for h, head in enumerate(self.heads):
-            gO = g if head.W_O is None else g @ head.W_O.T
-            gS = softmax.vjp(head.A, gO @ head.V.T) * self.scale
-            gS_K = gS @ head.K
-            grads = {"query.weight": self.X.T @ gS_K, "query.bias": gS_K.sum(0, keepdim=True),
-                     "key.weight": self.X.T @ (gS.T @ head.Q), "key.bias": torch.zeros_like(head.K[:1]),
-                     "value.weight": (head.A @ self.X).T @ gO, "value.bias": gO.sum(0, keepdim=True),
-                     "out.weight": head.O.T @ g}
-            out |= {(self.name, k, h): v for k, v in grads.items() if k in self.weights}
-        if "out.bias" in self.weights:
-            out[(self.name, "out.bias", None)] = g.sum(0, keepdim=True)
-        if self.input_stage is not None:
-            out |= self.input_stage.gradients(self.input_gradient(g))
-        return {r: out[r] for r in self.units if r in out}
-
-    def input_gradient(self, g: Tensor) -> Tensor:
-        """``∂(Σ_t g_tᵀ SA_t)/∂X``, ``(L, d)``: ``Σ_h (G^S K W_Qᵀ + G^{S⊤} Q W_Kᵀ)/√d_k + Aᵀ g^O W_Vᵀ``."""
-        total = 0
-        WQ, WK, WV = self.split["query.weight"], self.split["key.weight"], self.split["value.weight"]
-        for h, head in enumerate(self.heads):
-            gO = g if head.W_O is None else g @ head.W_O.T
-            gS = softmax.vjp(head.A, gO @ head.V.T) * self.scale
-            total = total + (gS @ head.K) @ WQ[h].T + (gS.T @ head.Q) @ WK[h].T + (head.A.T @ gO) @ WV[h].T
-        return total
-
     # ---- input parameters ----------------------------------------------------------------
     @cached_property
     def _directions(self) -> dict[Ref, Tensor]:
@@ -306,46 +314,150 @@ class MultiHeadAttention:
             for u in units:
                 if u in tangent:
                     pieces.append(Dense(a, u, tangent[u][rows[a]].unsqueeze(0)))
-        pieces += self.input_stage.functional(self.input_gradient(g))
+        pieces += self.input_stage.functional(tangent["gradient"])
         return pieces
 
-    def _tangents(self, g: Tensor | None, D: Tensor) -> dict:
-        r"""Directional derivatives along input directions ``D (n, L, d)``, per head:
-        ``δQ = D W_Q``, ``δK``, ``δV`` alike, ``δS = (δQ Kᵀ + Q δKᵀ)/√d_k``,
-        ``δA = a ⊙ (δS − aᵀδS)``, ``δO = δA V + A δV``; ``"output"``: ``δSA (n, L, d)``.
+    @cached_property
+    def _nodes(self) -> tuple[Linear, AttentionCore, Linear | None]:
+        """The same attention as the node face: ``[Q K V]`` projection, core, output projection."""
+        w, kinds = self.weights, ("query", "key", "value")
+        qkv = Linear("QKV", "X", self.X, [(f"{k}.weight", w[f"{k}.weight"]) for k in kinds],
+                     [(f"{k}.bias", w[f"{k}.bias"]) if f"{k}.bias" in w else None for k in kinds])
+        d_v = self.split["value.weight"].shape[-1]
+        core = AttentionCore("O", "QKV", qkv.y, self.n_heads, self.d_k, d_v, self.causal)
+        out = None if not self.out_proj else Linear(
+            "SA", "O", core.y, [("out.weight", w["out.weight"])],
+            [("out.bias", w["out.bias"]) if "out.bias" in w else None])
+        return qkv, core, out
 
-        With ``g`` (held fixed) also the derivatives of the closed-form gradients:
-        ``δG^A = g^O δVᵀ``, ``δG^S = δA ⊙ (G^A − aᵀG^A) + A ⊙ (δG^A − (δA⊙G^A + A⊙δG^A)1)``,
-        then ``δ∇W_Q = (Dᵀ G^S K + Xᵀ δG^S K + Xᵀ G^S δK)/√d_k`` and the like for every
-        unit (``b_K``, ``b_V``, ``b_O`` have constant gradients), and ``"input"``: ``δ∇X``.
-        """
-        s, X, name = self.scale, self.X, self.name
-        WQ, WK, WV = self.split["query.weight"], self.split["key.weight"], self.split["value.weight"]
-        out: dict = {"output": 0, "input": 0}
-        Dt = D.transpose(-1, -2)
-        for h, head in enumerate(self.heads):
-            A, Q, K, V = head.A, head.Q, head.K, head.V
-            dQ, dK, dV = D @ WQ[h], D @ WK[h], D @ WV[h]
-            dA = softmax.vjp(A, (dQ @ K.T + Q @ dK.transpose(-1, -2)) * s)
-            dO = dA @ V + A @ dV
-            out["output"] = out["output"] + (dO if head.W_O is None else dO @ head.W_O)
-            if g is None:
+    def _tangents(self, g: Tensor | None, D: Tensor) -> dict:
+        r"""Directional derivatives along input directions ``D (n, L, d)`` by the node face's rules:
+        ``"output"``: ``δSA (n, L, d)`` (the tangent sweep). With ``g (L, d)`` at ``SA`` (held fixed)
+        also, from the adjoint at ``g`` and its tangent (second-order parts on): ``"gradient"``:
+        ``∂(Σ_t g_tᵀ SA_t)/∂X (L, d)``, ``"input"``: its derivative ``δ∇X (n, L, d)``, and per unit
+        the derivative of its gradient, ``(n, rows, cols)`` (``b_K``, ``b_V``, ``b_O`` have
+        gradients that do not depend on ``X``: left out)."""
+        qkv, core, out = self._nodes
+        none = lambda node: [None] * len(node.params)            # noqa: E731 (no weight tangents)
+        d_qkv = qkv.tangent([D], none(qkv))
+        d_O = core.tangent([d_qkv], [])
+        result: dict = {"output": d_O if out is None else out.tangent([d_O], none(out))}
+        if g is None:
+            return result
+        g_O = g if out is None else out.adjoint(g)[0][0]            # first-order adjoints at g
+        g_X = qkv.adjoint(core.adjoint(g_O)[0][0])[0][0]
+        dg_O, dg_out = (None, []) if out is None else \
+            out.adjoint_tangent(None, [d_O], none(out), True, [True], [True] * len(out.params))
+        dg_O = dg_O[0] if out is not None else None
+        dg_qkv = core.adjoint_tangent(dg_O, [d_qkv], [], True, [True], [])[0][0]
+        dg_X, dg_p = qkv.adjoint_tangent(dg_qkv, [D], none(qkv), True, [True], [True] * len(qkv.params))
+        result |= {"gradient": g_X, "input": dg_X[0]}
+        whole = dict(zip(qkv.params, dg_p)) | (dict(zip(out.params, dg_out)) if out is not None else {})
+        for local in ("query.weight", "query.bias", "key.weight", "value.weight", "out.weight"):
+            t = whole.get(local) if local in self.weights else None
+            if t is None:
                 continue
-            gO = g if head.W_O is None else g @ head.W_O.T
-            gA, dgA = gO @ V.T, gO @ dV.transpose(-1, -2)
-            r = (A * gA).sum(-1, keepdim=True)
-            gS = A * (gA - r)
-            dgS = dA * (gA - r) + A * (dgA - (dA * gA + A * dgA).sum(-1, keepdim=True))
-            dgS_K, gS_dK = dgS @ K, gS @ dK                            # δ(G^S K) = both
-            dgSt_Q, gSt_dQ = dgS.transpose(-1, -2) @ Q, gS.T @ dQ
-            grads = {
-                "query.weight": s * (Dt @ (gS @ K) + X.T @ (dgS_K + gS_dK)),
-                "query.bias": s * (dgS_K + gS_dK).sum(-2, keepdim=True),
-                "key.weight": s * (Dt @ (gS.T @ Q) + X.T @ (dgSt_Q + gSt_dQ)),
-                "value.weight": (dA @ X + A @ D).transpose(-1, -2) @ gO,
-                "out.weight": dO.transpose(-1, -2) @ g,
-            }
-            out |= {(name, k, h): v for k, v in grads.items() if k in self.weights}
-            out["input"] = (out["input"] + s * ((dgS_K + gS_dK) @ WQ[h].T + (dgSt_Q + gSt_dQ) @ WK[h].T)
-                            + (dA.transpose(-1, -2) @ gO) @ WV[h].T)
+            t = t.unsqueeze(-2) if t.dim() == 2 else t               # a bias (n, H w) is one row
+            width = t.shape[HEAD_AXES[local] - 2] // self.n_heads     # heads: column blocks, W_O row blocks
+            for h in range(self.n_heads):
+                cut = slice(h * width, (h + 1) * width)
+                result[(self.name, local, h)] = t[..., cut] if HEAD_AXES[local] == 1 else t[..., cut, :]
+        return result
+
+
+def _rowsum(t: Tensor) -> Tensor:
+    return t.sum(-1, keepdim=True)
+
+
+def _T(t: Tensor) -> Tensor:
+    return t.transpose(-1, -2)
+
+
+class AttentionCore(Node):
+    """``output = O (L, H d_v)`` from ``input = [Q K V]``; ``heads``, ``d_k``, ``d_v``, ``causal``."""
+
+    def __init__(self, output: str, input: str, qkv: Tensor, heads: int, d_k: int, d_v: int,
+                 causal: bool):
+        self.output, self.inputs, self.params = output, (input,), ()
+        self.H, self.d_k, self.d_v = heads, d_k, d_v
+        self.c = 1.0 / math.sqrt(d_k)
+        self.Q, self.K, self.V = self._heads(qkv)
+        self.A = softmax.value(self.c * (self.Q @ _T(self.K)), causal)   # (H, L, L)
+        self.y = self._concat(self.A @ self.V)
+        self.cK, self.cKT, self.cQ = self.c * self.K, self.c * _T(self.K), self.c * self.Q
+
+    def _heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(..., L, H(2d_k + d_v)) -> 3 × (..., H, L, ·)``."""
+        hk = self.H * self.d_k
+        q, k, v = torch.split(qkv, (hk, hk, self.H * self.d_v), dim=-1)
+        split = lambda t, w: t.unflatten(-1, (self.H, w)).transpose(-2, -3)  # noqa: E731
+        return split(q, self.d_k), split(k, self.d_k), split(v, self.d_v)
+
+    def _concat(self, o: Tensor) -> Tensor:
+        """``(..., H, L, d_v) -> (..., L, H d_v)``."""
+        return o.transpose(-2, -3).flatten(-2)
+
+    def _tangents(self, dqkv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(Q̇, K̇, V̇, Ȧ)``; kept from the forward sweep for the reverse one (same ``dqkv``)."""
+        cached = getattr(self, "_cache", None)
+        if cached is not None and cached[0] is dqkv:
+            return cached[1]
+        dQ, dK, dV = self._heads(dqkv)
+        dS = dQ @ self.cKT + self.cQ @ _T(dK)                              # c(Q̇ Kᵀ + Q K̇ᵀ)
+        out = dQ, dK, dV, softmax.vjp(self.A, dS)
+        self._cache = (dqkv, out)
         return out
+
+    def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
+        if dx[0] is None:
+            return None
+        _, _, dV, dA = self._tangents(dx[0])
+        return self._concat(dA @ self.V + self.A @ dV)                  # Ȧ V + A V̇
+
+    def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
+        self.gO = gy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)  # (H, L, d_v)
+        self.gA = self.gO @ _T(self.V)
+        self.gS, self.gA_r = softmax.vjp_centered(self.A, self.gA)          # A ⊙ (Ā − r), Ā − r
+        gQ = self.c * self.gS @ self.K
+        gK = self.c * _T(self.gS) @ self.Q
+        gV = _T(self.A) @ self.gO
+        # v-independent factors of the second-order rules, formed once
+        self.cgS, self.cgST = self.c * self.gS, self.c * _T(self.gS)
+        return [torch.cat([self._concat(gQ), self._concat(gK), self._concat(gV)], -1)], []
+
+    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
+                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+        second = second and dx[0] is not None
+        dgA = dgV = dgS = dgQ = dgK = None
+        if dgy is not None:
+            dgO = dgy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)
+            dgA = dgO @ _T(self.V)                                       # Ō̇ Vᵀ
+            dgV = _T(self.A) @ dgO                                       # Aᵀ Ō̇
+        if second:
+            dQ, dK, dV, dA = self._tangents(dx[0])
+        self._cache = None                                               # the forward sweep's, done with
+        if second:
+            dgA = add(dgA, self.gO @ _T(dV))                             # [Ō V̇ᵀ]
+            dgV = add(dgV, _T(dA) @ self.gO)                             # [Ȧᵀ Ō]
+            # A ⊙ (Ā̇ − rowsum(A ⊙ Ā̇ + Ȧ ⊙ Ā)) + Ȧ ⊙ (Ā − r): the softmax rule and its tangent
+            t = dA * self.gA if dgA is None else torch.addcmul(dA * self.gA, self.A, dgA)
+            inner = -_rowsum(t) if dgA is None else dgA - _rowsum(t)
+            dgS = torch.addcmul(dA * self.gA_r, self.A, inner)
+        elif dgA is not None:
+            dgS = softmax.vjp(self.A, dgA)
+        if dgS is not None:
+            dgQ = dgS @ self.cK                                          # c S̄̇ K
+            dgK = _T(dgS) @ self.cQ                                      # c S̄̇ᵀ Q
+        if second:
+            dgQ = add(dgQ, self.cgS @ dK)                                # [c S̄ K̇]
+            dgK = add(dgK, self.cgST @ dQ)                               # [c S̄ᵀ Q̇]
+        parts = [dgQ, dgK, dgV]
+        if all(p is None for p in parts):
+            return [None], []
+        like = next(p for p in parts if p is not None)
+        batch = like.shape[:-3]
+        L = self.A.shape[-1]
+        widths = (self.d_k, self.d_k, self.d_v)
+        full = [self._concat(p) if p is not None else like.new_zeros(*batch, L, self.H * w)
+                for p, w in zip(parts, widths)]
+        return [torch.cat(full, -1)], []

@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hessviz.matfree import batched as bt
-from hessviz.matfree.tape import Maybe, Node
+from hessviz.ops import batched as bt
+from hessviz.ops.base import Maybe, Node
 
 
 class Linear(Node):

@@ -1,0 +1,87 @@
+r"""The placements as data: one recipe per ``norm``, read by both engines.
+
+A recipe is the block's forward pass as a list of :class:`Step` over named values, starting
+from ``X``; the last step's output is ``Z``. Four operations:
+
+* ``attention``: ``SA(x)``, the multi-head self-attention with its weights;
+* ``norm``: ``ln1(x)`` or ``ln2(x)``, a LayerNorm (``γ, β`` of that name when ``ln_affine``);
+* ``ffn``: ``FFN(x) = φ(x W_1 + b_1) W_2 + b_2``;
+* ``add``: ``a + b``, a residual sum.
+
+======== ==================================== ==========================================
+norm     ``Z1``                               ``Z``
+======== ==================================== ==========================================
+post     ``ln1(X + SA(X))``                   ``ln2(Z1 + FFN(Z1))``
+pre      ``X + SA(ln1(X))``                   ``Z1 + FFN(ln2(Z1))``
+none     ``X + SA(X)``                        ``Z1 + FFN(Z1)``
+attention —                                   ``SA(X)``
+======== ==================================== ==========================================
+
+The product engine (:func:`hessviz.matfree.block.build`) appends one group of nodes per step;
+the dense engine (:func:`hessviz.record.record`) reads the same steps as
+``SA = attention(X_a)``, ``Z = T(SA)`` with ``T`` token-wise: a norm before the attention is
+attention's input (its ``γ, β`` are input parameters), every step after it composes ``T``,
+and ``a + b`` with ``b`` a branch of ``a`` is the residual ``a ↦ a + branch(a)``. The dense
+engine needs the attention once, with every parameterised step either before it on ``X`` or
+after it; a new placement that keeps that shape is one entry here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Step:
+    """``out = op(*inputs)``; ``which`` names a norm's weights (``"ln1"``, ``"ln2"``)."""
+
+    op: str
+    out: str
+    inputs: tuple[str, ...]
+    which: str = ""
+
+
+def attention(out: str, x: str) -> Step:
+    return Step("attention", out, (x,))
+
+
+def norm(out: str, x: str, which: str) -> Step:
+    return Step("norm", out, (x,), which)
+
+
+def ffn(out: str, x: str) -> Step:
+    return Step("ffn", out, (x,))
+
+
+def add(out: str, a: str, b: str) -> Step:
+    return Step("add", out, (a, b))
+
+
+PLACEMENTS: dict[str, tuple[Step, ...]] = {
+    "post": (attention("SA", "X"), add("R1", "X", "SA"), norm("Z1", "R1", "ln1"),
+             ffn("F", "Z1"), add("R2", "Z1", "F"), norm("Z", "R2", "ln2")),
+    "pre": (norm("X_ln", "X", "ln1"), attention("SA", "X_ln"), add("Z1", "X", "SA"),
+            norm("Z1_ln", "Z1", "ln2"), ffn("F", "Z1_ln"), add("Z", "Z1", "F")),
+    "none": (attention("SA", "X"), add("Z1", "X", "SA"), ffn("F", "Z1"), add("Z", "Z1", "F")),
+    "attention": (attention("SA", "X"),),
+}
+"""``cfg.norm`` -> its forward recipe."""
+
+
+def where(recipe: tuple[Step, ...], step: Step) -> str:
+    """How an error message names a norm's input: ``"ln1 input R1 = X + SA(X)"``."""
+    by_out = {s.out: s for s in recipe}
+
+    def expr(name: str) -> str:
+        s = by_out.get(name)
+        if s is None or s.op == "add" or (s.op == "norm" and s.inputs[0] in by_out):
+            return name
+        label = {"attention": "SA", "ffn": "FFN"}.get(s.op, s.which)
+        return f"{label}({expr(s.inputs[0])})"
+
+    x = step.inputs[0]
+    source = by_out.get(x)
+    if source is None:
+        return f"{step.which} input {x}"
+    shown = " + ".join(expr(i) for i in source.inputs) if source.op == "add" else expr(x)
+    return f"{step.which} input {x} = {shown}"
