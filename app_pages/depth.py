@@ -6,8 +6,9 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import plots, sweeps
 from hessviz.experiments.depth import factor_per_layer
+from hessviz.terms import NAMES
 
-TERMS = ("full", "outer", "functional")
+TERMS = NAMES   # full, outer, functional (hessviz.terms)
 PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_O,W_O", "W_1,W_1", "W_2,W_2")
 SIDES = ("post", "pre")
 DEPTHS = sweeps.DEFAULT_GRIDS["layers"]

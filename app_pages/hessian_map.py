@@ -6,8 +6,9 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import plots
 from hessviz.config import HEADED
+from hessviz.terms import NAMES
 
-TERMS = ("full", "outer", "functional")
+TERMS = NAMES   # full, outer, functional (hessviz.terms)
 KINDS = {"spectral": "spectral ‖·‖₂", "fro": "Frobenius ‖·‖_F"}  # URL value -> words
 
 view = hva.sidebar(stacks=True)

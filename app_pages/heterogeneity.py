@@ -7,8 +7,9 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import budget, plots
 from hessviz.memory import format_bytes
+from hessviz.terms import NAMES
 
-TERMS = ("full", "outer", "functional")
+TERMS = NAMES   # full, outer, functional (hessviz.terms)
 BY = {"heads": "every head", "weights": "every weight"}
 
 view = hva.sidebar()

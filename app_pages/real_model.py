@@ -12,12 +12,13 @@ from hessviz.app import real_model as rm
 from hessviz.fitting import gini
 from hessviz.memory import format_bytes
 from hessviz.pretrained import explore
+from hessviz.terms import NAMES
 
 FOLDERS_SETTING = "HESSVIZ_MODEL_FOLDERS"  # =1: a local server may open a checkpoint folder typed here;
 #                                            the hosted profile never does (no uploads, no paths)
 FOLDER = "a local folder…"
 WEIGHTS = ("W_Q", "W_K", "W_V", "W_O")
-TERMS = ("full", "outer", "functional")
+TERMS = NAMES   # full, outer, functional (hessviz.terms)
 BY = {"weights": "every weight", "heads": "every head"}
 SHOWN = str.maketrans({"Ġ": "␣", "Ċ": "↵", "ĉ": "⇥"})  # byte-level BPE marks (GPT-2, the pydoc pair)
 

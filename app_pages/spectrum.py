@@ -6,8 +6,9 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import plots
 from hessviz.memory import format_bytes
+from hessviz.terms import NAMES
 
-TERMS = ("full", "outer", "functional")
+TERMS = NAMES   # full, outer, functional (hessviz.terms)
 METHODS = ("auto", "dense", "matrix-free")
 DENSE_LIMIT = 2048  # above this P: the outer term from its range (rank ≤ L·d), the others' extremes
 K = 64

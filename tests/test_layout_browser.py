@@ -19,11 +19,6 @@ pytestmark = pytest.mark.browser
 VIEWPORTS = {"projector": {"width": 1280, "height": 720}, "phone": {"width": 390, "height": 844}}
 IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
         " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
-LEARN_TOUR = "Open "
-"""The Learn page's tour links ("Open Scaling laws with norm=attention&…") are cut on a phone; the
-Learn page is being rewritten (a stepper), so its link labels are left out here until then."""
-
-
 @pytest.fixture(scope="module")
 def base():
     require_chromium()
@@ -39,8 +34,6 @@ def browser(base):
 
 def _problems(page, spec, size: str) -> list[str]:
     found = page.evaluate(FIGURE_PROBLEMS_JS) + page.evaluate(CUT_TEXT_JS)
-    if spec.url_path == "learn":
-        found = [f for f in found if not f.startswith('"' + LEARN_TOUR)]
     return [f"{spec.title} at {size}: {f}" for f in found]
 
 

@@ -11,7 +11,7 @@ figures from :mod:`hessviz.plots`. The shared pieces live here::
     hva.header("My page", view)              # title + the block in words ("Post-LN block, L = 8, …")
     hva.explain("What is drawn, for a student.", r"H = H_o + H_f")
     hva.afford(view, "map")                  # ask the budget; over it: what to change, and stop
-    term = hva.choice("Term", ["full", "outer", "functional"], key="term", default="full")
+    term = hva.choice("Term", NAMES, key="term", default="full")   # from hessviz.terms import NAMES
     with hva.guard("the Hessian"):           # errors -> message; queue place, progress, cancellation
         H = hva.cache.term(view.key, term)   # cached, read-only numpy (P, P)
     fig = plots.hessian_heatmap(H, hva.cache.offsets(view.key))
