@@ -100,7 +100,7 @@ def test_a_shared_link_keeps_its_settings_across_pages_and_back(server, browser)
 def test_a_lesson_link_hides_its_controls_and_presents(server, browser):  # noqa: F811
     ctx, page = _visit(browser, f"{server}/scaling?norm=attention&hide=norm,L,sc_axis")
     sidebar = page.locator('[data-testid="stSidebar"]')
-    assert sidebar.get_by_text("LayerNorm placement").count() == 0
+    assert sidebar.get_by_text("LayerNorm placement", exact=True).count() == 0
     assert sidebar.get_by_role("slider", name="Sequence length L").count() == 0
     fixed = sidebar.get_by_text("Fixed by this lesson link").inner_text()
     assert "L = 8" in fixed and "norm = attention" in fixed
@@ -109,7 +109,7 @@ def test_a_lesson_link_hides_its_controls_and_presents(server, browser):  # noqa
     sidebar.get_by_role("link", name="Spectrum").click()         # the lesson rides along
     page.wait_for_url("**/spectrum?**", timeout=30_000, wait_until="commit")
     _settle(page)
-    assert "hide=" in page.url and sidebar.get_by_text("LayerNorm placement").count() == 0
+    assert "hide=" in page.url and sidebar.get_by_text("LayerNorm placement", exact=True).count() == 0
     ctx.close()
 
     ctx, page = _visit(browser, f"{server}/scaling?norm=attention&present=1")
