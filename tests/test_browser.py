@@ -68,6 +68,13 @@ def _screenshot(page, path: Path) -> None:
     page.set_viewport_size(VIEWPORT)
 
 
+def _figure_titles(page) -> str:
+    """Every figure's title as one line each (a wrapped title's lines joined by spaces)."""
+    return page.evaluate("[...document.querySelectorAll('.gtitle')].map(e => {"
+                         " const lines = [...e.querySelectorAll('tspan.line')].map(t => t.textContent);"
+                         " return lines.length ? lines.join(' ') : e.textContent; }).join('\\n')")
+
+
 def _exceptions(page) -> list[str]:
     return [e.inner_text()[:2000] for e in page.query_selector_all('[data-testid="stException"]')]
 
@@ -165,8 +172,8 @@ def test_real_model_page_from_a_shared_link(server, browser):
     _settle(page)
     page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4", timeout=120_000)
     TIMINGS["real_model_page_s"] = round(time.perf_counter() - t0, 2)
-    assert page.get_by_text("layer 2, head 1: attention", exact=False).count() >= 1
-    assert page.get_by_text("Hessian of W_V[1]", exact=False).count() >= 1
+    assert page.get_by_text("Attention of head 1 in layer 2", exact=False).count() >= 1
+    assert "Hessian of W_V[1]" in _figure_titles(page), _figure_titles(page)
     assert page.get_by_text("Loss drawn:", exact=False).count() >= 1
     assert page.locator("textarea").first.input_value() == text
     link = page.locator('[data-testid="stSidebar"]').locator('[data-testid="stCode"]').first.inner_text()
@@ -221,7 +228,7 @@ def test_real_model_page_odd_inputs(server, browser):
     head = page.get_by_role("slider", name="Head")
     _after(page, lambda: (head.focus(), head.press("End")))
     assert _exceptions(page) == []
-    assert page.get_by_text("Hessian of W_O[3]", exact=False).count() >= 1
+    assert "Hessian of W_O[3]" in _figure_titles(page), _figure_titles(page)
     assert "next-token loss" in _alerts(page)
     assert len(page.query_selector_all(".js-plotly-plot")) == 4
     SHOTS.mkdir(parents=True, exist_ok=True)

@@ -401,20 +401,24 @@ def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | 
 def text(label: str, key: str, default: str, max_chars: int, *, help: str | None = None,
          container=None) -> str:
     """A page text box kept in the URL under ``key``. A text longer than ``max_chars`` is cut to it
-    and an empty or blank one falls back to ``default``, each with one line; what the visitor typed
-    stays in the box."""
+    and an empty or blank one falls back to ``default``, each with one line; a box emptied by the
+    visitor is given the default text back, so the box always shows the text drawn."""
     where = container or st
 
     def settle(texts: list[str]) -> tuple[str, str | None]:
         return _text_value(key, texts[-1], default, max_chars)
 
+    def emptied() -> None:
+        used, note = _text_value(key, str(st.session_state.get(key) or ""), default, max_chars)
+        if note is not None:
+            st.session_state[key] = used
+            st.session_state.setdefault(_TYPED, []).append(note)
+
     value = _page_control(key, default, settle,
-                          lambda: where.text_area(label, max_chars=max_chars, key=key, help=help, height=80),
+                          lambda: where.text_area(label, max_chars=max_chars, key=key, help=help, height=80,
+                                                  on_change=emptied),
                           label, where)
-    used, note = _text_value(key, str(value or ""), default, max_chars)
-    if note is not None and used == default:     # emptied in the box: said under it, the box kept
-        where.info(note, icon=":material/info:")
-    return used
+    return _text_value(key, str(value or ""), default, max_chars)[0]
 
 
 def _text_value(key: str, text: str, default: str, max_chars: int) -> tuple[str, str | None]:
