@@ -65,8 +65,9 @@ class Lesson:
     page's header. ``present`` folds the explanations, collapses the sidebar, enlarges the type
     and puts the chart first.
 
-    >>> Lesson.from_query({"hide": ["norm, L"], "present": ["1"]})
-    (Lesson(hide=frozenset({'L', 'norm'}), present=True), [])
+    >>> lesson, notes = Lesson.from_query({"hide": ["norm, L"], "present": ["1"]})
+    >>> sorted(lesson.hide), lesson.present, notes
+    (['L', 'norm'], True, [])
     >>> Lesson.from_query({"hide": ["norm,bogus"]})[1]
     ['`hide` names bogus, which no control has: ignored it.']
     """
