@@ -19,6 +19,8 @@ pytestmark = pytest.mark.browser
 VIEWPORTS = {"projector": {"width": 1280, "height": 720}, "phone": {"width": 390, "height": 844}}
 IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
         " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
+
+
 @pytest.fixture(scope="module")
 def base():
     require_chromium()
