@@ -31,9 +31,8 @@ with story, st.container(border=True):
     st.markdown(f"#### {at}. {stop.title}")
     st.markdown(f"**What to notice.** {stop.notice}")
     p = spec(stop.page)
-    flags = hva.lesson().query()
     st.page_link(p.script, label=f"Open the full page: {p.title}", icon=p.icon,
-                 query_params={**stop.params, **{k: v[0] for k, v in flags.items()}})
+                 query_params=hva.address.link_params({**stop.query(), **hva.lesson().query()}))
     st.caption("This stop as a link (for slides):")
     st.code(hva.controls.app_root() + stop.link(), language=None, wrap_lines=True)
 with live:   # the stop's own page, live, without its sidebar

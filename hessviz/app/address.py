@@ -56,6 +56,15 @@ def encode_query(query: Query) -> str:
     return urlencode(query, doseq=True)
 
 
+def link_params(query: Query) -> dict[str, str | list[str]]:
+    """``query`` as ``st.page_link``'s ``query_params`` (one value as itself, several as a list).
+
+    >>> link_params({"norm": ["pre"], "terms": ["full", "outer"]})
+    {'norm': 'pre', 'terms': ['full', 'outer']}
+    """
+    return {k: v if len(v) > 1 else v[0] for k, v in query.items()}
+
+
 @dataclass(frozen=True)
 class Lesson:
     """What a lesson link fixes: the controls it hides, and the presentation mode.

@@ -30,6 +30,7 @@ _VIEW = "_hv_view"
 _LINK = "_hv_link_slot"
 _NOTES = "_hv_notes_slot"
 _LINKED = "_hv_link_drawn"
+_NOTED = "_hv_notes_drawn"
 _TYPED = "_hv_typed_notes"
 _RUN = "_hv_run"
 _DRAWN = "_hv_sidebar_run"
@@ -79,9 +80,15 @@ def begin_run() -> Lesson:
     return here.lesson
 
 
+def _typed(s: Setting) -> bool:
+    """Whether the setting is typed into a box rather than slid: an integer over a wide range
+    (the seed)."""
+    return s.grid is None and not s.choices and s.kind is int and s.app_range[1] - s.app_range[0] > 256
+
+
 def _widget_value(s: Setting, held: object, kept: object) -> object:
     """The value a shared widget holds, as the setting's value (the seed's box holds text)."""
-    if s.app_range is not None and s.app_range[1] - s.app_range[0] > 256:
+    if _typed(s):
         return state.settle(s.url, [str(held)], kept, int_range=s.app_range)[0]
     return held
 
@@ -100,7 +107,7 @@ def open_page(url_path: str) -> None:
 
 def _nav(where) -> None:
     """The page links, each carrying this view's shared controls and lesson flags."""
-    query = {k: v if len(v) > 1 else v[0] for k, v in current().nav_query().items()}
+    query = address.link_params(current().nav_query())
     with where.container():
         for section, pages in registry.SECTIONS.items():
             st.markdown(f"**{section}**")
@@ -125,10 +132,13 @@ def sync() -> None:
 
 
 def _show_notes() -> None:
+    """Draw this run's notes in their place at the top of the page, when there are new ones."""
     slot = st.session_state.get(_NOTES)
-    notes = list(dict.fromkeys(current().notes))
-    if slot is not None and notes:
-        slot.warning("  \n".join(notes), icon=":material/link_off:")
+    notes = tuple(dict.fromkeys(current().notes))
+    if slot is None or not notes or st.session_state.get(_NOTED) == (st.session_state.get(_RUN), notes):
+        return
+    st.session_state[_NOTED] = (st.session_state.get(_RUN), notes)
+    slot.warning("  \n".join(notes), icon=":material/link_off:")
 
 
 def lesson() -> Lesson:
@@ -172,7 +182,7 @@ def _control(where, s: Setting, value: object, disabled: bool) -> object:
         _start(key, value)
         return where.select_slider(s.label, s.grid, format_func=lambda v: f"{v:g}", **common)
     lo, hi = s.app_range
-    if hi - lo > 256:  # a wide range (the seed) is typed, not slid; a bad entry is put back with a note
+    if _typed(s):      # a bad entry is put back with a note
         _start(key, str(value))
         text = where.text_input(f"{s.label} ({lo} … {hi})", on_change=_typed_int, args=(key, lo, hi),
                                 **common)
@@ -329,14 +339,11 @@ def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple
     here = current()
     value = here.page_value(key, default, settle)
     if fit is not None:
-        held = st.session_state.get(key, value)
-        for was in (value, held):
-            now = fit(was)
-            if now != was:
-                here.notes.append(f"`{key}`: {state.shown(str(was))} is not offered here: used {now}.")
-                if was is held:
-                    st.session_state[key] = now
-                value = now if was is value else value
+        value = _fitted(key, value, fit)
+        if key in st.session_state:                # what the widget held, before it is drawn
+            held = st.session_state[key]
+            if _fitted(key, held, fit) != held:
+                st.session_state[key] = fit(held)
     if here.lesson.hides(key):
         shown = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
         (container or st).caption(f"{label}: **{shown}** (fixed by this lesson link)")
@@ -347,6 +354,14 @@ def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple
     _show_notes()
     sync()
     return value
+
+
+def _fitted(key: str, value: object, fit: Callable[[object], object]) -> object:
+    """``fit(value)``, with a line when that is not ``value``."""
+    now = fit(value)
+    if now != value:
+        current().notes.append(f"`{key}`: {state.shown(str(value))} is not offered here: used {now}.")
+    return now
 
 
 def choice(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
@@ -368,14 +383,14 @@ def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[
     options in the order of ``options`` (all of them when nothing is selected)."""
     where = container or st
     ordered = [o for o in options if o in default]
-    value = _page_control(
+
+    def draw() -> list[str]:
+        picked = where.pills(label, options, selection_mode="multi", key=key, help=help) or list(options)
+        return [o for o in options if o in picked]
+
+    return _page_control(
         key, ordered, lambda texts: state.settle(key, texts, ordered, options=tuple(options), multi=True),
-        lambda: where.pills(label, options, selection_mode="multi", key=key, help=help) or list(options),
-        label, where)
-    value = [o for o in options if o in value]
-    current().choose(key, value)
-    sync()
-    return value
+        draw, label, where)
 
 
 def select(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
