@@ -88,8 +88,9 @@ def test_a_shared_link_keeps_its_settings_across_pages_and_back(server, browser)
     page.go_back()                                # and the shared link itself
     _wait_caption(page, "Pre-LN block, L = 6")
     assert "/spectrum" not in page.url
-    page.go_forward()
-    page.wait_for_url("**/spectrum?**", timeout=30_000, wait_until="commit")
+    page.go_forward()                             # the Spectrum page at L = 6: wait for its own title
+    page.wait_for_function("() => [...document.querySelectorAll('h1')]"
+                           ".some(h => h.innerText.includes('Spectrum'))", timeout=60_000)
     _settle(page)
     page.go_forward()
     _wait_caption(page, "Pre-LN block, L = 7")
