@@ -65,8 +65,11 @@ def test_every_tour_stop_opens_the_view_it_names(server, browser, index):  # noq
     ctx.close()
 
 
-@pytest.mark.xfail(strict=False, reason="Back/Forward through four views timed out in 2 of 5 runs on a loaded "
-                   "2-core machine (a race with the history rerun, not yet found); kept so the steps still run")
+BACK_FORWARD_RACE = ("Back/Forward through four views timed out in 2 of 5 runs on a loaded 2-core "
+                     "machine (a race with the history rerun, not yet found); kept so the steps still run")
+
+
+@pytest.mark.xfail(strict=False, reason=BACK_FORWARD_RACE)
 def test_a_shared_link_keeps_its_settings_across_pages_and_back(server, browser):  # noqa: F811
     ctx, page = _visit(browser, f"{server}/?norm=pre&L=6")
     assert _caption(page).startswith("Pre-LN block, L = 6")
