@@ -42,7 +42,8 @@ with st.expander("Every stop as a link", icon=":material/link:"):
     for i, s in enumerate(TOUR, start=1):
         st.markdown(f"{i}. **{s.title}**: `{hva.controls.app_root() + s.link()}`")
 
-st.markdown("Further down: [the block](#the-block) · [the pages](#the-pages) · [papers](#papers)")
+st.markdown("Further down: [the block](#the-block) · [today's blocks](#todays-blocks) · "
+            "[the pages](#the-pages) · [papers](#papers)")
 
 st.header("The block", anchor="the-block")
 st.markdown("A sequence of *L* tokens is a matrix X with one row per token and *d* features. One "
@@ -88,6 +89,39 @@ st.markdown("Because both losses are convex in Z, the outer term is positive sem
             "functional term can make the Hessian indefinite. hessviz computes every block of both "
             "terms from explicit formulas for each component, composed by the chain rule, and checks "
             "them against automatic differentiation (see *Verify & speed*).")
+
+st.header("Today's blocks", anchor="todays-blocks")
+st.markdown("The papers study the BERT-era block above. The decoders people train now (Llama, Mistral, "
+            "Qwen, SmolLM, Pythia) change five of its pieces; hessviz computes every term of their "
+            "Hessians in closed form too (the sidebar's *Modern block* group and its presets).")
+st.markdown("**RMSNorm** drops LayerNorm's centring (and its shift β): each token is only rescaled "
+            "to unit root-mean-square. Its Jacobian is LayerNorm's without the projection that removes "
+            "the mean, so it keeps the direction 1 that LayerNorm flattens.")
+st.latex(r"\mathrm{RMS}(z) = \gamma \odot \frac{z}{\sqrt{\tfrac1d \|z\|^2 + \varepsilon}},\qquad "
+         r"\frac{\partial\, \mathrm{RMS}}{\partial z} = \frac{\operatorname{diag}(\gamma)}{\rho}"
+         r"\Big(I - \frac{z z^\top}{d\,\rho^2}\Big),\quad \rho = \sqrt{\tfrac1d\|z\|^2 + \varepsilon}")
+st.markdown("**A gated MLP** (SwiGLU with SiLU, GeGLU with GELU) multiplies an activated gate by a "
+            "second linear map. The product makes the feed-forward branch bilinear in (W_G, W_1): the "
+            "W_G–W_1 block of the functional term is non-zero even though neither map is squared.")
+st.latex(r"\mathrm{FFN}(Z) = \big(\varphi(Z W_G) \odot Z W_1\big) W_2,\qquad "
+         r"\varphi(u) = u\,\sigma(u)\ \text{(SiLU)}")
+st.markdown("**Rotary positions (RoPE)** turn each head's query and key at position t by a fixed "
+            "rotation R_t (pairs of features, one angle per frequency). The score then depends on the "
+            "positions only through their difference, and, because R_t is orthogonal and does not "
+            "depend on the weights, the curvature keeps its shape: R_t enters the W_Q–W_K block as a "
+            "fixed change of basis per pair of tokens.")
+st.latex(r"S_{ts} = \frac{(R_t\, q_t)^\top (R_s\, k_s)}{\sqrt{d_k}} = \frac{q_t^\top R_{s-t}\, k_s}"
+         r"{\sqrt{d_k}},\qquad \omega_i = \theta^{-2i/d_k}")
+st.markdown("**Grouped-query attention (GQA)** lets several query heads read one key/value head: "
+            "with H query heads over G key/value heads, head h reads group h // (H/G). The Hessian "
+            "block of a shared W_K[g] collects the curvature of every query head that reads it; G = 1 "
+            "is multi-query attention.")
+st.latex(r"A_h = \operatorname{softmax}\!\Big(\frac{X W_Q^{h} (X W_K^{g(h)})^\top}{\sqrt{d_k}}\Big),"
+         r"\qquad g(h) = \Big\lfloor \frac{h}{H/G} \Big\rfloor")
+st.markdown("**QK-norm** (Qwen3) puts an RMSNorm on each head's query and key before the score, which "
+            "bounds the score's size whatever ‖X‖; **the parallel placement** (GPT-NeoX, Pythia) feeds "
+            "attention and the MLP the same input, so neither branch sees the other's output.")
+st.latex(r"\text{parallel:}\quad Z = X + \mathrm{SA}(\mathrm{LN}_1(X)) + \mathrm{FFN}(\mathrm{LN}_2(X))")
 
 st.header("The pages", anchor="the-pages")
 for p in ALL_PAGES:
