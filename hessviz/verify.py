@@ -20,6 +20,10 @@ import hessviz as hv
 from hessviz.reference import torch_forward
 from hessviz.terms import TERMS
 
+AGREE_RTOL = 1e-10
+"""Closed form and autograd agree when every block's relative error is below this (float64; the
+two differ by round-off, ~1e-15 relative, well below it)."""
+
 
 def relative_error(a: Tensor, b: Tensor, scale: Tensor | None = None) -> float:
     """``‖a − b‖_F / max(‖b‖_F, ‖scale‖_F)`` (absolute when both norms are 0)."""
@@ -43,6 +47,16 @@ class Comparison:
     @property
     def worst(self) -> float:
         return max([float(e.max()) for e in self.block_errors.values()] + list(self.whole_errors.values()))
+
+    @property
+    def worst_block(self) -> float:
+        """The largest relative error over every block pair of every term (what the Verify page shows)."""
+        return max(float(e.max()) for e in self.block_errors.values())
+
+    @property
+    def agrees(self) -> bool:
+        """Do the two methods agree on every block to :data:`AGREE_RTOL` (float64 round-off)?"""
+        return self.worst_block < AGREE_RTOL
 
     @property
     def speedup(self) -> float:

@@ -423,13 +423,14 @@ def test_real_model_page_target_seed_recomputes_only_what_the_target_enters():
 def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
     """A server that allows less work than the chosen view draws the largest window and the part of the
     layer that fit, each with one line, instead of refusing."""
-    from hessviz import budget
+    from hessviz import cost
     from hessviz.app import cache
+    from hessviz.app.profiles import Limits
     from hessviz.pretrained import explore
 
     cfg = cache.real_config("pydoc-postln", "def add(a, b):")
-    ffn = explore.table_cost(cfg, explore.part_blocks(cfg, False, "FFN"), 6).seconds   # the cheapest part
-    tight = budget.Limits("hosted", cache.LIMITS.results_bytes, 1.01 * ffn, 1, 1 << 20, 1)
+    ffn = cost.real_table_cost(cfg, explore.part_blocks(cfg, False, "FFN"), 6).seconds   # the cheapest part
+    tight = Limits("hosted", cache.LIMITS.results_bytes, 1.01 * ffn, 1, 1 << 20, 1)
     monkeypatch.setattr(cache, "LIMITS", tight)
     cache.clear()                          # a result computed before is drawn at once, whatever it cost
     at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="64",
@@ -527,10 +528,10 @@ def test_real_model_page_on_the_hosted_profile_draws_the_precomputed_default(mon
     """Under the hosted profile's limits (4 s, 800 MiB for the whole process) the default view of the
     first bundled model is drawn whole from the precomputed file: the exact window of W_Q[0] and the
     per-block table, which a live computation of that size could not afford, with no model loaded."""
-    from hessviz import budget, pretrained
-    from hessviz.app import cache
+    from hessviz import pretrained
+    from hessviz.app import cache, profiles
 
-    hosted = budget.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+    hosted = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
                                     baseline_bytes=400 << 20)
     monkeypatch.setattr(cache, "LIMITS", hosted)
     cache.clear()

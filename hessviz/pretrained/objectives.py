@@ -209,3 +209,69 @@ def sentence_embedding(source: str | os.PathLike, text: str, dtype: torch.dtype 
     from hessviz.pretrained.load import hidden_states
 
     return mean_pooled(hidden_states(source, text, dtype=dtype)[-1])
+
+
+# ----------------------------------------------------------------------------- choosing the loss by name
+
+SYNTHETIC = "synthetic"
+"""The key of a synthetic target (``cfg.loss`` against a seeded ``Y``): no objective of the model."""
+NEXT_TOKEN = "next-token"
+"""The key of :func:`next_token_loss` through the model's LM head (:func:`lm_head`)."""
+COSINE = "cosine"
+"""``"cosine:<other sentence>"`` is the key of :func:`cosine_loss` against that sentence's embedding."""
+SIMILARITY, NEXT = "sentence similarity", "next token"
+"""The objectives' names in words (what a reader chooses)."""
+OWN_OBJECTIVES = {"bert": SIMILARITY, "roberta": SIMILARITY, "gpt2": NEXT}
+"""``model_type`` (``config.json``) -> the objective the family was trained with: sentence
+similarity for the sentence-transformers encoders (all-MiniLM-L6-v2's training objective), the
+next token for GPT-2's language model."""
+
+
+def own_objective(model_type: str) -> str | None:
+    """The name (:data:`SIMILARITY`, :data:`NEXT`) of the family's own objective; None: it has none here."""
+    return OWN_OBJECTIVES.get(model_type)
+
+
+def loss_key(name: str, other: str = "") -> str:
+    """The key of the loss named ``name`` (``"synthetic"``, :data:`SIMILARITY` against the sentence
+    ``other``, or :data:`NEXT`): what :func:`parse_loss` reads and a cache key holds."""
+    keys = {SYNTHETIC: SYNTHETIC, NEXT: NEXT_TOKEN, SIMILARITY: f"{COSINE}:{other}"}
+    if name not in keys:
+        raise ConfigError(f"loss must be one of {', '.join(map(repr, keys))}, got {name!r}")
+    return keys[name]
+
+
+@dataclass(frozen=True)
+class LossChoice:
+    """A parsed loss key: ``kind`` is :data:`SYNTHETIC`, :data:`NEXT_TOKEN` or :data:`COSINE`
+    (then ``other`` is the other sentence)."""
+
+    kind: str
+    other: str = ""
+
+    @property
+    def own(self) -> bool:
+        """Is it the model's own objective (a function of the last hidden states)?"""
+        return self.kind != SYNTHETIC
+
+
+def parse_loss(key: str) -> LossChoice:
+    """``"synthetic"``, ``"next-token"`` or ``"cosine:<sentence>"`` as a :class:`LossChoice`
+    (raises :class:`ConfigError` naming ``loss`` otherwise)."""
+    kind, sep, other = str(key).partition(":")
+    if key in (SYNTHETIC, NEXT_TOKEN) or (sep and kind == COSINE):
+        return LossChoice(kind, other)
+    raise ConfigError(f"loss must be 'synthetic', 'cosine:<sentence>' or 'next-token', got {key!r}")
+
+
+def objective_at(choice: LossChoice, Z: Tensor, ids: Sequence[int], last_states: Callable[[str], Tensor],
+                 head: Callable[[], LMHead]) -> Objective:
+    """The model's own objective ``choice`` at its last hidden states ``Z (L, d)`` of the text
+    ``ids``: :func:`cosine_loss` against the mean-pooled ``last_states(other)`` (the other
+    sentence's last hidden states), or :func:`next_token_loss` through ``head()``. The callables
+    let a caller supply what it has cached."""
+    if choice.kind == COSINE:
+        return cosine_loss(Z, mean_pooled(last_states(choice.other)))
+    if choice.kind == NEXT_TOKEN:
+        return next_token_loss(Z, list(ids), head())
+    raise ConfigError(f"loss {choice.kind!r} is not an objective of the model (a synthetic target)")
