@@ -78,7 +78,7 @@ def placed(norm: str, n_layers: int):
 
 points = n_seeds * len(SIDES) * (depth + len(DEPTHS))
 largest = max(placed(n, DEPTHS[-1]).block.param_size(p) for n in SIDES for p in pair)
-hva.afford(view, "sweep", points=points, block=largest, cfg=placed("post", max(depth, DEPTHS[-1])),
+hva.afford(view, "depth", depth=depth, seeds=n_seeds, block=largest, cfg=placed("post", 1),
            advice=f"The {pair_s} block has {largest:,} weights per layer: pick an attention block, "
                   "lower d or d_ff, or use fewer seeds.")
 bar = st.progress(0.0, text="Measuring…")

@@ -17,8 +17,9 @@ The coefficients were measured on one core of the 2-vCPU development machine:
 * a closed-form product of ``k`` columns ``MV_CALL_S + k (MV_COL_S + MV_S · work)``
   (:func:`matvec_cost`), on a real layer ``REAL_PRODUCT_S · L · P`` per column
   (:func:`real_window_cost`, :func:`real_table_cost`: calibrated on MiniLM);
-* a sweep point at least ``POINT_S``; the stack's curvature of a point of layer depth ``N``
-  ``STACK_S · N · (2 L d) · work`` more (:func:`sweep_point_cost`).
+* a sweep point at least ``POINT_S``; in a stack of ``N`` blocks the curvature carried down through
+  the ``N − 1`` blocks above the first, one ``2 L d``-column product each, more
+  (:func:`sweep_point_cost`).
 
 >>> import hessviz as hv
 >>> cfg = hv.BlockConfig(seq_len=8, d_model=16, d_k=8, d_ff=32)
@@ -54,7 +55,6 @@ MV_CALL_S = 3e-4     # one matrix-free product call (res.matvec, hessviz.matfree
 MV_COL_S = 3.5e-4    # … plus per column MV_COL_S + MV_S · L · P (measured 19.5 ms at L = 64, P = 166,016)
 MV_S = 2e-9
 REORTH_S = 1e-9      # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
-STACK_S = 1.2e-8     # a stack's curvature per layer below the loss: STACK_S · (2 L d) · work (see below)
 REAL_PRODUCT_S = 2.1e-10
 """Seconds per product column per ``L · P`` on one core of a real layer, measured on MiniLM's layer 3
 at 29 tokens (1 thread: 12 ms per column of ``W_Q[0]``'s window, 5 ms per single product of ``W_1``).
@@ -145,16 +145,26 @@ def stack_work(cfg: BlockConfig) -> float:
 def sweep_point_cost(cfg: BlockConfig, block: int) -> float:
     """Seconds of :func:`hessviz.sweeps.point` for a pair of blocks of up to ``block`` weights each.
 
-    In a stack of ``N`` layers the curvature crosses every layer: ``(L d)``-column maps carried
-    through each, ``STACK_S · N · 2 L d · work`` (:func:`stack_work`), measured (CPU time, one
-    thread, median over the points of three runs) 0.07 s at N = 2, 0.15 s at N = 3 and 0.22 s at
-    N = 4 for the app's default block (L = 8, d = 16, P = 1,536 per layer); estimate 0.10, 0.13
-    and 0.15 s.
+    In a stack of ``N`` blocks the curvature is carried down through the ``N − 1`` blocks above the
+    first, ``(L d)``-column maps through each: ``(N − 1) · matvec_cost(block, 2 L d)``. Measured
+    (CPU seconds per point, one thread, median over the points of three runs of the Depth page's
+    default view, side by side with this estimate in one script; load average 8-11):
+
+    ==========================  =====  =====  =====  =====
+    block, N                    1      2      3      4
+    ==========================  =====  =====  =====  =====
+    L 8, d 16 (P 1,536/layer)   0.012  0.085  0.18   0.24
+    … estimate                  0.008  0.11   0.21   0.31
+    L 16, d 32 (P 6,144/layer)  0.15   0.64   1.32   1.93
+    … estimate                  0.07   0.73   1.39   2.05
+    ==========================  =====  =====  =====  =====
+
+    (``N · matvec_cost`` before: 0.21 and 0.40 s at N = 2 and 4 of the default block.)
     """
     per = POINT_S + TERM_S * block * block * (1 + cfg.seq_len * cfg.d_model / 512) * 3 \
         + NORM_S * 3 * block ** 3 * 2
     if cfg.is_stack:
-        per += cfg.n_layers * STACK_S * 2 * cfg.seq_len * cfg.d_model * stack_work(cfg.block)
+        per += (cfg.n_layers - 1) * matvec_cost(cfg.block, columns=2 * cfg.seq_len * cfg.d_model)
     return per
 
 

@@ -296,6 +296,19 @@ def test_depth_page_one_block_says_how_to_see_a_stack():
     assert len(at.get("plotly_chart")) == 2
 
 
+def test_depth_page_default_view_is_drawn_on_the_hosted_profile(monkeypatch):
+    """The default view (one block, two seeds) fits the hosted profile's 4 s once each point is priced
+    at its own stack depth (issue 17: it was refused as "about 10 s of computation")."""
+    from hessviz.app import cache, profiles
+
+    hosted = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+                                      baseline_bytes=400 << 20)
+    monkeypatch.setattr(cache, "LIMITS", hosted)
+    at = run_page("app_pages/depth.py")
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    assert len(at.get("plotly_chart")) == 2      # the per-layer profile and the first layer against N
+
+
 def test_scaling_sweeps_depth_and_reads_a_layer_of_a_stack():
     at = run_page("app_pages/scaling.py", sc_axis="layers", sc_seeds="1", **SMALL)
     main = figures(at)[0]

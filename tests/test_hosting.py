@@ -144,6 +144,27 @@ def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
     assert not budget.check(c, HOSTED, cfg).ok
 
 
+def test_the_depth_pages_default_view_is_affordable_when_hosted():
+    """The Depth page prices each of its points at its own stack depth (2 placements × 2 seeds × the
+    2-block profile and stacks of 1…4 blocks: 3.4 s estimated, 2.6 s of CPU measured on one core,
+    ``hessviz.cost.sweep_point_cost``), not every point at the deepest stack (7.3 s, refused): the
+    default view is drawn on the hosted profile; five seeds are still refused, saying what to lower."""
+    from hessviz import sweeps
+
+    view = state.View.from_values({})
+    one = view.with_values(norm="post", layers=1).cfg
+    block = one.param_size("W_Q")
+    points = budget.depth_points(one, 2, 2)
+    assert sorted(p.n_layers for p in points) == sorted([2] * 8 + [1, 2, 3, 4] * 4)
+    default = budget.cost("depth", one, depth=2, seeds=2, block=block)
+    assert budget.check(default, HOSTED, one).ok
+    deep = view.with_values(norm="post", layers=sweeps.DEFAULT_GRIDS["layers"][-1]).cfg
+    deepest = budget.cost("sweep", deep, points=len(points), block=block)
+    assert default.seconds < deepest.seconds and not budget.check(deepest, HOSTED, one).ok
+    five = budget.check(budget.cost("depth", one, depth=2, seeds=5, block=block), HOSTED, one)
+    assert not five.ok and "this server allows" in five.reason
+
+
 def test_a_view_stops_once_its_computations_pass_the_work_bound():
     """Whatever the estimate missed, a run's priced computations stop at the next checkpoint once
     they have used more CPU than the bound (here 0.1 s); what was computed stays cached, and a

@@ -32,7 +32,7 @@ from hessviz.errors import HessvizError
 from hessviz.memory import format_bytes
 
 KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse", "optimization",
-         "spectrum_matfree", "heterogeneity")
+         "spectrum_matfree", "heterogeneity", "depth")
 LIGHT_SECONDS = 0.25
 """A computation estimated under this many core-seconds (a term, an eigendecomposition or a sweep
 point of the default block) runs at once, without a heavy slot of the gate
@@ -48,7 +48,8 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
     ``dense_limit`` and ``k`` (spectrum: as passed to :func:`hessviz.spectra.eigenvalues`),
     ``block`` (sweep: the largest swept block's weight count), ``repeats`` (verify: timed runs),
     ``k``, ``probes``, ``steps``, ``terms``, ``group_bytes`` (matrix-free spectrum),
-    ``samples``, ``by_head`` (heterogeneity table).
+    ``samples``, ``by_head`` (heterogeneity table), ``depth``, ``seeds``, ``block`` (the Depth
+    page: each point priced at its own stack depth, :func:`depth_points`).
     """
     P = cfg.num_params
     t = costs.term_cost(cfg)
@@ -96,7 +97,28 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
     if kind == "heterogeneity":      # per block: dense if small (|b| products), else Lanczos + Hutch++
         b = costs.block_table_cost(cfg, int(extra.get("samples", 30)), bool(extra.get("by_head", 1)))
         return Cost(b.seconds, b.bytes, f"the heterogeneity table ({b.what})", b.products)
+    if kind == "depth":
+        block, points = int(extra.get("block", 1)), depth_points(cfg, int(extra.get("depth", 2)),
+                                                                   int(extra.get("seeds", 1)))
+        return Cost(sum(costs.sweep_point_cost(c, block) for c in points), 8 * 4 * block * block,
+                    f"the depth views ({len(points)} points, blocks of {block:,} weights)")
     raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+
+
+def depth_points(cfg: BlockConfig, depth: int, seeds: int) -> list[BlockConfig]:
+    """The stacks the Depth page computes a point of, one per point: for Post-LN and Pre-LN and each
+    seed, every layer of a ``depth``-block stack, then the first layer of stacks of
+    ``hessviz.sweeps.DEFAULT_GRIDS["layers"]`` blocks."""
+    import dataclasses
+
+    from hessviz.sweeps import DEFAULT_GRIDS
+
+    out = []
+    for norm in ("post", "pre"):
+        placed = dataclasses.replace(cfg.block, norm=norm)
+        stacks = [depth] * depth + [int(n) for n in DEFAULT_GRIDS["layers"]]
+        out += [dataclasses.replace(placed, n_layers=n) for n in stacks for _ in range(seeds)]
+    return out
 
 
 WORK_FACTOR = 3.0
