@@ -11,7 +11,7 @@ from hessviz import plots, pretrained
 from hessviz.app import real_model as rm
 from hessviz.matfree.estimates import EXACT_BLOCK, block_spread
 from hessviz.memory import format_bytes
-from hessviz.pretrained import explore, objectives
+from hessviz.pretrained import explore, loss_keys
 from hessviz.terms import NAMES
 
 FOLDERS_SETTING = "HESSVIZ_MODEL_FOLDERS"  # =1: a local server may open a checkpoint folder typed here;
@@ -56,14 +56,14 @@ st.caption(info.describe())
 text = hva.text("Text", "rm_text", rm.DEFAULT_TEXT, rm.MAX_CHARS, container=c2,
                 help=f"at most {rm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
                      "tokenised with the model's own tokenizer")
-objective = objectives.own_objective(info.model_type)
+objective = loss_keys.own_objective(info.model_type)
 c3, c4, c5, c6 = st.columns([3, 2, 2, 2])   # the loss's options need the room: 'sentence similarity'
 loss_name = hva.choice("Loss", ("synthetic",) + ((objective,) if objective else ()), key="rm_loss",
                        default="synthetic", container=c3,
                        help="synthetic: the layer's MSE against a seeded random target; "
                             + ("sentence similarity: 1 − cos of the mean-pooled embedding and another "
                                "sentence's (MiniLM's training objective)"
-                               if objective == objectives.SIMILARITY
+                               if objective == loss_keys.SIMILARITY
                                else "next token: the model's language-modelling loss through its head")
                             + " (on the last layer)")
 own = loss_name != "synthetic"
@@ -78,10 +78,10 @@ seed = hva.slider("Target seed", 0, 99, key="rm_seed", default=0, container=c6,
                   help="the synthetic target Y of the loss is drawn from this seed (the model's own loss "
                        "has no target: nothing drawn under it depends on the seed)")
 other = ""
-if objective == objectives.SIMILARITY and own:
+if objective == loss_keys.SIMILARITY and own:
     other = hva.text("Other sentence (fixed)", "rm_other", rm.OTHER_TEXT, rm.MAX_CHARS,
                      help="the loss is 1 − cos(mean-pooled embedding of the text, that of this sentence)")
-loss_key = objectives.loss_key(loss_name, other)
+loss_key = loss_keys.loss_key(loss_name, other)
 
 with st.spinner("Reading the model and running the text…"), hva.guard("the hidden states"):
     cfg = hva.cache.real_config(model, text)
@@ -90,7 +90,7 @@ tokens, L = [t.translate(SHOWN) for t in hva.cache.real_tokens(model, text)], cf
 if not own:
     drawn = (f"mean squared error of the layer's output Z ({L} × {info.d_model}) against a synthetic target "
              f"Y ~ N(0, 1) drawn from seed {seed}, ℓ = ‖Z − Y‖²_F / (L·d), as on the other pages")
-elif objective == objectives.SIMILARITY:
+elif objective == loss_keys.SIMILARITY:
     drawn = ("the model's own objective, ℓ = 1 − cos(m, e) with m the mean of the last hidden states over "
              "the tokens and e that of the other sentence (fixed); its Hessian in Z couples every pair of "
              "tokens")

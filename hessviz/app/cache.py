@@ -41,7 +41,7 @@ from hessviz.app.state import View, device
 from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
 from hessviz.matfree import estimates
-from hessviz.pretrained import explore, objectives, precomputed
+from hessviz.pretrained import explore, loss_keys, precomputed
 from hessviz.verify import compare
 
 if profiles.profile_name() == "hosted":
@@ -579,9 +579,9 @@ def real_config(model: str, text: str) -> hv.BlockConfig:
     return dataclasses.replace(pretrained.model_info(model).block, seq_len=len(real_tokens(model, text)))
 
 
-SYNTHETIC = objectives.SYNTHETIC
+SYNTHETIC = loss_keys.SYNTHETIC
 """The loss key of the app's synthetic target; ``"cosine:<other sentence>"`` and ``"next-token"``
-name a model's own objective (:func:`hessviz.pretrained.objectives.parse_loss`, on the last layer)."""
+name a model's own objective (:func:`hessviz.pretrained.loss_keys.parse_loss`, on the last layer)."""
 
 
 def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHETIC) -> tuple:
@@ -594,7 +594,7 @@ def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHE
     states = real_states(model, text)
     X = _tensor(states["states"][layer]).to(device())
     cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
-    choice = objectives.parse_loss(loss)
+    choice = loss_keys.parse_loss(loss)
     if not choice.own:
         _, Y = hv.sample_inputs(cfg, seed=seed, device=device())
         return cfg, params, X, Y, None
@@ -602,15 +602,16 @@ def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHE
         raise hv.ConfigError(f"loss {choice.kind!r} is the model's objective on its last hidden "
                              f"states: choose layer {len(real_stack(model)) - 1}")
     Z = _tensor(states["states"][layer + 1]).to(device())
-    obj = objectives.objective_at(choice, Z, states["ids"].tolist(),
-                                  lambda other: _tensor(real_states(model, other)["states"][-1]).to(device()),
-                                  lambda: real_head(model))
+    obj = loss_keys.objective_at(choice, Z, states["ids"].tolist(),
+                                 lambda other: _tensor(real_states(model, other)["states"][-1]).to(device()),
+                                 lambda: real_head(model))
     return cfg, params, X, None, obj.custom_loss()
 
 
 def real_head(model: str):
     """GPT-2's output head of ``model`` (``ln_f`` and the tied embedding), read once."""
     from hessviz import pretrained
+    from hessviz.pretrained import objectives
 
     info = pretrained.model_info(model)
     return STORE.get(("real_head", model), lambda: objectives.lm_head(model),
