@@ -135,6 +135,7 @@ def test_cosine_objective_through_a_real_layer_matches_autograd():
 def test_the_loss_key_protocol_is_the_librarys():
     """``synthetic``, ``next-token`` and ``cosine:<sentence>``: named by the library, read back by
     it, and anything else refused naming ``loss``; the families' own objectives are one table."""
+    from hessviz.errors import ConfigError
     from hessviz.pretrained import loss_keys as ob
 
     assert ob.loss_key(ob.SIMILARITY, "A ship.") == "cosine:A ship."
