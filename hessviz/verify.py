@@ -20,10 +20,6 @@ import hessviz as hv
 from hessviz.reference import torch_forward
 from hessviz.terms import TERMS
 
-AGREE_RTOL = 1e-10
-"""Closed form and autograd agree when every block's relative error is below this (float64; the
-two differ by round-off, ~1e-15 relative, well below it)."""
-
 
 def relative_error(a: Tensor, b: Tensor, scale: Tensor | None = None) -> float:
     """``‖a − b‖_F / max(‖b‖_F, ‖scale‖_F)`` (absolute when both norms are 0)."""
@@ -32,6 +28,11 @@ def relative_error(a: Tensor, b: Tensor, scale: Tensor | None = None) -> float:
         norm = max(norm, float(torch.linalg.norm(scale)))
     diff = float(torch.linalg.norm(a - b))
     return diff / norm if norm > 0 else diff
+
+
+AGREE_RTOL = 1e-10
+"""Closed form and autograd agree when every block's relative error is below this (float64; the
+two differ by round-off, ~1e-15 relative, well below it)."""
 
 
 @dataclass(frozen=True)
