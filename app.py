@@ -2,7 +2,7 @@
 
 The server's limits come from one setting, ``HESSVIZ_PROFILE`` (``local`` or ``hosted``),
 read from the environment or from a root-level key of ``.streamlit/secrets.toml``
-(Streamlit copies those into the environment); see :mod:`hessviz.budget`.
+(Streamlit copies those into the environment); see :mod:`hessviz.app.profiles`.
 """
 
 import os

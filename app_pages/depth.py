@@ -5,7 +5,7 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots, sweeps
-from hessviz.experiments.depth import factor_per_layer
+from hessviz.experiments.depth import diagonal_share, factor_per_layer
 from hessviz.terms import NAMES
 
 TERMS = NAMES   # full, outer, functional (hessviz.terms)
@@ -59,8 +59,7 @@ elif hva.afford(view, "map", stop=False):
                   csv=lambda: {"row": [a for a in labels for _ in labels],
                                "col": [b for _ in labels for b in labels], "norm": norms.ravel()})
     with right:
-        diag = float(np.sum(np.diag(norms) ** 2))
-        share = diag / float(np.sum(norms ** 2))
+        share = diagonal_share(norms)
         st.metric("Diagonal share", f"{share:.1%}",
                   help="Σ_i ‖H[θ_i, θ_i]‖₂² / Σ_ij ‖H[θ_i, θ_j]‖₂²: 100 % is block-diagonal across layers")
         st.markdown("Each cell is the spectral norm of one layer-by-layer block of the "
@@ -79,7 +78,7 @@ def placed(norm: str, n_layers: int):
 
 points = n_seeds * len(SIDES) * (depth + len(DEPTHS))
 largest = max(placed(n, DEPTHS[-1]).block.param_size(p) for n in SIDES for p in pair)
-hva.afford(view, "sweep", points=points, block=largest, cfg=placed("post", max(depth, DEPTHS[-1])),
+hva.afford(view, "depth", depth=depth, seeds=n_seeds, block=largest, cfg=placed("post", 1),
            advice=f"The {pair_s} block has {largest:,} weights per layer: pick an attention block, "
                   "lower d or d_ff, or use fewer seeds.")
 bar = st.progress(0.0, text="Measuring…")

@@ -5,7 +5,8 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz import budget, plots
+from hessviz import plots
+from hessviz.matfree.estimates import EXACT_BLOCK, block_spread
 from hessviz.memory import format_bytes
 from hessviz.terms import NAMES
 
@@ -34,7 +35,7 @@ by = hva.choice("Blocks", tuple(BY), key="het_by", default="heads", container=c2
                 help="heads: each attention head's slice of W_Q, W_K, W_V, W_O and their biases is its own "
                      "block (when there are several heads); weights: one block per weight")
 samples = hva.slider("Hutch++ products per large block", 6, 90, key="het_samples", default=30, container=c3,
-                     help=f"blocks above {budget.EXACT_BLOCK} entries: trace by Hutch++ from this "
+                     help=f"blocks above {EXACT_BLOCK} entries: trace by Hutch++ from this "
                           "many products (its error shrinks like 1/products)")
 by_head = by == "heads"
 cost = hva.verdict(view, "heterogeneity", samples=samples, by_head=int(by_head)).cost
@@ -47,18 +48,18 @@ with hva.guard("the heterogeneity table"):
     table = hva.cache.block_table(view.key, term, by_head, samples, view.seed)
 
 names, top, trace, se = table["names"], table["top"], table["trace"], table["trace_se"]
-positive = top[top > 0]
-spread = float(positive.max() / positive.min()) if positive.size > 1 else float("nan")
+spread = block_spread(names, top)
 m1, m2, m3 = st.columns(3)
 m1.metric("blocks", f"{len(names)}", help=f"{int(table['exact'].sum())} exact, "
                                           f"{int((~table['exact']).sum())} estimated")
-m2.metric("spread of λ_max", f"{spread:.3g}×" if np.isfinite(spread) else "—",
-          help="largest over smallest positive top eigenvalue across blocks")
+m2.metric("spread of λ_max", f"{spread.spread:.3g}×" if np.isfinite(spread.spread) else "—",
+          help="largest over smallest positive top eigenvalue across blocks (blocks flat to round-off "
+               "left out)")
 m3.metric("products", f"{table['matvecs']:,}", help=f"Hessian-vector products, {table['seconds']:.2g} s")
-if np.isfinite(spread):
-    hi, lo = names[int(np.argmax(top))], names[int(np.argmin(np.where(top > 0, top, np.inf)))]
-    st.markdown(f"The sharpest block is **{hi}** (λ_max = {top.max():.3g}), the flattest **{lo}** "
-                f"(λ_max = {positive.min():.3g}): a factor of **{spread:.3g}** between blocks of one layer.")
+if np.isfinite(spread.spread):
+    st.markdown(f"The sharpest block is **{spread.sharpest}** (λ_max = {spread.largest:.3g}), the flattest "
+                f"**{spread.flattest}** (λ_max = {spread.smallest:.3g}): a factor of **{spread.spread:.3g}** "
+                "between blocks of one layer.")
 
 fig = plots.block_spectrum_bars(names, top, trace, trace_errors=se,
                                 title=f"Per-block curvature of the {term} Hessian, P = {view.num_params:,}")
@@ -73,8 +74,8 @@ hva.chart(fig, f"heterogeneity_{term}_{by}", csv=columns)
 st.dataframe({"block": list(names), "size": table["size"], "λ_max": top, "trace": trace, "± (trace)": se,
               "how": ["exact (dense block)" if e else "Lanczos + Hutch++" for e in table["exact"]]},
              hide_index=True, width="stretch")
-st.caption(f"Blocks up to {budget.EXACT_BLOCK} entries are exact (their dense block from "
-           f"{budget.EXACT_BLOCK} products at most, then eigvalsh). Larger: λ_max by Lanczos (scipy "
+st.caption(f"Blocks up to {EXACT_BLOCK} entries are exact (their dense block from "
+           f"{EXACT_BLOCK} products at most, then eigvalsh). Larger: λ_max by Lanczos (scipy "
            f"eigsh, relative tolerance 1e-6), trace by Hutch++ with {samples} products, ± one standard "
            "error. "
            f"Seed {view.seed}.")

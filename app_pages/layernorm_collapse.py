@@ -6,6 +6,7 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import plots
 from hessviz.experiments.common import violations
+from hessviz.experiments.ln_collapse import sigma_axis
 from hessviz.fitting import center, pooled_power_law_fit
 
 view = hva.sidebar()
@@ -63,7 +64,7 @@ def _draw(name: str, x, curves: dict, title: str, x_title: str, **kw) -> None:
 if mode == "layernorm":
     with hva.guard("the LayerNorm sweep"):
         r = hva.cache.ln_sweep(tuple(sig), eps, L, d, seeds)
-    x = r["sigma_min"].mean(0)
+    x = sigma_axis(r)
     k1, k2, k3, k4 = st.columns(4)
     k1.metric("slope ‖J‖ (σ ≤ 1e-2)", _slope(x, r["J"]))
     k2.metric("slope ‖H‖", _slope(x, r["H"]))
@@ -93,7 +94,7 @@ else:
                advice="Lower d, d_k, the decades of σ or the seeds.")
     with hva.guard("the Post-LN sweep"):
         r = hva.cache.ln_block_sweep(tuple(sig), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm, whole)
-    x = r["sigma_min"].mean(0)
+    x = sigma_axis(r)
     keys = ("full", "outer", "functional", "QQ_full") if whole else ("QQ_full",)
     curves = {f"‖H_{k}‖₂": r[k] for k in keys}
     k1, k2 = st.columns(2)

@@ -123,9 +123,10 @@ else:
         )
     cols = st.columns(2)
     for col, pl in zip(cols, PLACEMENTS):
+        summary = optimizers.runs_summary(tr[pl])
         fig = plots.training_curves(
             {o: tr[pl][o] for o in optimizers.OPTIMIZERS},
-            title=f"{NAMES[pl]} (Gini at init {tr[pl]['gini'].mean():.3f})",
+            title=f"{NAMES[pl]} (Gini at init {summary['gini']:.3f})",
         )
         hva.chart(
             fig,
@@ -135,6 +136,6 @@ else:
         )
         col.caption(
             " · ".join(
-                f"{o}: final {np.exp(np.log(tr[pl][o][:, -1]).mean()):.2e}" for o in optimizers.OPTIMIZERS
+                f"{o}: final {summary['final'][o]:.2e}" for o in optimizers.OPTIMIZERS
             )
         )

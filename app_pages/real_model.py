@@ -7,11 +7,11 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz import budget, plots, pretrained
+from hessviz import plots, pretrained
 from hessviz.app import real_model as rm
-from hessviz.fitting import gini
+from hessviz.matfree.estimates import EXACT_BLOCK, block_spread
 from hessviz.memory import format_bytes
-from hessviz.pretrained import explore
+from hessviz.pretrained import explore, loss_keys
 from hessviz.terms import NAMES
 
 FOLDERS_SETTING = "HESSVIZ_MODEL_FOLDERS"  # =1: a local server may open a checkpoint folder typed here;
@@ -56,15 +56,14 @@ st.caption(info.describe())
 text = hva.text("Text", "rm_text", rm.DEFAULT_TEXT, rm.MAX_CHARS, container=c2,
                 help=f"at most {rm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
                      "tokenised with the model's own tokenizer")
-OBJECTIVE = {"bert": "sentence similarity", "roberta": "sentence similarity", "gpt2": "next token"}
-objective = OBJECTIVE.get(info.model_type)
+objective = loss_keys.own_objective(info.model_type)
 c3, c4, c5, c6 = st.columns([3, 2, 2, 2])   # the loss's options need the room: 'sentence similarity'
 loss_name = hva.choice("Loss", ("synthetic",) + ((objective,) if objective else ()), key="rm_loss",
                        default="synthetic", container=c3,
                        help="synthetic: the layer's MSE against a seeded random target; "
                             + ("sentence similarity: 1 − cos of the mean-pooled embedding and another "
                                "sentence's (MiniLM's training objective)"
-                               if objective == "sentence similarity"
+                               if objective == loss_keys.SIMILARITY
                                else "next token: the model's language-modelling loss through its head")
                             + " (on the last layer)")
 own = loss_name != "synthetic"
@@ -79,11 +78,10 @@ seed = hva.slider("Target seed", 0, 99, key="rm_seed", default=0, container=c6,
                   help="the synthetic target Y of the loss is drawn from this seed (the model's own loss "
                        "has no target: nothing drawn under it depends on the seed)")
 other = ""
-if objective == "sentence similarity" and own:
+if objective == loss_keys.SIMILARITY and own:
     other = hva.text("Other sentence (fixed)", "rm_other", rm.OTHER_TEXT, rm.MAX_CHARS,
                      help="the loss is 1 − cos(mean-pooled embedding of the text, that of this sentence)")
-loss_key = {"synthetic": hva.cache.SYNTHETIC, "next token": "next-token",
-            "sentence similarity": f"cosine:{other}"}[loss_name]
+loss_key = loss_keys.loss_key(loss_name, other)
 
 with st.spinner("Reading the model and running the text…"), hva.guard("the hidden states"):
     cfg = hva.cache.real_config(model, text)
@@ -92,7 +90,7 @@ tokens, L = [t.translate(SHOWN) for t in hva.cache.real_tokens(model, text)], cf
 if not own:
     drawn = (f"mean squared error of the layer's output Z ({L} × {info.d_model}) against a synthetic target "
              f"Y ~ N(0, 1) drawn from seed {seed}, ℓ = ‖Z − Y‖²_F / (L·d), as on the other pages")
-elif objective == "sentence similarity":
+elif objective == loss_keys.SIMILARITY:
     drawn = ("the model's own objective, ℓ = 1 − cos(m, e) with m the mean of the last hidden states over "
              "the tokens and e that of the other sentence (fixed); its Hessian in Z couples every pair of "
              "tokens")
@@ -157,11 +155,11 @@ else:
                                title=f"{term} Hessian of {name}, rows {first}…{first + n_rows - 1} "
                                      f"({size} × {size})")
     hva.chart(hfig, f"hessian_{term}_l{layer}_{weight}{head}", npz=lambda: {"block": B, "entries": index})
-    eig = explore.window_summary(B)
+    wsum = explore.window_summary(B)
     st.caption(f"Entries {start}…{start + size - 1} of {name} in row-major order (hover names each weight "
                f"entry). Each column is one closed-form Hessian-vector product H e_j (no autograd, no "
-               f"P × P matrix). This block: λ_max = {eig['top']:.3g}, λ_min = {eig['bottom']:.3g}, trace "
-               f"{eig['trace']:.3g}, {eig['negative']} negative eigenvalues.")
+               f"P × P matrix). This block: λ_max = {wsum['top']:.3g}, λ_min = {wsum['bottom']:.3g}, trace "
+               f"{wsum['trace']:.3g}, {wsum['negative']} negative eigenvalues.")
 
 # ----------------------------------------------------------------------------- gradients
 st.subheader("Gradient norms per block")
@@ -171,10 +169,11 @@ by = hva.choice("Blocks", tuple(BY), key="rm_by", default="weights",
 by_head = by == "heads"
 with hva.guard("the gradient"):
     grads = hva.cache.real_gradients(model, layer, text, seed, by_head, loss_key)
-g = gini(grads["norms"])
+summary = explore.gradient_summary(grads["norms"])
+g = summary["gini"]
 gfig = plots.grouped_bars([plots.pretty(n) for n in grads["names"]], {"‖g_b‖_F": grads["norms"]},
                           title=f"Gradient norm of every block, layer {layer} (Gini {g:.3f})",
-                          ylabel="‖∂ℓ/∂θ_b‖_F", logy=bool(np.all(grads["norms"] > 0)))
+                          ylabel="‖∂ℓ/∂θ_b‖_F", logy=summary["positive"])
 hva.chart(gfig, f"gradients_l{layer}_{by}", csv=lambda: {"block": grads["names"], "size": grads["sizes"],
                                                           "grad_norm": grads["norms"]})
 st.caption(f"Gini coefficient of the block gradient norms: **{g:.3f}** (0: all blocks equal; near 1: a few "
@@ -190,7 +189,7 @@ part_asked = hva.select("Part of the layer", explore.PARTS, key="rm_part", defau
                         container=c11, help="attention: W_Q, W_K, W_V, W_O; FFN: W_1, W_2; the rest: the "
                                             "biases and the LayerNorm weights")
 st.caption("Top eigenvalue (Lanczos) and trace (Hutch++) of each diagonal block H[b, b] of the full "
-           f"Hessian; blocks of ≤ {budget.EXACT_BLOCK} entries exactly. Blocks as chosen above.")
+           f"Hessian; blocks of ≤ {EXACT_BLOCK} entries exactly. Blocks as chosen above.")
 part, used, verdict = rm.reduced_table(cfg, by_head, part_asked, samples, hva.cache.LIMITS, lambda b, s: (
     hva.cache.real_ready(hva.cache.table_key(model, layer, text, seed, "full", b, s, loss_key))))
 if not verdict.ok:
@@ -211,15 +210,13 @@ tfig = plots.block_spectrum_bars(table["names"], table["top"], table["trace"],
 hva.chart(tfig, f"blocks_l{layer}_{by}", csv=lambda: {
     "block": table["names"], "size": table["size"], "top_eigenvalue": table["top"], "trace": table["trace"],
     "trace_stderr": table["trace_se"], "exact": table["exact"]})
-flat = explore.flat_blocks(table["top"])
-positive = table["top"][~flat]
-if positive.size > 1:
-    flat_names = [n for n, f in zip(table["names"], flat) if f]
+spread = block_spread(table["names"], table["top"])
+if np.isfinite(spread.spread):
     note = ""
-    if flat_names:
-        note = f" Flat (no positive curvature beyond round-off): {', '.join(flat_names)}."
-        if any(n.startswith("b_K") for n in flat_names):
+    if spread.flat:
+        note = f" Flat (no positive curvature beyond round-off): {', '.join(spread.flat)}."
+        if any(n.startswith("b_K") for n in spread.flat):
             note += " A key bias cannot move the attention: softmax ignores a shift shared by a whole row."
-    st.markdown(f"Top eigenvalues span a factor of **{positive.max() / positive.min():.3g}** across the "
+    st.markdown(f"Top eigenvalues span a factor of **{spread.spread:.3g}** across the "
                 f"other blocks of this layer ({table['matvecs']:,} products, {table['seconds']:.2g} s)."
                 + note)

@@ -6,11 +6,11 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import plots
 from hessviz.memory import format_bytes
+from hessviz.spectra import DENSE_LIMIT
 from hessviz.terms import NAMES
 
 TERMS = NAMES   # full, outer, functional (hessviz.terms)
 METHODS = ("auto", "dense", "matrix-free")
-DENSE_LIMIT = 2048  # above this P: the outer term from its range (rank ≤ L·d), the others' extremes
 K = 64
 
 

@@ -30,6 +30,11 @@ def relative_error(a: Tensor, b: Tensor, scale: Tensor | None = None) -> float:
     return diff / norm if norm > 0 else diff
 
 
+AGREE_RTOL = 1e-10
+"""Closed form and autograd agree when every block's relative error is below this (float64; the
+two differ by round-off, ~1e-15 relative, well below it)."""
+
+
 @dataclass(frozen=True)
 class Comparison:
     names: tuple[str, ...]
@@ -43,6 +48,16 @@ class Comparison:
     @property
     def worst(self) -> float:
         return max([float(e.max()) for e in self.block_errors.values()] + list(self.whole_errors.values()))
+
+    @property
+    def worst_block(self) -> float:
+        """The largest relative error over every block pair of every term (what the Verify page shows)."""
+        return max(float(e.max()) for e in self.block_errors.values())
+
+    @property
+    def agrees(self) -> bool:
+        """Do the two methods agree on every block to :data:`AGREE_RTOL` (float64 round-off)?"""
+        return self.worst_block < AGREE_RTOL
 
     @property
     def speedup(self) -> float:

@@ -296,6 +296,19 @@ def test_depth_page_one_block_says_how_to_see_a_stack():
     assert len(at.get("plotly_chart")) == 2
 
 
+def test_depth_page_default_view_is_drawn_on_the_hosted_profile(monkeypatch):
+    """The default view (one block, two seeds) fits the hosted profile's 4 s once each point is priced
+    at its own stack depth (issue 17: it was refused as "about 10 s of computation")."""
+    from hessviz.app import cache, profiles
+
+    hosted = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+                                      baseline_bytes=400 << 20)
+    monkeypatch.setattr(cache, "LIMITS", hosted)
+    at = run_page("app_pages/depth.py")
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    assert len(at.get("plotly_chart")) == 2      # the per-layer profile and the first layer against N
+
+
 def test_scaling_sweeps_depth_and_reads_a_layer_of_a_stack():
     at = run_page("app_pages/scaling.py", sc_axis="layers", sc_seeds="1", **SMALL)
     main = figures(at)[0]
@@ -423,13 +436,14 @@ def test_real_model_page_target_seed_recomputes_only_what_the_target_enters():
 def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
     """A server that allows less work than the chosen view draws the largest window and the part of the
     layer that fit, each with one line, instead of refusing."""
-    from hessviz import budget
+    from hessviz import cost
     from hessviz.app import cache
+    from hessviz.app.profiles import Limits
     from hessviz.pretrained import explore
 
     cfg = cache.real_config("pydoc-postln", "def add(a, b):")
-    ffn = explore.table_cost(cfg, explore.part_blocks(cfg, False, "FFN"), 6).seconds   # the cheapest part
-    tight = budget.Limits("hosted", cache.LIMITS.results_bytes, 1.01 * ffn, 1, 1 << 20, 1)
+    ffn = cost.real_table_cost(cfg, explore.part_blocks(cfg, False, "FFN"), 6).seconds   # the cheapest part
+    tight = Limits("hosted", cache.LIMITS.results_bytes, 1.01 * ffn, 1, 1 << 20, 1)
     monkeypatch.setattr(cache, "LIMITS", tight)
     cache.clear()                          # a result computed before is drawn at once, whatever it cost
     at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="64",
@@ -527,10 +541,10 @@ def test_real_model_page_on_the_hosted_profile_draws_the_precomputed_default(mon
     """Under the hosted profile's limits (4 s, 800 MiB for the whole process) the default view of the
     first bundled model is drawn whole from the precomputed file: the exact window of W_Q[0] and the
     per-block table, which a live computation of that size could not afford, with no model loaded."""
-    from hessviz import budget, pretrained
-    from hessviz.app import cache
+    from hessviz import pretrained
+    from hessviz.app import cache, profiles
 
-    hosted = budget.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+    hosted = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
                                     baseline_bytes=400 << 20)
     monkeypatch.setattr(cache, "LIMITS", hosted)
     cache.clear()

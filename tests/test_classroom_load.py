@@ -39,8 +39,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hessviz import budget
-from hessviz.app import runlog
+from hessviz.app import profiles, runlog
+from hessviz.memory import parse_bytes
 from tests.page_timing import WATCH, exceptions, rerendered
 from tests.st_client import Run, Visitor
 from tests.streamlit_server import ARGS, CHROMIUM, Server, require_chromium
@@ -244,7 +244,7 @@ async def _headless(server: Server, browsers: Browsers) -> tuple[dict[str, list[
 @pytest.mark.timeout(420)
 def test_a_class_of_thirty_on_one_small_host():
     require_chromium()
-    limit = budget.parse_bytes(MEMORY_LIMIT)
+    limit = parse_bytes(MEMORY_LIMIT)
     server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": MEMORY_LIMIT, runlog.ENV: "1"},
                     log="streamlit_classroom_test.log")
     out: dict[str, object] = {"cores": os.cpu_count(), "profile": "hosted", "memory_limit": MEMORY_LIMIT,
@@ -316,7 +316,7 @@ def test_a_class_of_thirty_on_one_small_host():
         lesson = [c for c in computed if c["start"] < queue_from]    # the heavy views may evict, and redo
         twice = sorted({c["what"] for c in lesson if sum(d["key"] == c["key"] for d in lesson) > 1})
         assert not twice, f"computed more than once for visitors of the same view: {twice}"
-        slots = budget.limits_from_env({"HESSVIZ_PROFILE": "hosted"}, baseline_bytes=0).heavy
+        slots = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted"}, baseline_bytes=0).heavy
         assert out["computations"]["heavy"] >= len(QUEUED), "the queued views ran no heavy computation"
         assert out["computations"]["most_heavy_at_once"] <= slots, "heavy computations piled up"
         assert sampler.peak < limit, f"the server's process tree peaked at {sampler.peak / 2**20:.0f} MiB"

@@ -29,15 +29,15 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz import budget, spectra
-from hessviz.app import cache, progress, runlog, state
+from hessviz import cost, spectra
+from hessviz.app import budget, cache, gates, profiles, progress, runlog, state
 from tests.page_timing import WATCH, count_received, exceptions, rerendered, settled, stats
 from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 SMALL = {"L": "4", "d": "8", "dk": "4", "dff": "8"}
-HOSTED = budget.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+HOSTED = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
                                 baseline_bytes=400 * 2**20)
 
 # ----------------------------------------------------------------------------- limits and costs
@@ -47,13 +47,13 @@ def test_hosted_profile_limits_come_from_one_setting():
     assert HOSTED.profile == "hosted"
     assert HOSTED.results_bytes == (800 - 400 - 128) * 2**20     # ceiling − baseline − headroom
     assert HOSTED.heavy == (os.cpu_count() or 1)
-    local = budget.limits_from_env({})
+    local = profiles.limits_from_env({})
     assert local.profile == "local" and local.max_seconds > HOSTED.max_seconds
-    raised = budget.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MAX_SECONDS": "30",
+    raised = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MAX_SECONDS": "30",
                                      "HESSVIZ_HEAVY": "3"}, baseline_bytes=0)
     assert (raised.max_seconds, raised.heavy) == (30.0, 3)
     with pytest.raises(ValueError, match="HESSVIZ_PROFILE"):
-        budget.limits_from_env({"HESSVIZ_PROFILE": "cloud"})
+        profiles.limits_from_env({"HESSVIZ_PROFILE": "cloud"})
 
 
 HEAVIEST = [  # the URLs of issue 8 that tied up the machine for minutes
@@ -103,7 +103,7 @@ def test_matrix_free_views_are_affordable_past_the_dense_limit():
     matrix-free spectrum fits the local profile, and the hosted refusal says what to lower."""
     cfg = hv.BlockConfig(seq_len=64, d_model=64, d_k=64, d_ff=256, n_heads=8, out_proj=True, bias=True,
                          ln_affine=True)
-    local = budget.Limits("local", 8 << 30, 120.0, 2, 1 << 30)
+    local = profiles.Limits("local", 8 << 30, 120.0, 2, 1 << 30)
     assert not budget.check(budget.cost("spectrum", cfg), local, cfg).ok
     assert budget.check(budget.cost("spectrum_matfree", cfg, terms=1), local, cfg).ok
     hosted = budget.check(budget.cost("spectrum_matfree", cfg), HOSTED, cfg)
@@ -144,6 +144,27 @@ def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
     assert not budget.check(c, HOSTED, cfg).ok
 
 
+def test_the_depth_pages_default_view_is_affordable_when_hosted():
+    """The Depth page prices each of its points at its own stack depth (2 placements × 2 seeds × the
+    2-block profile and stacks of 1…4 blocks: 3.4 s estimated, 2.6 s of CPU measured on one core,
+    ``hessviz.cost.sweep_point_cost``), not every point at the deepest stack (7.3 s, refused): the
+    default view is drawn on the hosted profile; five seeds are still refused, saying what to lower."""
+    from hessviz import sweeps
+
+    view = state.View.from_values({})
+    one = view.with_values(norm="post", layers=1).cfg
+    block = one.param_size("W_Q")
+    points = budget.depth_points(one, 2, 2)
+    assert sorted(p.n_layers for p in points) == sorted([2] * 8 + [1, 2, 3, 4] * 4)
+    default = budget.cost("depth", one, depth=2, seeds=2, block=block)
+    assert budget.check(default, HOSTED, one).ok
+    deep = view.with_values(norm="post", layers=sweeps.DEFAULT_GRIDS["layers"][-1]).cfg
+    deepest = budget.cost("sweep", deep, points=len(points), block=block)
+    assert default.seconds < deepest.seconds and not budget.check(deepest, HOSTED, one).ok
+    five = budget.check(budget.cost("depth", one, depth=2, seeds=5, block=block), HOSTED, one)
+    assert not five.ok and "this server allows" in five.reason
+
+
 def test_a_view_stops_once_its_computations_pass_the_work_bound():
     """Whatever the estimate missed, a run's priced computations stop at the next checkpoint once
     they have used more CPU than the bound (here 0.1 s); what was computed stays cached, and a
@@ -155,7 +176,7 @@ def test_a_view_stops_once_its_computations_pass_the_work_bound():
             np.linalg.eigvalsh(a + a.T)
         return np.zeros(4)
 
-    store = cache.Store(budget.Ledger(2**30), work_limit=0.1, profile="test")
+    store = cache.Store(gates.Ledger(2**30), work_limit=0.1, profile="test")
     status = progress.open_status("the test sweep")
     try:
         store.get(("free",), burn, 64, "unpriced")            # no estimate: not charged
@@ -241,7 +262,7 @@ def test_run_log_times_each_script_run_only_when_asked(monkeypatch, capfd):
 def test_the_store_logs_each_result_it_computes_once(monkeypatch, capfd):
     """One ``hessviz-compute`` line per computation, none for a result served from the store; the
     same key gives the same digest (how the load test finds a result computed twice)."""
-    store = cache.Store(budget.Ledger(2**20))
+    store = cache.Store(gates.Ledger(2**20))
     store.get(("quiet",), lambda: np.ones(2), 64, "x")
     assert capfd.readouterr().err == ""
     monkeypatch.setenv(runlog.ENV, "1")
@@ -277,7 +298,7 @@ def test_figures_are_laid_out_once_in_the_theme_they_are_drawn_in():
 
 
 def test_gate_queues_in_arrival_order_and_reports_places():
-    gate = budget.Gate(1)
+    gate = gates.Gate(1)
     places: dict[str, list[int]] = {"b": [], "c": []}
     order: list[str] = []
     release = threading.Event()
@@ -311,7 +332,7 @@ def test_gate_queues_in_arrival_order_and_reports_places():
 
 
 def test_gate_forgets_a_visitor_who_gives_up():
-    gate = budget.Gate(1)
+    gate = gates.Gate(1)
     outcome = []
 
     class Left(Exception):
@@ -350,7 +371,7 @@ class _LeavesWhenQueued(_LeavesAfter):
 def test_light_work_does_not_queue_behind_heavy_work():
     """With every heavy slot taken, a computation under ``LIGHT_SECONDS`` runs at once; a heavy one
     queues (and its visitor, told their place, leaves)."""
-    store = cache.Store(budget.Ledger(2**20))
+    store = cache.Store(gates.Ledger(2**20))
     release = threading.Event()
     holders = [threading.Event() for _ in range(cache.GATE.slots)]
     threads = [threading.Thread(target=_hold, args=(ready, release)) for ready in holders]
@@ -379,7 +400,7 @@ def _hold(ready: threading.Event, release: threading.Event) -> None:
 
 
 def test_store_is_bounded_by_bytes_and_evicts_least_recent():
-    ledger = budget.Ledger(3 * 2**20)
+    ledger = gates.Ledger(3 * 2**20)
     store = cache.Store(ledger)
     mib = lambda: np.zeros(2**17)                             # noqa: E731 - 1 MiB of float64
     for k in range(5):
@@ -394,11 +415,11 @@ def test_store_is_bounded_by_bytes_and_evicts_least_recent():
 
 
 def test_ledger_nested_reservation_does_not_wait_and_small_results_outlive_large():
-    ledger = budget.Ledger(100)
+    ledger = gates.Ledger(100)
     with ledger.reserve(80, "a spectrum"), ledger.reserve(50, "its term"):   # would deadlock if it waited
         assert ledger.in_flight == 130
     assert ledger.in_flight == 0
-    store = cache.Store(budget.Ledger(10 * 2**20))
+    store = cache.Store(gates.Ledger(10 * 2**20))
     store.get(("small",), lambda: np.zeros(8), 64, "a sweep point")
     for k in range(3):
         store.get(("big", k), lambda: np.zeros(2**19), 4 * 2**20, "a term")   # 4 MiB each
@@ -409,7 +430,7 @@ def test_ledger_keeps_the_cache_while_work_in_flight_leaves_no_room():
     """Another visitor's computation holds 70 of 100 MiB: a 50 MiB reservation waits for it and
     leaves the 28 MiB of cached results alone (emptying the cache would not have made room);
     once that computation ends, there is room for both."""
-    ledger = budget.Ledger(100 * 2**20)
+    ledger = gates.Ledger(100 * 2**20)
     store = cache.Store(ledger)
     for k in range(4):
         store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * 2**20, "a result")   # 7 MiB each
@@ -443,7 +464,7 @@ def test_ledger_keeps_the_measured_process_under_its_ceiling():
     the cache kept, then evicts; with nothing left to evict and nothing in flight it goes ahead."""
     mib = 2**20
     base = [80 * mib]
-    ledger = budget.Ledger(100 * mib, ceiling=173 * mib, rss=lambda: base[0] + ledger.cached)
+    ledger = gates.Ledger(100 * mib, ceiling=173 * mib, rss=lambda: base[0] + ledger.cached)
     store = cache.Store(ledger)
     for k in range(4):
         store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * mib, "a result")   # 7 MiB each
@@ -473,16 +494,16 @@ def test_ledger_keeps_the_measured_process_under_its_ceiling():
     store.clear()
     with ledger.reserve(10 * mib, "a view", poll=0.01):
         assert ledger.in_flight == 10 * mib
-    assert budget.Ledger(10, rss=lambda: 10**12).process_over(5) == 0      # no ceiling: not measured
+    assert gates.Ledger(10, rss=lambda: 10**12).process_over(5) == 0      # no ceiling: not measured
 
 
 @pytest.mark.slow  # a load test
 def test_memory_stays_bounded_over_thirty_views():
     """Thirty distinct views through one store: what the process holds grows by the store's bound,
     not by thirty Hessians (6 MiB each here, 180 MiB in all)."""
-    ledger = budget.Ledger(24 * 2**20)
+    ledger = gates.Ledger(24 * 2**20)
     store = cache.Store(ledger)
-    start = budget.rss_bytes()
+    start = gates.rss_bytes()
     for i in range(30):
         view = state.View.from_values({"L": 8, "d": 12, "dk": 4 + i % 8, "dff": 24, "seed": 500 + i})
 
@@ -490,15 +511,15 @@ def test_memory_stays_bounded_over_thirty_views():
             params, X, Y = view.inputs
             return hv.hessian(view.cfg, params, X, Y).term("full").numpy()
 
-        store.get(("term", view.key), compute, budget.term_cost(view.cfg).bytes, "a term")
+        store.get(("term", view.key), compute, cost.term_cost(view.cfg).bytes, "a term")
         assert ledger.cached <= ledger.capacity
     assert len(store) < 30
     if start:                                   # /proc available
-        assert budget.rss_bytes() - start < ledger.capacity + 64 * 2**20
+        assert gates.rss_bytes() - start < ledger.capacity + 64 * 2**20
 
 
 def test_store_shares_one_computation_between_visitors():
-    store = cache.Store(budget.Ledger(2**30))
+    store = cache.Store(gates.Ledger(2**30))
     calls = []
 
     def slow():

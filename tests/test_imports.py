@@ -74,3 +74,110 @@ def test_the_finder_sees_a_circle():
 
 def test_no_import_circles():
     assert _cycles(_edges(_modules())) == []
+
+
+# ----------------------------------------------------------------------------- no arrows back up
+
+LIBRARY_BASE = ("hessviz.ops", "hessviz.terms", "hessviz.config", "hessviz.errors", "hessviz.placements",
+                "hessviz.record", "hessviz.kron", "hessviz.chain", "hessviz.weights")
+"""The math every engine reads: it imports nothing built on it."""
+BUILT_ON = ("hessviz.api", "hessviz.result", "hessviz.matfree", "hessviz.pretrained", "hessviz.experiments",
+            "hessviz.plots", "hessviz.sweeps", "hessviz.app", "hessviz.cli", "hessviz.bench", "hessviz.cost",
+            "hessviz.stack", "hessviz.assembly")
+TOP = ("hessviz.app", "hessviz.experiments", "hessviz.cli", "hessviz.__main__")
+"""Nothing below these imports them: the app, the claims and the command line use the library."""
+
+
+def _imported_roots(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports, at any level of its body."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_the_library_never_imports_the_app_or_streamlit():
+    mods = _modules()
+    edges = _edges(mods)
+    outside = {m: p for m, p in mods.items() if not m.startswith("hessviz.app")}
+    assert not {m: sorted(t for t in edges[m] if t.startswith("hessviz.app")) for m in outside
+                if any(t.startswith("hessviz.app") for t in edges[m])}
+    assert not [m for m, p in outside.items() if "streamlit" in _imported_roots(p)]
+
+
+def test_no_arrow_runs_back_up():
+    edges = _edges(_modules())
+    up = {m: sorted(t for t in out if t.startswith(TOP)) for m, out in edges.items()
+          if not m.startswith(TOP) and any(t.startswith(TOP) for t in out)}
+    assert up == {}
+    base = {m: sorted(t for t in out if t.startswith(BUILT_ON) or t == "hessviz")
+            for m, out in edges.items() if m.startswith(LIBRARY_BASE)}
+    assert {m: t for m, t in base.items() if t} == {}
+
+
+def test_the_checks_see_an_arrow_up():
+    """The rules above are not vacuous: the app imports the library, and the library base has members."""
+    edges = _edges(_modules())
+    assert any(t.startswith("hessviz.cost") for t in edges["hessviz.app.budget"])
+    assert [m for m in edges if m.startswith(LIBRARY_BASE)]
+
+
+# ----------------------------------------------------------------------------- page names
+
+
+def _page_names() -> set[str]:
+    """The url paths of :mod:`hessviz.app.registry`'s pages and :data:`hessviz.app.budget.KINDS`,
+    read from the source (importing the app loads Streamlit, plotly and pandas)."""
+    names = set()
+    for node in ast.walk(ast.parse((ROOT / "app" / "registry.py").read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "PageSpec":
+            names.add(node.args[3].value)
+    for node in ast.parse((ROOT / "app" / "budget.py").read_text()).body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets] == ["KINDS"]:
+            names |= {e.value for e in node.value.elts}
+    return names
+
+
+def _compared_strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, s)`` of every string constant compared against (``==``, ``in``, ``match``), the
+    way a module branches on a name."""
+    found = []
+    for node in ast.walk(tree):
+        sides = []
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+        elif isinstance(node, ast.match_case):
+            sides = [node.pattern]
+        for side in sides:
+            for sub in ast.walk(side):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    found.append((sub.lineno, sub.value))
+    return found
+
+
+def test_no_module_outside_the_app_branches_on_a_page_name():
+    """The pages' names and the budget's kinds of view are the app's: the library's cost estimates
+    are per computation (``hessviz/cost.py`` holds none of them at all), and no module outside
+    ``hessviz/app/`` compares a value with one (claim ids and CLI commands that share a word with a
+    page are names of their own and are not compared with)."""
+    names = _page_names()
+    assert {"map", "learn", "heterogeneity", "spectrum"} <= names
+    cost = ast.parse((ROOT / "cost.py").read_text())
+    assert not [n.value for n in ast.walk(cost) if isinstance(n, ast.Constant) and n.value in names]
+    hits = {}
+    for path in ROOT.rglob("*.py"):
+        if path.relative_to(ROOT).parts[0] == "app":
+            continue
+        found = [(line, s) for line, s in _compared_strings(ast.parse(path.read_text())) if s in names]
+        if found:
+            hits[str(path.relative_to(ROOT))] = found
+    assert hits == {}
+
+
+def test_the_page_name_check_sees_a_branch():
+    tree = ast.parse('def cost(kind):\n    if kind == "map":\n        return 1\n'
+                     '    return kind in ("learn",)\n')
+    assert [s for _, s in _compared_strings(tree)] == ["map", "learn"]

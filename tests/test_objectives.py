@@ -130,3 +130,22 @@ def test_cosine_objective_through_a_real_layer_matches_autograd():
         return 1 - torch.nn.functional.cosine_similarity(Z.mean(0), other, dim=0)
     ref = hessian(f)(params["b_V"][idx])
     assert (ours - ref).abs().max().item() <= 1e-9 * ref.abs().max().item()
+
+
+def test_the_loss_key_protocol_is_the_librarys():
+    """``synthetic``, ``next-token`` and ``cosine:<sentence>``: named by the library, read back by
+    it, and anything else refused naming ``loss``; the families' own objectives are one table."""
+    from hessviz.errors import ConfigError
+    from hessviz.pretrained import loss_keys as ob
+
+    assert ob.loss_key(ob.SIMILARITY, "A ship.") == "cosine:A ship."
+    assert ob.parse_loss(ob.loss_key(ob.SIMILARITY, "A ship.")) == ob.LossChoice("cosine", "A ship.")
+    assert ob.parse_loss("cosine:") == ob.LossChoice("cosine", "")
+    assert ob.parse_loss(ob.loss_key(ob.NEXT)).own and not ob.parse_loss(ob.loss_key("synthetic")).own
+    for bad in ("cosine", "next token", "mse", ""):
+        with pytest.raises(ConfigError, match="loss must be"):
+            ob.parse_loss(bad)
+    with pytest.raises(ConfigError, match="loss must be"):
+        ob.loss_key("similarity")
+    own = [ob.own_objective(t) for t in ("bert", "gpt2", "t5")]
+    assert own == [ob.SIMILARITY, ob.NEXT, None]

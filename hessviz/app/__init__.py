@@ -24,11 +24,12 @@ figures from :mod:`hessviz.plots`. The shared pieces live here::
 A page that does not use the block's shared controls (the Real model page) calls
 :func:`link_only` instead of :func:`sidebar`; :func:`text` is a URL-bound text box.
 
-Shared URL keys: every ``url`` of :data:`hessviz.config.SETTINGS` shown in the app (``L d dk dff
-heads norm act loss wo bias affine causal layers eps xnorm seed``); they carry over from page to
-page. Page controls made with :func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider`
-and :func:`text` live in the URL under their own ``key`` too and appear in the sidebar's "link to
-this view"; pick page keys that do not clash with the shared ones (prefix them, e.g. ``opt_lr``).
+Shared URL keys: :data:`hessviz.app.state.SHARED_KEYS`, the ``url`` of every setting of
+:data:`hessviz.config.SETTINGS` the app shows (the block's fields it offers, ``xnorm`` and ``seed``; not
+listed here, so the list cannot go stale); they carry over from page to page. Page controls made with
+:func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider` and :func:`text` live in the
+URL under their own ``key`` too and appear in the sidebar's "link to this view"; pick page keys
+that do not clash with the shared ones (prefix them, e.g. ``opt_lr``).
 Lesson links add ``hide=`` (keys, or ``sidebar``) and ``present=1``. The rules are
 :mod:`hessviz.app.address`; ``app.py`` starts each run with :func:`begin_run` and :func:`open_page`.
 
@@ -37,9 +38,11 @@ Every cache is in :mod:`hessviz.app.cache` (``term``, ``block_norms``, ``spectru
 pages' studies, and the Real model page's ``real_stack``, ``real_states``, ``real_tokens``,
 ``real_config``, ``real_attention``, ``real_window``, ``real_gradients`` and ``real_block_table``,
 which read the precomputed default views first, :mod:`hessviz.app.real_model`): one server-wide
-store bounded by bytes under the limits of :mod:`hessviz.budget`; pages define none. :func:`verdict` asks the
-budget without drawing (to choose between a dense and a matrix-free method); :func:`afford`
-asks and refuses.
+store bounded by bytes under the limits of :mod:`hessviz.app.profiles`, held by the gates of
+:mod:`hessviz.app.gates`; pages define none. :func:`verdict` asks the budget
+(:mod:`hessviz.app.budget`) without drawing (to choose between a dense and a matrix-free method);
+:func:`afford` asks and refuses. The app's policy (profiles, budget, gates) lives here only: the
+library gives neutral costs per computation (:mod:`hessviz.cost`) and never names a page.
 The page list (titles, icons, URL paths) is :mod:`hessviz.app.registry`.
 
 Importing this package also imports everything the pages need (:data:`PRELOAD`), so that

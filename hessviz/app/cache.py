@@ -5,13 +5,16 @@ tensors, so the cache key is the URL state). Results are CPU numpy arrays (or di
 them) marked read-only; pages must not modify them.
 
 The store (:data:`STORE`) is shared by every session and bounded by **bytes**, together
-with the results being computed, by the server-wide :class:`hessviz.budget.Ledger`
+with the results being computed, by the server-wide :class:`hessviz.app.gates.Ledger`
 (:data:`LEDGER`): a new result first evicts the least recently used ones. At most
-:attr:`~hessviz.budget.Limits.heavy` computations run at once (:data:`GATE`); other
+:attr:`~hessviz.app.profiles.Limits.heavy` computations run at once (:data:`GATE`); other
 visitors see their place in the queue. Two visitors asking for the same result share
 one computation. Long computations run in chunks and call
 :func:`hessviz.app.progress.current` between them, so they stop when the visitor leaves
 or moves a control. :func:`clear` empties everything (the sidebar's button).
+
+Each function here is a key, a call of the library and a store: what is computed (and the
+statistics drawn) is the library's; the reserve and the seconds come from :mod:`hessviz.cost`.
 """
 
 from __future__ import annotations
@@ -31,21 +34,22 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz import budget, spectra, sweeps
-from hessviz.app import runlog
+from hessviz import cost, spectra, sweeps
+from hessviz.app import budget, gates, profiles, runlog
 from hessviz.app.progress import current
 from hessviz.app.state import View, device
 from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
-from hessviz.pretrained import explore, precomputed
+from hessviz.matfree import estimates
+from hessviz.pretrained import explore, loss_keys, precomputed
 from hessviz.verify import compare
 
-if budget.profile_name() == "hosted":
-    budget.tune_allocator()
-LIMITS = budget.limits_from_env()
+if profiles.profile_name() == "hosted":
+    gates.tune_allocator()
+LIMITS = profiles.limits_from_env()
 """The limits of this server (``HESSVIZ_PROFILE``), read once when the app starts."""
-LEDGER = budget.Ledger(LIMITS.results_bytes, LIMITS.process_bytes)
-GATE = budget.Gate(LIMITS.heavy)
+LEDGER = gates.Ledger(LIMITS.results_bytes, LIMITS.process_bytes)
+GATE = gates.Gate(LIMITS.heavy)
 _AUTOGRAD = threading.Lock()
 """torch.func's forward-mode state is per process, not per thread: one autograd reference at a time."""
 
@@ -82,14 +86,14 @@ def _readonly(value):
 
 
 class Store:
-    """A least-recently-used map bounded by the bytes of the :class:`~hessviz.budget.Ledger`.
+    """A least-recently-used map bounded by the bytes of the :class:`~hessviz.app.gates.Ledger`.
 
     ``work_limit``: CPU seconds one script run's computations may use before the next one stops
     it (:meth:`hessviz.app.progress.Status.charge`). Only computations given a cost estimate
     (``seconds`` of :meth:`get`: the budget priced them) are charged, a computation inside another
     (a spectrum's term) once, with the outer one; waiting for another visitor's costs nothing."""
 
-    def __init__(self, ledger: budget.Ledger, work_limit: float = math.inf, profile: str = ""):
+    def __init__(self, ledger: gates.Ledger, work_limit: float = math.inf, profile: str = ""):
         self.ledger = ledger
         self.work_limit, self.profile = work_limit, profile
         self._depth = threading.local()
@@ -120,7 +124,7 @@ class Store:
                         break
                     freed += self._items.pop(key)[1]
         self.ledger.add_cached(-freed)
-        budget.trim_memory()
+        gates.trim_memory()
         return freed
 
     def items(self) -> list[tuple[tuple, object]]:
@@ -137,7 +141,7 @@ class Store:
     def get(self, key: tuple, compute: Callable[[], object], reserve: int, what: str,
             seconds: float = math.inf) -> object:
         """The cached value of ``key``, or ``compute()`` it holding ``reserve`` bytes and, when its
-        estimated work ``seconds`` (core-seconds) is not under :data:`hessviz.budget.LIGHT_SECONDS`,
+        estimated work ``seconds`` (core-seconds) is not under :data:`hessviz.app.budget.LIGHT_SECONDS`,
         a heavy slot of :data:`GATE`."""
         status = current()
         while True:
@@ -180,7 +184,7 @@ class Store:
         finally:
             with self._lock:
                 self._computing.pop(key).set()
-            budget.trim_memory()          # the computation's temporaries go back to the system
+            gates.trim_memory()          # the computation's temporaries go back to the system
 
 
 STORE = Store(LEDGER, budget.WORK_FACTOR * LIMITS.max_seconds, LIMITS.profile)
@@ -213,7 +217,7 @@ def term(key: tuple, term: str) -> np.ndarray:
         params, X, Y = view.inputs
         return hv.hessian(view.cfg, params, X, Y).term(term).detach().cpu().numpy()
 
-    c = budget.term_cost(view.cfg)
+    c = cost.term_cost(view.cfg)
     return STORE.get(("term", key, term), compute, c.bytes, f"the {term} Hessian (P = {view.num_params:,})",
                      c.seconds)
 
@@ -243,7 +247,7 @@ def block_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
         return spectra.block_norm_matrix(_tensor(term(key, term_name)), offsets(key), kind)
 
     return STORE.get(("block_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2, "the block norms",
-                     budget.block_norms_cost(_view(key).cfg))
+                     cost.block_norms_cost(_view(key).cfg))
 
 
 def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra.DENSE_LIMIT) -> dict:
@@ -265,7 +269,7 @@ def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra
 
     return STORE.get(("spectrum", key, term_name, k, dense_limit), compute, 2 * 8 * cfg.num_params ** 2,
                      f"the eigenvalues of the {term_name} term",
-                     budget.eig_cost(cfg.num_params, dense_limit, k, rank))
+                     cost.eig_cost(cfg.num_params, dense_limit, k, rank))
 
 
 def verify(key: tuple, nonce: int = 0) -> dict:
@@ -280,11 +284,11 @@ def verify(key: tuple, nonce: int = 0) -> dict:
         with _AUTOGRAD:
             out = compare(view.cfg, params, X, Y, repeats=LIMITS.timing_repeats)
         return {"names": out.names, "rel_err": out.block_errors, "times": out.seconds,
-                "whole": out.whole_errors}
+                "whole": out.whole_errors, "worst": out.worst_block, "agrees": out.agrees,
+                "speedup": out.speedup}
 
-    cost = budget.cost("verify", view.cfg, repeats=LIMITS.timing_repeats)
-    return STORE.get(("verify", key, nonce), compute, cost.bytes, "the comparison with autograd",
-                     cost.seconds)
+    c = cost.compare_cost(view.cfg, LIMITS.timing_repeats)
+    return STORE.get(("verify", key, nonce), compute, c.bytes, "the comparison with autograd", c.seconds)
 
 
 # ----------------------------------------------------------------------------- sweeps
@@ -297,7 +301,7 @@ def sweep_point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[s
     block = max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
     return STORE.get(("sweep_point", fields, float(input_norm), int(seed), tuple(pair), kind, int(layer)),
                      lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind, layer),
-                     8 * 4 * block * block, "a sweep point", budget.cost("sweep", cfg, block=block).seconds)
+                     8 * 4 * block * block, "a sweep point", cost.sweep_point_cost(cfg, block))
 
 
 def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarray:
@@ -315,7 +319,7 @@ def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
         return spectra.block_norm_matrix(_tensor(term(key, term_name)), spans, kind)
 
     return STORE.get(("layer_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2,
-                     "the layer-by-layer block norms", budget.NORM_S * cfg.n_layers ** 2 * 2 * largest ** 3)
+                     "the layer-by-layer block norms", cost.NORM_S * cfg.n_layers ** 2 * 2 * largest ** 3)
 
 
 # ----------------------------------------------------------------------------- claim pages
@@ -329,23 +333,15 @@ def bounds_here(key: tuple) -> dict:
         params, X, Y = view.inputs
         return bounds_exp.case_row(view.cfg, params, X, Y, {"L": view.cfg.seq_len})
 
-    c = budget.cost("bounds", view.cfg)
+    c = cost.attention_case_cost(view.cfg)
     return STORE.get(("bounds_here", key), compute, c.bytes, "the attention bounds", c.seconds)
 
 
 def bounds_study(n: int, seed: int) -> dict:
-    """:func:`hessviz.experiments.bounds.attention_bound_study`, one configuration per chunk."""
-
-    def compute() -> dict:
-        rng = np.random.default_rng(seed)
-        rows = []
-        for i in range(n):
-            rows.append(bounds_exp.case_row(*bounds_exp.random_attention_case(rng)))
-            current().step(i + 1, n, f"Random configurations: {i + 1}/{n}")
-        return {k: np.array([r[k] for r in rows], dtype=float) for k in rows[0]}
-
-    return STORE.get(("bounds_study", int(n), int(seed)), compute, 1 << 20, "the random study",
-                     budget.CASE_S * n)
+    """:func:`hessviz.experiments.bounds.attention_bound_study`, progress after each configuration."""
+    return STORE.get(("bounds_study", int(n), int(seed)),
+                     lambda: bounds_exp.attention_bound_study(n, seed, progress=current().step), 1 << 20,
+                     "the random study", cost.CASE_S * n)
 
 
 def ln_bounds_study(n: int, seed: int) -> dict:
@@ -354,48 +350,25 @@ def ln_bounds_study(n: int, seed: int) -> dict:
                      1 << 20, "the LayerNorm study")
 
 
-def _stack_seeds(parts: list[dict]) -> dict:
-    """Per-seed results of the σ sweeps, ``(1, n)`` each, stacked to ``(n_seeds, n)``."""
-    out = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0] if k != "sigma"}
-    out["sigma"] = parts[0]["sigma"]
-    return out
-
-
 def ln_sweep(sig: tuple, eps: float, m: int, n: int, seeds: tuple) -> dict:
-    """:func:`hessviz.experiments.ln_collapse.ln_sweep`, one seed per chunk."""
-
-    def compute() -> dict:
-        parts = []
-        for i, s in enumerate(seeds):
-            parts.append(ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=(s,)))
-            current().step(i + 1, len(seeds), f"Seeds: {i + 1}/{len(seeds)}")
-        return _stack_seeds(parts)
-
-    return STORE.get(("ln_sweep", sig, eps, m, n, seeds), compute, 1 << 20, "the LayerNorm sweep")
+    """:func:`hessviz.experiments.ln_collapse.ln_sweep`, progress after each seed."""
+    return STORE.get(("ln_sweep", sig, eps, m, n, seeds),
+                     lambda: ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=seeds,
+                                                  progress=current().step),
+                     1 << 20, "the LayerNorm sweep")
 
 
 def ln_block_sweep(sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int, dff: int, xnorm: float,
                    whole: bool) -> dict:
-    """:func:`hessviz.experiments.ln_collapse.block_sweep`, one (seed, σ) point per chunk."""
+    """:func:`hessviz.experiments.ln_collapse.block_sweep`, progress after each (seed, σ) point."""
     cfg = hv.BlockConfig(seq_len=L, d_model=d, d_k=dk, d_ff=dff, norm="post", ln_eps=eps)
 
     def compute() -> dict:
-        total, done, rows = len(seeds) * len(sig), 0, []
-        for s in seeds:
-            cols = []
-            for g in sig:
-                cols.append(ln_collapse.block_sweep([g], eps, (s,), seq_len=L, d_model=d, d_k=dk, d_ff=dff,
-                                                    input_norm=xnorm, whole=whole))
-                done += 1
-                current().step(done, total, f"Post-LN blocks: {done}/{total}")
-            rows.append({k: np.concatenate([c[k] for c in cols], axis=-1) for k in cols[0]})
-        out = _stack_seeds(rows)
-        out["sigma"] = np.asarray(sig, dtype=float)
-        return out
+        return ln_collapse.block_sweep(list(sig), eps, seeds, seq_len=L, d_model=d, d_k=dk, d_ff=dff,
+                                       input_norm=xnorm, whole=whole, progress=current().step)
 
-    c = budget.cost("ln_collapse", cfg, points=1, whole=int(whole))
-    return STORE.get(("ln_block_sweep", sig, eps, seeds, L, d, dk, dff, xnorm, whole), compute, c.bytes,
-                     "the σ sweep")
+    return STORE.get(("ln_block_sweep", sig, eps, seeds, L, d, dk, dff, xnorm, whole), compute,
+                     cost.ln_point_cost(cfg, whole).bytes, "the σ sweep")
 
 
 def heterogeneity_of(key: tuple, part: str) -> dict:
@@ -408,7 +381,7 @@ def heterogeneity_of(key: tuple, part: str) -> dict:
         return {"names": h.names, "grad": h.grad_norms, "hess": h.hess_norms, "sizes": h.sizes,
                 "gini": h.gini, "lambda_G": h.lambda_G, "lambda_P": h.lambda_P, "corr": h.correlation}
 
-    return STORE.get(("heterogeneity", key, part), compute, budget.term_cost(view.cfg).bytes * 2,
+    return STORE.get(("heterogeneity", key, part), compute, cost.term_cost(view.cfg).bytes * 2,
                      "the gradient heterogeneity")
 
 
@@ -418,19 +391,10 @@ def training(L: int, d: int, dk: int, dff: int, seeds: tuple, steps: int, lrs: t
 
     def compute() -> dict:
         grids = {o: (lr,) for o, lr in zip(optimizers.OPTIMIZERS, lrs)}
-        placements = ("post", "pre")
-        total, done, out = len(placements) * len(seeds), 0, {}
-        for pl in placements:
-            runs = []
-            for s in seeds:
-                runs.append(optimizers.optimizer_study((s,), steps, grids, (pl,), seq_len=L, d_model=d,
-                                                       d_k=dk, d_ff=dff)[pl])
-                done += 1
-                current().step(done, total, f"Training {pl}, seed {s}: {done}/{total}")
-            out[pl] = {"gini": np.concatenate([r["gini"] for r in runs])}
-            for o in optimizers.OPTIMIZERS:
-                out[pl][o] = np.concatenate([r["curves"][o][grids[o][0]] for r in runs], axis=0)
-        return out
+        study = optimizers.optimizer_study(seeds, steps, grids, ("post", "pre"), seq_len=L, d_model=d, d_k=dk,
+                                           d_ff=dff, progress=current().step)
+        return {pl: {"gini": r["gini"], **{o: r["curves"][o][grids[o][0]] for o in optimizers.OPTIMIZERS}}
+                for pl, r in study.items()}
 
     return STORE.get(("training", L, d, dk, dff, seeds, steps, lrs), compute, 16 << 20, "the training runs")
 
@@ -456,7 +420,7 @@ def claims_quick(nonce: int) -> list[dict]:
 
 # ----------------------------------------------------------------------------- matrix-free views
 
-SLQ_GROUP_BYTES = 64 << 20
+SLQ_GROUP_BYTES = estimates.GROUP_BYTES
 """Lanczos bases held at once by the SLQ density (probes run in groups that fit; one at least)."""
 
 
@@ -490,66 +454,18 @@ def _result(view: View):
     return hv.hessian(view.cfg, params, X, Y)
 
 
-def _slq_summary(d) -> dict:
-    """Per-probe SLQ estimates (mean and standard error over probes) of the trace, the share of
-    negative eigenvalues and the negative mass ``Σ_{λ<0}|λ| / Σ|λ|``."""
-    P, tol = d.size, 1e-10 * float(np.max(np.abs(d.all_nodes)))     # round-off is not curvature
-    trace = np.array([P * float(np.sum(w * x)) for x, w in zip(d.nodes, d.weights)])
-    share = np.array([float(np.sum(w[x < -tol])) for x, w in zip(d.nodes, d.weights)])
-    absolute = np.array([float(np.sum(w * np.abs(x))) for x, w in zip(d.nodes, d.weights)])
-    negative = np.array([float(np.sum((w * np.abs(x))[x < -tol])) for x, w in zip(d.nodes, d.weights)])
-    mass = negative / np.where(absolute > 0, absolute, 1.0)
-
-    def se(a: np.ndarray) -> float:
-        return float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")
-
-    return {"trace": float(trace.mean()), "trace_se": se(trace), "negative_share": float(share.mean()),
-            "negative_share_se": se(share), "negative_mass": float(mass.mean()), "negative_mass_se": se(mass)}
-
-
 def matfree_spectrum(key: tuple, term_name: str, k: int, probes: int, steps: int, seed: int = 0) -> dict:
-    """Matrix-free spectrum of one term: the ``k`` largest and ``k`` smallest eigenvalues by
-    Lanczos (:func:`hessviz.matfree.eigenpairs`; ``bottom`` is None for the outer term when
-    its rank bound ``L·d`` leaves ``k`` zero eigenvalues) and the SLQ density with ``probes`` probes of
-    ``steps`` steps (:func:`hessviz.matfree.density`, probes in groups that fit
-    :data:`SLQ_GROUP_BYTES`; group ``i`` uses seed ``seed + i``), with its per-probe summaries.
-    No dense term is formed."""
-    from hessviz import matfree
-
+    """:func:`hessviz.matfree.estimates.term_spectrum` of one term of the view: Lanczos extremes and
+    the SLQ density (probes in groups that fit :data:`SLQ_GROUP_BYTES`) with its per-probe
+    summaries. No dense term is formed."""
     view = _view(key)
-    cfg = view.cfg
-    group = budget.slq_group(cfg, probes, steps, SLQ_GROUP_BYTES)
-    n_groups = -(-probes // group)
-    stages, eig_products = 2 + n_groups, budget.lanczos_products(k)
-    rank = cfg.seq_len * cfg.d_model
 
     def compute() -> dict:
-        res = _result(view)
-        out = {"k": k, "probes": probes, "steps": steps, "seed": seed, "size": res.size, "term": term_name}
-        for i, which in enumerate(("top", "bottom")):
-            if which == "bottom" and term_name == "outer" and rank + k < res.size:
-                out[which] = None    # JᵀAJ ⪰ 0 with rank ≤ L·d: its k smallest are 0, Lanczos stalls on them
-                continue
-            e = matfree.eigenpairs(res, term_name, k, which, seed=seed,
-                                   progress=_Reporter(i, stages, eig_products, f"{term_name}: {which}-{k} λ"))
-            out[which] = {"values": e.values, "matvecs": e.matvecs, "seconds": e.seconds, "method": e.method}
-        nodes, weights, matvecs, seconds = [], [], 0, 0.0
-        for g in range(n_groups):
-            count = min(group, probes - g * group)
-            d = matfree.density(res, term_name, count, steps, seed=seed + g,
-                                progress=_Reporter(2 + g, stages, count * steps, f"{term_name}: SLQ density"))
-            nodes += d.nodes
-            weights += d.weights
-            matvecs, seconds = matvecs + d.matvecs, seconds + d.seconds
-        dens = dataclasses.replace(d, nodes=nodes, weights=weights, matvecs=matvecs, seconds=seconds)
-        grid, phi = dens.curve()
-        out["density"] = {"grid": grid, "curve": phi, "nodes": np.concatenate(nodes),
-                          "weights": dens.all_weights, "matvecs": matvecs, "seconds": seconds,
-                          "method": dens.method, "group": group, **_slq_summary(dens)}
-        return out
+        return estimates.term_spectrum(_result(view), term_name, k, probes, steps, seed=seed,
+                                       group_bytes=SLQ_GROUP_BYTES,
+                                       progress=_Reporter(0, 1, 1, "Matrix-free spectrum"))
 
-    c = budget.cost("spectrum_matfree", cfg, k=k, probes=probes, steps=steps, terms=1,
-                    group_bytes=SLQ_GROUP_BYTES)
+    c = cost.matfree_spectrum_cost(view.cfg, k, probes, steps, SLQ_GROUP_BYTES)
     return STORE.get(("matfree_spectrum", key, term_name, k, probes, steps, seed), compute, c.bytes,
                      f"the matrix-free spectrum of the {term_name} term")
 
@@ -557,20 +473,21 @@ def matfree_spectrum(key: tuple, term_name: str, k: int, probes: int, steps: int
 def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int = 30, seed: int = 0) -> dict:
     """:func:`hessviz.matfree.block_table`: per block (every weight, or every head) the top
     eigenvalue and the trace of ``H[b, b]``; exact for blocks up to
-    :data:`hessviz.budget.EXACT_BLOCK` entries, else Lanczos and Hutch++ (``samples`` products)."""
+    :data:`hessviz.matfree.estimates.EXACT_BLOCK` entries, else Lanczos and Hutch++ (``samples``
+    products)."""
     from hessviz import matfree
 
     view = _view(key)
-    blocks = budget.block_list(view.cfg, by_head)
+    blocks = estimates.block_list(view.cfg, by_head)
 
     def compute() -> dict:
         res = _result(view)
         t = matfree.block_table(res, term_name, [b for b, _ in blocks], trace_samples=samples,
-                                exact_limit=budget.EXACT_BLOCK, seed=seed,
+                                exact_limit=estimates.EXACT_BLOCK, seed=seed,
                                 progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
         return explore.table_arrays(t)
 
-    c = budget.cost("heterogeneity", view.cfg, samples=samples, by_head=int(by_head))
+    c = cost.block_table_cost(view.cfg, samples, by_head)
     return STORE.get(("block_table", key, term_name, by_head, samples, seed), compute, c.bytes,
                      f"the heterogeneity table of the {term_name} term")
 
@@ -662,9 +579,9 @@ def real_config(model: str, text: str) -> hv.BlockConfig:
     return dataclasses.replace(pretrained.model_info(model).block, seq_len=len(real_tokens(model, text)))
 
 
-SYNTHETIC = "synthetic"
+SYNTHETIC = loss_keys.SYNTHETIC
 """The loss key of the app's synthetic target; ``"cosine:<other sentence>"`` and ``"next-token"``
-name a model's own objective (:mod:`hessviz.pretrained.objectives`, on the last layer)."""
+name a model's own objective (:func:`hessviz.pretrained.loss_keys.parse_loss`, on the last layer)."""
 
 
 def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHETIC) -> tuple:
@@ -673,26 +590,21 @@ def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHE
     synthetic target (seeded :func:`hessviz.sample_inputs` for the layer's loss, ``mse``:
     ``Y ~ N(0, 1)``) and ``custom`` is None; otherwise ``Y`` is None and ``custom`` the model's own
     objective at the layer's output as a :class:`hessviz.CustomLoss` (the last layer only)."""
-    from hessviz.pretrained import objectives
-
     cfg, params = real_stack(model)[layer]
     states = real_states(model, text)
     X = _tensor(states["states"][layer]).to(device())
     cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
-    if loss == SYNTHETIC:
+    choice = loss_keys.parse_loss(loss)
+    if not choice.own:
         _, Y = hv.sample_inputs(cfg, seed=seed, device=device())
         return cfg, params, X, Y, None
     if layer != len(real_stack(model)) - 1:
-        raise hv.ConfigError(f"loss {loss.partition(':')[0]!r} is the model's objective on its last hidden "
+        raise hv.ConfigError(f"loss {choice.kind!r} is the model's objective on its last hidden "
                              f"states: choose layer {len(real_stack(model)) - 1}")
     Z = _tensor(states["states"][layer + 1]).to(device())
-    if loss.startswith("cosine:"):
-        other = _tensor(real_states(model, loss.partition(":")[2])["states"][-1]).to(device())
-        obj = objectives.cosine_loss(Z, objectives.mean_pooled(other))
-    elif loss == "next-token":
-        obj = objectives.next_token_loss(Z, states["ids"].tolist(), real_head(model))
-    else:
-        raise hv.ConfigError(f"loss must be 'synthetic', 'cosine:<sentence>' or 'next-token', got {loss!r}")
+    obj = loss_keys.objective_at(choice, Z, states["ids"].tolist(),
+                                 lambda other: _tensor(real_states(model, other)["states"][-1]).to(device()),
+                                 lambda: real_head(model))
     return cfg, params, X, None, obj.custom_loss()
 
 
@@ -734,7 +646,7 @@ def real_window(model: str, layer: int, text: str, seed: int, name: str, start: 
                                     progress=_Reporter(0, 1, size, f"{name} block"))}
 
     key = window_key(model, layer, text, seed, name, start, size, term_name, loss)
-    reserve = explore.window_bytes(real_config(model, text), name, size)
+    reserve = cost.window_bytes(real_config(model, text), name, size)
     return _real(key, compute, reserve, f"the Hessian block of {name}")["B"]
 
 

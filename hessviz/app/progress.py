@@ -8,8 +8,8 @@ script thread. The caches call :func:`current` between chunks of work:
 * :meth:`Status.waiting` shows the visitor's place in the queue of heavy computations;
 * :meth:`Status.step` draws a progress bar;
 * :meth:`Status.charge` adds the CPU a computation used, and :meth:`Status.checkpoint` raises
-  :class:`hessviz.budget.OverBudget` once the run's computations are over
-  :data:`hessviz.budget.WORK_FACTOR` times the per-view limit (the guard shows it in one line).
+  :class:`hessviz.app.budget.OverBudget` once the run's computations are over
+  :data:`hessviz.app.budget.WORK_FACTOR` times the per-view limit (the guard shows it in one line).
 
 Each of them writes to a Streamlit placeholder. Writing is also how Streamlit interrupts a
 run whose controls have moved (``runner.fastReruns``): the write raises Streamlit's rerun
@@ -28,7 +28,7 @@ import streamlit as st
 from streamlit import runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from hessviz import budget
+from hessviz.app import budget
 
 _local = threading.local()
 
@@ -96,7 +96,7 @@ class Status:
 
     def charge(self, seconds: float, limit: float, profile: str = "") -> None:
         """Add ``seconds`` of CPU that this run's computations used; the next :meth:`checkpoint`
-        raises :class:`hessviz.budget.OverBudget` once they are over ``limit``."""
+        raises :class:`hessviz.app.budget.OverBudget` once they are over ``limit``."""
         self.work += seconds
         self.work_limit, self.profile = limit, profile
 

@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hessviz import budget
-from hessviz.app import cache
+from hessviz import cost
+from hessviz.app import budget, cache
+from hessviz.app.profiles import Limits
 from hessviz.config import BlockConfig
 from hessviz.pretrained import explore, precomputed
 
@@ -57,10 +58,10 @@ def default_rows(rows: int, cols: int) -> int:
 
 def _free(what: str) -> budget.Verdict:
     """The verdict on a result already at hand (precomputed or cached): no work."""
-    return budget.Verdict(True, budget.Cost(0.0, 0, what), "", "")
+    return budget.Verdict(True, cost.Cost(0.0, 0, what), "", "")
 
 
-def window_rows(cfg: BlockConfig, name: str, n_rows: int, lim: budget.Limits,
+def window_rows(cfg: BlockConfig, name: str, n_rows: int, lim: Limits,
                 ready: Callable[[int], bool] = lambda rows: False) -> tuple[int, budget.Verdict]:
     """``(rows, verdict)``: ``n_rows`` when a window of that many rows of ``name`` is ``ready``
     (precomputed or cached) or fits ``lim``, else the most rows that do (the verdict is that of the
@@ -69,14 +70,14 @@ def window_rows(cfg: BlockConfig, name: str, n_rows: int, lim: budget.Limits,
     for k in [n_rows] + [k for k in reversed(row_counts(*cfg.shape_of(name))) if k < n_rows]:
         if ready(k):
             return k, _free(f"the exact Hessian block of {k * cols:,} entries (at hand)")
-        verdict = budget.check(explore.window_cost(cfg, name, k * cols), lim, cfg,
+        verdict = budget.check(cost.real_window_cost(cfg, name, k * cols), lim, cfg,
                                f"choose fewer rows of {name}, or a shorter text")
         if verdict.ok:
             return k, verdict
     return k, verdict
 
 
-def reduced_table(cfg: BlockConfig, by_head: bool, part: str, samples: int, lim: budget.Limits,
+def reduced_table(cfg: BlockConfig, by_head: bool, part: str, samples: int, lim: Limits,
                   ready: Callable[[tuple[str, ...], int], bool] = lambda blocks, samples: False
                   ) -> tuple[str, int, budget.Verdict]:
     """``(part, samples, verdict)``: the chosen part and products when they are ``ready`` or fit
@@ -92,7 +93,7 @@ def reduced_table(cfg: BlockConfig, by_head: bool, part: str, samples: int, lim:
             continue
         if ready(tuple(n for n, _ in blocks), s):
             return p, s, _free(f"the table of {len(blocks)} blocks (at hand)")
-        verdict = budget.check(explore.table_cost(cfg, blocks, s), lim, cfg,
+        verdict = budget.check(cost.real_table_cost(cfg, blocks, s), lim, cfg,
                                "choose blocks = weights, one part of the layer, fewer products, or a "
                                "shorter text")
         first = first or (part, samples, verdict)

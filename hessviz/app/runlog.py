@@ -24,7 +24,7 @@ computes (not per result it serves from the store or from another visitor's comp
 ``key`` is a digest of the whole cache key, so two lines with the same ``key`` are the same
 result computed twice; the load test (``tests/test_classroom_load.py``) checks that thirty
 visitors of one view share each computation, and ``heavy`` (it held a slot of the
-:class:`hessviz.budget.Gate`) how many heavy ones ran at once.
+:class:`hessviz.app.gates.Gate`) how many heavy ones ran at once.
 """
 
 from __future__ import annotations

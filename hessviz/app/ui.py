@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 import hessviz as hv
-from hessviz import budget, plots
-from hessviz.app import cache, controls, progress
+from hessviz import plots
+from hessviz.app import budget, cache, controls, progress
 from hessviz.app.state import View
 from hessviz.memory import format_bytes
 
@@ -104,10 +104,10 @@ def verdict(view: View, kind: str, *, cfg: hv.BlockConfig | None = None, **extra
 
 def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = None,
            cfg: hv.BlockConfig | None = None, **extra: float) -> bool:
-    """Ask the budget (:func:`hessviz.budget.check`, the one place every page asks) whether this
+    """Ask the budget (:func:`hessviz.app.budget.check`, the one place every page asks) whether this
     server can afford the view. If not, say why and what to change, and stop the page (or,
     with ``stop=False``, return False after a one-line note). ``kind``: one of
-    :data:`hessviz.budget.KINDS`; ``extra``: seeds, points, cases, steps… of the view;
+    :data:`hessviz.app.budget.KINDS`; ``extra``: seeds, points, cases, steps… of the view;
     ``cfg``: the block actually computed when it is not the sidebar's."""
     cfg = cfg or view.cfg
     verdict = budget.check(budget.cost(kind, cfg, **extra), cache.LIMITS, cfg, advice)

@@ -37,6 +37,7 @@ from hessviz.experiments.common import (
     SOURCES,
     Claim,
     Measurement,
+    Progress,
     Verdict,
     block_norm,
     grade,
@@ -190,10 +191,16 @@ def _stack(rows: list[dict]) -> dict[str, np.ndarray]:
     return {k: np.array([r[k] for r in rows], dtype=float) for k in rows[0]}
 
 
-def attention_bound_study(n_cases: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Bound and true norm for ``n_cases`` random attention configurations."""
+def attention_bound_study(n_cases: int, seed: int = 0, progress: Progress | None = None
+                          ) -> dict[str, np.ndarray]:
+    """Bound and true norm for ``n_cases`` random attention configurations (``progress`` after each)."""
     rng = np.random.default_rng(seed)
-    return _stack([case_row(*random_attention_case(rng)) for _ in range(n_cases)])
+    rows = []
+    for i in range(n_cases):
+        rows.append(case_row(*random_attention_case(rng)))
+        if progress is not None:
+            progress(i + 1, n_cases, f"Random configurations: {i + 1}/{n_cases}")
+    return _stack(rows)
 
 
 def _qq_outer_ratio(cfg, params, X, Y) -> float:

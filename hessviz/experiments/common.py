@@ -13,6 +13,10 @@ One tolerance per kind of comparison, used by the claims and the app's pages ali
 :data:`SLOPE_TOL` (a fitted exponent against the theory's), :data:`BOUND_RTOL` (an exact
 norm against its bound, :func:`violations`) and :data:`NEGATIVE_RTOL` (an eigenvalue
 counted as negative).
+
+The long studies take ``progress=`` (:data:`Progress`), the convention of :mod:`hessviz.matfree`:
+``progress(done, total, message)`` after each unit of work (a configuration, a seed, a point,
+a training run); an exception it raises cancels the study and propagates.
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ import numpy as np
 import torch
 
 import hessviz as hv
+from hessviz.matfree.spectral import Progress
 from hessviz.spectra import matrix_norm
+
+__all__ = ["Progress"]   # re-exported: the studies' progress callbacks (hessviz.matfree's convention)
 
 CLAIM_IDS = ("xnorm6", "placement", "seqlen", "nonconvex", "ln_collapse", "bounds", "gini", "optimizers",
              "depth")

@@ -58,6 +58,17 @@ def factor_per_layer(depths, Y) -> tuple[float, float, float]:
     return float(np.exp(m)), float(np.exp(lo)), float(np.exp(hi))
 
 
+def diagonal_share(norms) -> float:
+    """``Σ_i ‖H[θ_i, θ_i]‖² / Σ_ij ‖H[θ_i, θ_j]‖²`` of a layer-by-layer matrix of block norms
+    ``(N, N)``: 1 when the stack's Hessian is block-diagonal across layers.
+
+    >>> diagonal_share([[3.0, 0.0], [0.0, 4.0]]), round(diagonal_share([[1.0, 1.0], [1.0, 1.0]]), 12)
+    (1.0, 0.5)
+    """
+    norms = np.asarray(norms, dtype=float)
+    return float(np.sum(np.diag(norms) ** 2)) / float(np.sum(norms ** 2))
+
+
 def layer_profile(norm: str, n_layers: int, seeds, term: str = "full") -> np.ndarray:
     """``(seeds, n_layers)``: ``‖H[l_i.W_Q, l_i.W_Q]‖₂`` of ``term`` for every layer ``i`` of one stack."""
     cfg = base_config(norm, n_layers)

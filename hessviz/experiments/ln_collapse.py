@@ -28,7 +28,16 @@ import torch
 
 import hessviz as hv
 from hessviz import plots
-from hessviz.experiments.common import SLOPE_TOL, SOURCES, Claim, Measurement, Verdict, grade, violations
+from hessviz.experiments.common import (
+    SLOPE_TOL,
+    SOURCES,
+    Claim,
+    Measurement,
+    Progress,
+    Verdict,
+    grade,
+    violations,
+)
 from hessviz.fitting import center, pooled_power_law_fit
 from hessviz.ops import layernorm
 from hessviz.record import attention
@@ -75,8 +84,10 @@ def collapsing_rows(m: int, n: int, sigmas, seed: int = 0, row: int = 0) -> list
     return out
 
 
-def ln_sweep(sigmas, eps: float = 0.0, m: int = 8, n: int = 16, seeds=(0, 1, 2)) -> dict[str, np.ndarray]:
-    """Exact norms and the paper's bounds (σ read as the row std) vs the collapsing σ_min."""
+def ln_sweep(sigmas, eps: float = 0.0, m: int = 8, n: int = 16, seeds=(0, 1, 2),
+             progress: Progress | None = None) -> dict[str, np.ndarray]:
+    """Exact norms and the paper's bounds (σ read as the row std) vs the collapsing σ_min
+    (``progress`` after each seed)."""
     sigmas = np.asarray(sigmas, dtype=float)
     keys = ("J", "H", "J_bound", "H_bound", "J_bound_rownorm", "H_bound_rownorm", "sigma_min")
     out = {k: np.zeros((len(seeds), sigmas.size)) for k in keys}
@@ -90,6 +101,8 @@ def ln_sweep(sigmas, eps: float = 0.0, m: int = 8, n: int = 16, seeds=(0, 1, 2))
             out["J_bound"][i, j], out["H_bound"][i, j] = paper_ln_bounds(z, smin)
             out["J_bound_rownorm"][i, j], out["H_bound_rownorm"][i, j] = paper_ln_bounds(z, rown)
             out["sigma_min"][i, j] = smin
+        if progress is not None:
+            progress(i + 1, len(seeds), f"Seeds: {i + 1}/{len(seeds)}")
     out["sigma"] = sigmas
     return out
 
@@ -123,10 +136,12 @@ def block_sweep(
     d_ff=16,
     input_norm: float | None = None,
     whole: bool = True,
+    progress: Progress | None = None,
 ) -> dict[str, np.ndarray]:
     """Post-LN block: ``‖H‖₂`` of the full, outer and functional terms vs σ_min of the first LN input.
 
     ``whole=False`` skips the whole-matrix norms (``nan``) and keeps the cheap ``W_Q``–``W_Q`` block.
+    ``progress`` after each (seed, σ) point.
     """
     cfg = hv.BlockConfig(seq_len=seq_len, d_model=d_model, d_k=d_k, d_ff=d_ff, norm="post", ln_eps=eps)
     r = input_norm if input_norm is not None else math.sqrt(seq_len) + math.sqrt(d_model)
@@ -147,8 +162,17 @@ def block_sweep(
             for t in NAMES:
                 out[t][i, j] = matrix_norm(res.term(t)) if whole else np.nan
             out["QQ_full"][i, j] = matrix_norm(res.block("W_Q", "W_Q", "full"))
+            if progress is not None:
+                done, total = i * sigmas.size + j + 1, len(seeds) * sigmas.size
+                progress(done, total, f"Post-LN blocks: {done}/{total}")
     out["sigma"] = sigmas
     return out
+
+
+def sigma_axis(result: dict[str, np.ndarray]) -> np.ndarray:
+    """``(n_sigma,)``: the σ_min of each point of :func:`ln_sweep` or :func:`block_sweep`, the mean
+    over the seeds (``result["sigma_min"]`` is ``(n_seeds, n_sigma)``): the x axis of their figures."""
+    return np.asarray(result["sigma_min"], dtype=float).mean(0)
 
 
 FIT_RANGE = (1e-4, 1e-2)

@@ -20,8 +20,16 @@ import torch
 
 import hessviz as hv
 from hessviz import plots
-from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade, unit_entry_norm
-from hessviz.fitting import gini, spearman, t_interval
+from hessviz.experiments.common import (
+    SOURCES,
+    Claim,
+    Measurement,
+    Progress,
+    Verdict,
+    grade,
+    unit_entry_norm,
+)
+from hessviz.fitting import center, gini, spearman, t_interval
 
 OPTIMIZERS = ("SGD", "SignSGD", "Adam")
 GRIDS = {"SGD": (0.3, 1.0, 3.0, 10.0), "SignSGD": (1e-4, 3e-4, 1e-3, 3e-3), "Adam": (3e-3, 1e-2, 3e-2, 1e-1)}
@@ -106,25 +114,39 @@ def optimizer_study(
     d_k=8,
     d_ff=32,
     n_seq: int = 2,
+    progress: Progress | None = None,
 ) -> dict:
-    """``{placement: {"curves": {opt: {lr: (seeds, steps+1)}}, "gini": (seeds,)}}``."""
+    """``{placement: {"curves": {opt: {lr: (seeds, steps+1)}}, "gini": (seeds,)}}``; ``progress``
+    after each (placement, seed)'s training runs."""
     out: dict = {}
-    for pl in placements:
+    total = len(placements) * len(seeds)
+    for p, pl in enumerate(placements):
         cfg = hv.BlockConfig(seq_len=seq_len, d_model=d_model, d_k=d_k, d_ff=d_ff, norm=pl)
         curves = {o: {lr: [] for lr in grids[o]} for o in OPTIMIZERS}
         ginis = []
-        for s in seeds:
+        for i, s in enumerate(seeds):
             params, data = teacher_task(cfg, s, n_seq)
             g0 = hv.gradient(cfg, params, *data[0])  # closed form, first sequence
             ginis.append(gini([float(g[:, j].norm()) for g in g0.values() for j in range(g.shape[1])]))
             for o in OPTIMIZERS:
                 for lr in grids[o]:
                     curves[o][lr].append(train(cfg, params, data, o, lr, steps))
+            if progress is not None:
+                done = p * len(seeds) + i + 1
+                progress(done, total, f"Training {pl}, seed {s}: {done}/{total}")
         out[pl] = {
             "curves": {o: {lr: np.stack(c) for lr, c in d.items()} for o, d in curves.items()},
             "gini": np.asarray(ginis),
         }
     return out
+
+
+def runs_summary(runs: dict) -> dict:
+    """``{"gini": mean over seeds, "final": {optimizer: geometric mean over seeds of the final loss}}``
+    of one placement's runs ``{"gini": (seeds,), optimizer: (seeds, steps + 1)}`` (the app's training
+    view)."""
+    return {"gini": float(np.mean(runs["gini"])),
+            "final": {o: float(center(runs[o][:, -1:], "geomean")[0]) for o in OPTIMIZERS}}
 
 
 def best_lr(curves: dict[float, np.ndarray]) -> float:

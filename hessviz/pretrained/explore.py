@@ -16,7 +16,8 @@ r"""What the "Real model" page draws for one layer of a real model on one text (
   eigenvalues in four numbers;
 * :func:`curvature_table` ``(cfg, params, X, Y, custom, blocks, samples) -> dict``: top
   eigenvalue and trace of every diagonal block ``H[b, b]`` (:func:`hessviz.matfree.block_table`),
-  of one part of the layer (:func:`part_blocks`); :func:`flat_blocks` which have no curvature.
+  of one part of the layer (:func:`part_blocks`); which have no curvature is
+  :func:`hessviz.matfree.estimates.block_spread`.
 
 The loss is the block's own (``cfg.loss``) against the target ``Y`` given; the page uses the
 app's synthetic seeded target.
@@ -31,20 +32,14 @@ import torch
 from torch import Tensor
 
 import hessviz as hv
-from hessviz.budget import EXACT_BLOCK, Cost, block_list, lanczos_products
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
-from hessviz.matfree.operator import BATCH
+from hessviz.matfree.estimates import EXACT_BLOCK, block_list
 from hessviz.record import record
 
 Progress = Callable[[int, int | None, str], None]
 WINDOW_CHUNK = 64
 """Columns per closed-form product call in :func:`slice_window` (progress between chunks)."""
-PRODUCT_S = 2.1e-10
-"""Seconds per product column per ``L · P`` on one core, measured on MiniLM's layer 3 at 29 tokens
-(1 thread: 12 ms per column of ``W_Q[0]``'s window, 5 ms per single product of ``W_1``). The
-generic :func:`hessviz.budget.matvec_cost` is calibrated on the paper's blocks and over-estimates
-a real layer's batched products about 20-fold."""
 
 
 def attention_pattern(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
@@ -108,7 +103,7 @@ _WEIGHTS = {"attention": ("W_Q", "W_K", "W_V", "W_O"), "FFN": ("W_1", "W_2", "W_
 
 
 def part_blocks(cfg: BlockConfig, by_head: bool, part: str = "every block") -> list[tuple[str, int]]:
-    """``(name, size)`` of the blocks of :func:`hessviz.budget.block_list` in one part of the layer
+    """``(name, size)`` of the blocks of :func:`hessviz.matfree.estimates.block_list` in one part of the layer
     (:data:`PARTS`)."""
     if part not in PARTS:
         raise ConfigError(f"part must be one of {', '.join(map(repr, PARTS))}, got {part!r}")
@@ -120,11 +115,21 @@ def part_blocks(cfg: BlockConfig, by_head: bool, part: str = "every block") -> l
     return [(n, size) for n, size in blocks if keep(n.partition("[")[0])]
 
 
+def gradient_summary(norms: np.ndarray) -> dict[str, float | bool]:
+    """``gini``: the Gini coefficient of the block gradient norms (:func:`hessviz.fitting.gini`; 0: all
+    blocks equal, near 1: a few blocks carry the gradient); ``positive``: every norm is above 0 (a
+    log axis can draw them)."""
+    from hessviz.fitting import gini
+
+    norms = np.asarray(norms, dtype=float)
+    return {"gini": float(gini(norms)), "positive": bool(np.all(norms > 0))}
+
+
 def curvature_table(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
                     loss: hv.CustomLoss | None, blocks: list[str], samples: int, term: str = "full",
                     seed: int = 0, progress: Progress | None = None) -> dict:
     """Per block ``b`` of ``blocks``: the top eigenvalue and the trace of ``H[b, b]``
-    (:func:`hessviz.matfree.block_table`: exact for ≤ :data:`hessviz.budget.EXACT_BLOCK` entries,
+    (:func:`hessviz.matfree.block_table`: exact for ≤ :data:`hessviz.matfree.estimates.EXACT_BLOCK` entries,
     else Lanczos and Hutch++ with ``samples`` products, probes from ``seed``), as arrays:
     ``names, size, top, trace, trace_se, exact`` and the totals ``matvecs, seconds``."""
     from hessviz import matfree
@@ -143,18 +148,11 @@ def table_arrays(t) -> dict:
             "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
 
 
-def flat_blocks(top: np.ndarray) -> np.ndarray:
-    """``(n,)`` bool: blocks whose top eigenvalue is at most ``10⁻¹⁰ max|λ_top|`` (no positive
-    curvature beyond round-off)."""
-    top = np.asarray(top, dtype=float)
-    return top <= 1e-10 * np.abs(top).max() if top.size else np.zeros(0, bool)
-
-
 def gradient_blocks(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
                     by_head: bool = True, loss: hv.CustomLoss | None = None
                     ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """``(names, ‖g_b‖_F, sizes)`` of every block of :func:`hessviz.budget.block_list` (every weight,
-    or every head's slice of a weight with heads), from the closed-form gradient of the layer's
+    """``(names, ‖g_b‖_F, sizes)`` of every block of :func:`hessviz.matfree.estimates.block_list`
+    (every weight, or every head's slice of a weight with heads), from the closed-form gradient of the layer's
     loss against ``Y``, or of ``loss`` (a custom loss, ``Y = None``)."""
     grads = {n: g.reshape(-1) for n, g in hv.gradient(cfg, params, X, Y, loss=loss).items()}
     names, norms, sizes = [], [], []
@@ -165,39 +163,3 @@ def gradient_blocks(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: T
         norms.append(float(g.norm()))
         sizes.append(size)
     return names, np.asarray(norms), np.asarray(sizes)
-
-
-def product_seconds(cfg: BlockConfig, columns: int) -> float:
-    """Estimated seconds of ``columns`` closed-form product columns on a real layer (:data:`PRODUCT_S`)."""
-    return PRODUCT_S * cfg.seq_len * cfg.num_params * columns
-
-
-def window_bytes(cfg: BlockConfig, name: str, size: int) -> int:
-    """Peak bytes of :func:`window` for ``size`` entries of the slice ``name`` (``n`` entries): the
-    block ``8 size²``, three ``(WINDOW_CHUNK, n)`` arrays of unit columns and products, and the
-    tape of one sweep of ``BATCH`` columns (activations and attention maps,
-    ``L (4d + d_ff + 3 H d_k) + 3 H L²`` numbers per column, in and out), twice for the
-    temporaries: 1.6× the 98 MiB measured for MiniLM's ``W_Q[0]`` at 23 tokens and 128 entries."""
-    n = cfg.param_size(cfg.sort_names((name,))[0])
-    L, d, H = cfg.seq_len, cfg.d_model, cfg.n_heads
-    column = 8 * (L * (4 * d + cfg.d_ff + 3 * H * max(cfg.d_k, cfg.value_width)) + 3 * H * L * L)
-    return 8 * size * size + 2 * (3 * 8 * WINDOW_CHUNK * n + 2 * BATCH * column)
-
-
-def window_cost(cfg: BlockConfig, name: str, size: int) -> Cost:
-    """Work of :func:`slice_window` for ``size`` entries of ``name``: ``size`` product columns."""
-    return Cost(product_seconds(cfg, size), window_bytes(cfg, name, size),
-                f"the exact Hessian block of {size:,} entries ({size:,} products)")
-
-
-def table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: int) -> Cost:
-    """Work of :func:`curvature_table` for ``blocks`` (``(name, size)``, :func:`part_blocks`): per
-    block ≤ ``EXACT_BLOCK`` entries its size in columns, per larger block Lanczos
-    (:func:`hessviz.budget.lanczos_products` single products) and ``samples`` Hutch++ columns.
-    Memory: the layer's result (about 8 vectors of ``P``) and 24 vectors of the largest block (the
-    Lanczos basis, Hutch++'s sketch), 8 bytes each: MiniLM's layer at 23 tokens peaked 140 MiB above
-    its inputs for the attention weights (estimate 142 MB) and 150 MiB for the FFN (227 MB)."""
-    columns = sum(n if n <= EXACT_BLOCK else lanczos_products(1) + samples for _, n in blocks)
-    largest = max((n for _, n in blocks), default=0)
-    return Cost(product_seconds(cfg, columns), 8 * (8 * cfg.num_params + 24 * largest),
-                f"the table of {len(blocks)} blocks ({columns:,} products)")
