@@ -25,7 +25,7 @@ from torch import Tensor
 from hessviz.chain import Stage, compose_stages, residual_stage
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
-from hessviz.ops import activations, layernorm
+from hessviz.ops import activations, layernorm, rotary
 from hessviz.ops.attention import MultiHeadAttention
 from hessviz.ops.ffn import FeedForward
 from hessviz.placements import PLACEMENTS, Step, where
@@ -63,8 +63,9 @@ def _layernorm(cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tenso
 def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor,
               input_stage: Stage | None = None) -> MultiHeadAttention:
     """The block's attention on the input ``Xa (L, d)``; ``.output`` is ``SA(Xa)``."""
+    rot = rotary.for_config(Xa.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, Xa)
     return MultiHeadAttention(Xa, component_weights(cfg, params, "attention"), cfg.n_heads,
-                              causal=cfg.causal, input_stage=input_stage)
+                              causal=cfg.causal, input_stage=input_stage, kv_heads=cfg.kv_heads, rotary=rot)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from hessviz import losses
 from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
 from hessviz.matfree.tape import LayerSpan, Tape
-from hessviz.ops import activations
+from hessviz.ops import activations, rotary
 from hessviz.ops.attention import AttentionCore
 from hessviz.ops.base import Node
 from hessviz.ops.layernorm import LayerNorm
@@ -69,8 +69,10 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
 
     def self_attention(x: str, out: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
-        o = b.add(AttentionCore(b.prefix + ("O" if cfg.out_proj else out), qkv, b.values[qkv], cfg.n_heads,
-                                cfg.d_k, cfg.value_width, cfg.causal))
+        xv = b.values[qkv]
+        rot = rotary.for_config(xv.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, xv)
+        o = b.add(AttentionCore(b.prefix + ("O" if cfg.out_proj else out), qkv, xv, cfg.n_heads,
+                                cfg.d_k, cfg.value_width, cfg.causal, cfg.kv_heads, rot))
         return b.linear(out, o, ["W_O"], ["b_O"]) if cfg.out_proj else o
 
     def ffn(z: str, out: str) -> str:
