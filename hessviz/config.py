@@ -44,6 +44,7 @@ from hessviz.errors import ConfigError
 from hessviz.ops.activations import ACTIVATIONS as _ACTIVATION_OPS
 
 NORMS = ("post", "pre", "none", "attention")
+NORM_TYPES = ("layernorm", "rmsnorm")
 ACTIVATIONS = tuple(_ACTIVATION_OPS)
 """The ``activation`` choices: the rows of :data:`hessviz.ops.activations.ACTIVATIONS`."""
 LOSSES = ("mse", "ce")
@@ -270,6 +271,10 @@ class BlockConfig:
                          "b_2", section="layer")
     ln_affine: bool = setting(False, "affine", "LayerNorm γ, β", "learnable LayerNorm scale γ and "
                               "shift β in both LayerNorms", section="layer", relevant=_has_layernorm)
+    norm_type: str = setting("layernorm", "ntype", "Norm type",
+                             "layernorm: γ ⊙ (z − mean z)/√(var z + ε) + β; rmsnorm: γ ⊙ z/√(mean(z²) + ε), "
+                             "no centring and no β (Llama)", choices=NORM_TYPES, section="layer",
+                             in_app=False, relevant=_has_layernorm)
     causal: bool = setting(False, "causal", "Causal mask", "token t attends to tokens s ≤ t only",
                            section="layer")
     n_layers: int = setting(1, "layers", "Layers", "a stack of this many blocks of this shape, each with "
@@ -281,7 +286,7 @@ class BlockConfig:
             s.check(getattr(self, s.name))
         if self.loss == "ce" and self.d_model < 2:
             raise ConfigError("d_model must be >= 2 with loss='ce' (the classes are the d_model features)")
-        if self.uses_layernorm and self.d_model < 2 and self.ln_eps == 0:
+        if self.uses_layernorm and self.norm_type == "layernorm" and self.d_model < 2 and self.ln_eps == 0:
             raise ConfigError(
                 "d_model must be >= 2 when LayerNorm is used with ln_eps = 0 "
                 "(a single feature has zero variance); raise d_model or set ln_eps > 0"
@@ -317,7 +322,7 @@ class BlockConfig:
     def is_paper_block(self) -> bool:
         """True for the papers' block: one head, no ``W_O``, no biases, no γ/β, no mask."""
         return (self.n_heads == 1 and not self.out_proj and not self.bias and not self.ln_affine
-                and not self.causal)
+                and not self.causal and self.norm_type == "layernorm")
 
     @cached_property
     def block(self) -> BlockConfig:
@@ -340,7 +345,7 @@ class BlockConfig:
         if self.bias:
             keep |= {"b_Q", "b_K", "b_V", "b_1", "b_2"} | ({"b_O"} if self.out_proj else set())
         if self.ln_affine:
-            keep |= set(_LN1 + _LN2)
+            keep |= {"ln1_gamma", "ln2_gamma"} | (set() if self.norm_type == "rmsnorm" else set(_LN1 + _LN2))
         if self.norm == "attention":
             order = _ATTENTION_ORDER
         elif self.norm == "pre":
@@ -504,7 +509,9 @@ class BlockConfig:
             parts.append("W_O" + (f" (d_v = {self.value_width})" if self.value_width != self.d_k else ""))
         if self.has_ffn:
             parts += [f"d_ff = {self.d_ff}", ACTIVATION_TITLES[self.activation]]
-        parts += [label for flag, label in ((self.bias, "biases"), (self.ln_affine, "LN γ/β"),
+        rms = self.uses_layernorm and self.norm_type == "rmsnorm"
+        parts += [label for flag, label in ((rms, "RMSNorm"), (self.bias, "biases"),
+                                            (self.ln_affine, "RMSNorm γ" if rms else "LN γ/β"),
                                             (self.causal, "causal")) if flag]
         parts.append(LOSS_TITLES[self.loss])
         if self.uses_layernorm and self.ln_eps:

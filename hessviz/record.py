@@ -52,11 +52,12 @@ class BlockRecord:
 
 def _layernorm(cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tensor,
                where: str) -> tuple[Tensor, Callable[[], Stage]]:
-    """``which(z)`` and a builder of its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise."""
-    n, st = layernorm.value(z, cfg.ln_eps, where=where)
+    """``which(z)`` and a builder of its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise (an RMSNorm
+    when ``cfg.norm_type`` says so: no centring, no ``β``)."""
+    n, st = layernorm.value(z, cfg.ln_eps, where=where, centre=cfg.norm_type == "layernorm")
     w = component_weights(cfg, params, which)
     gamma, beta = w.get("gamma"), w.get("beta")
-    out = n if gamma is None else n * gamma + beta
+    out = n if gamma is None else n * gamma if beta is None else n * gamma + beta
     return out, lambda: layernorm.stage(st, which, gamma, beta)
 
 

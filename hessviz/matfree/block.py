@@ -53,9 +53,9 @@ class _Builder:
         return self.add(Linear(self.prefix + out, x, self.values[x], [self.p(w) for w in weights],
                                [self.p(b) for b in biases]))
 
-    def layernorm(self, out: str, x: str, which: str, eps: float, where: str) -> str:
+    def layernorm(self, out: str, x: str, which: str, eps: float, where: str, centre: bool = True) -> str:
         return self.add(LayerNorm(self.prefix + out, x, self.values[x], eps, self.p(f"{which}_gamma"),
-                                  self.p(f"{which}_beta"), where=self.prefix + where))
+                                  self.p(f"{which}_beta"), where=self.prefix + where, centre=centre))
 
     def residual(self, out: str, a: str, b: str) -> str:
         return self.add(Residual(self.prefix + out, a, b, self.values[a], self.values[b]))
@@ -85,7 +85,8 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
         elif step.op == "ffn":
             names[step.out] = ffn(x[0], step.out)
         elif step.op == "norm":
-            names[step.out] = b.layernorm(step.out, x[0], step.which, cfg.ln_eps, where(recipe, step))
+            names[step.out] = b.layernorm(step.out, x[0], step.which, cfg.ln_eps, where(recipe, step),
+                                          centre=cfg.norm_type == "layernorm")
         else:
             names[step.out] = b.residual(step.out, *x)
     return names[recipe[-1].out]
