@@ -28,6 +28,7 @@ from hessviz.errors import ConfigError
 from hessviz.ops import activations, layernorm
 from hessviz.ops.attention import MultiHeadAttention
 from hessviz.ops.ffn import FeedForward
+from hessviz.ops.gated import GatedFeedForward
 from hessviz.placements import PLACEMENTS, Step, where
 from hessviz.weights import component_weights
 
@@ -109,7 +110,10 @@ def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecor
 
     def ffn_on(Y: Tensor) -> FeedForward:
         w = component_weights(cfg, params, "ffn")
-        return FeedForward(Y, w["fc1.weight"], w["fc2.weight"], act, w.get("fc1.bias"), w.get("fc2.bias"))
+        args = (Y, w["fc1.weight"], w["fc2.weight"], act, w.get("fc1.bias"), w.get("fc2.bias"))
+        if cfg.mlp == "gated":
+            return GatedFeedForward(*args, W_G=w["gate.weight"], b_G=w.get("gate.bias"))
+        return FeedForward(*args)
 
     for step in recipe:
         x = step.inputs[0]

@@ -65,6 +65,8 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     def ffn(z: Tensor) -> Tensor:
         act = {"relu": torch.relu, "gelu": F.gelu,
                "gelu_tanh": lambda u: F.gelu(u, approximate="tanh"), "silu": F.silu}[cfg.activation]
+        if cfg.mlp == "gated":
+            return linear(act(linear(z, "W_G", "b_G")) * linear(z, "W_1", "b_1"), "W_2", "b_2")
         return linear(act(linear(z, "W_1", "b_1")), "W_2", "b_2")
 
     if cfg.norm == "attention":
