@@ -25,9 +25,10 @@ from torch import Tensor
 from hessviz.chain import Stage, compose_stages, residual_stage
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
-from hessviz.ops import activations, layernorm
+from hessviz.ops import activations, layernorm, rotary
 from hessviz.ops.attention import MultiHeadAttention
 from hessviz.ops.ffn import FeedForward
+from hessviz.ops.gated import GatedFeedForward
 from hessviz.placements import PLACEMENTS, Step, where
 from hessviz.weights import component_weights
 
@@ -52,19 +53,21 @@ class BlockRecord:
 
 def _layernorm(cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tensor,
                where: str) -> tuple[Tensor, Callable[[], Stage]]:
-    """``which(z)`` and a builder of its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise."""
-    n, st = layernorm.value(z, cfg.ln_eps, where=where)
+    """``which(z)`` and a builder of its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise (an RMSNorm
+    when ``cfg.norm_type`` says so: no centring, no ``β``)."""
+    n, st = layernorm.value(z, cfg.ln_eps, where=where, centre=cfg.norm_type == "layernorm")
     w = component_weights(cfg, params, which)
     gamma, beta = w.get("gamma"), w.get("beta")
-    out = n if gamma is None else n * gamma + beta
+    out = n if gamma is None else n * gamma if beta is None else n * gamma + beta
     return out, lambda: layernorm.stage(st, which, gamma, beta)
 
 
 def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor,
               input_stage: Stage | None = None) -> MultiHeadAttention:
     """The block's attention on the input ``Xa (L, d)``; ``.output`` is ``SA(Xa)``."""
+    rot = rotary.for_config(Xa.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, Xa)
     return MultiHeadAttention(Xa, component_weights(cfg, params, "attention"), cfg.n_heads,
-                              causal=cfg.causal, input_stage=input_stage)
+                              causal=cfg.causal, input_stage=input_stage, kv_heads=cfg.kv_heads, rotary=rot)
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,10 @@ def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecor
 
     def ffn_on(Y: Tensor) -> FeedForward:
         w = component_weights(cfg, params, "ffn")
-        return FeedForward(Y, w["fc1.weight"], w["fc2.weight"], act, w.get("fc1.bias"), w.get("fc2.bias"))
+        args = (Y, w["fc1.weight"], w["fc2.weight"], act, w.get("fc1.bias"), w.get("fc2.bias"))
+        if cfg.mlp == "gated":
+            return GatedFeedForward(*args, W_G=w["gate.weight"], b_G=w.get("gate.bias"))
+        return FeedForward(*args)
 
     for step in recipe:
         x = step.inputs[0]

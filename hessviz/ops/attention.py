@@ -91,6 +91,7 @@ from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops import score, softmax
 from hessviz.ops.base import Maybe, Node, add, eye, ones
 from hessviz.ops.linear import Linear
+from hessviz.ops.rotary import Rotary
 
 HEAD_AXES = {"query.weight": 1, "query.bias": 1, "key.weight": 1, "key.bias": 1,
              "value.weight": 1, "value.bias": 1, "out.weight": 0}
@@ -122,6 +123,9 @@ class _Head:
     V: Tensor
     A: Tensor
     W_O: Tensor | None
+    rotary: Rotary | None = None
+    key_bias: bool = False
+    """``Q``, ``K`` are the rotated rows when ``rotary``; ``key_bias``: ``b_K`` acts (it does with rope)."""
 
     @cached_property
     def O(self) -> Tensor:  # noqa: E743 (the papers' name for the head output A V)
@@ -144,6 +148,8 @@ class _Head:
     @cached_property
     def score_jacobian(self) -> dict[str, Factored]:
         """``∂S_t/∂θ`` for the score-side parameters, output size ``L`` per token."""
+        if self.rotary is not None:
+            return score.rotary_jacobian(self.X, self.Q, self.K, self.rotary, self.key_bias)
         return score.jacobian(self.X, self.Q, self.K)
 
 
@@ -152,16 +158,33 @@ class MultiHeadAttention:
 
     ``weights``: local name -> tensor (biases and ``out.weight`` optional); ``input_stage``:
     the token-wise map that produced ``X`` from a weight-free input, when it has parameters.
+    ``kv_heads`` (``G``, default ``n_heads``): the key/value heads, query head ``h`` reading
+    ``h // (n_heads/G)``, whose units collect the terms of every query head that reads them;
+    ``rotary``: the rotary positions applied to each head's ``q`` and ``k``.
     """
 
     def __init__(self, X: Tensor, weights: dict[str, Tensor], n_heads: int, *, causal: bool = False,
-                 name: str = "attention", input_stage: Stage | None = None):
+                 name: str = "attention", input_stage: Stage | None = None, kv_heads: int | None = None,
+                 rotary: Rotary | None = None):
         self.X, self.weights, self.n_heads, self.causal, self.name = X, weights, n_heads, causal, name
         self.input_stage = input_stage
+        self.kv_heads = n_heads if kv_heads is None else kv_heads
+        self.group = n_heads // self.kv_heads
+        self.rotary = rotary
         self.out_proj = "out.weight" in weights
-        self.split = {k: split_heads(k, w, n_heads) for k, w in weights.items() if k in HEAD_AXES}
+        self.split = {k: split_heads(k, w, self.count(k)) for k, w in weights.items() if k in HEAD_AXES}
         self.d_k = self.split["query.weight"].shape[-1]
         self.scale = 1.0 / math.sqrt(self.d_k)
+        self.score_side = SCORE_SIDE + (("key.bias",) if rotary is not None and "key.bias" in weights else ())
+
+    def count(self, local: str) -> int:
+        """Heads of a headed local parameter: the key/value ones have ``kv_heads``."""
+        return self.kv_heads if local.startswith(("key.", "value.")) else self.n_heads
+
+    def head_refs(self, h: int) -> dict[str, Ref]:
+        """The units query head ``h`` reads, by local name (its key/value head for ``key.*``, ``value.*``)."""
+        return {local: (self.name, local, h if self.count(local) == self.n_heads else h // self.group)
+                for local in HEAD_AXES}
 
     # ---- forward ---------------------------------------------------------------------
     def _project(self, kind: str) -> Tensor:
@@ -171,16 +194,29 @@ class MultiHeadAttention:
         return out if bias is None else out + bias
 
     @cached_property
+    def _qk(self) -> tuple[Tensor, Tensor]:
+        """``Q (H, L, d_k)`` and ``K (G, L, d_k)``, rotated when there are rotary positions."""
+        Q, K = self._project("query"), self._project("key")
+        if self.rotary is not None:
+            Q, K = self.rotary.apply(Q), self.rotary.apply(K)
+        return Q, K
+
+    @cached_property
     def A(self) -> Tensor:
         """``(H, L, L)`` attention weights."""
-        S = (self._project("query") @ self._project("key").transpose(-1, -2)) * self.scale
-        return softmax.value(S, self.causal)
+        Q, K = self._qk
+        if self.group > 1:
+            K = K.repeat_interleave(self.group, dim=0)
+        return softmax.value((Q @ K.transpose(-1, -2)) * self.scale, self.causal)
 
     @cached_property
     def heads(self) -> list[_Head]:
-        Q, K, V = self._project("query"), self._project("key"), self._project("value")
+        """One per query head ``h``, with the key/value head ``h // group`` it reads."""
+        (Q, K), V = self._qk, self._project("value")
         W_O = self.split.get("out.weight")
-        return [_Head(self.X, Q[h], K[h], V[h], self.A[h], None if W_O is None else W_O[h])
+        key_bias = "key.bias" in self.score_side
+        return [_Head(self.X, Q[h], K[h // self.group], V[h // self.group], self.A[h],
+                      None if W_O is None else W_O[h], self.rotary, key_bias)
                 for h in range(self.n_heads)]
 
     @cached_property
@@ -199,7 +235,7 @@ class MultiHeadAttention:
         refs: list[Ref] = list(self.input_stage.jacobians) if self.input_stage else []
         for local in LOCALS:
             if local in self.weights:
-                heads = range(self.n_heads) if local in HEAD_AXES else (None,)
+                heads = range(self.count(local)) if local in HEAD_AXES else (None,)
                 refs += [(self.name, local, h) for h in heads]
         return tuple(refs)
 
@@ -214,8 +250,16 @@ class MultiHeadAttention:
         L = self.X.shape[0]
         if local == "out.bias":
             return Factored((KronTerm(LEFT, ones(L, self.X), self._output_eye()),))
-        if local == "key.bias":
+        if local == "key.bias" and local not in self.score_side:
             return None
+        if self.count(local) != self.n_heads:                          # a key/value head: its readers
+            readers = [self._head_jacobian(local, q) for q in range(h * self.group, (h + 1) * self.group)]
+            return readers[0] if len(readers) == 1 else sum(readers[1:], readers[0])
+        return self._head_jacobian(local, h)
+
+    def _head_jacobian(self, local: str, h: int) -> Factored:
+        """The part of ``∂SA_t/∂θ`` that passes through query head ``h``."""
+        L = self.X.shape[0]
         head = self.heads[h]
         if local == "out.weight":
             return Factored((KronTerm(LEFT, head.O, self._output_eye()),))
@@ -230,25 +274,31 @@ class MultiHeadAttention:
         """Pieces of ``Σ_t g_tᵀ ∇²SA_t`` whose two units are both in ``refs``, ``g (L, d)``."""
         wanted = set(refs)
         pieces: list[Piece] = []
-        for h in sorted({r[2] for r in refs if r[0] == self.name and r[2] is not None}):
-            pieces += self._head_functional(h, g, wanted)
+        for h in range(self.n_heads):
+            if wanted.intersection(self.head_refs(h).values()):
+                pieces += self._head_functional(h, g, wanted)
         inputs = [r for r in refs if r[0] != self.name]
         if inputs:
             pieces += self._input_functional(g, inputs, [r for r in refs if r[0] == self.name])
         return [p for p in pieces if p.a in wanted and p.b in wanted]
 
     def _head_functional(self, h: int, g: Tensor, wanted: set[Ref]) -> list[Piece]:
-        head, name = self.heads[h], self.name
+        head = self.heads[h]
         d, dk = self.X.shape[1], self.d_k
-        ref = {local: (name, local, h) for local in HEAD_AXES}
+        ref = self.head_refs(h)
         gO = g if head.W_O is None else g @ head.W_O.T                 # (L, d_v)
         C = softmax.contract_hessian_factored(head.A, gO @ head.V.T)   # softmax curvature, (a, w)
         gS = C.w                                                       # ∂/∂S = Σ_t G^A_t, (L, L)
         JS = head.score_jacobian
-        side = [k for k in SCORE_SIDE if ref[k] in wanted and k in self.weights]
+        side = [k for k in self.score_side if ref[k] in wanted and k in self.weights]
         pieces: list[Piece] = [Sandwich(ref[a], ref[b], JS[a], C, JS[b])
                                for i, a in enumerate(side) for b in side[i:]]
-        if "key.weight" in side:                                      # the bilinear score
+        if self.rotary is not None:                                    # the bilinear score, rotated
+            ones_ = ones(self.X.shape[0], self.X)
+            inputs = {"query.weight": self.X, "query.bias": ones_, "key.weight": self.X, "key.bias": ones_}
+            pieces += [Dense(ref[a], ref[b], score.rotary_mixed(inputs[a], inputs[b], gS, self.rotary, dk))
+                       for a in side if a.startswith("query.") for b in side if b.startswith("key.")]
+        elif "key.weight" in side:                                    # the bilinear score
             if "query.weight" in side:
                 pieces.append(Diagonal(ref["query.weight"], ref["key.weight"], (1, 3),
                                        score.contract_mixed(self.X, gS, dk)[:, :, None].expand(d, d, dk)))
@@ -324,7 +374,8 @@ class MultiHeadAttention:
         qkv = Linear("QKV", "X", self.X, [(f"{k}.weight", w[f"{k}.weight"]) for k in kinds],
                      [(f"{k}.bias", w[f"{k}.bias"]) if f"{k}.bias" in w else None for k in kinds])
         d_v = self.split["value.weight"].shape[-1]
-        core = AttentionCore("O", "QKV", qkv.y, self.n_heads, self.d_k, d_v, self.causal)
+        core = AttentionCore("O", "QKV", qkv.y, self.n_heads, self.d_k, d_v, self.causal, self.kv_heads,
+                             self.rotary)
         out = None if not self.out_proj else Linear(
             "SA", "O", core.y, [("out.weight", w["out.weight"])],
             [("out.bias", w["out.bias"]) if "out.bias" in w else None])
@@ -335,8 +386,8 @@ class MultiHeadAttention:
         ``"output"``: ``δSA (n, L, d)`` (the tangent sweep). With ``g (L, d)`` at ``SA`` (held fixed)
         also, from the adjoint at ``g`` and its tangent (second-order parts on): ``"gradient"``:
         ``∂(Σ_t g_tᵀ SA_t)/∂X (L, d)``, ``"input"``: its derivative ``δ∇X (n, L, d)``, and per unit
-        the derivative of its gradient, ``(n, rows, cols)`` (``b_K``, ``b_V``, ``b_O`` have
-        gradients that do not depend on ``X``: left out)."""
+        the derivative of its gradient, ``(n, rows, cols)`` (``b_V``, ``b_O``, and ``b_K`` without
+        rotary positions, have gradients that do not depend on ``X``: left out)."""
         qkv, core, out = self._nodes
         none = lambda node: [None] * len(node.params)            # noqa: E731 (no weight tangents)
         d_qkv = qkv.tangent([D], none(qkv))
@@ -353,13 +404,14 @@ class MultiHeadAttention:
         dg_X, dg_p = qkv.adjoint_tangent(dg_qkv, [D], none(qkv), True, [True], [True] * len(qkv.params))
         result |= {"gradient": g_X, "input": dg_X[0]}
         whole = dict(zip(qkv.params, dg_p)) | (dict(zip(out.params, dg_out)) if out is not None else {})
-        for local in ("query.weight", "query.bias", "key.weight", "value.weight", "out.weight"):
+        for local in ("query.weight", "query.bias", "key.weight", "value.weight", "out.weight") + \
+                tuple(k for k in self.score_side if k == "key.bias"):
             t = whole.get(local) if local in self.weights else None
             if t is None:
                 continue
             t = t.unsqueeze(-2) if t.dim() == 2 else t               # a bias (n, H w) is one row
-            width = t.shape[HEAD_AXES[local] - 2] // self.n_heads     # heads: column blocks, W_O row blocks
-            for h in range(self.n_heads):
+            width = t.shape[HEAD_AXES[local] - 2] // self.count(local)  # column blocks, W_O row blocks
+            for h in range(self.count(local)):
                 cut = slice(h * width, (h + 1) * width)
                 result[(self.name, local, h)] = t[..., cut] if HEAD_AXES[local] == 1 else t[..., cut, :]
         return result
@@ -377,9 +429,11 @@ class AttentionCore(Node):
     """``output = O (L, H d_v)`` from ``input = [Q K V]``; ``heads``, ``d_k``, ``d_v``, ``causal``."""
 
     def __init__(self, output: str, input: str, qkv: Tensor, heads: int, d_k: int, d_v: int,
-                 causal: bool):
+                 causal: bool, kv_heads: int | None = None, rotary: Rotary | None = None):
         self.output, self.inputs, self.params = output, (input,), ()
         self.H, self.d_k, self.d_v = heads, d_k, d_v
+        self.G = heads if kv_heads is None else kv_heads
+        self.rotary = rotary
         self.c = 1.0 / math.sqrt(d_k)
         self.Q, self.K, self.V = self._heads(qkv)
         self.A = softmax.value(self.c * (self.Q @ _T(self.K)), causal)   # (H, L, L)
@@ -387,14 +441,33 @@ class AttentionCore(Node):
         self.cK, self.cKT, self.cQ = self.c * self.K, self.c * _T(self.K), self.c * self.Q
 
     def _heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(..., L, H(2d_k + d_v)) -> 3 × (..., H, L, ·)``."""
-        hk = self.H * self.d_k
-        q, k, v = torch.split(qkv, (hk, hk, self.H * self.d_v), dim=-1)
-        split = lambda t, w: t.unflatten(-1, (self.H, w)).transpose(-2, -3)  # noqa: E731
-        return split(q, self.d_k), split(k, self.d_k), split(v, self.d_v)
+        """``(..., L, H d_k + G d_k + G d_v) -> 3 × (..., H, L, ·)``: each key/value head repeated for
+        the query heads that read it, ``q`` and ``k`` rotated when there are rotary positions."""
+        q, k, v = torch.split(qkv, (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v), dim=-1)
+        split = lambda t, n, w: t.unflatten(-1, (n, w)).transpose(-2, -3)  # noqa: E731
+        q, k, v = split(q, self.H, self.d_k), split(k, self.G, self.d_k), split(v, self.G, self.d_v)
+        k, v = self._expand(k), self._expand(v)
+        if self.rotary is not None:
+            q, k = self.rotary.apply(q), self.rotary.apply(k)
+        return q, k, v
+
+    def _expand(self, t: Tensor) -> Tensor:
+        """``(..., G, L, w) -> (..., H, L, w)``: query head ``h`` reads key/value head ``h // (H/G)``."""
+        return t if self.G == self.H else t.repeat_interleave(self.H // self.G, dim=-3)
+
+    def _gather(self, gQ: Maybe, gK: Maybe, gV: Maybe) -> tuple[Maybe, Maybe, Maybe]:
+        """The adjoint of :meth:`_heads` on per-head gradients: ``rotᵀ`` on ``Q̄, K̄``, each key/value
+        head summing the gradients of the query heads that read it; ``(..., H or G, L, ·)``."""
+        if self.rotary is not None:
+            gQ = None if gQ is None else self.rotary.apply_T(gQ)
+            gK = None if gK is None else self.rotary.apply_T(gK)
+        if self.G != self.H:
+            group = self.H // self.G
+            gK, gV = (None if t is None else t.unflatten(-3, (self.G, group)).sum(-3) for t in (gK, gV))
+        return gQ, gK, gV
 
     def _concat(self, o: Tensor) -> Tensor:
-        """``(..., H, L, d_v) -> (..., L, H d_v)``."""
+        """``(..., n, L, w) -> (..., L, n w)``."""
         return o.transpose(-2, -3).flatten(-2)
 
     def _tangents(self, dqkv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -423,7 +496,7 @@ class AttentionCore(Node):
         gV = _T(self.A) @ self.gO
         # v-independent factors of the second-order rules, formed once
         self.cgS, self.cgST = self.c * self.gS, self.c * _T(self.gS)
-        return [torch.cat([self._concat(gQ), self._concat(gK), self._concat(gV)], -1)], []
+        return [torch.cat([self._concat(t) for t in self._gather(gQ, gK, gV)], -1)], []
 
     def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
                         need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
@@ -451,13 +524,13 @@ class AttentionCore(Node):
         if second:
             dgQ = add(dgQ, self.cgS @ dK)                                # [c S̄ K̇]
             dgK = add(dgK, self.cgST @ dQ)                               # [c S̄ᵀ Q̇]
-        parts = [dgQ, dgK, dgV]
+        parts = self._gather(dgQ, dgK, dgV)
         if all(p is None for p in parts):
             return [None], []
         like = next(p for p in parts if p is not None)
         batch = like.shape[:-3]
         L = self.A.shape[-1]
-        widths = (self.d_k, self.d_k, self.d_v)
-        full = [self._concat(p) if p is not None else like.new_zeros(*batch, L, self.H * w)
+        widths = (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v)
+        full = [self._concat(p) if p is not None else like.new_zeros(*batch, L, w)
                 for p, w in zip(parts, widths)]
         return [torch.cat(full, -1)], []
