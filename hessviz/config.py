@@ -88,6 +88,10 @@ def _has_out_proj(values: Mapping[str, object]) -> bool:
     return bool(values.get("out_proj"))
 
 
+def _has_heads(values: Mapping[str, object]) -> bool:
+    return int(values.get("n_heads") or 1) > 1
+
+
 @dataclass(frozen=True)
 class Setting:
     """One user-facing setting: what it is, where it may range, and how it is spelled.
@@ -306,10 +310,10 @@ class BlockConfig:
     n_kv_heads: int | None = setting(None, "kv", "Key/value heads", "grouped-query attention: W_K, W_V "
                                      "have this many heads; query head h reads key/value head "
                                      "h // (n_heads / n_kv_heads) (default: n_heads; 1 is multi-query)",
-                                     kind=int, minimum=1, optional=True, in_app=False, section="size")
+                                     kind=int, minimum=1, optional=True, app_range=(1, 8),
+                                     section="modern", relevant=_has_heads)
     rope: bool = setting(False, "rope", "Rotary positions", "rotate each head's q and k by the token's "
-                         "position before the score (Hugging Face's rotate_half layout)", in_app=False,
-                         section="layer")
+                         "position before the score (Hugging Face's rotate_half layout)", section="modern")
     rope_theta: float = setting(10000.0, "ropetheta", "RoPE base θ", "the base of the rotary "
                                 "frequencies ω_i = θ^(−2i/rotary_dim); > 0", kind=float, minimum=0.0,
                                 in_app=False, section="layer")
@@ -318,15 +322,15 @@ class BlockConfig:
                                      minimum=1, optional=True, in_app=False, section="size")
     qk_norm: bool = setting(False, "qknorm", "QK-norm", "an RMSNorm over each head's q and k (width "
                             "d_k, ε = ln_eps) with weights q_norm_gamma, k_norm_gamma shared by the heads",
-                            in_app=False, section="layer")
+                            section="modern")
     norm_type: str = setting("layernorm", "ntype", "Norm type",
                              "layernorm: γ ⊙ (z − mean z)/√(var z + ε) + β; rmsnorm: γ ⊙ z/√(mean(z²) + ε), "
-                             "no centring and no β (Llama)", choices=NORM_TYPES, section="layer",
-                             in_app=False, relevant=_has_layernorm)
+                             "no centring and no β (Llama)", choices=NORM_TYPES, section="modern",
+                             relevant=_has_layernorm)
     mlp: str = setting("plain", "mlp", "Feed-forward kind",
                        "plain: φ(Z W_1 + b_1) W_2 + b_2; gated: (φ(Z W_G + b_G) ⊙ (Z W_1 + b_1)) W_2 + b_2 "
-                       "(SwiGLU with silu, GeGLU with gelu_tanh)", choices=MLPS, section="layer",
-                       in_app=False, relevant=_has_ffn)
+                       "(SwiGLU with silu, GeGLU with gelu_tanh)", choices=MLPS, section="modern",
+                       relevant=_has_ffn)
 
     def __post_init__(self) -> None:
         if isinstance(self.bias, list):
@@ -679,5 +683,6 @@ INPUT_SETTINGS: tuple[Setting, ...] = (
 SETTINGS: tuple[Setting, ...] = BLOCK_SETTINGS + INPUT_SETTINGS
 """Every user-facing setting; the CLI, the sidebar and the URL are built from this table."""
 
-SECTIONS: dict[str, str] = {"block": "Block", "size": "Sizes", "layer": "Real layer", "input": "Input"}
+SECTIONS: dict[str, str] = {"block": "Block", "size": "Sizes", "layer": "Real layer",
+                            "modern": "Modern block", "input": "Input"}
 """Sidebar sections, in the order they are drawn."""
