@@ -43,7 +43,7 @@ import torch
 from hessviz.errors import ConfigError
 from hessviz.ops.activations import ACTIVATIONS as _ACTIVATION_OPS
 
-NORMS = ("post", "pre", "none", "attention")
+NORMS = ("post", "pre", "none", "attention", "parallel")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLPS = ("plain", "gated")
 BIAS_LETTERS: dict[str, str] = {"Q": "b_Q", "K": "b_K", "V": "b_V", "O": "b_O", "G": "b_G", "1": "b_1",
@@ -56,7 +56,7 @@ ATTENTION_PARAMS = ("W_Q", "W_K", "W_V")
 FFN_PARAMS = ("W_1", "W_2")
 
 NORM_TITLES = {"post": "Post-LN block", "pre": "Pre-LN block", "none": "Block without LN",
-               "attention": "Self-attention alone"}
+               "attention": "Self-attention alone", "parallel": "Parallel block"}
 ACTIVATION_TITLES = {name: op.title for name, op in _ACTIVATION_OPS.items()}
 LOSS_TITLES = {"mse": "MSE", "ce": "cross-entropy"}
 
@@ -81,7 +81,7 @@ def _has_ffn(values: Mapping[str, object]) -> bool:
 
 
 def _has_layernorm(values: Mapping[str, object]) -> bool:
-    return values.get("norm") in ("post", "pre")
+    return values.get("norm") in ("post", "pre", "parallel")
 
 
 def _has_out_proj(values: Mapping[str, object]) -> bool:
@@ -256,8 +256,10 @@ class BlockConfig:
 
     ``norm`` places the LayerNorm: ``post`` ``Z = LN(Z1 + FFN(Z1)), Z1 = LN(X + SA(X))``;
     ``pre`` ``Z = Z1 + FFN(LN(Z1)), Z1 = X + SA(LN(X))``; ``none`` without LayerNorm;
-    ``attention`` the single self-attention layer ``Z = SA(X)``. The defaults are the
-    papers' block: one head, no ``W_O``, no biases, LayerNorm without scale and shift.
+    ``attention`` the single self-attention layer ``Z = SA(X)``; ``parallel``
+    ``Z = X + SA(LN(X)) + FFN(LN(X))`` (``MODEL.md`` part 3, with the other fields of that part).
+    The defaults are the papers' block: one head, no ``W_O``, no biases, LayerNorm without scale
+    and shift.
     """
 
     seq_len: int = setting(8, "L", "Sequence length L", "tokens: rows of X", minimum=1,
@@ -271,7 +273,8 @@ class BlockConfig:
     norm: str = setting("post", "norm", "LayerNorm placement",
                         "post: LN after each residual sum; pre: LN before attention and FFN; none: "
                         "residuals without LN; attention: the single self-attention layer "
-                        "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V.", choices=NORMS)
+                        "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V; parallel: X + SA(LN(X)) + FFN(LN(X)) "
+                        "(GPT-NeoX).", choices=NORMS)
     activation: str = setting("relu", "act", "Activation φ",
                               "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form), GELU-tanh "
                               "(GPT-2's approximation) or SiLU (u·sigmoid(u))", choices=ACTIVATIONS,
@@ -349,7 +352,7 @@ class BlockConfig:
         if self.mlp == "gated" and not self.has_ffn:
             raise ConfigError("mlp='gated' needs the feed-forward branch: norm must not be 'attention'")
         if self.ln_affine and not self.uses_layernorm:
-            raise ConfigError(f"ln_affine needs a LayerNorm: norm must be 'post' or 'pre', got "
+            raise ConfigError(f"ln_affine needs a LayerNorm: norm must be 'post', 'pre' or 'parallel', got "
                               f"{self.norm!r}")
 
     def _check_attention_fields(self) -> None:
@@ -422,7 +425,7 @@ class BlockConfig:
 
     @property
     def uses_layernorm(self) -> bool:
-        return self.norm in ("post", "pre")
+        return self.norm in ("post", "pre", "parallel")
 
     @property
     def has_ffn(self) -> bool:
@@ -468,7 +471,7 @@ class BlockConfig:
             keep |= {"q_norm_gamma", "k_norm_gamma"}
         if self.norm == "attention":
             order = _ATTENTION_ORDER
-        elif self.norm == "pre":
+        elif self.norm in ("pre", "parallel"):
             order = _LN1 + _ATTENTION_ORDER + _LN2 + _FFN_ORDER
         else:
             order = _ATTENTION_ORDER + _LN1 + _FFN_ORDER + _LN2

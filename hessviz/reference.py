@@ -19,7 +19,7 @@ from hessviz.custom_loss import CustomLoss
 
 
 def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 and 2); a stack
+    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 to 3); a stack
     applies its blocks in layer order, each with its own weights."""
     if not cfg.is_stack:
         return _block_forward(cfg, params, X)
@@ -94,6 +94,8 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     if cfg.norm == "post":
         z1 = ln(X + sa(X), "ln1")
         return ln(z1 + ffn(z1), "ln2")
+    if cfg.norm == "parallel":
+        return X + sa(ln(X, "ln1")) + ffn(ln(X, "ln2"))
     if cfg.norm == "pre":
         z1 = X + sa(ln(X, "ln1"))
         return z1 + ffn(ln(z1, "ln2"))
