@@ -89,7 +89,8 @@ def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor,
     """The block's attention on the input ``Xa (L, d)``; ``.output`` is ``SA(Xa)``."""
     rot = rotary.for_config(Xa.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, Xa)
     return MultiHeadAttention(Xa, component_weights(cfg, params, "attention"), cfg.n_heads,
-                              causal=cfg.causal, input_stage=input_stage, kv_heads=cfg.kv_heads, rotary=rot)
+                              causal=cfg.causal, input_stage=input_stage, kv_heads=cfg.kv_heads, rotary=rot,
+                              qk_eps=cfg.ln_eps if cfg.qk_norm else None)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from hessviz.ops.base import Node
 from hessviz.ops.gated import GatedUnit
 from hessviz.ops.layernorm import LayerNorm
 from hessviz.ops.linear import Linear
+from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.residual import Residual
 from hessviz.placements import PLACEMENTS, where
 
@@ -72,6 +73,10 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
 
     def self_attention(x: str, out: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
+        if cfg.qk_norm:
+            qkv = b.add(QKNorm(b.prefix + "QKVn", qkv, b.values[qkv], cfg.n_heads, cfg.kv_heads, cfg.d_k,
+                               cfg.value_width, cfg.ln_eps, (b.p("q_norm_gamma"), b.p("k_norm_gamma")),
+                               where=b.prefix + "attention"))
         xv = b.values[qkv]
         rot = rotary.for_config(xv.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, xv)
         o = b.add(AttentionCore(b.prefix + ("O" if cfg.out_proj else out), qkv, xv, cfg.n_heads,

@@ -91,14 +91,15 @@ from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops import score, softmax
 from hessviz.ops.base import Maybe, Node, add, eye, ones
 from hessviz.ops.linear import Linear
+from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.rotary import Rotary
 
 HEAD_AXES = {"query.weight": 1, "query.bias": 1, "key.weight": 1, "key.bias": 1,
              "value.weight": 1, "value.bias": 1, "out.weight": 0}
 """The headed local parameters and where their heads lie: ``1`` column blocks, ``0`` row blocks."""
 
-LOCALS = ("query.weight", "query.bias", "key.weight", "key.bias", "value.weight", "value.bias",
-          "out.weight", "out.bias")
+LOCALS = ("query.weight", "query.bias", "query.norm", "key.weight", "key.bias", "key.norm", "value.weight",
+          "value.bias", "out.weight", "out.bias")
 SCORE_SIDE = ("query.weight", "query.bias", "key.weight")
 """The parameters that act through the scores (``key.bias`` does not act at all)."""
 
@@ -165,12 +166,15 @@ class MultiHeadAttention:
 
     def __init__(self, X: Tensor, weights: dict[str, Tensor], n_heads: int, *, causal: bool = False,
                  name: str = "attention", input_stage: Stage | None = None, kv_heads: int | None = None,
-                 rotary: Rotary | None = None):
+                 rotary: Rotary | None = None, qk_eps: float | None = None):
         self.X, self.weights, self.n_heads, self.causal, self.name = X, weights, n_heads, causal, name
         self.input_stage = input_stage
         self.kv_heads = n_heads if kv_heads is None else kv_heads
         self.group = n_heads // self.kv_heads
         self.rotary = rotary
+        self.qk_eps = qk_eps
+        """QK-norm's ε (``None``: no QK-norm). With it every derivative of the attention's own units
+        is read from the node face's rules (:meth:`_node_jacobian`, :meth:`_node_functional`)."""
         self.out_proj = "out.weight" in weights
         self.split = {k: split_heads(k, w, self.count(k)) for k, w in weights.items() if k in HEAD_AXES}
         self.d_k = self.split["query.weight"].shape[-1]
@@ -222,6 +226,8 @@ class MultiHeadAttention:
     @cached_property
     def output(self) -> Tensor:
         """``SA (L, d)``."""
+        if self.qk_eps is not None:
+            return self._nodes[-1].y
         if not self.out_proj:
             return self.heads[0].O
         out = sum(head.O @ head.W_O for head in self.heads)
@@ -248,6 +254,8 @@ class MultiHeadAttention:
             return self._input_jacobians[ref]
         _, local, h = ref
         L = self.X.shape[0]
+        if self.qk_eps is not None:
+            return self._node_jacobian(ref)
         if local == "out.bias":
             return Factored((KronTerm(LEFT, ones(L, self.X), self._output_eye()),))
         if local == "key.bias" and local not in self.score_side:
@@ -274,9 +282,12 @@ class MultiHeadAttention:
         """Pieces of ``Σ_t g_tᵀ ∇²SA_t`` whose two units are both in ``refs``, ``g (L, d)``."""
         wanted = set(refs)
         pieces: list[Piece] = []
-        for h in range(self.n_heads):
-            if wanted.intersection(self.head_refs(h).values()):
-                pieces += self._head_functional(h, g, wanted)
+        if self.qk_eps is not None:
+            pieces += self._node_functional(g, [r for r in refs if r[0] == self.name])
+        else:
+            for h in range(self.n_heads):
+                if wanted.intersection(self.head_refs(h).values()):
+                    pieces += self._head_functional(h, g, wanted)
         inputs = [r for r in refs if r[0] != self.name]
         if inputs:
             pieces += self._input_functional(g, inputs, [r for r in refs if r[0] == self.name])
@@ -368,53 +379,114 @@ class MultiHeadAttention:
         return pieces
 
     @cached_property
-    def _nodes(self) -> tuple[Linear, AttentionCore, Linear | None]:
-        """The same attention as the node face: ``[Q K V]`` projection, core, output projection."""
+    def _nodes(self) -> tuple[Node, ...]:
+        """The same attention as the node face, a chain: ``[Q K V]`` projection, the QK-norm (when
+        there is one), the core, the output projection (when there is one)."""
         w, kinds = self.weights, ("query", "key", "value")
         qkv = Linear("QKV", "X", self.X, [(f"{k}.weight", w[f"{k}.weight"]) for k in kinds],
                      [(f"{k}.bias", w[f"{k}.bias"]) if f"{k}.bias" in w else None for k in kinds])
         d_v = self.split["value.weight"].shape[-1]
-        core = AttentionCore("O", "QKV", qkv.y, self.n_heads, self.d_k, d_v, self.causal, self.kv_heads,
-                             self.rotary)
-        out = None if not self.out_proj else Linear(
-            "SA", "O", core.y, [("out.weight", w["out.weight"])],
-            [("out.bias", w["out.bias"]) if "out.bias" in w else None])
-        return qkv, core, out
+        chain: list[Node] = [qkv]
+        if self.qk_eps is not None:
+            chain.append(QKNorm("QKVn", "QKV", qkv.y, self.n_heads, self.kv_heads, self.d_k, d_v, self.qk_eps,
+                                (("query.norm", w["query.norm"]), ("key.norm", w["key.norm"])), self.name))
+        chain.append(AttentionCore("O", chain[-1].output, chain[-1].y, self.n_heads, self.d_k, d_v,
+                                   self.causal, self.kv_heads, self.rotary))
+        if self.out_proj:
+            chain.append(Linear("SA", "O", chain[-1].y, [("out.weight", w["out.weight"])],
+                                [("out.bias", w["out.bias"]) if "out.bias" in w else None]))
+        return tuple(chain)
 
-    def _tangents(self, g: Tensor | None, D: Tensor) -> dict:
-        r"""Directional derivatives along input directions ``D (n, L, d)`` by the node face's rules:
-        ``"output"``: ``δSA (n, L, d)`` (the tangent sweep). With ``g (L, d)`` at ``SA`` (held fixed)
-        also, from the adjoint at ``g`` and its tangent (second-order parts on): ``"gradient"``:
-        ``∂(Σ_t g_tᵀ SA_t)/∂X (L, d)``, ``"input"``: its derivative ``δ∇X (n, L, d)``, and per unit
-        the derivative of its gradient, ``(n, rows, cols)`` (``b_V``, ``b_O``, and ``b_K`` without
-        rotary positions, have gradients that do not depend on ``X``: left out)."""
-        qkv, core, out = self._nodes
-        none = lambda node: [None] * len(node.params)            # noqa: E731 (no weight tangents)
-        d_qkv = qkv.tangent([D], none(qkv))
-        d_O = core.tangent([d_qkv], [])
-        result: dict = {"output": d_O if out is None else out.tangent([d_O], none(out))}
+    def _tangents(self, g: Tensor | None, D: Tensor | None, dp: dict[str, Tensor] | None = None) -> dict:
+        r"""Directional derivatives along input directions ``D (n, L, d)`` and weight directions ``dp``
+        (local name -> ``(n, *shape)``) by the node face's rules: ``"output"``: ``δSA (n, L, d)`` (the
+        tangent sweep). With ``g (L, d)`` at ``SA`` (held fixed) also, from the adjoint at ``g`` and its
+        tangent (second-order parts on): ``"gradient"``: ``∂(Σ_t g_tᵀ SA_t)/∂X (L, d)``, ``"input"``:
+        its derivative ``δ∇X (n, L, d)``, and per unit the derivative of its gradient,
+        ``(n, rows, cols)``. Along ``X`` alone, ``b_V``, ``b_O`` (and ``b_K`` without rotary positions
+        or QK-norm) have gradients that do not depend on ``X``: left out."""
+        dp = dp or {}
+        weight_tangents = lambda node: [dp.get(n) for n in node.params]   # noqa: E731
+        inputs, t = [], D
+        for node in self._nodes:
+            inputs.append(t)
+            t = node.tangent([t], weight_tangents(node))
+        result: dict = {"output": t}
         if g is None:
             return result
-        g_O = g if out is None else out.adjoint(g)[0][0]            # first-order adjoints at g
-        g_X = qkv.adjoint(core.adjoint(g_O)[0][0])[0][0]
-        dg_O, dg_out = (None, []) if out is None else \
-            out.adjoint_tangent(None, [d_O], none(out), True, [True], [True] * len(out.params))
-        dg_O = dg_O[0] if out is not None else None
-        dg_qkv = core.adjoint_tangent(dg_O, [d_qkv], [], True, [True], [])[0][0]
-        dg_X, dg_p = qkv.adjoint_tangent(dg_qkv, [D], none(qkv), True, [True], [True] * len(qkv.params))
-        result |= {"gradient": g_X, "input": dg_X[0]}
-        whole = dict(zip(qkv.params, dg_p)) | (dict(zip(out.params, dg_out)) if out is not None else {})
-        for local in ("query.weight", "query.bias", "key.weight", "value.weight", "out.weight") + \
-                tuple(k for k in self.score_side if k == "key.bias"):
+        g_x = g
+        for node in reversed(self._nodes):                           # first-order adjoints at g
+            g_x = node.adjoint(g_x)[0][0]
+        dg, whole = None, {}
+        for node, t_in in zip(reversed(self._nodes), reversed(inputs)):
+            dgx, dgp = node.adjoint_tangent(dg, [t_in], weight_tangents(node), True, [True],
+                                            [True] * len(node.params))
+            dg = dgx[0]
+            whole.update(zip(node.params, dgp))
+        result |= {"gradient": g_x, "input": dg}
+        along_x = ("query.weight", "query.bias", "key.weight", "value.weight", "out.weight") + \
+            tuple(k for k in self.score_side if k == "key.bias")
+        for local in (LOCALS if dp or self.qk_eps is not None else along_x):
             t = whole.get(local) if local in self.weights else None
             if t is None:
                 continue
             t = t.unsqueeze(-2) if t.dim() == 2 else t               # a bias (n, H w) is one row
+            if local not in HEAD_AXES:
+                result[(self.name, local, None)] = t
+                continue
             width = t.shape[HEAD_AXES[local] - 2] // self.count(local)  # column blocks, W_O row blocks
             for h in range(self.count(local)):
                 cut = slice(h * width, (h + 1) * width)
                 result[(self.name, local, h)] = t[..., cut] if HEAD_AXES[local] == 1 else t[..., cut, :]
         return result
+
+    # ---- the node-rule mode (QK-norm) ------------------------------------------------------
+    def _unit_directions(self, ref: Ref) -> dict[str, Tensor]:
+        """One direction per entry of the unit ``ref``: ``{local: (n, *shape)}``, the identity on the
+        unit's entries inside its whole weight, zero elsewhere."""
+        _, local, h = ref
+        w = self.weights[local]
+        whole = w.unsqueeze(0) if w.dim() == 1 else w                 # a vector is one row
+        if h is None:
+            cut = whole
+        elif HEAD_AXES[local] == 1:
+            width = whole.shape[1] // self.count(local)
+            cut = whole[:, h * width:(h + 1) * width]
+        else:
+            width = whole.shape[0] // self.count(local)
+            cut = whole[h * width:(h + 1) * width]
+        n = cut.numel()
+        D = w.new_zeros(n, *whole.shape)
+        view = D[:, :, h * width:(h + 1) * width] if h is not None and HEAD_AXES[local] == 1 else \
+            D[:, h * width:(h + 1) * width] if h is not None else D
+        view.copy_(torch.eye(n, dtype=w.dtype, device=w.device).view(n, *cut.shape))
+        return {local: D.view(n, *w.shape)}
+
+    def _unit_shape(self, ref: Ref) -> tuple[int, int]:
+        w = self.weights[ref[1]]
+        rows, cols = (1, w.shape[0]) if w.dim() == 1 else tuple(w.shape)
+        if ref[2] is None:
+            return rows, cols
+        return (rows, cols // self.count(ref[1])) if HEAD_AXES[ref[1]] == 1 else \
+            (rows // self.count(ref[1]), cols)
+
+    def _node_jacobian(self, ref: Ref) -> Factored:
+        """``∂SA_t/∂θ`` of one unit from the tangent sweep along each of its entries."""
+        dSA = self._tangents(None, None, self._unit_directions(ref))["output"]        # (n, L, d)
+        L, d = dSA.shape[1:]
+        return Factored.from_dense(dSA.permute(1, 2, 0).reshape(L, d, *self._unit_shape(ref)))
+
+    def _node_functional(self, g: Tensor, units: list[Ref]) -> list[Piece]:
+        """Every block of ``Σ_t g_tᵀ ∇²SA_t`` between two of the attention's own ``units``: the
+        derivative of each unit's gradient along the entries of another, by the adjoint tangent."""
+        pieces: list[Piece] = []
+        for i, a in enumerate(units):
+            tangent = self._tangents(g, None, self._unit_directions(a))
+            for b in units[i:]:
+                if b in tangent:
+                    values = tangent[b].reshape(*self._unit_shape(a), *tangent[b].shape[1:])
+                    pieces.append(Dense(a, b, values))
+        return pieces
 
 
 def _rowsum(t: Tensor) -> Tensor:
