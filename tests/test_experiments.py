@@ -165,3 +165,23 @@ def test_reproduce_quick(tmp_path):
     assert len(figs) >= len(CLAIM_IDS)
     for f in figs:
         assert f"figures/{f.name}" in report
+
+
+# ------------------------------------------------------------------ modern blocks (claim ``modern``)
+
+
+def test_a_shared_key_value_head_is_the_sum_over_its_readers():
+    from hessviz.experiments import modern
+    from hessviz.sweeps import seeded_inputs
+
+    cfg = hv.BlockConfig(seq_len=5, d_model=8, d_k=4, d_ff=8, norm="pre", n_heads=4, n_kv_heads=2,
+                         out_proj=True, bias=True, causal=True)
+    params, X, Y = seeded_inputs(cfg, 3, 1.0)
+    mha, untied = modern.untied_params(cfg, params)
+    assert mha.n_kv_heads is None and untied["W_K"].shape == (8, 16)
+    torch.testing.assert_close(hv.forward(mha, untied, X), hv.forward(cfg, params, X), rtol=1e-13, atol=1e-13)
+    for group in (0, 1):
+        split = modern.shared_head_split(cfg, params, X, Y, group)
+        assert split["tied_identity_rel_error"] < 1e-12
+        shares = [v for k, v in split.items() if k.startswith("outer_trace_share")]
+        assert len(shares) == 3 and abs(sum(shares) - 1) < 1e-12
