@@ -34,18 +34,23 @@ BENCH_SUITES = ("dense", "matfree", "pretrained")
 def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:
     """One command-line option from its :class:`~hessviz.config.Setting`."""
     help_ = f"{s.help} (default {s.format(s.default) if s.default is not None else 'none'})"
-    if s.kind is bool:
+
+    def parse(text: str, s: Setting = s) -> object:
+        try:
+            return s.parse(text)
+        except HessvizError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    if s.members:            # --bias (all), --bias Q,K,V (those), --no-bias
+        group.add_argument(*s.flags, dest=s.name, nargs="?", const=True, type=parse, default=s.default,
+                           metavar=",".join(s.members[:3]), help=f"{s.help}; alone: every projection")
+        group.add_argument("--no-" + s.flag[2:], dest=s.name, action="store_false", help=argparse.SUPPRESS)
+    elif s.kind is bool:
         group.add_argument(*s.flags, dest=s.name, action=argparse.BooleanOptionalAction,
                            default=s.default, help=s.help)
     elif s.choices:
         group.add_argument(*s.flags, dest=s.name, choices=s.choices, default=s.default, help=help_)
     else:
-        def parse(text: str, s: Setting = s) -> object:
-            try:
-                return s.parse(text)
-            except HessvizError as err:
-                raise argparse.ArgumentTypeError(str(err)) from None
-
         group.add_argument(*s.flags, dest=s.name, type=parse, default=s.default,
                            metavar=s.name.upper(), help=help_)
 

@@ -169,10 +169,10 @@ class Setting:
         word = text.strip()
         if self.optional and word.lower() in ("", "none"):
             return None
+        if self.kind is bool and self.members and word.lower() not in TRUE_WORDS + FALSE_WORDS:
+            return self.check(tuple(w.strip() for w in word.split(",") if w.strip()))
         try:
-            if self.kind is bool and self.members and word.lower() not in TRUE_WORDS + FALSE_WORDS:
-                value: object = tuple(w.strip() for w in word.split(",") if w.strip())
-                return self.check(value)
+            value: object
             if self.kind is bool:
                 if word.lower() not in TRUE_WORDS + FALSE_WORDS:
                     raise ValueError(word)
