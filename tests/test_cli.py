@@ -64,3 +64,19 @@ def test_a_llama_style_block_from_the_command_line(tmp_path, capsys):
     run = subprocess.run([sys.executable, "-m", "hessviz", "compute", "--bias", "Q,X"], capture_output=True,
                          text=True)
     assert run.returncode == 2 and "tuple of distinct names" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_verify_passes_blocks_that_are_exactly_zero(capsys):
+    """A key bias's blocks are exactly zero in closed form and round-off in autograd: not a failure."""
+    assert main(["verify", "--bias", "-L", "4", "-d", "6", "--d-k", "3", "--d-ff", "5"]) == 0
+    assert "b_K–b_K" in capsys.readouterr().out
+
+
+def test_relative_error_still_sees_a_wrong_small_block():
+    import torch
+
+    from hessviz.verify import relative_error
+
+    ref = torch.full((3, 3), 1e-5)
+    assert relative_error(torch.zeros(3, 3), ref, floor=1e-6) > 0.09     # a 100 % error in a small block
+    assert relative_error(torch.zeros(3, 3), torch.full((3, 3), 1e-17), floor=1e-6) < 1e-10
