@@ -385,3 +385,19 @@ def test_an_all_zero_row_under_rmsnorm_without_eps_is_refused():
         hv.hessian(cfg, params, X, Y)
     with pytest.raises(ValueError, match="RMSNorm is not differentiable"):
         hv.gradient(cfg, params, X, Y)
+
+
+def test_the_command_line_takes_the_new_fields(tmp_path, capsys):
+    import json
+
+    from hessviz.cli import main
+
+    out = tmp_path / "llama"
+    assert main(["compute", "--norm", "parallel", "--norm-type", "rmsnorm", "--mlp", "gated", "--activation",
+                 "silu", "--bias", "Q,K,V", "--ln-affine", "-L", "3", "-d", "4", "--d-k", "2", "--d-ff", "3",
+                 "--out", str(out)]) == 0
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["names"] == ["ln1_gamma", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "ln2_gamma", "W_G",
+                                "W_1", "W_2"]
+    assert summary["config"]["bias"] == ["Q", "K", "V"]
+    assert main(["compute", "--bias", "O", "-L", "2", "-d", "3", "--out", str(out)]) != 0   # no W_O
