@@ -28,7 +28,7 @@ import hessviz as hv
 from hessviz.spectra import matrix_norm
 
 CLAIM_IDS = ("xnorm6", "placement", "seqlen", "nonconvex", "ln_collapse", "bounds", "gini", "optimizers",
-             "depth", "modern")
+             "depth", "modern", "growth_protocol")
 
 SOURCES = {
     "petrov": "Petrov, Kiselev, Meshkov, Grabovoy, 'Closing the Curvature Gap: Full Transformer Hessians "

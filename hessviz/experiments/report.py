@@ -38,6 +38,8 @@ HEADLINES = {
     "gini_real": ("gini_pydoc-postln_trained", "gini_pydoc-preln_trained", "gini_all-MiniLM-L6-v2_trained"),
     "depth": ("factor_post_QQ_outer", "factor_pre_QQ_outer", "factor_post_QQ_full"),
     "modern": ("slope_pre_rmsnorm_QQ_outer", "slope_attention_rope_QK_outer", "tied_identity_rel_error"),
+    "growth_protocol": ("slope_none_1layers_l0_W_Q_outer", "slope_none_1layers_l0_W_Q_functional",
+                        "slope_none_1layers_l0_W_V_outer"),
     "optimizers": (
         "log_final_ratio_SGD_over_SignSGD_post",
         "log_final_ratio_SGD_over_Adam_post",
@@ -59,6 +61,7 @@ def claims() -> dict[str, Claim]:
     from hessviz.experiments import (
         bounds,
         depth,
+        growth_protocol,
         heterogeneity,
         ln_collapse,
         modern,
@@ -78,6 +81,7 @@ def claims() -> dict[str, Claim]:
         optimizers.OPTIMIZERS_CLAIM,
         depth.DEPTH,
         modern.MODERN,
+        growth_protocol.GROWTH_PROTOCOL,
     )
     by_id = {c.id: c for c in found}
     return {cid: by_id[cid] for cid in CLAIM_IDS}
