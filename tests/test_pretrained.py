@@ -343,7 +343,7 @@ def test_unsupported_architecture_is_named(tmp_path):
         pt.load_layer(folder, layer=0)
 
 
-@pytest.mark.parametrize("change", [{"hidden_act": "silu"}, {"position_embedding_type": "relative_key"},
+@pytest.mark.parametrize("change", [{"hidden_act": "quick_gelu"}, {"position_embedding_type": "relative_key"},
                                     {"hidden_size": 15}, {"num_hidden_layers": "3"}])
 def test_unsupported_config_values_are_named(checkpoints, tmp_path, change):
     field = next(iter(change))
