@@ -44,6 +44,11 @@ from hessviz.errors import ConfigError
 from hessviz.ops.activations import ACTIVATIONS as _ACTIVATION_OPS
 
 NORMS = ("post", "pre", "none", "attention")
+NORM_TYPES = ("layernorm", "rmsnorm")
+MLPS = ("plain", "gated")
+BIAS_LETTERS: dict[str, str] = {"Q": "b_Q", "K": "b_K", "V": "b_V", "O": "b_O", "G": "b_G", "1": "b_1",
+                                "2": "b_2"}
+"""The projections a ``bias`` tuple may name, and the bias each one adds."""
 ACTIVATIONS = tuple(_ACTIVATION_OPS)
 """The ``activation`` choices: the rows of :data:`hessviz.ops.activations.ACTIVATIONS`."""
 LOSSES = ("mse", "ce")
@@ -92,7 +97,9 @@ class Setting:
     offers ints in ``app_range`` and floats on ``grid``; ``relevant`` says, from the other
     values (by field name), whether the setting matters (the sidebar disables it when not).
     ``section`` groups the sidebar; ``in_app = False`` keeps it to the library and the CLI;
-    ``stacks_only`` draws it only on the pages that show stacks of blocks (one block elsewhere).
+    ``stacks_only`` draws it only on the pages that show stacks of blocks (one block elsewhere);
+    ``members``: a ``bool`` setting that may also be a tuple of these words (``bias``), written
+    ``Q,K,V`` in a URL or on the command line.
     """
 
     url: str
@@ -111,6 +118,7 @@ class Setting:
     in_app: bool = True
     stacks_only: bool = False
     relevant: Callable[[Mapping[str, object]], bool] = _always
+    members: tuple[str, ...] | None = None
     name: str = ""
 
     @property
@@ -126,9 +134,16 @@ class Setting:
         """``value`` if allowed, else :class:`ConfigError` naming the field and what is allowed."""
         if value is None and self.optional:
             return None
-        if self.kind is bool:
+        if self.kind is bool and self.members and isinstance(value, tuple):
+            unknown = [v for v in value if v not in self.members]
+            if unknown or len(set(value)) != len(value):
+                raise ConfigError(f"{self.name} must be True, False or a tuple of distinct names from "
+                                  f"{self.members}, got {value!r}")
+        elif self.kind is bool:
             if not isinstance(value, bool):
-                raise ConfigError(f"{self.name} must be True or False, got {value!r}")
+                raise ConfigError(f"{self.name} must be True or False"
+                                  f"{' or a tuple of ' + ', '.join(self.members) if self.members else ''}"
+                                  f", got {value!r}")
         elif self.kind is int:
             if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
                 raise ConfigError(f"{self.name} must be an integer >= {self.minimum:g}"
@@ -151,10 +166,13 @@ class Setting:
         if self.optional and word.lower() in ("", "none"):
             return None
         try:
+            if self.kind is bool and self.members and word.lower() not in TRUE_WORDS + FALSE_WORDS:
+                value: object = tuple(w.strip() for w in word.split(",") if w.strip())
+                return self.check(value)
             if self.kind is bool:
                 if word.lower() not in TRUE_WORDS + FALSE_WORDS:
                     raise ValueError(word)
-                value: object = word.lower() in TRUE_WORDS
+                value = word.lower() in TRUE_WORDS
             elif self.kind is int:
                 value = int(word)
             elif self.kind is float:
@@ -170,6 +188,8 @@ class Setting:
         """How ``value`` is written in a URL: ``1.0 -> "1"``, ``True -> "true"``."""
         if isinstance(value, bool):
             return "true" if value else "false"
+        if isinstance(value, tuple):
+            return ",".join(value)
         if isinstance(value, float):
             return f"{value:g}"
         return str(value)
@@ -188,7 +208,7 @@ HEADED: dict[str, int] = {"W_Q": 1, "W_K": 1, "W_V": 1, "W_O": 0, "b_Q": 0, "b_K
 """Parameters that are split by head, and the axis that holds the heads."""
 
 _ATTENTION_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
-_FFN_ORDER = ("W_1", "b_1", "W_2", "b_2")
+_FFN_ORDER = ("W_G", "b_G", "W_1", "b_1", "W_2", "b_2")
 _LN1, _LN2 = ("ln1_gamma", "ln1_beta"), ("ln2_gamma", "ln2_beta")
 _NAME = re.compile(r"^(?P<base>(l\d+\.)?[A-Za-z_][A-Za-z0-9_]*)(\[(?P<head>-?\d+)\])?$")
 _LAYER = re.compile(r"^l(?P<layer>\d+)\.(?P<local>.+)$")
@@ -266,8 +286,10 @@ class BlockConfig:
     d_v: int | None = setting(None, "dv", "Value width d_v", "value width of one head (default: d_k "
                               "with W_O, d without)", kind=int, minimum=1, optional=True, in_app=False,
                               relevant=_has_out_proj, section="size")
-    bias: bool = setting(False, "bias", "Biases", "a bias on every linear map: b_Q, b_K, b_V, b_O, b_1, "
-                         "b_2", section="layer")
+    bias: bool | tuple[str, ...] = setting(
+        False, "bias", "Biases", "a bias on every linear map: b_Q, b_K, b_V, b_O, (b_G,) b_1, b_2; or a "
+        "tuple naming the projections that have one, from Q, K, V, O, G, 1, 2 (Qwen2: Q,K,V)",
+        section="layer", members=tuple(BIAS_LETTERS))
     ln_affine: bool = setting(False, "affine", "LayerNorm γ, β", "learnable LayerNorm scale γ and "
                               "shift β in both LayerNorms", section="layer", relevant=_has_layernorm)
     causal: bool = setting(False, "causal", "Causal mask", "token t attends to tokens s ≤ t only",
@@ -275,13 +297,25 @@ class BlockConfig:
     n_layers: int = setting(1, "layers", "Layers", "a stack of this many blocks of this shape, each with "
                             "its own weights (names l0.W_Q, l1.W_Q, …); the loss is on the last Z",
                             minimum=1, app_range=(1, 4), alias="--layers", stacks_only=True)
+    norm_type: str = setting("layernorm", "ntype", "Norm type",
+                             "layernorm: γ ⊙ (z − mean z)/√(var z + ε) + β; rmsnorm: γ ⊙ z/√(mean(z²) + ε), "
+                             "no centring and no β (Llama)", choices=NORM_TYPES, section="layer",
+                             in_app=False, relevant=_has_layernorm)
+    mlp: str = setting("plain", "mlp", "Feed-forward kind",
+                       "plain: φ(Z W_1 + b_1) W_2 + b_2; gated: (φ(Z W_G + b_G) ⊙ (Z W_1 + b_1)) W_2 + b_2 "
+                       "(SwiGLU with silu, GeGLU with gelu_tanh)", choices=MLPS, section="layer",
+                       in_app=False, relevant=_has_ffn)
 
     def __post_init__(self) -> None:
+        if isinstance(self.bias, list):
+            object.__setattr__(self, "bias", tuple(self.bias))
         for s in BLOCK_SETTINGS:
             s.check(getattr(self, s.name))
+        if isinstance(self.bias, tuple):
+            self._check_bias_tuple()
         if self.loss == "ce" and self.d_model < 2:
             raise ConfigError("d_model must be >= 2 with loss='ce' (the classes are the d_model features)")
-        if self.uses_layernorm and self.d_model < 2 and self.ln_eps == 0:
+        if self.uses_layernorm and self.norm_type == "layernorm" and self.d_model < 2 and self.ln_eps == 0:
             raise ConfigError(
                 "d_model must be >= 2 when LayerNorm is used with ln_eps = 0 "
                 "(a single feature has zero variance); raise d_model or set ln_eps > 0"
@@ -292,11 +326,40 @@ class BlockConfig:
         if self.d_v is not None and not self.out_proj:
             raise ConfigError(f"d_v = {self.d_v} needs out_proj=True (without W_O the value width is "
                               "d_model); set out_proj or leave d_v = None")
+        if self.mlp == "gated" and not self.has_ffn:
+            raise ConfigError("mlp='gated' needs the feed-forward branch: norm must not be 'attention'")
         if self.ln_affine and not self.uses_layernorm:
             raise ConfigError(f"ln_affine needs a LayerNorm: norm must be 'post' or 'pre', got "
                               f"{self.norm!r}")
 
+    def _check_bias_tuple(self) -> None:
+        """Each projection a ``bias`` tuple names exists (``O`` with ``out_proj``, ``G`` with
+        ``mlp="gated"``, ``G``, ``1``, ``2`` with a feed-forward branch); the tuple is kept in the
+        order of :data:`BIAS_LETTERS` (the empty tuple is ``False``)."""
+        missing = {"O": (not self.out_proj, "out_proj=False (no W_O)"),
+                   "G": (not self.has_ffn or self.mlp != "gated", "mlp='plain' (no W_G)"),
+                   "1": (not self.has_ffn, "norm='attention' (no feed-forward)"),
+                   "2": (not self.has_ffn, "norm='attention' (no feed-forward)")}
+        for letter in self.bias:
+            absent, why = missing.get(letter, (False, ""))
+            if absent:
+                if letter == "G" and not self.has_ffn:
+                    why = missing["1"][1]
+                raise ConfigError(f"bias names {letter!r}, a projection this block does not have: {why}")
+        ordered = tuple(k for k in BIAS_LETTERS if k in self.bias)
+        object.__setattr__(self, "bias", ordered or False)
+
     # ------------------------------------------------------------------ structure
+
+    @property
+    def biases(self) -> tuple[str, ...]:
+        """The bias names the block has, ``("b_Q", "b_K", "b_V")`` for ``bias=("Q", "K", "V")``;
+        ``bias=True`` gives every projection that exists one."""
+        if not self.bias:
+            return ()
+        letters = self.bias if isinstance(self.bias, tuple) else tuple(BIAS_LETTERS)
+        exists = {"O": self.out_proj, "G": self.mlp == "gated"}
+        return tuple(BIAS_LETTERS[k] for k in letters if exists.get(k, True))
 
     @property
     def uses_layernorm(self) -> bool:
@@ -317,7 +380,7 @@ class BlockConfig:
     def is_paper_block(self) -> bool:
         """True for the papers' block: one head, no ``W_O``, no biases, no γ/β, no mask."""
         return (self.n_heads == 1 and not self.out_proj and not self.bias and not self.ln_affine
-                and not self.causal)
+                and not self.causal and self.norm_type == "layernorm" and self.mlp == "plain")
 
     @cached_property
     def block(self) -> BlockConfig:
@@ -334,13 +397,13 @@ class BlockConfig:
         layer by layer with the prefix ``l{i}.`` in a stack."""
         if self.is_stack:
             return tuple(layer_name(i, n) for i in range(self.n_layers) for n in self.block.param_names)
-        keep = {"W_Q", "W_K", "W_V", "W_1", "W_2"}
+        keep = {"W_Q", "W_K", "W_V", "W_1", "W_2"} | set(self.biases)
         if self.out_proj:
             keep.add("W_O")
-        if self.bias:
-            keep |= {"b_Q", "b_K", "b_V", "b_1", "b_2"} | ({"b_O"} if self.out_proj else set())
+        if self.mlp == "gated":
+            keep.add("W_G")
         if self.ln_affine:
-            keep |= set(_LN1 + _LN2)
+            keep |= {"ln1_gamma", "ln2_gamma"} | (set() if self.norm_type == "rmsnorm" else set(_LN1 + _LN2))
         if self.norm == "attention":
             order = _ATTENTION_ORDER
         elif self.norm == "pre":
@@ -359,7 +422,8 @@ class BlockConfig:
         d, H, dk, dv, dff = self.d_model, self.n_heads, self.d_k, self.value_width, self.d_ff
         shapes = {"W_Q": (d, H * dk), "b_Q": (H * dk,), "W_K": (d, H * dk), "b_K": (H * dk,),
                   "W_V": (d, H * dv), "b_V": (H * dv,), "W_O": (H * dv, d), "b_O": (d,),
-                  "W_1": (d, dff), "b_1": (dff,), "W_2": (dff, d), "b_2": (d,),
+                  "W_G": (d, dff), "b_G": (dff,), "W_1": (d, dff), "b_1": (dff,), "W_2": (dff, d),
+                  "b_2": (d,),
                   "ln1_gamma": (d,), "ln1_beta": (d,), "ln2_gamma": (d,), "ln2_beta": (d,)}
         if self.is_stack:
             one = self.block._shape_table
@@ -503,8 +567,12 @@ class BlockConfig:
         if self.out_proj:
             parts.append("W_O" + (f" (d_v = {self.value_width})" if self.value_width != self.d_k else ""))
         if self.has_ffn:
-            parts += [f"d_ff = {self.d_ff}", ACTIVATION_TITLES[self.activation]]
-        parts += [label for flag, label in ((self.bias, "biases"), (self.ln_affine, "LN γ/β"),
+            parts += [f"d_ff = {self.d_ff}", ACTIVATION_TITLES[self.activation]
+                      + (" gated" if self.mlp == "gated" else "")]
+        rms = self.uses_layernorm and self.norm_type == "rmsnorm"
+        some = f"biases {','.join(self.bias)}" if isinstance(self.bias, tuple) else "biases"
+        parts += [label for flag, label in ((rms, "RMSNorm"), (self.bias, some),
+                                            (self.ln_affine, "RMSNorm γ" if rms else "LN γ/β"),
                                             (self.causal, "causal")) if flag]
         parts.append(LOSS_TITLES[self.loss])
         if self.uses_layernorm and self.ln_eps:

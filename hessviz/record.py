@@ -28,6 +28,7 @@ from hessviz.errors import ConfigError
 from hessviz.ops import activations, layernorm
 from hessviz.ops.attention import MultiHeadAttention
 from hessviz.ops.ffn import FeedForward
+from hessviz.ops.gated import GatedFeedForward
 from hessviz.placements import PLACEMENTS, Step, where
 from hessviz.weights import component_weights
 
@@ -52,11 +53,12 @@ class BlockRecord:
 
 def _layernorm(cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tensor,
                where: str) -> tuple[Tensor, Callable[[], Stage]]:
-    """``which(z)`` and a builder of its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise."""
-    n, st = layernorm.value(z, cfg.ln_eps, where=where)
+    """``which(z)`` and a builder of its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise (an RMSNorm
+    when ``cfg.norm_type`` says so: no centring, no ``β``)."""
+    n, st = layernorm.value(z, cfg.ln_eps, where=where, centre=cfg.norm_type == "layernorm")
     w = component_weights(cfg, params, which)
     gamma, beta = w.get("gamma"), w.get("beta")
-    out = n if gamma is None else n * gamma + beta
+    out = n if gamma is None else n * gamma if beta is None else n * gamma + beta
     return out, lambda: layernorm.stage(st, which, gamma, beta)
 
 
@@ -108,7 +110,10 @@ def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecor
 
     def ffn_on(Y: Tensor) -> FeedForward:
         w = component_weights(cfg, params, "ffn")
-        return FeedForward(Y, w["fc1.weight"], w["fc2.weight"], act, w.get("fc1.bias"), w.get("fc2.bias"))
+        args = (Y, w["fc1.weight"], w["fc2.weight"], act, w.get("fc1.bias"), w.get("fc2.bias"))
+        if cfg.mlp == "gated":
+            return GatedFeedForward(*args, W_G=w["gate.weight"], b_G=w.get("gate.bias"))
+        return FeedForward(*args)
 
     for step in recipe:
         x = step.inputs[0]

@@ -37,9 +37,13 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
         # γ and β applied by hand: torch.func.hessian (forward over reverse) through
         # F.layer_norm(weight=γ) gives a wrong, asymmetric γ Hessian in torch 2.13
         # (reverse over reverse agrees with this form); tests/test_real_layers.py checks it
-        out = F.layer_norm(z, (d,), eps=eps)
+        if cfg.norm_type == "rmsnorm":
+            out = z * torch.rsqrt((z * z).mean(-1, keepdim=True) + eps)
+        else:
+            out = F.layer_norm(z, (d,), eps=eps)
         gamma, beta = p(f"{which}_gamma"), p(f"{which}_beta")
-        return out if gamma is None else out * gamma + beta
+        out = out if gamma is None else out * gamma
+        return out if beta is None else out + beta
 
     def linear(x: Tensor, w: str, b: str) -> Tensor:
         out = x @ params[w]
@@ -61,6 +65,8 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     def ffn(z: Tensor) -> Tensor:
         act = {"relu": torch.relu, "gelu": F.gelu,
                "gelu_tanh": lambda u: F.gelu(u, approximate="tanh"), "silu": F.silu}[cfg.activation]
+        if cfg.mlp == "gated":
+            return linear(act(linear(z, "W_G", "b_G")) * linear(z, "W_1", "b_1"), "W_2", "b_2")
         return linear(act(linear(z, "W_1", "b_1")), "W_2", "b_2")
 
     if cfg.norm == "attention":

@@ -28,6 +28,7 @@ WEIGHT_MAP: dict[str, tuple[str, str]] = {
     "W_V": ("attention", "value.weight"), "b_V": ("attention", "value.bias"),
     "W_O": ("attention", "out.weight"), "b_O": ("attention", "out.bias"),
     "ln1_gamma": ("ln1", "gamma"), "ln1_beta": ("ln1", "beta"),
+    "W_G": ("ffn", "gate.weight"), "b_G": ("ffn", "gate.bias"),
     "W_1": ("ffn", "fc1.weight"), "b_1": ("ffn", "fc1.bias"),
     "W_2": ("ffn", "fc2.weight"), "b_2": ("ffn", "fc2.bias"),
     "ln2_gamma": ("ln2", "gamma"), "ln2_beta": ("ln2", "beta"),
