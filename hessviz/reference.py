@@ -19,7 +19,7 @@ from hessviz.custom_loss import CustomLoss
 
 
 def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 and 2); a stack
+    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 to 3); a stack
     applies its blocks in layer order, each with its own weights."""
     if not cfg.is_stack:
         return _block_forward(cfg, params, X)
@@ -52,9 +52,29 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     def heads(x: Tensor, width: int) -> Tensor:                   # (L, H*width) -> (H, L, width)
         return x.reshape(L, H, width).transpose(0, 1)
 
+    def heads_kv(x: Tensor, width: int) -> Tensor:               # (L, G*width) -> (H, L, width)
+        G = cfg.kv_heads
+        return x.reshape(L, G, width).transpose(0, 1).repeat_interleave(H // G, dim=0)
+
+    def rms(u: Tensor, gamma: str) -> Tensor:                      # qk_norm, over each head's row
+        return u / torch.sqrt((u * u).mean(-1, keepdim=True) + eps) * params[gamma]
+
+    def rotate(u: Tensor) -> Tensor:                               # Hugging Face's rotate_half layout
+        r = cfg.rotary_width
+        omega = cfg.rope_theta ** (-torch.arange(0, r, 2, dtype=torch.float64, device=X.device) / r)
+        angle = torch.arange(L, dtype=torch.float64, device=X.device)[:, None] * omega
+        cos, sin = torch.cat([angle.cos()] * 2, -1).to(u.dtype), torch.cat([angle.sin()] * 2, -1).to(u.dtype)
+        a, rest = u[..., :r], u[..., r:]
+        half = torch.cat([-a[..., r // 2:], a[..., :r // 2]], -1)
+        return torch.cat([a * cos + half * sin, rest], -1)
+
     def sa(x: Tensor) -> Tensor:
-        q, k = heads(linear(x, "W_Q", "b_Q"), dk), heads(linear(x, "W_K", "b_K"), dk)
-        v = heads(linear(x, "W_V", "b_V"), dv)
+        q, k = heads(linear(x, "W_Q", "b_Q"), dk), heads_kv(linear(x, "W_K", "b_K"), dk)
+        v = heads_kv(linear(x, "W_V", "b_V"), dv)
+        if cfg.qk_norm:
+            q, k = rms(q, "q_norm_gamma"), rms(k, "k_norm_gamma")
+        if cfg.rope:
+            q, k = rotate(q), rotate(k)
         scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
         if cfg.causal:
             future = torch.ones(L, L, dtype=torch.bool, device=X.device).triu(1)
@@ -74,6 +94,8 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     if cfg.norm == "post":
         z1 = ln(X + sa(X), "ln1")
         return ln(z1 + ffn(z1), "ln2")
+    if cfg.norm == "parallel":
+        return X + sa(ln(X, "ln1")) + ffn(ln(X, "ln2"))
     if cfg.norm == "pre":
         z1 = X + sa(ln(X, "ln1"))
         return z1 + ffn(ln(z1, "ln2"))

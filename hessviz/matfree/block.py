@@ -23,12 +23,13 @@ from hessviz import losses
 from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
 from hessviz.matfree.tape import LayerSpan, Tape
-from hessviz.ops import activations
+from hessviz.ops import activations, rotary
 from hessviz.ops.attention import AttentionCore
 from hessviz.ops.base import Node
 from hessviz.ops.gated import GatedUnit
 from hessviz.ops.layernorm import LayerNorm
 from hessviz.ops.linear import Linear
+from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.residual import Residual
 from hessviz.placements import PLACEMENTS, where
 
@@ -72,8 +73,14 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
 
     def self_attention(x: str, out: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
-        o = b.add(AttentionCore(b.prefix + ("O" if cfg.out_proj else out), qkv, b.values[qkv], cfg.n_heads,
-                                cfg.d_k, cfg.value_width, cfg.causal))
+        if cfg.qk_norm:
+            qkv = b.add(QKNorm(b.prefix + "QKVn", qkv, b.values[qkv], cfg.n_heads, cfg.kv_heads, cfg.d_k,
+                               cfg.value_width, cfg.ln_eps, (b.p("q_norm_gamma"), b.p("k_norm_gamma")),
+                               where=b.prefix + "attention"))
+        xv = b.values[qkv]
+        rot = rotary.for_config(xv.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, xv)
+        o = b.add(AttentionCore(b.prefix + ("O" if cfg.out_proj else out), qkv, xv, cfg.n_heads,
+                                cfg.d_k, cfg.value_width, cfg.causal, cfg.kv_heads, rot))
         return b.linear(out, o, ["W_O"], ["b_O"]) if cfg.out_proj else o
 
     def ffn(z: str, out: str) -> str:
