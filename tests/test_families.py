@@ -15,9 +15,11 @@ reference runs with ``attn_implementation="sdpa"``: the eager attention takes it
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -286,3 +288,56 @@ def test_bad_folders_and_inputs_are_checkpoint_errors(folders, tmp_path):
     untied = changed(folders, tmp_path, "mistral", {"tie_word_embeddings": False})  # its lm_head is not saved
     with pytest.raises(CheckpointError, match="no tensor 'lm_head.weight'"):
         ob.lm_head(untied)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def test_cli_takes_a_model(folders, tmp_path, capsys):
+    from hessviz.cli import main
+
+    folder, ids = str(folders["llama"]), [str(t) for t in IDS[:4]]
+    assert main(["verify", "--model", folder, "--layer", "1", "--ids", *ids,
+                 "--wrt", "W_Q[1]", "W_K[0]"]) == 0
+    text = capsys.readouterr().out
+    assert "layer 1 (Llama)" in text and "W_Q[1]–W_K[0]" in text and "OK" in text
+    out = tmp_path / "next"
+    assert main(["compute", "--model", folder, "--layer", str(N_LAYERS - 1), "--ids", *ids,
+                 "--objective", "next-token", "--wrt", "W_O[0]", "--terms", "full", "--out", str(out)]) == 0
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["model"] == "llama" and summary["ids"] == IDS[:4] and summary["names"] == ["W_O[0]"]
+    cfg, params, X = hv.layer_for_text(folder, IDS[:4], layer=N_LAYERS - 1)
+    obj = ob.next_token_loss(hv.forward(cfg, params, X), IDS[:4], ob.lm_head(folder))
+    want = hv.hessian(cfg, params, X, wrt=("W_O[0]",), loss=obj.custom_loss()).full
+    got = torch.from_numpy(np.load(out.with_suffix(".npz"))["full"])
+    assert (got - want).abs().max().item() <= 1e-12 * max(1.0, want.abs().max().item())
+    assert main(["spectrum", "--model", folder, "--layer", "0", "--ids", *ids, "--top", "2",
+                 "--out", str(tmp_path / "spec")]) == 0
+    assert len(json.loads((tmp_path / "spec.json").read_text())["top"]["values"]) == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["verify", "--text", "a b"], "--text, --ids and --objective need --model"),
+    (["verify", "--model", "{llama}"], "exactly one of --text and --ids"),
+    (["compute", "--model", "{llama}", "--ids", "1", "2", "--objective", "next-token"],
+     f"use --layer {N_LAYERS - 1}"),
+    (["verify", "--model", "{llama}", "--ids", "1", "2", "--layer", "5"],
+     r"layer must be an integer in \[0, 1\]"),
+    (["verify", "--model", "{llama}", "--text", "a b"], "no tokenizer.json"),
+])
+def test_cli_bad_model_input_is_a_message(folders, capsys, argv, message):
+    from hessviz.cli import main
+
+    assert main([a.format(llama=folders["llama"]) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and re.search(message, err), err
+
+
+def test_cli_lists_models_and_families(capsys):
+    from hessviz.cli import main
+    from hessviz.pretrained.families import FAMILIES as READ
+
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    assert "pydoc-preln: GPT-2 (Pre-LN)" in text
+    assert all(f"{f.title}: {f.blurb}" in text for f in READ)

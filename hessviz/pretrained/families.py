@@ -155,6 +155,8 @@ class Family:
 
     model_types: tuple[str, ...] = ()
     title = ""
+    blurb = ""
+    """The block in a few words (``hessviz models``, the app)."""
     anchor = ""
     layers_key = positions_key = vocab_key = ""
 
@@ -245,6 +247,7 @@ class Bert(Family):
 
     model_types = ("bert", "roberta")
     title = "BERT"
+    blurb = "Post-LN, GELU, biases, LayerNorm γ/β; causal as a decoder (RoBERTa too)"
     anchor = "embeddings.word_embeddings.weight"
     layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
 
@@ -318,6 +321,7 @@ class GPT2(Family):
 
     model_types = ("gpt2",)
     title = "GPT-2"
+    blurb = "Pre-LN, causal, GELU-tanh, biases, LayerNorm γ/β"
     anchor = "wte.weight"
     layers_key, positions_key, vocab_key = "n_layer", "n_positions", "vocab_size"
 
@@ -424,6 +428,7 @@ class Llama(Family):
 
     model_types = ("llama",)
     title = "Llama"
+    blurb = "Pre-RMSNorm, SwiGLU, RoPE, grouped-query, causal (SmolLM, TinyLlama too)"
     anchor = "embed_tokens.weight"
     layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
     head_dim_key: str | None = "head_dim"
@@ -497,6 +502,7 @@ class Mistral(Llama):
 
     model_types = ("mistral",)
     title = "Mistral"
+    blurb = "as Llama; texts up to sliding_window tokens"
 
 
 class Qwen2(Llama):
@@ -504,6 +510,7 @@ class Qwen2(Llama):
 
     model_types = ("qwen2",)
     title = "Qwen2"
+    blurb = "as Llama, with biases on Q, K, V"
 
     def biases(self) -> dict[str, bool]:
         return {"Q": True, "K": True, "V": True, "O": False, "G": False, "1": False, "2": False}
@@ -515,6 +522,7 @@ class Qwen3(Llama):
 
     model_types = ("qwen3",)
     title = "Qwen3"
+    blurb = "as Llama, with QK-norm and an explicit head_dim"
     qk_norm = True
 
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
@@ -529,6 +537,7 @@ class GPTNeoX(Family):
 
     model_types = ("gpt_neox",)
     title = "GPT-NeoX"
+    blurb = "parallel (or Pre-LN), LayerNorm γ/β, partial RoPE, GELU, biases (Pythia)"
     anchor = "embed_in.weight"
     layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
 
@@ -578,6 +587,7 @@ class OPT(Family):
 
     model_types = ("opt",)
     title = "OPT"
+    blurb = "Pre-LN (or Post-LN), ReLU, biases, learned positions (offset 2)"
     anchor = "embed_positions.weight"
     layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
     OFFSET = 2
