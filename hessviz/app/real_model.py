@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hessviz import budget
 from hessviz.app import cache
-from hessviz.config import BlockConfig
+from hessviz.config import KV_HEADED, BlockConfig
 from hessviz.pretrained import explore, precomputed
 
 DEFAULT_TEXT = ("The old lighthouse keeper climbed the narrow stairs every evening to light the lamp "
@@ -42,6 +42,14 @@ entries, 9× the bytes of the others in MiniLM: computed live, about 2.6 s)."""
 
 def default_layer(n_layers: int) -> int:
     return min(3, n_layers - 1)
+
+
+def slice_name(cfg: BlockConfig, weight: str, head: int) -> str:
+    """The slice of ``weight`` that query head ``head`` uses: ``W_K[g]`` / ``W_V[g]`` of the key/value
+    head it reads, ``g = head // (n_heads / n_kv_heads)`` (grouped-query attention), else ``weight[head]``."""
+    if weight in KV_HEADED:
+        head //= cfg.n_heads // cfg.kv_heads
+    return f"{weight}[{head}]"
 
 
 def row_counts(rows: int, cols: int) -> list[int]:
