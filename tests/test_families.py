@@ -14,6 +14,7 @@ reference runs with ``attn_implementation="sdpa"``: the eager attention takes it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -27,6 +28,7 @@ import hessviz as hv
 from hessviz import pretrained as pt
 from hessviz.errors import CheckpointError
 from hessviz.pretrained import objectives as ob
+from hessviz.pretrained.checkpoint import bundled_folder
 from hessviz.reference import full_hessian
 
 transformers = pytest.importorskip("transformers")
@@ -341,3 +343,33 @@ def test_cli_lists_models_and_families(capsys):
     text = capsys.readouterr().out
     assert "pydoc-preln: GPT-2 (Pre-LN)" in text
     assert all(f"{f.title}: {f.blurb}" in text for f in READ)
+
+
+def test_bundled_pydoc_llama_is_its_llama_checkpoint():
+    """``pydoc-llama`` (assets/models/) opens by name and is the LlamaForCausalLM ``transformers`` reads."""
+    text = "def add(a, b):\n    return a + b"
+    info = pt.model_info("pydoc-llama")
+    assert (info.model_type, info.n_layers, info.block.kv_heads, info.block.mlp) == ("llama", 4, 2, "gated")
+    assert "pydoc-llama" in pt.available_models()
+    ids = pt.token_ids("pydoc-llama", text)
+    folder = bundled_folder("pydoc-llama")
+    model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float64,
+                                                          attn_implementation="sdpa", local_files_only=True)
+    inputs, outputs = layer_states(model.eval(), ids)
+    states = pt.hidden_states("pydoc-llama", text)
+    for i in range(info.n_layers):
+        assert scaled_error(states[i], inputs[i]) <= LOOSE
+        assert scaled_error(states[i + 1], outputs[i]) <= LOOSE
+    obj = ob.next_token_loss(states[-1], ids, ob.lm_head("pydoc-llama"))
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0]
+    ref = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:]))
+    assert abs(obj.value.item() - ref.item()) <= LOOSE
+
+
+def test_the_pairs_layers_differ_only_in_the_placement():
+    """What assets/models/README.md says of the pair: inside a layer, only ``norm`` differs."""
+    post, _ = hv.load_layer("pydoc-postln", layer=0)
+    pre, _ = hv.load_layer("pydoc-preln", layer=0)
+    assert (post.norm, pre.norm) == ("post", "pre")
+    assert dataclasses.replace(post, norm="pre") == pre

