@@ -373,3 +373,16 @@ def test_the_pairs_layers_differ_only_in_the_placement():
     pre, _ = hv.load_layer("pydoc-preln", layer=0)
     assert (post.norm, pre.norm) == ("post", "pre")
     assert dataclasses.replace(post, norm="pre") == pre
+
+
+def test_real_model_page_opens_pydoc_llama_and_its_grouped_heads():
+    """The Real model page lists pydoc-llama and draws a key head of a grouped-query layer: query
+    head 3 reads key/value head 1, so the slice drawn is ``W_K[1]``."""
+    from tests.test_app_pages import run_page, titles
+
+    at = run_page("app_pages/real_model.py", rm_model="pydoc-llama", rm_text="def add(a, b):", rm_layer="1",
+                  rm_rows="1", rm_head="3", rm_w="W_K")
+    assert not at.error, [e.value for e in at.error]
+    assert "pydoc-llama" in at.selectbox(key="rm_model").options
+    assert "2 key/value" in " ".join(c.value for c in at.main.get("caption"))
+    assert any("Hessian of W_K[1], rows 0…0 (32 × 32)" in t for t in titles(at))
