@@ -333,8 +333,6 @@ class BlockConfig:
             object.__setattr__(self, "bias", tuple(self.bias))
         for s in BLOCK_SETTINGS:
             s.check(getattr(self, s.name))
-        if isinstance(self.bias, tuple):
-            self._check_bias_tuple()
         if self.loss == "ce" and self.d_model < 2:
             raise ConfigError("d_model must be >= 2 with loss='ce' (the classes are the d_model features)")
         if self.uses_layernorm and self.norm_type == "layernorm" and self.d_model < 2 and self.ln_eps == 0:
@@ -354,6 +352,8 @@ class BlockConfig:
         if self.ln_affine and not self.uses_layernorm:
             raise ConfigError(f"ln_affine needs a LayerNorm: norm must be 'post', 'pre' or 'parallel', got "
                               f"{self.norm!r}")
+        if isinstance(self.bias, tuple):
+            self._check_bias_tuple()
 
     def _check_attention_fields(self) -> None:
         """Grouped-query heads and rotary positions (``MODEL.md`` part 3)."""
