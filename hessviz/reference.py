@@ -160,6 +160,14 @@ def full_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tens
     return torch.func.hessian(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))
 
 
+def full_hessian_rr(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
+                    names: tuple[str, ...]) -> Tensor:
+    """``∇²_θ ℓ`` by ``torch.func.jacrev`` of ``torch.func.grad`` (reverse over reverse): the reference
+    that stays right through ``F.layer_norm`` with a weight, where forward over reverse does not."""
+    grad = torch.func.grad(loss_of_theta(cfg, params, X, Y, names))
+    return torch.func.jacrev(grad)(flatten(cfg, params, names))
+
+
 def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
                   names: tuple[str, ...]) -> Tensor:
     """``Jᵀ (∇²_Z ℓ) J`` with both factors from autograd."""
