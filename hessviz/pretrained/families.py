@@ -1,12 +1,13 @@
 """Model families: how a Hugging Face checkpoint's config and tensors map to hessviz blocks.
 
-A family states four things about its checkpoints:
+A family states five things about its checkpoints:
 
 * the :class:`~hessviz.BlockConfig` of one layer, from ``config.json``;
 * where each hessviz weight of layer ``i`` is stored, one :class:`Source` row per weight
   (the table the loader reads; a new weight is a new row);
 * how many positions and tokens the model has;
-* its embeddings, ``ids (L,) -> X (L, d)``, the hidden state entering layer 0.
+* its embeddings, ``ids (L,) -> X (L, d)``, the hidden state entering layer 0;
+* for a decoder, its final norm and LM head (:meth:`Family.head`).
 
 Orientation. hessviz multiplies weights from the right, ``X W`` (``MODEL.md``). A
 ``torch.nn.Linear`` stores ``weight`` as ``(out, in)`` and computes ``x weightᵀ``, so BERT's
@@ -23,6 +24,22 @@ Supported families
   position + token type 0, then LayerNorm.
 * ``gpt2``: Pre-LN, causal, ``activation_function`` ``gelu_new`` (= GELU-tanh), ε from
   ``layer_norm_epsilon``. Embeddings: ``wte + wpe``.
+* ``llama`` (SmolLM, TinyLlama), ``mistral``, ``qwen2``, ``qwen3`` (``MODEL.md`` part 3): Pre-RMSNorm,
+  SwiGLU (``W_G = gate_projᵀ``, ``W_1 = up_projᵀ``, ``W_2 = down_projᵀ``), rotary positions
+  (``rope_parameters`` or ``rope_theta``; only ``rope_type`` ``"default"``), grouped-query heads
+  (``num_key_value_heads``), causal; biases per ``attention_bias``/``mlp_bias`` (Qwen2: Q, K, V
+  always), Qwen3's ``q_norm``/``k_norm``. Embeddings: ``embed_tokens`` alone. A sliding window
+  (Mistral's ``sliding_window``, Qwen's ``use_sliding_window``) limits a text to its length.
+* ``gpt_neox`` (Pythia): parallel residual (Pre-LN when ``use_parallel_residual`` is false),
+  LayerNorm γ/β, rotary on ``rotary_pct`` of each head, ``query_key_value`` packed per head
+  ``[q_h; k_h; v_h]`` along its output rows (:class:`Source` ``groups = H``). Embeddings: ``embed_in``.
+* ``opt``: Pre-LN (Post-LN when ``do_layer_norm_before`` is false), ReLU, biases, ε = 1e-5.
+  Embeddings: ``embed_tokens + embed_positions[t + 2]`` (OPT's offset); ``project_in``/``project_out``
+  refused.
+
+Each decoder also names its head (:class:`Head`): the final norm and the unembedding, the token
+embedding when ``tie_word_embeddings``. A config value that changes the math and is not computed is a
+:class:`~hessviz.errors.CheckpointError` naming the key.
 """
 
 from __future__ import annotations
