@@ -30,6 +30,7 @@ from hessviz.errors import CheckpointError
 from hessviz.pretrained import objectives as ob
 from hessviz.pretrained.checkpoint import bundled_folder
 from hessviz.reference import full_hessian
+from tests.test_pretrained import randomise
 
 transformers = pytest.importorskip("transformers")
 
@@ -69,19 +70,6 @@ FAMILIES = {
         vocab_size=VOCAB, hidden_size=D, ffn_dim=32, num_hidden_layers=N_LAYERS, num_attention_heads=HEADS,
         max_position_embeddings=POSITIONS, word_embed_proj_dim=D, do_layer_norm_before=True), TIGHT),
 }
-
-
-def randomise(model: torch.nn.Module, seed: int) -> None:
-    """Every parameter redrawn: matrices ~ N(0, 1/fan_in), vectors ~ 0.1 N(0, 1), norm scales ~ 1 + that."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            w = torch.randn(p.shape, generator=gen, dtype=torch.float64)
-            if p.ndim == 2:
-                w = w / p.shape[-1] ** 0.5
-            else:
-                w = 0.1 * w + (1.0 if "norm" in name and name.endswith("weight") else 0.0)
-            p.copy_(w)
 
 
 @pytest.fixture(scope="module")
