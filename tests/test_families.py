@@ -374,3 +374,16 @@ def test_real_model_page_opens_pydoc_llama_and_its_grouped_heads():
     assert "pydoc-llama" in at.selectbox(key="rm_model").options
     assert "2 key/value" in " ".join(c.value for c in at.main.get("caption"))
     assert any("Hessian of W_K[1], rows 0…0 (32 × 32)" in t for t in titles(at))
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gpt_neox", "opt"])
+def test_load_model_runs_the_same_states(folders, family):
+    stack = hv.load_model(folders[family])
+    assert len(stack) == N_LAYERS and all(tuple(p) == stack[0][0].param_names for _, p in stack)
+    kept = pt.hidden_states(folders[family], IDS, layers=stack)
+    fresh = pt.hidden_states(folders[family], IDS)
+    assert all(torch.equal(a, b) for a, b in zip(kept, fresh))
+    assert pt.model_info(folders[family]).describe().startswith(f"{family}: {FAMILY_TITLES[family]} (")
+
+
+FAMILY_TITLES = {"qwen3": "Qwen3", "gpt_neox": "GPT-NeoX", "opt": "OPT"}
