@@ -374,6 +374,10 @@ def test_real_model_page_opens_pydoc_llama_and_its_grouped_heads():
     assert "pydoc-llama" in at.selectbox(key="rm_model").options
     assert "2 key/value" in " ".join(c.value for c in at.main.get("caption"))
     assert any("Hessian of W_K[1], rows 0…0 (32 × 32)" in t for t in titles(at))
+    from hessviz import plots
+    from tests.test_app_pages import figures
+    bars = [x for f in figures(at) for d in f["data"] for x in (d.get("x") or []) if isinstance(x, str)]
+    assert {plots.pretty(n) for n in ("W_G", "W_1", "W_2", "W_K", "ln1_gamma")} <= set(bars)   # gradients
 
 
 @pytest.mark.parametrize("family", ["qwen3", "gpt_neox", "opt"])
