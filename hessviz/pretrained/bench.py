@@ -38,7 +38,6 @@ import torch
 
 from hessviz.pretrained import load
 from hessviz.pretrained.checkpoint import Checkpoint
-from hessviz.pretrained.families import Family
 
 MODEL = "all-MiniLM-L6-v2"
 MODELS = (MODEL, "pydoc-llama")
@@ -127,7 +126,7 @@ def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool
         baselines["transformers from_pretrained + forward (from the folder)"] = median_time(
             lambda: _reference_states(_transformers_model(device, model), ids, device), repeats, device)
         # transformers' last hidden state of a decoder is after its final norm: compare the one before
-        last = -2 if type(load._open(model)).head is not Family.head else -1
+        last = -2 if load._open(model).has_head() else -1
         ref = _reference_states(net, ids, device)[last][0]
         error = (load.hidden_states(model, ids, device=device)[last] - ref).abs().max().item()
     n_layers = load.model_info(model).n_layers

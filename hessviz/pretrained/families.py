@@ -222,10 +222,15 @@ class Family:
 
     def head(self) -> Head:
         """The final norm and the LM head; :class:`CheckpointError` for a family without one."""
-        decoders = (t for f in FAMILIES if f.head is not Family.head for t in f.model_types)
+        decoders = (t for f in FAMILIES if f.has_head() for t in f.model_types)
         raise CheckpointError(f"source {self.ckpt.name!r} is a {self.title} model: hessviz reads the "
                               "next-token head (final norm and unembedding) of decoder families only "
                               f"({', '.join(decoders)})")
+
+    @classmethod
+    def has_head(cls) -> bool:
+        """Whether hessviz reads this family's next-token head (the decoders)."""
+        return cls.head is not Family.head
 
     def head_shapes(self) -> dict[str, tuple[int, ...]]:
         """``key -> shape`` of the head's tensors."""
