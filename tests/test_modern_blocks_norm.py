@@ -154,6 +154,31 @@ def test_head_slices_and_blocks_alone(cfg):
                          f"block({a}, {b}, {term})", atol=floor)
 
 
+def test_block_and_linear_operators_of_the_new_weights():
+    """``block_operator`` between a head slice and the gate, and ``linear_operator``, in a parallel
+    RMSNorm block: the products against the autograd terms."""
+    np = pytest.importorskip("numpy")
+    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=2, out_proj=True, bias=("Q", "G"),
+                         ln_affine=True, norm="parallel", norm_type="rmsnorm", mlp="gated", activation="silu",
+                         causal=True, ln_eps=1e-6)
+    params, X, Y = _setup(cfg, seed=11)
+    res = hv.hessian(cfg, params, X, Y)
+    ref = hv.hessian(cfg, params, X, Y, method="autograd")
+    off = res.offsets
+    rows = off["W_K"].start + cfg.head_indices("W_K[1]")
+    gen = torch.Generator().manual_seed(4)
+    for term in NAMES:
+        dense = ref.term(term)[rows][:, off["W_G"]].numpy()
+        op = res.block_operator("W_K[1]", "W_G", term)
+        x = torch.randn(dense.shape[1], 2, dtype=F64, generator=gen).numpy()
+        y = torch.randn(dense.shape[0], dtype=F64, generator=gen).numpy()
+        np.testing.assert_allclose(op @ x, dense @ x, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(op.rmatvec(y), dense.T @ y, rtol=0, atol=1e-12)
+        v = torch.randn(res.size, dtype=F64, generator=gen).numpy()
+        full = ref.term(term).numpy()
+        np.testing.assert_allclose(res.linear_operator(term) @ v, full @ v, rtol=0, atol=1e-12)
+
+
 def test_parallel_cross_terms_against_reverse_over_reverse():
     """The parallel block's branch ``FFN(ln2(X))`` against the attention and ``ln1``: the full term
     against ``jacrev(grad)`` (no forward-over-reverse through any norm)."""
