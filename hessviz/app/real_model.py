@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hessviz import budget
 from hessviz.app import cache
-from hessviz.config import KV_HEADED, BlockConfig
+from hessviz.config import BlockConfig
 from hessviz.pretrained import explore, precomputed
 
 DEFAULT_TEXT = ("The old lighthouse keeper climbed the narrow stairs every evening to light the lamp "
@@ -47,6 +47,8 @@ def default_layer(n_layers: int) -> int:
 def slice_name(cfg: BlockConfig, weight: str, head: int) -> str:
     """The slice of ``weight`` that query head ``head`` uses: ``W_K[g]`` / ``W_V[g]`` of the key/value
     head it reads, ``g = head // (n_heads / n_kv_heads)`` (grouped-query attention), else ``weight[head]``."""
+    from hessviz.config import KV_HEADED
+
     if weight in KV_HEADED:
         head //= cfg.n_heads // cfg.kv_heads
     return f"{weight}[{head}]"
