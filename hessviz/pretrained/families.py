@@ -388,6 +388,8 @@ class GPT2(Family):
 
 
 # ----------------------------------------------------------------------------- today's decoders
+
+
 def _rope(config: dict, default_factor: float = 1.0) -> tuple[float, float]:
     """``(rope_theta, partial rotary factor)`` from either spelling of ``config.json``:
     ``rope_parameters = {rope_type, rope_theta, partial_rotary_factor}`` (``transformers`` 5) or
@@ -396,8 +398,9 @@ def _rope(config: dict, default_factor: float = 1.0) -> tuple[float, float]:
     params = config.get("rope_parameters") or {}
     scaling = config.get("rope_scaling") or {}
     for key, table in (("rope_parameters", params), ("rope_scaling", scaling)):
-        if not isinstance(table, dict):
-            raise CheckpointError(f"config.json: {key} must be an object, got {table!r}")
+        if not isinstance(table, dict) or any(isinstance(v, dict) for v in table.values()):
+            raise CheckpointError(f"config.json: {key} must be one object of rope settings (hessviz computes "
+                                  f"one rotation for every layer), got {table!r}")
         kind = table.get("rope_type", table.get("type", "default"))
         if kind != "default":
             raise CheckpointError(f"config.json: {key} with rope_type {kind!r} is not supported; hessviz "
