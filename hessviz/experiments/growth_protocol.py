@@ -97,10 +97,10 @@ def answer_loss(Z: Tensor, ids: Tensor, W_U: Tensor, final_norm: bool, weight: f
     g = w[:, None] * r
     curv = torch.einsum("di,ti,ei->tde", W_U, p, W_U) - torch.einsum("ti,tj->tij", p @ W_U.T, p @ W_U.T)
     curv = w[:, None, None] * curv
-    if not final_norm:
-        return CustomLoss(g, curv)
-    J = layernorm.jacobian(st)
-    return CustomLoss(layernorm.vjp(st, g), J @ curv @ J + layernorm.contract_hessian(st, g))
+    if final_norm:
+        J = layernorm.jacobian(st)
+        g, curv = layernorm.vjp(st, g), J @ curv @ J + layernorm.contract_hessian(st, g)
+    return CustomLoss(g, (curv + curv.transpose(-1, -2)) / 2)       # symmetric up to round-off
 
 
 def block_norms(norm: str, n_layers: int, sigma: float, seed: int, batch: int, d: int = 16
@@ -154,8 +154,9 @@ def measure(quick: bool = False) -> Measurement:
                         values.setdefault(k, np.full((len(seeds), grid.size), np.nan))[j, i] = v
             sw = Sweep("xnorm", grid, seeds, values, f"{norm}, {n} layer{'s' if n > 1 else ''}")
             sweeps[f"{norm}_{n}"] = sw
+            fitted = (grid >= FIT_RANGE[0]) & (grid <= FIT_RANGE[1])
             for key, v in values.items():
-                if not (v > 0).all():            # W_V's functional block of one layer is exactly 0
+                if not (v[:, fitted] > 0).all():      # W_V's functional block of one layer is exactly 0
                     continue
                 f = sw.fit_per_seed(key, *FIT_RANGE)
                 measured[f"slope_{norm}_{n}layers_{key}"] = f.slope
