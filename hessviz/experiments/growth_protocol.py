@@ -180,15 +180,23 @@ def _gaps(m: dict, norm: str) -> dict[str, float]:
     return out
 
 
+FLAT = 1.0
+"""Pre-LN removes the growth when every one of its slopes is below this in magnitude (the laws are 2–6)."""
+
+
 def judge(m: dict) -> Verdict:
     gaps = _gaps(m, "none")
     close = {k: g < SLOPE_TOL for k, g in gaps.items()}
     worst = max(gaps, key=gaps.get)
+    pre = {k: abs(v) for k, v in m.items() if k.startswith("slope_pre_")}
+    steepest = max(pre, key=pre.get)
     rule = (f"holds when, without LayerNorm, every layer's W_Q outer, W_Q functional and W_V outer slope "
             f"in σ (on σ ∈ {list(FIT_RANGE)}) at every depth is within {SLOPE_TOL} of the paper's 6, 5 and 2 "
-            f"({sum(close.values())} of {len(close)} are; the worst, {worst}, is off by {gaps[worst]:.3f}); "
-            "partly when some are")
-    return grade(all(close.values()), any(close.values()), rule)
+            f"({sum(close.values())} of {len(close)} are; the worst, {worst}, is off by {gaps[worst]:.3f}) "
+            f"and every Pre-LN slope is below {FLAT:g} in magnitude (the steepest, {steepest}, is "
+            f"{m[steepest]:.3f}); partly when some are")
+    flat = pre[steepest] < FLAT
+    return grade(all(close.values()) and flat, any(close.values()) or flat, rule)
 
 
 def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
