@@ -1,8 +1,6 @@
 """Real model: one layer of a pretrained model on a real text: its attention, the exact Hessian of a
 head slice, per-block curvature (matrix-free) and gradient norms with their Gini coefficient."""
 
-import os
-
 import numpy as np
 import streamlit as st
 
@@ -14,9 +12,8 @@ from hessviz.memory import format_bytes
 from hessviz.pretrained import explore, loss_keys
 from hessviz.terms import NAMES
 
-FOLDERS_SETTING = "HESSVIZ_MODEL_FOLDERS"  # =1: a local server may open a checkpoint folder typed here;
-#                                            the hosted profile never does (no uploads, no paths)
-FOLDER = "a local folder…"
+FOLDER = "a local folder…"  # a local server opens a checkpoint folder typed here; the hosted profile never
+#                             does (no uploads, no paths)
 WEIGHTS = ("W_Q", "W_K", "W_V", "W_O")
 TERMS = NAMES   # full, outer, functional (hessviz.terms)
 BY = {"weights": "every weight", "heads": "every head"}
@@ -33,7 +30,7 @@ hva.explain(
 )
 
 models = list(pretrained.available_models())
-folders = hva.cache.LIMITS.profile == "local" and os.environ.get(FOLDERS_SETTING, "") == "1"
+folders = hva.cache.LIMITS.profile == "local"
 if folders:
     models.append(FOLDER)
 if not models:
@@ -44,7 +41,7 @@ c1, c2 = st.columns([2, 3])
 model = hva.select("Model", models, key="rm_model", default=models[0], container=c1,
                    help="the bundled models" + (
                        f"; {FOLDER}: a Hugging Face checkpoint folder on this machine" if folders
-                       else f" (a local server may open a folder when {FOLDERS_SETTING}=1)"))
+                       else " (a local server also opens a checkpoint folder; the hosted app opens none)"))
 if model == FOLDER:
     model = c1.text_input("Checkpoint folder", key="rm_folder", placeholder="/path/to/checkpoint",
                           help="a folder with config.json, model.safetensors and tokenizer.json")
@@ -119,7 +116,7 @@ weight = hva.choice("Weight", [w for w in WEIGHTS if w in cfg.param_names], key=
 term = hva.choice("Term", TERMS, key="rm_term", default=rm.DEFAULT_TERM, container=c7,
                   help="full = outer + functional")
 c8, c9 = st.columns(2)
-name = f"{weight}[{head}]"
+name = rm.slice_name(cfg, weight, head)   # W_K, W_V: the key/value head that head reads
 rows, cols = cfg.shape_of(name)
 counts = rm.row_counts(rows, cols)
 asked = int(hva.select(f"Rows of {name}", [str(k) for k in counts], key="rm_rows",

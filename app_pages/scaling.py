@@ -8,7 +8,8 @@ from hessviz import plots, sweeps
 from hessviz.experiments.depth import factor_per_layer
 
 SEEDS_MAX = 8
-PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_Q,W_V", "W_1,W_1", "W_2,W_2")
+PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_Q,W_V", "W_G,W_G", "W_G,W_1", "W_1,W_1", "W_2,W_2",
+         "q_norm_gamma,q_norm_gamma", "ln1_gamma,ln1_gamma")
 PLACEMENTS = ("attention", "post", "pre")
 
 view = hva.sidebar(stacks=True)

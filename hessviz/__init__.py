@@ -14,16 +14,16 @@ True
 from hessviz.api import forward, gradient, hessian, jacobian, loss
 from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
-from hessviz.errors import ConfigError, HessvizError, InputError, SizeError
+from hessviz.errors import CheckpointError, ConfigError, HessvizError, InputError, SizeError
 from hessviz.inputs import init_params, sample_inputs
 from hessviz.memory import memory_limit, set_memory_limit
-from hessviz.pretrained import layer_inputs, load_layer, load_model
+from hessviz.pretrained import layer_for_text, layer_inputs, load_layer, load_model
 from hessviz.result import HessianResult
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BlockConfig", "ConfigError", "CustomLoss", "HessianResult", "HessvizError", "InputError", "SizeError",
-    "forward", "gradient", "hessian", "init_params", "jacobian", "layer_inputs", "load_layer", "load_model",
-    "loss", "memory_limit", "sample_inputs", "set_memory_limit",
+    "BlockConfig", "CheckpointError", "ConfigError", "CustomLoss", "HessianResult", "HessvizError",
+    "InputError", "SizeError", "forward", "gradient", "hessian", "init_params", "jacobian", "layer_for_text",
+    "layer_inputs", "load_layer", "load_model", "loss", "memory_limit", "sample_inputs", "set_memory_limit",
 ]

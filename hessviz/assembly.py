@@ -12,6 +12,10 @@ parameter of ``T``, every block is one recipe:
     H_{aq}  &= \sum_t J^{a\top}_t \big(J_{T,t}^\top N^Z_t J^{q}_t + \text{mixed}^T_q(g_Z)_t\big), \\
     H_{qq'} &= \sum_t J^{q\top}_t N^Z_t J^{q'}_t + ∂^2_{qq'}(g_Z^\top T),
 
+and, for a parameter ``β`` of the branch ``B`` on ``X`` (``Z = T(SA) + B(X)``, the parallel block's
+``FFN(ln2(X))``, Jacobian ``J^β``), ``H_{ββ'} = Σ_t J^{β⊤}_t N^Z_t J^{β'}_t + ∂²_{ββ'}(g_Zᵀ B)``,
+``H_{aβ} = Σ_t J^{a⊤}_t J_{T,t}^⊤ N^Z_t J^β_t`` and ``H_{qβ} = Σ_t J^{q⊤}_t N^Z_t J^β_t``
+(:func:`_branch_contributions`: no second derivative of ``Z`` pairs ``β`` with another weight);
 a list of :class:`~hessviz.contributions.Sandwich` (GEMMs over tokens of Kronecker-factored
 Jacobians), :class:`~hessviz.contributions.Diagonal` and
 :class:`~hessviz.contributions.Dense` pieces. ``outer``, ``functional`` and ``full`` are the
@@ -83,6 +87,8 @@ def dense_jacobian(cfg: BlockConfig, rec: BlockRecord, names: tuple[str, ...]) -
             J = at_sa[u.ref] if rec.stage is None else at_sa[u.ref].lmul(rec.stage.map.jac)  # ∂Z/∂SA · ∂SA/∂θ
         elif rec.stage is not None and u.ref in rec.stage.jacobians:
             J = rec.stage.jacobians[u.ref]
+        elif rec.branch is not None and u.ref in rec.branch.jacobians:     # Z = T(SA) + B(X)
+            J = rec.branch.jacobians[u.ref]
         else:                                                       # b_K: exactly zero
             target.zero_()
             continue
@@ -98,7 +104,7 @@ def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piec
     att = list(J_sa)
     stg = [r for r in refs if T is not None and r in T.jacobians]
     g_Z = cur.at_Z.g
-    out: list[Piece] = []
+    out: list[Piece] = _branch_contributions(cur, refs, J_sa, stg, co, cf)
     if att:
         N_sa = cur.at_SA.select(co, cf)
         out += [Sandwich(a, b, J_sa[a], N_sa, J_sa[b]) for i, a in enumerate(att) for b in att[i:]]
@@ -118,6 +124,31 @@ def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piec
                 out += [Sandwich(a, b, J_sa[a], None, mixed[b]) for a in att for b in stg if b in mixed]
     wanted = set(refs)
     return [p for p in out if p.a in wanted and p.b in wanted]
+
+
+def _branch_contributions(cur: Curvature, refs: tuple[Ref, ...], J_sa: dict[Ref, Factored], stg: list[Ref],
+                          co: float, cf: float) -> list[Piece]:
+    """The pieces of the branch ``B`` on ``X`` (``Z = T(SA) + B(X)``, :mod:`hessviz.record`) whose
+    units are in ``refs``: its own block ``Σ_t J^{B⊤} N^Z J^B + ∂²_{θ_B}(g_Zᵀ B)``, and its pairs with
+    the attention's and ``T``'s weights, which meet it only through the loss curvature
+    (``Σ_t J^{a⊤} J_T^⊤ N^Z J^B``, ``Σ_t J^{q⊤} N^Z J^B``): ``Z`` is a sum of two functions of
+    disjoint weights of the constant ``X``, so no second derivative of the model couples them."""
+    B = cur.record.branch
+    brn = [r for r in refs if B is not None and r in B.jacobians]
+    if not brn:
+        return []
+    J_b, T = B.jacobians, cur.record.stage
+    out: list[Piece] = []
+    if co:
+        N_z = cur.at_Z.select(co, 0.0)
+        out += [Sandwich(a, b, J_b[a], N_z, J_b[b]) for i, a in enumerate(brn) for b in brn[i:]]
+        if J_sa:
+            across = N_z if T is None else T.map.jac.transpose(-1, -2) @ N_z      # J_Tᵀ N_Z
+            out += [Sandwich(a, b, J_sa[a], across, J_b[b]) for a in J_sa for b in brn]
+        out += [Sandwich(a, b, T.jacobians[a], N_z, J_b[b]) for a in stg for b in brn]
+    if cf:
+        out += B.functional(cur.at_Z.g)
+    return out
 
 
 def write_block(block: Tensor, pieces: list[Piece], mirror: Tensor | None = None,

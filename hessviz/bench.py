@@ -17,6 +17,9 @@ Cases
 * the model Jacobian :func:`hessviz.jacobian` against ``torch.func.jacrev``;
 * the full Hessian of a real layer (Post-LN, 4 heads, ``W_O``, biases, γ/β, GELU, ``P = 8544``)
   against ``torch.func.hessian`` and the memory floor;
+* the full Hessian of a Llama-style layer (Pre-RMSNorm with γ, SwiGLU, RoPE, 4 query heads over 2
+  key/value heads, causal; ``L = 64, d = 32, d_k = 8, d_ff = 64``) against reverse-over-reverse
+  autograd (``jacrev`` of ``grad``) and the memory floor;
 * the full Hessian of a 2-layer and a 4-layer Pre-LN stack (``L = 16, d = 16, d_k = 8,
   d_ff = 32``, ``P = 3072`` and ``6144``, every block within and across layers) against
   ``torch.func.hessian`` and the memory floor (:mod:`hessviz.stack`);
@@ -116,9 +119,23 @@ def stack(n_layers: int, repeats: int, device: torch.device) -> Row:
                        repeats, device, with_functional_api=False)
 
 
+LLAMA_LAYER = hv.BlockConfig(seq_len=64, d_model=32, d_k=8, d_ff=64, n_heads=4, n_kv_heads=2, out_proj=True,
+                             norm="pre", norm_type="rmsnorm", ln_affine=True, mlp="gated", activation="silu",
+                             rope=True, causal=True, loss="mse", ln_eps=1e-6)
+"""Issue 18's Llama-style case: Pre-RMSNorm with γ, SwiGLU, RoPE, 4 query heads over 2 key/value
+heads, causal; L = 64, d = 32, d_k = 8, d_ff = 64."""
+
+
+def llama_layer(repeats: int, device: torch.device) -> Row:
+    cfg = LLAMA_LAYER
+    return hessian_row(cfg, f"full Hessian of a Llama-style layer ({cfg.describe()}), P = {cfg.num_params}",
+                       repeats, device, with_functional_api=False, reverse_over_reverse=True)
+
+
 def hessian_row(cfg: hv.BlockConfig, case: str, repeats: int, device: torch.device,
-                with_functional_api: bool) -> Row:
-    """The whole Hessian of ``cfg`` (every weight) against ``torch.func.hessian``, and the memory floor."""
+                with_functional_api: bool, reverse_over_reverse: bool = False) -> Row:
+    """The whole Hessian of ``cfg`` (every weight) against ``torch.func.hessian`` (or, with
+    ``reverse_over_reverse``, ``jacrev`` of ``grad``), and the memory floor."""
     L = cfg.seq_len
     params = hv.init_params(cfg, seed=0, device=device)
     X, Y = hv.sample_inputs(cfg, seed=0, input_norm=float(L) ** 0.5, device=device)
@@ -127,8 +144,10 @@ def hessian_row(cfg: hv.BlockConfig, case: str, repeats: int, device: torch.devi
     # at least 7 timed runs; the cold first call is reported too
     closed = run_times(lambda: hv.hessian(cfg, params, X, Y).full, 2 + max(repeats, 7), device)
     ours, cold = statistics.median(closed[2:]), closed[0]
-    func = median_time(lambda: reference.full_hessian(cfg, params, X, Y, names), repeats, device)
-    baselines = {"torch.func.hessian": func}
+    baseline, label = ((reference.full_hessian_rr, "torch.func.jacrev(grad)") if reverse_over_reverse
+                       else (reference.full_hessian, "torch.func.hessian"))
+    func = median_time(lambda: baseline(cfg, params, X, Y, names), repeats, device)
+    baselines = {label: func}
     if with_functional_api:
         theta = reference.flatten(cfg, params, names)
         loss_of = reference.loss_of_theta(cfg, params, X, Y, names)
@@ -139,8 +158,7 @@ def hessian_row(cfg: hv.BlockConfig, case: str, repeats: int, device: torch.devi
                         max(repeats, 7), device, warmup=2)
     floor_ours = median_time(lambda: memory.empty(P, P, dtype=torch.float64, device=device).fill_(1.0),
                              max(repeats, 7), device, warmup=2)
-    error = relative_error(hv.hessian(cfg, params, X, Y).full,
-                           reference.full_hessian(cfg, params, X, Y, names))
+    error = relative_error(hv.hessian(cfg, params, X, Y).full, baseline(cfg, params, X, Y, names))
     return Row(case, ours, baselines, error,
                extra=f"memory floor, fill a new {P}×{P} float64 array: {_fmt(floor)} with torch.empty "
                      f"(closed form / floor = **{ours / floor:.1f}×**), {_fmt(floor_ours)} with the "
@@ -340,7 +358,7 @@ def main(out: Path, seq_lens: tuple[int, ...] = (16, 32, 64), repeats: int = 3,
     for L in seq_lens:
         rows.append(full_block(L, repeats, device, with_functional_api=(L == min(seq_lens))))
         print(render(rows[-1:], ""), flush=True)
-    real_rows = [real_layer(repeats, device)]
+    real_rows = [real_layer(repeats, device), llama_layer(repeats, device)]
     print(render(real_rows, ""), flush=True)
     stack_rows = [stack(n, repeats, device) for n in (2, 4)]
     print(render(stack_rows, ""), flush=True)

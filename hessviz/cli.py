@@ -1,6 +1,11 @@
-"""Command line: ``hessviz compute | verify | spectrum | bench | reproduce`` (also ``python -m hessviz``).
+"""Command line: ``hessviz compute | verify | spectrum | models | bench | reproduce`` (``python -m hessviz``).
 
 Examples::
+
+    hessviz models                                           # bundled models and supported families
+    hessviz verify --model pydoc-llama --layer 1 --text "def add(a, b):" --wrt "W_Q[0]" "W_K[0]"
+    hessviz spectrum --model ~/models/SmolLM-135M --layer 3 --text "The cat sat" --top 5
+    hessviz compute --model pydoc-preln --layer 3 --ids 5 81 2 17 --objective next-token --wrt W_O
 
     hessviz compute --norm pre -L 8 -d 16 --out out/pre      # out/pre.npz + out/pre.json
     hessviz verify --norm post --activation gelu --loss ce   # closed form vs autograd table
@@ -13,9 +18,11 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,25 +36,34 @@ from hessviz.terms import TERMS
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 BENCH_SUITES = ("dense", "matfree", "pretrained")
+OBJECTIVES = ("synthetic", "next-token")
 
 
 def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:
     """One command-line option from its :class:`~hessviz.config.Setting`."""
     help_ = f"{s.help} (default {s.format(s.default) if s.default is not None else 'none'})"
-    if s.kind is bool:
+    if s.kind is bool and s.members:                  # --bias, --bias Q,K,V, --no-bias
+        group.add_argument(*s.flags, dest=s.name, nargs="?", const=True, type=_parser(s), default=s.default,
+                           metavar=",".join(s.members), help=s.help)
+        group.add_argument(f"--no-{s.flag[2:]}", dest=s.name, action="store_const", const=False)
+    elif s.kind is bool:
         group.add_argument(*s.flags, dest=s.name, action=argparse.BooleanOptionalAction,
                            default=s.default, help=s.help)
     elif s.choices:
         group.add_argument(*s.flags, dest=s.name, choices=s.choices, default=s.default, help=help_)
     else:
-        def parse(text: str, s: Setting = s) -> object:
-            try:
-                return s.parse(text)
-            except HessvizError as err:
-                raise argparse.ArgumentTypeError(str(err)) from None
-
-        group.add_argument(*s.flags, dest=s.name, type=parse, default=s.default,
+        group.add_argument(*s.flags, dest=s.name, type=_parser(s), default=s.default,
                            metavar=s.name.upper(), help=help_)
+
+
+def _parser(s: Setting):
+    """``text -> value`` of ``s`` for argparse: a bad word is argparse's error, naming the field."""
+    def parse(text: str) -> object:
+        try:
+            return s.parse(text)
+        except HessvizError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return parse
 
 
 def _add_block_args(p: argparse.ArgumentParser) -> None:
@@ -62,16 +78,74 @@ def _add_block_args(p: argparse.ArgumentParser) -> None:
                             "slice W_Q[0]")
     given.add_argument("--dtype", choices=DTYPES, default="float64")
     given.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    model = p.add_argument_group("real model (then the block and X come from the checkpoint; the block "
+                                 "flags other than --loss are not read)")
+    model.add_argument("--model", default=None, metavar="SOURCE",
+                       help="a local Hugging Face checkpoint folder or a bundled model (hessviz models)")
+    model.add_argument("--layer", type=int, default=0, help="the layer of the model (default 0)")
+    model.add_argument("--text", default=None, help="the text whose hidden states enter the layer")
+    model.add_argument("--ids", type=int, nargs="+", default=None, metavar="ID",
+                       help="token ids instead of a text")
+    model.add_argument("--objective", choices=OBJECTIVES, default="synthetic",
+                       help="synthetic: --loss against the seeded target; next-token: the model's own "
+                            "cross-entropy through its final norm and LM head (decoders, last layer)")
 
 
-def _setup(args: argparse.Namespace):
-    cfg = hv.BlockConfig(**{s.name: getattr(args, s.name) for s in BLOCK_SETTINGS})
+@dataclass(frozen=True)
+class Setup:
+    """What a command computes on: the block, its weights, its input, the target or the model's own
+    objective (``custom``), the names, and a line that says what it is."""
+
+    cfg: hv.BlockConfig
+    params: dict[str, torch.Tensor]
+    X: torch.Tensor
+    Y: torch.Tensor | None
+    custom: hv.CustomLoss | None
+    wrt: tuple[str, ...] | None
+    title: str
+    record: dict
+
+
+def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str) -> Setup:
+    """Layer ``--layer`` of ``--model`` on ``--text`` / ``--ids`` (:func:`hessviz.layer_for_text`)."""
+    from hessviz import pretrained
+    from hessviz.pretrained import objectives
+
+    if (args.text is None) == (args.ids is None):
+        raise hv.InputError("--model needs exactly one of --text and --ids (the tokens entering the layer)")
+    given = args.text if args.text is not None else args.ids
+    cfg, params, X = hv.layer_for_text(args.model, given, args.layer, dtype=dtype, device=device)
+    cfg = dataclasses.replace(cfg, loss=args.loss)
+    info = pretrained.model_info(args.model)
+    Y, custom = None, None
+    if args.objective == "next-token":
+        if args.layer != info.n_layers - 1:
+            raise hv.ConfigError(f"--objective next-token is the model's loss on its last hidden states: "
+                                 f"use --layer {info.n_layers - 1}")
+        ids = pretrained.token_ids(args.model, given)
+        Z = hv.forward(cfg, params, X)
+        custom = objectives.next_token_loss(Z, ids, objectives.lm_head(args.model, dtype)).custom_loss()
+    else:
+        _, Y = hv.sample_inputs(cfg, seed=args.seed, dtype=dtype, device=device)
+    title = f"{info.name} layer {args.layer} ({info.family}), {cfg.describe()}, {args.objective} objective"
+    record = {"model": info.name, "folder": info.folder, "layer": args.layer, "objective": args.objective,
+              "ids": pretrained.token_ids(args.model, given)}
+    return Setup(cfg, params, X, Y, custom, tuple(args.wrt) if args.wrt else None, title, record)
+
+
+def _setup(args: argparse.Namespace) -> Setup:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = DTYPES[args.dtype]
+    if args.model is not None:
+        return _model_setup(args, dtype, device)
+    if args.text is not None or args.ids is not None or args.objective != "synthetic":
+        raise hv.InputError("--text, --ids and --objective need --model (a checkpoint folder or a bundled "
+                            "model)")
+    cfg = hv.BlockConfig(**{s.name: getattr(args, s.name) for s in BLOCK_SETTINGS})
     params = hv.init_params(cfg, seed=args.seed, dtype=dtype, device=device)
     X, Y = hv.sample_inputs(cfg, seed=args.seed, input_norm=args.input_norm, dtype=dtype, device=device)
     wrt = tuple(args.wrt) if args.wrt else None
-    return cfg, params, X, Y, wrt
+    return Setup(cfg, params, X, Y, None, wrt, cfg.describe(args.input_norm), {"input_norm": args.input_norm})
 
 
 def summarize(res: hv.HessianResult, terms: tuple[str, ...]) -> dict:
@@ -93,10 +167,11 @@ def summarize(res: hv.HessianResult, terms: tuple[str, ...]) -> dict:
 
 
 def cmd_compute(args: argparse.Namespace) -> int:
-    cfg, params, X, Y, wrt = _setup(args)
+    run = _setup(args)
+    cfg, X = run.cfg, run.X
     terms = tuple(args.terms)
     start = time.perf_counter()
-    res = hv.hessian(cfg, params, X, Y, wrt=wrt)
+    res = hv.hessian(cfg, run.params, X, run.Y, wrt=run.wrt, loss=run.custom)
     arrays = {t: res.term(t).cpu().numpy() for t in terms}
     seconds = time.perf_counter() - start
     out = Path(args.out)
@@ -104,8 +179,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     np.savez_compressed(out.with_suffix(".npz"), **arrays, names=np.array(res.names),
                         sizes=np.array([cfg.param_size(n) for n in res.names]))
     summary = {
-        "config": cfg.values(),
-        "input_norm": args.input_norm, "seed": args.seed, "dtype": args.dtype,
+        "config": cfg.values(), **run.record, "seed": args.seed, "dtype": args.dtype,
         "device": str(X.device), "names": list(res.names), "P": res.size,
         "seconds": seconds, "terms": summarize(res, terms),
     }
@@ -120,10 +194,13 @@ def cmd_compute(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from hessviz.verify import compare
 
-    cfg, params, X, Y, wrt = _setup(args)
+    run = _setup(args)
+    if run.custom is not None:
+        raise hv.InputError("verify compares against autograd of the block's own loss: use --objective "
+                            "synthetic (compute and spectrum take next-token)")
     tol = args.tol if args.tol is not None else (1e-10 if args.dtype == "float64" else 1e-4)
-    result = compare(cfg, params, X, Y, wrt)
-    print(f"{cfg.describe(args.input_norm)}  ({args.dtype}, {X.device})")
+    result = compare(run.cfg, run.params, run.X, run.Y, run.wrt)
+    print(f"{run.title}  ({args.dtype}, {run.X.device})")
     print(f"{'term':<12}{'block':<12}{'relative error':>16}")
     for what, block, err in result.rows():
         flag = "" if err <= tol else "  <-- above tolerance"
@@ -138,9 +215,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_spectrum(args: argparse.Namespace) -> int:
     from hessviz.matfree.report import spectrum_figure, spectrum_report
 
-    cfg, params, X, Y, wrt = _setup(args)
-    res = hv.hessian(cfg, params, X, Y, wrt=wrt)
-    print(f"{cfg.describe(args.input_norm)}: P = {res.size:,}", file=sys.stderr)
+    run = _setup(args)
+    cfg, X = run.cfg, run.X
+    res = hv.hessian(cfg, run.params, X, run.Y, wrt=run.wrt, loss=run.custom)
+    print(f"{run.title}: P = {res.size:,}", file=sys.stderr)
 
     def progress(done: int, total: int | None, message: str) -> None:
         if sys.stderr.isatty():
@@ -150,11 +228,11 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
                              args.trace, args.blocks, args.seed, progress)
     if sys.stderr.isatty():
         print(file=sys.stderr)
-    report |= {"config": cfg.values(), "input_norm": args.input_norm, "device": str(X.device)}
+    report |= {"config": cfg.values(), **run.record, "device": str(X.device)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    spectrum_figure(report, f"{args.term} Hessian: {cfg.describe(args.input_norm)}, P = {res.size:,}") \
+    spectrum_figure(report, f"{args.term} Hessian: {run.title}, P = {res.size:,}") \
         .write_html(out.with_suffix(".html"), include_plotlyjs="cdn")
     for which in ("top", "bottom"):
         if which in report:
@@ -170,6 +248,23 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
         r = report["trace"]
         print(f"trace (Hutch++): {r['value']:.6g} ± {r['stderr']:.2g} ({r['matvecs']} products)")
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.html')}", file=sys.stderr)
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """The bundled models present here (one line each) and the checkpoint families hessviz reads."""
+    from hessviz import pretrained
+    from hessviz.pretrained.families import FAMILIES
+
+    print("bundled models (hessviz --model NAME):")
+    for name in pretrained.available_models():
+        print(f"  {pretrained.model_info(name).describe()}")
+    missing = [n for n in pretrained.BUNDLED if n not in pretrained.available_models()]
+    if missing:
+        print(f"  (not installed here: {', '.join(missing)})")
+    print("checkpoint folders (config.json + model.safetensors) of these model_type values:")
+    for family in FAMILIES:
+        print(f"  {', '.join(family.model_types):<16} {family.title}: {family.blurb}")
     return 0
 
 
@@ -230,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blocks", action="store_true", help="top eigenvalue and trace of every weight and head")
     p.add_argument("--out", default="spectrum", help="output path prefix (default ./spectrum)")
     p.set_defaults(func=cmd_spectrum)
+
+    p = sub.add_parser("models", help="the bundled models and the checkpoint families --model reads")
+    p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("bench", help="closed form vs the strongest autograd, side by side; writes "
                                      "benchmarks/RESULTS.md, MATFREE.md and PRETRAINED.md")

@@ -10,8 +10,10 @@ Conventions (fixed once, here)
   ``W_V (d, d)``, ``W_1 (d, d_ff)``, ``W_2 (d_ff, d)``; the placement ``attention`` has
   only the first three. A real layer (``MODEL.md`` part 2) adds heads, ``W_O``, biases
   (vectors ``(n,)``) and LayerNorm scale and shift, each in the order the forward pass
-  first uses it (:attr:`BlockConfig.param_names`). ``θ`` is their ``vec_r`` concatenated in
-  that order and ``P = len(θ)``.
+  first uses it (:attr:`BlockConfig.param_names`). Part 3 adds the gate ``W_G (d, d_ff)``, ``b_G``
+  (``mlp="gated"``, before ``W_1``), RMSNorm (``norm_type``; ``γ`` without ``β``), biases on some
+  projections only (``bias`` a tuple of :data:`BIAS_LETTERS`) and the parallel placement.
+  ``θ`` is their ``vec_r`` concatenated in that order and ``P = len(θ)``.
 * Head ``h`` of ``W_Q``, ``W_K``, ``b_Q``, ``b_K`` is columns ``h·d_k … (h+1)·d_k − 1``; of
   ``W_V``, ``b_V`` columns ``h·d_v …``; of ``W_O`` the same rows. ``"W_Q[h]"`` names that
   slice, ``vec_r`` of the slice.
@@ -43,7 +45,12 @@ import torch
 from hessviz.errors import ConfigError
 from hessviz.ops.activations import ACTIVATIONS as _ACTIVATION_OPS
 
-NORMS = ("post", "pre", "none", "attention")
+NORMS = ("post", "pre", "none", "attention", "parallel")
+NORM_TYPES = ("layernorm", "rmsnorm")
+MLPS = ("plain", "gated")
+BIAS_LETTERS: dict[str, str] = {"Q": "b_Q", "K": "b_K", "V": "b_V", "O": "b_O", "G": "b_G", "1": "b_1",
+                                "2": "b_2"}
+"""The projections a ``bias`` tuple may name, and the bias each one adds."""
 ACTIVATIONS = tuple(_ACTIVATION_OPS)
 """The ``activation`` choices: the rows of :data:`hessviz.ops.activations.ACTIVATIONS`."""
 LOSSES = ("mse", "ce")
@@ -51,7 +58,7 @@ ATTENTION_PARAMS = ("W_Q", "W_K", "W_V")
 FFN_PARAMS = ("W_1", "W_2")
 
 NORM_TITLES = {"post": "Post-LN block", "pre": "Pre-LN block", "none": "Block without LN",
-               "attention": "Self-attention alone"}
+               "attention": "Self-attention alone", "parallel": "Parallel block"}
 ACTIVATION_TITLES = {name: op.title for name, op in _ACTIVATION_OPS.items()}
 LOSS_TITLES = {"mse": "MSE", "ce": "cross-entropy"}
 
@@ -76,11 +83,15 @@ def _has_ffn(values: Mapping[str, object]) -> bool:
 
 
 def _has_layernorm(values: Mapping[str, object]) -> bool:
-    return values.get("norm") in ("post", "pre")
+    return values.get("norm") in ("post", "pre", "parallel")
 
 
 def _has_out_proj(values: Mapping[str, object]) -> bool:
     return bool(values.get("out_proj"))
+
+
+def _has_heads(values: Mapping[str, object]) -> bool:
+    return int(values.get("n_heads") or 1) > 1
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,9 @@ class Setting:
     offers ints in ``app_range`` and floats on ``grid``; ``relevant`` says, from the other
     values (by field name), whether the setting matters (the sidebar disables it when not).
     ``section`` groups the sidebar; ``in_app = False`` keeps it to the library and the CLI;
-    ``stacks_only`` draws it only on the pages that show stacks of blocks (one block elsewhere).
+    ``stacks_only`` draws it only on the pages that show stacks of blocks (one block elsewhere);
+    ``members``: a ``bool`` setting that may also be a tuple of these words (``bias``), written
+    ``Q,K,V`` in a URL or on the command line.
     """
 
     url: str
@@ -111,6 +124,7 @@ class Setting:
     in_app: bool = True
     stacks_only: bool = False
     relevant: Callable[[Mapping[str, object]], bool] = _always
+    members: tuple[str, ...] | None = None
     name: str = ""
 
     @property
@@ -126,9 +140,16 @@ class Setting:
         """``value`` if allowed, else :class:`ConfigError` naming the field and what is allowed."""
         if value is None and self.optional:
             return None
-        if self.kind is bool:
+        if self.kind is bool and self.members and isinstance(value, tuple):
+            unknown = [v for v in value if v not in self.members]
+            if unknown or len(set(value)) != len(value):
+                raise ConfigError(f"{self.name} must be True, False or a tuple of distinct names from "
+                                  f"{self.members}, got {value!r}")
+        elif self.kind is bool:
             if not isinstance(value, bool):
-                raise ConfigError(f"{self.name} must be True or False, got {value!r}")
+                raise ConfigError(f"{self.name} must be True or False"
+                                  f"{' or a tuple of ' + ', '.join(self.members) if self.members else ''}"
+                                  f", got {value!r}")
         elif self.kind is int:
             if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
                 raise ConfigError(f"{self.name} must be an integer >= {self.minimum:g}"
@@ -150,11 +171,14 @@ class Setting:
         word = text.strip()
         if self.optional and word.lower() in ("", "none"):
             return None
+        if self.kind is bool and self.members and word.lower() not in TRUE_WORDS + FALSE_WORDS:
+            return self.check(tuple(w.strip() for w in word.split(",") if w.strip()))
         try:
+            value: object
             if self.kind is bool:
                 if word.lower() not in TRUE_WORDS + FALSE_WORDS:
                     raise ValueError(word)
-                value: object = word.lower() in TRUE_WORDS
+                value = word.lower() in TRUE_WORDS
             elif self.kind is int:
                 value = int(word)
             elif self.kind is float:
@@ -170,6 +194,8 @@ class Setting:
         """How ``value`` is written in a URL: ``1.0 -> "1"``, ``True -> "true"``."""
         if isinstance(value, bool):
             return "true" if value else "false"
+        if isinstance(value, tuple):
+            return ",".join(value)
         if isinstance(value, float):
             return f"{value:g}"
         return str(value)
@@ -187,8 +213,11 @@ def setting(default: object, url: str, label: str, help: str, kind: type | None 
 HEADED: dict[str, int] = {"W_Q": 1, "W_K": 1, "W_V": 1, "W_O": 0, "b_Q": 0, "b_K": 0, "b_V": 0}
 """Parameters that are split by head, and the axis that holds the heads."""
 
-_ATTENTION_ORDER = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
-_FFN_ORDER = ("W_1", "b_1", "W_2", "b_2")
+KV_HEADED = ("W_K", "W_V", "b_K", "b_V")
+"""The headed parameters whose heads are the key/value heads (``n_kv_heads`` of them)."""
+
+_ATTENTION_ORDER = ("W_Q", "b_Q", "q_norm_gamma", "W_K", "b_K", "k_norm_gamma", "W_V", "b_V", "W_O", "b_O")
+_FFN_ORDER = ("W_G", "b_G", "W_1", "b_1", "W_2", "b_2")
 _LN1, _LN2 = ("ln1_gamma", "ln1_beta"), ("ln2_gamma", "ln2_beta")
 _NAME = re.compile(r"^(?P<base>(l\d+\.)?[A-Za-z_][A-Za-z0-9_]*)(\[(?P<head>-?\d+)\])?$")
 _LAYER = re.compile(r"^l(?P<layer>\d+)\.(?P<local>.+)$")
@@ -233,8 +262,10 @@ class BlockConfig:
 
     ``norm`` places the LayerNorm: ``post`` ``Z = LN(Z1 + FFN(Z1)), Z1 = LN(X + SA(X))``;
     ``pre`` ``Z = Z1 + FFN(LN(Z1)), Z1 = X + SA(LN(X))``; ``none`` without LayerNorm;
-    ``attention`` the single self-attention layer ``Z = SA(X)``. The defaults are the
-    papers' block: one head, no ``W_O``, no biases, LayerNorm without scale and shift.
+    ``attention`` the single self-attention layer ``Z = SA(X)``; ``parallel``
+    ``Z = X + SA(LN(X)) + FFN(LN(X))`` (``MODEL.md`` part 3, with the other fields of that part).
+    The defaults are the papers' block: one head, no ``W_O``, no biases, LayerNorm without scale
+    and shift.
     """
 
     seq_len: int = setting(8, "L", "Sequence length L", "tokens: rows of X", minimum=1,
@@ -248,7 +279,8 @@ class BlockConfig:
     norm: str = setting("post", "norm", "LayerNorm placement",
                         "post: LN after each residual sum; pre: LN before attention and FFN; none: "
                         "residuals without LN; attention: the single self-attention layer "
-                        "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V.", choices=NORMS)
+                        "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V; parallel: X + SA(LN(X)) + FFN(LN(X)) "
+                        "(GPT-NeoX).", choices=NORMS)
     activation: str = setting("relu", "act", "Activation φ",
                               "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form), GELU-tanh "
                               "(GPT-2's approximation) or SiLU (u·sigmoid(u))", choices=ACTIVATIONS,
@@ -266,8 +298,10 @@ class BlockConfig:
     d_v: int | None = setting(None, "dv", "Value width d_v", "value width of one head (default: d_k "
                               "with W_O, d without)", kind=int, minimum=1, optional=True, in_app=False,
                               relevant=_has_out_proj, section="size")
-    bias: bool = setting(False, "bias", "Biases", "a bias on every linear map: b_Q, b_K, b_V, b_O, b_1, "
-                         "b_2", section="layer")
+    bias: bool | tuple[str, ...] = setting(
+        False, "bias", "Biases", "a bias on every linear map: b_Q, b_K, b_V, b_O, (b_G,) b_1, b_2; or a "
+        "tuple naming the projections that have one, from Q, K, V, O, G, 1, 2 (Qwen2: Q,K,V)",
+        section="layer", members=tuple(BIAS_LETTERS))
     ln_affine: bool = setting(False, "affine", "LayerNorm γ, β", "learnable LayerNorm scale γ and "
                               "shift β in both LayerNorms", section="layer", relevant=_has_layernorm)
     causal: bool = setting(False, "causal", "Causal mask", "token t attends to tokens s ≤ t only",
@@ -275,13 +309,39 @@ class BlockConfig:
     n_layers: int = setting(1, "layers", "Layers", "a stack of this many blocks of this shape, each with "
                             "its own weights (names l0.W_Q, l1.W_Q, …); the loss is on the last Z",
                             minimum=1, app_range=(1, 4), alias="--layers", stacks_only=True)
+    n_kv_heads: int | None = setting(None, "kv", "Key/value heads", "grouped-query attention: W_K, W_V "
+                                     "have this many heads; query head h reads key/value head "
+                                     "h // (n_heads / n_kv_heads) (default: n_heads; 1 is multi-query)",
+                                     kind=int, minimum=1, optional=True, app_range=(1, 8),
+                                     section="modern", relevant=_has_heads)
+    rope: bool = setting(False, "rope", "Rotary positions", "rotate each head's q and k by the token's "
+                         "position before the score (Hugging Face's rotate_half layout)", section="modern")
+    rope_theta: float = setting(10000.0, "ropetheta", "RoPE base θ", "the base of the rotary "
+                                "frequencies ω_i = θ^(−2i/rotary_dim); > 0", kind=float, minimum=0.0,
+                                in_app=False, section="layer")
+    rotary_dim: int | None = setting(None, "rotdim", "Rotary width", "rotate only the first rotary_dim "
+                                     "features of each head (even, ≤ d_k; default d_k)", kind=int,
+                                     minimum=1, optional=True, in_app=False, section="size")
+    qk_norm: bool = setting(False, "qknorm", "QK-norm", "an RMSNorm over each head's q and k (width "
+                            "d_k, ε = ln_eps) with weights q_norm_gamma, k_norm_gamma shared by the heads",
+                            section="modern")
+    norm_type: str = setting("layernorm", "ntype", "Norm type",
+                             "layernorm: γ ⊙ (z − mean z)/√(var z + ε) + β; rmsnorm: γ ⊙ z/√(mean(z²) + ε), "
+                             "no centring and no β (Llama)", choices=NORM_TYPES, section="modern",
+                             relevant=_has_layernorm)
+    mlp: str = setting("plain", "mlp", "Feed-forward kind",
+                       "plain: φ(Z W_1 + b_1) W_2 + b_2; gated: (φ(Z W_G + b_G) ⊙ (Z W_1 + b_1)) W_2 + b_2 "
+                       "(SwiGLU with silu, GeGLU with gelu_tanh)", choices=MLPS, section="modern",
+                       relevant=_has_ffn)
 
     def __post_init__(self) -> None:
+        if isinstance(self.bias, list):
+            object.__setattr__(self, "bias", tuple(self.bias))
         for s in BLOCK_SETTINGS:
             s.check(getattr(self, s.name))
         if self.loss == "ce" and self.d_model < 2:
             raise ConfigError("d_model must be >= 2 with loss='ce' (the classes are the d_model features)")
-        if self.uses_layernorm and self.d_model < 2 and self.ln_eps == 0:
+        if self.uses_layernorm and self.norm_type == "layernorm" and self.d_model < 2 and self.ln_eps == 0:
             raise ConfigError(
                 "d_model must be >= 2 when LayerNorm is used with ln_eps = 0 "
                 "(a single feature has zero variance); raise d_model or set ln_eps > 0"
@@ -292,15 +352,86 @@ class BlockConfig:
         if self.d_v is not None and not self.out_proj:
             raise ConfigError(f"d_v = {self.d_v} needs out_proj=True (without W_O the value width is "
                               "d_model); set out_proj or leave d_v = None")
+        self._check_attention_fields()
+        if self.mlp == "gated" and not self.has_ffn:
+            raise ConfigError("mlp='gated' needs the feed-forward branch: norm must not be 'attention'")
         if self.ln_affine and not self.uses_layernorm:
-            raise ConfigError(f"ln_affine needs a LayerNorm: norm must be 'post' or 'pre', got "
+            raise ConfigError(f"ln_affine needs a LayerNorm: norm must be 'post', 'pre' or 'parallel', got "
                               f"{self.norm!r}")
+        if isinstance(self.bias, tuple):
+            self._check_bias_tuple()
+
+    def _check_attention_fields(self) -> None:
+        """Grouped-query heads and rotary positions (``MODEL.md`` part 3)."""
+        if self.n_kv_heads is not None:
+            if not self.out_proj:
+                raise ConfigError(f"n_kv_heads = {self.n_kv_heads} needs out_proj=True (grouped heads are "
+                                  "joined by W_O); set out_proj or leave n_kv_heads = None")
+            if self.n_heads % self.n_kv_heads:
+                raise ConfigError(f"n_kv_heads = {self.n_kv_heads} must divide n_heads = {self.n_heads} "
+                                  "(each key/value head is read by n_heads / n_kv_heads query heads)")
+        if not self.rope_theta > 0:
+            raise ConfigError(f"rope_theta must be > 0 (the base of the rotary frequencies), got "
+                              f"{self.rope_theta!r}")
+        if self.rotary_dim is not None:
+            if not self.rope:
+                raise ConfigError(f"rotary_dim = {self.rotary_dim} needs rope=True; set rope or leave "
+                                  "rotary_dim = None")
+            if self.rotary_dim % 2 or self.rotary_dim > self.d_k:
+                raise ConfigError(f"rotary_dim must be even and <= d_k = {self.d_k} (rotate_half pairs "
+                                  f"feature i with i + rotary_dim/2), got {self.rotary_dim}")
+        if self.rope and self.d_k % 2 and self.rotary_dim is None:
+            raise ConfigError(f"rope needs an even rotary width: d_k = {self.d_k} is odd; set an even "
+                              "rotary_dim < d_k or an even d_k")
+
+    def _check_bias_tuple(self) -> None:
+        """Each projection a ``bias`` tuple names exists (``O`` with ``out_proj``, ``G`` with
+        ``mlp="gated"``, ``G``, ``1``, ``2`` with a feed-forward branch); the tuple is kept in the
+        order of :data:`BIAS_LETTERS` (the empty tuple is ``False``)."""
+        missing = {"O": (not self.out_proj, "out_proj=False (no W_O)"),
+                   "G": (not self.has_ffn or self.mlp != "gated", "mlp='plain' (no W_G)"),
+                   "1": (not self.has_ffn, "norm='attention' (no feed-forward)"),
+                   "2": (not self.has_ffn, "norm='attention' (no feed-forward)")}
+        for letter in self.bias:
+            absent, why = missing.get(letter, (False, ""))
+            if absent:
+                if letter == "G" and not self.has_ffn:
+                    why = missing["1"][1]
+                raise ConfigError(f"bias names {letter!r}, a projection this block does not have: {why}")
+        ordered = tuple(k for k in BIAS_LETTERS if k in self.bias)
+        object.__setattr__(self, "bias", ordered or False)
 
     # ------------------------------------------------------------------ structure
 
     @property
+    def biases(self) -> tuple[str, ...]:
+        """The bias names the block has, ``("b_Q", "b_K", "b_V")`` for ``bias=("Q", "K", "V")``;
+        ``bias=True`` gives every projection that exists one."""
+        if not self.bias:
+            return ()
+        letters = self.bias if isinstance(self.bias, tuple) else tuple(BIAS_LETTERS)
+        exists = {"O": self.out_proj, "G": self.mlp == "gated"}
+        return tuple(BIAS_LETTERS[k] for k in letters if exists.get(k, True))
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: ``n_kv_heads``, or ``n_heads`` when it is ``None``."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def rotary_width(self) -> int:
+        """Features of each head that ``rope`` rotates: ``rotary_dim`` (default ``d_k``); 0 without rope."""
+        if not self.rope:
+            return 0
+        return self.d_k if self.rotary_dim is None else self.rotary_dim
+
+    def heads_of(self, base: str) -> int:
+        """How many heads the headed weight ``base`` (no layer prefix) has."""
+        return self.kv_heads if base in KV_HEADED else self.n_heads
+
+    @property
     def uses_layernorm(self) -> bool:
-        return self.norm in ("post", "pre")
+        return self.norm in ("post", "pre", "parallel")
 
     @property
     def has_ffn(self) -> bool:
@@ -317,7 +448,8 @@ class BlockConfig:
     def is_paper_block(self) -> bool:
         """True for the papers' block: one head, no ``W_O``, no biases, no γ/β, no mask."""
         return (self.n_heads == 1 and not self.out_proj and not self.bias and not self.ln_affine
-                and not self.causal)
+                and not self.causal and self.norm_type == "layernorm" and self.mlp == "plain"
+                and not self.rope and not self.qk_norm and self.n_kv_heads is None)
 
     @cached_property
     def block(self) -> BlockConfig:
@@ -334,16 +466,18 @@ class BlockConfig:
         layer by layer with the prefix ``l{i}.`` in a stack."""
         if self.is_stack:
             return tuple(layer_name(i, n) for i in range(self.n_layers) for n in self.block.param_names)
-        keep = {"W_Q", "W_K", "W_V", "W_1", "W_2"}
+        keep = {"W_Q", "W_K", "W_V", "W_1", "W_2"} | set(self.biases)
         if self.out_proj:
             keep.add("W_O")
-        if self.bias:
-            keep |= {"b_Q", "b_K", "b_V", "b_1", "b_2"} | ({"b_O"} if self.out_proj else set())
+        if self.mlp == "gated":
+            keep.add("W_G")
         if self.ln_affine:
-            keep |= set(_LN1 + _LN2)
+            keep |= {"ln1_gamma", "ln2_gamma"} | (set() if self.norm_type == "rmsnorm" else set(_LN1 + _LN2))
+        if self.qk_norm:
+            keep |= {"q_norm_gamma", "k_norm_gamma"}
         if self.norm == "attention":
             order = _ATTENTION_ORDER
-        elif self.norm == "pre":
+        elif self.norm in ("pre", "parallel"):
             order = _LN1 + _ATTENTION_ORDER + _LN2 + _FFN_ORDER
         else:
             order = _ATTENTION_ORDER + _LN1 + _FFN_ORDER + _LN2
@@ -357,9 +491,12 @@ class BlockConfig:
     @cached_property
     def _shape_table(self) -> dict[str, tuple[int, ...]]:
         d, H, dk, dv, dff = self.d_model, self.n_heads, self.d_k, self.value_width, self.d_ff
-        shapes = {"W_Q": (d, H * dk), "b_Q": (H * dk,), "W_K": (d, H * dk), "b_K": (H * dk,),
-                  "W_V": (d, H * dv), "b_V": (H * dv,), "W_O": (H * dv, d), "b_O": (d,),
-                  "W_1": (d, dff), "b_1": (dff,), "W_2": (dff, d), "b_2": (d,),
+        G = self.kv_heads
+        shapes = {"W_Q": (d, H * dk), "b_Q": (H * dk,), "W_K": (d, G * dk), "b_K": (G * dk,),
+                  "W_V": (d, G * dv), "b_V": (G * dv,), "W_O": (H * dv, d), "b_O": (d,),
+                  "q_norm_gamma": (dk,), "k_norm_gamma": (dk,),
+                  "W_G": (d, dff), "b_G": (dff,), "W_1": (d, dff), "b_1": (dff,), "W_2": (dff, d),
+                  "b_2": (d,),
                   "ln1_gamma": (d,), "ln1_beta": (d,), "ln2_gamma": (d,), "ln2_beta": (d,)}
         if self.is_stack:
             one = self.block._shape_table
@@ -420,9 +557,11 @@ class BlockConfig:
                 headed = ", ".join(n for n in self.param_names if n in HEADED)
                 raise ConfigError(f"{base} has no heads, so {name!r} is not a parameter; head slices "
                                   f"exist for {headed}")
-            if not 0 <= head < self.n_heads:
-                raise ConfigError(f"head index in {name!r} must be in [0, {self.n_heads - 1}] "
-                                  f"(n_heads = {self.n_heads}), got {head}")
+            count = self.heads_of(base)
+            field_name = "n_kv_heads" if base in KV_HEADED and self.n_kv_heads is not None else "n_heads"
+            if not 0 <= head < count:
+                raise ConfigError(f"head index in {name!r} must be in [0, {count - 1}] "
+                                  f"({field_name} = {count}), got {head}")
         return name
 
     def shape_of(self, name: str) -> tuple[int, ...]:
@@ -432,7 +571,7 @@ class BlockConfig:
         base, head = parse_name(self.check_name(name))
         shape = list(self.param_shapes[base])
         if head is not None:
-            shape[HEADED[base]] //= self.n_heads
+            shape[HEADED[base]] //= self.heads_of(base)
         return tuple(shape)
 
     def param_size(self, name: str) -> int:
@@ -449,7 +588,7 @@ class BlockConfig:
         if head is None:
             return full.reshape(-1)
         axis = HEADED[base]
-        width = shape[axis] // self.n_heads
+        width = shape[axis] // self.heads_of(base)
         return full.narrow(axis, head * width, width).reshape(-1)
 
     def is_headed(self, name: str) -> bool:
@@ -465,7 +604,7 @@ class BlockConfig:
         if base not in HEADED:
             raise ConfigError(f"{base} has no heads; head slices exist for "
                               f"{', '.join(n for n in self.param_names if n in HEADED)}")
-        return tuple(f"{base}[{h}]" for h in range(self.n_heads))
+        return tuple(f"{base}[{h}]" for h in range(self.heads_of(base)))
 
     def sort_names(self, names: tuple[str, ...] | list[str] | str) -> tuple[str, ...]:
         """``names`` checked and put in θ order (a slice at its weight's place, by head);
@@ -499,13 +638,22 @@ class BlockConfig:
                  f"L = {self.seq_len}", f"d = {self.d_model}",
                  f"d_k = {self.d_k}"]
         if self.n_heads > 1:
-            parts.append(f"{self.n_heads} heads")
+            parts.append(f"{self.n_heads} heads" + (f" over {self.kv_heads} key/value heads"
+                                                     if self.kv_heads != self.n_heads else ""))
         if self.out_proj:
             parts.append("W_O" + (f" (d_v = {self.value_width})" if self.value_width != self.d_k else ""))
         if self.has_ffn:
-            parts += [f"d_ff = {self.d_ff}", ACTIVATION_TITLES[self.activation]]
-        parts += [label for flag, label in ((self.bias, "biases"), (self.ln_affine, "LN γ/β"),
-                                            (self.causal, "causal")) if flag]
+            parts += [f"d_ff = {self.d_ff}", ACTIVATION_TITLES[self.activation]
+                      + (" gated" if self.mlp == "gated" else "")]
+        rms = self.uses_layernorm and self.norm_type == "rmsnorm"
+        some = f"biases {','.join(self.bias)}" if isinstance(self.bias, tuple) else "biases"
+        parts += [label for flag, label in ((rms, "RMSNorm"), (self.bias, some),
+                                            (self.ln_affine, "RMSNorm γ" if rms else "LN γ/β"),
+                                            (self.causal, "causal"), (self.qk_norm, "QK-norm"))
+                  if flag]
+        if self.rope:
+            parts.append("RoPE" + (f" on {self.rotary_width} of {self.d_k}" if self.rotary_width < self.d_k
+                                   else ""))
         parts.append(LOSS_TITLES[self.loss])
         if self.uses_layernorm and self.ln_eps:
             parts.append(f"ε = {self.ln_eps:g}")
@@ -537,5 +685,6 @@ INPUT_SETTINGS: tuple[Setting, ...] = (
 SETTINGS: tuple[Setting, ...] = BLOCK_SETTINGS + INPUT_SETTINGS
 """Every user-facing setting; the CLI, the sidebar and the URL are built from this table."""
 
-SECTIONS: dict[str, str] = {"block": "Block", "size": "Sizes", "layer": "Real layer", "input": "Input"}
+SECTIONS: dict[str, str] = {"block": "Block", "size": "Sizes", "layer": "Real layer",
+                            "modern": "Modern block", "input": "Input"}
 """Sidebar sections, in the order they are drawn."""

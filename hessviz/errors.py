@@ -24,6 +24,12 @@ class CheckpointError(HessvizError):
     holds its weights in a format hessviz refuses to read (pickle)."""
 
 
+class ModelRangeError(CheckpointError, ConfigError, InputError):
+    """A layer index, a ``seq_len`` or a text beyond what a checkpoint has (a layer it does not
+    have, more tokens than its positions). A :class:`CheckpointError`, and also the
+    :class:`ConfigError` / :class:`InputError` these were before."""
+
+
 class SizeError(HessvizError):
     """A dense result would not fit in the memory hessviz is allowed to use."""
 

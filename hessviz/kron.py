@@ -88,6 +88,17 @@ class Factored:
         ``(1, n)`` matrix: one left term with the vector ``ones (L, 1)``."""
         return Factored((KronTerm(LEFT, ones, mat),))
 
+    @staticmethod
+    def from_dense(J: Tensor) -> Factored:
+        """A dense per-token Jacobian ``J (L, n_out, n1, n2)`` of a matrix weight as a sum of
+        ``min(n1, n2)`` terms, one per row (left terms, the vector the unit row ``e_α``) or per
+        column (right terms, ``e_β``)."""
+        L, _, n1, n2 = J.shape
+        kind, n = (LEFT, n1) if n1 <= n2 else (RIGHT, n2)
+        unit = torch.eye(n, dtype=J.dtype, device=J.device)
+        pick = (lambda k: J[:, :, k, :]) if kind == LEFT else (lambda k: J[:, :, :, k])  # noqa: E731
+        return Factored(tuple(KronTerm(kind, unit[k].expand(L, n), pick(k)) for k in range(n)))
+
     def dense(self) -> Tensor:
         """``(L, n_out, n1*n2)``."""
         return sum(t.dense() for t in self.terms)

@@ -4,8 +4,10 @@ A recipe is the block's forward pass as a list of :class:`Step` over named value
 from ``X``; the last step's output is ``Z``. Four operations:
 
 * ``attention``: ``SA(x)``, the multi-head self-attention with its weights;
-* ``norm``: ``ln1(x)`` or ``ln2(x)``, a LayerNorm (``γ, β`` of that name when ``ln_affine``);
-* ``ffn``: ``FFN(x) = φ(x W_1 + b_1) W_2 + b_2``;
+* ``norm``: ``ln1(x)`` or ``ln2(x)``, a LayerNorm or an RMSNorm (``cfg.norm_type``; ``γ, β`` of
+  that name when ``ln_affine``, ``γ`` alone for RMSNorm);
+* ``ffn``: ``FFN(x) = φ(x W_1 + b_1) W_2 + b_2``, or the gated ``(φ(x W_G + b_G) ⊙ (x W_1 + b_1)) W_2 + b_2``
+  (``cfg.mlp``);
 * ``add``: ``a + b``, a residual sum.
 
 ======== ==================================== ==========================================
@@ -15,15 +17,18 @@ post     ``ln1(X + SA(X))``                   ``ln2(Z1 + FFN(Z1))``
 pre      ``X + SA(ln1(X))``                   ``Z1 + FFN(ln2(Z1))``
 none     ``X + SA(X)``                        ``Z1 + FFN(Z1)``
 attention —                                   ``SA(X)``
+parallel  —                                   ``X + SA(ln1(X)) + FFN(ln2(X))`` (GPT-NeoX)
 ======== ==================================== ==========================================
 
 The product engine (:func:`hessviz.matfree.block.build`) appends one group of nodes per step;
 the dense engine (:func:`hessviz.record.record`) reads the same steps as
-``SA = attention(X_a)``, ``Z = T(SA)`` with ``T`` token-wise: a norm before the attention is
-attention's input (its ``γ, β`` are input parameters), every step after it composes ``T``,
-and ``a + b`` with ``b`` a branch of ``a`` is the residual ``a ↦ a + branch(a)``. The dense
-engine needs the attention once, with every parameterised step either before it on ``X`` or
-after it; a new placement that keeps that shape is one entry here.
+``SA = attention(X_a)``, ``Z = T(SA) + B(X)`` with ``T`` and ``B`` token-wise: a norm before the
+attention is attention's input (its ``γ, β`` are input parameters), every step after it
+composes ``T``, and ``a + b`` with ``b`` a branch of ``a`` is the residual ``a ↦ a + branch(a)``.
+Steps on ``X`` that do not feed the attention (``parallel``'s ``ln2`` and ``FFN``) compose the
+branch ``B``, added to ``T(SA)`` by the recipe's last step (``B = 0`` in the other placements).
+The dense engine needs the attention once, with every parameterised step before it on ``X``,
+after it, or in the branch ``B``; a new placement that keeps that shape is one entry here.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ PLACEMENTS: dict[str, tuple[Step, ...]] = {
             norm("Z1_ln", "Z1", "ln2"), ffn("F", "Z1_ln"), add("Z", "Z1", "F")),
     "none": (attention("SA", "X"), add("Z1", "X", "SA"), ffn("F", "Z1"), add("Z", "Z1", "F")),
     "attention": (attention("SA", "X"),),
+    "parallel": (norm("X_ln", "X", "ln1"), attention("SA", "X_ln"), norm("X_ln2", "X", "ln2"),
+                 ffn("F", "X_ln2"), add("R", "X", "SA"), add("Z", "R", "F")),
 }
 """``cfg.norm`` -> its forward recipe."""
 

@@ -19,7 +19,7 @@ from hessviz.custom_loss import CustomLoss
 
 
 def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 and 2); a stack
+    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 to 3); a stack
     applies its blocks in layer order, each with its own weights."""
     if not cfg.is_stack:
         return _block_forward(cfg, params, X)
@@ -37,9 +37,13 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
         # γ and β applied by hand: torch.func.hessian (forward over reverse) through
         # F.layer_norm(weight=γ) gives a wrong, asymmetric γ Hessian in torch 2.13
         # (reverse over reverse agrees with this form); tests/test_real_layers.py checks it
-        out = F.layer_norm(z, (d,), eps=eps)
+        if cfg.norm_type == "rmsnorm":
+            out = z * torch.rsqrt((z * z).mean(-1, keepdim=True) + eps)
+        else:
+            out = F.layer_norm(z, (d,), eps=eps)
         gamma, beta = p(f"{which}_gamma"), p(f"{which}_beta")
-        return out if gamma is None else out * gamma + beta
+        out = out if gamma is None else out * gamma
+        return out if beta is None else out + beta
 
     def linear(x: Tensor, w: str, b: str) -> Tensor:
         out = x @ params[w]
@@ -48,9 +52,29 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     def heads(x: Tensor, width: int) -> Tensor:                   # (L, H*width) -> (H, L, width)
         return x.reshape(L, H, width).transpose(0, 1)
 
+    def heads_kv(x: Tensor, width: int) -> Tensor:               # (L, G*width) -> (H, L, width)
+        G = cfg.kv_heads
+        return x.reshape(L, G, width).transpose(0, 1).repeat_interleave(H // G, dim=0)
+
+    def rms(u: Tensor, gamma: str) -> Tensor:                      # qk_norm, over each head's row
+        return u / torch.sqrt((u * u).mean(-1, keepdim=True) + eps) * params[gamma]
+
+    def rotate(u: Tensor) -> Tensor:                               # Hugging Face's rotate_half layout
+        r = cfg.rotary_width
+        omega = cfg.rope_theta ** (-torch.arange(0, r, 2, dtype=torch.float64, device=X.device) / r)
+        angle = torch.arange(L, dtype=torch.float64, device=X.device)[:, None] * omega
+        cos, sin = torch.cat([angle.cos()] * 2, -1).to(u.dtype), torch.cat([angle.sin()] * 2, -1).to(u.dtype)
+        a, rest = u[..., :r], u[..., r:]
+        half = torch.cat([-a[..., r // 2:], a[..., :r // 2]], -1)
+        return torch.cat([a * cos + half * sin, rest], -1)
+
     def sa(x: Tensor) -> Tensor:
-        q, k = heads(linear(x, "W_Q", "b_Q"), dk), heads(linear(x, "W_K", "b_K"), dk)
-        v = heads(linear(x, "W_V", "b_V"), dv)
+        q, k = heads(linear(x, "W_Q", "b_Q"), dk), heads_kv(linear(x, "W_K", "b_K"), dk)
+        v = heads_kv(linear(x, "W_V", "b_V"), dv)
+        if cfg.qk_norm:
+            q, k = rms(q, "q_norm_gamma"), rms(k, "k_norm_gamma")
+        if cfg.rope:
+            q, k = rotate(q), rotate(k)
         scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
         if cfg.causal:
             future = torch.ones(L, L, dtype=torch.bool, device=X.device).triu(1)
@@ -61,6 +85,8 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     def ffn(z: Tensor) -> Tensor:
         act = {"relu": torch.relu, "gelu": F.gelu,
                "gelu_tanh": lambda u: F.gelu(u, approximate="tanh"), "silu": F.silu}[cfg.activation]
+        if cfg.mlp == "gated":
+            return linear(act(linear(z, "W_G", "b_G")) * linear(z, "W_1", "b_1"), "W_2", "b_2")
         return linear(act(linear(z, "W_1", "b_1")), "W_2", "b_2")
 
     if cfg.norm == "attention":
@@ -68,6 +94,8 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     if cfg.norm == "post":
         z1 = ln(X + sa(X), "ln1")
         return ln(z1 + ffn(z1), "ln2")
+    if cfg.norm == "parallel":
+        return X + sa(ln(X, "ln1")) + ffn(ln(X, "ln2"))
     if cfg.norm == "pre":
         z1 = X + sa(ln(X, "ln1"))
         return z1 + ffn(ln(z1, "ln2"))
@@ -130,6 +158,14 @@ def full_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tens
                  names: tuple[str, ...]) -> Tensor:
     """``∇²_θ ℓ`` by ``torch.func.hessian`` (forward-over-reverse)."""
     return torch.func.hessian(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))
+
+
+def full_hessian_rr(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
+                    names: tuple[str, ...]) -> Tensor:
+    """``∇²_θ ℓ`` by ``torch.func.jacrev`` of ``torch.func.grad`` (reverse over reverse): the reference
+    that stays right through ``F.layer_norm`` with a weight, where forward over reverse does not."""
+    grad = torch.func.grad(loss_of_theta(cfg, params, X, Y, names))
+    return torch.func.jacrev(grad)(flatten(cfg, params, names))
 
 
 def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,

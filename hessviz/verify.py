@@ -4,7 +4,10 @@ Used by ``hessviz verify`` and the app's *Verify & speed* page. An error is rela
 the larger of the reference block and the reference *full* block: autograd's
 functional term is ``full − outer``, so it is only known to ``ε ‖full‖`` and a block
 that is exactly zero in closed form (e.g. ``W_V–W_V`` of attention alone) would
-otherwise show a meaningless relative error of 1.
+otherwise show a meaningless relative error of 1. Likewise a block is never compared at a
+scale below :data:`BLOCK_FLOOR` of the whole reference Hessian: a key bias's blocks are exactly
+zero (softmax ignores a shift of a score row), and autograd gives them only as round-off of
+the whole, ``~1e-17 ‖H‖``.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ import hessviz as hv
 from hessviz.reference import torch_forward
 from hessviz.terms import TERMS
 
+BLOCK_FLOOR = 1e-6
+"""The smallest scale, relative to the whole reference ``full`` Hessian, a block's error is taken at."""
 
-def relative_error(a: Tensor, b: Tensor, scale: Tensor | None = None) -> float:
-    """``‖a − b‖_F / max(‖b‖_F, ‖scale‖_F)`` (absolute when both norms are 0)."""
-    norm = float(torch.linalg.norm(b))
+
+def relative_error(a: Tensor, b: Tensor, scale: Tensor | None = None, floor: float = 0.0) -> float:
+    """``‖a − b‖_F / max(‖b‖_F, ‖scale‖_F, floor)`` (absolute when all are 0)."""
+    norm = max(float(torch.linalg.norm(b)), floor)
     if scale is not None:
         norm = max(norm, float(torch.linalg.norm(scale)))
     diff = float(torch.linalg.norm(a - b))
@@ -96,13 +102,14 @@ def compare(cfg: hv.BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor
     _, ref, t_ref = _timed_terms(cfg, params, X, Y, wrt, "autograd", repeats)
     offsets, names = res.offsets, res.names
     blocks, whole = {}, {}
+    floor = BLOCK_FLOOR * float(torch.linalg.norm(ref["full"]))
     for term in TERMS:
         err = np.zeros((len(names), len(names)))
         for i, a in enumerate(names):
             for j, b in enumerate(names):
                 rows, cols = offsets[a], offsets[b]
                 err[i, j] = relative_error(closed[term][rows, cols], ref[term][rows, cols],
-                                           ref["full"][rows, cols])
+                                           ref["full"][rows, cols], floor)
         blocks[term] = err
         whole[term] = relative_error(closed[term], ref[term], ref["full"])
     whole["jacobian"] = relative_error(hv.jacobian(cfg, params, X, wrt),

@@ -24,10 +24,13 @@ from hessviz.contributions import Ref
 
 WEIGHT_MAP: dict[str, tuple[str, str]] = {
     "W_Q": ("attention", "query.weight"), "b_Q": ("attention", "query.bias"),
+    "q_norm_gamma": ("attention", "query.norm"),
     "W_K": ("attention", "key.weight"), "b_K": ("attention", "key.bias"),
+    "k_norm_gamma": ("attention", "key.norm"),
     "W_V": ("attention", "value.weight"), "b_V": ("attention", "value.bias"),
     "W_O": ("attention", "out.weight"), "b_O": ("attention", "out.bias"),
     "ln1_gamma": ("ln1", "gamma"), "ln1_beta": ("ln1", "beta"),
+    "W_G": ("ffn", "gate.weight"), "b_G": ("ffn", "gate.bias"),
     "W_1": ("ffn", "fc1.weight"), "b_1": ("ffn", "fc1.bias"),
     "W_2": ("ffn", "fc2.weight"), "b_2": ("ffn", "fc2.bias"),
     "ln2_gamma": ("ln2", "gamma"), "ln2_beta": ("ln2", "beta"),
@@ -102,7 +105,7 @@ def units_of(cfg: BlockConfig, name: str) -> list[Unit]:
     if head is not None:
         rows, cols = matrix_shape(cfg.shape_of(name))
         return [Unit(name, (component, local, head), (rows, 1, cols), 1, 0)]
-    H = cfg.n_heads
+    H = cfg.heads_of(base)
     rows, cols = matrix_shape(cfg.param_shapes[base])
     if len(cfg.param_shapes[base]) == 2 and HEADED[base] == 0:      # W_O: heads are row blocks
         split, head_dim = (H, rows // H, cols), 0

@@ -108,6 +108,24 @@ def test_a_shared_link_keeps_its_settings_across_pages_and_back(server, browser)
     ctx.close()
 
 
+def test_a_preset_opens_a_llama_style_block_and_back_returns(server, browser):  # noqa: F811
+    ctx, page = _visit(browser, f"{server}/?L=6&d=8&dk=4&dff=8")
+    page.locator('[data-testid="stSidebar"]').get_by_role("button", name="Llama-style").click()
+    _arrive(page, "Hessian map", "4 heads over 2 key/value heads")
+    words = _caption(page)
+    assert "L = 6" in words and "SiLU gated" in words and "RMSNorm" in words and "RoPE" in words, words
+    for key in ("kv=2", "ntype=rmsnorm", "mlp=gated", "rope=true", "L=6"):
+        assert key in page.url, (key, page.url)
+    page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+    assert page.get_by_text("W_K[0], W_V[0] by query heads 0, 1").count() == 1
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "llama_style_1280x720.png"))
+    assert _exceptions(page) == []
+    page.go_back()                                # the preset was one step of the history
+    _arrive(page, "Hessian map", "Post-LN block, L = 6")
+    ctx.close()
+
+
 def test_a_lesson_link_hides_its_controls_and_presents(server, browser):  # noqa: F811
     ctx, page = _visit(browser, f"{server}/scaling?norm=attention&hide=norm,L,sc_axis")
     sidebar = page.locator('[data-testid="stSidebar"]')

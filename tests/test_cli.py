@@ -48,3 +48,35 @@ def test_bench_runs_side_by_side_on_a_small_case(tmp_path):
     assert all(r.ours > 0 and all(t > 0 for t in r.baselines.values()) for r in rows)
     table = bench.render(rows, "## t")
     assert "autograd.functional.jacobian" in table and "×" in table
+
+
+def test_a_llama_style_block_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "llama"
+    assert main(["compute", "--norm", "pre", "--norm-type", "rmsnorm", "--ln-affine", "--mlp", "gated",
+                 "--activation", "silu", "--rope", "--n-heads", "2", "--n-kv-heads", "1", "--out-proj",
+                 "--bias", "Q,K,V", "--causal", "-L", "4", "-d", "6", "--d-k", "2", "--d-ff", "4",
+                 "--out", str(out)]) == 0
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["names"] == ["ln1_gamma", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "ln2_gamma",
+                                "W_G", "W_1", "W_2"]
+    assert main(["compute", "--bias", "--no-bias", "-L", "3", "-d", "4", "--d-k", "2", "--d-ff", "3",
+                 "--out", str(tmp_path / "plain")]) == 0
+    run = subprocess.run([sys.executable, "-m", "hessviz", "compute", "--bias", "Q,X"], capture_output=True,
+                         text=True)
+    assert run.returncode == 2 and "tuple of distinct names" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_verify_passes_blocks_that_are_exactly_zero(capsys):
+    """A key bias's blocks are exactly zero in closed form and round-off in autograd: not a failure."""
+    assert main(["verify", "--bias", "-L", "4", "-d", "6", "--d-k", "3", "--d-ff", "5"]) == 0
+    assert "b_K–b_K" in capsys.readouterr().out
+
+
+def test_relative_error_still_sees_a_wrong_small_block():
+    import torch
+
+    from hessviz.verify import relative_error
+
+    ref = torch.full((3, 3), 1e-5)
+    assert relative_error(torch.zeros(3, 3), ref, floor=1e-6) > 0.09     # a 100 % error in a small block
+    assert relative_error(torch.zeros(3, 3), torch.full((3, 3), 1e-17), floor=1e-6) < 1e-10

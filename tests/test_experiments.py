@@ -165,3 +165,51 @@ def test_reproduce_quick(tmp_path):
     assert len(figs) >= len(CLAIM_IDS)
     for f in figs:
         assert f"figures/{f.name}" in report
+
+
+# ------------------------------------------------------------------ modern blocks (claim ``modern``)
+
+
+def test_a_shared_key_value_head_is_the_sum_over_its_readers():
+    from hessviz.experiments import modern
+    from hessviz.sweeps import seeded_inputs
+
+    cfg = hv.BlockConfig(seq_len=5, d_model=8, d_k=4, d_ff=8, norm="pre", n_heads=4, n_kv_heads=2,
+                         out_proj=True, bias=True, causal=True)
+    params, X, Y = seeded_inputs(cfg, 3, 1.0)
+    mha, untied = modern.untied_params(cfg, params)
+    assert mha.n_kv_heads is None and untied["W_K"].shape == (8, 16)
+    torch.testing.assert_close(hv.forward(mha, untied, X), hv.forward(cfg, params, X), rtol=1e-13, atol=1e-13)
+    for group in (0, 1):
+        split = modern.shared_head_split(cfg, params, X, Y, group)
+        assert split["tied_identity_rel_error"] < 1e-12
+        shares = [v for k, v in split.items() if k.startswith("outer_trace_share")]
+        assert len(shares) == 3 and abs(sum(shares) - 1) < 1e-12
+
+
+# ------------------------------------------------------------------ Ormaniec et al.'s protocol
+
+
+@pytest.mark.parametrize("final_norm", [False, True])
+def test_the_addition_answer_loss_is_its_autograd(final_norm):
+    from hessviz.experiments import growth_protocol as gp
+
+    gen = torch.Generator().manual_seed(1)
+    ids = gp.addition_batch(1, gen)[0]
+    Z = torch.randn(gp.LENGTH, 6, generator=gen, dtype=torch.float64)
+    W_U = torch.randn(6, gp.VOCAB, generator=gen, dtype=torch.float64)
+
+    def loss(z):
+        h = torch.nn.functional.layer_norm(z, (6,), eps=gp.LN_EPS) if final_norm else z
+        logp = torch.log_softmax(h @ W_U, -1)[gp.LENGTH - gp.ANSWER - 1:gp.LENGTH - 1]
+        return -0.5 * logp.gather(1, ids[gp.LENGTH - gp.ANSWER:, None]).mean()
+
+    got = gp.answer_loss(Z, ids, W_U, final_norm, weight=0.5)
+    torch.testing.assert_close(got.grad_Z, torch.func.grad(loss)(Z), rtol=1e-12, atol=1e-14)
+    H = torch.func.jacrev(torch.func.grad(loss))(Z)                  # (L, d, L, d): token-wise
+    blocks = torch.stack([H[t, :, t, :] for t in range(gp.LENGTH)])
+    torch.testing.assert_close(got.hess_Z, blocks, rtol=1e-10, atol=1e-13)
+    off = H.clone()
+    for t in range(gp.LENGTH):
+        off[t, :, t, :] = 0
+    assert float(off.abs().max()) == 0.0

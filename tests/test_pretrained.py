@@ -66,7 +66,8 @@ def write_tokenizer(folder: Path, specials: tuple[str, ...], template: str | Non
 
 
 def randomise(model: torch.nn.Module, seed: int) -> None:
-    """Every parameter redrawn: matrices ~ N(0, 1/fan_in), vectors ~ 0.1 N(0, 1), LN scales ~ 1 + that."""
+    """Every parameter redrawn: matrices ~ N(0, 1/fan_in), vectors ~ 0.1 N(0, 1), norm scales ~ 1 + that
+    (BERT's ``LayerNorm``, GPT-2's ``ln_*``, and the ``…norm.weight`` of today's decoders)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -74,7 +75,9 @@ def randomise(model: torch.nn.Module, seed: int) -> None:
             if p.ndim == 2:
                 w = w / p.shape[-1] ** 0.5
             else:
-                w = 0.1 * w + (1.0 if "LayerNorm.weight" in name or ".ln_" in name else 0.0)
+                scale = ("LayerNorm.weight" in name or ".ln_" in name
+                         or ("norm" in name and name.endswith("weight")))
+                w = 0.1 * w + (1.0 if scale else 0.0)
             p.copy_(w)
 
 
@@ -343,7 +346,7 @@ def test_unsupported_architecture_is_named(tmp_path):
         pt.load_layer(folder, layer=0)
 
 
-@pytest.mark.parametrize("change", [{"hidden_act": "silu"}, {"position_embedding_type": "relative_key"},
+@pytest.mark.parametrize("change", [{"hidden_act": "quick_gelu"}, {"position_embedding_type": "relative_key"},
                                     {"hidden_size": 15}, {"num_hidden_layers": "3"}])
 def test_unsupported_config_values_are_named(checkpoints, tmp_path, change):
     field = next(iter(change))

@@ -222,13 +222,15 @@ class Address:
                 out[key] = [state.format_value(key, value)]
         return out
 
-    def shared_query(self) -> Query:
-        """The shared controls that differ from their defaults, as URL keys."""
-        return {k: [state.format_value(k, v)] for k, v in self.shared.items() if state.DEFAULTS.get(k) != v}
+    def shared_query(self, shared: dict[str, object] | None = None) -> Query:
+        """The shared controls (or ``shared`` values) that differ from their defaults, as URL keys."""
+        values = self.shared if shared is None else shared
+        return {k: [state.format_value(k, v)] for k, v in values.items() if state.DEFAULTS.get(k) != v}
 
-    def query(self, lesson: Lesson | None = None) -> Query:
-        """The whole view as a query: shared keys, the page's keys, the lesson flags."""
-        return {**self.shared_query(), **self.page_query(), **(lesson or self.lesson).query()}
+    def query(self, lesson: Lesson | None = None, shared: dict[str, object] | None = None) -> Query:
+        """The whole view as a query: shared keys, the page's keys, the lesson flags (with other
+        ``shared`` values: a link to this page in another block, e.g. a preset's)."""
+        return {**self.shared_query(shared), **self.page_query(), **(lesson or self.lesson).query()}
 
     def nav_query(self) -> Query:
         """What a link to another page carries: the shared controls and the lesson flags."""

@@ -16,6 +16,8 @@ CLAIM_VIEWS: dict[str, str] = {
     "gini": "optimization?opt_view=gradients",
     "optimizers": "optimization?opt_view=training",
     "depth": "depth?dp_blk=W_Q,W_Q&dp_term=outer",
+    "modern": "scaling?norm=pre&ntype=rmsnorm&sc_axis=xnorm&sc_blk=W_Q,W_Q",
+    "growth_protocol": "scaling?norm=none&causal=true&wo=true&sc_axis=xnorm&sc_blk=W_Q,W_Q",
 }
 """Claim id -> ``page?query`` of the view that shows it."""
 

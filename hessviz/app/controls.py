@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import streamlit as st
 
 import hessviz as hv
-from hessviz.app import address, cache, registry, state
+from hessviz.app import address, cache, presets, registry, state
 from hessviz.app.address import Address, Lesson
 from hessviz.app.state import View
 from hessviz.config import SECTIONS, SETTINGS, Setting
@@ -87,10 +87,28 @@ def _typed(s: Setting) -> bool:
 
 
 def _widget_value(s: Setting, held: object, kept: object) -> object:
-    """The value a shared widget holds, as the setting's value (the seed's box holds text)."""
+    """The value a shared widget holds, as the setting's value (the seed's box holds text, the
+    biases' pills a list of projections)."""
     if _typed(s):
         return state.settle(s.url, [str(held)], kept, int_range=s.app_range)[0]
+    if s.members:
+        return _bias_value(held or [], state.bias_letters(current().shared))
     return held
+
+
+def _bias_value(picked: Sequence[str], offered: Sequence[str]) -> bool | tuple[str, ...]:
+    """Pills to a ``bias`` value: none is ``False``, every offered projection ``True``, else the tuple.
+
+    >>> _bias_value(["Q", "K", "V"], ("Q", "K", "V", "1", "2")), _bias_value([], ("Q",))
+    (('Q', 'K', 'V'), False)
+    """
+    picked = tuple(b for b in offered if b in picked)
+    return False if not picked else True if picked == tuple(offered) else picked
+
+
+def _bias_pills(value: bool | tuple[str, ...], offered: Sequence[str]) -> list[str]:
+    """A ``bias`` value as the pills it selects."""
+    return list(offered) if value is True else [b for b in offered if value and b in value]
 
 
 def open_page(url_path: str) -> None:
@@ -175,9 +193,21 @@ def _control(where, s: Setting, value: object, disabled: bool) -> object:
     if s.choices:
         _start(key, value)
         return where.segmented_control(s.label, s.choices, required=True, **common)
+    if s.members:           # the biases: one pill per projection the block has
+        offered = state.bias_letters(current().shared)
+        if isinstance(st.session_state.get(key), list):     # W_O or the gate may have gone
+            st.session_state[key] = [b for b in st.session_state[key] if b in offered]
+        _start(key, _bias_pills(value, offered))
+        held = where.pills(s.label, offered, selection_mode="multi", format_func=lambda b: f"b_{b}", **common)
+        return _bias_value(held or [], offered)
     if s.kind is bool:
         _start(key, value)
         return where.toggle(s.label, **common)
+    if s.optional and s.app_range is not None:       # None reads "as many as the heads"
+        lo, hi = s.app_range
+        _start(key, value)
+        return where.select_slider(s.label, [None, *range(lo, hi + 1)],
+                                   format_func=lambda v: "= heads" if v is None else str(v), **common)
     if s.grid is not None:
         _start(key, value)
         return where.select_slider(s.label, s.grid, format_func=lambda v: f"{v:g}", **common)
@@ -220,6 +250,8 @@ def sidebar(*, stacks: bool = False) -> View:
             shown = [s for s in settings if not lesson.hides(s.url)]
             if shown:
                 sb.markdown(f"### {title}")
+            if section == "modern" and shown:
+                _presets(sb)
             for s in settings:
                 if lesson.hides(s.url):
                     fixed.append(s)
@@ -246,6 +278,29 @@ def sidebar(*, stacks: bool = False) -> View:
         _size_panel(view)
         _lesson_panel()
     return view
+
+
+def _presets(where) -> None:
+    """One button per preset block (the sizes, input and seed stay as they are): it sets the
+    controls, so the change is one step of the browser's history like any control's. The preset
+    the view is in is shown as chosen; a lesson link that fixes one of their controls disables them."""
+    here = current()
+    now = presets.matching(here.shared)
+    fixed = any(here.lesson.hides(k) for values in presets.PRESETS.values() for k in values)
+    cols = where.columns(2)
+    for i, name in enumerate(presets.PRESETS):
+        cols[i % 2].button(name, key=f"_hv_preset_{i}", help=presets.HELP[name], on_click=_follow_preset,
+                           args=(name,), disabled=fixed or name == now, width="stretch",
+                           type="primary" if name == now else "secondary")
+
+
+def _follow_preset(name: str) -> None:
+    """Set the shared controls' widgets to the preset (each in its widget's form)."""
+    values = presets.apply(name, current().shared)
+    for key in presets.PRESETS[name]:
+        s = state.APP_SETTINGS[key]
+        st.session_state[key] = _bias_pills(values[key], state.bias_letters(values)) if s.members \
+            else values[key]
 
 
 def link_only() -> None:

@@ -45,6 +45,16 @@ def default_layer(n_layers: int) -> int:
     return min(3, n_layers - 1)
 
 
+def slice_name(cfg: BlockConfig, weight: str, head: int) -> str:
+    """The slice of ``weight`` that query head ``head`` uses: ``W_K[g]`` / ``W_V[g]`` of the key/value
+    head it reads, ``g = head // (n_heads / n_kv_heads)`` (grouped-query attention), else ``weight[head]``."""
+    from hessviz.config import KV_HEADED
+
+    if weight in KV_HEADED:
+        head //= cfg.n_heads // cfg.kv_heads
+    return f"{weight}[{head}]"
+
+
 def row_counts(rows: int, cols: int) -> list[int]:
     """The numbers of rows of a ``rows × cols`` slice a window may hold (≤ :data:`WINDOW_MAX` entries)."""
     return [k for k in ROW_COUNTS if k <= rows and k * cols <= WINDOW_MAX] or [1]

@@ -57,7 +57,11 @@ class View:
     @classmethod
     def from_values(cls, values: dict[str, object]) -> View:
         v = {**DEFAULTS, **values}
-        fields = {s.name: v[s.url] if s.in_app else s.default for s in BLOCK_SETTINGS}
+        chosen = {s.name: v[s.url] if s.in_app else s.default for s in BLOCK_SETTINGS}
+        # a control the block does not use (disabled in the sidebar) keeps its value for later
+        # but the block takes the default: LN γ/β or RMSNorm without a LayerNorm, a gated MLP
+        # for attention alone
+        fields = {s.name: chosen[s.name] if s.relevant(chosen) else s.default for s in BLOCK_SETTINGS}
         inputs = {s.name: v[s.url] for s in INPUT_SETTINGS}
         return cls(hv.BlockConfig(**fields), float(inputs["input_norm"]), int(inputs["seed"]))
 
@@ -102,9 +106,11 @@ class View:
 def format_value(key: str, value: object) -> str | list[str]:
     """How a value is written in the URL (``1.0 -> "1"``, ``True -> "true"``); a list is
     written as a repeated key (``?terms=full&terms=outer``), as Streamlit binds multi-selections."""
+    setting = APP_SETTINGS.get(key)
+    if setting is not None and setting.members:      # bias=Q,K,V: one value
+        return setting.format(value)
     if isinstance(value, (list, tuple)):
         return [format_value(key, v) for v in value]
-    setting = APP_SETTINGS.get(key)
     if setting is not None:
         return setting.format(value)
     return f"{value:g}" if isinstance(value, float) else str(value)
@@ -126,6 +132,8 @@ def parse_value(key: str, text: str) -> object:
         value = setting.parse(text)
     except hv.HessvizError as err:
         raise ValueError(f"{key}: {err}") from None
+    if value is None and setting.optional:
+        return value
     if setting.app_range is not None:
         lo, hi = setting.app_range
         if not lo <= value <= hi:
@@ -257,8 +265,32 @@ def reconcile(values: dict[str, object]) -> tuple[dict[str, object], list[str]]:
     ({'heads': 2, 'wo': True}, 'n_heads = 2 needs the output projection ')
     """
     out, notes = dict(values), []
-    if int(out.get("heads", 1)) > 1 and not out.get("wo", False):
+    heads = int(out.get("heads", 1))
+    if heads > 1 and not out.get("wo", False):
         out["wo"] = True
-        notes.append(f"n_heads = {out['heads']} needs the output projection W_O to join the heads: "
+        notes.append(f"n_heads = {heads} needs the output projection W_O to join the heads: "
                      "turned W_O on.")
+    kv = out.get("kv")
+    if kv is not None and heads % int(kv):
+        out["kv"] = max(g for g in range(1, min(int(kv), heads) + 1) if heads % g == 0)
+        notes.append(f"n_kv_heads = {kv} does not divide n_heads = {heads}: used n_kv_heads = {out['kv']}.")
+    bias = out.get("bias")
+    if isinstance(bias, tuple):
+        kept = tuple(b for b in bias if b in bias_letters(out))
+        if kept != bias:
+            out["bias"] = kept or False
+            gone = ", ".join(f"b_{b}" for b in bias if b not in kept)
+            notes.append(f"this block has no projection for {gone}: dropped from the biases.")
     return out, notes
+
+
+def bias_letters(values: dict[str, object]) -> tuple[str, ...]:
+    """The projections that can carry a bias in the block the shared ``values`` describe: ``O`` with
+    ``W_O``, ``G`` with a gated MLP, ``G 1 2`` only with a feed-forward branch.
+
+    >>> bias_letters({"wo": False, "mlp": "gated", "norm": "pre"})
+    ('Q', 'K', 'V', 'G', '1', '2')
+    """
+    ffn = values.get("norm", DEFAULTS["norm"]) != "attention"
+    exists = {"O": bool(values.get("wo")), "G": ffn and values.get("mlp") == "gated", "1": ffn, "2": ffn}
+    return tuple(b for b in APP_SETTINGS["bias"].members if exists.get(b, True))

@@ -37,6 +37,9 @@ HEADLINES = {
     "gini": ("gini_post_column", "gini_pre_column", "lambda_G_over_P_post_column"),
     "gini_real": ("gini_pydoc-postln_trained", "gini_pydoc-preln_trained", "gini_all-MiniLM-L6-v2_trained"),
     "depth": ("factor_post_QQ_outer", "factor_pre_QQ_outer", "factor_post_QQ_full"),
+    "modern": ("slope_pre_rmsnorm_QQ_outer", "slope_attention_rope_QK_outer", "tied_identity_rel_error"),
+    "growth_protocol": ("slope_none_1layers_l0_W_Q_outer", "slope_none_1layers_l0_W_Q_functional",
+                        "slope_none_1layers_l0_W_V_outer"),
     "optimizers": (
         "log_final_ratio_SGD_over_SignSGD_post",
         "log_final_ratio_SGD_over_Adam_post",
@@ -55,7 +58,17 @@ def headline(record: dict) -> list[tuple[str, object]]:
 
 def claims() -> dict[str, Claim]:
     """Every claim by id, in the order of :data:`CLAIM_IDS`."""
-    from hessviz.experiments import bounds, depth, heterogeneity, ln_collapse, nonconvex, optimizers, scaling
+    from hessviz.experiments import (
+        bounds,
+        depth,
+        growth_protocol,
+        heterogeneity,
+        ln_collapse,
+        modern,
+        nonconvex,
+        optimizers,
+        scaling,
+    )
 
     found = (
         scaling.XNORM6,
@@ -67,6 +80,8 @@ def claims() -> dict[str, Claim]:
         heterogeneity.GINI,
         optimizers.OPTIMIZERS_CLAIM,
         depth.DEPTH,
+        modern.MODERN,
+        growth_protocol.GROWTH_PROTOCOL,
     )
     by_id = {c.id: c for c in found}
     return {cid: by_id[cid] for cid in CLAIM_IDS}

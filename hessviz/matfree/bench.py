@@ -55,6 +55,61 @@ def minilm_case(seq_len: int, seed: int = 0, device: str = "cpu"):
     return cfg, params, X, Y
 
 
+SMOLLM = {"d_model": 576, "d_k": 64, "n_heads": 9, "n_kv_heads": 3, "d_ff": 1536, "out_proj": True,
+          "norm": "pre", "norm_type": "rmsnorm", "ln_affine": True, "mlp": "gated", "activation": "silu",
+          "rope": True, "causal": True, "ln_eps": 1e-5, "loss": "mse"}
+"""A SmolLM2-135M-sized layer (issue 18): Llama-style, d = 576, 9 query heads of 64 over 3 key/value
+heads, SwiGLU with d_ff = 1536, RoPE, causal."""
+
+
+def smollm_case(seq_len: int = 64, seed: int = 0, device: str = "cpu"):
+    """``cfg, params, X, Y`` of the SmolLM2-sized layer (``‖X‖₂ = 4√L``)."""
+    cfg = hv.BlockConfig(seq_len=seq_len, **SMOLLM)
+    params = hv.init_params(cfg, seed=seed, device=device)
+    X, Y = hv.sample_inputs(cfg, seed=seed, input_norm=4.0 * seq_len ** 0.5, device=device)
+    return cfg, params, X, Y
+
+
+def _per_call_hvp(cfg, params, X, Y):
+    """``v ↦ H v`` by double backward with nothing kept between calls: each call runs the forward,
+    the gradient with ``create_graph=True`` and one more backward."""
+    from hessviz import reference
+
+    names = cfg.param_names
+
+    def hvp(parts: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        with torch.enable_grad():
+            leaves = [params[n].detach().requires_grad_() for n in names]
+            Z = reference.torch_forward(cfg, dict(zip(names, leaves)), X)
+            grads = torch.autograd.grad(reference.torch_loss(cfg, Z, Y), leaves, create_graph=True)
+            return torch.autograd.grad(grads, leaves, grad_outputs=parts)
+    return hvp
+
+
+def smollm_hvp_row(seq_len: int = 64, repeats: int = 7, device: str = "cpu") -> dict:
+    """``res.matvec(v)`` of the SmolLM2-sized layer against double backward with the gradient's graph
+    kept across products (PyHessian's way) and against double backward per call."""
+    from hessviz.matfree.autograd import AutogradProducts
+
+    cfg, params, X, Y = smollm_case(seq_len, device=device)
+    v = torch.randn(cfg.num_params, generator=torch.Generator().manual_seed(1), dtype=X.dtype).to(X.device)
+    res = hv.hessian(cfg, params, X, Y)
+    kept = AutogradProducts(cfg, params, X, Y)
+    sizes = [w.numel() for w in kept.leaves]
+    parts = [t.reshape(w.shape) for t, w in zip(torch.split(v, sizes), kept.leaves)]
+    per_call = _per_call_hvp(cfg, params, X, Y)
+    flat = lambda gs: torch.cat([g.reshape(-1) for g in gs])                   # noqa: E731
+    fns = {"closed form": lambda: res.matvec(v),
+           "double backward, graph kept (PyHessian)": lambda: flat(kept.hvp(parts)),
+           "double backward per call": lambda: flat(per_call(parts))}
+    outs = {n: f() for n, f in fns.items()}
+    ours = outs.pop("closed form")
+    agree = {n: float((ours - o).abs().max() / o.abs().max()) for n, o in outs.items()}
+    times = interleaved(fns, repeats)
+    return {"row": "hvp", "layer": "SmolLM2-135M-sized", "L": seq_len, "P": cfg.num_params, "times": times,
+            "agreement": agree}
+
+
 def _sync() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()

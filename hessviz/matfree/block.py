@@ -6,10 +6,12 @@ nodes: the fused projection ``x [W_Q W_K W_V] + [b_Q b_K b_V]``, the core ``O`` 
 projection; a step ``ffn`` is ``Linear``, the activation, ``Linear``; ``norm`` and ``add`` are one
 node each.
 
-``FFN(z) = φ(z W_1 + b_1) W_2 + b_2``. Weights that the config does not have (biases,
-``W_O``, γ/β) are simply absent from the tape. A stack of ``N`` blocks is the recipe read ``N``
-times, layer ``i`` on the output of layer ``i − 1`` with its own weights ``l{i}.W_Q …``; the
-tape then differentiates the whole stack exactly, cross-layer blocks included.
+``FFN(z) = φ(z W_1 + b_1) W_2 + b_2``; with ``mlp="gated"`` the step ``ffn`` is the fused
+projection ``z [W_G W_1] + [b_G b_1]``, :class:`~hessviz.ops.gated.GatedUnit` and ``Linear``.
+Weights that the config does not have (biases, ``W_O``, γ/β) are simply absent from the tape. A
+stack of ``N`` blocks is the recipe read ``N`` times, layer ``i`` on the output of layer ``i − 1``
+with its own weights ``l{i}.W_Q …``; the tape then differentiates the whole stack exactly,
+cross-layer blocks included.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from hessviz import losses
 from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
 from hessviz.matfree.tape import LayerSpan, Tape
-from hessviz.ops import activations
+from hessviz.ops import activations, rotary
 from hessviz.ops.attention import AttentionCore
 from hessviz.ops.base import Node
+from hessviz.ops.gated import GatedUnit
 from hessviz.ops.layernorm import LayerNorm
 from hessviz.ops.linear import Linear
+from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.residual import Residual
 from hessviz.placements import PLACEMENTS, where
 
@@ -53,9 +57,9 @@ class _Builder:
         return self.add(Linear(self.prefix + out, x, self.values[x], [self.p(w) for w in weights],
                                [self.p(b) for b in biases]))
 
-    def layernorm(self, out: str, x: str, which: str, eps: float, where: str) -> str:
+    def layernorm(self, out: str, x: str, which: str, eps: float, where: str, centre: bool = True) -> str:
         return self.add(LayerNorm(self.prefix + out, x, self.values[x], eps, self.p(f"{which}_gamma"),
-                                  self.p(f"{which}_beta"), where=self.prefix + where))
+                                  self.p(f"{which}_beta"), where=self.prefix + where, centre=centre))
 
     def residual(self, out: str, a: str, b: str) -> str:
         return self.add(Residual(self.prefix + out, a, b, self.values[a], self.values[b]))
@@ -69,13 +73,24 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
 
     def self_attention(x: str, out: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
-        o = b.add(AttentionCore(b.prefix + ("O" if cfg.out_proj else out), qkv, b.values[qkv], cfg.n_heads,
-                                cfg.d_k, cfg.value_width, cfg.causal))
+        if cfg.qk_norm:
+            qkv = b.add(QKNorm(b.prefix + "QKVn", qkv, b.values[qkv], cfg.n_heads, cfg.kv_heads, cfg.d_k,
+                               cfg.value_width, cfg.ln_eps, (b.p("q_norm_gamma"), b.p("k_norm_gamma")),
+                               where=b.prefix + "attention"))
+        xv = b.values[qkv]
+        rot = rotary.for_config(xv.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, xv)
+        o = b.add(AttentionCore(b.prefix + ("O" if cfg.out_proj else out), qkv, xv, cfg.n_heads,
+                                cfg.d_k, cfg.value_width, cfg.causal, cfg.kv_heads, rot))
         return b.linear(out, o, ["W_O"], ["b_O"]) if cfg.out_proj else o
 
     def ffn(z: str, out: str) -> str:
-        h = b.linear("U", z, ["W_1"], ["b_1"])
-        a = b.add(activations.get(cfg.activation)(b.prefix + "act", h, b.values[h]))
+        act = activations.get(cfg.activation)
+        if cfg.mlp == "gated":
+            uh = b.linear("U", z, ["W_G", "W_1"], ["b_G", "b_1"])
+            a = b.add(GatedUnit(b.prefix + "act", uh, b.values[uh], act))
+        else:
+            h = b.linear("U", z, ["W_1"], ["b_1"])
+            a = b.add(act(b.prefix + "act", h, b.values[h]))
         return b.linear(out, a, ["W_2"], ["b_2"])
 
     for step in recipe:
@@ -85,7 +100,8 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
         elif step.op == "ffn":
             names[step.out] = ffn(x[0], step.out)
         elif step.op == "norm":
-            names[step.out] = b.layernorm(step.out, x[0], step.which, cfg.ln_eps, where(recipe, step))
+            names[step.out] = b.layernorm(step.out, x[0], step.which, cfg.ln_eps, where(recipe, step),
+                                          centre=cfg.norm_type == "layernorm")
         else:
             names[step.out] = b.residual(step.out, *x)
     return names[recipe[-1].out]

@@ -91,13 +91,15 @@ from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops import score, softmax
 from hessviz.ops.base import Maybe, Node, add, eye, ones
 from hessviz.ops.linear import Linear
+from hessviz.ops.qknorm import QKNorm
+from hessviz.ops.rotary import Rotary
 
 HEAD_AXES = {"query.weight": 1, "query.bias": 1, "key.weight": 1, "key.bias": 1,
              "value.weight": 1, "value.bias": 1, "out.weight": 0}
 """The headed local parameters and where their heads lie: ``1`` column blocks, ``0`` row blocks."""
 
-LOCALS = ("query.weight", "query.bias", "key.weight", "key.bias", "value.weight", "value.bias",
-          "out.weight", "out.bias")
+LOCALS = ("query.weight", "query.bias", "query.norm", "key.weight", "key.bias", "key.norm", "value.weight",
+          "value.bias", "out.weight", "out.bias")
 SCORE_SIDE = ("query.weight", "query.bias", "key.weight")
 """The parameters that act through the scores (``key.bias`` does not act at all)."""
 
@@ -122,6 +124,9 @@ class _Head:
     V: Tensor
     A: Tensor
     W_O: Tensor | None
+    rotary: Rotary | None = None
+    key_bias: bool = False
+    """``Q``, ``K`` are the rotated rows when ``rotary``; ``key_bias``: ``b_K`` acts (it does with rope)."""
 
     @cached_property
     def O(self) -> Tensor:  # noqa: E743 (the papers' name for the head output A V)
@@ -144,6 +149,8 @@ class _Head:
     @cached_property
     def score_jacobian(self) -> dict[str, Factored]:
         """``∂S_t/∂θ`` for the score-side parameters, output size ``L`` per token."""
+        if self.rotary is not None:
+            return score.rotary_jacobian(self.X, self.Q, self.K, self.rotary, self.key_bias)
         return score.jacobian(self.X, self.Q, self.K)
 
 
@@ -152,16 +159,36 @@ class MultiHeadAttention:
 
     ``weights``: local name -> tensor (biases and ``out.weight`` optional); ``input_stage``:
     the token-wise map that produced ``X`` from a weight-free input, when it has parameters.
+    ``kv_heads`` (``G``, default ``n_heads``): the key/value heads, query head ``h`` reading
+    ``h // (n_heads/G)``, whose units collect the terms of every query head that reads them;
+    ``rotary``: the rotary positions applied to each head's ``q`` and ``k``.
     """
 
     def __init__(self, X: Tensor, weights: dict[str, Tensor], n_heads: int, *, causal: bool = False,
-                 name: str = "attention", input_stage: Stage | None = None):
+                 name: str = "attention", input_stage: Stage | None = None, kv_heads: int | None = None,
+                 rotary: Rotary | None = None, qk_eps: float | None = None):
         self.X, self.weights, self.n_heads, self.causal, self.name = X, weights, n_heads, causal, name
         self.input_stage = input_stage
+        self.kv_heads = n_heads if kv_heads is None else kv_heads
+        self.group = n_heads // self.kv_heads
+        self.rotary = rotary
+        self.qk_eps = qk_eps
+        """QK-norm's ε (``None``: no QK-norm). With it every derivative of the attention's own units
+        is read from the node face's rules (:meth:`_node_jacobian`, :meth:`_node_functional`)."""
         self.out_proj = "out.weight" in weights
-        self.split = {k: split_heads(k, w, n_heads) for k, w in weights.items() if k in HEAD_AXES}
+        self.split = {k: split_heads(k, w, self.count(k)) for k, w in weights.items() if k in HEAD_AXES}
         self.d_k = self.split["query.weight"].shape[-1]
         self.scale = 1.0 / math.sqrt(self.d_k)
+        self.score_side = SCORE_SIDE + (("key.bias",) if rotary is not None and "key.bias" in weights else ())
+
+    def count(self, local: str) -> int:
+        """Heads of a headed local parameter: the key/value ones have ``kv_heads``."""
+        return self.kv_heads if local.startswith(("key.", "value.")) else self.n_heads
+
+    def head_refs(self, h: int) -> dict[str, Ref]:
+        """The units query head ``h`` reads, by local name (its key/value head for ``key.*``, ``value.*``)."""
+        return {local: (self.name, local, h if self.count(local) == self.n_heads else h // self.group)
+                for local in HEAD_AXES}
 
     # ---- forward ---------------------------------------------------------------------
     def _project(self, kind: str) -> Tensor:
@@ -171,21 +198,36 @@ class MultiHeadAttention:
         return out if bias is None else out + bias
 
     @cached_property
+    def _qk(self) -> tuple[Tensor, Tensor]:
+        """``Q (H, L, d_k)`` and ``K (G, L, d_k)``, rotated when there are rotary positions."""
+        Q, K = self._project("query"), self._project("key")
+        if self.rotary is not None:
+            Q, K = self.rotary.apply(Q), self.rotary.apply(K)
+        return Q, K
+
+    @cached_property
     def A(self) -> Tensor:
         """``(H, L, L)`` attention weights."""
-        S = (self._project("query") @ self._project("key").transpose(-1, -2)) * self.scale
-        return softmax.value(S, self.causal)
+        Q, K = self._qk
+        if self.group > 1:
+            K = K.repeat_interleave(self.group, dim=0)
+        return softmax.value((Q @ K.transpose(-1, -2)) * self.scale, self.causal)
 
     @cached_property
     def heads(self) -> list[_Head]:
-        Q, K, V = self._project("query"), self._project("key"), self._project("value")
+        """One per query head ``h``, with the key/value head ``h // group`` it reads."""
+        (Q, K), V = self._qk, self._project("value")
         W_O = self.split.get("out.weight")
-        return [_Head(self.X, Q[h], K[h], V[h], self.A[h], None if W_O is None else W_O[h])
+        key_bias = "key.bias" in self.score_side
+        return [_Head(self.X, Q[h], K[h // self.group], V[h // self.group], self.A[h],
+                      None if W_O is None else W_O[h], self.rotary, key_bias)
                 for h in range(self.n_heads)]
 
     @cached_property
     def output(self) -> Tensor:
         """``SA (L, d)``."""
+        if self.qk_eps is not None:
+            return self._nodes[-1].y
         if not self.out_proj:
             return self.heads[0].O
         out = sum(head.O @ head.W_O for head in self.heads)
@@ -199,7 +241,7 @@ class MultiHeadAttention:
         refs: list[Ref] = list(self.input_stage.jacobians) if self.input_stage else []
         for local in LOCALS:
             if local in self.weights:
-                heads = range(self.n_heads) if local in HEAD_AXES else (None,)
+                heads = range(self.count(local)) if local in HEAD_AXES else (None,)
                 refs += [(self.name, local, h) for h in heads]
         return tuple(refs)
 
@@ -212,10 +254,20 @@ class MultiHeadAttention:
             return self._input_jacobians[ref]
         _, local, h = ref
         L = self.X.shape[0]
+        if self.qk_eps is not None:
+            return self._node_jacobian(ref)
         if local == "out.bias":
             return Factored((KronTerm(LEFT, ones(L, self.X), self._output_eye()),))
-        if local == "key.bias":
+        if local == "key.bias" and local not in self.score_side:
             return None
+        if self.count(local) != self.n_heads:                          # a key/value head: its readers
+            readers = [self._head_jacobian(local, q) for q in range(h * self.group, (h + 1) * self.group)]
+            return readers[0] if len(readers) == 1 else sum(readers[1:], readers[0])
+        return self._head_jacobian(local, h)
+
+    def _head_jacobian(self, local: str, h: int) -> Factored:
+        """The part of ``∂SA_t/∂θ`` that passes through query head ``h``."""
+        L = self.X.shape[0]
         head = self.heads[h]
         if local == "out.weight":
             return Factored((KronTerm(LEFT, head.O, self._output_eye()),))
@@ -230,25 +282,34 @@ class MultiHeadAttention:
         """Pieces of ``Σ_t g_tᵀ ∇²SA_t`` whose two units are both in ``refs``, ``g (L, d)``."""
         wanted = set(refs)
         pieces: list[Piece] = []
-        for h in sorted({r[2] for r in refs if r[0] == self.name and r[2] is not None}):
-            pieces += self._head_functional(h, g, wanted)
+        if self.qk_eps is not None:
+            pieces += self._node_functional(g, [r for r in refs if r[0] == self.name])
+        else:
+            for h in range(self.n_heads):
+                if wanted.intersection(self.head_refs(h).values()):
+                    pieces += self._head_functional(h, g, wanted)
         inputs = [r for r in refs if r[0] != self.name]
         if inputs:
             pieces += self._input_functional(g, inputs, [r for r in refs if r[0] == self.name])
         return [p for p in pieces if p.a in wanted and p.b in wanted]
 
     def _head_functional(self, h: int, g: Tensor, wanted: set[Ref]) -> list[Piece]:
-        head, name = self.heads[h], self.name
+        head = self.heads[h]
         d, dk = self.X.shape[1], self.d_k
-        ref = {local: (name, local, h) for local in HEAD_AXES}
+        ref = self.head_refs(h)
         gO = g if head.W_O is None else g @ head.W_O.T                 # (L, d_v)
         C = softmax.contract_hessian_factored(head.A, gO @ head.V.T)   # softmax curvature, (a, w)
         gS = C.w                                                       # ∂/∂S = Σ_t G^A_t, (L, L)
         JS = head.score_jacobian
-        side = [k for k in SCORE_SIDE if ref[k] in wanted and k in self.weights]
+        side = [k for k in self.score_side if ref[k] in wanted and k in self.weights]
         pieces: list[Piece] = [Sandwich(ref[a], ref[b], JS[a], C, JS[b])
                                for i, a in enumerate(side) for b in side[i:]]
-        if "key.weight" in side:                                      # the bilinear score
+        if self.rotary is not None:                                    # the bilinear score, rotated
+            ones_ = ones(self.X.shape[0], self.X)
+            inputs = {"query.weight": self.X, "query.bias": ones_, "key.weight": self.X, "key.bias": ones_}
+            pieces += [Dense(ref[a], ref[b], score.rotary_mixed(inputs[a], inputs[b], gS, self.rotary, dk))
+                       for a in side if a.startswith("query.") for b in side if b.startswith("key.")]
+        elif "key.weight" in side:                                    # the bilinear score
             if "query.weight" in side:
                 pieces.append(Diagonal(ref["query.weight"], ref["key.weight"], (1, 3),
                                        score.contract_mixed(self.X, gS, dk)[:, :, None].expand(d, d, dk)))
@@ -318,51 +379,114 @@ class MultiHeadAttention:
         return pieces
 
     @cached_property
-    def _nodes(self) -> tuple[Linear, AttentionCore, Linear | None]:
-        """The same attention as the node face: ``[Q K V]`` projection, core, output projection."""
+    def _nodes(self) -> tuple[Node, ...]:
+        """The same attention as the node face, a chain: ``[Q K V]`` projection, the QK-norm (when
+        there is one), the core, the output projection (when there is one)."""
         w, kinds = self.weights, ("query", "key", "value")
         qkv = Linear("QKV", "X", self.X, [(f"{k}.weight", w[f"{k}.weight"]) for k in kinds],
                      [(f"{k}.bias", w[f"{k}.bias"]) if f"{k}.bias" in w else None for k in kinds])
         d_v = self.split["value.weight"].shape[-1]
-        core = AttentionCore("O", "QKV", qkv.y, self.n_heads, self.d_k, d_v, self.causal)
-        out = None if not self.out_proj else Linear(
-            "SA", "O", core.y, [("out.weight", w["out.weight"])],
-            [("out.bias", w["out.bias"]) if "out.bias" in w else None])
-        return qkv, core, out
+        chain: list[Node] = [qkv]
+        if self.qk_eps is not None:
+            chain.append(QKNorm("QKVn", "QKV", qkv.y, self.n_heads, self.kv_heads, self.d_k, d_v, self.qk_eps,
+                                (("query.norm", w["query.norm"]), ("key.norm", w["key.norm"])), self.name))
+        chain.append(AttentionCore("O", chain[-1].output, chain[-1].y, self.n_heads, self.d_k, d_v,
+                                   self.causal, self.kv_heads, self.rotary))
+        if self.out_proj:
+            chain.append(Linear("SA", "O", chain[-1].y, [("out.weight", w["out.weight"])],
+                                [("out.bias", w["out.bias"]) if "out.bias" in w else None]))
+        return tuple(chain)
 
-    def _tangents(self, g: Tensor | None, D: Tensor) -> dict:
-        r"""Directional derivatives along input directions ``D (n, L, d)`` by the node face's rules:
-        ``"output"``: ``δSA (n, L, d)`` (the tangent sweep). With ``g (L, d)`` at ``SA`` (held fixed)
-        also, from the adjoint at ``g`` and its tangent (second-order parts on): ``"gradient"``:
-        ``∂(Σ_t g_tᵀ SA_t)/∂X (L, d)``, ``"input"``: its derivative ``δ∇X (n, L, d)``, and per unit
-        the derivative of its gradient, ``(n, rows, cols)`` (``b_K``, ``b_V``, ``b_O`` have
-        gradients that do not depend on ``X``: left out)."""
-        qkv, core, out = self._nodes
-        none = lambda node: [None] * len(node.params)            # noqa: E731 (no weight tangents)
-        d_qkv = qkv.tangent([D], none(qkv))
-        d_O = core.tangent([d_qkv], [])
-        result: dict = {"output": d_O if out is None else out.tangent([d_O], none(out))}
+    def _tangents(self, g: Tensor | None, D: Tensor | None, dp: dict[str, Tensor] | None = None) -> dict:
+        r"""Directional derivatives along input directions ``D (n, L, d)`` and weight directions ``dp``
+        (local name -> ``(n, *shape)``) by the node face's rules: ``"output"``: ``δSA (n, L, d)`` (the
+        tangent sweep). With ``g (L, d)`` at ``SA`` (held fixed) also, from the adjoint at ``g`` and its
+        tangent (second-order parts on): ``"gradient"``: ``∂(Σ_t g_tᵀ SA_t)/∂X (L, d)``, ``"input"``:
+        its derivative ``δ∇X (n, L, d)``, and per unit the derivative of its gradient,
+        ``(n, rows, cols)``. Along ``X`` alone, ``b_V``, ``b_O`` (and ``b_K`` without rotary positions
+        or QK-norm) have gradients that do not depend on ``X``: left out."""
+        dp = dp or {}
+        weight_tangents = lambda node: [dp.get(n) for n in node.params]   # noqa: E731
+        inputs, t = [], D
+        for node in self._nodes:
+            inputs.append(t)
+            t = node.tangent([t], weight_tangents(node))
+        result: dict = {"output": t}
         if g is None:
             return result
-        g_O = g if out is None else out.adjoint(g)[0][0]            # first-order adjoints at g
-        g_X = qkv.adjoint(core.adjoint(g_O)[0][0])[0][0]
-        dg_O, dg_out = (None, []) if out is None else \
-            out.adjoint_tangent(None, [d_O], none(out), True, [True], [True] * len(out.params))
-        dg_O = dg_O[0] if out is not None else None
-        dg_qkv = core.adjoint_tangent(dg_O, [d_qkv], [], True, [True], [])[0][0]
-        dg_X, dg_p = qkv.adjoint_tangent(dg_qkv, [D], none(qkv), True, [True], [True] * len(qkv.params))
-        result |= {"gradient": g_X, "input": dg_X[0]}
-        whole = dict(zip(qkv.params, dg_p)) | (dict(zip(out.params, dg_out)) if out is not None else {})
-        for local in ("query.weight", "query.bias", "key.weight", "value.weight", "out.weight"):
+        g_x = g
+        for node in reversed(self._nodes):                           # first-order adjoints at g
+            g_x = node.adjoint(g_x)[0][0]
+        dg, whole = None, {}
+        for node, t_in in zip(reversed(self._nodes), reversed(inputs)):
+            dgx, dgp = node.adjoint_tangent(dg, [t_in], weight_tangents(node), True, [True],
+                                            [True] * len(node.params))
+            dg = dgx[0]
+            whole.update(zip(node.params, dgp))
+        result |= {"gradient": g_x, "input": dg}
+        along_x = ("query.weight", "query.bias", "key.weight", "value.weight", "out.weight") + \
+            tuple(k for k in self.score_side if k == "key.bias")
+        for local in (LOCALS if dp or self.qk_eps is not None else along_x):
             t = whole.get(local) if local in self.weights else None
             if t is None:
                 continue
             t = t.unsqueeze(-2) if t.dim() == 2 else t               # a bias (n, H w) is one row
-            width = t.shape[HEAD_AXES[local] - 2] // self.n_heads     # heads: column blocks, W_O row blocks
-            for h in range(self.n_heads):
+            if local not in HEAD_AXES:
+                result[(self.name, local, None)] = t
+                continue
+            width = t.shape[HEAD_AXES[local] - 2] // self.count(local)  # column blocks, W_O row blocks
+            for h in range(self.count(local)):
                 cut = slice(h * width, (h + 1) * width)
                 result[(self.name, local, h)] = t[..., cut] if HEAD_AXES[local] == 1 else t[..., cut, :]
         return result
+
+    # ---- the node-rule mode (QK-norm) ------------------------------------------------------
+    def _unit_directions(self, ref: Ref) -> dict[str, Tensor]:
+        """One direction per entry of the unit ``ref``: ``{local: (n, *shape)}``, the identity on the
+        unit's entries inside its whole weight, zero elsewhere."""
+        _, local, h = ref
+        w = self.weights[local]
+        whole = w.unsqueeze(0) if w.dim() == 1 else w                 # a vector is one row
+        if h is None:
+            cut = whole
+        elif HEAD_AXES[local] == 1:
+            width = whole.shape[1] // self.count(local)
+            cut = whole[:, h * width:(h + 1) * width]
+        else:
+            width = whole.shape[0] // self.count(local)
+            cut = whole[h * width:(h + 1) * width]
+        n = cut.numel()
+        D = w.new_zeros(n, *whole.shape)
+        view = D[:, :, h * width:(h + 1) * width] if h is not None and HEAD_AXES[local] == 1 else \
+            D[:, h * width:(h + 1) * width] if h is not None else D
+        view.copy_(torch.eye(n, dtype=w.dtype, device=w.device).view(n, *cut.shape))
+        return {local: D.view(n, *w.shape)}
+
+    def _unit_shape(self, ref: Ref) -> tuple[int, int]:
+        w = self.weights[ref[1]]
+        rows, cols = (1, w.shape[0]) if w.dim() == 1 else tuple(w.shape)
+        if ref[2] is None:
+            return rows, cols
+        return (rows, cols // self.count(ref[1])) if HEAD_AXES[ref[1]] == 1 else \
+            (rows // self.count(ref[1]), cols)
+
+    def _node_jacobian(self, ref: Ref) -> Factored:
+        """``∂SA_t/∂θ`` of one unit from the tangent sweep along each of its entries."""
+        dSA = self._tangents(None, None, self._unit_directions(ref))["output"]        # (n, L, d)
+        L, d = dSA.shape[1:]
+        return Factored.from_dense(dSA.permute(1, 2, 0).reshape(L, d, *self._unit_shape(ref)))
+
+    def _node_functional(self, g: Tensor, units: list[Ref]) -> list[Piece]:
+        """Every block of ``Σ_t g_tᵀ ∇²SA_t`` between two of the attention's own ``units``: the
+        derivative of each unit's gradient along the entries of another, by the adjoint tangent."""
+        pieces: list[Piece] = []
+        for i, a in enumerate(units):
+            tangent = self._tangents(g, None, self._unit_directions(a))
+            for b in units[i:]:
+                if b in tangent:
+                    values = tangent[b].reshape(*self._unit_shape(a), *tangent[b].shape[1:])
+                    pieces.append(Dense(a, b, values))
+        return pieces
 
 
 def _rowsum(t: Tensor) -> Tensor:
@@ -377,9 +501,11 @@ class AttentionCore(Node):
     """``output = O (L, H d_v)`` from ``input = [Q K V]``; ``heads``, ``d_k``, ``d_v``, ``causal``."""
 
     def __init__(self, output: str, input: str, qkv: Tensor, heads: int, d_k: int, d_v: int,
-                 causal: bool):
+                 causal: bool, kv_heads: int | None = None, rotary: Rotary | None = None):
         self.output, self.inputs, self.params = output, (input,), ()
         self.H, self.d_k, self.d_v = heads, d_k, d_v
+        self.G = heads if kv_heads is None else kv_heads
+        self.rotary = rotary
         self.c = 1.0 / math.sqrt(d_k)
         self.Q, self.K, self.V = self._heads(qkv)
         self.A = softmax.value(self.c * (self.Q @ _T(self.K)), causal)   # (H, L, L)
@@ -387,14 +513,33 @@ class AttentionCore(Node):
         self.cK, self.cKT, self.cQ = self.c * self.K, self.c * _T(self.K), self.c * self.Q
 
     def _heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(..., L, H(2d_k + d_v)) -> 3 × (..., H, L, ·)``."""
-        hk = self.H * self.d_k
-        q, k, v = torch.split(qkv, (hk, hk, self.H * self.d_v), dim=-1)
-        split = lambda t, w: t.unflatten(-1, (self.H, w)).transpose(-2, -3)  # noqa: E731
-        return split(q, self.d_k), split(k, self.d_k), split(v, self.d_v)
+        """``(..., L, H d_k + G d_k + G d_v) -> 3 × (..., H, L, ·)``: each key/value head repeated for
+        the query heads that read it, ``q`` and ``k`` rotated when there are rotary positions."""
+        q, k, v = torch.split(qkv, (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v), dim=-1)
+        split = lambda t, n, w: t.unflatten(-1, (n, w)).transpose(-2, -3)  # noqa: E731
+        q, k, v = split(q, self.H, self.d_k), split(k, self.G, self.d_k), split(v, self.G, self.d_v)
+        k, v = self._expand(k), self._expand(v)
+        if self.rotary is not None:
+            q, k = self.rotary.apply(q), self.rotary.apply(k)
+        return q, k, v
+
+    def _expand(self, t: Tensor) -> Tensor:
+        """``(..., G, L, w) -> (..., H, L, w)``: query head ``h`` reads key/value head ``h // (H/G)``."""
+        return t if self.G == self.H else t.repeat_interleave(self.H // self.G, dim=-3)
+
+    def _gather(self, gQ: Maybe, gK: Maybe, gV: Maybe) -> tuple[Maybe, Maybe, Maybe]:
+        """The adjoint of :meth:`_heads` on per-head gradients: ``rotᵀ`` on ``Q̄, K̄``, each key/value
+        head summing the gradients of the query heads that read it; ``(..., H or G, L, ·)``."""
+        if self.rotary is not None:
+            gQ = None if gQ is None else self.rotary.apply_T(gQ)
+            gK = None if gK is None else self.rotary.apply_T(gK)
+        if self.G != self.H:
+            group = self.H // self.G
+            gK, gV = (None if t is None else t.unflatten(-3, (self.G, group)).sum(-3) for t in (gK, gV))
+        return gQ, gK, gV
 
     def _concat(self, o: Tensor) -> Tensor:
-        """``(..., H, L, d_v) -> (..., L, H d_v)``."""
+        """``(..., n, L, w) -> (..., L, n w)``."""
         return o.transpose(-2, -3).flatten(-2)
 
     def _tangents(self, dqkv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -423,7 +568,7 @@ class AttentionCore(Node):
         gV = _T(self.A) @ self.gO
         # v-independent factors of the second-order rules, formed once
         self.cgS, self.cgST = self.c * self.gS, self.c * _T(self.gS)
-        return [torch.cat([self._concat(gQ), self._concat(gK), self._concat(gV)], -1)], []
+        return [torch.cat([self._concat(t) for t in self._gather(gQ, gK, gV)], -1)], []
 
     def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
                         need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
@@ -451,13 +596,13 @@ class AttentionCore(Node):
         if second:
             dgQ = add(dgQ, self.cgS @ dK)                                # [c S̄ K̇]
             dgK = add(dgK, self.cgST @ dQ)                               # [c S̄ᵀ Q̇]
-        parts = [dgQ, dgK, dgV]
+        parts = self._gather(dgQ, dgK, dgV)
         if all(p is None for p in parts):
             return [None], []
         like = next(p for p in parts if p is not None)
         batch = like.shape[:-3]
         L = self.A.shape[-1]
-        widths = (self.d_k, self.d_k, self.d_v)
-        full = [self._concat(p) if p is not None else like.new_zeros(*batch, L, self.H * w)
+        widths = (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v)
+        full = [self._concat(p) if p is not None else like.new_zeros(*batch, L, w)
                 for p, w in zip(parts, widths)]
         return [torch.cat(full, -1)], []

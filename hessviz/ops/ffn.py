@@ -106,12 +106,17 @@ class FeedForward:
     @cached_property
     def jacobian(self) -> dict[tuple, Factored]:
         """``∂f_t/∂θ`` for every weight and bias, factored, output size ``d``."""
-        d = self.W_2.shape[1]
         W2t_dphi = self.W_2.T.unsqueeze(0) * self.dphi.unsqueeze(1)  # (L, d, d_ff), shared
         out = {self.ref("fc1.weight"): Factored((KronTerm(LEFT, self.Y, W2t_dphi),))}
         if self.b_1 is not None:
             out[self.ref("fc1.bias")] = Factored((KronTerm(LEFT, self._ones, W2t_dphi),))
-        out[self.ref("fc2.weight")] = Factored((KronTerm(LEFT, self.hidden, self._eye(d)),))
+        return out | self.down_jacobian
+
+    @cached_property
+    def down_jacobian(self) -> dict[tuple, Factored]:
+        """``∂f_t/∂W_2 = a_t ⊗ I`` and ``∂f_t/∂b_2 = I``, factored (``a`` the hidden units)."""
+        d = self.W_2.shape[1]
+        out = {self.ref("fc2.weight"): Factored((KronTerm(LEFT, self.hidden, self._eye(d)),))}
         if self.b_2 is not None:
             out[self.ref("fc2.bias")] = Factored((KronTerm(LEFT, self._ones, self._eye(d)),))
         return out

@@ -1,7 +1,11 @@
 r"""Row LayerNorm ``y = γ ⊙ n + β``, ``n = c / σ`` with ``c = z - mean(z)``,
 ``σ = sqrt(mean(c²) + ε)`` over the last dimension of size ``d``; ``γ, β`` when affine.
+RMSNorm is the same operation without the centring: ``c = z``, ``σ = sqrt(mean(z²) + ε)``,
+``y = γ ⊙ z/σ`` (no ``β``). Every formula below holds for both with ``Π`` the centring
+projector ``I − 11ᵀ/d`` (LayerNorm) or ``I`` (RMSNorm); the flag ``centre`` of
+:func:`value` (kept in :class:`LayerNormState`) picks it, and nothing else differs.
 
-Dense face. With the centering projector ``Π = I - 11ᵀ/d``:
+Dense face. With the centering projector ``Π = I - 11ᵀ/d`` (``I`` for RMSNorm):
 
 .. math::
     J = \frac{1}{σ}\Big(Π - \frac{c c^\top}{n σ^2}\Big),
@@ -12,9 +16,10 @@ Dense face. With the centering projector ``Π = I - 11ᵀ/d``:
 The affine map on top is :func:`stage`. With ``ε = 0`` a row of zero variance has no
 derivative: :func:`value` refuses it.
 
-Node face (:class:`LayerNorm`): every rule applies ``J = (Π − n nᵀ/d)/σ`` (symmetric, one
-row rule :func:`_apply_jacobian_rows` shared with :func:`vjp`) and its derivative to rows; no
-``(d, d)`` matrix is formed. With ``a = mean(n ⊙ ż)`` (so ``σ̇ = a``):
+Node face (:class:`LayerNorm`, :class:`RMSNorm`): every rule applies ``J = (Π − n nᵀ/d)/σ``
+(symmetric, one row rule :func:`_apply_jacobian_rows` shared with :func:`vjp`) and its
+derivative to rows; no ``(d, d)`` matrix is formed. With ``a = mean(n ⊙ ż)`` (so ``σ̇ = a``,
+for both: ``n`` is centred in a LayerNorm) and ``\overline{u}`` the row mean (``0`` for RMSNorm):
 
 .. math::
     \dot n = (\dot z − \overline{\dot z} − n a)/σ, \qquad
@@ -28,6 +33,14 @@ row rule :func:`_apply_jacobian_rows` shared with :func:`vjp`) and its derivativ
 
     \dot{\bar γ} = \textstyle\sum_t \dot{\bar y}_t n_t + [\bar y_t \dot n_t], \quad
     \dot{\bar β} = \sum_t \dot{\bar y}_t .
+
+Other row norms (a per-head RMSNorm on ``q`` and ``k``, Qwen3's ``qk_norm``): every function
+here works on rows ``(..., n)`` of any leading shape, and :class:`RMSNorm` on primals
+``(R, n)`` with tangents ``(k, R, n)``, ``γ``'s gradient summed over all ``R`` rows. A norm
+over each head's ``d_k`` features with one ``γ (d_k,)`` shared by the heads is therefore this
+node on the view ``(L·H, d_k)`` of ``(L, H·d_k)`` (``q.reshape(L * H, d_k)``; row
+``t·H + h`` is head ``h`` of token ``t``), reshaped back after: the sum over rows is the sum
+over tokens and heads that a shared ``γ`` needs.
 """
 
 from __future__ import annotations
@@ -46,10 +59,12 @@ from hessviz.ops.base import Maybe, Node, TokenMap, add, eye, ones
 
 @dataclass(frozen=True)
 class LayerNormState:
-    """What the derivatives need from the forward pass: ``c (..., n)``, ``σ (..., 1)``."""
+    """What the derivatives need from the forward pass: ``c (..., n)``, ``σ (..., 1)``, and whether
+    ``c`` is centred (LayerNorm, ``c = Π z``) or not (RMSNorm, ``c = z``)."""
 
     centered: Tensor
     sigma: Tensor
+    centre: bool = True
 
     @property
     def n(self) -> int:
@@ -61,20 +76,27 @@ class LayerNormState:
         return self.centered / self.sigma
 
 
-def value(z: Tensor, eps: float, *, where: str = "LayerNorm input") -> tuple[Tensor, LayerNormState]:
-    """``(..., n) -> (..., n)`` and the state for the derivatives.
+def value(z: Tensor, eps: float, *, where: str = "LayerNorm input",
+          centre: bool = True) -> tuple[Tensor, LayerNormState]:
+    """``(..., n) -> (..., n)`` and the state for the derivatives: ``(z − mean z)/σ`` (LayerNorm),
+    or ``z/√(mean(z²) + ε)`` with ``centre=False`` (RMSNorm).
 
-    Raises :class:`~hessviz.errors.InputError` for a zero-variance row when ``eps = 0``.
+    Raises :class:`~hessviz.errors.InputError` for a zero-variance (RMSNorm: zero) row when ``eps = 0``.
     """
-    var, mean = torch.var_mean(z, dim=-1, correction=0, keepdim=True)
+    if centre:
+        var, mean = torch.var_mean(z, dim=-1, correction=0, keepdim=True)
+        c = z - mean
+    else:
+        var, c = (z * z).mean(-1, keepdim=True), z
     if eps == 0 and bool(var.min() <= torch.finfo(z.dtype).tiny):
         rows = torch.nonzero(var.squeeze(-1) <= torch.finfo(z.dtype).tiny).flatten().tolist()
+        what, fix = ("zero variance", "not constant") if centre else ("only zeros", "not zero")
         raise InputError(
-            f"ln_eps = 0 but the {where} has zero variance in row(s) {rows[:8]}: "
-            "LayerNorm is not differentiable there; use an input whose rows are not "
-            "constant, or set ln_eps > 0"
+            f"ln_eps = 0 but the {where} has {what} in row(s) {rows[:8]}: "
+            f"{'LayerNorm' if centre else 'RMSNorm'} is not differentiable there; use an input whose "
+            f"rows are {fix}, or set ln_eps > 0"
         )
-    st = LayerNormState(z - mean, torch.sqrt(var + eps) if eps else torch.sqrt(var))
+    st = LayerNormState(c, torch.sqrt(var + eps) if eps else torch.sqrt(var), centre)
     return st.output, st
 
 
@@ -83,38 +105,44 @@ def _projector_for(n: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     return torch.eye(n, dtype=dtype, device=device) - 1.0 / n
 
 
-def _projector(n: int, like: Tensor) -> Tensor:
-    """``Π = I - 11ᵀ/n`` (cached per size, dtype and device; never written to)."""
-    return _projector_for(n, like.dtype, like.device)
+def _projector(n: int, like: Tensor, centre: bool = True) -> Tensor:
+    """``Π = I - 11ᵀ/n``, or ``I`` without the centring (cached per size, dtype and device; never
+    written to)."""
+    return _projector_for(n, like.dtype, like.device) if centre else eye(n, like)
+
+
+def _centred(t: Tensor, centre: bool, dim: int = -1) -> Tensor:
+    """``Π t`` along ``dim``: ``t − mean(t)``, or ``t`` itself without the centring."""
+    return t - t.mean(dim, keepdim=True) if centre else t
 
 
 def jacobian(st: LayerNormState) -> Tensor:
     """``(..., n, n)``: ``(Π - c cᵀ/(n σ²)) / σ = (Π - y yᵀ/n) / σ`` with ``y = c/σ`` the output."""
     y, n = st.output, st.n
-    return (_projector(n, y) - y.unsqueeze(-1) * (y / n).unsqueeze(-2)) / st.sigma.unsqueeze(-1)
+    P = _projector(n, y, st.centre)
+    return (P - y.unsqueeze(-1) * (y / n).unsqueeze(-2)) / st.sigma.unsqueeze(-1)
 
 
 def apply_jacobian(st: LayerNormState, M: Tensor) -> Tensor:
     """``J M`` for ``M (..., n, k)`` -> ``(..., n, k)`` without forming ``J``."""
     c, s, n = st.centered.unsqueeze(-1), st.sigma.unsqueeze(-1), st.n
-    centered = M - M.mean(-2, keepdim=True)
-    return (centered - c * (c.transpose(-1, -2) @ M) / (n * s * s)) / s
+    return (_centred(M, st.centre, -2) - c * (c.transpose(-1, -2) @ M) / (n * s * s)) / s
 
 
 def _mean(t: Tensor) -> Tensor:
     return t.mean(-1, keepdim=True)
 
 
-def _apply_jacobian_rows(y: Tensor, inv_sigma: Tensor, g: Tensor, yg: Tensor) -> Tensor:
-    """``J g = (g − mean g − y·mean(y ⊙ g))/σ`` row by row, given ``yg = mean(y ⊙ g)``;
+def _apply_jacobian_rows(y: Tensor, inv_sigma: Tensor, g: Tensor, yg: Tensor, centre: bool = True) -> Tensor:
+    """``J g = (Π g − y·mean(y ⊙ g))/σ`` row by row, given ``yg = mean(y ⊙ g)``;
     ``y = c/σ`` the normalised rows. ``J`` is symmetric: this is the JVP and the VJP."""
-    return (g - _mean(g) - y * yg) * inv_sigma
+    return (_centred(g, centre) - y * yg) * inv_sigma
 
 
 def vjp(st: LayerNormState, g: Tensor) -> Tensor:
     """``Jᵀ g = J g``: ``(..., n) -> (..., n)`` (J is symmetric)."""
     y = st.output
-    return _apply_jacobian_rows(y, 1.0 / st.sigma, g, _mean(y * g))
+    return _apply_jacobian_rows(y, 1.0 / st.sigma, g, _mean(y * g), st.centre)
 
 
 def contract_hessian(st: LayerNormState, g: Tensor) -> Tensor:
@@ -122,10 +150,10 @@ def contract_hessian(st: LayerNormState, g: Tensor) -> Tensor:
     c, n = st.centered, st.n
     s = st.sigma.unsqueeze(-1)
     gc = (g * c).sum(-1, keepdim=True).unsqueeze(-1)          # gᵀc, (..., 1, 1)
-    pg = g - g.mean(-1, keepdim=True)                           # Π g
+    pg = _centred(g, st.centre)                                 # Π g
     cross = pg.unsqueeze(-1) * c.unsqueeze(-2)                  # (Πg) cᵀ
     ccT = c.unsqueeze(-1) * c.unsqueeze(-2)
-    return (-(cross + cross.transpose(-1, -2) + gc * _projector(n, c)) / (n * s**3)
+    return (-(cross + cross.transpose(-1, -2) + gc * _projector(n, c, st.centre)) / (n * s**3)
             + 3.0 * gc * ccT / (n * n * s**5))
 
 
@@ -136,8 +164,8 @@ def token_map(st: LayerNormState) -> TokenMap:
 
 def stage(st: LayerNormState, name: str, gamma: Tensor | None = None,
           beta: Tensor | None = None) -> Stage:
-    r"""The LayerNorm as a stage of the chain rule, ``y = γ ⊙ n + β`` with ``n = c/σ``;
-    ``γ, β`` (local names ``gamma``, ``beta``) when it is affine.
+    r"""The LayerNorm (or RMSNorm) as a stage of the chain rule, ``y = γ ⊙ n + β`` with ``n = c/σ``;
+    ``γ, β`` (local names ``gamma``, ``beta``) when it is affine (``β`` absent for RMSNorm).
 
     .. math::
         \frac{∂y}{∂z} = \operatorname{diag}(γ) J_n, \quad Q_y(g) = Q_n(γ ⊙ g), \quad
@@ -151,8 +179,9 @@ def stage(st: LayerNormState, name: str, gamma: Tensor | None = None,
     Jn = jacobian(st)
     y, L, n = st.output, st.output.shape[0], st.n
     one = ones(L, y)
-    jacobians = {(name, "gamma", None): Factored.per_token(torch.diag_embed(y), one),
-                 (name, "beta", None): Factored.per_token(eye(n, y, L), one)}
+    jacobians = {(name, "gamma", None): Factored.per_token(torch.diag_embed(y), one)}
+    if beta is not None:
+        jacobians[(name, "beta", None)] = Factored.per_token(eye(n, y, L), one)
 
     def mixed(g: Tensor) -> dict:
         return {(name, "gamma", None): Factored.per_token(Jn * g.unsqueeze(-2), one)}
@@ -162,13 +191,15 @@ def stage(st: LayerNormState, name: str, gamma: Tensor | None = None,
 
 
 class LayerNorm(Node):
-    """``output = LN(input)`` (node face), affine with ``gamma``/``beta`` names when given."""
+    """``output = LN(input)`` (node face), affine with ``gamma``/``beta`` names when given;
+    ``centre=False`` is RMSNorm (then pass ``beta=None``)."""
 
     def __init__(self, output: str, input: str, z: Tensor, eps: float,
-                 gamma: tuple[str, Tensor] | None, beta: tuple[str, Tensor] | None, where: str):
+                 gamma: tuple[str, Tensor] | None, beta: tuple[str, Tensor] | None, where: str,
+                 centre: bool = True):
         self.output, self.inputs = output, (input,)
-        n, state = value(z, eps, where=where)
-        self.n, self.inv_sigma = n, 1.0 / state.sigma
+        n, state = value(z, eps, where=where, centre=centre)
+        self.n, self.inv_sigma, self.centre = n, 1.0 / state.sigma, centre
         self.gamma = None if gamma is None else gamma[1]
         self.params = tuple(p[0] for p in (gamma, beta) if p is not None)
         self.has_beta = beta is not None
@@ -183,11 +214,11 @@ class LayerNorm(Node):
     def _jvp_n(self, dz: Tensor) -> tuple[Tensor, Tensor]:
         """``(ṅ, a)`` for ``ż (k, L, d)``."""
         a = _mean(self.n * dz)
-        return _apply_jacobian_rows(self.n, self.inv_sigma, dz, a), a
+        return _apply_jacobian_rows(self.n, self.inv_sigma, dz, a, self.centre), a
 
     def _jac(self, g: Tensor) -> Tensor:
         """``J g`` row by row."""
-        return _apply_jacobian_rows(self.n, self.inv_sigma, g, _mean(self.n * g))
+        return _apply_jacobian_rows(self.n, self.inv_sigma, g, _mean(self.n * g), self.centre)
 
     def _scale(self, t: Tensor) -> Tensor:
         return t if self.gamma is None else self.gamma * t
@@ -205,7 +236,7 @@ class LayerNorm(Node):
         self.gy = gy
         self.gn = self._scale(gy)                                      # n̄ = γ ȳ
         self.m = _mean(self.n * self.gn)
-        self.gz = _apply_jacobian_rows(self.n, self.inv_sigma, self.gn, self.m)
+        self.gz = _apply_jacobian_rows(self.n, self.inv_sigma, self.gn, self.m, self.centre)
         grads = ([(gy * self.n).sum(0)] if self.gamma is not None else []) + \
                 ([gy.sum(0)] if self.has_beta else [])
         return [self.gz], grads
@@ -237,3 +268,13 @@ class LayerNorm(Node):
             dgp.append(None if dgy is None or not need_p[-1] else dgy.sum(-2))
         return [dgz], dgp
 
+
+
+class RMSNorm(LayerNorm):
+    """``output = γ ⊙ z/√(mean(z²) + ε)`` row by row (node face), ``gamma`` optional: the
+    :class:`LayerNorm` node without the centring and without ``β``. For a per-head norm with a
+    ``γ (d_k,)`` shared by the heads, give it the ``(L·H, d_k)`` view (see the module docstring)."""
+
+    def __init__(self, output: str, input: str, z: Tensor, eps: float,
+                 gamma: tuple[str, Tensor] | None, where: str):
+        super().__init__(output, input, z, eps, gamma, None, where, centre=False)

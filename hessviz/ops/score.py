@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import Tensor
 
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops.base import ones
+from hessviz.ops.rotary import Rotary
 
 
 def value(Q: Tensor, K: Tensor) -> Tensor:
@@ -50,3 +52,38 @@ def jacobian(X: Tensor, Q: Tensor, K: Tensor) -> dict[str, Factored]:
 def contract_mixed(X: Tensor, G: Tensor, d_k: int) -> Tensor:
     """``(XᵀGX)/sqrt(d_k)``, ``(d, d)``: the W_Q–W_K block is this ``⊗ I_{d_k}``."""
     return X.T @ G @ X / math.sqrt(d_k)
+
+
+def rotary_jacobian(X: Tensor, Q: Tensor, K: Tensor, rot: Rotary, key_bias: bool) -> dict[str, Factored]:
+    r"""``∂S_t/∂θ`` with rotary positions: ``S_tr = q̂_t·k̂_r/√d_k``, ``q̂_t = q_t P_t``, ``k̂_r = k_r P_r``
+    (``Q``, ``K`` the rotated rows). The rotation folds into the factors:
+
+    .. math::
+        \frac{∂S_{tr}}{∂q_t} = \frac{k̂_r P_t^\top}{\sqrt{d_k}} = K̃_t[r],\qquad
+        \frac{∂S_{tr}}{∂k_r} = \frac{q̂_t P_r^\top}{\sqrt{d_k}}
+          = \sum_k φ_k(r)\, \frac{q̂_t B_k^\top}{\sqrt{d_k}}
+
+    so ``W_Q`` is one left term ``x_t ⊗ K̃_t`` and ``W_K`` one right term per rotary basis
+    element ``(φ_k X)[r, i] · (q̂_t B_kᵀ)[m]/√d_k`` (:attr:`~hessviz.ops.rotary.Rotary.basis`).
+    ``b_K`` no longer cancels in the softmax (``rot_r(b_K)`` changes with ``r``):
+    ``∂S_tr/∂b_K = q̂_t P_rᵀ/√d_k``, one left term with a per-token matrix."""
+    L, dk = Q.shape
+    scale = 1.0 / math.sqrt(dk)
+    Kt = rot.apply_T(K[:, None, :].expand(L, L, dk)).transpose(0, 1) * scale  # [t, r] = rot_tᵀ(k̂_r)/√d_k
+    out = {"query.weight": Factored((KronTerm(LEFT, X, Kt),)),
+           "query.bias": Factored((KronTerm(LEFT, ones(L, X), Kt),))}
+    out["key.weight"] = Factored(tuple(
+        KronTerm(RIGHT, (Q @ B.T) * scale, (phi[:, None] * X).expand(L, L, X.shape[1]))
+        for phi, B in rot.basis))
+    if key_bias:
+        Qt = rot.apply_T(Q[:, None, :].expand(L, L, dk)) * scale          # [t, r] = rot_rᵀ(q̂_t)/√d_k
+        out["key.bias"] = Factored((KronTerm(LEFT, ones(L, X), Qt),))
+    return out
+
+
+def rotary_mixed(U: Tensor, V: Tensor, G: Tensor, rot: Rotary, d_k: int) -> Tensor:
+    r"""``Σ_tr G_tr ∂²S_tr/∂(U-side query weight)∂(V-side key weight)`` with rotary positions:
+    ``(Σ_tr G_tr U[t,i] V[r,j] (P_t P_rᵀ)[m,n])/√d_k``, returned as the block ``(i, m, j, n)``.
+    ``U``, ``V`` are ``X`` for a weight and ``1 (L, 1)`` for a bias."""
+    weighted = G[:, :, None, None] * rot.relative                      # (L, L, d_k, d_k)
+    return torch.einsum("ti,rj,trmn->imjn", U, V, weighted) / math.sqrt(d_k)

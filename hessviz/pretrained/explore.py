@@ -98,8 +98,9 @@ def window_summary(B: np.ndarray) -> dict[str, float | int]:
 
 PARTS = ("every block", "attention", "FFN", "biases and norms")
 """The parts of a layer that :func:`part_blocks` can keep: attention = ``W_Q, W_K, W_V, W_O`` (or
-their heads), FFN = ``W_1, W_2`` (``W_3`` when gated), the rest = biases and LayerNorm weights."""
-_WEIGHTS = {"attention": ("W_Q", "W_K", "W_V", "W_O"), "FFN": ("W_1", "W_2", "W_3")}
+their heads), FFN = ``W_1, W_2`` (and the gate ``W_G`` of a gated feed-forward), the rest = biases and
+the norms' weights (LayerNorm or RMSNorm γ/β, QK-norm's ``q_norm_gamma``, ``k_norm_gamma``)."""
+_WEIGHTS = {"attention": ("W_Q", "W_K", "W_V", "W_O"), "FFN": ("W_G", "W_1", "W_2")}
 
 
 def part_blocks(cfg: BlockConfig, by_head: bool, part: str = "every block") -> list[tuple[str, int]]:

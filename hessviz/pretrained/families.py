@@ -1,12 +1,13 @@
 """Model families: how a Hugging Face checkpoint's config and tensors map to hessviz blocks.
 
-A family states four things about its checkpoints:
+A family states five things about its checkpoints:
 
 * the :class:`~hessviz.BlockConfig` of one layer, from ``config.json``;
 * where each hessviz weight of layer ``i`` is stored, one :class:`Source` row per weight
   (the table the loader reads; a new weight is a new row);
 * how many positions and tokens the model has;
-* its embeddings, ``ids (L,) -> X (L, d)``, the hidden state entering layer 0.
+* its embeddings, ``ids (L,) -> X (L, d)``, the hidden state entering layer 0;
+* for a decoder, its final norm and LM head (:meth:`Family.head`).
 
 Orientation. hessviz multiplies weights from the right, ``X W`` (``MODEL.md``). A
 ``torch.nn.Linear`` stores ``weight`` as ``(out, in)`` and computes ``x weightᵀ``, so BERT's
@@ -23,6 +24,22 @@ Supported families
   position + token type 0, then LayerNorm.
 * ``gpt2``: Pre-LN, causal, ``activation_function`` ``gelu_new`` (= GELU-tanh), ε from
   ``layer_norm_epsilon``. Embeddings: ``wte + wpe``.
+* ``llama`` (SmolLM, TinyLlama), ``mistral``, ``qwen2``, ``qwen3`` (``MODEL.md`` part 3): Pre-RMSNorm,
+  SwiGLU (``W_G = gate_projᵀ``, ``W_1 = up_projᵀ``, ``W_2 = down_projᵀ``), rotary positions
+  (``rope_parameters`` or ``rope_theta``; only ``rope_type`` ``"default"``), grouped-query heads
+  (``num_key_value_heads``), causal; biases per ``attention_bias``/``mlp_bias`` (Qwen2: Q, K, V
+  always), Qwen3's ``q_norm``/``k_norm``. Embeddings: ``embed_tokens`` alone. A sliding window
+  (Mistral's ``sliding_window``, Qwen's ``use_sliding_window``) limits a text to its length.
+* ``gpt_neox`` (Pythia): parallel residual (Pre-LN when ``use_parallel_residual`` is false),
+  LayerNorm γ/β, rotary on ``rotary_pct`` of each head, ``query_key_value`` packed per head
+  ``[q_h; k_h; v_h]`` along its output rows (:class:`Source` ``groups = H``). Embeddings: ``embed_in``.
+* ``opt``: Pre-LN (Post-LN when ``do_layer_norm_before`` is false), ReLU, biases, ε = 1e-5.
+  Embeddings: ``embed_tokens + embed_positions[t + 2]`` (OPT's offset); ``project_in``/``project_out``
+  refused.
+
+Each decoder also names its head (:class:`Head`): the final norm and the unembedding, the token
+embedding when ``tie_word_embeddings``. A config value that changes the math and is not computed is a
+:class:`~hessviz.errors.CheckpointError` naming the key.
 """
 
 from __future__ import annotations
@@ -38,7 +55,7 @@ from hessviz.errors import CheckpointError
 from hessviz.pretrained.checkpoint import Checkpoint
 
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh",
-               "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+                  "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu"}
 """Hugging Face activation name -> hessviz activation (only exact equivalents)."""
 
 
@@ -46,26 +63,34 @@ HF_ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh"
 class Source:
     """Where one hessviz weight is stored: the checkpoint tensor ``key``, whether it is
     an ``nn.Linear`` weight to transpose, and ``part = (k, n)`` when it is the ``k``-th of
-    ``n`` equal blocks along the last axis of a packed tensor (GPT-2's ``c_attn``)."""
+    ``n`` blocks packed along the last axis (in hessviz orientation) of one tensor.
+
+    ``groups = 1``: ``n`` equal blocks side by side, ``[W_Q | W_K | W_V]`` (GPT-2's ``c_attn``).
+    ``groups = H``: the packing repeats per head, ``[q_0 k_0 v_0 | q_1 k_1 v_1 | …]``
+    (GPT-NeoX's ``query_key_value``, whose output is viewed as ``(H, 3·d_k)``); block ``k`` is then
+    ``concat_h`` of the ``k``-th third of every head's group.
+    """
 
     key: str
     transpose: bool = False
     part: tuple[int, int] | None = None
+    groups: int = 1
 
     def stored_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The checkpoint tensor's shape that holds a hessviz weight of ``shape``."""
-        stored = list(reversed(shape)) if self.transpose else list(shape)
+        packed = list(shape)
         if self.part is not None:
-            stored[-1] *= self.part[1]
-        return tuple(stored)
+            packed[-1] *= self.part[1]
+        return tuple(reversed(packed)) if self.transpose else tuple(packed)
 
     def extract(self, stored: Tensor, dtype: torch.dtype) -> Tensor:
         """The hessviz weight in ``dtype`` from the stored tensor: one contiguous copy that
         converts, transposes and cuts in a single pass."""
+        view = stored.T if self.transpose else stored
         if self.part is not None:
             k, n = self.part
-            stored = stored.chunk(n, dim=-1)[k]
-        view = stored.T if self.transpose else stored
+            lead, width = view.shape[:-1], view.shape[-1] // (n * self.groups)
+            view = view.reshape(*lead, self.groups, n, width)[..., k, :].reshape(*lead, self.groups * width)
         return torch.empty(view.shape, dtype=dtype).copy_(view)
 
 
@@ -130,11 +155,25 @@ def _prefix(ckpt: Checkpoint, anchor: str) -> str:
     return hits[0][: -len(anchor)]
 
 
+@dataclass(frozen=True)
+class Head:
+    """Where a decoder's output head is stored: the final norm's ``γ`` (and ``β`` for a LayerNorm)
+    and the unembedding ``E (V, d)`` (``logits = norm(z) Eᵀ``), which is the token embedding when the
+    weights are tied. ``gamma = None``: no final norm (OPT with ``do_layer_norm_before = false``)."""
+
+    gamma: str | None
+    beta: str | None
+    unembedding: str
+    norm_type: str = "layernorm"
+
+
 class Family:
     """What every family answers; subclasses fill in the table and the embeddings."""
 
     model_types: tuple[str, ...] = ()
     title = ""
+    blurb = ""
+    """The block in a few words (``hessviz models``, the app)."""
     anchor = ""
     layers_key = positions_key = vocab_key = ""
 
@@ -150,11 +189,27 @@ class Family:
     def max_positions(self) -> int:
         return _get(self.config, self.positions_key, int)
 
+    @property
+    def window(self) -> tuple[str, int] | None:
+        """``(config key, length)`` of a sliding attention window that hessviz does not compute
+        (then a text may be at most that long), or ``None``."""
+        return None
+
+    def check_length(self, n: int) -> None:
+        """:class:`CheckpointError` when ``n`` tokens are more than a sliding window sees: the layer
+        would then need the window's mask, which hessviz does not compute."""
+        if self.window is not None and n > self.window[1]:
+            key, w = self.window
+            raise CheckpointError(f"config.json: {key} = {w} is shorter than the {n} tokens asked for; "
+                                  f"hessviz computes full causal attention, which equals the sliding-window "
+                                  f"layer only up to {w} tokens: use at most {w}")
+
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
         raise NotImplementedError
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
-        """``hessviz name -> Source`` of layer ``layer``, full checkpoint keys."""
+        """``hessviz name -> Source`` of layer ``layer``, full checkpoint keys (a table may hold
+        rows for weights this block does not have, e.g. biases; only ``param_names`` are read)."""
         raise NotImplementedError
 
     def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
@@ -165,17 +220,47 @@ class Family:
         """``key -> shape`` of every embedding tensor :meth:`embed` reads."""
         raise NotImplementedError
 
+    def head(self) -> Head:
+        """The final norm and the LM head; :class:`CheckpointError` for a family without one."""
+        decoders = (t for f in FAMILIES if f.has_head() for t in f.model_types)
+        raise CheckpointError(f"source {self.ckpt.name!r} is a {self.title} model: hessviz reads the "
+                              "next-token head (final norm and unembedding) of decoder families only "
+                              f"({', '.join(decoders)})")
+
+    @classmethod
+    def has_head(cls) -> bool:
+        """Whether hessviz reads this family's next-token head (the decoders)."""
+        return cls.head is not Family.head
+
+    def head_shapes(self) -> dict[str, tuple[int, ...]]:
+        """``key -> shape`` of the head's tensors."""
+        h, d = self.head(), self.block.d_model
+        return {k: (d,) for k in (h.gamma, h.beta) if k is not None} | {h.unembedding: (self.vocab_size, d)}
+
+    def _sources(self, layer: int) -> dict[str, Source]:
+        table = self.layer_sources(layer)
+        missing = [n for n in self.block.param_names if n not in table]
+        if missing:
+            raise CheckpointError(f"source {self.ckpt.name!r}: the {self.title} table has no row for "
+                                  f"{', '.join(missing)} of this block")
+        return {n: table[n] for n in self.block.param_names}
+
     def layer_shapes(self, layer: int) -> dict[str, tuple[int, ...]]:
         """``key -> stored shape`` of every tensor layer ``layer`` reads."""
         shapes = self.block.param_shapes
-        return {s.key: s.stored_shape(shapes[n]) for n, s in self.layer_sources(layer).items()}
+        return {s.key: s.stored_shape(shapes[n]) for n, s in self._sources(layer).items()}
 
     def read_layer(self, layer: int, dtype: torch.dtype) -> dict[str, Tensor]:
         """``name -> tensor`` of layer ``layer`` in hessviz orientation and ``dtype``."""
-        sources = self.layer_sources(layer)
+        sources = self._sources(layer)
         self.ckpt.require(self.layer_shapes(layer))
         stored = self.ckpt.read(sorted({s.key for s in sources.values()}))
         return {n: sources[n].extract(stored[sources[n].key], dtype) for n in self.block.param_names}
+
+    def read_rows(self, key: str, ids: list[int], dtype: torch.dtype) -> Tensor:
+        """Rows ``ids`` of the table ``key`` (checked against :meth:`embedding_shapes` first)."""
+        self.ckpt.require(self.embedding_shapes())
+        return self.ckpt.read_rows(key, ids, dtype)
 
 
 class Bert(Family):
@@ -184,6 +269,7 @@ class Bert(Family):
 
     model_types = ("bert", "roberta")
     title = "BERT"
+    blurb = "Post-LN, GELU, biases, LayerNorm γ/β; causal as a decoder (RoBERTa too)"
     anchor = "embeddings.word_embeddings.weight"
     layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
 
@@ -257,6 +343,7 @@ class GPT2(Family):
 
     model_types = ("gpt2",)
     title = "GPT-2"
+    blurb = "Pre-LN, causal, GELU-tanh, biases, LayerNorm γ/β"
     anchor = "wte.weight"
     layers_key, positions_key, vocab_key = "n_layer", "n_positions", "vocab_size"
 
@@ -296,8 +383,281 @@ class GPT2(Family):
         return (self.ckpt.read_rows(f"{self.prefix}wte.weight", ids, dtype)
                 + self.ckpt.read_rows(f"{self.prefix}wpe.weight", list(range(len(ids))), dtype))
 
+    def head(self) -> Head:
+        return Head(f"{self.prefix}ln_f.weight", f"{self.prefix}ln_f.bias", f"{self.prefix}wte.weight")
 
-FAMILIES: tuple[type[Family], ...] = (Bert, GPT2)
+
+# ----------------------------------------------------------------------------- today's decoders
+
+
+def _rope(config: dict, default_factor: float = 1.0) -> tuple[float, float]:
+    """``(rope_theta, partial rotary factor)`` from either spelling of ``config.json``:
+    ``rope_parameters = {rope_type, rope_theta, partial_rotary_factor}`` (``transformers`` 5) or
+    ``rope_theta``/``rope_scaling``/``partial_rotary_factor`` (4.x; GPT-NeoX's ``rotary_emb_base``,
+    ``rotary_pct``). Only the plain rotation is computed: any other ``rope_type`` is refused."""
+    params = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or {}
+    for key, table in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if not isinstance(table, dict) or any(isinstance(v, dict) for v in table.values()):
+            raise CheckpointError(f"config.json: {key} must be one object of rope settings (hessviz computes "
+                                  f"one rotation for every layer), got {table!r}")
+        kind = table.get("rope_type", table.get("type", "default"))
+        if kind != "default":
+            raise CheckpointError(f"config.json: {key} with rope_type {kind!r} is not supported; hessviz "
+                                  "computes the plain rotation (rope_type 'default', no scaling)")
+    theta = params.get("rope_theta", config.get("rope_theta", config.get("rotary_emb_base", 10000.0)))
+    factor = params.get("partial_rotary_factor",
+                        config.get("partial_rotary_factor", config.get("rotary_pct", default_factor)))
+    _get({"rope_theta": theta}, "rope_theta", float, minimum=1e-12)
+    _get({"partial_rotary_factor": factor}, "partial_rotary_factor", float, minimum=1e-12)
+    return float(theta), float(factor)
+
+
+def _rotary_dim(d_k: int, factor: float) -> int | None:
+    """GPT-NeoX's ``int(d_k · rotary_pct)``; ``None`` when the whole head rotates."""
+    r = int(d_k * factor)
+    if r > d_k or r < 2 or r % 2:
+        raise CheckpointError(f"config.json: partial rotary factor {factor:g} of head width {d_k} gives "
+                              f"{r} rotated features; hessviz needs an even number in [2, {d_k}]")
+    return None if r == d_k else r
+
+
+def _refuse_set(config: dict, keys: tuple[str, ...]) -> None:
+    """Refuse options that are off (null or absent) in the layer hessviz computes."""
+    for key in keys:
+        if config.get(key) not in (None, False, 0):
+            raise CheckpointError(f"config.json: {key} = {config[key]!r} is not supported (it changes the "
+                                  "layer's math; hessviz computes the layer without it)")
+
+
+def _heads(config: dict, d: int, heads_key: str, head_dim_key: str | None) -> int:
+    """``d_k``: ``head_dim`` when the config gives it, else ``d / n_heads``."""
+    heads = _get(config, heads_key, int)
+    if head_dim_key and config.get(head_dim_key) is not None:
+        return _get(config, head_dim_key, int)
+    if d % heads:
+        raise CheckpointError(f"config.json: hidden_size = {d} must be a multiple of {heads_key} = {heads}")
+    return d // heads
+
+
+def _bias(flags: dict[str, bool]) -> tuple[str, ...] | bool:
+    """``BlockConfig.bias`` from ``projection letter -> has a bias``: the tuple, ``True`` or ``False``."""
+    have = tuple(k for k, on in flags.items() if on)
+    return False if not have else (True if len(have) == len(flags) else have)
+
+
+class Llama(Family):
+    """Llama (SmolLM, TinyLlama): Pre-RMSNorm, SwiGLU (``gate_proj``, ``up_proj``, ``down_proj``),
+    rotary positions, grouped-query attention, causal, no biases unless ``attention_bias`` /
+    ``mlp_bias``. No position embeddings; the final ``norm`` and the LM head (tied or not)."""
+
+    model_types = ("llama",)
+    title = "Llama"
+    blurb = "Pre-RMSNorm, SwiGLU, RoPE, grouped-query, causal (SmolLM, TinyLlama too)"
+    anchor = "embed_tokens.weight"
+    layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
+    head_dim_key: str | None = "head_dim"
+    qk_norm = False
+    tied_default = False
+
+    def biases(self) -> dict[str, bool]:
+        c = self.config
+        attention, mlp = bool(c.get("attention_bias", False)), bool(c.get("mlp_bias", False))
+        return {"Q": attention, "K": attention, "V": attention, "O": attention, "G": mlp, "1": mlp, "2": mlp}
+
+    def block_config(self, seq_len: int | None = None) -> BlockConfig:
+        c = self.config
+        _refuse_set(c, ("attn_logit_softcapping", "final_logit_softcapping"))
+        d = _get(c, "hidden_size", int)
+        heads = _get(c, "num_attention_heads", int)
+        d_k = _heads(c, d, "num_attention_heads", self.head_dim_key)
+        kv = _get(c, "num_key_value_heads", int, heads)
+        if heads % kv:
+            raise CheckpointError(f"config.json: num_key_value_heads = {kv} must divide "
+                                  f"num_attention_heads = {heads}")
+        theta, factor = _rope(c)
+        return BlockConfig(seq_len=self.max_positions if seq_len is None else seq_len, d_model=d, d_k=d_k,
+                           d_ff=_get(c, "intermediate_size", int), norm="pre", norm_type="rmsnorm",
+                           mlp="gated", activation=_activation(c, "hidden_act", "silu"),
+                           ln_eps=float(_get(c, "rms_norm_eps", float, 1e-6, minimum=0)), n_heads=heads,
+                           n_kv_heads=None if kv == heads else kv, out_proj=True, bias=_bias(self.biases()),
+                           ln_affine=True, causal=True, rope=True, rope_theta=theta,
+                           rotary_dim=_rotary_dim(d_k, factor), qk_norm=self.qk_norm)
+
+    @property
+    def window(self) -> tuple[str, int] | None:
+        """A sliding window, where the config turns one on (Mistral's ``sliding_window``; Qwen's
+        with ``use_sliding_window``; any ``layer_types`` entry ``sliding_attention``)."""
+        c = self.config
+        w = c.get("sliding_window")
+        on = self.config.get("model_type") == "mistral" or bool(c.get("use_sliding_window")) \
+            or "sliding_attention" in (c.get("layer_types") or ())
+        return ("sliding_window", _get(c, "sliding_window", int)) if on and w is not None else None
+
+    def layer_sources(self, layer: int) -> dict[str, Source]:
+        p = f"{self.prefix}layers.{layer}."
+        a, m = p + "self_attn.", p + "mlp."
+        return {"ln1_gamma": Source(p + "input_layernorm.weight"),
+                "ln2_gamma": Source(p + "post_attention_layernorm.weight"),
+                "q_norm_gamma": Source(a + "q_norm.weight"), "k_norm_gamma": Source(a + "k_norm.weight"),
+                **_table(W_Q=_linear(a + "q_proj"), W_K=_linear(a + "k_proj"), W_V=_linear(a + "v_proj"),
+                         W_O=_linear(a + "o_proj"), W_G=_linear(m + "gate_proj"), W_1=_linear(m + "up_proj"),
+                         W_2=_linear(m + "down_proj"))}
+
+    @property
+    def _embedding(self) -> str:
+        return f"{self.prefix}embed_tokens.weight"
+
+    def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {self._embedding: (self.vocab_size, self.block.d_model)}
+
+    def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
+        return self.read_rows(self._embedding, ids, dtype)
+
+    def _unembedding(self, untied: str) -> str:
+        tied = self.config.get("tie_word_embeddings", self.tied_default)
+        return self._embedding if tied else untied
+
+    def head(self) -> Head:
+        return Head(f"{self.prefix}norm.weight", None, self._unembedding("lm_head.weight"), "rmsnorm")
+
+
+class Mistral(Llama):
+    """Mistral: a Llama layer; ``sliding_window`` (a mask) limits a text to that many tokens."""
+
+    model_types = ("mistral",)
+    title = "Mistral"
+    blurb = "as Llama; texts up to sliding_window tokens"
+
+
+class Qwen2(Llama):
+    """Qwen2: a Llama layer with biases on ``q_proj``, ``k_proj``, ``v_proj`` only."""
+
+    model_types = ("qwen2",)
+    title = "Qwen2"
+    blurb = "as Llama, with biases on Q, K, V"
+
+    def biases(self) -> dict[str, bool]:
+        return {"Q": True, "K": True, "V": True, "O": False, "G": False, "1": False, "2": False}
+
+
+class Qwen3(Llama):
+    """Qwen3: a Llama layer with QK-norm (RMSNorm over each head's ``q`` and ``k``, ``q_norm`` and
+    ``k_norm`` shared by the heads) and an explicit ``head_dim``."""
+
+    model_types = ("qwen3",)
+    title = "Qwen3"
+    blurb = "as Llama, with QK-norm and an explicit head_dim"
+    qk_norm = True
+
+    def block_config(self, seq_len: int | None = None) -> BlockConfig:
+        _get(self.config, "head_dim", int)
+        return super().block_config(seq_len)
+
+
+class GPTNeoX(Family):
+    """GPT-NeoX (Pythia): parallel residual ``Z = X + SA(LN1(X)) + FFN(LN2(X))`` (Pre-LN when
+    ``use_parallel_residual`` is false), LayerNorm with γ/β, partial rotary positions
+    (``rotary_pct`` of each head), GELU, biases; ``query_key_value`` packed per head ``[q_h; k_h; v_h]``."""
+
+    model_types = ("gpt_neox",)
+    title = "GPT-NeoX"
+    blurb = "parallel (or Pre-LN), LayerNorm γ/β, partial RoPE, GELU, biases (Pythia)"
+    anchor = "embed_in.weight"
+    layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
+
+    def block_config(self, seq_len: int | None = None) -> BlockConfig:
+        c = self.config
+        d, heads = _get(c, "hidden_size", int), _get(c, "num_attention_heads", int)
+        d_k = _heads(c, d, "num_attention_heads", None)
+        theta, factor = _rope(c, default_factor=0.25)
+        bias = True if c.get("attention_bias", True) else ("1", "2")
+        return BlockConfig(seq_len=self.max_positions if seq_len is None else seq_len, d_model=d, d_k=d_k,
+                           d_ff=_get(c, "intermediate_size", int),
+                           norm="parallel" if c.get("use_parallel_residual", True) else "pre",
+                           activation=_activation(c, "hidden_act", "gelu"),
+                           ln_eps=float(_get(c, "layer_norm_eps", float, 1e-5, minimum=0)), n_heads=heads,
+                           out_proj=True, bias=bias, ln_affine=True, causal=True, rope=True, rope_theta=theta,
+                           rotary_dim=_rotary_dim(d_k, factor))
+
+    def layer_sources(self, layer: int) -> dict[str, Source]:
+        p = f"{self.prefix}layers.{layer}."
+        qkv, H = p + "attention.query_key_value", self.block.n_heads
+
+        def packed(k: int) -> tuple[Source, Source]:
+            return (Source(qkv + ".weight", transpose=True, part=(k, 3), groups=H),
+                    Source(qkv + ".bias", part=(k, 3), groups=H))
+
+        return _table(ln1=_norm(p + "input_layernorm"), W_Q=packed(0), W_K=packed(1), W_V=packed(2),
+                      W_O=_linear(p + "attention.dense"), ln2=_norm(p + "post_attention_layernorm"),
+                      W_1=_linear(p + "mlp.dense_h_to_4h"), W_2=_linear(p + "mlp.dense_4h_to_h"))
+
+    def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {f"{self.prefix}embed_in.weight": (self.vocab_size, self.block.d_model)}
+
+    def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
+        return self.read_rows(f"{self.prefix}embed_in.weight", ids, dtype)
+
+    def head(self) -> Head:
+        norm = f"{self.prefix}final_layer_norm."
+        tied = self.config.get("tie_word_embeddings", False)
+        return Head(norm + "weight", norm + "bias",
+                    f"{self.prefix}embed_in.weight" if tied else "embed_out.weight")
+
+
+class OPT(Family):
+    """OPT: Pre-LN (Post-LN when ``do_layer_norm_before`` is false), ReLU, biases, causal; learned
+    positions read at ``t + 2`` (OPT's offset); ``project_in``/``project_out`` (a
+    ``word_embed_proj_dim`` other than ``hidden_size``, OPT-350m) are refused."""
+
+    model_types = ("opt",)
+    title = "OPT"
+    blurb = "Pre-LN (or Post-LN), ReLU, biases, learned positions (offset 2)"
+    anchor = "embed_positions.weight"
+    layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
+    OFFSET = 2
+
+    def block_config(self, seq_len: int | None = None) -> BlockConfig:
+        c = self.config
+        d = _get(c, "hidden_size", int)
+        if c.get("word_embed_proj_dim", d) != d:
+            raise CheckpointError(f"config.json: word_embed_proj_dim = {c['word_embed_proj_dim']} differs "
+                                  f"from hidden_size = {d}, so the model has project_in/project_out maps "
+                                  "around its layers; hessviz does not support them")
+        _refuse(c, {"_remove_final_layer_norm": False, "layer_norm_elementwise_affine": True})
+        heads = _get(c, "num_attention_heads", int)
+        return BlockConfig(seq_len=self.max_positions if seq_len is None else seq_len, d_model=d,
+                           d_k=_heads(c, d, "num_attention_heads", None), d_ff=_get(c, "ffn_dim", int),
+                           norm="pre" if c.get("do_layer_norm_before", True) else "post",
+                           activation=_activation(c, "activation_function", "relu"), ln_eps=1e-5,
+                           n_heads=heads, out_proj=True, bias=bool(c.get("enable_bias", True)),
+                           ln_affine=True, causal=True)
+
+    def layer_sources(self, layer: int) -> dict[str, Source]:
+        p = f"{self.prefix}layers.{layer}."
+        a = p + "self_attn."
+        return _table(W_Q=_linear(a + "q_proj"), W_K=_linear(a + "k_proj"), W_V=_linear(a + "v_proj"),
+                      W_O=_linear(a + "out_proj"), ln1=_norm(p + "self_attn_layer_norm"),
+                      W_1=_linear(p + "fc1"), W_2=_linear(p + "fc2"), ln2=_norm(p + "final_layer_norm"))
+
+    def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
+        d = self.block.d_model
+        return {f"{self.prefix}embed_tokens.weight": (self.vocab_size, d),
+                f"{self.prefix}embed_positions.weight": (self.max_positions + self.OFFSET, d)}
+
+    def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
+        positions = [t + self.OFFSET for t in range(len(ids))]
+        return (self.read_rows(f"{self.prefix}embed_tokens.weight", ids, dtype)
+                + self.read_rows(f"{self.prefix}embed_positions.weight", positions, dtype))
+
+    def head(self) -> Head:
+        norm = f"{self.prefix}final_layer_norm."
+        final = self.config.get("do_layer_norm_before", True)
+        tied = self.config.get("tie_word_embeddings", True)
+        return Head(norm + "weight" if final else None, norm + "bias" if final else None,
+                    f"{self.prefix}embed_tokens.weight" if tied else "lm_head.weight")
+
+FAMILIES: tuple[type[Family], ...] = (Bert, GPT2, Llama, Mistral, Qwen2, Qwen3, GPTNeoX, OPT)
 SUPPORTED = tuple(t for f in FAMILIES for t in f.model_types)
 
 

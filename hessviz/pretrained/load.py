@@ -27,7 +27,7 @@ from torch import Tensor
 
 from hessviz.api import forward
 from hessviz.config import BlockConfig
-from hessviz.errors import ConfigError, InputError
+from hessviz.errors import ConfigError, InputError, ModelRangeError
 from hessviz.inputs import FLOAT_DTYPES
 from hessviz.pretrained import tokens
 from hessviz.pretrained.checkpoint import Checkpoint
@@ -56,8 +56,13 @@ class ModelInfo:
 
     def describe(self) -> str:
         """One line, e.g. ``all-MiniLM-L6-v2: BERT, 6 layers, 12 heads, d = 384, …``."""
-        return (f"{self.name}: {self.family} ({self.block.norm.capitalize()}-LN), {self.n_layers} layers, "
-                f"{self.n_heads} heads, d = {self.d_model}, d_ff = {self.d_ff}, "
+        b = self.block
+        norm = "RMSNorm" if getattr(b, "norm_type", "layernorm") == "rmsnorm" else "LN"
+        placement = {"post": f"Post-{norm}", "pre": f"Pre-{norm}"}.get(b.norm, f"{b.norm} {norm}")
+        kv = getattr(b, "n_kv_heads", None)
+        heads = f"{self.n_heads} heads" + (f" ({kv} key/value)" if kv not in (None, self.n_heads) else "")
+        return (f"{self.name}: {self.family} ({placement}), {self.n_layers} layers, "
+                f"{heads}, d = {self.d_model}, d_ff = {self.d_ff}, "
                 f"{self.max_positions} positions, {self.vocab_size} tokens")
 
 
@@ -74,7 +79,7 @@ def _check_dtype(dtype: torch.dtype) -> torch.dtype:
 def _check_layer(family: Family, layer: int) -> int:
     n = family.n_layers
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n:
-        raise ConfigError(f"layer must be an integer in [0, {n - 1}] ({family.ckpt.name!r} has {n} "
+        raise ModelRangeError(f"layer must be an integer in [0, {n - 1}] ({family.ckpt.name!r} has {n} "
                           f"layers), got {layer!r}")
     return layer
 
@@ -84,8 +89,9 @@ def _block(family: Family, seq_len: int | None) -> BlockConfig:
         return family.block
     top = family.max_positions
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 1 <= seq_len <= top:
-        raise ConfigError(f"seq_len must be an integer in [1, {top}] (the model's positions), "
-                          f"got {seq_len!r}")
+        raise ModelRangeError(f"seq_len must be an integer in [1, {top}] (the model's positions), "
+                              f"got {seq_len!r}")
+    family.check_length(seq_len)
     return dataclasses.replace(family.block, seq_len=seq_len)
 
 
@@ -125,18 +131,22 @@ def load_model(source: Source, *, dtype: torch.dtype = torch.float64, seq_len: i
     return [(cfg, _to(fam.read_layer(i, dtype), device)) for i in range(fam.n_layers)]
 
 
+def _ids(family: Family, text_or_ids: TextOrIds) -> list[int]:
+    ids = tokens.token_ids(family.ckpt, text_or_ids, family.vocab_size, family.max_positions)
+    family.check_length(len(ids))
+    return ids
+
+
 def token_ids(source: Source, text_or_ids: TextOrIds) -> list[int]:
     """``text_or_ids`` as checked token ids: a text is tokenised with the checkpoint's
     ``tokenizer.json`` (special tokens included, never padded or truncated)."""
-    fam = _open(source)
-    return tokens.token_ids(fam.ckpt, text_or_ids, fam.vocab_size, fam.max_positions)
+    return _ids(_open(source), text_or_ids)
 
 
 def token_strings(source: Source, text_or_ids: TextOrIds) -> list[str]:
     """The token of each position, as the tokenizer writes it (``[CLS]``, ``hello``, ``##z``)."""
     fam = _open(source)
-    return tokens.token_strings(fam.ckpt, tokens.token_ids(fam.ckpt, text_or_ids, fam.vocab_size,
-                                                           fam.max_positions))
+    return tokens.token_strings(fam.ckpt, _ids(fam, text_or_ids))
 
 
 def _check_stack(family: Family, stack: list, dtype: torch.dtype) -> list[dict[str, Tensor]]:
@@ -170,7 +180,7 @@ def hidden_states(source: Source, text_or_ids: TextOrIds, *, upto: int | None = 
     upto = fam.n_layers if upto is None else upto
     if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= fam.n_layers:
         raise ConfigError(f"upto must be an integer in [0, {fam.n_layers}], got {upto!r}")
-    ids = tokens.token_ids(fam.ckpt, text_or_ids, fam.vocab_size, fam.max_positions)
+    ids = _ids(fam, text_or_ids)
     loaded = None if layers is None else _check_stack(fam, layers, dtype)
     fam.ckpt.require(fam.embedding_shapes())                   # every name and shape, before reading
     for i in range(upto if loaded is None else 0):
@@ -189,3 +199,17 @@ def layer_inputs(source: Source, text_or_ids: TextOrIds, layer: int, *,
     embeddings, then layers ``0 … layer−1``; dropout off, no padding)."""
     _check_layer(_open(source), layer)
     return hidden_states(source, text_or_ids, upto=layer, dtype=dtype, device=device)[-1]
+
+
+def layer_for_text(source: Source, text_or_ids: TextOrIds, layer: int, *, dtype: torch.dtype = torch.float64,
+                   device: Device = None) -> tuple[BlockConfig, dict[str, Tensor], Tensor]:
+    """``(cfg, params, X)`` in one call: layer ``layer`` of ``source`` with ``cfg.seq_len`` fitted to
+    the text (``L`` tokens), and ``X (L, d)`` entering it, ready for ``hv.hessian(cfg, params, X, …)``.
+
+    The same as :func:`load_layer` with ``seq_len = L`` and :func:`layer_inputs`, checked once."""
+    fam = _open(source)
+    layer, dtype = _check_layer(fam, layer), _check_dtype(dtype)
+    ids = _ids(fam, text_or_ids)
+    cfg = _block(fam, len(ids))
+    X = hidden_states(source, ids, upto=layer, dtype=dtype, device=device)[-1]
+    return cfg, _to(fam.read_layer(layer, dtype), device), X

@@ -16,16 +16,21 @@ mean-pooled embedding ``m = (1/L) Σ_t Z_t``, the other sentence's embedding ``e
 and through the pooling ``∇_{Z_t} ℓ = ∇_m ℓ / L`` for every token, ``∇^2_Z ℓ = (1 1ᵀ ⊗ ∇^2_m ℓ) / L²``
 (dense: every pair of tokens is coupled).
 
-**Next-token loss through the LM head** (GPT-2: the final LayerNorm ``ln_f`` and the tied
-embedding ``E (V, d)``), :func:`next_token_loss`: per position ``t`` with target ``y_t``,
-``n = LN(Z_t)`` (``c/σ``), ``h = γ ⊙ n + β``, ``s = E h``, ``p = softmax(s)``, ``r = Eᵀ(p − e_{y_t})``:
+**Next-token loss through the LM head** (the family's final norm and its unembedding ``E (V, d)``,
+tied to the token embedding or not: GPT-2's ``ln_f`` and ``wte``, Llama's RMSNorm ``norm`` and
+``lm_head``, GPT-NeoX's ``final_layer_norm`` and ``embed_out``, OPT's ``final_layer_norm``),
+:func:`next_token_loss`: per position ``t`` with target ``y_t``, ``n = LN(Z_t)`` (``c/σ``; RMSNorm:
+``Z_t/rms``, no centring, ``β = 0``), ``h = γ ⊙ n + β``, ``s = E h``, ``p = softmax(s)``,
+``r = Eᵀ(p − e_{y_t})``:
 
 .. math::
     ℓ_t = −\log p_{y_t},\qquad ∇_{Z_t} ℓ_t = J_n (γ ⊙ r),\qquad
     ∇^2_{Z_t} ℓ_t = J_n\, \mathrm{diag}(γ)\, E^⊤(\mathrm{diag}\,p − p p^⊤) E\, \mathrm{diag}(γ)\, J_n
                    + \textstyle\sum_k (γ ⊙ r)_k ∇^2 n_k,
 
-with the LayerNorm's ``J_n`` and ``Σ_k g_k ∇² n_k`` of :mod:`hessviz.ops.layernorm`.
+with the norm's ``J_n`` and ``Σ_k g_k ∇² n_k`` of :mod:`hessviz.ops.layernorm` (which computes both
+LayerNorm and RMSNorm). Without a final norm (OPT with ``do_layer_norm_before = false``) ``n = Z_t``,
+``J_n = I`` and the second term is 0.
 Positions ``0 … L−2`` predict the next token of the text and the loss is their mean, as
 ``GPT2LMHeadModel(labels=ids)``; the last position has no target (its Hessian block is 0).
 The ``Eᵀ diag(p) E`` term costs ``O(V d²)`` per token.
@@ -45,7 +50,7 @@ import torch
 from torch import Tensor
 
 from hessviz.custom_loss import CustomLoss
-from hessviz.errors import ConfigError, InputError
+from hessviz.errors import InputError
 from hessviz.ops import layernorm
 
 
@@ -83,15 +88,24 @@ def _token_wise(name: str, value: Tensor, grad: Tensor, hess: Tensor) -> Objecti
     return Objective(name, value, grad, lambda: hess, lambda V: torch.einsum("tij,ktj->kti", hess, V))
 
 
+NORM_TYPES = ("layernorm", "rmsnorm")
+
+
 @dataclass(frozen=True)
 class LMHead:
-    """GPT-2's output head: ``logits = (γ ⊙ LN(z) + β) Eᵀ`` with ``E`` the token embedding."""
+    """A decoder's output head: ``logits = (γ ⊙ norm(z) + β) Eᵀ``.
 
-    gamma: Tensor
-    beta: Tensor
+    ``norm_type`` ``"layernorm"`` (GPT-2, GPT-NeoX, OPT) or ``"rmsnorm"`` (Llama, Mistral, Qwen;
+    ``beta = None``); ``gamma = None`` for a head without a final norm. ``embedding`` is the
+    unembedding ``E (V, d)``, the token embedding when the weights are tied.
+    """
+
+    gamma: Tensor | None
+    beta: Tensor | None
     eps: float
     embedding: Tensor
     """``(V, d)``."""
+    norm_type: str = "layernorm"
 
 
 def _check_Z(Z: Tensor) -> Tensor:
@@ -133,6 +147,13 @@ def cosine_loss(Z: Tensor, other: Tensor) -> Objective:
 def _check_head(head: LMHead, d: int) -> LMHead:
     if not isinstance(head, LMHead) or head.embedding.dim() != 2 or head.embedding.shape[1] != d:
         raise InputError(f"head must be an LMHead whose embedding is (V, {d})")
+    if head.norm_type not in NORM_TYPES:
+        raise InputError(f"head.norm_type must be one of {', '.join(map(repr, NORM_TYPES))}, got "
+                         f"{head.norm_type!r}")
+    if any(v is not None and (v.shape != (d,)) for v in (head.gamma, head.beta)):
+        raise InputError(f"head.gamma and head.beta must be ({d},) (or None)")
+    if head.gamma is None and head.beta is not None:
+        raise InputError("head.beta needs head.gamma (a head without a final norm has neither)")
     return head
 
 
@@ -140,20 +161,25 @@ def _cross_entropy(Z: Tensor, targets: Tensor, weights: Tensor,
                    head: LMHead) -> tuple[Tensor, Tensor, Tensor]:
     """``Σ_t w_t ℓ_t`` and its token-wise gradient and Hessian, for the LM head's cross-entropy."""
     E = head.embedding.to(Z)
-    gamma, beta = head.gamma.to(Z), head.beta.to(Z)
-    n, st = layernorm.value(Z, head.eps, where="ln_f input")
+    ones = torch.ones(Z.shape[-1], dtype=Z.dtype, device=Z.device)
+    gamma = ones if head.gamma is None else head.gamma.to(Z)
+    beta = 0.0 if head.beta is None else head.beta.to(Z)
+    if head.gamma is None:                                                 # no final norm: n = Z
+        n, st = Z, None
+    else:
+        n, st = layernorm.value(Z, head.eps, where="final norm input", centre=head.norm_type == "layernorm")
     s = (gamma * n + beta) @ E.T                                           # (L, V)
     logp = torch.log_softmax(s, -1)
     p = logp.exp()
     value = -(weights * logp.gather(1, targets[:, None]).squeeze(1)).sum()
     r = p @ E - E[targets]                                                 # Eᵀ(p − e_y), (L, d)
     g = weights[:, None] * gamma * r                                       # ∂ℓ/∂n
-    J = layernorm.jacobian(st)                                             # (L, d, d), symmetric
-    grad = layernorm.vjp(st, g)
     EpE = torch.einsum("tv,vi,vj->tij", p, E, E) - (p @ E).unsqueeze(-1) * (p @ E).unsqueeze(-2)
-    G = gamma.unsqueeze(-1) * EpE * gamma                                  # diag(γ) Eᵀ(diag p − ppᵀ)E diag(γ)
-    hess = weights[:, None, None] * (J @ G @ J) + layernorm.contract_hessian(st, g)
-    return value, grad, hess
+    G = weights[:, None, None] * (gamma.unsqueeze(-1) * EpE * gamma)      # diag(γ) Eᵀ(diag p − ppᵀ)E diag(γ)
+    if st is None:
+        return value, g, G
+    J = layernorm.jacobian(st)                                             # (L, d, d), symmetric
+    return value, layernorm.vjp(st, g), J @ G @ J + layernorm.contract_hessian(st, g)
 
 
 def _targets(ids: Sequence[int] | Tensor, vocab: int, device: torch.device) -> Tensor:
@@ -189,19 +215,17 @@ def last_token_loss(Z: Tensor, target: int, head: LMHead) -> Objective:
 
 
 def lm_head(source: str | os.PathLike, dtype: torch.dtype = torch.float64) -> LMHead:
-    """GPT-2's head of the checkpoint ``source``: ``ln_f`` and the (tied) token embedding ``wte``."""
-    from hessviz.pretrained.families import GPT2
+    """The next-token head of the decoder checkpoint ``source``: its final norm (LayerNorm or
+    RMSNorm, ``None`` where it has none) and its unembedding (the token embedding when tied);
+    :class:`~hessviz.errors.CheckpointError` for an encoder (BERT), whose head is not read."""
     from hessviz.pretrained.load import _open
 
     fam = _open(source)
-    if not isinstance(fam, GPT2):
-        raise ConfigError(f"source {fam.ckpt.name!r} is a {fam.title} model: the next-token head "
-                          "(ln_f and the tied embedding) is read from GPT-2-family checkpoints")
-    d, p = fam.block.d_model, fam.prefix
-    keys = {f"{p}ln_f.weight": (d,), f"{p}ln_f.bias": (d,), f"{p}wte.weight": (fam.vocab_size, d)}
-    fam.ckpt.require(keys)
-    w = fam.ckpt.read(list(keys), dtype)
-    return LMHead(w[f"{p}ln_f.weight"], w[f"{p}ln_f.bias"], fam.block.ln_eps, w[f"{p}wte.weight"])
+    h, shapes = fam.head(), fam.head_shapes()
+    fam.ckpt.require(shapes)
+    w = fam.ckpt.read(list(shapes), dtype)
+    return LMHead(None if h.gamma is None else w[h.gamma], None if h.beta is None else w[h.beta],
+                  fam.block.ln_eps, w[h.unembedding], h.norm_type)
 
 
 def sentence_embedding(source: str | os.PathLike, text: str, dtype: torch.dtype = torch.float64) -> Tensor:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from hessviz.errors import CheckpointError, InputError
+from hessviz.errors import CheckpointError, InputError, ModelRangeError
 from hessviz.pretrained.checkpoint import CACHE_SIZE, Checkpoint
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -47,7 +47,7 @@ def _check_length(ids: list[int], max_positions: int, what: str) -> list[int]:
     if not ids:
         raise InputError(f"text_or_ids must hold at least one token, got {what} with none")
     if len(ids) > max_positions:
-        raise InputError(f"text_or_ids is {len(ids)} tokens long, more than the model's "
+        raise ModelRangeError(f"text_or_ids is {len(ids)} tokens long, more than the model's "
                          f"{max_positions} positions; shorten it")
     return ids
 

@@ -1,0 +1,83 @@
+"""The app's *Modern block* group: presets, the biases' pills, grouped heads, and a Llama-style view
+on the pages (AppTest, routed through ``app.py``; the browser walk is in ``tests/test_classroom.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hessviz.app import presets, state
+from hessviz.app.state import View
+
+pytest.importorskip("streamlit")
+from tests.test_app_pages import SMALL, array, caption, figures, run_page  # noqa: E402
+
+LLAMA_URL = {"norm": "pre", "ntype": "rmsnorm", "affine": "true", "mlp": "gated", "act": "silu",
+             "rope": "true", "heads": "2", "kv": "1", "wo": "true", "causal": "true"}
+
+
+@pytest.mark.parametrize("name", list(presets.PRESETS))
+def test_every_preset_is_a_valid_block_in_words(name):
+    view = View.from_values(presets.apply(name, state.DEFAULTS))
+    cfg = view.cfg
+    assert cfg.norm in ("pre", "parallel") and cfg.rope and cfg.causal and cfg.n_heads == 4
+    words = view.describe()
+    assert {"Llama-style": "over 2 key/value heads", "Qwen2-style": "biases Q,K,V",
+            "Qwen3-style": "QK-norm", "Pythia-style": "Parallel block"}[name] in words
+    assert presets.matching(presets.apply(name, state.DEFAULTS)) == name
+
+
+def test_a_preset_keeps_the_sizes_input_and_seed():
+    here = {**state.DEFAULTS, "L": 5, "d": 32, "xnorm": 10.0, "seed": 7, "loss": "ce"}
+    after = presets.apply("Llama-style", here)
+    assert {k: after[k] for k in ("L", "d", "xnorm", "seed", "loss")} == \
+        {"L": 5, "d": 32, "xnorm": 10.0, "seed": 7, "loss": "ce"}
+
+
+def test_bias_tuples_travel_in_the_url_as_one_value():
+    assert state.format_value("bias", ("Q", "K", "V")) == "Q,K,V"
+    assert state.settle_shared("bias", ["Q,K,V"]) == (("Q", "K", "V"), None)
+    value, note = state.settle_shared("bias", ["Q,X"])
+    assert value is False and "bias=Q,X" in note
+    assert state.query_string({**state.DEFAULTS, "bias": ("Q", "V")}) == "bias=Q%2CV"
+
+
+def test_reconcile_fits_key_value_heads_and_biases_to_the_block():
+    values, notes = state.reconcile({**state.DEFAULTS, "heads": 6, "kv": 4, "wo": True})
+    assert values["kv"] == 3 and "does not divide" in notes[0]
+    values, notes = state.reconcile({**state.DEFAULTS, "bias": ("Q", "O", "G"), "wo": False})
+    assert values["bias"] == ("Q",) and "b_O, b_G" in notes[0]
+    values, _ = state.reconcile({**state.DEFAULTS, "bias": ("O",), "wo": False})
+    assert values["bias"] is False
+    View.from_values(values)                                    # a valid block
+
+
+def test_a_control_the_block_does_not_use_keeps_its_value():
+    view = View.from_values({"norm": "attention", "mlp": "gated", "affine": True, "ntype": "rmsnorm"})
+    assert view.cfg.mlp == "plain" and not view.cfg.ln_affine and view.cfg.norm_type == "layernorm"
+
+
+def test_hessian_map_of_a_llama_style_block_names_its_gate_and_grouped_heads():
+    at = run_page("app_pages/hessian_map.py", blk="W_G,W_1", **SMALL, **LLAMA_URL)
+    assert "2 heads over 1 key/value heads" in caption(at) and "SiLU gated" in caption(at)
+    ticks = figures(at)[0]["layout"]["xaxis"]["ticktext"]
+    assert "W<sub>G</sub>" in ticks and "W<sub>K</sub>[0]" in ticks and "W<sub>K</sub>[1]" not in ticks
+    assert any("W_K[0], W_V[0] by query heads 0, 1" in c.value for c in at.main.get("caption"))
+    view = View.from_values({**{k: state.parse_value(k, v) for k, v in {**SMALL, **LLAMA_URL}.items()}})
+    import hessviz as hv
+
+    want = hv.hessian(view.cfg, *view.inputs).block("W_G", "W_1", "full").numpy()
+    got = array(figures(at)[2]["data"][0]["customdata"])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
+def test_a_preset_button_sets_the_controls_and_the_address():
+    at = run_page("app_pages/spectrum.py", spec_method="dense", **SMALL)
+    at.button(key="_hv_preset_2").click().run()                      # Qwen3-style
+    assert not at.exception, [e.value for e in at.exception]
+    assert "QK-norm" in caption(at) and "4 heads over 2 key/value heads" in caption(at)
+    assert at.query_params["qknorm"] == "true" and at.query_params["kv"] == "2"
+    assert at.query_params["L"] == "4"                                # the sizes stay
+    assert at.button(key="_hv_preset_2").disabled                      # the view is in it
+    at.pills(key="bias").set_value(["Q", "K", "V"]).run()
+    assert "biases Q,K,V" in caption(at) and at.query_params["bias"] == "Q,K,V"
