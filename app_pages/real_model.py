@@ -93,7 +93,7 @@ elif objective == loss_keys.SIMILARITY:
              "tokens")
 else:
     drawn = ("the model's own next-token loss: the mean cross-entropy of each position predicting the next "
-             "token, through the final LayerNorm and the tied embedding")
+             "token, through the model's final norm and its LM head")
 st.info(f"**Loss drawn:** {drawn}. The text is **{L} tokens** long; the layer has P = {cfg.num_params:,} "
         "weights.", icon=":material/functions:")
 

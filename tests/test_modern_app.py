@@ -81,3 +81,11 @@ def test_a_preset_button_sets_the_controls_and_the_address():
     assert at.button(key="_hv_preset_2").disabled                      # the view is in it
     at.pills(key="bias").set_value(["Q", "K", "V"]).run()
     assert "biases Q,K,V" in caption(at) and at.query_params["bias"] == "Q,K,V"
+
+
+def test_the_real_model_page_draws_pydoc_llama_under_its_own_next_token_loss():
+    at = run_page("app_pages/real_model.py", rm_model="pydoc-llama", rm_loss="next token", rm_layer="1")
+    assert "next-token loss" in at.info[0].value and "final norm and its LM head" in at.info[0].value
+    words = " ".join(c.value for c in at.main.get("caption"))
+    assert "Llama (Pre-RMSNorm)" in words and "2 key/value" in words and "layer 3 is drawn" in words
+    assert len(at.get("plotly_chart")) >= 3

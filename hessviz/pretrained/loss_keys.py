@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from hessviz.errors import ConfigError
+from hessviz.pretrained.families import FAMILIES
 from hessviz.pretrained.objectives import LMHead, Objective, cosine_loss, mean_pooled, next_token_loss
 
 SYNTHETIC = "synthetic"
@@ -37,10 +38,12 @@ COSINE = "cosine"
 """``"cosine:<other sentence>"``: :func:`~hessviz.pretrained.objectives.cosine_loss` against that sentence."""
 SIMILARITY, NEXT = "sentence similarity", "next token"
 """The objectives' names in words (what a reader chooses)."""
-OWN_OBJECTIVES = {"bert": SIMILARITY, "roberta": SIMILARITY, "gpt2": NEXT}
+OWN_OBJECTIVES = {"bert": SIMILARITY, "roberta": SIMILARITY,
+                  **{t: NEXT for f in FAMILIES if f.has_head() for t in f.model_types}}
 """``model_type`` (``config.json``) -> the objective the family was trained with: sentence
 similarity for the sentence-transformers encoders (all-MiniLM-L6-v2's training objective), the
-next token for GPT-2's language model."""
+next token for every decoder family whose head hessviz reads (GPT-2, Llama, Mistral, Qwen, GPT-NeoX,
+OPT)."""
 
 
 def own_objective(model_type: str) -> str | None:
