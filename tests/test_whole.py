@@ -8,6 +8,7 @@ float32 inside ``transformers`` (``LOOSE``).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import hessviz as hv
 from hessviz import matfree
 from hessviz.errors import ConfigError, InputError, ModelRangeError
 from hessviz.pretrained import load as pl
+from hessviz.whole.table import tensor_table
 from tests.test_pretrained import randomise
 
 transformers = pytest.importorskip("transformers")
@@ -229,3 +231,57 @@ def test_bad_input_names_the_field(folders):
         hv.model_hessian(gpt2, torch.zeros(POSITIONS + 1, dtype=torch.int64))
     with pytest.raises(InputError, match="objective must be"):
         hv.model_hessian(gpt2, IDS, objective="cosine")
+
+
+# ----------------------------------------------------------------------------- the per-tensor table
+
+
+def table_problem(folders) -> hv.ModelHessian:
+    model = hv.load_model(folders["gpt2"])
+    return hv.model_hessian(model, IDS, wrt=("l0.W_Q", "l0.ln1_gamma", "l1.W_O", "l1.W_1"))
+
+
+TABLE = dict(by_head=True, trace_samples=9, exact_limit=20, seed=3)
+
+
+def test_tensor_table_rows_match_the_blocks(folders):
+    res = table_problem(folders)
+    table = tensor_table(res, **TABLE)
+    assert [r.name for r in table.rows] == ["l0.ln1_gamma", "l0.W_Q[0]", "l0.W_Q[1]", "l0.W_Q[2]",
+                                            "l1.W_O[0]", "l1.W_O[1]", "l1.W_O[2]", "l1.W_1"]
+    assert [r.exact for r in table.rows] == [True] + [False] * 7
+    for r in (table.rows[0], table.rows[2]):                       # one exact, one by Lanczos
+        Hb = res.matvec(torch.eye(r.size, dtype=torch.float64), rows=(r.name,), cols=(r.name,))
+        vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
+        assert abs(r.top - float(vals[-1])) <= 1e-6 * abs(r.top)
+        assert abs(r.trace - float(vals.sum())) <= (1e-10 if r.exact else 4 * r.trace_stderr + 1e-12)
+        g = res.gradient((r.name,))[r.name]
+        assert r.grad_norm == pytest.approx(float(g.norm()), rel=1e-12) and r.grad_norm > 0
+
+
+def test_tensor_table_on_an_executor_is_bit_identical(folders):
+    res = table_problem(folders)
+    here = tensor_table(res, **TABLE)
+    with ThreadPoolExecutor(2) as pool:
+        there = tensor_table(res, executor=pool, **TABLE)
+    assert there.rows == here.rows and there.where == "ThreadPoolExecutor"
+    with pytest.raises(InputError, match="executor is closed"):
+        tensor_table(res, executor=pool, **TABLE)
+    with pytest.raises(InputError, match="concurrent.futures.Executor"):
+        tensor_table(res, executor="localhost:8786", **TABLE)
+
+
+@pytest.mark.slow                                 # two worker processes: 37 s on the shared 2-core machine
+@pytest.mark.timeout(60)
+def test_tensor_table_on_a_two_worker_dask_cluster_is_bit_identical(folders):
+    distributed = pytest.importorskip("distributed")
+    res = table_problem(folders)
+    here = tensor_table(res, **TABLE)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
+        executor = client.get_executor()
+        there = tensor_table(res, executor=executor, **TABLE)
+        executor.shutdown()
+        with pytest.raises(InputError, match="executor is closed"):
+            tensor_table(res, executor=executor, **TABLE)
+    assert there.rows == here.rows
