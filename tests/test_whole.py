@@ -209,6 +209,8 @@ def test_bad_input_names_the_field(folders):
     gpt2, bert = hv.load_model(folders["gpt2"]), hv.load_model(folders["bert"])
     with pytest.raises(ConfigError, match="n_layers = 2"):
         hv.model_hessian(gpt2, IDS, wrt=("l5.W_Q",))
+    with pytest.raises(ConfigError, match="head.W"):
+        hv.model_hessian(bert, IDS, objective=classifier(D, [1, 2], "cls"), wrt=("l0.W_Q", "head.W"))
     with pytest.raises(ConfigError, match="W_Z"):
         hv.model_hessian(gpt2, IDS, wrt=("l0.W_Z",))
     with pytest.raises(InputError, match="labels must be in"):

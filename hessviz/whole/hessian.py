@@ -164,6 +164,10 @@ def _internal(cfg: BlockConfig, names: Sequence[str] | str) -> tuple[str, ...]:
     names = (names,) if isinstance(names, str) else tuple(names)
     if not names:
         raise ConfigError("wrt must name at least one layer weight, e.g. 'l0.W_Q' or 'l0.W_Q[1]'")
+    head = [n for n in names if isinstance(n, str) and n.startswith("head.")]
+    if head:
+        raise ConfigError(f"wrt name {head[0]!r}: the head's weights as parameters are not computed yet; "
+                          "wrt takes layer weights (l{i}.…), the Classifier's W and b stay constants")
     if not cfg.is_stack:
         bad = [n for n in names if not (isinstance(n, str) and n.startswith("l0."))]
         if bad:
