@@ -287,3 +287,18 @@ def test_tensor_table_on_a_two_worker_dask_cluster_is_bit_identical(folders):
         with pytest.raises(InputError, match="executor is closed"):
             tensor_table(res, executor=executor, **TABLE)
     assert there.rows == here.rows
+
+
+def test_a_one_layer_model_keeps_the_l0_names(tmp_path):
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=8, n_layer=1, n_head=2, n_positions=POSITIONS)
+    ref = transformers.GPT2LMHeadModel(cfg)
+    randomise(ref, seed=5)
+    ref.save_pretrained(tmp_path)
+    model = hv.load_model(tmp_path)
+    res = hv.model_hessian(model, IDS[0], wrt=("l0.W_Q[1]", "l0.W_2"))
+    assert res.public_names == ("l0.W_Q[1]", "l0.W_2") and list(res.gradient()) == ["l0.W_Q[1]", "l0.W_2"]
+    assert [r.name for r in tensor_table(res, trace_samples=3).rows] == ["l0.W_Q[1]", "l0.W_2"]
+    v = torch.ones(32 * 8, dtype=torch.float64)                             # W_2 (4d, d)
+    assert res.matvec(v, rows=("l0.W_Q[1]",), cols=("l0.W_2",)).shape == (8 * 4,)
+    with pytest.raises(ConfigError, match="one-layer model"):
+        hv.model_hessian(model, IDS[0], wrt=("l1.W_Q",))

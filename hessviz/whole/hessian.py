@@ -134,12 +134,16 @@ class ModelHessian:
     def gradient(self, names: Sequence[str] | str | None = None) -> dict[str, Tensor]:
         """``∂ℓ/∂W`` per name (public names; default ``names``), the mean over the sequences."""
         inner = self.names if names is None else self._names(names)
+        return {_public(self.cfg, n): t for n, t in self.stack_gradient(inner).items()}
+
+    def stack_gradient(self, inner: tuple[str, ...]) -> dict[str, Tensor]:
+        """:meth:`gradient` for names as ``cfg`` spells them (checked, θ order), keyed the same way."""
         out: dict[str, Tensor] = {}
         for res in self.parts:
             g = _tape_gradient(self.cfg, res.products.tape, inner)
             for n, t in g.items():
                 out[n] = t / len(self.parts) if n not in out else out[n].add_(t, alpha=1.0 / len(self.parts))
-        return {_public(self.cfg, n): t for n, t in out.items()}
+        return out
 
     def dense(self, term: str = "full") -> Tensor:
         """The dense ``(P', P')`` term, only on request and under the memory guard of each sequence's

@@ -84,7 +84,7 @@ def row(res: ModelHessian, name: str, opts: Options) -> TensorRow:
     """One tensor's row, computed on ``res``."""
     stats = block_table(res, opts.term, (name,), trace_samples=opts.trace_samples,
                         exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed).rows[0]
-    grad = next(iter(res.gradient((name,)).values()))
+    grad = res.stack_gradient((name,))[name]
     return TensorRow(_public(res.cfg, name), stats.size, stats.top, stats.trace, stats.trace_stderr,
                      float(torch.linalg.vector_norm(grad)),
                      stats.exact)
