@@ -24,6 +24,7 @@ take a one-block result: they read its ``cfg``, ``names`` and ``products``.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -82,6 +83,8 @@ class Problem:
     objective: str | Classifier
     head: LMHead | None = field(repr=False)
     names: tuple[str, ...]
+    token: str = field(default_factory=lambda: uuid.uuid4().hex, repr=False)
+    """Names this problem across processes (a worker builds it once per token)."""
 
     def build(self) -> ModelHessian:
         parts, values = [], []

@@ -13,11 +13,11 @@ dense block up to ``exact_limit`` entries; else Lanczos with ``k = 1`` on the bl
 Hutch++ trace from ``trace_samples`` products) and ``‖∂ℓ/∂t‖`` (the mean over the sequences).
 
 ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask ``distributed``
-client's ``client.get_executor()``); one task per tensor, each rebuilding the Hessian from the
-picklable :class:`~hessviz.whole.hessian.Problem` on its worker with this process's torch thread
-count. Without one the rows run here, one after another, on ``res`` itself. Same ``seed``, same
-numbers to the bit either way (every random draw is seeded per block; the products do not depend
-on where they run).
+client's ``client.get_executor()``); one task per tensor, each with the picklable
+:class:`~hessviz.whole.hessian.Problem` (a worker builds its Hessian once and keeps the last one),
+under this process's torch thread count. Without one the rows run here, one after another, on
+``res`` itself. Same ``seed``, same numbers to the bit either way (every random draw is seeded
+per block; the products do not depend on where they run).
 """
 
 from __future__ import annotations
@@ -90,12 +90,22 @@ def row(res: ModelHessian, name: str, opts: Options) -> TensorRow:
                      stats.exact)
 
 
+_BUILT: dict[str, ModelHessian] = {}
+"""The last problem a worker built, by its token: the tasks of one table share it."""
+
+
 def remote_row(problem: Problem, name: str, opts: Options) -> TensorRow:
-    """:func:`row` on a worker: the Hessian rebuilt from ``problem``, under ``opts.threads`` threads."""
+    """:func:`row` on a worker: the Hessian built from ``problem`` (once per worker and problem),
+    under ``opts.threads`` threads."""
     before = torch.get_num_threads()
     torch.set_num_threads(opts.threads)
     try:
-        return row(problem.build(), name, opts)
+        res = _BUILT.get(problem.token)
+        if res is None:
+            res = problem.build()
+            _BUILT.clear()
+            _BUILT[problem.token] = res
+        return row(res, name, opts)
     finally:
         torch.set_num_threads(before)
 
