@@ -25,38 +25,28 @@ from __future__ import annotations
 import concurrent.futures as cf
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from hessviz.errors import ConfigError, InputError
-from hessviz.matfree.spectral import block_table
+from hessviz.matfree.spectral import BlockStats, BlockTable, block_table
 from hessviz.whole.hessian import ModelHessian, Problem, _public
 
 
 @dataclass(frozen=True)
-class TensorRow:
-    name: str
-    size: int
-    top: float
-    """Largest eigenvalue of the diagonal block ``H[t, t]``."""
-    trace: float
-    trace_stderr: float
+class TensorRow(BlockStats):
+    """A :class:`~hessviz.matfree.spectral.BlockStats` row and the tensor's gradient norm."""
+
     grad_norm: float
     """``‖∂ℓ/∂t‖``, Frobenius."""
-    exact: bool
-    """True when ``top`` and ``trace`` come from the dense block."""
 
 
 @dataclass(frozen=True)
-class TensorTable:
-    rows: list[TensorRow] = field(default_factory=list)
-    term: str = "full"
-    seconds: float = 0.0
-    where: str = "in-process"
+class TensorTable(BlockTable):
+    """A :class:`~hessviz.matfree.spectral.BlockTable` of :class:`TensorRow` s, and where it ran."""
 
-    def as_dicts(self) -> list[dict]:
-        return [asdict(r) for r in self.rows]
+    where: str = "in-process"
 
 
 @dataclass(frozen=True)
@@ -80,21 +70,21 @@ def tensor_names(res: ModelHessian, by_head: bool = False) -> tuple[str, ...]:
     return tuple(out)
 
 
-def row(res: ModelHessian, name: str, opts: Options) -> TensorRow:
-    """One tensor's row, computed on ``res``."""
-    stats = block_table(res, opts.term, (name,), trace_samples=opts.trace_samples,
-                        exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed).rows[0]
+def row(res: ModelHessian, name: str, opts: Options) -> tuple[TensorRow, int]:
+    """One tensor's row, computed on ``res``, and the product columns it took."""
+    table = block_table(res, opts.term, (name,), trace_samples=opts.trace_samples,
+                        exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed)
+    stats = table.rows[0]
     grad = res.stack_gradient((name,))[name]
     return TensorRow(_public(res.cfg, name), stats.size, stats.top, stats.trace, stats.trace_stderr,
-                     float(torch.linalg.vector_norm(grad)),
-                     stats.exact)
+                     stats.exact, float(torch.linalg.vector_norm(grad))), table.matvecs
 
 
 _BUILT: dict[str, ModelHessian] = {}
 """The last problem a worker built, by its token: the tasks of one table share it."""
 
 
-def remote_row(problem: Problem, name: str, opts: Options) -> TensorRow:
+def remote_row(problem: Problem, name: str, opts: Options) -> tuple[TensorRow, int]:
     """:func:`row` on a worker: the Hessian built from ``problem`` (once per worker and problem),
     under ``opts.threads`` threads."""
     before = torch.get_num_threads()
@@ -126,15 +116,16 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
     opts = Options(term, trace_samples, exact_limit, tol, seed, torch.get_num_threads())
     start = time.perf_counter()
     if executor is None:
-        rows = [row(res, n, opts) for n in names]
-        return TensorTable(rows, term, time.perf_counter() - start)
+        done = [row(res, n, opts) for n in names]
+        return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start)
     try:
         futures = [executor.submit(remote_row, res.problem, n, opts) for n in names]
     except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
         raise InputError(f"executor is closed (shut down), it takes no tasks: {e}") from None
     try:
-        rows = [f.result() for f in futures]
+        done = [f.result() for f in futures]
     except ImportError as e:
         raise InputError(f"executor's workers cannot import hessviz ({e}): install it where they run, or "
                          "start them with this PYTHONPATH") from None
-    return TensorTable(rows, term, time.perf_counter() - start, type(executor).__name__)
+    return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start,
+                       type(executor).__name__)
