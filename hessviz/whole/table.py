@@ -1,0 +1,131 @@
+r"""The per-tensor table of a whole model: for each chosen tensor (layer × weight, or × head), the top
+eigenvalue and the trace of its diagonal Hessian block and its gradient norm.
+
+>>> import torch, hessviz as hv
+>>> from hessviz.whole.table import tensor_table
+>>> model = hv.load_model("pydoc-llama")
+>>> res = hv.model_hessian(model, torch.tensor([5, 9, 23, 7]), wrt=("l3.ln2_gamma", "l3.W_2"))
+>>> [r.name for r in tensor_table(res, trace_samples=6).rows]
+['l3.ln2_gamma', 'l3.W_2']
+
+Each row is :func:`hessviz.matfree.block_table` of one diagonal block ``H[t, t]`` (exact from the
+dense block up to ``exact_limit`` entries; else Lanczos with ``k = 1`` on the block's products and a
+Hutch++ trace from ``trace_samples`` products) and ``‖∂ℓ/∂t‖`` (the mean over the sequences).
+
+``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask ``distributed``
+client's ``client.get_executor()``); one task per tensor, each with the picklable
+:class:`~hessviz.whole.hessian.Problem` (a worker builds its Hessian once and keeps the last one),
+under this process's torch thread count. Without one the rows run here, one after another, on
+``res`` itself. Same ``seed``, same numbers to the bit either way (every random draw is seeded
+per block; the products do not depend on where they run).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from hessviz.errors import ConfigError, InputError
+from hessviz.matfree.spectral import BlockStats, BlockTable, block_table
+from hessviz.whole.hessian import ModelHessian, Problem, _public
+
+
+@dataclass(frozen=True)
+class TensorRow(BlockStats):
+    """A :class:`~hessviz.matfree.spectral.BlockStats` row and the tensor's gradient norm."""
+
+    grad_norm: float
+    """``‖∂ℓ/∂t‖``, Frobenius."""
+
+
+@dataclass(frozen=True)
+class TensorTable(BlockTable):
+    """A :class:`~hessviz.matfree.spectral.BlockTable` of :class:`TensorRow` s, and where it ran."""
+
+    where: str = "in-process"
+
+
+@dataclass(frozen=True)
+class Options:
+    term: str
+    trace_samples: int
+    exact_limit: int
+    tol: float
+    seed: int
+    threads: int
+
+
+def tensor_names(res: ModelHessian, by_head: bool = False) -> tuple[str, ...]:
+    """Every tensor of ``res.names``, each headed weight split into its heads when ``by_head``."""
+    cfg, out = res.cfg, []
+    for name in res.names:
+        if by_head and "[" not in name and cfg.is_headed(name) and cfg.n_heads > 1:
+            out.extend(cfg.head_names(name))
+        else:
+            out.append(name)
+    return tuple(out)
+
+
+def row(res: ModelHessian, name: str, opts: Options) -> tuple[TensorRow, int]:
+    """One tensor's row, computed on ``res``, and the product columns it took."""
+    table = block_table(res, opts.term, (name,), trace_samples=opts.trace_samples,
+                        exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed)
+    stats = table.rows[0]
+    grad = res.stack_gradient((name,))[name]
+    return TensorRow(_public(res.cfg, name), stats.size, stats.top, stats.trace, stats.trace_stderr,
+                     stats.exact, float(torch.linalg.vector_norm(grad))), table.matvecs
+
+
+_BUILT: dict[str, ModelHessian] = {}
+"""The last problem a worker built, by its token: the tasks of one table share it."""
+
+
+def remote_row(problem: Problem, name: str, opts: Options) -> tuple[TensorRow, int]:
+    """:func:`row` on a worker: the Hessian built from ``problem`` (once per worker and problem),
+    under ``opts.threads`` threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(opts.threads)
+    try:
+        res = _BUILT.get(problem.token)
+        if res is None:
+            res = problem.build()
+            _BUILT.clear()
+            _BUILT[problem.token] = res
+        return row(res, name, opts)
+    finally:
+        torch.set_num_threads(before)
+
+
+def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] | None = None, *,
+                 by_head: bool = False, trace_samples: int = 30, exact_limit: int = 256, tol: float = 1e-6,
+                 seed: int = 0, executor: cf.Executor | None = None) -> TensorTable:
+    """The per-tensor table of ``res`` (see the module docstring); ``tensors`` defaults to
+    :func:`tensor_names` (names or head slices of ``res.names``)."""
+    if not isinstance(res, ModelHessian):
+        raise InputError(f"res must be hv.model_hessian(...)'s result, got {type(res).__name__}")
+    if executor is not None and not isinstance(executor, cf.Executor):
+        raise InputError(f"executor must be a concurrent.futures.Executor (or None: in-process), got "
+                         f"{type(executor).__name__}")
+    names = tensor_names(res, by_head) if tensors is None else res._names(tensors)
+    if tensors is not None and len(names) != len(tuple(tensors)):
+        raise ConfigError("tensors must name each tensor once")
+    opts = Options(term, trace_samples, exact_limit, tol, seed, torch.get_num_threads())
+    start = time.perf_counter()
+    if executor is None:
+        done = [row(res, n, opts) for n in names]
+        return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start)
+    try:
+        futures = [executor.submit(remote_row, res.problem, n, opts) for n in names]
+    except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
+        raise InputError(f"executor is closed (shut down), it takes no tasks: {e}") from None
+    try:
+        done = [f.result() for f in futures]
+    except ImportError as e:
+        raise InputError(f"executor's workers cannot import hessviz ({e}): install it where they run, or "
+                         "start them with this PYTHONPATH") from None
+    return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start,
+                       type(executor).__name__)

@@ -1,0 +1,304 @@
+"""Whole models under their own objectives (``MODEL.md`` part 3, "Whole models"): ``hv.load_model``,
+``hv.model_hessian`` and ``hv.Classifier`` against double-backward products through ``transformers``'
+own models (tiny random models saved with ``save_pretrained``; nothing downloaded).
+
+GPT-2 and BERT compute everything in float64 (``TIGHT``); Llama's RMSNorm and rotary angles are
+float32 inside ``transformers`` (``LOOSE``).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import hessviz as hv
+from hessviz import matfree
+from hessviz.errors import ConfigError, InputError, ModelRangeError
+from hessviz.pretrained import load as pl
+from hessviz.whole.table import tensor_table
+from tests.test_pretrained import randomise
+
+transformers = pytest.importorskip("transformers")
+
+D, HEADS, DK, FF, VOCAB, POSITIONS = 12, 3, 4, 20, 30, 16
+TIGHT, LOOSE = 1e-10, 1e-6
+IDS = torch.tensor([[3, 17, 5, 29, 11, 2], [7, 1, 22, 9, 14, 4]])
+
+CONFIGS = {
+    "gpt2": ("GPT2LMHeadModel", lambda: transformers.GPT2Config(
+        vocab_size=VOCAB, n_embd=D, n_layer=2, n_head=HEADS, n_inner=FF, n_positions=POSITIONS,
+        layer_norm_epsilon=1e-5, activation_function="gelu_new")),
+    "llama": ("LlamaForCausalLM", lambda: transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=D, intermediate_size=FF, num_hidden_layers=2, num_attention_heads=HEADS,
+        num_key_value_heads=HEADS, max_position_embeddings=POSITIONS, rms_norm_eps=1e-5,
+        tie_word_embeddings=False)),
+    "bert": ("BertModel", lambda: transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=D, num_hidden_layers=2, num_attention_heads=HEADS, intermediate_size=FF,
+        max_position_embeddings=POSITIONS, hidden_act="gelu", layer_norm_eps=1e-12)),
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("whole")
+    out = {}
+    for i, (name, (cls, config)) in enumerate(CONFIGS.items()):
+        model = getattr(transformers, cls)(config())
+        randomise(model, seed=10 + i)
+        model.save_pretrained(root / name)
+        out[name] = root / name
+    return out
+
+
+def reference(folder: Path, name: str) -> torch.nn.Module:
+    cls = getattr(transformers, CONFIGS[name][0])
+    return cls.from_pretrained(folder, dtype=torch.float64, attn_implementation="sdpa",
+                               local_files_only=True).eval()
+
+
+def where(name: str, hv_name: str):
+    """``(key of the transformers parameter, view of it in hessviz orientation)`` for a layer weight
+    or head slice ``l{i}.W…[h]`` (only the weights these tests use)."""
+    layer, local = hv_name.split(".", 1)
+    i = int(layer[1:])
+    base, _, head = local.partition("[")
+    cols = slice(None) if not head else slice(int(head[:-1]) * DK, (int(head[:-1]) + 1) * DK)
+    if name == "gpt2":
+        p = f"transformer.h.{i}."
+        table = {"W_Q": (p + "attn.c_attn.weight", lambda T: T[:, :D][:, cols]),
+                 "W_V": (p + "attn.c_attn.weight", lambda T: T[:, 2 * D:][:, cols]),
+                 "W_2": (p + "mlp.c_proj.weight", lambda T: T),
+                 "ln2_gamma": (p + "ln_2.weight", lambda T: T)}
+    elif name == "llama":
+        p = f"model.layers.{i}."
+        table = {"W_Q": (p + "self_attn.q_proj.weight", lambda T: T.T[:, cols]),
+                 "W_G": (p + "mlp.gate_proj.weight", lambda T: T.T),
+                 "ln2_gamma": (p + "post_attention_layernorm.weight", lambda T: T)}
+    else:
+        p = f"encoder.layer.{i}."
+        table = {"W_K": (p + "attention.self.key.weight", lambda T: T.T[:, cols]),
+                 "W_1": (p + "intermediate.dense.weight", lambda T: T.T)}
+    return table[base]
+
+
+def autograd_hvp(model: torch.nn.Module, name: str, names: tuple[str, ...], offsets: dict,
+                 loss_of, v: torch.Tensor) -> torch.Tensor:
+    """``H v`` by double backward of ``loss_of(model)`` in the named slices of the model's parameters."""
+    params = dict(model.named_parameters())
+    keys = sorted({where(name, n)[0] for n in names})
+    tangents = {k: torch.zeros_like(params[k]) for k in keys}
+    for n in names:
+        key, view = where(name, n)
+        view(tangents[key]).copy_(v[offsets[n]].reshape(view(tangents[key]).shape))
+    with sdpa_kernel(SDPBackend.MATH):                    # the fused CPU kernel has no double backward
+        loss = loss_of(model)
+        grads = torch.autograd.grad(loss, [params[k] for k in keys], create_graph=True)
+        dot = sum((g * tangents[k]).sum() for g, k in zip(grads, keys))
+        hv_ = dict(zip(keys, torch.autograd.grad(dot, [params[k] for k in keys])))
+    return torch.cat([where(name, n)[1](hv_[where(name, n)[0]]).reshape(-1) for n in names])
+
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def check_products(folder: Path, name: str, ids: torch.Tensor, objective, wrt: tuple[str, ...], loss_of,
+                   tol: float) -> hv.ModelHessian:
+    model = hv.load_model(folder)
+    res = hv.model_hessian(model, ids, objective=objective, wrt=wrt)
+    ref = reference(folder, name)
+    with torch.no_grad():
+        assert abs(float(res.value) - float(loss_of(ref))) <= tol * abs(float(res.value))
+    offsets = res.cfg.offsets(res.names)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        v = torch.randn(res.size, generator=gen, dtype=torch.float64)
+        assert relative(res.matvec(v), autograd_hvp(ref, name, res.names, offsets, loss_of, v)) <= tol
+    return res
+
+
+def next_token(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """``…ForCausalLM(labels=ids)``'s loss in float64 (``transformers`` casts the logits to float32
+    for it): the mean cross-entropy of positions ``0 … L−2`` predicting ``ids[:, 1:]``."""
+    logits = model(input_ids=ids).logits
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+
+
+def test_gpt2_next_token_batch_matches_transformers(folders):
+    res = check_products(folders["gpt2"], "gpt2", IDS, "next_token", ("l1.W_2", "l0.W_Q[1]", "l1.ln2_gamma"),
+                         lambda m: next_token(m, IDS), TIGHT)
+    assert res.names == ("l0.W_Q[1]", "l1.ln2_gamma", "l1.W_2")                # θ order
+    with torch.no_grad():                                                      # the same as labels=ids
+        hf = reference(folders["gpt2"], "gpt2")(input_ids=IDS, labels=IDS).loss
+        assert abs(float(res.value) - float(hf)) <= 1e-6 * float(res.value)
+
+
+def test_llama_next_token_matches_transformers(folders):
+    ids = IDS[0]
+    check_products(folders["llama"], "llama", ids, "next_token", ("l0.W_Q[2]", "l1.W_G", "l0.ln2_gamma"),
+                   lambda m: m(input_ids=ids[None], labels=ids[None]).loss, LOOSE)
+
+
+def classifier(d: int, labels: list[int], pooling: str) -> hv.Classifier:
+    gen = torch.Generator().manual_seed(3)
+    W = torch.randn(d, 4, generator=gen, dtype=torch.float64)
+    return hv.Classifier(W, 0.1 * torch.randn(4, generator=gen, dtype=torch.float64), labels, pooling)
+
+
+def pooled_ce(hidden: torch.Tensor, head: hv.Classifier) -> torch.Tensor:
+    pooled = {"cls": hidden[:, 0], "last": hidden[:, -1], "mean": hidden.mean(1)}[head.pooling]
+    return torch.nn.functional.cross_entropy(pooled @ head.W + head.b, head.labels)
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean"])
+def test_gpt2_classifier_matches_transformers(folders, pooling):
+    head = classifier(D, [1, 3], pooling)                         # through ln_f: GPT2Model's last state
+    check_products(folders["gpt2"], "gpt2", IDS, head, ("l0.W_V[2]", "l1.W_2"),
+                   lambda m: pooled_ce(m.transformer(input_ids=IDS).last_hidden_state, head), TIGHT)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_bert_classifier_matches_transformers(folders, pooling):
+    head = classifier(D, [2, 0], pooling)
+    check_products(folders["bert"], "bert", IDS, head, ("l0.W_K[0]", "l1.W_1"),
+                   lambda m: pooled_ce(m(input_ids=IDS).last_hidden_state, head), TIGHT)
+
+
+def test_gradient_spectral_tools_and_dense_agree(folders):
+    model = hv.load_model(folders["gpt2"])
+    res = hv.model_hessian(model, IDS, wrt=("l0.W_Q[0]", "l1.ln2_gamma"))
+    H = res.dense("full")
+    E = torch.eye(res.size, dtype=torch.float64)
+    assert torch.allclose(res.matvec(E), H, rtol=0, atol=1e-12 * float(H.abs().max()))
+    outer, functional = res.matvec(E, "outer"), res.matvec(E, "functional")
+    assert torch.allclose(outer + functional, H, rtol=0, atol=1e-12 * float(H.abs().max()))
+    top = matfree.top_eigenvalues(res, "full", k=2)
+    assert np.allclose(top, torch.linalg.eigvalsh(H).flip(0)[:2].numpy(), rtol=1e-8)
+    op = res.block_operator("l1.ln2_gamma")
+    x = np.ones(D)
+    assert np.allclose(op.matvec(x), H[-D:, -D:].numpy() @ x, rtol=1e-10)
+    assert np.allclose(res.linear_operator().matvec(E[0].numpy()), H[:, 0].numpy(), rtol=1e-10)
+    table = matfree.block_table(hv.model_hessian(model, IDS, wrt=("l1.ln2_gamma",)), "full")
+    assert table.rows[0].name == "l1.ln2_gamma"
+    exact = float(torch.linalg.eigvalsh(H[-D:, -D:])[-1])
+    assert abs(table.rows[0].top - exact) <= 1e-9 * abs(exact)
+    # the gradient against transformers
+    ref = reference(folders["gpt2"], "gpt2")
+    loss = next_token(ref, IDS)
+    key, view = where("gpt2", "l1.ln2_gamma")
+    (g,) = torch.autograd.grad(loss, [dict(ref.named_parameters())[key]])
+    assert relative(res.gradient("l1.ln2_gamma")["l1.ln2_gamma"], view(g)) <= TIGHT
+
+
+def test_model_is_still_the_list_of_layers(folders):
+    model = hv.load_model(folders["gpt2"])
+    old = pl.load_model(folders["gpt2"])
+    assert len(model) == len(old) == 2 and model.names[0] == "l0.ln1_gamma"
+    assert all(torch.equal(model[i][1][n], old[i][1][n]) for i in range(2) for n in old[i][1])
+    kept = pl.hidden_states(folders["gpt2"], IDS[0].tolist(), layers=model)
+    assert all(torch.equal(a, b) for a, b in zip(kept, pl.hidden_states(folders["gpt2"], IDS[0].tolist())))
+    assert hv.load_model(folders["bert"]).head is None
+
+
+def test_bad_input_names_the_field(folders):
+    gpt2, bert = hv.load_model(folders["gpt2"]), hv.load_model(folders["bert"])
+    with pytest.raises(ConfigError, match="n_layers = 2"):
+        hv.model_hessian(gpt2, IDS, wrt=("l5.W_Q",))
+    with pytest.raises(ConfigError, match="head.W"):
+        hv.model_hessian(bert, IDS, objective=classifier(D, [1, 2], "cls"), wrt=("l0.W_Q", "head.W"))
+    with pytest.raises(ConfigError, match="W_Z"):
+        hv.model_hessian(gpt2, IDS, wrt=("l0.W_Z",))
+    with pytest.raises(InputError, match="labels must be in"):
+        hv.Classifier(torch.zeros(D, 4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64), [0, 4])
+    with pytest.raises(InputError, match="one label per sequence"):
+        hv.model_hessian(bert, IDS, objective=classifier(D, [1], "cls"))
+    with pytest.raises(InputError, match="d = 12"):
+        hv.model_hessian(bert, IDS, objective=classifier(D + 1, [1, 2], "cls"))
+    with pytest.raises(InputError, match="encoder"):
+        hv.model_hessian(bert, IDS)
+    with pytest.raises(InputError, match="causal"):
+        hv.model_hessian(gpt2, IDS, objective=classifier(D, [1, 2], "cls"))
+    with pytest.raises(InputError, match=r"shape \(L,\) or \(B, L\)"):
+        hv.model_hessian(gpt2, IDS[None])
+    with pytest.raises(InputError, match="integer tensor"):
+        hv.model_hessian(gpt2, IDS.double())
+    with pytest.raises(InputError, match="token ids must be in|token ids in"):
+        hv.model_hessian(gpt2, IDS + VOCAB)
+    with pytest.raises(ModelRangeError, match="sequence length"):
+        hv.model_hessian(gpt2, torch.zeros(POSITIONS + 1, dtype=torch.int64))
+    with pytest.raises(InputError, match="objective must be"):
+        hv.model_hessian(gpt2, IDS, objective="cosine")
+
+
+# ----------------------------------------------------------------------------- the per-tensor table
+
+
+def table_problem(folders) -> hv.ModelHessian:
+    model = hv.load_model(folders["gpt2"])
+    return hv.model_hessian(model, IDS, wrt=("l0.W_Q", "l0.ln1_gamma", "l1.W_O", "l1.W_1"))
+
+
+TABLE = dict(by_head=True, trace_samples=9, exact_limit=20, seed=3)
+
+
+def test_tensor_table_rows_match_the_blocks(folders):
+    res = table_problem(folders)
+    table = tensor_table(res, **TABLE)
+    assert [r.name for r in table.rows] == ["l0.ln1_gamma", "l0.W_Q[0]", "l0.W_Q[1]", "l0.W_Q[2]",
+                                            "l1.W_O[0]", "l1.W_O[1]", "l1.W_O[2]", "l1.W_1"]
+    assert [r.exact for r in table.rows] == [True] + [False] * 7 and table.matvecs > 0
+    for r in (table.rows[0], table.rows[2]):                       # one exact, one by Lanczos
+        Hb = res.matvec(torch.eye(r.size, dtype=torch.float64), rows=(r.name,), cols=(r.name,))
+        vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
+        assert abs(r.top - float(vals[-1])) <= 1e-6 * abs(r.top)
+        assert abs(r.trace - float(vals.sum())) <= (1e-10 if r.exact else 4 * r.trace_stderr + 1e-12)
+        g = res.gradient((r.name,))[r.name]
+        assert r.grad_norm == pytest.approx(float(g.norm()), rel=1e-12) and r.grad_norm > 0
+
+
+def test_tensor_table_on_an_executor_is_bit_identical(folders):
+    res = table_problem(folders)
+    here = tensor_table(res, **TABLE)
+    with ThreadPoolExecutor(2) as pool:
+        there = tensor_table(res, executor=pool, **TABLE)
+    assert there.rows == here.rows and there.where == "ThreadPoolExecutor" and there.matvecs == here.matvecs
+    with pytest.raises(InputError, match="executor is closed"):
+        tensor_table(res, executor=pool, **TABLE)
+    with pytest.raises(InputError, match="concurrent.futures.Executor"):
+        tensor_table(res, executor="localhost:8786", **TABLE)
+
+
+@pytest.mark.slow                                 # two worker processes: 37 s on the shared 2-core machine
+@pytest.mark.timeout(60)
+def test_tensor_table_on_a_two_worker_dask_cluster_is_bit_identical(folders):
+    distributed = pytest.importorskip("distributed")
+    res = table_problem(folders)
+    here = tensor_table(res, **TABLE)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
+        executor = client.get_executor()
+        there = tensor_table(res, executor=executor, **TABLE)
+        executor.shutdown()
+        with pytest.raises(InputError, match="executor is closed"):
+            tensor_table(res, executor=executor, **TABLE)
+    assert there.rows == here.rows
+
+
+def test_a_one_layer_model_keeps_the_l0_names(tmp_path):
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=8, n_layer=1, n_head=2, n_positions=POSITIONS)
+    ref = transformers.GPT2LMHeadModel(cfg)
+    randomise(ref, seed=5)
+    ref.save_pretrained(tmp_path)
+    model = hv.load_model(tmp_path)
+    res = hv.model_hessian(model, IDS[0], wrt=("l0.W_Q[1]", "l0.W_2"))
+    assert res.public_names == ("l0.W_Q[1]", "l0.W_2") and list(res.gradient()) == ["l0.W_Q[1]", "l0.W_2"]
+    assert [r.name for r in tensor_table(res, trace_samples=3).rows] == ["l0.W_Q[1]", "l0.W_2"]
+    v = torch.ones(32 * 8, dtype=torch.float64)                             # W_2 (4d, d)
+    assert res.matvec(v, rows=("l0.W_Q[1]",), cols=("l0.W_2",)).shape == (8 * 4,)
+    with pytest.raises(ConfigError, match="one-layer model"):
+        hv.model_hessian(model, IDS[0], wrt=("l1.W_Q",))
