@@ -76,6 +76,7 @@ class MatrixFreeHessian:
         """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``."""
         out = []
         for chunk in V.split(BATCH):
+            chunk = chunk.contiguous()                     # (k, P') rows: unit-stride weight tangents
             prods = self.tape.sweep(cols.scatter(chunk), term, rows.bases)
             out.append(rows.gather(prods, chunk.shape[0], chunk))
             self.matvecs += chunk.shape[0]
