@@ -193,8 +193,10 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     return Ritz(values, U if vectors else None, residuals, matvecs, restarts, done)
 
 
-def tridiagonal(apply: Apply, v0: Tensor, steps: int) -> list[tuple[Tensor, Tensor]]:
-    """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once, fully reorthogonalised.
+def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True) -> list[tuple[Tensor, Tensor]]:
+    """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once, each new vector's coefficients
+    on its whole basis measured and those above ``√ε β`` subtracted (all of them when not
+    ``selective``: full reorthogonalisation; :func:`orthogonalise_`).
 
     One product with ``k`` columns per step. Returns per start vector the tridiagonal ``T``'s
     diagonal ``α (m,)`` and off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's
@@ -211,8 +213,8 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int) -> list[tuple[Tensor, Tens
         w = apply(q).clone()
         a = (w * q).sum(1)
         w = w - a[:, None] * q - (betas[j - 1, :, None] * Q[:, j - 1] if j else 0.0)
-        for i in range(k):                                        # full reorthogonalisation
-            orthogonalise_(w[i], Q[i, : j + 1])
+        for i in range(k):                                        # measured against all, selective
+            orthogonalise_(w[i], Q[i, : j + 1], selective)
         alphas[j] = a
         b = torch.linalg.vector_norm(w, dim=1)
         stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps).to(b.device)

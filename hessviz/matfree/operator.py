@@ -86,7 +86,13 @@ class MatrixFreeHessian:
 
     def matvec(self, v: Tensor | np.ndarray, term: str = "full", rows: Sequence[str] | None = None,
                cols: Sequence[str] | None = None) -> Tensor:
-        """``H v`` for ``v (P',)`` or ``(P', k)`` (same shape back; ``P'`` of ``cols``)."""
+        """``H v`` for ``v (P',)`` or ``(P', k)`` (same shape back; ``P'`` of ``cols``).
+
+        ``v`` is **cast** to the products' dtype and device (a float32 ``v`` on a float64 result is
+        promoted, a float64 ``v`` on float32 products rounded, a CPU ``v`` copied to the GPU);
+        anything but a floating-point tensor or array is refused. A ``(P', k)`` ``v`` in either
+        memory layout is swept ``k`` columns at a time as contiguous ``(k, P')`` rows (a
+        C-contiguous ``v`` is copied once into that layout); the result is ``(P', k)``, F-contiguous."""
         check_term(term)
         r, c = self.layout(rows), self.layout(cols)
         V, vector = as_columns(v, c.size, self.X)

@@ -79,7 +79,9 @@ def eigenthings_top(products: Counted, k: int, tol: float, steps: int,
 
 
 def pyhessian_top(cfg, params, X, Y, k: int) -> tuple[np.ndarray, int]:
-    import pyhessian.hessian as ph
+    import importlib
+
+    ph = importlib.import_module("pyhessian.hessian")     # the module (the package names its class so)
 
     from hessviz import reference
 
