@@ -13,6 +13,7 @@ process:
 * ``product``: one closed-form product against double backward with the gradient's graph kept
   and against double backward per call (the graph built anew), interleaved medians;
 * ``batch``: ``k = 8`` products at once (``V (P, 8)``, C- and F-contiguous) against one;
+* ``float32``: float32 products and top-5 against float64 (accuracy and time);
 * ``slq``: the SLQ density, 10 probes × 80 steps.
 
 Peak memory is the resident size's high-water mark (``VmHWM``) after a reset
@@ -87,6 +88,10 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
         methods = {n: f for n, f in methods.items() if any(w in n for w in which)}
     e = spectral.eigenpairs(res, "full", 5, "top", seed=1, tol=1e-11, solver="torch")
     ref = e.values[::-1]
+    mag = None
+    if any("PyHessian" in n for n in methods):                      # it answers the largest |λ|
+        m = spectral.eigenpairs(res, "full", 5, "magnitude", seed=1, tol=1e-11, solver="torch")
+        mag = np.sort(m.values)[::-1]
     out = {}
     for name, fn in methods.items():
         try:
@@ -94,9 +99,11 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
         except ImportError as err:                                    # a peer not installed
             out[name] = {"skipped": str(err)}
             continue
-        r["max_rel_diff"] = float(np.max(np.abs(np.asarray(r["values"]) - ref) / np.abs(ref)))
+        against = mag if "PyHessian" in name else ref
+        r["max_rel_diff"] = float(np.max(np.abs(np.asarray(r["values"]) - against) / np.abs(against)))
         out[name] = r
     return {"row": "top5", "L": len(X), "P": res.size, "reference": ref.tolist(),
+            "reference_magnitude": None if mag is None else mag.tolist(),
             "reference_residuals": e.residuals[::-1].tolist(), "methods": out, "load": os.getloadavg()}
 
 
@@ -127,6 +134,31 @@ def product_row(seq_len: int, repeats: int = 5, k: int = 8) -> dict:
             "agreement": agree, "repeats": repeats, "load": os.getloadavg()}
 
 
+def float32_row(seq_len: int, repeats: int = 3) -> dict:
+    """float32 products and top-5 against float64 on the same layer and text: the largest relative
+    difference of a product (``max|Δ| / max|ref|``), of the top-5 (torch core, ``tol = 1e-5`` in
+    float32, ``1e-8`` in float64), and the interleaved product medians."""
+    cfg, params, X, Y = real_case(seq_len)
+    r64 = hv.hessian(cfg, params, X, Y)
+    r32 = hv.hessian(cfg, {n: w.float() for n, w in params.items()}, X.float(), Y.float())
+    v = torch.randn(r64.size, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    v32 = v.float()
+    ref = r64.matvec(v)
+    product = float((r32.matvec(v32).double() - ref).abs().max() / ref.abs().max())
+    times = {n: t["median"] for n, t in interleaved({"float64": lambda: r64.matvec(v),
+                                                     "float32": lambda: r32.matvec(v32)}, repeats).items()}
+    start = time.perf_counter()
+    e32 = spectral.eigenpairs(r32, "full", 5, "top", seed=0, tol=1e-5, solver="torch")
+    s32 = time.perf_counter() - start
+    start = time.perf_counter()
+    e64 = spectral.eigenpairs(r64, "full", 5, "top", seed=0, tol=1e-8, solver="torch")
+    s64 = time.perf_counter() - start
+    top = float(np.max(np.abs(e32.values - e64.values) / np.abs(e64.values)))
+    return {"row": "float32", "L": len(X), "product_rel_diff": product, "top5_rel_diff": top, "times": times,
+            "top5_seconds": {"float32": s32, "float64": s64},
+            "top5_products": {"float32": e32.matvecs, "float64": e64.matvecs}, "load": os.getloadavg()}
+
+
 def slq_row(seq_len: int, probes: int = 10, steps: int = 80) -> dict:
     cfg, params, X, Y = real_case(seq_len)
     res = hv.hessian(cfg, params, X, Y)
@@ -151,12 +183,14 @@ def markdown(rows: list[dict]) -> str:
             ours = r["methods"].get("hessviz torch Lanczos", {}).get("seconds")
             peer = [m["seconds"] for n, m in r["methods"].items()
                     if "seconds" in m and not n.startswith("hessviz")]
+            mag = r.get("reference_magnitude")
             out += [f"**Top-5 eigenvalues**, L = {r['L']}, P = {r['P']:,} (load {_load(r)}); reference "
                     f"{', '.join(f'{x:.6f}' for x in r['reference'])} (torch core, tol 1e-11, "
-                    f"true residuals ≤ {max(r['reference_residuals']):.1e}).", "",
+                    f"true residuals ≤ {max(r['reference_residuals']):.1e})."
+                    + ("" if mag is None else " PyHessian answers the largest |λ|; it is compared with "
+                       f"those: {', '.join(f'{x:.6f}' for x in mag)}."), "",
                     "| method | products | seconds | fastest peer / this | peak MiB | "
-                    "max rel. diff from reference |",
-                    "|---|---:|---:|---:|---:|---:|"]
+                    "max rel. diff from reference |", "|---|---:|---:|---:|---:|---:|"]
             for name, m in r["methods"].items():
                 if "skipped" in m:
                     out.append(f"| {name} | | | | | not installed |")
@@ -181,6 +215,13 @@ def markdown(rows: list[dict]) -> str:
                 out.append(f"| {name} | {s * 1e3:.1f} | {s * 1e3 / cols:.1f} | {one / (s / cols):.2f}× | "
                            f"{'' if peak is None else f'{peak:.0f}'} |")
             out.append("")
+        elif r["row"] == "float32":
+            t, ts, tp = r["times"], r["top5_seconds"], r["top5_products"]
+            out += [f"**float32 against float64**, L = {r['L']} (load {_load(r)}): one product "
+                    f"{t['float32'] * 1e3:.1f} ms vs {t['float64'] * 1e3:.1f} ms, max rel. diff "
+                    f"{r['product_rel_diff']:.1e}; top-5 (torch core, tol 1e-5 / 1e-8) {ts['float32']:.1f} s "
+                    f"({tp['float32']} products) vs {ts['float64']:.1f} s ({tp['float64']}), max rel. diff "
+                    f"{r['top5_rel_diff']:.1e}.", ""]
         elif r["row"] == "slq":
             out += [f"**SLQ density**, {r['probes']} probes × {r['steps']} steps, L = {r['L']}: "
                     f"{r['seconds']:.1f} s, {r['products']} products, peak {r['peak_mib']:.0f} MiB over the "
@@ -204,7 +245,7 @@ def write_section(path, text: str, header: str = "") -> None:
 
 
 def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128), slq_len: int = 128,
-         threads: int = 1, repeats: int = 5, progress=print) -> list[dict]:
+         threads: int = 1, repeats: int = 5, float32_lens=(24,), progress=print) -> list[dict]:
     import json
     from pathlib import Path
 
@@ -216,6 +257,9 @@ def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128
     for L in top5_lens:
         progress(f"top-5 L={L}")
         rows.append(top5_row(L))
+    for L in float32_lens:
+        progress(f"float32 L={L}")
+        rows.append(float32_row(L))
     if slq_len:
         progress(f"SLQ L={slq_len}")
         rows.append(slq_row(slq_len))
@@ -234,7 +278,9 @@ if __name__ == "__main__":
     p.add_argument("--top5-lens", type=int, nargs="*", default=[24])
     p.add_argument("--product-lens", type=int, nargs="*", default=[24, 64, 128])
     p.add_argument("--slq-len", type=int, default=128, help="0: no SLQ row")
+    p.add_argument("--float32-lens", type=int, nargs="*", default=[24])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
-    main(a.out, tuple(a.top5_lens), tuple(a.product_lens), a.slq_len, a.threads, a.repeats)
+    main(a.out, tuple(a.top5_lens), tuple(a.product_lens), a.slq_len, a.threads, a.repeats,
+         tuple(a.float32_lens))
