@@ -295,17 +295,12 @@ def machine(device: str = "cpu") -> str:
             f"load average {load} at the end (1, 5, 15 min)")
 
 
-def main(out: Path = Path("benchmarks/MATFREE.md"), speed: bool = True, **kw) -> list[dict]:
-    """The rows above into ``out``; then, unless ``speed`` is off or the device is CUDA, the real-layer
-    rows of :mod:`hessviz.matfree.speed` (the Lanczos core against its peers) as its section."""
+def main(out: Path = Path("benchmarks/MATFREE.md"), **kw) -> list[dict]:
     result = rows(**kw)
     out.parent.mkdir(parents=True, exist_ok=True)
     header = f"# Matrix-free products, MiniLM-sized layer (float64, {machine(kw.get('device', 'cpu'))})\n\n"
     out.write_text(header + markdown(result))
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    if speed and torch.device(kw.get("device", "cpu")).type == "cpu":
-        from hessviz.matfree import speed as speed_rows
-        speed_rows.main(out, threads=kw.get("threads", 1))
     return result
 
 
@@ -321,5 +316,5 @@ if __name__ == "__main__":
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--device", default="cpu", help="cpu or cuda: where the parameters and inputs live")
     a = p.parse_args()
-    main(Path(a.out), speed=False, seq_lens=tuple(a.seq_lens), repeats=a.repeats, threads=a.threads,
+    main(Path(a.out), seq_lens=tuple(a.seq_lens), repeats=a.repeats, threads=a.threads,
          spectral_len=a.spectral_len, memory=not a.no_memory, device=a.device)
