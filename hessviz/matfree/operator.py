@@ -4,6 +4,15 @@ r"""Hessian products without the matrix: ``V ↦ H V`` for any term, weights and
 (:func:`hessviz.matfree.block.build`); each product is then one tangent-forward and one
 tangent-reverse sweep (:meth:`Tape.sweep`), batched over the columns of ``V``.
 
+**State kept at the point.** Everything that does not depend on ``v`` is computed once, when
+the tape is first built (a cached property of this object, so it is freed with the result): the
+forward record (every activation), the attention weights ``A`` and their first-order adjoints
+(``Ā``, ``S̄`` and the scaled factors ``c S̄``, ``c K``, ``c Q``), the LayerNorm factors (``1/σ``,
+the normalised input, ``n̄``, ``mean(n ⊙ n̄)``), the loss gradient ``∇_Z ℓ`` and its curvature at
+``Z`` (the softmax ``p`` for cross-entropy). Its size is that of one forward and one reverse pass,
+``O(L d + H L² + L d_ff)`` per layer. A repeated product runs only the ``v``-dependent tangent and
+tangent-reverse sweeps (``tests/test_lanczos.py`` checks repeats are bit-identical).
+
 Memory per product column: the tangents of every activation, ``O(L d + H L² + L d_ff)``,
 plus ``O(P)`` for the weight tangents. Nothing of size ``P × P`` or ``(L, d, d)`` is formed.
 
