@@ -40,11 +40,14 @@ MODEL, LAYER = "all-MiniLM-L6-v2", 3
 
 def real_case(seq_len: int, device: str = "cpu"):
     """``cfg, params, X, Y`` of MiniLM's layer :data:`LAYER` on the first ``seq_len`` tokens of
-    the bench text (:func:`hessviz.pretrained.bench.text_ids`)."""
-    from hessviz.pretrained import load
-    from hessviz.pretrained.bench import text_ids
+    real English (the start of Python's ``pydoc_data`` help on assignment, as
+    :func:`hessviz.pretrained.bench.text_ids`, ``2 L`` words so it fits 512 positions)."""
+    from pydoc_data.topics import topics
 
-    ids = text_ids(seq_len)
+    from hessviz.pretrained import load
+
+    ids = load.token_ids(MODEL, " ".join(topics["assignment"].split()[:2 * seq_len]))
+    ids = ids[:seq_len - 1] + ids[-1:]                     # [CLS] … [SEP], seq_len tokens
     cfg, params = load.load_layer(MODEL, LAYER, device=device)
     cfg = dataclasses.replace(cfg, seq_len=len(ids))
     X = load.layer_inputs(MODEL, ids, LAYER, device=device)
@@ -245,28 +248,34 @@ def write_section(path, text: str, header: str = "") -> None:
 
 
 def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128), slq_len: int = 128,
-         threads: int = 1, repeats: int = 5, float32_lens=(24,), progress=print) -> list[dict]:
+         threads: int = 1, repeats: int = 5, float32_lens=(24,), progress=None) -> list[dict]:
     import json
     from pathlib import Path
 
     torch.set_num_threads(threads)
-    rows = []
-    for L in product_lens:
-        progress(f"products L={L}")
-        rows.append(product_row(L, repeats))
+    progress = progress or (lambda msg: print(msg, flush=True))
+    rows: list[dict] = []
+    partial = Path(out).with_name("MATFREE_SPEED.json")
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        partial.write_text(json.dumps(rows, indent=2))            # kept row by row
+
     for L in top5_lens:
         progress(f"top-5 L={L}")
-        rows.append(top5_row(L))
+        add(top5_row(L))
+    for L in product_lens:
+        progress(f"products L={L}")
+        add(product_row(L, repeats))
     for L in float32_lens:
         progress(f"float32 L={L}")
-        rows.append(float32_row(L))
+        add(float32_row(L))
     if slq_len:
         progress(f"SLQ L={slq_len}")
-        rows.append(slq_row(slq_len))
+        add(slq_row(slq_len))
     header = (f"Real MiniLM layer {LAYER} (all-MiniLM-L6-v2 weights, a real text), float64, "
               f"{threads} thread(s), torch {torch.__version__}; `python -m hessviz.matfree.speed`.\n\n")
     write_section(out, markdown(rows), header)
-    Path(out).with_name("MATFREE_SPEED.json").write_text(json.dumps(rows, indent=2))
     return rows
 
 
