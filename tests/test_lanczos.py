@@ -177,3 +177,18 @@ def test_dense_extremes_use_the_torch_core():
     ev = torch.linalg.eigvalsh(A).numpy()
     assert spec.partial and spec.method.startswith("thick-restart Lanczos")
     np.testing.assert_allclose(spec.values, np.concatenate([ev[:4], ev[-4:]]), rtol=0, atol=1e-9)
+
+
+def test_speed_section_is_rewritten_in_place(tmp_path):
+    """The bench section of MATFREE.md is replaced, not appended, and the rest of the file kept."""
+    from hessviz.matfree import speed
+
+    row = {"row": "slq", "L": 8, "P": 10, "probes": 2, "steps": 3, "seconds": 1.5, "products": 6,
+           "peak_mib": 1.0, "support": [-1.0, 2.0], "load": (1.0, 1.0, 1.0)}
+    out = tmp_path / "MATFREE.md"
+    out.write_text("# Products\n\nold table\n")
+    speed.write_section(out, speed.markdown([row]), "first\n\n")
+    speed.write_section(out, speed.markdown([dict(row, seconds=2.5)]), "second\n\n")
+    text = out.read_text()
+    assert text.startswith("# Products\n\nold table\n") and text.count(speed.SECTION) == 1
+    assert "second" in text and "2.5 s, 6 products" in text and "first" not in text

@@ -247,6 +247,20 @@ def write_section(path, text: str, header: str = "") -> None:
     path.write_text(keep + SECTION + "\n\n" + header + text)
 
 
+def header(threads: int) -> str:
+    return (f"Real MiniLM layer {LAYER} (all-MiniLM-L6-v2 weights, a real text), float64, "
+            f"{threads} thread(s), torch {torch.__version__}; `python -m hessviz.matfree.speed`.\n\n")
+
+
+def render(out="benchmarks/MATFREE.md", threads: int = 1) -> None:
+    """Rewrite the section of ``out`` from the rows saved so far (``MATFREE_SPEED.json`` beside it)."""
+    import json
+    from pathlib import Path
+
+    rows = json.loads(Path(out).with_name("MATFREE_SPEED.json").read_text())
+    write_section(out, markdown(rows), header(threads))
+
+
 def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128), slq_len: int = 128,
          threads: int = 1, repeats: int = 5, float32_lens=(24,), progress=None) -> list[dict]:
     import json
@@ -273,9 +287,7 @@ def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128
     if slq_len:
         progress(f"SLQ L={slq_len}")
         add(slq_row(slq_len))
-    header = (f"Real MiniLM layer {LAYER} (all-MiniLM-L6-v2 weights, a real text), float64, "
-              f"{threads} thread(s), torch {torch.__version__}; `python -m hessviz.matfree.speed`.\n\n")
-    write_section(out, markdown(rows), header)
+    write_section(out, markdown(rows), header(threads))
     return rows
 
 
@@ -290,6 +302,10 @@ if __name__ == "__main__":
     p.add_argument("--float32-lens", type=int, nargs="*", default=[24])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--render", action="store_true", help="only rewrite the section from the saved rows")
     a = p.parse_args()
+    if a.render:
+        render(a.out, a.threads)
+        raise SystemExit(0)
     main(a.out, tuple(a.top5_lens), tuple(a.product_lens), a.slq_len, a.threads, a.repeats,
          tuple(a.float32_lens))
