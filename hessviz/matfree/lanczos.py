@@ -24,7 +24,8 @@ points share the step below:
   one product): the values returned are their Rayleigh quotients ``uᵀHu`` and the residuals the
   **true** ``‖Hu − θu‖``; the estimate is never the only word. The reorthogonalisation is
   *selective* by default (:func:`orthogonalise_`): every coefficient against the whole basis is
-  measured each step, only those above ``√ε β`` are subtracted.
+  measured each step, only those above ``√ε β`` are subtracted (float64 only: in float32,
+  ``√ε ≈ 3e-4`` would cost the Ritz values that much, so float32 reorthogonalises fully).
 * :func:`tridiagonal`: plain Lanczos from several start vectors side by side (the SLQ probes),
   fully reorthogonalised, one ``k``-column product per step; returns each ``T``'s ``α, β``.
 
@@ -140,6 +141,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     ``like`` gives the dtype and device of the basis; the start vector is a float64 normal
     vector from ``torch.Generator().manual_seed(seed)`` (the same numbers on every device)."""
     m = _check(n, k, which, tol, ncv)
+    selective = selective and like.dtype == torch.float64          # √ε of float32 is too coarse
     Q = like.new_empty(m + 1, n)
     T = torch.zeros(m, m, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
@@ -204,6 +206,7 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True) ->
     """
     k, n = v0.shape
     steps = min(steps, n)
+    selective = selective and v0.dtype == torch.float64
     Q = v0.new_zeros(k, steps, n)                                  # each probe's basis contiguous
     q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
     alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
