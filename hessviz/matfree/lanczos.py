@@ -100,6 +100,21 @@ def orthogonalise_(w: Tensor, basis: Tensor, selective: bool = False) -> Tensor:
     return h
 
 
+COLUMNS = 1 << 14
+"""Columns per piece in :func:`combine_`: ``(r, m) @ (m, n)`` with ``m, r ≈ 20`` and ``n`` in the
+millions runs at a fifth of the memory speed as one GEMM on the CPU, at full speed in cache-sized
+pieces."""
+
+
+def combine_(Y: Tensor, Q: Tensor, out: Tensor) -> Tensor:
+    """``out = Yᵀ Q`` for ``Y (m, r)``, ``Q (m, n)``, ``out (r, n)``, column piece by column piece;
+    ``out`` may be the first ``r`` rows of ``Q`` itself (each piece is read before it is written)."""
+    Yt = Y.T.contiguous()
+    for c in range(0, Q.shape[1], COLUMNS):
+        out[:, c:c + COLUMNS] = Yt @ Q[:, c:c + COLUMNS]
+    return out
+
+
 def _check(n: int, k: int, which: str, tol: float, ncv: int | None) -> int:
     if which not in WHICH:
         raise ConfigError(f"which must be one of {WHICH}, got {which!r}")
@@ -173,7 +188,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
                 Q[j + 1] = w / torch.linalg.vector_norm(w)
                 beta = 0.0
             else:
-                Q[j + 1] = w / beta
+                torch.div(w, beta, out=Q[j + 1])
         S = torch.triu(T) + torch.triu(T, 1).T
         theta, Y = torch.linalg.eigh(S)
         order = _wanted(theta, m, which)
@@ -184,8 +199,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
         if done or restarts >= max_restarts:
             break
         restarts += 1                                   # thick restart on the best `keep` Ritz vectors
-        Yk = Y[:, :keep].to(like)
-        Q[:keep] = Yk.T @ Q[:m]
+        combine_(Y[:, :keep].to(like), Q[:m], Q[:keep])
         Q[keep] = Q[m]
         T.zero_()
         T[range(keep), range(keep)] = theta[:keep]
@@ -193,7 +207,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     values, residuals = theta[:k].clone(), est[:k].clone()
     U = None
     if vectors or check:
-        U = Y[:, :k].to(like).T @ Q[:m]
+        U = combine_(Y[:, :k].to(like), Q[:m], like.new_empty(k, n))
         U = U / torch.linalg.vector_norm(U, dim=1, keepdim=True)
     if check:
         HU = apply(U)
