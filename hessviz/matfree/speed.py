@@ -93,7 +93,7 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
     ref = e.values[::-1]
     mag = None
     if any("PyHessian" in n for n in methods):                      # it answers the largest |λ|
-        m = spectral.eigenpairs(res, "full", 5, "magnitude", seed=1, tol=1e-11, solver="torch")
+        m = spectral.eigenpairs(res, "full", 5, "magnitude", seed=1, tol=1e-8, solver="torch")
         mag = np.sort(m.values)[::-1]
     out = {}
     for name, fn in methods.items():
