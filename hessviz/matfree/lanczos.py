@@ -17,7 +17,7 @@ points share the step below:
   and the run **stops when** ``β_m |y_{m,i}| ≤ tol · |θ_i|`` for every wanted pair (``|θ_i|``
   floored at ``ε^{2/3} · max|θ|`` as ARPACK floors it at ``ε^{2/3}``, so a zero eigenvalue can
   converge). Otherwise it restarts on the
-  ``ℓ = k + (m − k) // 2`` best Ritz vectors and ``q_{m+1}``: ``Q[:ℓ] ← Yᵀ Q`` (one GEMM),
+  ``ℓ = k + (m − k) // 2`` best Ritz vectors and ``q_{m+1}``: ``Q[:ℓ] ← Yᵀ Q`` (:func:`combine_`),
   ``T[:ℓ, :ℓ] = diag(θ)``. ``which`` is ``"top"`` (largest algebraic, ARPACK's ``LA``),
   ``"bottom"`` (``SA``) or ``"magnitude"`` (``LM``): ``full`` is indefinite, so both ends matter.
   With ``check=True`` the returned vectors are multiplied by ``H`` once more (``k`` columns in
@@ -29,7 +29,9 @@ points share the step below:
   (``selective=True``, :func:`orthogonalise_`) floors the residuals near ``√ε ‖H‖``, above a
   ``1e-8 · |λ|`` tolerance on a Hessian whose ``‖H‖`` is several ``|λ|``.
 * :func:`tridiagonal`: plain Lanczos from several start vectors side by side (the SLQ probes),
-  fully reorthogonalised, one ``k``-column product per step; returns each ``T``'s ``α, β``.
+  one ``k``-column product per step, reorthogonalised selectively in float64 (every coefficient
+  measured, those above ``√ε β`` subtracted: semi-orthogonal, enough for quadrature nodes and
+  weights); returns each ``T``'s ``α, β``.
 
 **Tolerances, against the peers** (read from their sources):
 
@@ -37,9 +39,12 @@ points share the step below:
   which leaves the eigensolver to scipy): the same test on the *estimated* residual,
   ``‖r_i‖ ≤ tol · |θ_i|``, ``tol = 0`` meaning machine precision; ``maxiter = 10 n`` restarts.
   Ours is the same test, plus the true residual after convergence.
-* hessian-eigenthings ``lanczos``: scipy ``eigsh`` with ``which="LM"``, ``tol = 1e-6``,
-  ``maxiter = max_steps = 20`` and ``ncv = max(2k + 1, 20)`` by default: at most 20 restarts,
-  and largest *magnitude*, not largest algebraic.
+* hessian-eigenthings ``lanczos`` (1.0.0a5, the bench's): its own torch Lanczos, **no restart**:
+  ``max_iter = min(2k, n − 1)`` steps by default, full reorthogonalisation (vector by vector)
+  only when ``max_iter ≤ 50``, ``which="LM"`` (largest *magnitude*) by default, and
+  ``converged`` flags ``|β_m s_{m,i}| < tol · |λ_i|`` with ``tol = 1e-4`` without acting on it;
+  its 0.x releases handed the operator to scipy ``eigsh`` with ``tol = 1e-6``, ``maxiter = 20``,
+  ``ncv = max(2k + 1, 20)``.
 * PyHessian ``eigenvalues``: power iteration with deflation, stopped when the Rayleigh quotient
   moves by less than ``tol = 1e-3`` relative (``|λ_i − λ_{i−1}| / (|λ_{i−1}| + 1e-6)``), at most
   100 products per eigenvalue; no residual test, largest magnitude, unsorted.
