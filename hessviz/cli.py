@@ -277,6 +277,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "matfree" in args.suite:
         from hessviz.matfree import bench as matfree_bench
         matfree_bench.main(out=out / "MATFREE.md", repeats=max(args.repeats, 7), threads=args.threads)
+        from hessviz.matfree import speed
+        speed.main(out / "MATFREE.md", threads=args.threads, repeats=max(args.repeats, 5))
         print(f"wrote {out / 'MATFREE.md'}")
     if "pretrained" in args.suite:
         from hessviz.pretrained import bench as pretrained_bench

@@ -149,7 +149,9 @@ class HessianResult:
         return self.products
 
     def matvec(self, v: Tensor, term: str = "full") -> Tensor:
-        """``H v`` for ``v (P',)`` or ``(P', k)``, without forming ``H`` (``P'`` = :attr:`size`)."""
+        """``H v`` for ``v (P',)`` or ``(P', k)``, without forming ``H`` (``P'`` = :attr:`size`);
+        ``v`` is cast to the products' dtype and device
+        (:meth:`~hessviz.matfree.operator.MatrixFreeHessian.matvec`)."""
         return self._matrix_free().matvec(v, term)
 
     def linear_operator(self, term: str = "full") -> LinearOperator:

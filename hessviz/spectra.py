@@ -1,7 +1,8 @@
 r"""Spectra and norms of Hessian terms.
 
 * :func:`eigenvalues`: all eigenvalues (dense ``eigvalsh``) or, for large matrices, the
-  ``k`` largest and ``k`` smallest by Lanczos (scipy ``eigsh``), saying which it used.
+  ``k`` largest and ``k`` smallest by Lanczos (the torch core of :mod:`hessviz.matfree.lanczos`,
+  on ``H``'s device), saying which it used.
   Given ``rank`` (a bound on the rank of a positive semi-definite ``H``, e.g. ``L·d`` for
   the outer term ``JᵀAJ`` with ``J (L d, P)``), a large ``H`` gets all its eigenvalues
   from :func:`low_rank_eigenvalues` instead: Lanczos crawls on the smallest eigenvalues
@@ -64,9 +65,10 @@ def low_rank_eigenvalues(H: Tensor, rank: int, *, oversample: int = 10, seed: in
 
 
 def eigenvalues(H: Tensor, *, k: int = 64, dense_limit: int = DENSE_LIMIT,
-                rank: int | None = None) -> Spectrum:
+                rank: int | None = None, tol: float = 1e-10) -> Spectrum:
     """Eigenvalues of the symmetric ``H (n, n)``: dense up to ``dense_limit``; past it all of them
-    from the range when ``rank`` bounds the rank well below ``n``, else the Lanczos extremes."""
+    from the range when ``rank`` bounds the rank well below ``n``, else the Lanczos extremes
+    (:func:`hessviz.matfree.lanczos.extremes` on ``H``'s device, residuals ``≤ tol · |λ|``)."""
     n = H.shape[0]
     if rank is not None and n > dense_limit and 2 * (rank + 10) <= n:
         return low_rank_eigenvalues(H, rank)
@@ -74,13 +76,13 @@ def eigenvalues(H: Tensor, *, k: int = 64, dense_limit: int = DENSE_LIMIT,
         sym = 0.5 * (H + H.T)
         vals = torch.linalg.eigvalsh(sym.to(torch.float64)).cpu().numpy()
         return Spectrum(vals, False, n, "dense eigvalsh")
-    from scipy.sparse.linalg import eigsh
+    from hessviz.matfree.lanczos import extremes
 
-    A = H.detach().to(torch.float64).cpu().numpy()
-    top = eigsh(A, k=k, which="LA", return_eigenvectors=False)
-    bottom = eigsh(A, k=k, which="SA", return_eigenvectors=False)
-    vals = np.unique(np.concatenate([bottom, top]))
-    return Spectrum(np.sort(vals), True, n, f"scipy eigsh, {k} largest and {k} smallest")
+    A = H.detach().to(torch.float64)
+    ends = [extremes(lambda V: V @ A, n, k, which, tol=tol, like=A, check=False).values.numpy()
+            for which in ("top", "bottom")]
+    vals = np.unique(np.concatenate(ends))
+    return Spectrum(np.sort(vals), True, n, f"thick-restart Lanczos, {k} largest and {k} smallest")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ there once, timed and measured together. On a CUDA ``device`` the memory is the 
 timed call.
 
 ``rows(...)`` returns dicts; ``markdown(rows)`` renders them; ``python -m
-hessviz.matfree.bench`` writes ``benchmarks/MATFREE.md``.
+hessviz.matfree.bench`` writes ``benchmarks/MATFREE.md``; ``hessviz bench --suite matfree``
+adds the real-layer section of :mod:`hessviz.matfree.speed` (``python -m hessviz.matfree.speed``
+alone rewrites just that section).
 """
 
 from __future__ import annotations

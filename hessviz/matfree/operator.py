@@ -4,6 +4,15 @@ r"""Hessian products without the matrix: ``V ↦ H V`` for any term, weights and
 (:func:`hessviz.matfree.block.build`); each product is then one tangent-forward and one
 tangent-reverse sweep (:meth:`Tape.sweep`), batched over the columns of ``V``.
 
+**State kept at the point.** Everything that does not depend on ``v`` is computed once, when
+the tape is first built (a cached property of this object, so it is freed with the result): the
+forward record (every activation), the attention weights ``A`` and their first-order adjoints
+(``Ā``, ``S̄`` and the scaled factors ``c S̄``, ``c K``, ``c Q``), the LayerNorm factors (``1/σ``,
+the normalised input, ``n̄``, ``mean(n ⊙ n̄)``), the loss gradient ``∇_Z ℓ`` and its curvature at
+``Z`` (the softmax ``p`` for cross-entropy). Its size is that of one forward and one reverse pass,
+``O(L d + H L² + L d_ff)`` per layer. A repeated product runs only the ``v``-dependent tangent and
+tangent-reverse sweeps (``tests/test_lanczos.py`` checks repeats are bit-identical).
+
 Memory per product column: the tangents of every activation, ``O(L d + H L² + L d_ff)``,
 plus ``O(P)`` for the weight tangents. Nothing of size ``P × P`` or ``(L, d, d)`` is formed.
 
@@ -76,6 +85,7 @@ class MatrixFreeHessian:
         """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``."""
         out = []
         for chunk in V.split(BATCH):
+            chunk = chunk.contiguous()                     # (k, P') rows: unit-stride weight tangents
             prods = self.tape.sweep(cols.scatter(chunk), term, rows.bases)
             out.append(rows.gather(prods, chunk.shape[0], chunk))
             self.matvecs += chunk.shape[0]
@@ -85,7 +95,13 @@ class MatrixFreeHessian:
 
     def matvec(self, v: Tensor | np.ndarray, term: str = "full", rows: Sequence[str] | None = None,
                cols: Sequence[str] | None = None) -> Tensor:
-        """``H v`` for ``v (P',)`` or ``(P', k)`` (same shape back; ``P'`` of ``cols``)."""
+        """``H v`` for ``v (P',)`` or ``(P', k)`` (same shape back; ``P'`` of ``cols``).
+
+        ``v`` is **cast** to the products' dtype and device (a float32 ``v`` on a float64 result is
+        promoted, a float64 ``v`` on float32 products rounded, a CPU ``v`` copied to the GPU);
+        anything but a floating-point tensor or array is refused. A ``(P', k)`` ``v`` in either
+        memory layout is swept ``k`` columns at a time as contiguous ``(k, P')`` rows (a
+        C-contiguous ``v`` is copied once into that layout); the result is ``(P', k)``, F-contiguous."""
         check_term(term)
         r, c = self.layout(rows), self.layout(cols)
         V, vector = as_columns(v, c.size, self.X)

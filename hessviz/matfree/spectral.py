@@ -6,8 +6,9 @@ a ``term``, a ``seed`` (same seed, same numbers) and a ``progress`` callback
 ``None`` where it is not known in advance). An exception raised by the callback cancels the
 computation and propagates.
 
-* :func:`eigenpairs`: the ``k`` largest (``which="top"``) or smallest (``"bottom"``)
-  eigenpairs by implicitly restarted Lanczos (``scipy.sparse.linalg.eigsh``).
+* :func:`eigenpairs`: the ``k`` largest (``which="top"``), smallest (``"bottom"``) or
+  largest-magnitude (``"magnitude"``) eigenpairs by thick-restart Lanczos in torch
+  (:func:`hessviz.matfree.lanczos.extremes`; scipy ``eigsh`` for small operators).
 * :func:`density`: the spectral density by stochastic Lanczos quadrature (Ubaru, Chen and
   Saad 2017; PyHessian): for each of ``probes`` Rademacher vectors ``v/‖v‖``, ``steps``
   Lanczos steps with full reorthogonalisation give ``T = Y diag(θ) Yᵀ`` (the probes run
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -35,6 +37,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from torch import Tensor
 
 from hessviz.errors import ConfigError
+from hessviz.matfree.lanczos import extremes, tridiagonal
 from hessviz.matfree.operator import BATCH
 from hessviz.memory import memory_limit
 from hessviz.terms import check_term
@@ -85,6 +88,14 @@ def _rademacher(n: int, count: int, gen: torch.Generator, like: Tensor) -> Tenso
 # ----------------------------------------------------------------------------- eigenpairs
 
 
+SCIPY_BELOW = 2048
+"""``solver="auto"`` hands operators smaller than this to scipy ``eigsh``: on short vectors
+ARPACK's own work is negligible and it is the better-tested tool; from here on the torch core
+(:func:`hessviz.matfree.lanczos.extremes`) keeps the basis on the products' device."""
+
+SCIPY_WHICH = {"top": "LA", "bottom": "SA", "magnitude": "LM"}
+
+
 @dataclass(frozen=True)
 class Eigenpairs:
     values: np.ndarray
@@ -95,30 +106,59 @@ class Eigenpairs:
     term: str
     matvecs: int
     seconds: float
-    method: str = "Lanczos (scipy eigsh)"
+    method: str = "thick-restart Lanczos (torch)"
+    residuals: np.ndarray | None = None
+    """``(k,)`` true residuals ``‖H u − λ u‖`` in the order of ``values`` (torch core), or ``None``
+    (scipy, which reports none)."""
+    converged: bool = True
+
+
+def _check_tol(tol: object) -> float:
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol > 0 or not math.isfinite(tol):
+        raise ConfigError(f"tol must be a finite number > 0, got {tol!r}")
+    return float(tol)
 
 
 def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names: Sequence[str] | None = None,
                seed: int = 0, tol: float = 1e-8, vectors: bool = False, ncv: int | None = None,
-               progress: Progress | None = None) -> Eigenpairs:
-    """The ``k`` largest (``top``) or smallest (``bottom``) eigenpairs of ``term`` (of the
-    diagonal block ``names`` when given), relative tolerance ``tol``."""
-    if which not in ("top", "bottom"):
-        raise ConfigError(f"which must be 'top' or 'bottom', got {which!r}")
+               solver: str = "auto", progress: Progress | None = None) -> Eigenpairs:
+    """The ``k`` largest (``top``), smallest (``bottom``) or largest-magnitude (``magnitude``)
+    eigenpairs of ``term`` (of the diagonal block ``names`` when given).
+
+    ``solver="torch"``: thick-restart Lanczos on the products' device and dtype, stopped when
+    every wanted ``‖H u − θ u‖ ≤ tol · |θ|`` (:mod:`hessviz.matfree.lanczos`; its docstring says
+    how the peers' tolerances differ); ``"scipy"``: ARPACK ``eigsh`` with the same ``tol``
+    (float64 vectors on the CPU); ``"auto"``: scipy below :data:`SCIPY_BELOW` entries, else torch.
+    """
+    if which not in SCIPY_WHICH:
+        raise ConfigError(f"which must be 'top', 'bottom' or 'magnitude', got {which!r}")
+    if solver not in ("auto", "torch", "scipy"):
+        raise ConfigError(f"solver must be 'auto', 'torch' or 'scipy', got {solver!r}")
+    tol = _check_tol(tol)
     ops = _Products(res, term, names, names, progress, None, f"{which}-{k} eigenvalues")
     n = ops.rows.size
     _check_count("k", k, 1)
     if k >= n:
         raise ConfigError(f"k must be < the operator size {n} for Lanczos, got {k}; use the dense term")
     start = time.perf_counter()
-    v0 = np.random.default_rng(seed).standard_normal(n)
-    ncv = min(n, max(2 * k + 1, 20)) if ncv is None else ncv
-    out = eigsh(ops.scipy(), k=k, which="LA" if which == "top" else "SA", v0=v0, tol=tol, ncv=ncv,
-                return_eigenvectors=vectors)
-    vals, vecs = (out if vectors else (out, None))
-    order = np.argsort(vals)
-    return Eigenpairs(np.asarray(vals)[order], None if vecs is None else vecs[:, order], which, term,
-                      ops.done, time.perf_counter() - start)
+    if solver == "scipy" or (solver == "auto" and n < SCIPY_BELOW):
+        v0 = np.random.default_rng(seed).standard_normal(n)
+        ncv = min(n, max(2 * k + 1, 20)) if ncv is None else ncv
+        out = eigsh(ops.scipy(), k=k, which=SCIPY_WHICH[which], v0=v0, tol=tol, ncv=ncv,
+                    return_eigenvectors=vectors)
+        vals, vecs = (out if vectors else (out, None))
+        order = np.argsort(vals)
+        return Eigenpairs(np.asarray(vals)[order], None if vecs is None else vecs[:, order], which, term,
+                          ops.done, time.perf_counter() - start, "implicitly restarted Lanczos (scipy eigsh)")
+    r = extremes(ops, n, k, which, tol=tol, seed=seed, like=ops.like, ncv=ncv, vectors=vectors)
+    if not r.converged:
+        warnings.warn(f"Lanczos stopped after {r.restarts} restarts with residuals up to "
+                      f"{float(r.residuals.max()):.2g} (tol {tol:g} relative)", RuntimeWarning, stacklevel=2)
+    values = r.values.numpy()
+    order = np.argsort(values)
+    vecs = None if r.vectors is None else r.vectors.T.to(torch.float64).cpu().numpy()[:, order]
+    return Eigenpairs(values[order], vecs, which, term, ops.done, time.perf_counter() - start,
+                      residuals=r.residuals.numpy()[order], converged=r.converged)
 
 
 def top_eigenvalues(res, term: str = "full", k: int = 5, **kw) -> np.ndarray:
@@ -126,55 +166,7 @@ def top_eigenvalues(res, term: str = "full", k: int = 5, **kw) -> np.ndarray:
     return eigenpairs(res, term, k, "top", **kw).values[::-1].copy()
 
 
-# ----------------------------------------------------------------------------- Lanczos / SLQ
-
-
-REPEAT_BELOW = 2 ** -0.5
-"""DGKS criterion: project once more only if the projection removed more than ``1 − 1/√2``
-of ``w``'s norm (then ``w`` was nearly in the basis and round-off may remain)."""
-
-
-def _reorthogonalise_(w: Tensor, basis: Tensor) -> None:
-    """``w ← (I − Qᵀ Q) w`` in place, ``Q = basis (m, n)`` orthonormal rows, by classical
-    Gram–Schmidt with the DGKS test: a second pass only when the first cancelled a lot.
-
-    Two matrix–vector products (``mv``, ``addmv_``) read the basis, the memory-bound cost of
-    a Lanczos step; a batched ``bmm`` of ``(k, m, n)`` by ``(k, n, 1)`` reads it ~3× slower
-    on the CPU, so the probes go one by one."""
-    for _ in range(2):
-        before = torch.linalg.vector_norm(w)
-        w.addmv_(basis.T, torch.mv(basis, w), alpha=-1.0)
-        if torch.linalg.vector_norm(w) > REPEAT_BELOW * before:
-            return
-
-
-def lanczos(apply: Callable[[Tensor], Tensor], v0: Tensor, steps: int) -> list[tuple[Tensor, Tensor]]:
-    """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once, fully reorthogonalised.
-
-    One product with ``k`` columns per step. Returns per start vector the tridiagonal ``T``'s
-    diagonal ``α (m,)`` and off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's
-    Krylov space is invariant (``β`` below round-off), after which its rows stay zero.
-    """
-    k, n = v0.shape
-    steps = min(steps, n)
-    Q = v0.new_zeros(k, steps, n)                                  # each probe's basis contiguous
-    q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
-    alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
-    length = torch.full((k,), steps, dtype=torch.long)
-    for j in range(steps):
-        Q[:, j] = q
-        w = apply(q)
-        a = (w * q).sum(1)
-        w = w - a[:, None] * q - (betas[j - 1, :, None] * Q[:, j - 1] if j else 0.0)
-        for i in range(k):                                        # full reorthogonalisation
-            _reorthogonalise_(w[i], Q[i, : j + 1])
-        alphas[j] = a
-        b = torch.linalg.vector_norm(w, dim=1)
-        stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps).to(b.device)
-        length[stop.cpu()] = j + 1
-        betas[j] = torch.where(stop, 0.0, b)
-        q = torch.where((length > j + 1).to(w.device)[:, None], w / b.clamp_min(1e-300)[:, None], 0.0)
-    return [(alphas[: m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]
+# ----------------------------------------------------------------------------- SLQ
 
 
 @dataclass(frozen=True)
@@ -238,7 +230,7 @@ def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names
     group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // (4 * max(1, probe_bytes))))
     V = _rademacher(n, probes, gen, ops.like)
     for first in range(0, probes, group):
-        for alpha, beta in lanczos(ops, V[first:first + group], steps):
+        for alpha, beta in tridiagonal(ops, V[first:first + group], steps):
             T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)
             theta, Y = torch.linalg.eigh(T.to(torch.float64).cpu())
             nodes.append(theta.numpy())

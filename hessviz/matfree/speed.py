@@ -1,0 +1,311 @@
+"""Spectra at the speed of the products: the bench rows of issue 20 (``hessviz bench --suite matfree``).
+
+On a **real** MiniLM layer (all-MiniLM-L6-v2's layer 3, its weights, a real English text cut to
+``L`` tokens, MSE against the app's seeded target; float64, 1.77 M weights), side by side in one
+process:
+
+* ``top5``: the 5 largest eigenvalues by the torch core (:func:`hessviz.matfree.eigenpairs`),
+  by scipy ``eigsh`` on the same closed-form products, and by the peers of
+  :mod:`hessviz.matfree.peers` (scipy ``eigsh`` / hessian-eigenthings' Lanczos / PyHessian on
+  kept-graph double backward). Each: seconds, products, the largest relative difference from a
+  tight reference (the torch core at ``tol = 1e-11``, its true residuals shown) and the peak
+  resident memory over the set-up;
+* ``product``: one closed-form product against double backward with the gradient's graph kept
+  and against double backward per call (the graph built anew), interleaved medians;
+* ``batch``: ``k = 8`` products at once (``V (P, 8)``, C- and F-contiguous) against one;
+* ``float32``: float32 products and top-5 against float64 (accuracy and time);
+* ``slq``: the SLQ density, 10 probes × 80 steps.
+
+Peak memory is the resident size's high-water mark (``VmHWM``) after a reset
+(:func:`hessviz.matfree.bench._reset_peak`) minus the resident size then, in this process. The
+machine is shared: rows print the load average and the medians of interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+import hessviz as hv
+from hessviz.matfree import peers, spectral
+from hessviz.matfree.bench import _reset_peak, _rss_mib, interleaved
+
+MODEL, LAYER = "all-MiniLM-L6-v2", 3
+
+
+def real_case(seq_len: int, device: str = "cpu"):
+    """``cfg, params, X, Y`` of MiniLM's layer :data:`LAYER` on the first ``seq_len`` tokens of
+    real English (the start of Python's ``pydoc_data`` help on assignment, as
+    :func:`hessviz.pretrained.bench.text_ids`, ``2 L`` words so it fits 512 positions)."""
+    from pydoc_data.topics import topics
+
+    from hessviz.pretrained import load
+
+    ids = load.token_ids(MODEL, " ".join(topics["assignment"].split()[:2 * seq_len]))
+    ids = ids[:seq_len - 1] + ids[-1:]                     # [CLS] … [SEP], seq_len tokens
+    cfg, params = load.load_layer(MODEL, LAYER, device=device)
+    cfg = dataclasses.replace(cfg, seq_len=len(ids))
+    X = load.layer_inputs(MODEL, ids, LAYER, device=device)
+    _, Y = hv.sample_inputs(cfg, seed=0, device=device)
+    return cfg, params, X, Y
+
+
+def _measured(fn: Callable[[], tuple[np.ndarray, int]]) -> dict:
+    base = _reset_peak()
+    start = time.perf_counter()
+    values, products = fn()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "products": products, "values": [float(x) for x in values],
+            "peak_mib": _rss_mib() - base}
+
+
+def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
+             which: tuple[str, ...] | None = None) -> dict:
+    """Top-5 by every method at ``L = seq_len`` (``which`` limits the methods)."""
+    cfg, params, X, Y = real_case(seq_len)
+    res = hv.hessian(cfg, params, X, Y)
+    res.matvec(torch.zeros(res.size, dtype=X.dtype))                # the tape, built once
+
+    def ours(solver: str, t: float = tol):
+        def run():
+            e = spectral.eigenpairs(res, "full", 5, "top", seed=0, tol=t, solver=solver)
+            return e.values[::-1], e.matvecs
+        return run
+
+    kept = peers.Counted(cfg, params, X, Y)
+    methods = {
+        "hessviz torch Lanczos": ours("torch"),
+        "hessviz products + scipy eigsh": ours("scipy"),
+        "scipy eigsh on double backward (graph kept)": lambda: peers.scipy_top(kept, 5, tol),
+        f"hessian-eigenthings lanczos ({peer_steps} steps) on double backward (graph kept)":
+            lambda: peers.eigenthings_top(kept, 5, tol, peer_steps),
+        "PyHessian eigenvalues (power iteration, its defaults)":
+            lambda: peers.pyhessian_top(cfg, params, X, Y, 5),
+    }
+    if which is not None:
+        methods = {n: f for n, f in methods.items() if any(w in n for w in which)}
+    e = spectral.eigenpairs(res, "full", 5, "top", seed=1, tol=1e-11, solver="torch")
+    ref = e.values[::-1]
+    mag = None
+    if any("PyHessian" in n for n in methods):                      # it answers the largest |λ|
+        m = spectral.eigenpairs(res, "full", 5, "magnitude", seed=1, tol=1e-8, solver="torch")
+        mag = np.sort(m.values)[::-1]
+    out = {}
+    for name, fn in methods.items():
+        try:
+            r = _measured(fn)
+        except ImportError as err:                                    # a peer not installed
+            out[name] = {"skipped": str(err)}
+            continue
+        against = mag if "PyHessian" in name else ref
+        r["max_rel_diff"] = float(np.max(np.abs(np.asarray(r["values"]) - against) / np.abs(against)))
+        out[name] = r
+    return {"row": "top5", "L": len(X), "P": res.size, "reference": ref.tolist(),
+            "reference_magnitude": None if mag is None else mag.tolist(),
+            "reference_residuals": e.residuals[::-1].tolist(), "methods": out, "load": os.getloadavg()}
+
+
+def product_row(seq_len: int, repeats: int = 5, k: int = 8) -> dict:
+    """One product three ways, and ``k`` at once against one (interleaved medians, seconds)."""
+    cfg, params, X, Y = real_case(seq_len)
+    res = hv.hessian(cfg, params, X, Y)
+    gen = torch.Generator().manual_seed(0)
+    VC = torch.randn(res.size, k, generator=gen, dtype=X.dtype)
+    VF = VC.T.contiguous().T
+    v = VC[:, 0].contiguous()
+    kept, per_call = peers.Counted(cfg, params, X, Y), peers.per_call_hvp(cfg, params, X, Y)
+    # cfg.param_names order is θ order, as res.matvec's
+    agree = float((res.matvec(v) - kept(v)).abs().max() / kept(v).abs().max())
+    fns = {"closed form, one": lambda: res.matvec(v),
+           "double backward, graph kept": lambda: kept(v),
+           "double backward per call": lambda: per_call(v),
+           f"closed form, {k} at once (P, {k}) C-contiguous": lambda: res.matvec(VC),
+           f"closed form, {k} at once (P, {k}) F-contiguous": lambda: res.matvec(VF)}
+    times = {n: t["median"] for n, t in interleaved(fns, repeats).items()}
+    peak = {}
+    for name in ("closed form, one", "double backward, graph kept",
+                 f"closed form, {k} at once (P, {k}) C-contiguous"):
+        base = _reset_peak()
+        fns[name]()
+        peak[name] = _rss_mib() - base
+    return {"row": "product", "L": len(X), "P": res.size, "k": k, "times": times, "peak_mib": peak,
+            "agreement": agree, "repeats": repeats, "load": os.getloadavg()}
+
+
+def float32_row(seq_len: int, repeats: int = 3) -> dict:
+    """float32 products and top-5 against float64 on the same layer and text: the largest relative
+    difference of a product (``max|Δ| / max|ref|``), of the top-5 (torch core, ``tol = 1e-5`` in
+    float32, ``1e-8`` in float64), and the interleaved product medians."""
+    cfg, params, X, Y = real_case(seq_len)
+    r64 = hv.hessian(cfg, params, X, Y)
+    r32 = hv.hessian(cfg, {n: w.float() for n, w in params.items()}, X.float(), Y.float())
+    v = torch.randn(r64.size, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    v32 = v.float()
+    ref = r64.matvec(v)
+    product = float((r32.matvec(v32).double() - ref).abs().max() / ref.abs().max())
+    times = {n: t["median"] for n, t in interleaved({"float64": lambda: r64.matvec(v),
+                                                     "float32": lambda: r32.matvec(v32)}, repeats).items()}
+    start = time.perf_counter()
+    e32 = spectral.eigenpairs(r32, "full", 5, "top", seed=0, tol=1e-5, solver="torch")
+    s32 = time.perf_counter() - start
+    start = time.perf_counter()
+    e64 = spectral.eigenpairs(r64, "full", 5, "top", seed=0, tol=1e-8, solver="torch")
+    s64 = time.perf_counter() - start
+    top = float(np.max(np.abs(e32.values - e64.values) / np.abs(e64.values)))
+    return {"row": "float32", "L": len(X), "product_rel_diff": product, "top5_rel_diff": top, "times": times,
+            "top5_seconds": {"float32": s32, "float64": s64},
+            "top5_products": {"float32": e32.matvecs, "float64": e64.matvecs}, "load": os.getloadavg()}
+
+
+def slq_row(seq_len: int, probes: int = 10, steps: int = 80) -> dict:
+    cfg, params, X, Y = real_case(seq_len)
+    res = hv.hessian(cfg, params, X, Y)
+    res.matvec(torch.zeros(res.size, dtype=X.dtype))
+    base = _reset_peak()
+    start = time.perf_counter()
+    d = spectral.density(res, "full", probes=probes, steps=steps, seed=0)
+    seconds = time.perf_counter() - start
+    return {"row": "slq", "L": len(X), "P": res.size, "probes": probes, "steps": steps, "seconds": seconds,
+            "products": d.matvecs, "peak_mib": _rss_mib() - base,
+            "support": [float(d.all_nodes.min()), float(d.all_nodes.max())], "load": os.getloadavg()}
+
+
+def _load(r: dict) -> str:
+    return ", ".join(f"{x:.1f}" for x in r["load"])
+
+
+def markdown(rows: list[dict]) -> str:
+    out = []
+    for r in rows:
+        if r["row"] == "top5":
+            ours = r["methods"].get("hessviz torch Lanczos", {}).get("seconds")
+            peer = [m["seconds"] for n, m in r["methods"].items()
+                    if "seconds" in m and not n.startswith("hessviz")]
+            mag = r.get("reference_magnitude")
+            out += [f"**Top-5 eigenvalues**, L = {r['L']}, P = {r['P']:,} (load {_load(r)}); reference "
+                    f"{', '.join(f'{x:.6f}' for x in r['reference'])} (torch core, tol 1e-11, "
+                    f"true residuals ≤ {max(r['reference_residuals']):.1e})."
+                    + ("" if mag is None else " PyHessian answers the largest |λ|; it is compared with "
+                       f"those: {', '.join(f'{x:.6f}' for x in mag)}."), "",
+                    "| method | products | seconds | fastest peer / this | peak MiB | "
+                    "max rel. diff from reference |", "|---|---:|---:|---:|---:|---:|"]
+            for name, m in r["methods"].items():
+                if "skipped" in m:
+                    out.append(f"| {name} | | | | | not installed |")
+                    continue
+                ratio = f"{min(peer) / m['seconds']:.2f}×" if peer else ""
+                out.append(f"| {name} | {m['products']} | {m['seconds']:.1f} | {ratio} | "
+                           f"{m['peak_mib']:.0f} | {m['max_rel_diff']:.1e} |")
+            if ours and peer:
+                out.append(f"\nhessviz torch Lanczos against the fastest peer: **{min(peer) / ours:.2f}×**.")
+            out.append("")
+        elif r["row"] == "product":
+            t = r["times"]
+            one = t["closed form, one"]
+            out += [f"**Products**, L = {r['L']} (medians of {r['repeats']} interleaved rounds, "
+                    f"load {_load(r)}; closed form vs kept graph: max rel. diff {r['agreement']:.1e}).", "",
+                    "| product | median ms | ms per column | one closed-form product / this, per column "
+                    "| peak MiB |",
+                    "|---|---:|---:|---:|---:|"]
+            for name, s in t.items():
+                cols = r["k"] if "at once" in name else 1
+                peak = r["peak_mib"].get(name)
+                out.append(f"| {name} | {s * 1e3:.1f} | {s * 1e3 / cols:.1f} | {one / (s / cols):.2f}× | "
+                           f"{'' if peak is None else f'{peak:.0f}'} |")
+            out.append("")
+        elif r["row"] == "float32":
+            t, ts, tp = r["times"], r["top5_seconds"], r["top5_products"]
+            out += [f"**float32 against float64**, L = {r['L']} (load {_load(r)}): one product "
+                    f"{t['float32'] * 1e3:.1f} ms vs {t['float64'] * 1e3:.1f} ms, max rel. diff "
+                    f"{r['product_rel_diff']:.1e}; top-5 (torch core, tol 1e-5 / 1e-8) {ts['float32']:.1f} s "
+                    f"({tp['float32']} products) vs {ts['float64']:.1f} s ({tp['float64']}), max rel. diff "
+                    f"{r['top5_rel_diff']:.1e}.", ""]
+        elif r["row"] == "slq":
+            out += [f"**SLQ density**, {r['probes']} probes × {r['steps']} steps, L = {r['L']}: "
+                    f"{r['seconds']:.1f} s, {r['products']} products, peak {r['peak_mib']:.0f} MiB over the "
+                    f"set-up, support "
+                    f"[{r['support'][0]:.3g}, {r['support'][1]:.3g}] (load {_load(r)}).", ""]
+    return "\n".join(out)
+
+
+SECTION = "## Spectra at the speed of the products (issue 20)"
+
+
+def write_section(path, text: str, header: str = "") -> None:
+    """Replace (or append) :data:`SECTION` of ``path`` with ``header`` and ``text``."""
+    from pathlib import Path
+
+    path = Path(path)
+    old = path.read_text() if path.exists() else ""
+    before = old.split(SECTION)[0].rstrip()
+    keep = before + "\n\n" if before else ""
+    path.write_text(keep + SECTION + "\n\n" + header + text)
+
+
+def header(threads: int) -> str:
+    return (f"Real MiniLM layer {LAYER} (all-MiniLM-L6-v2 weights, a real text), float64, "
+            f"{threads} thread(s), torch {torch.__version__}; `python -m hessviz.matfree.speed`.\n\n")
+
+
+def render(out="benchmarks/MATFREE.md", threads: int = 1) -> None:
+    """Rewrite the section of ``out`` from the rows saved so far (``MATFREE_SPEED.json`` beside it)."""
+    import json
+    from pathlib import Path
+
+    rows = json.loads(Path(out).with_name("MATFREE_SPEED.json").read_text())
+    write_section(out, markdown(rows), header(threads))
+
+
+def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128), slq_len: int = 128,
+         threads: int = 1, repeats: int = 5, float32_lens=(24,), progress=None) -> list[dict]:
+    import json
+    from pathlib import Path
+
+    torch.set_num_threads(threads)
+    progress = progress or (lambda msg: print(msg, flush=True))
+    rows: list[dict] = []
+    partial = Path(out).with_name("MATFREE_SPEED.json")
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        partial.write_text(json.dumps(rows, indent=2))            # kept row by row
+
+    for L in top5_lens:
+        progress(f"top-5 L={L}")
+        add(top5_row(L))
+    for L in product_lens:
+        progress(f"products L={L}")
+        add(product_row(L, repeats))
+    for L in float32_lens:
+        progress(f"float32 L={L}")
+        add(float32_row(L))
+    if slq_len:
+        progress(f"SLQ L={slq_len}")
+        add(slq_row(slq_len))
+    write_section(out, markdown(rows), header(threads))
+    return rows
+
+
+if __name__ == "__main__":
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="benchmarks/MATFREE.md")
+    p.add_argument("--top5-lens", type=int, nargs="*", default=[24])
+    p.add_argument("--product-lens", type=int, nargs="*", default=[24, 64, 128])
+    p.add_argument("--slq-len", type=int, default=128, help="0: no SLQ row")
+    p.add_argument("--float32-lens", type=int, nargs="*", default=[24])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--render", action="store_true", help="only rewrite the section from the saved rows")
+    a = p.parse_args()
+    if a.render:
+        render(a.out, a.threads)
+        raise SystemExit(0)
+    main(a.out, tuple(a.top5_lens), tuple(a.product_lens), a.slq_len, a.threads, a.repeats,
+         tuple(a.float32_lens))

@@ -1,0 +1,194 @@
+"""The torch Lanczos core (:mod:`hessviz.matfree.lanczos`) against ``eigvalsh`` and scipy's ``eigsh``,
+batched products against looped ones, products kept at a point, and the refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hessviz as hv
+from hessviz.matfree import lanczos, spectral
+
+
+def _symmetric(n: int, seed: int) -> torch.Tensor:
+    A = torch.randn(n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return 0.5 * (A + A.T)
+
+
+def _reference(ev: torch.Tensor, k: int, which: str) -> torch.Tensor:
+    order = {"top": (-ev).argsort(), "bottom": ev.argsort(), "magnitude": (-ev.abs()).argsort()}[which]
+    return ev[order[:k]]
+
+
+@pytest.mark.parametrize("which", lanczos.WHICH)
+def test_extremes_match_eigvalsh(which):
+    """A dense indefinite matrix (semicircle spectrum, hard for Lanczos): the 5 extremes of each
+    kind to 1e-10, the stated residual met by the *true* residuals, the vectors orthonormal."""
+    A = _symmetric(300, 0)
+    ev = torch.linalg.eigvalsh(A)
+    r = lanczos.extremes(lambda V: V @ A, 300, 5, which, tol=1e-10, like=A, vectors=True)
+    assert r.converged and r.restarts > 0                      # restarted, not just a long Krylov space
+    torch.testing.assert_close(r.values, _reference(ev, 5, which), rtol=0, atol=1e-10)
+    assert bool((r.residuals <= 1e-9 * r.values.abs()).all()), r.residuals
+    torch.testing.assert_close(r.vectors @ r.vectors.T, torch.eye(5, dtype=torch.float64), rtol=0, atol=1e-10)
+    again = lanczos.extremes(lambda V: V @ A, 300, 5, which, tol=1e-10, like=A)
+    assert torch.equal(again.values, r.values) and again.matvecs == r.matvecs   # same seed, same numbers
+    other = lanczos.extremes(lambda V: V @ A, 300, 5, which, tol=1e-10, like=A, seed=1)
+    torch.testing.assert_close(other.values, r.values, rtol=0, atol=1e-10)
+
+
+def test_extremes_on_a_small_space_and_float32():
+    """``ncv = n`` is one exact Krylov space; float32 basis and products agree to float32."""
+    A = _symmetric(12, 3)
+    ev = torch.linalg.eigvalsh(A)
+    r = lanczos.extremes(lambda V: V @ A, 12, 3, "bottom", like=A)
+    torch.testing.assert_close(r.values, ev[:3], rtol=0, atol=1e-12)
+    A32 = _symmetric(200, 4).float()
+    r32 = lanczos.extremes(lambda V: V @ A32, 200, 3, "top", tol=1e-5, like=A32)
+    ref = torch.linalg.eigvalsh(A32.double()).flip(0)[:3]
+    torch.testing.assert_close(r32.values, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def case():
+    cfg = hv.BlockConfig(seq_len=5, d_model=8, d_k=4, d_ff=12, norm="pre", n_heads=2, out_proj=True,
+                         bias=True, ln_affine=True, activation="gelu", loss="ce", ln_eps=1e-5)
+    params = hv.init_params(cfg, seed=0)
+    X, Y = hv.sample_inputs(cfg, seed=0, input_norm=4.0)
+    res = hv.hessian(cfg, params, X, Y)
+    return res, {t: torch.linalg.eigvalsh(res.term(t)).numpy() for t in ("full", "outer")}
+
+
+@pytest.mark.parametrize("which", ["top", "bottom", "magnitude"])
+def test_torch_core_matches_eigvalsh_and_eigsh(case, which):
+    """On a block's products (P ≈ 900, indefinite ``full``): the torch core, scipy ``eigsh`` and
+    the dense ``eigvalsh`` agree to 1e-8 relative; the returned residuals are true ones."""
+    res, eig = case
+    for term in ("full", "outer") if which == "top" else ("full",):
+        ours = spectral.eigenpairs(res, term, 4, which, solver="torch", vectors=True)
+        ref = spectral.eigenpairs(res, term, 4, which, solver="scipy")
+        dense = _reference(torch.from_numpy(eig[term]), 4, which).sort().values.numpy()
+        np.testing.assert_allclose(ours.values, dense, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(ours.values, ref.values, rtol=1e-8, atol=1e-10)
+        assert ours.method.startswith("thick-restart") and ref.method.endswith("eigsh)")
+        assert ours.converged and ours.residuals is not None
+        v = torch.from_numpy(ours.vectors)
+        true = torch.linalg.vector_norm(res.matvec(v, term) - v * torch.from_numpy(ours.values), dim=0)
+        np.testing.assert_allclose(ours.residuals, true.numpy(), rtol=1e-6, atol=1e-14)
+        assert bool((true <= 1e-8 * torch.from_numpy(ours.values).abs() + 1e-12).all())
+
+
+def test_block_table_and_density_use_the_torch_core(case):
+    """Blocks past ``exact_limit`` go through the torch core (P' ≥ SCIPY_BELOW would anyway);
+    the SLQ density comes from its ``tridiagonal``."""
+    res, _ = case
+    table = spectral.block_table(res, "full", ("W_Q[0]", "W_1", "ln1_gamma"), exact_limit=0,
+                                 trace_samples=6, seed=0)
+    for row in table.rows:
+        H = res.block(row.name, row.name)
+        assert abs(row.top - float(torch.linalg.eigvalsh(H)[-1])) <= 1e-6 * max(1.0, abs(row.top))
+    d = spectral.density(res, "full", probes=1, steps=res.size, seed=0)
+    ev = torch.linalg.eigvalsh(res.full).numpy()
+    assert np.abs(np.sort(d.nodes[0])[[0, -1]] - ev[[0, -1]]).max() < 1e-9
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_batched_products_equal_looped(case, layout):
+    """``res.matvec(V)``, ``V (P, k)`` C- or F-contiguous, equals ``k`` single products to 1e-12."""
+    res, _ = case
+    V = torch.randn(res.size, 7, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    if layout == "F":
+        V = V.T.contiguous().T
+    assert V.is_contiguous() == (layout == "C")
+    for term in ("full", "outer", "functional"):
+        batched = res.matvec(V, term)
+        looped = torch.stack([res.matvec(V[:, i].contiguous(), term) for i in range(7)], 1)
+        assert batched.shape == V.shape
+        torch.testing.assert_close(batched, looped, rtol=0, atol=1e-12 * float(looped.abs().max()))
+
+
+def test_products_kept_at_the_point_repeat_exactly(case):
+    """The forward record, the first-order adjoints and the loss curvature are kept: a repeated
+    product gives the same bits, and a fresh result at the same point the same numbers."""
+    res, _ = case
+    v = torch.randn(res.size, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    tape = res.products.tape
+    first = res.matvec(v)
+    for _ in range(3):
+        assert torch.equal(res.matvec(v), first)
+    assert res.products.tape is tape                                   # built once
+    cfg = res.cfg
+    fresh = hv.hessian(cfg, hv.init_params(cfg, seed=0), *hv.sample_inputs(cfg, seed=0, input_norm=4.0))
+    torch.testing.assert_close(fresh.matvec(v), first, rtol=0, atol=1e-14)
+
+
+def test_bad_arguments_name_the_argument(case):
+    res, _ = case
+    n = res.size
+    A = _symmetric(10, 0)
+    with pytest.raises(ValueError, match="k must be < the operator size"):
+        spectral.eigenpairs(res, k=n, solver="torch")
+    with pytest.raises(ValueError, match="k must be < the operator size"):
+        lanczos.extremes(lambda V: V @ A, 10, 10, like=A)
+    for tol in (0.0, -1e-3, float("nan")):
+        with pytest.raises(ValueError, match="tol"):
+            spectral.eigenpairs(res, tol=tol)
+        with pytest.raises(ValueError, match="tol"):
+            lanczos.extremes(lambda V: V @ A, 10, 2, tol=tol, like=A)
+    with pytest.raises(ValueError, match="ncv"):
+        lanczos.extremes(lambda V: V @ A, 10, 2, ncv=2, like=A)
+    with pytest.raises(ValueError, match="which"):
+        lanczos.extremes(lambda V: V @ A, 10, 2, "largest", like=A)
+    with pytest.raises(ValueError, match="probes"):
+        spectral.density(res, probes=0)
+    with pytest.raises(ValueError, match="samples"):
+        spectral.trace(res, samples=0, method="hutchinson")
+    with pytest.raises(ValueError, match="solver"):
+        spectral.eigenpairs(res, solver="arpack")
+    with pytest.raises(ValueError, match="v must be a floating-point"):
+        res.matvec(torch.ones(n, 2, dtype=torch.int32))
+
+
+def test_torch_core_reports_progress_and_cancels(case):
+    res, _ = case
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def cancel(done, total, msg):
+        seen.append(done)
+        if done >= 5:
+            raise Stop
+
+    with pytest.raises(Stop):
+        spectral.eigenpairs(res, "full", 2, solver="torch", progress=cancel)
+    assert seen == [1, 2, 3, 4, 5]
+
+
+def test_dense_extremes_use_the_torch_core():
+    """:func:`hessviz.spectra.eigenvalues` past ``dense_limit``: the ``k`` largest and smallest of a
+    dense ``H`` by the torch core, equal to ``eigvalsh``'s."""
+    from hessviz import spectra
+
+    A = _symmetric(150, 5)
+    spec = spectra.eigenvalues(A, k=4, dense_limit=100)
+    ev = torch.linalg.eigvalsh(A).numpy()
+    assert spec.partial and spec.method.startswith("thick-restart Lanczos")
+    np.testing.assert_allclose(spec.values, np.concatenate([ev[:4], ev[-4:]]), rtol=0, atol=1e-9)
+
+
+def test_speed_section_is_rewritten_in_place(tmp_path):
+    """The bench section of MATFREE.md is replaced, not appended, and the rest of the file kept."""
+    from hessviz.matfree import speed
+
+    row = {"row": "slq", "L": 8, "P": 10, "probes": 2, "steps": 3, "seconds": 1.5, "products": 6,
+           "peak_mib": 1.0, "support": [-1.0, 2.0], "load": (1.0, 1.0, 1.0)}
+    out = tmp_path / "MATFREE.md"
+    out.write_text("# Products\n\nold table\n")
+    speed.write_section(out, speed.markdown([row]), "first\n\n")
+    speed.write_section(out, speed.markdown([dict(row, seconds=2.5)]), "second\n\n")
+    text = out.read_text()
+    assert text.startswith("# Products\n\nold table\n") and text.count(speed.SECTION) == 1
+    assert "second" in text and "2.5 s, 6 products" in text and "first" not in text
