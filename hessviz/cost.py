@@ -37,8 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hessviz.config import BlockConfig
-from hessviz.matfree.estimates import EXACT_BLOCK, block_list, lanczos_products, slq_group
+from hessviz.matfree.estimates import block_list, lanczos_products, slq_group
 from hessviz.matfree.operator import BATCH
+from hessviz.matfree.spectral import EXACT_BLOCK
 
 EIG_S = 5e-11        # dense eigvalsh of n × n: EIG_S · n³ seconds
 EIGSH_S = 5e-10      # Lanczos extremes (scipy eigsh, k largest and k smallest): EIGSH_S · n² · 2k

@@ -39,9 +39,6 @@ GROUP_BYTES = 64 << 20
 """Lanczos bases held at once by the SLQ density (probes run in groups that fit; one at least)."""
 ROUND_OFF = 1e-10
 """A node below ``−ROUND_OFF · max|θ|`` is negative; above it, round-off."""
-EXACT_BLOCK = 256
-"""The block tables' ``exact_limit`` (:func:`hessviz.matfree.block_table`): blocks up to this many
-entries get their dense ``H[b, b]`` from ``|b|`` products and ``eigvalsh``."""
 
 
 def block_list(cfg, by_head: bool = True) -> list[tuple[str, int]]:

@@ -324,8 +324,13 @@ class BlockTable:
         return [asdict(r) for r in self.rows]
 
 
+EXACT_BLOCK = 256
+"""Blocks up to this many entries get an exact top eigenvalue and trace in :func:`block_table`
+(``|b|`` products build the block), larger ones Lanczos and Hutch++."""
+
+
 def block_table(res, term: str = "full", blocks: Sequence[str] | None = None, *, by_head: bool = True,
-                trace_samples: int = 30, exact_limit: int = 256, tol: float = 1e-6, seed: int = 0,
+                trace_samples: int = 30, exact_limit: int = EXACT_BLOCK, tol: float = 1e-6, seed: int = 0,
                 progress: Progress | None = None) -> BlockTable:
     """Top eigenvalue and trace of every diagonal block ``H[b, b]`` (the heterogeneity table).
 

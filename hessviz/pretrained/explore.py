@@ -34,7 +34,8 @@ from torch import Tensor
 import hessviz as hv
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
-from hessviz.matfree.estimates import EXACT_BLOCK, block_list
+from hessviz.matfree.estimates import block_list
+from hessviz.matfree.spectral import EXACT_BLOCK
 from hessviz.record import record
 
 Progress = Callable[[int, int | None, str], None]
