@@ -262,8 +262,8 @@ class MultiHeadAttention:
             return None
         if self.count(local) != self.n_heads:                          # a key/value head: its readers
             readers = [self._head_jacobian(local, q) for q in range(h * self.group, (h + 1) * self.group)]
-            return readers[0] if len(readers) == 1 else sum(readers[1:], readers[0])
-        return self._head_jacobian(local, h)
+            return (readers[0] if len(readers) == 1 else sum(readers[1:], readers[0])).compact()
+        return self._head_jacobian(local, h).compact()
 
     def _head_jacobian(self, local: str, h: int) -> Factored:
         """The part of ``∂SA_t/∂θ`` that passes through query head ``h``."""
