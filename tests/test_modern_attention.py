@@ -114,6 +114,18 @@ def test_every_term_block_and_product_matches_autograd(cfg):
     assert_close(hv.forward(cfg, params, X), reference.torch_forward(cfg, params, X), 1e-12, "forward")
 
 
+@pytest.mark.parametrize("cfg", CASES[::6], ids=_id)
+def test_jacobian_and_gradient_match_autograd(cfg):
+    params, X, Y = _setup(cfg, seed=3)
+    assert_close(hv.jacobian(cfg, params, X), hv.jacobian(cfg, params, X, method="autograd"), RTOL,
+                 "Jacobian", atol=1e-15)
+    ours, theirs = hv.gradient(cfg, params, X, Y), hv.gradient(cfg, params, X, Y, method="autograd")
+    scale = max(float(t.abs().max()) for t in theirs.values())
+    for name in cfg.param_names:
+        assert ours[name].shape == cfg.param_shapes[name]
+        assert_close(ours[name], theirs[name], RTOL, f"gradient {name}", atol=1e-14 * scale)
+
+
 def _slices(cfg: hv.BlockConfig, rng: random.Random) -> tuple[str, ...]:
     """A random mix of whole names and head slices (key/value slices up to ``n_kv_heads``)."""
     wrt: list[str] = []
