@@ -218,6 +218,33 @@ def test_stack_with_every_new_field():
                  "stack slice products", atol=_floor(ref) * float(V.abs().sum(0).max()))
 
 
+def test_block_and_linear_operators_of_shared_and_rotated_heads():
+    """``block_operator`` between a shared key/value head's slice ``W_K[1]`` and ``q_norm_gamma`` (and
+    ``W_V[0]``, ``W_O[3]``), and ``linear_operator``, in a GQA + RoPE + QK-norm block, against the
+    reverse-over-reverse terms."""
+    np = pytest.importorskip("numpy")
+    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=4, n_kv_heads=2, out_proj=True,
+                         rope=True, qk_norm=True, bias=True, norm="pre", norm_type="rmsnorm", ln_affine=True,
+                         causal=True, ln_eps=1e-6)
+    params, X, Y = _setup(cfg, seed=11)
+    names = cfg.param_names
+    ref = _reference_terms(cfg, params, X, Y, names)
+    res = hv.hessian(cfg, params, X, Y)
+    off = cfg.offsets(names)
+    idx = lambda n: off[parse_name(n).base].start + cfg.head_indices(n)      # noqa: E731
+    gen = torch.Generator().manual_seed(4)
+    for term in TERMS:
+        for a, b in (("W_K[1]", "q_norm_gamma"), ("W_V[0]", "W_O[3]")):
+            dense = ref[term][idx(a)][:, idx(b)].numpy()
+            op = res.block_operator(a, b, term)
+            x = torch.randn(dense.shape[1], 2, dtype=F64, generator=gen).numpy()
+            y = torch.randn(dense.shape[0], dtype=F64, generator=gen).numpy()
+            np.testing.assert_allclose(op @ x, dense @ x, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(op.rmatvec(y), dense.T @ y, rtol=0, atol=1e-12)
+        v = torch.randn(res.size, dtype=F64, generator=gen).numpy()
+        np.testing.assert_allclose(res.linear_operator(term) @ v, ref[term].numpy() @ v, rtol=0, atol=1e-12)
+
+
 def test_defaults_keep_the_earlier_blocks():
     """The new fields at their defaults change no name, shape or number."""
     cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=2, out_proj=True, bias=True,
