@@ -168,7 +168,8 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
     largest_block = max(sizes) ** 2
     us = units(cfg, names)
     heads = len({u.ref[2] for u in us if u.ref[2] is not None})
-    working = L * d * (8 * d + 4 * cfg.d_ff) + 4 * heads * L * L * (d + cfg.d_k)
+    ffn = cfg.d_ff * (2 if cfg.mlp == "gated" else 1)            # the gate doubles the FFN factors
+    working = L * d * (8 * d + 4 * ffn) + 4 * heads * L * L * (d + cfg.d_k)
     if cfg.norm in ("pre", "parallel") and cfg.ln_affine and any(u.ref[0] == "ln1" for u in us):
         working += 2 * d * (P + 8 * L * L + 4 * L * d)             # tangents along ∂X/∂(γ, β)
     if method == "autograd":                                   # vmapped tangents of every activation

@@ -12,6 +12,10 @@ parameter of ``T``, every block is one recipe:
     H_{aq}  &= \sum_t J^{a\top}_t \big(J_{T,t}^\top N^Z_t J^{q}_t + \text{mixed}^T_q(g_Z)_t\big), \\
     H_{qq'} &= \sum_t J^{q\top}_t N^Z_t J^{q'}_t + ∂^2_{qq'}(g_Z^\top T),
 
+and, for a parameter ``β`` of the branch ``B`` on ``X`` (``Z = T(SA) + B(X)``, the parallel block's
+``FFN(ln2(X))``, Jacobian ``J^β``), ``H_{ββ'} = Σ_t J^{β⊤}_t N^Z_t J^{β'}_t + ∂²_{ββ'}(g_Zᵀ B)``,
+``H_{aβ} = Σ_t J^{a⊤}_t J_{T,t}^⊤ N^Z_t J^β_t`` and ``H_{qβ} = Σ_t J^{q⊤}_t N^Z_t J^β_t``
+(:func:`_branch_contributions`: no second derivative of ``Z`` pairs ``β`` with another weight);
 a list of :class:`~hessviz.contributions.Sandwich` (GEMMs over tokens of Kronecker-factored
 Jacobians), :class:`~hessviz.contributions.Diagonal` and
 :class:`~hessviz.contributions.Dense` pieces. ``outer``, ``functional`` and ``full`` are the

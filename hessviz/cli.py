@@ -34,20 +34,28 @@ BENCH_SUITES = ("dense", "matfree", "pretrained")
 def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:
     """One command-line option from its :class:`~hessviz.config.Setting`."""
     help_ = f"{s.help} (default {s.format(s.default) if s.default is not None else 'none'})"
-    if s.kind is bool:
+    if s.kind is bool and s.members:                  # --bias, --bias Q,K,V, --no-bias
+        group.add_argument(*s.flags, dest=s.name, nargs="?", const=True, type=_parser(s), default=s.default,
+                           metavar=",".join(s.members), help=s.help)
+        group.add_argument(f"--no-{s.flag[2:]}", dest=s.name, action="store_const", const=False)
+    elif s.kind is bool:
         group.add_argument(*s.flags, dest=s.name, action=argparse.BooleanOptionalAction,
                            default=s.default, help=s.help)
     elif s.choices:
         group.add_argument(*s.flags, dest=s.name, choices=s.choices, default=s.default, help=help_)
     else:
-        def parse(text: str, s: Setting = s) -> object:
-            try:
-                return s.parse(text)
-            except HessvizError as err:
-                raise argparse.ArgumentTypeError(str(err)) from None
-
-        group.add_argument(*s.flags, dest=s.name, type=parse, default=s.default,
+        group.add_argument(*s.flags, dest=s.name, type=_parser(s), default=s.default,
                            metavar=s.name.upper(), help=help_)
+
+
+def _parser(s: Setting):
+    """``text -> value`` of ``s`` for argparse: a bad word is argparse's error, naming the field."""
+    def parse(text: str) -> object:
+        try:
+            return s.parse(text)
+        except HessvizError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return parse
 
 
 def _add_block_args(p: argparse.ArgumentParser) -> None:

@@ -10,8 +10,10 @@ Conventions (fixed once, here)
   ``W_V (d, d)``, ``W_1 (d, d_ff)``, ``W_2 (d_ff, d)``; the placement ``attention`` has
   only the first three. A real layer (``MODEL.md`` part 2) adds heads, ``W_O``, biases
   (vectors ``(n,)``) and LayerNorm scale and shift, each in the order the forward pass
-  first uses it (:attr:`BlockConfig.param_names`). ``θ`` is their ``vec_r`` concatenated in
-  that order and ``P = len(θ)``.
+  first uses it (:attr:`BlockConfig.param_names`). Part 3 adds the gate ``W_G (d, d_ff)``, ``b_G``
+  (``mlp="gated"``, before ``W_1``), RMSNorm (``norm_type``; ``γ`` without ``β``), biases on some
+  projections only (``bias`` a tuple of :data:`BIAS_LETTERS`) and the parallel placement.
+  ``θ`` is their ``vec_r`` concatenated in that order and ``P = len(θ)``.
 * Head ``h`` of ``W_Q``, ``W_K``, ``b_Q``, ``b_K`` is columns ``h·d_k … (h+1)·d_k − 1``; of
   ``W_V``, ``b_V`` columns ``h·d_v …``; of ``W_O`` the same rows. ``"W_Q[h]"`` names that
   slice, ``vec_r`` of the slice.
@@ -333,8 +335,6 @@ class BlockConfig:
             object.__setattr__(self, "bias", tuple(self.bias))
         for s in BLOCK_SETTINGS:
             s.check(getattr(self, s.name))
-        if isinstance(self.bias, tuple):
-            self._check_bias_tuple()
         if self.loss == "ce" and self.d_model < 2:
             raise ConfigError("d_model must be >= 2 with loss='ce' (the classes are the d_model features)")
         if self.uses_layernorm and self.norm_type == "layernorm" and self.d_model < 2 and self.ln_eps == 0:
@@ -354,6 +354,8 @@ class BlockConfig:
         if self.ln_affine and not self.uses_layernorm:
             raise ConfigError(f"ln_affine needs a LayerNorm: norm must be 'post', 'pre' or 'parallel', got "
                               f"{self.norm!r}")
+        if isinstance(self.bias, tuple):
+            self._check_bias_tuple()
 
     def _check_attention_fields(self) -> None:
         """Grouped-query heads and rotary positions (``MODEL.md`` part 3)."""

@@ -31,8 +31,13 @@ Conventions, stated once for every operation (cf. BackPACK's ``basederivatives.p
     second derivative along the tangent, ``Q(ȳ)[ẋ]``.
 
 Where fusing matters for speed the dense face is fused inside its file: the feed-forward
-branch (:mod:`~hessviz.ops.ffn`, linear ∘ activation ∘ linear) and multi-head attention
-(:mod:`~hessviz.ops.attention`, projections ∘ score ∘ softmax ∘ values). An elementwise
+branch (:mod:`~hessviz.ops.ffn`, linear ∘ activation ∘ linear), the gated one
+(:mod:`~hessviz.ops.gated`, ``(φ(y W_G) ⊙ y W_1) W_2``, whose node face is the product
+:class:`~hessviz.ops.gated.GatedUnit` between two ``Linear`` nodes) and multi-head attention
+(:mod:`~hessviz.ops.attention`, projections ∘ score ∘ softmax ∘ values). A variant that differs
+from an operation by one algebraic piece is a flag of that operation, not a second file:
+RMSNorm is :mod:`~hessviz.ops.layernorm` with the centring projector ``Π`` replaced by ``I``
+(``centre=False``). An elementwise
 activation is a subclass of :class:`~hessviz.ops.elementwise.Elementwise` that states ``f``,
 ``df`` and ``d2f`` (or ``hessian_is_zero``), one row in :data:`hessviz.ops.activations.ACTIVATIONS`.
 """

@@ -49,8 +49,10 @@ SEQUENTIAL = "Viridis"
 THEMES = {"light": "plotly_white", "dark": "plotly_dark", "host": None}
 """Theme -> plotly template (``None``: the host's default template)."""
 TERM_COLORS = {"full": "#636efa", "outer": "#00a676", "functional": "#ef553b"}
-PLACEMENT_COLORS = {"attention": "#ab63fa", "post": "#636efa", "pre": "#ffa15a", "none": "#19d3f3"}
-PLACEMENT_NAMES = {"attention": "attention alone", "post": "Post-LN", "pre": "Pre-LN", "none": "no LN"}
+PLACEMENT_COLORS = {"attention": "#ab63fa", "post": "#636efa", "pre": "#ffa15a", "none": "#19d3f3",
+                    "parallel": "#00cc96"}
+PLACEMENT_NAMES = {"attention": "attention alone", "post": "Post-LN", "pre": "Pre-LN", "none": "no LN",
+                   "parallel": "parallel"}
 PALETTE = ("#636efa", "#ef553b", "#00a676", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880")
 GUIDE_COLOR = "#999999"
 PHONE_WIDTH = 358
