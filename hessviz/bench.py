@@ -129,24 +129,30 @@ heads, causal; L = 64, d = 32, d_k = 8, d_ff = 64."""
 def llama_layer(repeats: int, device: torch.device) -> Row:
     cfg = LLAMA_LAYER
     return hessian_row(cfg, f"full Hessian of a Llama-style layer ({cfg.describe()}), P = {cfg.num_params}",
-                       repeats, device, with_functional_api=False, reverse_over_reverse=True)
+                       repeats, device, with_functional_api=False, reverse_over_reverse=True,
+                       closed_repeats=max(repeats, 2), baseline_warmup=0)
 
 
 def hessian_row(cfg: hv.BlockConfig, case: str, repeats: int, device: torch.device,
-                with_functional_api: bool, reverse_over_reverse: bool = False) -> Row:
+                with_functional_api: bool, reverse_over_reverse: bool = False, closed_repeats: int = 7,
+                baseline_warmup: int = 1) -> Row:
     """The whole Hessian of ``cfg`` (every weight) against ``torch.func.hessian`` (or, with
-    ``reverse_over_reverse``, ``jacrev`` of ``grad``), and the memory floor."""
+    ``reverse_over_reverse``, ``jacrev`` of ``grad``), and the memory floor. A slow case may time
+    fewer closed-form runs (``closed_repeats``, after two warm-ups) and no baseline warm-up."""
     L = cfg.seq_len
     params = hv.init_params(cfg, seed=0, device=device)
     X, Y = hv.sample_inputs(cfg, seed=0, input_norm=float(L) ** 0.5, device=device)
     names = cfg.param_names
     # the closed form is cheap: two warm-ups (the first call pays for fresh huge pages) and
     # at least 7 timed runs; the cold first call is reported too
-    closed = run_times(lambda: hv.hessian(cfg, params, X, Y).full, 2 + max(repeats, 7), device)
+    last: dict[str, torch.Tensor] = {}                 # the last result of each, for the error below
+    closed = run_times(lambda: last.__setitem__("ours", hv.hessian(cfg, params, X, Y).full),
+                       2 + closed_repeats, device)
     ours, cold = statistics.median(closed[2:]), closed[0]
     baseline, label = ((reference.full_hessian_rr, "torch.func.jacrev(grad)") if reverse_over_reverse
                        else (reference.full_hessian, "torch.func.hessian"))
-    func = median_time(lambda: baseline(cfg, params, X, Y, names), repeats, device)
+    func = median_time(lambda: last.__setitem__("reference", baseline(cfg, params, X, Y, names)), repeats,
+                       device, warmup=baseline_warmup)
     baselines = {label: func}
     if with_functional_api:
         theta = reference.flatten(cfg, params, names)
@@ -158,7 +164,7 @@ def hessian_row(cfg: hv.BlockConfig, case: str, repeats: int, device: torch.devi
                         max(repeats, 7), device, warmup=2)
     floor_ours = median_time(lambda: memory.empty(P, P, dtype=torch.float64, device=device).fill_(1.0),
                              max(repeats, 7), device, warmup=2)
-    error = relative_error(hv.hessian(cfg, params, X, Y).full, baseline(cfg, params, X, Y, names))
+    error = relative_error(last.pop("ours"), last.pop("reference"))
     return Row(case, ours, baselines, error,
                extra=f"memory floor, fill a new {P}×{P} float64 array: {_fmt(floor)} with torch.empty "
                      f"(closed form / floor = **{ours / floor:.1f}×**), {_fmt(floor_ours)} with the "

@@ -99,6 +99,16 @@ class Factored:
         pick = (lambda k: J[:, :, k, :]) if kind == LEFT else (lambda k: J[:, :, :, k])  # noqa: E731
         return Factored(tuple(KronTerm(kind, unit[k].expand(L, n), pick(k)) for k in range(n)))
 
+    def compact(self) -> Factored:
+        """The same Jacobian in at most ``min(n1, n2)`` terms (:meth:`from_dense`) when it has more
+        (a key/value head read by several query heads, a rotated key): each term pair of a block
+        is one GEMM, so fewer terms are fewer GEMMs."""
+        n1, n2 = self.shape
+        if len(self.terms) <= min(n1, n2):
+            return self
+        L, n_out = self.terms[0].mat.shape[:2]
+        return Factored.from_dense(self.dense().reshape(L, n_out, n1, n2))
+
     def dense(self) -> Tensor:
         """``(L, n_out, n1*n2)``."""
         return sum(t.dense() for t in self.terms)

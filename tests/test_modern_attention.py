@@ -114,6 +114,18 @@ def test_every_term_block_and_product_matches_autograd(cfg):
     assert_close(hv.forward(cfg, params, X), reference.torch_forward(cfg, params, X), 1e-12, "forward")
 
 
+@pytest.mark.parametrize("cfg", CASES[::6], ids=_id)
+def test_jacobian_and_gradient_match_autograd(cfg):
+    params, X, Y = _setup(cfg, seed=3)
+    assert_close(hv.jacobian(cfg, params, X), hv.jacobian(cfg, params, X, method="autograd"), RTOL,
+                 "Jacobian", atol=1e-15)
+    ours, theirs = hv.gradient(cfg, params, X, Y), hv.gradient(cfg, params, X, Y, method="autograd")
+    scale = max(float(t.abs().max()) for t in theirs.values())
+    for name in cfg.param_names:
+        assert ours[name].shape == cfg.param_shapes[name]
+        assert_close(ours[name], theirs[name], RTOL, f"gradient {name}", atol=1e-14 * scale)
+
+
 def _slices(cfg: hv.BlockConfig, rng: random.Random) -> tuple[str, ...]:
     """A random mix of whole names and head slices (key/value slices up to ``n_kv_heads``)."""
     wrt: list[str] = []
@@ -204,6 +216,33 @@ def test_stack_with_every_new_field():
     V = torch.randn(sub.size, 3, dtype=F64, generator=torch.Generator().manual_seed(2))
     assert_close(hv.hessian(cfg, params, X, Y, wrt=wrt).matvec(V), ref["full"][idx][:, idx] @ V, RTOL,
                  "stack slice products", atol=_floor(ref) * float(V.abs().sum(0).max()))
+
+
+def test_block_and_linear_operators_of_shared_and_rotated_heads():
+    """``block_operator`` between a shared key/value head's slice ``W_K[1]`` and ``q_norm_gamma`` (and
+    ``W_V[0]``, ``W_O[3]``), and ``linear_operator``, in a GQA + RoPE + QK-norm block, against the
+    reverse-over-reverse terms."""
+    np = pytest.importorskip("numpy")
+    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=4, n_kv_heads=2, out_proj=True,
+                         rope=True, qk_norm=True, bias=True, norm="pre", norm_type="rmsnorm", ln_affine=True,
+                         causal=True, ln_eps=1e-6)
+    params, X, Y = _setup(cfg, seed=11)
+    names = cfg.param_names
+    ref = _reference_terms(cfg, params, X, Y, names)
+    res = hv.hessian(cfg, params, X, Y)
+    off = cfg.offsets(names)
+    idx = lambda n: off[parse_name(n).base].start + cfg.head_indices(n)      # noqa: E731
+    gen = torch.Generator().manual_seed(4)
+    for term in TERMS:
+        for a, b in (("W_K[1]", "q_norm_gamma"), ("W_V[0]", "W_O[3]")):
+            dense = ref[term][idx(a)][:, idx(b)].numpy()
+            op = res.block_operator(a, b, term)
+            x = torch.randn(dense.shape[1], 2, dtype=F64, generator=gen).numpy()
+            y = torch.randn(dense.shape[0], dtype=F64, generator=gen).numpy()
+            np.testing.assert_allclose(op @ x, dense @ x, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(op.rmatvec(y), dense.T @ y, rtol=0, atol=1e-12)
+        v = torch.randn(res.size, dtype=F64, generator=gen).numpy()
+        np.testing.assert_allclose(res.linear_operator(term) @ v, ref[term].numpy() @ v, rtol=0, atol=1e-12)
 
 
 def test_defaults_keep_the_earlier_blocks():

@@ -41,10 +41,24 @@ Jacobian applied to ``∂X/∂θ``, and their second derivatives are the directi
 derivatives, along ``∂X/∂θ``, of the gradients above: the node face's adjoint tangent
 (:meth:`MultiHeadAttention._tangents`), the same rules the product engine runs.
 
+Grouped-query heads, rotary positions, QK-norm (``MODEL.md`` part 3). With ``G`` key/value heads
+query head ``h`` reads key/value head ``h // (H/G)``: the key/value units are indexed by ``g < G``;
+a unit's Jacobian is the sum of those through the query heads that read it, and each query head's
+functional pieces are written against the units it reads, so a shared head's blocks collect every
+reader's curvature (the assembler sums pieces of one pair). Rotary positions are a fixed orthogonal
+map per position on ``q`` and ``k`` (:mod:`~hessviz.ops.rotary`): the score stays bilinear, and
+the rotation folds into its factors (:func:`~hessviz.ops.score.rotary_jacobian`,
+:func:`~hessviz.ops.score.rotary_mixed`); ``b_K`` then acts. QK-norm
+(:mod:`~hessviz.ops.qknorm`) is not bilinear: with it the attention's own units are read from the
+node rules below (a tangent sweep along each unit's entries gives its Jacobian, the adjoint tangent
+its functional blocks), exactly, at the cost of one batched sweep per unit.
+
 Node face (:class:`AttentionCore`): the core ``[Q K V] ↦ O = concat_h softmax(Q_h K_hᵀ c + M) V_h``;
 the projections around it are :class:`~hessviz.ops.linear.Linear` nodes.
 
-The input is the fused projection ``[Q K V] (L, H d_k + H d_k + H d_v)``; per head
+The input is the fused projection ``[Q K V] (L, H d_k + G d_k + G d_v)``; inside, each key/value
+head is repeated for its query heads and ``q``, ``k`` are rotated (their adjoints rotated back by
+``rotᵀ`` and summed over the readers of a key/value head); per head
 ``S = c Q Kᵀ + M`` (``c = 1/√d_k``, ``M`` the causal mask, ``−∞`` above the diagonal),
 ``A = softmax_row(S)``, ``O = A V``. Everything is ``(H, L, L)`` or ``(H, L, ·)`` per
 product; no ``(L, L, L)`` tensor is formed.
@@ -262,8 +276,8 @@ class MultiHeadAttention:
             return None
         if self.count(local) != self.n_heads:                          # a key/value head: its readers
             readers = [self._head_jacobian(local, q) for q in range(h * self.group, (h + 1) * self.group)]
-            return readers[0] if len(readers) == 1 else sum(readers[1:], readers[0])
-        return self._head_jacobian(local, h)
+            return (readers[0] if len(readers) == 1 else sum(readers[1:], readers[0])).compact()
+        return self._head_jacobian(local, h).compact()
 
     def _head_jacobian(self, local: str, h: int) -> Factored:
         """The part of ``∂SA_t/∂θ`` that passes through query head ``h``."""

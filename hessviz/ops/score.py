@@ -86,4 +86,5 @@ def rotary_mixed(U: Tensor, V: Tensor, G: Tensor, rot: Rotary, d_k: int) -> Tens
     ``(Σ_tr G_tr U[t,i] V[r,j] (P_t P_rᵀ)[m,n])/√d_k``, returned as the block ``(i, m, j, n)``.
     ``U``, ``V`` are ``X`` for a weight and ``1 (L, 1)`` for a bias."""
     weighted = G[:, :, None, None] * rot.relative                      # (L, L, d_k, d_k)
-    return torch.einsum("ti,rj,trmn->imjn", U, V, weighted) / math.sqrt(d_k)
+    keyed = torch.einsum("rj,trmn->tjmn", V, weighted)                   # one contraction at a time:
+    return torch.einsum("ti,tjmn->imjn", U, keyed) / math.sqrt(d_k)      # O(L² d d_k²) + O(L d² d_k²)
