@@ -6,7 +6,8 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots
-from hessviz.matfree.estimates import EXACT_BLOCK, block_spread
+from hessviz.matfree.estimates import block_spread
+from hessviz.matfree.spectral import EXACT_BLOCK
 from hessviz.memory import format_bytes
 from hessviz.terms import NAMES
 

@@ -131,7 +131,7 @@ def curvature_table(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: T
                     loss: hv.CustomLoss | None, blocks: list[str], samples: int, term: str = "full",
                     seed: int = 0, progress: Progress | None = None) -> dict:
     """Per block ``b`` of ``blocks``: the top eigenvalue and the trace of ``H[b, b]``
-    (:func:`hessviz.matfree.block_table`: exact for ≤ :data:`hessviz.matfree.estimates.EXACT_BLOCK` entries,
+    (:func:`hessviz.matfree.block_table`: exact for ≤ :data:`hessviz.matfree.spectral.EXACT_BLOCK` entries,
     else Lanczos and Hutch++ with ``samples`` products, probes from ``seed``), as arrays:
     ``names, size, top, trace, trace_se, exact`` and the totals ``matvecs, seconds``."""
     from hessviz import matfree
