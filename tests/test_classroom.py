@@ -5,6 +5,8 @@ Forward, lesson links (``hide=``, ``present=1``), values the app does not offer,
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hessviz.app.tour import TOUR
@@ -176,7 +178,8 @@ def test_values_the_app_does_not_offer_get_one_line(server, browser):  # noqa: F
     ctx.close()
 
     ctx, page = _visit(browser, f"{server}/?L=4&d=8&dk=4&dff=8")   # heads 1 -> 2 turns W_O on
-    slider = page.locator('[data-testid="stSidebar"]').get_by_role("slider", name="Heads")
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    slider = sidebar.get_by_role("slider", name=re.compile("Attention heads"))   # not "Key/value heads"
     slider.focus()
     slider.press("ArrowRight")
     _wait_caption(page, "2 heads, W_O")
