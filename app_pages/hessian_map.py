@@ -75,11 +75,10 @@ if headed:
                f"by head ({headed[0]}[0], then {headed[0]}[1], …; dotted lines between heads, solid between "
                "weights); inside a head, the slice's row-major vec. The NPZ keeps θ order.")
 if cfg.kv_heads != cfg.n_heads:
-    per = cfg.n_heads // cfg.kv_heads
-    readers = [", ".join(map(str, range(g * per, (g + 1) * per))) for g in range(cfg.kv_heads)]
+    readers = [", ".join(map(str, cfg.query_heads(g))) for g in range(cfg.kv_heads)]
     shared_by = "; ".join(f"W_K[{g}], W_V[{g}] by query heads {r}" for g, r in enumerate(readers))
     st.caption(f"Grouped-query attention: {cfg.n_heads} query heads read {cfg.kv_heads} key/value heads, "
-               f"so each W_K[g] block collects the curvature of {per} query heads ({shared_by}).")
+               f"so each W_K[g] block collects the curvature of {cfg.kv_group} query heads ({shared_by}).")
 
 if pair != "all":
     a, b = pair.split(",")

@@ -419,6 +419,16 @@ class BlockConfig:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
+    def kv_group(self) -> int:
+        """Query heads per key/value head, ``n_heads / kv_heads`` (1 without grouped-query attention)."""
+        return self.n_heads // self.kv_heads
+
+    def query_heads(self, g: int) -> range:
+        """The query heads that read key/value head ``g``: ``g·r … (g+1)·r − 1`` with ``r = kv_group``
+        (query head ``h`` reads ``h // r``)."""
+        return range(g * self.kv_group, (g + 1) * self.kv_group)
+
+    @property
     def rotary_width(self) -> int:
         """Features of each head that ``rope`` rotates: ``rotary_dim`` (default ``d_k``); 0 without rope."""
         if not self.rope:

@@ -51,7 +51,7 @@ def slice_name(cfg: BlockConfig, weight: str, head: int) -> str:
     from hessviz.config import KV_HEADED
 
     if weight in KV_HEADED:
-        head //= cfg.n_heads // cfg.kv_heads
+        head //= cfg.kv_group
     return f"{weight}[{head}]"
 
 

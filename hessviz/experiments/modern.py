@@ -73,14 +73,14 @@ def _slope(sw: Sweep, key: str) -> tuple[float, list[float]]:
 def untied_params(cfg: hv.BlockConfig, params: dict[str, torch.Tensor]) -> tuple[hv.BlockConfig, dict]:
     """The multi-head block that reads the same weights: ``W_K``, ``W_V`` (and ``b_K``, ``b_V``) of
     each key/value head copied to every query head of its group (``n_kv_heads = None``)."""
-    r = cfg.n_heads // cfg.kv_heads
     out = dict(params)
     widths = {"W_K": cfg.d_k, "b_K": cfg.d_k, "W_V": cfg.value_width, "b_V": cfg.value_width}
     for name, width in widths.items():
         if name in params:
             p = params[name]
             heads = p.reshape(*p.shape[:-1], cfg.kv_heads, width)
-            out[name] = heads.repeat_interleave(r, dim=-2).reshape(*p.shape[:-1], cfg.n_heads * width)
+            copies = heads.repeat_interleave(cfg.kv_group, dim=-2)
+            out[name] = copies.reshape(*p.shape[:-1], cfg.n_heads * width)
     return dataclasses.replace(cfg, n_kv_heads=None), out
 
 
@@ -88,8 +88,7 @@ def shared_head_split(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: tor
                       group: int = 0) -> dict[str, float]:
     """The tied-weight identity for ``W_K[group]`` (its worst relative error over the three terms)
     and the outer trace of that block split into each reader's own block and the cross pairs."""
-    r = cfg.n_heads // cfg.kv_heads
-    readers = range(group * r, (group + 1) * r)
+    readers = cfg.query_heads(group)
     shared = f"W_K[{group}]"
     tied = hv.hessian(cfg, params, X, Y, wrt=(shared,))
     mha_cfg, mha_params = untied_params(cfg, params)
@@ -104,8 +103,8 @@ def shared_head_split(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: tor
         errors.append(float((got - want).norm() / want.norm()))
         if term == "outer":
             total = float(torch.trace(want))
-            for h, a in zip(readers, names):
-                out[f"outer_trace_share_reader_{h - group * r}"] = float(torch.trace(pairs[a, a])) / total
+            for i, a in enumerate(names):
+                out[f"outer_trace_share_reader_{i}"] = float(torch.trace(pairs[a, a])) / total
             out["outer_trace_share_cross"] = sum(float(torch.trace(B)) for (a, b), B in pairs.items()
                                                  if a != b) / total
     out["tied_identity_rel_error"] = max(errors)
