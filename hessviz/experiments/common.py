@@ -35,7 +35,7 @@ from hessviz.spectra import matrix_norm
 __all__ = ["Progress"]   # re-exported: the studies' progress callbacks (hessviz.matfree's convention)
 
 CLAIM_IDS = ("xnorm6", "placement", "seqlen", "nonconvex", "ln_collapse", "bounds", "gini", "optimizers",
-             "depth", "modern", "growth_protocol")
+             "depth", "modern", "growth_protocol", "gini_protocol", "optimizers_protocol")
 
 SOURCES = {
     "petrov": "Petrov, Kiselev, Meshkov, Grabovoy, 'Closing the Curvature Gap: Full Transformer Hessians "

@@ -40,6 +40,10 @@ HEADLINES = {
     "modern": ("slope_pre_rmsnorm_QQ_outer", "slope_attention_rope_QK_outer", "tied_identity_rel_error"),
     "growth_protocol": ("slope_none_1layers_l0_W_Q_outer", "slope_none_1layers_l0_W_Q_functional",
                         "slope_none_1layers_l0_W_V_outer"),
+    "gini_protocol": ("gini_pydoc-postln", "gini_pydoc-preln", "ratio_pydoc-postln"),
+    "optimizers_protocol": ("log_final_ratio_SGD_over_sign_pydoc-postln",
+                            "log_final_ratio_SGD_over_sign_pydoc-preln",
+                            "log_final_ratio_SGD_over_sign_pydoc-llama"),
     "optimizers": (
         "log_final_ratio_SGD_over_SignSGD_post",
         "log_final_ratio_SGD_over_Adam_post",
@@ -61,12 +65,14 @@ def claims() -> dict[str, Claim]:
     from hessviz.experiments import (
         bounds,
         depth,
+        gini_protocol,
         growth_protocol,
         heterogeneity,
         ln_collapse,
         modern,
         nonconvex,
         optimizers,
+        optimizers_protocol,
         scaling,
     )
 
@@ -82,6 +88,8 @@ def claims() -> dict[str, Claim]:
         depth.DEPTH,
         modern.MODERN,
         growth_protocol.GROWTH_PROTOCOL,
+        gini_protocol.GINI_PROTOCOL,
+        optimizers_protocol.OPTIMIZERS_PROTOCOL,
     )
     by_id = {c.id: c for c in found}
     return {cid: by_id[cid] for cid in CLAIM_IDS}
