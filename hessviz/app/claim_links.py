@@ -18,6 +18,8 @@ CLAIM_VIEWS: dict[str, str] = {
     "depth": "depth?dp_blk=W_Q,W_Q&dp_term=outer",
     "modern": "scaling?norm=pre&ntype=rmsnorm&sc_axis=xnorm&sc_blk=W_Q,W_Q",
     "growth_protocol": "scaling?norm=none&causal=true&wo=true&sc_axis=xnorm&sc_blk=W_Q,W_Q",
+    "gini_protocol": "optimization?opt_view=protocol",
+    "optimizers_protocol": "optimization?opt_view=protocol",
 }
 """Claim id -> ``page?query`` of the view that shows it."""
 
