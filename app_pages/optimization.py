@@ -1,11 +1,14 @@
 """Optimization lens: gradient heterogeneity (Gini, Λ_G, Λ_P) and SGD / SignSGD / Adam, Post vs Pre-LN."""
 
+import json
+import pathlib
+
 import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots
-from hessviz.experiments import optimizers
+from hessviz.experiments import optimizers, optimizers_protocol
 
 view = hva.sidebar()
 hva.header("Optimization lens", view)
@@ -23,13 +26,15 @@ hva.explain(
 
 mode = hva.choice(
     "View",
-    ("gradients", "training"),
+    ("gradients", "training", "protocol"),
     key="opt_view",
     default="gradients",
-    help="gradients: heterogeneity at the sidebar's point; training: SGD / SignSGD / Adam",
+    help="gradients: heterogeneity at the sidebar's point; training: SGD / SignSGD / Adam; protocol: the "
+    "report's fine-tuning of the bundled models on a real task (the paper's protocol), precomputed",
 )
 PLACEMENTS = ("post", "pre")
 NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
+CLAIMS = pathlib.Path(__file__).resolve().parent.parent / "assets" / "claims"
 
 
 if mode == "gradients":
@@ -87,6 +92,50 @@ if mode == "gradients":
             **{f"{k}_{pl}": res[pl][k] for pl in PLACEMENTS for k in ("grad", "hess", "sizes")},
         },
     )
+elif mode == "protocol":
+    npz, committed = CLAIMS / "data" / "optimizers_protocol.npz", CLAIMS / "claims.json"
+    if not npz.exists() or not committed.exists():
+        st.info("No committed protocol run (`assets/claims/data/optimizers_protocol.npz`). Run `hessviz "
+                "reproduce --out assets/claims`.")
+        st.stop()
+    with np.load(npz) as f:
+        curves, every = optimizers_protocol.saved_curves(dict(f))
+    records = {r["id"]: r for r in json.loads(committed.read_text())}
+    gp = records.get("gini_protocol", {}).get("measured", {})
+    op = records.get("optimizers_protocol", {}).get("measured", {})
+    st.caption(
+        "Tomihari & Sato's protocol, precomputed by `hessviz reproduce` (claims `gini_protocol` and "
+        "`optimizers_protocol`): every layer weight of a bundled model and a fresh linear head fine-tuned on "
+        "which of six standard-library modules a docstring is from (minibatches of 8 × 24 tokens), each "
+        "optimizer at its best learning rate from a small grid, mean and band over seeds. Left: that "
+        "fine-tuning; right: the report's random-block teacher task (claim `optimizers`) beside it."
+    )
+    source = hva.choice("Model", tuple(curves), key="opt_model", default=tuple(curves)[0],
+                        help="the trained pair (Post-LN, Pre-LN) and pydoc-llama")
+    m1, m2, m3 = st.columns(3)
+    if f"gini_{source}" in gp:
+        m1.metric("Gini of the 22 gradient norms", f"{gp[f'gini_{source}']:.3f}")
+    if f"ratio_{source}" in gp:
+        m2.metric("Λ_G / Λ_P", f"{gp[f'ratio_{source}']:.3g}")
+    if f"log_final_ratio_SGD_over_sign_{source}" in op:
+        m3.metric("log(final SGD / best sign-based)", f"{op[f'log_final_ratio_SGD_over_sign_{source}']:+.2f}")
+    left, right = st.columns(2)
+    runs = curves[source]
+    fig = plots.training_curves(
+        {f"{o} (lr {op.get(f'lr_{source}_{o}', float('nan')):g})": runs[o] for o in runs},
+        title=f"{source}: fine-tuning on the docstring task", threshold=op.get(f"threshold_{source}"))
+    fig.update_xaxes(title_text=f"evaluation (every {every} steps)")
+    hva.chart(fig, f"protocol_{source}", container=left, npz=lambda: runs)
+    block = CLAIMS / "data" / "optimizers.npz"
+    om = records.get("optimizers", {}).get("measured", {})
+    pl = "pre" if source == "pydoc-preln" else "post"
+    keys = {o: f"{pl}_{o}_lr{om[f'lr_{pl}_{o}']:g}" for o in optimizers.OPTIMIZERS if f"lr_{pl}_{o}" in om}
+    if block.exists() and keys:
+        with np.load(block) as f:
+            teacher = {f"{o} (lr {om[f'lr_{pl}_{o}']:g})": f[k] for o, k in keys.items() if k in f}
+        hva.chart(plots.training_curves(teacher, title=f"Random-block teacher task, {NAMES[pl]} (claim "
+                                        "optimizers)"), f"teacher_{pl}", container=right,
+                  npz=lambda: teacher)
 else:
     c1, c2, c3 = st.columns(3)
     steps = hva.slider("Steps", 10, 300, key="opt_steps", default=60, container=c1)

@@ -43,6 +43,19 @@ def test_optimization_page_training_view():
     assert [c.value for c in at.caption if "final" in c.value] != captions
 
 
+def test_optimization_page_protocol_view():
+    """The committed protocol runs: fine-tuning curves per model beside the random-block ones."""
+    if not (ROOT / "assets" / "claims" / "data" / "optimizers_protocol.npz").exists():
+        pytest.skip("assets/claims/data/optimizers_protocol.npz not generated (hessviz reproduce)")
+    at = _run("optimization", opt_view="protocol")
+    assert len(at.get("plotly_chart")) == 2
+    before = _metrics(at)
+    assert set(before) >= {"Gini of the 22 gradient norms", "log(final SGD / best sign-based)"}
+    at.segmented_control(key="opt_model").set_value("pydoc-preln").run()
+    assert not at.exception
+    assert _metrics(at) != before
+
+
 def test_layernorm_collapse_page_views():
     at = _run("layernorm_collapse", L="4", d="6", dk="3", dff="8")
     m = _metrics(at)
