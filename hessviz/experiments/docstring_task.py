@@ -28,6 +28,7 @@ import hashlib
 import importlib
 import inspect
 import platform
+import warnings
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
@@ -54,15 +55,17 @@ def module_docstrings(name: str) -> list[str]:
     """The public docstrings ``name`` defines (see the module docstring), in name order, deduplicated."""
     mod = importlib.import_module(name)
     found = []
-    for attr, obj in sorted(vars(mod).items()):
-        if attr.startswith("_") or getattr(obj, "__module__", None) != name:
-            continue
-        if inspect.isclass(obj):
-            for m_attr, member in sorted(vars(obj).items()):
-                if not m_attr.startswith("_") and (callable(member) or isinstance(member, property)):
-                    found.append(inspect.getdoc(member))
-        if callable(obj):
-            found.append(inspect.getdoc(obj))
+    with warnings.catch_warnings():             # typing.io and typing.re warn when read (Python 3.11)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for attr, obj in sorted(vars(mod).items()):
+            if attr.startswith("_") or getattr(obj, "__module__", None) != name:
+                continue
+            if inspect.isclass(obj):
+                for m_attr, member in sorted(vars(obj).items()):
+                    if not m_attr.startswith("_") and (callable(member) or isinstance(member, property)):
+                        found.append(inspect.getdoc(member))
+            if callable(obj):
+                found.append(inspect.getdoc(obj))
     texts = (" ".join(d.split()) for d in found if d)
     return [t for t in dict.fromkeys(texts) if len(t) >= MIN_CHARS]
 
