@@ -222,33 +222,196 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     return Ritz(values, U if vectors else None, residuals, matvecs, restarts, done)
 
 
-def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True) -> list[tuple[Tensor, Tensor]]:
-    """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once, each new vector's coefficients
-    on its whole basis measured and those above ``√ε β`` subtracted (all of them when not
-    ``selective``: full reorthogonalisation; :func:`orthogonalise_`).
+REORTH = ("selective", "full", "none")
 
-    One product with ``k`` columns per step. Returns per start vector the tridiagonal ``T``'s
-    diagonal ``α (m,)`` and off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's
-    Krylov space is invariant (``β`` below round-off), after which its rows stay zero.
+
+def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
+                reorth: str | None = None) -> list[tuple[Tensor, Tensor]]:
+    """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once: one ``k``-column product
+    per step. Returns per start vector the tridiagonal ``T``'s diagonal ``α (m,)`` and
+    off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's Krylov space is invariant
+    (``β`` below round-off), after which its rows stay zero.
+
+    ``reorth`` (default ``"selective"``, or ``"full"`` when ``selective=False``):
+
+    * ``"selective"``: each new vector's coefficients on its whole basis measured and those above
+      ``√ε β`` subtracted (semi-orthogonal; :func:`orthogonalise_`); the basis is kept,
+      ``steps · n`` entries per start vector;
+    * ``"full"``: all of them subtracted (classical Gram–Schmidt with the DGKS test);
+    * ``"none"``: the plain three-term recurrence, three vectors per start vector and no basis
+      (Papyan 2020's algorithm 2, as curvlinops' ``fast_lanczos``). Orthogonality is lost once
+      Ritz values converge, and converged eigenvalues come back as near-copies ("ghosts"); the
+      quadrature is still that of the measure ``vᵀ δ(H − λ) v`` up to round-off, the copies
+      sharing their weight (Paige 1976; Chen 2023), so the density and the traces it gives stay
+      right while the nodes near the edges repeat.
     """
+    reorth = reorth or ("selective" if selective else "full")
+    if reorth not in REORTH:
+        raise ConfigError(f"reorth must be one of {REORTH}, got {reorth!r}")
     k, n = v0.shape
     steps = min(steps, n)
-    selective = selective and v0.dtype == torch.float64
-    Q = v0.new_zeros(k, steps, n)                                  # each probe's basis contiguous
+    keep_basis = reorth != "none"
+    chosen = reorth == "selective" and v0.dtype == torch.float64     # √ε of float32 is too coarse
+    Q = v0.new_zeros(k, steps, n) if keep_basis else None          # each probe's basis contiguous
     q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
+    previous = torch.zeros_like(q)
     alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
     length = torch.full((k,), steps, dtype=torch.long)
     for j in range(steps):
-        Q[:, j] = q
-        w = apply(q).clone()
+        if keep_basis:
+            Q[:, j] = q
+        w = apply(q)
         a = (w * q).sum(1)
-        w = w - a[:, None] * q - (betas[j - 1, :, None] * Q[:, j - 1] if j else 0.0)
-        for i in range(k):                                        # measured against all, selective
-            orthogonalise_(w[i], Q[i, : j + 1], selective)
+        w.sub_(a[:, None] * q)
+        if j:
+            w.sub_(betas[j - 1, :, None] * previous)
+        if keep_basis:
+            for i in range(k):                                    # measured against all
+                orthogonalise_(w[i], Q[i, : j + 1], chosen)
         alphas[j] = a
         b = torch.linalg.vector_norm(w, dim=1)
         stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps).to(b.device)
         length[stop.cpu()] = j + 1
         betas[j] = torch.where(stop, 0.0, b)
+        previous = q
         q = torch.where((length > j + 1).to(w.device)[:, None], w / b.clamp_min(1e-300)[:, None], 0.0)
     return [(alphas[: m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]
+
+def _gram(A: Tensor, B: Tensor) -> Tensor:
+    """``A Bᵀ`` for ``A (r, n)``, ``B (b, n)`` with ``n`` in the millions: column piece by column
+    piece (:data:`COLUMNS`), one read of each, summed in the dtype of ``A``."""
+    out = A.new_zeros(A.shape[0], B.shape[0])
+    for c in range(0, A.shape[1], COLUMNS):
+        out.addmm_(A[:, c:c + COLUMNS], B[:, c:c + COLUMNS].T)
+    return out
+
+
+def _subtract_(W: Tensor, C: Tensor, Q: Tensor) -> Tensor:
+    """``W ← W − Cᵀ Q`` for ``W (b, n)``, ``C (r, b)``, ``Q (r, n)``, column piece by column piece."""
+    Ct = C.T.contiguous()
+    for c in range(0, W.shape[1], COLUMNS):
+        W[:, c:c + COLUMNS].addmm_(Ct, Q[:, c:c + COLUMNS], alpha=-1.0)
+    return W
+
+
+def block_orthogonalise_(W: Tensor, Q: Tensor, local: int) -> Tensor:
+    """``W ← (I − Qᵀ Q) W`` row-wise for a block ``W (b, n)`` against ``Q (r, n)`` (orthonormal
+    rows); returns the coefficients ``C = Q Wᵀ (r, b)`` summed over the passes.
+
+    The last ``local`` rows of ``Q`` (the current block and the one before: the block three-term
+    part, where ``W = H q`` has its large components) are subtracted first, so the classical
+    Gram–Schmidt pass against all of ``Q`` that follows cancels little; a second full pass runs
+    only when a row lost more than ``1 − 1/√2`` of its norm in it (DGKS). Each full pass is two
+    reads of ``Q`` for all ``b`` rows of ``W``: the point of a block."""
+    C = Q.new_zeros(Q.shape[0], W.shape[0])
+    near = Q[Q.shape[0] - local:]
+    c = _gram(near, W)
+    _subtract_(W, c, near)
+    C[Q.shape[0] - local:] += c
+    for _ in range(2):
+        before = torch.linalg.vector_norm(W, dim=1)
+        c = _gram(Q, W)
+        _subtract_(W, c, Q)
+        C += c
+        if bool((torch.linalg.vector_norm(W, dim=1) > REPEAT_BELOW * before).all()):
+            break
+    return C
+
+
+def block_extremes(apply: Apply, n: int, k: int, which: str = "top", *, block: int = 4, tol: float = 1e-8,
+                   seed: int = 0, like: Tensor, ncv: int | None = None, max_restarts: int = 300,
+                   vectors: bool = False, check: bool = True) -> Ritz:
+    r""":func:`extremes` with a **block** of ``b = block`` vectors per step: thick-restart block
+    Lanczos on ``b``-column products.
+
+    Each step multiplies the block ``Q_j (b, n)`` at once (one batched product, ``b`` columns)
+    and orthogonalises the ``b`` results against the whole basis together
+    (:func:`block_orthogonalise_`: GEMMs that read the basis once per pass for all ``b``, where
+    :func:`extremes` reads it once per vector). The coefficients ``C = Q W`` are the block column
+    of ``T = Q H Qᵀ`` (exact after a restart, as in :func:`extremes`); the rest is a QR step
+    ``Wᵀ = Q_{j+1}ᵀ R`` whose ``R (b, b)`` is the next off-diagonal block, so that
+
+    .. math::
+        H Q_mᵀ = Q_mᵀ T_m + Q_{m+1}ᵀ R_m E_mᵀ, \qquad
+        \|H u_i − θ_i u_i\| = \|R_m\, y_{[m−b:m], i}\| ,
+
+    and the run stops on the same test, ``‖R_m y_{[m−b:m],i}‖ ≤ tol · |θ_i|`` for every wanted
+    pair, restarting on the ``ℓ = k + (m − k) // 2`` best Ritz vectors and the block
+    ``Q_{m+1}``. A rank-deficient block (its Krylov space nearly invariant) is completed with
+    random directions orthogonalised against the basis. ``ncv`` (default
+    ``max(2k + 1, 20) + 2 b``) is the basis size; each cycle fills it in whole blocks.
+    """
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ConfigError(f"block must be an integer >= 1, got {block!r}")
+    b = block
+    m = _check(n, k, which, tol, min(n - b, max(2 * k + 1, 20) + 2 * b) if ncv is None else ncv)
+    if m + b > n or m < k + b:
+        raise ConfigError(f"ncv must satisfy k + block <= ncv <= n - block = {n - b} for a block of {b}, "
+                          f"got {m}")
+    Q = like.new_empty(m + b, n)
+    T = torch.zeros(m, m, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    eps = torch.finfo(like.dtype).eps
+    Q[:b] = _orthonormal(torch.randn(b, n, generator=gen, dtype=torch.float64).to(like), None, gen, eps)[0]
+    start, matvecs, restarts = 0, 0, 0
+    keep = min(m - b, k + (m - k) // 2)
+    while True:
+        j = start
+        R = torch.zeros(b, b, dtype=torch.float64)
+        while j + b <= m:
+            W = apply(Q[j:j + b])
+            matvecs += b
+            local = 2 * b if j - b >= start else j + b
+            C = block_orthogonalise_(W, Q[: j + b], local).to(T)
+            T[: j + b, j:j + b] = C
+            T[j:j + b, : j + b] = C.T
+            Q[j + b:j + 2 * b], R = _orthonormal(W, Q[: j + b], gen, eps)
+            if j + 2 * b <= m:
+                T[j + b:j + 2 * b, j:j + b] = R
+                T[j:j + b, j + b:j + 2 * b] = R.T
+            j += b
+        used = j
+        S = 0.5 * (T[:used, :used] + T[:used, :used].T)
+        theta, Y = torch.linalg.eigh(S)
+        order = _wanted(theta, used, which)
+        theta, Y = theta[order], Y[:, order]
+        est = torch.linalg.vector_norm(R @ Y[used - b:used], dim=0)
+        scale = torch.clamp(theta[:k].abs(), min=eps ** (2 / 3) * float(theta.abs().max()))
+        done = bool((est[:k] <= tol * scale).all())
+        if done or restarts >= max_restarts:
+            break
+        restarts += 1
+        combine_(Y[:, :keep].to(like), Q[:used], Q[:keep])
+        Q[keep:keep + b] = Q[used:used + b]
+        T.zero_()
+        T[range(keep), range(keep)] = theta[:keep]
+        start = keep
+    values, residuals = theta[:k].clone(), est[:k].clone()
+    U = None
+    if vectors or check:
+        U = combine_(Y[:, :k].to(like), Q[:used], like.new_empty(k, n))
+        U = U / torch.linalg.vector_norm(U, dim=1, keepdim=True)
+    if check:
+        HU = apply(U)
+        matvecs += k
+        values = (HU * U).sum(1).to(torch.float64).cpu()
+        residuals = torch.linalg.vector_norm(HU - values.to(like)[:, None] * U, dim=1).to(torch.float64).cpu()
+    return Ritz(values, U if vectors else None, residuals, matvecs, restarts, done)
+
+
+def _orthonormal(W: Tensor, Q: Tensor | None, gen: torch.Generator, eps: float) -> tuple[Tensor, Tensor]:
+    """Orthonormal rows ``N (b, n)`` spanning ``W (b, n)`` (orthogonal to ``Q``'s rows) and the
+    coefficients ``R = N Wᵀ (b, b)`` float64 (``W ≈ Rᵀ N``): a Householder QR of ``Wᵀ``. Directions
+    where ``W`` is rank-deficient (``|R_ii| ≤ √ε max|R|``) are replaced by random ones,
+    orthogonalised against ``Q`` and the rest (their coefficients are then round-off)."""
+    Qm, R = torch.linalg.qr(W.T)
+    N = Qm.T.contiguous()
+    d = R.diagonal().abs()
+    weak = d <= eps ** 0.5 * max(float(d.max()), 1e-300)
+    if bool(weak.any()):
+        N[weak] = torch.randn(int(weak.sum()), W.shape[1], generator=gen, dtype=torch.float64).to(W)
+        for _ in range(2):
+            if Q is not None:
+                _subtract_(N, _gram(Q, N), Q)
+            N = torch.linalg.qr(N.T)[0].T.contiguous()
+    return N, _gram(N, W).to(torch.float64).cpu()
