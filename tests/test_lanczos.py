@@ -38,37 +38,6 @@ def test_extremes_match_eigvalsh(which):
     torch.testing.assert_close(other.values, r.values, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("which", lanczos.WHICH)
-@pytest.mark.parametrize("block", [2, 4])
-def test_block_extremes_match_eigvalsh(which, block):
-    """Block thick-restart Lanczos on the same hard matrix: the 5 extremes to 1e-10, true residuals
-    within the stated tolerance, orthonormal vectors, the same numbers again from the same seed."""
-    A = _symmetric(300, 0)
-    ev = torch.linalg.eigvalsh(A)
-    r = lanczos.block_extremes(lambda V: V @ A, 300, 5, which, block=block, tol=1e-10, like=A, vectors=True)
-    assert r.converged and r.restarts > 0
-    torch.testing.assert_close(r.values, _reference(ev, 5, which), rtol=0, atol=1e-10)
-    assert bool((r.residuals <= 1e-9 * r.values.abs()).all()), r.residuals
-    torch.testing.assert_close(r.vectors @ r.vectors.T, torch.eye(5, dtype=torch.float64), rtol=0, atol=1e-10)
-    again = lanczos.block_extremes(lambda V: V @ A, 300, 5, which, block=block, tol=1e-10, like=A)
-    assert torch.equal(again.values, r.values) and again.matvecs == r.matvecs
-
-
-def test_block_extremes_on_an_invariant_space():
-    """A matrix of rank 6 fills a block's Krylov space after a few steps: the rank-deficient blocks
-    are completed with random directions and the eigenvalues, zeros included, still come out."""
-    g = torch.Generator().manual_seed(7)
-    U = torch.linalg.qr(torch.randn(80, 6, generator=g, dtype=torch.float64))[0]
-    A = U @ torch.diag(torch.tensor([5.0, 4.0, 3.0, -2.0, -1.0, 0.5], dtype=torch.float64)) @ U.T
-    r = lanczos.block_extremes(lambda V: V @ A, 80, 4, "magnitude", block=4, tol=1e-10, like=A)
-    torch.testing.assert_close(r.values, torch.tensor([5.0, 4.0, 3.0, -2.0], dtype=torch.float64),
-                               rtol=0, atol=1e-10)
-    with pytest.raises(ValueError, match="block"):
-        lanczos.block_extremes(lambda V: V @ A, 80, 4, block=0, like=A)
-    with pytest.raises(ValueError, match="ncv"):
-        lanczos.block_extremes(lambda V: V @ A, 80, 4, block=4, ncv=6, like=A)
-
-
 def test_slq_without_reorthogonalisation(case):
     """SLQ by the plain three-term recurrence (``reorth="none"``, curvlinops' way): no basis kept,
     all probes in one product per step, and the quadrature still matches the spectrum: the same

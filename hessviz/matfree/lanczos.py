@@ -1,7 +1,8 @@
 r"""One Lanczos core in torch, on the device and dtype of the products.
 
 ``apply(V (b, n)) -> (b, n)`` is the symmetric operator ``H`` applied to ``b`` rows at once (a
-:class:`~hessviz.matfree.spectral._Products`, or ``lambda V: V @ A`` in the tests). Two entry
+:class:`~hessviz.matfree.spectral._Products`, or ``lambda V: V @ A`` in the tests); it returns
+a new tensor, which the core then works on in place. Two entry
 points share the step below:
 
 * :func:`extremes`: the ``k`` extreme eigenpairs by **thick-restart Lanczos** (Wu and Simon
@@ -66,6 +67,7 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import ConfigError
+from hessviz.matfree import memory
 
 Apply = Callable[[Tensor], Tensor]
 
@@ -164,7 +166,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     vector from ``torch.Generator().manual_seed(seed)`` (the same numbers on every device)."""
     m = _check(n, k, which, tol, ncv)
     selective = selective and like.dtype == torch.float64          # √ε of float32 is too coarse
-    Q = like.new_empty(m + 1, n)
+    Q = memory.empty((m + 1, n), like)
     T = torch.zeros(m, m, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(n, generator=gen, dtype=torch.float64).to(like)
@@ -175,7 +177,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     while True:
         beta = 0.0
         for j in range(start, m):
-            w = apply(Q[j:j + 1])[0].clone()
+            w = apply(Q[j:j + 1])[0]                  # a new tensor: worked on in place
             matvecs += 1
             if j > start:                     # the three-term part first, so Gram–Schmidt cancels little
                 alpha = float(torch.dot(Q[j], w))
@@ -212,7 +214,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     values, residuals = theta[:k].clone(), est[:k].clone()
     U = None
     if vectors or check:
-        U = combine_(Y[:, :k].to(like), Q[:m], like.new_empty(k, n))
+        U = combine_(Y[:, :k].to(like), Q[:m], memory.empty((k, n), like))
         U = U / torch.linalg.vector_norm(U, dim=1, keepdim=True)
     if check:
         HU = apply(U)
@@ -252,7 +254,7 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
     steps = min(steps, n)
     keep_basis = reorth != "none"
     chosen = reorth == "selective" and v0.dtype == torch.float64     # √ε of float32 is too coarse
-    Q = v0.new_zeros(k, steps, n) if keep_basis else None          # each probe's basis contiguous
+    Q = memory.empty((k, steps, n), v0) if keep_basis else None    # each probe's basis contiguous
     q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
     previous = torch.zeros_like(q)
     alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
@@ -276,142 +278,3 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         previous = q
         q = torch.where((length > j + 1).to(w.device)[:, None], w / b.clamp_min(1e-300)[:, None], 0.0)
     return [(alphas[: m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]
-
-def _gram(A: Tensor, B: Tensor) -> Tensor:
-    """``A Bᵀ`` for ``A (r, n)``, ``B (b, n)`` with ``n`` in the millions: column piece by column
-    piece (:data:`COLUMNS`), one read of each, summed in the dtype of ``A``."""
-    out = A.new_zeros(A.shape[0], B.shape[0])
-    for c in range(0, A.shape[1], COLUMNS):
-        out.addmm_(A[:, c:c + COLUMNS], B[:, c:c + COLUMNS].T)
-    return out
-
-
-def _subtract_(W: Tensor, C: Tensor, Q: Tensor) -> Tensor:
-    """``W ← W − Cᵀ Q`` for ``W (b, n)``, ``C (r, b)``, ``Q (r, n)``, column piece by column piece."""
-    Ct = C.T.contiguous()
-    for c in range(0, W.shape[1], COLUMNS):
-        W[:, c:c + COLUMNS].addmm_(Ct, Q[:, c:c + COLUMNS], alpha=-1.0)
-    return W
-
-
-def block_orthogonalise_(W: Tensor, Q: Tensor, local: int) -> Tensor:
-    """``W ← (I − Qᵀ Q) W`` row-wise for a block ``W (b, n)`` against ``Q (r, n)`` (orthonormal
-    rows); returns the coefficients ``C = Q Wᵀ (r, b)`` summed over the passes.
-
-    The last ``local`` rows of ``Q`` (the current block and the one before: the block three-term
-    part, where ``W = H q`` has its large components) are subtracted first, so the classical
-    Gram–Schmidt pass against all of ``Q`` that follows cancels little; a second full pass runs
-    only when a row lost more than ``1 − 1/√2`` of its norm in it (DGKS). Each full pass is two
-    reads of ``Q`` for all ``b`` rows of ``W``: the point of a block."""
-    C = Q.new_zeros(Q.shape[0], W.shape[0])
-    near = Q[Q.shape[0] - local:]
-    c = _gram(near, W)
-    _subtract_(W, c, near)
-    C[Q.shape[0] - local:] += c
-    for _ in range(2):
-        before = torch.linalg.vector_norm(W, dim=1)
-        c = _gram(Q, W)
-        _subtract_(W, c, Q)
-        C += c
-        if bool((torch.linalg.vector_norm(W, dim=1) > REPEAT_BELOW * before).all()):
-            break
-    return C
-
-
-def block_extremes(apply: Apply, n: int, k: int, which: str = "top", *, block: int = 4, tol: float = 1e-8,
-                   seed: int = 0, like: Tensor, ncv: int | None = None, max_restarts: int = 300,
-                   vectors: bool = False, check: bool = True) -> Ritz:
-    r""":func:`extremes` with a **block** of ``b = block`` vectors per step: thick-restart block
-    Lanczos on ``b``-column products.
-
-    Each step multiplies the block ``Q_j (b, n)`` at once (one batched product, ``b`` columns)
-    and orthogonalises the ``b`` results against the whole basis together
-    (:func:`block_orthogonalise_`: GEMMs that read the basis once per pass for all ``b``, where
-    :func:`extremes` reads it once per vector). The coefficients ``C = Q W`` are the block column
-    of ``T = Q H Qᵀ`` (exact after a restart, as in :func:`extremes`); the rest is a QR step
-    ``Wᵀ = Q_{j+1}ᵀ R`` whose ``R (b, b)`` is the next off-diagonal block, so that
-
-    .. math::
-        H Q_mᵀ = Q_mᵀ T_m + Q_{m+1}ᵀ R_m E_mᵀ, \qquad
-        \|H u_i − θ_i u_i\| = \|R_m\, y_{[m−b:m], i}\| ,
-
-    and the run stops on the same test, ``‖R_m y_{[m−b:m],i}‖ ≤ tol · |θ_i|`` for every wanted
-    pair, restarting on the ``ℓ = k + (m − k) // 2`` best Ritz vectors and the block
-    ``Q_{m+1}``. A rank-deficient block (its Krylov space nearly invariant) is completed with
-    random directions orthogonalised against the basis. ``ncv`` (default
-    ``max(2k + 1, 20) + 2 b``) is the basis size; each cycle fills it in whole blocks.
-    """
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ConfigError(f"block must be an integer >= 1, got {block!r}")
-    b = block
-    m = _check(n, k, which, tol, min(n - b, max(2 * k + 1, 20) + 2 * b) if ncv is None else ncv)
-    if m + b > n or m < k + b:
-        raise ConfigError(f"ncv must satisfy k + block <= ncv <= n - block = {n - b} for a block of {b}, "
-                          f"got {m}")
-    Q = like.new_empty(m + b, n)
-    T = torch.zeros(m, m, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(seed)
-    eps = torch.finfo(like.dtype).eps
-    Q[:b] = _orthonormal(torch.randn(b, n, generator=gen, dtype=torch.float64).to(like), None, gen, eps)[0]
-    start, matvecs, restarts = 0, 0, 0
-    keep = min(m - b, k + (m - k) // 2)
-    while True:
-        j = start
-        R = torch.zeros(b, b, dtype=torch.float64)
-        while j + b <= m:
-            W = apply(Q[j:j + b])
-            matvecs += b
-            local = 2 * b if j - b >= start else j + b
-            C = block_orthogonalise_(W, Q[: j + b], local).to(T)
-            T[: j + b, j:j + b] = C
-            T[j:j + b, : j + b] = C.T
-            Q[j + b:j + 2 * b], R = _orthonormal(W, Q[: j + b], gen, eps)
-            if j + 2 * b <= m:
-                T[j + b:j + 2 * b, j:j + b] = R
-                T[j:j + b, j + b:j + 2 * b] = R.T
-            j += b
-        used = j
-        S = 0.5 * (T[:used, :used] + T[:used, :used].T)
-        theta, Y = torch.linalg.eigh(S)
-        order = _wanted(theta, used, which)
-        theta, Y = theta[order], Y[:, order]
-        est = torch.linalg.vector_norm(R @ Y[used - b:used], dim=0)
-        scale = torch.clamp(theta[:k].abs(), min=eps ** (2 / 3) * float(theta.abs().max()))
-        done = bool((est[:k] <= tol * scale).all())
-        if done or restarts >= max_restarts:
-            break
-        restarts += 1
-        combine_(Y[:, :keep].to(like), Q[:used], Q[:keep])
-        Q[keep:keep + b] = Q[used:used + b]
-        T.zero_()
-        T[range(keep), range(keep)] = theta[:keep]
-        start = keep
-    values, residuals = theta[:k].clone(), est[:k].clone()
-    U = None
-    if vectors or check:
-        U = combine_(Y[:, :k].to(like), Q[:used], like.new_empty(k, n))
-        U = U / torch.linalg.vector_norm(U, dim=1, keepdim=True)
-    if check:
-        HU = apply(U)
-        matvecs += k
-        values = (HU * U).sum(1).to(torch.float64).cpu()
-        residuals = torch.linalg.vector_norm(HU - values.to(like)[:, None] * U, dim=1).to(torch.float64).cpu()
-    return Ritz(values, U if vectors else None, residuals, matvecs, restarts, done)
-
-
-def _orthonormal(W: Tensor, Q: Tensor | None, gen: torch.Generator, eps: float) -> tuple[Tensor, Tensor]:
-    """Orthonormal rows ``N (b, n)`` spanning ``W (b, n)`` (orthogonal to ``Q``'s rows) and the
-    coefficients ``R = N Wᵀ (b, b)`` float64 (``W ≈ Rᵀ N``): a Householder QR of ``Wᵀ``. Directions
-    where ``W`` is rank-deficient (``|R_ii| ≤ √ε max|R|``) are replaced by random ones,
-    orthogonalised against ``Q`` and the rest (their coefficients are then round-off)."""
-    Qm, R = torch.linalg.qr(W.T)
-    N = Qm.T.contiguous()
-    d = R.diagonal().abs()
-    weak = d <= eps ** 0.5 * max(float(d.max()), 1e-300)
-    if bool(weak.any()):
-        N[weak] = torch.randn(int(weak.sum()), W.shape[1], generator=gen, dtype=torch.float64).to(W)
-        for _ in range(2):
-            if Q is not None:
-                _subtract_(N, _gram(Q, N), Q)
-            N = torch.linalg.qr(N.T)[0].T.contiguous()
-    return N, _gram(N, W).to(torch.float64).cpu()
