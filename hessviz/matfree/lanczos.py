@@ -32,7 +32,11 @@ points share the step below:
 * :func:`tridiagonal`: plain Lanczos from several start vectors side by side (the SLQ probes),
   one ``k``-column product per step, reorthogonalised selectively in float64 (every coefficient
   measured, those above ``√ε β`` subtracted: semi-orthogonal, enough for quadrature nodes and
-  weights); returns each ``T``'s ``α, β``.
+  weights) or, with ``reorth="none"``, not at all and without a basis; returns each ``T``'s
+  ``α, β``. How the peers run SLQ (read from their sources): PyHessian's ``density`` and
+  Ghorbani et al.'s ``lanczos_alg`` (google/spectral-density) reorthogonalise fully against
+  every stored vector, one probe at a time; curvlinops' ``fast_lanczos`` (Papyan 2020,
+  algorithm 2) does not reorthogonalise and keeps three vectors.
 
 **Tolerances, against the peers** (read from their sources):
 

@@ -262,6 +262,11 @@ class TraceEstimate:
     term: str
 
 
+def _quadratic(ops: _Products, V: Tensor) -> Tensor:
+    """``vᵢᵀ H vᵢ`` for the rows of ``V (b, n)``: one ``b``-column product, no ``(b, n)`` temporary."""
+    return torch.bmm(ops(V)[:, None, :], V[:, :, None]).flatten()
+
+
 def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *,
           names: Sequence[str] | None = None, seed: int = 0,
           progress: Progress | None = None) -> TraceEstimate:
@@ -281,9 +286,9 @@ def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *
         eye = torch.eye(n, dtype=ops.like.dtype, device=ops.like.device)
         return TraceEstimate(float(torch.diagonal(ops(eye)).sum()), 0.0, ops.done, "exact", term)
     gen = torch.Generator().manual_seed(seed)
-    if method == "hutchinson":
-        V = _rademacher(n, samples, gen, ops.like)
-        quad = (ops(V) * V).sum(1)
+    if method == "hutchinson":                                     # BATCH probes side by side at a time
+        quad = torch.cat([_quadratic(ops, _rademacher(n, min(BATCH, samples - first), gen, ops.like))
+                          for first in range(0, samples, BATCH)])
         return TraceEstimate(float(quad.mean()), float(quad.std() / math.sqrt(samples)) if samples > 1
                              else float("nan"), ops.done, method, term)
     s = samples // 3

@@ -147,10 +147,15 @@ def hutchinson_row(seq_len: int, samples: int = 30, repeats: int = 3) -> dict:
     cfg, params, X, Y = real_case(seq_len)
     res = hv.hessian(cfg, params, X, Y)
     kept = peers.Counted(cfg, params, X, Y)
-    V = (torch.randint(0, 2, (samples, res.size), generator=torch.Generator().manual_seed(0)) * 2 - 1).to(X)
 
-    def loop(fn):
-        return lambda: float(torch.stack([fn(v) @ v for v in V]).mean())
+    def loop(fn):                                         # a probe drawn, multiplied and dotted at a time
+        def run():
+            gen, quad = torch.Generator().manual_seed(0), []
+            for _ in range(samples):
+                v = (torch.randint(0, 2, (res.size,), generator=gen, dtype=torch.int8) * 2 - 1).to(X)
+                quad.append(fn(v) @ v)
+            return float(torch.stack(quad).mean())
+        return run
 
     fns = {f"hessviz Hutchinson, {samples} probes side by side":
            lambda: spectral.trace(res, "full", samples, "hutchinson", seed=0).value,
