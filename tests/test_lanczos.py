@@ -204,6 +204,11 @@ def test_bad_arguments_name_the_argument(case):
         spectral.eigenpairs(res, solver="arpack")
     with pytest.raises(ValueError, match="v must be a floating-point"):
         res.matvec(torch.ones(n, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="probes"):
+        spectral.density(res, probes=-3, reorth="none")
+    v32 = torch.randn(n, 3, generator=torch.Generator().manual_seed(8)).float()   # cast, as documented
+    assert torch.equal(res.matvec(v32), res.matvec(v32.double()))
+    assert torch.equal(res.matvec(v32.numpy()), res.matvec(v32.double()))
 
 
 def test_torch_core_reports_progress_and_cancels(case):
