@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz.matfree import lanczos, spectral
+from hessviz.matfree import lanczos, memory, spectral
 
 
 def _symmetric(n: int, seed: int) -> torch.Tensor:
@@ -36,6 +36,23 @@ def test_extremes_match_eigvalsh(which):
     assert torch.equal(again.values, r.values) and again.matvecs == r.matvecs   # same seed, same numbers
     other = lanczos.extremes(lambda V: V @ A, 300, 5, which, tol=1e-10, like=A, seed=1)
     torch.testing.assert_close(other.values, r.values, rtol=0, atol=1e-10)
+
+
+def test_slq_without_reorthogonalisation(case):
+    """SLQ by the plain three-term recurrence (``reorth="none"``, curvlinops' way): no basis kept,
+    all probes in one product per step, and the quadrature still matches the spectrum: the same
+    trace estimate as the reorthogonalised run on the same probes (its first moment), the extreme
+    nodes at the extreme eigenvalues (the CDF bound: ``test_slq_density_within_stated_error``)."""
+    res, _ = case
+    ev = torch.linalg.eigvalsh(res.full).numpy()
+    plain = spectral.density(res, "full", probes=4, steps=60, seed=0, reorth="none")
+    kept = spectral.density(res, "full", probes=4, steps=60, seed=0)
+    assert plain.matvecs == kept.matvecs == 240
+    assert abs(plain.trace - kept.trace) <= 1e-12 * abs(kept.trace)
+    nodes = plain.all_nodes
+    assert abs(nodes.max() - ev.max()) < 1e-8 and abs(nodes.min() - ev.min()) < 1e-8
+    with pytest.raises(ValueError, match="reorth"):
+        spectral.density(res, reorth="partial")
 
 
 def test_extremes_on_a_small_space_and_float32():
@@ -95,7 +112,9 @@ def test_block_table_and_density_use_the_torch_core(case):
 
 @pytest.mark.parametrize("layout", ["C", "F"])
 def test_batched_products_equal_looped(case, layout):
-    """``res.matvec(V)``, ``V (P, k)`` C- or F-contiguous, equals ``k`` single products to 1e-12."""
+    """``res.matvec(V)``, ``V (P, k)`` C- or F-contiguous, equals ``k`` single products to 1e-15
+    (each column runs the same GEMMs as alone), for whole weights and for head slices (whose
+    products are gathered by copy, not written in place)."""
     res, _ = case
     V = torch.randn(res.size, 7, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     if layout == "F":
@@ -105,7 +124,44 @@ def test_batched_products_equal_looped(case, layout):
         batched = res.matvec(V, term)
         looped = torch.stack([res.matvec(V[:, i].contiguous(), term) for i in range(7)], 1)
         assert batched.shape == V.shape
-        torch.testing.assert_close(batched, looped, rtol=0, atol=1e-12 * float(looped.abs().max()))
+        torch.testing.assert_close(batched, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
+    rows, cols = ["W_Q[1]", "W_1", "b_O"], ["W_K[0]", "W_2", "ln1_gamma"]
+    n = res.products.layout(cols).size
+    W = torch.randn(n, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    W = W if layout == "C" else W.T.contiguous().T
+    batched = res.products.matvec(W, "full", rows=rows, cols=cols)
+    looped = torch.stack([res.products.matvec(W[:, i].contiguous(), "full", rows=rows, cols=cols)
+                          for i in range(5)], 1)
+    torch.testing.assert_close(batched, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
+
+
+def test_whole_weight_products_are_written_in_place(case):
+    """The sweep writes each whole weight's product into its columns of the result
+    (``Layout.destinations``): the product handed back *is* that view, so nothing is copied."""
+    res, _ = case
+    mf = res.products
+    lay = mf.layout()
+    V = torch.randn(3, lay.size, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    out = torch.empty(3, lay.size, dtype=torch.float64)
+    into = lay.destinations(out)
+    prods = mf.tape.sweep(lay.scatter(V), "full", lay.bases, into=into)
+    for name in ("W_Q", "W_O", "W_1", "W_2"):
+        assert prods[name].data_ptr() == into[name].data_ptr() and prods[name].stride() == into[name].stride()
+    torch.testing.assert_close(lay.gather(prods, 3, V, out=out), lay.gather(prods, 3, V), rtol=0, atol=0)
+    torch.testing.assert_close(out, mf.product(V, "full", lay, lay), rtol=0, atol=0)
+
+
+def test_large_buffers_are_plain_tensors():
+    """:func:`memory.empty` above the huge-page threshold is an ordinary contiguous tensor of the
+    asked shape, dtype and device (the advice changes the mapping only)."""
+    like = torch.zeros(1, dtype=torch.float64)
+    n = memory.HUGE_FROM // 8 + 12345
+    t = memory.empty((3, n), like)
+    assert t.shape == (3, n) and t.dtype == torch.float64 and t.is_contiguous()
+    src = torch.randn(3, n, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    t.copy_(src)
+    assert torch.equal(t, src)
+    assert memory.empty((2, 3), like.float()).dtype == torch.float32
 
 
 def test_products_kept_at_the_point_repeat_exactly(case):
@@ -148,6 +204,11 @@ def test_bad_arguments_name_the_argument(case):
         spectral.eigenpairs(res, solver="arpack")
     with pytest.raises(ValueError, match="v must be a floating-point"):
         res.matvec(torch.ones(n, 2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="probes"):
+        spectral.density(res, probes=-3, reorth="none")
+    v32 = torch.randn(n, 3, generator=torch.Generator().manual_seed(8)).float()   # cast, as documented
+    assert torch.equal(res.matvec(v32), res.matvec(v32.double()))
+    assert torch.equal(res.matvec(v32.numpy()), res.matvec(v32.double()))
 
 
 def test_torch_core_reports_progress_and_cancels(case):

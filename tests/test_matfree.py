@@ -202,12 +202,14 @@ def test_eigsh_matches_eigvalsh(spectral_case):
     np.testing.assert_allclose(spectral.top_eigenvalues(res, "full", 2), eig["full"][::-1][:2], rtol=1e-8)
 
 
-def test_slq_density_within_stated_error(spectral_case):
+@pytest.mark.parametrize("reorth", ["selective", "none"])
+def test_slq_density_within_stated_error(spectral_case, reorth):
     """20 probes × 40 steps at P = 500: CDF (Kolmogorov) distance ≤ 0.05, trace within 4 standard
-    errors of Hutchinson's (SLQ's trace is Hutchinson's on the same probes), likewise tr(H²)."""
+    errors of Hutchinson's (SLQ's trace is Hutchinson's on the same probes), likewise tr(H²);
+    with the basis kept (semi-orthogonal) and without (the plain three-term recurrence)."""
     res, _, eig = spectral_case
     ev = eig["full"]
-    d = spectral.density(res, "full", probes=20, steps=40, seed=0)
+    d = spectral.density(res, "full", probes=20, steps=40, seed=0, reorth=reorth)
     assert d.matvecs <= 20 * 40
     grid = np.linspace(ev.min(), ev.max(), 200)
     assert np.abs(d.cdf(grid) - (ev[None, :] <= grid[:, None]).mean(1)).max() <= 0.05

@@ -52,7 +52,9 @@ class AutogradProducts:
         HJv = self.loss_hvp(Jv[None])[0]
         return torch.autograd.grad(self.Z, self.leaves, grad_outputs=HJv, retain_graph=True)
 
-    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str]) -> dict[str, Tensor]:
+    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str],
+              into: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+        """As :meth:`Tape.sweep` (``into`` is not used: the products are gathered by copy)."""
         k = next(iter(dparams.values())).shape[0]
         cols = []
         for j in range(k):

@@ -118,18 +118,23 @@ def _sync() -> None:
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, dict[str, float]]:
-    """``name -> {median, min}`` seconds: one warm call each, then ``repeats`` alternating rounds."""
+    """``name -> {median, min, cpu_median}`` seconds: one warm call each, then ``repeats``
+    alternating rounds; ``cpu_median`` is this process's CPU time (``time.process_time``), which
+    other processes on a shared machine inflate less than the wall clock."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {n: [] for n in fns}
+    cpu: dict[str, list[float]] = {n: [] for n in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             _sync()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             _sync()
             times[name].append(time.perf_counter() - start)
-    return {n: {"median": statistics.median(t), "min": min(t)} for n, t in times.items()}
+            cpu[name].append(time.process_time() - start_cpu)
+    return {n: {"median": statistics.median(t), "min": min(t), "cpu_median": statistics.median(cpu[n])}
+            for n, t in times.items()}
 
 
 def _curvlinops_ggn(cfg, params, X, Y):

@@ -1,7 +1,8 @@
 r"""One Lanczos core in torch, on the device and dtype of the products.
 
 ``apply(V (b, n)) -> (b, n)`` is the symmetric operator ``H`` applied to ``b`` rows at once (a
-:class:`~hessviz.matfree.spectral._Products`, or ``lambda V: V @ A`` in the tests). Two entry
+:class:`~hessviz.matfree.spectral._Products`, or ``lambda V: V @ A`` in the tests); it returns
+a new tensor, which the core then works on in place. Two entry
 points share the step below:
 
 * :func:`extremes`: the ``k`` extreme eigenpairs by **thick-restart Lanczos** (Wu and Simon
@@ -31,7 +32,11 @@ points share the step below:
 * :func:`tridiagonal`: plain Lanczos from several start vectors side by side (the SLQ probes),
   one ``k``-column product per step, reorthogonalised selectively in float64 (every coefficient
   measured, those above ``√ε β`` subtracted: semi-orthogonal, enough for quadrature nodes and
-  weights); returns each ``T``'s ``α, β``.
+  weights) or, with ``reorth="none"``, not at all and without a basis; returns each ``T``'s
+  ``α, β``. How the peers run SLQ (read from their sources): PyHessian's ``density`` and
+  Ghorbani et al.'s ``lanczos_alg`` (google/spectral-density) reorthogonalise fully against
+  every stored vector, one probe at a time; curvlinops' ``fast_lanczos`` (Papyan 2020,
+  algorithm 2) does not reorthogonalise and keeps three vectors.
 
 **Tolerances, against the peers** (read from their sources):
 
@@ -66,6 +71,7 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import ConfigError
+from hessviz.matfree import memory
 
 Apply = Callable[[Tensor], Tensor]
 
@@ -164,7 +170,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     vector from ``torch.Generator().manual_seed(seed)`` (the same numbers on every device)."""
     m = _check(n, k, which, tol, ncv)
     selective = selective and like.dtype == torch.float64          # √ε of float32 is too coarse
-    Q = like.new_empty(m + 1, n)
+    Q = memory.empty((m + 1, n), like)
     T = torch.zeros(m, m, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(n, generator=gen, dtype=torch.float64).to(like)
@@ -175,7 +181,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     while True:
         beta = 0.0
         for j in range(start, m):
-            w = apply(Q[j:j + 1])[0].clone()
+            w = apply(Q[j:j + 1])[0]                  # a new tensor: worked on in place
             matvecs += 1
             if j > start:                     # the three-term part first, so Gram–Schmidt cancels little
                 alpha = float(torch.dot(Q[j], w))
@@ -212,7 +218,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     values, residuals = theta[:k].clone(), est[:k].clone()
     U = None
     if vectors or check:
-        U = combine_(Y[:, :k].to(like), Q[:m], like.new_empty(k, n))
+        U = combine_(Y[:, :k].to(like), Q[:m], memory.empty((k, n), like))
         U = U / torch.linalg.vector_norm(U, dim=1, keepdim=True)
     if check:
         HU = apply(U)
@@ -222,33 +228,57 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     return Ritz(values, U if vectors else None, residuals, matvecs, restarts, done)
 
 
-def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True) -> list[tuple[Tensor, Tensor]]:
-    """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once, each new vector's coefficients
-    on its whole basis measured and those above ``√ε β`` subtracted (all of them when not
-    ``selective``: full reorthogonalisation; :func:`orthogonalise_`).
+REORTH = ("selective", "full", "none")
 
-    One product with ``k`` columns per step. Returns per start vector the tridiagonal ``T``'s
-    diagonal ``α (m,)`` and off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's
-    Krylov space is invariant (``β`` below round-off), after which its rows stay zero.
+
+def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
+                reorth: str | None = None) -> list[tuple[Tensor, Tensor]]:
+    """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once: one ``k``-column product
+    per step. Returns per start vector the tridiagonal ``T``'s diagonal ``α (m,)`` and
+    off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's Krylov space is invariant
+    (``β`` below round-off), after which its rows stay zero.
+
+    ``reorth`` (default ``"selective"``, or ``"full"`` when ``selective=False``):
+
+    * ``"selective"``: each new vector's coefficients on its whole basis measured and those above
+      ``√ε β`` subtracted (semi-orthogonal; :func:`orthogonalise_`); the basis is kept,
+      ``steps · n`` entries per start vector;
+    * ``"full"``: all of them subtracted (classical Gram–Schmidt with the DGKS test);
+    * ``"none"``: the plain three-term recurrence, three vectors per start vector and no basis
+      (Papyan 2020's algorithm 2, as curvlinops' ``fast_lanczos``). Orthogonality is lost once
+      Ritz values converge, and converged eigenvalues come back as near-copies ("ghosts"); the
+      quadrature is still that of the measure ``vᵀ δ(H − λ) v`` up to round-off, the copies
+      sharing their weight (Paige 1976; Chen 2023), so the density and the traces it gives stay
+      right while the nodes near the edges repeat.
     """
+    reorth = reorth or ("selective" if selective else "full")
+    if reorth not in REORTH:
+        raise ConfigError(f"reorth must be one of {REORTH}, got {reorth!r}")
     k, n = v0.shape
     steps = min(steps, n)
-    selective = selective and v0.dtype == torch.float64
-    Q = v0.new_zeros(k, steps, n)                                  # each probe's basis contiguous
+    keep_basis = reorth != "none"
+    chosen = reorth == "selective" and v0.dtype == torch.float64     # √ε of float32 is too coarse
+    Q = memory.empty((k, steps, n), v0) if keep_basis else None    # each probe's basis contiguous
     q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
+    previous = torch.zeros_like(q)
     alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
     length = torch.full((k,), steps, dtype=torch.long)
     for j in range(steps):
-        Q[:, j] = q
-        w = apply(q).clone()
+        if keep_basis:
+            Q[:, j] = q
+        w = apply(q)
         a = (w * q).sum(1)
-        w = w - a[:, None] * q - (betas[j - 1, :, None] * Q[:, j - 1] if j else 0.0)
-        for i in range(k):                                        # measured against all, selective
-            orthogonalise_(w[i], Q[i, : j + 1], selective)
+        w.sub_(a[:, None] * q)
+        if j:
+            w.sub_(betas[j - 1, :, None] * previous)
+        if keep_basis:
+            for i in range(k):                                    # measured against all
+                orthogonalise_(w[i], Q[i, : j + 1], chosen)
         alphas[j] = a
         b = torch.linalg.vector_norm(w, dim=1)
         stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps).to(b.device)
         length[stop.cpu()] = j + 1
         betas[j] = torch.where(stop, 0.0, b)
+        previous = q
         q = torch.where((length > j + 1).to(w.device)[:, None], w / b.clamp_min(1e-300)[:, None], 0.0)
     return [(alphas[: m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]

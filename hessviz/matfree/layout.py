@@ -59,16 +59,27 @@ class Layout:
             out[p.base] = flat.reshape(k, *shape)
         return out
 
-    def gather(self, products: dict[str, Tensor | None], k: int, like: Tensor) -> Tensor:
-        """``{base: (k, *shape) or None} -> (k, P')`` (``None`` reads as zero)."""
-        out = like.new_empty(k, self.size)
+    def destinations(self, out: Tensor) -> dict[str, Tensor]:
+        """``out (k, P') -> {base: (k, *shape)}``: views of ``out`` where a whole weight's product
+        can be written in place (so :meth:`gather` has nothing to copy). Head slices have none."""
+        k = out.shape[0]
+        return {p.base: out[:, p.columns].view(k, *self.cfg.param_shapes[p.base])
+                for p in self.slots if p.head is None}
+
+    def gather(self, products: dict[str, Tensor | None], k: int, like: Tensor,
+               out: Tensor | None = None) -> Tensor:
+        """``{base: (k, *shape) or None} -> (k, P')`` (``None`` reads as zero), into ``out`` when
+        given; a product already written in its place (:meth:`destinations`) is not copied."""
+        out = like.new_empty(k, self.size) if out is None else out
         for p in self.slots:
             prod = products.get(p.base)
             if prod is None:
                 out[:, p.columns] = 0.0
                 continue
             if p.head is None:                         # one copy, straight from a strided split
-                out[:, p.columns].view(prod.shape).copy_(prod)
+                place = out[:, p.columns].view(prod.shape)
+                if not (prod.data_ptr() == place.data_ptr() and prod.stride() == place.stride()):
+                    place.copy_(prod)
             else:
                 out[:, p.columns].unflatten(1, p.head.shape).copy_(p.head.rows_of(prod.reshape(k, -1), 1))
         return out

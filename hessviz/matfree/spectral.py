@@ -37,7 +37,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from torch import Tensor
 
 from hessviz.errors import ConfigError
-from hessviz.matfree.lanczos import extremes, tridiagonal
+from hessviz.matfree.lanczos import REORTH, extremes, tridiagonal
 from hessviz.matfree.operator import BATCH
 from hessviz.memory import memory_limit
 from hessviz.terms import check_term
@@ -217,20 +217,31 @@ class Density:
 
 
 def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names: Sequence[str] | None = None,
-            seed: int = 0, progress: Progress | None = None) -> Density:
-    """The spectral density of ``term`` by SLQ with ``probes`` probes of ``steps`` Lanczos steps."""
+            seed: int = 0, progress: Progress | None = None, reorth: str = "selective") -> Density:
+    """The spectral density of ``term`` by SLQ with ``probes`` probes of ``steps`` Lanczos steps.
+
+    The probes run side by side, one product of as many columns as fit per step.
+    ``reorth="selective"`` (default) keeps each probe's basis (``steps · P`` entries) and
+    reorthogonalises semi-orthogonally, so as many probes go together as memory allows;
+    ``"none"`` keeps three vectors per probe (no basis: curvlinops' ``fast_lanczos``, Papyan
+    2020), so all probes go in one product of up to :data:`BATCH` columns; ``"full"``
+    reorthogonalises against the whole basis (PyHessian's and Ghorbani et al.'s way, one probe
+    at a time there). :func:`hessviz.matfree.lanczos.tridiagonal` says what each costs."""
     _check_count("probes", probes, 1)
     _check_count("steps", steps, 1)
+    if reorth not in REORTH:
+        raise ConfigError(f"reorth must be one of {REORTH}, got {reorth!r}")
     ops = _Products(res, term, names, names, progress, probes * steps, "spectral density (SLQ)")
     n = ops.rows.size
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     nodes, weights = [], []
-    probe_bytes = min(steps, n) * n * ops.like.element_size()          # one probe's Lanczos basis
+    per_step = 1 if reorth == "none" else min(steps, n)              # vectors kept per probe
+    probe_bytes = (per_step + 3) * n * ops.like.element_size()
     group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // (4 * max(1, probe_bytes))))
     V = _rademacher(n, probes, gen, ops.like)
     for first in range(0, probes, group):
-        for alpha, beta in tridiagonal(ops, V[first:first + group], steps):
+        for alpha, beta in tridiagonal(ops, V[first:first + group], steps, reorth=reorth):
             T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)
             theta, Y = torch.linalg.eigh(T.to(torch.float64).cpu())
             nodes.append(theta.numpy())
@@ -249,6 +260,11 @@ class TraceEstimate:
     matvecs: int
     method: str
     term: str
+
+
+def _quadratic(ops: _Products, V: Tensor) -> Tensor:
+    """``vᵢᵀ H vᵢ`` for the rows of ``V (b, n)``: one ``b``-column product, no ``(b, n)`` temporary."""
+    return torch.bmm(ops(V)[:, None, :], V[:, :, None]).flatten()
 
 
 def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *,
@@ -270,9 +286,9 @@ def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *
         eye = torch.eye(n, dtype=ops.like.dtype, device=ops.like.device)
         return TraceEstimate(float(torch.diagonal(ops(eye)).sum()), 0.0, ops.done, "exact", term)
     gen = torch.Generator().manual_seed(seed)
-    if method == "hutchinson":
-        V = _rademacher(n, samples, gen, ops.like)
-        quad = (ops(V) * V).sum(1)
+    if method == "hutchinson":                                     # BATCH probes side by side at a time
+        quad = torch.cat([_quadratic(ops, _rademacher(n, min(BATCH, samples - first), gen, ops.like))
+                          for first in range(0, samples, BATCH)])
         return TraceEstimate(float(quad.mean()), float(quad.std() / math.sqrt(samples)) if samples > 1
                              else float("nan"), ops.done, method, term)
     s = samples // 3

@@ -14,7 +14,8 @@ process:
   and against double backward per call (the graph built anew), interleaved medians;
 * ``batch``: ``k = 8`` products at once (``V (P, 8)``, C- and F-contiguous) against one;
 * ``float32``: float32 products and top-5 against float64 (accuracy and time);
-* ``slq``: the SLQ density, 10 probes × 80 steps.
+* ``hutchinson``: 30 probes side by side against a loop of products (PyHessian's way);
+* ``slq``: the SLQ density, 10 probes × 80 steps, without and with a kept basis.
 
 Peak memory is the resident size's high-water mark (``VmHWM``) after a reset
 (:func:`hessviz.matfree.bench._reset_peak`) minus the resident size then, in this process. The
@@ -126,15 +127,44 @@ def product_row(seq_len: int, repeats: int = 5, k: int = 8) -> dict:
            "double backward per call": lambda: per_call(v),
            f"closed form, {k} at once (P, {k}) C-contiguous": lambda: res.matvec(VC),
            f"closed form, {k} at once (P, {k}) F-contiguous": lambda: res.matvec(VF)}
-    times = {n: t["median"] for n, t in interleaved(fns, repeats).items()}
+    measured = interleaved(fns, repeats)
+    times = {n: t["median"] for n, t in measured.items()}
+    cpu = {n: t["cpu_median"] for n, t in measured.items()}
     peak = {}
     for name in ("closed form, one", "double backward, graph kept",
                  f"closed form, {k} at once (P, {k}) C-contiguous"):
         base = _reset_peak()
         fns[name]()
         peak[name] = _rss_mib() - base
-    return {"row": "product", "L": len(X), "P": res.size, "k": k, "times": times, "peak_mib": peak,
-            "agreement": agree, "repeats": repeats, "load": os.getloadavg()}
+    return {"row": "product", "L": len(X), "P": res.size, "k": k, "times": times, "cpu": cpu,
+            "peak_mib": peak, "agreement": agree, "repeats": repeats, "load": os.getloadavg()}
+
+
+def hutchinson_row(seq_len: int, samples: int = 30, repeats: int = 3) -> dict:
+    """Hutchinson's ``samples`` probes side by side (:func:`hessviz.matfree.trace`: products of up
+    to ``BATCH`` columns) against PyHessian's way (a plain loop of kept-graph double-backward
+    products) and a loop of single closed-form products, interleaved medians."""
+    cfg, params, X, Y = real_case(seq_len)
+    res = hv.hessian(cfg, params, X, Y)
+    kept = peers.Counted(cfg, params, X, Y)
+
+    def loop(fn):                                         # a probe drawn, multiplied and dotted at a time
+        def run():
+            gen, quad = torch.Generator().manual_seed(0), []
+            for _ in range(samples):
+                v = (torch.randint(0, 2, (res.size,), generator=gen, dtype=torch.int8) * 2 - 1).to(X)
+                quad.append(fn(v) @ v)
+            return float(torch.stack(quad).mean())
+        return run
+
+    fns = {f"hessviz Hutchinson, {samples} probes side by side":
+           lambda: spectral.trace(res, "full", samples, "hutchinson", seed=0).value,
+           f"{samples} closed-form products one at a time": loop(res.matvec),
+           f"PyHessian's way: {samples} kept-graph double-backward products in a loop": loop(kept)}
+    measured = interleaved(fns, repeats)
+    return {"row": "hutchinson", "L": len(X), "samples": samples, "repeats": repeats,
+            "times": {n: t["median"] for n, t in measured.items()},
+            "cpu": {n: t["cpu_median"] for n, t in measured.items()}, "load": os.getloadavg()}
 
 
 def float32_row(seq_len: int, repeats: int = 3) -> dict:
@@ -162,21 +192,29 @@ def float32_row(seq_len: int, repeats: int = 3) -> dict:
             "top5_products": {"float32": e32.matvecs, "float64": e64.matvecs}, "load": os.getloadavg()}
 
 
-def slq_row(seq_len: int, probes: int = 10, steps: int = 80) -> dict:
+def slq_row(seq_len: int, probes: int = 10, steps: int = 80, reorth: str = "selective") -> dict:
     cfg, params, X, Y = real_case(seq_len)
     res = hv.hessian(cfg, params, X, Y)
     res.matvec(torch.zeros(res.size, dtype=X.dtype))
     base = _reset_peak()
-    start = time.perf_counter()
-    d = spectral.density(res, "full", probes=probes, steps=steps, seed=0)
-    seconds = time.perf_counter() - start
+    start, start_cpu = time.perf_counter(), time.process_time()
+    d = spectral.density(res, "full", probes=probes, steps=steps, seed=0, reorth=reorth)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     return {"row": "slq", "L": len(X), "P": res.size, "probes": probes, "steps": steps, "seconds": seconds,
-            "products": d.matvecs, "peak_mib": _rss_mib() - base,
-            "support": [float(d.all_nodes.min()), float(d.all_nodes.max())], "load": os.getloadavg()}
+            "cpu_seconds": cpu, "reorth": reorth, "products": d.matvecs, "peak_mib": _rss_mib() - base,
+            "trace": d.trace, "support": [float(d.all_nodes.min()), float(d.all_nodes.max())],
+            "load": os.getloadavg()}
 
 
 def _load(r: dict) -> str:
     return ", ".join(f"{x:.1f}" for x in r["load"])
+
+
+def _at_once_ratio(name: str, times: dict, cpu: dict) -> str:
+    """``k`` columns at once against one product: wall and (when measured) CPU time."""
+    one = times["closed form, one"]
+    head = f"{name.split('closed form, ')[-1]}: **{times[name] / one:.1f}×** one product"
+    return head + (f" (CPU time {cpu[name] / cpu['closed form, one']:.1f}×)" if name in cpu else "")
 
 
 def markdown(rows: list[dict]) -> str:
@@ -209,14 +247,29 @@ def markdown(rows: list[dict]) -> str:
             one = t["closed form, one"]
             out += [f"**Products**, L = {r['L']} (medians of {r['repeats']} interleaved rounds, "
                     f"load {_load(r)}; closed form vs kept graph: max rel. diff {r['agreement']:.1e}).", "",
-                    "| product | median ms | ms per column | one closed-form product / this, per column "
-                    "| peak MiB |",
-                    "|---|---:|---:|---:|---:|"]
+                    "| product | median ms | CPU ms | ms per column | one closed-form product / this, per "
+                    "column | peak MiB |",
+                    "|---|---:|---:|---:|---:|---:|"]
+            cpu = r.get("cpu", {})
             for name, s in t.items():
                 cols = r["k"] if "at once" in name else 1
                 peak = r["peak_mib"].get(name)
-                out.append(f"| {name} | {s * 1e3:.1f} | {s * 1e3 / cols:.1f} | {one / (s / cols):.2f}× | "
+                c = cpu.get(name)
+                out.append(f"| {name} | {s * 1e3:.1f} | {'' if c is None else f'{c * 1e3:.1f}'} | "
+                           f"{s * 1e3 / cols:.1f} | {one / (s / cols):.2f}× | "
                            f"{'' if peak is None else f'{peak:.0f}'} |")
+            at_once = [n for n in t if "at once" in n]
+            if at_once:
+                out.append("\n" + "; ".join(_at_once_ratio(n, t, cpu) for n in at_once) + " (goal ≤ 4×).")
+            out.append("")
+        elif r["row"] == "hutchinson":
+            t, cpu = r["times"], r["cpu"]
+            ours = next(iter(t))
+            out += [f"**Hutchinson**, {r['samples']} probes, L = {r['L']} (medians of {r['repeats']} "
+                    f"interleaved rounds, load {_load(r)}).", "",
+                    "| method | median s | CPU s | this / hessviz side by side |", "|---|---:|---:|---:|"]
+            for name, s in t.items():
+                out.append(f"| {name} | {s:.2f} | {cpu[name]:.2f} | {s / t[ours]:.2f}× |")
             out.append("")
         elif r["row"] == "float32":
             t, ts, tp = r["times"], r["top5_seconds"], r["top5_products"]
@@ -226,9 +279,14 @@ def markdown(rows: list[dict]) -> str:
                     f"({tp['float32']} products) vs {ts['float64']:.1f} s ({tp['float64']}), max rel. diff "
                     f"{r['top5_rel_diff']:.1e}.", ""]
         elif r["row"] == "slq":
-            out += [f"**SLQ density**, {r['probes']} probes × {r['steps']} steps, L = {r['L']}: "
-                    f"{r['seconds']:.1f} s, {r['products']} products, peak {r['peak_mib']:.0f} MiB over the "
-                    f"set-up, support "
+            how = {"selective": "basis kept, selective reorthogonalisation",
+                   "none": "no basis, plain three-term recurrence",
+                   "full": "basis kept, full reorthogonalisation"}[r.get("reorth", "selective")]
+            cpu = f", CPU {r['cpu_seconds']:.1f} s" if "cpu_seconds" in r else ""
+            trace = f", trace {r['trace']:.6g}" if "trace" in r else ""
+            out += [f"**SLQ density** ({how}), {r['probes']} probes × {r['steps']} steps, L = {r['L']}: "
+                    f"{r['seconds']:.1f} s{cpu}, {r['products']} products, peak {r['peak_mib']:.0f} MiB "
+                    f"over the set-up{trace}, support "
                     f"[{r['support'][0]:.3g}, {r['support'][1]:.3g}] (load {_load(r)}).", ""]
     return "\n".join(out)
 
@@ -262,7 +320,8 @@ def render(out="benchmarks/MATFREE.md", threads: int = 1) -> None:
 
 
 def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128), slq_len: int = 128,
-         threads: int = 1, repeats: int = 5, float32_lens=(24,), progress=None) -> list[dict]:
+         threads: int = 1, repeats: int = 5, float32_lens=(24,), progress=None, hutchinson_lens=(24,),
+         slq_reorth=("none", "selective")) -> list[dict]:
     import json
     from pathlib import Path
 
@@ -284,9 +343,13 @@ def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128
     for L in float32_lens:
         progress(f"float32 L={L}")
         add(float32_row(L))
+    for L in hutchinson_lens:
+        progress(f"Hutchinson L={L}")
+        add(hutchinson_row(L))
     if slq_len:
-        progress(f"SLQ L={slq_len}")
-        add(slq_row(slq_len))
+        for reorth in slq_reorth:
+            progress(f"SLQ L={slq_len} ({reorth})")
+            add(slq_row(slq_len, reorth=reorth))
     write_section(out, markdown(rows), header(threads))
     return rows
 
@@ -300,6 +363,9 @@ if __name__ == "__main__":
     p.add_argument("--product-lens", type=int, nargs="*", default=[24, 64, 128])
     p.add_argument("--slq-len", type=int, default=128, help="0: no SLQ row")
     p.add_argument("--float32-lens", type=int, nargs="*", default=[24])
+    p.add_argument("--hutchinson-lens", type=int, nargs="*", default=[24])
+    p.add_argument("--slq-reorth", nargs="*", default=["none", "selective"],
+                   choices=["none", "selective", "full"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--render", action="store_true", help="only rewrite the section from the saved rows")
@@ -308,4 +374,4 @@ if __name__ == "__main__":
         render(a.out, a.threads)
         raise SystemExit(0)
     main(a.out, tuple(a.top5_lens), tuple(a.product_lens), a.slq_len, a.threads, a.repeats,
-         tuple(a.float32_lens))
+         tuple(a.float32_lens), hutchinson_lens=tuple(a.hutchinson_lens), slq_reorth=tuple(a.slq_reorth))

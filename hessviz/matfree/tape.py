@@ -115,11 +115,15 @@ class Tape:
 
     def adjoint_tangents(self, span: LayerSpan, dvals: dict[str, Maybe], dparams: dict[str, Tensor],
                          seeds: dict[str, Maybe], second: bool, wanted: Sequence[str],
-                         wanted_inputs: Sequence[str] = ()) -> tuple[dict[str, Maybe], dict[str, Maybe]]:
+                         wanted_inputs: Sequence[str] = (), into: dict[str, Tensor] | None = None
+                         ) -> tuple[dict[str, Maybe], dict[str, Maybe]]:
         """The tangent of the reverse sweep over ``span``: ``(θ̄̇ of wanted, x̄̇ of wanted_inputs)``.
 
         ``seeds`` holds the adjoint tangents of the outputs (``None`` for zero); ``second`` keeps
-        the second-order parts. The first-order adjoints are the tape's (``∂ℓ/∂·`` of the loss)."""
+        the second-order parts. The first-order adjoints are the tape's (``∂ℓ/∂·`` of the loss).
+        ``into`` maps parameters to ``(k, *shape)`` views that a node which ``writes_into`` may
+        fill in place (the first node to produce that parameter's product only)."""
+        into = into or {}
         wanted_set = set(wanted) | set(wanted_inputs)
         upstream = self._closure(span, frozenset(wanted_inputs))
         dbars: dict[str, Maybe] = dict(seeds)
@@ -135,7 +139,11 @@ class Tape:
             need_p = [p in wanted_set for p in node.params]
             if not (any(need_x) or any(need_p)):
                 continue
-            dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, need_x, need_p)
+            if node.writes_into:
+                dest = [into.get(p) if p not in out else None for p in node.params]
+                dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, need_x, need_p, dest=dest)
+            else:
+                dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, need_x, need_p)
             for name, g in zip(node.inputs, dgx):
                 dbars[name] = add(dbars.get(name), g)
             for name, g in zip(node.params, dgp):
@@ -143,14 +151,17 @@ class Tape:
                     out[name] = add(out.get(name), g)
         return out, {name: dbars.get(name) for name in wanted_inputs}
 
-    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str]) -> dict[str, Maybe]:
+    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str],
+              into: dict[str, Tensor] | None = None) -> dict[str, Maybe]:
         """``θ̄̇`` for the parameters ``wanted``, given tangents ``dparams`` (``k`` leading).
 
         ``dparams`` maps a parameter name to its tangent of shape ``(k, *shape)``; missing
-        names have zero tangent. Returns ``name -> (k, *shape)`` (``None`` when exactly 0).
+        names have zero tangent. Returns ``name -> (k, *shape)`` (``None`` when exactly 0);
+        a product may be the view of ``into`` it was written into (:meth:`adjoint_tangents`).
         """
         seed_curvature, second = SWEEP_RULES[term]
         dvals = self.tangents(self.whole, {}, dparams)
         dZ = dvals[self.output]
         seed = self.loss_hvp(dZ) if seed_curvature and dZ is not None else None
-        return self.adjoint_tangents(self.whole, dvals, dparams, {self.output: seed}, second, wanted)[0]
+        return self.adjoint_tangents(self.whole, dvals, dparams, {self.output: seed}, second, wanted,
+                                     into=into)[0]

@@ -82,6 +82,10 @@ class Node:
     params: tuple[str, ...] = ()
     output: str = ""
     y: Tensor
+    writes_into: bool = False
+    """``True`` when ``adjoint_tangent`` takes ``dest``: per parameter a ``(k, *shape)`` view (or
+    ``None``) to write ``θ̄̇`` into instead of allocating it (the sweep's output, so a batched
+    product is written once, in place)."""
 
     def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
         """``ẏ`` from the input tangents ``dx`` and parameter tangents ``dp`` (``k`` leading)."""

@@ -30,6 +30,8 @@ from hessviz.ops.base import Maybe, Node
 class Linear(Node):
     """``output = input @ cat(weights) + cat(biases)``; ``biases`` entries may be ``None``."""
 
+    writes_into = True
+
     def __init__(self, output: str, input: str, x: Tensor, weights: list[tuple[str, Tensor]],
                  biases: list[tuple[str, Tensor] | None]):
         self.output, self.inputs = output, (input,)
@@ -81,8 +83,10 @@ class Linear(Node):
         return [gy @ self.W.T], self._split(gW, list(range(nw))) + self._split(gb, self.bias_of)
 
     def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+                        need_x: list[bool], need_p: list[bool],
+                        dest: list[Maybe] | None = None) -> tuple[list[Maybe], list[Maybe]]:
         nw = len(self.weight_names)
+        dest = dest or [None] * len(self.params)
         dW = dp[:nw] if second else [None] * nw
         dx0 = dx[0] if second else None
         k = self._batch(dgy, dx0, *dW)
@@ -101,7 +105,8 @@ class Linear(Node):
                 cols = self.cols[i]
                 dgp[i] = bt.stacked_T_times([self.x, dx0], [None if dgy is None else dgy[..., cols],
                                                             self.gy[:, cols]], k,
-                                            self.x.new_empty(k, self.x.shape[1], self.widths[i]))
+                                            self.x.new_empty(k, self.x.shape[1], self.widths[i])
+                                            if dest[i] is None else dest[i])
         for j, i in enumerate(self.bias_of):
             if need_p[nw + j] and dgy is not None:
                 dgp[nw + j] = dgy[..., self.cols[i]].sum(-2)                       # Σ_t ȳ̇_t
