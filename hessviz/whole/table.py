@@ -23,6 +23,7 @@ per block; the products do not depend on where they run).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import pkgutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ from dataclasses import dataclass
 import torch
 
 from hessviz.errors import ConfigError, InputError
-from hessviz.matfree.spectral import BlockStats, BlockTable, block_table
+from hessviz.matfree.spectral import BlockStats, BlockTable, Progress, block_table
 from hessviz.whole.hessian import ModelHessian, Problem, _public
+from hessviz.whole.objective import HEAD_NAMES
 
 
 @dataclass(frozen=True)
@@ -63,17 +65,19 @@ def tensor_names(res: ModelHessian, by_head: bool = False) -> tuple[str, ...]:
     """Every tensor of ``res.names``, each headed weight split into its heads when ``by_head``."""
     cfg, out = res.cfg, []
     for name in res.names:
-        if by_head and "[" not in name and cfg.is_headed(name) and cfg.n_heads > 1:
+        if by_head and "[" not in name and name not in HEAD_NAMES and cfg.is_headed(name) and cfg.n_heads > 1:
             out.extend(cfg.head_names(name))
         else:
             out.append(name)
     return tuple(out)
 
 
-def row(res: ModelHessian, name: str, opts: Options) -> tuple[TensorRow, int]:
-    """One tensor's row, computed on ``res``, and the product columns it took."""
+def row(res: ModelHessian, name: str, opts: Options, progress: Progress | None = None
+        ) -> tuple[TensorRow, int]:
+    """One tensor's row, computed on ``res``, and the product columns it took (``progress`` as
+    :func:`hessviz.matfree.block_table` calls it)."""
     table = block_table(res, opts.term, (name,), trace_samples=opts.trace_samples,
-                        exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed)
+                        exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed, progress=progress)
     stats = table.rows[0]
     grad = res.stack_gradient((name,))[name]
     return TensorRow(_public(res.cfg, name), stats.size, stats.top, stats.trace, stats.trace_stderr,
@@ -100,11 +104,38 @@ def remote_row(problem: Problem, name: str, opts: Options) -> tuple[TensorRow, i
         torch.set_num_threads(before)
 
 
+WORKER_CHECK = "hessviz.whole.table:__name__"
+
+
+def check_workers(executor: cf.Executor) -> None:
+    """That ``executor`` takes tasks and that its workers import hessviz, before any task that needs it:
+    the probe is the standard library's ``pkgutil.resolve_name`` of :data:`WORKER_CHECK` (a worker
+    unpickles it without hessviz, then imports hessviz and answers a string). A task whose own pickle
+    names hessviz would instead kill a process pool's worker (``BrokenProcessPool``) and say nothing
+    of why. :class:`InputError` naming ``executor`` otherwise."""
+    try:
+        probe = executor.submit(pkgutil.resolve_name, WORKER_CHECK)
+    except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
+        raise InputError(f"executor is closed (shut down), it takes no tasks: {e}") from None
+    try:
+        probe.result()
+    except ImportError as e:
+        raise InputError(f"executor's workers cannot import hessviz ({e}): install it where they run, or "
+                         "start them with this PYTHONPATH") from None
+    except cf.BrokenExecutor as e:
+        raise InputError(f"executor is broken (a worker died): {e}") from None
+
+
 def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] | None = None, *,
                  by_head: bool = False, trace_samples: int = 30, exact_limit: int = 256, tol: float = 1e-6,
-                 seed: int = 0, executor: cf.Executor | None = None) -> TensorTable:
+                 seed: int = 0, executor: cf.Executor | None = None,
+                 progress: Progress | None = None) -> TensorTable:
     """The per-tensor table of ``res`` (see the module docstring); ``tensors`` defaults to
-    :func:`tensor_names` (names or head slices of ``res.names``)."""
+    :func:`tensor_names` (names or head slices of ``res.names``).
+
+    ``progress(done, total, message)``: called in-process within each row's products (``done`` rows
+    of ``total``) and as each row ends, on an executor as each task's result arrives; an exception
+    it raises (a visitor who left) stops the table there."""
     if not isinstance(res, ModelHessian):
         raise InputError(f"res must be hv.model_hessian(...)'s result, got {type(res).__name__}")
     if executor is not None and not isinstance(executor, cf.Executor):
@@ -116,15 +147,30 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
     opts = Options(term, trace_samples, exact_limit, tol, seed, torch.get_num_threads())
     start = time.perf_counter()
     if executor is None:
-        done = [row(res, n, opts) for n in names]
+        done = []
+        for i, n in enumerate(names):
+            step = None if progress is None else (lambda _d, _t, message, i=i, n=n: progress(
+                i, len(names), f"{_public(res.cfg, n)}: {message}"))
+            done.append(row(res, n, opts, step))
+            if progress is not None:
+                progress(i + 1, len(names), f"{_public(res.cfg, n)} done")
         return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start)
+    check_workers(executor)
     try:
         futures = [executor.submit(remote_row, res.problem, n, opts) for n in names]
     except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
         raise InputError(f"executor is closed (shut down), it takes no tasks: {e}") from None
     try:
-        done = [f.result() for f in futures]
-    except ImportError as e:
+        done = []
+        for i, f in enumerate(futures):
+            done.append(f.result())
+            if progress is not None:
+                progress(i + 1, len(names), f"{_public(res.cfg, names[i])} done")
+    except BaseException as e:
+        for f in futures:
+            f.cancel()
+        if not isinstance(e, ImportError):
+            raise
         raise InputError(f"executor's workers cannot import hessviz ({e}): install it where they run, or "
                          "start them with this PYTHONPATH") from None
     return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start,
