@@ -412,3 +412,22 @@ def test_the_heads_weights_as_parameters_match_autograd(folders, name, pooling, 
     assert row.name == last and row.exact
     assert row.top == pytest.approx(float(torch.linalg.eigvalsh(block)[-1]), rel=1e-10)
     assert row.grad_norm == pytest.approx(float(g[last].norm()), rel=1e-12)
+
+
+def test_tensor_table_of_the_top_eigenvalue_alone_and_of_the_largest_magnitude(folders):
+    """``trace_samples=0``: Lanczos alone (no trace, NaN); ``which="magnitude"``: the eigenvalue of
+    largest magnitude, what PyHessian's power iteration reports as the top one."""
+    res = table_problem(folders)
+    names = ("l0.W_Q[1]", "l1.W_O[2]")
+    top = tensor_table(res, tensors=names, trace_samples=0, exact_limit=0)
+    big = tensor_table(res, tensors=names, trace_samples=0, exact_limit=0, which="magnitude")
+    for a, b in zip(top.rows, big.rows):
+        Hb = res.matvec(torch.eye(a.size, dtype=torch.float64), rows=(a.name,), cols=(a.name,))
+        vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
+        assert a.top == pytest.approx(float(vals[-1]), rel=1e-6) and np.isnan(a.trace)
+        assert b.top == pytest.approx(float(vals[vals.abs().argmax()]), rel=1e-6)
+        assert a.grad_norm == b.grad_norm > 0
+    with pytest.raises(ConfigError, match="which must be"):
+        tensor_table(res, tensors=names, which="bottom")
+    with pytest.raises(ConfigError, match="trace_samples=0"):
+        tensor_table(res, tensors=names, which="magnitude")

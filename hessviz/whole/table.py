@@ -10,7 +10,8 @@ eigenvalue and the trace of its diagonal Hessian block and its gradient norm.
 
 Each row is :func:`hessviz.matfree.block_table` of one diagonal block ``H[t, t]`` (exact from the
 dense block up to ``exact_limit`` entries; else Lanczos with ``k = 1`` on the block's products and a
-Hutch++ trace from ``trace_samples`` products) and ``‖∂ℓ/∂t‖`` (the mean over the sequences).
+Hutch++ trace from ``trace_samples`` products; ``trace_samples = 0``: no trace, NaN, the top eigenvalue
+alone) and ``‖∂ℓ/∂t‖`` (the mean over the sequences).
 
 ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask ``distributed``
 client's ``client.get_executor()``); one task per tensor, each with the picklable
@@ -23,6 +24,7 @@ per block; the products do not depend on where they run).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import pkgutil
 import time
 from collections.abc import Sequence
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from hessviz.errors import ConfigError, InputError
-from hessviz.matfree.spectral import BlockStats, BlockTable, Progress, block_table
+from hessviz.matfree.spectral import BlockStats, BlockTable, Progress, block_table, eigenpairs
 from hessviz.whole.hessian import ModelHessian, Problem, _public
 from hessviz.whole.objective import HEAD_NAMES
 
@@ -59,6 +61,7 @@ class Options:
     tol: float
     seed: int
     threads: int
+    which: str = "top"
 
 
 def tensor_names(res: ModelHessian, by_head: bool = False) -> tuple[str, ...]:
@@ -76,7 +79,13 @@ def row(res: ModelHessian, name: str, opts: Options, progress: Progress | None =
         ) -> tuple[TensorRow, int]:
     """One tensor's row, computed on ``res``, and the product columns it took (``progress`` as
     :func:`hessviz.matfree.block_table` calls it)."""
-    table = block_table(res, opts.term, (name,), trace_samples=opts.trace_samples,
+    if opts.trace_samples == 0 and res.param_size(name) > opts.exact_limit:     # the top eigenvalue only
+        top = eigenpairs(res, opts.term, 1, opts.which, names=(name,), seed=opts.seed, tol=opts.tol,
+                         progress=progress)
+        grad = float(torch.linalg.vector_norm(res.stack_gradient((name,))[name]))
+        return TensorRow(_public(res.cfg, name), res.param_size(name), float(top.values[-1]), math.nan,
+                         math.nan, False, grad), top.matvecs
+    table = block_table(res, opts.term, (name,), trace_samples=max(opts.trace_samples, 1),
                         exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed, progress=progress)
     stats = table.rows[0]
     grad = res.stack_gradient((name,))[name]
@@ -129,13 +138,20 @@ def check_workers(executor: cf.Executor) -> None:
 def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] | None = None, *,
                  by_head: bool = False, trace_samples: int = 30, exact_limit: int = 256, tol: float = 1e-6,
                  seed: int = 0, executor: cf.Executor | None = None,
-                 progress: Progress | None = None) -> TensorTable:
+                 progress: Progress | None = None, which: str = "top") -> TensorTable:
     """The per-tensor table of ``res`` (see the module docstring); ``tensors`` defaults to
     :func:`tensor_names` (names or head slices of ``res.names``).
 
     ``progress(done, total, message)``: called in-process within each row's products (``done`` rows
     of ``total``) and as each row ends, on an executor as each task's result arrives; an exception
-    it raises (a visitor who left) stops the table there."""
+    it raises (a visitor who left) stops the table there.
+
+    ``which="magnitude"`` (with ``trace_samples=0`` and ``exact_limit=0``): the ``top`` column holds the
+    eigenvalue of largest magnitude, what PyHessian's power iteration reports as the top eigenvalue."""
+    if which not in ("top", "magnitude"):
+        raise ConfigError(f"which must be 'top' or 'magnitude', got {which!r}")
+    if which != "top" and (trace_samples != 0 or exact_limit != 0):
+        raise ConfigError("which='magnitude' needs trace_samples=0 and exact_limit=0 (the eigenvalue alone)")
     if not isinstance(res, ModelHessian):
         raise InputError(f"res must be hv.model_hessian(...)'s result, got {type(res).__name__}")
     if executor is not None and not isinstance(executor, cf.Executor):
@@ -144,7 +160,7 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
     names = tensor_names(res, by_head) if tensors is None else res._names(tensors)
     if tensors is not None and len(names) != len(tuple(tensors)):
         raise ConfigError("tensors must name each tensor once")
-    opts = Options(term, trace_samples, exact_limit, tol, seed, torch.get_num_threads())
+    opts = Options(term, trace_samples, exact_limit, tol, seed, torch.get_num_threads(), which)
     start = time.perf_counter()
     if executor is None:
         done = []
