@@ -431,3 +431,8 @@ def test_tensor_table_of_the_top_eigenvalue_alone_and_of_the_largest_magnitude(f
         tensor_table(res, tensors=names, which="bottom")
     with pytest.raises(ConfigError, match="trace_samples=0"):
         tensor_table(res, tensors=names, which="magnitude")
+    exact = tensor_table(res, tensors=("l0.W_Q[1]", "l0.ln1_gamma"), trace_samples=0, exact_limit=256,
+                         which="magnitude").rows                   # exact blocks in the same path
+    exact = {r.name: r for r in exact}
+    assert exact["l0.W_Q[1]"].exact and exact["l0.W_Q[1]"].top == pytest.approx(big.rows[0].top, rel=1e-6)
+    assert exact["l0.ln1_gamma"].exact and np.isfinite(exact["l0.ln1_gamma"].trace)

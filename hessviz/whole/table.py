@@ -79,7 +79,15 @@ def row(res: ModelHessian, name: str, opts: Options, progress: Progress | None =
         ) -> tuple[TensorRow, int]:
     """One tensor's row, computed on ``res``, and the product columns it took (``progress`` as
     :func:`hessviz.matfree.block_table` calls it)."""
-    if opts.trace_samples == 0 and res.param_size(name) > opts.exact_limit:     # the top eigenvalue only
+    if opts.trace_samples == 0 and res.param_size(name) <= opts.exact_limit:    # exact, any `which`
+        n = res.param_size(name)
+        Hb = res.matvec(torch.eye(n, dtype=res.products.X.dtype, device=res.products.X.device), opts.term,
+                        rows=(name,), cols=(name,)).to(torch.float64).cpu()
+        vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
+        top = vals[-1] if opts.which == "top" else vals[vals.abs().argmax()]
+        grad = float(torch.linalg.vector_norm(res.stack_gradient((name,))[name]))
+        return TensorRow(_public(res.cfg, name), n, float(top), float(vals.sum()), 0.0, True, grad), n
+    if opts.trace_samples == 0:                                                 # the top eigenvalue only
         top = eigenpairs(res, opts.term, 1, opts.which, names=(name,), seed=opts.seed, tol=opts.tol,
                          progress=progress)
         grad = float(torch.linalg.vector_norm(res.stack_gradient((name,))[name]))
@@ -146,12 +154,13 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
     of ``total``) and as each row ends, on an executor as each task's result arrives; an exception
     it raises (a visitor who left) stops the table there.
 
-    ``which="magnitude"`` (with ``trace_samples=0`` and ``exact_limit=0``): the ``top`` column holds the
-    eigenvalue of largest magnitude, what PyHessian's power iteration reports as the top eigenvalue."""
+    ``which="magnitude"`` (with ``trace_samples=0``): the ``top`` column holds the eigenvalue of largest
+    magnitude, what PyHessian's power iteration reports as the top eigenvalue (blocks up to
+    ``exact_limit`` entries exactly, so that a block that is exactly 0, a key bias's, is 0)."""
     if which not in ("top", "magnitude"):
         raise ConfigError(f"which must be 'top' or 'magnitude', got {which!r}")
-    if which != "top" and (trace_samples != 0 or exact_limit != 0):
-        raise ConfigError("which='magnitude' needs trace_samples=0 and exact_limit=0 (the eigenvalue alone)")
+    if which != "top" and trace_samples != 0:
+        raise ConfigError("which='magnitude' needs trace_samples=0 (the eigenvalue alone)")
     if not isinstance(res, ModelHessian):
         raise InputError(f"res must be hv.model_hessian(...)'s result, got {type(res).__name__}")
     if executor is not None and not isinstance(executor, cf.Executor):
