@@ -19,9 +19,11 @@ COPY .streamlit .streamlit
 COPY hessviz hessviz
 COPY app_pages app_pages
 COPY assets/claims/claims.json assets/claims/claims.json
-# the trained pydoc pair and the Real model page's precomputed default views (scripts/precompute_real.py)
+# the trained pydoc pair, the Real model page's precomputed default views (scripts/precompute_real.py) and
+# the Whole model page's default tables (scripts/precompute_whole.py)
 COPY assets/models assets/models
 COPY assets/real_views.npz assets/real_views.npz
+COPY assets/whole_tables.json assets/whole_tables.json
 
 USER hessviz
 EXPOSE 8501

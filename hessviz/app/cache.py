@@ -35,7 +35,7 @@ import torch
 
 import hessviz as hv
 from hessviz import cost, spectra, sweeps
-from hessviz.app import budget, gates, profiles, runlog
+from hessviz.app import budget, gates, profiles, runlog, whole_model
 from hessviz.app.progress import current
 from hessviz.app.state import View, device
 from hessviz.experiments import bounds as bounds_exp
@@ -681,3 +681,35 @@ def real_gradients(model: str, layer: int, text: str, seed: int, by_head: bool,
 
     key = ("gradients", model, text, int(layer), loss, target_seed(loss, seed), bool(by_head))
     return _real(key, compute, 1 << 14, f"the gradient norms of layer {layer}")
+
+
+# ----------------------------------------------------------------------------- whole models
+
+WHOLE_PRECOMPUTED: Path | None = whole_model.FILE
+"""The precomputed tables the Whole model page reads first (None: compute everything)."""
+
+
+def whole_key(model: str, text: str, part: str) -> tuple:
+    """The store's key of :func:`whole_table`'s result."""
+    return ("whole", whole_model.key(model, text, part))
+
+
+def whole_ready(model: str, text: str, part: str) -> bool:
+    """Is the table precomputed or cached (drawing it costs no work)?"""
+    return whole_key(model, text, part) in STORE or \
+        whole_model.lookup(model, text, part, WHOLE_PRECOMPUTED) is not None
+
+
+def whole_table(model: str, text: str, part: str, seconds: float = math.inf) -> dict:
+    """:func:`hessviz.app.whole_model.table`: the per-tensor table of the whole ``model`` on ``text``
+    under its own objective, ``part`` every weight or every head of one weight; the precomputed entry
+    when there is one, else computed (``seconds``: its estimate, for the gate and the work bound) with a
+    progress bar, and stopped when the visitor leaves or moves a control."""
+    hit = whole_model.lookup(model, text, part, WHOLE_PRECOMPUTED)
+    if hit is not None:
+        return hit
+    label = "every weight" if part == whole_model.WEIGHTS else f"every head of {part}"
+    return STORE.get(whole_key(model, text, part),
+                     lambda: whole_model.table(model, text, part,
+                                               progress=_Reporter(0, 1, 1, f"Whole-model table, {label}")),
+                     1 << 24, f"the whole-model table of {model}", seconds)

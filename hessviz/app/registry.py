@@ -30,6 +30,8 @@ EXPLORE = (
              "top eigenvalue and trace of every weight's and every head's Hessian block, matrix-free"),
     PageSpec("app_pages/real_model.py", "Real model", ":material/psychology:", "real_model",
              "a pretrained layer on your text: attention, a head's exact Hessian, per-block curvature"),
+    PageSpec("app_pages/whole_model.py", "Whole model", ":material/account_tree:", "whole_model",
+             "a whole pretrained model under its own objective: curvature and gradient of every tensor"),
     PageSpec("app_pages/depth.py", "Depth", ":material/layers:", "depth",
              "stacks of blocks: the Hessian layer by layer, Post-LN and Pre-LN side by side"),
     PageSpec("app_pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",

@@ -38,36 +38,104 @@ from hessviz.api import _tape_gradient, forward, hessian
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError, InputError
 from hessviz.matfree.layout import Layout
-from hessviz.matfree.operator import MatrixFreeHessian
+from hessviz.matfree.operator import BATCH, MatrixFreeHessian
 from hessviz.pretrained.objectives import LMHead
 from hessviz.result import HessianResult
 from hessviz.terms import check_term
 from hessviz.whole.model import Model
-from hessviz.whole.objective import Classifier, sequence_loss
+from hessviz.whole.objective import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, HeadTerms, sequence_terms
 
 OBJECTIVES = ("next_token",)
 """The objectives named by a string; a :class:`~hessviz.whole.objective.Classifier` is the other kind."""
+
+
+class WholeLayout:
+    """The columns of ``θ'`` for a whole model's names: the stack's :class:`Layout` first, then the
+    classifier's ``head.W`` ``(d, C)`` and ``head.b`` ``(C,)`` named among them, in that order."""
+
+    def __init__(self, stack: Layout, heads: tuple[str, ...], shapes: dict[str, tuple[int, ...]]):
+        self.stack, self.heads = stack, heads
+        self.names = stack.names + heads
+        self.shapes = {h: shapes[h] for h in heads}
+        self.columns, start = {}, stack.size
+        for h in heads:
+            n = int(np.prod(self.shapes[h]))
+            self.columns[h] = slice(start, start + n)
+            start += n
+        self.size = start
 
 
 class BatchProducts(MatrixFreeHessian):
     """``(1/B) Σ_β H_β V``: the per-sequence products of ``parts``, summed in order.
 
     Answers what :class:`~hessviz.matfree.operator.MatrixFreeHessian` does (``layout``,
-    ``product``, ``matvec``, ``linear_operator``) for the stack ``cfg``."""
+    ``product``, ``matvec``, ``linear_operator``) for the stack ``cfg``, and for a classifier's
+    ``head.W`` / ``head.b`` among the names (``terms``: each sequence's
+    :class:`~hessviz.whole.objective.HeadTerms`; the ``full`` term only)."""
 
-    def __init__(self, cfg: BlockConfig, parts: list[MatrixFreeHessian], names: tuple[str, ...]):
+    def __init__(self, cfg: BlockConfig, parts: list[MatrixFreeHessian], names: tuple[str, ...],
+                 terms: list[HeadTerms | None] | None = None):
         self.cfg, self.parts, self.names = cfg, parts, names
+        self.terms = terms or [None] * len(parts)
         self.X = parts[0].X
         self.weight = 1.0 / len(parts)
         self.matvecs = 0
 
-    def product(self, V: Tensor, term: str, rows: Layout, cols: Layout) -> Tensor:
+    def layout(self, names: Sequence[str] | None = None) -> WholeLayout:
+        stack, heads = _partition(self.names if names is None else names)
+        if heads and self.terms[0] is None:
+            raise ConfigError(f"wrt name {heads[0]!r}: only an hv.Classifier objective has a head W and b")
+        shapes = {} if self.terms[0] is None else {HEAD_W: tuple(self.terms[0].W.shape),
+                                                    HEAD_B: (self.terms[0].W.shape[1],)}
+        return WholeLayout(self.parts[0].layout(stack), heads, shapes)
+
+    def product(self, V: Tensor, term: str, rows: WholeLayout, cols: WholeLayout) -> Tensor:
+        if rows.heads or cols.heads:
+            if term != "full":
+                named = ", ".join(dict.fromkeys(rows.heads + cols.heads))
+                raise ConfigError(f"term {term!r} with the head's weights ({named}): "
+                                  "the outer/functional split is at Z, which the head's weights are not "
+                                  "behind; use term='full'")
+            out = None
+            for part, terms in zip(self.parts, self.terms):
+                p = torch.cat([head_product(part.tape, terms, c, rows, cols) for c in V.split(BATCH)]) \
+                    if V.shape[0] else V.new_zeros(0, rows.size)
+                out = p.mul_(self.weight) if out is None else out.add_(p, alpha=self.weight)
+            self.matvecs += V.shape[0]
+            return out
         out = None
         for part in self.parts:
-            p = part.product(V, term, rows, cols)
+            p = part.product(V, term, rows.stack, cols.stack)
             out = p.mul_(self.weight) if out is None else out.add_(p, alpha=self.weight)
         self.matvecs += V.shape[0]
         return out
+
+
+def head_product(tape, terms: HeadTerms, V: Tensor, rows: WholeLayout, cols: WholeLayout) -> Tensor:
+    """``(k, |cols|) -> (k, |rows|)`` of one sequence with the head's weights among the names: the
+    stack's tangents ``Ż`` of ``V``'s layer columns, the sweep seeded with ``∇²_Z ℓ Ż`` plus the mixed
+    seed of the head's columns (:meth:`HeadTerms.seed`) for the layer rows, :meth:`HeadTerms.rows`
+    for the head's rows."""
+    k = V.shape[0]
+    V = V.contiguous()
+    head = {h: V[:, cols.columns[h]].reshape(k, *cols.shapes[h]) for h in cols.heads}
+    dW, db = head.get(HEAD_W), head.get(HEAD_B)
+    dparams = cols.stack.scatter(V[:, :cols.stack.size].contiguous()) if cols.stack.size else {}
+    dvals = tape.tangents(tape.whole, {}, dparams) if dparams else {}
+    dZ = dvals.get(tape.output)
+    out = V.new_zeros(k, rows.size)
+    if rows.stack.size:
+        seed = None if dZ is None else tape.loss_hvp(dZ)
+        mixed = terms.seed(dW, db, terms.w.shape[0])
+        seed = mixed if seed is None else (seed if mixed is None else seed + mixed)
+        prods = tape.adjoint_tangents(tape.whole, dvals, dparams, {tape.output: seed}, True,
+                                      rows.stack.bases)[0]
+        out[:, :rows.stack.size] = rows.stack.gather(prods, k, V)
+    if rows.heads:
+        got = terms.rows(None if dZ is None else terms.pooled(dZ), dW, db)
+        for h in rows.heads:
+            out[:, rows.columns[h]] = got[h].reshape(k, -1)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,15 +153,19 @@ class Problem:
     names: tuple[str, ...]
     token: str = field(default_factory=lambda: uuid.uuid4().hex, repr=False)
     """Names this problem across processes (a worker builds it once per token)."""
+    heads: tuple[str, ...] = ()
+    """The classifier's weights among the names (``"head.W"``, ``"head.b"``), after the layers'."""
 
     def build(self) -> ModelHessian:
-        parts, values = [], []
+        parts, values, terms = [], [], []
         for b, X0 in enumerate(self.X0):
             Z = forward(self.cfg, self.params, X0)
-            loss, value = sequence_loss(self.objective, Z, self.ids[b], b, self.head)
-            parts.append(hessian(self.cfg, self.params, X0, loss=loss, wrt=self.names))
+            loss, value, head = sequence_terms(self.objective, Z, self.ids[b], b, self.head)
+            wrt = self.names or self.cfg.param_names[:1]         # the tape is the same whatever is named
+            parts.append(hessian(self.cfg, self.params, X0, loss=loss, wrt=wrt))
             values.append(value)
-        return ModelHessian(self, parts, torch.stack(values).mean())
+            terms.append(head)
+        return ModelHessian(self, parts, torch.stack(values).mean(), terms)
 
 
 class ModelHessian:
@@ -102,15 +174,21 @@ class ModelHessian:
     ``names`` are the public names (``l{i}.W_Q[h]``); ``cfg`` and ``products`` are the stack's own
     (for a one-layer model ``cfg`` spells its names without the ``l0.`` prefix)."""
 
-    def __init__(self, problem: Problem, parts: list[HessianResult], value: Tensor):
+    def __init__(self, problem: Problem, parts: list[HessianResult], value: Tensor,
+                 terms: list[HeadTerms | None] | None = None):
         self.problem, self.parts, self.value = problem, parts, value
         self.cfg = problem.cfg
-        self.names = problem.names
-        self.products = BatchProducts(self.cfg, [r.products for r in parts], self.names)
+        self.names = problem.names + problem.heads
+        self.terms = terms or [None] * len(parts)
+        self.products = BatchProducts(self.cfg, [r.products for r in parts], self.names, self.terms)
 
     @property
     def size(self) -> int:
-        return sum(self.cfg.param_size(n) for n in self.names)
+        return self.products.layout().size
+
+    def param_size(self, name: str) -> int:
+        """Entries of one name (a layer weight or slice as ``cfg`` spells it, or ``head.W``/``head.b``)."""
+        return self.products.layout((name,)).size
 
     @property
     def public_names(self) -> tuple[str, ...]:
@@ -140,10 +218,18 @@ class ModelHessian:
         return {_public(self.cfg, n): t for n, t in self.stack_gradient(inner).items()}
 
     def stack_gradient(self, inner: tuple[str, ...]) -> dict[str, Tensor]:
-        """:meth:`gradient` for names as ``cfg`` spells them (checked, θ order), keyed the same way."""
+        """:meth:`gradient` for names as ``cfg`` spells them (checked, θ order; ``head.W``, ``head.b``
+        last), keyed the same way."""
+        stack, heads = _partition(inner)
         out: dict[str, Tensor] = {}
+        for h in heads:
+            if self.terms[0] is None:
+                raise ConfigError(f"wrt name {h!r}: only an hv.Classifier objective has a head W and b")
+            out[h] = sum(t.gradient[h] for t in self.terms) / len(self.terms)
+        if not stack:
+            return out
         for res in self.parts:
-            g = _tape_gradient(self.cfg, res.products.tape, inner)
+            g = _tape_gradient(self.cfg, res.products.tape, stack)
             for n, t in g.items():
                 out[n] = t / len(self.parts) if n not in out else out[n].add_(t, alpha=1.0 / len(self.parts))
         return out
@@ -152,6 +238,9 @@ class ModelHessian:
         """The dense ``(P', P')`` term, only on request and under the memory guard of each sequence's
         :class:`~hessviz.result.HessianResult`."""
         check_term(term)
+        if self.problem.heads:
+            raise ConfigError("dense is the layers' Hessian only; with head.W / head.b among the names take "
+                              "res.matvec(torch.eye(res.size))")
         return sum(getattr(r, term) for r in self.parts) / len(self.parts)
 
     @cached_property
@@ -163,18 +252,40 @@ class ModelHessian:
 
 
 def _public(cfg: BlockConfig, name: str) -> str:
-    return name if cfg.is_stack else f"l0.{name}"
+    return name if cfg.is_stack or name in HEAD_NAMES else f"l0.{name}"
+
+
+def _partition(names: Sequence[str] | str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Names as ``cfg`` spells them split into ``(layer names, head names in HEAD_NAMES order)``."""
+    names = (names,) if isinstance(names, str) else tuple(names)
+    return tuple(n for n in names if n not in HEAD_NAMES), tuple(h for h in HEAD_NAMES if h in names)
+
+
+def _split(cfg: BlockConfig, names: Sequence[str] | str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Public names as ``(layer names as cfg spells them, checked and in θ order; head names in
+    HEAD_NAMES order)``."""
+    names = (names,) if isinstance(names, str) else tuple(names)
+    heads = [n for n in names if isinstance(n, str) and n.startswith("head.")]
+    for h in heads:
+        if h not in HEAD_NAMES:
+            raise ConfigError(f"wrt name {h!r}: the head's parameters are {', '.join(map(repr, HEAD_NAMES))} "
+                              "(an hv.Classifier's W and b)")
+    if len(set(heads)) != len(heads):
+        raise ConfigError(f"wrt must not repeat a name, got {names}")
+    rest = tuple(n for n in names if n not in heads)
+    stack = _internal(cfg, rest) if rest or not heads else ()
+    return stack, tuple(h for h in HEAD_NAMES if h in heads)
 
 
 def _internal(cfg: BlockConfig, names: Sequence[str] | str) -> tuple[str, ...]:
-    """Public names (``l{i}.…``) as the stack ``cfg`` spells them, checked and in θ order."""
+    """Public names (``l{i}.…``) as the stack ``cfg`` spells them, checked and in θ order (names
+    already in ``cfg``'s spelling pass; ``head.W``/``head.b`` go last, see :func:`_split`)."""
     names = (names,) if isinstance(names, str) else tuple(names)
     if not names:
         raise ConfigError("wrt must name at least one layer weight, e.g. 'l0.W_Q' or 'l0.W_Q[1]'")
-    head = [n for n in names if isinstance(n, str) and n.startswith("head.")]
-    if head:
-        raise ConfigError(f"wrt name {head[0]!r}: the head's weights as parameters are not computed yet; "
-                          "wrt takes layer weights (l{i}.…), the Classifier's W and b stay constants")
+    if any(isinstance(n, str) and n.startswith("head.") for n in names):
+        stack, heads = _split(cfg, names)
+        return stack + heads
     if not cfg.is_stack:
         bad = [n for n in names if not (isinstance(n, str) and n.startswith("l0."))]
         if bad:
@@ -201,12 +312,16 @@ def problem(model: Model, ids: object, objective: str | Classifier = "next_token
         raise InputError(f"objective must be 'next_token' or an hv.Classifier(W, b, labels, pooling), got "
                          f"{objective!r}")
     cfg = dataclasses.replace(model.cfg, seq_len=ids.shape[1])
-    names = cfg.param_names if wrt is None else _internal(cfg, wrt)
-    return Problem(cfg, model.params, ids, model.embed(ids), objective, model.head, names)
+    names, heads = (cfg.param_names, ()) if wrt is None else _split(cfg, wrt)
+    if heads and not isinstance(objective, Classifier):
+        raise ConfigError(f"wrt name {heads[0]!r}: objective {objective!r} has no head W and b; name them "
+                          "with objective=hv.Classifier(W, b, labels, pooling)")
+    return Problem(cfg, model.params, ids, model.embed(ids), objective, model.head, names, heads=heads)
 
 
 def model_hessian(model: Model, ids: object, objective: str | Classifier = "next_token",
                   wrt: Sequence[str] | str | None = None) -> ModelHessian:
     """The Hessian of ``model``'s ``objective`` on ``ids`` (``(L,)`` or ``(B, L)``) in the layer
-    weights ``wrt`` (``l{i}.W_Q[h]``; default every layer weight), as products."""
+    weights ``wrt`` (``l{i}.W_Q[h]``; default every layer weight) and, for a :class:`Classifier`,
+    its ``"head.W"`` / ``"head.b"`` when named (after the layers' in ``θ'``), as products."""
     return problem(model, ids, objective, wrt).build()

@@ -23,7 +23,8 @@ stack machinery as a :class:`~hessviz.custom_loss.CustomLoss`:
   their curvature is token-wise ``(L, d, d)`` (zero but at that token); ``"mean"`` couples every
   pair of tokens and is given as its product.
 
-``W`` and ``b`` are constants. A batch is the mean over its sequences: the caller weighs each
+``W`` and ``b`` are constants unless named (``"head.W"``, ``"head.b"``): then :class:`HeadTerms` gives
+their rows and the mixed terms. A batch is the mean over its sequences: the caller weighs each
 sequence's products by ``1/B``.
 """
 
@@ -94,6 +95,11 @@ class Classifier:
     def loss(self, Z: Tensor, label: int, norm: LMHead | None) -> tuple[CustomLoss, Tensor]:
         """The curvature (a :class:`CustomLoss`) and the value of one sequence ``Z (L, d)`` with
         ``label``, through ``norm``'s final norm (``None`` or a norm-less head: none)."""
+        loss, value, _ = self.sequence(Z, label, norm)
+        return loss, value
+
+    def sequence(self, Z: Tensor, label: int, norm: LMHead | None) -> tuple[CustomLoss, Tensor, HeadTerms]:
+        """:meth:`loss` and the :class:`HeadTerms` of the same sequence (``W``, ``b`` as parameters)."""
         L, d = Z.shape
         W, b = self.W.to(Z), self.b.to(Z)
         w = Z.new_zeros(L)
@@ -124,26 +130,111 @@ class Classifier:
             return V if st is None else layernorm.apply_jacobian(st, V.transpose(0, 1).transpose(-1, -2)) \
                 .transpose(-1, -2).transpose(0, 1)
 
+        terms = HeadTerms(w, gamma, J, w @ h, r, torch.diag(p) - torch.outer(p, p), W)
         if self.pooling != "mean":
             t = 0 if self.pooling == "cls" else L - 1
             Jt = torch.eye(d, dtype=Z.dtype, device=Z.device) if st is None else layernorm.jacobian(st)[t]
             N = Z.new_zeros(L, d, d)
             N[t] = Jt @ Hg @ Jt + (0.0 if C is None else C[t])
-            return CustomLoss(grad, 0.5 * (N + N.transpose(-1, -2))), value
+            return CustomLoss(grad, 0.5 * (N + N.transpose(-1, -2))), value, terms
 
         def product(V: Tensor) -> Tensor:
             a = (w[None, :, None] * J(V)).sum(1) @ Hg                        # (k, d), Hg symmetric
             out = J(w[None, :, None] * a[:, None, :].expand_as(V))
             return out if C is None else out + torch.einsum("tij,ktj->kti", C, V)
 
-        return CustomLoss(grad, product), value
+        return CustomLoss(grad, product), value, terms
+
+
+@dataclass(frozen=True, eq=False)
+class HeadTerms:
+    r"""What the Hessian needs of one sequence when the classifier's ``W (d, C)`` and ``b (C,)`` are
+    parameters ``φ`` (``"head.W"``, ``"head.b"``), beside the curvature in ``Z`` of :meth:`Classifier.loss`.
+
+    With the pooled ``z = Σ_t w_t h_t``, ``s = zW + b``, ``r = p − e_y``, ``A = diag p − pp^⊤``:
+
+    .. math::
+        ∇_W ℓ = z r^⊤,\qquad ∇_b ℓ = r,\qquad ṡ = z Ẇ + ḃ + ż W,\qquad
+        ż = \textstyle\sum_t w_t\, γ ⊙ J_t Ż_t,
+
+        \dot{∇_W ℓ} = ż r^⊤ + z (A ṡ)^⊤,\qquad \dot{∇_b ℓ} = A ṡ,\qquad
+        \text{seed}_{Z_t} \mathrel{+}= w_t J_t\big(γ ⊙ (Ẇ r + W A (z Ẇ + ḃ))\big),
+
+    the last the mixed ``∂²ℓ/∂Z∂φ · φ̇`` added to the sweep's seed ``Z̄̇`` (``∇²_Z ℓ · Ż`` is already
+    there). Shapes carry a leading ``k`` (products at once)."""
+
+    w: Tensor
+    """``(L,)`` pooling weights."""
+    gamma: Tensor
+    """``(d,)`` the final norm's γ (ones without one)."""
+    J: object
+    """``V (k, L, d) -> J_t V_t``: the final norm's symmetric Jacobian per token (identity without one)."""
+    z: Tensor
+    """``(d,)`` pooled last hidden state (after the final norm)."""
+    r: Tensor
+    """``(C,)`` ``p − e_y``."""
+    A: Tensor
+    """``(C, C)`` ``diag p − pp^⊤``."""
+    W: Tensor
+
+    @property
+    def gradient(self) -> dict[str, Tensor]:
+        return {HEAD_W: torch.outer(self.z, self.r), HEAD_B: self.r.clone()}
+
+    def pooled(self, dZ: Tensor) -> Tensor:
+        """``Ż (k, L, d) -> ż (k, d)``."""
+        return (self.w[None, :, None] * self.J(dZ)).sum(1) * self.gamma
+
+    def seed(self, dW: Tensor | None, db: Tensor | None, L: int) -> Tensor | None:
+        """The mixed seed ``(k, L, d)`` of the head's tangents ``dW (k, d, C)``, ``db (k, C)`` (None: 0)."""
+        if dW is None and db is None:
+            return None
+        ds = 0.0
+        g = 0.0
+        if dW is not None:
+            ds = ds + torch.einsum("i,kic->kc", self.z, dW)
+            g = g + torch.einsum("kic,c->ki", dW, self.r)
+        if db is not None:
+            ds = ds + db
+        g = g + (ds @ self.A) @ self.W.T                                      # A symmetric
+        k = g.shape[0]
+        return self.J(self.w[None, :, None] * (self.gamma * g)[:, None, :].expand(k, L, g.shape[1]))
+
+    def rows(self, dz: Tensor | None, dW: Tensor | None, db: Tensor | None) -> dict[str, Tensor]:
+        """``{head.W: (k, d, C), head.b: (k, C)}``: the head's rows of ``H v`` from the pooled tangent
+        ``dz (k, d)`` (None: 0) and the head's own tangents."""
+        ds = None
+        for part in (None if dz is None else dz @ self.W,
+                     None if dW is None else torch.einsum("i,kic->kc", self.z, dW), db):
+            if part is not None:
+                ds = part if ds is None else ds + part
+        if ds is None:
+            k = 0 if dz is None else dz.shape[0]
+            return {HEAD_W: self.W.new_zeros(k, *self.W.shape), HEAD_B: self.W.new_zeros(k, self.W.shape[1])}
+        As = ds @ self.A
+        gW = torch.einsum("i,kc->kic", self.z, As)
+        if dz is not None:
+            gW = gW + torch.einsum("ki,c->kic", dz, self.r)
+        return {HEAD_W: gW, HEAD_B: As}
+
+
+HEAD_W, HEAD_B = "head.W", "head.b"
+"""The names of a :class:`Classifier`'s ``W`` and ``b`` as parameters (``MODEL.md`` part 3)."""
+HEAD_NAMES = (HEAD_W, HEAD_B)
 
 
 def sequence_loss(objective: str | Classifier, Z: Tensor, ids: Tensor, index: int,
                   head: LMHead | None) -> tuple[CustomLoss, Tensor]:
     """The objective of sequence ``index`` (its ids ``(L,)`` and last hidden states ``Z (L, d)``):
     its curvature as a :class:`CustomLoss` and its value."""
+    loss, value, _ = sequence_terms(objective, Z, ids, index, head)
+    return loss, value
+
+
+def sequence_terms(objective: str | Classifier, Z: Tensor, ids: Tensor, index: int,
+                   head: LMHead | None) -> tuple[CustomLoss, Tensor, HeadTerms | None]:
+    """:func:`sequence_loss` and the classifier's :class:`HeadTerms` (None for ``"next_token"``)."""
     if isinstance(objective, Classifier):
-        return objective.loss(Z, int(objective.labels[index]), head)
+        return objective.sequence(Z, int(objective.labels[index]), head)
     obj = next_token_loss(Z, ids, head)
-    return obj.custom_loss(), obj.value
+    return obj.custom_loss(), obj.value, None

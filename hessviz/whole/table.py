@@ -10,7 +10,8 @@ eigenvalue and the trace of its diagonal Hessian block and its gradient norm.
 
 Each row is :func:`hessviz.matfree.block_table` of one diagonal block ``H[t, t]`` (exact from the
 dense block up to ``exact_limit`` entries; else Lanczos with ``k = 1`` on the block's products and a
-Hutch++ trace from ``trace_samples`` products) and ``‖∂ℓ/∂t‖`` (the mean over the sequences).
+Hutch++ trace from ``trace_samples`` products; ``trace_samples = 0``: no trace, NaN, the top eigenvalue
+alone) and ``‖∂ℓ/∂t‖`` (the mean over the sequences).
 
 ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask ``distributed``
 client's ``client.get_executor()``); one task per tensor, each with the picklable
@@ -23,6 +24,8 @@ per block; the products do not depend on where they run).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
+import pkgutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,8 +33,9 @@ from dataclasses import dataclass
 import torch
 
 from hessviz.errors import ConfigError, InputError
-from hessviz.matfree.spectral import BlockStats, BlockTable, block_table
+from hessviz.matfree.spectral import BlockStats, BlockTable, Progress, block_table, eigenpairs
 from hessviz.whole.hessian import ModelHessian, Problem, _public
+from hessviz.whole.objective import HEAD_NAMES
 
 
 @dataclass(frozen=True)
@@ -57,23 +61,40 @@ class Options:
     tol: float
     seed: int
     threads: int
+    which: str = "top"
 
 
 def tensor_names(res: ModelHessian, by_head: bool = False) -> tuple[str, ...]:
     """Every tensor of ``res.names``, each headed weight split into its heads when ``by_head``."""
     cfg, out = res.cfg, []
     for name in res.names:
-        if by_head and "[" not in name and cfg.is_headed(name) and cfg.n_heads > 1:
+        if by_head and "[" not in name and name not in HEAD_NAMES and cfg.is_headed(name) and cfg.n_heads > 1:
             out.extend(cfg.head_names(name))
         else:
             out.append(name)
     return tuple(out)
 
 
-def row(res: ModelHessian, name: str, opts: Options) -> tuple[TensorRow, int]:
-    """One tensor's row, computed on ``res``, and the product columns it took."""
-    table = block_table(res, opts.term, (name,), trace_samples=opts.trace_samples,
-                        exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed)
+def row(res: ModelHessian, name: str, opts: Options, progress: Progress | None = None
+        ) -> tuple[TensorRow, int]:
+    """One tensor's row, computed on ``res``, and the product columns it took (``progress`` as
+    :func:`hessviz.matfree.block_table` calls it)."""
+    if opts.trace_samples == 0 and res.param_size(name) <= opts.exact_limit:    # exact, any `which`
+        n = res.param_size(name)
+        Hb = res.matvec(torch.eye(n, dtype=res.products.X.dtype, device=res.products.X.device), opts.term,
+                        rows=(name,), cols=(name,)).to(torch.float64).cpu()
+        vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
+        top = vals[-1] if opts.which == "top" else vals[vals.abs().argmax()]
+        grad = float(torch.linalg.vector_norm(res.stack_gradient((name,))[name]))
+        return TensorRow(_public(res.cfg, name), n, float(top), float(vals.sum()), 0.0, True, grad), n
+    if opts.trace_samples == 0:                                                 # the top eigenvalue only
+        top = eigenpairs(res, opts.term, 1, opts.which, names=(name,), seed=opts.seed, tol=opts.tol,
+                         progress=progress)
+        grad = float(torch.linalg.vector_norm(res.stack_gradient((name,))[name]))
+        return TensorRow(_public(res.cfg, name), res.param_size(name), float(top.values[-1]), math.nan,
+                         math.nan, False, grad), top.matvecs
+    table = block_table(res, opts.term, (name,), trace_samples=max(opts.trace_samples, 1),
+                        exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed, progress=progress)
     stats = table.rows[0]
     grad = res.stack_gradient((name,))[name]
     return TensorRow(_public(res.cfg, name), stats.size, stats.top, stats.trace, stats.trace_stderr,
@@ -100,11 +121,46 @@ def remote_row(problem: Problem, name: str, opts: Options) -> tuple[TensorRow, i
         torch.set_num_threads(before)
 
 
+WORKER_CHECK = "hessviz.whole.table:__name__"
+
+
+def check_workers(executor: cf.Executor) -> None:
+    """That ``executor`` takes tasks and that its workers import hessviz, before any task that needs it:
+    the probe is the standard library's ``pkgutil.resolve_name`` of :data:`WORKER_CHECK` (a worker
+    unpickles it without hessviz, then imports hessviz and answers a string). A task whose own pickle
+    names hessviz would instead kill a process pool's worker (``BrokenProcessPool``) and say nothing
+    of why. :class:`InputError` naming ``executor`` otherwise."""
+    try:
+        probe = executor.submit(pkgutil.resolve_name, WORKER_CHECK)
+    except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
+        raise InputError(f"executor is closed (shut down), it takes no tasks: {e}") from None
+    try:
+        probe.result()
+    except ImportError as e:
+        raise InputError(f"executor's workers cannot import hessviz ({e}): install it where they run, or "
+                         "start them with this PYTHONPATH") from None
+    except cf.BrokenExecutor as e:
+        raise InputError(f"executor is broken (a worker died): {e}") from None
+
+
 def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] | None = None, *,
                  by_head: bool = False, trace_samples: int = 30, exact_limit: int = 256, tol: float = 1e-6,
-                 seed: int = 0, executor: cf.Executor | None = None) -> TensorTable:
+                 seed: int = 0, executor: cf.Executor | None = None,
+                 progress: Progress | None = None, which: str = "top") -> TensorTable:
     """The per-tensor table of ``res`` (see the module docstring); ``tensors`` defaults to
-    :func:`tensor_names` (names or head slices of ``res.names``)."""
+    :func:`tensor_names` (names or head slices of ``res.names``).
+
+    ``progress(done, total, message)``: called in-process within each row's products (``done`` rows
+    of ``total``) and as each row ends, on an executor as each task's result arrives; an exception
+    it raises (a visitor who left) stops the table there.
+
+    ``which="magnitude"`` (with ``trace_samples=0``): the ``top`` column holds the eigenvalue of largest
+    magnitude, what PyHessian's power iteration reports as the top eigenvalue (blocks up to
+    ``exact_limit`` entries exactly, so that a block that is exactly 0, a key bias's, is 0)."""
+    if which not in ("top", "magnitude"):
+        raise ConfigError(f"which must be 'top' or 'magnitude', got {which!r}")
+    if which != "top" and trace_samples != 0:
+        raise ConfigError("which='magnitude' needs trace_samples=0 (the eigenvalue alone)")
     if not isinstance(res, ModelHessian):
         raise InputError(f"res must be hv.model_hessian(...)'s result, got {type(res).__name__}")
     if executor is not None and not isinstance(executor, cf.Executor):
@@ -113,18 +169,33 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
     names = tensor_names(res, by_head) if tensors is None else res._names(tensors)
     if tensors is not None and len(names) != len(tuple(tensors)):
         raise ConfigError("tensors must name each tensor once")
-    opts = Options(term, trace_samples, exact_limit, tol, seed, torch.get_num_threads())
+    opts = Options(term, trace_samples, exact_limit, tol, seed, torch.get_num_threads(), which)
     start = time.perf_counter()
     if executor is None:
-        done = [row(res, n, opts) for n in names]
+        done = []
+        for i, n in enumerate(names):
+            step = None if progress is None else (lambda _d, _t, message, i=i, n=n: progress(
+                i, len(names), f"{_public(res.cfg, n)}: {message}"))
+            done.append(row(res, n, opts, step))
+            if progress is not None:
+                progress(i + 1, len(names), f"{_public(res.cfg, n)} done")
         return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start)
+    check_workers(executor)
     try:
         futures = [executor.submit(remote_row, res.problem, n, opts) for n in names]
     except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
         raise InputError(f"executor is closed (shut down), it takes no tasks: {e}") from None
     try:
-        done = [f.result() for f in futures]
-    except ImportError as e:
+        done = []
+        for i, f in enumerate(futures):
+            done.append(f.result())
+            if progress is not None:
+                progress(i + 1, len(names), f"{_public(res.cfg, names[i])} done")
+    except BaseException as e:
+        for f in futures:
+            f.cancel()
+        if not isinstance(e, ImportError):
+            raise
         raise InputError(f"executor's workers cannot import hessviz ({e}): install it where they run, or "
                          "start them with this PYTHONPATH") from None
     return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start,

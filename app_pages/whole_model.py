@@ -1,0 +1,123 @@
+"""Whole model: the per-tensor table of a whole pretrained model under its own objective: per layer and
+weight (and per head of one weight) the top eigenvalue and trace of its diagonal Hessian block and its
+gradient norm, products through every layer, the final norm and the head."""
+
+import numpy as np
+import streamlit as st
+
+import hessviz as hv
+from hessviz import app as hva
+from hessviz import plots, pretrained
+from hessviz.app import budget
+from hessviz.app import whole_model as wm
+from hessviz.memory import format_bytes
+
+STAT_LABELS = {"top": "λ_max(H[t, t])", "trace": "tr H[t, t]", "grad_norm": "‖∂ℓ/∂t‖_F"}
+
+hva.link_only()
+st.title("Whole model")
+hva.explain(
+    "A whole **pretrained** model under **its own objective**, not one layer against a synthetic target: "
+    "the text goes through the embeddings, every layer, the final norm and the head, and each weight "
+    "tensor t of every layer gets the top eigenvalue and the trace of its diagonal Hessian block "
+    "H[t, t] and its gradient norm, the per-tensor table of Tomihari & Sato's gradient-heterogeneity "
+    "study. Every number comes from closed-form Hessian-vector products through the whole model "
+    "(Lanczos for the top eigenvalue, Hutch++ for the trace, exact for small blocks); no P × P matrix "
+    "is formed.",
+)
+
+models = [m for m in wm.MODELS if m in pretrained.available_models()]
+if not models:
+    st.error("No bundled pydoc model is installed here (assets/models).", icon=":material/block:")
+    st.stop()
+c1, c2 = st.columns([2, 3])
+model = hva.select("Model", models, key="wm_model", default=models[0], container=c1,
+                   help="the small models trained here on Python's help text (4 layers, d = 128)")
+with hva.guard("the model"):
+    info = pretrained.model_info(model)
+c1.caption(info.describe())
+text = hva.text("Text", "wm_text", wm.DEFAULT_TEXT, wm.MAX_CHARS, container=c2,
+                help=f"at most {wm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
+                     "tokenised with the model's own tokenizer")
+try:
+    ids = pretrained.token_ids(model, text)
+except hv.HessvizError as err:        # too many tokens for the model's positions, a text it cannot read
+    st.error(f"**The text does not fit {info.name}.** {err}", icon=":material/block:")
+    st.stop()
+least = 2
+if not least <= len(ids) <= info.max_positions:
+    n = len(ids)
+    st.error(f"**The text is {n} token{'s' * (n != 1)} long**; {info.name} reads {least} to "
+             f"{info.max_positions} tokens. Shorten the text (or lengthen it) and the table is drawn.",
+             icon=":material/block:")
+    st.stop()
+
+c3, c4 = st.columns([3, 2])
+stat_name = hva.choice("Show", tuple(wm.STATS), key="wm_stat", default="top eigenvalue", container=c3,
+                       help="top eigenvalue and trace of each tensor's diagonal Hessian block, or the "
+                            "norm of its gradient")
+stat = wm.STATS[stat_name]
+weights = wm.headed(info.block)
+weight = hva.choice("Heads of", weights, key="wm_w", default=weights[0], container=c4,
+                    help="the per-head chart below splits this weight of every layer into its heads")
+
+
+def afford(part: str, names: tuple[str, ...]) -> float:
+    """The estimated seconds of a table not at hand, or stop the page when this server cannot afford it."""
+    if hva.cache.whole_ready(model, text, part):
+        return 0.0
+    c = wm.table_cost(stack, names, len(ids))
+    verdict = budget.check(c, hva.cache.LIMITS, advice=(
+        "The default text is precomputed for every model: clear the text box to draw it, or run the app "
+        "locally (`hessviz app`), where a table of this size is computed with a progress bar."))
+    if not verdict.ok:
+        st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
+        st.stop()
+    st.caption(f"Estimated work: about {c.seconds:.2g} s and {format_bytes(c.bytes)}.")
+    return c.seconds
+
+
+stack = wm.stack_config(info)   # every layer as one stack (no weights read)
+
+# ----------------------------------------------------------------------------- every weight
+st.subheader("Every weight of every layer")
+names = wm.tensors(stack, wm.WEIGHTS)
+seconds = afford(wm.WEIGHTS, names)
+with st.spinner("Computing the table of every weight…"), hva.guard("the whole-model table"):
+    table = hva.cache.whole_table(model, text, wm.WEIGHTS, seconds)
+st.info(f"**Objective:** {table['objective']}. {table['tokens']} tokens, ℓ = {table['value']:.4g}; "
+        f"{len(table['names'])} tensors, P = {sum(table['size']):,} weights.", icon=":material/functions:")
+
+
+def bars(t: dict, title: str):
+    cats, groups = wm.by_layer(t["names"], t[stat])
+    values = np.asarray(t[stat], dtype=float)
+    return plots.grouped_bars([plots.pretty(c) for c in cats], groups, title=title, ylabel=STAT_LABELS[stat],
+                              logy=bool(np.all(values > 0) and values.max() > 30 * values.min()))
+
+
+wfig = bars(table, f"{info.name}: {stat_name} per weight")
+hva.chart(wfig, f"whole_{model}_{stat}", csv=lambda: {k: table[k] for k in (
+    "names", "size", "top", "trace", "trace_se", "grad_norm", "exact")})
+exact = int(np.sum(table["exact"]))
+st.caption(f"One bar per layer and weight ({table['matvecs']:,} products"
+           + (f", {table['seconds']:.2g} s" if table["seconds"] else "") + f"). {exact} small blocks "
+           "(≤ 256 entries: the norms' γ and β, the biases) are exact; the others' top eigenvalue is "
+           "Lanczos's and their trace a Hutch++ estimate from "
+           f"{wm.SAMPLES} products. A log axis when every value is positive and they span more than 30×.")
+
+# ----------------------------------------------------------------------------- every head of one weight
+st.subheader(f"Every head of {weight}")
+hnames = wm.tensors(stack, weight)
+seconds = afford(weight, hnames)
+with st.spinner(f"Computing the table of every head of {weight}…"), hva.guard("the per-head table"):
+    heads = hva.cache.whole_table(model, text, weight, seconds)
+hfig = bars(heads, f"{info.name}: {stat_name} per head of {weight}")
+hva.chart(hfig, f"whole_{model}_{weight}_{stat}", csv=lambda: {k: heads[k] for k in (
+    "names", "size", "top", "trace", "trace_se", "grad_norm", "exact")})
+values = np.asarray(heads[stat], dtype=float)
+at = int(np.argmax(values))
+st.caption(f"Each bar is one head's slice of {weight} in one layer. The largest {stat_name}: "
+           f"**{heads['names'][at]}** ({values[at]:.3g}); the smallest {values.min():.3g}."
+           + (" Grouped-query attention: a key/value head is shared by several query heads."
+              if info.block.kv_heads != info.block.n_heads and weight in ("W_K", "W_V") else ""))

@@ -1,0 +1,216 @@
+r"""The Whole model page's defaults, its objectives, its cost estimate and its precomputed tables.
+
+The page draws :func:`hessviz.whole.table.tensor_table` of a bundled model (``pydoc-*``) on a text,
+under the model's own objective (:func:`objective_of`):
+
+* the decoders with a head hessviz reads (``pydoc-llama``, ``pydoc-preln``): ``"next_token"``, the
+  mean cross-entropy of every position predicting the next token through the final norm and the
+  tied LM head;
+* ``pydoc-postln`` (a causal BERT whose LM head has a transform, dense + GELU + LayerNorm, that
+  hessviz does not read): an :class:`hessviz.Classifier` with ``pooling="last"`` whose ``W`` is the
+  tied word embedding ``Eᵀ (d, V)`` and ``b`` the decoder's bias ``cls.predictions.bias``, on the text
+  less its last token, labelled by that last token: the cross-entropy of predicting the text's last
+  token from the last hidden state through the unembedding alone (no labelled task ships here).
+
+Two *parts* are drawn: :data:`WEIGHTS` (every layer weight, one row each) and, for a headed weight
+``w``, every ``l{i}.w[h]`` (one row per layer and head). :func:`table` computes one part;
+:func:`precompute` computes the default text's parts of each model and writes them to
+:data:`FILE` (``scripts/precompute_whole.py``), which the page reads first (the hosted profile
+cannot afford a live table: tens of seconds of one core).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hessviz.cost import Cost
+from hessviz.errors import InputError
+from hessviz.matfree.estimates import lanczos_products
+
+FILE = Path(__file__).resolve().parents[2] / "assets" / "whole_tables.json"
+"""The precomputed default tables (``scripts/precompute_whole.py``)."""
+MODELS = ("pydoc-llama", "pydoc-preln", "pydoc-postln")
+"""The models the page offers: the bundled ones trained here (small enough for a whole table)."""
+DEFAULT_TEXT = "The sorted() function returns a new sorted list from the items in the iterable."
+"""The page's default text (Python's help text is what the pydoc models were trained on)."""
+MAX_CHARS = 300
+WEIGHTS = "every weight"
+"""The part of one row per layer weight; any other part is a headed weight's name (one row per head)."""
+SAMPLES = 10
+"""Hutch++ products per block larger than :data:`EXACT` entries (the trace)."""
+EXACT = 256
+"""Blocks up to this many entries are exact (the dense block's eigenvalues)."""
+SEED = 0
+STATS = {"top eigenvalue": "top", "trace": "trace", "gradient norm": "grad_norm"}
+"""What the bars show, in words -> the table's column."""
+WHOLE_PRODUCT_S = 1.0e-9
+"""Seconds per product column per ``L · P_stack`` (``P_stack``: every layer weight of the model) on one
+core: pydoc-llama's table of its 36 weights at 22 tokens took 1,892 columns in 30.5 s
+(``P_stack`` = 738,304): ``30.5 / (1892 · 22 · 738304) ≈ 1.0e-9``."""
+
+
+def objective_of(model, ids: list[int]) -> tuple[object, list[int], str]:
+    """``(objective, ids used, what it is in words)`` of ``model`` (a :class:`hessviz.Model`) on the
+    token ids of the text (see the module docstring)."""
+    import hessviz as hv
+
+    if model.head is not None:
+        return "next_token", ids, ("the model's own next-token loss: the mean cross-entropy of each "
+                                   "position predicting the next token, through the final norm and the LM "
+                                   "head")
+    if len(ids) < 2:
+        raise InputError(f"text must be at least 2 tokens long (the last one is the label), got {len(ids)}")
+    fam = model.family
+    emb = next(k for k in fam.embedding_shapes() if k.endswith("word_embeddings.weight"))
+    keys = [emb] + [k for k in fam.ckpt.tensors if k.endswith("predictions.bias")]
+    w = fam.ckpt.read(keys, model.dtype)
+    E = w[emb]
+    b = w[keys[1]] if len(keys) > 1 else E.new_zeros(E.shape[0])
+    head = hv.Classifier(E.T.contiguous(), b, [ids[-1]], pooling="last")
+    return head, ids[:-1], ("a classification head on the last hidden state: the tied word embedding "
+                            "and the decoder bias (the BERT LM head's transform is not read), predicting "
+                            "the text's last token from the tokens before it")
+
+
+def stack_config(info):
+    """The stack of every layer of the model described by ``info`` (:func:`hessviz.pretrained.model_info`),
+    as :func:`hessviz.load_model` builds it, without reading a weight."""
+    import dataclasses
+
+    return dataclasses.replace(info.block, n_layers=info.n_layers)
+
+
+def tensors(cfg, part: str) -> tuple[str, ...]:
+    """The tensors of ``part`` in the stack ``cfg``: every layer weight, or every head of one weight."""
+    if part == WEIGHTS:
+        return tuple(f"l{i}.{n}" for i in range(cfg.n_layers) for n in cfg.block.param_names)
+    return tuple(h for i in range(cfg.n_layers) for h in cfg.head_names(f"l{i}.{part}"))
+
+
+def headed(cfg) -> tuple[str, ...]:
+    """The weights of a layer that have heads (the per-head parts)."""
+    return tuple(n for n in cfg.block.param_names if cfg.block.is_headed(n))
+
+
+def table_cost(cfg, names: Sequence[str], L: int) -> Cost:
+    """Core-seconds and bytes of the table of ``names`` at ``L`` tokens: per block up to :data:`EXACT`
+    entries its size in columns, else Lanczos (``k = 1``) and :data:`SAMPLES` Hutch++ columns, each
+    ``WHOLE_PRODUCT_S · L · P_stack`` s. Memory: the tape of every layer (~12 vectors of ``L d`` and
+    ``L²`` per head) and 24 vectors of the largest block."""
+    sizes = [cfg.param_size(n) for n in names]
+    columns = sum(n if n <= EXACT else lanczos_products(1) + SAMPLES for n in sizes)
+    P = cfg.num_params
+    seconds = WHOLE_PRODUCT_S * columns * L * P
+    tape = cfg.n_layers * 12 * L * (cfg.d_model + cfg.d_ff + cfg.n_heads * L)
+    return Cost(seconds, 8 * (4 * P + tape + 24 * max(sizes)), f"the table of {len(names)} tensors "
+                f"({columns:,} products)", columns)
+
+
+def arrays(table) -> dict:
+    """A :class:`hessviz.whole.table.TensorTable` as plain lists (what the page draws, caches, saves)."""
+    rows = table.rows
+    return {"names": [r.name for r in rows], "size": [r.size for r in rows], "top": [r.top for r in rows],
+            "trace": [r.trace for r in rows], "trace_se": [r.trace_stderr for r in rows],
+            "grad_norm": [r.grad_norm for r in rows], "exact": [bool(r.exact) for r in rows],
+            "matvecs": int(table.matvecs), "seconds": round(float(table.seconds), 3)}
+
+
+def table(model_name: str, text: str, part: str, progress: Callable | None = None) -> dict:
+    """The table of ``part`` for ``model_name`` on ``text`` under its own objective: :func:`arrays`
+    and ``objective`` (in words), ``tokens`` (the ids used) and ``value`` (the objective's value)."""
+    import hessviz as hv
+    from hessviz import pretrained
+    from hessviz.whole.table import tensor_table
+
+    model = hv.load_model(model_name)
+    ids = pretrained.token_ids(model_name, text)
+    objective, used, words = objective_of(model, ids)
+    names = tensors(model.cfg, part)
+    res = hv.model_hessian(model, torch.tensor(used), objective=objective, wrt=_wrt(model.cfg, part))
+    t = tensor_table(res, tensors=names, trace_samples=SAMPLES, exact_limit=EXACT, seed=SEED,
+                     progress=progress)
+    return {**arrays(t), "objective": words, "tokens": len(used), "value": float(res.value)}
+
+
+def _wrt(cfg, part: str) -> tuple[str, ...]:
+    """The weights the Hessian is taken in: every weight, or the headed weight in every layer."""
+    return tensors(cfg, WEIGHTS) if part == WEIGHTS else tuple(f"l{i}.{part}" for i in range(cfg.n_layers))
+
+
+def parts(model_name: str) -> tuple[str, ...]:
+    """Every part of ``model_name``: :data:`WEIGHTS` and each headed weight."""
+    from hessviz import pretrained
+
+    return (WEIGHTS,) + headed(pretrained.model_info(model_name).block)
+
+
+def key(model_name: str, text: str, part: str) -> str:
+    """The entry's key in :data:`FILE` (every setting it depends on)."""
+    return json.dumps([model_name, text, part, SAMPLES, EXACT, SEED])
+
+
+def lookup(model_name: str, text: str, part: str, path: Path | None = FILE) -> dict | None:
+    """The precomputed entry, or None (no file, or not this view)."""
+    if path is None or not Path(path).is_file():
+        return None
+    return _read(str(path), Path(path).stat().st_mtime)["entries"].get(key(model_name, text, part))
+
+
+_FILES: dict[tuple[str, float], dict] = {}
+
+
+def _read(path: str, mtime: float) -> dict:
+    if (path, mtime) not in _FILES:
+        _FILES.clear()
+        _FILES[(path, mtime)] = json.loads(Path(path).read_text())
+    return _FILES[(path, mtime)]
+
+
+def precompute(models: Sequence[str], path: Path, command: str = "", text: str = DEFAULT_TEXT,
+               say: Callable[[str], None] = print) -> int:
+    """Every part of each of ``models`` on ``text`` (:func:`table`), written to ``path`` as JSON; returns
+    its bytes. Nothing is read from an earlier file."""
+    import hessviz
+
+    entries, seconds = {}, {}
+    for m in models:
+        for p in parts(m):
+            t0 = time.perf_counter()
+            entries[key(m, text, p)] = table(m, text, p)
+            seconds[f"{m} {p}"] = round(time.perf_counter() - t0, 2)
+            say(f"  {m} {p}: {seconds[f'{m} {p}']:.2f} s")
+    made = {"command": command, "models": list(models), "text": text, "samples": SAMPLES, "exact": EXACT,
+            "seed": SEED, "seconds": seconds, "hessviz": hessviz.__version__, "torch": torch.__version__,
+            "python": platform.python_version(), "threads": torch.get_num_threads(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    data = json.dumps({"made": made, "entries": entries}, indent=0, sort_keys=True)
+    Path(path).write_text(data + "\n")
+    return len(data) + 1
+
+
+def split(names: Sequence[str]) -> tuple[list[int], list[str]]:
+    """``(layer, name inside the layer)`` of each ``l{i}.…`` name."""
+    layers, local = [], []
+    for n in names:
+        layer, _, rest = n.partition(".")
+        layers.append(int(layer[1:]))
+        local.append(rest)
+    return layers, local
+
+
+def by_layer(names: Sequence[str], values: Sequence[float]) -> tuple[list[str], dict[str, np.ndarray]]:
+    """``(categories, {"layer i": one value per category})``: the bars of a table, one group per layer
+    (NaN where a layer lacks a category)."""
+    layers, local = split(names)
+    cats = list(dict.fromkeys(local))
+    out = {f"layer {i}": np.full(len(cats), np.nan) for i in sorted(set(layers))}
+    for i, n, v in zip(layers, local, values):
+        out[f"layer {i}"][cats.index(n)] = v
+    return cats, out
