@@ -99,7 +99,7 @@ def bars(t: dict, title: str):
 wfig = bars(table, f"{info.name}: {stat_name} per weight")
 hva.chart(wfig, f"whole_{model}_{stat}", csv=lambda: {k: table[k] for k in (
     "names", "size", "top", "trace", "trace_se", "grad_norm", "exact")})
-exact = int(np.sum(table["exact"]))
+exact = wm.exact_count(table)
 st.caption(f"One bar per layer and weight ({table['matvecs']:,} products"
            + (f", {table['seconds']:.2g} s" if table["seconds"] else "") + f"). {exact} small blocks "
            "(≤ 256 entries: the norms' γ and β, the biases) are exact; the others' top eigenvalue is "

@@ -64,7 +64,7 @@ def _screenshot(page, path: Path) -> None:
     height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 1000")
     page.set_viewport_size({"width": VIEWPORT["width"], "height": int(min(max(height, 600), 6000))})
     page.wait_for_timeout(800)
-    page.screenshot(path=str(path))
+    page.screenshot(path=str(path), timeout=120_000)   # a tall page of charts paints slowly on 2 busy cores
     page.set_viewport_size(VIEWPORT)
 
 

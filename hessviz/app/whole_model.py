@@ -113,6 +113,11 @@ def table_cost(cfg, names: Sequence[str], L: int) -> Cost:
                 f"({columns:,} products)", columns)
 
 
+def exact_count(table: dict) -> int:
+    """How many of a drawn table's rows are exact (their block small enough to compute densely)."""
+    return sum(bool(e) for e in table["exact"])
+
+
 def arrays(table) -> dict:
     """A :class:`hessviz.whole.table.TensorTable` as plain lists (what the page draws, caches, saves)."""
     rows = table.rows
