@@ -89,7 +89,7 @@ def test_the_protocols_gradient_norms_are_autograds(source):
     loss = torch.nn.functional.cross_entropy(op.logits(task, params, Wr, b, task.X), labels)
     grads = torch.autograd.grad(loss, [params[n] for n in names] + [Wr])
     np.testing.assert_allclose(got, [float(g.norm()) for g in grads], rtol=1e-6)
-    z = gp.pooled(model, ids, "last")
+    z = gp.pooled(gp._problem(model, ids, labels, seed=0)[0])
     torch.testing.assert_close(z @ W + b, op.logits(task, params, W, b, task.X).detach(), rtol=1e-6,
                                atol=1e-7)
 

@@ -27,8 +27,9 @@ Here, the same on the bundled models and :mod:`hessviz.experiments.docstring_tas
   ``[CLS]`` for MiniLM, after the model's final norm where it has one;
 * **the numbers**: per batch, :func:`hessviz.whole.table.tensor_table` (Lanczos ``k = 1`` on each
   diagonal block's closed-form products, tolerance :data:`TOL`) and the gradient norms; the
-  classifier block in closed form, ``H_{W_C} = \frac1B \sum_β z_β z_β^⊤ ⊗ (\mathrm{diag}\,p_β −
-  p_β p_β^⊤)`` with ``z_β`` the pooled state (``hv.model_hessian`` keeps the head constant);
+  classifier block dense in closed form, ``H_{W_C} = \frac1B \sum_β z_β z_β^⊤ ⊗ (\mathrm{diag}\,p_β −
+  p_β p_β^⊤)`` with ``z_β`` the pooled state that ``hv.model_hessian`` (``head.W`` among its names)
+  computed (``d·C`` entries: exact is cheaper than Lanczos there);
   a band over batches and seeds.
 
 Where it differs (said in the report): models of 0.9 M (pydoc) and 22 M (MiniLM) weights instead
@@ -51,8 +52,8 @@ from hessviz import plots
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.experiments.docstring_task import MODULES, build
 from hessviz.fitting import gini, t_interval
-from hessviz.ops import layernorm
 from hessviz.pretrained.checkpoint import available_models
+from hessviz.whole.objective import HEAD_W
 from hessviz.whole.table import tensor_table
 
 WEIGHTS = ("ln1_gamma", "W_Q", "W_K", "W_V", "W_1", "ln2_gamma", "W_2")
@@ -88,21 +89,11 @@ def head(d: int, seed: int) -> tuple[Tensor, Tensor]:
         torch.zeros(len(MODULES), dtype=torch.float64)
 
 
-def pooled(model: hv.Model, ids: Tensor, pool: str) -> Tensor:
-    """``(B, d)``: each sequence's pooled last hidden state, after the final norm where there is one
-    (what :class:`hessviz.Classifier` multiplies by ``W``)."""
-    import dataclasses
-    cfg = dataclasses.replace(model.cfg, seq_len=ids.shape[1])
-    out = []
-    for X0 in model.embed(ids):
-        Z = hv.forward(cfg, model.params, X0)
-        norm = model.head
-        if norm is not None and norm.gamma is not None:
-            n, _ = layernorm.value(Z, norm.eps, where="final norm input",
-                                   centre=norm.norm_type == "layernorm")
-            Z = norm.gamma.to(Z) * n + (0.0 if norm.beta is None else norm.beta.to(Z))
-        out.append(Z[0] if pool == "cls" else (Z[-1] if pool == "last" else Z.mean(0)))
-    return torch.stack(out)
+def pooled(res) -> Tensor:
+    """``(B, d)``: each sequence's pooled last hidden state after the final norm, as the
+    :class:`hessviz.Classifier` of ``res`` (a :func:`hessviz.model_hessian` with ``head.W`` among its
+    names) computed it."""
+    return torch.stack([t.z for t in res.terms])
 
 
 def head_block(z: Tensor, W: Tensor, b: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
@@ -120,8 +111,8 @@ def _problem(model: hv.Model, ids: Tensor, labels: Tensor, seed: int):
     W, b = head(model.cfg.d_model, seed)
     pool = pooling(model)
     res = hv.model_hessian(model, ids, objective=hv.Classifier(W, b, labels, pool),
-                           wrt=tensors(model.cfg.n_layers))
-    return res, head_block(pooled(model, ids, pool), W, b, labels)
+                           wrt=tensors(model.cfg.n_layers) + (HEAD_W,))
+    return res, head_block(pooled(res), W, b, labels)
 
 
 def gradient_norms(model: hv.Model, ids: Tensor, labels: Tensor, seed: int) -> np.ndarray:
@@ -135,9 +126,9 @@ def batch_stats(model: hv.Model, ids: Tensor, labels: Tensor, seed: int) -> dict
     """Per tensor (the 21 of :func:`tensors`, then ``W_C``): ``top`` eigenvalue of its diagonal block,
     ``grad`` norm, ``size``; and the table's ``seconds`` and ``matvecs``."""
     res, (Hc, gc) = _problem(model, ids, labels, seed)
-    table = tensor_table(res, trace_samples=3, exact_limit=0, tol=TOL, seed=seed)
-    rows = {r.name: r for r in table.rows}
     names = tensors(model.cfg.n_layers)
+    table = tensor_table(res, tensors=names, trace_samples=3, exact_limit=0, tol=TOL, seed=seed)
+    rows = {r.name: r for r in table.rows}
     top = [rows[n].top for n in names] + [float(torch.linalg.eigvalsh(Hc)[-1])]
     grad = [rows[n].grad_norm for n in names] + [float(gc.norm())]
     size = [rows[n].size for n in names] + [Hc.shape[0]]
