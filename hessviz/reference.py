@@ -28,22 +28,28 @@ def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Ten
     return X
 
 
+def torch_norm(z: Tensor, norm_type: str, eps: float, gamma: Tensor | None = None,
+               beta: Tensor | None = None) -> Tensor:
+    """The reference LayerNorm (``norm_type="layernorm"``) or RMSNorm (``"rmsnorm"``) of ``z (…, d)``
+    over its last axis, then ``· γ + β`` where given."""
+    # γ and β applied by hand: torch.func.hessian (forward over reverse) through
+    # F.layer_norm(weight=γ) gives a wrong, asymmetric γ Hessian in torch 2.13
+    # (reverse over reverse agrees with this form); tests/test_real_layers.py checks it
+    if norm_type == "rmsnorm":
+        out = z * torch.rsqrt((z * z).mean(-1, keepdim=True) + eps)
+    else:
+        out = F.layer_norm(z, (z.shape[-1],), eps=eps)
+    out = out if gamma is None else out * gamma
+    return out if beta is None else out + beta
+
+
 def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    eps, d, L = cfg.ln_eps, cfg.d_model, X.shape[0]
+    eps, L = cfg.ln_eps, X.shape[0]
     H, dk, dv = cfg.n_heads, cfg.d_k, cfg.value_width
     p = params.get
 
     def ln(z: Tensor, which: str) -> Tensor:
-        # γ and β applied by hand: torch.func.hessian (forward over reverse) through
-        # F.layer_norm(weight=γ) gives a wrong, asymmetric γ Hessian in torch 2.13
-        # (reverse over reverse agrees with this form); tests/test_real_layers.py checks it
-        if cfg.norm_type == "rmsnorm":
-            out = z * torch.rsqrt((z * z).mean(-1, keepdim=True) + eps)
-        else:
-            out = F.layer_norm(z, (d,), eps=eps)
-        gamma, beta = p(f"{which}_gamma"), p(f"{which}_beta")
-        out = out if gamma is None else out * gamma
-        return out if beta is None else out + beta
+        return torch_norm(z, cfg.norm_type, eps, p(f"{which}_gamma"), p(f"{which}_beta"))
 
     def linear(x: Tensor, w: str, b: str) -> Tensor:
         out = x @ params[w]

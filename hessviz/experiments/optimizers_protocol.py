@@ -48,7 +48,7 @@ from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, gra
 from hessviz.experiments.docstring_task import build
 from hessviz.experiments.gini_protocol import head
 from hessviz.fitting import t_interval
-from hessviz.reference import torch_forward
+from hessviz.reference import torch_forward, torch_norm
 
 OPTIMIZERS = ("SGD", "SGD+m", "SignSGD", "SignSGD+m", "Adam")
 SIGN_BASED = ("SignSGD", "SignSGD+m", "Adam")
@@ -96,11 +96,7 @@ def logits(task: Task, params: dict[str, Tensor], W: Tensor, b: Tensor, X: Tenso
     Z = torch.func.vmap(lambda x: torch_forward(task.cfg, params, x))(X)[:, -1]
     n = task.norm
     if n is not None:
-        if n.norm_type == "layernorm":
-            Z = torch.nn.functional.layer_norm(Z, (Z.shape[-1],), eps=n.eps)
-        else:
-            Z = Z * torch.rsqrt((Z * Z).mean(-1, keepdim=True) + n.eps)
-        Z = Z * n.gamma.to(Z) + (0.0 if n.beta is None else n.beta.to(Z))
+        Z = torch_norm(Z, n.norm_type, n.eps, n.gamma.to(Z), None if n.beta is None else n.beta.to(Z))
     return Z @ W + b
 
 
