@@ -79,26 +79,23 @@ def row(res: ModelHessian, name: str, opts: Options, progress: Progress | None =
         ) -> tuple[TensorRow, int]:
     """One tensor's row, computed on ``res``, and the product columns it took (``progress`` as
     :func:`hessviz.matfree.block_table` calls it)."""
-    if opts.trace_samples == 0 and res.param_size(name) <= opts.exact_limit:    # exact, any `which`
-        n = res.param_size(name)
-        Hb = res.matvec(torch.eye(n, dtype=res.products.X.dtype, device=res.products.X.device), opts.term,
+    public, size = _public(res.cfg, name), res.param_size(name)
+    grad = float(torch.linalg.vector_norm(res.stack_gradient((name,))[name]))
+    if opts.trace_samples == 0 and size <= opts.exact_limit:                   # exact, any `which`
+        Hb = res.matvec(torch.eye(size, dtype=res.products.X.dtype, device=res.products.X.device), opts.term,
                         rows=(name,), cols=(name,)).to(torch.float64).cpu()
         vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
         top = vals[-1] if opts.which == "top" else vals[vals.abs().argmax()]
-        grad = float(torch.linalg.vector_norm(res.stack_gradient((name,))[name]))
-        return TensorRow(_public(res.cfg, name), n, float(top), float(vals.sum()), 0.0, True, grad), n
+        return TensorRow(public, size, float(top), float(vals.sum()), 0.0, True, grad), size
     if opts.trace_samples == 0:                                                 # the top eigenvalue only
         top = eigenpairs(res, opts.term, 1, opts.which, names=(name,), seed=opts.seed, tol=opts.tol,
                          progress=progress)
-        grad = float(torch.linalg.vector_norm(res.stack_gradient((name,))[name]))
-        return TensorRow(_public(res.cfg, name), res.param_size(name), float(top.values[-1]), math.nan,
-                         math.nan, False, grad), top.matvecs
-    table = block_table(res, opts.term, (name,), trace_samples=max(opts.trace_samples, 1),
+        return TensorRow(public, size, float(top.values[-1]), math.nan, math.nan, False, grad), top.matvecs
+    table = block_table(res, opts.term, (name,), trace_samples=opts.trace_samples,
                         exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed, progress=progress)
     stats = table.rows[0]
-    grad = res.stack_gradient((name,))[name]
-    return TensorRow(_public(res.cfg, name), stats.size, stats.top, stats.trace, stats.trace_stderr,
-                     stats.exact, float(torch.linalg.vector_norm(grad))), table.matvecs
+    return TensorRow(public, stats.size, stats.top, stats.trace, stats.trace_stderr, stats.exact, grad), \
+        table.matvecs
 
 
 _BUILT: dict[str, ModelHessian] = {}
