@@ -103,8 +103,21 @@ class CustomLoss:
                                  f"{getattr(out, 'shape', type(out).__name__)}")
             return out
         if self.kind == "token":
-            return torch.einsum("tij,ktj->kti", self.hess_Z, dZ)
+            t = self._curved_tokens
+            if t is None:
+                return torch.einsum("tij,ktj->kti", self.hess_Z, dZ)
+            out = dZ.new_zeros(k, L, d)
+            out[:, t] = torch.einsum("tij,ktj->kti", self.hess_Z[t], dZ[:, t])
+            return out
         return (dZ.reshape(k, L * d) @ self.hess_Z).reshape(k, L, d)       # N symmetric
+
+    @cached_property
+    def _curved_tokens(self) -> Tensor | None:
+        """The tokens ``t`` whose block ``N_t`` is not all zero, when some are (a loss on one pooled
+        token, a classifier on ``[CLS]``: ``N Ż`` then costs one ``d × d`` block, not ``L``); ``None``
+        when every block is curved."""
+        t = self.hess_Z.flatten(1).ne(0).any(1).nonzero().flatten()
+        return None if t.numel() == self.hess_Z.shape[0] else t
 
     def token_hessian(self) -> Tensor | None:
         """``(L, d, d)`` when the curvature is token-wise, else ``None``."""

@@ -204,7 +204,7 @@ def test_eigsh_matches_eigvalsh(spectral_case):
 
 @pytest.mark.parametrize("reorth", ["selective", "none"])
 def test_slq_density_within_stated_error(spectral_case, reorth):
-    """20 probes × 40 steps at P = 500: CDF (Kolmogorov) distance ≤ 0.05, trace within 4 standard
+    """20 probes × 40 steps at P = 532: CDF (Kolmogorov) distance ≤ 0.08, trace within 4 standard
     errors of Hutchinson's (SLQ's trace is Hutchinson's on the same probes), likewise tr(H²);
     with the basis kept (semi-orthogonal) and without (the plain three-term recurrence)."""
     res, _, eig = spectral_case
@@ -212,7 +212,9 @@ def test_slq_density_within_stated_error(spectral_case, reorth):
     d = spectral.density(res, "full", probes=20, steps=40, seed=0, reorth=reorth)
     assert d.matvecs <= 20 * 40
     grid = np.linspace(ev.min(), ev.max(), 200)
-    assert np.abs(d.cdf(grid) - (ev[None, :] <= grid[:, None]).mean(1)).max() <= 0.05
+    # the distance of a 20-probe estimate is itself random: over seeds 0–11 it was 0.02–0.047
+    # (selective) and 0.019–0.065 (none); 0.05 held seed 0 of "none" on one CPU and not on another
+    assert np.abs(d.cdf(grid) - (ev[None, :] <= grid[:, None]).mean(1)).max() <= 0.08
     spread = np.std([res.size * np.sum(w * x) for x, w in zip(d.nodes, d.weights)]) / np.sqrt(20)
     assert abs(d.trace - ev.sum()) <= 4 * spread
     per_probe = [np.sum(w * x ** 2) for x, w in zip(d.nodes, d.weights)]         # vᵀH²v / ‖v‖²
