@@ -20,7 +20,7 @@ import hessviz as hv
 from hessviz import matfree
 from hessviz.errors import ConfigError, InputError, ModelRangeError
 from hessviz.pretrained import load as pl
-from hessviz.whole.table import tensor_table
+from hessviz.whole.table import shipped, tensor_table
 from tests.test_pretrained import randomise
 
 transformers = pytest.importorskip("transformers")
@@ -269,9 +269,16 @@ def test_tensor_table_rows_match_the_blocks(folders):
 def test_tensor_table_on_an_executor_is_bit_identical(folders):
     res = table_problem(folders)
     here = tensor_table(res, **TABLE)
+    seen = []
     with ThreadPoolExecutor(2) as pool:
         there = tensor_table(res, executor=pool, **TABLE)
+        grouped = tensor_table(res, executor=pool, tasks=3, progress=lambda d, t, _m: seen.append((d, t)),
+                               **TABLE)
+        with pytest.raises(ConfigError, match="tasks must be an integer >= 1"):
+            tensor_table(res, executor=pool, tasks=0, **TABLE)
     assert there.rows == here.rows and there.where == "ThreadPoolExecutor" and there.matvecs == here.matvecs
+    assert grouped.rows == here.rows and grouped.matvecs == here.matvecs        # 8 rows in 3 tasks
+    assert seen == [(3, 8), (6, 8), (8, 8)]
     with pytest.raises(InputError, match="executor is closed"):
         tensor_table(res, executor=pool, **TABLE)
     with pytest.raises(InputError, match="concurrent.futures.Executor"):
@@ -287,6 +294,7 @@ def test_tensor_table_on_a_two_worker_dask_cluster_is_bit_identical(folders):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
         executor = client.get_executor()
+        assert isinstance(shipped(executor, res.problem), distributed.Future)     # sent once, not per task
         there = tensor_table(res, executor=executor, **TABLE)
         executor.shutdown()
         with pytest.raises(InputError, match="executor is closed"):

@@ -4,7 +4,7 @@
 * :func:`model_hessian` ``(model, ids, objective, wrt) -> ModelHessian``: products through every
   layer, the final norm and the head, under ``"next_token"`` or a :class:`Classifier`;
 * :func:`tensor_table`: per tensor, the top eigenvalue and trace of its diagonal block and its
-  gradient norm, one task per tensor on any ``concurrent.futures.Executor``.
+  gradient norm, in tasks of several tensors on any ``concurrent.futures.Executor``.
 """
 
 from hessviz.whole.hessian import ModelHessian, model_hessian

@@ -14,8 +14,8 @@ Hutch++ trace from ``trace_samples`` products; ``trace_samples = 0``: no trace, 
 alone) and ``‖∂ℓ/∂t‖`` (the mean over the sequences).
 
 ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask ``distributed``
-client's ``client.get_executor()``); one task per tensor, each with the picklable
-:class:`~hessviz.whole.hessian.Problem` (a worker builds its Hessian once and keeps the last one),
+client's ``client.get_executor()``); at most ``tasks`` tasks of several tensors each, each with the
+picklable :class:`~hessviz.whole.hessian.Problem` (a worker builds its Hessian once and keeps the last one),
 under this process's torch thread count. Without one the rows run here, one after another, on
 ``res`` itself. Same ``seed``, same numbers to the bit either way (every random draw is seeded
 per block; the products do not depend on where they run).
@@ -102,9 +102,9 @@ _BUILT: dict[str, ModelHessian] = {}
 """The last problem a worker built, by its token: the tasks of one table share it."""
 
 
-def remote_row(problem: Problem, name: str, opts: Options) -> tuple[TensorRow, int]:
-    """:func:`row` on a worker: the Hessian built from ``problem`` (once per worker and problem),
-    under ``opts.threads`` threads."""
+def remote_rows(problem: Problem, names: tuple[str, ...], opts: Options) -> list[tuple[TensorRow, int]]:
+    """:func:`row` of each of ``names`` on a worker, one after another: the Hessian built from
+    ``problem`` (once per worker and problem), under ``opts.threads`` threads."""
     before = torch.get_num_threads()
     torch.set_num_threads(opts.threads)
     try:
@@ -113,9 +113,38 @@ def remote_row(problem: Problem, name: str, opts: Options) -> tuple[TensorRow, i
             res = problem.build()
             _BUILT.clear()
             _BUILT[problem.token] = res
-        return row(res, name, opts)
+        return [row(res, n, opts) for n in names]
     finally:
         torch.set_num_threads(before)
+
+
+def shipped(executor: cf.Executor, problem: Problem) -> object:
+    """What the tasks get as the problem: on a Dask ``distributed`` client's executor, a future of it
+    sent to every worker once (``client.scatter(..., broadcast=True)``; each task then carries only
+    its names); on any other executor the problem itself, pickled with each task."""
+    import sys
+
+    cfexecutor = sys.modules.get("distributed.cfexecutor")      # loaded whenever get_executor() was
+    if cfexecutor is None or not isinstance(executor, cfexecutor.ClientExecutor):
+        return problem
+    return executor._client.scatter(problem, broadcast=True, hash=False)
+
+
+TASKS = 32
+"""Tasks a table is split into on an executor, at most: each carries the problem, and so every
+layer's weights (85 MiB for MiniLM in float64), so one task per tensor would pickle and send them
+hundreds of times (558 for MiniLM's per-head table)."""
+
+
+def task_names(names: Sequence[str], tasks: int) -> list[tuple[str, ...]]:
+    """``names`` dealt round-robin into ``min(tasks, len(names))`` groups, so that each group holds
+    tensors of every depth (a block low in the model costs a sweep through every layer above it).
+
+    >>> task_names(["a", "b", "c", "d", "e"], 2)
+    [('a', 'c', 'e'), ('b', 'd')]
+    """
+    n = min(tasks, len(names))
+    return [tuple(names[i::n]) for i in range(n)]
 
 
 WORKER_CHECK = "hessviz.whole.table:__name__"
@@ -142,14 +171,17 @@ def check_workers(executor: cf.Executor) -> None:
 
 def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] | None = None, *,
                  by_head: bool = False, trace_samples: int = 30, exact_limit: int = 256, tol: float = 1e-6,
-                 seed: int = 0, executor: cf.Executor | None = None,
+                 seed: int = 0, executor: cf.Executor | None = None, tasks: int = TASKS,
                  progress: Progress | None = None, which: str = "top") -> TensorTable:
     """The per-tensor table of ``res`` (see the module docstring); ``tensors`` defaults to
     :func:`tensor_names` (names or head slices of ``res.names``).
 
     ``progress(done, total, message)``: called in-process within each row's products (``done`` rows
-    of ``total``) and as each row ends, on an executor as each task's result arrives; an exception
+    of ``total``) and as each row ends, on an executor as each task's rows arrive; an exception
     it raises (a visitor who left) stops the table there.
+
+    ``tasks``: on an executor, the rows go out as at most this many tasks (:func:`task_names`), each
+    sending the problem once; use at least the number of workers.
 
     ``which="magnitude"`` (with ``trace_samples=0``): the ``top`` column holds the eigenvalue of largest
     magnitude, what PyHessian's power iteration reports as the top eigenvalue (blocks up to
@@ -177,17 +209,23 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
             if progress is not None:
                 progress(i + 1, len(names), f"{_public(res.cfg, n)} done")
         return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start)
+    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
+        raise ConfigError(f"tasks must be an integer >= 1, got {tasks!r}")
     check_workers(executor)
+    groups = task_names(names, tasks)
     try:
-        futures = [executor.submit(remote_row, res.problem, n, opts) for n in names]
+        problem = shipped(executor, res.problem)
+        futures = [executor.submit(remote_rows, problem, g, opts) for g in groups]
     except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
         raise InputError(f"executor is closed (shut down), it takes no tasks: {e}") from None
     try:
-        done = []
-        for i, f in enumerate(futures):
-            done.append(f.result())
+        got, count = {}, 0
+        for g, f in zip(groups, futures):
+            got.update(zip(g, f.result()))
+            count += len(g)
             if progress is not None:
-                progress(i + 1, len(names), f"{_public(res.cfg, names[i])} done")
+                progress(count, len(names), f"{_public(res.cfg, g[-1])} done")
+        done = [got[n] for n in names]
     except BaseException as e:
         for f in futures:
             f.cancel()
