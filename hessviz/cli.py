@@ -290,7 +290,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from hessviz.experiments import reproduce
-    claims = reproduce(Path(args.out), quick=args.quick)
+    if args.scheduler is None:
+        claims = reproduce(Path(args.out), quick=args.quick)
+    else:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise hv.InputError("--scheduler needs Dask's distributed: pip install -e '.[cluster]'") from None
+        try:
+            client = Client(args.scheduler, timeout=10)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise hv.InputError(f"--scheduler {args.scheduler}: no Dask scheduler answers there ({e})") \
+                from None
+        with client:
+            claims = reproduce(Path(args.out), quick=args.quick, executor=client.get_executor())
     for c in claims:
         print(f"{c['id']:<12} holds={c['holds']!s:<8} {c['claim']}")
     print(f"wrote {Path(args.out) / 'claims.json'} and {Path(args.out) / 'report.md'}")
@@ -346,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="measure the papers' claims; writes claims.json and report.md")
     p.add_argument("--quick", action="store_true", help="small grids, under a minute")
     p.add_argument("--out", default="reproduce-out")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the claims as tasks on a Dask cluster, e.g. tcp://scheduler:8786 (needs the "
+                        "cluster extra; the workers must import hessviz)")
     p.set_defaults(func=cmd_reproduce)
     return parser
 

@@ -167,6 +167,25 @@ def test_reproduce_quick(tmp_path):
         assert f"figures/{f.name}" in report
 
 
+def test_claims_on_an_executor_are_the_in_process_numbers():
+    """Two worker processes (spawned: a fresh interpreter each, no state shared with this one) give
+    every measured number of the in-process run to the bit, in the order asked."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from hessviz.experiments.report import run_claims
+
+    ids = ("nonconvex", "placement", "modern")
+    here = [r.record() for r in run_claims(True, ids)]
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        there = [r.record() for r in run_claims(True, ids, executor=pool)]
+    assert [r["id"] for r in there] == list(ids) and there == here
+    with pytest.raises(hv.InputError, match="executor is closed"):
+        run_claims(True, ids, executor=pool)
+    with pytest.raises(hv.InputError, match="concurrent.futures.Executor"):
+        run_claims(True, ids, executor="tcp://scheduler:8786")
+
+
 # ------------------------------------------------------------------ modern blocks (claim ``modern``)
 
 
