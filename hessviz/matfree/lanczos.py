@@ -20,10 +20,11 @@ points share the step below:
   converge). The test runs after **every** step ``j > k`` on the leading ``j × j`` of ``T`` (an
   eigendecomposition of at most ``m × m``, microseconds), not only when the basis is full as
   ARPACK does: a run stops at the first product after which its pairs pass, rather than at the
-  next multiple of the basis size (``k = 1`` at ``tol = 1e-3``: 8–14 products a block, where the
-  full first pass alone is ``m = 20``). Otherwise, once the basis is full, it restarts on the
-  ``ℓ = k + (m − k) // 2`` best Ritz vectors and ``q_{m+1}``: ``Q[:ℓ] ← Yᵀ Q`` (:func:`combine_`),
-  ``T[:ℓ, :ℓ] = diag(θ)``. ``which`` is ``"top"`` (largest algebraic, ARPACK's ``LA``),
+  next multiple of the basis size (``k = 1`` at ``tol = 1e-3`` on MiniLM's 22-tensor table: 13.9
+  products a block on average, where the full first pass alone is ``m = 20``). Otherwise, once
+  the basis is full, it restarts on the ``ℓ = k + (m − k) // 2`` best Ritz vectors and
+  ``q_{m+1}``: ``Q[:ℓ] ← Yᵀ Q`` (:func:`combine_`), ``T[:ℓ, :ℓ] = diag(θ)``. ``which`` is
+  ``"top"`` (largest algebraic, ARPACK's ``LA``),
   ``"bottom"`` (``SA``) or ``"magnitude"`` (``LM``): ``full`` is indefinite, so both ends matter.
   With ``check=True`` the returned vectors are multiplied by ``H`` once more (``k`` columns in
   one product): the values returned are their Rayleigh quotients ``uᵀHu`` and the residuals the
