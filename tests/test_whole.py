@@ -20,7 +20,8 @@ import hessviz as hv
 from hessviz import matfree
 from hessviz.errors import ConfigError, InputError, ModelRangeError
 from hessviz.pretrained import load as pl
-from hessviz.whole.table import shipped, tensor_table
+from hessviz.tasks import shipped
+from hessviz.whole.table import tensor_table
 from tests.test_pretrained import randomise
 
 transformers = pytest.importorskip("transformers")

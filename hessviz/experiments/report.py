@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hessviz.errors import InputError
 from hessviz.experiments.common import CLAIM_IDS, Claim, ClaimResult
+from hessviz.tasks import run_tasks
 
 HEADLINES = {
     "xnorm6": ("slope_attention_QQ_outer", "slope_attention_QQ_functional", "slope_attention_VV_outer"),
@@ -97,20 +97,12 @@ def claims() -> dict[str, Claim]:
     return {cid: by_id[cid] for cid in CLAIM_IDS}
 
 
-def run_claim(cid: str, quick: bool, threads: int | None = None) -> ClaimResult:
-    """One claim, timed (``seconds``), under ``threads`` torch threads when given (a worker's)."""
-    import torch
-
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        t = time.perf_counter()
-        res = claims()[cid].run(quick)
-        res.seconds = time.perf_counter() - t
-        return res
-    finally:
-        torch.set_num_threads(before)
+def run_claim(cid: str, quick: bool) -> ClaimResult:
+    """One claim, timed (``seconds``)."""
+    t = time.perf_counter()
+    res = claims()[cid].run(quick)
+    res.seconds = time.perf_counter() - t
+    return res
 
 
 def run_claims(
@@ -120,40 +112,23 @@ def run_claims(
     """Run the claims ``ids``; each result carries its runtime in ``seconds``.
 
     Without ``executor`` they run here, in order. With one (any :class:`concurrent.futures.Executor`:
-    a process pool, a Dask ``distributed`` client's ``get_executor()``) each claim is one task, run
-    under this process's torch thread count, all submitted at once; the results come back in the
-    order of ``ids``, with the numbers of the in-process run to the bit (every claim seeds its own
-    draws) but for the wall-clock readings some claims record (``seconds…``)."""
-    import torch
-
-    from hessviz.whole.table import check_workers
-
+    a process pool, a Dask ``distributed`` client's ``get_executor()``) each claim is one task
+    (:func:`hessviz.tasks.run_tasks`: under this process's torch thread count, all submitted at
+    once); the results come back in the order of ``ids``, with the numbers of the in-process run to
+    the bit (every claim seeds its own draws) but for the wall-clock readings some claims record
+    (``seconds…``)."""
     known = claims()
     for cid in ids:
         if cid not in known:
             raise ValueError(f"claim id must be one of {', '.join(CLAIM_IDS)}, got {cid!r}")
-    if executor is None:
-        out = []
-        for cid in ids:
-            if progress:
-                progress(f"{cid} …")
-            out.append(run_claim(cid, quick))
-        return out
-    if not isinstance(executor, cf.Executor):
-        raise InputError(f"executor must be a concurrent.futures.Executor (or None: in-process), got "
-                         f"{type(executor).__name__}")
-    check_workers(executor)
-    futures = [executor.submit(run_claim, cid, quick, torch.get_num_threads()) for cid in ids]
+    if executor is not None:
+        return run_tasks(executor, run_claim, [(cid, quick) for cid in ids],
+                         arrived=None if progress is None else lambda i, _r: progress(f"{ids[i]} done"))
     out = []
-    try:
-        for cid, f in zip(ids, futures):
-            out.append(f.result())
-            if progress:
-                progress(f"{cid} done")
-    except BaseException:
-        for f in futures:
-            f.cancel()
-        raise
+    for cid in ids:
+        if progress:
+            progress(f"{cid} …")
+        out.append(run_claim(cid, quick))
     return out
 
 

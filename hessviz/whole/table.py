@@ -14,9 +14,10 @@ Hutch++ trace from ``trace_samples`` products; ``trace_samples = 0``: no trace, 
 alone) and ``‖∂ℓ/∂t‖`` (the mean over the sequences).
 
 ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask ``distributed``
-client's ``client.get_executor()``); at most ``tasks`` tasks of several tensors each, each with the
-picklable :class:`~hessviz.whole.hessian.Problem` (a worker builds its Hessian once and keeps the last one),
-under this process's torch thread count. Without one the rows run here, one after another, on
+client's ``client.get_executor()``); at most ``tasks`` tasks of several tensors each, by
+:func:`hessviz.tasks.run_tasks`, which sends the picklable :class:`~hessviz.whole.hessian.Problem`
+(scattered to a Dask cluster's workers once; a worker builds its Hessian once and keeps the last one)
+and runs them under this process's torch thread count. Without one the rows run here, one after another, on
 ``res`` itself. Same ``seed``, same numbers to the bit either way (every random draw is seeded
 per block; the products do not depend on where they run).
 """
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
-import pkgutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +34,7 @@ import torch
 
 from hessviz.errors import ConfigError, InputError
 from hessviz.matfree.spectral import BlockStats, BlockTable, Progress, block_table, eigenpairs
+from hessviz.tasks import run_tasks
 from hessviz.whole.hessian import ModelHessian, Problem, _public
 from hessviz.whole.objective import HEAD_NAMES
 
@@ -60,7 +61,6 @@ class Options:
     exact_limit: int
     tol: float
     seed: int
-    threads: int
     which: str = "top"
 
 
@@ -103,37 +103,20 @@ _BUILT: dict[str, ModelHessian] = {}
 
 
 def remote_rows(problem: Problem, names: tuple[str, ...], opts: Options) -> list[tuple[TensorRow, int]]:
-    """:func:`row` of each of ``names`` on a worker, one after another: the Hessian built from
-    ``problem`` (once per worker and problem), under ``opts.threads`` threads."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(opts.threads)
-    try:
-        res = _BUILT.get(problem.token)
-        if res is None:
-            res = problem.build()
-            _BUILT.clear()
-            _BUILT[problem.token] = res
-        return [row(res, n, opts) for n in names]
-    finally:
-        torch.set_num_threads(before)
-
-
-def shipped(executor: cf.Executor, problem: Problem) -> object:
-    """What the tasks get as the problem: on a Dask ``distributed`` client's executor, a future of it
-    sent to every worker once (``client.scatter(..., broadcast=True)``; each task then carries only
-    its names); on any other executor the problem itself, pickled with each task."""
-    import sys
-
-    cfexecutor = sys.modules.get("distributed.cfexecutor")      # loaded whenever get_executor() was
-    if cfexecutor is None or not isinstance(executor, cfexecutor.ClientExecutor):
-        return problem
-    return executor._client.scatter(problem, broadcast=True, hash=False)
+    """:func:`row` of each of ``names`` on a worker, one after another, on the Hessian built from
+    ``problem`` (once per worker and problem)."""
+    res = _BUILT.get(problem.token)
+    if res is None:
+        res = problem.build()
+        _BUILT.clear()
+        _BUILT[problem.token] = res
+    return [row(res, n, opts) for n in names]
 
 
 TASKS = 32
-"""Tasks a table is split into on an executor, at most: each carries the problem, and so every
-layer's weights (85 MiB for MiniLM in float64), so one task per tensor would pickle and send them
-hundreds of times (558 for MiniLM's per-head table)."""
+"""Tasks a table is split into on an executor, at most: outside Dask each carries the problem, and
+so every layer's weights (81 MiB pickled for MiniLM in float64), so one task per tensor would pickle
+and send them hundreds of times (558 for MiniLM's per-head table)."""
 
 
 def task_names(names: Sequence[str], tasks: int) -> list[tuple[str, ...]]:
@@ -145,28 +128,6 @@ def task_names(names: Sequence[str], tasks: int) -> list[tuple[str, ...]]:
     """
     n = min(tasks, len(names))
     return [tuple(names[i::n]) for i in range(n)]
-
-
-WORKER_CHECK = "hessviz.whole.table:__name__"
-
-
-def check_workers(executor: cf.Executor) -> None:
-    """That ``executor`` takes tasks and that its workers import hessviz, before any task that needs it:
-    the probe is the standard library's ``pkgutil.resolve_name`` of :data:`WORKER_CHECK` (a worker
-    unpickles it without hessviz, then imports hessviz and answers a string). A task whose own pickle
-    names hessviz would instead kill a process pool's worker (``BrokenProcessPool``) and say nothing
-    of why. :class:`InputError` naming ``executor`` otherwise."""
-    try:
-        probe = executor.submit(pkgutil.resolve_name, WORKER_CHECK)
-    except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
-        raise InputError(f"executor is closed (shut down), it takes no tasks: {e}") from None
-    try:
-        probe.result()
-    except ImportError as e:
-        raise InputError(f"executor's workers cannot import hessviz ({e}): install it where they run, or "
-                         "start them with this PYTHONPATH") from None
-    except cf.BrokenExecutor as e:
-        raise InputError(f"executor is broken (a worker died): {e}") from None
 
 
 def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] | None = None, *,
@@ -192,13 +153,10 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
         raise ConfigError("which='magnitude' needs trace_samples=0 (the eigenvalue alone)")
     if not isinstance(res, ModelHessian):
         raise InputError(f"res must be hv.model_hessian(...)'s result, got {type(res).__name__}")
-    if executor is not None and not isinstance(executor, cf.Executor):
-        raise InputError(f"executor must be a concurrent.futures.Executor (or None: in-process), got "
-                         f"{type(executor).__name__}")
     names = tensor_names(res, by_head) if tensors is None else res._names(tensors)
     if tensors is not None and len(names) != len(tuple(tensors)):
         raise ConfigError("tensors must name each tensor once")
-    opts = Options(term, trace_samples, exact_limit, tol, seed, torch.get_num_threads(), which)
+    opts = Options(term, trace_samples, exact_limit, tol, seed, which)
     start = time.perf_counter()
     if executor is None:
         done = []
@@ -211,27 +169,17 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
         return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start)
     if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
         raise ConfigError(f"tasks must be an integer >= 1, got {tasks!r}")
-    check_workers(executor)
     groups = task_names(names, tasks)
-    try:
-        problem = shipped(executor, res.problem)
-        futures = [executor.submit(remote_rows, problem, g, opts) for g in groups]
-    except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
-        raise InputError(f"executor is closed (shut down), it takes no tasks: {e}") from None
-    try:
-        got, count = {}, 0
-        for g, f in zip(groups, futures):
-            got.update(zip(g, f.result()))
-            count += len(g)
-            if progress is not None:
-                progress(count, len(names), f"{_public(res.cfg, g[-1])} done")
-        done = [got[n] for n in names]
-    except BaseException as e:
-        for f in futures:
-            f.cancel()
-        if not isinstance(e, ImportError):
-            raise
-        raise InputError(f"executor's workers cannot import hessviz ({e}): install it where they run, or "
-                         "start them with this PYTHONPATH") from None
+    count = 0
+
+    def arrived(i: int, rows: list) -> None:
+        nonlocal count
+        count += len(rows)
+        if progress is not None:
+            progress(count, len(names), f"{_public(res.cfg, groups[i][-1])} done")
+
+    parts = run_tasks(executor, remote_rows, [(g, opts) for g in groups], (res.problem,), arrived)
+    got = {n: r for g, rows in zip(groups, parts) for n, r in zip(g, rows)}
+    done = [got[n] for n in names]
     return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start,
                        type(executor).__name__)
