@@ -58,7 +58,7 @@ stat_name = hva.choice("Show", tuple(wm.STATS), key="wm_stat", default="top eige
                             "norm of its gradient")
 stat = wm.STATS[stat_name]
 weights = wm.headed(info.block)
-weight = hva.choice("Heads of", weights, key="wm_w", default=weights[0], container=c4,
+weight = hva.select("Heads of", weights, key="wm_w", default=weights[0], container=c4,
                     help="the per-head chart below splits this weight of every layer into its heads")
 
 

@@ -42,6 +42,7 @@ arXiv 2410.10986) and, at fixed ``‖X‖₂``, decays like ``1/L³``.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ import hessviz as hv
 from hessviz.config import layer_name
 from hessviz.fitting import PowerLawFit, RangeFit, center, power_law_fit, slope_over_seeds
 from hessviz.spectra import matrix_norm
+from hessviz.tasks import run_tasks
 from hessviz.terms import PARTS_FIRST
 
 TERMS = PARTS_FIRST
@@ -184,17 +186,28 @@ def term_key(c: Curve) -> str:
     return c[2]
 
 
+@dataclass(frozen=True)
+class BlockNorms:
+    """A :data:`Measure`: ``key(curve) -> ‖H[a, b]‖`` of each curve's term on ``inputs(cfg, seed,
+    ‖X‖₂)`` (in a stack, of layer ``layer``). A picklable value (module-level ``key`` and ``inputs``),
+    so that a sweep's points can go to a process pool or a cluster."""
+
+    curves: tuple
+    key: Callable[[Curve], str] = curve_key
+    kind: str = "spectral"
+    inputs: Inputs = seeded_inputs
+    layer: int = 0
+
+    def __call__(self, cfg: hv.BlockConfig, input_norm: float, seed: int) -> dict[str, float]:
+        got = block_norms(cfg, *self.inputs(cfg, seed, input_norm), self.curves, self.kind, self.layer)
+        return {self.key(c): v for c, v in got.items()}
+
+
 def block_norms_measure(curves: Sequence[Curve], *, key: Callable[[Curve], str] = curve_key,
                         kind: str = "spectral", inputs: Inputs = seeded_inputs, layer: int = 0) -> Measure:
     """A :data:`Measure`: ``key(curve) -> ‖H[a, b]‖`` of each curve's term on ``inputs(cfg, seed, ‖X‖₂)``
-    (in a stack, of layer ``layer``)."""
-    curves = tuple(tuple(c) for c in curves)
-
-    def measure(cfg: hv.BlockConfig, input_norm: float, seed: int) -> dict[str, float]:
-        got = block_norms(cfg, *inputs(cfg, seed, input_norm), curves, kind, layer)
-        return {key(c): v for c, v in got.items()}
-
-    return measure
+    (in a stack, of layer ``layer``); a :class:`BlockNorms`."""
+    return BlockNorms(tuple(tuple(c) for c in curves), key, kind, inputs, layer)
 
 
 def point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
@@ -281,28 +294,40 @@ def long_table(named: Mapping[str, Sweep], label: str = "placement") -> dict[str
 
 
 def sweep(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], seeds: Sequence[int], measure: Measure,
-          *, input_norm: float = 1.0, progress: Progress | None = None, label: str = "") -> Sweep:
+          *, input_norm: float = 1.0, progress: Progress | None = None, label: str = "",
+          executor: cf.Executor | None = None) -> Sweep:
     """``measure`` at every grid value (outer loop) and seed (inner loop).
 
     At ``axis == "xnorm"`` the grid value is the input norm; otherwise ``input_norm`` is.
     ``progress(done, total)`` is called after each point: an app shows progress with it,
     and cancels by raising from it, as any exception from ``progress`` (or ``measure``)
     stops the sweep and propagates to the caller; nothing partial is returned.
+
+    ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask client's
+    ``get_executor()``), one task per point by :func:`hessviz.tasks.run_tasks`, under this
+    process's torch thread count, so the values are the in-process ones to the bit; ``measure``
+    must then pickle (:class:`BlockNorms` does; Dask also takes closures), and ``progress`` is
+    called as each point's result arrives, in order.
     """
     check_axis(axis)
     grid_a = np.asarray(grid, dtype=np.float64)
     seeds = tuple(int(s) for s in seeds)
+    points = [(i, j, *config_at(cfg, axis, x), s) for i, x in enumerate(grid_a) for j, s in enumerate(seeds)]
+    calls = [(c, input_norm if xn is None else xn, s) for _, _, c, xn, s in points]
     values: dict[str, np.ndarray] = {}
-    total, done = grid_a.size * len(seeds), 0
-    for i, x in enumerate(grid_a):
-        c, xn = config_at(cfg, axis, x)
-        for j, s in enumerate(seeds):
-            got = measure(c, input_norm if xn is None else xn, s)
-            for k, v in got.items():
-                values.setdefault(k, np.full((len(seeds), grid_a.size), np.nan))[j, i] = v
-            done += 1
-            if progress is not None:
-                progress(done, total)
+
+    def store(n: int, got: Mapping[str, float]) -> None:
+        i, j = points[n][:2]
+        for k, v in got.items():
+            values.setdefault(k, np.full((len(seeds), grid_a.size), np.nan))[j, i] = v
+        if progress is not None:
+            progress(n + 1, len(points))
+
+    if executor is None:
+        for n, args in enumerate(calls):
+            store(n, measure(*args))
+    else:
+        run_tasks(executor, measure, calls, arrived=store)
     return Sweep(axis, grid_a, seeds, values, label)
 
 

@@ -71,6 +71,21 @@ def shipped(executor: cf.Executor, value: object) -> object:
     return executor._client.scatter(value, broadcast=True, hash=False)
 
 
+_BUILT: dict[str, object] = {}
+"""The last problem a worker built, by its token: the tasks of one table or density share it."""
+
+
+def built(problem: object) -> object:
+    """``problem.build()`` once per worker and problem (a picklable recipe with a ``token`` that names
+    it across processes, :class:`hessviz.whole.hessian.Problem`); only the last one is kept."""
+    res = _BUILT.get(problem.token)
+    if res is None:
+        res = problem.build()
+        _BUILT.clear()
+        _BUILT[problem.token] = res
+    return res
+
+
 def run_tasks(executor: cf.Executor, fn: Callable, calls: Sequence[tuple], shared: tuple = (),
               arrived: Callable[[int, object], None] | None = None) -> list:
     """``[fn(*shared, *args) for args in calls]``, each call one task on ``executor`` (checked first),

@@ -67,6 +67,81 @@ def test_extremes_on_a_small_space_and_float32():
     torch.testing.assert_close(r32.values, ref, rtol=1e-5, atol=1e-5)
 
 
+def _spectrum(values: torch.Tensor, seed: int) -> torch.Tensor:
+    """``Q diag(values) Qᵀ`` for a seeded random orthogonal ``Q``."""
+    n = values.numel()
+    gen = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    return (Q * values) @ Q.T
+
+
+@pytest.mark.parametrize("which", ["top", "magnitude"])
+def test_the_value_bound_stops_sooner_and_holds(which):
+    """``bound="value"``: each eigenvalue within ``tol`` of the truth, the stated bound ``errors`` at
+    least the true error, for fewer products than the residual test at the same ``tol``; the
+    recurrence's residual estimates (``check=False``) equal the true ones up to round-off."""
+    A = _symmetric(400, 7)
+    ev = torch.linalg.eigvalsh(A)
+    truth = _reference(ev, 2, which)
+    by_value = lanczos.extremes(lambda V: V @ A, 400, 2, which, tol=1e-4, like=A, bound="value")
+    by_residual = lanczos.extremes(lambda V: V @ A, 400, 2, which, tol=1e-4, like=A)
+    err = (by_value.values - truth).abs()
+    assert bool((err <= 1e-4 * truth.abs()).all()) and bool((by_value.errors >= err).all())
+    assert by_value.matvecs < by_residual.matvecs
+    estimate = lanczos.extremes(lambda V: V @ A, 400, 2, which, tol=1e-4, like=A, bound="value", check=False)
+    assert estimate.matvecs == by_value.matvecs - 2          # the Ritz values, the Rayleigh quotients
+    torch.testing.assert_close(estimate.values, by_value.values, rtol=1e-13, atol=0)
+    torch.testing.assert_close(estimate.residuals, by_value.residuals, rtol=1e-6, atol=1e-12)
+    with pytest.raises(ValueError, match="bound"):
+        lanczos.extremes(lambda V: V @ A, 400, 2, like=A, bound="eigenvalue")
+
+
+def test_the_largest_magnitude_waits_for_both_ends():
+    """An isolated top eigenvalue (fast to converge) and a slightly larger negative one at the edge of
+    a dense cluster (slow): ``which="magnitude"`` must return the negative one, under either bound,
+    though the top end passes its own test long before."""
+    values = torch.cat([torch.tensor([1.0]), torch.linspace(-1.02, 0.2, 299)]).to(torch.float64)
+    A = _spectrum(values, 4)
+    for bound in lanczos.BOUNDS:
+        r = lanczos.extremes(lambda V: V @ A, 300, 1, "magnitude", tol=1e-3, like=A, bound=bound)
+        assert float(r.values[0]) == pytest.approx(-1.02, rel=1e-3), (bound, r)
+
+
+def test_a_start_near_the_answer_saves_products():
+    """A start vector near the top eigenvector (the seeded normal mixed in) converges in fewer
+    products to the same value; a zero start is the seeded start; a wrong shape is refused."""
+    values = torch.linspace(0.0, 1.0, 300, dtype=torch.float64) ** 3
+    A = _spectrum(values, 1)
+    u = torch.linalg.eigh(A).eigenvectors[:, -1]
+    noise = torch.randn(300, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    guess = u + 0.3 * noise / 300 ** 0.5
+    cold = lanczos.extremes(lambda V: V @ A, 300, 1, tol=1e-8, like=A)
+    warm = lanczos.extremes(lambda V: V @ A, 300, 1, tol=1e-8, like=A, start=guess)
+    assert warm.matvecs < cold.matvecs
+    torch.testing.assert_close(warm.values, cold.values, rtol=1e-12, atol=0)
+    zero = lanczos.extremes(lambda V: V @ A, 300, 1, tol=1e-8, like=A,
+                            start=torch.zeros(300, dtype=torch.float64))
+    assert torch.equal(zero.values, cold.values) and zero.matvecs == cold.matvecs
+    with pytest.raises(ValueError, match="start"):
+        lanczos.extremes(lambda V: V @ A, 300, 1, like=A, start=torch.ones(299, dtype=torch.float64))
+    with pytest.raises(ValueError, match="start"):
+        lanczos.extremes(lambda V: V @ A, 300, 1, like=A, start=torch.full((300,), float("nan")))
+
+
+def test_k1_stops_on_an_invariant_krylov_space():
+    """A rank-2 block (a classifier head's on two sequences): the Krylov space is invariant after
+    two products, which hold the top eigenvalue exactly; ``k = 1`` stops there instead of filling
+    the basis with null vectors, ``k = 2`` (which might lack a repeated eigenvalue) does not."""
+    values = torch.zeros(200, dtype=torch.float64)
+    values[-2:] = torch.tensor([0.5, 3.0], dtype=torch.float64)
+    A = _spectrum(values, 3)
+    one = lanczos.extremes(lambda V: V @ A, 200, 1, tol=1e-10, like=A)
+    assert one.matvecs <= 4 and one.converged
+    torch.testing.assert_close(one.values, torch.tensor([3.0], dtype=torch.float64), rtol=1e-12, atol=0)
+    two = lanczos.extremes(lambda V: V @ A, 200, 2, tol=1e-10, like=A)
+    torch.testing.assert_close(two.values, torch.tensor([3.0, 0.5], dtype=torch.float64), rtol=1e-12, atol=0)
+
+
 @pytest.fixture(scope="module")
 def case():
     cfg = hv.BlockConfig(seq_len=5, d_model=8, d_k=4, d_ff=12, norm="pre", n_heads=2, out_proj=True,

@@ -166,6 +166,26 @@ def test_sweep_attention_qq_outer_grows_like_x6():
     assert table["norm"][1] == res.values["outer"][1, 0]        # grid-major, then seed
 
 
+def test_sweep_on_an_executor_gives_the_in_process_values():
+    """A sweep's points as tasks on a spawned two-process pool (a fresh interpreter each): the same
+    values to the bit, progress once per point in order; a closed pool is refused by name."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, d_ff=4, norm="post")
+    measure = sweeps.block_norms_measure(sweeps.term_curves(("W_Q", "W_Q")), key=sweeps.term_key)
+    here = sweeps.sweep(cfg, "L", [3, 4, 5], seeds=[0, 1], measure=measure)
+    seen = []
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        there = sweeps.sweep(cfg, "L", [3, 4, 5], seeds=[0, 1], measure=measure, executor=pool,
+                             progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(k, 6) for k in range(1, 7)]
+    assert here.values.keys() == there.values.keys()
+    assert all(np.array_equal(here.values[k], there.values[k]) for k in here.values)
+    with pytest.raises(hv.InputError, match="executor is closed"):
+        sweeps.sweep(cfg, "L", [3], seeds=[0], measure=measure, executor=pool)
+
+
 def test_sweep_stops_when_progress_raises():
     cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, d_ff=4, norm="attention")
     calls = []

@@ -297,10 +297,36 @@ def test_tensor_table_on_a_two_worker_dask_cluster_is_bit_identical(folders):
         executor = client.get_executor()
         assert isinstance(shipped(executor, res.problem), distributed.Future)     # sent once, not per task
         there = tensor_table(res, executor=executor, **TABLE)
+        slq = matfree.density(res, probes=3, steps=6, seed=4, group=1, executor=executor)
         executor.shutdown()
         with pytest.raises(InputError, match="executor is closed"):
             tensor_table(res, executor=executor, **TABLE)
     assert there.rows == here.rows
+    alone = matfree.density(res, probes=3, steps=6, seed=4, group=1)
+    assert all(np.array_equal(a, b) for a, b in zip(alone.nodes + alone.weights, slq.nodes + slq.weights))
+
+
+def test_slq_probes_on_an_executor_are_the_in_process_numbers(folders):
+    """Each group of SLQ probes one task on a result rebuilt from ``res.problem``: the nodes and
+    weights of the in-process run with the same groups to the bit, progress per group; a one-block
+    result, which has no problem to rebuild, is refused by name, and so is a group < 1."""
+    res = table_problem(folders)
+    here = matfree.density(res, probes=4, steps=8, seed=2, reorth="full", group=2)
+    seen = []
+    with ThreadPoolExecutor(2) as pool:
+        there = matfree.density(res, probes=4, steps=8, seed=2, reorth="full", group=2, executor=pool,
+                                progress=lambda d, t, _m: seen.append((d, t)))
+    assert all(np.array_equal(a, b) for a, b in zip(here.nodes + here.weights, there.nodes + there.weights))
+    assert there.matvecs == here.matvecs == 32 and seen == [(16, 32), (32, 32)]
+    side_by_side = matfree.density(res, probes=4, steps=8, seed=2, reorth="full")     # one group of 4
+    for a, b in zip(here.nodes, side_by_side.nodes):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * np.abs(a).max())
+    with pytest.raises(ConfigError, match="group"):
+        matfree.density(res, probes=4, steps=8, group=0)
+    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, norm="attention")
+    block = hv.hessian(cfg, hv.init_params(cfg, seed=0), *hv.sample_inputs(cfg, seed=0))
+    with ThreadPoolExecutor(1) as pool, pytest.raises(ConfigError, match="a worker can rebuild"):
+        matfree.density(block, probes=2, steps=3, executor=pool)
 
 
 def test_a_one_layer_model_keeps_the_l0_names(tmp_path):
@@ -445,3 +471,22 @@ def test_tensor_table_of_the_top_eigenvalue_alone_and_of_the_largest_magnitude(f
     exact = {r.name: r for r in exact}
     assert exact["l0.W_Q[1]"].exact and exact["l0.W_Q[1]"].top == pytest.approx(big.rows[0].top, rel=1e-6)
     assert exact["l0.ln1_gamma"].exact and np.isfinite(exact["l0.ln1_gamma"].trace)
+
+
+def test_tensor_table_to_a_stated_eigenvalue_accuracy(folders):
+    """``bound="value"``: every top eigenvalue within ``tol`` relative of the dense block's, for fewer
+    products than the residual test at the same ``tol``; an unknown bound is refused by name."""
+    res = table_problem(folders)
+    names = ("l0.W_Q", "l1.W_O", "l1.ln2_gamma")
+    by_value = tensor_table(res, tensors=names, trace_samples=0, exact_limit=0, tol=1e-3, which="magnitude",
+                            bound="value")
+    by_residual = tensor_table(res, tensors=names, trace_samples=0, exact_limit=0, tol=1e-3,
+                               which="magnitude")
+    for r in by_value.rows:
+        Hb = res.matvec(torch.eye(r.size, dtype=torch.float64), rows=(r.name,), cols=(r.name,))
+        vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
+        assert r.top == pytest.approx(float(vals[vals.abs().argmax()]), rel=1e-3)
+    assert by_value.matvecs < by_residual.matvecs
+    with pytest.raises(ConfigError, match="bound must be"):
+        tensor_table(res, tensors=names, bound="eigenvalue")
+

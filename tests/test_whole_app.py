@@ -99,7 +99,7 @@ def test_the_default_view_is_drawn_from_the_file_on_the_hosted_profile(hosted):
     assert not computed(hosted)                                  # nothing computed: read from the file
     before = figures(at)[0]["data"][0]["y"]
     at.segmented_control(key="wm_stat").set_value("gradient norm").run()
-    at.segmented_control(key="wm_w").set_value("W_V").run()
+    at.selectbox(key="wm_w").set_value("W_V").run()
     assert not at.exception and not at.warning
     assert figures(at)[0]["data"][0]["y"] != before
     assert any("gradient norm per head of W_V" in t for t in titles(at))
@@ -111,7 +111,7 @@ def test_the_url_round_trips(hosted):
     """A view opened from its address draws what the controls drew."""
     at = run_page(PAGE, wm_model="pydoc-postln")
     at.segmented_control(key="wm_stat").set_value("trace").run()
-    at.segmented_control(key="wm_w").set_value("W_O").run()
+    at.selectbox(key="wm_w").set_value("W_O").run()
     query = {k: at.query_params[k] for k in ("wm_model", "wm_stat", "wm_w")}
     assert query == {"wm_model": "pydoc-postln", "wm_stat": "trace", "wm_w": "W_O"}
     again = run_page(PAGE, **query)

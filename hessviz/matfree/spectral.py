@@ -25,10 +25,11 @@ computation and propagates.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -37,9 +38,10 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from torch import Tensor
 
 from hessviz.errors import ConfigError
-from hessviz.matfree.lanczos import REORTH, extremes, tridiagonal
+from hessviz.matfree.lanczos import BOUNDS, REORTH, START_MIX, extremes, tridiagonal
 from hessviz.matfree.operator import BATCH
 from hessviz.memory import memory_limit
+from hessviz.tasks import built, run_tasks
 from hessviz.terms import check_term
 
 Progress = Callable[[int, int | None, str], None]
@@ -121,43 +123,63 @@ def _check_tol(tol: object) -> float:
 
 def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names: Sequence[str] | None = None,
                seed: int = 0, tol: float = 1e-8, vectors: bool = False, ncv: int | None = None,
-               solver: str = "auto", progress: Progress | None = None) -> Eigenpairs:
+               solver: str = "auto", progress: Progress | None = None, bound: str = "residual",
+               start: Tensor | None = None, check: bool = True) -> Eigenpairs:
     """The ``k`` largest (``top``), smallest (``bottom``) or largest-magnitude (``magnitude``)
     eigenpairs of ``term`` (of the diagonal block ``names`` when given).
 
     ``solver="torch"``: thick-restart Lanczos on the products' device and dtype, stopped when
     every wanted ``‖H u − θ u‖ ≤ tol · |θ|`` (:mod:`hessviz.matfree.lanczos`; its docstring says
-    how the peers' tolerances differ); ``"scipy"``: ARPACK ``eigsh`` with the same ``tol``
-    (float64 vectors on the CPU); ``"auto"``: scipy below :data:`SCIPY_BELOW` entries, else torch.
+    how the peers' tolerances differ) or, with ``bound="value"``, when every wanted eigenvalue's
+    error bound ``min(‖r‖, ‖r‖² / gap) ≤ tol · |θ|`` (:func:`~hessviz.matfree.lanczos.value_error`:
+    the eigenvalues to ``tol`` for fewer products, the vectors less sharp); ``"scipy"``: ARPACK
+    ``eigsh`` with the same ``tol`` on the residual, which is the stricter test (float64 vectors on
+    the CPU); ``"auto"``: scipy below :data:`SCIPY_BELOW` entries with the residual test, else torch
+    (the value bound is the torch core's: ARPACK tests only once its basis is full). ``start (n,)``: a
+    guess at the wanted direction to start from (the block's gradient, say), the seeded normal
+    vector mixed in (:data:`~hessviz.matfree.lanczos.START_MIX`). ``check`` (torch): one more
+    product for the true residuals (else the recurrence's estimates ``β |y_m|``, which full
+    reorthogonalisation keeps equal to them up to round-off; the values are the same either way).
     """
     if which not in SCIPY_WHICH:
         raise ConfigError(f"which must be 'top', 'bottom' or 'magnitude', got {which!r}")
     if solver not in ("auto", "torch", "scipy"):
         raise ConfigError(f"solver must be 'auto', 'torch' or 'scipy', got {solver!r}")
+    if bound not in BOUNDS:
+        raise ConfigError(f"bound must be one of {BOUNDS}, got {bound!r}")
     tol = _check_tol(tol)
     ops = _Products(res, term, names, names, progress, None, f"{which}-{k} eigenvalues")
     n = ops.rows.size
     _check_count("k", k, 1)
     if k >= n:
         raise ConfigError(f"k must be < the operator size {n} for Lanczos, got {k}; use the dense term")
-    start = time.perf_counter()
-    if solver == "scipy" or (solver == "auto" and n < SCIPY_BELOW):
+    began = time.perf_counter()
+    if start is not None:
+        start = torch.as_tensor(start)
+        if start.shape != (n,) or not bool(torch.isfinite(start).all()):
+            raise ConfigError(f"start must be a finite vector of the block's size ({n},), got shape "
+                              f"{tuple(start.shape)}")
+    if solver == "scipy" or (solver == "auto" and n < SCIPY_BELOW and bound == "residual"):
         v0 = np.random.default_rng(seed).standard_normal(n)
+        if start is not None and float(torch.linalg.vector_norm(start)) > 0:
+            guess = start.to(torch.float64).cpu().numpy()
+            v0 = guess / np.linalg.norm(guess) + v0 * (START_MIX / np.linalg.norm(v0))
         ncv = min(n, max(2 * k + 1, 20)) if ncv is None else ncv
         out = eigsh(ops.scipy(), k=k, which=SCIPY_WHICH[which], v0=v0, tol=tol, ncv=ncv,
                     return_eigenvectors=vectors)
         vals, vecs = (out if vectors else (out, None))
         order = np.argsort(vals)
         return Eigenpairs(np.asarray(vals)[order], None if vecs is None else vecs[:, order], which, term,
-                          ops.done, time.perf_counter() - start, "implicitly restarted Lanczos (scipy eigsh)")
-    r = extremes(ops, n, k, which, tol=tol, seed=seed, like=ops.like, ncv=ncv, vectors=vectors)
+                          ops.done, time.perf_counter() - began, "implicitly restarted Lanczos (scipy eigsh)")
+    r = extremes(ops, n, k, which, tol=tol, seed=seed, like=ops.like, ncv=ncv, vectors=vectors, bound=bound,
+                 start=start, check=check)
     if not r.converged:
         warnings.warn(f"Lanczos stopped after {r.restarts} restarts with residuals up to "
                       f"{float(r.residuals.max()):.2g} (tol {tol:g} relative)", RuntimeWarning, stacklevel=2)
     values = r.values.numpy()
     order = np.argsort(values)
     vecs = None if r.vectors is None else r.vectors.T.to(torch.float64).cpu().numpy()[:, order]
-    return Eigenpairs(values[order], vecs, which, term, ops.done, time.perf_counter() - start,
+    return Eigenpairs(values[order], vecs, which, term, ops.done, time.perf_counter() - began,
                       residuals=r.residuals.numpy()[order], converged=r.converged)
 
 
@@ -217,36 +239,75 @@ class Density:
 
 
 def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names: Sequence[str] | None = None,
-            seed: int = 0, progress: Progress | None = None, reorth: str = "selective") -> Density:
+            seed: int = 0, progress: Progress | None = None, reorth: str = "selective",
+            group: int | None = None, executor: cf.Executor | None = None) -> Density:
     """The spectral density of ``term`` by SLQ with ``probes`` probes of ``steps`` Lanczos steps.
 
-    The probes run side by side, one product of as many columns as fit per step.
+    The probes run side by side in groups of ``group`` (default: as many as fit in memory, at most
+    :data:`BATCH`), one product of as many columns per step.
     ``reorth="selective"`` (default) keeps each probe's basis (``steps · P`` entries) and
     reorthogonalises semi-orthogonally, so as many probes go together as memory allows;
     ``"none"`` keeps three vectors per probe (no basis: curvlinops' ``fast_lanczos``, Papyan
     2020), so all probes go in one product of up to :data:`BATCH` columns; ``"full"``
     reorthogonalises against the whole basis (PyHessian's and Ghorbani et al.'s way, one probe
-    at a time there). :func:`hessviz.matfree.lanczos.tridiagonal` says what each costs."""
+    at a time there). :func:`hessviz.matfree.lanczos.tridiagonal` says what each costs.
+
+    ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask client's
+    ``get_executor()``); each group is one task (:func:`hessviz.tasks.run_tasks`) on the result
+    rebuilt from ``res.problem`` (:func:`hessviz.model_hessian`'s results have one; a worker builds
+    it once), under this process's torch thread count, so pass a ``group`` that gives every worker
+    a share (``group=1``: one probe a task). The probes are this process's draws, so the density is
+    the in-process one with the same ``group`` to the bit; another ``group`` changes it in round-off
+    only (a GEMM's sums depend on its row count). ``progress`` is called as each group arrives."""
     _check_count("probes", probes, 1)
     _check_count("steps", steps, 1)
     if reorth not in REORTH:
         raise ConfigError(f"reorth must be one of {REORTH}, got {reorth!r}")
+    if executor is not None and getattr(res, "problem", None) is None:
+        raise ConfigError("density(executor=...) needs a result a worker can rebuild: hv.model_hessian's "
+                          f"(it has .problem); got {type(res).__name__}")
     ops = _Products(res, term, names, names, progress, probes * steps, "spectral density (SLQ)")
     n = ops.rows.size
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
-    nodes, weights = [], []
     per_step = 1 if reorth == "none" else min(steps, n)              # vectors kept per probe
     probe_bytes = (per_step + 3) * n * ops.like.element_size()
-    group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // (4 * max(1, probe_bytes))))
+    if group is None:
+        group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // (4 * max(1, probe_bytes))))
+    _check_count("group", group, 1)
     V = _rademacher(n, probes, gen, ops.like)
-    for first in range(0, probes, group):
-        for alpha, beta in tridiagonal(ops, V[first:first + group], steps, reorth=reorth):
-            T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)
-            theta, Y = torch.linalg.eigh(T.to(torch.float64).cpu())
-            nodes.append(theta.numpy())
-            weights.append((Y[0] ** 2).numpy())
-    return Density(nodes, weights, n, term, steps, ops.done, time.perf_counter() - start)
+    if executor is None:
+        runs = [ab for first in range(0, probes, group)
+                for ab in tridiagonal(ops, V[first:first + group], steps, reorth=reorth)]
+        done = ops.done
+    else:
+        firsts = range(0, probes, group)
+
+        def arrived(i: int, _: object) -> None:
+            if progress is not None:
+                progress(min(probes, firsts[i] + group) * steps, probes * steps,
+                         f"spectral density (SLQ): group {i + 1} of {len(firsts)}")
+
+        calls = [(term, names, V[f:f + group].cpu(), steps, reorth) for f in firsts]
+        runs = [ab for part in run_tasks(executor, remote_tridiagonal, calls, (res.problem,), arrived)
+                for ab in part]
+        done = probes * steps
+    nodes, weights = [], []
+    for alpha, beta in runs:
+        T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)
+        theta, Y = torch.linalg.eigh(T.to(torch.float64).cpu())
+        nodes.append(theta.numpy())
+        weights.append((Y[0] ** 2).numpy())
+    return Density(nodes, weights, n, term, steps, done, time.perf_counter() - start)
+
+
+def remote_tridiagonal(problem, term: str, names: Sequence[str] | None, v0: Tensor, steps: int,
+                       reorth: str) -> list[tuple[Tensor, Tensor]]:
+    """:func:`~hessviz.matfree.lanczos.tridiagonal` from the rows of ``v0`` on a worker, on the
+    result built from ``problem`` (once per worker and problem); ``α, β`` on the CPU."""
+    res = built(problem)
+    ops = _Products(res, term, names, names, None, None, "")
+    return [(a.cpu(), b.cpu()) for a, b in tridiagonal(ops, v0.to(ops.like), steps, reorth=reorth)]
 
 
 # ----------------------------------------------------------------------------- traces
@@ -347,12 +408,14 @@ EXACT_BLOCK = 256
 
 def block_table(res, term: str = "full", blocks: Sequence[str] | None = None, *, by_head: bool = True,
                 trace_samples: int = 30, exact_limit: int = EXACT_BLOCK, tol: float = 1e-6, seed: int = 0,
-                progress: Progress | None = None) -> BlockTable:
+                progress: Progress | None = None, bound: str = "residual",
+                starts: Mapping[str, Tensor] | None = None, check: bool = True) -> BlockTable:
     """Top eigenvalue and trace of every diagonal block ``H[b, b]`` (the heterogeneity table).
 
     ``blocks`` defaults to :func:`block_names`. Blocks up to ``exact_limit`` entries are
-    exact (dense ``eigvalsh``); larger ones use :func:`eigenpairs` (``k = 1``) and
-    :func:`trace` (Hutch++, ``trace_samples`` products).
+    exact (dense ``eigvalsh``); larger ones use :func:`eigenpairs` (``k = 1``, ``tol`` and
+    ``bound`` and ``check`` as there, from ``starts[b]`` where given) and :func:`trace` (Hutch++,
+    ``trace_samples`` products).
     """
     blocks = block_names(res, by_head) if blocks is None else tuple(blocks)
     start = time.perf_counter()
@@ -372,7 +435,8 @@ def block_table(res, term: str = "full", blocks: Sequence[str] | None = None, *,
             rows.append(BlockStats(b, n, float(vals[-1]), float(vals.sum()), 0.0, True))
             done += ops.done
             continue
-        top = eigenpairs(res, term, 1, "top", names=(b,), seed=seed, tol=tol, progress=step)
+        top = eigenpairs(res, term, 1, "top", names=(b,), seed=seed, tol=tol, progress=step, bound=bound,
+                         start=None if starts is None else starts.get(b), check=check)
         tr = trace(res, term, trace_samples, "hutch++", names=(b,), seed=seed, progress=step)
         rows.append(BlockStats(b, n, float(top.values[-1]), tr.value, tr.stderr, False))
         done += top.matvecs + tr.matvecs
