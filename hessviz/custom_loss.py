@@ -119,6 +119,32 @@ class CustomLoss:
         t = self.hess_Z.flatten(1).ne(0).any(1).nonzero().flatten()
         return None if t.numel() == self.hess_Z.shape[0] else t
 
+    @cached_property
+    def read_rows(self) -> Tensor | None:
+        """The tokens ``R`` outside which the gradient and the curvature are exactly zero, when they are
+        not all of them (a classifier on ``[CLS]``: ``R = [0]``): the Hessian then depends on those
+        rows of ``Z`` alone (:meth:`restricted`). ``None`` when every token is read, or for a callable
+        curvature (its zeros are not known)."""
+        if self.kind == "operator":
+            return None
+        L, d = self.grad_Z.shape
+        N = self.hess_Z.flatten(1) if self.kind == "token" else self.hess_Z.reshape(L, -1)
+        read = (self.grad_Z.ne(0).any(1) | N.ne(0).any(1)).nonzero().flatten()
+        return None if read.numel() == L else read
+
+    def restricted(self, rows: Tensor) -> CustomLoss:
+        """This loss on the rows ``rows`` of ``Z`` alone: ``grad_Z[rows]`` and the curvature among them
+        (exact for the Hessian when the rest is zero, :attr:`read_rows`)."""
+        L, d = self.grad_Z.shape
+        if self.kind == "token":
+            N = self.hess_Z[rows]
+        elif self.kind == "dense":
+            flat = (rows[:, None] * d + torch.arange(d, device=rows.device)).flatten()
+            N = self.hess_Z[flat][:, flat]
+        else:
+            raise InputError("a CustomLoss with a callable hess_Z cannot be restricted to rows")
+        return CustomLoss(self.grad_Z[rows], N, None if self.Z is None else self.Z[rows])
+
     def token_hessian(self) -> Tensor | None:
         """``(L, d, d)`` when the curvature is token-wise, else ``None``."""
         return self.hess_Z if self.kind == "token" else None

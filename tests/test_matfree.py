@@ -309,3 +309,38 @@ def test_cli_spectrum_writes_json_and_html(tmp_path):
     np.testing.assert_allclose(report["top"]["values"], ev[-3:], rtol=1e-7)
     assert len(report["density"]["nodes"]) == 3 and report["trace"]["matvecs"] == 9
     assert "plotly" in out.with_suffix(".html").read_text()
+
+
+@pytest.mark.parametrize("norm, out_proj, layers", [("post", True, 2), ("pre", False, 1),
+                                                     ("parallel", True, 2), ("attention", True, 1)])
+@pytest.mark.parametrize("kind", ["token", "dense"])
+def test_products_for_a_loss_on_some_tokens_sweep_those_rows_alone(norm, out_proj, layers, kind):
+    """A :class:`~hessviz.CustomLoss` whose gradient and curvature live on tokens 0 and 3 only (a pooled
+    classifier's kind): the products sweep a tape whose last layer runs on those two tokens after its
+    attention (its ``Z`` has two rows), and equal the dense engine's on every term, on the full tape."""
+    cfg = hv.BlockConfig(seq_len=5, d_model=4, d_k=2, d_ff=6, norm=norm, activation="gelu",
+                         n_heads=2 if out_proj else 1, out_proj=out_proj, bias=True,
+                         ln_affine=norm != "attention", ln_eps=1e-5, n_layers=layers)
+    params = hv.init_params(cfg, seed=1)
+    X, _ = hv.sample_inputs(cfg, seed=1)
+    gen = torch.Generator().manual_seed(2)
+    read = torch.tensor([0, 3])
+    g = torch.zeros(5, 4, dtype=torch.float64)
+    g[read] = torch.randn(2, 4, generator=gen, dtype=torch.float64)
+    B = torch.randn(2, 4, 4, generator=gen, dtype=torch.float64)
+    N = torch.zeros(5, 4, 4, dtype=torch.float64)
+    N[read] = B @ B.transpose(1, 2)
+    if kind == "dense":
+        N = torch.block_diag(*N)
+        N[0:4, 12:16] = N[12:16, 0:4] = 0.3                  # tokens 0 and 3 coupled, as after a pooling
+    res = hv.hessian(cfg, params, X, loss=hv.CustomLoss(g, N))
+    mf = res.products
+    assert torch.equal(mf.Y.read_rows, read) and mf.sweep_tape is not mf.tape
+    assert mf.sweep_tape.values[mf.sweep_tape.output].shape == (2, 4)
+    V = torch.randn(res.size, 3, generator=gen, dtype=torch.float64)
+    for term in NAMES:
+        assert_close(res.matvec(V, term), getattr(res, term) @ V, 1e-12, term, atol=1e-12)
+    grad = hv.gradient(cfg, params, X, loss=hv.CustomLoss(g, N))
+    swept = hv.api._tape_gradient(cfg, mf.sweep_tape, res.names)
+    assert_close(torch.cat([swept[n].reshape(-1) for n in grad]),
+                 torch.cat([t.reshape(-1) for t in grad.values()]), 1e-13, "gradient", atol=1e-15)

@@ -31,6 +31,7 @@ from hessviz.ops.layernorm import LayerNorm
 from hessviz.ops.linear import Linear
 from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.residual import Residual
+from hessviz.ops.rows import Rows
 from hessviz.placements import PLACEMENTS, where
 
 
@@ -65,11 +66,27 @@ class _Builder:
         return self.add(Residual(self.prefix + out, a, b, self.values[a], self.values[b]))
 
 
-def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
+def _block(b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None) -> str:
     """Append one block's nodes on the input value ``X``, step by step of its recipe
-    (:data:`hessviz.placements.PLACEMENTS`); the name of its output."""
+    (:data:`hessviz.placements.PLACEMENTS`); the name of its output.
+
+    ``rows``: only these tokens of the output are wanted. Every step after the attention is
+    token-wise, so from the attention core's output on each value a later step reads is cut to
+    those rows (a :class:`~hessviz.ops.rows.Rows` node, once per value) and the rest of the block
+    runs on them alone; the output has ``len(rows)`` rows."""
     recipe = PLACEMENTS[cfg.norm]
     names = {"X": X}                       # recipe value -> tape value
+    short: set[str] = set()                # tape values already cut to `rows`
+    cut: dict[str, str] = {}
+
+    def read(value: str) -> str:
+        """The tape value of a recipe value for a step after the attention: its rows alone."""
+        t = names[value]
+        if rows is None or t in short:
+            return t
+        if t not in cut:
+            cut[t] = b.add(Rows(t + "[rows]", t, b.values[t], rows))
+        return cut[t]
 
     def self_attention(x: str, out: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
@@ -79,8 +96,11 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
                                where=b.prefix + "attention"))
         xv = b.values[qkv]
         rot = rotary.for_config(xv.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, xv)
-        o = b.add(AttentionCore(b.prefix + ("O" if cfg.out_proj else out), qkv, xv, cfg.n_heads,
-                                cfg.d_k, cfg.value_width, cfg.causal, cfg.kv_heads, rot))
+        core = "O" if cfg.out_proj else out + "[all]" * (rows is not None)
+        o = b.add(AttentionCore(b.prefix + core, qkv, xv, cfg.n_heads, cfg.d_k, cfg.value_width, cfg.causal,
+                                cfg.kv_heads, rot))
+        if rows is not None:
+            o = b.add(Rows(b.prefix + ("O[rows]" if cfg.out_proj else out), o, b.values[o], rows))
         return b.linear(out, o, ["W_O"], ["b_O"]) if cfg.out_proj else o
 
     def ffn(z: str, out: str) -> str:
@@ -93,10 +113,12 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
             a = b.add(act(b.prefix + "act", h, b.values[h]))
         return b.linear(out, a, ["W_2"], ["b_2"])
 
+    attended = False
     for step in recipe:
-        x = [names[i] for i in step.inputs]
+        x = [read(i) if attended else names[i] for i in step.inputs]
         if step.op == "attention":
             names[step.out] = self_attention(x[0], step.out)
+            attended = True
         elif step.op == "ffn":
             names[step.out] = ffn(x[0], step.out)
         elif step.op == "norm":
@@ -104,23 +126,35 @@ def _block(b: _Builder, cfg: BlockConfig, X: str) -> str:
                                           centre=cfg.norm_type == "layernorm")
         else:
             names[step.out] = b.residual(step.out, *x)
+        if attended and rows is not None:
+            short.add(names[step.out])
     return names[recipe[-1].out]
 
 
-def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | CustomLoss | None) -> Tape:
+def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | CustomLoss | None,
+          rows: bool = False) -> Tape:
     """Run the forward pass of ``cfg`` (every layer of a stack) and the first-order reverse sweep once.
 
     Layer ``i`` of a stack names its values and reads its weights with the prefix ``l{i}.``;
-    ``Tape.layers`` records each layer's input, output and nodes."""
+    ``Tape.layers`` records each layer's input, output and nodes.
+
+    ``rows=True``, for the products alone: when ``Y`` is a :class:`CustomLoss` that reads some tokens
+    only (:attr:`CustomLoss.read_rows`), the last layer runs on those tokens after its attention
+    (:func:`_block`) and the tape's ``Z`` is theirs, under the loss :meth:`CustomLoss.restricted`
+    to them: the same products and gradients, exactly. The dense engines need every token's ``Z``
+    and take the tape built without."""
+    read = Y.read_rows if rows and isinstance(Y, CustomLoss) else None
     b = _Builder(params, X)
     x, layers = "X", []
     for layer in range(cfg.n_layers):
         b.prefix = f"l{layer}." if cfg.is_stack else ""
         first = len(b.nodes)
-        out = _block(b, cfg.block, x)
+        out = _block(b, cfg.block, x, read if layer == cfg.n_layers - 1 else None)
         layers.append(LayerSpan(x, out, first, len(b.nodes)))
         x = out
     Zv = b.values[x]
+    if read is not None:
+        Y = Y.restricted(read)
     if Y is None:                                   # the model alone (Jacobians): no loss to seed
         return Tape(b.nodes, b.values, x, torch.zeros_like(Zv), torch.zeros_like, layers=layers)
     return Tape(b.nodes, b.values, x, losses.gradient(cfg.loss, Zv, Y), losses.hvp(cfg.loss, Zv, Y),

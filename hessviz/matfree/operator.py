@@ -83,6 +83,16 @@ class MatrixFreeHessian:
             return AutogradProducts(self.cfg, self.params, self.X, self.Y)
         return build(self.cfg, self.params, self.X, self.Y)
 
+    @cached_property
+    def sweep_tape(self) -> Tape | AutogradProducts:
+        """The tape the products sweep: :attr:`tape`, or, when the loss reads some tokens only (a
+        ``[CLS]`` classifier's :class:`~hessviz.custom_loss.CustomLoss`), the tape whose last layer
+        runs on those tokens after its attention (:func:`~hessviz.matfree.block.build`, ``rows``):
+        the same products and gradients, for less work."""
+        if self.method == "autograd" or getattr(self.Y, "read_rows", None) is None:
+            return self.tape
+        return build(self.cfg, self.params, self.X, self.Y, rows=True)
+
     def layout(self, names: Sequence[str] | None = None) -> Layout:
         names = self.names if names is None else self.cfg.sort_names(tuple(names))
         return Layout(self.cfg, names)
@@ -97,7 +107,7 @@ class MatrixFreeHessian:
         for start in range(0, V.shape[0], BATCH):
             chunk = V[start:start + BATCH].contiguous()    # (k, P') rows: unit-stride weight tangents
             part = out[start:start + BATCH]
-            prods = self.tape.sweep(cols.scatter(chunk), term, rows.bases, into=rows.destinations(part))
+            prods = self.sweep_tape.sweep(cols.scatter(chunk), term, rows.bases, into=rows.destinations(part))
             rows.gather(prods, chunk.shape[0], chunk, out=part)
             self.matvecs += chunk.shape[0]
         return out

@@ -229,7 +229,7 @@ class ModelHessian:
         if not stack:
             return out
         for res in self.parts:
-            g = _tape_gradient(self.cfg, res.products.tape, stack)
+            g = _tape_gradient(self.cfg, res.products.sweep_tape, stack)
             for n, t in g.items():
                 out[n] = t / len(self.parts) if n not in out else out[n].add_(t, alpha=1.0 / len(self.parts))
         return out
