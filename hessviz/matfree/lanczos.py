@@ -30,7 +30,7 @@ points share the step below:
   With ``bound="value"`` the test is on each eigenvalue's error bound instead,
   ``min(r, r² / δ) ≤ tol · |θ|`` (:func:`value_error`, ``δ`` the Ritz gap): when only the
   eigenvalues are wanted, to ``tol``, this stops far sooner (MiniLM's 22-tensor table at
-  ``tol = 1e-3``: 5.7 products a tensor against 14.9). A ``start`` vector (a block's gradient)
+  ``tol = 1e-3``: 5.9 products a tensor against 14.9). A ``start`` vector (a block's gradient)
   replaces the random one, the seeded normal vector mixed in at :data:`START_MIX`.
   With ``check=True`` the returned vectors are multiplied by ``H`` once more (``k`` columns in
   one product): the values returned are their Rayleigh quotients ``uᵀHu`` and the residuals the
