@@ -7,6 +7,8 @@ results are on the device and in the dtype of ``params``.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -194,7 +196,8 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | 
     if method == "autograd":
         engine = reference.AutogradHessian(cfg, params, X, Y)
     elif cfg.is_stack or not losses.token_wise(Y):
-        engine = StackHessian(cfg, params, products.tape, Y)    # the tape's forward pass validates now
+        _ = products.sweep_tape     # its forward pass validates now; the whole tape is built for a dense term
+        engine = StackHessian(cfg, params, functools.partial(getattr, products, "tape"), Y)
     else:                # the forward pass alone (stages are built lazily) validates LayerNorm rows now;
         engine = assembly.DenseHessian(cfg, record(cfg, params, X), Y, X)   # products tape on first use
     return HessianResult(cfg, names, engine, method=method, products=products, device=X.device,

@@ -61,6 +61,7 @@ formed once and mirrored.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -144,13 +145,26 @@ class StackHessian:
     order = PARTS_FIRST
     """outer and functional are computed, full is their sum."""
 
-    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], tape: Tape, target: Tensor | CustomLoss):
-        self.cfg, self.params, self.tape, self.target = cfg, params, tape, target
+    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], tape: Tape | Callable[[], Tape],
+                 target: Tensor | CustomLoss):
+        self.cfg, self.params, self.target = cfg, params, target
+        self._tape = tape
         self.N = cfg.n_layers
-        Z = tape.values[tape.output]
-        self.Ld = Z.numel()
-        self.like = Z
         self.token_wise = losses.token_wise(target)
+
+    @cached_property
+    def tape(self) -> Tape:
+        """The whole tape, every token (given, or built on first use from the callable given)."""
+        return self._tape() if callable(self._tape) else self._tape
+
+    @cached_property
+    def like(self) -> Tensor:
+        """``Z (L, d)``: the dtype, device and shape every dense piece takes."""
+        return self.tape.values[self.tape.output]
+
+    @cached_property
+    def Ld(self) -> int:
+        return self.like.numel()
 
     # ------------------------------------------------------------------ one block at a time
 

@@ -98,7 +98,7 @@ class BatchProducts(MatrixFreeHessian):
                                   "behind; use term='full'")
             out = None
             for part, terms in zip(self.parts, self.terms):
-                p = torch.cat([head_product(part.tape, terms, c, rows, cols) for c in V.split(BATCH)]) \
+                p = torch.cat([head_product(part, terms, c, rows, cols) for c in V.split(BATCH)]) \
                     if V.shape[0] else V.new_zeros(0, rows.size)
                 out = p.mul_(self.weight) if out is None else out.add_(p, alpha=self.weight)
             self.matvecs += V.shape[0]
@@ -111,18 +111,21 @@ class BatchProducts(MatrixFreeHessian):
         return out
 
 
-def head_product(tape, terms: HeadTerms, V: Tensor, rows: WholeLayout, cols: WholeLayout) -> Tensor:
+def head_product(part: MatrixFreeHessian, terms: HeadTerms, V: Tensor, rows: WholeLayout,
+                 cols: WholeLayout) -> Tensor:
     """``(k, |cols|) -> (k, |rows|)`` of one sequence with the head's weights among the names: the
     stack's tangents ``Ż`` of ``V``'s layer columns, the sweep seeded with ``∇²_Z ℓ Ż`` plus the mixed
     seed of the head's columns (:meth:`HeadTerms.seed`) for the layer rows, :meth:`HeadTerms.rows`
-    for the head's rows."""
+    for the head's rows. The sequence's whole tape (every token: the head terms pool over them) is
+    read only when a layer's weights are among the rows or columns."""
     k = V.shape[0]
     V = V.contiguous()
     head = {h: V[:, cols.columns[h]].reshape(k, *cols.shapes[h]) for h in cols.heads}
     dW, db = head.get(HEAD_W), head.get(HEAD_B)
     dparams = cols.stack.scatter(V[:, :cols.stack.size].contiguous()) if cols.stack.size else {}
+    tape = part.tape if dparams or rows.stack.size else None
     dvals = tape.tangents(tape.whole, {}, dparams) if dparams else {}
-    dZ = dvals.get(tape.output)
+    dZ = dvals.get(tape.output) if dparams else None
     out = V.new_zeros(k, rows.size)
     if rows.stack.size:
         seed = None if dZ is None else tape.loss_hvp(dZ)
