@@ -127,6 +127,23 @@ START_MIX = 1e-2
 """The weight of the seeded normal vector in a start vector given by the caller (relative, both
 unit): enough that every eigenvector has a share of the start, little enough to keep the guess."""
 
+
+def start_vector(start: Tensor | None, noise: Tensor) -> Tensor:
+    """The start of a Lanczos run: the seeded ``noise (n,)`` alone, or the caller's guess ``start (n,)``
+    with ``noise`` mixed in at :data:`START_MIX` of its norm (both made unit first), so that no
+    eigenvector is missing from it; a zero ``start`` is no guess. Not normalised; in ``noise``'s
+    dtype and device. ``start`` of another shape, or not finite: :class:`ConfigError`."""
+    if start is None:
+        return noise
+    start = torch.as_tensor(start)
+    if start.shape != noise.shape or not bool(torch.isfinite(start).all()):
+        raise ConfigError(f"start must be a finite vector of shape {tuple(noise.shape)}, got "
+                          f"{tuple(start.shape)}")
+    norm = torch.linalg.vector_norm(start)
+    if norm == 0:
+        return noise
+    return start.to(noise) / norm + noise * (START_MIX / torch.linalg.vector_norm(noise))
+
 COLUMNS = 1 << 14
 """Columns per piece in :func:`combine_`: ``(r, m) @ (m, n)`` with ``m, r ≈ 20`` and ``n`` in the
 millions runs at a fifth of the memory speed as one GEMM on the CPU, at full speed in cache-sized
@@ -145,8 +162,7 @@ def combine_(Y: Tensor, Q: Tensor, out: Tensor) -> Tensor:
 def _check(n: int, k: int, which: str, tol: float, ncv: int | None, bound: str = "residual") -> int:
     if which not in WHICH:
         raise ConfigError(f"which must be one of {WHICH}, got {which!r}")
-    if bound not in BOUNDS:
-        raise ConfigError(f"bound must be one of {BOUNDS}, got {bound!r}")
+    check_bound(bound)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"k must be an integer >= 1, got {k!r}")
     if k >= n:
@@ -193,6 +209,13 @@ def value_error(theta: Tensor, residuals: Tensor, k: int | Tensor) -> Tensor:
 
 
 BOUNDS = ("residual", "value")
+
+
+def check_bound(bound: str) -> str:
+    """``bound`` if it names a stopping test of :func:`passed`, else :class:`ConfigError`."""
+    if bound not in BOUNDS:
+        raise ConfigError(f"bound must be one of {BOUNDS}, got {bound!r}")
+    return bound
 
 
 def passed(theta: Tensor, est: Tensor, k: int, tol: float, eps: float, bound: str,
@@ -249,22 +272,15 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     ``like`` gives the dtype and device of the basis; the start vector is a float64 normal
     vector from ``torch.Generator().manual_seed(seed)`` (the same numbers on every device) or,
     given ``start (n,)`` (a guess at the wanted direction, such as the gradient), ``start`` with
-    that normal vector mixed in at :data:`START_MIX` of its norm, so that no eigenvector is
-    missing from the start. ``bound``: the stopping test of :func:`passed`, on the residual
-    (default) or on the eigenvalue's error bound, which asks far fewer products when only the
-    eigenvalues are wanted to ``tol``."""
+    that normal vector mixed in (:func:`start_vector`). ``bound``: the stopping test of
+    :func:`passed`, on the residual (default) or on the eigenvalue's error bound, which asks far
+    fewer products when only the eigenvalues are wanted to ``tol``."""
     m = _check(n, k, which, tol, ncv, bound)
     selective = selective and like.dtype == torch.float64          # √ε of float32 is too coarse
     Q = memory.empty((m + 1, n), like)
     T = torch.zeros(m, m, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(n, generator=gen, dtype=torch.float64).to(like)
-    if start is not None:
-        if start.shape != (n,) or not bool(torch.isfinite(start).all()):
-            raise ConfigError(f"start must be a finite vector of shape ({n},), got {tuple(start.shape)}")
-        norm = torch.linalg.vector_norm(start)
-        if norm > 0:
-            q = start.to(like) / norm + q * (START_MIX / torch.linalg.vector_norm(q))
+    q = start_vector(start, torch.randn(n, generator=gen, dtype=torch.float64).to(like))
     Q[0] = q / torch.linalg.vector_norm(q)
     begin, matvecs, restarts = 0, 0, 0
     keep = min(m - 1, k + (m - k) // 2)

@@ -38,7 +38,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from torch import Tensor
 
 from hessviz.errors import ConfigError
-from hessviz.matfree.lanczos import BOUNDS, REORTH, START_MIX, extremes, tridiagonal
+from hessviz.matfree.lanczos import REORTH, check_bound, extremes, start_vector, tridiagonal
 from hessviz.matfree.operator import BATCH
 from hessviz.memory import memory_limit
 from hessviz.tasks import built, run_tasks
@@ -137,7 +137,7 @@ def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names
     the CPU); ``"auto"``: scipy below :data:`SCIPY_BELOW` entries with the residual test, else torch
     (the value bound is the torch core's: ARPACK tests only once its basis is full). ``start (n,)``: a
     guess at the wanted direction to start from (the block's gradient, say), the seeded normal
-    vector mixed in (:data:`~hessviz.matfree.lanczos.START_MIX`). ``check`` (torch): one more
+    vector mixed in (:func:`~hessviz.matfree.lanczos.start_vector`). ``check`` (torch): one more
     product for the true residuals (else the recurrence's estimates ``β |y_m|``, which full
     reorthogonalisation keeps equal to them up to round-off; the values are the same either way).
     """
@@ -145,8 +145,7 @@ def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names
         raise ConfigError(f"which must be 'top', 'bottom' or 'magnitude', got {which!r}")
     if solver not in ("auto", "torch", "scipy"):
         raise ConfigError(f"solver must be 'auto', 'torch' or 'scipy', got {solver!r}")
-    if bound not in BOUNDS:
-        raise ConfigError(f"bound must be one of {BOUNDS}, got {bound!r}")
+    check_bound(bound)
     tol = _check_tol(tol)
     ops = _Products(res, term, names, names, progress, None, f"{which}-{k} eigenvalues")
     n = ops.rows.size
@@ -154,16 +153,8 @@ def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names
     if k >= n:
         raise ConfigError(f"k must be < the operator size {n} for Lanczos, got {k}; use the dense term")
     began = time.perf_counter()
-    if start is not None:
-        start = torch.as_tensor(start)
-        if start.shape != (n,) or not bool(torch.isfinite(start).all()):
-            raise ConfigError(f"start must be a finite vector of the block's size ({n},), got shape "
-                              f"{tuple(start.shape)}")
     if solver == "scipy" or (solver == "auto" and n < SCIPY_BELOW and bound == "residual"):
-        v0 = np.random.default_rng(seed).standard_normal(n)
-        if start is not None and float(torch.linalg.vector_norm(start)) > 0:
-            guess = start.to(torch.float64).cpu().numpy()
-            v0 = guess / np.linalg.norm(guess) + v0 * (START_MIX / np.linalg.norm(v0))
+        v0 = start_vector(start, torch.from_numpy(np.random.default_rng(seed).standard_normal(n))).numpy()
         ncv = min(n, max(2 * k + 1, 20)) if ncv is None else ncv
         out = eigsh(ops.scipy(), k=k, which=SCIPY_WHICH[which], v0=v0, tol=tol, ncv=ncv,
                     return_eigenvectors=vectors)
@@ -281,17 +272,17 @@ def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names
                 for ab in tridiagonal(ops, V[first:first + group], steps, reorth=reorth)]
         done = ops.done
     else:
-        firsts = range(0, probes, group)
+        firsts, length = range(0, probes, group), min(steps, n)
 
         def arrived(i: int, _: object) -> None:
             if progress is not None:
-                progress(min(probes, firsts[i] + group) * steps, probes * steps,
+                progress(min(probes, firsts[i] + group) * length, probes * length,
                          f"spectral density (SLQ): group {i + 1} of {len(firsts)}")
 
         calls = [(term, names, V[f:f + group].cpu(), steps, reorth) for f in firsts]
         runs = [ab for part in run_tasks(executor, remote_tridiagonal, calls, (res.problem,), arrived)
                 for ab in part]
-        done = probes * steps
+        done = probes * length                          # what tridiagonal runs, as ops.done counts
     nodes, weights = [], []
     for alpha, beta in runs:
         T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from hessviz.errors import ConfigError, InputError
-from hessviz.matfree.lanczos import BOUNDS
+from hessviz.matfree.lanczos import check_bound
 from hessviz.matfree.spectral import BlockStats, BlockTable, Progress, block_table, eigenpairs
 from hessviz.tasks import built, run_tasks
 from hessviz.whole.hessian import ModelHessian, Problem, _public
@@ -161,9 +161,7 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
     names = tensor_names(res, by_head) if tensors is None else res._names(tensors)
     if tensors is not None and len(names) != len(tuple(tensors)):
         raise ConfigError("tensors must name each tensor once")
-    if bound not in BOUNDS:
-        raise ConfigError(f"bound must be one of {BOUNDS}, got {bound!r}")
-    opts = Options(term, trace_samples, exact_limit, tol, seed, which, bound)
+    opts = Options(term, trace_samples, exact_limit, tol, seed, which, check_bound(bound))
     start = time.perf_counter()
     if executor is None:
         done = []
