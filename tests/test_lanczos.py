@@ -96,6 +96,76 @@ def test_the_value_bound_stops_sooner_and_holds(which):
         lanczos.extremes(lambda V: V @ A, 400, 2, like=A, bound="eigenvalue")
 
 
+def _three_term_run(spectrum: torch.Tensor, steps: int, reorthogonalise: bool):
+    """Plain Lanczos on ``diag(spectrum)`` with Simon's estimates alongside, as the core's partial
+    pass runs it; per step the true drift ``max_i |q_{j+1}ᵀ q_i|``, the estimate ``max_i |ω_{j+1,i}|``
+    and whether the basis was read."""
+    n = spectrum.numel()
+    Q = torch.zeros(steps + 1, n, dtype=torch.float64)
+    T = torch.zeros(steps, steps, dtype=torch.float64)
+    q = torch.randn(n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    Q[0] = q / q.norm()
+    omega = lanczos.Orthogonality(steps, n, torch.finfo(torch.float64).eps)
+    beta, drift, estimate, passes = 0.0, [], [], []
+    for j in range(steps):
+        w = spectrum * Q[j]
+        alpha = float(Q[j] @ w)
+        lanczos._three_term_(w, Q, j, alpha, beta)
+        T[j, j] = alpha
+        if j:
+            T[j - 1, j] = beta
+        beta = float(w.norm())
+        due = omega.advance(T, j, beta) and reorthogonalise
+        if due:
+            lanczos.orthogonalise_(w, Q[: j + 1])
+            beta = float(w.norm())
+            omega.orthogonalised(j)
+        Q[j + 1] = w / beta
+        drift.append(float((Q[: j + 1] @ Q[j + 1]).abs().max()))
+        estimate.append(float(omega.current[: j + 1].abs().max()))
+        passes.append(due)
+    return drift, estimate, passes
+
+
+def test_partial_reorthogonalisation_keeps_the_basis_semi_orthogonal():
+    """Simon's estimates (:class:`~hessviz.matfree.lanczos.Orthogonality`) on a spectrum whose top
+    converges fast, so the plain recurrence loses orthogonality within a few dozen steps: left alone,
+    the true drift passes ``√ε`` and the estimate has passed it no later; with the basis read when
+    the estimate asks, every vector stays within ``√ε`` of the others, for passes on a minority of
+    the steps."""
+    spectrum = torch.cat([10.0 * 0.7 ** torch.arange(8.0), torch.linspace(-1.0, 1.0, 3000)]).double()
+    level = torch.finfo(torch.float64).eps ** 0.5
+    drift, estimate, _ = _three_term_run(spectrum, 90, reorthogonalise=False)
+    lost = next(j for j, d in enumerate(drift) if d > level)
+    assert any(e > level for e in estimate[: lost + 1])
+    drift, estimate, passes = _three_term_run(spectrum, 90, reorthogonalise=True)
+    assert max(drift) <= level
+    assert 0 < sum(passes) < len(passes) / 3, sum(passes)
+
+
+@pytest.mark.parametrize("which", lanczos.WHICH)
+def test_partial_and_full_reorthogonalisation_agree(which):
+    """The core with a semi-orthogonal first pass (the default for ``bound="value"`` in float64)
+    against full reorthogonalisation and ``eigvalsh``: the same values to ``tol``, the stated
+    bounds held; ``reorth`` and its default checked."""
+    A = _symmetric(400, 7)
+    truth = _reference(torch.linalg.eigvalsh(A), 3, which)
+    runs = {reorth: lanczos.extremes(lambda V: V @ A, 400, 3, which, tol=1e-10, like=A, bound="value",
+                                     reorth=reorth) for reorth in ("auto", "partial", "full")}
+    assert torch.equal(runs["auto"].values, runs["partial"].values)
+    roundoff = 100 * torch.finfo(torch.float64).eps * truth.abs()     # no bound sees below it
+    for r in runs.values():
+        err = (r.values - truth).abs()
+        assert r.converged and bool((err <= 1e-10 * truth.abs()).all()), err
+        assert bool((r.errors + roundoff >= err).all())
+    assert lanczos.default_ncv(400, 3, A, "partial") == 48 and lanczos.default_ncv(400, 3, A, "full") == 20
+    assert lanczos.default_ncv(10 ** 8, 3, A, "partial") == 20          # a basis within BASIS_BYTES
+    assert lanczos._reorth("auto", A, "residual") == "full"
+    assert lanczos._reorth("auto", A.float(), "value") == "full"
+    with pytest.raises(ValueError, match="reorth"):
+        lanczos.extremes(lambda V: V @ A, 400, 3, like=A, reorth="selective")
+
+
 def test_the_largest_magnitude_waits_for_both_ends():
     """An isolated top eigenvalue (fast to converge) and a slightly larger negative one at the edge of
     a dense cluster (slow): ``which="magnitude"`` must return the negative one, under either bound,

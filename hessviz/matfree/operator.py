@@ -97,13 +97,18 @@ class MatrixFreeHessian:
         names = self.names if names is None else self.cfg.sort_names(tuple(names))
         return Layout(self.cfg, names)
 
-    def product(self, V: Tensor, term: str, rows: Layout, cols: Layout) -> Tensor:
+    def product(self, V: Tensor, term: str, rows: Layout, cols: Layout, out: Tensor | None = None) -> Tensor:
         """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``.
 
-        The result is allocated once (:func:`hessviz.matfree.memory.empty`) and each whole
+        The result is allocated once (:func:`hessviz.matfree.memory.empty`), or is ``out`` (a
+        ``(k, |rows|)`` tensor with unit-stride rows: a Lanczos basis row), and each whole
         weight's product is written straight into its columns (``Layout.destinations``): no
         weight-sized temporary, no gather copy, no concatenation of the sweeps."""
-        out = memory.empty((V.shape[0], rows.size), V)
+        if out is None:
+            out = memory.empty((V.shape[0], rows.size), V)
+        elif out.shape != (V.shape[0], rows.size) or out.stride(-1) != 1:
+            raise InputError(f"out must be a ({V.shape[0]}, {rows.size}) tensor with unit-stride rows, "
+                              f"got {tuple(out.shape)}")
         for start in range(0, V.shape[0], BATCH):
             chunk = V[start:start + BATCH].contiguous()    # (k, P') rows: unit-stride weight tangents
             part = out[start:start + BATCH]

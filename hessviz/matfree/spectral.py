@@ -68,8 +68,11 @@ class _Products:
         self.done = 0
         self.like = mf.X
 
-    def __call__(self, V: Tensor) -> Tensor:
-        out = self.mf.product(V, self.term, self.rows, self.cols)
+    takes_out = True
+    """:func:`~hessviz.matfree.lanczos.apply_into` may hand ``out=`` (a basis row) for the result."""
+
+    def __call__(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        out = self.mf.product(V, self.term, self.rows, self.cols, out=out)
         self.done += V.shape[0]
         if self.progress is not None:
             self.progress(self.done, self.total, f"{self.what}: {self.done} products")
@@ -124,7 +127,7 @@ def _check_tol(tol: object) -> float:
 def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names: Sequence[str] | None = None,
                seed: int = 0, tol: float = 1e-8, vectors: bool = False, ncv: int | None = None,
                solver: str = "auto", progress: Progress | None = None, bound: str = "residual",
-               start: Tensor | None = None, check: bool = True) -> Eigenpairs:
+               start: Tensor | None = None, check: bool = True, reorth: str = "auto") -> Eigenpairs:
     """The ``k`` largest (``top``), smallest (``bottom``) or largest-magnitude (``magnitude``)
     eigenpairs of ``term`` (of the diagonal block ``names`` when given).
 
@@ -140,6 +143,9 @@ def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names
     vector mixed in (:func:`~hessviz.matfree.lanczos.start_vector`). ``check`` (torch): one more
     product for the true residuals (else the recurrence's estimates ``β |y_m|``, which full
     reorthogonalisation keeps equal to them up to round-off; the values are the same either way).
+    ``reorth`` (torch): the core's first pass ``"partial"`` (semi-orthogonal, the basis read only
+    when Simon's estimates ask, :class:`~hessviz.matfree.lanczos.Orthogonality`), ``"full"`` (every
+    step), or ``"auto"``: partial with ``bound="value"`` in float64, else full.
     """
     if which not in SCIPY_WHICH:
         raise ConfigError(f"which must be 'top', 'bottom' or 'magnitude', got {which!r}")
@@ -163,7 +169,7 @@ def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names
         return Eigenpairs(np.asarray(vals)[order], None if vecs is None else vecs[:, order], which, term,
                           ops.done, time.perf_counter() - began, "implicitly restarted Lanczos (scipy eigsh)")
     r = extremes(ops, n, k, which, tol=tol, seed=seed, like=ops.like, ncv=ncv, vectors=vectors, bound=bound,
-                 start=start, check=check)
+                 start=start, check=check, reorth=reorth)
     if not r.converged:
         warnings.warn(f"Lanczos stopped after {r.restarts} restarts with residuals up to "
                       f"{float(r.residuals.max()):.2g} (tol {tol:g} relative)", RuntimeWarning, stacklevel=2)

@@ -89,26 +89,29 @@ class BatchProducts(MatrixFreeHessian):
                                                     HEAD_B: (self.terms[0].W.shape[1],)}
         return WholeLayout(self.parts[0].layout(stack), heads, shapes)
 
-    def product(self, V: Tensor, term: str, rows: WholeLayout, cols: WholeLayout) -> Tensor:
+    def product(self, V: Tensor, term: str, rows: WholeLayout, cols: WholeLayout,
+                out: Tensor | None = None) -> Tensor:
+        """``(k, |cols|) -> (k, |rows|)``: the weighted sum of the sequences' products, the first
+        written into ``out`` when given (:meth:`MatrixFreeHessian.product`)."""
         if rows.heads or cols.heads:
             if term != "full":
                 named = ", ".join(dict.fromkeys(rows.heads + cols.heads))
                 raise ConfigError(f"term {term!r} with the head's weights ({named}): "
                                   "the outer/functional split is at Z, which the head's weights are not "
                                   "behind; use term='full'")
-            out = None
+            total = None
             for part, terms in zip(self.parts, self.terms):
                 p = torch.cat([head_product(part, terms, c, rows, cols) for c in V.split(BATCH)]) \
                     if V.shape[0] else V.new_zeros(0, rows.size)
-                out = p.mul_(self.weight) if out is None else out.add_(p, alpha=self.weight)
+                total = p.mul_(self.weight) if total is None else total.add_(p, alpha=self.weight)
             self.matvecs += V.shape[0]
-            return out
-        out = None
+            return total if out is None else out.copy_(total)
+        total = None
         for part in self.parts:
-            p = part.product(V, term, rows.stack, cols.stack)
-            out = p.mul_(self.weight) if out is None else out.add_(p, alpha=self.weight)
+            p = part.product(V, term, rows.stack, cols.stack, out=out if total is None else None)
+            total = p.mul_(self.weight) if total is None else total.add_(p, alpha=self.weight)
         self.matvecs += V.shape[0]
-        return out
+        return total
 
 
 def head_product(part: MatrixFreeHessian, terms: HeadTerms, V: Tensor, rows: WholeLayout,
