@@ -52,7 +52,7 @@ def test_slq_without_reorthogonalisation(case):
     nodes = plain.all_nodes
     assert abs(nodes.max() - ev.max()) < 1e-8 and abs(nodes.min() - ev.min()) < 1e-8
     with pytest.raises(ValueError, match="reorth"):
-        spectral.density(res, reorth="partial")
+        spectral.density(res, reorth="partly")
 
 
 def test_extremes_on_a_small_space_and_float32():
@@ -141,6 +141,32 @@ def test_partial_reorthogonalisation_keeps_the_basis_semi_orthogonal():
     drift, estimate, passes = _three_term_run(spectrum, 90, reorthogonalise=True)
     assert max(drift) <= level
     assert 0 < sum(passes) < len(passes) / 3, sum(passes)
+
+
+def test_slq_partial_reorthogonalisation_reads_the_basis_rarely(monkeypatch):
+    """``tridiagonal(reorth="partial")`` (SLQ's default) against ``"full"`` on two probes of a
+    spectrum whose top converges fast: the same extreme nodes (Ritz values) to 1e-10, the same
+    quadrature moments to 1e-12, for basis passes on under a third of the steps (full: every one)."""
+    spectrum = torch.cat([10.0 * 0.7 ** torch.arange(8.0), torch.linspace(-1.0, 1.0, 3000)]).double()
+    v0 = torch.randn(2, spectrum.numel(), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    passes = []
+    real = lanczos.orthogonalise_
+    monkeypatch.setattr(lanczos, "orthogonalise_", lambda *a, **kw: passes.append(1) or real(*a, **kw))
+    runs = {}
+    for reorth in ("partial", "full"):
+        passes.clear()
+        runs[reorth] = (lanczos.tridiagonal(lambda V: V * spectrum, v0, 80, reorth=reorth), len(passes))
+    assert runs["full"][1] == 160 and 0 < runs["partial"][1] < 160 / 3, runs["partial"][1]
+    for (a, b), (fa, fb) in zip(runs["partial"][0], runs["full"][0]):
+        T = torch.diag(a) + torch.diag(b, 1) + torch.diag(b, -1)
+        F = torch.diag(fa) + torch.diag(fb, 1) + torch.diag(fb, -1)
+        theta, Y = torch.linalg.eigh(T)
+        phi, Z = torch.linalg.eigh(F)
+        torch.testing.assert_close(theta[-3:], phi[-3:], rtol=0, atol=1e-10)
+        torch.testing.assert_close(theta[:2], phi[:2], rtol=0, atol=1e-10)
+        for power in (1, 2, 3):                                   # vᵀHᵖv / ‖v‖², the quadrature's moments
+            torch.testing.assert_close((Y[0] ** 2 * theta ** power).sum(), (Z[0] ** 2 * phi ** power).sum(),
+                                       rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("which", lanczos.WHICH)

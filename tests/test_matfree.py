@@ -202,7 +202,7 @@ def test_eigsh_matches_eigvalsh(spectral_case):
     np.testing.assert_allclose(spectral.top_eigenvalues(res, "full", 2), eig["full"][::-1][:2], rtol=1e-8)
 
 
-@pytest.mark.parametrize("reorth", ["selective", "none"])
+@pytest.mark.parametrize("reorth", ["partial", "selective", "none"])
 def test_slq_density_within_stated_error(spectral_case, reorth):
     """20 probes × 40 steps at P = 532: CDF (Kolmogorov) distance ≤ 0.08, trace within 4 standard
     errors of Hutchinson's (SLQ's trace is Hutchinson's on the same probes), likewise tr(H²);

@@ -470,7 +470,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     return Ritz(values, U if vectors else None, residuals, errors, matvecs, restarts, done)
 
 
-REORTH = ("selective", "full", "none")
+REORTH = ("partial", "selective", "full", "none")
 
 
 def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
@@ -480,11 +480,14 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
     off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's Krylov space is invariant
     (``β`` below round-off), after which its rows stay zero.
 
-    ``reorth`` (default ``"selective"``, or ``"full"`` when ``selective=False``):
+    ``reorth`` (default ``"partial"``, or ``"full"`` when ``selective=False``); each kind but
+    ``"none"`` keeps the basis, ``steps · n`` entries per start vector:
 
+    * ``"partial"``: the plain step, each probe's basis read only when Simon's estimates of its
+      drift ask (:class:`Orthogonality`): semi-orthogonal, as ``"selective"`` is, without reading
+      the basis every step (in float32, whose ``√ε`` is too coarse a level, ``"full"``);
     * ``"selective"``: each new vector's coefficients on its whole basis measured and those above
-      ``√ε β`` subtracted (semi-orthogonal; :func:`orthogonalise_`); the basis is kept,
-      ``steps · n`` entries per start vector;
+      ``√ε β`` subtracted (semi-orthogonal; :func:`orthogonalise_`): one read of the basis a step;
     * ``"full"``: all of them subtracted (classical Gram–Schmidt with the DGKS test);
     * ``"none"``: the plain three-term recurrence, three vectors per start vector and no basis
       (Papyan 2020's algorithm 2, as curvlinops' ``fast_lanczos``). Orthogonality is lost once
@@ -493,14 +496,19 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
       sharing their weight (Paige 1976; Chen 2023), so the density and the traces it gives stay
       right while the nodes near the edges repeat.
     """
-    reorth = reorth or ("selective" if selective else "full")
+    reorth = reorth or ("partial" if selective else "full")
     if reorth not in REORTH:
         raise ConfigError(f"reorth must be one of {REORTH}, got {reorth!r}")
+    if reorth == "partial" and v0.dtype != torch.float64:
+        reorth = "full"
     k, n = v0.shape
     steps = min(steps, n)
     keep_basis = reorth != "none"
     chosen = reorth == "selective" and v0.dtype == torch.float64     # √ε of float32 is too coarse
     Q = memory.empty((k, steps, n), v0) if keep_basis else None    # each probe's basis contiguous
+    eps = torch.finfo(v0.dtype).eps
+    watch = [Orthogonality(steps, n, eps) for _ in range(k)] if reorth == "partial" else []
+    T = torch.zeros(k, steps, steps, dtype=torch.float64) if watch else None
     q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
     previous = torch.zeros_like(q)
     alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
@@ -513,7 +521,16 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         w.sub_(a[:, None] * q)
         if j:
             w.sub_(betas[j - 1, :, None] * previous)
-        if keep_basis:
+        if watch:
+            b = torch.linalg.vector_norm(w, dim=1)
+            T[:, j, j] = a.to(T)
+            if j:
+                T[:, j - 1, j] = betas[j - 1].to(T)
+            for i, omega in enumerate(watch):
+                if length[i] == steps and float(b[i]) > 0 and omega.advance(T[i], j, float(b[i])):
+                    orthogonalise_(w[i], Q[i, : j + 1])
+                    omega.orthogonalised(j)
+        elif keep_basis:
             for i in range(k):                                    # measured against all
                 orthogonalise_(w[i], Q[i, : j + 1], chosen)
         alphas[j] = a

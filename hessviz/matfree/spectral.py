@@ -236,14 +236,15 @@ class Density:
 
 
 def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names: Sequence[str] | None = None,
-            seed: int = 0, progress: Progress | None = None, reorth: str = "selective",
+            seed: int = 0, progress: Progress | None = None, reorth: str = "partial",
             group: int | None = None, executor: cf.Executor | None = None) -> Density:
     """The spectral density of ``term`` by SLQ with ``probes`` probes of ``steps`` Lanczos steps.
 
     The probes run side by side in groups of ``group`` (default: as many as fit in memory, at most
     :data:`BATCH`), one product of as many columns per step.
-    ``reorth="selective"`` (default) keeps each probe's basis (``steps · P`` entries) and
-    reorthogonalises semi-orthogonally, so as many probes go together as memory allows;
+    ``reorth="partial"`` (default) keeps each probe's basis (``steps · P`` entries) and keeps it
+    semi-orthogonal, reading it only when Simon's estimates ask (``"selective"``: the same level,
+    the basis read every step), so as many probes go together as memory allows;
     ``"none"`` keeps three vectors per probe (no basis: curvlinops' ``fast_lanczos``, Papyan
     2020), so all probes go in one product of up to :data:`BATCH` columns; ``"full"``
     reorthogonalises against the whole basis (PyHessian's and Ghorbani et al.'s way, one probe
