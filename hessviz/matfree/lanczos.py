@@ -505,22 +505,27 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
     steps = min(steps, n)
     keep_basis = reorth != "none"
     chosen = reorth == "selective" and v0.dtype == torch.float64     # √ε of float32 is too coarse
-    Q = memory.empty((k, steps, n), v0) if keep_basis else None    # each probe's basis contiguous
+    # Every vector lives in one buffer allocated once, and the products write straight into the
+    # next row (apply_into): the basis (each probe's rows contiguous, one spare), or three rows a
+    # probe used in turn. The step's vector work is in place: no (k, n) temporary to fault in.
+    Q = memory.empty((k, steps + 1, n) if keep_basis else (3, k, n), v0)
+
+    def row(i: int) -> Tensor:
+        return Q[:, i] if keep_basis else Q[i % 3]
+
     eps = torch.finfo(v0.dtype).eps
     watch = [Orthogonality(steps, n, eps) for _ in range(k)] if reorth == "partial" else []
     T = torch.zeros(k, steps, steps, dtype=torch.float64) if watch else None
-    q = v0 / torch.linalg.vector_norm(v0, dim=1, keepdim=True)
-    previous = torch.zeros_like(q)
+    torch.div(v0, torch.linalg.vector_norm(v0, dim=1, keepdim=True), out=row(0))
     alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
     length = torch.full((k,), steps, dtype=torch.long)
     for j in range(steps):
-        if keep_basis:
-            Q[:, j] = q
-        w = apply(q)
-        a = (w * q).sum(1)
-        w.sub_(a[:, None] * q)
+        q = row(j)
+        w = apply_into(apply, q, row(j + 1))
+        a = torch.bmm(w[:, None, :], q[:, :, None])[:, 0, 0]         # αᵢ = qᵢᵀ wᵢ, row by row
+        w.addcmul_(q, a[:, None], value=-1.0)
         if j:
-            w.sub_(betas[j - 1, :, None] * previous)
+            w.addcmul_(row(j - 1), betas[j - 1, :, None], value=-1.0)
         if watch:
             b = torch.linalg.vector_norm(w, dim=1)
             T[:, j, j] = a.to(T)
@@ -538,6 +543,8 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps).to(b.device)
         length[stop.cpu()] = j + 1
         betas[j] = torch.where(stop, 0.0, b)
-        previous = q
-        q = torch.where((length > j + 1).to(w.device)[:, None], w / b.clamp_min(1e-300)[:, None], 0.0)
+        w.div_(b.clamp_min(1e-300)[:, None])
+        ended = (length <= j + 1).nonzero().flatten()
+        if len(ended):
+            w[ended.to(w.device)] = 0.0                       # an invariant probe's rows stay zero
     return [(alphas[: m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]

@@ -110,7 +110,9 @@ class MatrixFreeHessian:
             raise InputError(f"out must be a ({V.shape[0]}, {rows.size}) tensor with unit-stride rows, "
                               f"got {tuple(out.shape)}")
         for start in range(0, V.shape[0], BATCH):
-            chunk = V[start:start + BATCH].contiguous()    # (k, P') rows: unit-stride weight tangents
+            chunk = V[start:start + BATCH]               # (k, P') rows: unit-stride weight tangents
+            if chunk.stride(-1) != 1:
+                chunk = chunk.contiguous()
             part = out[start:start + BATCH]
             prods = self.sweep_tape.sweep(cols.scatter(chunk), term, rows.bases, into=rows.destinations(part))
             rows.gather(prods, chunk.shape[0], chunk, out=part)
