@@ -161,7 +161,8 @@ def term_spectrum(res, term: str, k: int = 5, probes: int = 4, steps: int = 30, 
     """One term's matrix-free spectrum as plain values (what a page draws and a cache keeps):
 
     ``top``/``bottom``: ``{"values", "matvecs", "seconds", "method"}`` of the ``k`` largest and
-    smallest eigenvalues by Lanczos (``bottom`` None for the outer term when its rank bound leaves
+    smallest eigenvalues by Lanczos, each within ``1e-8`` relative by its error bound (``bound="value"``:
+    a page shows values, not vectors) (``bottom`` None for the outer term when its rank bound leaves
     ``k`` zero eigenvalues); ``density``: ``grid``, ``curve`` (smoothed, :meth:`Density.curve`),
     ``nodes``, ``weights``, ``matvecs``, ``seconds``, ``method``, ``group`` and the estimates of
     :func:`density_summary`; and ``k, probes, steps, seed, size, term``."""
@@ -174,7 +175,7 @@ def term_spectrum(res, term: str, k: int = 5, probes: int = 4, steps: int = 30, 
         if which == "bottom" and term == "outer" and rank + k < res.size:
             out[which] = None    # JᵀAJ ⪰ 0 with rank ≤ L·d: its k smallest are 0, Lanczos stalls on them
             continue
-        e = eigenpairs(res, term, k, which, seed=seed,
+        e = eigenpairs(res, term, k, which, seed=seed, bound="value",
                        progress=_Offset(progress, i * eig, eig, total, f"{term}: {which}-{k} λ"))
         out[which] = {"values": e.values, "matvecs": e.matvecs, "seconds": e.seconds, "method": e.method}
     dens, group = grouped_density(res, term, probes, steps, seed=seed, group_bytes=group_bytes,

@@ -45,11 +45,13 @@ which the core then works on in place. Two entry points share the step below:
   with restarts. The Ritz values stay exact to ``O(ε ‖H‖)``; the Ritz vectors' true residuals stop
   near ``√ε ‖H‖`` (:func:`_reorth`), which is why the residual test keeps full reorthogonalisation.
 * :func:`tridiagonal`: plain Lanczos from several start vectors side by side (the SLQ probes),
-  one ``k``-column product per step, reorthogonalised selectively in float64 (every coefficient
-  measured, those above ``√ε β`` subtracted: semi-orthogonal, enough for quadrature nodes and
-  weights) or, with ``reorth="none"``, not at all and without a basis; returns each ``T``'s
-  ``α, β``. How the peers run SLQ (read from their sources): PyHessian's ``density`` and
-  Ghorbani et al.'s ``lanczos_alg`` (google/spectral-density) reorthogonalise fully against
+  one ``k``-column product per step written straight into the next basis row, each probe's basis
+  kept semi-orthogonal by Simon's estimates in float64 (``reorth="partial"``; semi-orthogonal is
+  enough for quadrature nodes and weights), or measured every step (``"selective"``), or fully
+  reorthogonalised, or, with ``reorth="none"``, not at all and without a basis; returns each
+  ``T``'s ``α, β``. MiniLM's layer 3 at L = 24, 10 probes × 80 steps: 54–58 s partial, 158 s
+  selective, 21 s without a basis. How the peers run SLQ (read from their sources): PyHessian's
+  ``density`` and Ghorbani et al.'s ``lanczos_alg`` (google/spectral-density) reorthogonalise fully against
   every stored vector, one probe at a time; curvlinops' ``fast_lanczos`` (Papyan 2020,
   algorithm 2) does not reorthogonalise and keeps three vectors.
 
