@@ -76,7 +76,7 @@ st.dataframe({"block": list(names), "size": table["size"], "λ_max": top, "trace
               "how": ["exact (dense block)" if e else "Lanczos + Hutch++" for e in table["exact"]]},
              hide_index=True, width="stretch")
 st.caption(f"Blocks up to {EXACT_BLOCK} entries are exact (their dense block from "
-           f"{EXACT_BLOCK} products at most, then eigvalsh). Larger: λ_max by Lanczos (scipy "
-           f"eigsh, relative tolerance 1e-6), trace by Hutch++ with {samples} products, ± one standard "
+           f"{EXACT_BLOCK} products at most, then eigvalsh). Larger: λ_max by Lanczos (within 1e-6 "
+           f"relative by its error bound), trace by Hutch++ with {samples} products, ± one standard "
            "error. "
            f"Seed {view.seed}.")

@@ -132,12 +132,13 @@ def curvature_table(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: T
                     seed: int = 0, progress: Progress | None = None) -> dict:
     """Per block ``b`` of ``blocks``: the top eigenvalue and the trace of ``H[b, b]``
     (:func:`hessviz.matfree.block_table`: exact for ≤ :data:`hessviz.matfree.spectral.EXACT_BLOCK` entries,
-    else Lanczos and Hutch++ with ``samples`` products, probes from ``seed``), as arrays:
+    else Lanczos, the eigenvalue within ``1e-6`` relative by its error bound (``bound="value"``), and
+    Hutch++ with ``samples`` products, probes from ``seed``), as arrays:
     ``names, size, top, trace, trace_se, exact`` and the totals ``matvecs, seconds``."""
     from hessviz import matfree
 
     t = matfree.block_table(hv.hessian(cfg, params, X, Y, loss=loss), term, blocks, trace_samples=samples,
-                            exact_limit=EXACT_BLOCK, seed=seed, progress=progress)
+                            exact_limit=EXACT_BLOCK, seed=seed, progress=progress, bound="value")
     return table_arrays(t)
 
 
