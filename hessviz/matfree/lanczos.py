@@ -242,7 +242,7 @@ class Orthogonality:
         self.previous = torch.zeros(m + 1, dtype=torch.float64)       # ω_{j−1, ·}
         self.current = torch.zeros(m + 1, dtype=torch.float64)        # ω_{j, ·}
         self.current[0] = 1.0
-        self.norm, self.again, self.events = 0.0, False, 0
+        self.norm, self.again = 0.0, False
 
     def advance(self, T: Tensor, j: int, beta: float) -> bool:
         """Step the estimates to ``ω_{j+1, ·}`` from ``T``'s leading ``(j + 1) × (j + 1)`` (upper
@@ -268,11 +268,11 @@ class Orthogonality:
     def orthogonalised(self, j: int) -> None:
         """``q_{j+1}`` was orthogonalised against ``q_0 … q_j``: its estimates drop to round-off."""
         self.current[:j + 1] = self.eps1
-        self.events += 1
 
 
 def _check(n: int, k: int, which: str, tol: float, ncv: int | None, bound: str, like: Tensor,
-           reorth: str) -> int:
+           reorth: str) -> tuple[int, str]:
+    """The arguments of :func:`extremes` checked: the basis size ``m`` and ``reorth`` resolved."""
     if which not in WHICH:
         raise ConfigError(f"which must be one of {WHICH}, got {which!r}")
     check_bound(bound)
@@ -282,10 +282,11 @@ def _check(n: int, k: int, which: str, tol: float, ncv: int | None, bound: str, 
         raise ConfigError(f"k must be < the operator size {n} for Lanczos, got {k}; use the dense term")
     if not (isinstance(tol, (int, float)) and tol > 0):
         raise ConfigError(f"tol must be a number > 0, got {tol!r}")
+    reorth = _reorth(reorth, like, bound)
     m = default_ncv(n, k, like, reorth) if ncv is None else ncv
     if isinstance(m, bool) or not isinstance(m, int) or not k < m <= n:
         raise ConfigError(f"ncv must be an integer with k < ncv <= {n}, got {ncv!r}")
-    return m
+    return m, reorth
 
 
 def _ritz(T: Tensor, j: int, beta: float, k: int, which: str, tol: float, eps: float,
@@ -391,9 +392,7 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     (the first pass semi-orthogonal, :class:`Orthogonality`; after a restart, full), ``"full"``, or
     ``"auto"`` (:func:`_reorth`: partial for ``bound="value"`` in float64); ``ncv`` defaults by it
     (:func:`default_ncv`)."""
-    check_bound(bound)
-    reorth = _reorth(reorth, like, bound)
-    m = _check(n, k, which, tol, ncv, bound, like, reorth)
+    m, reorth = _check(n, k, which, tol, ncv, bound, like, reorth)
     Q = memory.empty((m + 1, n), like)
     T = torch.zeros(m, m, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
@@ -408,9 +407,10 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
         for j in range(begin, m):
             w = apply_into(apply, Q[j:j + 1], Q[j + 1:j + 2])[0]    # the next row, worked on in place
             matvecs += 1
-            if omega is not None:                     # the first pass, semi-orthogonal
+            if j > begin or omega is not None:    # the three-term part first, so Gram–Schmidt cancels little
                 alpha = float(torch.dot(Q[j], w))
                 _three_term_(w, Q, j, alpha, beta)
+            if omega is not None:                     # the first pass, semi-orthogonal
                 T[j, j] = alpha
                 if j:
                     T[j - 1, j] = beta
@@ -420,9 +420,6 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
                     beta = float(torch.linalg.vector_norm(w))
                     omega.orthogonalised(j)
             else:
-                if j > begin:                 # the three-term part first, so Gram–Schmidt cancels little
-                    alpha = float(torch.dot(Q[j], w))
-                    _three_term_(w, Q, j, alpha, beta)
                 h = orthogonalise_(w, Q[: j + 1]).to(T)
                 if j > begin:
                     h[j] += alpha
@@ -528,20 +525,24 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         w.addcmul_(q, a[:, None], value=-1.0)
         if j:
             w.addcmul_(row(j - 1), betas[j - 1, :, None], value=-1.0)
+        b = None
         if watch:
-            b = torch.linalg.vector_norm(w, dim=1)
+            plain = torch.linalg.vector_norm(w, dim=1).cpu()
             T[:, j, j] = a.to(T)
             if j:
                 T[:, j - 1, j] = betas[j - 1].to(T)
+            b = plain.to(w.device)
             for i, omega in enumerate(watch):
-                if length[i] == steps and float(b[i]) > 0 and omega.advance(T[i], j, float(b[i])):
+                if length[i] == steps and float(plain[i]) > 0 and omega.advance(T[i], j, float(plain[i])):
                     orthogonalise_(w[i], Q[i, : j + 1])
                     omega.orthogonalised(j)
+                    b = None                                      # a row changed: measure again below
         elif keep_basis:
             for i in range(k):                                    # measured against all
                 orthogonalise_(w[i], Q[i, : j + 1], chosen)
         alphas[j] = a
-        b = torch.linalg.vector_norm(w, dim=1)
+        if b is None:
+            b = torch.linalg.vector_norm(w, dim=1)
         stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps).to(b.device)
         length[stop.cpu()] = j + 1
         betas[j] = torch.where(stop, 0.0, b)
