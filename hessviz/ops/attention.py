@@ -102,6 +102,7 @@ from torch import Tensor
 from hessviz.chain import Stage
 from hessviz.contributions import Dense, Diagonal, Piece, Ref, Sandwich
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
+from hessviz.ops import batched as bt
 from hessviz.ops import score, softmax
 from hessviz.ops.base import Maybe, Node, add, eye, ones
 from hessviz.ops.linear import Linear
@@ -571,7 +572,7 @@ class AttentionCore(Node):
         if dx[0] is None:
             return None
         _, _, dV, dA = self._tangents(dx[0])
-        return self._concat(dA @ self.V + self.A @ dV)                  # Ȧ V + A V̇
+        return self._concat(dA @ self.V + bt.primal_times_heads(self.A, dV))                  # Ȧ V + A V̇
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         self.gO = gy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)  # (H, L, d_v)
@@ -608,8 +609,8 @@ class AttentionCore(Node):
             dgQ = dgS @ self.cK                                          # c S̄̇ K
             dgK = _T(dgS) @ self.cQ                                      # c S̄̇ᵀ Q
         if second:
-            dgQ = add(dgQ, self.cgS @ dK)                                # [c S̄ K̇]
-            dgK = add(dgK, self.cgST @ dQ)                               # [c S̄ᵀ Q̇]
+            dgQ = add(dgQ, bt.primal_times_heads(self.cgS, dK))                                # [c S̄ K̇]
+            dgK = add(dgK, bt.primal_times_heads(self.cgST, dQ))                               # [c S̄ᵀ Q̇]
         parts = self._gather(dgQ, dgK, dgV)
         if all(p is None for p in parts):
             return [None], []

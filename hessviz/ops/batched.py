@@ -4,6 +4,10 @@ Shapes: primals ``a (L, n)``, weights ``W (n, m)``; tangents carry a leading ``k
 
 * activation-sized tangents ``A (k, L, n)`` times a primal weight: ``k`` folds into the rows of
   one GEMM (a reshape, no copy);
+* per-head primals times tangents, ``X (H, a, b) @ Y (k, H, b, w)`` (the attention matrices
+  ``A``, ``c S̄`` against ``V̇``, ``K̇``, ``Q̇``): ``k`` folds into the columns of one batched GEMM
+  (:func:`primal_times_heads`) instead of broadcasting ``X`` to ``(k, H, a, b)``, a copy of ``k``
+  attention-sized matrices;
 * weight-sized tangents ``Ẇ (k, n, m)``: one GEMM per column ``j`` (the operands are large
   enough for BLAS to run at full speed, and folding ``k`` into a matrix side would copy
   ``Ẇ``). Results go straight into their destination (``out``, possibly a strided column
@@ -21,6 +25,18 @@ def tangent_times(A: Tensor, b: Tensor) -> Tensor:
     """``A_j b``: ``(k, L, n), (n, m) -> (k, L, m)`` (one GEMM over ``k L`` rows)."""
     k, L, n = A.shape
     return (A.reshape(k * L, n) @ b).reshape(k, L, b.shape[1])
+
+
+def primal_times_heads(X: Tensor, Y: Tensor) -> Tensor:
+    """``X Y_j`` for every ``j``: ``(H, a, b), (k, H, b, w) -> (k, H, a, w)``, one batched GEMM over
+    ``H`` with ``k w`` columns (``Y`` regrouped, a copy of the small tangent; the result a view)."""
+    if Y.dim() != X.dim() + 1:
+        return X @ Y
+    k, H, b, w = Y.shape
+    if k == 1:
+        return (X @ Y[0])[None]
+    out = X @ Y.permute(1, 2, 0, 3).reshape(H, b, k * w)                 # (H, a, k w)
+    return out.unflatten(-1, (k, w)).permute(2, 0, 1, 3)
 
 
 def add_primal_times_(out: Tensor, a: Tensor, B: Tensor) -> Tensor:
