@@ -239,13 +239,17 @@ def test_k1_stops_on_an_invariant_krylov_space():
     torch.testing.assert_close(two.values, torch.tensor([3.0, 0.5], dtype=torch.float64), rtol=1e-12, atol=0)
 
 
-@pytest.fixture(scope="module")
-def case():
+def _case_inputs():
     cfg = hv.BlockConfig(seq_len=5, d_model=8, d_k=4, d_ff=12, norm="pre", n_heads=2, out_proj=True,
                          bias=True, ln_affine=True, activation="gelu", loss="ce", ln_eps=1e-5)
     params = hv.init_params(cfg, seed=0)
     X, Y = hv.sample_inputs(cfg, seed=0, input_norm=4.0)
-    res = hv.hessian(cfg, params, X, Y)
+    return cfg, params, X, Y
+
+
+@pytest.fixture(scope="module")
+def case():
+    res = hv.hessian(*_case_inputs())
     return res, {t: torch.linalg.eigvalsh(res.term(t)).numpy() for t in ("full", "outer")}
 
 
@@ -280,6 +284,28 @@ def test_block_table_and_density_use_the_torch_core(case):
     d = spectral.density(res, "full", probes=1, steps=res.size, seed=0)
     ev = torch.linalg.eigvalsh(res.full).numpy()
     assert np.abs(np.sort(d.nodes[0])[[0, -1]] - ev[[0, -1]]).max() < 1e-9
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_torch_core_on_cuda_matches_cpu(case):
+    """The core runs on the device of the products: top-4, the SLQ nodes and a batched product on
+    CUDA equal the CPU's (same seeds, the start vectors drawn on the host), every reorthogonalisation."""
+    res, eig = case
+    cfg, params, X, Y = _case_inputs()
+    gpu = hv.hessian(cfg, {n: w.cuda() for n, w in params.items()}, X.cuda(), Y.cuda())
+    for kw in ({}, {"bound": "value"}):
+        ours = spectral.eigenpairs(gpu, "full", 4, "top", solver="torch", **kw)
+        ref = spectral.eigenpairs(res, "full", 4, "top", solver="torch", **kw)
+        np.testing.assert_allclose(ours.values, ref.values, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(ours.values, np.sort(eig["full"])[-4:], rtol=1e-8, atol=1e-10)
+    for reorth in ("none", "partial", "full"):
+        d_gpu = spectral.density(gpu, "full", probes=3, steps=40, seed=0, reorth=reorth)
+        d_cpu = spectral.density(res, "full", probes=3, steps=40, seed=0, reorth=reorth)
+        np.testing.assert_allclose(np.sort(d_gpu.all_nodes), np.sort(d_cpu.all_nodes), rtol=1e-8, atol=1e-9)
+    V = torch.randn(res.size, 5, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    out = gpu.matvec(V.T.contiguous().T.cuda())
+    assert out.device.type == "cuda"
+    torch.testing.assert_close(out.cpu(), res.matvec(V), rtol=0, atol=1e-12 * float(res.matvec(V).abs().max()))
 
 
 @pytest.mark.parametrize("layout", ["C", "F"])
@@ -425,3 +451,19 @@ def test_speed_section_is_rewritten_in_place(tmp_path):
     text = out.read_text()
     assert text.startswith("# Products\n\nold table\n") and text.count(speed.SECTION) == 1
     assert "second" in text and "2.5 s, 6 products" in text and "first" not in text
+
+
+def test_speed_cases_round_trip(tmp_path, monkeypatch):
+    """``--save-cases`` keeps the bench's layer and text for a machine without the checkpoint:
+    ``$HESSVIZ_SPEED_CASES`` gives back the same tensors, on the device asked for; a length not
+    saved is refused by name."""
+    from hessviz.matfree import speed
+
+    saved = {3: (hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=8), {"W_Q": torch.eye(4, dtype=torch.float64)},
+                 torch.ones(3, 4, dtype=torch.float64), torch.zeros(3, 4, dtype=torch.float64))}
+    torch.save(saved, tmp_path / "cases.pt")
+    monkeypatch.setenv(speed.CASES_ENV, str(tmp_path / "cases.pt"))
+    cfg, params, X, Y = speed.real_case(3, "cpu")
+    assert cfg == saved[3][0] and torch.equal(params["W_Q"], saved[3][1]["W_Q"]) and torch.equal(X, saved[3][2])
+    with pytest.raises(ValueError, match="seq_len 5 is not among the saved cases"):
+        speed.real_case(5)

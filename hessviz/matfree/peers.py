@@ -59,8 +59,10 @@ def per_call_hvp(cfg, params, X, Y):
 def scipy_top(products: Counted, k: int, tol: float, seed: int = 0) -> tuple[np.ndarray, int]:
     from scipy.sparse.linalg import LinearOperator, eigsh
 
+    device = products.ag.leaves[0].device                     # ARPACK's vectors live on the host
+
     def mv(x: np.ndarray) -> np.ndarray:
-        return products(torch.from_numpy(np.ascontiguousarray(x.reshape(-1)))).numpy()
+        return products(torch.from_numpy(np.ascontiguousarray(x.reshape(-1))).to(device)).cpu().numpy()
     op = LinearOperator((products.size, products.size), matvec=mv, dtype=np.float64)
     start = products.count
     vals = eigsh(op, k=k, which="LA", tol=tol, v0=np.random.default_rng(seed).standard_normal(products.size),
@@ -72,7 +74,7 @@ def eigenthings_top(products: Counted, k: int, tol: float, steps: int,
                     seed: int = 0) -> tuple[np.ndarray, int]:
     from hessian_eigenthings import LambdaOperator, lanczos
 
-    op = LambdaOperator(products, products.size, dtype=torch.float64)
+    op = LambdaOperator(products, products.size, device=products.ag.leaves[0].device, dtype=torch.float64)
     start = products.count
     r = lanczos(op, k=k, max_iter=steps, tol=tol, reorthogonalize=True, which="LA", seed=seed)
     return np.sort(r.eigenvalues.numpy())[::-1], products.count - start
@@ -98,7 +100,8 @@ def pyhessian_top(cfg, params, X, Y, k: int) -> tuple[np.ndarray, int]:
     torch.set_default_dtype(torch.float64)                   # PyHessian draws its vectors in the default
     try:
         with torch.enable_grad():
-            h = ph.hessian(Layer(), torch.nn.MSELoss(), data=(X[None], Y[None]), cuda=False)
+            h = ph.hessian(Layer().to(X.device), torch.nn.MSELoss(), data=(X[None], Y[None]),
+                           cuda=X.device.type == "cuda")
             count, hv = [0], ph.hessian_vector_product          # counted where PyHessian calls it
 
             def counted(*a, **kw):

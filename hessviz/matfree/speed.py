@@ -17,9 +17,15 @@ process:
 * ``hutchinson``: 30 probes side by side against a loop of products (PyHessian's way);
 * ``slq``: the SLQ density, 10 probes × 80 steps, without and with a kept basis.
 
-Peak memory is the resident size's high-water mark (``VmHWM``) after a reset
-(:func:`hessviz.matfree.bench._reset_peak`) minus the resident size then, in this process. The
-machine is shared: rows print the load average and the medians of interleaved rounds.
+Every row takes ``device`` (``"cpu"`` or ``"cuda"``): the layer, its inputs and the vectors live
+there, and CUDA is synchronised before each clock is read. Peak memory is, on the CPU, the resident
+size's high-water mark (``VmHWM``) after a reset (:func:`hessviz.matfree.bench._reset_peak`) minus
+the resident size then, and on CUDA the allocator's peak over what was allocated before, in this
+process. The machine is shared: rows print the load average and the medians of interleaved rounds.
+
+A machine without the MiniLM checkpoint (a GPU machine without network) runs the rows on the same
+layer and texts saved here beforehand: ``--save-cases cases.pt`` writes them, and
+``HESSVIZ_SPEED_CASES=cases.pt`` makes :func:`real_case` read them.
 """
 
 from __future__ import annotations
@@ -39,10 +45,21 @@ from hessviz.matfree.bench import _reset_peak, _rss_mib, interleaved
 MODEL, LAYER = "all-MiniLM-L6-v2", 3
 
 
+CASES_ENV = "HESSVIZ_SPEED_CASES"
+
+
 def real_case(seq_len: int, device: str = "cpu"):
     """``cfg, params, X, Y`` of MiniLM's layer :data:`LAYER` on the first ``seq_len`` tokens of
     real English (the start of Python's ``pydoc_data`` help on assignment, as
-    :func:`hessviz.pretrained.bench.text_ids`, ``2 L`` words so it fits 512 positions)."""
+    :func:`hessviz.pretrained.bench.text_ids`, ``2 L`` words so it fits 512 positions); from the
+    file named by ``$HESSVIZ_SPEED_CASES`` (:func:`save_cases`) when it is set."""
+    if os.environ.get(CASES_ENV):
+        cases = torch.load(os.environ[CASES_ENV], weights_only=False)
+        if seq_len not in cases:
+            raise ValueError(f"seq_len {seq_len} is not among the saved cases {sorted(cases)} "
+                             f"(${CASES_ENV} = {os.environ[CASES_ENV]})")
+        cfg, params, X, Y = cases[seq_len]
+        return cfg, {n: w.to(device) for n, w in params.items()}, X.to(device), Y.to(device)
     from pydoc_data.topics import topics
 
     from hessviz.pretrained import load
@@ -56,33 +73,93 @@ def real_case(seq_len: int, device: str = "cpu"):
     return cfg, params, X, Y
 
 
-def _measured(fn: Callable[[], tuple[np.ndarray, int]]) -> dict:
-    base = _reset_peak()
-    start = time.perf_counter()
+def save_cases(path, seq_lens) -> None:
+    """Write :func:`real_case` at each of ``seq_lens`` (on the CPU) to ``path`` for a machine
+    without the checkpoint: the layer's weights once, shared by every length (about 14 MB)."""
+    cases = {L: real_case(L) for L in seq_lens}
+    first = cases[seq_lens[0]][1]
+    for L, (cfg, params, X, Y) in cases.items():             # one copy of the weights in the file
+        assert all(torch.equal(params[n], first[n]) for n in first)
+        cases[L] = (cfg, first, X, Y)
+    torch.save(cases, path)
+
+
+def _cuda(device) -> bool:
+    return torch.device(device).type == "cuda"
+
+
+def _peak_start(device) -> float:
+    """Reset the peak-memory counter of ``device``; return the MiB held now."""
+    if _cuda(device):
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device) / 2**20
+    return _reset_peak()
+
+
+def _peak_mib(device, base: float) -> float:
+    """Peak MiB over ``base`` since :func:`_peak_start` (resident size, or CUDA allocations)."""
+    if _cuda(device):
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) / 2**20 - base
+    return _rss_mib() - base
+
+
+def _clock(device) -> float:
+    if _cuda(device):
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _measured(fn: Callable[[], tuple[np.ndarray, int]], device="cpu") -> dict:
+    base = _peak_start(device)
+    start = _clock(device)
     values, products = fn()
-    seconds = time.perf_counter() - start
+    seconds = _clock(device) - start
     return {"seconds": seconds, "products": products, "values": [float(x) for x in values],
-            "peak_mib": _rss_mib() - base}
+            "peak_mib": _peak_mib(device, base)}
+
+
+ACCURACY = 1e-8
+"""The top-5 row's criterion: every eigenvalue within this relative distance of the tight reference."""
 
 
 def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
-             which: tuple[str, ...] | None = None) -> dict:
-    """Top-5 by every method at ``L = seq_len`` (``which`` limits the methods)."""
-    cfg, params, X, Y = real_case(seq_len)
-    res = hv.hessian(cfg, params, X, Y)
-    res.matvec(torch.zeros(res.size, dtype=X.dtype))                # the tape, built once
+             which: tuple[str, ...] | None = None, device: str = "cpu") -> dict:
+    """Top-5 by every method at ``L = seq_len`` (``which`` limits the methods).
 
-    def ours(solver: str, t: float = tol):
+    Two settings side by side: the same residual tolerance ``tol`` (``‖Hu − θu‖ ≤ tol·|θ|``) for
+    all, and the same accuracy (:data:`ACCURACY`): the torch core on its eigenvalue bound
+    (``bound="value"``, with and without its check product), against scipy ``eigsh`` on the kept
+    graph at the loosest of 1e-3 … 1e-7 that meets it (found first, not timed)."""
+    cfg, params, X, Y = real_case(seq_len, device)
+    res = hv.hessian(cfg, params, X, Y)
+    res.matvec(torch.zeros(res.size, dtype=X.dtype, device=X.device))    # the tape, built once
+
+    def ours(solver: str, t: float = tol, **kw):
         def run():
-            e = spectral.eigenpairs(res, "full", 5, "top", seed=0, tol=t, solver=solver)
+            e = spectral.eigenpairs(res, "full", 5, "top", seed=0, tol=t, solver=solver, **kw)
             return e.values[::-1], e.matvecs
         return run
 
+    e = spectral.eigenpairs(res, "full", 5, "top", seed=1, tol=1e-11, solver="torch")
+    ref = e.values[::-1]
+
+    def off(values) -> float:
+        return float(np.max(np.abs(np.asarray(values) - ref) / np.abs(ref)))
+
     kept = peers.Counted(cfg, params, X, Y)
+    matched = next((t for t in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
+                    if off(peers.scipy_top(kept, 5, t)[0]) <= ACCURACY), tol)
     methods = {
         "hessviz torch Lanczos": ours("torch"),
+        f"hessviz torch Lanczos, eigenvalue bound {ACCURACY:g} (bound='value')":
+            ours("torch", ACCURACY, bound="value"),
+        "the same, values only (no check product)": ours("torch", ACCURACY, bound="value", check=False),
         "hessviz products + scipy eigsh": ours("scipy"),
         "scipy eigsh on double backward (graph kept)": lambda: peers.scipy_top(kept, 5, tol),
+        f"scipy eigsh on double backward (graph kept), tol {matched:g}":
+            lambda: peers.scipy_top(kept, 5, matched),
         f"hessian-eigenthings lanczos ({peer_steps} steps) on double backward (graph kept)":
             lambda: peers.eigenthings_top(kept, 5, tol, peer_steps),
         "PyHessian eigenvalues (power iteration, its defaults)":
@@ -90,8 +167,6 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
     }
     if which is not None:
         methods = {n: f for n, f in methods.items() if any(w in n for w in which)}
-    e = spectral.eigenpairs(res, "full", 5, "top", seed=1, tol=1e-11, solver="torch")
-    ref = e.values[::-1]
     mag = None
     if any("PyHessian" in n for n in methods):                      # it answers the largest |λ|
         m = spectral.eigenpairs(res, "full", 5, "magnitude", seed=1, tol=1e-8, solver="torch")
@@ -99,7 +174,7 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
     out = {}
     for name, fn in methods.items():
         try:
-            r = _measured(fn)
+            r = _measured(fn, device)
         except ImportError as err:                                    # a peer not installed
             out[name] = {"skipped": str(err)}
             continue
@@ -108,15 +183,16 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
         out[name] = r
     return {"row": "top5", "L": len(X), "P": res.size, "reference": ref.tolist(),
             "reference_magnitude": None if mag is None else mag.tolist(),
-            "reference_residuals": e.residuals[::-1].tolist(), "methods": out, "load": os.getloadavg()}
+            "reference_residuals": e.residuals[::-1].tolist(), "methods": out, "load": os.getloadavg(),
+            "device": _device_name(device), "accuracy": ACCURACY}
 
 
-def product_row(seq_len: int, repeats: int = 5, k: int = 8) -> dict:
+def product_row(seq_len: int, repeats: int = 5, k: int = 8, device: str = "cpu") -> dict:
     """One product three ways, and ``k`` at once against one (interleaved medians, seconds)."""
-    cfg, params, X, Y = real_case(seq_len)
+    cfg, params, X, Y = real_case(seq_len, device)
     res = hv.hessian(cfg, params, X, Y)
     gen = torch.Generator().manual_seed(0)
-    VC = torch.randn(res.size, k, generator=gen, dtype=X.dtype)
+    VC = torch.randn(res.size, k, generator=gen, dtype=X.dtype).to(X.device)
     VF = VC.T.contiguous().T
     v = VC[:, 0].contiguous()
     kept, per_call = peers.Counted(cfg, params, X, Y), peers.per_call_hvp(cfg, params, X, Y)
@@ -133,18 +209,19 @@ def product_row(seq_len: int, repeats: int = 5, k: int = 8) -> dict:
     peak = {}
     for name in ("closed form, one", "double backward, graph kept",
                  f"closed form, {k} at once (P, {k}) C-contiguous"):
-        base = _reset_peak()
+        base = _peak_start(device)
         fns[name]()
-        peak[name] = _rss_mib() - base
+        peak[name] = _peak_mib(device, base)
     return {"row": "product", "L": len(X), "P": res.size, "k": k, "times": times, "cpu": cpu,
-            "peak_mib": peak, "agreement": agree, "repeats": repeats, "load": os.getloadavg()}
+            "peak_mib": peak, "agreement": agree, "repeats": repeats, "load": os.getloadavg(),
+            "device": _device_name(device)}
 
 
-def hutchinson_row(seq_len: int, samples: int = 30, repeats: int = 3) -> dict:
+def hutchinson_row(seq_len: int, samples: int = 30, repeats: int = 3, device: str = "cpu") -> dict:
     """Hutchinson's ``samples`` probes side by side (:func:`hessviz.matfree.trace`: products of up
     to ``BATCH`` columns) against PyHessian's way (a plain loop of kept-graph double-backward
     products) and a loop of single closed-form products, interleaved medians."""
-    cfg, params, X, Y = real_case(seq_len)
+    cfg, params, X, Y = real_case(seq_len, device)
     res = hv.hessian(cfg, params, X, Y)
     kept = peers.Counted(cfg, params, X, Y)
 
@@ -164,50 +241,62 @@ def hutchinson_row(seq_len: int, samples: int = 30, repeats: int = 3) -> dict:
     measured = interleaved(fns, repeats)
     return {"row": "hutchinson", "L": len(X), "samples": samples, "repeats": repeats,
             "times": {n: t["median"] for n, t in measured.items()},
-            "cpu": {n: t["cpu_median"] for n, t in measured.items()}, "load": os.getloadavg()}
+            "cpu": {n: t["cpu_median"] for n, t in measured.items()}, "load": os.getloadavg(),
+            "device": _device_name(device)}
 
 
-def float32_row(seq_len: int, repeats: int = 3) -> dict:
+def float32_row(seq_len: int, repeats: int = 3, device: str = "cpu") -> dict:
     """float32 products and top-5 against float64 on the same layer and text: the largest relative
     difference of a product (``max|Δ| / max|ref|``), of the top-5 (torch core, ``tol = 1e-5`` in
     float32, ``1e-8`` in float64), and the interleaved product medians."""
-    cfg, params, X, Y = real_case(seq_len)
+    cfg, params, X, Y = real_case(seq_len, device)
     r64 = hv.hessian(cfg, params, X, Y)
     r32 = hv.hessian(cfg, {n: w.float() for n, w in params.items()}, X.float(), Y.float())
-    v = torch.randn(r64.size, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    v = torch.randn(r64.size, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(X.device)
     v32 = v.float()
     ref = r64.matvec(v)
     product = float((r32.matvec(v32).double() - ref).abs().max() / ref.abs().max())
     times = {n: t["median"] for n, t in interleaved({"float64": lambda: r64.matvec(v),
                                                      "float32": lambda: r32.matvec(v32)}, repeats).items()}
-    start = time.perf_counter()
+    start = _clock(device)
     e32 = spectral.eigenpairs(r32, "full", 5, "top", seed=0, tol=1e-5, solver="torch")
-    s32 = time.perf_counter() - start
-    start = time.perf_counter()
+    s32 = _clock(device) - start
+    start = _clock(device)
     e64 = spectral.eigenpairs(r64, "full", 5, "top", seed=0, tol=1e-8, solver="torch")
-    s64 = time.perf_counter() - start
+    s64 = _clock(device) - start
     top = float(np.max(np.abs(e32.values - e64.values) / np.abs(e64.values)))
     return {"row": "float32", "L": len(X), "product_rel_diff": product, "top5_rel_diff": top, "times": times,
             "top5_seconds": {"float32": s32, "float64": s64},
-            "top5_products": {"float32": e32.matvecs, "float64": e64.matvecs}, "load": os.getloadavg()}
+            "top5_products": {"float32": e32.matvecs, "float64": e64.matvecs}, "load": os.getloadavg(),
+            "device": _device_name(device)}
 
 
-def slq_row(seq_len: int, probes: int = 10, steps: int = 80, reorth: str = "partial") -> dict:
-    cfg, params, X, Y = real_case(seq_len)
+def slq_row(seq_len: int, probes: int = 10, steps: int = 80, reorth: str = "partial",
+            device: str = "cpu") -> dict:
+    cfg, params, X, Y = real_case(seq_len, device)
     res = hv.hessian(cfg, params, X, Y)
-    res.matvec(torch.zeros(res.size, dtype=X.dtype))
-    base = _reset_peak()
-    start, start_cpu = time.perf_counter(), time.process_time()
+    res.matvec(torch.zeros(res.size, dtype=X.dtype, device=X.device))
+    base = _peak_start(device)
+    start, start_cpu = _clock(device), time.process_time()
     d = spectral.density(res, "full", probes=probes, steps=steps, seed=0, reorth=reorth)
-    seconds, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    seconds, cpu = _clock(device) - start, time.process_time() - start_cpu
     return {"row": "slq", "L": len(X), "P": res.size, "probes": probes, "steps": steps, "seconds": seconds,
-            "cpu_seconds": cpu, "reorth": reorth, "products": d.matvecs, "peak_mib": _rss_mib() - base,
+            "cpu_seconds": cpu, "reorth": reorth, "products": d.matvecs, "peak_mib": _peak_mib(device, base),
             "trace": d.trace, "support": [float(d.all_nodes.min()), float(d.all_nodes.max())],
-            "load": os.getloadavg()}
+            "load": os.getloadavg(), "device": _device_name(device)}
+
+
+def _device_name(device) -> str:
+    if _cuda(device):
+        return torch.cuda.get_device_name(device)
+    return f"CPU, {torch.get_num_threads()} thread(s)"
 
 
 def _load(r: dict) -> str:
-    return ", ".join(f"{x:.1f}" for x in r["load"])
+    """The load average, after the GPU's name for a row measured on one."""
+    load = ", ".join(f"{x:.1f}" for x in r["load"])
+    where = r.get("device", "CPU")
+    return load if where.startswith("CPU") else f"{where}, host {load}"
 
 
 def _at_once_ratio(name: str, times: dict, cpu: dict) -> str:
@@ -221,9 +310,10 @@ def markdown(rows: list[dict]) -> str:
     out = []
     for r in rows:
         if r["row"] == "top5":
-            ours = r["methods"].get("hessviz torch Lanczos", {}).get("seconds")
-            peer = [m["seconds"] for n, m in r["methods"].items()
-                    if "seconds" in m and not n.startswith("hessviz")]
+            accuracy = r.get("accuracy", 1.0)
+            peer = [m["seconds"] for n, m in r["methods"].items()       # the peers meeting the criterion
+                    if "seconds" in m and not n.startswith(("hessviz", "the same"))
+                    and m["max_rel_diff"] <= accuracy]
             mag = r.get("reference_magnitude")
             out += [f"**Top-5 eigenvalues**, L = {r['L']}, P = {r['P']:,} (load {_load(r)}); reference "
                     f"{', '.join(f'{x:.6f}' for x in r['reference'])} (torch core, tol 1e-11, "
@@ -239,8 +329,12 @@ def markdown(rows: list[dict]) -> str:
                 ratio = f"{min(peer) / m['seconds']:.2f}×" if peer else ""
                 out.append(f"| {name} | {m['products']} | {m['seconds']:.1f} | {ratio} | "
                            f"{m['peak_mib']:.0f} | {m['max_rel_diff']:.1e} |")
+            ours = {n: m["seconds"] for n, m in r["methods"].items()
+                    if n.startswith(("hessviz torch", "the same")) and "seconds" in m}
             if ours and peer:
-                out.append(f"\nhessviz torch Lanczos against the fastest peer: **{min(peer) / ours:.2f}×**.")
+                out.append("\nThe fastest peer whose five values are within "
+                           f"{accuracy:g} of the reference, against " + "; ".join(
+                               f"{n}: **{min(peer) / s:.2f}×**" for n, s in ours.items()) + ".")
             out.append("")
         elif r["row"] == "product":
             t = r["times"]
@@ -306,30 +400,38 @@ def write_section(path, text: str, header: str = "") -> None:
     path.write_text(keep + SECTION + "\n\n" + header + text)
 
 
-def header(threads: int) -> str:
+def header(threads: int, device: str = "cpu") -> str:
+    where = (f"{torch.cuda.get_device_name(device)}, `--device {device}`" if _cuda(device)
+             else f"{threads} thread(s)")
     return (f"Real MiniLM layer {LAYER} (all-MiniLM-L6-v2 weights, a real text), float64, "
-            f"{threads} thread(s), torch {torch.__version__}; `python -m hessviz.matfree.speed`.\n\n")
+            f"{where}, torch {torch.__version__}; `python -m hessviz.matfree.speed`.\n\n")
+
+
+def _saved_rows(out):
+    """Where the rows of ``out`` are kept row by row: ``MATFREE.md`` -> ``MATFREE_SPEED.json``."""
+    from pathlib import Path
+
+    out = Path(out)
+    return out.with_name(f"{out.stem}_SPEED.json")
 
 
 def render(out="benchmarks/MATFREE.md", threads: int = 1) -> None:
-    """Rewrite the section of ``out`` from the rows saved so far (``MATFREE_SPEED.json`` beside it)."""
+    """Rewrite the section of ``out`` from the rows saved so far (:func:`_saved_rows`)."""
     import json
-    from pathlib import Path
 
-    rows = json.loads(Path(out).with_name("MATFREE_SPEED.json").read_text())
+    rows = json.loads(_saved_rows(out).read_text())
     write_section(out, markdown(rows), header(threads))
 
 
 def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128), slq_len: int = 128,
          threads: int = 1, repeats: int = 5, float32_lens=(24,), progress=None, hutchinson_lens=(24,),
-         slq_reorth=("none", "partial")) -> list[dict]:
+         slq_reorth=("none", "partial"), device: str = "cpu") -> list[dict]:
     import json
-    from pathlib import Path
 
     torch.set_num_threads(threads)
     progress = progress or (lambda msg: print(msg, flush=True))
     rows: list[dict] = []
-    partial = Path(out).with_name("MATFREE_SPEED.json")
+    partial = _saved_rows(out)
 
     def add(row: dict) -> None:
         rows.append(row)
@@ -337,21 +439,21 @@ def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128
 
     for L in top5_lens:
         progress(f"top-5 L={L}")
-        add(top5_row(L))
+        add(top5_row(L, device=device))
     for L in product_lens:
         progress(f"products L={L}")
-        add(product_row(L, repeats))
+        add(product_row(L, repeats, device=device))
     for L in float32_lens:
         progress(f"float32 L={L}")
-        add(float32_row(L))
+        add(float32_row(L, device=device))
     for L in hutchinson_lens:
         progress(f"Hutchinson L={L}")
-        add(hutchinson_row(L))
+        add(hutchinson_row(L, device=device))
     if slq_len:
         for reorth in slq_reorth:
             progress(f"SLQ L={slq_len} ({reorth})")
-            add(slq_row(slq_len, reorth=reorth))
-    write_section(out, markdown(rows), header(threads))
+            add(slq_row(slq_len, reorth=reorth, device=device))
+    write_section(out, markdown(rows), header(threads, device))
     return rows
 
 
@@ -369,10 +471,18 @@ if __name__ == "__main__":
                    choices=["none", "partial", "selective", "full"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where the layer, inputs and vectors live")
     p.add_argument("--render", action="store_true", help="only rewrite the section from the saved rows")
+    p.add_argument("--save-cases", metavar="PATH",
+                   help=f"only save the layer and texts at every length asked for to PATH (for ${CASES_ENV})")
     a = p.parse_args()
     if a.render:
         render(a.out, a.threads)
         raise SystemExit(0)
+    if a.save_cases:
+        save_cases(a.save_cases, sorted({*a.top5_lens, *a.product_lens, *a.float32_lens,
+                                         *a.hutchinson_lens, *([a.slq_len] if a.slq_len else [])}))
+        raise SystemExit(0)
     main(a.out, tuple(a.top5_lens), tuple(a.product_lens), a.slq_len, a.threads, a.repeats,
-         tuple(a.float32_lens), hutchinson_lens=tuple(a.hutchinson_lens), slq_reorth=tuple(a.slq_reorth))
+         tuple(a.float32_lens), hutchinson_lens=tuple(a.hutchinson_lens), slq_reorth=tuple(a.slq_reorth),
+         device=a.device)
