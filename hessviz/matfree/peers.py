@@ -77,7 +77,7 @@ def eigenthings_top(products: Counted, k: int, tol: float, steps: int,
     op = LambdaOperator(products, products.size, device=products.ag.leaves[0].device, dtype=torch.float64)
     start = products.count
     r = lanczos(op, k=k, max_iter=steps, tol=tol, reorthogonalize=True, which="LA", seed=seed)
-    return np.sort(r.eigenvalues.numpy())[::-1], products.count - start
+    return np.sort(r.eigenvalues.cpu().numpy())[::-1], products.count - start
 
 
 def pyhessian_top(cfg, params, X, Y, k: int) -> tuple[np.ndarray, int]:
