@@ -312,6 +312,41 @@ def test_torch_core_on_cuda_matches_cpu(case):
     torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=1e-12 * float(ref.abs().max()))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_products_replay_as_graphs_bit_identically(monkeypatch):
+    """On a GPU the second product of a kind is recorded as a CUDA graph and later ones replayed:
+    single, batched and into a basis row, each bit-identical to the products run as usual
+    (``HESSVIZ_CUDA_GRAPHS=0``), and so is a whole top-4 and SLQ run; a head-slice block too."""
+    from hessviz.matfree import graphs
+
+    cfg, params, X, Y = _case_inputs()
+    on_gpu = ({n: w.cuda() for n, w in params.items()}, X.cuda(), Y.cuda())
+    replayed = hv.hessian(cfg, *on_gpu)
+    gen = torch.Generator().manual_seed(5)
+    vs = [torch.randn(replayed.size, generator=gen, dtype=torch.float64).cuda() for _ in range(3)]
+    V = torch.randn(replayed.size, 3, generator=gen, dtype=torch.float64).cuda()
+    rows, cols = ["W_Q[1]", "W_1"], ["W_K[0]", "ln1_gamma"]
+    W = torch.randn(replayed.products.layout(cols).size, 2, generator=gen, dtype=torch.float64).cuda()
+
+    def run(res):
+        out = [res.matvec(v, term) for v in vs for term in ("full", "outer")]
+        out += [res.matvec(V), res.matvec(V), res.products.matvec(W, "full", rows=rows, cols=cols)]
+        out += [res.products.matvec(W, "full", rows=rows, cols=cols)]
+        top = spectral.eigenpairs(res, "full", 4, "top", solver="torch")
+        dens = spectral.density(res, "full", probes=3, steps=30, seed=0)
+        return out, top, dens
+
+    got, top, dens = run(replayed)
+    recorded = replayed.products._replays._graphs
+    assert sum(r is not None for r in recorded.values()) >= 4, recorded.keys()
+    monkeypatch.setenv(graphs.ENV, "0")
+    want, top0, dens0 = run(hv.hessian(cfg, *on_gpu))
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    assert np.array_equal(top.values, top0.values) and top.matvecs == top0.matvecs
+    assert np.array_equal(dens.all_nodes, dens0.all_nodes)
+
+
 @pytest.mark.parametrize("layout", ["C", "F"])
 def test_batched_products_equal_looped(case, layout):
     """``res.matvec(V)``, ``V (P, k)`` C- or F-contiguous, equals ``k`` single products to 1e-15

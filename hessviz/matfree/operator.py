@@ -32,7 +32,7 @@ from torch import Tensor
 
 from hessviz.config import BlockConfig
 from hessviz.errors import InputError
-from hessviz.matfree import memory
+from hessviz.matfree import graphs, memory
 from hessviz.matfree.autograd import AutogradProducts
 from hessviz.matfree.block import build
 from hessviz.matfree.layout import Layout
@@ -76,6 +76,8 @@ class MatrixFreeHessian:
         self.method = method
         self.matvecs = 0
         """Product columns computed so far (what Lanczos and Hutchinson count)."""
+        self.replay = True
+        """On a GPU, replay repeated products as CUDA graphs (:mod:`hessviz.matfree.graphs`)."""
 
     @cached_property
     def tape(self) -> Tape | AutogradProducts:
@@ -103,12 +105,27 @@ class MatrixFreeHessian:
         The result is allocated once (:func:`hessviz.matfree.memory.empty`), or is ``out`` (a
         ``(k, |rows|)`` tensor with unit-stride rows: a Lanczos basis row), and each whole
         weight's product is written straight into its columns (``Layout.destinations``): no
-        weight-sized temporary, no gather copy, no concatenation of the sweeps."""
-        if out is None:
-            out = memory.empty((V.shape[0], rows.size), V)
-        elif out.shape != (V.shape[0], rows.size) or out.stride(-1) != 1:
+        weight-sized temporary, no gather copy, no concatenation of the sweeps. On a GPU, a
+        product repeated at this point is replayed as a CUDA graph (:mod:`hessviz.matfree.graphs`)."""
+        if out is not None and (out.shape != (V.shape[0], rows.size) or out.stride(-1) != 1):
             raise InputError(f"out must be a ({V.shape[0]}, {rows.size}) tensor with unit-stride rows, "
                               f"got {tuple(out.shape)}")
+        if self.replay and self.method == "closed_form" and graphs.enabled(V):
+            out = self._replays((term, rows.names, cols.names), V,
+                                lambda W: self._sweep(W, term, rows, cols), out)
+        else:
+            out = self._sweep(V, term, rows, cols, out)
+        self.matvecs += V.shape[0]
+        return out
+
+    @cached_property
+    def _replays(self) -> graphs.Replays:
+        return graphs.Replays()
+
+    def _sweep(self, V: Tensor, term: str, rows: Layout, cols: Layout, out: Tensor | None = None) -> Tensor:
+        """:meth:`product`, swept: ``BATCH`` columns at a time through :attr:`sweep_tape`."""
+        if out is None:
+            out = memory.empty((V.shape[0], rows.size), V)
         for start in range(0, V.shape[0], BATCH):
             chunk = V[start:start + BATCH]               # (k, P') rows: unit-stride weight tangents
             if chunk.stride(-1) != 1:
@@ -116,7 +133,6 @@ class MatrixFreeHessian:
             part = out[start:start + BATCH]
             prods = self.sweep_tape.sweep(cols.scatter(chunk), term, rows.bases, into=rows.destinations(part))
             rows.gather(prods, chunk.shape[0], chunk, out=part)
-            self.matvecs += chunk.shape[0]
         return out
 
     def matvec(self, v: Tensor | np.ndarray, term: str = "full", rows: Sequence[str] | None = None,

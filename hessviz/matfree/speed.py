@@ -22,6 +22,8 @@ there, and CUDA is synchronised before each clock is read. Peak memory is, on th
 size's high-water mark (``VmHWM``) after a reset (:func:`hessviz.matfree.bench._reset_peak`) minus
 the resident size then, and on CUDA the allocator's peak over what was allocated before, in this
 process. The machine is shared: rows print the load average and the medians of interleaved rounds.
+On a GPU the closed-form products are replayed as CUDA graphs (:mod:`hessviz.matfree.graphs`), as
+every caller gets them; the product row shows the product launched as usual beside them.
 
 A machine without the MiniLM checkpoint (a GPU machine without network) runs the rows on the same
 layer and texts saved here beforehand: ``--save-cases cases.pt`` writes them, and
@@ -208,6 +210,7 @@ def product_row(seq_len: int, repeats: int = 5, k: int = 8, device: str = "cpu")
     # cfg.param_names order is θ order, as res.matvec's
     agree = float((res.matvec(v) - kept(v)).abs().max() / kept(v).abs().max())
     fns = {"closed form, one": lambda: res.matvec(v),
+           **_as_usual(cfg, params, X, Y, v),
            "double backward, graph kept": lambda: kept(v),
            "double backward per call": lambda: per_call(v),
            f"closed form, {k} at once (P, {k}) C-contiguous": lambda: res.matvec(VC),
@@ -224,6 +227,15 @@ def product_row(seq_len: int, repeats: int = 5, k: int = 8, device: str = "cpu")
     return {"row": "product", "L": len(X), "P": res.size, "k": k, "times": times, "cpu": cpu,
             "peak_mib": peak, "agreement": agree, "repeats": repeats, "load": os.getloadavg(),
             "device": _device_name(device)}
+
+
+def _as_usual(cfg, params, X, Y, v) -> dict:
+    """On a GPU, the closed-form product run as usual beside its CUDA-graph replay."""
+    if not v.is_cuda:
+        return {}
+    res = hv.hessian(cfg, params, X, Y)
+    res.products.replay = False
+    return {"closed form, one, launched as usual (no CUDA graph)": lambda: res.matvec(v)}
 
 
 def hutchinson_row(seq_len: int, samples: int = 30, repeats: int = 3, device: str = "cpu") -> dict:
