@@ -55,6 +55,17 @@ def test_slq_without_reorthogonalisation(case):
         spectral.density(res, reorth="partly")
 
 
+def test_float32_norms_accumulate_in_float64():
+    """``lanczos.norm`` of 2 M positive float32 entries is right to float32's rounding (a CPU's float32
+    ``vector_norm`` sums term after term, 1e-5 off here), rows and all; float64 is untouched."""
+    x = torch.rand(2, 1 << 21, generator=torch.Generator().manual_seed(0))
+    exact = torch.linalg.vector_norm(x.double(), dim=1)
+    assert lanczos.norm(x[0]).dtype == torch.float32
+    assert abs(float(lanczos.norm(x[0])) / float(exact[0]) - 1) < 1e-6
+    assert ((lanczos.norm(x, dim=1).double() / exact - 1).abs() < 1e-6).all()
+    assert torch.equal(lanczos.norm(x.double()), torch.linalg.vector_norm(x.double()))
+
+
 def test_extremes_on_a_small_space_and_float32():
     """``ncv = n`` is one exact Krylov space; float32 basis and products agree to float32."""
     A = _symmetric(12, 3)
