@@ -26,7 +26,6 @@ computation and propagates.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import functools
 import math
 import time
 import warnings
@@ -39,9 +38,9 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from torch import Tensor
 
 from hessviz.errors import ConfigError
-from hessviz.matfree import memory
 from hessviz.matfree.lanczos import REORTH, check_bound, extremes, start_vector, tridiagonal
 from hessviz.matfree.operator import BATCH
+from hessviz.matfree.probes import rademacher
 from hessviz.memory import memory_limit
 from hessviz.tasks import built, run_tasks
 from hessviz.terms import check_term
@@ -85,30 +84,6 @@ class _Products:
             X = torch.from_numpy(np.asarray(x, dtype=np.float64).reshape(self.cols.size, -1))
             return self(X.T.to(self.like)).T.to(torch.float64).cpu().numpy()
         return LinearOperator((self.rows.size, self.cols.size), matvec=f, matmat=f, dtype=np.float64)
-
-
-def _rademacher(n: int, count: int, gen: torch.Generator, like: Tensor) -> Tensor:
-    """``(count, n)`` entries ±1 from ``gen``, in the dtype and device of ``like``.
-
-    Eight signs per random byte: ``gen`` (on the host, so a seed gives the same probes on every
-    device) draws ``⌈n/8⌉`` bytes a probe, which travel to the device and become signs there by a
-    lookup in :func:`_sign_table` (bit ``i`` of the byte: ``+1`` set, ``−1`` clear), written into
-    one huge-page buffer (:func:`memory.empty`). One draw and one conversion per entry, as
-    ``randint(0, 2)`` and ``.to(float64)`` took, cost 1.7 s for MiniLM's 30 probes of 1.77 M; this
-    costs 0.06 s of draws and 0.1–0.2 s of writes."""
-    width = -(-n // 8)
-    packed = torch.randint(0, 256, (count * width,), generator=gen, dtype=torch.uint8)
-    V = memory.empty((count, width * 8), like)
-    torch.index_select(_sign_table(like.dtype, like.device), 0, packed.to(like.device, torch.int32),
-                       out=V.view(-1, 8))
-    return V if width * 8 == n else V[:, :n].contiguous()
-
-
-@functools.lru_cache(maxsize=8)
-def _sign_table(dtype: torch.dtype, device: torch.device) -> Tensor:
-    """``(256, 8)``: row ``b`` holds ``+1`` where bit ``i`` of ``b`` is set, ``−1`` where it is clear."""
-    bits = (torch.arange(256)[:, None] >> torch.arange(8)) & 1
-    return (2 * bits - 1).to(dtype=dtype, device=device)
 
 
 # ----------------------------------------------------------------------------- eigenpairs
@@ -160,7 +135,7 @@ def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names
     ``eigsh`` with the same ``tol`` on the residual, which is the stricter test (float64 vectors on
     the CPU); ``"auto"``: scipy below :data:`SCIPY_BELOW` entries with the residual test, else torch
     (the value bound is the torch core's: ARPACK tests only once its basis is full). ``start (n,)``: a
-    guess at the wanted direction to start from (the block's gradient, say), the seeded normal
+    guess at the wanted direction to start from (the block's gradient, say), the seeded random
     vector mixed in (:func:`~hessviz.matfree.lanczos.start_vector`). ``check`` (torch): one more
     product for the true residuals (else the recurrence's estimates ``β |y_m|``, which full
     reorthogonalisation keeps equal to them up to round-off; the values are the same either way).
@@ -294,7 +269,7 @@ def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names
     if group is None:
         group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // (4 * max(1, probe_bytes))))
     _check_count("group", group, 1)
-    V = _rademacher(n, probes, gen, ops.like)
+    V = rademacher(n, probes, gen, ops.like)
     if executor is None:
         runs = [ab for first in range(0, probes, group)
                 for ab in tridiagonal(ops, V[first:first + group], steps, reorth=reorth)]
@@ -367,15 +342,15 @@ def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *
         return TraceEstimate(float(torch.diagonal(ops(eye)).sum()), 0.0, ops.done, "exact", term)
     gen = torch.Generator().manual_seed(seed)
     if method == "hutchinson":                                     # BATCH probes side by side at a time
-        quad = torch.cat([_quadratic(ops, _rademacher(n, min(BATCH, samples - first), gen, ops.like))
+        quad = torch.cat([_quadratic(ops, rademacher(n, min(BATCH, samples - first), gen, ops.like))
                           for first in range(0, samples, BATCH)])
         return TraceEstimate(float(quad.mean()), float(quad.std() / math.sqrt(samples)) if samples > 1
                              else float("nan"), ops.done, method, term)
     s = samples // 3
-    S = _rademacher(n, s, gen, ops.like)
+    S = rademacher(n, s, gen, ops.like)
     Q, _ = torch.linalg.qr(ops(S).T)                              # (n, s) orthonormal
     exact = torch.trace(Q.T @ ops(Q.T).T)
-    G = _rademacher(n, samples - 2 * s, gen, ops.like)
+    G = rademacher(n, samples - 2 * s, gen, ops.like)
     G = G - (G @ Q) @ Q.T                                          # (I − QQᵀ) G
     HG = ops(G)
     quad = (HG * G).sum(1) - ((HG @ Q) * (G @ Q)).sum(1)

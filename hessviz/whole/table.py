@@ -147,7 +147,7 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
 
     Each Lanczos run starts from the tensor's gradient (computed for its column anyway, and in a
     loss's valley often leaning on the top directions: 16 % fewer products on MiniLM's 22-tensor
-    table at ``tol = 1e-3``), the seeded normal vector mixed in. ``tol`` bounds each top eigenvalue's
+    table at ``tol = 1e-3``), the seeded random vector mixed in. ``tol`` bounds each top eigenvalue's
     residual (``bound="residual"``) or, with ``bound="value"``, its error itself
     (:func:`hessviz.matfree.lanczos.value_error`): ``tol = 1e-3`` then gives every top eigenvalue to
     about 1e-3 relative, what the paper's table asks, and skips the check product (the value is the
