@@ -41,7 +41,7 @@ which the core then works on in place. Two entry points share the step below:
   ``bound="value"`` (in float64) the first pass is ``"partial"`` instead: the plain three-term step,
   the basis read only when Simon's estimates of its drift ask (:class:`Orthogonality`), and a longer
   pass for it (:func:`default_ncv`), since a step no longer reads the whole basis. MiniLM's layer 3,
-  top-5 to ``1e-8``: 54 products (49 without the check product) and 9 basis passes, against 63
+  top-5 to ``1e-8``: 54 products (49 without the check product) and 12 basis passes, against 63
   products and two passes a step with restarts. A pass (:func:`partial_pass_`) reads the basis once
   to measure ``h = Q w`` and subtracts only the coefficients above the round-off level, by runs of
   adjacent rows. The Ritz values stay exact to ``O(ε ‖H‖)``; the Ritz vectors' true residuals stop
