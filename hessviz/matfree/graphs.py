@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 LIMIT = 8
-"""Kinds of product recorded per result; each graph keeps its intermediates (about 20–40 MiB a
+"""Kinds of product recorded per result; each graph keeps its intermediates (about 15–45 MiB a
 column on a MiniLM layer), so a result sweeping many shapes records the first few only."""
 
 ENV = "HESSVIZ_CUDA_GRAPHS"
