@@ -99,6 +99,7 @@ Apply = Callable[[Tensor], Tensor]
 
 WHICH = ("top", "bottom", "magnitude")
 
+
 def norm(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     """The 2-norm of ``x`` (along ``dim``), its sum of squares accumulated in float64, in ``x``'s dtype.
 

@@ -42,7 +42,7 @@ import torch
 
 import hessviz as hv
 from hessviz.matfree import peers, spectral
-from hessviz.matfree.bench import _reset_peak, _rss_mib, interleaved
+from hessviz.matfree.bench import _reset_peak, _rss_mib, _sync, interleaved
 
 MODEL, LAYER = "all-MiniLM-L6-v2", 3
 
@@ -107,17 +107,17 @@ def _peak_mib(device, base: float) -> float:
     return _rss_mib() - base
 
 
-def _clock(device) -> float:
-    if _cuda(device):
-        torch.cuda.synchronize(device)
+def _clock() -> float:
+    """``perf_counter`` once the GPU's queued work is done (:func:`hessviz.matfree.bench._sync`)."""
+    _sync()
     return time.perf_counter()
 
 
 def _measured(fn: Callable[[], tuple[np.ndarray, int]], device="cpu") -> dict:
     base = _peak_start(device)
-    start = _clock(device)
+    start = _clock()
     values, products = fn()
-    seconds = _clock(device) - start
+    seconds = _clock() - start
     return {"seconds": seconds, "products": products, "values": [float(x) for x in values],
             "peak_mib": _peak_mib(device, base)}
 
@@ -152,8 +152,13 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
         return float(np.max(np.abs(np.asarray(values) - ref) / np.abs(ref)))
 
     kept = peers.Counted(cfg, params, X, Y)
-    matched = next((t for t in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)
-                    if off(peers.scipy_top(kept, 5, t)[0]) <= ACCURACY), tol)
+    at_tol = "scipy eigsh on double backward (graph kept), tol"
+
+    def wanted(name: str) -> bool:
+        return which is None or any(w in name for w in which)
+
+    matched = next((t for t in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)          # searched only when timed
+                    if off(peers.scipy_top(kept, 5, t)[0]) <= ACCURACY), tol) if wanted(at_tol) else tol
     methods = {
         "hessviz torch Lanczos": ours("torch"),
         f"hessviz torch Lanczos, eigenvalue bound {ACCURACY:g} (bound='value')":
@@ -161,15 +166,14 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
         "the same, values only (no check product)": ours("torch", ACCURACY, bound="value", check=False),
         "hessviz products + scipy eigsh": ours("scipy"),
         "scipy eigsh on double backward (graph kept)": lambda: peers.scipy_top(kept, 5, tol),
-        f"scipy eigsh on double backward (graph kept), tol {matched:g}":
+        f"{at_tol} {matched:g}":
             lambda: peers.scipy_top(kept, 5, matched),
         f"hessian-eigenthings lanczos ({peer_steps} steps) on double backward (graph kept)":
             lambda: peers.eigenthings_top(kept, 5, tol, peer_steps),
         "PyHessian eigenvalues (power iteration, its defaults)":
             lambda: peers.pyhessian_top(cfg, params, X, Y, 5),
     }
-    if which is not None:
-        methods = {n: f for n, f in methods.items() if any(w in n for w in which)}
+    methods = {n: f for n, f in methods.items() if wanted(n)}
     mag = None
     if any("PyHessian" in n for n in methods):                      # it answers the largest |λ|
         m = spectral.eigenpairs(res, "full", 5, "magnitude", seed=1, tol=1e-8, solver="torch")
@@ -279,12 +283,12 @@ def float32_row(seq_len: int, repeats: int = 3, device: str = "cpu") -> dict:
     product = float((r32.matvec(v32).double() - ref).abs().max() / ref.abs().max())
     times = {n: t["median"] for n, t in interleaved({"float64": lambda: r64.matvec(v),
                                                      "float32": lambda: r32.matvec(v32)}, repeats).items()}
-    start = _clock(device)
+    start = _clock()
     e32 = spectral.eigenpairs(r32, "full", 5, "top", seed=0, tol=1e-5, solver="torch")
-    s32 = _clock(device) - start
-    start = _clock(device)
+    s32 = _clock() - start
+    start = _clock()
     e64 = spectral.eigenpairs(r64, "full", 5, "top", seed=0, tol=1e-8, solver="torch")
-    s64 = _clock(device) - start
+    s64 = _clock() - start
     top = float(np.max(np.abs(e32.values - e64.values) / np.abs(e64.values)))
     return {"row": "float32", "L": len(X), "product_rel_diff": product, "top5_rel_diff": top, "times": times,
             "top5_seconds": {"float32": s32, "float64": s64},
@@ -298,9 +302,9 @@ def slq_row(seq_len: int, probes: int = 10, steps: int = 80, reorth: str = "part
     res = hv.hessian(cfg, params, X, Y)
     res.matvec(torch.zeros(res.size, dtype=X.dtype, device=X.device))
     base = _peak_start(device)
-    start, start_cpu = _clock(device), time.process_time()
+    start, start_cpu = _clock(), time.process_time()
     d = spectral.density(res, "full", probes=probes, steps=steps, seed=0, reorth=reorth)
-    seconds, cpu = _clock(device) - start, time.process_time() - start_cpu
+    seconds, cpu = _clock() - start, time.process_time() - start_cpu
     return {"row": "slq", "L": len(X), "P": res.size, "probes": probes, "steps": steps, "seconds": seconds,
             "cpu_seconds": cpu, "reorth": reorth, "products": d.matvecs, "peak_mib": _peak_mib(device, base),
             "trace": d.trace, "support": [float(d.all_nodes.min()), float(d.all_nodes.max())],
@@ -431,11 +435,13 @@ def write_section(path, text: str, header: str = "") -> None:
     path.write_text(keep + SECTION + "\n\n" + header + text)
 
 
-def header(threads: int, device: str = "cpu") -> str:
-    where = (f"{torch.cuda.get_device_name(device)}, `--device {device}`" if _cuda(device)
-             else f"{threads} thread(s)")
+def header(rows: list[dict]) -> str:
+    """The section's first line, from where its rows were measured (their ``device`` and ``torch``),
+    so that rows rendered on another machine keep their own."""
+    first = rows[0] if rows else {}
+    where = first.get("device", f"CPU, {torch.get_num_threads()} thread(s)")
     return (f"Real MiniLM layer {LAYER} (all-MiniLM-L6-v2 weights, a real text), float64, "
-            f"{where}, torch {torch.__version__}; `python -m hessviz.matfree.speed`.\n\n")
+            f"{where}, torch {first.get('torch', torch.__version__)}; `python -m hessviz.matfree.speed`.\n\n")
 
 
 def _saved_rows(out):
@@ -446,12 +452,12 @@ def _saved_rows(out):
     return out.with_name(f"{out.stem}_SPEED.json")
 
 
-def render(out="benchmarks/MATFREE.md", threads: int = 1) -> None:
+def render(out="benchmarks/MATFREE.md") -> None:
     """Rewrite the section of ``out`` from the rows saved so far (:func:`_saved_rows`)."""
     import json
 
     rows = json.loads(_saved_rows(out).read_text())
-    write_section(out, markdown(rows), header(threads))
+    write_section(out, markdown(rows), header(rows))
 
 
 def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128), slq_len: int = 128,
@@ -465,7 +471,7 @@ def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128
     partial = _saved_rows(out)
 
     def add(row: dict) -> None:
-        rows.append(row)
+        rows.append(row | {"torch": torch.__version__})
         partial.write_text(json.dumps(rows, indent=2))            # kept row by row
 
     for L in top5_lens:
@@ -484,7 +490,7 @@ def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128
         for reorth in slq_reorth:
             progress(f"SLQ L={slq_len} ({reorth})")
             add(slq_row(slq_len, reorth=reorth, device=device))
-    write_section(out, markdown(rows), header(threads, device))
+    write_section(out, markdown(rows), header(rows))
     return rows
 
 
@@ -509,7 +515,7 @@ if __name__ == "__main__":
                    help=f"only save the layer and texts at every length asked for to PATH (for ${CASES_ENV})")
     a = p.parse_args()
     if a.render:
-        render(a.out, a.threads)
+        render(a.out)
         raise SystemExit(0)
     if a.save_cases:
         save_cases(a.save_cases, sorted({*a.top5_lens, *a.product_lens, *a.float32_lens,
