@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compute", help="Hessian terms to .npz and a JSON summary")
     _add_block_args(p)
     p.add_argument("--terms", nargs="+", choices=tuple(TERMS), default=list(TERMS))
-    p.add_argument("--out", default="hessian", help="output path prefix (default ./hessian)")
+    p.add_argument("--out", default="out/hessian", help="output path prefix (default out/hessian)")
     p.set_defaults(func=cmd_compute)
 
     p = sub.add_parser("verify", help="closed form vs autograd, relative error per block and term")
@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", type=int, default=0, metavar="SAMPLES", help="Hutch++ trace from this many "
                                                                           "products (default: none)")
     p.add_argument("--blocks", action="store_true", help="top eigenvalue and trace of every weight and head")
-    p.add_argument("--out", default="spectrum", help="output path prefix (default ./spectrum)")
+    p.add_argument("--out", default="out/spectrum", help="output path prefix (default out/spectrum)")
     p.set_defaults(func=cmd_spectrum)
 
     p = sub.add_parser("models", help="the bundled models and the checkpoint families --model reads")
