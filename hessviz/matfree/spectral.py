@@ -220,7 +220,9 @@ class Density:
     def curve(self, grid: np.ndarray | None = None, sigma: float | None = None,
               points: int = 400) -> tuple[np.ndarray, np.ndarray]:
         """``(grid, φ(grid))``: the nodes smoothed by Gaussians of width ``sigma``
-        (default 1 % of the spectral range); ``∫ φ = 1``."""
+        (default 1 % of the spectral range); ``∫ φ = 1``. ``sigma`` given must be > 0."""
+        if sigma is not None and not (isinstance(sigma, (int, float)) and sigma > 0 and math.isfinite(sigma)):
+            raise ConfigError(f"sigma must be a finite number > 0, got {sigma!r}")
         lo, hi = float(self.all_nodes.min()), float(self.all_nodes.max())
         width = max(hi - lo, 1e-12 * max(abs(lo), abs(hi), 1.0))
         sigma = 0.01 * width if sigma is None else sigma
