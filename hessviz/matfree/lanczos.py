@@ -383,6 +383,8 @@ class _Pairs(NamedTuple):
     """``(j − locked,)`` the active space's Ritz values, best first (what a restart keeps)."""
     active_Y: Tensor
     """Their coordinates on the active rows ``Q[locked:j]``."""
+    settled: bool
+    """Whether *every* active Ritz pair passes: the active space is invariant to ``tol``."""
 
 
 def _ritz(T: Tensor, j: int, beta: float, k: int, which: str, tol: float, eps: float,
@@ -400,19 +402,22 @@ def _ritz(T: Tensor, j: int, beta: float, k: int, which: str, tol: float, eps: f
     order = _wanted(theta, j - locked, which)
     theta, Y = theta[order], Y[:, order]
     est = beta * Y[-1].abs() if len(theta) else theta
-    if not locked:
-        return _Pairs(theta, Y, est, passed(theta, est, k, tol, eps, bound, which), theta, Y)
     values = torch.diagonal(T)[:locked]
+    scale = float(values.abs().max()) if locked else 0.0
+    settled = not len(theta) or passed(theta, est, len(theta), tol, eps, bound, which, scale)
+    if not locked:
+        done = j > k and passed(theta, est, k, tol, eps, bound, which)
+        return _Pairs(theta, Y, est, done, theta, Y, settled)
     every = torch.cat([values, theta])
     coords = torch.zeros(j, j, dtype=T.dtype)
     coords[range(locked), range(locked)] = 1.0
     coords[locked:, locked:] = Y
     order = _wanted(every, j, which)
     wanted = int((order[:k] >= locked).sum())
-    done = not len(theta) or passed(theta, est, min(max(1, wanted), len(theta)), tol, eps, bound, which,
-                                    float(values.abs().max()))
+    active = min(max(1, wanted), len(theta))
+    done = not len(theta) or passed(theta, est, active, tol, eps, bound, which, scale)
     return _Pairs(every[order], coords[:, order], torch.cat([torch.zeros_like(values), est])[order], done,
-                  theta, Y)
+                  theta, Y, settled)
 
 
 def value_error(theta: Tensor, residuals: Tensor, k: int | Tensor) -> Tensor:
@@ -549,10 +554,19 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
             T[locked: j + 1, j] = h[locked:]     # on the locked rows: round-off, theirs is an invariant space
             beta = float(norm(w))
             size = max(size, float(T[:j + 1, j].abs().sum()) + beta)
-        if beta <= closed * size:
-            # An invariant space (β = 0, or at round-off: a multiple of the identity, a low-rank block, a
-            # start in an eigenspace): its eigenpairs are exact. Lock them; stop when they are the answer,
-            # else go on in their complement from a fresh vector (Parlett §13.2, ARPACK's getv0).
+        whole = beta <= closed * size       # β at round-off: the Krylov space is invariant
+        if not whole:
+            w.div_(beta)
+            r = _ritz(T, j + 1, beta, k, which, tol, eps, bound, locked)
+            whole = r.settled                  # or every Ritz pair of it passes: invariant to tol
+            done = r.done and j + 1 > k        # the test each step, on the leading j + 1 of T
+            if done and not whole:
+                break
+        if whole:
+            # An invariant space (β = 0 or at round-off: a multiple of the identity, a low-rank block, a
+            # start in an eigenspace; or each of its Ritz pairs within tol): its eigenpairs are answers.
+            # Lock them; stop when they hold the k wanted, else go on in their complement from a fresh
+            # vector (Parlett §13.2; ARPACK's getv0), where copies of repeated eigenvalues lie.
             block = _lock_(T, Q, locked, j + 1, which, like)
             locked = j + 1
             if _answered(torch.diagonal(T)[:locked], block, k, which, tol, eps) or locked == n:
@@ -571,12 +585,6 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
             j = begin = locked
             beta = 0.0
             continue
-        w.div_(beta)
-        if j + 1 > k:                               # the test each step, on the leading j + 1 of T
-            r = _ritz(T, j + 1, beta, k, which, tol, eps, bound, locked)
-            done = r.done
-            if done:
-                break
         if j + 1 < m:
             j += 1
             continue
