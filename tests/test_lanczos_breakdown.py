@@ -18,7 +18,9 @@ EPS = torch.finfo(torch.float64).eps
 
 def _in_basis(values: list[float], n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(A, Q)``: ``A = Q diag(values, 0, …, 0) Qᵀ`` (``n × n``) in a random orthonormal basis ``Q``."""
-    Q, _ = torch.linalg.qr(torch.randn(n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    Q, _ = torch.linalg.qr(
+        torch.randn(n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    )
     d = torch.zeros(n, dtype=torch.float64)
     d[: len(values)] = torch.tensor(values, dtype=torch.float64)
     return (Q * d) @ Q.T, Q
@@ -81,7 +83,9 @@ def test_an_invariant_space_costs_a_product_a_value():
         assert r.matvecs == 2 * k and r.restarts == 0
     full = lanczos.extremes(lambda V: V @ A, 64, 63, "bottom", like=A, bound="value", check=False)
     assert full.converged and full.matvecs == 63
-    torch.testing.assert_close(full.values, torch.full((63,), 1 / 32, dtype=torch.float64), rtol=4 * EPS, atol=0)
+    torch.testing.assert_close(
+        full.values, torch.full((63,), 1 / 32, dtype=torch.float64), rtol=4 * EPS, atol=0
+    )
     R, _, _ = OPERATORS["rank 2"]
     assert lanczos.extremes(lambda V: V @ R, 50, 1, like=R, check=False).matvecs == 3
     assert lanczos.extremes(lambda V: V @ R, 50, 3, like=R, check=False).matvecs <= 5
@@ -124,7 +128,7 @@ def test_slq_quadrature_is_exact_with_fewer_nodes(reorth):
     for A, nodes in cases:
         n = A.shape[0]
         v0 = torch.randn(2, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-        runs = lanczos.tridiagonal(lambda V: V @ A, v0, 20, reorth=reorth)
+        runs = lanczos.tridiagonal(lambda V, A=A: V @ A, v0, 20, reorth=reorth)
         scale = max(float(torch.linalg.matrix_norm(A, 2)), 1e-300)
         for (alpha, beta), v in zip(runs, v0):
             assert len(beta) == len(alpha) - 1
@@ -134,9 +138,9 @@ def test_slq_quadrature_is_exact_with_fewer_nodes(reorth):
             tau = Y[0] ** 2
             u = v / torch.linalg.vector_norm(v)
             for p in range(6):
-                moment = float((tau * theta ** p).sum())
+                moment = float((tau * theta**p).sum())
                 exact = float(u @ torch.linalg.matrix_power(A, p) @ u)
-                assert abs(moment - exact) <= 1e-13 * scale ** p, (p, moment, exact)
+                assert abs(moment - exact) <= 1e-13 * scale**p, (p, moment, exact)
     with pytest.raises(ValueError, match="nonzero"):
         lanczos.tridiagonal(lambda V: V @ R, torch.zeros(1, 50, dtype=torch.float64), 5, reorth=reorth)
 
@@ -157,8 +161,9 @@ def test_the_issue_repro_through_the_public_api(b2):
     for which in lanczos.WHICH:
         for bound in lanczos.BOUNDS:
             for k in (1, 3, 10):
-                e = hv.matfree.eigenpairs(b2, k=k, which=which, solver="torch", start=torch.ones(64),
-                                          bound=bound, vectors=True)
+                e = hv.matfree.eigenpairs(
+                    b2, k=k, which=which, solver="torch", start=torch.ones(64), bound=bound, vectors=True
+                )
                 assert e.converged and np.allclose(e.values, 1 / 32, rtol=0, atol=64 * EPS / 32), e.values
                 np.testing.assert_allclose(e.vectors.T @ e.vectors, np.eye(k), rtol=0, atol=1e-12)
     zero = hv.matfree.eigenpairs(b2, "functional", k=3, which="magnitude", solver="torch", bound="value")
@@ -198,4 +203,6 @@ def test_the_curvature_table_of_an_identity_block():
     params = hv.init_params(cfg, seed=0)
     X, Y = hv.sample_inputs(cfg, seed=0)
     out = explore.curvature_table(cfg, params, X, Y, None, ["b_2"], samples=30)
-    assert out["names"] == ["b_2"] and not out["exact"][0] and out["top"][0] == pytest.approx(1 / 512, abs=1e-18)
+    assert (
+        out["names"] == ["b_2"] and not out["exact"][0] and out["top"][0] == pytest.approx(1 / 512, abs=1e-18)
+    )
