@@ -46,6 +46,23 @@ which the core then works on in place. Two entry points share the step below:
   to measure ``h = Q w`` and subtracts only the coefficients above the round-off level, by runs of
   adjacent rows. The Ritz values stay exact to ``O(ε ‖H‖)``; the Ritz vectors' true residuals stop
   near ``√ε ‖H‖`` (:func:`_reorth`), which is why the residual test keeps full reorthogonalisation.
+
+  **Breakdown is an answer.** When ``β_j ≤ ε₁ ‖T‖`` (``ε₁ = ε √n``, Simon's round-off term; ``‖T‖``
+  from the running column sums, so the test is the same at any scale of ``H``: ``β = 0`` on a
+  multiple of the identity, after ``r + 1`` steps on a rank-``r`` block, at once from a start in an
+  eigenspace), or when every Ritz pair of the active space passes the stopping test, that space is
+  invariant (to round-off, or to ``tol``) and its eigenpairs are answers: they are **locked**
+  (:func:`_lock_`: the rows turned into the eigenvectors, ``T``'s block ``diag(θ)``). The run stops
+  when the locked values hold the ``k`` wanted and the space locked last offers nothing better than
+  the ``k``-th (:func:`_answered`: a random start's Krylov space holds every distinct eigenvalue of its
+  complement once, so only copies can remain) or when the locked rows fill the space; otherwise it
+  goes on from a fresh vector orthogonal to them (:func:`_fresh_`), in full reorthogonalisation, where
+  the copies of repeated eigenvalues lie (``I/32``, ``k = 3``: three products; Parlett, *The Symmetric
+  Eigenvalue Problem*, §13.2; ARPACK's ``getv0``). After a lock, the per-step test also waits for the
+  active space's best Ritz value (:func:`_ritz`). Nothing of this runs before the first breakdown:
+  runs without one take the same products to the bit. A single Krylov space cannot see a repeated
+  eigenvalue that it never closes on (``3`` forty times among sixty distinct values): there, as before,
+  the copies come only from round-off.
 * :func:`tridiagonal`: plain Lanczos from several start vectors side by side (the SLQ probes),
   one ``k``-column product per step written straight into the next basis row, each probe's basis
   kept semi-orthogonal by Simon's estimates in float64 (``reorth="partial"``; semi-orthogonal is
