@@ -421,10 +421,13 @@ def _ritz(T: Tensor, j: int, beta: float, k: int, which: str, tol: float, eps: f
     est = beta * Y[-1].abs() if len(theta) else theta
     values = torch.diagonal(T)[:locked]
     scale = float(values.abs().max()) if locked else 0.0
-    settled = not len(theta) or passed(theta, est, len(theta), tol, eps, bound, which, scale)
+
+    def every_pair() -> bool:              # implies ``done``: asked only then (or in the first k steps)
+        return passed(theta, est, len(theta), tol, eps, bound, which, scale)
+
     if not locked:
         done = j > k and passed(theta, est, k, tol, eps, bound, which)
-        return _Pairs(theta, Y, est, done, theta, Y, settled)
+        return _Pairs(theta, Y, est, done, theta, Y, (done or j <= k) and every_pair())
     every = torch.cat([values, theta])
     coords = torch.zeros(j, j, dtype=T.dtype)
     coords[range(locked), range(locked)] = 1.0
@@ -434,7 +437,7 @@ def _ritz(T: Tensor, j: int, beta: float, k: int, which: str, tol: float, eps: f
     active = min(max(1, wanted), len(theta))
     done = not len(theta) or passed(theta, est, active, tol, eps, bound, which, scale)
     return _Pairs(every[order], coords[:, order], torch.cat([torch.zeros_like(values), est])[order], done,
-                  theta, Y, settled)
+                  theta, Y, not len(theta) or (done and every_pair()))
 
 
 def value_error(theta: Tensor, residuals: Tensor, k: int | Tensor) -> Tensor:
