@@ -332,7 +332,10 @@ def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *
     ``hutchinson``: ``(1/m) Σ vᵢᵀ H vᵢ``, Rademacher ``vᵢ``, ``stderr = std/√m``.
     ``hutch++``: ``m/3`` products sketch ``Q = orth(H S)``; ``tr(Qᵀ H Q)`` is exact and
     Hutchinson with ``m/3`` probes handles ``(I − QQᵀ) H (I − QQᵀ)``. When ``samples ≥ P'``
-    the trace is exact, from ``P'`` unit vectors.
+    the trace is exact, from ``P'`` unit vectors. A rank-deficient sketch (``H`` of rank below
+    ``m/3``, or zero) needs no guard: Householder QR returns orthonormal columns whatever the rank,
+    with ``range(HS) ⊆ range(Q)``, so the sketched part is exact and the rest 0 up to round-off (no
+    norm is divided by).
     """
     if method not in ("hutchinson", "hutch++"):
         raise ConfigError(f"method must be 'hutchinson' or 'hutch++', got {method!r}")
