@@ -337,8 +337,7 @@ class Orthogonality:
         if not beta > 0:
             raise ValueError(f"Orthogonality.advance needs beta > 0 (an invariant space has no next vector), "
                              f"got {beta!r}")
-        S = torch.triu(T[:j + 1, :j + 1])
-        S = S + torch.triu(S, 1).T
+        S = _symmetric(T, 0, j + 1)
         alpha, before = float(S[j, j]), float(S[j - 1, j]) if j else 0.0
         self.norm = max(self.norm, abs(alpha) + beta + before)
         new = torch.zeros_like(self.current)
