@@ -538,7 +538,10 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     fewer products when only the eigenvalues are wanted to ``tol``. ``reorth``: ``"partial"``
     (the first pass semi-orthogonal, :class:`Orthogonality`; after a restart, full), ``"full"``, or
     ``"auto"`` (:func:`_reorth`: partial for ``bound="value"`` in float64); ``ncv`` defaults by it
-    (:func:`default_ncv`)."""
+    (:func:`default_ncv`). A Krylov space that closes (``β = 0``) is an answer, not an error: its
+    eigenpairs are locked and the run stops or goes on from a fresh vector (the module's "Breakdown
+    is an answer"); when the locked rows leave no room they are cut to the ``k`` wanted, which counts
+    as a restart."""
     m, reorth = _check(n, k, which, tol, ncv, bound, like, reorth)
     Q = memory.empty((m + 1, n), like)
     T = torch.zeros(m, m, dtype=torch.float64)
