@@ -46,6 +46,23 @@ which the core then works on in place. Two entry points share the step below:
   to measure ``h = Q w`` and subtracts only the coefficients above the round-off level, by runs of
   adjacent rows. The Ritz values stay exact to ``O(ε ‖H‖)``; the Ritz vectors' true residuals stop
   near ``√ε ‖H‖`` (:func:`_reorth`), which is why the residual test keeps full reorthogonalisation.
+
+  **Breakdown is an answer.** When ``β_j ≤ ε₁ ‖T‖`` (``ε₁ = ε √n``, Simon's round-off term; ``‖T‖``
+  from the running column sums, so the test is the same at any scale of ``H``: ``β = 0`` on a
+  multiple of the identity, after ``r + 1`` steps on a rank-``r`` block, at once from a start in an
+  eigenspace), or when every Ritz pair of the active space passes the stopping test, that space is
+  invariant (to round-off, or to ``tol``) and its eigenpairs are answers: they are **locked**
+  (:func:`_lock_`: the rows turned into the eigenvectors, ``T``'s block ``diag(θ)``). The run stops
+  when the locked values hold the ``k`` wanted and the space locked last offers nothing better than
+  the ``k``-th (:func:`_answered`: a random start's Krylov space holds every distinct eigenvalue of its
+  complement once, so only copies can remain) or when the locked rows fill the space; otherwise it
+  goes on from a fresh vector orthogonal to them (:func:`_fresh_`), in full reorthogonalisation, where
+  the copies of repeated eigenvalues lie (``I/32``, ``k = 3``: three products; Parlett, *The Symmetric
+  Eigenvalue Problem*, §13.2; ARPACK's ``getv0``). After a lock, the per-step test also waits for the
+  active space's best Ritz value (:func:`_ritz`). Nothing of this runs before the first breakdown:
+  runs without one take the same products to the bit. A single Krylov space cannot see a repeated
+  eigenvalue that it never closes on (``3`` forty times among sixty distinct values): there, as before,
+  the copies come only from round-off.
 * :func:`tridiagonal`: plain Lanczos from several start vectors side by side (the SLQ probes),
   one ``k``-column product per step written straight into the next basis row, each probe's basis
   kept semi-orthogonal by Simon's estimates in float64 (``reorth="partial"``; semi-orthogonal is
@@ -87,6 +104,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -313,9 +331,13 @@ class Orthogonality:
     def advance(self, T: Tensor, j: int, beta: float) -> bool:
         """Step the estimates to ``ω_{j+1, ·}`` from ``T``'s leading ``(j + 1) × (j + 1)`` (upper
         triangle: ``α`` on the diagonal, ``β`` above it) and ``β_j = beta``; whether ``q_{j+1}`` is
-        to be orthogonalised against ``q_0 … q_j``."""
-        S = torch.triu(T[:j + 1, :j + 1])
-        S = S + torch.triu(S, 1).T
+        to be orthogonalised against ``q_0 … q_j``. ``beta > 0``: at ``β = 0`` (or at round-off) the
+        Krylov space is invariant and there is no ``q_{j+1}`` to estimate; the callers stop or restart
+        there first."""
+        if not beta > 0:
+            raise ValueError(f"Orthogonality.advance needs beta > 0 (an invariant space has no next vector), "
+                             f"got {beta!r}")
+        S = _symmetric(T, 0, j + 1)
         alpha, before = float(S[j, j]), float(S[j - 1, j]) if j else 0.0
         self.norm = max(self.norm, abs(alpha) + beta + before)
         new = torch.zeros_like(self.current)
@@ -356,17 +378,65 @@ def _check(n: int, k: int, which: str, tol: float, ncv: int | None, bound: str, 
     return m, reorth
 
 
+def _symmetric(T: Tensor, a: int, b: int) -> Tensor:
+    """``T[a:b, a:b]`` with its upper triangle mirrored (``T`` keeps only the upper one)."""
+    S = torch.triu(T[a:b, a:b])
+    return S + torch.triu(S, 1).T
+
+
+class _Pairs(NamedTuple):
+    """The Ritz pairs of :func:`_ritz`, best first."""
+
+    theta: Tensor
+    """``(j,)`` every Ritz value: the locked rows' eigenvalues and the active space's Ritz values."""
+    Y: Tensor
+    """``(j, j)`` their vectors' coordinates on the basis rows ``Q[:j]``."""
+    est: Tensor
+    """``(j,)`` the estimated residuals ``β |y_{j,i}|`` (0 for a locked row)."""
+    done: bool
+    """Whether the wanted pass the test (:func:`passed`)."""
+    active: Tensor
+    """``(j − locked,)`` the active space's Ritz values, best first (what a restart keeps)."""
+    active_Y: Tensor
+    """Their coordinates on the active rows ``Q[locked:j]``."""
+    settled: bool
+    """Whether *every* active Ritz pair passes: the active space is invariant to ``tol``."""
+
+
 def _ritz(T: Tensor, j: int, beta: float, k: int, which: str, tol: float, eps: float,
-          bound: str = "residual") -> tuple[Tensor, Tensor, Tensor, bool]:
-    """The Ritz pairs of the leading ``j × j`` of ``T`` (upper triangle filled), best first:
-    ``(θ (j,), Y (j, j), estimated residuals β |y_{j,i}| (j,), whether the first k pass the test)``
-    (the test of :func:`passed`)."""
-    S = torch.triu(T[:j, :j]) + torch.triu(T[:j, :j], 1).T
-    theta, Y = torch.linalg.eigh(S)
-    order = _wanted(theta, j, which)
+          bound: str = "residual", locked: int = 0) -> _Pairs:
+    """The Ritz pairs of the leading ``j × j`` of ``T`` (upper triangle filled), best first, and
+    whether the first ``k`` pass the test of :func:`passed`.
+
+    The first ``locked`` rows of the basis are exact eigenvectors (an invariant space locked by
+    :func:`_lock_`; ``T``'s diagonal holds their values, ``est = 0``), the rest the active Krylov
+    space, whose Ritz pairs come from ``T[locked:j, locked:j]``. With rows locked, the wanted among the
+    active Ritz values pass the test, and so does the best of them when none is wanted: the locked
+    values pass at once, and only once the active space's extreme has converged is it known that the
+    complement holds nothing better (a fresh block's first Ritz value is an interior Rayleigh quotient)."""
+    theta, Y = torch.linalg.eigh(_symmetric(T, locked, j))
+    order = _wanted(theta, j - locked, which)
     theta, Y = theta[order], Y[:, order]
-    est = beta * Y[j - 1].abs()
-    return theta, Y, est, passed(theta, est, k, tol, eps, bound, which)
+    est = beta * Y[-1].abs() if len(theta) else theta
+    values = torch.diagonal(T)[:locked]
+    scale = float(values.abs().max()) if locked else 0.0
+
+    def every_pair() -> bool:              # implies ``done``: asked only then (or in the first k steps)
+        return passed(theta, est, len(theta), tol, eps, bound, which, scale)
+
+    if not locked:
+        done = j > k and passed(theta, est, k, tol, eps, bound, which)
+        return _Pairs(theta, Y, est, done, theta, Y, (done or j <= k) and every_pair())
+    every = torch.cat([values, theta])
+    coords = torch.zeros(j, j, dtype=T.dtype)
+    coords[range(locked), range(locked)] = 1.0
+    coords[locked:, locked:] = Y
+    order = _wanted(every, j, which)
+    wanted = int((order[:k] >= locked).sum())
+    active = min(max(1, wanted), len(theta))
+    done = not len(theta) or passed(theta, est, active, tol, eps, bound, which, scale)
+    return _Pairs(every[order], coords[:, order], torch.cat([torch.zeros_like(values), est])[order], done,
+                  theta, Y, not len(theta) or (done and every_pair()))
 
 
 def value_error(theta: Tensor, residuals: Tensor, k: int | Tensor) -> Tensor:
@@ -376,6 +446,7 @@ def value_error(theta: Tensor, residuals: Tensor, k: int | Tensor) -> Tensor:
     ``|λ − θ| ≤ r² / δ`` once the rest of the spectrum is ``δ`` away; Parlett, *The Symmetric
     Eigenvalue Problem*, §11.7). ``δ_i`` is the Ritz estimate of the gap, as eigensolvers take it:
     interior Ritz values lie inside the spectrum, so it can overstate the true gap early in a run.
+    A repeated value (``δ_i = 0``, an invariant space's copies) has the bound ``r_i`` alone.
 
     >>> value_error(torch.tensor([3.0, 1.0, 0.0]), torch.tensor([0.1, 0.5, 0.5]), 1)
     tensor([0.0050])
@@ -385,7 +456,8 @@ def value_error(theta: Tensor, residuals: Tensor, k: int | Tensor) -> Tensor:
     if theta.numel() > 1:
         gaps = (theta[idx, None] - theta[None, :]).abs()
         gaps[range(len(idx)), idx] = math.inf
-        out = torch.minimum(out, out ** 2 / gaps.min(1).values)
+        gap = gaps.min(1).values
+        out = torch.where(gap > 0, torch.minimum(out, out ** 2 / gap), out)    # a repeated value: r alone
     return out
 
 
@@ -400,7 +472,7 @@ def check_bound(bound: str) -> str:
 
 
 def passed(theta: Tensor, est: Tensor, k: int, tol: float, eps: float, bound: str,
-           which: str = "top") -> bool:
+           which: str = "top", scale: float = 0.0) -> bool:
     """Whether the first ``k`` Ritz pairs pass the stopping test: ``bound="residual"``,
     ``‖H u_i − θ_i u_i‖ ≤ tol · |θ_i|``; ``"value"``, the eigenvalue's error bound
     :func:`value_error` ``≤ tol · |θ_i|``. ``|θ_i|`` is floored at ``ε^{2/3} · max|θ|`` as ARPACK
@@ -412,8 +484,9 @@ def passed(theta: Tensor, est: Tensor, k: int, tol: float, eps: float, bound: st
     magnitude minus that one's (else an end still moving outward could overtake the other). The far
     end is held to its residual under either bound: the gap theorem's ``r² / δ`` takes ``δ`` from
     the Ritz values, which early in a run overstate the gap at the edge of a dense cluster (a
-    Rademacher start stopped at the isolated end after 7 products, ``tests/test_lanczos.py``)."""
-    floor = eps ** (2 / 3) * float(theta.abs().max())
+    Rademacher start stopped at the isolated end after 7 products, ``tests/test_lanczos.py``).
+    ``scale``: a magnitude the floor is taken from as well (the locked eigenvalues, :func:`_ritz`)."""
+    floor = eps ** (2 / 3) * max(float(theta.abs().max()), scale)
     idx = torch.arange(k)
     if which == "magnitude" and theta.numel() > k:
         ends = torch.stack([theta.argmax(), theta.argmin()])
@@ -465,82 +538,169 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     fewer products when only the eigenvalues are wanted to ``tol``. ``reorth``: ``"partial"``
     (the first pass semi-orthogonal, :class:`Orthogonality`; after a restart, full), ``"full"``, or
     ``"auto"`` (:func:`_reorth`: partial for ``bound="value"`` in float64); ``ncv`` defaults by it
-    (:func:`default_ncv`)."""
+    (:func:`default_ncv`). A Krylov space that closes (``β = 0``) is an answer, not an error: its
+    eigenpairs are locked and the run stops or goes on from a fresh vector (the module's "Breakdown
+    is an answer"); when the locked rows leave no room they are cut to the ``k`` wanted, which counts
+    as a restart."""
     m, reorth = _check(n, k, which, tol, ncv, bound, like, reorth)
     Q = memory.empty((m + 1, n), like)
     T = torch.zeros(m, m, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
     q = start_vector(start, rademacher(n, 1, gen, like)[0])
     Q[0] = q / norm(q)
-    begin, matvecs, restarts = 0, 0, 0
-    keep = min(m - 1, k + (m - k) // 2)
     eps = torch.finfo(like.dtype).eps
+    closed = eps * math.sqrt(n)           # β ≤ ε₁ ‖T‖: the Krylov space is invariant (Simon's round-off term)
     omega = Orthogonality(m, n, eps) if reorth == "partial" else None
+    j, begin, locked, matvecs, restarts, beta, size = 0, 0, 0, 0, 0, 0.0, 0.0
     while True:
-        beta = 0.0
-        for j in range(begin, m):
-            w = apply_into(apply, Q[j:j + 1], Q[j + 1:j + 2])[0]    # the next row, worked on in place
-            matvecs += 1
-            if j > begin or omega is not None:    # the three-term part first, so Gram–Schmidt cancels little
-                alpha = float(torch.dot(Q[j], w))
-                _three_term_(w, Q, j, alpha, beta)
-            if omega is not None:                     # the first pass, semi-orthogonal
-                T[j, j] = alpha
-                if j:
-                    T[j - 1, j] = beta
+        w = apply_into(apply, Q[j:j + 1], Q[j + 1:j + 2])[0]    # the next row, worked on in place
+        matvecs += 1
+        if j > begin or omega is not None:    # the three-term part first, so Gram–Schmidt cancels little
+            alpha = float(torch.dot(Q[j], w))
+            _three_term_(w, Q, j, alpha, beta)
+        if omega is not None:                     # the first pass, semi-orthogonal
+            T[j, j] = alpha
+            if j:
+                T[j - 1, j] = beta
+            beta = float(norm(w))
+            size = max(size, float(T[:j + 1, j].abs().sum()) + beta)
+            if beta > closed * size and omega.advance(T, j, beta):
+                left = partial_pass_(w, Q[: j + 1], omega.eps1)
                 beta = float(norm(w))
-                if omega.advance(T, j, beta):
-                    left = partial_pass_(w, Q[: j + 1], omega.eps1)
-                    beta = float(norm(w))
-                    omega.orthogonalised(j, left)
-            else:
-                h = orthogonalise_(w, Q[: j + 1]).to(T)
-                if j > begin:
-                    h[j] += alpha
-                    h[j - 1] += beta
-                T[: j + 1, j] = h
-                beta = float(norm(w))
-            if beta <= eps * max(1.0, float(T.abs().max())) * 10:   # invariant: continue with a fresh vector
-                w = rademacher(n, 1, gen, like)[0]
-                orthogonalise_(w, Q[: j + 1])
-                orthogonalise_(w, Q[: j + 1])
-                Q[j + 1] = w / norm(w)
-                beta, invariant = 0.0, True
-                if omega is not None:
-                    omega.orthogonalised(j)
-            else:
-                w.div_(beta)
-                invariant = False
-            # The test each step. An invariant space holds the eigenvalues the start vector reaches
-            # exactly, one per distinct eigenvalue: the largest (or smallest) among them, so k = 1
-            # may stop there, while k > 1 could lack a repeated one.
-            if k < j + 1 < m and (not invariant or k == 1):
-                theta, Y, est, done = _ritz(T, j + 1, beta, k, which, tol, eps, bound)
-                if done:
-                    break
+                omega.orthogonalised(j, left)
         else:
-            theta, Y, est, done = _ritz(T, m, beta, k, which, tol, eps, bound)
-        if done or restarts >= max_restarts:
+            h = orthogonalise_(w, Q[: j + 1]).to(T)
+            if j > begin:
+                h[j] += alpha
+                h[j - 1] += beta
+            T[locked: j + 1, j] = h[locked:]     # on the locked rows: round-off, theirs is an invariant space
+            beta = float(norm(w))
+            size = max(size, float(T[:j + 1, j].abs().sum()) + beta)
+        whole = beta <= closed * size       # β at round-off: the Krylov space is invariant
+        if not whole:
+            w.div_(beta)
+            r = _ritz(T, j + 1, beta, k, which, tol, eps, bound, locked)
+            whole = r.settled                  # or every Ritz pair of it passes: invariant to tol
+            done = r.done and j + 1 > k        # the test each step, on the leading j + 1 of T
+            if done and not whole:
+                break
+        if whole:
+            # An invariant space (β = 0 or at round-off: a multiple of the identity, a low-rank block, a
+            # start in an eigenspace; or each of its Ritz pairs within tol): its eigenpairs are answers.
+            # Lock them; stop when they hold the k wanted, else go on in their complement from a fresh
+            # vector (Parlett §13.2; ARPACK's getv0), where copies of repeated eigenvalues lie.
+            block = _lock_(T, Q, locked, j + 1, which, like)
+            locked = j + 1
+            if _answered(torch.diagonal(T)[:locked], block, k, which, tol, eps) or locked == n:
+                r, done = _ritz(T, locked, 0.0, k, which, tol, eps, bound, locked), True
+                break
+            omega = None                                # full reorthogonalisation from here
+            if locked > m - 2:                          # no room left: keep the wanted locked rows only
+                if restarts >= max_restarts:
+                    r, done = _ritz(T, locked, 0.0, k, which, tol, eps, bound, locked), False
+                    break
+                restarts += 1
+                locked = _compact_(T, Q, locked, k, which)
+            if not _fresh_(Q, locked, gen, like):       # the locked rows span the space numerically
+                r, done = _ritz(T, locked, 0.0, k, which, tol, eps, bound, locked), True
+                break
+            j = begin = locked
+            beta = 0.0
+            continue
+        if j + 1 < m:
+            j += 1
+            continue
+        if restarts >= max_restarts:
             break
-        restarts += 1                                   # thick restart on the best `keep` Ritz vectors
+        restarts += 1                                   # thick restart on the best Ritz vectors
         omega = None                                    # and full reorthogonalisation from here
-        combine_(Y[:, :keep].to(like), Q[:m], Q[:keep])
-        Q[keep] = Q[m]
-        T.zero_()
-        T[range(keep), range(keep)] = theta[:keep]
-        begin = keep
-    values, residuals = theta[:k].clone(), est[:k].clone()
+        room = m - locked
+        keep = min(room - 1, k + (room - k) // 2) if room > k else room - 1
+        combine_(r.active_Y[:, :keep].to(like), Q[locked:m], Q[locked:locked + keep])
+        Q[locked + keep] = Q[m]
+        T[:, locked:] = 0.0
+        T[range(locked, locked + keep), range(locked, locked + keep)] = r.active[:keep]
+        j = begin = locked + keep
+    values, residuals = r.theta[:k].clone(), r.est[:k].clone()
     U = None
     if vectors or check:
-        U = combine_(Y[:, :k].to(like), Q[:Y.shape[0]], memory.empty((k, n), like))
+        U = combine_(r.Y[:, :k].to(like), Q[:r.Y.shape[0]], memory.empty((k, n), like))
         U = U / norm(U, dim=1, keepdim=True)
     if check:
         HU = apply(U)
         matvecs += k
         values = (HU * U).sum(1).to(torch.float64).cpu()           # Rayleigh quotients: error ~ ‖r‖² / gap
         residuals = norm(HU - values.to(like)[:, None] * U, dim=1).to(torch.float64).cpu()
-    errors = value_error(torch.cat([values, theta[k:]]), residuals, k)
+    errors = value_error(torch.cat([values, r.theta[k:]]), residuals, k)
     return Ritz(values, U if vectors else None, residuals, errors, matvecs, restarts, done)
+
+
+def _lock_(T: Tensor, Q: Tensor, a: int, b: int, which: str, like: Tensor) -> Tensor:
+    """Lock the invariant space of rows ``Q[a:b]``: the rows turned into its eigenvectors in place
+    (``Q[a:b] ← Yᵀ Q[a:b]`` for ``T[a:b, a:b] = Y diag(θ) Yᵀ``), ``T``'s block made ``diag(θ)`` and its
+    couplings to the other rows (round-off) zero. Returns ``θ``, best first."""
+    theta, Y = torch.linalg.eigh(_symmetric(T, a, b))
+    order = _wanted(theta, b - a, which)
+    theta, Y = theta[order], Y[:, order]
+    combine_(Y.to(like), Q[a:b], Q[a:b])
+    T[:, a:] = 0.0
+    T[range(a, b), range(a, b)] = theta
+    return theta
+
+
+def _answered(values: Tensor, block: Tensor, k: int, which: str, tol: float, eps: float) -> bool:
+    """Whether the locked eigenvalues ``values`` hold the ``k`` wanted, ``block`` (best first) being
+    those of the invariant space locked last.
+
+    That space is the Krylov space of a start with a share of every eigenvector of its complement
+    (the premise of a random start, :func:`start_vector`): it holds one eigenvector of each distinct
+    eigenvalue there, so whatever the complement of all locked rows still holds is a copy of one of
+    ``block``. No copy can displace the ``k``-th wanted value when ``block``'s best is no better than
+    it (within ``tol``, relative, floored as in :func:`passed`). A multiple of the identity: one
+    product a value; a rank-``r`` block: the ``r`` nonzero values and 0 after ``r + 1`` products, and
+    one more product (0 again) where more than ``r`` are wanted."""
+    if len(values) < k:
+        return False
+    kth = float(values[_wanted(values, len(values), which)[k - 1]])
+    best = float(block[0])
+    slack = tol * max(abs(kth), eps ** (2 / 3) * float(values.abs().max()))
+    if which == "top":
+        return best <= kth + slack
+    if which == "bottom":
+        return best >= kth - slack
+    return abs(best) <= abs(kth) + slack
+
+
+def _compact_(T: Tensor, Q: Tensor, locked: int, k: int, which: str) -> int:
+    """Keep only the ``k`` wanted of the ``locked`` rows (moved to the front, ``T``'s diagonal with
+    them): room for a fresh Krylov space. Returns how many are kept."""
+    values = torch.diagonal(T)[:locked].clone()
+    keep = _wanted(values, locked, which)[:k]
+    Q[:len(keep)] = Q[keep.to(Q.device)]
+    T.zero_()
+    T[range(len(keep)), range(len(keep))] = values[keep]
+    return len(keep)
+
+
+FRESH_TRIES = 5
+"""Draws of a fresh vector after an invariant space before the locked rows are taken to span the
+whole space (ARPACK's ``getv0`` tries as often)."""
+
+
+def _fresh_(Q: Tensor, locked: int, gen: torch.Generator, like: Tensor) -> bool:
+    """``Q[locked]`` ← a seeded Rademacher vector orthogonalised against ``Q[:locked]`` (twice) and made
+    unit; ``False`` when every draw lies in their span to round-off (``‖w‖`` left below ``ε n`` of its
+    norm: then no direction is left)."""
+    n = Q.shape[1]
+    for _ in range(FRESH_TRIES):
+        w = rademacher(n, 1, gen, like)[0]
+        orthogonalise_(w, Q[:locked])
+        orthogonalise_(w, Q[:locked])
+        size = float(norm(w))
+        if size > torch.finfo(like.dtype).eps * n * math.sqrt(n):
+            Q[locked] = w / size
+            return True
+    return False
 
 
 REORTH = ("partial", "selective", "full", "none")
@@ -551,7 +711,11 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
     """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once: one ``k``-column product
     per step. Returns per start vector the tridiagonal ``T``'s diagonal ``α (m,)`` and
     off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's Krylov space is invariant
-    (``β`` below round-off), after which its rows stay zero.
+    (``β ≤ ε √n ‖T‖``, round-off; ``‖T‖`` from the running ``max |α_j| + β_j + β_{j−1}``, so the test
+    is the same at any scale of ``H``), after which its rows stay zero: the measure ``vᵀ δ(H − λ) v``
+    then has ``m`` points, and the ``m`` nodes and weights are it, exactly (a multiple of the identity:
+    one node; a rank-``r`` operator: at most ``r + 1``; the zero operator: one node at 0). A zero row
+    of ``v0`` is refused (:class:`ConfigError`).
 
     ``reorth`` (default ``"partial"``, or ``"full"`` when ``selective=False``); each kind but
     ``"none"`` keeps the basis, ``steps · n`` entries per start vector:
@@ -587,27 +751,35 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         return Q[:, i] if keep_basis else Q[i % 3]
 
     eps = torch.finfo(v0.dtype).eps
+    closed = eps * math.sqrt(n)          # β ≤ ε₁ ‖T‖: the probe's Krylov space is invariant
     watch = [Orthogonality(steps, n, eps) for _ in range(k)] if reorth == "partial" else []
     T = torch.zeros(k, steps, steps, dtype=torch.float64) if watch else None
-    torch.div(v0, norm(v0, dim=1, keepdim=True), out=row(0))
+    scale = norm(v0, dim=1, keepdim=True)
+    if not bool((scale > 0).all()):
+        raise ConfigError("v0's rows must be nonzero: a zero start vector has no Krylov space")
+    torch.div(v0, scale, out=row(0))
     alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
+    size = v0.new_zeros(k)               # per probe, the running max of |α_j| + β_j + β_{j−1} (≥ its ‖T‖ / 3)
     length = torch.full((k,), steps, dtype=torch.long)
     for j in range(steps):
         q = row(j)
         w = apply_into(apply, q, row(j + 1))
         a = torch.bmm(w[:, None, :], q[:, :, None])[:, 0, 0]         # αᵢ = qᵢᵀ wᵢ, row by row
         w.addcmul_(q, a[:, None], value=-1.0)
+        before = betas[j - 1] if j else torch.zeros_like(a)
         if j:
-            w.addcmul_(row(j - 1), betas[j - 1, :, None], value=-1.0)
+            w.addcmul_(row(j - 1), before[:, None], value=-1.0)
         b = None
         if watch:
-            plain = norm(w, dim=1).cpu()
+            b = norm(w, dim=1)
+            size = torch.maximum(size, a.abs() + b + before)
+            open_ = (b > closed * size).cpu()                     # Simon's estimates divide by β
+            plain = b.cpu()
             T[:, j, j] = a.to(T)
             if j:
-                T[:, j - 1, j] = betas[j - 1].to(T)
-            b = plain.to(w.device)
+                T[:, j - 1, j] = before.to(T)
             for i, omega in enumerate(watch):
-                if length[i] == steps and float(plain[i]) > 0 and omega.advance(T[i], j, float(plain[i])):
+                if length[i] == steps and open_[i] and omega.advance(T[i], j, float(plain[i])):
                     omega.orthogonalised(j, partial_pass_(w[i], Q[i, : j + 1], omega.eps1))
                     b = None                                      # a row changed: measure again below
         elif keep_basis:
@@ -616,11 +788,11 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         alphas[j] = a
         if b is None:
             b = norm(w, dim=1)
-        stop = (b <= 1e-12 * a.abs().clamp_min(1.0)) & (length == steps).to(b.device)
+        size = torch.maximum(size, a.abs() + b + before)
+        stop = (b <= closed * size) & (length == steps).to(b.device)
         length[stop.cpu()] = j + 1
         betas[j] = torch.where(stop, 0.0, b)
-        w.div_(b.clamp_min(1e-300)[:, None])
-        ended = (length <= j + 1).nonzero().flatten()
-        if len(ended):
-            w[ended.to(w.device)] = 0.0                       # an invariant probe's rows stay zero
+        ended = (length <= j + 1).to(b.device)
+        w.div_(torch.where(ended, 1.0, b)[:, None])               # β > ε₁ ‖T‖ ≥ 0 on the others
+        w.masked_fill_(ended[:, None], 0.0)                       # an invariant probe's rows stay zero
     return [(alphas[: m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]

@@ -220,7 +220,9 @@ class Density:
     def curve(self, grid: np.ndarray | None = None, sigma: float | None = None,
               points: int = 400) -> tuple[np.ndarray, np.ndarray]:
         """``(grid, φ(grid))``: the nodes smoothed by Gaussians of width ``sigma``
-        (default 1 % of the spectral range); ``∫ φ = 1``."""
+        (default 1 % of the spectral range); ``∫ φ = 1``. ``sigma`` given must be > 0."""
+        if sigma is not None and not (isinstance(sigma, (int, float)) and sigma > 0 and math.isfinite(sigma)):
+            raise ConfigError(f"sigma must be a finite number > 0, got {sigma!r}")
         lo, hi = float(self.all_nodes.min()), float(self.all_nodes.max())
         width = max(hi - lo, 1e-12 * max(abs(lo), abs(hi), 1.0))
         sigma = 0.01 * width if sigma is None else sigma
@@ -330,7 +332,10 @@ def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *
     ``hutchinson``: ``(1/m) Σ vᵢᵀ H vᵢ``, Rademacher ``vᵢ``, ``stderr = std/√m``.
     ``hutch++``: ``m/3`` products sketch ``Q = orth(H S)``; ``tr(Qᵀ H Q)`` is exact and
     Hutchinson with ``m/3`` probes handles ``(I − QQᵀ) H (I − QQᵀ)``. When ``samples ≥ P'``
-    the trace is exact, from ``P'`` unit vectors.
+    the trace is exact, from ``P'`` unit vectors. A rank-deficient sketch (``H`` of rank below
+    ``m/3``, or zero) needs no guard: Householder QR returns orthonormal columns whatever the rank,
+    with ``range(HS) ⊆ range(Q)``, so the sketched part is exact and the rest 0 up to round-off (no
+    norm is divided by).
     """
     if method not in ("hutchinson", "hutch++"):
         raise ConfigError(f"method must be 'hutchinson' or 'hutch++', got {method!r}")
