@@ -189,8 +189,8 @@ def layernorm_collapse(view: View, decades: int, n_seeds: int) -> Collapse:
     fig = plots.band_plot(x, curves, stat="geomean",
                           title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
                           x_title="σ_min (std of the collapsing row)", y_title="spectral norm")
-    slopes = {"‖J‖ (σ ≤ 1e-2)": slope(x, r["J"]), "‖H‖": slope(x, r["H"]), "of J bound": slope(x, r["J_bound"]),
-              "of H bound": slope(x, r["H_bound"])}
+    slopes = {"‖J‖ (σ ≤ 1e-2)": slope(x, r["J"]), "‖H‖": slope(x, r["H"]),
+              "of J bound": slope(x, r["J_bound"]), "of H bound": slope(x, r["H_bound"])}
     return Collapse(r, x, curves, fig, slopes)
 
 
