@@ -20,6 +20,7 @@ Pages offered: :data:`PAGES` (every page a tour stop uses, :mod:`hessviz.app.tou
 
 from __future__ import annotations
 
+import base64
 import html
 import itertools
 import json
@@ -334,6 +335,10 @@ def _refuse(notes: list[str]) -> None:
 def compact(value: object) -> object:
     """JSON-ready ``value`` with every number at :data:`DIGITS` significant digits (NaN, ±∞ -> null)."""
     if isinstance(value, dict):
+        if set(value) >= {"dtype", "bdata"}:        # plotly's typed array: base64 of the raw numbers
+            raw = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+            shape = [int(n) for n in str(value.get("shape", raw.size)).split(",")]
+            return compact(raw.reshape(shape))
         return {k: compact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [compact(v) for v in value]
@@ -481,7 +486,7 @@ output {{ margin-left: 8px; font-variant-numeric: tabular-nums; }}
 .chart {{ width: 100%; min-height: 300px; }}
 #error {{ color: #a00; }}
 #lines p {{ margin: 2px 0; font-size: 0.9rem; }}
-footer {{ font-size: 0.8rem; color: #666; margin-top: 10px; }}
+footer {{ font-size: 0.8rem; color: #666; margin-top: 10px; overflow-wrap: anywhere; }}
 </style>
 <script>{plotly}</script>
 </head><body>
