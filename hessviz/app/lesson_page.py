@@ -537,14 +537,14 @@ _SCRIPT = r"""
     v.lines.forEach((t) => {
       const p = document.createElement('p'); p.textContent = t; lines.appendChild(p);
     });
-    const done = v.figures.map((f, i) => {
-      let div = document.getElementById('chart' + i);
-      if (!div) {
-        div = document.createElement('div'); div.id = 'chart' + i; div.className = 'chart';
+    v.figures.forEach((f, i) => {      // every chart's place first: the grid then sizes them all
+      if (!document.getElementById('chart' + i)) {
+        const div = document.createElement('div'); div.id = 'chart' + i; div.className = 'chart';
         charts.appendChild(div);
       }
-      return Plotly.react(div, f.data, layout(f), {responsive: true, displaylogo: false});
     });
+    const done = v.figures.map((f, i) => Plotly.react(document.getElementById('chart' + i), f.data, layout(f),
+                                                      {responsive: true, displaylogo: false}));
     Promise.all(done).then(() => {
       window.lessonRedraws += 1; window.lessonLastRedrawMs = performance.now() - t0;
     });
