@@ -146,3 +146,13 @@ def test_a_lesson_page_works_offline_in_chromium(pages):
             context.close()
         browser.close()
     assert not blocked, f"the page asked the network for {blocked}"
+
+
+def test_the_app_makes_a_lesson_page_once_for_every_visitor(pages):
+    """The "Download as a page" buttons' file: built on the first click, then shared from the store."""
+    from hessviz.app import cache
+
+    url = LESSONS["scaling"]
+    first = cache.lesson_page(url)
+    assert first.startswith(b"<!DOCTYPE html>") and b"Scaling laws" in first
+    assert cache.lesson_page(url) is first
