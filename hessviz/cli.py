@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -322,7 +323,10 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"  {text} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
 
-    size = lesson_page.write(args.url, args.out, progress=progress)
+    import torch
+
+    torch.set_num_threads(1)        # small blocks: one thread each, the points spread over processes
+    size = lesson_page.write(args.url, args.out, progress=progress, workers=args.workers)
     print(f"wrote {args.out}: {size / 2**20:.2f} MiB in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return 0
 
@@ -393,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("url", help="the lesson link, e.g. '/scaling?norm=attention&hide=norm,L'")
     p.add_argument("--out", required=True, help="the HTML file to write (written whole or not at all)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
+                   help="processes computing the sweep points (default: the cores, at most 4)")
     p.set_defaults(func=cmd_lesson)
     return parser
 

@@ -121,6 +121,11 @@ class LessonSpec:
     def covers(self, s: Settled, baked: list[Baked]) -> str:
         raise NotImplementedError
 
+    def points(self, view: View, values: dict[str, object]) -> list[tuple]:
+        """The sweep points :meth:`draw` reads (:func:`hessviz.app.cache.prime_sweep_points` computes
+        them ahead, on several processes); none by default."""
+        return []
+
 
 def _choice(here: Address, key: str, options: Sequence[str], default: str) -> str:
     value = here.page_value(key, default, lambda t: state.settle(key, t, default, options=tuple(options)))
@@ -190,6 +195,12 @@ class ScalingLesson(LessonSpec):
         if line:
             lines.append(line)
         return Drawn([("sweep", r.figure), ("side_by_side", r.side_figure)], lines)
+
+    def points(self, view: View, values: dict[str, object]) -> list[tuple]:
+        if values["sc_blk"] not in views.scaling_pairs(view):
+            return []
+        return views.scaling_points(view, values["sc_axis"], values["sc_blk"], values["sc_seeds"],
+                                    values["sc_layer"])
 
     def covers(self, s: Settled, baked: list[Baked]) -> str:
         axes = next((b.values for b in baked if b.key == "sc_axis"), (s.values["sc_axis"],))
@@ -368,25 +379,54 @@ def figure_json(fig: go.Figure) -> dict:
 Progress = Callable[[int, int, str], None]
 
 
-def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = None) -> str:
-    """The lesson page of ``url`` as one HTML text (see the module docstring)."""
+def _combination(spec: LessonSpec, s: Settled, baked: list[Baked], combo: tuple) -> tuple[View, dict]:
+    """The view and the page's values of one combination of the baked values."""
+    shared = {b.key: b.values[i] for b, i in zip(baked, combo) if b.key in state.APP_SETTINGS}
+    values = {**s.values, **{b.key: b.values[i] for b, i in zip(baked, combo) if b.key not in shared}}
+    return s.view(shared, stacks=spec.stacks), values
+
+
+def _prime(spec: LessonSpec, s: Settled, baked: list[Baked], combos: list[tuple], workers: int) -> None:
+    """Compute every combination's sweep points ahead on ``workers`` processes."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    from hessviz.app import cache
+
+    calls = []
+    for combo in combos:
+        try:
+            calls += spec.points(*_combination(spec, s, baked, combo))
+        except hv.HessvizError:
+            continue                    # drawn (and refused) one by one below
+    if len(calls) < 8 * workers:
+        return
+    with cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        cache.prime_sweep_points(calls, pool)
+
+
+def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = None, workers: int = 1) -> str:
+    """The lesson page of ``url`` as one HTML text (see the module docstring). ``workers`` > 1: the
+    sweep points are computed ahead on that many processes."""
     from plotly.offline import get_plotlyjs
 
     spec, s = settle(url)
     baked = spec.bake(s)
     combos = list(itertools.product(*(range(len(b.values)) for b in baked)))
     plotly_js = get_plotlyjs()
+    if workers > 1:
+        if progress is not None:
+            progress(0, len(combos), f"sweep points on {workers} processes")
+        _prime(spec, s, baked, combos, workers)
     views_out: dict[str, object] = {}
     template = None
     first_size = 0
     for n, combo in enumerate(combos):
         if progress is not None:
             progress(n, len(combos), f"view {n + 1} of {len(combos)}")
-        shared = {b.key: b.values[i] for b, i in zip(baked, combo) if b.key in state.APP_SETTINGS}
-        values = {**s.values, **{b.key: b.values[i] for b, i in zip(baked, combo) if b.key not in shared}}
         name = "|".join(map(str, combo))
         try:
-            view = s.view(shared, stacks=spec.stacks)
+            view, values = _combination(spec, s, baked, combo)
             drawn = spec.draw(view, values)
         except hv.HessvizError as err:
             if n == 0:
@@ -566,10 +606,11 @@ _SCRIPT = r"""
 """
 
 
-def write(url: str, out: str | Path, *, limit: int = LIMIT_BYTES, progress: Progress | None = None) -> int:
+def write(url: str, out: str | Path, *, limit: int = LIMIT_BYTES, progress: Progress | None = None,
+          workers: int = 1) -> int:
     """Build the lesson page of ``url`` and write it to ``out`` whole or not at all (a temporary file in
     the same folder, renamed); returns its size in bytes."""
-    text = build(url, limit=limit, progress=progress).encode()
+    text = build(url, limit=limit, progress=progress, workers=workers).encode()
     out = Path(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
     try:

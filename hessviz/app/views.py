@@ -62,6 +62,24 @@ class Scaling:
     side_figure: object
 
 
+def _side_pair(pair: tuple[str, ...]) -> tuple[str, ...]:
+    """The pair of the side-by-side chart: the main one when it is an attention block, else W_Q–W_Q."""
+    return pair if all(n.partition("[")[0] in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
+
+
+def scaling_points(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0) -> list[tuple]:
+    """Every point :func:`scaling` measures, as :func:`hessviz.app.cache.prime_sweep_points` takes them."""
+    pair = tuple(pair_s.split(","))
+    seeds = range(view.seed, view.seed + n_seeds)
+    sweeps_of = [(view.cfg, pair)] + [(placed(view, n).cfg, _side_pair(pair)) for n in PLACEMENTS]
+    out = []
+    for cfg, p in sweeps_of:
+        for x in sweeps.DEFAULT_GRIDS[axis]:
+            c, xn = sweeps.config_at(cfg, axis, x)
+            out += [(c, view.input_norm if xn is None else xn, s, p, "spectral", layer) for s in seeds]
+    return out
+
+
 def scaling(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0,
             progress: Callable[[float, str], None] | None = None) -> Scaling:
     """Sweep the ``pair_s`` block (``"W_Q,W_Q"``) over ``axis`` for ``n_seeds`` seeds, and the same
@@ -80,7 +98,7 @@ def scaling(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0,
 
         return sweeps.sweep(cfg, axis, grid, seeds, measure, input_norm=view.input_norm, progress=step)
 
-    side_pair = pair if all(n.partition("[")[0] in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
+    side_pair = _side_pair(pair)
     main = run(view.cfg, view.cfg.describe(), pair, 0.0, 0.4)
     side = {norm: run(placed(view, norm).cfg, norm, side_pair, 0.4 + 0.2 * k, 0.2)
             for k, norm in enumerate(PLACEMENTS)}
