@@ -156,3 +156,24 @@ def test_the_app_makes_a_lesson_page_once_for_every_visitor(pages):
     first = cache.lesson_page(url)
     assert first.startswith(b"<!DOCTYPE html>") and b"Scaling laws" in first
     assert cache.lesson_page(url) is first
+
+
+def test_sweep_points_computed_ahead_are_the_ones_the_page_reads():
+    """``hessviz lesson --workers``: the points computed on other workers are stored under the keys the
+    page's sweep reads, with the same values, so drawing computes none again."""
+    import concurrent.futures as cf
+
+    from hessviz import app as hva
+    from hessviz import sweeps
+    from hessviz.app import cache, views
+
+    view = hva.View.from_values({"norm": "pre", "L": 3, "d": 4, "dk": 2, "dff": 4, "seed": 7})
+    points = views.scaling_points(view, "L", "W_K,W_K", 1)
+    with cf.ThreadPoolExecutor(2) as pool:
+        assert cache.prime_sweep_points(points, pool) == len({cache._sweep_key(*p) for p in points})
+    stored = len(cache.STORE)
+    r = views.scaling(view, "L", "W_K,W_K", 1)
+    assert len(cache.STORE) == stored + 2, "only the two figures are new"
+    c, _ = sweeps.config_at(view.cfg, "L", sweeps.DEFAULT_GRIDS["L"][2])
+    again = sweeps.point(c, view.input_norm, 7, ("W_K", "W_K"))
+    assert [r.main.values[k][0, 2] for k in sorted(again)] == [again[k] for k in sorted(again)]
