@@ -554,11 +554,10 @@ _SCRIPT = r"""
   window.lessonRedraws = 0;
   function layout(f) {
     const l = Object.assign({}, f.layout, {template: L.template, autosize: true});
-    if (phone()) {
-      l.height = Math.min(l.height || 450, 380);
-      l.margin = Object.assign({}, l.margin || {}, {l: 50, r: 10, t: 50, b: 40});
-      l.legend = Object.assign({}, l.legend || {},
-                               {orientation: 'h', y: -0.25, x: 0, xanchor: 'left', yanchor: 'top'});
+    if (phone()) {      // the figures' own legend sits at the bottom of the chart: keep it, narrow the sides
+      l.height = Math.min(l.height || 460, 460);
+      l.margin = Object.assign({}, l.margin || {}, {l: 55, r: 10});
+      l.legend = Object.assign({}, l.legend || {}, {font: {size: 12}});
     }
     return l;
   }
