@@ -55,6 +55,9 @@ def test_a_lesson_page_is_self_contained_and_bakes_the_open_controls(pages):
     assert "This lesson page covers sequence length L from 2 to 64" in text
     first = data["views"]["0|0"]
     assert first["describe"].startswith("Self-attention alone") and len(first["figures"]) == 2
+    assert data["views"]["1|0"]["figures"][1] == data["views"]["2|0"]["figures"][1], \
+        "the side-by-side chart of Post-LN and Pre-LN is one figure, kept once"
+    assert len(data["figures"]) < 2 * len(data["views"])
     assert data["views"]["1|0"]["describe"].startswith("Post-LN"), "the placement control changes the block"
     collapse = _data(pages["collapse"])
     assert [c["key"] for c in collapse["controls"]] == ["eps"] and collapse["controls"][0]["slider"]
@@ -67,7 +70,8 @@ def test_a_lesson_page_draws_what_the_page_draws(pages):
 
     view = hva.View.from_values({"norm": "attention", "L": 4, "d": 4, "dk": 2, "dff": 8})
     r = views.scaling(view, "L", "W_Q,W_Q", 1)
-    page = _data(pages["scaling"])["views"]["0|0"]["figures"][0]
+    data = _data(pages["scaling"])
+    page = data["figures"][data["views"]["0|0"]["figures"][0]]
     assert page["data"][0]["y"] == lesson_page.compact(list(r.figure.data[0].y))
 
 
@@ -104,7 +108,8 @@ def test_a_grid_over_the_size_limit_names_the_control_to_fix(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-CHART_DATA = "() => JSON.stringify(document.getElementById('chart0').data.map(t => [t.x, t.y]))"
+CHART_DATA = ("() => JSON.stringify([...document.querySelectorAll('.chart')]"
+              ".map(c => c.data.map(t => [t.x, t.y])))")
 
 
 @pytest.mark.browser

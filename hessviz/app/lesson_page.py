@@ -419,6 +419,8 @@ def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = Non
             progress(0, len(combos), f"sweep points on {workers} processes")
         _prime(spec, s, baked, combos, workers)
     views_out: dict[str, object] = {}
+    figures: dict[str, int] = {}
+    """Each distinct figure's JSON -> its index in the page's list."""
     template = None
     first_size = 0
     for n, combo in enumerate(combos):
@@ -434,14 +436,15 @@ def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = Non
             views_out[name] = {"error": f"Not in this lesson page: {err}"}
             continue
         figs = []
-        for fname, fig in drawn.figures:
+        for _, fig in drawn.figures:     # a figure several views share (the side-by-side chart) is kept once
             j = figure_json(fig)
             t = j["layout"].pop("template", None)
             template = template or t
-            figs.append({"name": fname, **j})
+            text = json.dumps(j, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            figs.append(figures.setdefault(text, len(figures)))
         views_out[name] = {"describe": view.describe(), "figures": figs, "lines": drawn.lines}
         if n == 0:
-            first_size = len(json.dumps(views_out[name], separators=(",", ":")))
+            first_size = sum(len(t) for t in figures)
             estimate = len(plotly_js) + 40_000 + first_size * len(combos)
             if estimate > limit:
                 worst = max(baked, key=lambda b: len(b.values))
@@ -455,7 +458,7 @@ def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = Non
     data = {"url": url,
             "controls": [{"key": b.key, "label": b.label, "texts": list(b.texts), "slider": b.slider}
                          for b in baked],
-            "views": views_out, "template": template}
+            "views": views_out, "figures": [json.loads(t) for t in figures], "template": template}
     text = _page(spec, s, baked, data, plotly_js)
     if len(text.encode()) > limit:
         worst = max(baked, key=lambda b: len(b.values)) if baked else None
@@ -582,8 +585,13 @@ _SCRIPT = r"""
         charts.appendChild(div);
       }
     });
-    const done = v.figures.map((f, i) => Plotly.react(document.getElementById('chart' + i), f.data, layout(f),
-                                                      {responsive: true, displaylogo: false}));
+    const done = v.figures.map((k, i) => {    // a chart whose figure did not change is left as it is
+      const div = document.getElementById('chart' + i);
+      if (div.dataset.figure === String(k)) return Promise.resolve();
+      div.dataset.figure = String(k);
+      const f = L.figures[k];
+      return Plotly.react(div, f.data, layout(f), {responsive: true, displaylogo: false});
+    });
     Promise.all(done).then(() => {
       window.lessonRedraws += 1; window.lessonLastRedrawMs = performance.now() - t0;
     });
