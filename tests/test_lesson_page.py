@@ -155,12 +155,10 @@ def test_a_lesson_page_works_offline_in_chromium(pages):
 
 def test_the_app_makes_a_lesson_page_once_for_every_visitor(pages):
     """The "Download as a page" buttons' file: built on the first click, then shared from the store."""
-    from hessviz.app import cache
-
     url = LESSONS["scaling"]
-    first = cache.lesson_page(url)
+    first = lesson_page.cached(url)
     assert first.startswith(b"<!DOCTYPE html>") and b"Scaling laws" in first
-    assert cache.lesson_page(url) is first
+    assert lesson_page.cached(url) is first
 
 
 def test_sweep_points_computed_ahead_are_the_ones_the_page_reads():

@@ -35,7 +35,7 @@ import torch
 
 import hessviz as hv
 from hessviz import cost, spectra, sweeps
-from hessviz.app import address, budget, gates, profiles, runlog, whole_model
+from hessviz.app import budget, gates, profiles, runlog, whole_model
 from hessviz.app.progress import current
 from hessviz.app.state import View, device
 from hessviz.experiments import bounds as bounds_exp
@@ -232,22 +232,6 @@ def figure(key: tuple, build: Callable[[], object]) -> object:
     sessions: callers must not modify it (``hva.chart`` only reads a figure laid out in the
     app's theme, :func:`hessviz.plots.drawn_in`)."""
     return STORE.get(("figure", *key), build, 1 << 20, "a figure", seconds=0.0)
-
-
-LESSON_SECONDS = 60.0
-"""Core-seconds a lesson page may take to make (``hessviz lesson``'s bound on 2 cores): a heavy slot."""
-
-
-def lesson_page(url: str) -> bytes:
-    """The self-contained lesson page of ``url`` (:func:`hessviz.app.lesson_page.build`), made once per
-    server when a visitor asks for it (a download button's click) and shared by every visitor after.
-    Raises :class:`hessviz.app.lesson_page.LessonError` for a URL the app does not offer."""
-    from hessviz.app import lesson_page as lp
-
-    page, query = lp.split_url(url)
-    canonical = f"{page}?{address.encode_query(dict(sorted(query.items())))}"
-    return STORE.get(("lesson_page", canonical), lambda: lp.build(url).encode(), lp.LIMIT_BYTES,
-                     "the lesson page", LESSON_SECONDS)
 
 
 def offsets(key: tuple) -> dict[str, slice]:

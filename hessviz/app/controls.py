@@ -387,7 +387,7 @@ def _lesson_panel() -> None:
 def lesson_download(link: str, key: str, where=None) -> None:
     """"Download as a page": the lesson link ``link`` (``page?query``) as one self-contained HTML file
     that needs no server (:mod:`hessviz.app.lesson_page`). Made only when clicked, then cached for
-    every visitor (:func:`hessviz.app.cache.lesson_page`); a page it cannot make is one line."""
+    every visitor (:func:`hessviz.app.lesson_page.cached`); a page it cannot make is one line."""
     from hessviz.app import lesson_page
 
     where = where or st
@@ -398,7 +398,7 @@ def lesson_download(link: str, key: str, where=None) -> None:
 
     def data() -> bytes:
         try:
-            return cache.lesson_page(link)
+            return lesson_page.cached(link)
         except hv.HessvizError as err:          # the file then says why, in one line
             why = f"No lesson page for /{html.escape(link)}: {html.escape(str(err))}"
             return f"<!DOCTYPE html><p>{why}</p>".encode()

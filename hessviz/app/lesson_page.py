@@ -613,6 +613,22 @@ _SCRIPT = r"""
 """
 
 
+LESSON_SECONDS = 60.0
+"""Core-seconds a lesson page may take to make (``hessviz lesson``'s bound on 2 cores): a heavy slot."""
+
+
+def cached(url: str) -> bytes:
+    """The lesson page of ``url`` in the app: made once per server when a visitor asks for it (a
+    download button's click), as one heavy computation, and shared by every visitor after
+    (:data:`hessviz.app.cache.STORE`). Raises :class:`LessonError` for a URL the app does not offer."""
+    from hessviz.app import cache
+
+    page, query = split_url(url)
+    canonical = f"{page}?{address.encode_query(dict(sorted(query.items())))}"
+    return cache.STORE.get(("lesson_page", canonical), lambda: build(url).encode(), LIMIT_BYTES,
+                           "the lesson page", LESSON_SECONDS)
+
+
 def write(url: str, out: str | Path, *, limit: int = LIMIT_BYTES, progress: Progress | None = None,
           workers: int = 1) -> int:
     """Build the lesson page of ``url`` and write it to ``out`` whole or not at all (a temporary file in
