@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "assets" / "screenshots"
 SMALL = "L=4&d=4&dk=2&dff=8"
 LESSONS = {
-    "scaling": f"/scaling?norm=attention&{SMALL}&sc_seeds=1&sc_axis=L&hide=sc_axis",
+    "scaling": f"/scaling?norm=attention&{SMALL}&sc_seeds=1&sc_axis=L&hide=sc_axis,sc_blk",
     "collapse": "http://localhost:8501/layernorm_collapse?norm=post&L=4&d=6&dk=3&dff=8&lnc_seeds=1&lnc_decades=2",
 }
 
@@ -50,15 +50,15 @@ def test_a_lesson_page_is_self_contained_and_bakes_the_open_controls(pages):
     assert size <= lesson_page.AIM_BYTES, f"{size / 2**20:.2f} MiB"
     data = _data(pages["scaling"])
     keys = [c["key"] for c in data["controls"]]
-    assert keys == ["norm", "sc_blk"], "sc_axis is hidden by the link: not baked"
-    assert len(data["views"]) == 3 * 3
+    assert keys == ["norm"], "sc_axis and sc_blk are hidden by the link: not baked"
+    assert len(data["views"]) == 3
     assert "This lesson page covers sequence length L from 2 to 64" in text
-    first = data["views"]["0|0"]
+    first = data["views"]["0"]
     assert first["describe"].startswith("Self-attention alone") and len(first["figures"]) == 2
-    assert data["views"]["1|0"]["figures"][1] == data["views"]["2|0"]["figures"][1], \
+    assert data["views"]["1"]["figures"][1] == data["views"]["2"]["figures"][1], \
         "the side-by-side chart of Post-LN and Pre-LN is one figure, kept once"
     assert len(data["figures"]) < 2 * len(data["views"])
-    assert data["views"]["1|0"]["describe"].startswith("Post-LN"), "the placement control changes the block"
+    assert data["views"]["1"]["describe"].startswith("Post-LN"), "the placement control changes the block"
     collapse = _data(pages["collapse"])
     assert [c["key"] for c in collapse["controls"]] == ["eps"] and collapse["controls"][0]["slider"]
 
@@ -71,7 +71,7 @@ def test_a_lesson_page_draws_what_the_page_draws(pages):
     view = hva.View.from_values({"norm": "attention", "L": 4, "d": 4, "dk": 2, "dff": 8})
     r = views.scaling(view, "L", "W_Q,W_Q", 1)
     data = _data(pages["scaling"])
-    page = data["figures"][data["views"]["0|0"]["figures"][0]]
+    page = data["figures"][data["views"]["0"]["figures"][0]]
     assert page["data"][0]["y"] == lesson_page.compact(list(r.figure.data[0].y))
 
 
