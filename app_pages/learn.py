@@ -35,6 +35,7 @@ with story, st.container(border=True):
                  query_params=hva.address.link_params({**stop.query(), **hva.lesson().query()}))
     st.caption("This stop as a link (for slides):")
     st.code(hva.controls.app_root() + stop.link(), language=None, wrap_lines=True)
+    hva.controls.lesson_download(stop.link(), key=f"tour_page_{at}")
 with live:   # the stop's own page, live, without its sidebar
     st.iframe(hva.controls.app_root() + stop.link(embed="true", hide="sidebar", present="1"), height=600)
 

@@ -4,13 +4,9 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz import plots, sweeps
+from hessviz import sweeps
+from hessviz.app import views
 from hessviz.experiments.depth import factor_per_layer
-
-SEEDS_MAX = 8
-PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_Q,W_V", "W_G,W_G", "W_G,W_1", "W_1,W_1", "W_2,W_2",
-         "q_norm_gamma,q_norm_gamma", "ln1_gamma,ln1_gamma")
-PLACEMENTS = ("attention", "post", "pre")
 
 view = hva.sidebar(stacks=True)
 hva.header("Scaling laws", view)
@@ -31,13 +27,9 @@ axis = hva.choice("Sweep over", tuple(sweeps.AXES), key="sc_axis", default="xnor
                   help="xnorm: input size ‖X‖₂; L: sequence length; d: model width; layers: the depth of "
                   "the stack (the block is then the first layer's)")
 cfg = view.cfg
-names = cfg.block.param_names
-pairs = tuple(p for p in PAIRS + ("W_O,W_O",) if all(n in names for n in p.split(",")))
-if cfg.n_heads > 1:   # one head's slices: the same scaling laws, per head
-    pairs += ("W_Q[0],W_Q[0]", "W_K[0],W_K[0]", "W_Q[0],W_K[0]", "W_Q[0],W_Q[1]", "W_V[0],W_V[0]",
-              "W_O[0],W_O[0]")
-pair_s = hva.select("Block (rows,cols)", pairs, key="sc_blk", default="W_Q,W_Q", container=c2)
-n_seeds = hva.slider("Seeds", 1, SEEDS_MAX, key="sc_seeds", default=3, container=c3,
+pair_s = hva.select("Block (rows,cols)", views.scaling_pairs(view), key="sc_blk", default="W_Q,W_Q",
+                    container=c2)
+n_seeds = hva.slider("Seeds", 1, views.SCALING_SEEDS_MAX, key="sc_seeds", default=3, container=c3,
                      help="how many random draws per point; the band spans them")
 layer = 0
 if cfg.is_stack and axis != "layers":    # the same laws, measured in one layer of the stack
@@ -45,52 +37,34 @@ if cfg.is_stack and axis != "layers":    # the same laws, measured in one layer 
                        help="which layer of the stack the block belongs to (0 = first)")
 pair = tuple(pair_s.split(","))
 grid = sweeps.DEFAULT_GRIDS[axis]
-seeds = list(range(view.seed, view.seed + n_seeds))
 st.caption(f"Grid: {sweeps.AXES[axis]} ∈ {{{', '.join(f'{g:g}' for g in grid)}}}; the other controls are "
            f"the sidebar's{'' if axis != 'xnorm' else ' (‖X‖₂ is swept)'}. Fit regime: "
-           + {"xnorm": "‖X‖₂ ≤ 1.", "L": "L ≥ 4.", "d": "all points.",
-             "layers": "none (a geometric law r^N: the factor per block is shown)."}[axis])
+           + views.FIT_REGIME[axis])
 with hva.guard("the sweep"):
     largest = sweeps.largest_block(view.cfg, axis, grid, pair)
-hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(PLACEMENTS)), block=largest,
+hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(views.PLACEMENTS)), block=largest,
            cfg=sweeps.costliest_config(view.cfg, axis, grid),
            advice=f"The {pair_s} block reaches {largest:,} weights on this grid: pick an attention block, "
                   "lower d_ff or d, or use fewer seeds.")
 
 bar = st.progress(0.0, text="Sweeping…")
+said = {"text": ""}
+progress = hva.progress.throttled(lambda done, total: bar.progress(done / total, text=said["text"]))
 
 
-def run(cfg, label: str, pair: tuple[str, str], offset: float, share: float) -> sweeps.Sweep:
-    @hva.progress.throttled
-    def progress(done: int, total: int) -> None:
-        bar.progress(min(1.0, offset + share * done / total), text=f"Sweeping {label}: {done}/{total}")
-
-    def measure(c, input_norm: float, seed: int) -> dict[str, float]:
-        return hva.cache.sweep_point(c, input_norm, seed, pair, layer=layer)
-
-    return sweeps.sweep(cfg, axis, grid, seeds, measure, input_norm=view.input_norm, progress=progress)
-
-
-side_pair = pair if all(n.partition("[")[0] in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
-
-
-def placed(norm: str):
-    """The sidebar's block with LayerNorm placed at ``norm`` (no γ/β where there is no LayerNorm)."""
-    return view.with_values(norm=norm, affine=view.cfg.ln_affine and norm in ("post", "pre")).cfg
+def sweeping(fraction: float, text: str) -> None:
+    said["text"] = text
+    progress(int(1000 * fraction), 1000)
 
 
 with hva.guard("the sweep"):
-    main = run(view.cfg, view.cfg.describe(), pair, 0.0, 0.4)
-    side = {norm: run(placed(norm), norm, side_pair, 0.4 + 0.2 * k, 0.2) for k, norm in enumerate(PLACEMENTS)}
+    result = views.scaling(view, axis, pair_s, n_seeds, layer, progress=sweeping)
 bar.empty()
 
-by_depth = axis == "layers"     # a geometric law in N, not a power law: no slope fits
-fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair)
-fig = hva.cache.figure(  # built once per view, for every visitor of a lesson link
-    ("scaling", view.key, axis, pair_s, n_seeds, layer),
-    lambda: plots.sweep_plot(main, sweeps.TERMS, stat="median", fits=fits,
-                             y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
-                             title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}"))
+main, side, fits, side_fits = result.main, result.side, result.fits, result.side_fits
+side_pair = result.side_pair
+by_depth = axis == "layers"
+fig, sfig = result.figure, result.side_figure
 left, right = st.columns([3, 1], gap="medium")
 with left:
     hva.chart(fig, f"scaling_{axis}_{pair[0]}_{pair[1]}", csv=main.table)
@@ -123,17 +97,10 @@ st.markdown("The same sweep for the three placements (block "
             f"{side_pair[0]}–{side_pair[1]}). LayerNorm rescales what reaches attention: with Pre-LN the "
             "attention input is normalised, so the block hardly changes with ‖X‖₂ and the steep ‖X‖⁶ curve "
             "of attention alone flattens.")
-side_fits = {} if by_depth else {n: sweeps.fits(r, n, side_pair) for n, r in side.items()}
-sfig = hva.cache.figure(("scaling_side", view.key, axis, side_pair, n_seeds, layer),
-                       lambda: plots.side_by_side(side, stat="median", fits=side_fits,
-                                                  y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂"))
-
-
 hva.chart(sfig, f"scaling_side_by_side_{axis}", csv=lambda: sweeps.long_table(side))
 if by_depth:
     st.caption("Factor per added block per placement (outer / functional / full): " + "; ".join(
         f"{n}: " + " / ".join(f"{factor_per_layer(r.grid, r.values[t])[0]:.3g}" for t in sweeps.TERMS)
         for n, r in side.items()))
 else:
-    st.caption("Slopes per placement (outer / functional / full): " + "; ".join(
-        f"{n}: " + " / ".join(f"{side_fits[n][t].slope:.2f}" for t in sweeps.TERMS) for n in PLACEMENTS))
+    st.caption(views.slopes_line(result))

@@ -5,13 +5,14 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots
+from hessviz.app import views
 from hessviz.memory import format_bytes
 from hessviz.spectra import DENSE_LIMIT
 from hessviz.terms import NAMES
 
 TERMS = NAMES   # full, outer, functional (hessviz.terms)
 METHODS = ("auto", "dense", "matrix-free")
-K = 64
+K = views.SPECTRUM_K
 
 
 def metric(where, label: str, value: float, se: float, percent: bool = False,
@@ -135,13 +136,9 @@ if how == "matrix-free" or how == "auto" and (P > DENSE_LIMIT or not dense.ok):
     st.stop()
 hva.afford(view, "spectrum", dense_limit=DENSE_LIMIT, k=K)
 
-spec, norms = {}, {}
 with hva.guard("the spectrum") as status:
-    for i, t in enumerate(TERMS):
-        status.step(2 * i, 2 * len(TERMS), f"Eigenvalues of the {t} term…")
-        spec[t] = hva.cache.spectrum(view.key, t, k=K, dense_limit=DENSE_LIMIT)
-        status.step(2 * i + 1, 2 * len(TERMS), f"Block norms of the {t} term…")
-        norms[t] = hva.cache.block_norms(view.key, t, "spectral")
+    result = views.spectrum(view, shown, step=status.step)
+spec, norms = result.spec, result.norms
 
 partial = spec["full"]["partial"]
 if partial:
@@ -180,25 +177,21 @@ else:
                f"(smallest {o['min']:.2g}); at this size floating-point error is larger than usual.",
                icon=":material/warning:")
 
-values = {t: spec[t]["values"] for t in shown}
 left, right = st.columns(2, gap="medium")
 with left:
-    fig = plots.spectrum_sorted(values, partial={t: spec[t]["partial"] for t in shown})
-    hva.chart(fig, "spectrum_sorted", csv=lambda: {
+    hva.chart(result.sorted_figure, "spectrum_sorted", csv=lambda: {
         "term": [t for t in TERMS for _ in spec[t]["values"]],
         "index": [i for t in TERMS for i in range(len(spec[t]["values"]))],
         "eigenvalue": np.concatenate([spec[t]["values"] for t in TERMS])})
 with right:
-    hfig = plots.spectrum_histogram(values)
-    hva.chart(hfig, "spectrum_histogram", npz=lambda: {t: spec[t]["values"] for t in TERMS})
+    hva.chart(result.histogram, "spectrum_histogram", npz=lambda: {t: spec[t]["values"] for t in TERMS})
 
 st.subheader("Per-block spectral norms")
 st.markdown("The spectral norm ‖H_ab‖₂ of a block is its largest singular value: how strongly moving "
             "weight block *b* can change the gradient of block *a*. The blocks differ by orders of "
             "magnitude, which is why a single learning rate fits Transformers badly.")
 names = view.cfg.param_names
-bfig = plots.block_norm_bars({t: norms[t] for t in shown}, names)
-hva.chart(bfig, "block_spectral_norms", csv=lambda: {
+hva.chart(result.bars, "block_spectral_norms", csv=lambda: {
     "term": [t for t in TERMS for a in names for b in names],
     "row": [a for t in TERMS for a in names for b in names],
     "col": [b for t in TERMS for a in names for b in names],

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -310,6 +311,26 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lesson(args: argparse.Namespace) -> int:
+    import logging
+
+    logging.getLogger("streamlit").setLevel(logging.ERROR)   # "no script run context": not run by Streamlit
+    from hessviz.app import lesson_page
+
+    start = time.perf_counter()
+
+    def progress(done: int, total: int, text: str) -> None:
+        if not args.quiet:
+            print(f"  {text} ({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+
+    import torch
+
+    torch.set_num_threads(1)        # small blocks: one thread each, the points spread over processes
+    size = lesson_page.write(args.url, args.out, progress=progress, workers=args.workers)
+    print(f"wrote {args.out}: {size / 2**20:.2f} MiB in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hessviz", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -363,6 +384,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the claims as tasks on a Dask cluster, e.g. tcp://scheduler:8786 (needs the "
                         "cluster extra; the workers must import hessviz)")
     p.set_defaults(func=cmd_reproduce)
+
+    p = sub.add_parser(
+        "lesson", help="a lesson link as one self-contained HTML page (plotly.js inline, no server)",
+        description="Write the view of a lesson link (the URL the app's 'Make a lesson link' panel gives, "
+                    "e.g. '/scaling?norm=attention&hide=norm,L', or the whole http:// address) as one HTML "
+                    "file that opens offline. A few of the controls the lesson leaves open are computed for "
+                    "each of their values and baked into the page (the placement, the block, the axis, the "
+                    "loss, LayerNorm eps); the page says what it covers. Pages: scaling, spectrum, "
+                    "layernorm_collapse. A value the app does not offer is refused with the app's line, and "
+                    "nothing is written. See docs/classroom.md.")
+    p.add_argument("url", help="the lesson link, e.g. '/scaling?norm=attention&hide=norm,L'")
+    p.add_argument("--out", required=True, help="the HTML file to write (written whole or not at all)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
+                   help="processes computing the sweep points (default: the cores, at most 4)")
+    p.set_defaults(func=cmd_lesson)
     return parser
 
 

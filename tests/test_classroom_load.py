@@ -18,7 +18,7 @@ Streamlit's websocket protocol (:mod:`tests.st_client`, coroutines in one thread
 
 Asserted: no visitor is shown an exception or an error box and every run has its charts; every
 visitor sees the view it asked for (after the step the header says d_k = 9, still attention alone);
-the server's resident memory, counted for the whole process tree and sampled every 0.1 s (and its
+the server's resident memory, counted for the whole process tree and sampled every 0.2 s (and its
 own ``VmHWM``), stays under ``HESSVIZ_MEMORY_LIMIT``; visitors on the same view share one
 computation (the server's log, ``HESSVIZ_RUN_LOG=1``, has one ``hessviz-compute`` line per result
 computed: no result twice) and heavy work queues (never more heavy computations at once than the
@@ -69,7 +69,7 @@ class TreeSampler:
     """Resident memory of a process and all its descendants (``/proc``), sampled every ``every`` s
     in a thread; :attr:`peak` is the largest sum seen."""
 
-    def __init__(self, pid: int, every: float = 0.1):
+    def __init__(self, pid: int, every: float = 0.2):
         self.pid, self.every, self.peak, self.samples = pid, every, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -282,6 +282,11 @@ def test_a_class_of_thirty_on_one_small_host():
         queue_from = spent["queue"].pop("from")
         out["phases"]["queue"], out["phases"]["again"] = spent["queue"], spent["again"]
         out["first_chart_warm_s"] = _summary([r.first_chart_s for r in runs["again"]])
+        # a visitor of a view already in the store: what the server's CPU pays per visitor (the
+        # script and Streamlit's own work), the class's share of the goal <= 0.05 s
+        out["server_cpu_per_cached_visitor_s"] = {
+            "opening_the_link_again": round(spent["again"]["server_cpu_s"] / (HEADLESS + BROWSERS), 3),
+            "stepping_back": round(spent["back"]["server_cpu_s"] / (HEADLESS + BROWSERS), 3)}
         queue = runs["queue"]
         out["queue"] = {"views": QUEUED, "seconds": [round(r.seconds, 2) for r in queue],
                         "shown_a_queue_place": sum(any("Queued" in i for i in r.infos) for r in queue)}

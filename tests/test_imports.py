@@ -99,9 +99,14 @@ def _imported_roots(path: Path) -> set[str]:
     return out
 
 
+APP_COMMANDS = {"hessviz.cli": {"hessviz.app.lesson_page"}}
+"""The one arrow from the command line into the app: ``hessviz lesson`` makes a page of an app view,
+with the app's own settling and figures (imported inside the command's function only)."""
+
+
 def test_the_library_never_imports_the_app_or_streamlit():
     mods = _modules()
-    edges = _edges(mods)
+    edges = {m: out - APP_COMMANDS.get(m, set()) for m, out in _edges(mods).items()}
     outside = {m: p for m, p in mods.items() if not m.startswith("hessviz.app")}
     assert not {m: sorted(t for t in edges[m] if t.startswith("hessviz.app")) for m in outside
                 if any(t.startswith("hessviz.app") for t in edges[m])}

@@ -294,14 +294,38 @@ def verify(key: tuple, nonce: int = 0) -> dict:
 # ----------------------------------------------------------------------------- sweeps
 
 
+def _sweep_key(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str], kind: str,
+               layer: int) -> tuple:
+    fields = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init)
+    return ("sweep_point", fields, float(input_norm), int(seed), tuple(pair), kind, int(layer))
+
+
 def sweep_point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
                 kind: str = "spectral", layer: int = 0) -> dict[str, float]:
     """:func:`hessviz.sweeps.point` (of layer ``layer`` in a stack), cached per point (a few floats each)."""
-    fields = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init)
     block = max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
-    return STORE.get(("sweep_point", fields, float(input_norm), int(seed), tuple(pair), kind, int(layer)),
+    return STORE.get(_sweep_key(cfg, input_norm, seed, pair, kind, layer),
                      lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind, layer),
                      8 * 4 * block * block, "a sweep point", cost.sweep_point_cost(cfg, block))
+
+
+def prime_sweep_points(calls: list[tuple], executor) -> int:
+    """Compute the points ``(cfg, input_norm, seed, pair, kind, layer)`` of ``calls`` that the store
+    does not hold yet as tasks on ``executor`` (a process pool: ``hessviz lesson`` on several cores),
+    and store them where :func:`sweep_point` finds them. Returns how many were computed."""
+    from hessviz.tasks import run_tasks
+
+    missing = {}
+    for c in calls:
+        key = _sweep_key(*c)
+        if key not in STORE:
+            missing.setdefault(key, (c[0], float(c[1]), int(c[2]), tuple(c[3]), c[4], int(c[5])))
+    if not missing:
+        return 0
+    results = run_tasks(executor, sweeps.point, list(missing.values()))
+    for key, value in zip(missing, results):
+        STORE.get(key, lambda value=value: value, 1 << 10, "a sweep point", seconds=0.0)
+    return len(missing)
 
 
 def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarray:

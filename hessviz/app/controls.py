@@ -14,6 +14,7 @@ control (a page may stop early, after which no Streamlit call goes through), onl
 from __future__ import annotations
 
 import contextlib
+import html
 from collections.abc import Callable, Sequence
 
 import streamlit as st
@@ -378,7 +379,35 @@ def _lesson_panel() -> None:
                               format_func=lambda k: labels.get(k, f"{k} (this page)"),
                               key="_hv_lesson_hide", help="the controls students will not see")
         present = st.toggle("Presentation mode", value=here.lesson.present, key="_hv_lesson_present")
-        st.code(view_link(here.query(Lesson(frozenset(hide), present))), language=None, wrap_lines=True)
+        query = here.query(Lesson(frozenset(hide), present))
+        st.code(view_link(query), language=None, wrap_lines=True)
+        lesson_download(f"{here.page}?{address.encode_query(query)}", key="_hv_lesson_page")
+
+
+def lesson_download(link: str, key: str, where=None) -> None:
+    """"Download as a page": the lesson link ``link`` (``page?query``) as one self-contained HTML file
+    that needs no server (:mod:`hessviz.app.lesson_page`). Made only when clicked, then cached for
+    every visitor (:func:`hessviz.app.lesson_page.cached`); a page it cannot make is one line."""
+    from hessviz.app import lesson_page
+
+    where = where or st
+    page = link.split("?", 1)[0]
+    if page not in lesson_page.PAGES:
+        where.caption(f"(A page of its own, offline: offered for {', '.join(lesson_page.PAGES)}.)")
+        return
+
+    def data() -> bytes:
+        try:
+            return lesson_page.cached(link)
+        except hv.HessvizError as err:          # the file then says why, in one line
+            why = f"No lesson page for /{html.escape(link)}: {html.escape(str(err))}"
+            return f"<!DOCTYPE html><p>{why}</p>".encode()
+
+    where.download_button("Download as a page", data, f"lesson_{page}.html", "text/html", key=key,
+                          on_click="ignore", icon=":material/download:",
+                          help="this view as one HTML file that opens without the app or a network "
+                               "(plotly.js inline, a few controls baked in); made when you click, up to a "
+                               "minute")
 
 
 # ----------------------------------------------------------------------------- page controls

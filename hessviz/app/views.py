@@ -1,0 +1,232 @@
+"""What a page computes and draws for one view, without Streamlit: the page and the lesson page
+(:mod:`hessviz.app.lesson_page`) call the same functions, so a lesson page shows the page's figures.
+
+Each function takes a :class:`~hessviz.app.state.View` and the page's own control values, reads
+the server-wide caches (:mod:`hessviz.app.cache`) and returns the results and the figures, laid
+out in the theme of the caller (:func:`hessviz.plots.drawn_in`). Only the Streamlit layout (columns,
+metrics, captions, download buttons) stays in the page scripts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from hessviz import plots, sweeps
+from hessviz.app import cache
+from hessviz.app.state import View
+from hessviz.experiments.ln_collapse import sigma_axis
+from hessviz.fitting import pooled_power_law_fit
+from hessviz.spectra import DENSE_LIMIT
+from hessviz.terms import NAMES
+
+# ----------------------------------------------------------------------------- scaling
+
+SCALING_SEEDS_MAX = 8
+SCALING_PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_Q,W_V", "W_G,W_G", "W_G,W_1", "W_1,W_1",
+                 "W_2,W_2", "q_norm_gamma,q_norm_gamma", "ln1_gamma,ln1_gamma")
+PLACEMENTS = ("attention", "post", "pre")
+"""The placements of the Scaling page's side-by-side chart."""
+FIT_REGIME = {"xnorm": "‖X‖₂ ≤ 1.", "L": "L ≥ 4.", "d": "all points.",
+              "layers": "none (a geometric law r^N: the factor per block is shown)."}
+
+
+def scaling_pairs(view: View) -> tuple[str, ...]:
+    """The block pairs the Scaling page offers for the view's block (one head's slices too)."""
+    names = view.cfg.block.param_names
+    pairs = tuple(p for p in SCALING_PAIRS + ("W_O,W_O",) if all(n in names for n in p.split(",")))
+    if view.cfg.n_heads > 1:   # one head's slices: the same scaling laws, per head
+        pairs += ("W_Q[0],W_Q[0]", "W_K[0],W_K[0]", "W_Q[0],W_K[0]", "W_Q[0],W_Q[1]", "W_V[0],W_V[0]",
+                  "W_O[0],W_O[0]")
+    return pairs
+
+
+def placed(view: View, norm: str) -> View:
+    """The view's block with LayerNorm placed at ``norm`` (no γ/β where there is no LayerNorm)."""
+    return view.with_values(norm=norm, affine=view.cfg.ln_affine and norm in ("post", "pre"))
+
+
+@dataclass
+class Scaling:
+    """The Scaling page's two sweeps and their figures."""
+
+    pair: tuple[str, str]
+    side_pair: tuple[str, str]
+    main: sweeps.Sweep
+    side: dict[str, sweeps.Sweep]
+    fits: dict
+    side_fits: dict
+    figure: object
+    side_figure: object
+
+
+def _side_pair(pair: tuple[str, ...]) -> tuple[str, ...]:
+    """The pair of the side-by-side chart: the main one when it is an attention block, else W_Q–W_Q."""
+    return pair if all(n.partition("[")[0] in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
+
+
+def scaling_points(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0) -> list[tuple]:
+    """Every point :func:`scaling` measures, as :func:`hessviz.app.cache.prime_sweep_points` takes them."""
+    pair = tuple(pair_s.split(","))
+    seeds = range(view.seed, view.seed + n_seeds)
+    sweeps_of = [(view.cfg, pair)] + [(placed(view, n).cfg, _side_pair(pair)) for n in PLACEMENTS]
+    out = []
+    for cfg, p in sweeps_of:
+        for x in sweeps.DEFAULT_GRIDS[axis]:
+            c, xn = sweeps.config_at(cfg, axis, x)
+            out += [(c, view.input_norm if xn is None else xn, s, p, "spectral", layer) for s in seeds]
+    return out
+
+
+def scaling(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0,
+            progress: Callable[[float, str], None] | None = None) -> Scaling:
+    """Sweep the ``pair_s`` block (``"W_Q,W_Q"``) over ``axis`` for ``n_seeds`` seeds, and the same
+    for the three :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point."""
+    pair = tuple(pair_s.split(","))
+    grid = sweeps.DEFAULT_GRIDS[axis]
+    seeds = list(range(view.seed, view.seed + n_seeds))
+
+    def run(cfg, label: str, pair: tuple[str, str], offset: float, share: float) -> sweeps.Sweep:
+        def step(done: int, total: int) -> None:
+            if progress is not None:
+                progress(min(1.0, offset + share * done / total), f"Sweeping {label}: {done}/{total}")
+
+        def measure(c, input_norm: float, seed: int) -> dict[str, float]:
+            return cache.sweep_point(c, input_norm, seed, pair, layer=layer)
+
+        return sweeps.sweep(cfg, axis, grid, seeds, measure, input_norm=view.input_norm, progress=step)
+
+    side_pair = _side_pair(pair)
+    main = run(view.cfg, view.cfg.describe(), pair, 0.0, 0.4)
+    side = {norm: run(placed(view, norm).cfg, norm, side_pair, 0.4 + 0.2 * k, 0.2)
+            for k, norm in enumerate(PLACEMENTS)}
+    by_depth = axis == "layers"     # a geometric law in N, not a power law: no slope fits
+    fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair)
+    side_fits = {} if by_depth else {n: sweeps.fits(r, n, side_pair) for n, r in side.items()}
+    fig = cache.figure(  # built once per view, for every visitor of a lesson link
+        ("scaling", view.key, axis, pair_s, n_seeds, layer),
+        lambda: plots.sweep_plot(main, sweeps.TERMS, stat="median", fits=fits,
+                                 y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
+                                 title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}"))
+    sfig = cache.figure(("scaling_side", view.key, axis, side_pair, n_seeds, layer),
+                        lambda: plots.side_by_side(side, stat="median", fits=side_fits,
+                                                   y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂"))
+    return Scaling(pair, side_pair, main, side, fits, side_fits, fig, sfig)
+
+
+def slopes_line(result: Scaling) -> str:
+    """The fitted slopes per placement, in one line (empty for a sweep over the depth)."""
+    if not result.side_fits:
+        return ""
+    return "Slopes per placement (outer / functional / full): " + "; ".join(
+        f"{n}: " + " / ".join(f"{result.side_fits[n][t].slope:.2f}" for t in sweeps.TERMS)
+        for n in PLACEMENTS)
+
+
+# ----------------------------------------------------------------------------- spectrum
+
+SPECTRUM_K = 64
+"""Eigenvalues at each end when the spectrum is partial."""
+
+
+@dataclass
+class Spectrum:
+    """The Spectrum page's dense eigenvalues and block norms of the three terms, and its figures."""
+
+    spec: dict[str, dict]
+    norms: dict[str, np.ndarray]
+    sorted_figure: object
+    histogram: object
+    bars: object
+
+
+def spectrum(view: View, shown: list[str] | tuple[str, ...] = NAMES,
+             step: Callable[[int, int, str], None] | None = None) -> Spectrum:
+    """Dense eigenvalues (:func:`hessviz.app.cache.spectrum`) and per-block spectral norms of the
+    three terms; the figures draw the terms ``shown``. ``step(done, total, text)`` before each part."""
+    spec, norms = {}, {}
+    for i, t in enumerate(NAMES):
+        if step is not None:
+            step(2 * i, 2 * len(NAMES), f"Eigenvalues of the {t} term…")
+        spec[t] = cache.spectrum(view.key, t, k=SPECTRUM_K, dense_limit=DENSE_LIMIT)
+        if step is not None:
+            step(2 * i + 1, 2 * len(NAMES), f"Block norms of the {t} term…")
+        norms[t] = cache.block_norms(view.key, t, "spectral")
+    values = {t: spec[t]["values"] for t in shown}
+    fig = plots.spectrum_sorted(values, partial={t: spec[t]["partial"] for t in shown})
+    hfig = plots.spectrum_histogram(values)
+    bfig = plots.block_norm_bars({t: norms[t] for t in shown}, view.cfg.param_names)
+    return Spectrum(spec, norms, fig, hfig, bfig)
+
+
+def spectrum_line(result: Spectrum) -> str:
+    """Negative eigenvalues and mass of each term, in one line."""
+    return "; ".join(f"{t}: {s['negative_count']:,} negative λ, {100 * s['negative_mass']:.1f} % of the mass"
+                     for t, s in result.spec.items())
+
+
+# ----------------------------------------------------------------------------- LayerNorm collapse
+
+LN_VIEWS = ("layernorm", "block")
+
+
+def sigma_grid(decades: int) -> np.ndarray:
+    """σ from 1 down to ``10^-decades``, three points a decade."""
+    return np.logspace(0, -decades, 3 * decades + 1)
+
+
+def slope(x, Y) -> str:
+    """The pooled power-law slope of ``Y`` over ``σ ≤ 1e-2``, or ``–``."""
+    try:
+        return f"{pooled_power_law_fit(x, Y, hi=1e-2, n_boot=0).slope:.2f}"
+    except ValueError:  # fewer than two points with σ ≤ 1e-2
+        return "–"
+
+
+@dataclass
+class Collapse:
+    """The LayerNorm collapse page's sweep, its curves and figure."""
+
+    result: dict
+    x: np.ndarray
+    curves: dict[str, np.ndarray]
+    figure: object
+    slopes: dict[str, str]
+
+
+def layernorm_collapse(view: View, decades: int, n_seeds: int) -> Collapse:
+    """LayerNorm alone on the view's ``(L, d)`` input: ‖J‖ and ‖H‖ of the collapsing row, with bounds."""
+    eps, L, d = view.cfg.ln_eps, view.cfg.seq_len, view.cfg.d_model
+    seeds = tuple(range(view.seed, view.seed + n_seeds))
+    r = cache.ln_sweep(tuple(sigma_grid(decades)), eps, L, d, seeds)
+    x = sigma_axis(r)
+    curves = {"‖J_LN‖₂ exact": r["J"], "‖H_LN‖₂ exact": r["H"], "‖J_LN‖₂ bound": r["J_bound"],
+              "‖H_LN‖₂ bound": r["H_bound"]}
+    fig = plots.band_plot(x, curves, stat="geomean",
+                          title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
+                          x_title="σ_min (std of the collapsing row)", y_title="spectral norm")
+    slopes = {"‖J‖ (σ ≤ 1e-2)": slope(x, r["J"]), "‖H‖": slope(x, r["H"]),
+              "of J bound": slope(x, r["J_bound"]), "of H bound": slope(x, r["H_bound"])}
+    return Collapse(r, x, curves, fig, slopes)
+
+
+def block_collapse(view: View, decades: int, n_seeds: int, whole: bool) -> Collapse:
+    """A Post-LN block's weight Hessian as the first LayerNorm's input row collapses (the W_Q–W_Q
+    block; with ``whole`` also the whole-matrix norms of each term)."""
+    c = view.cfg
+    eps, L, d = c.ln_eps, c.seq_len, c.d_model
+    seeds = tuple(range(view.seed, view.seed + n_seeds))
+    r = cache.ln_block_sweep(tuple(sigma_grid(decades)), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm,
+                             whole)
+    x = sigma_axis(r)
+    keys = ("full", "outer", "functional", "QQ_full") if whole else ("QQ_full",)
+    curves = {f"‖H_{k}‖₂": r[k] for k in keys}
+    fig = plots.band_plot(x, curves, stat="geomean", title=f"Post-LN block (L = {L}, d = {d}), ε = {eps:g}",
+                          x_title="σ_min of the first LayerNorm's input", y_title="spectral norm",
+                          guides=[plots.Guide(-2.0, next(iter(curves)), -1, "σ⁻² guide")])
+    slopes = {"‖H_QQ‖ (σ ≤ 1e-2)": slope(x, r["QQ_full"])}
+    if whole:
+        slopes["‖H_full‖"] = slope(x, r["full"])
+    return Collapse(r, x, curves, fig, slopes)
