@@ -25,6 +25,32 @@ BASE = """
 narrower margins on a phone, where display math is set smaller and scrolls sideways rather than
 being cut off."""
 
+_TOP = '[data-testid="stMainBlockContainer"] > [data-testid="stVerticalBlock"] > '
+_CHART = '[class*="st-key-chart_"], .st-key-hv_live'
+"""A chart drawn by :func:`hessviz.app.ui.chart` (its container's key starts with ``chart_``), or
+the Learn page's live tour view."""
+
+CHART_FIRST = f"""
+{_TOP}:has(.st-key-hv_header) {{ order: -2; }}
+{_TOP}:has({_CHART}):not({_TOP}:has({_CHART}) ~ *) {{ order: -1; }}
+"""
+"""The page's first chart right under its header: the page's top-level blocks are a flex column,
+and CSS ``order`` lifts the header (:func:`hessviz.app.ui.header`'s container) and the first
+block that holds a chart above the rest: explanations, controls and notes follow the chart.
+Only the drawing order changes; every page keeps its own script order."""
+
+NARROW = f"@media (max-width: 640px) {{ {CHART_FIRST} }}"
+"""On a phone the chart comes first on every page, lesson link or not."""
+
+TOOLBAR = """
+@media (hover: none), (pointer: coarse), (max-width: 640px) {
+  .js-plotly-plot .modebar-container { display: none !important; }
+}
+"""
+"""Plotly's mode bar sits over the figure's title; a touch screen shows it all the time (there is
+no hover to hide it), so on a touch or narrow screen it is not drawn. Zoom and pan work by touch
+without it; the downloads under each chart replace its camera button."""
+
 PRESENT = """
 html { font-size: 18px; }
 [data-testid="stMainBlockContainer"] { padding-top: 60px; max-width: 100%; }
@@ -46,7 +72,8 @@ def css(lesson: Lesson) -> str:
     >>> "font-size: 18px" in css(Lesson(present=True)), "display: none" in css(Lesson())
     (True, False)
     """
-    return BASE + (PRESENT if lesson.present else "") + ("" if lesson.sidebar else NO_SIDEBAR)
+    return (BASE + NARROW + TOOLBAR + (PRESENT + CHART_FIRST if lesson.present else "")
+            + ("" if lesson.sidebar else NO_SIDEBAR))
 
 
 def apply(lesson: Lesson) -> None:

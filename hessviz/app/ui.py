@@ -21,10 +21,15 @@ from hessviz.memory import format_bytes
 # ----------------------------------------------------------------------------- page furniture
 
 
-def header(title: str, view: View, *, icon: str | None = None) -> None:
-    """The page title and, under it, the block in words (every value, also those a lesson hides)."""
-    st.title(f"{icon + ' ' if icon else ''}{title}")
-    st.caption(view.describe())
+def header(title: str, view: View | None = None, *, icon: str | None = None) -> None:
+    """The page title and, under it, the block in words (every value, also those a lesson hides;
+    none for the pages of a pretrained model, ``view=None``). Both sit in one container (key
+    ``hv_header``) that :mod:`hessviz.app.styles` keeps on top when it lifts the first chart above
+    the rest of the page."""
+    with st.container(key="hv_header", gap="small"):
+        st.title(f"{icon + ' ' if icon else ''}{title}")
+        if view is not None:
+            st.caption(view.describe())
 
 
 def formula_parts(formula: str) -> list[str]:
