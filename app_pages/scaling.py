@@ -5,12 +5,13 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots, sweeps
+from hessviz.app import scaling_view
 from hessviz.experiments.depth import factor_per_layer
 
 SEEDS_MAX = 8
 PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_Q,W_V", "W_G,W_G", "W_G,W_1", "W_1,W_1", "W_2,W_2",
          "q_norm_gamma,q_norm_gamma", "ln1_gamma,ln1_gamma")
-PLACEMENTS = ("attention", "post", "pre")
+PLACEMENTS = scaling_view.PLACEMENTS
 
 view = hva.sidebar(stacks=True)
 hva.header("Scaling laws", view)
@@ -60,35 +61,26 @@ hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(PLACEMENTS)), bl
 bar = st.progress(0.0, text="Sweeping…")
 
 
-def run(cfg, label: str, pair: tuple[str, str], offset: float, share: float) -> sweeps.Sweep:
+def run(v, label: str, pair: tuple[str, str], offset: float, share: float) -> sweeps.Sweep:
     @hva.progress.throttled
     def progress(done: int, total: int) -> None:
         bar.progress(min(1.0, offset + share * done / total), text=f"Sweeping {label}: {done}/{total}")
 
-    def measure(c, input_norm: float, seed: int) -> dict[str, float]:
-        return hva.cache.sweep_point(c, input_norm, seed, pair, layer=layer)
-
-    return sweeps.sweep(cfg, axis, grid, seeds, measure, input_norm=view.input_norm, progress=progress)
+    return scaling_view.sweep(v, axis, pair, seeds, layer=layer, progress=progress)
 
 
-side_pair = pair if all(n.partition("[")[0] in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
-
-
-def placed(norm: str):
-    """The sidebar's block with LayerNorm placed at ``norm`` (no γ/β where there is no LayerNorm)."""
-    return view.with_values(norm=norm, affine=view.cfg.ln_affine and norm in ("post", "pre")).cfg
-
-
+side_pair = scaling_view.side_pair(pair)
 with hva.guard("the sweep"):
-    main = run(view.cfg, view.cfg.describe(), pair, 0.0, 0.4)
-    side = {norm: run(placed(norm), norm, side_pair, 0.4 + 0.2 * k, 0.2) for k, norm in enumerate(PLACEMENTS)}
+    main = run(view, view.cfg.describe(), pair, 0.0, 0.4)
+    side = {norm: run(scaling_view.placed(view, norm), norm, side_pair, 0.4 + 0.2 * k, 0.2)
+            for k, norm in enumerate(PLACEMENTS)}
 bar.empty()
 
 by_depth = axis == "layers"     # a geometric law in N, not a power law: no slope fits
 fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair)
 fig = hva.cache.figure(  # built once per view, for every visitor of a lesson link
     ("scaling", view.key, axis, pair_s, n_seeds, layer),
-    lambda: plots.sweep_plot(main, sweeps.TERMS, stat="median", fits=fits,
+    lambda: plots.sweep_plot(main, sweeps.TERMS, stat=scaling_view.STAT, fits=fits,
                              y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
                              title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}"))
 left, right = st.columns([3, 1], gap="medium")
@@ -125,7 +117,7 @@ st.markdown("The same sweep for the three placements (block "
             "of attention alone flattens.")
 side_fits = {} if by_depth else {n: sweeps.fits(r, n, side_pair) for n, r in side.items()}
 sfig = hva.cache.figure(("scaling_side", view.key, axis, side_pair, n_seeds, layer),
-                       lambda: plots.side_by_side(side, stat="median", fits=side_fits,
+                       lambda: plots.side_by_side(side, stat=scaling_view.STAT, fits=side_fits,
                                                   y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂"))
 
 

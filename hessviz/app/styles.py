@@ -66,16 +66,25 @@ NO_SIDEBAR = """
 """``hide=sidebar``: no sidebar and no button to open it (the navigation is at the top)."""
 
 
-def css(lesson: Lesson) -> str:
-    """The style sheet for a run with these lesson flags.
+EMBEDDED = """
+[data-testid="stMainBlockContainer"] { padding-top: 0.5rem !important; }
+.st-key-hv_header h1 { display: none; }
+"""
+"""A page shown inside another (``embed=true``, the Learn page's live tour view): the title is the
+story's beside it, and Streamlit draws no header bar to make room for, so the chart starts at
+the frame's top."""
+
+
+def css(lesson: Lesson, embedded: bool = False) -> str:
+    """The style sheet for a run with these lesson flags (``embedded``: shown in another page's frame).
 
     >>> "font-size: 18px" in css(Lesson(present=True)), "display: none" in css(Lesson())
     (True, False)
     """
     return (BASE + NARROW + TOOLBAR + (PRESENT + CHART_FIRST if lesson.present else "")
-            + ("" if lesson.sidebar else NO_SIDEBAR))
+            + ("" if lesson.sidebar else NO_SIDEBAR) + (EMBEDDED if embedded else ""))
 
 
 def apply(lesson: Lesson) -> None:
     """Write the style sheet into the page (an invisible element)."""
-    st.html(f"<style>{css(lesson)}</style>")
+    st.html(f"<style>{css(lesson, bool(st.context.is_embedded))}</style>")
