@@ -11,6 +11,7 @@ import pytest
 
 from hessviz.app.tour import TOUR
 from tests.test_browser import SHOTS, _exceptions, _settle, browser, server  # noqa: F401 (fixtures)
+from tests.test_layout_browser import SIDEWAYS_JS, above_the_fold
 
 pytestmark = pytest.mark.browser
 
@@ -52,6 +53,25 @@ def test_every_tour_stop_opens_the_view_it_names(server, browser, index):  # noq
     ctx, page = _visit(browser, f"{server}/learn?tour={index + 1}")
     frame = page.locator("iframe").first.get_attribute("src")
     assert stop.link() in frame and "hide=sidebar" in frame and "present=1" in frame
+    # the story quotes its live view: every number it sets in bold is one the view shows
+    assert above_the_fold(page, f"stop {index + 1}'s live view", PROJECTOR["height"]) == []
+    quoted = page.locator("p", has_text="What to notice.").first.locator("strong").all_inner_texts()
+    numbers = [q for q in quoted if re.fullmatch(r"[−-]?[\d,]+(\.\d+)?", q)]
+    assert numbers, quoted
+    shown = page.frame_locator("iframe").first.locator("[data-testid=stMain]").inner_text().replace("−", "-")
+    for number in numbers:
+        assert number.replace("−", "-") in shown, (number, shown[:3000])
+    page.set_viewport_size(PHONE)                       # on a phone the live view comes first too
+    assert above_the_fold(page, f"stop {index + 1}'s live view at 390x844", PHONE["height"]) == []
+    if index in (0, 2):
+        page.screenshot(path=str(SHOTS / f"tour_stop{index + 1}_390x844.png"))
+        page.set_viewport_size(PROJECTOR)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(SHOTS / f"tour_stop{index + 1}_1280x720.png"))
+    phone, alone = _visit(browser, f"{server}/{stop.link()}", PHONE)    # the stop's link on a phone
+    assert above_the_fold(alone, f"{stop.link()} at 390x844", PHONE["height"]) == []
+    assert alone.evaluate(SIDEWAYS_JS) <= 1
+    phone.close()
     page.get_by_role("link", name="Open the full page: ").click()
     page.wait_for_url(f"**/{stop.page}*", timeout=30_000, wait_until="commit")
     _settle(page)

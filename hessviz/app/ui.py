@@ -238,6 +238,12 @@ def downloads(name: str, fig: go.Figure | None = None, *,
                                       "locally") if too_big else None)
 
 
+MODEBAR_REMOVED = ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "toggleSpikelines",
+                   "hoverClosestCartesian", "hoverCompareCartesian"]
+"""Mode-bar buttons the charts do without (selection, the ± zoom and hover modes): a short bar
+covers less of a figure's title while the pointer is over it (on a touch or narrow screen
+:mod:`hessviz.app.styles` hides the bar)."""
+
 PRESENT_HEIGHT = 360
 """Pixels: the tallest figure in presentation mode."""
 
@@ -255,5 +261,6 @@ def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
         height = min(tall, PRESENT_HEIGHT)
     with where.container():
         st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
-                        config={"displaylogo": False, "toImageButtonOptions": {"filename": name}})
+                        config={"displaylogo": False, "toImageButtonOptions": {"filename": name},
+                                "modeBarButtonsToRemove": MODEBAR_REMOVED})
         downloads(name, fig, csv=csv, npz=npz, key=key)
