@@ -61,7 +61,8 @@ FIGURE_PROBLEMS_JS = r"""
     const bar = [...plot.querySelectorAll('.modebar-container')]
       .filter(e => getComputedStyle(e).display !== 'none')
       .map(e => e.querySelector('.modebar') || e)
-      .filter(e => [...e.querySelectorAll('.modebar-group')].some(g => parseFloat(getComputedStyle(g).opacity) > 0))
+      .filter(e => [...e.querySelectorAll('.modebar-group')]
+        .some(g => parseFloat(getComputedStyle(g).opacity) > 0))
       .map(e => e.getBoundingClientRect())
       .filter(r => r.width > 0 && r.height > 0);
     bar.forEach(r => parts.filter(p => p.label === 'title' || p.label.startsWith('annotation')).forEach(p => {
