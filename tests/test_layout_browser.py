@@ -44,6 +44,8 @@ def first_chart(page, timeout: float = 120_000) -> dict | None:
     """The bounding box (in the page's viewport) of the page's first chart, the one nearest the
     top: a chart of the page itself or of a page it shows in a frame (the Learn page's live tour
     view). None when the page draws no chart (the Claims page is tables)."""
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
+                           ".every(e => e.querySelector('.js-plotly-plot .main-svg'))", timeout=timeout)
     boxes = [b for b in (c.bounding_box() for c in page.locator(".js-plotly-plot").all()) if b]
     if page.locator("iframe").count():
         frame = page.frame_locator("iframe").first

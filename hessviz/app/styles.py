@@ -15,6 +15,9 @@ BASE = """
 [data-testid="stMainBlockContainer"] { padding-top: 64px; padding-bottom: 2rem; }
 [data-testid="stMainBlockContainer"] h1 { font-size: 2rem; padding-top: 0.25rem; padding-bottom: 0.25rem; }
 [data-testid="stMainBlockContainer"] h2 { font-size: 1.5rem; }
+[data-testid="stMetricValue"] > div { white-space: normal; overflow: visible; text-overflow: clip; }
+[data-baseweb="tag"] { max-width: none; height: auto; }
+[data-baseweb="tag"] span { white-space: normal; overflow: visible; text-overflow: clip; max-width: none; }
 @media (max-width: 640px) {
   [data-testid="stMainBlockContainer"] { padding: 56px 0.75rem 2rem 0.75rem; }
   [data-testid="stMarkdownContainer"] .katex-display { font-size: 0.78em; overflow: auto hidden; }
@@ -22,6 +25,8 @@ BASE = """
 }
 """
 """Always: a shorter band above the title (Streamlit's header bar is 60 px tall), a smaller title;
+a metric's value and a multiselect's chips wrap instead of ending in "…" ("64 (of…",
+"norm (LayerN…");
 narrower margins on a phone, where display math is set smaller and scrolls sideways rather than
 being cut off."""
 

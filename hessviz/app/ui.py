@@ -126,6 +126,22 @@ def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = Non
     return False
 
 
+def table(rows: Sequence[dict], container=None) -> None:
+    """A small table of ``rows`` (dicts with the same keys, the header) as text that wraps: a
+    narrow column cuts neither a header ("theory") nor a value, as a data-frame grid's fixed
+    columns did. None is shown as "—"."""
+    if not rows:
+        return
+    names = list(rows[0])
+
+    def cell(v) -> str:
+        return "—" if v is None else str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    lines += ["| " + " | ".join(cell(r.get(n)) for n in names) + " |" for r in rows]
+    (container or st).markdown("\n".join(lines))
+
+
 # ----------------------------------------------------------------------------- downloads
 
 
