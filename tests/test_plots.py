@@ -333,6 +333,17 @@ def test_every_axis_keeps_one_tick_notation(name):
             assert axis.exponentformat == "power", name
 
 
+@pytest.mark.parametrize("name", list(_every_figure()))
+def test_every_bar_names_its_category_on_hover(name):
+    """A phone skips every other category label of a long bar axis; the hover names each bar (its
+    category, or a histogram bin's range of true values)."""
+    for trace in _every_figure()[name].data:
+        if trace.type == "bar" and trace.hoverinfo != "skip":
+            category = "%{y}" if trace.orientation == "h" else "%{x}"
+            where = trace.hovertemplate
+            assert where is None or category in where or "customdata" in where, (name, trace.name)
+
+
 def test_log_ticks_read_as_numbers():
     vals, text = plots.style.log_ticks(0.0316, 10.0)
     assert text == ["0.1", "0.3", "1", "3", "10"] and vals == sorted(vals)

@@ -16,6 +16,8 @@ BASE = """
 [data-testid="stMainBlockContainer"] h1 { font-size: 2rem; padding-top: 0.25rem; padding-bottom: 0.25rem; }
 [data-testid="stMainBlockContainer"] h2 { font-size: 1.5rem; }
 [data-testid="stMetricValue"] > div { white-space: normal; overflow: visible; text-overflow: clip; }
+[data-testid="stMarkdownContainer"] table { width: 100%; }
+[data-testid="stMarkdownContainer"] :is(th, td) { padding: 0.25rem 0.4rem; }
 [data-baseweb="tag"] { max-width: none; height: auto; }
 [data-baseweb="tag"] span { white-space: normal; overflow: visible; text-overflow: clip; max-width: none; }
 @media (max-width: 640px) {
@@ -26,7 +28,7 @@ BASE = """
 """
 """Always: a shorter band above the title (Streamlit's header bar is 60 px tall), a smaller title;
 a metric's value and a multiselect's chips wrap instead of ending in "…" ("64 (of…",
-"norm (LayerN…");
+"norm (LayerN…"); a small table (:func:`hessviz.app.ui.table`) fits its column;
 narrower margins on a phone, where display math is set smaller and scrolls sideways rather than
 being cut off."""
 
