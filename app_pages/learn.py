@@ -19,15 +19,16 @@ def go(to: int) -> None:
     st.session_state["tour"] = str(min(max(to, 1), len(TOUR)))
 
 
-pick, back, ahead = tour.columns([3, 1, 1], vertical_alignment="bottom")
-at = int(hva.choice("Stop", stops, key="tour", default="1", container=pick,
-                    help="five stops for a 20-minute lesson; each is also a plain link for slides"))
-back.button("Back", icon=":material/arrow_back:", on_click=go, args=(at - 1,), disabled=at == 1,
-            width="stretch", key="tour_back")
-ahead.button("Next", icon=":material/arrow_forward:", on_click=go, args=(at + 1,), disabled=at == len(TOUR),
-             width="stretch", key="tour_next")
-stop = TOUR[at - 1]
 live, story = tour.columns([3, 2], gap="medium")   # on a phone the live view comes first
+with story:
+    at = int(hva.choice("Stop", stops, key="tour", default="1",
+                        help="five stops for a 20-minute lesson; each is also a plain link for slides"))
+    steps = st.container(horizontal=True, gap="small")
+    steps.button("Back", icon=":material/arrow_back:", on_click=go, args=(at - 1,), disabled=at == 1,
+                 width="stretch", key="tour_back")
+    steps.button("Next", icon=":material/arrow_forward:", on_click=go, args=(at + 1,),
+                 disabled=at == len(TOUR), width="stretch", key="tour_next")
+stop = TOUR[at - 1]
 with live, st.container(key="hv_live"):   # the stop's own page, live, without its sidebar
     shown = {}
     if stop.variants:

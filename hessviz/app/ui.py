@@ -263,18 +263,22 @@ covers less of a figure's title while the pointer is over it (on a touch or narr
 PRESENT_HEIGHT = 360
 """Pixels: the tallest figure in presentation mode."""
 
+EMBEDDED_HEIGHT = 440
+"""Pixels: the tallest figure in presentation mode inside another page's frame (the Learn page's
+live tour view, 560 px tall, which shows no title above its chart)."""
+
 
 def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
           npz: Callable[[], dict] | None = None, key: str | None = None, height: int | None = None,
           container=None) -> None:
     """Draw ``fig`` in the app's light or dark theme, and its download buttons under it. In
     presentation mode a figure is at most :data:`PRESENT_HEIGHT` pixels tall, so that it fits a
-    projector's 720 rows under the title."""
+    projector's 720 rows under the title (:data:`EMBEDDED_HEIGHT` in the tour's frame)."""
     where = container or st
     plots.apply_theme(fig, "host")
     if controls.lesson().present:
         tall = height or fig.layout.height or PRESENT_HEIGHT
-        height = min(tall, PRESENT_HEIGHT)
+        height = min(tall, EMBEDDED_HEIGHT if st.context.is_embedded else PRESENT_HEIGHT)
     with where.container():
         st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
                         config={"displaylogo": False, "toImageButtonOptions": {"filename": name},
