@@ -98,8 +98,9 @@ with right:
         rows = []
         for t in sweeps.TERMS:
             f = fits[t]
-            rows.append({"term": t, "fitted slope": round(f.slope, 2) if np.isfinite(f.slope) else None,
-                         "theory": "—" if f.expected is None else f"{f.expected:g}"})
+            slope = f"{f.slope:.2f}" if np.isfinite(f.slope) else "—"
+            theory = "" if f.expected is None else f" ({f.expected:g})"
+            rows.append({"term": t, "slope (theory)": slope + theory})
         hva.table(rows)
         th = fits["outer"].expected
         if th is not None and np.isfinite(fits["outer"].slope):
