@@ -85,8 +85,10 @@ the frame's top."""
 def css(lesson: Lesson, embedded: bool = False) -> str:
     """The style sheet for a run with these lesson flags (``embedded``: shown in another page's frame).
 
-    >>> "font-size: 18px" in css(Lesson(present=True)), "display: none" in css(Lesson())
+    >>> "font-size: 18px" in css(Lesson(present=True)), "stSidebarCollapsedControl" in css(Lesson())
     (True, False)
+    >>> css(Lesson(present=True)).count("order: -1"), css(Lesson()).count("order: -1")   # phone only
+    (2, 1)
     """
     return (BASE + NARROW + TOOLBAR + (PRESENT + CHART_FIRST if lesson.present else "")
             + ("" if lesson.sidebar else NO_SIDEBAR) + (EMBEDDED if embedded else ""))
