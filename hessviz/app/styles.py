@@ -18,8 +18,9 @@ BASE = """
 [data-testid="stMetricValue"] > div { white-space: normal; overflow: visible; text-overflow: clip; }
 [data-testid="stMarkdownContainer"] table { width: 100%; font-size: 0.9em; }
 [data-testid="stMarkdownContainer"] :is(th, td) { padding: 0.25rem 0.4rem; }
-[data-baseweb="tag"] { max-width: none; height: auto; }
-[data-baseweb="tag"] span { white-space: normal; overflow: visible; text-overflow: clip; max-width: none; }
+[data-testid="stMultiSelectTagsContainer"] span
+{ max-width: none !important; height: auto !important; white-space: normal !important;
+  overflow: visible !important; text-overflow: clip !important; }
 @media (max-width: 640px) {
   [data-testid="stMainBlockContainer"] { padding: 56px 0.75rem 2rem 0.75rem; }
   [data-testid="stMarkdownContainer"] .katex-display { font-size: 0.78em; overflow: auto hidden; }
