@@ -15,7 +15,8 @@ BASE = """
 [data-testid="stMainBlockContainer"] { padding-top: 64px; padding-bottom: 2rem; }
 [data-testid="stMainBlockContainer"] h1 { font-size: 2rem; padding-top: 0.25rem; padding-bottom: 0.25rem; }
 [data-testid="stMainBlockContainer"] h2 { font-size: 1.5rem; }
-[data-testid="stMetricValue"] > div { white-space: normal; overflow: visible; text-overflow: clip; }
+:is([data-testid="stMetricLabel"], [data-testid="stMetricValue"]) :is([data-testid="stMarkdownContainer"], p)
+{ white-space: normal !important; overflow: visible !important; text-overflow: clip !important; }
 [data-testid="stMarkdownContainer"] table { width: 100%; font-size: 0.9em; }
 [data-testid="stMarkdownContainer"] :is(th, td) { padding: 0.25rem 0.4rem; }
 [data-testid="stMultiSelectTagsContainer"] span
@@ -28,7 +29,7 @@ BASE = """
 }
 """
 """Always: a shorter band above the title (Streamlit's header bar is 60 px tall), a smaller title;
-a metric's value and a multiselect's chips wrap instead of ending in "…" ("64 (of…",
+a metric's label and value and a multiselect's chips wrap instead of ending in "…" ("64 (of…",
 "norm (LayerN…"); a small table (:func:`hessviz.app.ui.table`) fits its column;
 narrower margins on a phone, where display math is set smaller and scrolls sideways rather than
 being cut off."""
