@@ -220,3 +220,21 @@ def test_projector_and_phone_layouts(server, browser, viewport, name):  # noqa: 
     page.screenshot(path=str(SHOTS / f"{name}.png"))
     assert _exceptions(page) == []
     ctx.close()
+
+
+def test_the_first_click_on_presentation_mode_after_a_hide_choice_counts(server, browser):  # noqa: F811
+    """Choosing a control to hide, then one click on "Presentation mode": the lesson link has both
+    (the toggle used to sit under the multiselect, which moved it between mouse-down and mouse-up)."""
+    ctx, page = _visit(browser, f"{server}/spectrum")
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_text("Make a lesson link").click()
+    sidebar.locator('[data-testid="stMultiSelect"] input').last.click()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")                    # the first option (the sidebar); the list stays open
+    shows = ("t => [...document.querySelectorAll('[data-testid=stSidebar] [data-testid=stCode]')]"
+             ".some(e => e.innerText.includes(t))")
+    page.wait_for_function(shows, arg="hide=sidebar", timeout=30_000)
+    _settle(page)
+    sidebar.get_by_text("Presentation mode", exact=True).click()      # one click
+    page.wait_for_function(shows, arg="hide=sidebar&present=1", timeout=30_000)
+    ctx.close()
