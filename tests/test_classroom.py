@@ -44,6 +44,10 @@ def _wait_caption(page, text: str) -> None:
         ".some(e => e.innerText.includes(t))", arg=text, timeout=60_000)
 
 
+TOOLBARS_SHOWN = ("() => [...document.querySelectorAll('.modebar-container')]"
+                  ".filter(e => getComputedStyle(e).display !== 'none').length")
+"""How many charts show plotly's mode bar (none on a touch screen: it would sit over the titles)."""
+
 EXPECTED = {"attention": "Self-attention alone", "pre": "Pre-LN block", "post": "Post-LN block"}
 
 
@@ -68,9 +72,15 @@ def test_every_tour_stop_opens_the_view_it_names(server, browser, index):  # noq
         page.set_viewport_size(PROJECTOR)
         page.wait_for_timeout(1000)
         page.screenshot(path=str(SHOTS / f"tour_stop{index + 1}_1280x720.png"))
-    phone, alone = _visit(browser, f"{server}/{stop.link()}", PHONE)    # the stop's link on a phone
+    phone = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)   # the stop's link on a phone
+    alone = phone.new_page()
+    alone.goto(f"{server}/{stop.link()}")
+    _settle(alone)
     assert above_the_fold(alone, f"{stop.link()} at 390x844", PHONE["height"]) == []
     assert alone.evaluate(SIDEWAYS_JS) <= 1
+    alone.set_viewport_size({"width": 1024, "height": 768})          # a touch tablet: wide, no hover
+    alone.wait_for_timeout(500)
+    assert alone.evaluate(TOOLBARS_SHOWN) == 0
     phone.close()
     page.get_by_role("link", name="Open the full page: ").click()
     page.wait_for_url(f"**/{stop.page}*", timeout=30_000, wait_until="commit")
