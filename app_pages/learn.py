@@ -10,7 +10,8 @@ from hessviz.app.tour import TOUR
 view = hva.sidebar()
 hva.header("Learn", view)
 
-st.header("Classroom tour", anchor="classroom-tour")
+tour = st.container(key="hv_tour")   # one block: presentation mode lifts it whole, under the title
+tour.markdown("#### Classroom tour")
 stops = [str(i) for i in range(1, len(TOUR) + 1)]
 
 
@@ -18,26 +19,37 @@ def go(to: int) -> None:
     st.session_state["tour"] = str(min(max(to, 1), len(TOUR)))
 
 
-pick, back, ahead = st.columns([3, 1, 1], vertical_alignment="bottom")
-at = int(hva.choice("Stop", stops, key="tour", default="1", container=pick,
-                    help="five stops for a 20-minute lesson; each is also a plain link for slides"))
-back.button("Back", icon=":material/arrow_back:", on_click=go, args=(at - 1,), disabled=at == 1,
-            width="stretch", key="tour_back")
-ahead.button("Next", icon=":material/arrow_forward:", on_click=go, args=(at + 1,), disabled=at == len(TOUR),
-             width="stretch", key="tour_next")
+live, story = tour.columns([3, 2], gap="medium")   # on a phone the live view comes first
+with story:
+    at = int(hva.choice("Stop", stops, key="tour", default="1",
+                        help="five stops for a 20-minute lesson; each is also a plain link for slides"))
+    steps = st.container(horizontal=True, gap="small")
+    steps.button("Back", icon=":material/arrow_back:", on_click=go, args=(at - 1,), disabled=at == 1,
+                 width="stretch", key="tour_back")
+    steps.button("Next", icon=":material/arrow_forward:", on_click=go, args=(at + 1,),
+                 disabled=at == len(TOUR), width="stretch", key="tour_next")
 stop = TOUR[at - 1]
-story, live = st.columns([2, 3], gap="medium")
+with live, st.container(key="hv_live"):   # the stop's own page, live, without its sidebar
+    shown = {}
+    if stop.variants:
+        label, own = stop.choice
+        labels = {own: {}, **{v.label: v.params for v in stop.variants}}
+        picked = st.segmented_control(label, tuple(labels), default=own, key=f"tour_variant_{at}",
+                                      help="the live view below, with this setting")
+        shown = labels.get(picked or own, {})
+    st.iframe(hva.controls.app_root() + stop.link(**shown, embed="true", hide="sidebar", present="1"),
+              height=560)
 with story, st.container(border=True):
     st.markdown(f"#### {at}. {stop.title}")
-    st.markdown(f"**What to notice.** {stop.notice}")
+    with hva.guard("the numbers of this stop"), st.spinner("Reading the live view's numbers…"):
+        words = stop.story()
+    st.markdown(f"**What to notice.** {words}")
     p = spec(stop.page)
     st.page_link(p.script, label=f"Open the full page: {p.title}", icon=p.icon,
                  query_params=hva.address.link_params({**stop.query(), **hva.lesson().query()}))
     st.caption("This stop as a link (for slides):")
     st.code(hva.controls.app_root() + stop.link(), language=None, wrap_lines=True)
     hva.controls.lesson_download(stop.link(), key=f"tour_page_{at}")
-with live:   # the stop's own page, live, without its sidebar
-    st.iframe(hva.controls.app_root() + stop.link(embed="true", hide="sidebar", present="1"), height=600)
 
 with st.expander("Every stop as a link", icon=":material/link:"):
     for i, s in enumerate(TOUR, start=1):

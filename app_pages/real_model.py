@@ -21,7 +21,7 @@ BY = {"weights": "every weight", "heads": "every head"}
 SHOWN = str.maketrans({"Ġ": "␣", "Ċ": "↵", "ĉ": "⇥"})  # byte-level BPE marks (GPT-2, the pydoc pair)
 
 hva.link_only()
-st.title("Real model")
+hva.header("Real model")
 hva.explain(
     "One layer of a **pretrained** Transformer, run on a real text. The layer is loaded from the "
     "checkpoint's safetensors and its input is the hidden state of your text after the layers below "

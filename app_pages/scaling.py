@@ -71,8 +71,8 @@ with left:
 with right:
     if by_depth:
         st.markdown("**Factor per added block**")
-        st.dataframe([{"term": t, "r": round(factor_per_layer(main.grid, main.values[t])[0], 3)}
-                      for t in sweeps.TERMS], hide_index=True, width="stretch")
+        hva.table([{"term": t, "r": round(factor_per_layer(main.grid, main.values[t])[0], 3)}
+                   for t in sweeps.TERMS])
         st.caption("‖H(N)‖ ≈ c·r^N, fitted per seed: each block added on top multiplies the first "
                    "layer's block by r. The Depth page shows every layer.")
     else:
@@ -80,9 +80,10 @@ with right:
         rows = []
         for t in sweeps.TERMS:
             f = fits[t]
-            rows.append({"term": t, "fitted slope": round(f.slope, 2) if np.isfinite(f.slope) else None,
-                         "theory": "—" if f.expected is None else f"{f.expected:g}"})
-        st.dataframe(rows, hide_index=True, width="stretch")
+            slope = f"{f.slope:.2f}" if np.isfinite(f.slope) else "—"
+            theory = "" if f.expected is None else f" ({f.expected:g})"
+            rows.append({"term": t, "slope (theory)": slope + theory})
+        hva.table(rows)
         th = fits["outer"].expected
         if th is not None and np.isfinite(fits["outer"].slope):
             gap = fits["outer"].slope - th

@@ -15,7 +15,7 @@ from hessviz.memory import format_bytes
 STAT_LABELS = {"top": "λ_max(H[t, t])", "trace": "tr H[t, t]", "grad_norm": "‖∂ℓ/∂t‖_F"}
 
 hva.link_only()
-st.title("Whole model")
+hva.header("Whole model")
 hva.explain(
     "A whole **pretrained** model under **its own objective**, not one layer against a synthetic target: "
     "the text goes through the embeddings, every layer, the final norm and the head, and each weight "

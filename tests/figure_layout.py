@@ -5,7 +5,9 @@ title, subplot titles and other annotations, axis titles, each axis's tick label
 the colour bar, and reports any of them that leaves the figure (is cut) or overlaps another (two
 boxes sharing more than a few pixels). :data:`CUT_TEXT_JS` reports the page's own text that its box
 cuts: a label or a button whose text is wider than the box that shows it (Streamlit ellipsises or
-scrolls it). Both return lists of one-line descriptions; empty is good.
+scrolls it). The mode bar, where it is drawn, must not cover the title or a subplot title, and
+tick labels keep one notation (no SI prefixes, no log-axis minor digits out of order).
+Both return lists of one-line descriptions; empty is good.
 """
 
 from __future__ import annotations
@@ -55,6 +57,36 @@ FIGURE_PROBLEMS_JS = r"""
     }
     add('legend', plot.querySelectorAll('.legend .bg'));
     add('colorbar', plot.querySelectorAll('.colorbar'));
+    // the mode bar (plotly's toolbar), where it is shown: it must not cover a title (with a mouse it
+    // shows only while the pointer is over the figure; a touch screen would show it always)
+    const bar = [...plot.querySelectorAll('.modebar-container')]
+      .filter(e => getComputedStyle(e).display !== 'none')
+      .map(e => e.querySelector('.modebar') || e)
+      .filter(e => [...e.querySelectorAll('.modebar-group')]
+        .some(g => parseFloat(getComputedStyle(g).opacity) > 0))
+      .map(e => e.getBoundingClientRect())
+      .filter(r => r.width > 0 && r.height > 0);
+    bar.forEach(r => parts.filter(p => p.label === 'title' || p.label.startsWith('annotation')).forEach(p => {
+      const w = Math.min(r.right, p.r.right) - Math.max(r.left, p.r.left);
+      const h = Math.min(r.bottom, p.r.bottom) - Math.max(r.top, p.r.top);
+      if (w > 2 && h > 2) out.push(`${name}: the mode bar covers the ${p.label}`);
+    }));
+    // tick labels in one notation: no SI prefixes ("1µ", "100m") and, in reading order, no minor
+    // digits restarting a log axis ("2 5 10 2 5")
+    plot.querySelectorAll('.xaxislayer-above, .yaxislayer-above').forEach((g, i) => {
+      const ticks = [...g.querySelectorAll('text')].map(e => ({t: (e.textContent || '').trim(),
+        r: e.getBoundingClientRect()})).filter(x => x.t && x.r.width > 0);
+      if (ticks.some(x => /^[−-]?[\d.]+[µmnpfkMGT]$/.test(x.t)))
+        out.push(`${name}: SI-prefixed tick labels on axis ${i} (${ticks.map(x => x.t).join(' ')})`);
+      const horizontal = g.classList.contains('xaxislayer-above');
+      const nums = ticks.filter(x => /^[−-]?\d+(\.\d+)?$/.test(x.t))
+        .sort((a, b) => horizontal ? a.r.left - b.r.left : b.r.top - a.r.top)
+        .map(x => parseFloat(x.t.replace('−', '-')));
+      const up = nums.every((v, j) => j === 0 || v > nums[j - 1]);
+      const down = nums.every((v, j) => j === 0 || v < nums[j - 1]);
+      if (nums.length > 2 && !up && !down)
+        out.push(`${name}: tick labels out of order on axis ${i} (${ticks.map(x => x.t).join(' ')})`);
+    });
     // cut: a text box outside the figure
     parts.forEach(p => {
       const r = p.r, tol = 2;

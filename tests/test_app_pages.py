@@ -102,10 +102,10 @@ def test_scaling_renders_and_reacts():
     figs = figures(at)
     assert len(figs) == 2
     assert figs[0]["layout"]["xaxis"]["title"]["text"] == "input size ‖X‖₂"
-    table = at.dataframe[0].value
-    outer = table[table["term"] == "outer"]
-    assert outer["theory"].iloc[0] == "6"
-    assert abs(outer["fitted slope"].iloc[0] - 6.0) < 0.5
+    table = next(m.value for m in at.markdown if m.value.startswith("| term | slope (theory) |"))
+    outer = next(line.split(" | ") for line in table.splitlines() if line.startswith("| outer "))
+    slope, theory = outer[1].rstrip(" |").split()             # | outer | 5.98 (6) |
+    assert theory == "(6)" and abs(float(slope) - 6.0) < 0.5
     at.segmented_control(key="sc_axis").set_value("L").run()
     assert not at.exception
     assert figures(at)[0]["layout"]["xaxis"]["title"]["text"] == "sequence length L"
@@ -124,19 +124,22 @@ def test_verify_renders_and_reacts():
 
 
 def test_learn_renders_and_reacts():
-    at = run_page("app_pages/learn.py", **SMALL)
+    at = run_page("app_pages/learn.py", tour="4", **SMALL)   # stops 4 and 5: their stories compute least
     assert len(at.latex) >= 4
     links = at.main.get("page_link")         # the tour's stop: its full page, with its settings
     assert len(links) == 1
-    assert "norm=attention" in links[0].proto.query_string and "sc_axis=xnorm" in links[0].proto.query_string
+    assert "norm=attention" in links[0].proto.query_string and "sc_axis=L" in links[0].proto.query_string
     frame = at.main.get("iframe")[0].proto.src       # the live view beside the story
     assert "scaling?norm=attention" in frame and "hide=sidebar" in frame and "present=1" in frame
-    at.button(key="tour_next").click().run()         # Next: stop 2, Pre-LN
+    assert any("fitted slope of **−" in m.value for m in at.markdown)   # the live slope, not "near −3"
+    at.button(key="tour_next").click().run()         # Next: stop 5, LayerNorm collapse
     assert not at.exception
-    assert "norm=pre" in at.main.get("page_link")[0].proto.query_string
-    assert at.segmented_control(key="tour").value == "2"
+    assert "layernorm_collapse" in at.main.get("iframe")[0].proto.src
+    assert at.segmented_control(key="tour").value == "5"
+    at.segmented_control(key="tour_variant_5").set_value("ε = 1e-06").run()    # the story's switch
+    assert "eps=1e-06" in at.main.get("iframe")[0].proto.src
     at.button(key="tour_back").click().run()
-    assert at.segmented_control(key="tour").value == "1"
+    assert at.segmented_control(key="tour").value == "4"
     bars = figures(at)[0]
     assert len(bars["data"][0]["x"]) == 5
     at.segmented_control(key="norm").set_value("attention").run()

@@ -11,6 +11,7 @@ import pytest
 
 from hessviz.app.tour import TOUR
 from tests.test_browser import SHOTS, _exceptions, _settle, browser, server  # noqa: F401 (fixtures)
+from tests.test_layout_browser import SIDEWAYS_JS, above_the_fold
 
 pytestmark = pytest.mark.browser
 
@@ -43,6 +44,10 @@ def _wait_caption(page, text: str) -> None:
         ".some(e => e.innerText.includes(t))", arg=text, timeout=60_000)
 
 
+TOOLBARS_SHOWN = ("() => [...document.querySelectorAll('.modebar-container')]"
+                  ".filter(e => getComputedStyle(e).display !== 'none').length")
+"""How many charts show plotly's mode bar (none on a touch screen: it would sit over the titles)."""
+
 EXPECTED = {"attention": "Self-attention alone", "pre": "Pre-LN block", "post": "Post-LN block"}
 
 
@@ -52,6 +57,31 @@ def test_every_tour_stop_opens_the_view_it_names(server, browser, index):  # noq
     ctx, page = _visit(browser, f"{server}/learn?tour={index + 1}")
     frame = page.locator("iframe").first.get_attribute("src")
     assert stop.link() in frame and "hide=sidebar" in frame and "present=1" in frame
+    # the story quotes its live view: every number it sets in bold is one the view shows
+    assert above_the_fold(page, f"stop {index + 1}'s live view", PROJECTOR["height"]) == []
+    quoted = page.locator("p", has_text="What to notice.").first.locator("strong").all_inner_texts()
+    numbers = [q for q in quoted if re.fullmatch(r"[−-]?[\d,]+(\.\d+)?", q)]
+    assert numbers, quoted
+    shown = page.frame_locator("iframe").first.locator("[data-testid=stMain]").inner_text().replace("−", "-")
+    for number in numbers:
+        assert number.replace("−", "-") in shown, (number, shown[:3000])
+    page.set_viewport_size(PHONE)                       # on a phone the live view comes first too
+    assert above_the_fold(page, f"stop {index + 1}'s live view at 390x844", PHONE["height"]) == []
+    if index in (0, 2):
+        page.screenshot(path=str(SHOTS / f"tour_stop{index + 1}_390x844.png"))
+        page.set_viewport_size(PROJECTOR)
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(SHOTS / f"tour_stop{index + 1}_1280x720.png"))
+    phone = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)   # the stop's link on a phone
+    alone = phone.new_page()
+    alone.goto(f"{server}/{stop.link()}")
+    _settle(alone)
+    assert above_the_fold(alone, f"{stop.link()} at 390x844", PHONE["height"]) == []
+    assert alone.evaluate(SIDEWAYS_JS) <= 1
+    alone.set_viewport_size({"width": 1024, "height": 768})          # a touch tablet: wide, no hover
+    alone.wait_for_timeout(500)
+    assert alone.evaluate(TOOLBARS_SHOWN) == 0
+    phone.close()
     page.get_by_role("link", name="Open the full page: ").click()
     page.wait_for_url(f"**/{stop.page}*", timeout=30_000, wait_until="commit")
     _settle(page)
@@ -199,4 +229,22 @@ def test_projector_and_phone_layouts(server, browser, viewport, name):  # noqa: 
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"))
     assert _exceptions(page) == []
+    ctx.close()
+
+
+def test_the_first_click_on_presentation_mode_after_a_hide_choice_counts(server, browser):  # noqa: F811
+    """Choosing a control to hide, then one click on "Presentation mode": the lesson link has both
+    (the toggle used to sit under the multiselect, which moved it between mouse-down and mouse-up)."""
+    ctx, page = _visit(browser, f"{server}/spectrum")
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_text("Make a lesson link").click()
+    sidebar.locator('[data-testid="stMultiSelect"] input').last.click()
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")                    # the first option (the sidebar); the list stays open
+    shows = ("t => [...document.querySelectorAll('[data-testid=stSidebar] [data-testid=stCode]')]"
+             ".some(e => e.innerText.includes(t))")
+    page.wait_for_function(shows, arg="hide=sidebar", timeout=30_000)
+    _settle(page)
+    sidebar.get_by_text("Presentation mode", exact=True).click()      # one click
+    page.wait_for_function(shows, arg="hide=sidebar&present=1", timeout=30_000)
     ctx.close()

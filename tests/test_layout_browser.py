@@ -34,6 +34,36 @@ def browser(base):
         yield b
 
 
+SIDEWAYS_JS = ("() => { const m = document.querySelector('[data-testid=stMain]');"
+               " return Math.max(m.scrollWidth - m.clientWidth,"
+               " document.documentElement.scrollWidth - innerWidth); }")
+"""How many pixels the page scrolls sideways (0: none)."""
+
+
+def first_chart(page, timeout: float = 120_000) -> dict | None:
+    """The bounding box (in the page's viewport) of the page's first chart, the one nearest the
+    top: a chart of the page itself or of a page it shows in a frame (the Learn page's live tour
+    view). None when the page draws no chart (the Claims page is tables)."""
+    page.wait_for_function("() => [...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
+                           ".every(e => e.querySelector('.js-plotly-plot .main-svg'))", timeout=timeout)
+    boxes = [b for b in (c.bounding_box() for c in page.locator(".js-plotly-plot").all()) if b]
+    if page.locator("iframe").count():
+        frame = page.frame_locator("iframe").first
+        frame.locator(".js-plotly-plot").first.wait_for(timeout=timeout)
+        page.wait_for_timeout(500)                       # the frame's layout settles
+        boxes.append(frame.locator(".js-plotly-plot").first.bounding_box())
+    return min(boxes, key=lambda b: b["y"]) if boxes else None
+
+
+def above_the_fold(page, what: str, fold: int) -> list[str]:
+    """A problem line unless the first chart's top half is on the first screen (``fold`` pixels)."""
+    box = first_chart(page)
+    if box is not None and box["y"] + box["height"] / 2 > fold:
+        return [f"{what}: the first chart starts at {box['y']:.0f} px ({box['height']:.0f} px tall), "
+                f"below the fold at {fold}"]
+    return []
+
+
 def _problems(page, spec, size: str) -> list[str]:
     found = page.evaluate(FIGURE_PROBLEMS_JS) + page.evaluate(CUT_TEXT_JS)
     return [f"{spec.title} at {size}: {f}" for f in found]
@@ -57,6 +87,29 @@ def test_nothing_is_cut_or_overlapping(base, browser):
             page.set_viewport_size(VIEWPORTS["phone"])
             page.wait_for_timeout(1500)                     # columns stack, figures relayout
             problems += _problems(page, spec, "390x844")
+            # phone first: the chart before the explanation, and nothing to scroll sideways
+            problems += above_the_fold(page, f"{spec.title} at 390x844", VIEWPORTS["phone"]["height"])
+            if (wide := page.evaluate(SIDEWAYS_JS)) > 1:
+                problems.append(f"{spec.title} at 390x844 scrolls sideways by {wide} px")
+    finally:
+        ctx.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_presentation_mode_puts_the_first_chart_above_the_fold(base, browser):
+    """``present=1`` on every page at the projector's 1280×720: the first chart under the title
+    (the views were computed by the test above, so each page is a cached rerun)."""
+    ctx = browser.new_context(viewport=VIEWPORTS["projector"])
+    page = ctx.new_page()
+    problems = []
+    try:
+        for spec in ALL_PAGES:
+            page.goto(f"{base}/{'' if spec.default else spec.url_path}?present=1")
+            page.wait_for_selector("h1", timeout=180_000)
+            page.wait_for_function(IDLE, timeout=180_000)
+            page.wait_for_timeout(500)
+            problems += above_the_fold(page, f"{spec.title} with present=1 at 1280x720",
+                                       VIEWPORTS["projector"]["height"])
     finally:
         ctx.close()
     assert not problems, "\n".join(problems)

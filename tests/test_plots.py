@@ -29,7 +29,7 @@ def test_symlog_is_odd_monotone_and_linear_near_zero():
 
 def test_symlog_ticks_label_true_values():
     vals, text = plots.symlog_ticks(10.0, 1e-3)
-    assert "0" in text and "1e1" in text and "−1e1" in text
+    assert "0" in text and "10" in text and "−10" in text and "10⁻³" in text
     assert vals == sorted(vals)
 
 
@@ -317,6 +317,37 @@ def test_titles_wrap_to_a_phone_and_log_axes_ask_for_few_labels(name):
     for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:
         if axis.type == "log" and axis.tickvals is None:
             assert axis.nticks is not None and axis.nticks <= 4   # no overprinted minor digits 2 … 9
+
+
+@pytest.mark.parametrize("name", list(_every_figure()))
+def test_every_axis_keeps_one_tick_notation(name):
+    """Log axes labelled from their data (1-2-5, or powers of ten throughout), linear axes in
+    powers of ten rather than SI prefixes ("1µ")."""
+    fig = _every_figure()[name]
+    for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:
+        if axis.ticktext:
+            powers = {"×" in t or any(c in t for c in "⁰¹²³⁴⁵⁶⁷⁸⁹") for t in axis.ticktext
+                      if t.lstrip("−") not in ("0", "1", "10")}
+            assert len(powers) <= 1, axis.ticktext
+        elif axis.type != "log" and axis.tickvals is None:
+            assert axis.exponentformat == "power", name
+
+
+@pytest.mark.parametrize("name", list(_every_figure()))
+def test_every_bar_names_its_category_on_hover(name):
+    """A phone skips every other category label of a long bar axis; the hover names each bar (its
+    category, or a histogram bin's range of true values)."""
+    for trace in _every_figure()[name].data:
+        if trace.type == "bar" and trace.hoverinfo != "skip":
+            category = "%{y}" if trace.orientation == "h" else "%{x}"
+            where = trace.hovertemplate
+            assert where is None or category in where or "customdata" in where, (name, trace.name)
+
+
+def test_log_ticks_read_as_numbers():
+    vals, text = plots.style.log_ticks(0.0316, 10.0)
+    assert text == ["0.1", "0.3", "1", "3", "10"] and vals == sorted(vals)
+    assert plots.style.log_ticks(3.0, 4.0) is None          # plotly's own ticks inside one step
 
 
 def test_long_titles_wrap_and_the_figure_grows_for_them():

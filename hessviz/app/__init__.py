@@ -96,6 +96,7 @@ from hessviz.app.ui import (  # noqa: E402
     header,
     npz_bytes,
     size_advice,
+    table,
     verdict,
 )
 
@@ -103,5 +104,6 @@ __all__ = [
     "DEFAULTS", "PRELOAD", "SHARED_KEYS", "View", "address", "afford", "begin_run", "cache", "chart",
     "choice", "controls", "csv_bytes", "device", "device_label", "downloads", "explain",
     "figure_html", "guard", "header", "lesson", "link_only", "multichoice", "npz_bytes", "open_page",
-    "progress", "registry", "select", "sidebar", "size_advice", "slider", "state", "text", "verdict",
+    "progress", "registry", "select", "sidebar", "size_advice", "slider", "state", "table", "text",
+    "verdict",
 ]

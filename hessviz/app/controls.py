@@ -375,10 +375,13 @@ def _lesson_panel() -> None:
         options = [address.SIDEBAR, *state.APP_SETTINGS, *page_keys]
         labels = {k: f"{k} ({s.label})" for k, s in state.APP_SETTINGS.items()}
         labels[address.SIDEBAR] = "sidebar (every control and the navigation)"
+        # the toggle above the choice: a focused multiselect grows, and shrinks again on the next
+        # click elsewhere, so a toggle under it moved between mouse-down and mouse-up and the first
+        # click after a "Hide" choice was lost
+        present = st.toggle("Presentation mode", value=here.lesson.present, key="_hv_lesson_present")
         hide = st.multiselect("Hide", options, default=[o for o in here.lesson.hide if o in options],
                               format_func=lambda k: labels.get(k, f"{k} (this page)"),
                               key="_hv_lesson_hide", help="the controls students will not see")
-        present = st.toggle("Presentation mode", value=here.lesson.present, key="_hv_lesson_present")
         query = here.query(Lesson(frozenset(hide), present))
         st.code(view_link(query), language=None, wrap_lines=True)
         lesson_download(f"{here.page}?{address.encode_query(query)}", key="_hv_lesson_page")

@@ -3,23 +3,50 @@
 The Learn page steps through them (Back / Next, the story beside a live view of the stop); each
 stop is also a plain link a teacher can paste into slides (:meth:`Stop.query`), and the browser
 test opens every one and checks that it shows the view it names.
+
+A story quotes its own view's numbers: :meth:`Stop.story` fills the ``{fields}`` of the story
+from :meth:`Stop.numbers`, which reads the very results the stop's page draws (the same cached
+sweep points, spectra and LayerNorm sweeps, fitted the same way). A stop whose story asks the
+visitor to change a setting offers that setting as a :class:`Variant` of the live view, so the
+instruction can be followed there (the live view has no sidebar).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+import numpy as np
+
+from hessviz.app import cache, views
 from hessviz.app.address import Query, encode_query
+from hessviz.app.state import SHARED_KEYS, View, parse_value
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A second setting of a stop's live view that its story asks the visitor to try: ``name``
+    prefixes the story's numbers for it (``{ce_full}``), ``label`` is the choice the Learn page shows."""
+
+    name: str
+    label: str
+    params: dict[str, str]
 
 
 @dataclass(frozen=True)
 class Stop:
-    """One stop: a ``title``, the page (its URL path), the URL keys it sets, and the story."""
+    """One stop: a ``title``, the page (its URL path), the URL keys it sets, and the story: a
+    template whose ``{fields}`` are the numbers ``facts`` reads from the stop's own view."""
 
     title: str
     page: str
     params: dict[str, str]
     notice: str
+    facts: Callable[[Stop], dict[str, str]] | None = None
+    variants: tuple[Variant, ...] = field(default=())
+    choice: tuple[str, str] = ("", "")
+    """With ``variants``: the Learn page's control over the live view, its label and the label of
+    the stop's own setting, e.g. ``("Loss", "mean squared error")``."""
 
     def query(self, **flags: str) -> Query:
         """The stop's settings as a query, with lesson flags (``hide``, ``present``) added."""
@@ -33,30 +60,138 @@ class Stop:
         """
         return f"{self.page}?{encode_query(self.query(**flags))}"
 
+    def view(self, **changes: str) -> View:
+        """The block the stop's page computes (its shared URL keys, ``changes`` on top)."""
+        given = {**self.params, **changes}
+        return View.from_values({k: parse_value(k, v) for k, v in given.items() if k in SHARED_KEYS})
+
+    def numbers(self) -> dict[str, str]:
+        """The story's numbers, formatted as the story prints them (computed, or read from the cache)."""
+        return self.facts(self) if self.facts else {}
+
+    def story(self) -> str:
+        """What to notice, with the live view's own numbers in it."""
+        return self.notice.format(**self.numbers())
+
+
+# ----------------------------------------------------------------------------- each stop's numbers
+
+
+def _signed(value: float) -> str:
+    """Two decimals with a true minus sign, as the story prints a slope: ``−2.58``."""
+    return f"{value:.2f}".replace("-", "−")
+
+
+def _seeds(stop: Stop) -> list[int]:
+    view = stop.view()
+    return list(range(view.seed, view.seed + int(stop.params.get("sc_seeds", "3"))))
+
+
+def _pair(stop: Stop) -> tuple[str, str]:
+    return tuple(stop.params.get("sc_blk", "W_Q,W_Q").split(","))
+
+
+def scaling_facts(stop: Stop) -> dict[str, str]:
+    """The outer curve's fitted slope and where it bends, on the Scaling page's first chart."""
+    view, pair, axis = stop.view(), _pair(stop), stop.params.get("sc_axis", "xnorm")
+    result = views.sweep(view, axis, pair, _seeds(stop))
+    slope = views.outer_slope(result, view.cfg.norm, pair)
+    bend = views.bend(result, view.cfg.norm, pair)
+    top = float(result.grid.max())
+    bent = (f"first leaves 6 ± {views.BEND_TOL:g} at ‖X‖₂ ≈ {bend:.2g}" if np.isfinite(bend)
+            else f"stays within 6 ± {views.BEND_TOL:g} up to ‖X‖₂ = {top:g}, the grid's end")
+    return {"slope": _signed(slope), "bend": bent, "factor": f"{2 ** slope:.0f}"}
+
+
+def side_facts(stop: Stop) -> dict[str, str]:
+    """The outer slopes of the Scaling page's side-by-side chart, one per placement."""
+    view, pair, axis = stop.view(), views.side_pair(_pair(stop)), stop.params.get("sc_axis", "xnorm")
+    out = {}
+    for norm in views.PLACEMENTS:
+        result = views.sweep(views.placed(view, norm), axis, pair, _seeds(stop))
+        out[norm] = _signed(views.outer_slope(result, norm, pair))
+    return out
+
+
+SPECTRUM_K = 64
+"""The Spectrum page's number of extreme eigenvalues past the dense limit (its ``K``)."""
+
+
+def spectrum_facts(stop: Stop) -> dict[str, str]:
+    """Negative eigenvalues of the outer and full terms and the full term's negative mass, for the
+    stop's loss and for each variant's (``ce_…`` for cross-entropy)."""
+    from hessviz.spectra import DENSE_LIMIT
+
+    out = {}
+    for prefix, changes in (("", {}), *((v.name + "_", v.params) for v in stop.variants)):
+        key = stop.view(**changes).key
+        spec = {t: cache.spectrum(key, t, k=SPECTRUM_K, dense_limit=DENSE_LIMIT) for t in ("outer", "full")}
+        out[prefix + "outer"] = f"{spec['outer']['negative_count']:,}"
+        out[prefix + "full"] = f"{spec['full']['negative_count']:,}"
+        out[prefix + "mass"] = f"{100 * spec['full']['negative_mass']:.0f} %"
+    return out
+
+
+LN_SEEDS = 2
+LN_DECADES = 4
+"""The LayerNorm collapse page's default seeds and decades of σ."""
+
+
+def layernorm_facts(stop: Stop) -> dict[str, str]:
+    """The LayerNorm-alone chart: the fitted slope of ‖H_LN‖ for σ ≤ 1e-2 at the stop's ε, and
+    ‖H_LN‖ at the smallest σ with and without the variant's ε."""
+    from hessviz.experiments.ln_collapse import sigma_axis
+    from hessviz.fitting import center, pooled_power_law_fit
+
+    sig = np.logspace(0, -LN_DECADES, 3 * LN_DECADES + 1)
+    out = {}
+    for prefix, changes in (("", {}), *((v.name + "_", v.params) for v in stop.variants)):
+        view = stop.view(**changes)
+        r = cache.ln_sweep(tuple(sig), view.cfg.ln_eps, view.cfg.seq_len, view.cfg.d_model,
+                           tuple(range(view.seed, view.seed + LN_SEEDS)))
+        x = sigma_axis(r)
+        h = center(r["H"], "geomean")
+        out[prefix + "slope"] = _signed(pooled_power_law_fit(x, r["H"], hi=1e-2, n_boot=0).slope)
+        out[prefix + "at_min"] = f"{h[np.argmin(x)]:.2g}"
+        out[prefix + "eps"] = f"{view.cfg.ln_eps:g}"
+    out["sigma_min"] = f"{10.0 ** -LN_DECADES:g}"
+    return out
+
 
 TOUR: tuple[Stop, ...] = (
     Stop("The ‖X‖⁶ law", "scaling", {"norm": "attention", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
-         "Self-attention alone, W_Q–W_Q block, swept over the input size. Notice that the outer curve is "
-         "a straight line of slope close to 6 for small ‖X‖₂: doubling the input multiplies this curvature "
-         "by about 64. It bends away once softmax stops being nearly uniform (‖X‖₂ around 1 and above)."),
+         "Self-attention alone, W_Q–W_Q block, swept over the input size ‖X‖₂. Notice that the outer "
+         "curve is a straight line on log–log axes: its fitted slope over ‖X‖₂ ≤ 1 is **{slope}** (the "
+         "theory says 6), so doubling the input multiplies this curvature by about {factor}. The law "
+         "holds while softmax stays nearly uniform, and these small random weights keep it so for "
+         "long: the curve's local slope {bend}.",
+         scaling_facts),
     Stop("Pre-LN flattens it", "scaling", {"norm": "pre", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
-         "Same sweep, now look at the side-by-side view under the first chart. Attention alone climbs "
-         "steeply, Post-LN less, and Pre-LN is almost flat: LayerNorm in front of attention removes the "
-         "scale of X before it reaches the query and key weights, so the curvature no longer depends "
-         "on ‖X‖₂."),
+         "Same sweep; scroll the view to the side-by-side chart under the first one. The outer "
+         "W_Q–W_Q block of attention alone climbs with slope **{attention}**, the Post-LN block with "
+         "{post}, and the Pre-LN block with **{pre}**: LayerNorm in front of attention removes the "
+         "scale of X before it reaches the query and key weights, so the curvature hardly depends "
+         "on ‖X‖₂.", side_facts),
     Stop("Negative eigenvalues come from the functional term", "spectrum", {"norm": "post"},
-         "The default Post-LN block. Notice that outer has no negative eigenvalue while full has hundreds, "
-         "carrying a large share of the curvature: the loss is convex in the block's output, but the block "
-         "bends the landscape into saddles. Switch the loss to cross-entropy: the picture stays."),
+         "The default Post-LN block with the mean-squared-error loss. Notice that outer has **{outer}** "
+         "negative eigenvalues while full has **{full}**, carrying {mass} of the curvature: the loss is "
+         "convex in the block's output, but the block bends the landscape into saddles. Now switch the "
+         "live view to cross-entropy (the *Loss* choice above it): outer has {ce_outer} negative "
+         "eigenvalues and full {ce_full} ({ce_mass} of the curvature).",
+         spectrum_facts, (Variant("ce", "cross-entropy", {"loss": "ce"}),), ("Loss", "mean squared error")),
     Stop("1/L³ decay", "scaling", {"norm": "attention", "sc_axis": "L", "sc_blk": "W_Q,W_Q", "sc_seeds": "5"},
-         "Attention alone at fixed ‖X‖₂, swept over the sequence length. Notice the outer W_Q–W_Q curve "
-         "falling with a fitted slope near −3 (the theory's exponent): with more tokens, each token's row "
-         "of X is smaller and softmax averages over more of them. The band shows the seed-to-seed "
-         "spread; more seeds make the fit steadier."),
-    Stop("LayerNorm curvature as row variance collapses", "layernorm_collapse",
-         {"norm": "post", "xnorm": "0.01"},
-         "A Post-LN block with a small input. LayerNorm divides each row by its standard deviation σ, so "
-         "its Jacobian grows like 1/σ and its second derivative like 1/σ² as the rows flatten. Notice how "
-         "the curvature explodes as σ shrinks with ε = 0, and how a positive ε (sidebar) caps it."),
+         "Attention alone at fixed ‖X‖₂, swept over the sequence length. Notice the outer W_Q–W_Q "
+         "curve falling with a fitted slope of **{slope}** over L ≥ 4, against the theory's −3: with "
+         "more tokens, each token's row of X is smaller and softmax averages over more of them. The "
+         "band shows the seed-to-seed spread of the five seeds; the theory's exponent is asymptotic, "
+         "so at these short lengths the fit comes out flatter than −3.", scaling_facts),
+    Stop("LayerNorm curvature as row variance collapses", "layernorm_collapse", {"norm": "post"},
+         "LayerNorm alone, with one row of its input shrinking. LayerNorm divides each row by its "
+         "standard deviation σ, so its Jacobian grows like 1/σ and its second derivative like 1/σ² "
+         "as the row flattens. Notice ‖H_LN‖₂ exploding with ε = {eps}: fitted slope **{slope}** for "
+         "σ ≤ 0.01, reaching {at_min} at σ = {sigma_min}. Now switch the live view to ε = {capped_eps} "
+         "(the *LayerNorm ε* choice above it): the curve levels off near σ ≈ √ε and ends at "
+         "{capped_at_min}.", layernorm_facts, (Variant("capped", "ε = 1e-06", {"eps": "1e-06"}),),
+         ("LayerNorm ε", "ε = 0")),
 )
 """The tour, in the order a 20-minute lesson takes it."""

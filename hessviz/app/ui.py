@@ -21,10 +21,15 @@ from hessviz.memory import format_bytes
 # ----------------------------------------------------------------------------- page furniture
 
 
-def header(title: str, view: View, *, icon: str | None = None) -> None:
-    """The page title and, under it, the block in words (every value, also those a lesson hides)."""
-    st.title(f"{icon + ' ' if icon else ''}{title}")
-    st.caption(view.describe())
+def header(title: str, view: View | None = None, *, icon: str | None = None) -> None:
+    """The page title and, under it, the block in words (every value, also those a lesson hides;
+    none for the pages of a pretrained model, ``view=None``). Both sit in one container (key
+    ``hv_header``) that :mod:`hessviz.app.styles` keeps on top when it lifts the first chart above
+    the rest of the page."""
+    with st.container(key="hv_header", gap="small"):
+        st.title(f"{icon + ' ' if icon else ''}{title}")
+        if view is not None:
+            st.caption(view.describe())
 
 
 def formula_parts(formula: str) -> list[str]:
@@ -119,6 +124,22 @@ def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = Non
     st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
     st.stop()
     return False
+
+
+def table(rows: Sequence[dict], container=None) -> None:
+    """A small table of ``rows`` (dicts with the same keys, the header) as text that wraps: a
+    narrow column cuts neither a header ("theory") nor a value, as a data-frame grid's fixed
+    columns did. None is shown as "—"."""
+    if not rows:
+        return
+    names = list(rows[0])
+
+    def cell(v) -> str:
+        return "—" if v is None else str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    lines += ["| " + " | ".join(cell(r.get(n)) for n in names) + " |" for r in rows]
+    (container or st).markdown("\n".join(lines))
 
 
 # ----------------------------------------------------------------------------- downloads
@@ -233,8 +254,18 @@ def downloads(name: str, fig: go.Figure | None = None, *,
                                       "locally") if too_big else None)
 
 
+MODEBAR_REMOVED = ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "toggleSpikelines",
+                   "hoverClosestCartesian", "hoverCompareCartesian"]
+"""Mode-bar buttons the charts do without (selection, the ± zoom and hover modes): a short bar
+covers less of a figure's title while the pointer is over it (on a touch or narrow screen
+:mod:`hessviz.app.styles` hides the bar)."""
+
 PRESENT_HEIGHT = 360
 """Pixels: the tallest figure in presentation mode."""
+
+EMBEDDED_HEIGHT = 440
+"""Pixels: the tallest figure in presentation mode inside another page's frame (the Learn page's
+live tour view, 560 px tall, which shows no title above its chart)."""
 
 
 def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
@@ -242,13 +273,14 @@ def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
           container=None) -> None:
     """Draw ``fig`` in the app's light or dark theme, and its download buttons under it. In
     presentation mode a figure is at most :data:`PRESENT_HEIGHT` pixels tall, so that it fits a
-    projector's 720 rows under the title."""
+    projector's 720 rows under the title (:data:`EMBEDDED_HEIGHT` in the tour's frame)."""
     where = container or st
     plots.apply_theme(fig, "host")
     if controls.lesson().present:
         tall = height or fig.layout.height or PRESENT_HEIGHT
-        height = min(tall, PRESENT_HEIGHT)
+        height = min(tall, EMBEDDED_HEIGHT if st.context.is_embedded else PRESENT_HEIGHT)
     with where.container():
         st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
-                        config={"displaylogo": False, "toImageButtonOptions": {"filename": name}})
+                        config={"displaylogo": False, "toImageButtonOptions": {"filename": name},
+                                "modeBarButtonsToRemove": MODEBAR_REMOVED})
         downloads(name, fig, csv=csv, npz=npz, key=key)

@@ -18,7 +18,8 @@ from hessviz import plots, sweeps
 from hessviz.app import cache
 from hessviz.app.state import View
 from hessviz.experiments.ln_collapse import sigma_axis
-from hessviz.fitting import pooled_power_law_fit
+from hessviz.experiments.scaling import BEND_TOL
+from hessviz.fitting import bend_point, pooled_power_law_fit
 from hessviz.spectra import DENSE_LIMIT
 from hessviz.terms import NAMES
 
@@ -62,16 +63,47 @@ class Scaling:
     side_figure: object
 
 
-def _side_pair(pair: tuple[str, ...]) -> tuple[str, ...]:
+STAT = "median"
+"""The centre the Scaling page draws and fits, and the tour quotes: the median over seeds."""
+
+
+def side_pair(pair: tuple[str, ...]) -> tuple[str, ...]:
     """The pair of the side-by-side chart: the main one when it is an attention block, else W_Q–W_Q."""
     return pair if all(n.partition("[")[0] in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
+
+
+def sweep(view: View, axis: str, pair: tuple[str, str], seeds: list[int], *, layer: int = 0,
+          progress: Callable[[int, int], None] | None = None) -> sweeps.Sweep:
+    """The block ``pair``'s norms (outer, functional, full) of ``view``'s block over the default
+    grid of ``axis``, one cached point per grid value and seed (:func:`hessviz.app.cache.sweep_point`):
+    the page, the tour's story and the lesson page read the same points."""
+
+    def measure(c, input_norm: float, seed: int) -> dict[str, float]:
+        return cache.sweep_point(c, input_norm, seed, pair, layer=layer)
+
+    return sweeps.sweep(view.cfg, axis, sweeps.DEFAULT_GRIDS[axis], seeds, measure,
+                        input_norm=view.input_norm, progress=progress)
+
+
+def bend(result: sweeps.Sweep, norm: str, pair: tuple[str, str], term: str = "outer") -> float:
+    """Where the drawn ``term`` curve leaves its theory's slope by more than ``BEND_TOL`` (``nan``
+    when it never does, or when the theory gives no exponent)."""
+    expected = sweeps.theory_exponent(norm, term, pair, result.axis)
+    if expected is None:
+        return float("nan")
+    return bend_point(result.grid, result.center(term, STAT), expected, tol=BEND_TOL)
+
+
+def outer_slope(result: sweeps.Sweep, norm: str, pair: tuple[str, str]) -> float:
+    """The fitted slope of the drawn outer curve (the page's fit, over its marked regime)."""
+    return float(sweeps.fits(result, norm, pair, stat=STAT)["outer"].slope)
 
 
 def scaling_points(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0) -> list[tuple]:
     """Every point :func:`scaling` measures, as :func:`hessviz.app.cache.prime_sweep_points` takes them."""
     pair = tuple(pair_s.split(","))
     seeds = range(view.seed, view.seed + n_seeds)
-    sweeps_of = [(view.cfg, pair)] + [(placed(view, n).cfg, _side_pair(pair)) for n in PLACEMENTS]
+    sweeps_of = [(view.cfg, pair)] + [(placed(view, n).cfg, side_pair(pair)) for n in PLACEMENTS]
     out = []
     for cfg, p in sweeps_of:
         for x in sweeps.DEFAULT_GRIDS[axis]:
@@ -85,35 +117,31 @@ def scaling(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0,
     """Sweep the ``pair_s`` block (``"W_Q,W_Q"``) over ``axis`` for ``n_seeds`` seeds, and the same
     for the three :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point."""
     pair = tuple(pair_s.split(","))
-    grid = sweeps.DEFAULT_GRIDS[axis]
     seeds = list(range(view.seed, view.seed + n_seeds))
 
-    def run(cfg, label: str, pair: tuple[str, str], offset: float, share: float) -> sweeps.Sweep:
+    def run(v: View, label: str, pair: tuple[str, str], offset: float, share: float) -> sweeps.Sweep:
         def step(done: int, total: int) -> None:
             if progress is not None:
                 progress(min(1.0, offset + share * done / total), f"Sweeping {label}: {done}/{total}")
 
-        def measure(c, input_norm: float, seed: int) -> dict[str, float]:
-            return cache.sweep_point(c, input_norm, seed, pair, layer=layer)
+        return sweep(v, axis, pair, seeds, layer=layer, progress=step)
 
-        return sweeps.sweep(cfg, axis, grid, seeds, measure, input_norm=view.input_norm, progress=step)
-
-    side_pair = _side_pair(pair)
-    main = run(view.cfg, view.cfg.describe(), pair, 0.0, 0.4)
-    side = {norm: run(placed(view, norm).cfg, norm, side_pair, 0.4 + 0.2 * k, 0.2)
+    spair = side_pair(pair)
+    main = run(view, view.cfg.describe(), pair, 0.0, 0.4)
+    side = {norm: run(placed(view, norm), norm, spair, 0.4 + 0.2 * k, 0.2)
             for k, norm in enumerate(PLACEMENTS)}
     by_depth = axis == "layers"     # a geometric law in N, not a power law: no slope fits
-    fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair)
-    side_fits = {} if by_depth else {n: sweeps.fits(r, n, side_pair) for n, r in side.items()}
+    fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair, stat=STAT)
+    side_fits = {} if by_depth else {n: sweeps.fits(r, n, spair, stat=STAT) for n, r in side.items()}
     fig = cache.figure(  # built once per view, for every visitor of a lesson link
         ("scaling", view.key, axis, pair_s, n_seeds, layer),
-        lambda: plots.sweep_plot(main, sweeps.TERMS, stat="median", fits=fits,
+        lambda: plots.sweep_plot(main, sweeps.TERMS, stat=STAT, fits=fits,
                                  y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
                                  title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}"))
-    sfig = cache.figure(("scaling_side", view.key, axis, side_pair, n_seeds, layer),
-                        lambda: plots.side_by_side(side, stat="median", fits=side_fits,
-                                                   y_title=f"‖H[{side_pair[0]}, {side_pair[1]}]‖₂"))
-    return Scaling(pair, side_pair, main, side, fits, side_fits, fig, sfig)
+    sfig = cache.figure(("scaling_side", view.key, axis, spair, n_seeds, layer),
+                        lambda: plots.side_by_side(side, stat=STAT, fits=side_fits,
+                                                   y_title=f"‖H[{spair[0]}, {spair[1]}]‖₂"))
+    return Scaling(pair, spair, main, side, fits, side_fits, fig, sfig)
 
 
 def slopes_line(result: Scaling) -> str:

@@ -50,9 +50,12 @@ def spectrum_histogram(spectra: dict[str, np.ndarray], *, bins: int = 80,
     for term, vals in spectra.items():
         counts, _ = np.histogram(symlog(np.asarray(vals, dtype=np.float64), c), edges)
         mids = 0.5 * (edges[1:] + edges[:-1])
+        true = np.sign(edges) * c * (10.0 ** np.abs(edges) - 1)      # symlog's inverse: the bin's λ
         fig.add_trace(go.Bar(x=mids, y=counts, name=term, marker={"color": TERM_COLORS.get(term)},
                              opacity=0.65, width=edges[1] - edges[0],
-                             hovertemplate=f"{term}<br>%{{y}} eigenvalues<extra></extra>"))
+                             customdata=np.stack([true[:-1], true[1:]], axis=1),
+                             hovertemplate=f"{term}<br>%{{y}} eigenvalues in λ ∈ [%{{customdata[0]:.3g}}, "
+                                           f"%{{customdata[1]:.3g}}]<extra></extra>"))
     tv, tt = symlog_ticks(float(np.max(np.abs(allv))) if allv.size else 0.0, c)
     fig.update_xaxes(tickvals=tv, ticktext=tt, title={"text": "eigenvalue λ (symlog)"}, tickangle=-45)
     fig.update_yaxes(type="log", title={"text": "count"})

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hessviz.plots.style import power_label
+
 MAX_CELLS = 400
 """Largest side (in cells) of a Hessian heatmap sent to the browser; larger matrices are reduced."""
 
@@ -42,7 +44,8 @@ def symlog(H: np.ndarray, c: float) -> np.ndarray:
 
 
 def symlog_ticks(max_abs: float, c: float) -> tuple[list[float], list[str]]:
-    """Axis ticks at ``0, ±10^k`` (in symlog units) labelled with the true values."""
+    """Axis ticks at ``0, ±10^k`` (in symlog units) labelled with the true values, in powers of
+    ten (``−10⁻², 0, 1``), the notation of every other log axis (:func:`hessviz.plots.style.power_label`)."""
     if max_abs <= 0:
         return [0.0], ["0"]
     hi = math.floor(math.log10(max_abs))
@@ -55,7 +58,7 @@ def symlog_ticks(max_abs: float, c: float) -> tuple[list[float], list[str]]:
     for p in powers:
         v = float(np.log10(1 + 10.0**p / c))
         vals = [-v, *vals, v]
-        text = [f"−1e{p}", *text, f"1e{p}"]
+        text = [power_label(-(10.0**p)), *text, power_label(10.0**p)]
     return vals, text
 
 

@@ -14,10 +14,10 @@ on the figure itself, so they are the same in every theme.
 Every figure also reads on a phone (:data:`PHONE_WIDTH`) as well as on a projector, whatever
 width it is drawn at (:func:`layout` sets this for all): the legend sits below the plot,
 horizontal, so it never takes the plot's width; long titles wrap (:func:`wrap`); a title pushes
-the margin clear of tick labels drawn above the plot; log axes ask for few labels, so the minor
-digits (2, 3, … 9) of a narrow axis do not overprint; colour bars are slim, their title turned
-along them. Text that must fit a fixed share of the width (heatmap cells, subplot titles) is
-sized for :data:`PHONE_WIDTH` with :func:`text_width`.
+the margin clear of tick labels drawn above the plot; every axis keeps one notation, and a log
+axis is labelled 1-2-5 or in powers of ten from its data (:func:`readable_ticks`); colour bars
+are slim, their title turned along them. Text that must fit a fixed share of the width (heatmap
+cells, subplot titles) is sized for :data:`PHONE_WIDTH` with :func:`text_width`.
 
 Colours: one per term (:data:`TERM_COLORS`), one per LayerNorm placement
 (:data:`PLACEMENT_COLORS`, named by :data:`PLACEMENT_NAMES`), and :data:`PALETTE` for
@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import re
 from collections.abc import Iterator
 
+import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
@@ -180,6 +182,7 @@ def layout(fig: go.Figure, title: str | None = None, height: int = 560, *, theme
     axis_fonts = {"tickfont": {"size": FONT_SIZE - 2}, "title": {"font": {"size": FONT_SIZE}}}
     fig.update_xaxes(**axis_fonts)
     fig.update_yaxes(**axis_fonts)
+    readable_ticks(fig)
     fig.for_each_xaxis(lambda ax: _few_log_labels(ax, 3))
     fig.for_each_yaxis(lambda ax: _few_log_labels(ax, 4))
     subtitles = _subplot_titles_height(fig)
@@ -226,6 +229,93 @@ def _subplot_titles_height(fig: go.Figure) -> int:
             if a.yref == "paper" and a.yanchor == "bottom" and a.y is not None and a.y >= 0.999 and a.text]
     heights = [round(1.3 * (a.font.size or FONT_SIZE) * (a.text.count("<br>") + 1)) for a in tops]
     return max(heights, default=0)
+
+
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def power_label(value: float) -> str:
+    """``value`` (a 1, 2, 3 or 5 times a power of ten) in powers of ten, as plotly's ``power``
+    format writes them: ``1``, ``10``, ``10⁻⁵``, ``2×10⁻⁵``, signs kept.
+
+    >>> [power_label(v) for v in (1.0, 10.0, 1e-5, 2e-5, -3e6)]
+    ['1', '10', '10⁻⁵', '2×10⁻⁵', '−3×10⁶']
+    """
+    sign = "−" if value < 0 else ""
+    k = math.floor(math.log10(abs(value)) + 1e-9)
+    m = round(abs(value) / 10.0**k)
+    power = {0: "1", 1: "10"}.get(k, f"10{str(k).translate(SUPERSCRIPT)}")
+    if m == 1:
+        return sign + power
+    return sign + (f"{m * 10 ** k:g}" if k in (0, 1) else f"{m}×{power}")
+
+
+def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]] | None:
+    """Tick values and labels for a log axis over the data range ``[lo, hi]``: 1-2-5 steps within
+    two decades (``0.1, 0.2, 0.5, 1, 2, 5, 10``), 1-3 steps within three and a half, else powers
+    of ten (every k-th, 1 among them). One notation per axis: plain numbers when every label is
+    between 0.001 and 10⁴, else powers of ten for all. None when fewer than two ticks fall in range.
+
+    >>> log_ticks(2, 64)[1]
+    ['2', '5', '10', '20', '50']
+    >>> log_ticks(1e-4, 1.0)[1]
+    ['10⁻⁴', '10⁻³', '10⁻²', '10⁻¹', '1']
+    >>> log_ticks(1e-15, 10.0)[1]
+    ['10⁻¹⁵', '10⁻¹²', '10⁻⁹', '10⁻⁶', '10⁻³', '1']
+    """
+    if not (np.isfinite(lo) and np.isfinite(hi) and 0 < lo < hi):
+        return None
+    decades = math.log10(hi / lo)
+    steps = (1, 2, 5) if decades <= 2 else (1, 3) if decades <= 3.5 else (1,)
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    vals = [m * 10.0**k for k in range(first, last + 1) for m in steps
+            if lo / 1.001 <= m * 10.0**k <= hi * 1.001]
+    if steps == (1,) and len(vals) > 6:
+        every = math.ceil(len(vals) / 6)
+        vals = [v for v in vals if round(math.log10(v)) % every == 0]     # 1 among them
+    if len(vals) < 2:
+        return None
+    plain = all(1e-3 <= v < 1e4 for v in vals)
+    return vals, [f"{v:g}" if plain else power_label(v) for v in vals]
+
+
+def _axis_data(fig: go.Figure, letter: str, ref: str) -> np.ndarray:
+    """Every finite positive value the traces draw on axis ``ref`` (``x``, ``y2``, …)."""
+    out = []
+    for trace in fig.data:
+        if (getattr(trace, letter + "axis", None) or letter) != ref:
+            continue
+        values = getattr(trace, letter, None)
+        if values is None:
+            continue
+        try:
+            a = np.asarray(values, dtype=float).ravel()
+        except (TypeError, ValueError):
+            continue
+        out.append(a[np.isfinite(a) & (a > 0)])
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def readable_ticks(fig: go.Figure) -> go.Figure:
+    """Every axis of ``fig`` in one notation: a log axis gets :func:`log_ticks` over its data
+    (instead of plotly's minor digits "2 5 10 2 5" and mixed "100µ", "0.01", "10⁻¹⁸"), a linear axis
+    plotly's ``power`` format (not SI prefixes such as "1µ"). Axes with their own ticks are kept."""
+    for name in list(fig.layout):
+        match = re.fullmatch(r"([xy])axis(\d*)", name)
+        if not match:
+            continue
+        axis = fig.layout[name]
+        if axis.tickvals is not None or axis.dtick is not None:
+            continue
+        if axis.type != "log":
+            if axis.exponentformat is None:
+                axis.exponentformat = "power"
+            continue
+        data = _axis_data(fig, match[1], match[1] + match[2])
+        ticks = log_ticks(float(data.min()), float(data.max())) if data.size else None
+        if ticks is not None:
+            axis.tickvals, axis.ticktext = ticks
+    return fig
 
 
 def _few_log_labels(axis, nticks: int) -> None:
