@@ -121,6 +121,34 @@ def depth_points(cfg: BlockConfig, depth: int, seeds: int) -> list[BlockConfig]:
     return out
 
 
+LONG_SECONDS = 10.0
+"""A view estimated over this many core-seconds says so before it runs (:func:`long_words`)."""
+
+
+def about(seconds: float) -> str:
+    """``"about 25 s"``, ``"about 2.2 min"``: two significant figures (whole seconds), the unit a
+    visitor reads.
+
+    >>> about(24.6), about(130), about(7.25)
+    ('about 25 s', 'about 2.2 min', 'about 7 s')
+    """
+    if seconds >= 100:
+        return f"about {seconds / 60:.2g} min"
+    return f"about {max(1, round(float(f'{seconds:.2g}'))):d} s"
+
+
+def long_words(c: Cost) -> str:
+    """The note a view of cost ``c`` over :data:`LONG_SECONDS` shows before it runs (else ``""``).
+
+    >>> long_words(Cost(24.6, 0, "the spectrum (three dense terms of P = 5,632)"))[:40]
+    '**This view takes about 25 s** to comput'
+    """
+    if c.seconds <= LONG_SECONDS:
+        return ""
+    return (f"**This view takes {about(c.seconds)}** to compute ({c.what}). The bar below shows its "
+            "progress; moving a control or leaving the page stops it.")
+
+
 WORK_FACTOR = 3.0
 """A view's computations stop once they have used this many times the seconds a view may cost
 (:attr:`hessviz.app.profiles.Limits.max_seconds`) of CPU: the estimate decides before anything

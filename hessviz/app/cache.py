@@ -319,7 +319,7 @@ def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
         return spectra.block_norm_matrix(_tensor(term(key, term_name)), spans, kind)
 
     return STORE.get(("layer_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2,
-                     "the layer-by-layer block norms", cost.NORM_S * cfg.n_layers ** 2 * 2 * largest ** 3)
+                     "the layer-by-layer block norms", cfg.n_layers ** 2 * cost.norm_cost(largest, largest))
 
 
 # ----------------------------------------------------------------------------- claim pages

@@ -102,6 +102,14 @@ def verdict(view: View, kind: str, *, cfg: hv.BlockConfig | None = None, **extra
     return budget.check(budget.cost(kind, cfg, **extra), cache.LIMITS, cfg)
 
 
+def long_note(c: budget.Cost) -> None:
+    """Over :data:`hessviz.app.budget.LONG_SECONDS` of estimated work, say so before it runs: how long,
+    that a progress bar follows, and that moving on stops it (:func:`hessviz.app.budget.long_words`)."""
+    words = budget.long_words(c)
+    if words:
+        st.info(words, icon=":material/hourglass_top:")
+
+
 def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = None,
            cfg: hv.BlockConfig | None = None, **extra: float) -> bool:
     """Ask the budget (:func:`hessviz.app.budget.check`, the one place every page asks) whether this
@@ -112,6 +120,7 @@ def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = Non
     cfg = cfg or view.cfg
     verdict = budget.check(budget.cost(kind, cfg, **extra), cache.LIMITS, cfg, advice)
     if verdict.ok:
+        long_note(verdict.cost)
         return True
     if not stop:
         st.caption(f"(Not drawn here: {verdict.message})")
