@@ -90,8 +90,9 @@ else:
     whole = hva.afford(post, "ln_collapse", stop=False, points=points, whole=1,
                        advice="Only the W_Q–W_Q block is drawn; lower d or d_ff, the decades or the seeds "
                               "to see the whole-matrix norms.")
-    hva.afford(post, "ln_collapse", points=points, whole=0,
-               advice="Lower d, d_k, the decades of σ or the seeds.")
+    if not whole:
+        hva.afford(post, "ln_collapse", points=points, whole=0,
+                   advice="Lower d, d_k, the decades of σ or the seeds.")
     with hva.guard("the Post-LN sweep"):
         r = hva.cache.ln_block_sweep(tuple(sig), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm, whole)
     x = sigma_axis(r)

@@ -144,6 +144,7 @@ else:
         st.info(f"**A reduced view:** {asked} rows of {name} are more than this server allows per view "
                 f"({hva.cache.LIMITS.profile} profile, {hva.cache.LIMITS.max_seconds:g} s); drawn the "
                 f"{n_rows} that fit.", icon=":material/speed:")
+    hva.long_note(verdict.cost)
     with st.spinner(f"Computing {size:,} columns of the Hessian of {name}…"), hva.guard("the Hessian block"):
         B = hva.cache.real_window(model, layer, text, seed, name, start, size, term, loss_key)
     whole = cfg.param_shapes[weight]
@@ -200,6 +201,7 @@ if (part, used) != (part_asked, samples):
 blocks = tuple(n for n, _ in explore.part_blocks(cfg, by_head, part))
 st.caption(f"Estimated work: about {verdict.cost.seconds:.2g} s and {format_bytes(verdict.cost.bytes)}."
            if verdict.cost.seconds else "Precomputed (or computed before on this server): drawn at once.")
+hva.long_note(verdict.cost)
 with hva.guard("the block table"):
     table = hva.cache.real_block_table(model, layer, text, seed, "full", blocks, used, loss_key)
 tfig = plots.block_spectrum_bars(table["names"], table["top"], table["trace"],

@@ -46,7 +46,7 @@ EIG_S = 5e-11        # dense eigvalsh of n × n: EIG_S · n³ seconds
 EIGSH_S = 3e-9       # Lanczos extremes (k largest and k smallest, ~7k products with H): EIGSH_S · n² · 2k
 RANGE_S = 1e-10      # all eigenvalues from the range of a rank-r matrix: RANGE_S · n² · (r + 10)
 NORM_S = 5e-11       # spectral norm of m × n via its Gram matrix: NORM_S · min² (m + n)
-LANCZOS_NORM_S = 4e-9  # … by Lanczos when min(m, n) ≥ LANCZOS_NORM_MIN: LANCZOS_NORM_S · m · n (20-40 products)
+LANCZOS_NORM_S = 4e-9  # … by Lanczos from min(m, n) ≥ LANCZOS_NORM_MIN: LANCZOS_NORM_S · m n (20-40 products)
 TERM_S = 1.5e-8      # one closed-form dense term: TERM_S · P² · (1 + L d / 512) · (1 + (H − 1)/5)
 PAIR_S = 4e-4        # fixed work per block pair of a dense term at L d = 256
 AUTOGRAD_S = 3e-8    # autograd reference: AUTOGRAD_S · P · L (d² + d d_ff + L d) per term
@@ -238,7 +238,8 @@ def diagonal_blocks_cost(cfg: BlockConfig) -> Cost:
 
 def matvec_cost(cfg: BlockConfig, columns: int = 1, calls: int = 1, column_s: float = MV_COL_S) -> float:
     """Seconds for ``calls`` matrix-free products of ``columns`` columns each (closed form): per
-    column ``column_s`` and the weights' work ``L·P`` plus each head's attention maps ``4 H L² (d_k + d_v)``."""
+    column ``column_s`` and the weights' work ``L·P`` plus each head's attention maps
+    ``4 H L² (d_k + d_v)``."""
     return calls * (MV_CALL_S + columns * (column_s + MV_S * stack_work(cfg)))
 
 

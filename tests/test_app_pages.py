@@ -69,10 +69,20 @@ def test_hessian_map_refuses_too_large():
     assert "P = " in at.warning[0].value and "Lower d" in at.warning[0].value
 
 
-def test_invalid_block_shows_message():
-    at = run_page("app_pages/hessian_map.py", d="1")  # LayerNorm with d = 1 and eps = 0
-    assert not at.get("plotly_chart")
-    assert "d_model must be >= 2" in at.error[0].value
+def test_a_width_the_block_cannot_take_is_settled_in_one_line():
+    """d = 1 (or /?d=0, clamped to 1) in the default Post-LN block with ε = 0: no error box, the title
+    stays, d = 2 is drawn and one line says why; the slider shows the value used. With ε > 0 d = 1 is a
+    block, drawn as asked."""
+    for asked in ("1", "0"):
+        at = run_page("app_pages/hessian_map.py", d=asked, L="4", dk="4", dff="8")
+        assert not at.error and at.title[0].value == "Hessian map"
+        assert at.get("plotly_chart") and caption(at).startswith("Post-LN block, L = 4, d = 2")
+        assert any("d = 2 is used" in w.value for w in at.warning)
+        assert at.slider(key="d").value == 2
+    at.slider(key="d").set_value(1).run()               # moved by hand: settled again
+    assert not at.error and at.slider(key="d").value == 2
+    at = run_page("app_pages/hessian_map.py", d="1", eps="0.1", L="4", dk="4", dff="8")
+    assert not at.error and caption(at).startswith("Post-LN block, L = 4, d = 1")
 
 
 def test_spectrum_renders_and_reacts():

@@ -74,9 +74,13 @@ def begin_run() -> Lesson:
                 here.shared[key] = _widget_value(s, st.session_state[key], here.shared[key])
     reconciled, notes = state.reconcile(here.shared)
     if reconciled != here.shared:
+        for key, value in reconciled.items():        # the widgets show the value used (none drawn yet)
+            if value != here.shared[key]:
+                s = state.APP_SETTINGS[key]
+                st.session_state[key] = _bias_pills(value, state.bias_letters(reconciled)) if s.members \
+                    else str(value) if _typed(s) else value
         here.shared.update(reconciled)
         here.notes += notes
-        st.session_state["wo"] = reconciled["wo"]
     return here.lesson
 
 
