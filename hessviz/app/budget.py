@@ -191,6 +191,22 @@ def size_advice(cfg: BlockConfig) -> str:
             f"L and d_k also add work.")
 
 
+def block_advice(pair: str, largest: int, where: str = "on this grid") -> str:
+    """Which controls to lower when the block pair ``pair`` (``"W_Q,W_Q"``, ``"W_1,W_2"``) of up to
+    ``largest`` weights is over the budget: an FFN block can be swapped for an attention one, an
+    attention block only shrunk (it is one already).
+
+    >>> block_advice("W_1,W_1", 512).split(": ")[1]
+    'pick an attention block (W_Q,W_Q), lower d_ff or d, or use fewer seeds.'
+    >>> block_advice("W_Q[0],W_Q[0]", 512).split(": ")[1]
+    'lower d, d_k or the heads, or use fewer seeds.'
+    """
+    names = [n.partition("[")[0] for n in pair.split(",")]
+    attention = all(n in (*ATTENTION_PARAMS, "W_O") for n in names)
+    todo = "lower d, d_k or the heads" if attention else "pick an attention block (W_Q,W_Q), lower d_ff or d"
+    return f"The {pair} block reaches {largest:,} weights {where}: {todo}, or use fewer seeds."
+
+
 def check(c: Cost, lim: Limits, cfg: BlockConfig | None = None, advice: str | None = None) -> Verdict:
     """Is the view of cost ``c`` affordable under ``lim``? If not, say why and what to change."""
     reasons = []
