@@ -105,6 +105,9 @@ def test_spectrum_terms_drawn_come_from_the_url():
     sorted_plot = figures(at)[0]
     assert [trace["name"] for trace in sorted_plot["data"]] == ["outer"]
     assert "spec_terms=outer" in at.sidebar.code[0].value                 # and in the link to this view
+    at.button_group(key="spec_terms").set_value([]).run()                  # every term off: none drawn
+    assert not at.exception and not at.get("plotly_chart")
+    assert "pick at least one under *Terms drawn*" in at.info[0].value
 
 
 def test_scaling_renders_and_reacts():
@@ -217,7 +220,11 @@ def test_spectrum_auto_switches_to_matrix_free_past_the_budget(monkeypatch):
 
     monkeypatch.setattr(cache, "LIMITS", dataclasses.replace(cache.LIMITS, results_bytes=2 << 20))
     at = run_page("app_pages/spectrum.py", spec_terms=["outer"], spec_probes="2", spec_steps="10", **REAL)
-    assert "over this server's budget" in at.info[0].value
+    line = at.info[0].value
+    assert line.startswith("**Matrix-free spectrum**, because the dense spectrum is over this server's "
+                           "budget. ")
+    head = line.split(" No P × P")[0]                   # the reason: one pair of brackets at most, no nesting
+    assert head.count("(") == head.count(")") <= 1 and "((" not in head and "))" not in head, head
     labels = [m.label for m in at.metric]
     assert "λ_max (Lanczos)" in labels and any(lb.startswith("negative share (SLQ) ± ") for lb in labels)
     at.segmented_control(key="spec_method").set_value("dense").run()   # forced dense: refused
@@ -376,7 +383,7 @@ def test_real_model_page_an_emptied_text_box_draws_the_default_text(typed):
     at = run_page("app_pages/real_model.py", **PYDOC)
     at.text_area(key="rm_text").set_value(typed).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert "`rm_text` is empty: used the default text." in shown_lines(at)
+    assert "Text: the box is empty, so the default text is drawn." in shown_lines(at)
     assert at.text_area(key="rm_text")                                     # the box is still drawn
     n_tokens = len(figures(at)[0]["data"][0]["x"])
     from hessviz import pretrained
@@ -388,7 +395,11 @@ def test_real_model_page_an_emptied_text_box_draws_the_default_text(typed):
 
 def test_real_model_page_a_very_long_text_gets_one_line():
     at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="word " * 300)
-    assert "longer than 400 characters: cut to them" in shown_lines(at)
+    assert ("Text: the text was 1,500 characters long, more than the 400 this box takes: cut to its first "
+            "400.") in shown_lines(at)
+    assert not at.text_area(key="rm_text").max_chars        # a browser's maxlength dropped a paste silently
+    at.text_area(key="rm_text").set_value("word " * 1000).run()                # a paste: cut in the box too
+    assert "was 5,000 characters long" in shown_lines(at) and len(at.text_area(key="rm_text").value) == 400
     assert "positions" in at.error[0].value            # 400 characters are still more than 64 tokens
     assert not at.get("plotly_chart")
 

@@ -439,12 +439,13 @@ def choice(label: str, options: Sequence[str], key: str, default: str, *, help: 
 def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[str], *,
                 help: str | None = None, container=None) -> list[str]:
     """A page multi-selection (pills) kept in the URL as a repeated key; returns the selected
-    options in the order of ``options`` (all of them when nothing is selected)."""
+    options in the order of ``options`` (none when the visitor turned every pill off: the page says
+    what to pick; an address without the key gives ``default``)."""
     where = container or st
     ordered = [o for o in options if o in default]
 
     def draw() -> list[str]:
-        picked = where.pills(label, options, selection_mode="multi", key=key, help=help) or list(options)
+        picked = where.pills(label, options, selection_mode="multi", key=key, help=help) or []
         return [o for o in options if o in picked]
 
     return _page_control(
@@ -475,30 +476,36 @@ def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | 
 def text(label: str, key: str, default: str, max_chars: int, *, help: str | None = None,
          container=None) -> str:
     """A page text box kept in the URL under ``key``. A text longer than ``max_chars`` is cut to it
-    and an empty or blank one falls back to ``default``, each with one line; a box emptied by the
-    visitor is given the default text back, so the box always shows the text drawn."""
+    and an empty or blank one falls back to ``default``, each with one line naming the box by its
+    ``label``; a box emptied by the visitor is given the default text back, and a longer paste is
+    cut in the box itself, so the box always shows the text drawn. The widget takes any length (a
+    browser's ``maxlength`` dropped a long paste without a word) and the server cuts it."""
     where = container or st
 
     def settle(texts: list[str]) -> tuple[str, str | None]:
-        return _text_value(key, texts[-1], default, max_chars)
+        return _text_value(label, texts[-1], default, max_chars)
 
-    def emptied() -> None:
-        used, note = _text_value(key, str(st.session_state.get(key) or ""), default, max_chars)
+    def typed() -> None:
+        used, note = _text_value(label, str(st.session_state.get(key) or ""), default, max_chars)
         if note is not None:
             st.session_state[key] = used
             st.session_state.setdefault(_TYPED, []).append(note)
 
     value = _page_control(key, default, settle,
-                          lambda: where.text_area(label, max_chars=max_chars, key=key, help=help, height=80,
-                                                  on_change=emptied),
+                          lambda: where.text_area(label, key=key, help=help, height=80, on_change=typed),
                           label, where)
-    return _text_value(key, str(value or ""), default, max_chars)[0]
+    return _text_value(label, str(value or ""), default, max_chars)[0]
 
 
-def _text_value(key: str, text: str, default: str, max_chars: int) -> tuple[str, str | None]:
-    """The text used for ``text``: the default when blank, cut at ``max_chars``; and a note."""
+def _text_value(label: str, text: str, default: str, max_chars: int) -> tuple[str, str | None]:
+    """The text used for the box ``label``: the default when blank, cut at ``max_chars``; and a note.
+
+    >>> _text_value("Text", "x" * 5000, "d", 400)[1]
+    'Text: the text was 5,000 characters long, more than the 400 this box takes: cut to its first 400.'
+    """
     if not text.strip():
-        return default, f"`{key}` is empty: used the default text."
+        return default, f"{label}: the box is empty, so the default text is drawn."
     if len(text) > max_chars:
-        return text[:max_chars], f"`{key}` is longer than {max_chars} characters: cut to them."
+        return text[:max_chars], (f"{label}: the text was {len(text):,} characters long, more than the "
+                                  f"{max_chars:,} this box takes: cut to its first {max_chars:,}.")
     return text, None
