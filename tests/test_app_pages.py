@@ -338,7 +338,8 @@ def test_scaling_sweeps_depth_and_reads_a_layer_of_a_stack():
 
 
 def test_real_model_page_draws_the_models_own_objective():
-    """Sentence similarity (MiniLM's objective, here on the trained pair's Post-LN model): the last
+    """Sentence similarity (MiniLM's objective, here on the trained pair's Post-LN model, which was not
+    trained on it and is not said to be): the last
     layer is drawn whatever the layer control says, the loss is named, and the Hessian differs from
     the synthetic loss's on the same layer."""
     query = dict(rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="1")
@@ -352,6 +353,8 @@ def test_real_model_page_draws_the_models_own_objective():
                   rm_layer="1", **query)
     assert not at.error, [e.value for e in at.error]
     assert "1 − cos(m, e)" in at.info[0].value
+    assert "not the one pydoc-postln was trained on" in at.info[0].value     # a language model, not MiniLM
+    assert "pydoc-postln was not trained on it" in at.button_group(key="rm_loss").help
     assert any("layer 3, head 0: attention" in t for t in titles(at))          # the last layer
     assert len(at.get("plotly_chart")) == 4
     assert block(at) != block(synthetic)
@@ -411,13 +414,22 @@ def test_real_model_page_switches_model_under_its_own_loss():
     assert "1 − cos(m, e)" in at.info[0].value
     at.selectbox(key="rm_model").set_value("pydoc-preln").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert "rm_loss" in shown_lines(at) and "synthetic target" in at.info[0].value
+    assert "Loss: `sentence similarity` is not offered here" in shown_lines(at)    # the control's name
+    assert "synthetic target" in at.info[0].value
     at.segmented_control(key="rm_loss").set_value("next token").run()
     assert not at.exception
     assert "next-token loss" in at.info[0].value
     at.selectbox(key="rm_model").set_value("pydoc-postln").run()             # and back
     assert not at.exception
     assert len(at.get("plotly_chart")) == 4
+    at.selectbox(key="rm_model").set_value("a local folder…").run()          # a folder: notes name its box
+    for typed, line in (("   ", ""), ("/no/such/dir", "is not a folder on this server"),
+                        ("/tmp", "has no config.json")):
+        at.text_input(key="rm_folder").set_value(typed).run()
+        assert not at.exception and not at.error
+        assert (line in shown_lines(at) and "Checkpoint folder" in shown_lines(at)) if line else \
+            "Checkpoint folder: type the path" in " ".join(c.value for c in at.caption)
+        assert "Text:" not in shown_lines(at) and "source" not in shown_lines(at)
 
 
 def test_real_model_page_every_weight_and_row_sequence():

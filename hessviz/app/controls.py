@@ -398,10 +398,10 @@ def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple
     here = current()
     value = here.page_value(key, default, settle)
     if fit is not None:
-        value = _fitted(key, value, fit)
+        value = _fitted(label, value, fit)
         if key in st.session_state:                # what the widget held, before it is drawn
             held = st.session_state[key]
-            if _fitted(key, held, fit) != held:
+            if _fitted(label, held, fit) != held:
                 st.session_state[key] = fit(held)
     if here.lesson.hides(key):
         shown = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
@@ -415,11 +415,11 @@ def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple
     return value
 
 
-def _fitted(key: str, value: object, fit: Callable[[object], object]) -> object:
-    """``fit(value)``, with a line when that is not ``value``."""
+def _fitted(label: str, value: object, fit: Callable[[object], object]) -> object:
+    """``fit(value)``, with a line naming the control by its ``label`` when that is not ``value``."""
     now = fit(value)
     if now != value:
-        current().notes.append(f"`{key}`: {state.shown(str(value))} is not offered here: used {now}.")
+        current().notes.append(f"{label}: `{state.shown(str(value))}` is not offered here: used {now}.")
     return now
 
 
