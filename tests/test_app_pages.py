@@ -245,6 +245,10 @@ def test_heterogeneity_per_head_matches_the_dense_blocks():
     at.segmented_control(key="het_by").set_value("weights").run()
     assert not at.exception
     assert list(at.dataframe[0].value["block"]) == list(res.cfg.param_names)
+    hint = "With one attention head, heads and weights give the same blocks"
+    assert not any(hint in c.value for c in at.caption)
+    one = run_page("app_pages/heterogeneity.py", **SMALL)          # one head: the control says why it is idle
+    assert any(hint in c.value for c in one.caption)
 
 
 def test_scaling_accepts_a_head_slice_pair():

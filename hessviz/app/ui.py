@@ -238,8 +238,11 @@ def downloads(name: str, fig: go.Figure | None = None, *,
                                 "application/octet-stream", key=f"dl_npz_{key}", on_click="ignore",
                                 icon=":material/data_array:", disabled=too_big,
                                 help=(f"{format_bytes(held.nbytes)}: over this server's download limit of "
-                                      f"{format_bytes(limit)}; zoom into a block, or run the app "
-                                      "locally") if too_big else None)
+                                      f"{format_bytes(limit)}; zoom into a block, or "
+                                      + ("run the app on your own machine (`streamlit run app.py`)"
+                                         if cache.LIMITS.profile == "hosted" else
+                                         "start this server with a larger `HESSVIZ_DOWNLOAD_LIMIT`"))
+                                if too_big else None)
 
 
 PRESENT_HEIGHT = 360
