@@ -129,12 +129,13 @@ def open_page(url_path: str) -> None:
 
 def _nav(where) -> None:
     """The page links, each carrying this view's shared controls and lesson flags."""
-    query = address.link_params(current().nav_query())
+    here = current()
     with where.container():
         for section, pages in registry.SECTIONS.items():
             st.markdown(f"**{section}**")
             for p in pages:
-                st.page_link(p.script, label=p.title, icon=p.icon, query_params=query)
+                st.page_link(p.script, label=p.title, icon=p.icon,
+                             query_params=address.link_params(here.nav_query(p.url_path)))
 
 
 def sync() -> None:
