@@ -33,6 +33,9 @@ from hessviz.memory import format_bytes
 
 KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse", "optimization",
          "spectrum_matfree", "heterogeneity", "depth")
+HEATMAP_S = 5e-9
+"""Seconds per entry of the dense term to draw the Hessian map's heatmap (its largest entry, the
+tiles' extremes): 0.26-0.4 s for P = 8,704-9,216 on one core."""
 LIGHT_SECONDS = 0.25
 """A computation estimated under this many core-seconds (a term, an eigendecomposition or a sweep
 point of the default block) runs at once, without a heavy slot of the gate
@@ -54,7 +57,7 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
     P = cfg.num_params
     t = costs.term_cost(cfg)
     if kind == "map":          # one term held, its block norms, the heatmap's tiles
-        return Cost(t.seconds + costs.block_norms_cost(cfg), t.bytes + 8 * P * P // 4,
+        return Cost(t.seconds + costs.block_norms_cost(cfg) + HEATMAP_S * P * P, t.bytes + 8 * P * P // 4,
                     f"the Hessian map (a dense term of P = {P:,})")
     if kind == "learn":        # three terms' block norms
         return Cost(3 * (t.seconds + costs.block_norms_cost(cfg)), 3 * t.bytes,
