@@ -143,12 +143,12 @@ def about(seconds: float) -> str:
 def long_words(c: Cost) -> str:
     """The note a view of cost ``c`` over :data:`LONG_SECONDS` shows before it runs (else ``""``).
 
-    >>> long_words(Cost(24.6, 0, "the spectrum (three dense terms of P = 5,632)"))[:40]
-    '**This view takes about 25 s** to comput'
+    >>> long_words(Cost(24.6, 0, "the spectrum (three dense terms of P = 5,632)"))[:44]
+    '**This view takes about 25 s** to compute: t'
     """
     if c.seconds <= LONG_SECONDS:
         return ""
-    return (f"**This view takes {about(c.seconds)}** to compute ({c.what}). The bar below shows its "
+    return (f"**This view takes {about(c.seconds)}** to compute: {c.what}. The bar below shows its "
             "progress; moving a control or leaving the page stops it.")
 
 
