@@ -46,7 +46,8 @@ EIG_S = 5e-11        # dense eigvalsh of n × n: EIG_S · n³ seconds
 EIGSH_S = 3e-9       # Lanczos extremes (k largest and k smallest, ~7k products with H): EIGSH_S · n² · 2k
 RANGE_S = 1e-10      # all eigenvalues from the range of a rank-r matrix: RANGE_S · n² · (r + 10)
 NORM_S = 5e-11       # spectral norm of m × n via its Gram matrix: NORM_S · min² (m + n)
-LANCZOS_NORM_S = 4e-9  # … by Lanczos from min(m, n) ≥ LANCZOS_NORM_MIN: LANCZOS_NORM_S · m n (20-40 products)
+LANCZOS_NORM_S = 1e-8  # … by Lanczos from min(m, n) ≥ LANCZOS_NORM_MIN: LANCZOS_NORM_S · m n (20-40
+#                        products), 2.5× that for a non-symmetric block (products with M and Mᵀ, more steps)
 TERM_S = 1.5e-8      # one closed-form dense term: TERM_S · P² · (1 + L d / 512) · (1 + (H − 1)/5)
 PAIR_S = 4e-4        # fixed work per block pair of a dense term at L d = 256
 AUTOGRAD_S = 3e-8    # autograd reference: AUTOGRAD_S · P · L (d² + d d_ff + L d) per term
@@ -107,22 +108,24 @@ def term_cost(cfg: BlockConfig) -> Cost:
     return Cost(seconds, 8 * P * P + working, f"a dense term of P = {P:,}")
 
 
-def norm_cost(m: int, n: int) -> float:
+def norm_cost(m: int, n: int, symmetric: bool = True) -> float:
     """Seconds for :func:`hessviz.spectra.matrix_norm` of an ``m × n`` matrix on the CPU (same
     branches): a dense eigendecomposition of the smaller Gram matrix, or Lanczos from
-    :data:`hessviz.spectra.LANCZOS_NORM_MIN` on (about 40 products with the matrix, measured 21-41
-    on the LayerNorm-collapse terms of ``n`` = 1,536)."""
+    :data:`hessviz.spectra.LANCZOS_NORM_MIN` on (21-41 products with a LayerNorm-collapse term of
+    ``n`` = 1,536: 7-14 ms; 85 ms for a symmetric block of 2,048 and 206 ms for a non-symmetric one
+    at load 12 on the 2-core machine)."""
     from hessviz.spectra import LANCZOS_NORM_MIN
 
     if min(m, n) >= LANCZOS_NORM_MIN:
-        return LANCZOS_NORM_S * m * n
+        return LANCZOS_NORM_S * m * n * (1.0 if symmetric and m == n else 2.5)
     return NORM_S * min(m, n) ** 2 * (m + n)
 
 
 def block_norms_cost(cfg: BlockConfig) -> float:
     """Seconds for the spectral norm of every block pair of one term."""
     sizes = [cfg.param_size(n) for n in cfg.param_names]
-    return sum(norm_cost(m, n) for i, m in enumerate(sizes) for n in sizes[i:])
+    return sum(norm_cost(m, n, symmetric=j == 0)
+               for i, m in enumerate(sizes) for j, n in enumerate(sizes[i:]))
 
 
 def dense_eig_cost(n: int) -> float:

@@ -154,7 +154,7 @@ def matrix_norm(M: Tensor, kind: str = "spectral", *, symmetric: bool = False) -
         return 0.0
     M = M.to(torch.float64)
     if M.device.type == "cpu" and min(M.shape) >= LANCZOS_NORM_MIN:
-        A = M.detach()
+        A = M.detach().contiguous()     # a block of a term is a strided view: copied once, not per product
         if symmetric:       # symmetric to round-off (a Hessian term): no symmetrised copy
             got = _lanczos_norm(lambda v: A @ v, A.shape[0], "LM")
         else:

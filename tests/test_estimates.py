@@ -22,8 +22,11 @@ FACTOR = 2.0
 
 
 def _map(v: View) -> None:
-    cache.term(v.key, "full")
+    from hessviz import plots
+
+    H = cache.term(v.key, "full")
     cache.block_norms(v.key, "full", "spectral")
+    plots.hessian_heatmap(H, cache.offsets(v.key))
 
 
 def _spectrum(v: View) -> None:
