@@ -85,7 +85,8 @@ def main() -> None:
         print(f"{k:36s} median {v:7.3f} s CPU over {len(rows[k])}")
     dense, lanczos = med["LN collapse point, dense norms"], med["LN collapse point, Lanczos norms"]
     print(
-        f"LN collapse point: {dense / lanczos:.1f}× less CPU; 26 points (the default view) ≈ {26 * lanczos:.1f} s"
+        f"LN collapse point: {dense / lanczos:.1f}× less CPU; the default view's 26 points ≈ "
+        f"{26 * lanczos:.1f} s"
     )
     print(
         f"heatmap reductions: {med['map d=64 heatmap, before'] / med['map d=64 heatmap, now']:.1f}× less CPU"
