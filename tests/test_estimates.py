@@ -36,7 +36,7 @@ def _spectrum(v: View) -> None:
 
 
 def _ln_block(v: View) -> None:
-    sig = np.logspace(0, -2, 7)
+    sig = np.logspace(0, -1, 4)
     c = v.cfg
     cache.ln_block_sweep(tuple(sig), c.ln_eps, (0,), c.seq_len, c.d_model, c.d_k, c.d_ff, v.input_norm, True)
 
@@ -53,7 +53,7 @@ def _matfree(v: View) -> None:
 VIEWS = {  # id: (kind, sidebar values, the view's computations, the budget's extras)
     "map d=24": ("map", {"d": 24, "dff": 48}, _map, {}),
     "spectrum": ("spectrum", {}, _spectrum, {"dense_limit": 4096, "k": 64}),
-    "ln_collapse block": ("ln_collapse", {}, _ln_block, {"points": 7, "whole": 1}),
+    "ln_collapse block": ("ln_collapse", {}, _ln_block, {"points": 4, "whole": 1}),
     "heterogeneity d=32": (
         "heterogeneity",
         {"d": 32, "dff": 64},
