@@ -220,7 +220,8 @@ class Address:
             if key in defaults and value == defaults[key]:
                 continue
             if isinstance(value, (list, tuple)):
-                out[key] = [str(v) for v in value]
+                if value:          # none picked has no URL form (an absent key is the default)
+                    out[key] = [str(v) for v in value]
             else:
                 out[key] = [state.format_value(key, value)]
         return out
