@@ -5,6 +5,7 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots, sweeps
+from hessviz.app import budget
 from hessviz.experiments.depth import diagonal_share, factor_per_layer
 from hessviz.terms import NAMES
 
@@ -79,8 +80,7 @@ def placed(norm: str, n_layers: int):
 points = n_seeds * len(SIDES) * (depth + len(DEPTHS))
 largest = max(placed(n, DEPTHS[-1]).block.param_size(p) for n in SIDES for p in pair)
 hva.afford(view, "depth", depth=depth, seeds=n_seeds, block=largest, cfg=placed("post", 1),
-           advice=f"The {pair_s} block has {largest:,} weights per layer: pick an attention block, "
-                  "lower d or d_ff, or use fewer seeds.")
+           advice=budget.block_advice(pair_s, largest, "per layer"))
 bar = st.progress(0.0, text="Measuring…")
 done = [0]
 

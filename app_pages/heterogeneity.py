@@ -39,6 +39,9 @@ samples = hva.slider("Hutch++ products per large block", 6, 90, key="het_samples
                      help=f"blocks above {EXACT_BLOCK} entries: trace by Hutch++ from this "
                           "many products (its error shrinks like 1/products)")
 by_head = by == "heads"
+if view.cfg.n_heads == 1:
+    c2.caption("With one attention head, heads and weights give the same blocks: raise *Attention heads* "
+               "in the sidebar to split W_Q, W_K, W_V and W_O by head.")
 cost = hva.verdict(view, "heterogeneity", samples=samples, by_head=int(by_head)).cost
 st.caption(f"Estimated work: about {cost.seconds:.2g} s and {format_bytes(cost.bytes)} "
            f"(this server allows {hva.cache.LIMITS.max_seconds:g} s per view).")

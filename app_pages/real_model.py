@@ -45,8 +45,14 @@ model = hva.select("Model", models, key="rm_model", default=models[0], container
                        else " (a local server also opens a checkpoint folder; the hosted app opens none)"))
 if model == FOLDER:
     model = c1.text_input("Checkpoint folder", key="rm_folder", placeholder="/path/to/checkpoint",
-                          help="a folder with config.json, model.safetensors and tokenizer.json")
+                          help="a folder with config.json, model.safetensors and tokenizer.json").strip()
     if not model:
+        c1.caption("Checkpoint folder: type the path of a folder on this machine with config.json, "
+                   "model.safetensors and tokenizer.json.")
+        st.stop()
+    missing = rm.folder_problem(model)
+    if missing:
+        st.warning(f"**Checkpoint folder:** {missing}", icon=":material/folder_off:")
         st.stop()
 with hva.guard("the model"):
     info = pretrained.model_info(model)
@@ -55,12 +61,15 @@ text = hva.text("Text", "rm_text", rm.DEFAULT_TEXT, rm.MAX_CHARS, container=c2,
                 help=f"at most {rm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
                      "tokenised with the model's own tokenizer")
 objective = loss_keys.own_objective(info.model_type)
+embedder = objective == loss_keys.SIMILARITY and rm.trained_for_similarity(info.folder)
 c3, c4, c5, c6 = st.columns([3, 2, 2, 2])   # the loss's options need the room: 'sentence similarity'
 loss_name = hva.choice("Loss", ("synthetic",) + ((objective,) if objective else ()), key="rm_loss",
                        default="synthetic", container=c3,
                        help="synthetic: the layer's MSE against a seeded random target; "
                             + ("sentence similarity: 1 − cos of the mean-pooled embedding and another "
-                               "sentence's (MiniLM's training objective)"
+                               "sentence's (" + (f"{info.name}'s training objective" if embedder else
+                                                 f"the objective of sentence embedders such as MiniLM; "
+                                                 f"{info.name} was not trained on it") + ")"
                                if objective == loss_keys.SIMILARITY
                                else "next token: the model's language-modelling loss through its head")
                             + " (on the last layer)")
@@ -89,9 +98,10 @@ if not own:
     drawn = (f"mean squared error of the layer's output Z ({L} × {info.d_model}) against a synthetic target "
              f"Y ~ N(0, 1) drawn from seed {seed}, ℓ = ‖Z − Y‖²_F / (L·d), as on the other pages")
 elif objective == loss_keys.SIMILARITY:
-    drawn = ("the model's own objective, ℓ = 1 − cos(m, e) with m the mean of the last hidden states over "
-             "the tokens and e that of the other sentence (fixed); its Hessian in Z couples every pair of "
-             "tokens")
+    drawn = (("the model's own objective" if embedder else "a sentence-embedding objective (not the one "
+              f"{info.name} was trained on)")
+             + ", ℓ = 1 − cos(m, e) with m the mean of the last hidden states over the tokens and e that of "
+               "the other sentence (fixed); its Hessian in Z couples every pair of tokens")
 else:
     drawn = ("the model's own next-token loss: the mean cross-entropy of each position predicting the next "
              "token, through the model's final norm and its LM head")
@@ -144,6 +154,7 @@ else:
         st.info(f"**A reduced view:** {asked} rows of {name} are more than this server allows per view "
                 f"({hva.cache.LIMITS.profile} profile, {hva.cache.LIMITS.max_seconds:g} s); drawn the "
                 f"{n_rows} that fit.", icon=":material/speed:")
+    hva.long_note(verdict.cost)
     with st.spinner(f"Computing {size:,} columns of the Hessian of {name}…"), hva.guard("the Hessian block"):
         B = hva.cache.real_window(model, layer, text, seed, name, start, size, term, loss_key)
     whole = cfg.param_shapes[weight]
@@ -200,6 +211,7 @@ if (part, used) != (part_asked, samples):
 blocks = tuple(n for n, _ in explore.part_blocks(cfg, by_head, part))
 st.caption(f"Estimated work: about {verdict.cost.seconds:.2g} s and {format_bytes(verdict.cost.bytes)}."
            if verdict.cost.seconds else "Precomputed (or computed before on this server): drawn at once.")
+hva.long_note(verdict.cost)
 with hva.guard("the block table"):
     table = hva.cache.real_block_table(model, layer, text, seed, "full", blocks, used, loss_key)
 tfig = plots.block_spectrum_bars(table["names"], table["top"], table["trace"],

@@ -5,7 +5,7 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import sweeps
-from hessviz.app import views
+from hessviz.app import budget, views
 from hessviz.experiments.depth import factor_per_layer
 
 view = hva.sidebar(stacks=True)
@@ -44,8 +44,7 @@ with hva.guard("the sweep"):
     largest = sweeps.largest_block(view.cfg, axis, grid, pair)
 hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(views.PLACEMENTS)), block=largest,
            cfg=sweeps.costliest_config(view.cfg, axis, grid),
-           advice=f"The {pair_s} block reaches {largest:,} weights on this grid: pick an attention block, "
-                  "lower d_ff or d, or use fewer seeds.")
+           advice=budget.block_advice(pair_s, largest))
 
 bar = st.progress(0.0, text="Sweeping…")
 said = {"text": ""}

@@ -38,7 +38,7 @@ def spectrum_matrix_free(view, shown: list[str], why: str) -> None:
     cost = hva.verdict(view, "spectrum_matfree", terms=len(shown), **extra).cost
     bigger = hva.verdict(view, "spectrum_matfree", terms=3, k=max(k, 10), probes=max(2 * probes, 10),
                          steps=max(steps, 80), group_bytes=hva.cache.SLQ_GROUP_BYTES).cost
-    st.info(f"**Matrix-free spectrum** ({why}): no P × P matrix is formed. For each term drawn, the "
+    st.info(f"**Matrix-free spectrum**, because {why}. No P × P matrix is formed. For each term drawn, the "
             f"{k} largest and {k} smallest eigenvalues by **Lanczos** (each within 1e-8 relative by its "
             "error bound) and the spectral density by **stochastic Lanczos quadrature** "
             f"({probes} probes × {steps} steps), "
@@ -128,10 +128,14 @@ how = hva.choice("Method", METHODS, key="spec_method", default="auto", container
 shown = hva.multichoice("Terms drawn", TERMS, key="spec_terms", default=TERMS, container=c2,
                         help="dense: the summaries always cover all three; matrix-free: only the terms drawn "
                              "are computed")
+if not shown:
+    st.info("Every term is off: pick at least one under *Terms drawn* to draw its spectrum.",
+            icon=":material/visibility_off:")
+    st.stop()
 dense = hva.verdict(view, "spectrum", dense_limit=DENSE_LIMIT, k=K)
 if how == "matrix-free" or how == "auto" and (P > DENSE_LIMIT or not dense.ok):
     why = ("you chose it" if how == "matrix-free" else f"P = {P:,} is above {DENSE_LIMIT:,}"
-           if dense.ok else f"the dense spectrum is over this server's budget ({dense.reason})")
+           if dense.ok else f"the dense spectrum is over this server's budget. {dense.reason.rstrip('.')}")
     spectrum_matrix_free(view, shown, why)
     st.stop()
 hva.afford(view, "spectrum", dense_limit=DENSE_LIMIT, k=K)

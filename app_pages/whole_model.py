@@ -48,8 +48,8 @@ least = 2
 if not least <= len(ids) <= info.max_positions:
     n = len(ids)
     st.error(f"**The text is {n} token{'s' * (n != 1)} long**; {info.name} reads {least} to "
-             f"{info.max_positions} tokens. Shorten the text (or lengthen it) and the table is drawn.",
-             icon=":material/block:")
+             f"{info.max_positions} tokens. {'Lengthen' if n < least else 'Shorten'} the text and the table "
+             "is drawn.", icon=":material/block:")
     st.stop()
 
 c3, c4 = st.columns([3, 2])
@@ -67,13 +67,12 @@ def afford(part: str, names: tuple[str, ...]) -> float:
     if hva.cache.whole_ready(model, text, part):
         return 0.0
     c = wm.table_cost(stack, names, len(ids))
-    verdict = budget.check(c, hva.cache.LIMITS, advice=(
-        "The default text is precomputed for every model: clear the text box to draw it, or run the app "
-        "locally (`hessviz app`), where a table of this size is computed with a progress bar."))
+    verdict = budget.check(c, hva.cache.LIMITS, advice=wm.over_budget_advice(hva.cache.LIMITS.profile))
     if not verdict.ok:
         st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
         st.stop()
     st.caption(f"Estimated work: about {c.seconds:.2g} s and {format_bytes(c.bytes)}.")
+    hva.long_note(c)
     return c.seconds
 
 

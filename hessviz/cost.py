@@ -12,7 +12,8 @@ The coefficients were measured on one core of the 2-vCPU development machine:
 * a dense symmetric eigendecomposition ``≈ EIG_S · P³`` s (:func:`eig_cost`, with the branches of
   :func:`hessviz.spectra.eigenvalues`);
 * the spectral norm of an ``m × n`` block (Gram matrix, then ``eigvalsh``)
-  ``≈ NORM_S · min(m,n)² (m+n)`` s (:func:`block_norms_cost`);
+  ``≈ NORM_S · min(m,n)² (m+n)`` s, or by Lanczos past a few hundred rows and columns
+  ``≈ LANCZOS_NORM_S · m n`` s (:func:`norm_cost`, :func:`block_norms_cost`);
 * the autograd reference ``≈ AUTOGRAD_S · P · L(d² + d·d_ff + L·d)`` s per term;
 * a closed-form product of ``k`` columns ``MV_CALL_S + k (MV_COL_S + MV_S · work)``
   (:func:`matvec_cost`), on a real layer ``REAL_PRODUCT_S · L · P`` per column
@@ -42,9 +43,11 @@ from hessviz.matfree.operator import BATCH
 from hessviz.matfree.spectral import EXACT_BLOCK
 
 EIG_S = 5e-11        # dense eigvalsh of n × n: EIG_S · n³ seconds
-EIGSH_S = 5e-10      # Lanczos extremes (scipy eigsh, k largest and k smallest): EIGSH_S · n² · 2k
+EIGSH_S = 3e-9       # Lanczos extremes (k largest and k smallest, ~7k products with H): EIGSH_S · n² · 2k
 RANGE_S = 1e-10      # all eigenvalues from the range of a rank-r matrix: RANGE_S · n² · (r + 10)
 NORM_S = 5e-11       # spectral norm of m × n via its Gram matrix: NORM_S · min² (m + n)
+LANCZOS_NORM_S = 1e-8  # … by Lanczos from min(m, n) ≥ LANCZOS_NORM_MIN: LANCZOS_NORM_S · m n (20-40
+#                        products), 2.5× that for a non-symmetric block (products with M and Mᵀ, more steps)
 TERM_S = 1.5e-8      # one closed-form dense term: TERM_S · P² · (1 + L d / 512) · (1 + (H − 1)/5)
 PAIR_S = 4e-4        # fixed work per block pair of a dense term at L d = 256
 AUTOGRAD_S = 3e-8    # autograd reference: AUTOGRAD_S · P · L (d² + d d_ff + L d) per term
@@ -55,6 +58,14 @@ STEP_S = 2e-9        # one optimizer step: STEP_S · P · L · d (forward + clos
 MV_CALL_S = 3e-4     # one matrix-free product call (res.matvec, hessviz.matfree): fixed cost
 MV_COL_S = 3.5e-4    # … plus per column MV_COL_S + MV_S · L · P (measured 19.5 ms at L = 64, P = 166,016)
 MV_S = 2e-9
+MV_BLOCK_COL_S = 2e-5
+"""… per column instead of ``MV_COL_S`` for a product restricted to one diagonal block ``H[b, b]``
+(:func:`block_table_cost`): measured (one thread) 8-11 ms for the 128 unit columns of the default
+block's ``W_Q`` and 20 ms for the 256 of ``W_Q`` at d = 32, 7.5-9.7 ms for a Lanczos top eigenvalue
+and 30 Hutch++ samples of a block of 512-2,048 weights (about 45 products)."""
+TABLE_LANCZOS_PRODUCTS = 20
+"""Products a block's top eigenvalue takes in :func:`hessviz.matfree.block_table`, as it runs (13-15
+measured on the paper's blocks; :func:`lanczos_products` is the bound that sizes memory)."""
 REORTH_S = 1e-9      # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
 REAL_PRODUCT_S = 2.1e-10
 """Seconds per product column per ``L · P`` on one core of a real layer, measured on MiniLM's layer 3
@@ -97,10 +108,24 @@ def term_cost(cfg: BlockConfig) -> Cost:
     return Cost(seconds, 8 * P * P + working, f"a dense term of P = {P:,}")
 
 
+def norm_cost(m: int, n: int, symmetric: bool = True) -> float:
+    """Seconds for :func:`hessviz.spectra.matrix_norm` of an ``m × n`` matrix on the CPU (same
+    branches): a dense eigendecomposition of the smaller Gram matrix, or Lanczos from
+    :data:`hessviz.spectra.LANCZOS_NORM_MIN` on (21-41 products with a LayerNorm-collapse term of
+    ``n`` = 1,536: 7-14 ms; 85 ms for a symmetric block of 2,048 and 206 ms for a non-symmetric one
+    at load 12 on the 2-core machine)."""
+    from hessviz.spectra import LANCZOS_NORM_MIN
+
+    if min(m, n) >= LANCZOS_NORM_MIN:
+        return LANCZOS_NORM_S * m * n * (1.0 if symmetric and m == n else 2.5)
+    return NORM_S * min(m, n) ** 2 * (m + n)
+
+
 def block_norms_cost(cfg: BlockConfig) -> float:
     """Seconds for the spectral norm of every block pair of one term."""
     sizes = [cfg.param_size(n) for n in cfg.param_names]
-    return sum(NORM_S * min(m, n) ** 2 * (m + n) for i, m in enumerate(sizes) for n in sizes[i:])
+    return sum(norm_cost(m, n, symmetric=j == 0)
+               for i, m in enumerate(sizes) for j, n in enumerate(sizes[i:]))
 
 
 def dense_eig_cost(n: int) -> float:
@@ -163,7 +188,7 @@ def sweep_point_cost(cfg: BlockConfig, block: int) -> float:
     (``N · matvec_cost`` before: 0.21 and 0.40 s at N = 2 and 4 of the default block.)
     """
     per = POINT_S + TERM_S * block * block * (1 + cfg.seq_len * cfg.d_model / 512) * 3 \
-        + NORM_S * 3 * block ** 3 * 2
+        + 3 * norm_cost(block, block)
     if cfg.is_stack:
         per += (cfg.n_layers - 1) * matvec_cost(cfg.block, columns=2 * cfg.seq_len * cfg.d_model)
     return per
@@ -183,14 +208,14 @@ def attention_case_cost(cfg: BlockConfig) -> Cost:
 def ln_point_cost(cfg: BlockConfig, whole: bool = False) -> Cost:
     """One σ point of :func:`hessviz.experiments.ln_collapse.block_sweep`: the Post-LN block of
     ``cfg``'s sizes, its ``W_Q`` blocks of three terms and their norms; with ``whole`` also the
-    three whole terms' norms (three eigendecompositions)."""
+    three whole terms' norms (:func:`norm_cost`: Lanczos past a few hundred weights)."""
     post = BlockConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, d_k=cfg.d_k, d_ff=cfg.d_ff,
                        norm="post", ln_eps=cfg.ln_eps)
     q = post.param_size("W_Q")
-    seconds, held = POINT_S + TERM_S * q * q * 3 + NORM_S * 2 * q ** 3, 8 * q * q * 3
+    seconds, held = POINT_S + TERM_S * q * q * 3 + norm_cost(q, q), 8 * q * q * 3
     if whole:
         tp = term_cost(post)
-        seconds += 3 * (tp.seconds + dense_eig_cost(post.num_params))
+        seconds += 3 * (tp.seconds + norm_cost(post.num_params, post.num_params))
         held = 3 * tp.bytes + 2 * 8 * post.num_params ** 2
     return Cost(seconds, held, f"a Post-LN block of P = {post.num_params:,}")
 
@@ -207,17 +232,18 @@ def diagonal_blocks_cost(cfg: BlockConfig) -> Cost:
     """:func:`hessviz.experiments.heterogeneity.block_heterogeneity`: each weight's diagonal
     Hessian block of three terms and its norms."""
     sizes = [cfg.param_size(n) for n in cfg.param_names]
-    per = sum(TERM_S * n * n * (1 + cfg.seq_len * cfg.d_model / 512) * 3 + 2 * NORM_S * n ** 3 for n in sizes)
+    per = sum(TERM_S * n * n * (1 + cfg.seq_len * cfg.d_model / 512) * 3 + norm_cost(n, n) for n in sizes)
     return Cost(per, 8 * 3 * max(sizes) ** 2, f"diagonal Hessian blocks of up to {max(sizes):,} weights")
 
 
 # ----------------------------------------------------------------------------- matrix-free
 
 
-def matvec_cost(cfg: BlockConfig, columns: int = 1, calls: int = 1) -> float:
+def matvec_cost(cfg: BlockConfig, columns: int = 1, calls: int = 1, column_s: float = MV_COL_S) -> float:
     """Seconds for ``calls`` matrix-free products of ``columns`` columns each (closed form): per
-    column the weights' work ``L·P`` plus each head's attention maps ``4 H L² (d_k + d_v)``."""
-    return calls * (MV_CALL_S + columns * (MV_COL_S + MV_S * stack_work(cfg)))
+    column ``column_s`` and the weights' work ``L·P`` plus each head's attention maps
+    ``4 H L² (d_k + d_v)``."""
+    return calls * (MV_CALL_S + columns * (column_s + MV_S * stack_work(cfg)))
 
 
 def matvec_bytes(cfg: BlockConfig, columns: int = 1) -> int:
@@ -253,11 +279,12 @@ def block_table_cost(cfg: BlockConfig, samples: int = 30, by_head: bool = True) 
     seconds, held, products = 0.0, matvec_bytes(cfg, 1), 0
     for _, n in blocks:
         if n <= EXACT_BLOCK:
-            seconds += matvec_cost(cfg, n) + dense_eig_cost(n)
+            seconds += matvec_cost(cfg, n, column_s=MV_BLOCK_COL_S) + dense_eig_cost(n)
             held = max(held, matvec_bytes(cfg, n) + 16 * n * n)
             products += n
         else:
-            seconds += matvec_cost(cfg, 1, lanczos_products(1)) + matvec_cost(cfg, samples // 3, 3)
+            seconds += (matvec_cost(cfg, 1, TABLE_LANCZOS_PRODUCTS, column_s=MV_BLOCK_COL_S)
+                        + matvec_cost(cfg, samples // 3, 3, column_s=MV_BLOCK_COL_S))
             held = max(held, matvec_bytes(cfg, samples) + 8 * n * (samples + 22))
             products += lanczos_products(1) + samples
     return Cost(seconds, held, f"{len(blocks)} blocks of P = {cfg.num_params:,}, top eigenvalue and trace "

@@ -113,12 +113,38 @@ def negative_summary(spec: Spectrum, rtol: float = 1e-10) -> NegativeSummary:
     )
 
 
+LANCZOS_NORM_MIN = 256
+"""Smallest side from which :func:`matrix_norm` finds the spectral norm of a CPU matrix by Lanczos
+(ARPACK, one eigenvalue) instead of a dense eigendecomposition: the norm needs one eigenvalue,
+``eigvalsh`` computes all ``n`` of them. Measured on the LayerNorm-collapse terms (``n`` = 1,536,
+one thread): 0.2-0.9 s dense, 8-22 ms by Lanczos, equal to 4e-15 relative."""
+
+
+def _lanczos_norm(apply, n: int, which: str) -> float | None:
+    """``|λ|`` of the eigenvalue of largest magnitude (``which="LM"``) or of the largest (``"LA"``) of the
+    symmetric ``n × n`` operator ``apply`` (a float64 tensor ``(n,)`` to one ``(n,)``) by ARPACK to
+    machine precision (``tol=0``); None when ARPACK fails (no convergence, a breakdown on a zero
+    matrix): the caller falls back to the dense route."""
+    import scipy.sparse.linalg as sla
+
+    op = sla.LinearOperator((n, n), matvec=lambda v: apply(torch.from_numpy(np.ascontiguousarray(v).ravel()))
+                            .numpy(), dtype=np.float64)   # torch's products: its threads, not BLAS's own
+    start = np.random.default_rng(0).standard_normal(n)   # not ones: often a null vector of LayerNorm's
+    try:
+        vals = sla.eigsh(op, k=1, which=which, v0=start, tol=0, return_eigenvectors=False)
+    except sla.ArpackError:
+        return None
+    return float(abs(vals[0]))
+
+
 def matrix_norm(M: Tensor, kind: str = "spectral", *, symmetric: bool = False) -> float:
     """``‖M‖₂`` (largest singular value) or ``‖M‖_F``.
 
-    The spectral norm comes from the smaller Gram matrix, ``sqrt(λ_max(MᵀM))`` (or
-    ``max |λ|`` when ``symmetric``): about twice as fast as an SVD, and as accurate for
-    the largest singular value.
+    The spectral norm is ``max |λ(M)|`` when ``symmetric``, else ``sqrt(λ_max(MᵀM))`` of the smaller
+    Gram matrix (about twice as fast as an SVD, and as accurate for the largest singular value).
+    A CPU matrix whose smaller side is at least :data:`LANCZOS_NORM_MIN` gets that one eigenvalue
+    by Lanczos (products with ``M`` and ``Mᵀ``, never the Gram matrix), the others a dense
+    ``eigvalsh``.
     """
     if kind == "fro":
         return float(torch.linalg.matrix_norm(M.to(torch.float64), ord="fro"))
@@ -127,6 +153,16 @@ def matrix_norm(M: Tensor, kind: str = "spectral", *, symmetric: bool = False) -
     if M.numel() == 0:
         return 0.0
     M = M.to(torch.float64)
+    if M.device.type == "cpu" and min(M.shape) >= LANCZOS_NORM_MIN:
+        A = M.detach().contiguous()     # a block of a term is a strided view: copied once, not per product
+        if symmetric:       # symmetric to round-off (a Hessian term): no symmetrised copy
+            got = _lanczos_norm(lambda v: A @ v, A.shape[0], "LM")
+        else:
+            gram = (lambda v: A.T @ (A @ v)) if A.shape[1] <= A.shape[0] else (lambda v: A @ (A.T @ v))
+            got = _lanczos_norm(gram, min(A.shape), "LA")
+            got = None if got is None else float(np.sqrt(got))
+        if got is not None:
+            return got
     if symmetric:
         return float(torch.linalg.eigvalsh(0.5 * (M + M.T)).abs().max())
     gram = M.T @ M if M.shape[1] <= M.shape[0] else M @ M.T

@@ -83,3 +83,22 @@ def test_every_tour_stop_opens_exactly_the_view_it_names():
                 assert state.format_value(key, addr.shared[key]) == text, (stop.title, key)
             else:
                 assert addr.pending[key] == [text]       # the page's control settles it when drawn
+
+
+def test_a_page_link_carries_the_view_that_page_will_write():
+    """The link to a page carries that page's own controls as the visitor left them, so the run that
+    opens it writes the same query: no write during a page change, whose race with the browser put
+    the map's ``term`` on the Spectrum page's history entry (issue 33)."""
+    addr = Address()
+    visit(addr, "hessian_map", "L=6&term=outer")
+    addr.page_value("term", "full", lambda texts: (texts[-1], None))   # the map's Term control draws
+    written = addr.write()
+    assert written == {"L": ["6"], "term": ["outer"]}
+    link = addr.nav_query("spectrum")
+    assert link == {"L": ["6"]}                                  # Spectrum: the shared view only
+    assert visit(addr, "spectrum", "L=6") == link                # and the run there writes exactly it
+    back = addr.nav_query("hessian_map")
+    assert back == written                                       # the map: with the term it had
+    visit(addr, "hessian_map", "L=6&term=outer")
+    assert addr.page_value("term", "full", lambda texts: (texts[-1], None)) == "outer"
+    assert addr.write() == back

@@ -69,10 +69,20 @@ def test_hessian_map_refuses_too_large():
     assert "P = " in at.warning[0].value and "Lower d" in at.warning[0].value
 
 
-def test_invalid_block_shows_message():
-    at = run_page("app_pages/hessian_map.py", d="1")  # LayerNorm with d = 1 and eps = 0
-    assert not at.get("plotly_chart")
-    assert "d_model must be >= 2" in at.error[0].value
+def test_a_width_the_block_cannot_take_is_settled_in_one_line():
+    """d = 1 (or /?d=0, clamped to 1) in the default Post-LN block with ε = 0: no error box, the title
+    stays, d = 2 is drawn and one line says why; the slider shows the value used. With ε > 0 d = 1 is a
+    block, drawn as asked."""
+    for asked in ("1", "0"):
+        at = run_page("app_pages/hessian_map.py", d=asked, L="4", dk="4", dff="8")
+        assert not at.error and at.title[0].value == "Hessian map"
+        assert at.get("plotly_chart") and caption(at).startswith("Post-LN block, L = 4, d = 2")
+        assert any("d = 2 is used" in w.value for w in at.warning)
+        assert at.slider(key="d").value == 2
+    at.slider(key="d").set_value(1).run()               # moved by hand: settled again
+    assert not at.error and at.slider(key="d").value == 2
+    at = run_page("app_pages/hessian_map.py", d="1", eps="0.1", L="4", dk="4", dff="8")
+    assert not at.error and caption(at).startswith("Post-LN block, L = 4, d = 1")
 
 
 def test_spectrum_renders_and_reacts():
@@ -95,6 +105,9 @@ def test_spectrum_terms_drawn_come_from_the_url():
     sorted_plot = figures(at)[0]
     assert [trace["name"] for trace in sorted_plot["data"]] == ["outer"]
     assert "spec_terms=outer" in at.sidebar.code[0].value                 # and in the link to this view
+    at.button_group(key="spec_terms").set_value([]).run()                  # every term off: none drawn
+    assert not at.exception and not at.get("plotly_chart")
+    assert "pick at least one under *Terms drawn*" in at.info[0].value
 
 
 def test_scaling_renders_and_reacts():
@@ -210,7 +223,11 @@ def test_spectrum_auto_switches_to_matrix_free_past_the_budget(monkeypatch):
 
     monkeypatch.setattr(cache, "LIMITS", dataclasses.replace(cache.LIMITS, results_bytes=2 << 20))
     at = run_page("app_pages/spectrum.py", spec_terms=["outer"], spec_probes="2", spec_steps="10", **REAL)
-    assert "over this server's budget" in at.info[0].value
+    line = at.info[0].value
+    assert line.startswith("**Matrix-free spectrum**, because the dense spectrum is over this server's "
+                           "budget. ")
+    head = line.split(" No P × P")[0]                   # the reason: one pair of brackets at most, no nesting
+    assert head.count("(") == head.count(")") <= 1 and "((" not in head and "))" not in head, head
     labels = [m.label for m in at.metric]
     assert "λ_max (Lanczos)" in labels and any(lb.startswith("negative share (SLQ) ± ") for lb in labels)
     at.segmented_control(key="spec_method").set_value("dense").run()   # forced dense: refused
@@ -231,6 +248,10 @@ def test_heterogeneity_per_head_matches_the_dense_blocks():
     at.segmented_control(key="het_by").set_value("weights").run()
     assert not at.exception
     assert list(at.dataframe[0].value["block"]) == list(res.cfg.param_names)
+    hint = "With one attention head, heads and weights give the same blocks"
+    assert not any(hint in c.value for c in at.caption)
+    one = run_page("app_pages/heterogeneity.py", **SMALL)          # one head: the control says why it is idle
+    assert any(hint in c.value for c in one.caption)
 
 
 def test_scaling_accepts_a_head_slice_pair():
@@ -324,7 +345,8 @@ def test_scaling_sweeps_depth_and_reads_a_layer_of_a_stack():
 
 
 def test_real_model_page_draws_the_models_own_objective():
-    """Sentence similarity (MiniLM's objective, here on the trained pair's Post-LN model): the last
+    """Sentence similarity (MiniLM's objective, here on the trained pair's Post-LN model, which was not
+    trained on it and is not said to be): the last
     layer is drawn whatever the layer control says, the loss is named, and the Hessian differs from
     the synthetic loss's on the same layer."""
     query = dict(rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="1")
@@ -338,6 +360,8 @@ def test_real_model_page_draws_the_models_own_objective():
                   rm_layer="1", **query)
     assert not at.error, [e.value for e in at.error]
     assert "1 − cos(m, e)" in at.info[0].value
+    assert "not the one pydoc-postln was trained on" in at.info[0].value     # a language model, not MiniLM
+    assert "pydoc-postln was not trained on it" in at.button_group(key="rm_loss").help
     assert any("layer 3, head 0: attention" in t for t in titles(at))          # the last layer
     assert len(at.get("plotly_chart")) == 4
     assert block(at) != block(synthetic)
@@ -369,7 +393,7 @@ def test_real_model_page_an_emptied_text_box_draws_the_default_text(typed):
     at = run_page("app_pages/real_model.py", **PYDOC)
     at.text_area(key="rm_text").set_value(typed).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert "`rm_text` is empty: used the default text." in shown_lines(at)
+    assert "Text: the box is empty, so the default text is drawn." in shown_lines(at)
     assert at.text_area(key="rm_text")                                     # the box is still drawn
     n_tokens = len(figures(at)[0]["data"][0]["x"])
     from hessviz import pretrained
@@ -381,7 +405,11 @@ def test_real_model_page_an_emptied_text_box_draws_the_default_text(typed):
 
 def test_real_model_page_a_very_long_text_gets_one_line():
     at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="word " * 300)
-    assert "longer than 400 characters: cut to them" in shown_lines(at)
+    assert ("Text: the text was 1,500 characters long, more than the 400 this box takes: cut to its first "
+            "400.") in shown_lines(at)
+    assert not at.text_area(key="rm_text").max_chars        # a browser's maxlength dropped a paste silently
+    at.text_area(key="rm_text").set_value("word " * 1000).run()                # a paste: cut in the box too
+    assert "was 5,000 characters long" in shown_lines(at) and len(at.text_area(key="rm_text").value) == 400
     assert "positions" in at.error[0].value            # 400 characters are still more than 64 tokens
     assert not at.get("plotly_chart")
 
@@ -393,13 +421,22 @@ def test_real_model_page_switches_model_under_its_own_loss():
     assert "1 − cos(m, e)" in at.info[0].value
     at.selectbox(key="rm_model").set_value("pydoc-preln").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert "rm_loss" in shown_lines(at) and "synthetic target" in at.info[0].value
+    assert "Loss: `sentence similarity` is not offered here" in shown_lines(at)    # the control's name
+    assert "synthetic target" in at.info[0].value
     at.segmented_control(key="rm_loss").set_value("next token").run()
     assert not at.exception
     assert "next-token loss" in at.info[0].value
     at.selectbox(key="rm_model").set_value("pydoc-postln").run()             # and back
     assert not at.exception
     assert len(at.get("plotly_chart")) == 4
+    at.selectbox(key="rm_model").set_value("a local folder…").run()          # a folder: notes name its box
+    for typed, line in (("   ", ""), ("/no/such/dir", "is not a folder on this server"),
+                        ("/tmp", "has no config.json")):
+        at.text_input(key="rm_folder").set_value(typed).run()
+        assert not at.exception and not at.error
+        assert (line in shown_lines(at) and "Checkpoint folder" in shown_lines(at)) if line else \
+            "Checkpoint folder: type the path" in " ".join(c.value for c in at.caption)
+        assert "Text:" not in shown_lines(at) and "source" not in shown_lines(at)
 
 
 def test_real_model_page_every_weight_and_row_sequence():

@@ -211,7 +211,7 @@ def test_real_model_page_odd_inputs(server, browser):
     for typed in ("", "   \n  "):
         _after(page, lambda typed=typed: (box.fill(typed), box.press("Control+Enter")))
         assert _exceptions(page) == [], repr(typed)
-        assert "rm_text is empty: used the default text." in _alerts(page), repr(typed)
+        assert "Text: the box is empty, so the default text is drawn." in _alerts(page), repr(typed)
         assert page.locator("textarea").count() >= 1 and box.input_value().startswith("The old lighthouse")
         assert len(page.query_selector_all(".js-plotly-plot")) == 4
     _after(page, lambda: (box.fill("word " * 80), box.press("Control+Enter")))     # 400 characters, 81 tokens

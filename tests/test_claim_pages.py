@@ -63,6 +63,22 @@ def test_layernorm_collapse_page_views():
     at.segmented_control(key="lnc_view").set_value("block").run()
     assert not at.exception
     assert "slope ‖H_QQ‖ (σ ≤ 1e-2)" in _metrics(at)
+    # each (seed, σ) point is cached on its own: another seed, or more decades (the σ grids nest),
+    # computes only the points it adds (a change used to recompute the whole sweep: 66-100 s)
+    from hessviz.app import cache
+
+    def points() -> int:
+        return sum(key[0] == "ln_block_point" for key, _ in cache.STORE.items())
+
+    at.slider(key="lnc_decades").set_value(2).run()
+    at.slider(key="lnc_seeds").set_value(1).run()
+    cache.clear()
+    at.run()
+    assert points() == 7                                           # 2 decades: 7 σ, one seed
+    at.slider(key="lnc_seeds").set_value(2).run()                  # one more seed: 7 more points
+    assert not at.exception and points() == 14
+    at.slider(key="lnc_decades").set_value(3).run()                # one more decade: 3 more σ per seed
+    assert not at.exception and points() == 20
 
 
 def test_bounds_page_views():

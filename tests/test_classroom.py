@@ -248,3 +248,47 @@ def test_the_first_click_on_presentation_mode_after_a_hide_choice_counts(server,
     sidebar.get_by_text("Presentation mode", exact=True).click()      # one click
     page.wait_for_function(shows, arg="hide=sidebar&present=1", timeout=30_000)
     ctx.close()
+
+
+def _term_shown(page) -> str:
+    """The Hessian map's Term control as drawn: the option pressed."""
+    group = page.locator('[data-testid="stMain"] [data-testid="stButtonGroup"]').first
+    return group.locator('button[aria-checked="true"], button[kind$="Active"]').first.inner_text().strip()
+
+
+def test_back_and_forward_return_to_views_the_visitor_saw(server, browser):  # noqa: F811
+    """Issue 33: ``/?L=6&term=outer`` → Spectrum → Hessian map, then Back, gave ``/spectrum?L=6&term=outer``
+    (the Spectrum page carrying the map's key: the map's run wrote its query while the browser was
+    still on the Spectrum entry). Each Back and Forward must land on an address the visitor saw, and
+    the controls must show it."""
+    ctx, page = _visit(browser, f"{server}/?L=6&term=outer")
+    assert _term_shown(page) == "outer"
+    seen = [page.url]
+    for title, path in (("Spectrum", "spectrum"), ("Hessian map", "")):
+        page.locator('[data-testid="stSidebar"]').get_by_role("link", name=title).click()
+        page.wait_for_url(f"**/{path}?**", timeout=30_000, wait_until="commit")
+        _arrive(page, title, "Post-LN block, L = 6")
+        page.wait_for_timeout(500)                  # a late write would show in the address now
+        seen.append(page.url)
+    assert "/spectrum?" in seen[1] and "term=" not in seen[1], seen
+    assert "term=outer" in seen[2] and "/spectrum" not in seen[2] and _term_shown(page) == "outer", seen
+    page.go_back()
+    _arrive(page, "Spectrum", "Post-LN block, L = 6")
+    assert page.url == seen[1]
+    page.go_back()
+    _arrive(page, "Hessian map", "Post-LN block, L = 6")
+    assert page.url == seen[0] and _term_shown(page) == "outer"
+    page.go_forward()
+    _arrive(page, "Spectrum", "Post-LN block, L = 6")
+    assert page.url == seen[1]
+    page.go_back()
+    _arrive(page, "Hessian map", "Post-LN block, L = 6")
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.get_by_role("link", name="Real model").click()          # via Real model
+    page.wait_for_url("**/real_model?**", timeout=30_000, wait_until="commit")
+    _arrive(page, "Real model", "")
+    page.go_back()
+    _arrive(page, "Hessian map", "Post-LN block, L = 6")
+    assert page.url == seen[0] and _term_shown(page) == "outer"
+    assert _exceptions(page) == []
+    ctx.close()

@@ -52,6 +52,34 @@ def test_reconcile_fits_key_value_heads_and_biases_to_the_block():
     View.from_values(values)                                    # a valid block
 
 
+def test_every_combination_of_the_controls_is_settled_into_a_block():
+    """The audit: any values the sidebar offers (a random 4,000 of them, each control at its
+    ends, a middle value or its default), once reconciled, describe a valid block; each value
+    reconcile changes comes with one line in the controls' words (no library field names)."""
+    import random
+
+    rng = random.Random(0)
+
+    def offered(s):
+        if s.choices:
+            return list(s.choices)
+        if s.members or s.kind is bool:
+            return [False, True]
+        if s.grid is not None:
+            return list(s.grid)
+        lo, hi = s.app_range
+        return [lo, lo + 1, (lo + hi) // 2 | 1, hi] + ([None] if s.optional else [])
+
+    for _ in range(4000):
+        values = {k: rng.choice(offered(s)) if rng.random() < 0.5 else s.default
+                  for k, s in state.APP_SETTINGS.items()}
+        settled, notes = state.reconcile(values)
+        View.from_values(settled)
+        assert len(notes) == sum(settled[k] != values[k] for k in values if k != "bias") + \
+            (settled["bias"] != values["bias"])
+        assert not any(word in n for n in notes for word in ("n_heads", "n_kv_heads", "d_model", "ln_eps"))
+
+
 def test_a_control_the_block_does_not_use_keeps_its_value():
     view = View.from_values({"norm": "attention", "mlp": "gated", "affine": True, "ntype": "rmsnorm"})
     assert view.cfg.mlp == "plain" and not view.cfg.ln_affine and view.cfg.norm_type == "layernorm"

@@ -141,7 +141,7 @@ def test_an_emptied_text_box_draws_the_default_text(hosted):
     at = run_page(PAGE)
     at.text_area(key="wm_text").set_value("  ").run()
     assert not at.exception
-    assert "`wm_text` is empty: used the default text." in shown(at)
+    assert "Text: the box is empty, so the default text is drawn." in shown(at)
     assert len(at.get("plotly_chart")) == 2 and not computed(hosted)
 
 

@@ -94,6 +94,7 @@ from hessviz.app.ui import (  # noqa: E402
     figure_html,
     guard,
     header,
+    long_note,
     npz_bytes,
     size_advice,
     table,
@@ -103,7 +104,7 @@ from hessviz.app.ui import (  # noqa: E402
 __all__ = [
     "DEFAULTS", "PRELOAD", "SHARED_KEYS", "View", "address", "afford", "begin_run", "cache", "chart",
     "choice", "controls", "csv_bytes", "device", "device_label", "downloads", "explain",
-    "figure_html", "guard", "header", "lesson", "link_only", "multichoice", "npz_bytes", "open_page",
-    "progress", "registry", "select", "sidebar", "size_advice", "slider", "state", "table", "text",
-    "verdict",
+    "figure_html", "guard", "header", "lesson", "link_only", "long_note", "multichoice", "npz_bytes",
+    "open_page", "progress", "registry", "select", "sidebar", "size_advice", "slider", "state", "table",
+    "text", "verdict",
 ]

@@ -14,8 +14,9 @@ browser's Back/Forward, and ends with :meth:`Address.query`, the one query the r
 - **The same address** (a control moved, which sends back the query the last run wrote) keeps
   what the session holds. So does a link to another page without a query: the shared controls
   carry over to the next page, and each page's own controls are remembered for when the visitor
-  comes back. The app's own navigation links carry the shared query (:func:`nav_query`), so that
-  a copied page link keeps the view and Back steps over whole views.
+  comes back. The app's own navigation links carry the shared query and the target page's own
+  controls (:meth:`Address.nav_query`), so that a copied page link keeps the view, the run that
+  opens a page has nothing to write, and Back and Forward step over whole views the visitor saw.
 
 Streamlit's own binding of widgets to the URL (``bind="query-params"``) is not used: it ties each
 key to the page that drew its widget, and drops it on the way to another page.
@@ -207,17 +208,20 @@ class Address:
         else:
             self.pages.setdefault(self.page, {})[key] = value
 
-    def page_query(self) -> Query:
-        """The current page's controls that differ from their defaults, as URL keys, and the keys of
-        the address that no control has read yet (a control drawn only in some views)."""
-        values = self.pages.get(self.page, {})
-        defaults = self.page_defaults.get(self.page, {})
-        out: Query = dict(self.pending)
+    def page_query(self, page: str | None = None) -> Query:
+        """The controls of ``page`` (default: the current page) that differ from their defaults, as URL
+        keys, and, for the current page, the keys of the address that no control has read yet (a
+        control drawn only in some views)."""
+        page = self.page if page is None else page
+        values = self.pages.get(page, {})
+        defaults = self.page_defaults.get(page, {})
+        out: Query = dict(self.pending) if page == self.page else {}
         for key, value in values.items():
             if key in defaults and value == defaults[key]:
                 continue
             if isinstance(value, (list, tuple)):
-                out[key] = [str(v) for v in value]
+                if value:          # none picked has no URL form (an absent key is the default)
+                    out[key] = [str(v) for v in value]
             else:
                 out[key] = [state.format_value(key, value)]
         return out
@@ -232,9 +236,16 @@ class Address:
         ``shared`` values: a link to this page in another block, e.g. a preset's)."""
         return {**self.shared_query(shared), **self.page_query(), **(lesson or self.lesson).query()}
 
-    def nav_query(self) -> Query:
-        """What a link to another page carries: the shared controls and the lesson flags."""
-        return {**self.shared_query(), **self.lesson.query()}
+    def nav_query(self, page: str | None = None) -> Query:
+        """What a link to ``page`` carries: the shared controls, that page's own controls as the
+        visitor last left them there, and the lesson flags: the whole view the link opens.
+
+        So the run that opens it writes nothing more. A write there raced the browser: Streamlit
+        applies a query written during a page change to the entry of the page being left, before
+        it pushes the new page's entry, so Back went to a view never seen (the page left, with the
+        keys of the page opened). Without ``page`` only the shared controls and the flags.
+        """
+        return {**self.shared_query(), **(self.page_query(page) if page else {}), **self.lesson.query()}
 
     def write(self) -> Query:
         """The query this run leaves in the address bar (remembered, so that the next run can tell

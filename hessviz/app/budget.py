@@ -33,6 +33,9 @@ from hessviz.memory import format_bytes
 
 KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse", "optimization",
          "spectrum_matfree", "heterogeneity", "depth")
+HEATMAP_S = 5e-9
+"""Seconds per entry of the dense term to draw the Hessian map's heatmap (its largest entry, the
+tiles' extremes): 0.26-0.4 s for P = 8,704-9,216 on one core."""
 LIGHT_SECONDS = 0.25
 """A computation estimated under this many core-seconds (a term, an eigendecomposition or a sweep
 point of the default block) runs at once, without a heavy slot of the gate
@@ -54,7 +57,7 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
     P = cfg.num_params
     t = costs.term_cost(cfg)
     if kind == "map":          # one term held, its block norms, the heatmap's tiles
-        return Cost(t.seconds + costs.block_norms_cost(cfg), t.bytes + 8 * P * P // 4,
+        return Cost(t.seconds + costs.block_norms_cost(cfg) + HEATMAP_S * P * P, t.bytes + 8 * P * P // 4,
                     f"the Hessian map (a dense term of P = {P:,})")
     if kind == "learn":        # three terms' block norms
         return Cost(3 * (t.seconds + costs.block_norms_cost(cfg)), 3 * t.bytes,
@@ -121,6 +124,34 @@ def depth_points(cfg: BlockConfig, depth: int, seeds: int) -> list[BlockConfig]:
     return out
 
 
+LONG_SECONDS = 10.0
+"""A view estimated over this many core-seconds says so before it runs (:func:`long_words`)."""
+
+
+def about(seconds: float) -> str:
+    """``"about 25 s"``, ``"about 2.2 min"``: two significant figures (whole seconds), the unit a
+    visitor reads.
+
+    >>> about(24.6), about(130), about(7.25)
+    ('about 25 s', 'about 2.2 min', 'about 7 s')
+    """
+    if seconds >= 100:
+        return f"about {seconds / 60:.2g} min"
+    return f"about {max(1, round(float(f'{seconds:.2g}'))):d} s"
+
+
+def long_words(c: Cost) -> str:
+    """The note a view of cost ``c`` over :data:`LONG_SECONDS` shows before it runs (else ``""``).
+
+    >>> long_words(Cost(24.6, 0, "the spectrum (three dense terms of P = 5,632)"))[:44]
+    '**This view takes about 25 s** to compute: t'
+    """
+    if c.seconds <= LONG_SECONDS:
+        return ""
+    return (f"**This view takes {about(c.seconds)}** to compute: {c.what}. The bar below shows its "
+            "progress; moving a control or leaving the page stops it.")
+
+
 WORK_FACTOR = 3.0
 """A view's computations stop once they have used this many times the seconds a view may cost
 (:attr:`hessviz.app.profiles.Limits.max_seconds`) of CPU: the estimate decides before anything
@@ -161,6 +192,22 @@ def size_advice(cfg: BlockConfig) -> str:
         else " or d_ff, or choose norm = attention (no FFN)"
     return (f"P = {cfg.num_params:,} (largest weights: {parts}). Lower d (P grows like d² + d·d_ff){ffn}; "
             f"L and d_k also add work.")
+
+
+def block_advice(pair: str, largest: int, where: str = "on this grid") -> str:
+    """Which controls to lower when the block pair ``pair`` (``"W_Q,W_Q"``, ``"W_1,W_2"``) of up to
+    ``largest`` weights is over the budget: an FFN block can be swapped for an attention one, an
+    attention block only shrunk (it is one already).
+
+    >>> block_advice("W_1,W_1", 512).split(": ")[1]
+    'pick an attention block (W_Q,W_Q), lower d_ff or d, or use fewer seeds.'
+    >>> block_advice("W_Q[0],W_Q[0]", 512).split(": ")[1]
+    'lower d, d_k or the heads, or use fewer seeds.'
+    """
+    names = [n.partition("[")[0] for n in pair.split(",")]
+    attention = all(n in (*ATTENTION_PARAMS, "W_O") for n in names)
+    todo = "lower d, d_k or the heads" if attention else "pick an attention block (W_Q,W_Q), lower d_ff or d"
+    return f"The {pair} block reaches {largest:,} weights {where}: {todo}, or use fewer seeds."
 
 
 def check(c: Cost, lim: Limits, cfg: BlockConfig | None = None, advice: str | None = None) -> Verdict:

@@ -343,7 +343,7 @@ def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
         return spectra.block_norm_matrix(_tensor(term(key, term_name)), spans, kind)
 
     return STORE.get(("layer_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2,
-                     "the layer-by-layer block norms", cost.NORM_S * cfg.n_layers ** 2 * 2 * largest ** 3)
+                     "the layer-by-layer block norms", cfg.n_layers ** 2 * cost.norm_cost(largest, largest))
 
 
 # ----------------------------------------------------------------------------- claim pages
@@ -384,15 +384,28 @@ def ln_sweep(sig: tuple, eps: float, m: int, n: int, seeds: tuple) -> dict:
 
 def ln_block_sweep(sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int, dff: int, xnorm: float,
                    whole: bool) -> dict:
-    """:func:`hessviz.experiments.ln_collapse.block_sweep`, progress after each (seed, σ) point."""
+    """:func:`hessviz.experiments.ln_collapse.block_sweep`, cached point by point (one seed, one σ) with
+    progress after each: another seed count or another number of decades (σ = 10^(−k/3), so the
+    grids nest) computes only the points it adds. Its arrays are ``(len(seeds), len(sig))``."""
     cfg = hv.BlockConfig(seq_len=L, d_model=d, d_k=dk, d_ff=dff, norm="post", ln_eps=eps)
+    each = cost.ln_point_cost(cfg, whole)
+    status, total = current(), len(seeds) * len(sig)
 
-    def compute() -> dict:
-        return ln_collapse.block_sweep(list(sig), eps, seeds, seq_len=L, d_model=d, d_k=dk, d_ff=dff,
-                                       input_norm=xnorm, whole=whole, progress=current().step)
+    def point(x: float, seed: int) -> dict:
+        return ln_collapse.block_sweep([x], eps, (seed,), seq_len=L, d_model=d, d_k=dk, d_ff=dff,
+                                       input_norm=xnorm, whole=whole)
 
-    return STORE.get(("ln_block_sweep", sig, eps, seeds, L, d, dk, dff, xnorm, whole), compute,
-                     cost.ln_point_cost(cfg, whole).bytes, "the σ sweep")
+    points = []
+    for i, seed in enumerate(seeds):
+        for j, x in enumerate(sig):
+            points.append(STORE.get(("ln_block_point", float(x), eps, seed, L, d, dk, dff, xnorm, whole),
+                                    lambda x=float(x), seed=seed: point(x, seed), each.bytes,
+                                    "a σ point of the Post-LN sweep", each.seconds))
+            done = i * len(sig) + j + 1
+            status.step(done, total, f"Post-LN blocks: {done}/{total}")
+    out = {k: np.concatenate([p[k] for p in points], axis=1).reshape(len(seeds), len(sig))
+           for k in points[0] if k != "sigma"}
+    return {**out, "sigma": np.asarray(sig, dtype=float)}
 
 
 def heterogeneity_of(key: tuple, part: str) -> dict:

@@ -75,9 +75,13 @@ def begin_run() -> Lesson:
                 here.shared[key] = _widget_value(s, st.session_state[key], here.shared[key])
     reconciled, notes = state.reconcile(here.shared)
     if reconciled != here.shared:
+        for key, value in reconciled.items():        # the widgets show the value used (none drawn yet)
+            if value != here.shared[key]:
+                s = state.APP_SETTINGS[key]
+                st.session_state[key] = _bias_pills(value, state.bias_letters(reconciled)) if s.members \
+                    else str(value) if _typed(s) else value
         here.shared.update(reconciled)
         here.notes += notes
-        st.session_state["wo"] = reconciled["wo"]
     return here.lesson
 
 
@@ -126,12 +130,13 @@ def open_page(url_path: str) -> None:
 
 def _nav(where) -> None:
     """The page links, each carrying this view's shared controls and lesson flags."""
-    query = address.link_params(current().nav_query())
+    here = current()
     with where.container():
         for section, pages in registry.SECTIONS.items():
             st.markdown(f"**{section}**")
             for p in pages:
-                st.page_link(p.script, label=p.title, icon=p.icon, query_params=query)
+                st.page_link(p.script, label=p.title, icon=p.icon,
+                             query_params=address.link_params(here.nav_query(p.url_path)))
 
 
 def sync() -> None:
@@ -426,10 +431,10 @@ def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple
     here = current()
     value = here.page_value(key, default, settle)
     if fit is not None:
-        value = _fitted(key, value, fit)
+        value = _fitted(label, value, fit)
         if key in st.session_state:                # what the widget held, before it is drawn
             held = st.session_state[key]
-            if _fitted(key, held, fit) != held:
+            if _fitted(label, held, fit) != held:
                 st.session_state[key] = fit(held)
     if here.lesson.hides(key):
         shown = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
@@ -443,11 +448,11 @@ def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple
     return value
 
 
-def _fitted(key: str, value: object, fit: Callable[[object], object]) -> object:
-    """``fit(value)``, with a line when that is not ``value``."""
+def _fitted(label: str, value: object, fit: Callable[[object], object]) -> object:
+    """``fit(value)``, with a line naming the control by its ``label`` when that is not ``value``."""
     now = fit(value)
     if now != value:
-        current().notes.append(f"`{key}`: {state.shown(str(value))} is not offered here: used {now}.")
+        current().notes.append(f"{label}: `{state.shown(str(value))}` is not offered here: used {now}.")
     return now
 
 
@@ -467,12 +472,13 @@ def choice(label: str, options: Sequence[str], key: str, default: str, *, help: 
 def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[str], *,
                 help: str | None = None, container=None) -> list[str]:
     """A page multi-selection (pills) kept in the URL as a repeated key; returns the selected
-    options in the order of ``options`` (all of them when nothing is selected)."""
+    options in the order of ``options`` (none when the visitor turned every pill off: the page says
+    what to pick; an address without the key gives ``default``)."""
     where = container or st
     ordered = [o for o in options if o in default]
 
     def draw() -> list[str]:
-        picked = where.pills(label, options, selection_mode="multi", key=key, help=help) or list(options)
+        picked = where.pills(label, options, selection_mode="multi", key=key, help=help) or []
         return [o for o in options if o in picked]
 
     return _page_control(
@@ -503,30 +509,36 @@ def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | 
 def text(label: str, key: str, default: str, max_chars: int, *, help: str | None = None,
          container=None) -> str:
     """A page text box kept in the URL under ``key``. A text longer than ``max_chars`` is cut to it
-    and an empty or blank one falls back to ``default``, each with one line; a box emptied by the
-    visitor is given the default text back, so the box always shows the text drawn."""
+    and an empty or blank one falls back to ``default``, each with one line naming the box by its
+    ``label``; a box emptied by the visitor is given the default text back, and a longer paste is
+    cut in the box itself, so the box always shows the text drawn. The widget takes any length (a
+    browser's ``maxlength`` dropped a long paste without a word) and the server cuts it."""
     where = container or st
 
     def settle(texts: list[str]) -> tuple[str, str | None]:
-        return _text_value(key, texts[-1], default, max_chars)
+        return _text_value(label, texts[-1], default, max_chars)
 
-    def emptied() -> None:
-        used, note = _text_value(key, str(st.session_state.get(key) or ""), default, max_chars)
+    def typed() -> None:
+        used, note = _text_value(label, str(st.session_state.get(key) or ""), default, max_chars)
         if note is not None:
             st.session_state[key] = used
             st.session_state.setdefault(_TYPED, []).append(note)
 
     value = _page_control(key, default, settle,
-                          lambda: where.text_area(label, max_chars=max_chars, key=key, help=help, height=80,
-                                                  on_change=emptied),
+                          lambda: where.text_area(label, key=key, help=help, height=80, on_change=typed),
                           label, where)
-    return _text_value(key, str(value or ""), default, max_chars)[0]
+    return _text_value(label, str(value or ""), default, max_chars)[0]
 
 
-def _text_value(key: str, text: str, default: str, max_chars: int) -> tuple[str, str | None]:
-    """The text used for ``text``: the default when blank, cut at ``max_chars``; and a note."""
+def _text_value(label: str, text: str, default: str, max_chars: int) -> tuple[str, str | None]:
+    """The text used for the box ``label``: the default when blank, cut at ``max_chars``; and a note.
+
+    >>> _text_value("Text", "x" * 5000, "d", 400)[1]
+    'Text: the text was 5,000 characters long, more than the 400 this box takes: cut to its first 400.'
+    """
     if not text.strip():
-        return default, f"`{key}` is empty: used the default text."
+        return default, f"{label}: the box is empty, so the default text is drawn."
     if len(text) > max_chars:
-        return text[:max_chars], f"`{key}` is longer than {max_chars} characters: cut to them."
+        return text[:max_chars], (f"{label}: the text was {len(text):,} characters long, more than the "
+                                  f"{max_chars:,} this box takes: cut to its first {max_chars:,}.")
     return text, None

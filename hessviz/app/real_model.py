@@ -41,6 +41,33 @@ PRECOMPUTED_WEIGHTS = ("W_Q", "W_K", "W_V")
 entries, 9× the bytes of the others in MiniLM: computed live, about 2.6 s)."""
 
 
+def folder_problem(folder: str) -> str:
+    """What is wrong with a checkpoint folder typed on the Real model page, in one line naming the
+    path ("" when it holds a config and weights; the library reads and checks them).
+
+    >>> folder_problem("/nonexistent/x")
+    '`/nonexistent/x` is not a folder on this server (models are never downloaded).'
+    """
+    from hessviz.app.state import shown
+
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        return f"`{shown(folder)}` is not a folder on this server (models are never downloaded)."
+    absent = [f for f, there in (("config.json", (path / "config.json").is_file()),
+                                 ("*.safetensors weights", any(path.glob("*.safetensors")))) if not there]
+    if absent:
+        return f"`{shown(folder)}` has no {' and no '.join(absent)}: it is not a checkpoint folder."
+    return ""
+
+
+def trained_for_similarity(folder: str) -> bool:
+    """Was the checkpoint in ``folder`` trained as a sentence embedder (the cosine objective is its own)?
+    A sentence-transformers folder says so (``config_sentence_transformers.json`` or ``modules.json``,
+    as all-MiniLM-L6-v2's); a BERT trained on language modelling (pydoc-postln) has neither."""
+    path = Path(folder)
+    return any((path / f).is_file() for f in ("config_sentence_transformers.json", "modules.json"))
+
+
 def default_layer(n_layers: int) -> int:
     return min(3, n_layers - 1)
 

@@ -257,30 +257,50 @@ def settle_shared(key: str, texts: list[str]) -> tuple[object, str | None]:
 
 def reconcile(values: dict[str, object]) -> tuple[dict[str, object], list[str]]:
     """The shared values with the couplings a student would otherwise trip over made for them, and
-    a line for each: more than one head needs the output projection ``W_O`` (``wo``), which is
-    turned on rather than refusing the view.
+    one line for each, in the controls' own words: more than one head needs the output projection
+    ``W_O`` (``wo``), which is turned on rather than refusing the view; key/value heads must divide
+    the heads; LayerNorm with ε = 0 (and the cross-entropy's classes) need a width d ≥ 2; rotary
+    positions need an even key width d_k; a bias needs its projection.
 
     >>> values, notes = reconcile({"heads": 2, "wo": False})
-    >>> values, notes[0][:40]
-    ({'heads': 2, 'wo': True}, 'n_heads = 2 needs the output projection ')
+    >>> values, notes[0][:44]
+    ({'heads': 2, 'wo': True}, '2 attention heads need the output projection')
+    >>> reconcile({**DEFAULTS, "d": 1})[1]
+    ['Model width d = 1: LayerNorm with ε = 0 needs d ≥ 2 (one feature has no variance), so d = 2 is used.']
     """
     out, notes = dict(values), []
     heads = int(out.get("heads", 1))
     if heads > 1 and not out.get("wo", False):
         out["wo"] = True
-        notes.append(f"n_heads = {heads} needs the output projection W_O to join the heads: "
-                     "turned W_O on.")
+        notes.append(f"{heads} attention heads need the output projection W_O to join them: turned W_O on.")
     kv = out.get("kv")
-    if kv is not None and heads % int(kv):
+    if kv is not None and heads > 1 and heads % int(kv):   # one head: the control is off, kept
         out["kv"] = max(g for g in range(1, min(int(kv), heads) + 1) if heads % g == 0)
-        notes.append(f"n_kv_heads = {kv} does not divide n_heads = {heads}: used n_kv_heads = {out['kv']}.")
+        notes.append(f"Key/value heads = {kv} does not divide the {heads} attention heads: used "
+                     f"{out['kv']} key/value head{'s' if out['kv'] > 1 else ''}.")
+    d = int(out.get("d", DEFAULTS["d"]))
+    norm = out.get("norm", DEFAULTS["norm"])
+    layernorm = norm in ("post", "pre", "parallel") and out.get("ntype", DEFAULTS["ntype"]) == "layernorm"
+    if d < 2 and layernorm and float(out.get("eps", DEFAULTS["eps"])) == 0:
+        out["d"] = 2
+        notes.append("Model width d = 1: LayerNorm with ε = 0 needs d ≥ 2 (one feature has no variance), "
+                     "so d = 2 is used.")
+    elif d < 2 and out.get("loss", DEFAULTS["loss"]) == "ce":
+        out["d"] = 2
+        notes.append("Model width d = 1: the cross-entropy loss needs d ≥ 2 (its classes are the d "
+                     "features), so d = 2 is used.")
+    dk = int(out.get("dk", DEFAULTS["dk"]))
+    if out.get("rope") and dk % 2:
+        out["dk"] = dk + 1
+        notes.append(f"Key width d_k = {dk}: rotary positions turn pairs of features, so d_k = {dk + 1} "
+                     "is used.")
     bias = out.get("bias")
     if isinstance(bias, tuple):
         kept = tuple(b for b in bias if b in bias_letters(out))
         if kept != bias:
             out["bias"] = kept or False
             gone = ", ".join(f"b_{b}" for b in bias if b not in kept)
-            notes.append(f"this block has no projection for {gone}: dropped from the biases.")
+            notes.append(f"This block has no projection for {gone}: dropped from the biases.")
     return out, notes
 
 

@@ -107,6 +107,14 @@ def verdict(view: View, kind: str, *, cfg: hv.BlockConfig | None = None, **extra
     return budget.check(budget.cost(kind, cfg, **extra), cache.LIMITS, cfg)
 
 
+def long_note(c: budget.Cost) -> None:
+    """Over :data:`hessviz.app.budget.LONG_SECONDS` of estimated work, say so before it runs: how long,
+    that a progress bar follows, and that moving on stops it (:func:`hessviz.app.budget.long_words`)."""
+    words = budget.long_words(c)
+    if words:
+        st.info(words, icon=":material/hourglass_top:")
+
+
 def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = None,
            cfg: hv.BlockConfig | None = None, **extra: float) -> bool:
     """Ask the budget (:func:`hessviz.app.budget.check`, the one place every page asks) whether this
@@ -117,6 +125,7 @@ def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = Non
     cfg = cfg or view.cfg
     verdict = budget.check(budget.cost(kind, cfg, **extra), cache.LIMITS, cfg, advice)
     if verdict.ok:
+        long_note(verdict.cost)
         return True
     if not stop:
         st.caption(f"(Not drawn here: {verdict.message})")
@@ -250,8 +259,11 @@ def downloads(name: str, fig: go.Figure | None = None, *,
                                 "application/octet-stream", key=f"dl_npz_{key}", on_click="ignore",
                                 icon=":material/data_array:", disabled=too_big,
                                 help=(f"{format_bytes(held.nbytes)}: over this server's download limit of "
-                                      f"{format_bytes(limit)}; zoom into a block, or run the app "
-                                      "locally") if too_big else None)
+                                      f"{format_bytes(limit)}; zoom into a block, or "
+                                      + ("run the app on your own machine (`streamlit run app.py`)"
+                                         if cache.LIMITS.profile == "hosted" else
+                                         "start this server with a larger `HESSVIZ_DOWNLOAD_LIMIT`"))
+                                if too_big else None)
 
 
 MODEBAR_REMOVED = ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "toggleSpikelines",

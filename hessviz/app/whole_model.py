@@ -56,6 +56,21 @@ core: pydoc-llama's table of its 36 weights at 22 tokens took 1,892 columns in 3
 (``P_stack`` = 738,304): ``30.5 / (1892 · 22 · 738304) ≈ 1.0e-9``."""
 
 
+def over_budget_advice(profile: str) -> str:
+    """What a visitor can do when a table is over this server's budget, for this ``profile``: only
+    commands and settings that exist and apply there.
+
+    >>> "streamlit run" in over_budget_advice("hosted"), "HESSVIZ_MAX_SECONDS" in over_budget_advice("local")
+    (True, True)
+    """
+    first = "The default text is precomputed for every model: clear the text box to draw it"
+    if profile == "local":
+        return (f"{first}, use a shorter text, or start this server with a larger budget per view, e.g. "
+                "`HESSVIZ_MAX_SECONDS=300 streamlit run app.py` (a progress bar shows the table's progress).")
+    return (f"{first}, or use a shorter text. On your own machine (`streamlit run app.py`, the local "
+            "profile) a table like this one is computed with a progress bar.")
+
+
 def objective_of(model, ids: list[int]) -> tuple[object, list[int], str]:
     """``(objective, ids used, what it is in words)`` of ``model`` (a :class:`hessviz.Model`) on the
     token ids of the text (see the module docstring)."""

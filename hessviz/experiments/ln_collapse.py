@@ -160,8 +160,8 @@ def block_sweep(
             out["sigma_min"][i, j] = float(c.pow(2).mean(-1).min().sqrt())
             res = hv.hessian(cfg, params, Xp, Y, wrt=None if whole else ("W_Q",))
             for t in NAMES:
-                out[t][i, j] = matrix_norm(res.term(t)) if whole else np.nan
-            out["QQ_full"][i, j] = matrix_norm(res.block("W_Q", "W_Q", "full"))
+                out[t][i, j] = matrix_norm(res.term(t), symmetric=True) if whole else np.nan
+            out["QQ_full"][i, j] = matrix_norm(res.block("W_Q", "W_Q", "full"), symmetric=True)
             if progress is not None:
                 done, total = i * sigmas.size + j + 1, len(seeds) * sigmas.size
                 progress(done, total, f"Post-LN blocks: {done}/{total}")

@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 
 from hessviz.plots.scale import (
     MAX_CELLS,
+    max_abs,
     reduce_blocks,
     reduce_segments,
     reduction_factor,
@@ -89,7 +90,7 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
     c = symlog_threshold(H, decades)
     Z = symlog(R, c)
     zmax = float(np.max(np.abs(Z))) or 1.0
-    tickvals, ticktext = symlog_ticks(float(np.max(np.abs(H))) if H.size else 0.0, c)
+    tickvals, ticktext = symlog_ticks(max_abs(H), c)
     ylab, xlab = _axis_labels(labels, "y"), _axis_labels(labels, "x")
     n = len(labels)
     # categorical axes: each cell's label names its block and index (the hover text);

