@@ -21,7 +21,9 @@ def head(kind: str, dtype=torch.float64) -> ob.LMHead:
     E = torch.randn(V, D, generator=g, dtype=torch.float64)
     if kind == "none":
         return ob.LMHead(None, None, 0.0, E.to(dtype))
-    return ob.LMHead(gamma.to(dtype), beta.to(dtype) if kind == "layernorm" else None, 1e-5, E.to(dtype), kind)
+    return ob.LMHead(
+        gamma.to(dtype), beta.to(dtype) if kind == "layernorm" else None, 1e-5, E.to(dtype), kind
+    )
 
 
 def inputs(dtype=torch.float64):
@@ -46,12 +48,12 @@ def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk):
     assert rel(got.grad, ref.grad) <= 1e-14
     want = torch.einsum("tij,ktj->kti", ref.hess, dZ)
     assert rel(got.product(dZ), want) <= 1e-13
-    assert got.product(dZ)[:, -1].abs().max() == 0                   # the last position has no target
+    assert got.product(dZ)[:, -1].abs().max() == 0  # the last position has no target
 
 
 def test_float32_is_exact_to_its_floor():
     Z, ids, dZ = inputs()
-    ref = nt.NextToken(Z, ids, head("layernorm"), chunk=4)           # float64: the exact numbers
+    ref = nt.NextToken(Z, ids, head("layernorm"), chunk=4)  # float64: the exact numbers
     got = nt.NextToken(Z.float(), ids, head("layernorm", torch.float32), chunk=3)
     eps = torch.finfo(torch.float32).eps
     assert abs(float(got.value) - float(ref.value)) <= 10 * eps * abs(float(ref.value))

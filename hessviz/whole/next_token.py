@@ -64,7 +64,9 @@ class NextToken:
 
     def __init__(self, Z: Tensor, ids: Sequence[int] | Tensor, head: LMHead, chunk: int | None = None):
         if not isinstance(Z, Tensor) or Z.dim() != 2 or not Z.is_floating_point():
-            raise InputError(f"Z must be a floating (L, d) tensor, got {getattr(Z, 'shape', type(Z).__name__)}")
+            raise InputError(
+                f"Z must be a floating (L, d) tensor, got {getattr(Z, 'shape', type(Z).__name__)}"
+            )
         L, d = Z.shape
         E = head.embedding
         if not isinstance(E, Tensor) or E.dim() != 2 or E.shape[1] != d:
@@ -87,13 +89,21 @@ class NextToken:
         else:
             gamma = ("gamma", head.gamma.to(Z))
             beta = None if head.beta is None else ("beta", head.beta.to(Z))
-            self.norm = LayerNorm("h", "Z", Z[:-1], head.eps, gamma, beta, "final norm input",
-                                  centre=head.norm_type == "layernorm")
+            self.norm = LayerNorm(
+                "h",
+                "Z",
+                Z[:-1],
+                head.eps,
+                gamma,
+                beta,
+                "final norm input",
+                centre=head.norm_type == "layernorm",
+            )
             self.h = self.norm.y
         value = Z.new_zeros(())
-        gh = torch.empty_like(self.h)                                    # h̄ = w Eᵀ(p − e_y)
+        gh = torch.empty_like(self.h)  # h̄ = w Eᵀ(p − e_y)
         for c in self._chunks():
-            s = self.h[c] @ self.E.T                                     # (c, V)
+            s = self.h[c] @ self.E.T  # (c, V)
             lse = torch.logsumexp(s, -1)
             y = self.targets[c]
             value += (lse - s.gather(1, y[:, None]).squeeze(1)).sum()
@@ -117,17 +127,18 @@ class NextToken:
         dh = dz if self.norm is None else self.norm.tangent([dz], [None] * nparams)
         dgh = torch.empty_like(dh)
         for c in self._chunks():
-            p = torch.softmax(self.h[c] @ self.E.T, -1)                 # (c, V)
-            u = dh[:, c] @ self.E.T                                      # (k, c, V): E ḣ
+            p = torch.softmax(self.h[c] @ self.E.T, -1)  # (c, V)
+            u = dh[:, c] @ self.E.T  # (k, c, V): E ḣ
             u -= (u * p).sum(-1, keepdim=True)
-            u *= p                                                       # (diag p − ppᵀ) E ḣ
+            u *= p  # (diag p − ppᵀ) E ḣ
             dgh[:, c] = u @ self.E
         dgh *= self.weight
         if self.norm is None:
             out = dgh
         else:
-            out = self.norm.adjoint_tangent(dgh, [dz], [None] * nparams, True, [True],
-                                            [False] * nparams)[0][0]
+            out = self.norm.adjoint_tangent(dgh, [dz], [None] * nparams, True, [True], [False] * nparams)[0][
+                0
+            ]
         return torch.cat([out, dZ.new_zeros(k, 1, self.d)], 1)
 
     def custom_loss(self) -> CustomLoss:

@@ -67,8 +67,7 @@ class Classifier:
             raise InputError(f"Classifier b must be a floating ({C},) tensor (W is {tuple(W.shape)}), got "
                              f"{getattr(b, 'shape', type(b).__name__)}")
         labels = torch.as_tensor(self.labels)
-        if labels.dim() != 1 or labels.numel() < 1 or labels.is_floating_point() \
-                or labels.dtype == torch.bool:
+        if labels.dim() != 1 or labels.is_floating_point() or labels.dtype == torch.bool:
             raise InputError(f"Classifier labels must be a (B,) sequence of integers, got {self.labels!r}")
         if bool(((labels < 0) | (labels >= C)).any()):
             raise InputError(f"Classifier labels must be in [0, {C - 1}] (W has {C} classes), got "
