@@ -24,6 +24,7 @@ take a one-block result: they read its ``cfg``, ``names`` and ``products``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,13 +35,16 @@ import torch
 from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
-from hessviz.api import _tape_gradient, forward, hessian
+from hessviz.api import _tape_gradient, forward, hessian, hessian_bytes
 from hessviz.config import BlockConfig
+from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
+from hessviz.matfree.block import build_at_output
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import BATCH, MatrixFreeHessian
 from hessviz.pretrained.objectives import LMHead
 from hessviz.result import HessianResult
+from hessviz.stack import StackHessian
 from hessviz.terms import check_term
 from hessviz.whole.model import Model
 from hessviz.whole.objective import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, HeadTerms, sequence_terms
@@ -179,10 +183,8 @@ class Problem:
         rank's, ``sequences`` in all (default: these alone)."""
         parts, values, terms = [], [], []
         for b, X0 in enumerate(self.X0):
-            Z = forward(self.cfg, self.params, X0)
-            loss, value, head = sequence_terms(self.objective, Z, self.ids[b], b, self.head)
-            wrt = self.names or self.cfg.param_names[:1]         # the tape is the same whatever is named
-            parts.append(hessian(self.cfg, self.params, X0, loss=loss, wrt=wrt))
+            part, value, head = self.sequence(b, X0)
+            parts.append(part)
             values.append(value)
             terms.append(head)
         like = next(iter(self.params.values()))
@@ -190,6 +192,35 @@ class Problem:
         value = torch.stack(values).sum() if values else like.new_zeros(())
         value = ranks.all_reduce_(value.reshape(1) / sequences)[0]
         return ModelHessian(self, parts, value, terms, ranks=ranks, sequences=sequences)
+
+
+    def sequence(self, b: int, X0: Tensor) -> tuple[HessianResult, Tensor, HeadTerms | None]:
+        """Sequence ``b``'s :class:`HessianResult`, objective value and head terms.
+
+        A stack is built from one forward pass of nodes
+        (:func:`~hessviz.matfree.block.build_at_output`): its ``Z`` gives the objective and its
+        nodes the tape, with no dense-path forward and no second check of the model's weights
+        (checked once when loaded). A one-layer model goes through ``hv.hessian`` (whose dense
+        engine it may take)."""
+        wrt = self.names or self.cfg.param_names[:1]             # the tape is the same whatever is named
+        got: dict[str, object] = {}
+
+        if not self.cfg.is_stack:
+            Z = forward(self.cfg, self.params, X0)
+            loss, value, head = sequence_terms(self.objective, Z, self.ids[b], b, self.head)
+            return hessian(self.cfg, self.params, X0, loss=loss, wrt=wrt), value, head
+
+        def loss_at(Z: Tensor) -> CustomLoss:
+            loss, got["value"], got["head"] = sequence_terms(self.objective, Z, self.ids[b], b, self.head)
+            return loss.checked(self.cfg.seq_len, self.cfg.d_model, X0.dtype, X0.device, Z)
+
+        tape, loss = build_at_output(self.cfg, self.params, X0, loss_at)
+        products = MatrixFreeHessian(self.cfg, self.params, X0, loss, wrt)
+        products.__dict__["tape"] = tape                         # the cached property, already built
+        engine = StackHessian(self.cfg, self.params, functools.partial(getattr, products, "tape"), loss)
+        part = HessianResult(self.cfg, wrt, engine, method="closed_form", products=products, device=X0.device,
+                             dense_bytes=hessian_bytes(self.cfg, wrt, X0.element_size(), "closed_form"))
+        return part, got["value"], got["head"]
 
 
 class ModelHessian:
