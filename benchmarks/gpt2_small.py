@@ -62,22 +62,48 @@ def token_ids(batch: int, length: int) -> torch.Tensor:
     return data[: batch * length].reshape(batch, length)
 
 
+DEVICE = torch.device("cpu")
+
+
 def rss() -> int:
-    """Peak resident memory of this process so far, bytes."""
+    """Peak memory of this process so far, bytes: resident on the CPU, allocated on a GPU."""
+    if DEVICE.type == "cuda":
+        return torch.cuda.max_memory_allocated(DEVICE)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
 def clock(f) -> float:
+    sync()
     t = time.perf_counter()
     f()
+    sync()
     return time.perf_counter() - t
+
+
+def on_device(model):
+    """A hessviz ``Model`` with its layer weights and head on :data:`DEVICE`."""
+    import dataclasses
+
+    if DEVICE.type == "cpu":
+        return model
+    h = model.head
+    head = dataclasses.replace(
+        h, gamma=h.gamma.to(DEVICE), beta=h.beta.to(DEVICE), embedding=h.embedding.to(DEVICE)
+    )
+    return dataclasses.replace(model, params={k: v.to(DEVICE) for k, v in model.params.items()}, head=head)
 
 
 def hf_model():
     import transformers
 
-    model = transformers.GPT2LMHeadModel.from_pretrained(checkpoint(), attn_implementation="eager",
-                                                         dtype=torch.float32).eval()
+    model = transformers.GPT2LMHeadModel.from_pretrained(
+        checkpoint(), attn_implementation="eager", dtype=torch.float32
+    ).eval()
     for name, p in model.named_parameters():
         p.requires_grad_(name.startswith("transformer.h."))
     return model, [p for n, p in model.named_parameters() if n.startswith("transformer.h.")]
@@ -85,7 +111,9 @@ def hf_model():
 
 def next_token_loss(model, ids: torch.Tensor) -> torch.Tensor:
     logits = model(input_ids=ids).logits
-    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1)
+    )
 
 
 def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
@@ -97,23 +125,29 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
         import hessviz as hv
         from hessviz import matfree
 
-        model = hv.load_model(checkpoint(), dtype=torch.float32)
+        model = on_device(hv.load_model(checkpoint(), dtype=torch.float32))
         out["rss_model"] = rss()
-        t = time.perf_counter()
-        res = hv.model_hessian(model, ids)
-        res.gradient()
-        out["gradient_s"] = time.perf_counter() - t
+        state = {}
+
+        def gradient():
+            state["res"] = hv.model_hessian(model, ids)
+            state["res"].gradient()
+
+        out["gradient_s"] = clock(gradient)
+        res = state["res"]
         out["P"] = res.size
         if kind == "product":
-            v = torch.randn(res.size, generator=gen)
+            v = torch.randn(res.size, generator=gen).to(DEVICE)
             out["product_s"] = [clock(lambda: res.matvec(v)) for _ in range(repeats)]
             out["ggn_product_s"] = [clock(lambda: res.matvec(v, "outer"))]
         else:
-            t = time.perf_counter()
-            top = matfree.top_eigenvalues(res, "full", k=5, tol=TOL)
-            out["top5_s"], out["top5"], out["products"] = time.perf_counter() - t, top.tolist(), res.products.matvecs
+            top = {}
+            out["top5_s"] = clock(lambda: top.update(v=matfree.top_eigenvalues(res, "full", k=5, tol=TOL)))
+            out["top5"], out["products"] = top["v"].tolist(), res.products.matvecs
     else:
         model, params = hf_model()
+        model.to(DEVICE)
+        ids = ids.to(DEVICE)
         out["rss_model"] = rss()
         out["P"] = sum(p.numel() for p in params)
         if method == "double_backward":
@@ -124,20 +158,28 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
                 state["g"] = torch.autograd.grad(loss, params, create_graph=True)
 
             out["gradient_s"] = clock(gradient)
-            vs = [torch.randn(p.shape, generator=gen) for p in params]
+            vs = [torch.randn(p.shape, generator=gen).to(DEVICE) for p in params]
             hvp = lambda: torch.autograd.grad(state["g"], params, vs, retain_graph=True)  # noqa: E731
             out["product_s"] = [clock(hvp) for _ in range(repeats)]
         elif method.startswith("curvlinops"):
             import curvlinops
 
-            cls = curvlinops.HessianLinearOperator if method == "curvlinops_hessian" else \
-                curvlinops.GGNLinearOperator
+            cls = (
+                curvlinops.HessianLinearOperator
+                if method == "curvlinops_hessian"
+                else curvlinops.GGNLinearOperator
+            )
             data = [(ids, ids[:, 1:].reshape(-1))]
-            op = cls(lambda x: model(input_ids=x).logits[:, :-1].reshape(-1, model.config.vocab_size),
-                     torch.nn.CrossEntropyLoss(), params, data, check_deterministic=False)
+            op = cls(
+                lambda x: model(input_ids=x).logits[:, :-1].reshape(-1, model.config.vocab_size),
+                torch.nn.CrossEntropyLoss(),
+                params,
+                data,
+                check_deterministic=False,
+            )
             if kind == "product":
                 out["gradient_s"] = clock(op.gradient_and_loss)
-                v = torch.randn(out["P"], generator=gen)
+                v = torch.randn(out["P"], generator=gen).to(DEVICE)
                 out["product_s"] = [clock(lambda: op @ v) for _ in range(repeats)]
             else:
                 import numpy as np
@@ -155,16 +197,29 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
 
                 lin = LinearOperator(sop.shape, matvec=counted, dtype=np.float32)
                 t = time.perf_counter()
-                vals = eigsh(lin, k=5, which="LA", tol=TOL,
-                             v0=np.random.default_rng(0).standard_normal(out["P"]).astype(np.float32))[0]
-                out["top5_s"], out["top5"], out["products"] = time.perf_counter() - t, sorted(vals)[::-1], count["n"]
+                vals = eigsh(
+                    lin,
+                    k=5,
+                    which="LA",
+                    tol=TOL,
+                    v0=np.random.default_rng(0).standard_normal(out["P"]).astype(np.float32),
+                )[0]
+                out["top5_s"], out["top5"], out["products"] = (
+                    time.perf_counter() - t,
+                    sorted(vals)[::-1],
+                    count["n"],
+                )
         elif method == "eigenthings":
             import hessian_eigenthings as he
 
-            op = he.HessianOperator(model, [ids], lambda m, b: next_token_loss(m, b),
-                                    param_filter=lambda n, p: n.startswith("transformer.h."))
+            op = he.HessianOperator(
+                model,
+                [ids],
+                lambda m, b: next_token_loss(m, b),
+                param_filter=lambda n, p: n.startswith("transformer.h."),
+            )
             if kind == "product":
-                v = torch.randn(out["P"], generator=gen)
+                v = torch.randn(out["P"], generator=gen).to(DEVICE)
                 out["product_s"] = [clock(lambda: op.matvec(v)) for _ in range(repeats)]
             else:
                 t = time.perf_counter()
@@ -184,8 +239,9 @@ def rank_product(rank: int, world: int, init: str, ids: torch.Tensor, out: str) 
     import hessviz as hv
 
     torch.set_num_threads(max(1, 2 // world))
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=600))
+    dist.init_process_group(
+        "gloo", init_method=init, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600)
+    )
     mine = ids[rank::world]
     model = hv.load_model(checkpoint(), dtype=torch.float32)
     res = hv.model_hessian(model, mine)
@@ -196,9 +252,18 @@ def rank_product(rank: int, world: int, init: str, ids: torch.Tensor, out: str) 
         t = time.perf_counter()
         hv_ = res.matvec(v)
         times.append(time.perf_counter() - t)
-    Path(out, f"rank{rank}.json").write_text(json.dumps(
-        {"rank": rank, "world": world, "sequences": int(mine.shape[0]), "product_s": times,
-         "checksum": float(hv_.double().norm()), "rss_peak": rss()}))
+    Path(out, f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "rank": rank,
+                "world": world,
+                "sequences": int(mine.shape[0]),
+                "product_s": times,
+                "checksum": float(hv_.double().norm()),
+                "rss_peak": rss(),
+            }
+        )
+    )
     dist.destroy_process_group()
 
 
@@ -208,11 +273,18 @@ def ranks(worlds: list[int], ids: torch.Tensor) -> list[dict]:
     rows = []
     for world in worlds:
         with tempfile.TemporaryDirectory() as tmp:
-            mp.start_processes(rank_product, nprocs=world, args=(world, f"file://{tmp}/rdv", ids, tmp),
-                               start_method="spawn").join()
+            mp.start_processes(
+                rank_product, nprocs=world, args=(world, f"file://{tmp}/rdv", ids, tmp), start_method="spawn"
+            ).join()
             got = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
-        rows.append({"world": world, "per_rank_product_s": [min(g["product_s"]) for g in got],
-                     "checksums": [g["checksum"] for g in got], "rss_peak": [g["rss_peak"] for g in got]})
+        rows.append(
+            {
+                "world": world,
+                "per_rank_product_s": [min(g["product_s"]) for g in got],
+                "checksums": [g["checksum"] for g in got],
+                "rss_peak": [g["rss_peak"] for g in got],
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -226,24 +298,45 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="*", help="gloo process counts for the per-rank product")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help="append the rows to this file")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (peak memory is then max_memory_allocated)")
     a = ap.parse_args()
+    global DEVICE
+    DEVICE = torch.device(a.device)
     B, L = map(int, a.tokens.lower().split("x"))
     ids = token_ids(B, L)
     if a.one:
         print(json.dumps(one(a.one, a.methods, ids, a.repeats)))
         return
     checkpoint()
-    print(f"# GPT-2-small-sized, random init, float32, {B} x {L} tokens, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, load average {os.getloadavg()}", flush=True)
+    print(
+        f"# GPT-2-small-sized, random init, float32, {B} x {L} tokens, {a.device}, "
+        f"torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, load average {os.getloadavg()}",
+        flush=True,
+    )
     if a.ranks:
         rows = ranks(a.ranks, ids)
     else:
-        methods = {"product": ["hessviz", "double_backward", "curvlinops_hessian", "curvlinops_ggn", "eigenthings"],
-                   "top5": ["hessviz", "eigenthings", "curvlinops"]}[a.methods]
+        methods = {
+            "product": ["hessviz", "double_backward", "curvlinops_hessian", "curvlinops_ggn", "eigenthings"],
+            "top5": ["hessviz", "eigenthings", "curvlinops"],
+        }[a.methods]
         rows = []
         for m in a.only or methods:
-            cmd = [sys.executable, __file__, "--one", m, "--methods", a.methods, "--tokens", a.tokens,
-                   "--repeats", str(a.repeats)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one",
+                m,
+                "--methods",
+                a.methods,
+                "--tokens",
+                a.tokens,
+                "--repeats",
+                str(a.repeats),
+                "--device",
+                a.device,
+            ]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode:
                 print(f"{m}: failed\n{r.stderr[-2000:]}", flush=True)
@@ -254,15 +347,26 @@ def main() -> None:
     print(f"# load average after: {os.getloadavg()}")
     if a.json:
         with a.json.open("a") as fh:
-            fh.write(json.dumps({"tokens": a.tokens, "kind": "ranks" if a.ranks else a.methods,
-                                 "loadavg": os.getloadavg(), "rows": rows}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "tokens": a.tokens,
+                        "kind": "ranks" if a.ranks else a.methods,
+                        "loadavg": os.getloadavg(),
+                        "rows": rows,
+                    }
+                )
+                + "\n"
+            )
 
 
 def report(rows: list[dict]) -> None:
     ours = next((r for r in rows if r["method"] == "hessviz"), None)
     key = "product_s" if "product_s" in rows[0] else "top5_s"
-    print(f"\n| method | P | gradient s | {key.replace('_s', '')} s (median) | hessviz × faster | "
-          "peak RSS GiB | peak − model GiB |")
+    print(
+        f"\n| method | P | gradient s | {key.replace('_s', '')} s (median) | hessviz × faster | "
+        "peak RSS GiB | peak − model GiB |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         t = r.get(key)
@@ -271,10 +375,15 @@ def report(rows: list[dict]) -> None:
         base = statistics.median(base) if isinstance(base, list) else base
         ratio = f"{t / base:.2f}" if base and t else "–"
         g = r.get("gradient_s")
-        print(f"| {r['method']} | {r['P']:,} | {'–' if g is None else f'{g:.2f}'} | {t:.2f} | {ratio} | "
-              f"{r['rss_peak'] / 2**30:.2f} | {(r['rss_peak'] - r['rss_model']) / 2**30:.2f} |")
+        print(
+            f"| {r['method']} | {r['P']:,} | {'–' if g is None else f'{g:.2f}'} | {t:.2f} | {ratio} | "
+            f"{r['rss_peak'] / 2**30:.2f} | {(r['rss_peak'] - r['rss_model']) / 2**30:.2f} |"
+        )
         if "top5" in r:
-            print(f"|   top-5 | {', '.join(f'{x:.5g}' for x in r['top5'])} | products {r.get('products', '?')} |")
+            print(
+                f"|   top-5 | {', '.join(f'{x:.5g}' for x in r['top5'])} | "
+                f"products {r.get('products', '?')} |"
+            )
 
 
 if __name__ == "__main__":

@@ -388,7 +388,9 @@ def problem(model: Model, ids: object, objective: str | Classifier = "next_token
     if heads and not isinstance(objective, Classifier):
         raise ConfigError(f"wrt name {heads[0]!r}: objective {objective!r} has no head W and b; name them "
                           "with objective=hv.Classifier(W, b, labels, pooling)")
-    return Problem(cfg, model.params, ids, model.embed(ids), objective, model.head, names, heads=heads)
+    device = next(iter(model.params.values())).device                 # the embeddings are read on the host
+    X0 = [x.to(device) for x in model.embed(ids)]
+    return Problem(cfg, model.params, ids, X0, objective, model.head, names, heads=heads)
 
 
 def model_hessian(model: Model, ids: object, objective: str | Classifier = "next_token",
