@@ -109,6 +109,19 @@ def hf_model():
     return model, [p for n, p in model.named_parameters() if n.startswith("transformer.h.")]
 
 
+class Logits(torch.nn.Module):
+    """The model as curvlinops takes it: a module ``ids (B, L) -> logits (B·(L−1), V)`` of the predicted
+    positions (targets ``ids[:, 1:]``), so its mean cross-entropy is the next-token loss."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        logits = self.model(input_ids=ids).logits
+        return logits[:, :-1].reshape(-1, logits.shape[-1])
+
+
 def next_token_loss(model, ids: torch.Tensor) -> torch.Tensor:
     logits = model(input_ids=ids).logits
     return torch.nn.functional.cross_entropy(
@@ -170,13 +183,7 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
                 else curvlinops.GGNLinearOperator
             )
             data = [(ids, ids[:, 1:].reshape(-1))]
-            op = cls(
-                lambda x: model(input_ids=x).logits[:, :-1].reshape(-1, model.config.vocab_size),
-                torch.nn.CrossEntropyLoss(),
-                params,
-                data,
-                check_deterministic=False,
-            )
+            op = cls(Logits(model), torch.nn.CrossEntropyLoss(), params, data, check_deterministic=False)
             if kind == "product":
                 out["gradient_s"] = clock(op.gradient_and_loss)
                 v = torch.randn(out["P"], generator=gen).to(DEVICE)
@@ -275,7 +282,7 @@ def ranks(worlds: list[int], ids: torch.Tensor) -> list[dict]:
         with tempfile.TemporaryDirectory() as tmp:
             mp.start_processes(
                 rank_product, nprocs=world, args=(world, f"file://{tmp}/rdv", ids, tmp), start_method="spawn"
-            ).join()
+            )
             got = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
         rows.append(
             {
