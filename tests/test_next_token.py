@@ -49,6 +49,7 @@ def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk):
     want = torch.einsum("tij,ktj->kti", ref.hess, dZ)
     assert rel(got.product(dZ), want) <= 1e-13
     assert got.product(dZ)[:, -1].abs().max() == 0  # the last position has no target
+    assert rel(got.blocks(), ref.hess) <= 1e-13  # the token-wise form of small widths
 
 
 def test_float32_is_exact_to_its_floor():

@@ -48,6 +48,12 @@ CHUNK_SHARE = 16
 MAX_CHUNK = 1024
 """Tokens per chunk at most (beyond it the matmuls are already large and nothing is gained)."""
 
+TOKEN_WISE_MAX_D = 256
+"""Up to this width the curvature is handed over as token-wise ``(L, d, d)`` blocks (:meth:`NextToken.blocks`,
+built once in chunks for ``O(L V d²)``): a product then costs ``2 d²`` per token and column, against
+``≈ 3 V d`` for :meth:`NextToken.product`, and a small model's ``V ≫ d`` (pydoc-llama: a 3× slower
+README example with products alone). Wider models (GPT-2 small, ``d = 768``) take the product."""
+
 
 def default_chunk(vocab: int, dtype: torch.dtype, device: torch.device | str, columns: int = BATCH) -> int:
     """Positions per chunk: a chunk's ``(2·columns + 3) × chunk × V`` values (logits,
@@ -83,6 +89,7 @@ class NextToken:
         self.targets = ids[1:]
         self.weight = 1.0 / (L - 1)
         self.L, self.d = L, d
+        self.head, self.Z = head, Z
         if head.gamma is None:
             self.norm = None
             self.h = Z[:-1]
@@ -141,6 +148,37 @@ class NextToken:
             ]
         return torch.cat([out, dZ.new_zeros(k, 1, self.d)], 1)
 
+    @property
+    def token_wise(self) -> bool:
+        """Whether :meth:`custom_loss` hands over :meth:`blocks` (``d ≤ TOKEN_WISE_MAX_D`` and the
+        ``(L, d, d)`` blocks within the chunk budget) rather than :meth:`product`."""
+        size = self.L * self.d * self.d * self.Z.element_size()
+        return self.d <= TOKEN_WISE_MAX_D and size <= memory_limit(self.Z.device) // CHUNK_SHARE
+
+    def blocks(self) -> Tensor:
+        """``(L, d, d)``: the token-wise ``∇²_Z ℓ`` (the last position's block 0), built a chunk of
+        positions at a time so that at most ``chunk × V × d`` values of ``Eᵀ diag(p) E`` live at once."""
+        from hessviz.ops import layernorm
+
+        L, d, E = self.L, self.d, self.E
+        itemsize = self.Z.element_size()
+        step = max(
+            1, min(self.chunk, memory_limit(self.Z.device) // CHUNK_SHARE // (E.shape[0] * d * itemsize))
+        )
+        gamma = None if self.norm is None else self.norm.gamma
+        N = self.Z.new_zeros(L, d, d)
+        for a in range(0, L - 1, step):
+            c = slice(a, min(a + step, L - 1))
+            p = torch.softmax(self.h[c] @ E.T, -1)
+            pE = p @ E
+            G = torch.einsum("tv,vi,vj->tij", p, E, E) - pE[:, :, None] * pE[:, None, :]
+            N[c] = self.weight * (G if gamma is None else gamma[:, None] * G * gamma)
+        if self.norm is not None:
+            _, st = layernorm.value(self.Z[:-1], self.head.eps, centre=self.norm.centre)
+            J = layernorm.jacobian(st)
+            N[:-1] = J @ N[:-1] @ J + layernorm.contract_hessian(st, self.norm.gn)
+        return N
+
     def custom_loss(self) -> CustomLoss:
-        """``hv.CustomLoss(grad, product)``: what the stack's products take."""
-        return CustomLoss(self.grad, self.product)
+        """``hv.CustomLoss(grad, blocks or product)``: what the stack's products take (:attr:`token_wise`)."""
+        return CustomLoss(self.grad, self.blocks() if self.token_wise else self.product)
