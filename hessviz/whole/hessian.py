@@ -48,7 +48,7 @@ from hessviz.stack import StackHessian
 from hessviz.terms import check_term
 from hessviz.whole.model import Model
 from hessviz.whole.objective import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, HeadTerms, sequence_terms
-from hessviz.whole.ranks import ONE, Ranks, agree, ranks
+from hessviz.whole.ranks import ONE, Ranks, agree, all_succeeded, ranks
 
 OBJECTIVES = ("next_token",)
 """The objectives named by a string; a :class:`~hessviz.whole.objective.Classifier` is the other kind."""
@@ -180,7 +180,8 @@ class Problem:
 
     def build(self, ranks: Ranks = ONE, sequences: int | None = None) -> ModelHessian:
         """The :class:`ModelHessian` of these sequences; over ``ranks``, of the union of every
-        rank's, ``sequences`` in all (default: these alone)."""
+        rank's, ``sequences`` in all (default: these alone). Over several ranks its ``value`` is this
+        rank's share until :func:`model_hessian` sums it (after every rank has built its part)."""
         parts, values, terms = [], [], []
         for b, X0 in enumerate(self.X0):
             part, value, head = self.sequence(b, X0)
@@ -189,8 +190,7 @@ class Problem:
             terms.append(head)
         like = next(iter(self.params.values()))
         sequences = len(parts) if sequences is None else sequences
-        value = torch.stack(values).sum() if values else like.new_zeros(())
-        value = ranks.all_reduce_(value.reshape(1) / sequences)[0]
+        value = (torch.stack(values).sum() if values else like.new_zeros(())) / sequences
         return ModelHessian(self, parts, value, terms, ranks=ranks, sequences=sequences)
 
 
@@ -418,7 +418,15 @@ def model_hessian(model: Model, ids: object, objective: str | Classifier = "next
     counts = agree(where, fields, error)
     if sum(counts) == 0:
         raise InputError("ids: every rank's batch is empty; at least one sequence is needed")
-    return prob.build(where, sum(counts))
+    try:
+        res, error = prob.build(where, sum(counts)), None
+    except (InputError, ConfigError) as e:
+        if not where.spread:
+            raise
+        res, error = None, e
+    all_succeeded(where, error, "building the sequences' tapes")
+    res.value = where.all_reduce_(res.value.reshape(1))[0]
+    return res
 
 
 def describe(objective: str | Classifier) -> str:

@@ -81,6 +81,26 @@ def ranks(group: object | None) -> Ranks:
     return Ranks(group, device, dist.get_world_size(group))
 
 
+def all_succeeded(where: Ranks, error: Exception | None, what: str) -> None:
+    """One ``all_gather`` of one integer per rank after a step (``what``) that may fail on some
+    ranks only (a zero-variance row of one rank's sequence): every rank raises, this rank its own
+    ``error``, the others an :class:`InputError` naming the ranks that failed."""
+    if not where.spread:
+        if error is not None:
+            raise error
+        return
+    flags = [torch.zeros(1, dtype=torch.int64, device=where.device) for _ in range(where.size)]
+    dist.all_gather(flags, torch.tensor([int(error is None)], device=where.device), group=where.group)
+    failed = [r for r, f in enumerate(flags) if int(f) == 0]
+    if error is not None:
+        raise error
+    if failed:
+        raise InputError(
+            f"model_hessian over {where.size} processes: {what} failed on rank(s) {failed} "
+            "(see that rank's error); every rank stops"
+        )
+
+
 def agree(where: Ranks, fields: dict[str, object] | None, error: Exception | None) -> list[int]:
     """Every rank's sequence count, after checking that the ranks agree on :data:`FIELDS`.
 
