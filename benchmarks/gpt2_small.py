@@ -11,6 +11,7 @@ fixed text (GPT-2's first 256 ids are its byte tokens; nothing is downloaded), `
     python benchmarks/gpt2_small.py --tokens 4x128 --methods product     # one product and gradient
     python benchmarks/gpt2_small.py --tokens 1x32 --methods top5         # top-5 eigenvalues
     python benchmarks/gpt2_small.py --tokens 4x128 --ranks 1 2 4         # per-rank product, gloo
+    python benchmarks/gpt2_small.py --tokens 1x32 --interleave --repeats 3  # hessviz / kept graph, same load
 
 Methods: ``hessviz`` (``hv.model_hessian``, the full term and ``outer``), ``double_backward``
 (the gradient's graph kept, then ``autograd.grad`` per product: the strongest plain-torch
@@ -239,6 +240,28 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
     return out
 
 
+def interleaved(ids: torch.Tensor, repeats: int) -> dict:
+    """hessviz's product and double backward's, alternated in one process, so both see the same load
+    of the moment (the fairest comparison on a shared machine; no memory column)."""
+    import hessviz as hv
+
+    res = hv.model_hessian(on_device(hv.load_model(checkpoint(), dtype=torch.float32)), ids)
+    v = torch.randn(res.size, generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    model, params = hf_model()
+    model.to(DEVICE)
+    grads = torch.autograd.grad(next_token_loss(model, ids.to(DEVICE)), params, create_graph=True)
+    vs = [torch.randn(p.shape, generator=torch.Generator().manual_seed(1)).to(DEVICE) for p in params]
+    ours, theirs = [], []
+    for _ in range(repeats):
+        ours.append(clock(lambda: res.matvec(v)))
+        theirs.append(clock(lambda: torch.autograd.grad(grads, params, vs, retain_graph=True)))
+    return {
+        "hessviz_s": ours,
+        "double_backward_s": theirs,
+        "ratio_of_medians": statistics.median(theirs) / statistics.median(ours),
+    }
+
+
 def rank_product(rank: int, world: int, init: str, ids: torch.Tensor, out: str) -> None:
     """One gloo rank: its share of ``ids``, the union batch's product timed twice on every rank."""
     import torch.distributed as dist
@@ -303,6 +326,9 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="a subset of the methods")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--ranks", type=int, nargs="*", help="gloo process counts for the per-rank product")
+    ap.add_argument(
+        "--interleave", action="store_true", help="hessviz and double backward alternated in one process"
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help="append the rows to this file")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (peak memory is then max_memory_allocated)")
@@ -321,7 +347,10 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, load average {os.getloadavg()}",
         flush=True,
     )
-    if a.ranks:
+    if a.interleave:
+        rows = [interleaved(ids, a.repeats)]
+        print(json.dumps(rows[0]))
+    elif a.ranks:
         rows = ranks(a.ranks, ids)
     else:
         methods = {
@@ -358,7 +387,7 @@ def main() -> None:
                 json.dumps(
                     {
                         "tokens": a.tokens,
-                        "kind": "ranks" if a.ranks else a.methods,
+                        "kind": "interleave" if a.interleave else "ranks" if a.ranks else a.methods,
                         "loadavg": os.getloadavg(),
                         "rows": rows,
                     }
