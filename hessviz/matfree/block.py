@@ -16,6 +16,8 @@ cross-layer blocks included.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -131,6 +133,29 @@ def _block(b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None) ->
     return names[recipe[-1].out]
 
 
+def _forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
+             read: Tensor | None) -> tuple[_Builder, str, list[LayerSpan]]:
+    """The forward pass of every layer as nodes: ``(builder, name of Z, the layers' spans)``."""
+    b = _Builder(params, X)
+    x, layers = "X", []
+    for layer in range(cfg.n_layers):
+        b.prefix = f"l{layer}." if cfg.is_stack else ""
+        first = len(b.nodes)
+        out = _block(b, cfg.block, x, read if layer == cfg.n_layers - 1 else None)
+        layers.append(LayerSpan(x, out, first, len(b.nodes)))
+        x = out
+    return b, x, layers
+
+
+def build_at_output(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
+                    loss_at: Callable[[Tensor], CustomLoss]) -> tuple[Tape, CustomLoss]:
+    """:func:`build` for a loss made from ``Z`` itself (a whole model's objective): one forward
+    pass gives ``Z``, ``loss_at(Z)`` the :class:`CustomLoss`, and the same nodes the tape."""
+    b, x, layers = _forward(cfg, params, X, None)
+    Y = loss_at(b.values[x])
+    return Tape(b.nodes, b.values, x, Y.grad_Z, Y.hvp, layers=layers), Y
+
+
 def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | CustomLoss | None,
           rows: bool = False) -> Tape:
     """Run the forward pass of ``cfg`` (every layer of a stack) and the first-order reverse sweep once.
@@ -144,14 +169,7 @@ def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Cu
     to them: the same products and gradients, exactly. The dense engines need every token's ``Z``
     and take the tape built without."""
     read = Y.read_rows if rows and isinstance(Y, CustomLoss) else None
-    b = _Builder(params, X)
-    x, layers = "X", []
-    for layer in range(cfg.n_layers):
-        b.prefix = f"l{layer}." if cfg.is_stack else ""
-        first = len(b.nodes)
-        out = _block(b, cfg.block, x, read if layer == cfg.n_layers - 1 else None)
-        layers.append(LayerSpan(x, out, first, len(b.nodes)))
-        x = out
+    b, x, layers = _forward(cfg, params, X, read)
     Zv = b.values[x]
     if read is not None:
         Y = Y.restricted(read)

@@ -24,6 +24,7 @@ take a one-block result: they read its ``cfg``, ``names`` and ``products``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,16 +35,20 @@ import torch
 from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
-from hessviz.api import _tape_gradient, forward, hessian
+from hessviz.api import _tape_gradient, forward, hessian, hessian_bytes
 from hessviz.config import BlockConfig
+from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
+from hessviz.matfree.block import build_at_output
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import BATCH, MatrixFreeHessian
 from hessviz.pretrained.objectives import LMHead
 from hessviz.result import HessianResult
+from hessviz.stack import StackHessian
 from hessviz.terms import check_term
 from hessviz.whole.model import Model
 from hessviz.whole.objective import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, HeadTerms, sequence_terms
+from hessviz.whole.ranks import ONE, Ranks, agree, all_succeeded, ranks
 
 OBJECTIVES = ("next_token",)
 """The objectives named by a string; a :class:`~hessviz.whole.objective.Classifier` is the other kind."""
@@ -66,28 +71,33 @@ class WholeLayout:
 
 
 class BatchProducts(MatrixFreeHessian):
-    """``(1/B) Σ_β H_β V``: the per-sequence products of ``parts``, summed in order.
+    """``(1/B) Σ_β H_β V``: the per-sequence products of ``parts``, summed in order, then summed
+    over the ranks of ``ranks`` (:mod:`hessviz.whole.ranks`; ``B`` counts every rank's sequences).
 
     Answers what :class:`~hessviz.matfree.operator.MatrixFreeHessian` does (``layout``,
     ``product``, ``matvec``, ``linear_operator``) for the stack ``cfg``, and for a classifier's
     ``head.W`` / ``head.b`` among the names (``terms``: each sequence's
-    :class:`~hessviz.whole.objective.HeadTerms`; the ``full`` term only)."""
+    :class:`~hessviz.whole.objective.HeadTerms`; ``head``: the classifier's ``W (d, C)``, ``None``
+    for ``"next_token"``; the ``full`` term only). ``like`` gives the dtype and device (a rank
+    without sequences has no ``X``)."""
 
     def __init__(self, cfg: BlockConfig, parts: list[MatrixFreeHessian], names: tuple[str, ...],
-                 terms: list[HeadTerms | None] | None = None):
+                 terms: list[HeadTerms | None] | None = None, *, like: Tensor | None = None,
+                 head: Tensor | None = None, sequences: int | None = None, ranks: Ranks = ONE):
         self.cfg, self.parts, self.names = cfg, parts, names
         self.terms = terms or [None] * len(parts)
-        self.X = parts[0].X
-        self.weight = 1.0 / len(parts)
+        self.X = parts[0].X if parts else like
+        self.head = head if head is not None or not parts or self.terms[0] is None else self.terms[0].W
+        self.weight = 1.0 / (len(parts) if sequences is None else sequences)
+        self.ranks = ranks
         self.matvecs = 0
 
     def layout(self, names: Sequence[str] | None = None) -> WholeLayout:
         stack, heads = _partition(self.names if names is None else names)
-        if heads and self.terms[0] is None:
+        if heads and self.head is None:
             raise ConfigError(f"wrt name {heads[0]!r}: only an hv.Classifier objective has a head W and b")
-        shapes = {} if self.terms[0] is None else {HEAD_W: tuple(self.terms[0].W.shape),
-                                                    HEAD_B: (self.terms[0].W.shape[1],)}
-        return WholeLayout(self.parts[0].layout(stack), heads, shapes)
+        shapes = {} if self.head is None else {HEAD_W: tuple(self.head.shape), HEAD_B: (self.head.shape[1],)}
+        return WholeLayout(Layout(self.cfg, self.cfg.sort_names(stack)), heads, shapes)
 
     def product(self, V: Tensor, term: str, rows: WholeLayout, cols: WholeLayout,
                 out: Tensor | None = None) -> Tensor:
@@ -104,14 +114,20 @@ class BatchProducts(MatrixFreeHessian):
                 p = torch.cat([head_product(part, terms, c, rows, cols) for c in V.split(BATCH)]) \
                     if V.shape[0] else V.new_zeros(0, rows.size)
                 total = p.mul_(self.weight) if total is None else total.add_(p, alpha=self.weight)
-            self.matvecs += V.shape[0]
-            return total if out is None else out.copy_(total)
-        total = None
-        for part in self.parts:
-            p = part.product(V, term, rows.stack, cols.stack, out=out if total is None else None)
-            total = p.mul_(self.weight) if total is None else total.add_(p, alpha=self.weight)
+            total = self._zero(V, rows, out) if total is None else total if out is None else out.copy_(total)
+        else:
+            total = None
+            for part in self.parts:
+                p = part.product(V, term, rows.stack, cols.stack, out=out if total is None else None)
+                total = p.mul_(self.weight) if total is None else total.add_(p, alpha=self.weight)
+            total = self._zero(V, rows, out) if total is None else total
         self.matvecs += V.shape[0]
-        return total
+        return self.ranks.all_reduce_(total)
+
+    @staticmethod
+    def _zero(V: Tensor, rows: WholeLayout, out: Tensor | None) -> Tensor:
+        """The product of a rank without sequences: zeros, ``(k, |rows|)`` (into ``out`` when given)."""
+        return V.new_zeros(V.shape[0], rows.size) if out is None else out.zero_()
 
 
 def head_product(part: MatrixFreeHessian, terms: HeadTerms, V: Tensor, rows: WholeLayout,
@@ -162,16 +178,49 @@ class Problem:
     heads: tuple[str, ...] = ()
     """The classifier's weights among the names (``"head.W"``, ``"head.b"``), after the layers'."""
 
-    def build(self) -> ModelHessian:
+    def build(self, ranks: Ranks = ONE, sequences: int | None = None) -> ModelHessian:
+        """The :class:`ModelHessian` of these sequences; over ``ranks``, of the union of every
+        rank's, ``sequences`` in all (default: these alone). Over several ranks its ``value`` is this
+        rank's share until :func:`model_hessian` sums it (after every rank has built its part)."""
         parts, values, terms = [], [], []
         for b, X0 in enumerate(self.X0):
-            Z = forward(self.cfg, self.params, X0)
-            loss, value, head = sequence_terms(self.objective, Z, self.ids[b], b, self.head)
-            wrt = self.names or self.cfg.param_names[:1]         # the tape is the same whatever is named
-            parts.append(hessian(self.cfg, self.params, X0, loss=loss, wrt=wrt))
+            part, value, head = self.sequence(b, X0)
+            parts.append(part)
             values.append(value)
             terms.append(head)
-        return ModelHessian(self, parts, torch.stack(values).mean(), terms)
+        like = next(iter(self.params.values()))
+        sequences = len(parts) if sequences is None else sequences
+        value = (torch.stack(values).sum() if values else like.new_zeros(())) / sequences
+        return ModelHessian(self, parts, value, terms, ranks=ranks, sequences=sequences)
+
+
+    def sequence(self, b: int, X0: Tensor) -> tuple[HessianResult, Tensor, HeadTerms | None]:
+        """Sequence ``b``'s :class:`HessianResult`, objective value and head terms.
+
+        A stack is built from one forward pass of nodes
+        (:func:`~hessviz.matfree.block.build_at_output`): its ``Z`` gives the objective and its
+        nodes the tape, with no dense-path forward and no second check of the model's weights
+        (checked once when loaded). A one-layer model goes through ``hv.hessian`` (whose dense
+        engine it may take)."""
+        wrt = self.names or self.cfg.param_names[:1]             # the tape is the same whatever is named
+        got: dict[str, object] = {}
+
+        if not self.cfg.is_stack:
+            Z = forward(self.cfg, self.params, X0)
+            loss, value, head = sequence_terms(self.objective, Z, self.ids[b], b, self.head)
+            return hessian(self.cfg, self.params, X0, loss=loss, wrt=wrt), value, head
+
+        def loss_at(Z: Tensor) -> CustomLoss:
+            loss, got["value"], got["head"] = sequence_terms(self.objective, Z, self.ids[b], b, self.head)
+            return loss.checked(self.cfg.seq_len, self.cfg.d_model, X0.dtype, X0.device, Z)
+
+        tape, loss = build_at_output(self.cfg, self.params, X0, loss_at)
+        products = MatrixFreeHessian(self.cfg, self.params, X0, loss, wrt)
+        products.__dict__["tape"] = tape                         # the cached property, already built
+        engine = StackHessian(self.cfg, self.params, functools.partial(getattr, products, "tape"), loss)
+        part = HessianResult(self.cfg, wrt, engine, method="closed_form", products=products, device=X0.device,
+                             dense_bytes=hessian_bytes(self.cfg, wrt, X0.element_size(), "closed_form"))
+        return part, got["value"], got["head"]
 
 
 class ModelHessian:
@@ -181,12 +230,20 @@ class ModelHessian:
     (for a one-layer model ``cfg`` spells its names without the ``l0.`` prefix)."""
 
     def __init__(self, problem: Problem, parts: list[HessianResult], value: Tensor,
-                 terms: list[HeadTerms | None] | None = None):
+                 terms: list[HeadTerms | None] | None = None, *, ranks: Ranks = ONE,
+                 sequences: int | None = None):
         self.problem, self.parts, self.value = problem, parts, value
         self.cfg = problem.cfg
         self.names = problem.names + problem.heads
         self.terms = terms or [None] * len(parts)
-        self.products = BatchProducts(self.cfg, [r.products for r in parts], self.names, self.terms)
+        self.ranks = ranks
+        self.sequences = len(parts) if sequences is None else sequences
+        """Sequences of the whole batch (every rank's)."""
+        objective = problem.objective
+        self.products = BatchProducts(
+            self.cfg, [r.products for r in parts], self.names, self.terms,
+            like=next(iter(problem.params.values())), sequences=self.sequences, ranks=ranks,
+            head=objective.W if isinstance(objective, Classifier) else None)
 
     @property
     def size(self) -> int:
@@ -227,17 +284,19 @@ class ModelHessian:
         """:meth:`gradient` for names as ``cfg`` spells them (checked, θ order; ``head.W``, ``head.b``
         last), keyed the same way."""
         stack, heads = _partition(inner)
-        out: dict[str, Tensor] = {}
-        for h in heads:
-            if self.terms[0] is None:
-                raise ConfigError(f"wrt name {h!r}: only an hv.Classifier objective has a head W and b")
-            out[h] = sum(t.gradient[h] for t in self.terms) / len(self.terms)
-        if not stack:
-            return out
-        for res in self.parts:
-            g = _tape_gradient(self.cfg, res.products.sweep_tape, stack)
-            for n, t in g.items():
-                out[n] = t / len(self.parts) if n not in out else out[n].add_(t, alpha=1.0 / len(self.parts))
+        layout = self.products.layout(stack + heads)               # refuses head names without a head
+        flat = self.products.X.new_zeros(layout.size)
+        w = 1.0 / self.sequences
+        for res, terms in zip(self.parts, self.terms):
+            if stack:
+                g = _tape_gradient(self.cfg, res.products.sweep_tape, stack)
+                for n, cols in self.cfg.offsets(stack).items():
+                    flat[cols].add_(g[n].reshape(-1), alpha=w)
+            for h in heads:
+                flat[layout.columns[h]].add_(terms.gradient[h].reshape(-1), alpha=w)
+        self.ranks.all_reduce_(flat)
+        out = {h: flat[layout.columns[h]].reshape(layout.shapes[h]) for h in heads}
+        out |= {n: flat[cols].reshape(self.cfg.shape_of(n)) for n, cols in self.cfg.offsets(stack).items()}
         return out
 
     def dense(self, term: str = "full") -> Tensor:
@@ -247,11 +306,13 @@ class ModelHessian:
         if self.problem.heads:
             raise ConfigError("dense is the layers' Hessian only; with head.W / head.b among the names take "
                               "res.matvec(torch.eye(res.size))")
-        return sum(getattr(r, term) for r in self.parts) / len(self.parts)
+        total = sum(getattr(r, term) for r in self.parts) / self.sequences if self.parts else \
+            self.products.X.new_zeros(self.size, self.size)
+        return self.ranks.all_reduce_(total)
 
     @cached_property
     def info(self) -> str:
-        B, L = self.problem.ids.shape
+        B, L = self.sequences, self.problem.ids.shape[1]
         objective = self.problem.objective
         what = objective if isinstance(objective, str) else f"Classifier({objective.pooling})"
         return f"{what} over {B} × {L} tokens, {len(self.names)} tensors, P' = {self.size}"
@@ -302,18 +363,23 @@ def _internal(cfg: BlockConfig, names: Sequence[str] | str) -> tuple[str, ...]:
 
 
 def problem(model: Model, ids: object, objective: str | Classifier = "next_token",
-            wrt: Sequence[str] | str | None = None) -> Problem:
-    """The checked inputs of :func:`model_hessian`, embeddings computed."""
+            wrt: Sequence[str] | str | None = None, empty: bool = False) -> Problem:
+    """The checked inputs of :func:`model_hessian`, embeddings computed; ``empty``: ``ids`` of shape
+    ``(0, L)`` (a rank without sequences) are allowed."""
     if not isinstance(model, Model):
         raise InputError(f"model must be hv.load_model(source)'s Model, got {type(model).__name__}")
+    need = 1 if isinstance(objective, Classifier) else 2
+    if empty and isinstance(ids, Tensor) and ids.dim() == 2 and ids.shape[0] == 0 \
+            and not ids.is_floating_point():
+        ids = model.check_ids(torch.zeros(1, ids.shape[1], dtype=torch.int64), need=need)[:0]
+    elif isinstance(objective, Classifier) or objective in OBJECTIVES:
+        ids = model.check_ids(ids, need=need)
     if isinstance(objective, Classifier):
-        ids = model.check_ids(ids)
         objective.check_model(model.cfg.d_model, ids.shape[0], model.causal)
     elif objective in OBJECTIVES:
         if model.head is None:
             raise InputError(f"objective='next_token' needs a decoder's LM head; {model.name!r} is an "
                              "encoder without one: use objective=hv.Classifier(W, b, labels, pooling)")
-        ids = model.check_ids(ids, need=2)
     else:
         raise InputError(f"objective must be 'next_token' or an hv.Classifier(W, b, labels, pooling), got "
                          f"{objective!r}")
@@ -322,12 +388,52 @@ def problem(model: Model, ids: object, objective: str | Classifier = "next_token
     if heads and not isinstance(objective, Classifier):
         raise ConfigError(f"wrt name {heads[0]!r}: objective {objective!r} has no head W and b; name them "
                           "with objective=hv.Classifier(W, b, labels, pooling)")
-    return Problem(cfg, model.params, ids, model.embed(ids), objective, model.head, names, heads=heads)
+    device = next(iter(model.params.values())).device                 # the embeddings are read on the host
+    X0 = [x.to(device) for x in model.embed(ids)]
+    return Problem(cfg, model.params, ids, X0, objective, model.head, names, heads=heads)
 
 
 def model_hessian(model: Model, ids: object, objective: str | Classifier = "next_token",
-                  wrt: Sequence[str] | str | None = None) -> ModelHessian:
+                  wrt: Sequence[str] | str | None = None, group: object | None = None) -> ModelHessian:
     """The Hessian of ``model``'s ``objective`` on ``ids`` (``(L,)`` or ``(B, L)``) in the layer
     weights ``wrt`` (``l{i}.W_Q[h]``; default every layer weight) and, for a :class:`Classifier`,
-    its ``"head.W"`` / ``"head.b"`` when named (after the layers' in ``θ'``), as products."""
-    return problem(model, ids, objective, wrt).build()
+    its ``"head.W"`` / ``"head.b"`` when named (after the layers' in ``θ'``), as products.
+
+    When ``torch.distributed`` is initialised, ``ids`` (and a classifier's labels) are this rank's
+    sequences (``(0, L)`` for none) and the result is that of every rank's sequences in ``group``
+    (default: the world), the same on every rank (:mod:`hessviz.whole.ranks`). Every rank must
+    call this with the same ``wrt``, objective, dtype and sequence length: otherwise every rank
+    raises the same :class:`~hessviz.errors.InputError`, before any product."""
+    where = ranks(group)
+    try:
+        prob, error = problem(model, ids, objective, wrt, empty=where.spread), None
+    except (InputError, ConfigError) as e:
+        if not where.spread:
+            raise
+        prob, error = None, e
+    fields = None if prob is None else {
+        "sequences": prob.ids.shape[0], "sequence length": prob.ids.shape[1],
+        "wrt": prob.names + prob.heads, "objective": describe(prob.objective), "dtype": model.dtype,
+        "model": dataclasses.replace(model.cfg, seq_len=1)}
+    counts = agree(where, fields, error)
+    if sum(counts) == 0:
+        raise InputError("ids: every rank's batch is empty; at least one sequence is needed")
+    try:
+        res, error = prob.build(where, sum(counts)), None
+    except (InputError, ConfigError) as e:
+        if not where.spread:
+            raise
+        res, error = None, e
+    all_succeeded(where, error, "building the sequences' tapes")
+    res.value = where.all_reduce_(res.value.reshape(1))[0]
+    return res
+
+
+def describe(objective: str | Classifier) -> str:
+    """The objective as the ranks compare it: its name, or a classifier's pooling, shape and a digest
+    of its ``W`` and ``b`` (not its labels: each rank has its own)."""
+    if not isinstance(objective, Classifier):
+        return str(objective)
+    w = torch.cat([objective.W.detach().reshape(-1), objective.b.detach().reshape(-1)]).to(torch.float64)
+    return f"Classifier({objective.pooling}, W {tuple(objective.W.shape)}, sum {float(w.sum()):.17g}, " \
+           f"square sum {float((w * w).sum()):.17g})"

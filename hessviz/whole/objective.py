@@ -3,8 +3,9 @@ r"""A whole model's objectives in its last hidden states ``Z (L, d)``, one seque
 Two objectives (``MODEL.md`` part 3, "Whole models"), each closed form in ``Z`` and handed to the
 stack machinery as a :class:`~hessviz.custom_loss.CustomLoss`:
 
-* ``"next_token"``: :func:`hessviz.pretrained.objectives.next_token_loss` (final norm, LM head,
-  mean cross-entropy of positions ``0 … L−2``), token-wise.
+* ``"next_token"``: :class:`hessviz.whole.next_token.NextToken` (final norm, LM head, mean
+  cross-entropy of positions ``0 … L−2``), as a product whose vocabulary-sized logits live a chunk
+  of tokens at a time.
 * :class:`Classifier` ``(W (d, C), b (C,), labels (B,), pooling)``: for sequence ``β`` with label
   ``y``, the final norm (where the model has one: ``n_t = norm(Z_t)``, ``h_t = γ ⊙ n_t + β_n``;
   else ``h_t = Z_t``), the pooled ``z = Σ_t w_t h_t`` (``"cls"``: ``w = e_0``; ``"last"``:
@@ -38,7 +39,8 @@ from torch import Tensor
 from hessviz.custom_loss import CustomLoss
 from hessviz.errors import InputError
 from hessviz.ops import layernorm
-from hessviz.pretrained.objectives import LMHead, next_token_loss
+from hessviz.pretrained.objectives import LMHead
+from hessviz.whole.next_token import NextToken
 
 POOLINGS = ("cls", "mean", "last")
 
@@ -65,8 +67,7 @@ class Classifier:
             raise InputError(f"Classifier b must be a floating ({C},) tensor (W is {tuple(W.shape)}), got "
                              f"{getattr(b, 'shape', type(b).__name__)}")
         labels = torch.as_tensor(self.labels)
-        if labels.dim() != 1 or labels.numel() < 1 or labels.is_floating_point() \
-                or labels.dtype == torch.bool:
+        if labels.dim() != 1 or labels.is_floating_point() or labels.dtype == torch.bool:
             raise InputError(f"Classifier labels must be a (B,) sequence of integers, got {self.labels!r}")
         if bool(((labels < 0) | (labels >= C)).any()):
             raise InputError(f"Classifier labels must be in [0, {C - 1}] (W has {C} classes), got "
@@ -236,5 +237,5 @@ def sequence_terms(objective: str | Classifier, Z: Tensor, ids: Tensor, index: i
     """:func:`sequence_loss` and the classifier's :class:`HeadTerms` (None for ``"next_token"``)."""
     if isinstance(objective, Classifier):
         return objective.sequence(Z, int(objective.labels[index]), head)
-    obj = next_token_loss(Z, ids, head)
+    obj = NextToken(Z, ids, head)
     return obj.custom_loss(), obj.value, None
