@@ -212,6 +212,12 @@ class Checkpoint:
 
     @classmethod
     def open(cls, source: str | os.PathLike) -> Checkpoint:
+        """A folder, a GGUF file (:mod:`hessviz.pretrained.gguf_file`) or a model object in memory
+        (:mod:`hessviz.pretrained.module_source`)."""
+        if not isinstance(source, (str, os.PathLike)):
+            from hessviz.pretrained.module_source import open_object
+
+            return open_object(source)
         folder = resolve_source(source)
         if folder.is_file():
             from hessviz.pretrained.gguf_file import GGUFCheckpoint
