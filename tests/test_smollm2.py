@@ -86,3 +86,24 @@ def test_logits_and_whole_model_products_match_double_backward(pair):
     hvp = dict(zip(keys, torch.autograd.grad(dot, [params[k] for k in keys])))
     expected = torch.cat([leaves[n][1](hvp[k]).reshape(-1) for n, k in zip(res.names, keys)])
     assert float((res.matvec(v) - expected).norm() / expected.norm()) <= 10 * FLOOR
+
+
+def test_app_pages_show_smollm2_within_the_hosted_limits(monkeypatch):
+    """Real model: SmolLM2's default view is drawn from the precomputed file, every head included,
+    without loading the model's layers; Whole model: SmolLM2 is offered and its table, beyond the
+    server's budget, is one warning line with the page still drawn."""
+    from hessviz.app import cache, profiles
+    from tests.test_app_pages import run_page, titles
+
+    hosted = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
+                                      baseline_bytes=400 << 20)
+    monkeypatch.setattr(cache, "LIMITS", hosted)
+    cache.clear()
+    at = run_page("app_pages/real_model.py", rm_model="smollm2-135m")
+    assert not at.warning, [w.value for w in at.warning]
+    assert any("Hessian of W_Q[0], rows 0…" in t for t in titles(at))
+    at.slider(key="rm_head").set_value(8).run()
+    assert not at.warning and not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
+    at = run_page("app_pages/whole_model.py", wm_model="smollm2-135m")
+    assert [w.value for w in at.warning] and "Too much for this server" in at.warning[0].value
+    assert "smollm2-135m" in at.selectbox(key="wm_model").options
