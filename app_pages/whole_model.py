@@ -68,9 +68,13 @@ def afford(part: str, names: tuple[str, ...]) -> float:
     if hva.cache.whole_ready(model, text, part):
         return 0.0
     c = wm.table_cost(stack, names, len(ids))
-    verdict = budget.check(c, hva.cache.LIMITS, advice=(
-        "The default text is precomputed for every model: clear the text box to draw it, or run the app "
-        "locally (`hessviz app`), where a table of this size is computed with a progress bar."))
+    advice = ("The default text is precomputed for every model: clear the text box to draw it, or run the "
+              "app locally (`hessviz app`), where a table of this size is computed with a progress bar.")
+    if model in wm.LARGE_MODELS:
+        advice = (f"{model}'s whole table is not precomputed (hours of one core): choose a pydoc model here, "
+                  "or use the Real model page for one of its layers, or hv.model_hessian with a few tensors "
+                  "in a notebook (docs/SOURCES.md).")
+    verdict = budget.check(c, hva.cache.LIMITS, advice=advice)
     if not verdict.ok:
         st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
         st.stop()
