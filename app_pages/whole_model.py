@@ -26,13 +26,14 @@ hva.explain(
     "is formed.",
 )
 
-models = [m for m in wm.MODELS if m in pretrained.available_models()]
+models = [m for m in wm.MODELS + wm.LARGE_MODELS if m in pretrained.available_models()]
 if not models:
     st.error("No bundled pydoc model is installed here (assets/models).", icon=":material/block:")
     st.stop()
 c1, c2 = st.columns([2, 3])
 model = hva.select("Model", models, key="wm_model", default=models[0], container=c1,
-                   help="the small models trained here on Python's help text (4 layers, d = 128)")
+                   help="the small models trained here on Python's help text (4 layers, d = 128), and "
+                        "SmolLM2-135M from its GGUF file (30 layers, d = 576)")
 with hva.guard("the model"):
     info = pretrained.model_info(model)
 c1.caption(info.describe())
@@ -67,7 +68,12 @@ def afford(part: str, names: tuple[str, ...]) -> float:
     if hva.cache.whole_ready(model, text, part):
         return 0.0
     c = wm.table_cost(stack, names, len(ids))
-    verdict = budget.check(c, hva.cache.LIMITS, advice=wm.over_budget_advice(hva.cache.LIMITS.profile))
+    advice = wm.over_budget_advice(hva.cache.LIMITS.profile)
+    if model in wm.LARGE_MODELS:
+        advice = (f"{model}'s whole table is not precomputed (hours of one core): choose a pydoc model here, "
+                  "or use the Real model page for one of its layers, or hv.model_hessian with a few tensors "
+                  "in a notebook (docs/SOURCES.md).")
+    verdict = budget.check(c, hva.cache.LIMITS, advice=advice)
     if not verdict.ok:
         st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
         st.stop()

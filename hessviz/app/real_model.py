@@ -160,6 +160,8 @@ def default_views(model: str, text: str = DEFAULT_TEXT, say: Callable[[str], Non
     for h in range(info.n_heads):
         for weight in PRECOMPUTED_WEIGHTS:
             name = f"{weight}[{h}]"
+            if h >= len(cfg.head_names(weight)):        # grouped-query: fewer key/value heads
+                continue
             rows, cols = cfg.shape_of(name)
             size = default_rows(rows, cols) * cols
             timed(f"window {name}", lambda name=name, size=size: cache.real_window(

