@@ -45,12 +45,16 @@ FORBIDDEN = {
     "front": ("hessviz.app", "streamlit"),
     "app": (),
 }
+ALLOWED = {"cli.py": {"hessviz.app", "hessviz.app.lesson_page"}}
+"""The one named arrow from the command line into the app: ``hessviz lesson`` writes a page of an app
+view with the app's own figures (imported inside the command's function; ``tests/test_imports.py``)."""
 MODULES = sorted(PKG.rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(PKG)) for p in MODULES])
 def test_imports_run_one_way(path):
-    bad = {n for n in imported(path) for f in FORBIDDEN[layer(path)] if n == f or n.startswith(f + ".")}
+    names = imported(path) - ALLOWED.get(str(path.relative_to(PKG)), set())
+    bad = {n for n in names for f in FORBIDDEN[layer(path)] if n == f or n.startswith(f + ".")}
     assert not bad, f"{path.relative_to(PKG)} ({layer(path)}) imports {sorted(bad)}"
 
 

@@ -37,7 +37,7 @@ import sys
 import torch
 
 from hessviz.pretrained import load
-from hessviz.pretrained.checkpoint import Checkpoint
+from hessviz.pretrained.sources import open_source
 
 MODEL = "all-MiniLM-L6-v2"
 MODELS = (MODEL, "pydoc-llama")
@@ -64,7 +64,7 @@ def text_ids(n: int = TOKENS, model: str = MODEL) -> list[int]:
 
     from hessviz.pretrained import tokens
     text = " ".join(topics["assignment"].split()[:4 * n])       # more than n tokens: cut to n below
-    ids = tokens.tokenizer(Checkpoint.open(model)).encode(text).ids
+    ids = tokens.tokenizer(open_source(model)).encode(text).ids
     return ids[:n - 1] + ids[-1:]
 
 
@@ -72,7 +72,7 @@ def _transformers_model(device: torch.device, model: str = MODEL):
     from transformers import AutoModel
     from transformers.utils import logging
     logging.disable_progress_bar()
-    net = AutoModel.from_pretrained(Checkpoint.open(model).folder, dtype=torch.float64,
+    net = AutoModel.from_pretrained(open_source(model).folder, dtype=torch.float64,
                                     attn_implementation="eager", local_files_only=True)
     return net.to(device).eval()
 
@@ -94,7 +94,7 @@ def load_row(repeats: int, device: torch.device, has_transformers: bool, model: 
     from safetensors.torch import load_file
 
     from hessviz.bench import Row, median_time
-    path = Checkpoint.open(model).folder / "model.safetensors"
+    path = open_source(model).folder / "model.safetensors"
     ours, cold = _timed(lambda: load.load_layer(model, LAYER, device=device), repeats, device)
 
     def read_all() -> dict[str, torch.Tensor]:

@@ -212,17 +212,9 @@ class Checkpoint:
 
     @classmethod
     def open(cls, source: str | os.PathLike) -> Checkpoint:
-        """A folder, a GGUF file (:mod:`hessviz.pretrained.gguf_file`) or a model object in memory
-        (:mod:`hessviz.pretrained.module_source`)."""
-        if not isinstance(source, (str, os.PathLike)):
-            from hessviz.pretrained.module_source import open_object
-
-            return open_object(source)
+        """A checkpoint folder (a path or a bundled name); every kind of source, GGUF files and model
+        objects too, is opened by :func:`hessviz.pretrained.sources.open_source`."""
         folder = resolve_source(source)
-        if folder.is_file():
-            from hessviz.pretrained.gguf_file import GGUFCheckpoint
-
-            return GGUFCheckpoint.open_file(folder, _installed_gguf().get(folder))
         config_path = folder / CONFIG_FILE
         if not config_path.is_file():
             raise CheckpointError(f"source {str(folder)!r} has no {CONFIG_FILE}; a checkpoint folder "

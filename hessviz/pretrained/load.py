@@ -30,9 +30,9 @@ from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError, InputError, ModelRangeError
 from hessviz.inputs import FLOAT_DTYPES
 from hessviz.pretrained import tokens
-from hessviz.pretrained.checkpoint import Checkpoint
 from hessviz.pretrained.families import Family, family_of
 from hessviz.pretrained.module_source import encoder_layer
+from hessviz.pretrained.sources import open_source
 
 Source = str | os.PathLike
 TextOrIds = str | Sequence[int] | Tensor
@@ -68,7 +68,7 @@ class ModelInfo:
 
 
 def _open(source: Source) -> Family:
-    return family_of(Checkpoint.open(source))
+    return family_of(open_source(source))
 
 
 def _check_dtype(dtype: torch.dtype) -> torch.dtype:
