@@ -144,11 +144,11 @@ def _first(link: object, others: Sequence, limit: int) -> tuple:
     return tuple(dict.fromkeys([link, *others]))[:limit]
 
 
-def _norms(link: str) -> tuple[str, ...]:
-    return _first(link, views.PLACEMENTS, 4)
-
-
-NORM_LABEL = state.APP_SETTINGS["norm"].label
+def _placement(link: str) -> Baked:
+    """The LayerNorm placement as a baked control: the link's own first, then the three the Scaling
+    page sets side by side."""
+    norms = _first(link, views.PLACEMENTS, 4)
+    return Baked("norm", state.APP_SETTINGS["norm"].label, norms, norms)
 
 
 class ScalingLesson(LessonSpec):
@@ -171,8 +171,7 @@ class ScalingLesson(LessonSpec):
     def bake(self, s: Settled) -> list[Baked]:
         out = []
         if s.open("norm"):
-            norms = _norms(s.shared["norm"])
-            out.append(Baked("norm", NORM_LABEL, norms, norms))
+            out.append(_placement(s.shared["norm"]))
         if s.open("sc_blk"):
             blocks = _first(s.values["sc_blk"], self.BLOCKS, 3)
             texts = tuple(b.replace(",", "–") for b in blocks)
@@ -228,8 +227,7 @@ class SpectrumLesson(LessonSpec):
     def bake(self, s: Settled) -> list[Baked]:
         out = []
         if s.open("norm"):
-            norms = _norms(s.shared["norm"])
-            out.append(Baked("norm", NORM_LABEL, norms, norms))
+            out.append(_placement(s.shared["norm"]))
         if s.open("loss"):
             losses = _first(s.shared["loss"], ("mse", "ce"), 2)
             out.append(Baked("loss", state.APP_SETTINGS["loss"].label, losses, losses))
