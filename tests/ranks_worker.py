@@ -1,12 +1,16 @@
 """One rank of tests/test_ranks.py (spawned; imports only hessviz and torch, so it starts fast).
 
-Every case runs under one gloo group on loopback; each rank writes what it got to
-``out/rank{r}.pt`` for the parent to compare with one process holding the whole batch.
+Every case runs under one gloo group pinned to the loopback interface (``GLOO_SOCKET_IFNAME=lo``,
+so a host name that resolves elsewhere cannot matter); each rank writes what it got to
+``out/rank{r}.pt`` for the parent to compare with one process holding the whole batch, and its
+standard error (C++ aborts included) to ``out/rank{r}.log`` for the parent to show if it dies.
 """
 
 from __future__ import annotations
 
 import datetime
+import faulthandler
+import os
 import traceback
 
 import torch
@@ -72,6 +76,10 @@ def classifier(d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def run(
     rank: int, world: int, init: str, folder: str, ids: torch.Tensor, share: list[slice], out: str
 ) -> None:
+    log = open(f"{out}/rank{rank}.log", "w")  # noqa: SIM115 - open until the process ends
+    os.dup2(log.fileno(), 2)
+    faulthandler.enable(log)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=init, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60)

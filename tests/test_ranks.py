@@ -44,7 +44,9 @@ def spread(tmp_path_factory: pytest.TempPathFactory):
     try:
         while not ctx.join(timeout=1):
             if time.monotonic() > deadline:
-                pytest.fail("the two ranks did not finish within 120 s")
+                pytest.fail(f"the two ranks did not finish within 120 s\n{logs(root)}")
+    except mp.ProcessExitedException as died:
+        pytest.fail(f"{died}\n{logs(root)}")
     finally:
         for p in ctx.processes:
             if p.is_alive():
@@ -53,6 +55,16 @@ def spread(tmp_path_factory: pytest.TempPathFactory):
     for r, g in enumerate(got):
         assert "crash" not in g, f"rank {r}:\n{g.get('crash')}"
     return root / "gpt2", got
+
+
+def logs(root) -> str:
+    """What each rank wrote to its standard error (a C++ abort's message lands there)."""
+    parts = []
+    for r in range(2):
+        path = root / f"rank{r}.log"
+        text = path.read_text(errors="replace")[-4000:] if path.exists() else "(no log)"
+        parts.append(f"--- rank {r} ---\n{text}")
+    return "\n".join(parts)
 
 
 def close(a, b) -> bool:
