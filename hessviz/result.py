@@ -19,6 +19,7 @@ from torch import Tensor
 from hessviz import memory
 from hessviz.config import BlockConfig, parse_name
 from hessviz.errors import ConfigError
+from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator
 from hessviz.terms import NAMES, check_term
 
 if TYPE_CHECKING:
@@ -148,22 +149,33 @@ class HessianResult:
             raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
         return self.products
 
+    def operator(self, term: str = "full") -> HessianOperator:
+        """``term`` over :attr:`names` as a :class:`~hessviz.matfree.hessian_operator.HessianOperator`
+        ``(P', P')``: ``op @ v``, ``op.block(a, b)`` (names or head slices of covered weights),
+        ``op + op2``, ``c * op``, ``op.to_scipy()``, ``op.dense()``; the spectral tools of
+        :mod:`hessviz.matfree` take it. No dense term is formed."""
+        check_term(term)
+        return ProductsOperator(self._matrix_free(), term, self.names, self.names, self._covered, source=self)
+
+    def _covered(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """``names`` checked: each a name of this result or a head slice of one (for a block)."""
+        for name in names:                           # a head slice of a covered weight is covered
+            if parse_name(self.cfg.check_name(name)).base not in self.names:
+                self._check_covered(name)
+        return names
+
     def matvec(self, v: Tensor, term: str = "full") -> Tensor:
         """``H v`` for ``v (P',)`` or ``(P', k)``, without forming ``H`` (``P'`` = :attr:`size`);
         ``v`` is cast to the products' dtype and device
         (:meth:`~hessviz.matfree.operator.MatrixFreeHessian.matvec`)."""
-        return self._matrix_free().matvec(v, term)
+        return self.operator(term) @ v
 
     def linear_operator(self, term: str = "full") -> LinearOperator:
         """The ``(P', P')`` term as a float64 ``scipy.sparse.linalg.LinearOperator``."""
-        return self._matrix_free().linear_operator(term)
+        return self.operator(term).to_scipy()
 
     def block_operator(self, a: str | tuple[str, ...], b: str | tuple[str, ...],
                        term: str = "full") -> LinearOperator:
         """The block ``H[a, b]`` as a ``LinearOperator`` (``a``, ``b``: names or head slices,
         each covered by this result); ``(|a|, |b|)``, ``rmatvec`` is ``H[b, a]``."""
-        rows, cols = ((x,) if isinstance(x, str) else tuple(x) for x in (a, b))
-        for name in rows + cols:                     # a head slice of a covered weight is covered
-            if parse_name(self.cfg.check_name(name)).base not in self.names:
-                self._check_covered(name)
-        return self._matrix_free().linear_operator(term, rows, cols)
+        return self.operator(term).block(a, b).to_scipy()

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from functools import cached_property
 
 import numpy as np
-import torch
 from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
@@ -35,6 +34,7 @@ from hessviz.errors import InputError
 from hessviz.matfree import graphs, memory
 from hessviz.matfree.autograd import AutogradProducts
 from hessviz.matfree.block import build
+from hessviz.matfree.hessian_operator import ProductsOperator
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.tape import Tape
 from hessviz.terms import check_term
@@ -43,24 +43,6 @@ BATCH = 8
 """Product columns per sweep. On the bench layer (MiniLM, L = 24, 1 thread) 4 or 8 columns cost
 ≈ 0.8× a single product per column and 16 more than 8 (their weight tangents, 16 × 14 MiB, no
 longer share the cache), so wider batches are swept 8 columns at a time."""
-
-
-def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v") -> tuple[Tensor, bool]:
-    """``v (size,)`` or ``(size, k)`` as a ``(k, size)`` tensor like ``like``; and whether it was 1-D."""
-    if isinstance(v, np.ndarray):
-        v = torch.from_numpy(np.ascontiguousarray(v))
-    if not isinstance(v, Tensor):
-        raise InputError(f"{field} must be a torch.Tensor or numpy array of shape ({size},) or ({size}, k), "
-                         f"got {type(v).__name__}")
-    if v.ndim not in (1, 2) or v.shape[0] != size:
-        raise InputError(f"{field} must have shape ({size},) or ({size}, k), got {tuple(v.shape)}")
-    if not v.is_floating_point():
-        raise InputError(f"{field} must be a floating-point tensor, got {v.dtype}")
-    vector = v.ndim == 1
-    V = v.to(dtype=like.dtype, device=like.device).reshape(size, -1).T
-    if not V.is_contiguous():                      # (P, k) C-contiguous: one copy into (k, P) rows
-        V = memory.empty(tuple(V.shape), like).copy_(V)
-    return V, vector
 
 
 class MatrixFreeHessian:
@@ -135,6 +117,14 @@ class MatrixFreeHessian:
             rows.gather(prods, chunk.shape[0], chunk, out=part)
         return out
 
+    def operator(self, term: str = "full", rows: Sequence[str] | None = None,
+                 cols: Sequence[str] | None = None) -> ProductsOperator:
+        """``H[rows, cols]`` of ``term`` as a :class:`~hessviz.matfree.hessian_operator.HessianOperator`
+        (names as ``cfg`` spells them; default: every name of this object)."""
+        check_term(term)
+        rows = self.names if rows is None else tuple(rows)
+        return ProductsOperator(self, term, rows, rows if cols is None else tuple(cols))
+
     def matvec(self, v: Tensor | np.ndarray, term: str = "full", rows: Sequence[str] | None = None,
                cols: Sequence[str] | None = None) -> Tensor:
         """``H v`` for ``v (P',)`` or ``(P', k)`` (same shape back; ``P'`` of ``cols``).
@@ -144,24 +134,9 @@ class MatrixFreeHessian:
         anything but a floating-point tensor or array is refused. A ``(P', k)`` ``v`` in either
         memory layout is swept ``k`` columns at a time as contiguous ``(k, P')`` rows (a
         C-contiguous ``v`` is copied once into that layout); the result is ``(P', k)``, F-contiguous."""
-        check_term(term)
-        r, c = self.layout(rows), self.layout(cols)
-        V, vector = as_columns(v, c.size, self.X)
-        out = self.product(V, term, r, c).T
-        return out.reshape(-1) if vector else out
+        return self.operator(term, rows, cols) @ v
 
     def linear_operator(self, term: str = "full", rows: Sequence[str] | None = None,
                         cols: Sequence[str] | None = None) -> LinearOperator:
         """``H[rows, cols]`` as a float64 scipy ``LinearOperator`` (``rmatvec`` is ``H[cols, rows]``)."""
-        check_term(term)
-        r, c = self.layout(rows), self.layout(cols)
-
-        def apply(a: Layout, b: Layout):
-            def f(x: np.ndarray) -> np.ndarray:
-                V, _ = as_columns(np.asarray(x, dtype=np.float64).reshape(b.size, -1), b.size, self.X)
-                return self.product(V, term, a, b).T.to(torch.float64).cpu().numpy()
-            return f
-
-        forward, backward = apply(r, c), apply(c, r)
-        return LinearOperator((r.size, c.size), matvec=forward, matmat=forward, rmatvec=backward,
-                              rmatmat=backward, dtype=np.float64)
+        return self.operator(term, rows, cols).to_scipy()

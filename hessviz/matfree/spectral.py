@@ -1,8 +1,9 @@
 r"""Spectra and traces from products alone: Lanczos eigenpairs, SLQ densities, Hutch++ traces.
 
-Every tool takes a :class:`~hessviz.result.HessianResult` (or anything with ``products``),
-a ``term``, a ``seed`` (same seed, same numbers) and a ``progress`` callback
-``progress(done, total, message)`` called after each batch of products (``total`` is
+Every tool takes a :class:`~hessviz.matfree.hessian_operator.HessianOperator` (``res.operator(term)``;
+``names`` then in its own spelling), or a result (``hv.hessian``'s, ``hv.model_hessian``'s: anything
+with ``products``) and a ``term`` (default ``"full"``); a ``seed`` (same seed, same numbers) and a
+``progress`` callback ``progress(done, total, message)`` called after each batch of products (``total`` is
 ``None`` where it is not known in advance). An exception raised by the callback cancels the
 computation and propagates.
 
@@ -38,6 +39,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from torch import Tensor
 
 from hessviz.errors import ConfigError
+from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator, head_blocks
 from hessviz.matfree.lanczos import REORTH, check_bound, extremes, start_vector, tridiagonal
 from hessviz.matfree.operator import BATCH
 from hessviz.matfree.probes import rademacher
@@ -54,26 +56,40 @@ def _check_count(name: str, value: object, minimum: int) -> int:
     return value
 
 
-class _Products:
-    """``(k, |cols|) -> (k, |rows|)`` products of one block of ``res``, counted and reported."""
+def _operator(res, term: str | None, rows: Sequence[str] | None,
+              cols: Sequence[str] | None) -> HessianOperator:
+    """The operator the tools run on: ``res`` itself when it is a :class:`HessianOperator` (its
+    block ``rows × cols`` when given, in its own spelling; ``term`` must be ``None`` or its own), else
+    ``term`` (default ``"full"``) of a result's products (names as its ``cfg`` spells them)."""
+    if isinstance(res, HessianOperator):
+        if term is not None and term != res.term:
+            raise ConfigError(f"term={term!r} with an operator of term {res.term!r}: an operator carries its "
+                              "term; take res.operator(term) for another")
+        return res if rows is None else res.block(rows, cols)
+    term = "full" if term is None else term
+    check_term(term)
+    mf = getattr(res, "products", None)
+    if mf is None:
+        raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
+    return ProductsOperator(mf, term, mf.names if rows is None else tuple(rows),
+                            mf.names if cols is None else tuple(cols), source=res)
 
-    def __init__(self, res, term: str, rows: Sequence[str] | None, cols: Sequence[str] | None,
+
+class _Products:
+    """``(k, n) -> (k, m)`` products of one operator (:func:`_operator`), counted and reported."""
+
+    def __init__(self, res, term: str | None, rows: Sequence[str] | None, cols: Sequence[str] | None,
                  progress: Progress | None, total: int | None, what: str):
-        check_term(term)
-        mf = res.products
-        if mf is None:
-            raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
-        self.mf, self.term = mf, term
-        self.rows, self.cols = mf.layout(rows), mf.layout(cols)
+        self.op = _operator(res, term, rows, cols)
+        self.term, self.size, self.like = self.op.term, self.op.shape[0], self.op.like
         self.progress, self.total, self.what = progress, total, what
         self.done = 0
-        self.like = mf.X
 
     takes_out = True
     """:func:`~hessviz.matfree.lanczos.apply_into` may hand ``out=`` (a basis row) for the result."""
 
     def __call__(self, V: Tensor, out: Tensor | None = None) -> Tensor:
-        out = self.mf.product(V, self.term, self.rows, self.cols, out=out)
+        out = self.op.apply(V, out=out)
         self.done += V.shape[0]
         if self.progress is not None:
             self.progress(self.done, self.total, f"{self.what}: {self.done} products")
@@ -81,9 +97,9 @@ class _Products:
 
     def scipy(self) -> LinearOperator:
         def f(x: np.ndarray) -> np.ndarray:
-            X = torch.from_numpy(np.asarray(x, dtype=np.float64).reshape(self.cols.size, -1))
+            X = torch.from_numpy(np.asarray(x, dtype=np.float64).reshape(self.size, -1))
             return self(X.T.to(self.like)).T.to(torch.float64).cpu().numpy()
-        return LinearOperator((self.rows.size, self.cols.size), matvec=f, matmat=f, dtype=np.float64)
+        return LinearOperator((self.size, self.size), matvec=f, matmat=f, dtype=np.float64)
 
 
 # ----------------------------------------------------------------------------- eigenpairs
@@ -120,8 +136,9 @@ def _check_tol(tol: object) -> float:
     return float(tol)
 
 
-def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names: Sequence[str] | None = None,
-               seed: int = 0, tol: float = 1e-8, vectors: bool = False, ncv: int | None = None,
+def eigenpairs(res, term: str | None = None, k: int = 5, which: str = "top", *,
+               names: Sequence[str] | None = None, seed: int = 0, tol: float = 1e-8, vectors: bool = False,
+               ncv: int | None = None,
                solver: str = "auto", progress: Progress | None = None, bound: str = "residual",
                start: Tensor | None = None, check: bool = True, reorth: str = "auto") -> Eigenpairs:
     """The ``k`` largest (``top``), smallest (``bottom``) or largest-magnitude (``magnitude``)
@@ -150,7 +167,7 @@ def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names
     check_bound(bound)
     tol = _check_tol(tol)
     ops = _Products(res, term, names, names, progress, None, f"{which}-{k} eigenvalues")
-    n = ops.rows.size
+    n = ops.size
     _check_count("k", k, 1)
     if k >= n:
         raise ConfigError(f"k must be < the operator size {n} for Lanczos, got {k}; use the dense term")
@@ -162,7 +179,7 @@ def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names
                     return_eigenvectors=vectors)
         vals, vecs = (out if vectors else (out, None))
         order = np.argsort(vals)
-        return Eigenpairs(np.asarray(vals)[order], None if vecs is None else vecs[:, order], which, term,
+        return Eigenpairs(np.asarray(vals)[order], None if vecs is None else vecs[:, order], which, ops.term,
                           ops.done, time.perf_counter() - began, "implicitly restarted Lanczos (scipy eigsh)")
     r = extremes(ops, n, k, which, tol=tol, seed=seed, like=ops.like, ncv=ncv, vectors=vectors, bound=bound,
                  start=start, check=check, reorth=reorth)
@@ -172,11 +189,11 @@ def eigenpairs(res, term: str = "full", k: int = 5, which: str = "top", *, names
     values = r.values.numpy()
     order = np.argsort(values)
     vecs = None if r.vectors is None else r.vectors.T.to(torch.float64).cpu().numpy()[:, order]
-    return Eigenpairs(values[order], vecs, which, term, ops.done, time.perf_counter() - began,
+    return Eigenpairs(values[order], vecs, which, ops.term, ops.done, time.perf_counter() - began,
                       residuals=r.residuals.numpy()[order], converged=r.converged)
 
 
-def top_eigenvalues(res, term: str = "full", k: int = 5, **kw) -> np.ndarray:
+def top_eigenvalues(res, term: str | None = None, k: int = 5, **kw) -> np.ndarray:
     """The ``k`` largest eigenvalues, descending (see :func:`eigenpairs`)."""
     return eigenpairs(res, term, k, "top", **kw).values[::-1].copy()
 
@@ -233,8 +250,9 @@ class Density:
         return grid, phi
 
 
-def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names: Sequence[str] | None = None,
-            seed: int = 0, progress: Progress | None = None, reorth: str = "partial",
+def density(res, term: str | None = None, probes: int = 10, steps: int = 80, *,
+            names: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None,
+            reorth: str = "partial",
             group: int | None = None, executor: cf.Executor | None = None) -> Density:
     """The spectral density of ``term`` by SLQ with ``probes`` probes of ``steps`` Lanczos steps.
 
@@ -259,11 +277,12 @@ def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names
     _check_count("steps", steps, 1)
     if reorth not in REORTH:
         raise ConfigError(f"reorth must be one of {REORTH}, got {reorth!r}")
-    if executor is not None and getattr(res, "problem", None) is None:
-        raise ConfigError("density(executor=...) needs a result a worker can rebuild: hv.model_hessian's "
-                          f"(it has .problem); got {type(res).__name__}")
     ops = _Products(res, term, names, names, progress, probes * steps, "spectral density (SLQ)")
-    n = ops.rows.size
+    source = getattr(ops.op, "source", None)
+    if executor is not None and (getattr(source, "problem", None) is None or ops.op.rows != ops.op.cols):
+        raise ConfigError("density(executor=...) needs a result a worker can rebuild: hv.model_hessian's "
+                          f"(it has .problem), or a diagonal block of its operator; got {type(res).__name__}")
+    n = ops.size
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     per_step = 1 if reorth == "none" else min(steps, n)              # vectors kept per probe
@@ -284,8 +303,9 @@ def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names
                 progress(min(probes, firsts[i] + group) * length, probes * length,
                          f"spectral density (SLQ): group {i + 1} of {len(firsts)}")
 
-        calls = [(term, names, V[f:f + group].cpu(), steps, reorth) for f in firsts]
-        runs = [ab for part in run_tasks(executor, remote_tridiagonal, calls, (res.problem,), arrived)
+        inner = ops.op.resolve(ops.op.rows)               # the names as the worker's products spell them
+        calls = [(ops.term, inner, V[f:f + group].cpu(), steps, reorth) for f in firsts]
+        runs = [ab for part in run_tasks(executor, remote_tridiagonal, calls, (source.problem,), arrived)
                 for ab in part]
         done = probes * length                          # what tridiagonal runs, as ops.done counts
     nodes, weights = [], []
@@ -294,7 +314,7 @@ def density(res, term: str = "full", probes: int = 10, steps: int = 80, *, names
         theta, Y = torch.linalg.eigh(T.to(torch.float64).cpu())
         nodes.append(theta.numpy())
         weights.append((Y[0] ** 2).numpy())
-    return Density(nodes, weights, n, term, steps, done, time.perf_counter() - start)
+    return Density(nodes, weights, n, ops.term, steps, done, time.perf_counter() - start)
 
 
 def remote_tridiagonal(problem, term: str, names: Sequence[str] | None, v0: Tensor, steps: int,
@@ -324,7 +344,7 @@ def _quadratic(ops: _Products, V: Tensor) -> Tensor:
     return torch.bmm(ops(V)[:, None, :], V[:, :, None]).flatten()
 
 
-def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *,
+def trace(res, term: str | None = None, samples: int = 30, method: str = "hutch++", *,
           names: Sequence[str] | None = None, seed: int = 0,
           progress: Progress | None = None) -> TraceEstimate:
     """``tr`` of ``term`` (or of the diagonal block ``names``) from ``samples`` products.
@@ -341,16 +361,16 @@ def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *
         raise ConfigError(f"method must be 'hutchinson' or 'hutch++', got {method!r}")
     _check_count("samples", samples, 3 if method == "hutch++" else 1)
     ops = _Products(res, term, names, names, progress, samples, f"trace ({method})")
-    n = ops.rows.size
+    n = ops.size
     if samples >= n:
         eye = torch.eye(n, dtype=ops.like.dtype, device=ops.like.device)
-        return TraceEstimate(float(torch.diagonal(ops(eye)).sum()), 0.0, ops.done, "exact", term)
+        return TraceEstimate(float(torch.diagonal(ops(eye)).sum()), 0.0, ops.done, "exact", ops.term)
     gen = torch.Generator().manual_seed(seed)
     if method == "hutchinson":                                     # BATCH probes side by side at a time
         quad = torch.cat([_quadratic(ops, rademacher(n, min(BATCH, samples - first), gen, ops.like))
                           for first in range(0, samples, BATCH)])
         return TraceEstimate(float(quad.mean()), float(quad.std() / math.sqrt(samples)) if samples > 1
-                             else float("nan"), ops.done, method, term)
+                             else float("nan"), ops.done, method, ops.term)
     s = samples // 3
     S = rademacher(n, s, gen, ops.like)
     Q, _ = torch.linalg.qr(ops(S).T)                              # (n, s) orthonormal
@@ -360,21 +380,18 @@ def trace(res, term: str = "full", samples: int = 30, method: str = "hutch++", *
     HG = ops(G)
     quad = (HG * G).sum(1) - ((HG @ Q) * (G @ Q)).sum(1)
     stderr = float(quad.std() / math.sqrt(quad.numel())) if quad.numel() > 1 else float("nan")
-    return TraceEstimate(float(exact + quad.mean()), stderr, ops.done, method, term)
+    return TraceEstimate(float(exact + quad.mean()), stderr, ops.done, method, ops.term)
 
 
 # ----------------------------------------------------------------------------- per block
 
 
 def block_names(res, by_head: bool = True) -> tuple[str, ...]:
-    """Every block of ``res``: each weight, or each head of a headed weight when ``by_head``."""
-    cfg, out = res.cfg, []
-    for name in res.names:
-        if by_head and cfg.is_headed(name) and cfg.n_heads > 1:
-            out.extend(cfg.head_names(name))
-        else:
-            out.append(name)
-    return tuple(out)
+    """Every block of ``res`` (a result, or an operator in its own spelling): each weight, or each
+    head of a headed weight when ``by_head``."""
+    if isinstance(res, HessianOperator):
+        return res.block_names(by_head)
+    return head_blocks(res.cfg, res.names, by_head)
 
 
 @dataclass(frozen=True)
@@ -405,7 +422,7 @@ EXACT_BLOCK = 256
 (``|b|`` products build the block), larger ones Lanczos and Hutch++."""
 
 
-def block_table(res, term: str = "full", blocks: Sequence[str] | None = None, *, by_head: bool = True,
+def block_table(res, term: str | None = None, blocks: Sequence[str] | None = None, *, by_head: bool = True,
                 trace_samples: int = 30, exact_limit: int = EXACT_BLOCK, tol: float = 1e-6, seed: int = 0,
                 progress: Progress | None = None, bound: str = "residual",
                 starts: Mapping[str, Tensor] | None = None, check: bool = True) -> BlockTable:
@@ -416,7 +433,8 @@ def block_table(res, term: str = "full", blocks: Sequence[str] | None = None, *,
     ``bound`` and ``check`` as there, from ``starts[b]`` where given) and :func:`trace` (Hutch++,
     ``trace_samples`` products).
     """
-    blocks = block_names(res, by_head) if blocks is None else tuple(blocks)
+    whole = _operator(res, term, None, None)
+    blocks = block_names(whole, by_head) if blocks is None else tuple(blocks)
     start = time.perf_counter()
     rows, done = [], 0
 
@@ -426,7 +444,7 @@ def block_table(res, term: str = "full", blocks: Sequence[str] | None = None, *,
 
     for b in blocks:
         ops = _Products(res, term, (b,), (b,), step, None, b)
-        n = ops.rows.size
+        n = ops.size
         if n <= exact_limit:
             eye = torch.eye(n, dtype=ops.like.dtype, device=ops.like.device)
             Hb = ops(eye).to(torch.float64).cpu()
@@ -441,4 +459,4 @@ def block_table(res, term: str = "full", blocks: Sequence[str] | None = None, *,
         done += top.matvecs + tr.matvecs
     if progress is not None:
         progress(len(blocks), len(blocks), "done")
-    return BlockTable(rows, term, done, time.perf_counter() - start)
+    return BlockTable(rows, whole.term, done, time.perf_counter() - start)

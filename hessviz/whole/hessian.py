@@ -40,6 +40,7 @@ from hessviz.config import BlockConfig
 from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
 from hessviz.matfree.block import build_at_output
+from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import BATCH, MatrixFreeHessian
 from hessviz.pretrained.objectives import LMHead
@@ -260,20 +261,30 @@ class ModelHessian:
     def _names(self, names: Sequence[str] | str | None) -> tuple[str, ...] | None:
         return None if names is None else _internal(self.cfg, names)
 
+    def operator(self, term: str = "full") -> HessianOperator:
+        """``term`` over :attr:`names` as a :class:`~hessviz.matfree.hessian_operator.HessianOperator`
+        ``(P', P')``, its names and blocks in the public spelling (``l{i}.W_Q[h]``, ``head.W``)."""
+        check_term(term)
+        names = self.public_names
+        return ProductsOperator(self.products, term, names, names, functools.partial(_internal, self.cfg),
+                                functools.partial(_public, self.cfg), source=self)
+
     def matvec(self, v: Tensor | np.ndarray, term: str = "full", rows: Sequence[str] | None = None,
                cols: Sequence[str] | None = None) -> Tensor:
         """``H v`` for ``v (P',)`` or ``(P', k)``; ``rows``/``cols`` restrict to a block."""
-        return self.products.matvec(v, term, self._names(rows), self._names(cols))
+        op = self.operator(term)
+        if rows is not None or cols is not None:
+            op = op.block(op.rows if rows is None else rows, op.cols if cols is None else cols)
+        return op @ v
 
     def linear_operator(self, term: str = "full") -> LinearOperator:
         """``term`` over ``names`` as a float64 scipy ``LinearOperator``."""
-        return self.products.linear_operator(term)
+        return self.operator(term).to_scipy()
 
     def block_operator(self, rows: Sequence[str] | str, cols: Sequence[str] | str | None = None,
                        term: str = "full") -> LinearOperator:
         """``H[rows, cols]`` (``cols`` defaults to ``rows``: a diagonal block) as a ``LinearOperator``."""
-        r = self._names(rows)
-        return self.products.linear_operator(term, r, r if cols is None else self._names(cols))
+        return self.operator(term).block(rows, cols).to_scipy()
 
     def gradient(self, names: Sequence[str] | str | None = None) -> dict[str, Tensor]:
         """``∂ℓ/∂W`` per name (public names; default ``names``), the mean over the sequences."""

@@ -1,0 +1,379 @@
+r"""One operator type for every Hessian: ``op @ v``, blocks, sums, scipy and curvlinops views.
+
+A :class:`HessianOperator` is the linear map ``θ'_cols → θ'_rows`` of one term of a Hessian
+(``H``, or a block ``H[a, b]`` of it), with ``shape == (|rows|, |cols|)``. An *engine* is one
+subclass with one method, :meth:`HessianOperator._matmat`: ``V (k, n) ↦ (k, m)``, the products of
+``k`` vectors given as the **rows** of ``V`` (each row unit-stride: the layout every sweep works in,
+so a Lanczos basis row can be a product's own buffer). Everything else is written once, here:
+``op @ v`` for ``v (n,)`` or ``(n, k)``, :meth:`~HessianOperator.block`, ``op + op2``, ``c * op``,
+``op.T``, :meth:`~HessianOperator.to_scipy`, :meth:`~HessianOperator.to_curvlinops`,
+:meth:`~HessianOperator.dense`; and :mod:`hessviz.matfree`'s spectral tools take any operator.
+
+The engines:
+
+* :class:`ProductsOperator`: the closed-form products of a result, one tangent-forward and one
+  tangent-reverse sweep per column (``hv.hessian``'s
+  :class:`~hessviz.matfree.operator.MatrixFreeHessian`, the autograd reference through the same
+  class, and ``hv.model_hessian``'s :class:`~hessviz.whole.hessian.BatchProducts`). A block is
+  the same sweep with the tangent on ``b`` and the product read on ``a``: ``O(|a| + |b|)`` work
+  beyond the sweep, nothing of size ``P × P``.
+* :class:`DenseOperator`: a ``(m, n)`` matrix already formed (a dense term), ``V ↦ V Mᵀ``.
+* :class:`SumOperator` and :class:`ScaledOperator`: ``Σ_i op_i`` and ``c · op``.
+
+>>> import torch, hessviz as hv
+>>> cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=6, n_heads=2, out_proj=True)
+>>> res = hv.hessian(cfg, hv.init_params(cfg, seed=0), *hv.sample_inputs(cfg, seed=0), wrt=("W_Q", "W_V"))
+>>> op = res.operator()
+>>> op.shape, op.block("W_Q[1]", "W_V").shape
+((32, 32), (8, 16))
+>>> v = torch.ones(32, dtype=torch.float64)
+>>> bool(torch.allclose(op @ v, (res.operator("outer") + res.operator("functional")) @ v, atol=1e-12))
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from numbers import Real
+
+import numpy as np
+import torch
+from scipy.sparse.linalg import LinearOperator
+from torch import Tensor
+
+from hessviz import memory as host_memory
+from hessviz.errors import ConfigError, InputError
+from hessviz.matfree import memory
+
+Names = tuple[str, ...]
+
+DENSE_COLUMNS = 64
+"""Columns per product when :meth:`HessianOperator.dense` builds the matrix (each engine sweeps
+them in its own batches)."""
+
+
+def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v") -> tuple[Tensor, bool]:
+    """``v (size,)`` or ``(size, k)`` as a ``(k, size)`` tensor like ``like``; and whether it was 1-D."""
+    if isinstance(v, np.ndarray):
+        v = torch.from_numpy(np.ascontiguousarray(v))
+    if not isinstance(v, Tensor):
+        raise InputError(f"{field} must be a torch.Tensor or numpy array of shape ({size},) or ({size}, k), "
+                         f"got {type(v).__name__}")
+    if v.ndim not in (1, 2) or v.shape[0] != size:
+        raise InputError(f"{field} must have shape ({size},) or ({size}, k), got {tuple(v.shape)}")
+    if not v.is_floating_point():
+        raise InputError(f"{field} must be a floating-point tensor, got {v.dtype}")
+    vector = v.ndim == 1
+    V = v.to(dtype=like.dtype, device=like.device).reshape(size, -1).T
+    if not V.is_contiguous():                      # (P, k) C-contiguous: one copy into (k, P) rows
+        V = memory.empty(tuple(V.shape), like).copy_(V)
+    return V, vector
+
+
+def _names(x: str | Sequence[str]) -> Names:
+    return (x,) if isinstance(x, str) else tuple(x)
+
+
+class HessianOperator:
+    """The ``(m, n)`` operator of one Hessian term (or block) on ``θ'``; an engine writes :meth:`_matmat`.
+
+    ``rows`` and ``cols`` are the names along each side (in the result's own spelling, in θ order);
+    ``term`` says what it is (``"full"``, ``"outer"``, ``"functional"`` or an expression of them).
+    """
+
+    def __init__(self, rows: Names, cols: Names, shape: tuple[int, int], dtype: torch.dtype,
+                 device: torch.device | str, term: str):
+        self.rows, self.cols, self.term = rows, cols, term
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.dtype, self.device = dtype, torch.device(device)
+
+    # ------------------------------------------------------------------ what an engine writes
+
+    def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        """``V (k, n) ↦ (k, m)``: the product of each row of ``V`` (``V`` has this operator's dtype
+        and device, unit-stride rows). ``out``, when given, is a ``(k, m)`` tensor with unit-stride
+        rows the engine may write the result into (and return); an engine may also ignore it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _matmat")
+
+    def _block(self, rows: Names, cols: Names) -> HessianOperator:
+        """The sub-operator of names ``rows × cols`` (engines with names override this)."""
+        raise ConfigError(f"a {type(self).__name__} has no named blocks")
+
+    def _transpose(self) -> HessianOperator:
+        """``opᵀ``. A Hessian is symmetric: a diagonal operator is its own transpose, and an
+        engine's off-diagonal block ``H[a, b]`` transposes to ``H[b, a]``."""
+        if self.rows == self.cols:
+            return self
+        raise ConfigError(f"a {type(self).__name__} block has no transpose")
+
+    # ------------------------------------------------------------------ written once for all
+
+    def apply(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        """``V (k, n) ↦ (k, m)`` in the rows layout, written into ``out`` when given (what the
+        spectral tools call; ``op @ v`` is the column-vector face of the same product)."""
+        result = self._matmat(V, out)
+        if out is not None and result is not out:
+            return out.copy_(result)
+        return result
+
+    @property
+    def like(self) -> Tensor:
+        """An empty tensor of this operator's dtype and device."""
+        return torch.empty(0, dtype=self.dtype, device=self.device)
+
+    def __matmul__(self, v: Tensor | np.ndarray) -> Tensor:
+        """``op @ v`` for ``v (n,)`` or ``(n, k)`` (the same shape back, ``m`` rows); ``v`` is cast
+        to the operator's dtype and device."""
+        V, vector = as_columns(v, self.shape[1], self.like)
+        out = self.apply(V).T
+        return out.reshape(-1) if vector else out
+
+    def block(self, a: str | Sequence[str], b: str | Sequence[str] | None = None) -> HessianOperator:
+        """The sub-operator ``H[a, b]`` of names (or head slices) ``a`` × ``b``; ``b`` defaults to
+        ``a`` (a diagonal block). ``(|a|, |b|)``; its transpose is ``H[b, a]``."""
+        rows = _names(a)
+        cols = rows if b is None else _names(b)
+        if not rows or not cols:
+            raise ConfigError("block needs at least one name on each side, e.g. op.block('W_Q', 'W_V')")
+        return self._block(rows, cols)
+
+    def block_names(self, by_head: bool = True) -> Names:
+        """The diagonal blocks a per-block table reads (:func:`hessviz.matfree.block_table`): each
+        name of :attr:`rows` (an engine with heads splits each headed weight into its heads)."""
+        return self.rows
+
+    @property
+    def T(self) -> HessianOperator:  # noqa: N802 - the name every linear-algebra library uses
+        return self._transpose()
+
+    def __add__(self, other: object) -> HessianOperator:
+        if not isinstance(other, HessianOperator):
+            return NotImplemented
+        if other.shape != self.shape or (other.rows, other.cols) != (self.rows, self.cols):
+            raise ConfigError(f"cannot add operators over different names: {self.rows} × {self.cols} "
+                              f"{self.shape} and {other.rows} × {other.cols} {other.shape}")
+        if (other.dtype, other.device) != (self.dtype, self.device):
+            raise ConfigError(f"cannot add operators of {self.dtype} on {self.device} and {other.dtype} on "
+                              f"{other.device}")
+        return SumOperator((self, other))
+
+    def __mul__(self, c: object) -> HessianOperator:
+        if isinstance(c, Tensor) and c.numel() == 1:
+            c = c.item()
+        if isinstance(c, bool) or not isinstance(c, Real) or not np.isfinite(float(c)):
+            return NotImplemented
+        return ScaledOperator(self, float(c))
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> HessianOperator:
+        return ScaledOperator(self, -1.0)
+
+    def __sub__(self, other: object) -> HessianOperator:
+        if not isinstance(other, HessianOperator):
+            return NotImplemented
+        return self + (-other)
+
+    def to_scipy(self) -> LinearOperator:
+        """A float64 ``scipy.sparse.linalg.LinearOperator`` of this shape; ``rmatvec`` is ``opᵀ``
+        (float64 on the CPU whatever the products' dtype and device)."""
+        def face(op: HessianOperator) -> Callable[[np.ndarray], np.ndarray]:
+            def f(x: np.ndarray) -> np.ndarray:
+                X = np.asarray(x, dtype=np.float64).reshape(op.shape[1], -1)
+                V, _ = as_columns(X, op.shape[1], op.like)
+                return op.apply(V).T.to(torch.float64).cpu().numpy()
+            return f
+
+        forward = face(self)
+        backward = forward if self.rows == self.cols else face(self.T)
+        return LinearOperator(self.shape, matvec=forward, matmat=forward, rmatvec=backward, rmatmat=backward,
+                              dtype=np.float64)
+
+    def to_curvlinops(self):
+        """This operator as a curvlinops ``PyTorchLinearOperator`` (curvlinops ≥ 3, the ``bench``
+        extra), so its estimators (``hutchinson_trace``, ``hutchpp_trace``, ``hutchinson_diag``, …)
+        run on hessviz's exact products. One flat tensor on each side: ``[(n,)] → [(m,)]``."""
+        try:
+            from curvlinops._torch_base import PyTorchLinearOperator
+        except ImportError as e:
+            raise ImportError("to_curvlinops needs curvlinops >= 3: pip install 'hessviz[bench]' "
+                              "(curvlinops-for-pytorch, installed with --no-deps)") from e
+        return _curvlinops_view(PyTorchLinearOperator, self)
+
+    def dense(self) -> Tensor:
+        """The ``(m, n)`` matrix, from ``n`` products in sweeps of columns, under the memory guard
+        (``hessviz.set_memory_limit``)."""
+        m, n = self.shape
+        size = self.like.element_size()
+        host_memory.check_fits(f"a dense operator ({m} x {n})", (m * n + DENSE_COLUMNS * (m + n)) * size,
+                               self.device, "take blocks with op.block(a, b), or products with op @ v")
+        out = memory.empty((n, m), self.like)
+        eye = torch.eye(n, dtype=self.dtype, device=self.device)
+        for first in range(0, n, DENSE_COLUMNS):
+            self.apply(eye[first:first + DENSE_COLUMNS], out=out[first:first + DENSE_COLUMNS])
+        return out.T
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.term!r}, rows={self.rows}, cols={self.cols}, "
+                f"shape={self.shape}, {self.dtype}, {self.device})")
+
+
+class ProductsOperator(HessianOperator):
+    """``term`` of the products ``products`` (anything with ``layout(names)`` and
+    ``product(V, term, rows, cols, out=)``: a :class:`~hessviz.matfree.operator.MatrixFreeHessian`
+    or a :class:`~hessviz.whole.hessian.BatchProducts`) on the layouts of ``rows`` × ``cols``.
+
+    ``resolve`` turns names as the result spells them into the products' own spelling, checked
+    (a one-layer model's ``l0.W_Q`` is the block's ``W_Q``), and ``spell`` turns them back: the
+    operator's ``rows`` and ``cols`` are the result's names in θ order. ``source``, the result,
+    lends its ``cfg`` and ``names`` to :func:`hessviz.matfree.block_names`."""
+
+    def __init__(self, products, term: str, rows: Names, cols: Names,
+                 resolve: Callable[[Names], Names] = tuple, spell: Callable[[str], str] = str,
+                 source: object = None):
+        self.products, self.resolve, self.spell, self.source = products, resolve, spell, source
+        self.row_layout = products.layout(resolve(rows))
+        self.col_layout = self.row_layout if cols == rows else products.layout(resolve(cols))
+        like = products.X
+        super().__init__(tuple(map(spell, self.row_layout.names)), tuple(map(spell, self.col_layout.names)),
+                         (self.row_layout.size, self.col_layout.size), like.dtype, like.device, term)
+
+    def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        return self.products.product(V, self.term, self.row_layout, self.col_layout, out=out)
+
+    def block_names(self, by_head: bool = True) -> Names:
+        inner = head_blocks(self.products.cfg, self.row_layout.names, by_head)
+        return tuple(map(self.spell, inner))
+
+    def _block(self, rows: Names, cols: Names) -> HessianOperator:
+        return ProductsOperator(self.products, self.term, rows, cols, self.resolve, self.spell, self.source)
+
+    def _transpose(self) -> HessianOperator:
+        if self.rows == self.cols:
+            return self
+        return ProductsOperator(self.products, self.term, self.cols, self.rows, self.resolve, self.spell,
+                                self.source)
+
+
+class DenseOperator(HessianOperator):
+    """A formed ``(m, n)`` matrix ``M`` (a dense term) as an operator: ``V ↦ V Mᵀ``. Its blocks are
+    the matrix's own rows and columns, by ``rows`` and ``cols`` (whole names only)."""
+
+    def __init__(self, matrix: Tensor, rows: Names, cols: Names | None = None,
+                 sizes: dict[str, int] | None = None, term: str = "full"):
+        cols = rows if cols is None else cols
+        if matrix.ndim != 2:
+            raise InputError(f"matrix must be 2-D, got shape {tuple(matrix.shape)}")
+        self.matrix, self.sizes = matrix, sizes
+        super().__init__(rows, cols, tuple(matrix.shape), matrix.dtype, matrix.device, term)
+
+    def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        return torch.matmul(V, self.matrix.T, out=out)
+
+    def _block(self, rows: Names, cols: Names) -> HessianOperator:
+        if self.sizes is None:
+            raise ConfigError("this DenseOperator was made without sizes: it has no named blocks")
+        return DenseOperator(self.matrix[self._index(self.rows, rows)][:, self._index(self.cols, cols)],
+                             rows, cols, self.sizes, self.term)
+
+    def _index(self, side: Names, names: Names) -> Tensor:
+        starts, at = {}, 0
+        for name in side:
+            starts[name] = at
+            at += self.sizes[name]
+        unknown = [n for n in names if n not in starts]
+        if unknown:
+            raise ConfigError(f"name {unknown[0]!r} is not among this operator's names {side}")
+        return torch.cat([torch.arange(starts[n], starts[n] + self.sizes[n]) for n in names]).to(self.device)
+
+    def _transpose(self) -> HessianOperator:
+        if self.rows == self.cols:
+            return self
+        return DenseOperator(self.matrix.T, self.cols, self.rows, self.sizes, self.term)
+
+
+def head_blocks(cfg, names: Names, by_head: bool = True) -> Names:
+    """``names`` (as ``cfg`` spells them) with each headed weight split into its heads when
+    ``by_head`` and ``cfg`` has more than one; head slices and other weights stay as they are."""
+    out: list[str] = []
+    for name in names:
+        if by_head and "[" not in name and cfg.is_headed(name) and cfg.n_heads > 1:
+            out.extend(cfg.head_names(name))
+        else:
+            out.append(name)
+    return tuple(out)
+
+
+class SumOperator(HessianOperator):
+    """``Σ_i op_i`` of operators over the same names: each part's product, summed in order."""
+
+    def __init__(self, parts: Sequence[HessianOperator]):
+        flat = tuple(q for p in parts for q in (p.parts if isinstance(p, SumOperator) else (p,)))
+        self.parts = flat
+        first = flat[0]
+        super().__init__(first.rows, first.cols, first.shape, first.dtype, first.device,
+                         " + ".join(p.term for p in flat))
+
+    def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        total = self.parts[0].apply(V, out)
+        for part in self.parts[1:]:
+            total.add_(part.apply(V))
+        return total
+
+    def _block(self, rows: Names, cols: Names) -> HessianOperator:
+        return SumOperator([p.block(rows, cols) for p in self.parts])
+
+    def block_names(self, by_head: bool = True) -> Names:
+        return self.parts[0].block_names(by_head)
+
+    def _transpose(self) -> HessianOperator:
+        return self if self.rows == self.cols else SumOperator([p.T for p in self.parts])
+
+
+class ScaledOperator(HessianOperator):
+    """``c · op``."""
+
+    def __init__(self, op: HessianOperator, c: float):
+        self.op, self.c = op, c
+        super().__init__(op.rows, op.cols, op.shape, op.dtype, op.device, f"{c:g} * ({op.term})")
+
+    def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        return self.op.apply(V, out).mul_(self.c)
+
+    def _block(self, rows: Names, cols: Names) -> HessianOperator:
+        return ScaledOperator(self.op.block(rows, cols), self.c)
+
+    def block_names(self, by_head: bool = True) -> Names:
+        return self.op.block_names(by_head)
+
+    def _transpose(self) -> HessianOperator:
+        return self if self.rows == self.cols else ScaledOperator(self.op.T, self.c)
+
+
+def _curvlinops_view(base: type, op: HessianOperator):
+    """``op`` as an instance of a subclass of curvlinops' ``PyTorchLinearOperator`` ``base``
+    (made here so that curvlinops stays an optional dependency)."""
+
+    class CurvlinopsView(base):
+        SELF_ADJOINT = op.rows == op.cols
+
+        def __init__(self, inner: HessianOperator):
+            super().__init__([(inner.shape[1],)], [(inner.shape[0],)])
+            self.inner = inner
+
+        @property
+        def dtype(self) -> torch.dtype:
+            return self.inner.dtype
+
+        @property
+        def device(self) -> torch.device:
+            return self.inner.device
+
+        def _matmat(self, X: list[Tensor]) -> list[Tensor]:          # [(n, K)] -> [(m, K)]
+            (M,) = X
+            return [self.inner.apply(M.T.contiguous()).T]
+
+        def _adjoint(self):
+            return _curvlinops_view(base, self.inner.T)
+
+    return CurvlinopsView(op)
