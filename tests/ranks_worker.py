@@ -84,6 +84,7 @@ def run(
     dist.init_process_group(
         "gloo", init_method=init, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60)
     )
+    open(f"{out}/rank{rank}.started", "w").close()  # noqa: SIM115 - the group is up: what fails now is ours
     try:
         got = cases(folder, ids, share, rank)
     except Exception:  # the parent shows it

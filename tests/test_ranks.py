@@ -2,7 +2,9 @@
 processes") against one process holding the whole batch: the loss, the gradient, products and the
 top eigenvalues, for a next-token and a classifier objective, a rank without sequences, and
 disagreeing ranks (one clear error on every rank, no hang). The ranks run tests/ranks_worker.py;
-everything stops by itself (a 60 s collective timeout, a 120 s join)."""
+everything stops by itself (a 60 s collective timeout, a 120 s join). A rank that dies before its
+group is up (gloo cannot start on this machine) skips the module with the ranks' own logs as the
+reason; one that dies after fails with them."""
 
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ def spread(tmp_path_factory: pytest.TempPathFactory):
             if time.monotonic() > deadline:
                 pytest.fail(f"the two ranks did not finish within 120 s\n{logs(root)}")
     except mp.ProcessExitedException as died:
+        if not all((root / f"rank{r}.started").exists() for r in range(2)):
+            pytest.skip(f"gloo could not start two ranks on this machine ({died}):\n{logs(root)}")
         pytest.fail(f"{died}\n{logs(root)}")
     finally:
         for p in ctx.processes:
