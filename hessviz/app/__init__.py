@@ -1,6 +1,6 @@
 """The Streamlit layer of hessviz: the only package that imports ``streamlit``.
 
-A page is a short script in ``app_pages/`` that reads widgets, calls hessviz and draws
+A page is a short script in ``pages/`` that reads widgets, calls hessviz and draws
 figures from :mod:`hessviz.plots`. The shared pieces live here::
 
     import streamlit as st

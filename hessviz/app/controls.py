@@ -39,6 +39,33 @@ _DRAWN = "_hv_sidebar_run"
 # ----------------------------------------------------------------------------- one run
 
 
+def _through_app() -> None:
+    """Restart a run that Streamlit routed past ``app.py``.
+
+    A folder named ``pages/`` next to ``app.py`` puts Streamlit in its v1 multipage mode until
+    ``st.navigation`` is first called in the process: on a cold server (and in every
+    ``AppTest`` run) an address such as ``/spectrum`` runs ``pages/spectrum.py`` alone, without
+    ``app.py`` (no address read, no navigation), and the page raised. Such a run is known by its
+    page list, which holds ``app.py`` itself (``app.py``'s own list never does); it is checked
+    per run, as several cold visitors may arrive at once. The v1 mode is ended, as
+    ``st.navigation`` ends it, and the run starts again, now through ``app.py``: the same address,
+    the same page (a page's url path is its file's name)."""
+    from pathlib import Path
+
+    from streamlit.runtime.pages_manager import PagesManager
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return
+    main = Path(ctx.pages_manager.main_script_path).resolve()
+    listed = {Path(p["script_path"]).resolve() for p in ctx.pages_manager.get_pages().values()
+              if p.get("script_path")}
+    if main in listed:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def current() -> Address:
     """This session's :class:`~hessviz.app.address.Address`."""
     if _ADDRESS not in st.session_state:
@@ -239,6 +266,7 @@ def sidebar(*, stacks: bool = False) -> View:
     for the pages that do. Call it once near the top of a page. When the controls describe an
     invalid block it shows the reason and what to change, and stops the page.
     """
+    _through_app()
     run = st.session_state.get(_RUN)
     if run is not None and st.session_state.get(_DRAWN) is run and _VIEW in st.session_state:
         return st.session_state[_VIEW]
@@ -312,6 +340,7 @@ def _follow_preset(name: str) -> None:
 def link_only() -> None:
     """The sidebar of a page that does not use the block's shared controls: only the link to this
     view and the lesson panel (the shared values are kept for the other pages)."""
+    _through_app()
     st.session_state[_VIEW] = View.from_values({})
     st.session_state[_DRAWN] = st.session_state.get(_RUN)
     if current().lesson.sidebar:
