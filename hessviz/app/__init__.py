@@ -66,7 +66,7 @@ from hessviz.app import address, cache, controls, progress, registry, state  # n
 
 # Streamlit runs a full garbage collection after every script run (``runner.postScriptGC``),
 # which walks every object the process holds: with torch, scipy, pandas and plotly loaded that
-# is ~300,000 objects and 0.16–0.3 s per run, with the GIL held, so four visitors' re-renders
+# is ~300,000 objects per run (its time: benchmarks/APP.md), with the GIL held, so four visitors' re-renders
 # queued behind each other's collections. What is loaded now lives as long as the process:
 # collect once and move it out of the collector's sight (``gc.freeze``); later collections walk
 # only what the sessions create, and still free their cycles.
