@@ -25,7 +25,7 @@ A page that does not use the block's shared controls (the Real model page) calls
 :func:`link_only` instead of :func:`sidebar`; :func:`text` is a URL-bound text box.
 
 Shared URL keys: :data:`hessviz.app.state.SHARED_KEYS`, the ``url`` of every setting of
-:data:`hessviz.config.SETTINGS` the app shows (the block's fields it offers, ``xnorm`` and ``seed``; not
+:data:`hessviz.app.settings.SETTINGS` (the block's fields the app offers, ``xnorm`` and ``seed``; not
 listed here, so the list cannot go stale); they carry over from page to page. Page controls made with
 :func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider` and :func:`text` live in the
 URL under their own ``key`` too and appear in the sidebar's "link to this view"; pick page keys

@@ -22,8 +22,9 @@ import streamlit as st
 import hessviz as hv
 from hessviz.app import address, cache, presets, registry, state
 from hessviz.app.address import Address, Lesson
+from hessviz.app.settings import SECTIONS, SETTINGS, AppSetting
 from hessviz.app.state import View
-from hessviz.config import SECTIONS, SETTINGS, Setting
+from hessviz.config import SETTINGS as LIBRARY_SETTINGS
 from hessviz.memory import format_bytes
 
 _ADDRESS = "_hv_address"
@@ -112,13 +113,13 @@ def begin_run() -> Lesson:
     return here.lesson
 
 
-def _typed(s: Setting) -> bool:
+def _typed(s: AppSetting) -> bool:
     """Whether the setting is typed into a box rather than slid: an integer over a wide range
     (the seed)."""
     return s.grid is None and not s.choices and s.kind is int and s.app_range[1] - s.app_range[0] > 256
 
 
-def _widget_value(s: Setting, held: object, kept: object) -> object:
+def _widget_value(s: AppSetting, held: object, kept: object) -> object:
     """The value a shared widget holds, as the setting's value (the seed's box holds text, the
     biases' pills a list of projections)."""
     if _typed(s):
@@ -219,7 +220,7 @@ def _typed_int(key: str, lo: int, hi: int) -> None:
     st.session_state[key] = str(value)
 
 
-def _control(where, s: Setting, value: object, disabled: bool) -> object:
+def _control(where, s: AppSetting, value: object, disabled: bool) -> object:
     """One sidebar widget for the setting ``s``, starting from ``value``."""
     key = s.url
     common = {"key": key, "help": s.help, "disabled": disabled}
@@ -258,7 +259,7 @@ def _control(where, s: Setting, value: object, disabled: bool) -> object:
 def sidebar(*, stacks: bool = False) -> View:
     """Draw the shared controls and return the current :class:`View`.
 
-    The controls come from :data:`hessviz.config.SETTINGS`, section by section; a control
+    The controls come from :data:`hessviz.app.settings.SETTINGS`, section by section; a control
     that does not apply to the chosen block (``d_ff`` for attention alone) is disabled, and a
     control a lesson link hides (``hide=norm``) is not drawn (its value is the link's).
     A setting marked ``stacks_only`` (the depth, URL key ``layers``) is drawn only on pages
@@ -273,9 +274,9 @@ def sidebar(*, stacks: bool = False) -> View:
     st.session_state[_DRAWN] = run
     here = current()
     lesson = here.lesson
-    drawn = [s for s in SETTINGS if s.in_app and (stacks or not s.stacks_only)]
+    drawn = [s for s in SETTINGS if stacks or not s.stacks_only]
     sb = st.sidebar
-    by_name = {s.name: here.shared[s.url] if s.in_app else s.default for s in SETTINGS}
+    by_name = {s.name: s.default for s in LIBRARY_SETTINGS} | {s.name: here.shared[s.url] for s in SETTINGS}
     values: dict[str, object] = {}
     fixed = []
     if lesson.sidebar:
