@@ -17,7 +17,7 @@ RUN pip install -r requirements.txt && useradd --create-home hessviz
 COPY app.py ./
 COPY .streamlit .streamlit
 COPY hessviz hessviz
-COPY app_pages app_pages
+COPY pages pages
 COPY assets/claims/claims.json assets/claims/claims.json
 # the trained pydoc pair, the Real model page's precomputed default views (scripts/precompute_real.py) and
 # the Whole model page's default tables (scripts/precompute_whole.py)

@@ -1,4 +1,4 @@
-"""hessviz app: ``streamlit run app.py``. Routes over the scripts in ``app_pages/``.
+"""hessviz app: ``streamlit run app.py``. Routes over the scripts in ``pages/``.
 
 The server's limits come from one setting, ``HESSVIZ_PROFILE`` (``local`` or ``hosted``),
 read from the environment or from a root-level key of ``.streamlit/secrets.toml``

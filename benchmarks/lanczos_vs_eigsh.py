@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz.matfree import peers, spectral
-from hessviz.matfree.bench import interleaved
-from hessviz.matfree.speed import real_case
+from benchmarks import peers
+from benchmarks.matfree import interleaved
+from benchmarks.matfree_spectra import real_case
+from hessviz.matfree import spectral
 
 torch.set_num_threads(1)
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3

@@ -269,21 +269,37 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The folder above this ``hessviz`` package: in a source checkout, where ``benchmarks/`` is."""
+
+
+def _checkout_benchmarks() -> None:
+    """Make the checkout's ``benchmarks`` package importable, or say in one line why there is none.
+
+    The benchmarks are no part of the library (an installed wheel has none): ``hessviz bench``
+    runs those of the source checkout this ``hessviz`` was installed from (``pip install -e .``)."""
+    if not (CHECKOUT / "benchmarks" / "__init__.py").is_file():
+        raise hv.InputError(f"the benchmarks are the source checkout's benchmarks/, and {CHECKOUT} has none: "
+                            f"clone the repository, pip install -e . there and run hessviz bench in it")
+    if str(CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(CHECKOUT))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    _checkout_benchmarks()
     if "dense" in args.suite:
-        from hessviz import bench
-        bench.main(out=out / "RESULTS.md", seq_lens=tuple(args.seq_lens), repeats=args.repeats,
+        from benchmarks import dense
+        dense.main(out=out / "RESULTS.md", seq_lens=tuple(args.seq_lens), repeats=args.repeats,
                    threads=args.threads)
     if "matfree" in args.suite:
-        from hessviz.matfree import bench as matfree_bench
-        matfree_bench.main(out=out / "MATFREE.md", repeats=max(args.repeats, 7), threads=args.threads)
-        from hessviz.matfree import speed
-        speed.main(out / "MATFREE.md", threads=args.threads, repeats=max(args.repeats, 5))
+        from benchmarks import matfree, matfree_spectra
+        matfree.main(out=out / "MATFREE.md", repeats=max(args.repeats, 7), threads=args.threads)
+        matfree_spectra.main(out / "MATFREE.md", threads=args.threads, repeats=max(args.repeats, 5))
         print(f"wrote {out / 'MATFREE.md'}")
     if "pretrained" in args.suite:
-        from hessviz.pretrained import bench as pretrained_bench
-        text = pretrained_bench.main(repeats=max(args.repeats, 5), threads=args.threads)
+        from benchmarks import pretrained
+        text = pretrained.main(repeats=max(args.repeats, 5), threads=args.threads)
         (out / "PRETRAINED.md").write_text(f"# Pretrained layers\n\n{text}\n")
         print(f"wrote {out / 'PRETRAINED.md'}")
     return 0

@@ -25,9 +25,9 @@ Conventions (fixed once, here)
   feature ``j`` of token ``t``.
 
 Every user-facing setting is declared once, as a :class:`Setting` in the metadata of its
-:class:`BlockConfig` field (or in :data:`INPUT_SETTINGS` for the input): its type, range,
-help text, CLI flags and URL key. The command line, the app's sidebar and its URL read
-:data:`SETTINGS`; adding a block field is one field here.
+:class:`BlockConfig` field (or in :data:`INPUT_SETTINGS` for the input): its type, bounds,
+help text and CLI flags. The command line reads :data:`SETTINGS`; the app adds how it shows
+each one (URL key, label, range) in :mod:`hessviz.app.settings`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
@@ -62,36 +61,10 @@ NORM_TITLES = {"post": "Post-LN block", "pre": "Pre-LN block", "none": "Block wi
 ACTIVATION_TITLES = {name: op.title for name, op in _ACTIVATION_OPS.items()}
 LOSS_TITLES = {"mse": "MSE", "ce": "cross-entropy"}
 
-XNORM_GRID: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
-                                 10.0, 20.0, 50.0, 100.0)
-"""The input sizes ``‖X‖₂`` the app offers."""
-EPS_GRID: tuple[float, ...] = (0.0, 1e-12, 1e-9, 1e-6, 1e-5, 1e-3, 1e-2, 0.1, 1.0)
-"""The LayerNorm ``ε`` values the app offers."""
-
 TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 # ----------------------------------------------------------------------------- the settings table
-
-
-def _always(values: Mapping[str, object]) -> bool:
-    return True
-
-
-def _has_ffn(values: Mapping[str, object]) -> bool:
-    return values.get("norm") != "attention"
-
-
-def _has_layernorm(values: Mapping[str, object]) -> bool:
-    return values.get("norm") in ("post", "pre", "parallel")
-
-
-def _has_out_proj(values: Mapping[str, object]) -> bool:
-    return bool(values.get("out_proj"))
-
-
-def _has_heads(values: Mapping[str, object]) -> bool:
-    return int(values.get("n_heads") or 1) > 1
 
 
 @dataclass(frozen=True)
@@ -99,31 +72,20 @@ class Setting:
     """One user-facing setting: what it is, where it may range, and how it is spelled.
 
     ``kind`` is ``int``, ``float``, ``str`` (one of ``choices``) or ``bool``; ``minimum`` is
-    the library's lower bound (ints and floats), ``optional`` allows ``None``. The app
-    offers ints in ``app_range`` and floats on ``grid``; ``relevant`` says, from the other
-    values (by field name), whether the setting matters (the sidebar disables it when not).
-    ``section`` groups the sidebar; ``in_app = False`` keeps it to the library and the CLI;
-    ``stacks_only`` draws it only on the pages that show stacks of blocks (one block elsewhere);
-    ``members``: a ``bool`` setting that may also be a tuple of these words (``bias``), written
-    ``Q,K,V`` in a URL or on the command line.
+    the library's lower bound (ints and floats), ``optional`` allows ``None``; ``short`` and
+    ``alias`` are more command-line flags. ``members``: a ``bool`` setting that may also be a
+    tuple of these words (``bias``), written ``Q,K,V`` on the command line (or in a URL).
+    How the app shows a setting is :class:`hessviz.app.settings.AppSetting`.
     """
 
-    url: str
-    label: str
     help: str
     kind: type
     default: object
     minimum: float | None = None
     choices: tuple[str, ...] | None = None
     optional: bool = False
-    app_range: tuple[int, int] | None = None
-    grid: tuple[float, ...] | None = None
     short: str | None = None
     alias: str | None = None
-    section: str = "block"
-    in_app: bool = True
-    stacks_only: bool = False
-    relevant: Callable[[Mapping[str, object]], bool] = _always
     members: tuple[str, ...] | None = None
     name: str = ""
 
@@ -201,11 +163,10 @@ class Setting:
         return str(value)
 
 
-def setting(default: object, url: str, label: str, help: str, kind: type | None = None,
-            **spec: object):
+def setting(default: object, help: str, kind: type | None = None, **spec: object):
     """A :class:`BlockConfig` field whose :class:`Setting` lives in its metadata."""
     kind = kind or type(default)
-    return field(default=default, metadata={"setting": Setting(url, label, help, kind, default, **spec)})
+    return field(default=default, metadata={"setting": Setting(help, kind, default, **spec)})
 
 
 # ----------------------------------------------------------------------------- parameter names
@@ -268,71 +229,56 @@ class BlockConfig:
     and shift.
     """
 
-    seq_len: int = setting(8, "L", "Sequence length L", "tokens: rows of X", minimum=1,
-                           app_range=(1, 64), short="-L", section="size")
-    d_model: int = setting(16, "d", "Model width d", "features: columns of X", minimum=1,
-                           app_range=(1, 64), short="-d", section="size")
-    d_k: int = setting(8, "dk", "Key width d_k", "columns of W_Q and W_K per head", minimum=1,
-                       app_range=(1, 64), section="size")
-    d_ff: int = setting(32, "dff", "FFN width d_ff", "hidden units of the feed-forward layer", minimum=1,
-                        app_range=(1, 256), section="size", relevant=_has_ffn)
-    norm: str = setting("post", "norm", "LayerNorm placement",
-                        "post: LN after each residual sum; pre: LN before attention and FFN; none: "
+    seq_len: int = setting(8, "tokens: rows of X", minimum=1, short="-L")
+    d_model: int = setting(16, "features: columns of X", minimum=1, short="-d")
+    d_k: int = setting(8, "columns of W_Q and W_K per head", minimum=1)
+    d_ff: int = setting(32, "hidden units of the feed-forward layer", minimum=1)
+    norm: str = setting("post", "post: LN after each residual sum; pre: LN before attention and FFN; none: "
                         "residuals without LN; attention: the single self-attention layer "
                         "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V; parallel: X + SA(LN(X)) + FFN(LN(X)) "
                         "(GPT-NeoX).", choices=NORMS)
-    activation: str = setting("relu", "act", "Activation φ",
-                              "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form), GELU-tanh "
-                              "(GPT-2's approximation) or SiLU (u·sigmoid(u))", choices=ACTIVATIONS,
-                              relevant=_has_ffn)
-    loss: str = setting("mse", "loss", "Loss", "mse: ‖Z − Y‖²/(L d) against a Gaussian target Y; "
+    activation: str = setting("relu", "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form), GELU-tanh "
+                              "(GPT-2's approximation) or SiLU (u·sigmoid(u))", choices=ACTIVATIONS)
+    loss: str = setting("mse", "mse: ‖Z − Y‖²/(L d) against a Gaussian target Y; "
                         "ce: cross-entropy with d classes", choices=LOSSES)
-    ln_eps: float = setting(0.0, "eps", "LayerNorm ε", "LN(z) = (z − mean z)/√(var z + ε); ε = 0 as in "
-                            "the papers", kind=float, minimum=0.0, grid=EPS_GRID, section="input",
-                            relevant=_has_layernorm)
-    n_heads: int = setting(1, "heads", "Attention heads", "heads of width d_k each; more than one "
-                           "needs the output projection W_O", minimum=1, app_range=(1, 8),
-                           alias="--heads", section="size")
-    out_proj: bool = setting(False, "wo", "Output projection W_O", "SA(X) = concat_h(A_h V_h) W_O "
-                             "(+ b_O); required with more than one head", section="layer")
-    d_v: int | None = setting(None, "dv", "Value width d_v", "value width of one head (default: d_k "
-                              "with W_O, d without)", kind=int, minimum=1, optional=True, in_app=False,
-                              relevant=_has_out_proj, section="size")
+    ln_eps: float = setting(0.0, "LN(z) = (z − mean z)/√(var z + ε); ε = 0 as in "
+                            "the papers", kind=float, minimum=0.0)
+    n_heads: int = setting(1, "heads of width d_k each; more than one "
+                           "needs the output projection W_O", minimum=1,
+                           alias="--heads")
+    out_proj: bool = setting(False, "SA(X) = concat_h(A_h V_h) W_O "
+                             "(+ b_O); required with more than one head")
+    d_v: int | None = setting(None, "value width of one head (default: d_k "
+                              "with W_O, d without)", kind=int, minimum=1, optional=True)
     bias: bool | tuple[str, ...] = setting(
-        False, "bias", "Biases", "a bias on every linear map: b_Q, b_K, b_V, b_O, (b_G,) b_1, b_2; or a "
+        False, "a bias on every linear map: b_Q, b_K, b_V, b_O, (b_G,) b_1, b_2; or a "
         "tuple naming the projections that have one, from Q, K, V, O, G, 1, 2 (Qwen2: Q,K,V)",
-        section="layer", members=tuple(BIAS_LETTERS))
-    ln_affine: bool = setting(False, "affine", "LayerNorm γ, β", "learnable LayerNorm scale γ and "
-                              "shift β in both LayerNorms", section="layer", relevant=_has_layernorm)
-    causal: bool = setting(False, "causal", "Causal mask", "token t attends to tokens s ≤ t only",
-                           section="layer")
-    n_layers: int = setting(1, "layers", "Layers", "a stack of this many blocks of this shape, each with "
+        members=tuple(BIAS_LETTERS))
+    ln_affine: bool = setting(False, "learnable LayerNorm scale γ and "
+                              "shift β in both LayerNorms")
+    causal: bool = setting(False, "token t attends to tokens s ≤ t only")
+    n_layers: int = setting(1, "a stack of this many blocks of this shape, each with "
                             "its own weights (names l0.W_Q, l1.W_Q, …); the loss is on the last Z",
-                            minimum=1, app_range=(1, 4), alias="--layers", stacks_only=True)
-    n_kv_heads: int | None = setting(None, "kv", "Key/value heads", "grouped-query attention: W_K, W_V "
+                            minimum=1, alias="--layers")
+    n_kv_heads: int | None = setting(None, "grouped-query attention: W_K, W_V "
                                      "have this many heads; query head h reads key/value head "
                                      "h // (n_heads / n_kv_heads) (default: n_heads; 1 is multi-query)",
-                                     kind=int, minimum=1, optional=True, app_range=(1, 8),
-                                     section="modern", relevant=_has_heads)
-    rope: bool = setting(False, "rope", "Rotary positions", "rotate each head's q and k by the token's "
-                         "position before the score (Hugging Face's rotate_half layout)", section="modern")
-    rope_theta: float = setting(10000.0, "ropetheta", "RoPE base θ", "the base of the rotary "
-                                "frequencies ω_i = θ^(−2i/rotary_dim); > 0", kind=float, minimum=0.0,
-                                in_app=False, section="layer")
-    rotary_dim: int | None = setting(None, "rotdim", "Rotary width", "rotate only the first rotary_dim "
+                                     kind=int, minimum=1, optional=True)
+    rope: bool = setting(False, "rotate each head's q and k by the token's "
+                         "position before the score (Hugging Face's rotate_half layout)")
+    rope_theta: float = setting(10000.0, "the base of the rotary "
+                                "frequencies ω_i = θ^(−2i/rotary_dim); > 0", kind=float, minimum=0.0)
+    rotary_dim: int | None = setting(None, "rotate only the first rotary_dim "
                                      "features of each head (even, ≤ d_k; default d_k)", kind=int,
-                                     minimum=1, optional=True, in_app=False, section="size")
-    qk_norm: bool = setting(False, "qknorm", "QK-norm", "an RMSNorm over each head's q and k (width "
-                            "d_k, ε = ln_eps) with weights q_norm_gamma, k_norm_gamma shared by the heads",
-                            section="modern")
-    norm_type: str = setting("layernorm", "ntype", "Norm type",
+                                     minimum=1, optional=True)
+    qk_norm: bool = setting(False, "an RMSNorm over each head's q and k (width "
+                            "d_k, ε = ln_eps) with weights q_norm_gamma, k_norm_gamma shared by the heads")
+    norm_type: str = setting("layernorm",
                              "layernorm: γ ⊙ (z − mean z)/√(var z + ε) + β; rmsnorm: γ ⊙ z/√(mean(z²) + ε), "
-                             "no centring and no β (Llama)", choices=NORM_TYPES, section="modern",
-                             relevant=_has_layernorm)
-    mlp: str = setting("plain", "mlp", "Feed-forward kind",
+                             "no centring and no β (Llama)", choices=NORM_TYPES)
+    mlp: str = setting("plain",
                        "plain: φ(Z W_1 + b_1) W_2 + b_2; gated: (φ(Z W_G + b_G) ⊙ (Z W_1 + b_1)) W_2 + b_2 "
-                       "(SwiGLU with silu, GeGLU with gelu_tanh)", choices=MLPS, section="modern",
-                       relevant=_has_ffn)
+                       "(SwiGLU with silu, GeGLU with gelu_tanh)", choices=MLPS)
 
     def __post_init__(self) -> None:
         if isinstance(self.bias, list):
@@ -685,16 +631,11 @@ BLOCK_SETTINGS: tuple[Setting, ...] = _settings_of(BlockConfig)
 """One :class:`Setting` per :class:`BlockConfig` field, in field order."""
 
 INPUT_SETTINGS: tuple[Setting, ...] = (
-    Setting("xnorm", "Input size ‖X‖₂", "the spectral norm (largest singular value) of the input X",
-            float, 1.0, minimum=0.0, grid=XNORM_GRID, section="input", name="input_norm"),
-    Setting("seed", "Seed", "draws the weights W ~ N(0, 1/fan_in), X and the target", int, 0,
-            minimum=0, app_range=(0, 9999), section="input", name="seed"),
+    Setting("the spectral norm (largest singular value) of the input X", float, 1.0, minimum=0.0,
+            name="input_norm"),
+    Setting("draws the weights W ~ N(0, 1/fan_in), X and the target", int, 0, minimum=0, name="seed"),
 )
 """The input's settings (not part of the block): its spectral norm and the seed."""
 
 SETTINGS: tuple[Setting, ...] = BLOCK_SETTINGS + INPUT_SETTINGS
-"""Every user-facing setting; the CLI, the sidebar and the URL are built from this table."""
-
-SECTIONS: dict[str, str] = {"block": "Block", "size": "Sizes", "layer": "Real layer",
-                            "modern": "Modern block", "input": "Input"}
-"""Sidebar sections, in the order they are drawn."""
+"""Every user-facing setting; the CLI is built from this table (the app: :mod:`hessviz.app.settings`)."""

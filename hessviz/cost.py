@@ -56,22 +56,19 @@ CASE_S = 0.03        # one random configuration of the bounds / LayerNorm studie
 STEP_S = 2e-9        # one optimizer step: STEP_S · P · L · d (forward + closed-form gradient)
 
 MV_CALL_S = 3e-4     # one matrix-free product call (res.matvec, hessviz.matfree): fixed cost
-MV_COL_S = 3.5e-4    # … plus per column MV_COL_S + MV_S · L · P (measured 19.5 ms at L = 64, P = 166,016)
+MV_COL_S = 3.5e-4    # … plus per column MV_COL_S + MV_S · L · P (calibration: benchmarks/COST.md)
 MV_S = 2e-9
 MV_BLOCK_COL_S = 2e-5
 """… per column instead of ``MV_COL_S`` for a product restricted to one diagonal block ``H[b, b]``
-(:func:`block_table_cost`): measured (one thread) 8-11 ms for the 128 unit columns of the default
-block's ``W_Q`` and 20 ms for the 256 of ``W_Q`` at d = 32, 7.5-9.7 ms for a Lanczos top eigenvalue
-and 30 Hutch++ samples of a block of 512-2,048 weights (about 45 products)."""
+(:func:`block_table_cost`; calibration: ``benchmarks/COST.md``)."""
 TABLE_LANCZOS_PRODUCTS = 20
 """Products a block's top eigenvalue takes in :func:`hessviz.matfree.block_table`, as it runs (13-15
 measured on the paper's blocks; :func:`lanczos_products` is the bound that sizes memory)."""
 REORTH_S = 1e-9      # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
 REAL_PRODUCT_S = 2.1e-10
-"""Seconds per product column per ``L · P`` on one core of a real layer, measured on MiniLM's layer 3
-at 29 tokens (1 thread: 12 ms per column of ``W_Q[0]``'s window, 5 ms per single product of ``W_1``).
+"""Seconds per product column per ``L · P`` on one core of a real layer, calibrated on MiniLM's layer 3.
 The generic :func:`matvec_cost` is calibrated on the paper's blocks and over-estimates a real layer's
-batched products about 20-fold."""
+batched products (both calibrations: ``benchmarks/COST.md``)."""
 
 
 @dataclass(frozen=True)
@@ -97,9 +94,9 @@ def term_cost(cfg: BlockConfig) -> Cost:
     """One dense closed-form term, ``(P, P)`` float64, plus its working memory.
 
     A real layer costs more per entry than the paper block of the same ``P``: each head pair
-    has its own cross-head terms (``× (1 + (H − 1)/5)``, measured 2.5× for 8 heads at equal
-    ``P``), and every block pair its own fixed work (``PAIR_S · pairs · L d / 256``: biases
-    and γ/β add many small blocks; measured 2.3× at ``P`` = 1,688 with 16 weights).
+    has its own cross-head terms (``× (1 + (H − 1)/5)``), and every block pair its own fixed work
+    (``PAIR_S · pairs · L d / 256``: biases and γ/β add many small blocks). Both factors as
+    measured: ``benchmarks/COST.md``.
     """
     P, L, d, H = cfg.num_params, cfg.seq_len, cfg.d_model, cfg.n_heads
     working = 8 * L * (L + d) * (d + cfg.d_ff + H * cfg.d_k) + 8 * H * L * L * (L + d)
@@ -111,9 +108,7 @@ def term_cost(cfg: BlockConfig) -> Cost:
 def norm_cost(m: int, n: int, symmetric: bool = True) -> float:
     """Seconds for :func:`hessviz.spectra.matrix_norm` of an ``m × n`` matrix on the CPU (same
     branches): a dense eigendecomposition of the smaller Gram matrix, or Lanczos from
-    :data:`hessviz.spectra.LANCZOS_NORM_MIN` on (21-41 products with a LayerNorm-collapse term of
-    ``n`` = 1,536: 7-14 ms; 85 ms for a symmetric block of 2,048 and 206 ms for a non-symmetric one
-    at load 12 on the 2-core machine)."""
+    :data:`hessviz.spectra.LANCZOS_NORM_MIN` on (calibration: ``benchmarks/COST.md``)."""
     from hessviz.spectra import LANCZOS_NORM_MIN
 
     if min(m, n) >= LANCZOS_NORM_MIN:
@@ -172,20 +167,8 @@ def sweep_point_cost(cfg: BlockConfig, block: int) -> float:
     """Seconds of :func:`hessviz.sweeps.point` for a pair of blocks of up to ``block`` weights each.
 
     In a stack of ``N`` blocks the curvature is carried down through the ``N − 1`` blocks above the
-    first, ``(L d)``-column maps through each: ``(N − 1) · matvec_cost(block, 2 L d)``. Measured
-    (CPU seconds per point, one thread, median over the points of three runs of the Depth page's
-    default view, side by side with this estimate in one script; load average 8-11):
-
-    ==========================  =====  =====  =====  =====
-    block, N                    1      2      3      4
-    ==========================  =====  =====  =====  =====
-    L 8, d 16 (P 1,536/layer)   0.012  0.085  0.18   0.24
-    … estimate                  0.008  0.11   0.21   0.31
-    L 16, d 32 (P 6,144/layer)  0.15   0.64   1.32   1.93
-    … estimate                  0.07   0.73   1.39   2.05
-    ==========================  =====  =====  =====  =====
-
-    (``N · matvec_cost`` before: 0.21 and 0.40 s at N = 2 and 4 of the default block.)
+    first, ``(L d)``-column maps through each: ``(N − 1) · matvec_cost(block, 2 L d)``. The
+    estimate against the measured seconds per point, depth by depth: ``benchmarks/COST.md``.
     """
     per = POINT_S + TERM_S * block * block * (1 + cfg.seq_len * cfg.d_model / 512) * 3 \
         + 3 * norm_cost(block, block)

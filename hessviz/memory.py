@@ -93,9 +93,10 @@ def empty(rows: int, cols: int, *, dtype: torch.dtype, device: torch.device | st
     """An uninitialised ``(rows, cols)`` tensor; large CPU ones are backed by huge pages.
 
     A fresh dense Hessian is hundreds of MB, and on the CPU the kernel's 4 KiB page
-    faults cost more than writing it (0.1 s for 300 MB here). An anonymous mapping
-    advised ``MADV_HUGEPAGE`` faults in 2 MiB pages instead, about 5× faster; where that
-    is not available this is plain ``torch.empty``. The tensor keeps the mapping alive.
+    faults cost more than writing it. An anonymous mapping advised ``MADV_HUGEPAGE``
+    faults in 2 MiB pages instead, 512 times fewer faults (timings:
+    ``benchmarks/MATFREE_NOTES.md``); where that is not available this is plain
+    ``torch.empty``. The tensor keeps the mapping alive.
     """
     device = torch.device(device)
     nbytes = rows * cols * torch.empty((), dtype=dtype).element_size()

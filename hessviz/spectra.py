@@ -116,8 +116,8 @@ def negative_summary(spec: Spectrum, rtol: float = 1e-10) -> NegativeSummary:
 LANCZOS_NORM_MIN = 256
 """Smallest side from which :func:`matrix_norm` finds the spectral norm of a CPU matrix by Lanczos
 (ARPACK, one eigenvalue) instead of a dense eigendecomposition: the norm needs one eigenvalue,
-``eigvalsh`` computes all ``n`` of them. Measured on the LayerNorm-collapse terms (``n`` = 1,536,
-one thread): 0.2-0.9 s dense, 8-22 ms by Lanczos, equal to 4e-15 relative."""
+``eigvalsh`` computes all ``n`` of them; on the LayerNorm-collapse terms (``n`` = 1,536) the two agree
+to 4e-15 relative (their times: ``benchmarks/COST.md``)."""
 
 
 def _lanczos_norm(apply, n: int, which: str) -> float | None:

@@ -2,9 +2,9 @@
 
     PYTHONPATH=. python scripts/bench_modern.py [--repeats N] [--threads T] [--out benchmarks/MODERN.md]
 
-(a) the full Hessian of a Llama-style layer (``hessviz.bench.LLAMA_LAYER``) against reverse-over-reverse
+(a) the full Hessian of a Llama-style layer (``benchmarks.dense.LLAMA_LAYER``) against reverse-over-reverse
 autograd (``jacrev`` of ``grad``), and the memory floor; (b) one HVP at a SmolLM2-135M-sized layer
-(``hessviz.matfree.bench.SMOLLM``, L = 64) against double backward with the gradient's graph kept
+(``benchmarks.matfree.SMOLLM``, L = 64) against double backward with the gradient's graph kept
 across products (PyHessian's way) and against double backward per call. Prints and writes medians,
 ratios and the load average.
 """
@@ -20,8 +20,7 @@ from pathlib import Path
 
 import torch
 
-from hessviz import bench
-from hessviz.matfree import bench as matfree_bench
+from benchmarks import dense, matfree
 
 
 def main() -> None:
@@ -36,13 +35,13 @@ def main() -> None:
     print(f"load average at the start: {load}", flush=True)
     sections = []
     if a.only in ("both", "dense"):
-        dense_md = bench.render([bench.llama_layer(a.repeats, torch.device("cpu"))], "")
+        dense_md = dense.render([dense.llama_layer(a.repeats, torch.device("cpu"))], "")
         print(dense_md, flush=True)
         sections += ["## Full Hessian of a Llama-style layer (against reverse-over-reverse autograd)", "",
                      dense_md, ""]
     if a.only in ("both", "hvp"):
-        hvp = matfree_bench.smollm_hvp_row(64, max(a.repeats, 5))
-        hvp_md = matfree_bench.markdown([hvp]).split("\n\n| spectral")[0]
+        hvp = matfree.smollm_hvp_row(64, max(a.repeats, 5))
+        hvp_md = matfree.markdown([hvp]).split("\n\n| spectral")[0]
         print(hvp_md, flush=True)
         sections += ["## One HVP at a SmolLM2-135M-sized layer (L = 64)", "", hvp_md, ""]
     end = os.getloadavg()

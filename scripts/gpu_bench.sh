@@ -11,7 +11,7 @@
 #   run(command="bash scripts/gpu_bench.sh", carry=[".whl", ".cases"], timeout_s=480)
 # It writes benchmarks/MATFREE_GPU.md (+ .json, _SPEED.json), or, when $OUT is set, copies of them there
 # (with the log), so that they come back. Knobs: GPU_BENCH_REPEATS (default 15), GPU_BENCH_PRODUCTS (default 1;
-# 0 skips matfree.bench's product rows), GPU_BENCH_SPEED_ARGS (extra arguments of hessviz.matfree.speed).
+# 0 skips benchmarks.matfree's product rows), GPU_BENCH_SPEED_ARGS (extra arguments of benchmarks.matfree_spectra).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +24,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
     $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
         "plotly==7.1.0" "hessian-eigenthings==1.0.0a5" "pyhessian==0.1"
-    $PY -m hessviz.matfree.speed --save-cases "$CASES" --top5-lens 24 --product-lens 24 64 128 --slq-len 128
+    $PY -m benchmarks.matfree_spectra --save-cases "$CASES" --top5-lens 24 --product-lens 24 64 128 --slq-len 128
     ls -l .whl .cases
     exit 0
 fi
@@ -54,12 +54,12 @@ $PY -m pytest -q -p no:cacheprovider -o addopts="" --timeout 300 -rs \
 
 if [[ "${GPU_BENCH_PRODUCTS:-1}" != 0 ]]; then
     echo "== matfree bench product rows on cuda (rewrites MATFREE_GPU.md)"
-    $PY -m hessviz.matfree.bench --device cuda --out "$DEST/MATFREE_GPU.md" \
+    $PY -m benchmarks.matfree --device cuda --out "$DEST/MATFREE_GPU.md" \
         --repeats "${GPU_BENCH_REPEATS:-15}" --spectral-len 0 --threads 8
 fi
 
 echo "== issue 20's rows on cuda (the section of MATFREE_GPU.md)"
 [[ -f "$CASES" ]] || { echo "$CASES missing: run scripts/gpu_bench.sh --prepare here and carry .cases"; exit 2; }
-HESSVIZ_SPEED_CASES="$CASES" $PY -m hessviz.matfree.speed --device cuda --out "$DEST/MATFREE_GPU.md" \
+HESSVIZ_SPEED_CASES="$CASES" $PY -m benchmarks.matfree_spectra --device cuda --out "$DEST/MATFREE_GPU.md" \
     --repeats "${GPU_BENCH_REPEATS:-15}" --threads 8 ${GPU_BENCH_SPEED_ARGS:-}
 cat "$DEST/MATFREE_GPU.md"

@@ -1,7 +1,7 @@
 """Where a product and a top-5 spend their time on a GPU, and what a CUDA graph of the product would
 save: a diagnostic for the device machine (issue 20), not a bench row.
 
-    HESSVIZ_SPEED_CASES=.cases/minilm.pt python scripts/gpu_probe.py [L]
+    HESSVIZ_SPEED_CASES=.cases/minilm.pt PYTHONPATH=. python scripts/gpu_probe.py [L]
 
 Prints the kernel launches and host time of one closed-form product and of kept-graph double
 backward (torch.profiler, CUDA activity), the top operators of one top-5 (value bound), and the
@@ -16,8 +16,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import hessviz as hv
-from hessviz.matfree import peers, spectral
-from hessviz.matfree.speed import real_case
+from benchmarks import peers
+from benchmarks.matfree_spectra import real_case
+from hessviz.matfree import spectral
 
 L = int(sys.argv[1]) if len(sys.argv) > 1 else 24
 cfg, params, X, Y = real_case(L, "cuda")

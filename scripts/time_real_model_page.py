@@ -54,7 +54,7 @@ def main() -> None:
 
     hva.chart = timed_chart
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
-    at.switch_page("app_pages/real_model.py")
+    at.switch_page("pages/real_model.py")
     if args.tokens:
         text = text_of(args.tokens)
         at.query_params["rm_text"] = text

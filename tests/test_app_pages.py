@@ -46,8 +46,20 @@ def caption(at: AppTest) -> str:
     return at.main.get("caption")[0].value
 
 
+def test_every_file_in_pages_is_a_registered_page_at_its_name():
+    """A cold server (and AppTest) first routes ``/spectrum`` to ``pages/spectrum.py`` by the
+    file's name, and :func:`hessviz.app.controls._through_app` reruns it through ``app.py`` at the
+    same url path: the two must agree, file by file."""
+    from hessviz.app.registry import ALL_PAGES
+
+    root = Path(APP).parent
+    files = sorted(p.name for p in (root / "pages").glob("*.py"))
+    assert files == sorted(Path(s.script).name for s in ALL_PAGES)
+    assert [s.url_path for s in ALL_PAGES] == [Path(s.script).stem for s in ALL_PAGES]
+
+
 def test_hessian_map_renders_and_reacts():
-    at = run_page("app_pages/hessian_map.py", **SMALL)
+    at = run_page("pages/hessian_map.py", **SMALL)
     assert caption(at).startswith("Post-LN block, L = 4, d = 8")
     assert len(at.get("plotly_chart")) == 2
     before = titles(at)
@@ -64,7 +76,7 @@ def test_hessian_map_renders_and_reacts():
 
 
 def test_hessian_map_refuses_too_large():
-    at = run_page("app_pages/hessian_map.py", d="64", dff="256")
+    at = run_page("pages/hessian_map.py", d="64", dff="256")
     assert not at.get("plotly_chart")
     assert "P = " in at.warning[0].value and "Lower d" in at.warning[0].value
 
@@ -74,19 +86,19 @@ def test_a_width_the_block_cannot_take_is_settled_in_one_line():
     stays, d = 2 is drawn and one line says why; the slider shows the value used. With ε > 0 d = 1 is a
     block, drawn as asked."""
     for asked in ("1", "0"):
-        at = run_page("app_pages/hessian_map.py", d=asked, L="4", dk="4", dff="8")
+        at = run_page("pages/hessian_map.py", d=asked, L="4", dk="4", dff="8")
         assert not at.error and at.title[0].value == "Hessian map"
         assert at.get("plotly_chart") and caption(at).startswith("Post-LN block, L = 4, d = 2")
         assert any("d = 2 is used" in w.value for w in at.warning)
         assert at.slider(key="d").value == 2
     at.slider(key="d").set_value(1).run()               # moved by hand: settled again
     assert not at.error and at.slider(key="d").value == 2
-    at = run_page("app_pages/hessian_map.py", d="1", eps="0.1", L="4", dk="4", dff="8")
+    at = run_page("pages/hessian_map.py", d="1", eps="0.1", L="4", dk="4", dff="8")
     assert not at.error and caption(at).startswith("Post-LN block, L = 4, d = 1")
 
 
 def test_spectrum_renders_and_reacts():
-    at = run_page("app_pages/spectrum.py", **SMALL)
+    at = run_page("pages/spectrum.py", **SMALL)
     assert len(at.get("plotly_chart")) == 3
     metrics = {m.label: m.value for m in at.metric}
     assert "negative mass" in metrics
@@ -101,7 +113,7 @@ def test_spectrum_renders_and_reacts():
 
 
 def test_spectrum_terms_drawn_come_from_the_url():
-    at = run_page("app_pages/spectrum.py", spec_terms=["outer"], **SMALL)
+    at = run_page("pages/spectrum.py", spec_terms=["outer"], **SMALL)
     sorted_plot = figures(at)[0]
     assert [trace["name"] for trace in sorted_plot["data"]] == ["outer"]
     assert "spec_terms=outer" in at.sidebar.code[0].value                 # and in the link to this view
@@ -111,7 +123,7 @@ def test_spectrum_terms_drawn_come_from_the_url():
 
 
 def test_scaling_renders_and_reacts():
-    at = run_page("app_pages/scaling.py", norm="attention", sc_seeds="2", **SMALL)
+    at = run_page("pages/scaling.py", norm="attention", sc_seeds="2", **SMALL)
     figs = figures(at)
     assert len(figs) == 2
     assert figs[0]["layout"]["xaxis"]["title"]["text"] == "input size ‖X‖₂"
@@ -125,7 +137,7 @@ def test_scaling_renders_and_reacts():
 
 
 def test_verify_renders_and_reacts():
-    at = run_page("app_pages/verify.py", **SMALL)
+    at = run_page("pages/verify.py", **SMALL)
     metrics = {m.label: m.value for m in at.metric}
     assert float(metrics["worst relative error"]) < 1e-10
     assert at.success
@@ -137,7 +149,7 @@ def test_verify_renders_and_reacts():
 
 
 def test_learn_renders_and_reacts():
-    at = run_page("app_pages/learn.py", tour="4", **SMALL)   # stops 4 and 5: their stories compute least
+    at = run_page("pages/learn.py", tour="4", **SMALL)   # stops 4 and 5: their stories compute least
     assert len(at.latex) >= 4
     links = at.main.get("page_link")         # the tour's stop: its full page, with its settings
     assert len(links) == 1
@@ -185,7 +197,7 @@ def real_view():
 
 
 def test_hessian_map_draws_heads_and_head_slice_blocks():
-    at = run_page("app_pages/hessian_map.py", blk="W_Q[1],W_K[1]", **REAL)
+    at = run_page("pages/hessian_map.py", blk="W_Q[1],W_K[1]", **REAL)
     heat = figures(at)[0]
     ticks = heat["layout"]["xaxis"]["ticktext"]
     assert "W<sub>Q</sub>[0]" in ticks and "W<sub>O</sub>[0]" in ticks and "W<sub>1</sub>" in ticks
@@ -204,7 +216,7 @@ def test_hessian_map_draws_heads_and_head_slice_blocks():
 
 
 def test_spectrum_matrix_free_matches_dense_and_says_so():
-    at = run_page("app_pages/spectrum.py", spec_method="matrix-free", spec_terms=["full"], spec_k="3",
+    at = run_page("pages/spectrum.py", spec_method="matrix-free", spec_terms=["full"], spec_k="3",
                   **REAL)
     assert "Lanczos" in at.info[0].value and "stochastic Lanczos quadrature" in at.info[0].value
     assert "Error statement" in " ".join(c.value for c in at.main.get("caption"))
@@ -222,7 +234,7 @@ def test_spectrum_auto_switches_to_matrix_free_past_the_budget(monkeypatch):
     from hessviz.app import cache
 
     monkeypatch.setattr(cache, "LIMITS", dataclasses.replace(cache.LIMITS, results_bytes=2 << 20))
-    at = run_page("app_pages/spectrum.py", spec_terms=["outer"], spec_probes="2", spec_steps="10", **REAL)
+    at = run_page("pages/spectrum.py", spec_terms=["outer"], spec_probes="2", spec_steps="10", **REAL)
     line = at.info[0].value
     assert line.startswith("**Matrix-free spectrum**, because the dense spectrum is over this server's "
                            "budget. ")
@@ -235,7 +247,7 @@ def test_spectrum_auto_switches_to_matrix_free_past_the_budget(monkeypatch):
 
 
 def test_heterogeneity_per_head_matches_the_dense_blocks():
-    at = run_page("app_pages/heterogeneity.py", **REAL)
+    at = run_page("pages/heterogeneity.py", **REAL)
     table = at.dataframe[0].value
     names = list(table["block"])
     assert names[:4] == ["W_Q[0]", "W_Q[1]", "b_Q[0]", "b_Q[1]"] and "ln2_beta" in names
@@ -250,12 +262,12 @@ def test_heterogeneity_per_head_matches_the_dense_blocks():
     assert list(at.dataframe[0].value["block"]) == list(res.cfg.param_names)
     hint = "With one attention head, heads and weights give the same blocks"
     assert not any(hint in c.value for c in at.caption)
-    one = run_page("app_pages/heterogeneity.py", **SMALL)          # one head: the control says why it is idle
+    one = run_page("pages/heterogeneity.py", **SMALL)          # one head: the control says why it is idle
     assert any(hint in c.value for c in one.caption)
 
 
 def test_scaling_accepts_a_head_slice_pair():
-    at = run_page("app_pages/scaling.py", sc_seeds="1", sc_blk="W_Q[0],W_K[0]", **REAL)
+    at = run_page("pages/scaling.py", sc_seeds="1", sc_blk="W_Q[0],W_K[0]", **REAL)
     assert "W_Q[0]–W_K[0]" in titles(at)[0]
 
 
@@ -263,7 +275,7 @@ def test_real_model_page_renders_and_reacts():
     """The trained Post-LN model (in the repository, 4 heads of d = 128) on a short text: attention,
     a head slice's Hessian window, gradients with their Gini, the per-block table; the text, the
     head and the weight change what is drawn."""
-    at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):",
+    at = run_page("pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):",
                   rm_layer="1", rm_rows="1")
     assert not at.error, [e.value for e in at.error]
     assert len(at.get("plotly_chart")) == 4
@@ -286,13 +298,13 @@ def test_real_model_page_renders_and_reacts():
 
 
 def test_real_model_page_refuses_bad_text():
-    at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="x " * 199)
+    at = run_page("pages/real_model.py", rm_model="pydoc-postln", rm_text="x " * 199)
     assert not at.get("plotly_chart")
     assert "positions" in at.error[0].value
 
 
 def test_depth_page_layer_matrix_profile_and_first_layer():
-    at = run_page("app_pages/depth.py", layers="3", dp_seeds="1", **SMALL)
+    at = run_page("pages/depth.py", layers="3", dp_seeds="1", **SMALL)
     assert caption(at).startswith("Post-LN block × 3 layers, L = 4, d = 8")
     assert len(at.get("plotly_chart")) == 3      # layer-by-layer norms, per-layer profile, first layer vs N
     fig = figures(at)[0]
@@ -315,7 +327,7 @@ def test_depth_page_layer_matrix_profile_and_first_layer():
 
 
 def test_depth_page_one_block_says_how_to_see_a_stack():
-    at = run_page("app_pages/depth.py", dp_seeds="1", **SMALL)
+    at = run_page("pages/depth.py", dp_seeds="1", **SMALL)
     assert any("Raise **Layers**" in i.value for i in at.info)
     assert len(at.get("plotly_chart")) == 2
 
@@ -328,17 +340,17 @@ def test_depth_page_default_view_is_drawn_on_the_hosted_profile(monkeypatch):
     hosted = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
                                       baseline_bytes=400 << 20)
     monkeypatch.setattr(cache, "LIMITS", hosted)
-    at = run_page("app_pages/depth.py")
+    at = run_page("pages/depth.py")
     assert not at.exception and not at.warning, [w.value for w in at.warning]
     assert len(at.get("plotly_chart")) == 2      # the per-layer profile and the first layer against N
 
 
 def test_scaling_sweeps_depth_and_reads_a_layer_of_a_stack():
-    at = run_page("app_pages/scaling.py", sc_axis="layers", sc_seeds="1", **SMALL)
+    at = run_page("pages/scaling.py", sc_axis="layers", sc_seeds="1", **SMALL)
     main = figures(at)[0]
     assert main["layout"]["xaxis"]["type"] == "linear"
     assert any("Factor per added block" in m.value for m in at.markdown)
-    at = run_page("app_pages/scaling.py", sc_axis="xnorm", sc_seeds="1", layers="2", **SMALL)
+    at = run_page("pages/scaling.py", sc_axis="xnorm", sc_seeds="1", layers="2", **SMALL)
     assert at.slider(key="sc_layer").value == 0
     at.slider(key="sc_layer").set_value(1).run()
     assert not at.exception
@@ -355,8 +367,8 @@ def test_real_model_page_draws_the_models_own_objective():
         fig = next(f for f in figures(at) if "Hessian of W_Q[0]" in str(f["layout"]["title"]))
         return fig["data"][0]["z"]
 
-    synthetic = run_page("app_pages/real_model.py", rm_layer="3", **query)
-    at = run_page("app_pages/real_model.py", rm_loss="sentence similarity", rm_other="import sys",
+    synthetic = run_page("pages/real_model.py", rm_layer="3", **query)
+    at = run_page("pages/real_model.py", rm_loss="sentence similarity", rm_other="import sys",
                   rm_layer="1", **query)
     assert not at.error, [e.value for e in at.error]
     assert "1 − cos(m, e)" in at.info[0].value
@@ -368,10 +380,10 @@ def test_real_model_page_draws_the_models_own_objective():
 
 
 def test_pages_without_stacks_show_one_block_and_no_layers_control():
-    at = run_page("app_pages/verify.py", layers="3", **SMALL)
+    at = run_page("pages/verify.py", layers="3", **SMALL)
     assert caption(at).startswith("Post-LN block, L = 4")
     assert not [s for s in at.sidebar.get("slider") if s.key == "layers"]
-    at = run_page("app_pages/hessian_map.py", layers="2", **SMALL)
+    at = run_page("pages/hessian_map.py", layers="2", **SMALL)
     assert caption(at).startswith("Post-LN block × 2 layers")
 
 
@@ -390,7 +402,7 @@ def test_real_model_page_an_emptied_text_box_draws_the_default_text(typed):
     default text is drawn, the box is still there, and one line says so."""
     from hessviz.app import real_model as rm
 
-    at = run_page("app_pages/real_model.py", **PYDOC)
+    at = run_page("pages/real_model.py", **PYDOC)
     at.text_area(key="rm_text").set_value(typed).run()
     assert not at.exception, [e.value for e in at.exception]
     assert "Text: the box is empty, so the default text is drawn." in shown_lines(at)
@@ -404,7 +416,7 @@ def test_real_model_page_an_emptied_text_box_draws_the_default_text(typed):
 
 
 def test_real_model_page_a_very_long_text_gets_one_line():
-    at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="word " * 300)
+    at = run_page("pages/real_model.py", rm_model="pydoc-postln", rm_text="word " * 300)
     assert ("Text: the text was 1,500 characters long, more than the 400 this box takes: cut to its first "
             "400.") in shown_lines(at)
     assert not at.text_area(key="rm_text").max_chars        # a browser's maxlength dropped a paste silently
@@ -417,7 +429,7 @@ def test_real_model_page_a_very_long_text_gets_one_line():
 def test_real_model_page_switches_model_under_its_own_loss():
     """pydoc-postln's own loss (sentence similarity, a BERT) → pydoc-preln (a GPT-2, whose own loss is
     next token) used to raise on ``rm_loss``; now the loss falls back to one the model has, with a line."""
-    at = run_page("app_pages/real_model.py", **{**PYDOC, "rm_loss": "sentence similarity"})
+    at = run_page("pages/real_model.py", **{**PYDOC, "rm_loss": "sentence similarity"})
     assert "1 − cos(m, e)" in at.info[0].value
     at.selectbox(key="rm_model").set_value("pydoc-preln").run()
     assert not at.exception, [e.value for e in at.exception]
@@ -442,7 +454,7 @@ def test_real_model_page_switches_model_under_its_own_loss():
 def test_real_model_page_every_weight_and_row_sequence():
     """Every weight of a head in turn, with the rows and the first row at their ends (the slice's shape
     changes with the weight: W_O[h] is d_k × d), then a head and a layer out of the new model's range."""
-    at = run_page("app_pages/real_model.py", **{**PYDOC, "rm_rows": "4", "rm_row0": "124"})
+    at = run_page("pages/real_model.py", **{**PYDOC, "rm_rows": "4", "rm_row0": "124"})
     for w in ("W_K", "W_V", "W_O", "W_Q"):
         at.segmented_control(key="rm_w").set_value(w).run()
         assert not at.exception, (w, [e.value for e in at.exception])
@@ -459,14 +471,14 @@ def test_real_model_page_every_weight_and_row_sequence():
 def test_real_model_page_target_seed_recomputes_only_what_the_target_enters():
     from hessviz.app import cache
 
-    at = run_page("app_pages/real_model.py", **PYDOC)
+    at = run_page("pages/real_model.py", **PYDOC)
     attention = cache.real_attention("pydoc-postln", 3, "def add(a, b):")
     before = set(cache.real_results())
     at.slider(key="rm_seed").set_value(7).run()
     new = set(cache.real_results()) - before
     assert {k[0] for k in new} == {"window", "gradients", "table"}             # not the attention, not tokens
     assert cache.real_attention("pydoc-postln", 3, "def add(a, b):") is attention
-    own = run_page("app_pages/real_model.py", **{**PYDOC, "rm_loss": "sentence similarity"})
+    own = run_page("pages/real_model.py", **{**PYDOC, "rm_loss": "sentence similarity"})
     before = set(cache.real_results())
     own.slider(key="rm_seed").set_value(9).run()
     assert not own.exception
@@ -486,7 +498,7 @@ def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
     tight = Limits("hosted", cache.LIMITS.results_bytes, 1.01 * ffn, 1, 1 << 20, 1)
     monkeypatch.setattr(cache, "LIMITS", tight)
     cache.clear()                          # a result computed before is drawn at once, whatever it cost
-    at = run_page("app_pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="64",
+    at = run_page("pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="64",
                   rm_part="every block", rm_samples="30")
     assert not at.exception
     lines = [i.value for i in at.info if "reduced view" in i.value]
@@ -511,13 +523,13 @@ def test_real_model_page_draws_a_precomputed_view_as_a_fresh_one(tmp_path, monke
     monkeypatch.setattr(cache, "PRECOMPUTED", path)
     cache.clear()
     query = dict(rm_model="pydoc-postln", rm_text=text)
-    at = run_page("app_pages/real_model.py", **query)
+    at = run_page("pages/real_model.py", **query)
     assert not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]     # nothing computed live
     stored = figures(at)
     assert len(stored) == 4
     monkeypatch.setattr(cache, "PRECOMPUTED", None)
     cache.clear()
-    fresh = figures(run_page("app_pages/real_model.py", **query))
+    fresh = figures(run_page("pages/real_model.py", **query))
     assert [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
     for a, b in zip(stored, fresh):
         assert a["layout"]["title"] == b["layout"]["title"]
@@ -589,7 +601,7 @@ def test_real_model_page_on_the_hosted_profile_draws_the_precomputed_default(mon
     monkeypatch.setattr(cache, "LIMITS", hosted)
     cache.clear()
     model = pretrained.available_models()[0]
-    at = run_page("app_pages/real_model.py", rm_model=model)
+    at = run_page("pages/real_model.py", rm_model=model)
     assert not at.warning, [w.value for w in at.warning]
     assert len(at.get("plotly_chart")) == 4
     assert any("Hessian of W_Q[0], rows 0…" in t for t in titles(at))

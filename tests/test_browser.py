@@ -30,6 +30,14 @@ TIMINGS: dict[str, float] = {}
 EXPLORE_TITLES = {p.title for p in EXPLORE}
 """Every Explore page draws charts (read from the registry, so a new page is held to it too)."""
 
+STREAMLIT_NAV = '[data-testid="stSidebarNav"]'
+"""Streamlit's own page list (from the files in ``pages/``); hessviz draws its navigation itself."""
+WATCH_NAV = ("window.streamlitNavSeen = 0; new MutationObserver(() => {"
+             f" if (document.querySelector('{STREAMLIT_NAV}')) window.streamlitNavSeen++; }})"
+             ".observe(document, {subtree: true, childList: true});")
+"""Counts the DOM changes after which Streamlit's page list is on the page, from the first paint on."""
+OWN_NAV = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
+
 IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
         " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
 
@@ -81,7 +89,25 @@ def _exceptions(page) -> list[str]:
 
 
 def test_first_chart_and_every_page(server, browser):
-    # warm the server once (imports, first computation), then time a cold browser context
+    # The module's first visit is a cold server's first visitor, by a link with an address to a page
+    # other than the first: from the first paint on, the sidebar holds hessviz's navigation only, never
+    # Streamlit's raw list of the files in pages/ (.streamlit/config.toml: showSidebarNavigation =
+    # false), and the page is drawn through app.py (hessviz.app.controls._through_app), not alone.
+    ctx = browser.new_context(viewport=VIEWPORT)
+    ctx.add_init_script(WATCH_NAV)
+    page = ctx.new_page()
+    page.goto(server + "/spectrum?L=4")
+    page.wait_for_selector('[data-testid="stSidebar"]', timeout=120_000)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "cold_first_visit.png"))     # the sidebar as it first shows
+    page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+    _settle(page)
+    assert page.evaluate("window.streamlitNavSeen") == 0, "the first visitor saw Streamlit's raw page list"
+    assert len(page.query_selector_all(OWN_NAV)) >= 9, page.inner_text('[data-testid="stSidebar"]')[:500]
+    assert page.locator("h1").first.inner_text().strip() == "Spectrum" and _exceptions(page) == []
+    assert page.get_by_text("Post-LN block, L = 4,", exact=False).count() >= 1     # its address is read
+    ctx.close()
+    # warm the server once at the first page (imports, first computation), then time a cold browser context
     ctx, page = _open(browser, server + "/")
     page.wait_for_selector(".js-plotly-plot", timeout=120_000)
     _settle(page)
@@ -91,7 +117,7 @@ def test_first_chart_and_every_page(server, browser):
     page.wait_for_selector(".js-plotly-plot", timeout=60_000)
     TIMINGS["first_chart_cold_browser_s"] = round(time.perf_counter() - t0, 2)
     _settle(page)
-    links = page.query_selector_all('[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]')
+    links = page.query_selector_all(OWN_NAV)
     pages = [(link.inner_text().split("\n")[-1].strip(), link.get_attribute("href")) for link in links]
     assert len(pages) >= 9, f"navigation lists {len(pages)} pages: {pages}"
     SHOTS.mkdir(parents=True, exist_ok=True)

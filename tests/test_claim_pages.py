@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def _run(page: str, **query) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)   # routed as the app runs it
-    at.switch_page(f"app_pages/{page}.py")
+    at.switch_page(f"pages/{page}.py")
     for k, v in query.items():
         at.query_params[k] = v
     at.run()

@@ -370,7 +370,7 @@ def test_real_model_page_opens_pydoc_llama_and_its_grouped_heads():
     head 3 reads key/value head 1, so the slice drawn is ``W_K[1]``."""
     from tests.test_app_pages import run_page, titles
 
-    at = run_page("app_pages/real_model.py", rm_model="pydoc-llama", rm_text="def add(a, b):", rm_layer="1",
+    at = run_page("pages/real_model.py", rm_model="pydoc-llama", rm_text="def add(a, b):", rm_layer="1",
                   rm_rows="1", rm_head="3", rm_w="W_K")
     assert not at.error, [e.value for e in at.error]
     assert "pydoc-llama" in at.selectbox(key="rm_model").options

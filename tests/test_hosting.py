@@ -602,7 +602,7 @@ def test_hostile_url_is_clamped_or_refused_with_an_escaped_line(query, caption, 
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page("app_pages/hessian_map.py")
+    at.switch_page("pages/hessian_map.py")
     for k, v in {"d": "8", "dff": "8", **query}.items():
         at.query_params[k] = v
     at.run()
@@ -619,7 +619,7 @@ def test_page_control_keeps_allowed_values_of_a_repeated_key():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page("app_pages/spectrum.py")
+    at.switch_page("pages/spectrum.py")
     for k, v in {**SMALL, "spec_terms": ["outer", "<b>x</b>", "full"]}.items():
         at.query_params[k] = v
     at.run()

@@ -1,4 +1,5 @@
-"""No import circles among the modules of ``hessviz``, type-checking imports included.
+"""No import circles among the modules of ``hessviz``, type-checking imports included; the layers
+import one way (the library never imports the app, the command line or ``benchmarks/``).
 
 The graph is read from the source (``ast``), not by importing: an edge ``a -> b`` for every
 ``import``/``from … import`` of a ``hessviz`` module in ``a`` at any level of the module body.
@@ -82,7 +83,7 @@ LIBRARY_BASE = ("hessviz.ops", "hessviz.terms", "hessviz.config", "hessviz.error
                 "hessviz.record", "hessviz.kron", "hessviz.chain", "hessviz.weights")
 """The math every engine reads: it imports nothing built on it."""
 BUILT_ON = ("hessviz.api", "hessviz.result", "hessviz.matfree", "hessviz.pretrained", "hessviz.experiments",
-            "hessviz.plots", "hessviz.sweeps", "hessviz.app", "hessviz.cli", "hessviz.bench", "hessviz.cost",
+            "hessviz.plots", "hessviz.sweeps", "hessviz.app", "hessviz.cli", "hessviz.cost",
             "hessviz.stack", "hessviz.assembly")
 TOP = ("hessviz.app", "hessviz.experiments", "hessviz.cli", "hessviz.__main__")
 """Nothing below these imports them: the app, the claims and the command line use the library."""
@@ -111,6 +112,45 @@ def test_the_library_never_imports_the_app_or_streamlit():
     assert not {m: sorted(t for t in edges[m] if t.startswith("hessviz.app")) for m in outside
                 if any(t.startswith("hessviz.app") for t in edges[m])}
     assert not [m for m, p in outside.items() if "streamlit" in _imported_roots(p)]
+
+
+BENCH_COMMAND = {"hessviz.cli": {"cmd_bench"}}
+"""The one arrow from the library into ``benchmarks/``: ``hessviz bench`` runs the checkout's
+benchmarks, importing them inside its function only (an installed hessviz has none)."""
+
+
+def _benchmark_imports(tree: ast.AST) -> set[str]:
+    """Where ``tree`` imports the ``benchmarks`` package: the names of the functions that do, or
+    ``<module>`` for an import outside every function."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            where = node.name
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        if any(n.split(".")[0] == "benchmarks" for n in names):
+            found.add(where)
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_the_library_never_imports_the_benchmarks():
+    """``benchmarks/`` imports the library to time it; the library never imports ``benchmarks/``."""
+    hits = {m: _benchmark_imports(ast.parse(p.read_text())) for m, p in _modules().items()}
+    assert {m: w for m, w in hits.items() if w} == BENCH_COMMAND
+    assert not list(ROOT.rglob("bench*.py")), "a benchmark inside the library: it belongs in benchmarks/"
+
+
+def test_the_benchmark_check_sees_an_import():
+    tree = ast.parse("import benchmarks.dense\ndef f():\n    from benchmarks import matfree\n"
+                     "def g():\n    import hessviz.benchmarks_like\n")
+    assert _benchmark_imports(tree) == {"<module>", "f"}
+    bench = ROOT.parent / "benchmarks"
+    assert any("hessviz" in _imported_roots(p) for p in bench.glob("*.py"))     # the arrow runs this way
 
 
 def test_no_arrow_runs_back_up():

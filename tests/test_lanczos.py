@@ -490,16 +490,16 @@ def test_dense_extremes_use_the_torch_core():
 
 def test_speed_section_is_rewritten_in_place(tmp_path):
     """The bench section of MATFREE.md is replaced, not appended, and the rest of the file kept."""
-    from hessviz.matfree import speed
+    from benchmarks import matfree_spectra
 
     row = {"row": "slq", "L": 8, "P": 10, "probes": 2, "steps": 3, "seconds": 1.5, "products": 6,
            "peak_mib": 1.0, "support": [-1.0, 2.0], "load": (1.0, 1.0, 1.0)}
     out = tmp_path / "MATFREE.md"
     out.write_text("# Products\n\nold table\n")
-    speed.write_section(out, speed.markdown([row]), "first\n\n")
-    speed.write_section(out, speed.markdown([dict(row, seconds=2.5)]), "second\n\n")
+    matfree_spectra.write_section(out, matfree_spectra.markdown([row]), "first\n\n")
+    matfree_spectra.write_section(out, matfree_spectra.markdown([dict(row, seconds=2.5)]), "second\n\n")
     text = out.read_text()
-    assert text.startswith("# Products\n\nold table\n") and text.count(speed.SECTION) == 1
+    assert text.startswith("# Products\n\nold table\n") and text.count(matfree_spectra.SECTION) == 1
     assert "second" in text and "2.5 s, 6 products" in text and "first" not in text
 
 
@@ -507,15 +507,15 @@ def test_speed_cases_round_trip(tmp_path, monkeypatch):
     """``--save-cases`` keeps the bench's layer and text for a machine without the checkpoint:
     ``$HESSVIZ_SPEED_CASES`` gives back the same tensors, on the device asked for; a length not
     saved is refused by name."""
-    from hessviz.matfree import speed
+    from benchmarks import matfree_spectra
 
     f64 = torch.float64
     saved = {3: (hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=8), {"W_Q": torch.eye(4, dtype=f64)},
                  torch.ones(3, 4, dtype=f64), torch.zeros(3, 4, dtype=f64))}
     torch.save(saved, tmp_path / "cases.pt")
-    monkeypatch.setenv(speed.CASES_ENV, str(tmp_path / "cases.pt"))
-    cfg, params, X, Y = speed.real_case(3, "cpu")
+    monkeypatch.setenv(matfree_spectra.CASES_ENV, str(tmp_path / "cases.pt"))
+    cfg, params, X, Y = matfree_spectra.real_case(3, "cpu")
     assert cfg == saved[3][0] and torch.equal(X, saved[3][2])
     assert torch.equal(params["W_Q"], saved[3][1]["W_Q"])
     with pytest.raises(ValueError, match="seq_len 5 is not among the saved cases"):
-        speed.real_case(5)
+        matfree_spectra.real_case(5)

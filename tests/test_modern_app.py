@@ -86,7 +86,7 @@ def test_a_control_the_block_does_not_use_keeps_its_value():
 
 
 def test_hessian_map_of_a_llama_style_block_names_its_gate_and_grouped_heads():
-    at = run_page("app_pages/hessian_map.py", blk="W_G,W_1", **SMALL, **LLAMA_URL)
+    at = run_page("pages/hessian_map.py", blk="W_G,W_1", **SMALL, **LLAMA_URL)
     assert "2 heads over 1 key/value heads" in caption(at) and "SiLU gated" in caption(at)
     ticks = figures(at)[0]["layout"]["xaxis"]["ticktext"]
     assert "W<sub>G</sub>" in ticks and "W<sub>K</sub>[0]" in ticks and "W<sub>K</sub>[1]" not in ticks
@@ -100,7 +100,7 @@ def test_hessian_map_of_a_llama_style_block_names_its_gate_and_grouped_heads():
 
 
 def test_a_preset_button_sets_the_controls_and_the_address():
-    at = run_page("app_pages/spectrum.py", spec_method="dense", **SMALL)
+    at = run_page("pages/spectrum.py", spec_method="dense", **SMALL)
     at.button(key="_hv_preset_2").click().run()                      # Qwen3-style
     assert not at.exception, [e.value for e in at.exception]
     assert "QK-norm" in caption(at) and "4 heads over 2 key/value heads" in caption(at)
@@ -112,7 +112,7 @@ def test_a_preset_button_sets_the_controls_and_the_address():
 
 
 def test_the_real_model_page_draws_pydoc_llama_under_its_own_next_token_loss():
-    at = run_page("app_pages/real_model.py", rm_model="pydoc-llama", rm_loss="next token", rm_layer="1")
+    at = run_page("pages/real_model.py", rm_model="pydoc-llama", rm_loss="next token", rm_layer="1")
     assert "next-token loss" in at.info[0].value and "final norm and its LM head" in at.info[0].value
     words = " ".join(c.value for c in at.main.get("caption"))
     assert "Llama (Pre-RMSNorm)" in words and "2 key/value" in words and "layer 3 is drawn" in words

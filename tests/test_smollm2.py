@@ -99,11 +99,11 @@ def test_app_pages_show_smollm2_within_the_hosted_limits(monkeypatch):
                                       baseline_bytes=400 << 20)
     monkeypatch.setattr(cache, "LIMITS", hosted)
     cache.clear()
-    at = run_page("app_pages/real_model.py", rm_model="smollm2-135m")
+    at = run_page("pages/real_model.py", rm_model="smollm2-135m")
     assert not at.warning, [w.value for w in at.warning]
     assert any("Hessian of W_Q[0], rows 0…" in t for t in titles(at))
     at.slider(key="rm_head").set_value(8).run()
     assert not at.warning and not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
-    at = run_page("app_pages/whole_model.py", wm_model="smollm2-135m")
+    at = run_page("pages/whole_model.py", wm_model="smollm2-135m")
     assert [w.value for w in at.warning] and "Too much for this server" in at.warning[0].value
     assert "smollm2-135m" in at.selectbox(key="wm_model").options

@@ -1,4 +1,4 @@
-"""The Whole model page (``app_pages/whole_model.py``) under ``streamlit.testing.v1.AppTest``, its
+"""The Whole model page (``pages/whole_model.py``) under ``streamlit.testing.v1.AppTest``, its
 precomputed default tables (``assets/whole_tables.json``) and the pieces of
 :mod:`hessviz.app.whole_model`.
 
@@ -23,7 +23,7 @@ from hessviz.errors import InputError  # noqa: E402
 from hessviz.whole.table import tensor_table  # noqa: E402
 from tests.test_app_pages import figures, run_page, titles  # noqa: E402
 
-PAGE = "app_pages/whole_model.py"
+PAGE = "pages/whole_model.py"
 
 
 def shown(at) -> str:

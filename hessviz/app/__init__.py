@@ -1,6 +1,6 @@
 """The Streamlit layer of hessviz: the only package that imports ``streamlit``.
 
-A page is a short script in ``app_pages/`` that reads widgets, calls hessviz and draws
+A page is a short script in ``pages/`` that reads widgets, calls hessviz and draws
 figures from :mod:`hessviz.plots`. The shared pieces live here::
 
     import streamlit as st
@@ -25,7 +25,7 @@ A page that does not use the block's shared controls (the Real model page) calls
 :func:`link_only` instead of :func:`sidebar`; :func:`text` is a URL-bound text box.
 
 Shared URL keys: :data:`hessviz.app.state.SHARED_KEYS`, the ``url`` of every setting of
-:data:`hessviz.config.SETTINGS` the app shows (the block's fields it offers, ``xnorm`` and ``seed``; not
+:data:`hessviz.app.settings.SETTINGS` (the block's fields the app offers, ``xnorm`` and ``seed``; not
 listed here, so the list cannot go stale); they carry over from page to page. Page controls made with
 :func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider` and :func:`text` live in the
 URL under their own ``key`` too and appear in the sidebar's "link to this view"; pick page keys
@@ -66,7 +66,7 @@ from hessviz.app import address, cache, controls, progress, registry, state  # n
 
 # Streamlit runs a full garbage collection after every script run (``runner.postScriptGC``),
 # which walks every object the process holds: with torch, scipy, pandas and plotly loaded that
-# is ~300,000 objects and 0.16–0.3 s per run, with the GIL held, so four visitors' re-renders
+# is ~300,000 objects per run (its time: benchmarks/APP.md), with the GIL held, so four visitors' re-renders
 # queued behind each other's collections. What is loaded now lives as long as the process:
 # collect once and move it out of the collector's sight (``gc.freeze``); later collections walk
 # only what the sessions create, and still free their cycles.

@@ -35,7 +35,7 @@ KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse",
          "spectrum_matfree", "heterogeneity", "depth")
 HEATMAP_S = 5e-9
 """Seconds per entry of the dense term to draw the Hessian map's heatmap (its largest entry, the
-tiles' extremes): 0.26-0.4 s for P = 8,704-9,216 on one core."""
+tiles' extremes); calibration: ``benchmarks/COST.md``."""
 LIGHT_SECONDS = 0.25
 """A computation estimated under this many core-seconds (a term, an eigendecomposition or a sweep
 point of the default block) runs at once, without a heavy slot of the gate
@@ -155,7 +155,8 @@ def long_words(c: Cost) -> str:
 WORK_FACTOR = 3.0
 """A view's computations stop once they have used this many times the seconds a view may cost
 (:attr:`hessviz.app.profiles.Limits.max_seconds`) of CPU: the estimate decides before anything
-runs, this bound holds whatever the estimate missed (a sweep estimated under 4 s that ran for 47 s)."""
+runs, this bound holds whatever the estimate missed (the sweep that ran far past its estimate:
+``benchmarks/COST.md``)."""
 
 
 class OverBudget(HessvizError):

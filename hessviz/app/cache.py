@@ -227,8 +227,8 @@ def figure(key: tuple, build: Callable[[], object]) -> object:
     ``key`` (the page's name first, then everything the figure depends on).
 
     Thirty students on one lesson link run the same page on the same view: laying out a plotly
-    figure (validating every trace and property) was most of a cached run's CPU, ~0.1 s per figure
-    on the Scaling page, paid thirty times over under one GIL. The figure is shared between
+    figure (validating every trace and property) was most of a cached run's CPU on the Scaling page
+    (``benchmarks/APP.md``), paid thirty times over under one GIL. The figure is shared between
     sessions: callers must not modify it (``hva.chart`` only reads a figure laid out in the
     app's theme, :func:`hessviz.plots.drawn_in`)."""
     return STORE.get(("figure", *key), build, 1 << 20, "a figure", seconds=0.0)

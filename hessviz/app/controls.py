@@ -22,8 +22,9 @@ import streamlit as st
 import hessviz as hv
 from hessviz.app import address, cache, presets, registry, state
 from hessviz.app.address import Address, Lesson
+from hessviz.app.settings import SECTIONS, SETTINGS, AppSetting
 from hessviz.app.state import View
-from hessviz.config import SECTIONS, SETTINGS, Setting
+from hessviz.config import SETTINGS as LIBRARY_SETTINGS
 from hessviz.memory import format_bytes
 
 _ADDRESS = "_hv_address"
@@ -37,6 +38,33 @@ _RUN = "_hv_run"
 _DRAWN = "_hv_sidebar_run"
 
 # ----------------------------------------------------------------------------- one run
+
+
+def _through_app() -> None:
+    """Restart a run that Streamlit routed past ``app.py``.
+
+    A folder named ``pages/`` next to ``app.py`` puts Streamlit in its v1 multipage mode until
+    ``st.navigation`` is first called in the process: on a cold server (and in every
+    ``AppTest`` run) an address such as ``/spectrum`` runs ``pages/spectrum.py`` alone, without
+    ``app.py`` (no address read, no navigation), and the page raised. Such a run is known by its
+    page list, which holds ``app.py`` itself (``app.py``'s own list never does); it is checked
+    per run, as several cold visitors may arrive at once. The v1 mode is ended, as
+    ``st.navigation`` ends it, and the run starts again, now through ``app.py``: the same address,
+    the same page (a page's url path is its file's name)."""
+    from pathlib import Path
+
+    from streamlit.runtime.pages_manager import PagesManager
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return
+    main = Path(ctx.pages_manager.main_script_path).resolve()
+    listed = {Path(p["script_path"]).resolve() for p in ctx.pages_manager.get_pages().values()
+              if p.get("script_path")}
+    if main in listed:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
 
 
 def current() -> Address:
@@ -85,13 +113,13 @@ def begin_run() -> Lesson:
     return here.lesson
 
 
-def _typed(s: Setting) -> bool:
+def _typed(s: AppSetting) -> bool:
     """Whether the setting is typed into a box rather than slid: an integer over a wide range
     (the seed)."""
     return s.grid is None and not s.choices and s.kind is int and s.app_range[1] - s.app_range[0] > 256
 
 
-def _widget_value(s: Setting, held: object, kept: object) -> object:
+def _widget_value(s: AppSetting, held: object, kept: object) -> object:
     """The value a shared widget holds, as the setting's value (the seed's box holds text, the
     biases' pills a list of projections)."""
     if _typed(s):
@@ -192,7 +220,7 @@ def _typed_int(key: str, lo: int, hi: int) -> None:
     st.session_state[key] = str(value)
 
 
-def _control(where, s: Setting, value: object, disabled: bool) -> object:
+def _control(where, s: AppSetting, value: object, disabled: bool) -> object:
     """One sidebar widget for the setting ``s``, starting from ``value``."""
     key = s.url
     common = {"key": key, "help": s.help, "disabled": disabled}
@@ -231,7 +259,7 @@ def _control(where, s: Setting, value: object, disabled: bool) -> object:
 def sidebar(*, stacks: bool = False) -> View:
     """Draw the shared controls and return the current :class:`View`.
 
-    The controls come from :data:`hessviz.config.SETTINGS`, section by section; a control
+    The controls come from :data:`hessviz.app.settings.SETTINGS`, section by section; a control
     that does not apply to the chosen block (``d_ff`` for attention alone) is disabled, and a
     control a lesson link hides (``hide=norm``) is not drawn (its value is the link's).
     A setting marked ``stacks_only`` (the depth, URL key ``layers``) is drawn only on pages
@@ -239,15 +267,16 @@ def sidebar(*, stacks: bool = False) -> View:
     for the pages that do. Call it once near the top of a page. When the controls describe an
     invalid block it shows the reason and what to change, and stops the page.
     """
+    _through_app()
     run = st.session_state.get(_RUN)
     if run is not None and st.session_state.get(_DRAWN) is run and _VIEW in st.session_state:
         return st.session_state[_VIEW]
     st.session_state[_DRAWN] = run
     here = current()
     lesson = here.lesson
-    drawn = [s for s in SETTINGS if s.in_app and (stacks or not s.stacks_only)]
+    drawn = [s for s in SETTINGS if stacks or not s.stacks_only]
     sb = st.sidebar
-    by_name = {s.name: here.shared[s.url] if s.in_app else s.default for s in SETTINGS}
+    by_name = {s.name: s.default for s in LIBRARY_SETTINGS} | {s.name: here.shared[s.url] for s in SETTINGS}
     values: dict[str, object] = {}
     fixed = []
     if lesson.sidebar:
@@ -312,6 +341,7 @@ def _follow_preset(name: str) -> None:
 def link_only() -> None:
     """The sidebar of a page that does not use the block's shared controls: only the link to this
     view and the lesson panel (the shared values are kept for the other pages)."""
+    _through_app()
     st.session_state[_VIEW] = View.from_values({})
     st.session_state[_DRAWN] = st.session_state.get(_RUN)
     if current().lesson.sidebar:

@@ -39,8 +39,8 @@ import hessviz as hv
 from hessviz import plots, sweeps
 from hessviz.app import address, registry, state, views
 from hessviz.app.address import Address
+from hessviz.app.settings import EPS_GRID
 from hessviz.app.state import View
-from hessviz.config import EPS_GRID
 from hessviz.memory import format_bytes
 from hessviz.spectra import DENSE_LIMIT
 from hessviz.terms import NAMES

@@ -31,14 +31,14 @@ MAX_CHARS = 400
 WINDOW_MAX = 2048
 """Largest window of a head slice drawn (entries; one closed-form product per entry)."""
 WINDOW_DEFAULT = 128
-"""Entries of the default window (4 rows of MiniLM's ``W_Q[h]``: about 1.5 s on one core)."""
+"""Entries of the default window (4 rows of MiniLM's ``W_Q[h]``; its time: ``benchmarks/APP.md``)."""
 ROW_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128)
 SAMPLES = 30
 DEFAULT_WEIGHT, DEFAULT_TERM, DEFAULT_PART = "W_Q", "full", "every block"
 FEWEST_SAMPLES = 6
 PRECOMPUTED_WEIGHTS = ("W_Q", "W_K", "W_V")
 """Weights whose default window is precomputed for every head (W_O[h]'s is a whole row of d
-entries, 9× the bytes of the others in MiniLM: computed live, about 2.6 s)."""
+entries, 9× the bytes of the others in MiniLM: computed live; its time: ``benchmarks/APP.md``)."""
 
 
 def folder_problem(folder: str) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class PageSpec:
     script: str
-    """Path relative to the repository root, e.g. ``app_pages/spectrum.py``."""
+    """Path relative to the repository root, e.g. ``pages/spectrum.py``."""
     title: str
     icon: str
     url_path: str
@@ -22,34 +22,34 @@ class PageSpec:
 
 
 EXPLORE = (
-    PageSpec("app_pages/hessian_map.py", "Hessian map", ":material/grid_on:", "hessian_map",
+    PageSpec("pages/hessian_map.py", "Hessian map", ":material/grid_on:", "hessian_map",
              "the full, outer or functional Hessian as a heatmap, block by block", default=True),
-    PageSpec("app_pages/spectrum.py", "Spectrum", ":material/equalizer:", "spectrum",
+    PageSpec("pages/spectrum.py", "Spectrum", ":material/equalizer:", "spectrum",
              "eigenvalues of each term and how many are negative"),
-    PageSpec("app_pages/heterogeneity.py", "Heterogeneity", ":material/bar_chart:", "heterogeneity",
+    PageSpec("pages/heterogeneity.py", "Heterogeneity", ":material/bar_chart:", "heterogeneity",
              "top eigenvalue and trace of every weight's and every head's Hessian block, matrix-free"),
-    PageSpec("app_pages/real_model.py", "Real model", ":material/psychology:", "real_model",
+    PageSpec("pages/real_model.py", "Real model", ":material/psychology:", "real_model",
              "a pretrained layer on your text: attention, a head's exact Hessian, per-block curvature"),
-    PageSpec("app_pages/whole_model.py", "Whole model", ":material/account_tree:", "whole_model",
+    PageSpec("pages/whole_model.py", "Whole model", ":material/account_tree:", "whole_model",
              "a whole pretrained model under its own objective: curvature and gradient of every tensor"),
-    PageSpec("app_pages/depth.py", "Depth", ":material/layers:", "depth",
+    PageSpec("pages/depth.py", "Depth", ":material/layers:", "depth",
              "stacks of blocks: the Hessian layer by layer, Post-LN and Pre-LN side by side"),
-    PageSpec("app_pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",
+    PageSpec("pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",
              "block norms against ‖X‖₂, L and d on log–log axes, with fitted slopes"),
-    PageSpec("app_pages/verify.py", "Verify & speed", ":material/verified:", "verify",
+    PageSpec("pages/verify.py", "Verify & speed", ":material/verified:", "verify",
              "closed form against autograd: relative error and timings"),
-    PageSpec("app_pages/learn.py", "Learn", ":material/school:", "learn",
+    PageSpec("pages/learn.py", "Learn", ":material/school:", "learn",
              "equations, papers, and a classroom tour"),
 )
 
 CLAIMS = (
-    PageSpec("app_pages/optimization.py", "Optimization lens", ":material/trending_down:", "optimization",
+    PageSpec("pages/optimization.py", "Optimization lens", ":material/trending_down:", "optimization",
              "what the curvature means for training"),
-    PageSpec("app_pages/layernorm_collapse.py", "LayerNorm collapse", ":material/compress:",
+    PageSpec("pages/layernorm_collapse.py", "LayerNorm collapse", ":material/compress:",
              "layernorm_collapse", "LayerNorm curvature as row variance collapses"),
-    PageSpec("app_pages/bounds.py", "Spectral bounds", ":material/vertical_align_top:", "bounds",
+    PageSpec("pages/bounds.py", "Spectral bounds", ":material/vertical_align_top:", "bounds",
              "bounds on block spectral norms against the exact values"),
-    PageSpec("app_pages/claims.py", "Claims", ":material/fact_check:", "claims",
+    PageSpec("pages/claims.py", "Claims", ":material/fact_check:", "claims",
              "the papers' claims, checked one by one"),
 )
 

@@ -1,7 +1,7 @@
 """The shared view: what the sidebar controls describe, and how it maps to the URL.
 
 Pure Python (no Streamlit), so it can be tested and reused. Every control and its URL key
-come from :data:`hessviz.config.SETTINGS` (the block's fields, then the input's): an int
+come from :data:`hessviz.app.settings.SETTINGS` (the block's fields, then the input's): an int
 within its ``app_range``, a float on its ``grid``, a choice, or ``true``/``false``. For
 example ``L`` is ``seq_len`` in 1 … 64, ``norm`` one of post | pre | none | attention,
 ``heads`` the number of heads, ``xnorm`` the input's ``‖X‖₂``.
@@ -18,9 +18,11 @@ from urllib.parse import urlencode
 import torch
 
 import hessviz as hv
-from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS, SETTINGS, Setting
+from hessviz.app import settings
+from hessviz.app.settings import SETTINGS, AppSetting
+from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS
 
-APP_SETTINGS: dict[str, Setting] = {s.url: s for s in SETTINGS if s.in_app}
+APP_SETTINGS: dict[str, AppSetting] = {s.url: s for s in SETTINGS}
 """URL key -> setting, for every control the app shows."""
 
 DEFAULTS: dict[str, object] = {k: s.default for k, s in APP_SETTINGS.items()}
@@ -57,12 +59,14 @@ class View:
     @classmethod
     def from_values(cls, values: dict[str, object]) -> View:
         v = {**DEFAULTS, **values}
-        chosen = {s.name: v[s.url] if s.in_app else s.default for s in BLOCK_SETTINGS}
+        url = {s.name: s.url for s in SETTINGS}
+        chosen = {s.name: v[url[s.name]] if s.name in url else s.default for s in BLOCK_SETTINGS}
         # a control the block does not use (disabled in the sidebar) keeps its value for later
         # but the block takes the default: LN γ/β or RMSNorm without a LayerNorm, a gated MLP
         # for attention alone
-        fields = {s.name: chosen[s.name] if s.relevant(chosen) else s.default for s in BLOCK_SETTINGS}
-        inputs = {s.name: v[s.url] for s in INPUT_SETTINGS}
+        fields = {s.name: chosen[s.name] if settings.relevant(s.name, chosen) else s.default
+                  for s in BLOCK_SETTINGS}
+        inputs = {s.name: v[url[s.name]] for s in INPUT_SETTINGS}
         return cls(hv.BlockConfig(**fields), float(inputs["input_norm"]), int(inputs["seed"]))
 
     @property

@@ -57,8 +57,7 @@ STATS = {"top eigenvalue": "top", "trace": "trace", "gradient norm": "grad_norm"
 """What the bars show, in words -> the table's column."""
 WHOLE_PRODUCT_S = 1.0e-9
 """Seconds per product column per ``L · P_stack`` (``P_stack``: every layer weight of the model) on one
-core: pydoc-llama's table of its 36 weights at 22 tokens took 1,892 columns in 30.5 s
-(``P_stack`` = 738,304): ``30.5 / (1892 · 22 · 738304) ≈ 1.0e-9``."""
+core, calibrated on pydoc-llama's table of its 36 weights (``benchmarks/COST.md``)."""
 
 
 def over_budget_advice(profile: str) -> str:

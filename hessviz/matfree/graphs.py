@@ -1,8 +1,8 @@
 r"""Repeated products on a GPU replayed as CUDA graphs: one launch instead of about 180.
 
-A closed-form product of a MiniLM layer is about 180 small kernels, 0.4 ms of GPU work, which the
-host takes 3.5–5.5 ms to launch from Python (``scripts/gpu_probe.py`` on an H200,
-``benchmarks/MATFREE_GPU.md``). Lanczos, SLQ and Hutchinson call the same product hundreds of
+A closed-form product of a MiniLM layer is about 180 small kernels, which the host takes longer to
+launch from Python than the GPU takes to run them (``scripts/gpu_probe.py``; timings:
+``benchmarks/MATFREE_NOTES.md``). Lanczos, SLQ and Hutchinson call the same product hundreds of
 times at one point, on inputs of one shape, so :class:`Replays` records the product's kernels once
 as a CUDA graph (``torch.cuda.CUDAGraph``) and then replays them: the input is copied into the
 graph's own buffer, the graph runs, and the answer is copied out (two device copies of ``k P``

@@ -68,8 +68,8 @@ which the core then works on in place. Two entry points share the step below:
   kept semi-orthogonal by Simon's estimates in float64 (``reorth="partial"``; semi-orthogonal is
   enough for quadrature nodes and weights), or measured every step (``"selective"``), or fully
   reorthogonalised, or, with ``reorth="none"``, not at all and without a basis; returns each
-  ``T``'s ``α, β``. MiniLM's layer 3 at L = 24, 10 probes × 80 steps: 54–58 s partial, 158 s
-  selective, 21 s without a basis. How the peers run SLQ (read from their sources): PyHessian's
+  ``T``'s ``α, β`` (each kind timed on MiniLM's layer 3: ``benchmarks/MATFREE_NOTES.md``). How the
+  peers run SLQ (read from their sources): PyHessian's
   ``density`` and Ghorbani et al.'s ``lanczos_alg`` (google/spectral-density) reorthogonalise fully against
   every stored vector, one probe at a time; curvlinops' ``fast_lanczos`` (Papyan 2020,
   algorithm 2) does not reorthogonalise and keeps three vectors.
@@ -528,10 +528,10 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
 
     ``like`` gives the dtype and device of the basis; the start vector is a Rademacher vector
     (``±1``) drawn from ``torch.Generator().manual_seed(seed)`` on the host, so the same numbers on
-    every device (:func:`hessviz.matfree.probes.rademacher`: eight signs a random byte, 3.8 ms for
-    MiniLM's 1.77 M weights on one CPU thread, where a normal vector took 41 ms, and 59 ms on an
-    H200's host, a third of a top-5 there), or, given ``start (n,)`` (a guess at the wanted
-    direction, such as the gradient), ``start`` with that vector mixed in (:func:`start_vector`).
+    every device (:func:`hessviz.matfree.probes.rademacher`: eight signs a random byte, cheaper to draw
+    than a normal vector; timings: ``benchmarks/MATFREE_NOTES.md``), or, given ``start (n,)`` (a guess
+    at the wanted direction, such as the gradient), ``start`` with that vector mixed in
+    (:func:`start_vector`).
     Like a normal vector, a Rademacher vector has a component of variance 1 along every unit
     eigenvector. ``bound``: the stopping test of
     :func:`passed`, on the residual (default) or on the eigenvalue's error bound, which asks far

@@ -2,9 +2,9 @@ r"""Large product buffers without a page fault per 4 KiB: transparent huge pages
 
 A product column of a MiniLM layer is ``P = 1.77 M`` float64 entries, 14 MiB. A fresh buffer of
 that size is a fresh ``mmap`` (glibc serves allocations above its threshold that way and returns
-them on ``free``), so every product used to fault in and zero 3 500 pages of 4 KiB: 8 ms per
-column on the bench machine, against 2 ms to write the same 14 MiB into memory already mapped
-(``benchmarks/MATFREE.md``, issue 20). On Linux with transparent huge pages in ``madvise`` mode
+them on ``free``), so every product used to fault in and zero 3 500 pages of 4 KiB, which took longer
+than writing the same 14 MiB into memory already mapped (timings: ``benchmarks/MATFREE_NOTES.md``,
+issue 20). On Linux with transparent huge pages in ``madvise`` mode
 (the common default), :func:`empty` asks for 2 MiB pages on the buffer before anything touches it
 (``madvise(MADV_HUGEPAGE)``): 512 times fewer faults. Elsewhere (another OS, a GPU tensor, THP
 ``never``, a buffer under :data:`HUGE_FROM`) it is ``like.new_empty(shape)`` and nothing else.

@@ -23,9 +23,9 @@ def rademacher(n: int, count: int, gen: torch.Generator, like: Tensor) -> Tensor
     Eight signs per random byte: ``gen`` (on the host, so a seed gives the same probes on every
     device) draws ``⌈n/8⌉`` bytes a probe, which travel to the device and become signs there by a
     lookup in :func:`_sign_table` (bit ``i`` of the byte: ``+1`` set, ``−1`` clear), written into
-    one huge-page buffer (:func:`memory.empty`). One draw and one conversion per entry, as
-    ``randint(0, 2)`` and ``.to(float64)`` took, cost 1.7 s for MiniLM's 30 probes of 1.77 M; this
-    costs 0.06 s of draws and 0.1–0.2 s of writes."""
+    one huge-page buffer (:func:`memory.empty`): an eighth of the draws, and no conversion per entry
+    as ``randint(0, 2)`` and ``.to(float64)`` took (both timed on MiniLM's 30 probes:
+    ``benchmarks/MATFREE_NOTES.md``)."""
     width = -(-n // 8)
     packed = torch.randint(0, 256, (count * width,), generator=gen, dtype=torch.uint8)
     V = memory.empty((count, width * 8), like)

@@ -34,7 +34,7 @@ MAX_CELLS = 400
 
 def max_abs(H: np.ndarray) -> float:
     """``max |H|`` (0 when empty) without the temporary ``|H|``: on a dense term of P = 9,216 that
-    copy was 680 MB of fresh pages and 1-5 s of the Hessian map's figure."""
+    copy was 680 MB of fresh pages and most of the Hessian map's figure (``benchmarks/APP.md``)."""
     H = np.asarray(H)
     return max(float(H.max()), -float(H.min())) if H.size else 0.0
 
@@ -85,8 +85,8 @@ def tile_extremes(M: np.ndarray, row_starts: Sequence[int], col_starts: Sequence
     Tiles run from each start to the next one (the last to the end), rows and columns alike.
     """
     rs, cs = np.asarray(row_starts), np.asarray(col_starts)
-    # along each row first (contiguous in memory), then down the few tile columns: 4× faster than
-    # rows first on a term of P = 9,216 (0.15 s against 0.6 s, one core)
+    # along each row first (contiguous in memory), then down the few tile columns: faster than
+    # rows first (benchmarks/APP.md)
     hi = np.maximum.reduceat(np.maximum.reduceat(M, cs, axis=1), rs, axis=0)
     lo = np.minimum.reduceat(np.minimum.reduceat(M, cs, axis=1), rs, axis=0)
     return np.where(np.abs(hi) >= np.abs(lo), hi, lo)

@@ -148,7 +148,7 @@ def drawn_in(theme: str) -> Iterator[None]:
     """Inside, every figure of :mod:`hessviz.plots` is laid out in ``theme``, whatever theme the
     plot function was given. An application that shows figures in its own theme (the app:
     ``"host"``) uses it so that no figure first gets a template only to have it replaced:
-    giving a figure a template validates the whole template, 20–50 ms of CPU each time."""
+    giving a figure a template validates the whole template, each time (its CPU: ``benchmarks/APP.md``)."""
     check_theme(theme)
     token = _DRAWN_IN.set(theme)
     try:

@@ -51,8 +51,9 @@ MAX_CHUNK = 1024
 TOKEN_WISE_MAX_D = 256
 """Up to this width the curvature is handed over as token-wise ``(L, d, d)`` blocks (:meth:`NextToken.blocks`,
 built once in chunks for ``O(L V d²)``): a product then costs ``2 d²`` per token and column, against
-``≈ 3 V d`` for :meth:`NextToken.product`, and a small model's ``V ≫ d`` (pydoc-llama: a 3× slower
-README example with products alone). Wider models (GPT-2 small, ``d = 768``) take the product."""
+``≈ 3 V d`` for :meth:`NextToken.product`, and a small model's ``V ≫ d`` (pydoc-llama: its README
+example timed with products alone, ``benchmarks/WHOLE.md``). Wider models (GPT-2 small, ``d = 768``)
+take the product."""
 
 
 def default_chunk(vocab: int, dtype: torch.dtype, device: torch.device | str, columns: int = BATCH) -> int:

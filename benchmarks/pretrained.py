@@ -23,9 +23,9 @@ runs, the cold first call reported too; the numbers below are MiniLM's, pydoc-ll
   (:func:`hessviz.matfree.eigenpairs`, scipy ``eigsh``) on closed-form products against the
   same Lanczos on autograd products; the error is the largest relative difference of the five.
 
-``rows()`` returns :class:`hessviz.bench.Row` objects for :func:`hessviz.bench.render`
-(``hessviz.bench`` is imported lazily, so it may import this module at its top);
-``python -m hessviz.pretrained.bench`` prints them.
+``rows()`` returns :class:`benchmarks.dense.Row` objects for :func:`benchmarks.dense.render`
+(``benchmarks.dense`` is imported lazily, so it may import this module at its top);
+``python -m benchmarks.pretrained`` prints them.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _reference_states(model, ids: list[int], device: torch.device) -> tuple[torc
 
 def _timed(fn, repeats: int, device: torch.device) -> tuple[float, float]:
     """``(median of the warm runs, the cold first run)``."""
-    from hessviz.bench import run_times
+    from benchmarks.dense import run_times
     times = run_times(fn, 1 + repeats, device)
     return statistics.median(times[1:]), times[0]
 
@@ -93,7 +93,7 @@ def load_row(repeats: int, device: torch.device, has_transformers: bool, model: 
     """Loading one layer, against reading the whole checkpoint."""
     from safetensors.torch import load_file
 
-    from hessviz.bench import Row, median_time
+    from benchmarks.dense import Row, median_time
     path = open_source(model).folder / "model.safetensors"
     ours, cold = _timed(lambda: load.load_layer(model, LAYER, device=device), repeats, device)
 
@@ -112,7 +112,7 @@ def load_row(repeats: int, device: torch.device, has_transformers: bool, model: 
 def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool, tokens: int = TOKENS,
                       model: str = MODEL):
     """All hidden states of a ``tokens``-token text (64), from the folder."""
-    from hessviz.bench import Row, median_time
+    from benchmarks.dense import Row, median_time
     ids = text_ids(tokens, model)
     ours, cold = _timed(lambda: load.hidden_states(model, ids, device=device), repeats, device)
     stack = load.load_model(model, device=device)
@@ -148,7 +148,7 @@ def _real_layer(tokens: int, device: torch.device, wrt: tuple[str, ...] | None =
 
 def head_slice_row(device: torch.device, model: str = MODEL):
     """The dense ``W_Q[0]``–``W_Q[0]`` block (MiniLM: 12,288 weights) of a real layer, 32 tokens."""
-    from hessviz.bench import Row, run_times
+    from benchmarks.dense import Row, run_times
 
     res = _real_layer(SLICE_TOKENS, device, (SLICE,), model=model)
     held = {}
@@ -190,7 +190,7 @@ def top5_row(device: torch.device, tokens: int = TOKENS, model: str = MODEL):
     autograd."""
     import numpy as np
 
-    from hessviz.bench import Row, run_times
+    from benchmarks.dense import Row, run_times
     from hessviz.matfree import eigenpairs
     found = {}
 
@@ -212,7 +212,7 @@ def top5_row(device: torch.device, tokens: int = TOKENS, model: str = MODEL):
 
 def rows(repeats: int = 5, device: torch.device | None = None, heavy: bool = True,
          model: str = MODEL) -> list:
-    """The cases above for ``model`` as :class:`hessviz.bench.Row` (empty when it is not installed);
+    """The cases above for ``model`` as :class:`benchmarks.dense.Row` (empty when it is not installed);
     ``heavy=False`` leaves out the head slice and the top-5 (minutes on 2 cores)."""
     if not available(model):
         return []
@@ -224,7 +224,7 @@ def rows(repeats: int = 5, device: torch.device | None = None, heavy: bool = Tru
 
 
 def main(repeats: int = 5, threads: int = 2, models: tuple[str, ...] = MODELS) -> str:
-    from hessviz.bench import render
+    from benchmarks.dense import render
     torch.set_num_threads(threads)
     sections = []
     for model in models:

@@ -246,7 +246,7 @@ def head_slice(dtype: torch.dtype, device: torch.device, threads: int) -> Row:
     import sys
 
     name = str(dtype).removeprefix("torch.")
-    code = f"from hessviz.bench import _slice_child; _slice_child({name!r}, {str(device)!r}, {threads})"
+    code = f"from benchmarks.dense import _slice_child; _slice_child({name!r}, {str(device)!r}, {threads})"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parent.parent)
     r = json.loads(done.stdout.strip().splitlines()[-1])

@@ -24,8 +24,8 @@ there once, timed and measured together. On a CUDA ``device`` the memory is the 
 timed call.
 
 ``rows(...)`` returns dicts; ``markdown(rows)`` renders them; ``python -m
-hessviz.matfree.bench`` writes ``benchmarks/MATFREE.md``; ``hessviz bench --suite matfree``
-adds the real-layer section of :mod:`hessviz.matfree.speed` (``python -m hessviz.matfree.speed``
+benchmarks.matfree`` writes ``benchmarks/MATFREE.md``; ``hessviz bench --suite matfree``
+adds the real-layer section of :mod:`benchmarks.matfree_spectra` (``python -m benchmarks.matfree_spectra``
 alone rewrites just that section).
 """
 
@@ -281,10 +281,11 @@ def cuda_peak_memory(kind: str, method: str, seq_len: int, device: str) -> dict:
 
 def peak_memory(spec: dict) -> dict:
     """``_child(spec)`` in a fresh interpreter."""
-    code = ("import json, sys; from hessviz.matfree.bench import _child; "
+    code = ("import json, sys; from benchmarks.matfree import _child; "
             "print(json.dumps(_child(json.loads(sys.argv[1]))))")
+    checkout = str(Path(__file__).resolve().parents[1])       # benchmarks/ and hessviz/
     out = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
-                         check=True, env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])})
+                         check=True, env=os.environ | {"PYTHONPATH": checkout})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -6,7 +6,7 @@ process:
 
 * ``top5``: the 5 largest eigenvalues by the torch core (:func:`hessviz.matfree.eigenpairs`),
   by scipy ``eigsh`` on the same closed-form products, and by the peers of
-  :mod:`hessviz.matfree.peers` (scipy ``eigsh`` / hessian-eigenthings' Lanczos / PyHessian on
+  :mod:`benchmarks.peers` (scipy ``eigsh`` / hessian-eigenthings' Lanczos / PyHessian on
   kept-graph double backward). Each: seconds, products, the largest relative difference from a
   tight reference (the torch core at ``tol = 1e-11``, its true residuals shown) and the peak
   resident memory over the set-up;
@@ -19,7 +19,7 @@ process:
 
 Every row takes ``device`` (``"cpu"`` or ``"cuda"``): the layer, its inputs and the vectors live
 there, and CUDA is synchronised before each clock is read. Peak memory is, on the CPU, the resident
-size's high-water mark (``VmHWM``) after a reset (:func:`hessviz.matfree.bench._reset_peak`) minus
+size's high-water mark (``VmHWM``) after a reset (:func:`benchmarks.matfree._reset_peak`) minus
 the resident size then, and on CUDA the allocator's peak over what was allocated before, in this
 process. The machine is shared: rows print the load average and the medians of interleaved rounds.
 On a GPU the closed-form products are replayed as CUDA graphs (:mod:`hessviz.matfree.graphs`), as
@@ -41,8 +41,9 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz.matfree import peers, spectral
-from hessviz.matfree.bench import _reset_peak, _rss_mib, _sync, interleaved
+from benchmarks import peers
+from benchmarks.matfree import _reset_peak, _rss_mib, _sync, interleaved
+from hessviz.matfree import spectral
 
 MODEL, LAYER = "all-MiniLM-L6-v2", 3
 
@@ -53,7 +54,7 @@ CASES_ENV = "HESSVIZ_SPEED_CASES"
 def real_case(seq_len: int, device: str = "cpu"):
     """``cfg, params, X, Y`` of MiniLM's layer :data:`LAYER` on the first ``seq_len`` tokens of
     real English (the start of Python's ``pydoc_data`` help on assignment, as
-    :func:`hessviz.pretrained.bench.text_ids`, ``2 L`` words so it fits 512 positions); from the
+    :func:`benchmarks.pretrained.text_ids`, ``2 L`` words so it fits 512 positions); from the
     file named by ``$HESSVIZ_SPEED_CASES`` (:func:`save_cases`) when it is set."""
     if os.environ.get(CASES_ENV):
         cases = torch.load(os.environ[CASES_ENV], weights_only=False)
@@ -108,7 +109,7 @@ def _peak_mib(device, base: float) -> float:
 
 
 def _clock() -> float:
-    """``perf_counter`` once the GPU's queued work is done (:func:`hessviz.matfree.bench._sync`)."""
+    """``perf_counter`` once the GPU's queued work is done (:func:`benchmarks.matfree._sync`)."""
     _sync()
     return time.perf_counter()
 
@@ -441,7 +442,8 @@ def header(rows: list[dict]) -> str:
     first = rows[0] if rows else {}
     where = first.get("device", f"CPU, {torch.get_num_threads()} thread(s)")
     return (f"Real MiniLM layer {LAYER} (all-MiniLM-L6-v2 weights, a real text), float64, "
-            f"{where}, torch {first.get('torch', torch.__version__)}; `python -m hessviz.matfree.speed`.\n\n")
+            f"{where}, torch {first.get('torch', torch.__version__)}; "
+            f"`python -m benchmarks.matfree_spectra`.\n\n")
 
 
 def _saved_rows(out):
