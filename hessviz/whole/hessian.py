@@ -37,17 +37,16 @@ from torch import Tensor
 
 from hessviz.api import _tape_gradient, forward, hessian, hessian_bytes
 from hessviz.config import BlockConfig
-from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
+from hessviz.losses import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, CustomLoss, HeadTerms, LMHead
 from hessviz.matfree.block import build_at_output
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import BATCH, MatrixFreeHessian
-from hessviz.pretrained.objectives import LMHead
 from hessviz.result import HessianResult
 from hessviz.stack import StackHessian
 from hessviz.terms import check_term
 from hessviz.whole.model import Model
-from hessviz.whole.objective import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, HeadTerms, sequence_terms
+from hessviz.whole.objective import sequence_terms
 from hessviz.whole.ranks import ONE, Ranks, agree, all_succeeded, ranks
 
 OBJECTIVES = ("next_token",)
