@@ -124,7 +124,7 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor |
              wrt: tuple[str, ...] | None = None, *, method: str = "closed_form",
              loss: CustomLoss | None = None) -> dict[str, Tensor]:
     """``∂ℓ/∂W`` for each name, ``name -> (rows, cols)``, closed form (or autograd); ``loss`` a
-    :class:`~hessviz.custom_loss.CustomLoss` in place of ``Y``."""
+    :class:`~hessviz.losses.CustomLoss` in place of ``Y``."""
     params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
     if _check_method(method) == "autograd":

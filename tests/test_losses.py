@@ -77,7 +77,7 @@ def test_custom_loss_is_its_gradient_and_curvature():
         H = torch.func.hessian(loss.reference_value)(Z).reshape(L * D, L * D)
         _close(H, dense, "model curvature")
     with pytest.raises(InputError, match="no value"):
-        hv.CustomLoss(g, N).value
+        _ = hv.CustomLoss(g, N).value
     with pytest.raises(ValueError, match="couples tokens"):
         hv.CustomLoss(g, N).token_curvature()
 
@@ -151,7 +151,7 @@ def test_strings_become_objects_in_one_place():
     with pytest.raises(ConfigError, match="loss must be one of"):
         block_loss("l1", Y)
     with pytest.raises(InputError, match="no point yet"):
-        hv.MSE(Y).value
+        _ = hv.MSE(Y).value
 
 
 def test_the_chunk_is_sized_for_one_product_sweep():

@@ -28,6 +28,7 @@ A loss is either defined by what it is measured against (``MSE(Y)``, ``CrossEntr
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -81,6 +82,25 @@ class Loss(ABC):
     def reference_value(self, Z: Tensor) -> Tensor:
         """``ℓ(Z')`` at another point ``Z'``, for the autograd reference to differentiate."""
         return self.at(Z).value
+
+
+@dataclass(frozen=True, eq=False)
+class TargetLoss(Loss):
+    """A loss measured against a ``target`` (``MSE``'s ``Y``, ``CrossEntropy``'s classes): defined
+    before its point, placed at ``Z`` by :meth:`at`."""
+
+    target: Tensor
+    Z: Tensor | None = field(default=None, repr=False)
+
+    def at(self, Z: Tensor) -> TargetLoss:
+        return replace(self, Z=Z)
+
+    @property
+    def point(self) -> Tensor:
+        """``Z (L, d)``; an error before :meth:`at`."""
+        if self.Z is None:
+            raise unplaced(self, "value")
+        return self.Z
 
 
 def unplaced(loss: Loss, what: str) -> InputError:

@@ -11,59 +11,47 @@ For ``Z (L, d)``, classes ``y (L,)`` in ``[0, d)`` and ``p_t = softmax(Z_t)``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hessviz.losses.base import Loss, unplaced
+from hessviz.losses.base import TargetLoss
 from hessviz.ops import softmax
 
 
 @dataclass(frozen=True, eq=False)
-class CrossEntropy(Loss):
-    """``(1/L) Σ_t −log softmax(Z_t)[y_t]`` against the classes ``y (L,)`` (int64); :meth:`at`
-    places it at ``Z``."""
-
-    y: Tensor
-    Z: Tensor | None = field(default=None, repr=False)
-
-    def at(self, Z: Tensor) -> CrossEntropy:
-        return replace(self, Z=Z)
-
-    @property
-    def _point(self) -> Tensor:
-        if self.Z is None:
-            raise unplaced(self, "value")
-        return self.Z
+class CrossEntropy(TargetLoss):
+    """``(1/L) Σ_t −log softmax(Z_t)[y_t]`` against the classes ``y (L,)`` (int64, ``CrossEntropy(y)``);
+    :meth:`at` places it at ``Z``."""
 
     @cached_property
     def value(self) -> Tensor:
-        Z = self._point
+        Z = self.point
         logp = torch.log_softmax(Z, dim=-1)
-        return -logp.gather(1, self.y[:, None]).sum() / Z.shape[0]
+        return -logp.gather(1, self.target[:, None]).sum() / Z.shape[0]
 
     @cached_property
     def grad(self) -> Tensor:
-        Z = self._point
+        Z = self.point
         L, d = Z.shape
-        return (softmax.value(Z) - F.one_hot(self.y, d).to(Z.dtype)) / L
+        return (softmax.value(Z) - F.one_hot(self.target, d).to(Z.dtype)) / L
 
     def token_curvature(self) -> Tensor:
         """``(L, d, d)``: ``(diag p_t − p_t p_tᵀ) / L``."""
-        Z = self._point
+        Z = self.point
         return softmax.jacobian(softmax.value(Z)) / Z.shape[0]
 
     @cached_property
     def _p(self) -> Tensor:
-        return self._point.softmax(-1)
+        return self.point.softmax(-1)
 
     def product(self, dZ: Tensor) -> Tensor:
-        p, L = self._p, self._point.shape[0]
+        p, L = self._p, self.point.shape[0]
         return (p * dZ - p * (p * dZ).sum(-1, keepdim=True)) / L
 
     def reference_value(self, Z: Tensor) -> Tensor:
         """``F.cross_entropy(Z, y)``: torch's own, for the autograd reference."""
-        return F.cross_entropy(Z, self.y, reduction="mean")
+        return F.cross_entropy(Z, self.target, reduction="mean")

@@ -9,54 +9,42 @@ For ``Z, Y (L, d)``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 import torch.nn.functional as F
 from torch import Tensor
 
-from hessviz.losses.base import Loss, unplaced
+from hessviz.losses.base import TargetLoss
 from hessviz.ops.base import eye
 
 
 @dataclass(frozen=True, eq=False)
-class MSE(Loss):
-    """``‖Z − Y‖²_F / (L·d)`` against the target ``Y (L, d)``; :meth:`at` places it at ``Z``."""
-
-    Y: Tensor
-    Z: Tensor | None = field(default=None, repr=False)
-
-    def at(self, Z: Tensor) -> MSE:
-        return replace(self, Z=Z)
-
-    @property
-    def _point(self) -> Tensor:
-        if self.Z is None:
-            raise unplaced(self, "value")
-        return self.Z
+class MSE(TargetLoss):
+    """``‖Z − Y‖²_F / (L·d)`` against the target ``Y (L, d)`` (``MSE(Y)``); :meth:`at` places it at ``Z``."""
 
     @cached_property
     def value(self) -> Tensor:
-        Z = self._point
+        Z = self.point
         L, d = Z.shape
-        return ((Z - self.Y) ** 2).sum() / (L * d)
+        return ((Z - self.target) ** 2).sum() / (L * d)
 
     @cached_property
     def grad(self) -> Tensor:
-        Z = self._point
+        Z = self.point
         L, d = Z.shape
-        return 2.0 * (Z - self.Y) / (L * d)
+        return 2.0 * (Z - self.target) / (L * d)
 
     def token_curvature(self) -> Tensor:
         """``(L, d, d)``: ``2 I / (L d)`` for every token (a read-only expanded identity)."""
-        Z = self._point
+        Z = self.point
         L, d = Z.shape
         return (2.0 / (L * d)) * eye(d, Z, L)
 
     def product(self, dZ: Tensor) -> Tensor:
-        L, d = self._point.shape
+        L, d = self.point.shape
         return dZ * (2.0 / (L * d))
 
     def reference_value(self, Z: Tensor) -> Tensor:
         """``F.mse_loss(Z, Y)``: torch's own, for the autograd reference."""
-        return F.mse_loss(Z, self.Y, reduction="mean")
+        return F.mse_loss(Z, self.target, reduction="mean")

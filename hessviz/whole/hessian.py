@@ -50,7 +50,7 @@ from hessviz.whole.objective import sequence_terms
 from hessviz.whole.ranks import ONE, Ranks, agree, all_succeeded, ranks
 
 OBJECTIVES = ("next_token",)
-"""The objectives named by a string; a :class:`~hessviz.whole.objective.Classifier` is the other kind."""
+"""The objectives named by a string; a :class:`~hessviz.losses.Classifier` is the other kind."""
 
 
 class WholeLayout:
@@ -76,7 +76,7 @@ class BatchProducts(MatrixFreeHessian):
     Answers what :class:`~hessviz.matfree.operator.MatrixFreeHessian` does (``layout``,
     ``product``, ``matvec``, ``linear_operator``) for the stack ``cfg``, and for a classifier's
     ``head.W`` / ``head.b`` among the names (``terms``: each sequence's
-    :class:`~hessviz.whole.objective.HeadTerms`; ``head``: the classifier's ``W (d, C)``, ``None``
+    :class:`~hessviz.losses.HeadTerms`; ``head``: the classifier's ``W (d, C)``, ``None``
     for ``"next_token"``; the ``full`` term only). ``like`` gives the dtype and device (a rank
     without sequences has no ``X``)."""
 
