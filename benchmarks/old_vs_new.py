@@ -51,7 +51,9 @@ times = []
 for _ in range(10):
     t = time.perf_counter(); res.matvec(v); times.append(time.perf_counter() - t)
 out["product"] = statistics.median(times)
-t = time.perf_counter(); matfree.top_eigenvalues(res, "full", k=5, solver="torch"); out["top-5"] = time.perf_counter() - t
+t = time.perf_counter()
+matfree.top_eigenvalues(res, "full", k=5, solver="torch")
+out["top-5"] = time.perf_counter() - t
 print(json.dumps(out))
 """
 
@@ -85,8 +87,10 @@ def main() -> None:
                     got[rev].append(probe(trees[rev]))
         finally:
             for tree in trees.values():
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
-    print(f"{a.rounds} rounds, old = {a.old}, new = {a.new}; load average {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                               check=False)
+    load1 = os.getloadavg()[0]
+    print(f"{a.rounds} rounds, old = {a.old}, new = {a.new}; load average {load0:.1f} -> {load1:.1f}")
     print(f"{'':16}{'old (s)':>12}{'new (s)':>12}{'new / old':>12}")
     for key in got[a.old][0]:
         old = statistics.median(x[key] for x in got[a.old])

@@ -13,20 +13,21 @@ True
 
 from hessviz.api import forward, gradient, hessian, jacobian, loss
 from hessviz.config import BlockConfig
-from hessviz.custom_loss import CustomLoss
 from hessviz.errors import CheckpointError, ConfigError, HessvizError, InputError, SizeError
 from hessviz.inputs import init_params, sample_inputs
+from hessviz.losses import MSE, Classifier, CrossEntropy, CustomLoss, Loss, NextToken
 from hessviz.matfree.hessian_operator import HessianOperator
 from hessviz.memory import memory_limit, set_memory_limit
 from hessviz.pretrained import layer_for_text, layer_inputs, load_layer
 from hessviz.result import HessianResult
-from hessviz.whole import Classifier, Model, ModelHessian, load_model, model_hessian
+from hessviz.whole import Model, ModelHessian, load_model, model_hessian
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BlockConfig", "CheckpointError", "Classifier", "ConfigError", "CustomLoss", "HessianOperator",
-    "HessianResult", "HessvizError", "InputError", "Model", "ModelHessian", "SizeError", "forward",
-    "gradient", "hessian", "init_params", "jacobian", "layer_for_text", "layer_inputs", "load_layer",
-    "load_model", "loss", "memory_limit", "model_hessian", "sample_inputs", "set_memory_limit",
+    "BlockConfig", "CheckpointError", "Classifier", "ConfigError", "CrossEntropy", "CustomLoss",
+    "HessianOperator", "HessianResult", "HessvizError", "InputError", "Loss", "MSE", "Model",
+    "ModelHessian", "NextToken", "SizeError", "forward", "gradient", "hessian", "init_params", "jacobian",
+    "layer_for_text", "layer_inputs", "load_layer", "load_model", "loss", "memory_limit", "model_hessian",
+    "sample_inputs", "set_memory_limit",
 ]

@@ -12,11 +12,11 @@ import functools
 import torch
 from torch import Tensor
 
-from hessviz import assembly, losses, memory, reference
+from hessviz import assembly, memory, reference
 from hessviz.config import BlockConfig
-from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
 from hessviz.inputs import check_params, check_X, check_Y
+from hessviz.losses import CustomLoss, Loss, block_loss
 from hessviz.matfree.block import build
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import MatrixFreeHessian
@@ -42,14 +42,15 @@ def _prepare(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
 
 
 def _prepare_target(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
-                    loss: CustomLoss | None) -> tuple[dict[str, Tensor], Tensor, Tensor | CustomLoss]:
-    """``(params, X, target)``: the target ``Y`` of ``cfg.loss``, or the custom ``loss`` checked
-    and bound to ``Z`` (which then stands where ``Y`` would)."""
+                    loss: CustomLoss | None) -> tuple[dict[str, Tensor], Tensor, Loss]:
+    """``(params, X, loss)``: ``cfg.loss`` against the target ``Y`` (:func:`~hessviz.losses.block_loss`),
+    or the custom ``loss`` checked and bound to ``Z``."""
     if loss is None:
         if Y is None:
             raise InputError(f"Y is required: the target of loss={cfg.loss!r} (or pass "
                              "loss=hv.CustomLoss(grad_Z, hess_Z) instead)")
-        return _prepare(cfg, params, X, Y)
+        params, X, Y = _prepare(cfg, params, X, Y)
+        return params, X, block_loss(cfg.loss, Y)
     if Y is not None:
         raise InputError("give either Y (the target of cfg.loss) or loss=hv.CustomLoss(...), not both")
     if not isinstance(loss, CustomLoss):
@@ -85,7 +86,7 @@ def forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
 def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> Tensor:
     """The 0-dim loss ``ℓ(Z, Y)``."""
     params, X, Y = _prepare(cfg, params, X, Y)
-    return losses.value(cfg.loss, _output(cfg, params, X), Y)
+    return block_loss(cfg.loss, Y).at(_output(cfg, params, X)).value
 
 
 def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
@@ -123,7 +124,7 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor |
              wrt: tuple[str, ...] | None = None, *, method: str = "closed_form",
              loss: CustomLoss | None = None) -> dict[str, Tensor]:
     """``∂ℓ/∂W`` for each name, ``name -> (rows, cols)``, closed form (or autograd); ``loss`` a
-    :class:`~hessviz.custom_loss.CustomLoss` in place of ``Y``."""
+    :class:`~hessviz.losses.CustomLoss` in place of ``Y``."""
     params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
     if _check_method(method) == "autograd":
@@ -195,7 +196,7 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | 
     products = MatrixFreeHessian(cfg, params, X, Y, names, method)
     if method == "autograd":
         engine = reference.AutogradHessian(cfg, params, X, Y)
-    elif cfg.is_stack or not losses.token_wise(Y):
+    elif cfg.is_stack or not Y.token_wise:
         _ = products.sweep_tape     # its forward pass validates now; the whole tape is built for a dense term
         engine = StackHessian(cfg, params, functools.partial(getattr, products, "tape"), Y)
     else:                # the forward pass alone (stages are built lazily) validates LayerNorm rows now;

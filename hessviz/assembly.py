@@ -36,11 +36,12 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz import losses, memory
+from hessviz import memory
 from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig
 from hessviz.contributions import Piece, Ref, Sandwich
 from hessviz.kron import Factored, MiddleCache, sandwich_into
+from hessviz.losses import Loss, block_loss
 from hessviz.record import BlockRecord
 from hessviz.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.weights import Unit, units, units_of
@@ -55,9 +56,11 @@ class Curvature:
     at_SA: TokenCurvature
 
 
-def backward(cfg: BlockConfig, rec: BlockRecord, Y: Tensor) -> Curvature:
-    """Loss gradient and Hessian in ``Z``, pulled back through ``T`` to ``SA``."""
-    at_Z = TokenCurvature(losses.gradient(cfg.loss, rec.Z, Y), losses.hessian(cfg.loss, rec.Z, Y))
+def backward(cfg: BlockConfig, rec: BlockRecord, Y: Tensor | Loss) -> Curvature:
+    """Loss gradient and Hessian in ``Z``, pulled back through ``T`` to ``SA``; ``Y`` the target of
+    ``cfg.loss`` or a token-wise :class:`~hessviz.losses.Loss`."""
+    loss = block_loss(cfg.loss, Y).at(rec.Z)
+    at_Z = TokenCurvature(loss.grad, loss.token_curvature())
     return pulled(rec, at_Z)
 
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hessviz.config import BlockConfig, layer_name, parse_name
-from hessviz.custom_loss import CustomLoss
+from hessviz.losses import CustomLoss, Loss, block_loss
 
 
 def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
@@ -109,15 +109,13 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     return z1 + ffn(z1)
 
 
-def torch_loss(cfg: BlockConfig, Z: Tensor, Y: Tensor | CustomLoss) -> Tensor:
-    if isinstance(Y, CustomLoss):                  # its second-order model at the point
-        return Y.model(Z)
-    if cfg.loss == "mse":
-        return F.mse_loss(Z, Y, reduction="mean")
-    return F.cross_entropy(Z, Y, reduction="mean")
+def torch_loss(cfg: BlockConfig, Z: Tensor, Y: Tensor | Loss) -> Tensor:
+    """``ℓ(Z)`` in torch's own functions (``F.mse_loss``, ``F.cross_entropy``; a custom loss: its
+    second-order model at the point), for autograd to differentiate."""
+    return block_loss(cfg.loss, Y).reference_value(Z)
 
 
-def _materialize(Y: Tensor | CustomLoss) -> None:
+def _materialize(Y: Tensor | Loss) -> None:
     """Form a custom loss's dense curvature now, outside any ``torch.func`` transform."""
     if isinstance(Y, CustomLoss):
         Y.dense_hessian()
@@ -197,7 +195,7 @@ class AutogradHessian:
     order = ("full", "outer", "functional")
     """full and outer are computed, functional is their difference."""
 
-    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | CustomLoss):
+    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss):
         self.cfg, self.params, self.X, self.Y = cfg, params, X, Y
         self._parts: dict[tuple[tuple[str, ...], str], Tensor] = {}
 

@@ -18,7 +18,7 @@ second derivative of the model after the boundary). It starts at ``Z`` as
 
 Attention mixes tokens, so below the last block ``C_b`` and ``F_b`` couple every pair of tokens:
 they are dense ``(L·d × L·d)``. At ``Z`` the curvature of the built-in losses (and of a
-token-wise :class:`~hessviz.custom_loss.CustomLoss`) is block diagonal, ``(L, d, d)``
+token-wise :class:`~hessviz.losses.CustomLoss`) is block diagonal, ``(L, d, d)``
 (:class:`~hessviz.chain.TokenCurvature`); a dense custom loss is ``(L·d × L·d)`` already. Both
 kinds are one thing here, a :class:`Boundary`: a gradient and a curvature that multiplies a
 tangent of the boundary value (:meth:`Boundary.times`) and sandwiches a Jacobian
@@ -68,10 +68,10 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz import assembly, losses, memory
+from hessviz import assembly, memory
 from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig
-from hessviz.custom_loss import CustomLoss
+from hessviz.losses import Loss, block_loss
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.tape import Tape
 from hessviz.record import BlockRecord, record
@@ -139,18 +139,19 @@ class StackHessian:
     """Dense terms and blocks of the Hessian of a stack (or of one block under a loss whose
     curvature couples tokens), from the tape of its forward pass (see the module docstring).
 
-    ``target`` is the target ``Y`` of ``cfg.loss`` or a checked :class:`CustomLoss`.
+    ``target`` is the target ``Y`` of ``cfg.loss`` or a :class:`~hessviz.losses.Loss` (a checked
+    :class:`CustomLoss`).
     """
 
     order = PARTS_FIRST
     """outer and functional are computed, full is their sum."""
 
     def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], tape: Tape | Callable[[], Tape],
-                 target: Tensor | CustomLoss):
-        self.cfg, self.params, self.target = cfg, params, target
+                 target: Tensor | Loss):
+        self.cfg, self.params, self.target = cfg, params, block_loss(cfg.loss, target)
         self._tape = tape
         self.N = cfg.n_layers
-        self.token_wise = losses.token_wise(target)
+        self.token_wise = self.target.token_wise
 
     @cached_property
     def tape(self) -> Tape:
@@ -183,7 +184,7 @@ class StackHessian:
         """``∇²_Z ℓ``: ``(L, d, d)`` when token-wise, else ``(L·d, L·d)``."""
         Z = self.tape.values[self.tape.output]
         if self.token_wise:
-            return losses.hessian(self.cfg.loss, Z, self.target)
+            return self.target.at(Z).token_curvature()
         return self.target.dense_hessian()
 
     @memo

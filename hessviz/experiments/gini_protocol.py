@@ -52,8 +52,8 @@ from hessviz import plots
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.experiments.docstring_task import MODULES, build
 from hessviz.fitting import gini, t_interval
+from hessviz.losses import HEAD_W
 from hessviz.pretrained.checkpoint import available_models
-from hessviz.whole.objective import HEAD_W
 from hessviz.whole.table import tensor_table
 
 WEIGHTS = ("ln1_gamma", "W_Q", "W_K", "W_V", "W_1", "ln2_gamma", "W_2")

@@ -34,8 +34,8 @@ from torch import Tensor
 
 import hessviz as hv
 from hessviz import plots
-from hessviz.custom_loss import CustomLoss
 from hessviz.experiments.common import SLOPE_TOL, SOURCES, Claim, Measurement, Verdict, grade
+from hessviz.losses import CustomLoss
 from hessviz.ops import layernorm
 from hessviz.sweeps import Sweep
 

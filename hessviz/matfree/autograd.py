@@ -16,21 +16,22 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from hessviz import losses, reference
+from hessviz import reference
 from hessviz.config import BlockConfig
+from hessviz.losses import Loss, block_loss
 
 
 class AutogradProducts:
     """Autograd Hessian products over the whole weights of ``cfg`` (float64 reference)."""
 
-    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor):
+    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss):
         self.names = cfg.param_names
         with torch.enable_grad():
             self.leaves = [params[n].detach().clone().requires_grad_() for n in self.names]
             self.Z = reference.torch_forward(cfg, dict(zip(self.names, self.leaves)), X)
             loss = reference.torch_loss(cfg, self.Z, Y)
             self.grads = torch.autograd.grad(loss, self.leaves, create_graph=True)
-        self.loss_hvp = losses.hvp(cfg.loss, self.Z.detach(), Y)
+        self.loss_hvp = block_loss(cfg.loss, Y).at(self.Z.detach()).product
         self._u = None
 
     def _tangents(self, dparams: dict[str, Tensor], j: int) -> list[Tensor]:

@@ -21,9 +21,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from hessviz import losses
 from hessviz.config import BlockConfig
-from hessviz.custom_loss import CustomLoss
+from hessviz.losses import CustomLoss, Loss, block_loss
 from hessviz.matfree.tape import LayerSpan, Tape
 from hessviz.ops import activations, rotary
 from hessviz.ops.attention import AttentionCore
@@ -153,27 +152,30 @@ def build_at_output(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
     pass gives ``Z``, ``loss_at(Z)`` the :class:`CustomLoss`, and the same nodes the tape."""
     b, x, layers = _forward(cfg, params, X, None)
     Y = loss_at(b.values[x])
-    return Tape(b.nodes, b.values, x, Y.grad_Z, Y.hvp, layers=layers), Y
+    return Tape(b.nodes, b.values, x, Y.grad, Y.product, layers=layers), Y
 
 
-def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | CustomLoss | None,
+def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss | None,
           rows: bool = False) -> Tape:
     """Run the forward pass of ``cfg`` (every layer of a stack) and the first-order reverse sweep once.
 
     Layer ``i`` of a stack names its values and reads its weights with the prefix ``l{i}.``;
     ``Tape.layers`` records each layer's input, output and nodes.
 
-    ``rows=True``, for the products alone: when ``Y`` is a :class:`CustomLoss` that reads some tokens
-    only (:attr:`CustomLoss.read_rows`), the last layer runs on those tokens after its attention
+    ``Y`` is the target of ``cfg.loss`` or a :class:`~hessviz.losses.Loss`
+    (:func:`~hessviz.losses.block_loss`).
+    ``rows=True``, for the products alone: when the loss reads some tokens only
+    (:attr:`CustomLoss.read_rows`), the last layer runs on those tokens after its attention
     (:func:`_block`) and the tape's ``Z`` is theirs, under the loss :meth:`CustomLoss.restricted`
     to them: the same products and gradients, exactly. The dense engines need every token's ``Z``
     and take the tape built without."""
-    read = Y.read_rows if rows and isinstance(Y, CustomLoss) else None
+    loss = None if Y is None else block_loss(cfg.loss, Y)
+    read = loss.read_rows if rows and loss is not None else None
     b, x, layers = _forward(cfg, params, X, read)
     Zv = b.values[x]
     if read is not None:
-        Y = Y.restricted(read)
-    if Y is None:                                   # the model alone (Jacobians): no loss to seed
+        loss = loss.restricted(read)
+    if loss is None:                                # the model alone (Jacobians): no loss to seed
         return Tape(b.nodes, b.values, x, torch.zeros_like(Zv), torch.zeros_like, layers=layers)
-    return Tape(b.nodes, b.values, x, losses.gradient(cfg.loss, Zv, Y), losses.hvp(cfg.loss, Zv, Y),
-                layers=layers)
+    at = loss.at(Zv)
+    return Tape(b.nodes, b.values, x, at.grad, at.product, layers=layers)

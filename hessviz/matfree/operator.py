@@ -70,7 +70,7 @@ class MatrixFreeHessian:
     @cached_property
     def sweep_tape(self) -> Tape | AutogradProducts:
         """The tape the products sweep: :attr:`tape`, or, when the loss reads some tokens only (a
-        ``[CLS]`` classifier's :class:`~hessviz.custom_loss.CustomLoss`), the tape whose last layer
+        ``[CLS]`` classifier's :class:`~hessviz.losses.CustomLoss`), the tape whose last layer
         runs on those tokens after its attention (:func:`~hessviz.matfree.block.build`, ``rows``):
         the same products and gradients, for less work."""
         if self.method == "autograd" or getattr(self.Y, "read_rows", None) is None:

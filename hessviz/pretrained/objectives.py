@@ -19,9 +19,9 @@ and through the pooling ``∇_{Z_t} ℓ = ∇_m ℓ / L`` for every token, ``∇
 **Next-token loss through the LM head** (the family's final norm and its unembedding ``E (V, d)``,
 tied to the token embedding or not: GPT-2's ``ln_f`` and ``wte``, Llama's RMSNorm ``norm`` and
 ``lm_head``, GPT-NeoX's ``final_layer_norm`` and ``embed_out``, OPT's ``final_layer_norm``),
-:func:`next_token_loss`: per position ``t`` with target ``y_t``, ``n = LN(Z_t)`` (``c/σ``; RMSNorm:
-``Z_t/rms``, no centring, ``β = 0``), ``h = γ ⊙ n + β``, ``s = E h``, ``p = softmax(s)``,
-``r = Eᵀ(p − e_{y_t})``:
+:func:`next_token_loss`, :class:`hessviz.losses.NextToken` at ``Z``: per position ``t`` with target
+``y_t``, ``n = LN(Z_t)`` (``c/σ``; RMSNorm: ``Z_t/rms``, no centring, ``β = 0``), ``h = γ ⊙ n + β``,
+``s = E h``, ``p = softmax(s)``, ``r = Eᵀ(p − e_{y_t})``:
 
 .. math::
     ℓ_t = −\log p_{y_t},\qquad ∇_{Z_t} ℓ_t = J_n (γ ⊙ r),\qquad
@@ -33,7 +33,7 @@ LayerNorm and RMSNorm). Without a final norm (OPT with ``do_layer_norm_before = 
 ``J_n = I`` and the second term is 0.
 Positions ``0 … L−2`` predict the next token of the text and the loss is their mean, as
 ``GPT2LMHeadModel(labels=ids)``; the last position has no target (its Hessian block is 0).
-The ``Eᵀ diag(p) E`` term costs ``O(V d²)`` per token.
+The ``Eᵀ diag(p) E`` term costs ``O(V d²)`` per token, built once when :attr:`Objective.hess` is first read.
 
 **Last token only**, :func:`last_token_loss`: the same cross-entropy at the last position alone,
 for a target the caller names (the token after the text); every other token's blocks are 0.
@@ -49,16 +49,16 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.custom_loss import CustomLoss
 from hessviz.errors import InputError
-from hessviz.ops import layernorm
+from hessviz.losses import CustomLoss, LMHead, Loss, NextToken
+from hessviz.losses.next_token import check_Z
 
 
 @dataclass(frozen=True)
-class Objective:
-    """A loss at ``Z``: its value, ``grad (L, d)`` and Hessian (token-wise or dense).
+class Objective(Loss):
+    """A loss at ``Z``, built there: its value, ``grad (L, d)`` and Hessian (token-wise or dense).
 
-    ``product`` applies the Hessian, ``Ż (k, L, d) ↦ N Ż (k, L, d)``, without forming it (the
+    :meth:`product` applies the Hessian, ``Ż (k, L, d) ↦ N Ż (k, L, d)``, without forming it (the
     dense Hessian of a pooled loss is ``(L·d)²``: 1.2 GB at 32 tokens of MiniLM); ``hess`` is
     built on first use. :meth:`custom_loss` is what ``hv.hessian(…, loss=…)`` takes.
     """
@@ -67,13 +67,25 @@ class Objective:
     value: Tensor
     grad: Tensor
     build: Callable[[], Tensor] = field(repr=False)
-    product: Callable[[Tensor], Tensor] = field(repr=False)
+    apply: Callable[[Tensor], Tensor] = field(repr=False)
     token_wise: bool = True
 
     @cached_property
     def hess(self) -> Tensor:
         """``(L, d, d)`` token-wise, or ``(L·d, L·d)`` dense in ``vec_r`` order."""
         return self.build()
+
+    def at(self, Z: Tensor) -> Objective:
+        """Built at its point: itself."""
+        return self
+
+    def token_curvature(self) -> Tensor:
+        if not self.token_wise:
+            raise ValueError(f"the {self.name} objective couples tokens: it has no (L, d, d) form")
+        return self.hess
+
+    def product(self, dZ: Tensor) -> Tensor:
+        return self.apply(dZ)
 
     def dense_hessian(self) -> Tensor:
         """``(L·d, L·d)``: the token-wise blocks put on the diagonal, or the dense Hessian as is."""
@@ -84,44 +96,14 @@ class Objective:
         return CustomLoss(self.grad, self.hess if self.token_wise else self.product)
 
 
-def _token_wise(name: str, value: Tensor, grad: Tensor, hess: Tensor) -> Objective:
-    return Objective(name, value, grad, lambda: hess, lambda V: torch.einsum("tij,ktj->kti", hess, V))
-
-
-NORM_TYPES = ("layernorm", "rmsnorm")
-
-
-@dataclass(frozen=True)
-class LMHead:
-    """A decoder's output head: ``logits = (γ ⊙ norm(z) + β) Eᵀ``.
-
-    ``norm_type`` ``"layernorm"`` (GPT-2, GPT-NeoX, OPT) or ``"rmsnorm"`` (Llama, Mistral, Qwen;
-    ``beta = None``); ``gamma = None`` for a head without a final norm. ``embedding`` is the
-    unembedding ``E (V, d)``, the token embedding when the weights are tied.
-    """
-
-    gamma: Tensor | None
-    beta: Tensor | None
-    eps: float
-    embedding: Tensor
-    """``(V, d)``."""
-    norm_type: str = "layernorm"
-
-
-def _check_Z(Z: Tensor) -> Tensor:
-    if not isinstance(Z, Tensor) or Z.dim() != 2 or Z.shape[0] < 1 or not Z.is_floating_point():
-        raise InputError(f"Z must be a floating (L, d) tensor, got {getattr(Z, 'shape', type(Z).__name__)}")
-    return Z
-
-
 def mean_pooled(Z: Tensor) -> Tensor:
     """``(d,)``: the sentence embedding of sentence-transformers' mean pooling (no padding)."""
-    return _check_Z(Z).mean(0)
+    return check_Z(Z).mean(0)
 
 
 def cosine_loss(Z: Tensor, other: Tensor) -> Objective:
     """``1 − cos(mean_pooled(Z), other)``; ``other (d,)`` is the fixed embedding of the other sentence."""
-    Z = _check_Z(Z)
+    Z = check_Z(Z)
     L, d = Z.shape
     if not isinstance(other, Tensor) or other.shape != (d,) or not bool(other.norm() > 0):
         raise InputError(f"other must be a non-zero ({d},) embedding, got {getattr(other, 'shape', other)}")
@@ -144,80 +126,19 @@ def cosine_loss(Z: Tensor, other: Tensor) -> Objective:
     return Objective("cosine", 1.0 - c, grad_m.expand(L, d) / L, build, product, token_wise=False)
 
 
-def _check_head(head: LMHead, d: int) -> LMHead:
-    if not isinstance(head, LMHead) or head.embedding.dim() != 2 or head.embedding.shape[1] != d:
-        raise InputError(f"head must be an LMHead whose embedding is (V, {d})")
-    if head.norm_type not in NORM_TYPES:
-        raise InputError(f"head.norm_type must be one of {', '.join(map(repr, NORM_TYPES))}, got "
-                         f"{head.norm_type!r}")
-    if any(v is not None and (v.shape != (d,)) for v in (head.gamma, head.beta)):
-        raise InputError(f"head.gamma and head.beta must be ({d},) (or None)")
-    if head.gamma is None and head.beta is not None:
-        raise InputError("head.beta needs head.gamma (a head without a final norm has neither)")
-    return head
-
-
-def _weighted_grams(E: Tensor, p: Tensor) -> Tensor:
-    """``(L, d, d)``: ``Eᵀ diag(p_t) E`` for each token, one ``(V, d)`` temporary at a time (an einsum
-    over ``t, v, i, j`` keeps a ``(L, V, d)`` product: 3.6 GB for SmolLM2 at 32 tokens in float32)."""
-    return torch.stack([(E * p_t[:, None]).T @ E for p_t in p])
-
-
-def _cross_entropy(Z: Tensor, targets: Tensor, weights: Tensor,
-                   head: LMHead) -> tuple[Tensor, Tensor, Tensor]:
-    """``Σ_t w_t ℓ_t`` and its token-wise gradient and Hessian, for the LM head's cross-entropy."""
-    E = head.embedding.to(Z)
-    ones = torch.ones(Z.shape[-1], dtype=Z.dtype, device=Z.device)
-    gamma = ones if head.gamma is None else head.gamma.to(Z)
-    beta = 0.0 if head.beta is None else head.beta.to(Z)
-    if head.gamma is None:                                                 # no final norm: n = Z
-        n, st = Z, None
-    else:
-        n, st = layernorm.value(Z, head.eps, where="final norm input", centre=head.norm_type == "layernorm")
-    s = (gamma * n + beta) @ E.T                                           # (L, V)
-    logp = torch.log_softmax(s, -1)
-    p = logp.exp()
-    value = -(weights * logp.gather(1, targets[:, None]).squeeze(1)).sum()
-    r = p @ E - E[targets]                                                 # Eᵀ(p − e_y), (L, d)
-    g = weights[:, None] * gamma * r                                       # ∂ℓ/∂n
-    EpE = _weighted_grams(E, p) - (p @ E).unsqueeze(-1) * (p @ E).unsqueeze(-2)
-    G = weights[:, None, None] * (gamma.unsqueeze(-1) * EpE * gamma)      # diag(γ) Eᵀ(diag p − ppᵀ)E diag(γ)
-    if st is None:
-        return value, g, G
-    J = layernorm.jacobian(st)                                             # (L, d, d), symmetric
-    return value, layernorm.vjp(st, g), J @ G @ J + layernorm.contract_hessian(st, g)
-
-
-def _targets(ids: Sequence[int] | Tensor, vocab: int, device: torch.device) -> Tensor:
-    t = torch.as_tensor(ids, dtype=torch.int64, device=device)
-    if t.dim() != 1 or bool(((t < 0) | (t >= vocab)).any()):
-        raise InputError(f"token ids must be a sequence of integers in [0, {vocab - 1}]")
-    return t
+def _token_wise(name: str, loss: NextToken) -> Objective:
+    """``loss`` with its ``(L, d, d)`` blocks handed over (built on first use), whatever its width."""
+    return Objective(name, loss.value, loss.grad, loss.token_curvature, loss.product)
 
 
 def next_token_loss(Z: Tensor, ids: Sequence[int] | Tensor, head: LMHead) -> Objective:
     """Mean cross-entropy of positions ``0 … L−2`` predicting ``ids[1:]`` (``ids``: the text's ``L`` ids)."""
-    Z = _check_Z(Z)
-    L, d = Z.shape
-    head = _check_head(head, d)
-    t = _targets(ids, head.embedding.shape[0], Z.device)
-    if t.numel() != L or L < 2:
-        raise InputError(f"ids must be the text's {L} token ids (at least 2), got {t.numel()}")
-    targets = torch.cat([t[1:], t[:1]])                                    # the last one is unused
-    weights = torch.full((L,), 1.0 / (L - 1), dtype=Z.dtype, device=Z.device)
-    weights[-1] = 0.0
-    return _token_wise("next-token", *_cross_entropy(Z, targets, weights, head))
+    return _token_wise("next-token", NextToken(Z, ids, head))
 
 
 def last_token_loss(Z: Tensor, target: int, head: LMHead) -> Objective:
     """Cross-entropy of the last position predicting ``target``: ``−log p_L(target)``."""
-    Z = _check_Z(Z)
-    L, d = Z.shape
-    head = _check_head(head, d)
-    t = _targets([target], head.embedding.shape[0], Z.device)
-    weights = torch.zeros(L, dtype=Z.dtype, device=Z.device)
-    weights[-1] = 1.0
-    return _token_wise("last-token", *_cross_entropy(Z, t.expand(L), weights, head))
+    return _token_wise("last-token", NextToken.last_token(Z, target, head))
 
 
 def lm_head(source: str | os.PathLike, dtype: torch.dtype = torch.float64) -> LMHead:

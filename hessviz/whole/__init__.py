@@ -7,8 +7,8 @@
   gradient norm, in tasks of several tensors on any ``concurrent.futures.Executor``.
 """
 
+from hessviz.losses import Classifier
 from hessviz.whole.hessian import ModelHessian, model_hessian
 from hessviz.whole.model import Model, load_model
-from hessviz.whole.objective import Classifier
 
 __all__ = ["Classifier", "Model", "ModelHessian", "load_model", "model_hessian"]

@@ -37,22 +37,21 @@ from torch import Tensor
 
 from hessviz.api import _tape_gradient, forward, hessian, hessian_bytes
 from hessviz.config import BlockConfig
-from hessviz.custom_loss import CustomLoss
 from hessviz.errors import ConfigError, InputError
+from hessviz.losses import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, CustomLoss, HeadTerms, LMHead
 from hessviz.matfree.block import build_at_output
 from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import BATCH, MatrixFreeHessian
-from hessviz.pretrained.objectives import LMHead
 from hessviz.result import HessianResult
 from hessviz.stack import StackHessian
 from hessviz.terms import check_term
 from hessviz.whole.model import Model
-from hessviz.whole.objective import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, HeadTerms, sequence_terms
+from hessviz.whole.objective import sequence_terms
 from hessviz.whole.ranks import ONE, Ranks, agree, all_succeeded, ranks
 
 OBJECTIVES = ("next_token",)
-"""The objectives named by a string; a :class:`~hessviz.whole.objective.Classifier` is the other kind."""
+"""The objectives named by a string; a :class:`~hessviz.losses.Classifier` is the other kind."""
 
 
 class WholeLayout:
@@ -78,7 +77,7 @@ class BatchProducts(MatrixFreeHessian):
     Answers what :class:`~hessviz.matfree.operator.MatrixFreeHessian` does (``layout``,
     ``product``, ``matvec``, ``linear_operator``) for the stack ``cfg``, and for a classifier's
     ``head.W`` / ``head.b`` among the names (``terms``: each sequence's
-    :class:`~hessviz.whole.objective.HeadTerms`; ``head``: the classifier's ``W (d, C)``, ``None``
+    :class:`~hessviz.losses.HeadTerms`; ``head``: the classifier's ``W (d, C)``, ``None``
     for ``"next_token"``; the ``full`` term only). ``like`` gives the dtype and device (a rank
     without sequences has no ``X``)."""
 

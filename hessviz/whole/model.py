@@ -24,10 +24,10 @@ from torch import Tensor
 
 from hessviz.config import BlockConfig, layer_name
 from hessviz.errors import CheckpointError, InputError, ModelRangeError
+from hessviz.losses import Classifier, LMHead
 from hessviz.pretrained import load
 from hessviz.pretrained.families import Family
-from hessviz.pretrained.objectives import LMHead, lm_head
-from hessviz.whole.objective import Classifier
+from hessviz.pretrained.objectives import lm_head
 
 
 @dataclass(frozen=True, eq=False)

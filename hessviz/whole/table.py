@@ -33,11 +33,11 @@ from dataclasses import dataclass
 import torch
 
 from hessviz.errors import ConfigError, InputError
+from hessviz.losses import HEAD_NAMES
 from hessviz.matfree.lanczos import check_bound
 from hessviz.matfree.spectral import BlockStats, BlockTable, Progress, block_table, eigenpairs
 from hessviz.tasks import built, run_tasks
 from hessviz.whole.hessian import ModelHessian, Problem, _public
-from hessviz.whole.objective import HEAD_NAMES
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
+from hessviz.losses.base import Loss
 
 SYMMETRY_TOL = {torch.float64: 1e-8, torch.float32: 1e-4}
 """Largest allowed ``max|N − Nᵀ| / max|N|`` per dtype."""
@@ -48,17 +49,47 @@ KINDS = ("token", "dense", "operator")
 
 
 @dataclass(frozen=True, eq=False)
-class CustomLoss:
+class CustomLoss(Loss):
     """A loss by its gradient ``grad_Z (L, d)`` and curvature ``hess_Z`` in ``Z``.
 
     ``hess_Z`` is token-wise ``(L, d, d)``, dense ``(L·d, L·d)`` in ``vec_r`` order of ``Z``, or a
     callable ``Ż (k, L, d) -> N Ż (k, L, d)``. Pass it as ``hv.hessian(cfg, params, X,
     loss=hv.CustomLoss(g, N))`` (no ``Y``). ``Z`` is the point it was computed at, set by the API.
+    Its value is not known (nothing needs it): :attr:`value` is an error.
     """
 
     grad_Z: Tensor
     hess_Z: Tensor | Callable[[Tensor], Tensor]
     Z: Tensor | None = field(default=None, repr=False)
+
+    # ------------------------------------------------------------------ the Loss interface
+
+    @property
+    def grad(self) -> Tensor:
+        """``grad_Z (L, d)``."""
+        return self.grad_Z
+
+    @property
+    def value(self) -> Tensor:
+        raise InputError("a CustomLoss has no value: it is given by its gradient and curvature in Z alone")
+
+    @property
+    def token_wise(self) -> bool:
+        return self.kind == "token"
+
+    def at(self, Z: Tensor) -> CustomLoss:
+        """Given at its point: itself, bound to ``Z`` if it was not yet (:meth:`checked` binds it)."""
+        return self if self.Z is not None else CustomLoss(self.grad_Z, self.hess_Z, Z.detach())
+
+    def token_curvature(self) -> Tensor:
+        """``hess_Z (L, d, d)`` when token-wise; an error when it couples tokens."""
+        if self.kind != "token":
+            raise ValueError("the curvature of this custom loss couples tokens: it has no (L, d, d) form")
+        return self.hess_Z
+
+    def reference_value(self, Z: Tensor) -> Tensor:
+        """Its second-order model at ``Z'`` (:meth:`model`)."""
+        return self.model(Z)
 
     @property
     def kind(self) -> str:
@@ -93,7 +124,7 @@ class CustomLoss:
 
     # ------------------------------------------------------------------ the curvature
 
-    def hvp(self, dZ: Tensor) -> Tensor:
+    def product(self, dZ: Tensor) -> Tensor:
         """``N Ż`` for ``Ż (k, L, d)``."""
         k, L, d = dZ.shape
         if self.kind == "operator":
@@ -145,10 +176,6 @@ class CustomLoss:
             raise InputError("a CustomLoss with a callable hess_Z cannot be restricted to rows")
         return CustomLoss(self.grad_Z[rows], N, None if self.Z is None else self.Z[rows])
 
-    def token_hessian(self) -> Tensor | None:
-        """``(L, d, d)`` when the curvature is token-wise, else ``None``."""
-        return self.hess_Z if self.kind == "token" else None
-
     def dense_hessian(self) -> Tensor:
         """``N (L·d, L·d)``: block diagonal from token-wise blocks, read column by column from a
         callable (once, then kept)."""
@@ -162,7 +189,7 @@ class CustomLoss:
         if self.kind == "token":
             return torch.block_diag(*self.hess_Z)
         eye = torch.eye(L * d, dtype=self.grad_Z.dtype, device=self.grad_Z.device)
-        N = self.hvp(eye.reshape(L * d, L, d)).reshape(L * d, L * d)
+        N = self.product(eye.reshape(L * d, L, d)).reshape(L * d, L * d)
         _check_symmetric("hess_Z", N, N.T)
         return 0.5 * (N + N.T)
 

@@ -1,0 +1,264 @@
+r"""The cross-entropy of a decoder's LM head in its last hidden states, in bounded memory: :class:`NextToken`.
+
+A decoder's head (:class:`LMHead`) is its final norm and its unembedding ``E (V, d)``. Per predicting
+position ``t`` with target ``y_t``, the final norm ``h_t = γ ⊙ n(Z_t) + β`` (``n`` a LayerNorm or
+RMSNorm; ``h_t = Z_t`` without a final norm), ``s_t = E h_t``, ``p_t = softmax(s_t)``, and a common
+weight ``w``:
+
+.. math::
+    ℓ = w \textstyle\sum_t \big(\log\sum_v e^{s_{tv}} − s_{t y_t}\big),\qquad
+    \bar h_t = w\,E^⊤(p_t − e_{y_t}),\qquad ∇_{Z_t} ℓ = J_t (γ ⊙ \bar h_t),
+
+    N_t = J_t\,\mathrm{diag}(γ)\, w E^⊤(\mathrm{diag}\,p_t − p_t p_t^⊤) E\,\mathrm{diag}(γ)\, J_t
+          + \textstyle\sum_k (γ ⊙ \bar h_t)_k ∇^2 n_k(Z_t),
+
+    N Ż_t = J_t\big(γ ⊙ w\,E^⊤(\mathrm{diag}\,p_t − p_t p_t^⊤) E\,\dot h_t\big)
+            + (∂J_t[Ż_t])(γ ⊙ \bar h_t),\qquad \dot h_t = γ ⊙ J_t Ż_t,
+
+with the norm's symmetric Jacobian ``J_t`` (``I`` without a final norm, and no second term). The loss
+is a sum over positions: ``N`` is token-wise, and positions that predict nothing have ``g_t = 0``,
+``N_t = 0``. Two choices of positions:
+
+* **next token** (:class:`NextToken`): positions ``0 … L−2`` predict ``ids[1:]``, ``w = 1/(L−1)``:
+  the mean, as ``transformers``' ``…ForCausalLM(labels=ids)`` computes it;
+* **last token** (:meth:`NextToken.last_token`): position ``L−1`` predicts a target the caller names
+  (the token after the text), ``w = 1``.
+
+:meth:`NextToken.product` costs ``O(k L V d)`` and never forms ``(L, d, d)``;
+:meth:`NextToken.token_curvature` builds the blocks for ``O(L V d²)``. The norm's ``J_t`` and its
+second derivative are the :class:`hessviz.ops.layernorm.LayerNorm` node's own rules (``tangent``,
+``adjoint``, ``adjoint_tangent``) and :mod:`hessviz.ops.layernorm`'s ``jacobian`` and
+``contract_hessian``.
+
+**Bounded memory.** The logits are never kept: the value and the gradient, at construction, and
+every product recompute ``s`` a ``chunk`` of positions at a time, so at most ``chunk × V`` logits
+(and ``k × chunk × V`` product terms) live at once, not ``L × V`` (nor ``B·L·V`` over a batch:
+a whole model's batch is swept one sequence at a time). :func:`default_chunk` sizes the chunk from
+the memory guard (:func:`hessviz.memory.memory_limit`). Each position's row is computed alone, so
+any chunk gives the same numbers up to the matmul kernels' blocking (``tests/test_next_token.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from hessviz.errors import InputError
+from hessviz.losses.base import Loss
+from hessviz.losses.custom import CustomLoss
+from hessviz.memory import memory_limit
+from hessviz.ops import layernorm
+from hessviz.ops.layernorm import LayerNorm
+
+NORM_TYPES = ("layernorm", "rmsnorm")
+
+
+@dataclass(frozen=True)
+class LMHead:
+    """A decoder's output head: ``logits = (γ ⊙ norm(z) + β) Eᵀ``.
+
+    ``norm_type`` ``"layernorm"`` (GPT-2, GPT-NeoX, OPT) or ``"rmsnorm"`` (Llama, Mistral, Qwen;
+    ``beta = None``); ``gamma = None`` for a head without a final norm. ``embedding`` is the
+    unembedding ``E (V, d)``, the token embedding when the weights are tied.
+    """
+
+    gamma: Tensor | None
+    beta: Tensor | None
+    eps: float
+    embedding: Tensor
+    """``(V, d)``."""
+    norm_type: str = "layernorm"
+
+    def check(self, d: int) -> LMHead:
+        """This head, checked against a model of width ``d``; an :class:`InputError` naming the field."""
+        E = self.embedding
+        if not isinstance(E, Tensor) or E.dim() != 2 or E.shape[1] != d:
+            raise InputError(f"head.embedding must be (V, {d}), got {tuple(getattr(E, 'shape', ()))}")
+        if self.norm_type not in NORM_TYPES:
+            raise InputError(f"head.norm_type must be one of {', '.join(map(repr, NORM_TYPES))}, got "
+                             f"{self.norm_type!r}")
+        if any(v is not None and (v.shape != (d,)) for v in (self.gamma, self.beta)):
+            raise InputError(f"head.gamma and head.beta must be ({d},) (or None)")
+        if self.gamma is None and self.beta is not None:
+            raise InputError("head.beta needs head.gamma (a head without a final norm has neither)")
+        return self
+
+
+CHUNK_SHARE = 16
+"""A chunk's logits and product terms may take ``1/CHUNK_SHARE`` of the memory guard's limit."""
+
+MAX_CHUNK = 1024
+"""Tokens per chunk at most (beyond it the matmuls are already large and nothing is gained)."""
+
+PRODUCT_COLUMNS = 8
+"""Columns of one product call that a chunk is sized for: :data:`hessviz.matfree.operator.BATCH`
+(kept equal by ``tests/test_losses.py``; imported from there it would close an import circle)."""
+
+TOKEN_WISE_MAX_D = 256
+"""Up to this width :meth:`NextToken.custom_loss` hands the curvature over as token-wise ``(L, d, d)``
+blocks (:meth:`NextToken.token_curvature`, built once in chunks for ``O(L V d²)``): a product then
+costs ``2 d²`` per token and column, against ``≈ 3 V d`` for :meth:`NextToken.product`, and a small
+model's ``V ≫ d``. Wider models (GPT-2 small, ``d = 768``) take the product."""
+
+
+def default_chunk(vocab: int, dtype: torch.dtype, device: torch.device | str,
+                  columns: int = PRODUCT_COLUMNS) -> int:
+    """Positions per chunk: a chunk's ``(2·columns + 3) × chunk × V`` values (logits,
+    probabilities, a scratch row, and two ``(columns, chunk, V)`` terms of a product of
+    ``columns`` columns) within ``memory_limit(device) / CHUNK_SHARE``; at least 1."""
+    per_token = (2 * columns + 3) * vocab * torch.empty((), dtype=dtype).element_size()
+    return int(max(1, min(MAX_CHUNK, memory_limit(device) // CHUNK_SHARE // per_token)))
+
+
+def check_Z(Z: Tensor) -> Tensor:
+    """``Z``, when it is a floating ``(L, d)`` tensor with ``L ≥ 1``; else an :class:`InputError`."""
+    if not isinstance(Z, Tensor) or Z.dim() != 2 or Z.shape[0] < 1 or not Z.is_floating_point():
+        raise InputError(f"Z must be a floating (L, d) tensor, got {getattr(Z, 'shape', type(Z).__name__)}")
+    return Z
+
+
+def _token_ids(ids: Sequence[int] | Tensor, vocab: int, device: torch.device) -> Tensor:
+    ids = torch.as_tensor(ids, dtype=torch.int64, device=device)
+    if ids.dim() != 1 or bool(((ids < 0) | (ids >= vocab)).any()):
+        raise InputError(f"token ids must be integers in [0, {vocab - 1}]")
+    return ids
+
+
+class NextToken(Loss):
+    """The next-token cross-entropy of one sequence ``Z (L, d)``, ``ids (L,)``, through ``head``
+    (module docstring), in chunks of ``chunk`` positions (``None``: :func:`default_chunk`): built
+    at its point, with ``value``, ``grad (L, d)``, :meth:`token_curvature` and :meth:`product`.
+    :meth:`last_token` is the same loss at the last position alone."""
+
+    def __init__(self, Z: Tensor, ids: Sequence[int] | Tensor, head: LMHead, chunk: int | None = None):
+        L, d = check_Z(Z).shape
+        head.check(d)
+        ids = torch.as_tensor(ids, dtype=torch.int64, device=Z.device)
+        if ids.shape != (L,) or L < 2:
+            raise InputError(f"ids must be the text's {L} token ids (at least 2), got {tuple(ids.shape)}")
+        ids = _token_ids(ids, head.embedding.shape[0], Z.device)
+        self._place(Z, slice(0, L - 1), ids[1:], 1.0 / (L - 1), head, chunk)
+
+    @classmethod
+    def last_token(cls, Z: Tensor, target: int, head: LMHead, chunk: int | None = None) -> NextToken:
+        """``−log p_{L−1}(target)``: the cross-entropy of the last position predicting ``target``."""
+        L, d = check_Z(Z).shape
+        head.check(d)
+        out = cls.__new__(cls)
+        target_ids = _token_ids([target], head.embedding.shape[0], Z.device)
+        out._place(Z, slice(L - 1, L), target_ids, 1.0, head, chunk)
+        return out
+
+    def _place(self, Z: Tensor, rows: slice, targets: Tensor, weight: float, head: LMHead,
+               chunk: int | None) -> None:
+        """Compute the value and the gradient at ``Z``: positions ``rows`` predict ``targets``, each
+        weighted ``weight``."""
+        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+            raise InputError(f"chunk must be a positive number of tokens, got {chunk!r}")
+        L, d = Z.shape
+        E = head.embedding
+        self.E = E.to(Z)
+        self._chunk = chunk
+        self.chunk = chunk or default_chunk(E.shape[0], Z.dtype, Z.device)
+        self.rows, self.targets, self.weight = rows, targets, weight
+        self.L, self.d = L, d
+        self.head, self.Z = head, Z
+        if head.gamma is None:
+            self.norm = None
+            self.h = Z[rows]
+        else:
+            gamma = ("gamma", head.gamma.to(Z))
+            beta = None if head.beta is None else ("beta", head.beta.to(Z))
+            self.norm = LayerNorm("h", "Z", Z[rows], head.eps, gamma, beta, "final norm input",
+                                  centre=head.norm_type == "layernorm")
+            self.h = self.norm.y
+        value = Z.new_zeros(())
+        gh = torch.empty_like(self.h)  # h̄ = w Eᵀ(p − e_y)
+        for c in self._chunks():
+            s = self.h[c] @ self.E.T  # (c, V)
+            lse = torch.logsumexp(s, -1)
+            y = self.targets[c]
+            value += (lse - s.gather(1, y[:, None]).squeeze(1)).sum()
+            p = torch.exp(s.sub_(lse[:, None]))
+            torch.matmul(p, self.E, out=gh[c])
+            gh[c] -= self.E[y]
+        gh *= self.weight
+        self.value = value * self.weight
+        self.grad = Z.new_zeros(L, d)
+        self.grad[rows] = gh if self.norm is None else self.norm.adjoint(gh)[0][0]
+
+    def at(self, Z: Tensor) -> NextToken:
+        """The same positions and targets at another ``Z``."""
+        if Z is self.Z:
+            return self
+        out = type(self).__new__(type(self))
+        out._place(check_Z(Z), self.rows, self.targets, self.weight, self.head.check(Z.shape[1]), self._chunk)
+        return out
+
+    def _chunks(self) -> list[slice]:
+        n = self.h.shape[0]
+        return [slice(a, min(a + self.chunk, n)) for a in range(0, n, self.chunk)]
+
+    def product(self, dZ: Tensor) -> Tensor:
+        """``N Ż``: ``(k, L, d) -> (k, L, d)``; positions that predict nothing get 0."""
+        k = dZ.shape[0]
+        dz = dZ[:, self.rows]
+        nparams = 0 if self.norm is None else len(self.norm.params)
+        dh = dz if self.norm is None else self.norm.tangent([dz], [None] * nparams)
+        dgh = torch.empty_like(dh)
+        for c in self._chunks():
+            p = torch.softmax(self.h[c] @ self.E.T, -1)  # (c, V)
+            u = dh[:, c] @ self.E.T  # (k, c, V): E ḣ
+            u -= (u * p).sum(-1, keepdim=True)
+            u *= p  # (diag p − ppᵀ) E ḣ
+            dgh[:, c] = u @ self.E
+        dgh *= self.weight
+        out = dZ.new_zeros(k, self.L, self.d)
+        if self.norm is None:
+            out[:, self.rows] = dgh
+        else:
+            out[:, self.rows] = self.norm.adjoint_tangent(dgh, [dz], [None] * nparams, True, [True],
+                                                          [False] * nparams)[0][0]
+        return out
+
+    @property
+    def prefers_blocks(self) -> bool:
+        """Whether :meth:`custom_loss` hands over :meth:`token_curvature` (``d ≤ TOKEN_WISE_MAX_D`` and
+        the ``(L, d, d)`` blocks within the chunk budget) rather than :meth:`product`."""
+        size = self.L * self.d * self.d * self.Z.element_size()
+        return self.d <= TOKEN_WISE_MAX_D and size <= memory_limit(self.Z.device) // CHUNK_SHARE
+
+    def token_curvature(self) -> Tensor:
+        """``(L, d, d)``: the blocks ``N_t`` (0 where a position predicts nothing), built a chunk of
+        positions at a time so that at most ``chunk × V × d`` values of ``Eᵀ diag(p) E`` live at once."""
+        L, d, E = self.L, self.d, self.E
+        itemsize = self.Z.element_size()
+        step = max(
+            1, min(self.chunk, memory_limit(self.Z.device) // CHUNK_SHARE // (E.shape[0] * d * itemsize))
+        )
+        gamma = None if self.norm is None else self.norm.gamma
+        N = self.Z.new_zeros(L, d, d)
+        Nr = N[self.rows]
+        n = self.h.shape[0]
+        for a in range(0, n, step):
+            c = slice(a, min(a + step, n))
+            p = torch.softmax(self.h[c] @ E.T, -1)
+            pE = p @ E
+            G = torch.einsum("tv,vi,vj->tij", p, E, E) - pE[:, :, None] * pE[:, None, :]
+            Nr[c] = self.weight * (G if gamma is None else gamma[:, None] * G * gamma)
+        if self.norm is not None:
+            _, st = layernorm.value(self.Z[self.rows], self.head.eps, centre=self.norm.centre)
+            J = layernorm.jacobian(st)
+            N[self.rows] = J @ Nr @ J + layernorm.contract_hessian(st, self.norm.gn)
+        return N
+
+    blocks = token_curvature
+    """The name the chunking tests use."""
+
+    def custom_loss(self) -> CustomLoss:
+        """``hv.CustomLoss(grad, blocks or product)``: what the stack's products take
+        (:attr:`prefers_blocks`)."""
+        return CustomLoss(self.grad, self.token_curvature() if self.prefers_blocks else self.product)
