@@ -4,9 +4,6 @@ string-to-object map; and the runnable example of ``docs/losses.md``."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -160,13 +157,3 @@ def test_the_chunk_is_sized_for_one_product_sweep():
     assert PRODUCT_COLUMNS == BATCH
 
 
-def _doc_blocks() -> list[str]:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "losses.md").read_text()
-    return re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
-
-
-def test_the_losses_page_example_runs():
-    blocks = _doc_blocks()
-    assert blocks
-    for code in blocks:
-        exec(compile(code, "docs/losses.md", "exec"), {})
