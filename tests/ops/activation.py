@@ -11,7 +11,9 @@ from hessviz.ops.elementwise import Elementwise
 from tests.helpers import assert_close
 
 
-def check_derivatives(act: type[Elementwise], stock: Callable[[Tensor], Tensor], u: Tensor, rtol: float) -> None:
+def check_derivatives(
+    act: type[Elementwise], stock: Callable[[Tensor], Tensor], u: Tensor, rtol: float
+) -> None:
     """``f``, ``df``, ``d2f`` of ``act`` against ``stock`` and its first two derivatives (reverse over
     reverse, elementwise); a ``hessian_is_zero`` activation must have ``d2f`` zero."""
     x = u.detach().clone().requires_grad_(True)

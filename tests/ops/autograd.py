@@ -59,11 +59,15 @@ def vjp(f: Callable[..., Tensor], args: Sequence[Tensor], gy: Tensor) -> list[Te
     return _or_zeros(grads, args)
 
 
-def hvp(f: Callable[..., Tensor], args: Sequence[Tensor], gy: Tensor, tangents: Sequence[Maybe]) -> list[Tensor]:
+def hvp(
+    f: Callable[..., Tensor], args: Sequence[Tensor], gy: Tensor, tangents: Sequence[Maybe]
+) -> list[Tensor]:
     """``∇²(ȳᵀf) ṫ`` per argument: the second-order part of the adjoint's tangent."""
     xs = _leaves(args)
     grads = torch.autograd.grad((f(*xs) * gy).sum(), xs, create_graph=True, allow_unused=True)
-    inner = [(g * t).sum() for g, t in zip(grads, tangents) if g is not None and t is not None and g.requires_grad]
+    inner = [
+        (g * t).sum() for g, t in zip(grads, tangents) if g is not None and t is not None and g.requires_grad
+    ]
     if not inner:
         return [torch.zeros_like(a) for a in args]
     return _or_zeros(torch.autograd.grad(sum(inner), xs, allow_unused=True), args)
@@ -79,10 +83,20 @@ def hessian(f: Callable[..., Tensor], args: Sequence[Tensor], gy: Tensor) -> lis
             out.append([torch.zeros(*a.shape, *b.shape, dtype=a.dtype) for b in args])
             continue
         n = g.numel()
-        rows = torch.autograd.grad(g.reshape(-1), xs, torch.eye(n, dtype=g.dtype), retain_graph=True,
-                                   allow_unused=True, is_grads_batched=True)
-        out.append([torch.zeros(*a.shape, *b.shape, dtype=a.dtype) if r is None else r.reshape(*a.shape, *b.shape)
-                    for r, b in zip(rows, args)])
+        rows = torch.autograd.grad(
+            g.reshape(-1),
+            xs,
+            torch.eye(n, dtype=g.dtype),
+            retain_graph=True,
+            allow_unused=True,
+            is_grads_batched=True,
+        )
+        out.append(
+            [
+                torch.zeros(*a.shape, *b.shape, dtype=a.dtype) if r is None else r.reshape(*a.shape, *b.shape)
+                for r, b in zip(rows, args)
+            ]
+        )
     return out
 
 
@@ -94,9 +108,18 @@ def _pick(ts: Sequence[Maybe], j: int) -> list[Maybe]:
     return [None if t is None else t[j] for t in ts]
 
 
-def check_node(node, f: Callable[..., Tensor], inputs: Sequence[Tensor], params: Sequence[Tensor],
-               rng: torch.Generator, rtol: float, *, moving: str = "xp", k: int = 2,
-               what: str = "node") -> None:
+def check_node(
+    node,
+    f: Callable[..., Tensor],
+    inputs: Sequence[Tensor],
+    params: Sequence[Tensor],
+    rng: torch.Generator,
+    rtol: float,
+    *,
+    moving: str = "xp",
+    k: int = 2,
+    what: str = "node",
+) -> None:
     """Every rule of ``node`` against ``f(*inputs, *params)``, with ``k`` tangents along the inputs
     (``"x"`` in ``moving``) and the parameters (``"p"``); the others are ``None``."""
     args = list(inputs) + list(params)
@@ -152,8 +175,9 @@ def blocks(pieces: list[Piece], units: dict[Ref, tuple[int, int]]) -> dict[tuple
     return out
 
 
-def check_pieces(pieces: list[Piece], units: dict[Ref, Tensor], H: list[list[Tensor]], rtol: float,
-                 what: str) -> None:
+def check_pieces(
+    pieces: list[Piece], units: dict[Ref, Tensor], H: list[list[Tensor]], rtol: float, what: str
+) -> None:
     """The blocks written from ``pieces`` against the reference Hessian ``H`` over ``units`` (in order)."""
     refs = list(units)
     got = blocks(pieces, {r: unit_shape(t) for r, t in units.items()})
@@ -164,8 +188,15 @@ def check_pieces(pieces: list[Piece], units: dict[Ref, Tensor], H: list[list[Ten
             assert_close(got[(a, b)], ref, rtol, f"{what} block {a[1:]} × {b[1:]}", atol=1e-14)
 
 
-def check_stage(stage, f: Callable[..., Tensor], x: Tensor, params: dict[Ref, Tensor],
-                rng: torch.Generator, rtol: float, what: str = "stage") -> None:
+def check_stage(
+    stage,
+    f: Callable[..., Tensor],
+    x: Tensor,
+    params: dict[Ref, Tensor],
+    rng: torch.Generator,
+    rtol: float,
+    what: str = "stage",
+) -> None:
     """A token-wise stage ``y = f(x, *params)`` against autograd: ``map``, ``jacobians``, ``mixed(g)``
     and ``functional(g)`` at a random upstream gradient ``g``."""
     refs, values = list(params), list(params.values())

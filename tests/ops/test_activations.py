@@ -10,4 +10,4 @@ def test_table_rows_name_their_op():
     for name, op in activations.ACTIVATIONS.items():
         assert issubclass(op, Elementwise) and op.name == name and op.title
         assert activations.get(name) is op
-    assert config.ACTIVATIONS == tuple(activations.ACTIVATIONS)      # the settings read this table
+    assert config.ACTIVATIONS == tuple(activations.ACTIVATIONS)  # the settings read this table

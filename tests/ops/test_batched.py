@@ -18,7 +18,7 @@ def test_tangent_times(rng, rtol, k):
 def test_primal_times_heads(rng, rtol, k):
     X, Y = randn(rng, 2, 4, 5), randn(rng, k, 2, 5, 3)
     assert_close(bt.primal_times_heads(X, Y), torch.einsum("hab,khbw->khaw", X, Y), rtol, "X Y_j")
-    Y1 = randn(rng, 2, 5, 3)                                           # unbatched: a plain product
+    Y1 = randn(rng, 2, 5, 3)  # unbatched: a plain product
     assert_close(bt.primal_times_heads(X, Y1), X @ Y1, rtol, "X Y")
 
 
@@ -42,11 +42,21 @@ def test_stacked_T_times(rng, rtol, pairs):
     k, L = 2, 4
     x, dx = randn(rng, L, 3), randn(rng, k, L, 3)
     gy, dgy = randn(rng, L, 5), randn(rng, k, L, 5)
-    left, right = {"one primal": ([x], [dgy]), "one tangent": ([dx], [gy]),
-                   "primal and tangent": ([x, dx], [dgy, gy]), "skip none": ([x, None], [dgy, gy])}[pairs]
-    expected = sum(torch.einsum("kla,klb->kab", lf if lf.dim() == 3 else lf.expand(k, L, -1),
-                                r if r.dim() == 3 else r.expand(k, L, -1))
-                   for lf, r in zip(left, right) if lf is not None and r is not None)
+    left, right = {
+        "one primal": ([x], [dgy]),
+        "one tangent": ([dx], [gy]),
+        "primal and tangent": ([x, dx], [dgy, gy]),
+        "skip none": ([x, None], [dgy, gy]),
+    }[pairs]
+    expected = sum(
+        torch.einsum(
+            "kla,klb->kab",
+            lf if lf.dim() == 3 else lf.expand(k, L, -1),
+            r if r.dim() == 3 else r.expand(k, L, -1),
+        )
+        for lf, r in zip(left, right)
+        if lf is not None and r is not None
+    )
     out = torch.empty(k, 3, 5)
     assert bt.stacked_T_times(left, right, k, out) is out
     assert_close(out, expected, rtol, f"Σ_i left_iᵀ right_i ({pairs})")

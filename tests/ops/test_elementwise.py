@@ -7,8 +7,12 @@ import torch
 from hessviz.ops.activations import ACTIVATIONS
 from tests.ops.autograd import check_node, randn
 
-STOCK = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
-         "gelu_tanh": lambda u: torch.nn.functional.gelu(u, approximate="tanh")}
+STOCK = {
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "silu": torch.nn.functional.silu,
+    "gelu_tanh": lambda u: torch.nn.functional.gelu(u, approximate="tanh"),
+}
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))

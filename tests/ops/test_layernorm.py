@@ -22,11 +22,13 @@ IDS = [f"{c[0]}-eps{c[1]:g}-{c[2].replace(', ', '+')}-L{c[3][0]}d{c[3][1]}" for 
 
 def reference(norm, eps, d):
     """``f(z, *affine)`` in stock torch."""
+
     def f(z, gamma=None, beta=None):
         if norm == "layernorm":
             return torch.nn.functional.layer_norm(z, (d,), gamma, beta, eps)
         y = z / torch.sqrt((z * z).mean(-1, keepdim=True) + eps)
         return y if gamma is None else gamma * y
+
     return f
 
 
@@ -64,8 +66,12 @@ def test_stage(rng, rtol, case):
     check_stage(stage, f, z, refs, rng, rtol, what=case[0])
 
 
-NODE_CASES = [pytest.param(c, m, id=f"{i}-{m}") for c, i in zip(CASES, IDS) for m in ("x", "p", "xp")
-              if c[2] != "none" or m == "x"]
+NODE_CASES = [
+    pytest.param(c, m, id=f"{i}-{m}")
+    for c, i in zip(CASES, IDS)
+    for m in ("x", "p", "xp")
+    if c[2] != "none" or m == "x"
+]
 """Along the input, the parameters, or both (a norm without parameters: the input only)."""
 
 
@@ -74,16 +80,21 @@ def test_node(rng, rtol, case, moving):
     z, params, f, centre = draw(rng, case)
     gamma = ("gamma", params["gamma"]) if "gamma" in params else None
     beta = ("beta", params["beta"]) if "beta" in params else None
-    node = LayerNorm("y", "z", z, case[1], gamma, beta, "test", centre=True) if centre else \
-        RMSNorm("y", "z", z, case[1], gamma, "test")
+    node = (
+        LayerNorm("y", "z", z, case[1], gamma, beta, "test", centre=True)
+        if centre
+        else RMSNorm("y", "z", z, case[1], gamma, "test")
+    )
     check_node(node, f, [z], list(params.values()), rng, rtol, moving=moving, what=case[0])
 
 
-@pytest.mark.parametrize("centre, rows, message", [(True, [1.0, 1.0, 1.0], "zero variance"),
-                                                   (False, [0.0, 0.0, 0.0], "only zeros")])
+@pytest.mark.parametrize(
+    "centre, rows, message",
+    [(True, [1.0, 1.0, 1.0], "zero variance"), (False, [0.0, 0.0, 0.0], "only zeros")],
+)
 def test_refuses_a_flat_row_without_eps(centre, rows, message):
     z = torch.tensor([[1.0, 2.0, 4.0], rows])
     with pytest.raises(InputError, match=rf"ln_eps = 0 but the test input has {message} in row\(s\) \[1\]"):
         layernorm.value(z, 0.0, where="test input", centre=centre)
-    y, _ = layernorm.value(z, 1e-5, centre=centre)                   # with ε it is defined (and zero)
+    y, _ = layernorm.value(z, 1e-5, centre=centre)  # with ε it is defined (and zero)
     assert torch.equal(y[1], torch.zeros(3))

@@ -5,7 +5,7 @@ import torch
 
 from hessviz.ops.linear import Linear
 from tests.helpers import assert_close
-from tests.ops.autograd import check_node, randn, vjp, hvp
+from tests.ops.autograd import check_node, hvp, randn, vjp
 
 CASES = {
     "one weight and bias": ((4, 3, 5), [5], [True]),
@@ -24,7 +24,7 @@ def build(rng, case):
     node = Linear("y", "x", x, weights, biases)
 
     def f(x, *params):
-        Ws, bs = params[:len(widths)], iter(params[len(widths):])
+        Ws, bs = params[: len(widths)], iter(params[len(widths) :])
         b = torch.cat([next(bs) if has else torch.zeros(w) for w, has in zip(widths, has_bias)])
         return x @ torch.cat(Ws, 1) + b
 
@@ -46,14 +46,18 @@ def test_adjoint_tangent_writes_into_dest(rng, rtol):
     dp = [randn(rng, k, *p.shape) for p in params]
     gy, dgy = randn(rng, *node.y.shape), randn(rng, k, *node.y.shape)
     node.adjoint(gy)
-    whole = torch.zeros(k, x.shape[1], 7)                         # one wide buffer, a column block per weight
+    whole = torch.zeros(k, x.shape[1], 7)  # one wide buffer, a column block per weight
     dest = [whole[..., 0:2], whole[..., 2:4], whole[..., 4:7], None, None]
     _, dgp = node.adjoint_tangent(dgy, dx, dp, True, [True], [True] * len(params))
     _, into = node.adjoint_tangent(dgy, dx, dp, True, [True], [True] * len(params), dest=dest)
     args = [x, *params]
     for i in range(3):
         assert into[i].data_ptr() == dest[i].data_ptr()
-        ref = torch.stack([vjp(f, args, dgy[j])[1 + i] + hvp(f, args, gy, [dx[0][j]] + [d[j] for d in dp])[1 + i]
-                           for j in range(k)])
-        assert_close(whole[..., (0, 2, 4)[i]:(2, 4, 7)[i]], ref, rtol, f"W{i}̄̇ in place")
+        ref = torch.stack(
+            [
+                vjp(f, args, dgy[j])[1 + i] + hvp(f, args, gy, [dx[0][j]] + [d[j] for d in dp])[1 + i]
+                for j in range(k)
+            ]
+        )
+        assert_close(whole[..., (0, 2, 4)[i] : (2, 4, 7)[i]], ref, rtol, f"W{i}̄̇ in place")
         assert_close(into[i], dgp[i], rtol, f"W{i}̄̇ with and without dest")

@@ -16,7 +16,7 @@ def test_derivatives(rng, rtol, scale):
 def test_kink_and_no_curvature():
     assert ReLU.hessian_is_zero
     u = torch.tensor([-1.0, 0.0, 1.0])
-    assert ReLU.df(u).tolist() == [0.0, 0.0, 1.0]          # φ'(0) = 0, as torch's relu backward
+    assert ReLU.df(u).tolist() == [0.0, 0.0, 1.0]  # φ'(0) = 0, as torch's relu backward
     node = ReLU("y", "u", u)
     node.adjoint(torch.ones(3))
-    assert node.curv is None                               # the node keeps no φ'' ȳ to multiply
+    assert node.curv is None  # the node keeps no φ'' ȳ to multiply

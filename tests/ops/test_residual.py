@@ -17,7 +17,7 @@ def test_dense_face(rng, rtol):
     assert_close(out.jac, J + torch.eye(n, dtype=torch.float64), rtol, "I + ∂b/∂x")
     g = randn(rng, L, n)
     assert_close(out.contract(g), branch.contract(g), rtol, "Q_y = Q_b")
-    assert residual(TokenMap(J)).contract is None                          # a linear branch stays linear
+    assert residual(TokenMap(J)).contract is None  # a linear branch stays linear
 
 
 @pytest.mark.parametrize("shape", [(3, 4), (1, 2)])

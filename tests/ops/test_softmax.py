@@ -24,7 +24,7 @@ def test_dense_face(rng, rtol, shape):
     a = softmax.value(s)
     assert_close(a, torch.softmax(s, -1), rtol, "value")
     n, batch = shape[-1], s.numel() // shape[-1]
-    f = lambda t: torch.softmax(t, -1)                                     # noqa: E731
+    f = lambda t: torch.softmax(t, -1)  # noqa: E731
     J = row_blocks(jacobians(f, [s])[0], batch).reshape(*shape, n)
     assert_close(softmax.jacobian(a), J, rtol, "J")
     assert_close(softmax.vjp(a, g), (J.transpose(-1, -2) @ g[..., None])[..., 0], rtol, "Jᵀg")
@@ -44,5 +44,9 @@ def test_causal_mask(rng, rtol):
     s = randn(rng, 4, 4)
     a = softmax.value(s, causal=True)
     assert torch.count_nonzero(a.triu(1)) == 0
-    assert_close(a, torch.softmax(s.masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1), -torch.inf), -1),
-                 rtol, "causal softmax")
+    assert_close(
+        a,
+        torch.softmax(s.masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1), -torch.inf), -1),
+        rtol,
+        "causal softmax",
+    )
