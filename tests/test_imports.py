@@ -9,9 +9,16 @@ The graph is read from the source (``ast``), not by importing: an edge ``a -> b`
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "hessviz"
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The syntax tree of one source file, parsed once for every check of this module."""
+    return ast.parse(path.read_text())
 
 
 def _modules() -> dict[str, Path]:
@@ -32,7 +39,7 @@ def _edges(mods: dict[str, Path]) -> dict[str, set[str]]:
     for name, path in mods.items():
         out: set[str] = set()
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Import):
                 out |= {owner(a.name) for a in node.names if a.name.startswith("hessviz")}
             elif isinstance(node, ast.ImportFrom):
@@ -104,7 +111,7 @@ TOP = ("hessviz.app", "hessviz.experiments", "hessviz.cli", "hessviz.__main__")
 def _imported_roots(path: Path) -> set[str]:
     """Top-level names of every module ``path`` imports, at any level of its body."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             out |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -155,10 +162,10 @@ def _page_names() -> set[str]:
     """The url paths of :mod:`hessviz.app.registry`'s pages and :data:`hessviz.app.budget.KINDS`,
     read from the source (importing the app loads Streamlit, plotly and pandas)."""
     names = set()
-    for node in ast.walk(ast.parse((ROOT / "app" / "registry.py").read_text())):
+    for node in ast.walk(_tree(ROOT / "app" / "registry.py")):
         if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "PageSpec":
             names.add(node.args[3].value)
-    for node in ast.parse((ROOT / "app" / "budget.py").read_text()).body:
+    for node in _tree(ROOT / "app" / "budget.py").body:
         if isinstance(node, ast.Assign) and [t.id for t in node.targets] == ["KINDS"]:
             names |= {e.value for e in node.value.elts}
     return names
@@ -188,13 +195,13 @@ def test_no_module_outside_the_app_branches_on_a_page_name():
     page are names of their own and are not compared with)."""
     names = _page_names()
     assert {"map", "learn", "heterogeneity", "spectrum"} <= names
-    cost = ast.parse((ROOT / "cost.py").read_text())
+    cost = _tree(ROOT / "cost.py")
     assert not [n.value for n in ast.walk(cost) if isinstance(n, ast.Constant) and n.value in names]
     hits = {}
     for path in ROOT.rglob("*.py"):
         if path.relative_to(ROOT).parts[0] == "app":
             continue
-        found = [(line, s) for line, s in _compared_strings(ast.parse(path.read_text())) if s in names]
+        found = [(line, s) for line, s in _compared_strings(_tree(path)) if s in names]
         if found:
             hits[str(path.relative_to(ROOT))] = found
     assert hits == {}
