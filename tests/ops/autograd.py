@@ -46,10 +46,14 @@ def jacobians(f: Callable[..., Tensor], args: Sequence[Tensor]) -> list[Tensor]:
     return list(out)
 
 
-def jvp(f: Callable[..., Tensor], args: Sequence[Tensor], tangents: Sequence[Maybe]) -> Tensor:
-    """``Σ_i ∂_i f ṫ_i`` for one set of tangents (``None``: zero)."""
-    J = jacobians(f, args)
-    return sum(torch.tensordot(Ji, t, dims=t.dim()) for Ji, t in zip(J, tangents) if t is not None)
+def jvp(J: Sequence[Tensor], tangents: Sequence[Maybe]) -> Tensor:
+    """``Σ_i ∂_i f ṫ_i`` from the Jacobians ``J`` (:func:`jacobians`) for ``k`` tangents at once,
+    ``(k, *args_i.shape)`` each (``None``: zero): ``(k, *f.shape)``."""
+    return sum(
+        torch.tensordot(t, Ji, dims=([*range(1, t.dim())], [*range(Ji.dim() - t.dim() + 1, Ji.dim())]))
+        for Ji, t in zip(J, tangents)
+        if t is not None
+    )
 
 
 def vjp(f: Callable[..., Tensor], args: Sequence[Tensor], gy: Tensor) -> list[Tensor]:
@@ -130,7 +134,7 @@ def check_node(
     dp = [randn(rng, k, *p.shape) if "p" in moving else None for p in params]
     tangents = dx + dp
     dy = node.tangent(dx, dp)
-    assert_close(dy, _stack([jvp(f, args, _pick(tangents, j)) for j in range(k)]), rtol, f"{what} tangent")
+    assert_close(dy, jvp(jacobians(f, args), tangents), rtol, f"{what} tangent")
 
     gy = randn(rng, *y.shape)
     gx, gp = node.adjoint(gy)
