@@ -6,10 +6,66 @@ autograd references: beyond the first few cases of each long case list (:func:`t
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+import torch
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("browser") is not None:
             item.add_marker(pytest.mark.slow)
+
+
+RTOL = 1e-12
+"""Closed form against autograd in float64: relative Frobenius error (:func:`tests.helpers.assert_close`)."""
+
+
+@pytest.fixture
+def rng() -> torch.Generator:
+    """A generator seeded the same in every test: each draws its own data, reproducibly."""
+    return torch.Generator().manual_seed(0)
+
+
+@pytest.fixture
+def float64():
+    """``torch.float64`` as the default dtype for the test, restored after it."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield torch.float64
+    torch.set_default_dtype(before)
+
+
+@pytest.fixture
+def rtol() -> float:
+    return RTOL
+
+
+@pytest.fixture(scope="session")
+def _quick_claims() -> dict:
+    return {}
+
+
+@pytest.fixture
+def claims_once(_quick_claims):
+    """A context in which :func:`hessviz.experiments.report.run_claim` gives each quick claim's result
+    computed once per session: ``hessviz reproduce --quick``, the protocols' quick runs and the
+    executor's in-process side read the same claims (several minutes of CPU, not several times).
+    The real ``run_claim`` computes each; a process pool's workers run their own, unpatched."""
+    from hessviz.experiments import report
+
+    real = report.run_claim
+
+    def once(cid: str, quick: bool):
+        if (cid, quick) not in _quick_claims:
+            _quick_claims[(cid, quick)] = real(cid, quick)
+        return _quick_claims[(cid, quick)]
+
+    @contextlib.contextmanager
+    def active():
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(report, "run_claim", once)
+            yield
+
+    return active

@@ -145,8 +145,9 @@ def test_block_gradient_norms_match_autograd(norm):
 
 
 @pytest.mark.slow                     # every claim measured once: five minutes on a shared CPU
-def test_reproduce_quick(tmp_path):
-    records = reproduce(tmp_path, quick=True)
+def test_reproduce_quick(tmp_path, claims_once):
+    with claims_once():
+        records = reproduce(tmp_path, quick=True)
     assert [r["id"] for r in records] == list(CLAIM_IDS)
     on_disk = json.loads((tmp_path / "claims.json").read_text())
     assert on_disk == records
@@ -167,7 +168,7 @@ def test_reproduce_quick(tmp_path):
         assert f"figures/{f.name}" in report
 
 
-def test_claims_on_an_executor_are_the_in_process_numbers():
+def test_claims_on_an_executor_are_the_in_process_numbers(claims_once):
     """Two worker processes (spawned: a fresh interpreter each, no state shared with this one) give
     every measured number of the in-process run to the bit, in the order asked."""
     import multiprocessing
@@ -176,7 +177,8 @@ def test_claims_on_an_executor_are_the_in_process_numbers():
     from hessviz.experiments.report import run_claims
 
     ids = ("nonconvex", "placement", "modern")
-    here = [r.record() for r in run_claims(True, ids)]
+    with claims_once():                                     # the in-process run, shared with reproduce
+        here = [r.record() for r in run_claims(True, ids)]
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         there = [r.record() for r in run_claims(True, ids, executor=pool)]
     assert [r["id"] for r in there] == list(ids) and there == here

@@ -121,10 +121,11 @@ def test_the_protocols_table_top_eigenvalue_is_the_dense_blocks():
 
 
 @pytest.mark.slow                       # two models' gradients on eight batches: half a minute
-def test_gini_protocol_quick_run():
+def test_gini_protocol_quick_run(claims_once):
     from hessviz.experiments.report import run_claims
 
-    res = run_claims(True, ids=("gini_protocol",))[0]
+    with claims_once():                                     # the run of test_reproduce_quick, once
+        res = run_claims(True, ids=("gini_protocol",))[0]
     m = res.record()["measured"]
     assert 0 < m["gini_pydoc-postln"] < 1 and 0 < m["gini_pydoc-preln"] < 1
     assert m["paper_gini_post_roberta"] == 0.941
@@ -163,10 +164,11 @@ def test_optimizers_protocol_judge_and_saved_curves():
 
 
 @pytest.mark.slow                       # two models × five optimizers, ten steps: half a minute
-def test_optimizers_protocol_quick_run():
+def test_optimizers_protocol_quick_run(claims_once):
     from hessviz.experiments.report import run_claims
 
-    res = run_claims(True, ids=("optimizers_protocol",))[0]
+    with claims_once():                                     # the run of test_reproduce_quick, once
+        res = run_claims(True, ids=("optimizers_protocol",))[0]
     m = res.record()["measured"]
     for s in op.PAIR:
         for o in op.OPTIMIZERS:

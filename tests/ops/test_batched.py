@@ -1,0 +1,62 @@
+"""The batched products (:mod:`hessviz.ops.batched`) against their einsum definitions, writing in place."""
+
+import pytest
+import torch
+
+from hessviz.ops import batched as bt
+from tests.helpers import assert_close
+from tests.ops.autograd import randn
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_tangent_times(rng, rtol, k):
+    A, b = randn(rng, k, 4, 5), randn(rng, 5, 2)
+    assert_close(bt.tangent_times(A, b), torch.einsum("kln,nm->klm", A, b), rtol, "A_j b")
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_primal_times_heads(rng, rtol, k):
+    X, Y = randn(rng, 2, 4, 5), randn(rng, k, 2, 5, 3)
+    assert_close(bt.primal_times_heads(X, Y), torch.einsum("hab,khbw->khaw", X, Y), rtol, "X Y_j")
+    Y1 = randn(rng, 2, 5, 3)  # unbatched: a plain product
+    assert_close(bt.primal_times_heads(X, Y1), X @ Y1, rtol, "X Y")
+
+
+def test_add_primal_times_in_place_on_a_column_block(rng, rtol):
+    out, a, B = randn(rng, 3, 4, 6), randn(rng, 4, 5), randn(rng, 3, 5, 2)
+    expected = out.clone()
+    expected[..., 2:4] += torch.einsum("ln,knm->klm", a, B)
+    block = out[..., 2:4]
+    assert bt.add_primal_times_(block, a, B) is block
+    assert_close(out, expected, rtol, "out_j += a B_j into columns 2:4")
+
+
+def test_add_primal_times_T(rng, rtol):
+    out, a, B = randn(rng, 3, 4, 5), randn(rng, 4, 2), randn(rng, 3, 5, 2)
+    expected = out + torch.einsum("lm,knm->kln", a, B)
+    assert_close(bt.add_primal_times_T_(out, a, B), expected, rtol, "out_j += a B_jᵀ")
+
+
+@pytest.mark.parametrize("pairs", ["one primal", "one tangent", "primal and tangent", "skip none"])
+def test_stacked_T_times(rng, rtol, pairs):
+    k, L = 2, 4
+    x, dx = randn(rng, L, 3), randn(rng, k, L, 3)
+    gy, dgy = randn(rng, L, 5), randn(rng, k, L, 5)
+    left, right = {
+        "one primal": ([x], [dgy]),
+        "one tangent": ([dx], [gy]),
+        "primal and tangent": ([x, dx], [dgy, gy]),
+        "skip none": ([x, None], [dgy, gy]),
+    }[pairs]
+    expected = sum(
+        torch.einsum(
+            "kla,klb->kab",
+            lf if lf.dim() == 3 else lf.expand(k, L, -1),
+            r if r.dim() == 3 else r.expand(k, L, -1),
+        )
+        for lf, r in zip(left, right)
+        if lf is not None and r is not None
+    )
+    out = torch.empty(k, 3, 5)
+    assert bt.stacked_T_times(left, right, k, out) is out
+    assert_close(out, expected, rtol, f"Σ_i left_iᵀ right_i ({pairs})")
