@@ -69,7 +69,7 @@ def load_table(path: pathlib.Path = st.TABLE) -> dict:
 def own_gradients(path: pathlib.Path = st.GRADIENTS) -> dict[str, float]:
     """Every weight's and head's gradient norm under the table's loss (:func:`smollm2_table.gradients`)."""
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run python -m hessviz.experiments.smollm2_table --gradients")
+        raise FileNotFoundError(f"{path} is missing: python -m hessviz.experiments.smollm2_table --gradients")
     return json.loads(path.read_text())["grad"]
 
 
@@ -214,7 +214,8 @@ def measure_table(quick: bool = False) -> Measurement:
     every = own_gradients()
     grads = np.array([v for n, v in every.items() if "[" not in n])
     pos = tops[tops > 0]
-    m = {"tensors": len(wr), "head_blocks": len(hr), "gradient_norms": len(every), "layers_with_weights": len(t["weight_layers"]),
+    m = {"tensors": len(wr), "head_blocks": len(hr), "gradient_norms": len(every),
+         "layers_with_weights": len(t["weight_layers"]),
          "layers_with_heads": len(t["head_layers"]), "tokens": t["tokens"],
          "top_max": float(tops.max()), "top_min": float(tops.min()),
          "top_spread": float(pos.max() / pos.min()), "gini_grad_all_weights": gini(grads),
