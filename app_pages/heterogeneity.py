@@ -54,6 +54,9 @@ if source != SIDEBAR:
         else [stored_tables.part(stored, stack, stored_tables.WEIGHTS)]
     names = [n for p in parts for n, t in zip(p["names"], p["top"]) if np.isfinite(t)]
     top = np.array([t for p in parts for t in p["top"] if np.isfinite(t)])
+    if not names:
+        st.info(f"The stored run reached no {by} of {source} (its time budget): choose the other blocks.")
+        st.stop()
     spread = block_spread(names, top)
     m1, m2, m3 = st.columns(3)
     m1.metric("blocks with λ_max", f"{len(names)}")
