@@ -243,17 +243,19 @@ def judge_table(m: dict) -> Verdict:
 
 
 def _protocol(t: dict) -> str:
-    heads = sorted(t["head_layers"])
+    heads, layers = sorted(t["head_layers"]), sorted(t["weight_layers"])
+    which = "all 30 layers" if len(layers) == 30 else \
+        f"{len(layers)} of the 30 layers ({', '.join(map(str, layers))})"
     return (f"SmolLM2-135M-Instruct from the bundled Q4_1 GGUF file (dequantized, float32, "
             f"{t.get('threads', 2)} threads), its own next-token loss (mean cross-entropy over "
             f"{t['tokens'] - 1} predicted tokens, through the final RMSNorm and the tied unembedding) on one "
-            f"sequence of {t['tokens']} tokens: the first sentences of {'; '.join(t['sources'][:2])} "
-            f"(public domain; \"{t['text'][:60]}…\", cut at {t['tokens']} tokens). Per tensor: the top "
-            f"eigenvalue of its diagonal block of the full Hessian (every layer weight in θ), Lanczos k = 1 "
-            f"on closed-form products started from the gradient, value tolerance {t['tol']:g} (about 1 % "
-            f"relative), and the gradient's norm. Every weight of all {len(t['weight_layers'])} layers; per "
-            f"head (9 query heads of W_Q and W_O, 3 key/value heads of W_K and W_V) for layers "
-            f"{', '.join(map(str, heads))} ({len(heads)} of 30).")
+            f"sequence: the first {t['tokens']} tokens of {t['sources'][0]} (public domain; "
+            f"\"{t['text'][:60]}…\"). Per tensor: the top eigenvalue of its diagonal block of the full "
+            "Hessian (every layer weight in θ), Lanczos k = 1 on closed-form products started from the "
+            f"gradient, value tolerance {t['tol']:g} (about 1 % relative), and the gradient's norm. Every "
+            f"weight of {which}; per head (9 query heads of W_Q and W_O, 3 key/value heads of W_K and W_V) "
+            f"for layers {', '.join(map(str, heads)) or 'none'} ({len(heads)} of 30); gradient norms of "
+            "every weight and head of all 30 layers.")
 
 
 def report_table(ms: Measurement, v: Verdict) -> tuple[str, dict]:
@@ -262,7 +264,10 @@ def report_table(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     small = min((n for n in wr if wr[n]["top"] > 0), key=lambda n: wr[n]["top"])
     la = t.get("load_average_start", [float("nan")] * 3)
     note = (
-        _protocol(t) + f" Computed once by `python -m hessviz.experiments.smollm2_table` in "
+        _protocol(t) + " Computed once by "
+        + (" then ".join(f"`{c}`" for c in t["commands"]) if t.get("commands")
+           else "`python -m hessviz.experiments.smollm2_table`")
+        + " (each resuming from the checkpoint) in "
         f"{m['seconds_table'] / 60:.0f} min of work ({m['products']:.0f} products; load average "
         f"{la[0]:.1f} at the start, niced, on a shared 2-core machine). The sharpest weight block is "
         f"{big} (λ = {wr[big]['top']:.3g}), the flattest {small} (λ = {wr[small]['top']:.3g}): "
@@ -512,7 +517,10 @@ def main(quick: bool = False, out: pathlib.Path = OUT, ids: tuple[str, ...] | No
             results.append(r)
     return write_report(results, out, quick, time.perf_counter() - start,
                         title="hessviz: SmolLM2-135M, a real LLM, beside the pydoc models",
-                        command="hessviz reproduce --smollm2")
+                        command="hessviz reproduce --smollm2",
+                        basis="Every number comes from the closed-form Hessians and gradients of hessviz on "
+                              "CPU: SmolLM2's table in float32 (its weights are 4-bit in the file), the rest "
+                              "in float64.")
 
 
 if __name__ == "__main__":

@@ -97,9 +97,11 @@ def _save(path: pathlib.Path, state: dict) -> None:
     tmp.replace(path)
 
 
-def run(path: pathlib.Path = TABLE, budget: float = 2400.0, log=print) -> dict:
+def run(path: pathlib.Path = TABLE, budget: float = 2400.0, log=print, heads_after: int = 30) -> dict:
     """Compute (or resume) the table into ``path``; per-head layers only while ``budget`` seconds of
-    this call are left (a layer is not started when the last one's time would overrun it)."""
+    this call are left (a layer is not started when the last one's time would overrun it). The heads
+    of the first of :data:`HEAD_LAYERS_FIRST` come after the weights of the first ``heads_after``
+    layers of :func:`head_layer_order` (a run that may be cut short gets heads of one layer early)."""
     import hessviz as hv
     from hessviz.whole.table import tensor_table
 
@@ -135,9 +137,10 @@ def run(path: pathlib.Path = TABLE, budget: float = 2400.0, log=print) -> dict:
 
     order = head_layer_order(cfg.n_layers)
     heads_of = {i: [h for w in HEADED for h in cfg.head_names(f"l{i}.{w}")] for i in order}
-    work = [("weight_layers", i) for i in order]
     rest = tuple(i for i in order if i not in HEAD_LAYERS_FIRST)
-    work += [("head_layers", i) for i in HEAD_LAYERS_FIRST + rest]
+    heads = [("head_layers", i) for i in HEAD_LAYERS_FIRST + rest]
+    weights = [("weight_layers", i) for i in order]
+    work = weights[:heads_after] + heads[:1] + weights[heads_after:] + heads[1:]
     last = 0.0
     for key, i in work:
         if i in state[key]:
@@ -188,13 +191,16 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=2400.0, help="seconds; per-head layers stop after it")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gradients", action="store_true", help="only the gradient norms (gradients.json)")
+    ap.add_argument("--heads-after", type=int, default=30,
+                    help="the last layer's heads come after this many layers' weights")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.gradients:
         state = gradients()
         print(f"{len(state['grad'])} gradient norms in {state['seconds']:.0f} s", flush=True)
         return
-    run(args.out, args.budget, log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True))
+    run(args.out, args.budget, log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True),
+        heads_after=args.heads_after)
 
 
 if __name__ == "__main__":
