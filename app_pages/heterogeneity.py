@@ -70,10 +70,9 @@ if source != SIDEBAR:
         by_layer[layer][1].append(t)
     layers = sorted(by_layer, key=lambda x: int(x[1:]))
     pick = hva.select("Layer", layers, key="het_layer", default=layers[0], help="the layers the run reached")
-    fig = plots.block_spectrum_bars(by_layer[pick][0], np.array(by_layer[pick][1]),
-                                    np.full(len(by_layer[pick][0]), np.nan),
-                                    title=f"{source}, layer {pick[1:]}: top eigenvalue per block (no traces "
-                                          "stored)")
+    fig = plots.grouped_bars([plots.pretty(n) for n in by_layer[pick][0]], {"λ_max": by_layer[pick][1]},
+                             title=f"{source}, layer {pick[1:]}: top eigenvalue per block",
+                             ylabel="λ_max(H[b, b])", logy=True)
     hva.chart(fig, f"heterogeneity_{source}_{by}_{pick}",
               csv=lambda: {"block": by_layer[pick][0], "top_eigenvalue": by_layer[pick][1]})
     so = records.get("sharpness_ordering", {}).get("measured", {})

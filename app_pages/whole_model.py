@@ -44,8 +44,8 @@ if model in stored_tables.MODELS:          # its table is read from assets/, nev
     except hv.HessvizError as err:
         st.error(f"**The stored table of {info.name} cannot be read.** {err}", icon=":material/block:")
         st.stop()
-    c2.caption(f"Text (fixed: the table is precomputed): “{stored['text'][:160]}…”, the first "
-               f"{stored['tokens']} tokens.")
+    c2.caption(f"Text (fixed: the table is precomputed): the first {stored['tokens']} tokens of "
+               f"“{stored['text'].split('. ')[0]}.”")
 else:
     text = hva.text("Text", "wm_text", wm.DEFAULT_TEXT, wm.MAX_CHARS, container=c2,
                     help=f"at most {wm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
