@@ -107,6 +107,6 @@ def test_app_pages_show_smollm2_within_the_hosted_limits(monkeypatch):
     at = run_page("app_pages/whole_model.py", wm_model="smollm2-135m")
     assert not at.warning and not at.error, [m.value for m in [*at.warning, *at.error]]
     assert "Precomputed, not live" in at.info[0].value
-    assert any(t.startswith("SmolLM2") and "per weight" in t for t in titles(at))
+    assert any(t.startswith("smollm2-135m: top eigenvalue per weight") for t in titles(at)), titles(at)
     assert not [k for k, _ in cache.STORE.items() if k[0] == "whole"]
     assert "smollm2-135m" in at.selectbox(key="wm_model").options
