@@ -275,8 +275,9 @@ def report_table(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         + ", ".join(f"{k[len('mean_top_'):]} {m[k]:.3g}" for k in m if k.startswith("mean_top_"))
         + f". Gini of the gradient norms of all 270 weights: {m['gini_grad_all_weights']:.3f}. "
         "Differences from a full table: one short sequence instead of a corpus, float32 weights that were "
-        "4-bit in the file, eigenvalues to about 1 % instead of 1e-6, no traces, and per-head blocks for "
-        "the layers listed only (the run's time budget)."
+        "4-bit in the file, eigenvalues to about 1 % instead of 1e-6, no traces"
+        + ("." if len(t["head_layers"]) == 30 and len(t["weight_layers"]) == 30 else
+           ", and eigenvalues for the layers listed only (the run's time budget).")
     )
     names = list(wr)
     cats, groups = _by_layer(names, [wr[n]["top"] for n in names])

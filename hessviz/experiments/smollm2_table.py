@@ -97,11 +97,13 @@ def _save(path: pathlib.Path, state: dict) -> None:
     tmp.replace(path)
 
 
-def run(path: pathlib.Path = TABLE, budget: float = 2400.0, log=print, heads_after: int = 30) -> dict:
+def run(path: pathlib.Path = TABLE, budget: float = 2400.0, log=print, heads_after: int = 30,
+        deep_first: bool = False) -> dict:
     """Compute (or resume) the table into ``path``; per-head layers only while ``budget`` seconds of
     this call are left (a layer is not started when the last one's time would overrun it). The heads
     of the first of :data:`HEAD_LAYERS_FIRST` come after the weights of the first ``heads_after``
-    layers of :func:`head_layer_order` (a run that may be cut short gets heads of one layer early)."""
+    layers of :func:`head_layer_order` (a run that may be cut short gets heads of one layer early).
+    ``deep_first``: the weights' layers from the last to the first instead (the cheapest first)."""
     import hessviz as hv
     from hessviz.whole.table import tensor_table
 
@@ -139,7 +141,7 @@ def run(path: pathlib.Path = TABLE, budget: float = 2400.0, log=print, heads_aft
     heads_of = {i: [h for w in HEADED for h in cfg.head_names(f"l{i}.{w}")] for i in order}
     rest = tuple(i for i in order if i not in HEAD_LAYERS_FIRST)
     heads = [("head_layers", i) for i in HEAD_LAYERS_FIRST + rest]
-    weights = [("weight_layers", i) for i in order]
+    weights = [("weight_layers", i) for i in (sorted(order, reverse=True) if deep_first else order)]
     work = weights[:heads_after] + heads[:1] + weights[heads_after:] + heads[1:]
     last = 0.0
     for key, i in work:
@@ -193,6 +195,7 @@ def main() -> None:
     ap.add_argument("--gradients", action="store_true", help="only the gradient norms (gradients.json)")
     ap.add_argument("--heads-after", type=int, default=30,
                     help="the last layer's heads come after this many layers' weights")
+    ap.add_argument("--deep-first", action="store_true", help="the deepest layers' weights first (cheapest)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.gradients:
@@ -200,7 +203,7 @@ def main() -> None:
         print(f"{len(state['grad'])} gradient norms in {state['seconds']:.0f} s", flush=True)
         return
     run(args.out, args.budget, log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True),
-        heads_after=args.heads_after)
+        heads_after=args.heads_after, deep_first=args.deep_first)
 
 
 if __name__ == "__main__":
