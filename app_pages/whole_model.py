@@ -91,9 +91,11 @@ if stored is not None:
     else:
         hva.chart(bars(table, f"{info.name}: {stat_name} per weight"), f"whole_{model}_{stat}",
                   csv=lambda: {k: table[k] for k in ("names", "size", "top", "grad_norm")})
+        missing = len(table["names"]) - table["reached"]
         st.caption(f"{table['reached']} of {len(table['names'])} weights have a top eigenvalue "
-                   f"({table['matvecs']:,} products, {table['seconds']:.0f} s of the run); the others' bars "
-                   "are missing (the run's time budget), their gradient norms are all there.")
+                   f"({table['matvecs']:,} products, {table['seconds']:.0f} s of the run)"
+                   + (f"; {missing} bars are missing (the run's time budget), every gradient norm is there."
+                      if missing else "."))
     st.subheader(f"Every head of {weight}")
     heads = stored_tables.part(stored, stack, weight)
     if stat != "trace":
