@@ -307,7 +307,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from hessviz.experiments import reproduce
-    if args.scheduler is None:
+    if args.smollm2:
+        from hessviz.experiments import smollm2
+        claims = smollm2.main(quick=args.quick, out=Path(args.out))
+    elif args.scheduler is None:
         claims = reproduce(Path(args.out), quick=args.quick)
     else:
         try:
@@ -396,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="measure the papers' claims; writes claims.json and report.md")
     p.add_argument("--quick", action="store_true", help="small grids, under a minute")
     p.add_argument("--out", default="reproduce-out")
+    p.add_argument("--smollm2", action="store_true",
+                   help="the three SmolLM2-135M claims instead (needs its GGUF, the models extra; reads the "
+                        "table stored by python -m hessviz.experiments.smollm2_table; minutes)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run the claims as tasks on a Dask cluster, e.g. tcp://scheduler:8786 (needs the "
                         "cluster extra; the workers must import hessviz)")

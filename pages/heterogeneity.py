@@ -4,8 +4,11 @@ and per head, from closed-form Hessian-vector products (works past the dense lim
 import numpy as np
 import streamlit as st
 
+import hessviz as hv
 from hessviz import app as hva
-from hessviz import plots
+from hessviz import plots, pretrained
+from hessviz.app import stored_tables
+from hessviz.app import whole_model as wm
 from hessviz.matfree.estimates import block_spread
 from hessviz.matfree.spectral import EXACT_BLOCK
 from hessviz.memory import format_bytes
@@ -29,6 +32,60 @@ hva.explain(
     r"H_{bb} = \frac{\partial^2 \ell}{\partial \theta_b^2},\qquad "
     r"\text{spread} = \frac{\max_b \lambda_{\max}(H_{bb})}{\min_b \lambda_{\max}(H_{bb})}",
 )
+SIDEBAR = "sidebar block"
+sources = (SIDEBAR,) + tuple(m for m in stored_tables.MODELS if m in pretrained.available_models())
+source = hva.choice("Model", sources, key="het_model", default=SIDEBAR,
+                    help="the block of the sidebar (computed here), or a real LLM's table, precomputed on a "
+                         "fixed text under its own next-token loss (hessviz reproduce --smollm2)")
+if source != SIDEBAR:
+    try:
+        info = pretrained.model_info(source)
+        stored = stored_tables.load(source)
+        records = stored_tables.claims(source)
+    except hv.HessvizError as err:
+        st.error(f"**The stored table of {source} cannot be read.** {err}", icon=":material/block:")
+        st.stop()
+    stack = wm.stack_config(info)
+    st.caption(f"{info.describe()} Precomputed, not live: {stored_tables.describe(stored)}")
+    by = hva.choice("Blocks", ("heads", "weights"), key="het_by", default="heads",
+                    help="heads: each head's slice of W_Q, W_K, W_V, W_O in the layers the run reached; "
+                         "weights: every weight of the layers it reached")
+    parts = [stored_tables.part(stored, stack, w) for w in ("W_Q", "W_K", "W_V", "W_O")] if by == "heads" \
+        else [stored_tables.part(stored, stack, stored_tables.WEIGHTS)]
+    names = [n for p in parts for n, t in zip(p["names"], p["top"]) if np.isfinite(t)]
+    top = np.array([t for p in parts for t in p["top"] if np.isfinite(t)])
+    if not names:
+        st.info(f"The stored run reached no {by} of {source} (its time budget): choose the other blocks.")
+        st.stop()
+    spread = block_spread(names, top)
+    m1, m2, m3 = st.columns(3)
+    m1.metric("blocks with λ_max", f"{len(names)}")
+    m2.metric("spread of λ_max", f"{spread.spread:.3g}×" if np.isfinite(spread.spread) else "—")
+    m3.metric("sharpest", spread.sharpest or "—")
+    by_layer = {}
+    for n, t in zip(names, top):
+        layer, _, rest = n.partition(".")
+        by_layer.setdefault(layer, ([], []))
+        by_layer[layer][0].append(rest)
+        by_layer[layer][1].append(t)
+    layers = sorted(by_layer, key=lambda x: int(x[1:]))
+    pick = hva.select("Layer", layers, key="het_layer", default=layers[0], help="the layers the run reached")
+    fig = plots.grouped_bars([plots.pretty(n) for n in by_layer[pick][0]], {"λ_max": by_layer[pick][1]},
+                             title=f"{source}, layer {pick[1:]}: top eigenvalue per block",
+                             ylabel="λ_max(H[b, b])", logy=True)
+    hva.chart(fig, f"heterogeneity_{source}_{by}_{pick}",
+              csv=lambda: {"block": by_layer[pick][0], "top_eigenvalue": by_layer[pick][1]})
+    so = records.get("sharpness_ordering", {}).get("measured", {})
+    models = list(dict.fromkeys(k.rsplit("_", 1)[-1] for k in so if k.startswith("S_")))
+    if models:
+        types = ["Emb", "QK", "FFN", "VO", "Norm"]
+        groups = {mo: [so.get(f"S_{t}_{mo}", float("nan")) for t in types] for mo in models}
+        title = "Sharpness per block type (Wang et al.: Emb ≪ QK < FFN < VO ≪ Norm)"
+        hva.chart(plots.grouped_bars(types, groups, ylabel="mean λ_max", logy=True, title=title),
+                  "sharpness_ordering", csv=lambda: {"type": types, **groups})
+        st.caption(records["sharpness_ordering"]["note"])
+    st.stop()
+
 c1, c2, c3 = st.columns([2, 2, 3])
 term = hva.choice("Term", TERMS, key="het_term", default="full", container=c1,
                   help="full = outer + functional")

@@ -6,8 +6,10 @@ import pathlib
 import numpy as np
 import streamlit as st
 
+import hessviz as hv
 from hessviz import app as hva
 from hessviz import plots
+from hessviz.app import stored_tables
 from hessviz.experiments import optimizers, optimizers_protocol
 
 view = hva.sidebar()
@@ -110,8 +112,34 @@ elif mode == "protocol":
         "optimizer at its best learning rate from a small grid, mean and band over seeds. Left: that "
         "fine-tuning; right: the report's random-block teacher task (claim `optimizers`) beside it."
     )
-    source = hva.choice("Model", tuple(curves), key="opt_model", default=tuple(curves)[0],
-                        help="the trained pair (Post-LN, Pre-LN) and pydoc-llama")
+    stored = tuple(stored_tables.MODELS)
+    source = hva.choice("Model", tuple(curves) + stored, key="opt_model", default=tuple(curves)[0],
+                        help="the trained pair (Post-LN, Pre-LN) and pydoc-llama, fine-tuned here; "
+                             "SmolLM2-135M with its Gini alone (hessviz reproduce --smollm2)")
+    if source in stored:
+        try:
+            rec = stored_tables.claims(source).get("gini_smollm2")
+        except hv.HessvizError as err:
+            rec = None
+            st.error(f"**The stored claims of {source} cannot be read.** {err}", icon=":material/block:")
+        if rec is None:
+            st.info(f"No stored Gini for {source} (`hessviz reproduce --smollm2 --out "
+                    "assets/claims/smollm2`).")
+            st.stop()
+        sm = rec["measured"]
+        models = [source] + [k[len("committed_gini_"):] for k in sm if k.startswith("committed_gini_")]
+        values = [sm[f"gini_{source}"]] + [sm[f"committed_gini_{k}"] for k in models[1:]]
+        m1, m2 = st.columns(2)
+        m1.metric("Gini of the 22 gradient norms", f"{sm[f'gini_{source}']:.3f}",
+                  help=f"mean over {sm['batches']:.0f} batches of the docstring task")
+        if f"gini_own_loss_all_weights_{source}" in sm:
+            m2.metric("Gini under its own next-token loss (270 weights)",
+                      f"{sm[f'gini_own_loss_all_weights_{source}']:.3f}")
+        hva.chart(plots.grouped_bars(models, {"Gini": values}, ylabel="Gini",
+                                     title="Gini of the 22 gradient norms, Tomihari & Sato's protocol"),
+                  f"protocol_gini_{source}", csv=lambda: {"model": models, "gini": values})
+        st.caption(rec["note"] + " Not fine-tuned here: no training curves for it.")
+        st.stop()
     m1, m2, m3 = st.columns(3)
     if f"gini_{source}" in gp:
         m1.metric("Gini of the 22 gradient norms", f"{gp[f'gini_{source}']:.3f}")

@@ -8,7 +8,7 @@ import streamlit as st
 import hessviz as hv
 from hessviz import app as hva
 from hessviz import plots, pretrained
-from hessviz.app import budget
+from hessviz.app import budget, stored_tables
 from hessviz.app import whole_model as wm
 from hessviz.memory import format_bytes
 
@@ -37,21 +37,31 @@ model = hva.select("Model", models, key="wm_model", default=models[0], container
 with hva.guard("the model"):
     info = pretrained.model_info(model)
 c1.caption(info.describe())
-text = hva.text("Text", "wm_text", wm.DEFAULT_TEXT, wm.MAX_CHARS, container=c2,
-                help=f"at most {wm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
-                     "tokenised with the model's own tokenizer")
-try:
-    ids = pretrained.token_ids(model, text)
-except hv.HessvizError as err:        # too many tokens for the model's positions, a text it cannot read
-    st.error(f"**The text does not fit {info.name}.** {err}", icon=":material/block:")
-    st.stop()
-least = 2
-if not least <= len(ids) <= info.max_positions:
-    n = len(ids)
-    st.error(f"**The text is {n} token{'s' * (n != 1)} long**; {info.name} reads {least} to "
-             f"{info.max_positions} tokens. {'Lengthen' if n < least else 'Shorten'} the text and the table "
-             "is drawn.", icon=":material/block:")
-    st.stop()
+stored = None
+if model in stored_tables.MODELS:          # its table is read from assets/, never computed here
+    try:
+        stored = stored_tables.load(model)
+    except hv.HessvizError as err:
+        st.error(f"**The stored table of {info.name} cannot be read.** {err}", icon=":material/block:")
+        st.stop()
+    c2.caption(f"Text (fixed: the table is precomputed): the first {stored['tokens']} tokens of "
+               f"“{stored['text'].split('. ')[0]}.”")
+else:
+    text = hva.text("Text", "wm_text", wm.DEFAULT_TEXT, wm.MAX_CHARS, container=c2,
+                    help=f"at most {wm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
+                         "tokenised with the model's own tokenizer")
+    try:
+        ids = pretrained.token_ids(model, text)
+    except hv.HessvizError as err:        # too many tokens for the model's positions, a text it cannot read
+        st.error(f"**The text does not fit {info.name}.** {err}", icon=":material/block:")
+        st.stop()
+    least = 2
+    if not least <= len(ids) <= info.max_positions:
+        n = len(ids)
+        st.error(f"**The text is {n} token{'s' * (n != 1)} long**; {info.name} reads {least} to "
+                 f"{info.max_positions} tokens. {'Lengthen' if n < least else 'Shorten'} the text and the "
+                 "table is drawn.", icon=":material/block:")
+        st.stop()
 
 c3, c4 = st.columns([3, 2])
 stat_name = hva.choice("Show", tuple(wm.STATS), key="wm_stat", default="top eigenvalue", container=c3,
@@ -63,16 +73,47 @@ weight = hva.select("Heads of", weights, key="wm_w", default=weights[0], contain
                     help="the per-head chart below splits this weight of every layer into its heads")
 
 
+def bars(t: dict, title: str):
+    cats, groups = wm.by_layer(t["names"], t[stat])
+    values = np.asarray(t[stat], dtype=float)
+    return plots.grouped_bars([plots.pretty(c) for c in cats], groups, title=title, ylabel=STAT_LABELS[stat],
+                              logy=bool(np.all(values > 0) and values.max() > 30 * values.min()))
+
+
+if stored is not None:
+    stack = wm.stack_config(info)
+    st.info("**Precomputed, not live** (a table of every weight of 30 layers is hours of one core): "
+            + stored_tables.describe(stored), icon=":material/functions:")
+    st.subheader("Every weight of every layer")
+    table = stored_tables.part(stored, stack, stored_tables.WEIGHTS)
+    if stat == "trace":
+        st.caption("The stored run computed no traces: choose the top eigenvalue or the gradient norm.")
+    else:
+        hva.chart(bars(table, f"{info.name}: {stat_name} per weight"), f"whole_{model}_{stat}",
+                  csv=lambda: {k: table[k] for k in ("names", "size", "top", "grad_norm")})
+        missing = len(table["names"]) - table["reached"]
+        st.caption(f"{table['reached']} of {len(table['names'])} weights have a top eigenvalue "
+                   f"({table['matvecs']:,} products, {table['seconds']:.0f} s of the run)"
+                   + (f"; {missing} bars are missing (the run's time budget), every gradient norm is there."
+                      if missing else "."))
+    st.subheader(f"Every head of {weight}")
+    heads = stored_tables.part(stored, stack, weight)
+    if stat != "trace":
+        hva.chart(bars(heads, f"{info.name}: {stat_name} per head of {weight}"),
+                  f"whole_{model}_{weight}_{stat}",
+                  csv=lambda: {k: heads[k] for k in ("names", "size", "top", "grad_norm")})
+        st.caption(f"Each bar is one head's slice of {weight} in one layer ({heads['reached']} of "
+                   f"{len(heads['names'])} with a top eigenvalue). Grouped-query attention: a key/value head "
+                   "is shared by three query heads.")
+    st.stop()
+
+
 def afford(part: str, names: tuple[str, ...]) -> float:
     """The estimated seconds of a table not at hand, or stop the page when this server cannot afford it."""
     if hva.cache.whole_ready(model, text, part):
         return 0.0
     c = wm.table_cost(stack, names, len(ids))
     advice = wm.over_budget_advice(hva.cache.LIMITS.profile)
-    if model in wm.LARGE_MODELS:
-        advice = (f"{model}'s whole table is not precomputed (hours of one core): choose a pydoc model here, "
-                  "or use the Real model page for one of its layers, or hv.model_hessian with a few tensors "
-                  "in a notebook (docs/SOURCES.md).")
     verdict = budget.check(c, hva.cache.LIMITS, advice=advice)
     if not verdict.ok:
         st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
@@ -92,13 +133,6 @@ with st.spinner("Computing the table of every weight…"), hva.guard("the whole-
     table = hva.cache.whole_table(model, text, wm.WEIGHTS, seconds)
 st.info(f"**Objective:** {table['objective']}. {table['tokens']} tokens, ℓ = {table['value']:.4g}; "
         f"{len(table['names'])} tensors, P = {sum(table['size']):,} weights.", icon=":material/functions:")
-
-
-def bars(t: dict, title: str):
-    cats, groups = wm.by_layer(t["names"], t[stat])
-    values = np.asarray(t[stat], dtype=float)
-    return plots.grouped_bars([plots.pretty(c) for c in cats], groups, title=title, ylabel=STAT_LABELS[stat],
-                              logy=bool(np.all(values > 0) and values.max() > 30 * values.min()))
 
 
 wfig = bars(table, f"{info.name}: {stat_name} per weight")
