@@ -41,7 +41,9 @@ params = hv.init_params(cfg, seed=0)
 X, Y = hv.sample_inputs(cfg, seed=0)
 wrt = ("W_Q", "W_V", "W_1")
 out = {}
-t = time.perf_counter(); hv.hessian(cfg, params, X, Y, wrt=wrt[:2]).full; out["dense"] = time.perf_counter() - t
+t = time.perf_counter()
+hv.hessian(cfg, params, X, Y, wrt=wrt[:2]).full
+out["dense"] = time.perf_counter() - t
 t = time.perf_counter()
 res = hv.hessian(cfg, params, X, Y, wrt=wrt)
 v = torch.ones(res.size, dtype=torch.float64)
