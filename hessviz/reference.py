@@ -34,7 +34,7 @@ def torch_norm(z: Tensor, norm_type: str, eps: float, gamma: Tensor | None = Non
     over its last axis, then ``· γ + β`` where given."""
     # γ and β applied by hand: torch.func.hessian (forward over reverse) through
     # F.layer_norm(weight=γ) gives a wrong, asymmetric γ Hessian in torch 2.13
-    # (reverse over reverse agrees with this form); tests/test_real_layers.py checks it
+    # (reverse over reverse agrees with this form); tests/test_block_real_layers.py checks it
     if norm_type == "rmsnorm":
         out = z * torch.rsqrt((z * z).mean(-1, keepdim=True) + eps)
     else:

@@ -50,7 +50,7 @@ if [[ -n "${OUT:-}" ]]; then cp benchmarks/MATFREE_GPU.md benchmarks/MATFREE_GPU
 
 echo "== CUDA-only tests"
 $PY -m pytest -q -p no:cacheprovider -o addopts="" --timeout 300 -rs \
-    "tests/test_block.py::test_cuda_matches_cpu" tests/test_matfree.py tests/test_lanczos.py -k cuda || true
+    "tests/test_block.py::test_cuda_matches_cpu" tests/test_matfree_products.py tests/test_lanczos.py -k cuda || true
 
 if [[ "${GPU_BENCH_PRODUCTS:-1}" != 0 ]]; then
     echo "== matfree bench product rows on cuda (rewrites MATFREE_GPU.md)"

@@ -12,7 +12,7 @@ from hessviz.config import ACTIVATIONS, LOSSES
 
 NORMS = ("post", "pre", "none", "attention")
 """The placements of parts 1 and 2, drawn by :func:`random_cases` (part 3's ``parallel`` has its own
-lists, ``tests/test_modern_blocks_norm.py``, so these cases stay as they were)."""
+lists, ``tests/test_block_norms_ffn.py``, so these cases stay as they were)."""
 
 
 @dataclass(frozen=True)

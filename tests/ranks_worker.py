@@ -1,4 +1,4 @@
-"""One rank of tests/test_ranks.py (spawned; imports only hessviz and torch, so it starts fast).
+"""One rank of tests/test_whole_ranks.py (spawned; imports only hessviz and torch, so it starts fast).
 
 Every case runs under one gloo group pinned to the loopback interface (``GLOO_SOCKET_IFNAME=lo``,
 so a host name that resolves elsewhere cannot matter); each rank writes what it got to

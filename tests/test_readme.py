@@ -23,7 +23,7 @@ NOT_RUN = {"MODEL.md"}
 SHOWN_ONLY = {
     "SOURCES-smollm2-135m-1": "SmolLM2's 30 layers and its 49,152-token head took 50 s on the 2 cores "
                               "(load average 8), over the suite's budget; "
-                              "tests/test_smollm2.py checks its products against double backward",
+                              "tests/test_pretrained_gguf.py checks its products against double backward",
 }
 
 

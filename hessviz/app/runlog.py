@@ -11,7 +11,7 @@ included), ``cpu_s`` the CPU time of the script thread alone (with one torch thr
 computation runs there; Streamlit's event loop, which serialises and sends the messages, is
 another thread and not counted), ``end`` is ``finished``, ``stopped`` (``st.stop``, e.g. a
 refused view) or ``rerun`` (a control moved mid-run and the run was dropped), ``t`` the Unix
-time at the end. The load test (``tests/test_hosting.py``) reads these lines from the
+time at the end. The load test (``tests/test_app_profiles.py``) reads these lines from the
 server's log to report the server's share of a re-render. Without the variable nothing is
 measured or printed.
 
@@ -22,7 +22,7 @@ computes (not per result it serves from the store or from another visitor's comp
                      "start": 1764525599.873, "wall_s": 0.031, "session": "3f2a9c1e"}
 
 ``key`` is a digest of the whole cache key, so two lines with the same ``key`` are the same
-result computed twice; the load test (``tests/test_classroom_load.py``) checks that thirty
+result computed twice; the load test (``tests/test_app_load.py``) checks that thirty
 visitors of one view share each computation, and ``heavy`` (it held a slot of the
 :class:`hessviz.app.gates.Gate`) how many heavy ones ran at once.
 """

@@ -35,7 +35,7 @@ every product recompute ``s`` a ``chunk`` of positions at a time, so at most ``c
 (and ``k × chunk × V`` product terms) live at once, not ``L × V`` (nor ``B·L·V`` over a batch:
 a whole model's batch is swept one sequence at a time). :func:`default_chunk` sizes the chunk from
 the memory guard (:func:`hessviz.memory.memory_limit`). Each position's row is computed alone, so
-any chunk gives the same numbers up to the matmul kernels' blocking (``tests/test_next_token.py``).
+any chunk gives the same numbers up to the matmul kernels' blocking (``tests/test_whole_next_token.py``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ TOL = 1e-12
 def spread(tmp_path_factory: pytest.TempPathFactory):
     """``(folder, [rank 0's numbers, rank 1's])`` of the two-process run."""
     from tests.test_pretrained import randomise
-    from tests.test_whole import CONFIGS
+    from tests.test_whole_hessian import CONFIGS
 
     root = tmp_path_factory.mktemp("ranks")
     cls, config = CONFIGS["gpt2"]

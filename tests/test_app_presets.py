@@ -1,5 +1,5 @@
 """The app's *Modern block* group: presets, the biases' pills, grouped heads, and a Llama-style view
-on the pages (AppTest, routed through ``app.py``; the browser walk is in ``tests/test_classroom.py``)."""
+on the pages (AppTest, routed through ``app.py``; the browser walk is in ``tests/test_browser_tour.py``)."""
 
 from __future__ import annotations
 

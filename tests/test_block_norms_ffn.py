@@ -27,7 +27,7 @@ from hessviz.ops import layernorm
 from hessviz.terms import NAMES
 from tests.cases import tiered
 from tests.helpers import assert_close
-from tests.test_real_layers import assert_blocks_close
+from tests.test_block_real_layers import assert_blocks_close
 
 F64 = torch.float64
 RTOL = 1e-10

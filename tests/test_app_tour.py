@@ -1,7 +1,7 @@
 """The classroom tour's stories quote their live views (issue 33): the numbers a story prints are
 the fitted slope and the curve the stop's page draws, computed here a second way (straight from
 :mod:`hessviz.sweeps` and :mod:`hessviz.experiments.ln_collapse`, not through the app's cache).
-The browser test (``tests/test_classroom.py``) checks every stop's bold numbers against the text
+The browser test (``tests/test_browser_tour.py``) checks every stop's bold numbers against the text
 of its live view."""
 
 from __future__ import annotations
