@@ -30,15 +30,25 @@ from hessviz.app.registry import SECTIONS  # noqa: E402
 from hessviz.app.runlog import timed  # noqa: E402
 from hessviz.plots import drawn_in  # noqa: E402
 
-lesson = hva.begin_run()            # the address the browser asked for, and its lesson flags
-st.set_page_config(page_title="hessviz: the Hessian of a Transformer block", page_icon=":material/grid_on:",
-                   layout="wide", initial_sidebar_state="collapsed" if lesson.present else "auto")
+lesson = hva.begin_run()  # the address the browser asked for, and its lesson flags
+st.set_page_config(
+    page_title="hessviz: the Hessian of a Transformer block",
+    page_icon=":material/grid_on:",
+    layout="wide",
+    initial_sidebar_state="collapsed" if lesson.present else "auto",
+)
 styles.apply(lesson)
 
-nav = st.navigation({section: [st.Page(p.script, title=p.title, icon=p.icon, url_path=p.url_path,
-                                       default=p.default) for p in pages]
-                     for section, pages in SECTIONS.items()},
-                    position="hidden")   # hva.open_page draws the links, each carrying the view
+nav = st.navigation(
+    {
+        section: [
+            st.Page(p.script, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default)
+            for p in pages
+        ]
+        for section, pages in SECTIONS.items()
+    },
+    position="hidden",
+)  # hva.open_page draws the links, each carrying the view
 hva.open_page(nav.url_path or "hessian_map")
 # Figures are laid out in Streamlit's theme from the start (hva.chart shows them in it; a light
 # template first, replaced there, cost 20-50 ms of CPU per figure). HESSVIZ_RUN_LOG=1: one line

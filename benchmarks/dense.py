@@ -92,21 +92,39 @@ def _fmt(seconds: float) -> str:
 
 
 def full_block(L: int, repeats: int, device: torch.device, with_functional_api: bool) -> Row:
-    cfg = hv.BlockConfig(seq_len=L, d_model=D_MODEL, d_k=D_K, d_ff=D_FF, norm="post",
-                         activation="relu", loss="mse")
-    return hessian_row(cfg, f"full-block Hessian, L = {L}, P = {cfg.num_params}", repeats, device,
-                       with_functional_api)
+    cfg = hv.BlockConfig(
+        seq_len=L, d_model=D_MODEL, d_k=D_K, d_ff=D_FF, norm="post", activation="relu", loss="mse"
+    )
+    return hessian_row(
+        cfg, f"full-block Hessian, L = {L}, P = {cfg.num_params}", repeats, device, with_functional_api
+    )
 
 
-REAL_LAYER = hv.BlockConfig(seq_len=64, d_model=32, d_k=8, d_ff=64, n_heads=4, out_proj=True, bias=True,
-                            ln_affine=True, norm="post", activation="gelu", loss="mse")
+REAL_LAYER = hv.BlockConfig(
+    seq_len=64,
+    d_model=32,
+    d_k=8,
+    d_ff=64,
+    n_heads=4,
+    out_proj=True,
+    bias=True,
+    ln_affine=True,
+    norm="post",
+    activation="gelu",
+    loss="mse",
+)
 """The issue's real-layer case: Post-LN, 4 heads, W_O, biases, γ/β, GELU."""
 
 
 def real_layer(repeats: int, device: torch.device) -> Row:
     cfg = REAL_LAYER
-    return hessian_row(cfg, f"full-block Hessian of a real layer ({cfg.describe()}), P = {cfg.num_params}",
-                       repeats, device, with_functional_api=False)
+    return hessian_row(
+        cfg,
+        f"full-block Hessian of a real layer ({cfg.describe()}), P = {cfg.num_params}",
+        repeats,
+        device,
+        with_functional_api=False,
+    )
 
 
 STACK = hv.BlockConfig(seq_len=16, d_model=16, d_k=8, d_ff=32, norm="pre", activation="relu", loss="mse")
@@ -115,27 +133,61 @@ STACK = hv.BlockConfig(seq_len=16, d_model=16, d_k=8, d_ff=32, norm="pre", activ
 
 def stack(n_layers: int, repeats: int, device: torch.device) -> Row:
     cfg = dataclasses.replace(STACK, n_layers=n_layers)
-    return hessian_row(cfg, f"full Hessian of a {n_layers}-layer Pre-LN stack, P = {cfg.num_params}",
-                       repeats, device, with_functional_api=False)
+    return hessian_row(
+        cfg,
+        f"full Hessian of a {n_layers}-layer Pre-LN stack, P = {cfg.num_params}",
+        repeats,
+        device,
+        with_functional_api=False,
+    )
 
 
-LLAMA_LAYER = hv.BlockConfig(seq_len=64, d_model=32, d_k=8, d_ff=64, n_heads=4, n_kv_heads=2, out_proj=True,
-                             norm="pre", norm_type="rmsnorm", ln_affine=True, mlp="gated", activation="silu",
-                             rope=True, causal=True, loss="mse", ln_eps=1e-6)
+LLAMA_LAYER = hv.BlockConfig(
+    seq_len=64,
+    d_model=32,
+    d_k=8,
+    d_ff=64,
+    n_heads=4,
+    n_kv_heads=2,
+    out_proj=True,
+    norm="pre",
+    norm_type="rmsnorm",
+    ln_affine=True,
+    mlp="gated",
+    activation="silu",
+    rope=True,
+    causal=True,
+    loss="mse",
+    ln_eps=1e-6,
+)
 """Issue 18's Llama-style case: Pre-RMSNorm with γ, SwiGLU, RoPE, 4 query heads over 2 key/value
 heads, causal; L = 64, d = 32, d_k = 8, d_ff = 64."""
 
 
 def llama_layer(repeats: int, device: torch.device) -> Row:
     cfg = LLAMA_LAYER
-    return hessian_row(cfg, f"full Hessian of a Llama-style layer ({cfg.describe()}), P = {cfg.num_params}",
-                       repeats, device, with_functional_api=False, reverse_over_reverse=True,
-                       closed_repeats=max(repeats, 2), baseline_warmup=0)
+    return hessian_row(
+        cfg,
+        f"full Hessian of a Llama-style layer ({cfg.describe()}), P = {cfg.num_params}",
+        repeats,
+        device,
+        with_functional_api=False,
+        reverse_over_reverse=True,
+        closed_repeats=max(repeats, 2),
+        baseline_warmup=0,
+    )
 
 
-def hessian_row(cfg: hv.BlockConfig, case: str, repeats: int, device: torch.device,
-                with_functional_api: bool, reverse_over_reverse: bool = False, closed_repeats: int = 7,
-                baseline_warmup: int = 1) -> Row:
+def hessian_row(
+    cfg: hv.BlockConfig,
+    case: str,
+    repeats: int,
+    device: torch.device,
+    with_functional_api: bool,
+    reverse_over_reverse: bool = False,
+    closed_repeats: int = 7,
+    baseline_warmup: int = 1,
+) -> Row:
     """The whole Hessian of ``cfg`` (every weight) against ``torch.func.hessian`` (or, with
     ``reverse_over_reverse``, ``jacrev`` of ``grad``), and the memory floor. A slow case may time
     fewer closed-form runs (``closed_repeats``, after two warm-ups) and no baseline warm-up."""
@@ -145,35 +197,69 @@ def hessian_row(cfg: hv.BlockConfig, case: str, repeats: int, device: torch.devi
     names = cfg.param_names
     # the closed form is cheap: two warm-ups (the first call pays for fresh huge pages) and
     # at least 7 timed runs; the cold first call is reported too
-    last: dict[str, torch.Tensor] = {}                 # the last result of each, for the error below
-    closed = run_times(lambda: last.__setitem__("ours", hv.hessian(cfg, params, X, Y).full),
-                       2 + closed_repeats, device)
+    last: dict[str, torch.Tensor] = {}  # the last result of each, for the error below
+    closed = run_times(
+        lambda: last.__setitem__("ours", hv.hessian(cfg, params, X, Y).full), 2 + closed_repeats, device
+    )
     ours, cold = statistics.median(closed[2:]), closed[0]
-    baseline, label = ((reference.full_hessian_rr, "torch.func.jacrev(grad)") if reverse_over_reverse
-                       else (reference.full_hessian, "torch.func.hessian"))
-    func = median_time(lambda: last.__setitem__("reference", baseline(cfg, params, X, Y, names)), repeats,
-                       device, warmup=baseline_warmup)
+    baseline, label = (
+        (reference.full_hessian_rr, "torch.func.jacrev(grad)")
+        if reverse_over_reverse
+        else (reference.full_hessian, "torch.func.hessian")
+    )
+    func = median_time(
+        lambda: last.__setitem__("reference", baseline(cfg, params, X, Y, names)),
+        repeats,
+        device,
+        warmup=baseline_warmup,
+    )
     baselines = {label: func}
     if with_functional_api:
         theta = reference.flatten(cfg, params, names)
         loss_of = reference.loss_of_theta(cfg, params, X, Y, names)
         baselines["autograd.functional.hessian(vectorize=True)"] = median_time(
-            lambda: torch.autograd.functional.hessian(loss_of, theta, vectorize=True), repeats, device)
+            lambda: torch.autograd.functional.hessian(loss_of, theta, vectorize=True), repeats, device
+        )
     P = cfg.num_params
-    floor = median_time(lambda: torch.empty(P, P, dtype=torch.float64, device=device).fill_(1.0),
-                        max(repeats, 7), device, warmup=2)
-    floor_ours = median_time(lambda: memory.empty(P, P, dtype=torch.float64, device=device).fill_(1.0),
-                             max(repeats, 7), device, warmup=2)
+    floor = median_time(
+        lambda: torch.empty(P, P, dtype=torch.float64, device=device).fill_(1.0),
+        max(repeats, 7),
+        device,
+        warmup=2,
+    )
+    floor_ours = median_time(
+        lambda: memory.empty(P, P, dtype=torch.float64, device=device).fill_(1.0),
+        max(repeats, 7),
+        device,
+        warmup=2,
+    )
     error = relative_error(last.pop("ours"), last.pop("reference"))
-    return Row(case, ours, baselines, error,
-               extra=f"memory floor, fill a new {P}×{P} float64 array: {_fmt(floor)} with torch.empty "
-                     f"(closed form / floor = **{ours / floor:.1f}×**), {_fmt(floor_ours)} with the "
-                     f"huge-page allocation hessviz uses (closed form / floor = {ours / floor_ours:.1f}×); "
-                     f"the closed form's cold first call: {_fmt(cold)}")
+    return Row(
+        case,
+        ours,
+        baselines,
+        error,
+        extra=f"memory floor, fill a new {P}×{P} float64 array: {_fmt(floor)} with torch.empty "
+        f"(closed form / floor = **{ours / floor:.1f}×**), {_fmt(floor_ours)} with the "
+        f"huge-page allocation hessviz uses (closed form / floor = {ours / floor_ours:.1f}×); "
+        f"the closed form's cold first call: {_fmt(cold)}",
+    )
 
 
-MINILM = hv.BlockConfig(seq_len=128, d_model=384, d_k=32, d_ff=1536, n_heads=12, out_proj=True, bias=True,
-                        ln_affine=True, norm="post", activation="gelu", loss="mse", ln_eps=1e-12)
+MINILM = hv.BlockConfig(
+    seq_len=128,
+    d_model=384,
+    d_k=32,
+    d_ff=1536,
+    n_heads=12,
+    out_proj=True,
+    bias=True,
+    ln_affine=True,
+    norm="post",
+    activation="gelu",
+    loss="mse",
+    ln_eps=1e-12,
+)
 """A MiniLM-sized layer (all-MiniLM-L6-v2's shape): d = 384, 12 heads of 32, d_ff = 1536."""
 SLICE = "W_Q[3]"
 
@@ -247,22 +333,32 @@ def head_slice(dtype: torch.dtype, device: torch.device, threads: int) -> Row:
 
     name = str(dtype).removeprefix("torch.")
     code = f"from benchmarks.dense import _slice_child; _slice_child({name!r}, {str(device)!r}, {threads})"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     r = json.loads(done.stdout.strip().splitlines()[-1])
     P = r["P"]
     if "autograd" in r:
         baselines, note = {f"torch.func.hessian of the slice ({name})": r["autograd"]}, ""
     else:
         baselines = {}
-        note = (f"; torch.func.hessian of the slice does not fit: hessviz's estimate "
-                f"{memory.format_bytes(r['autograd_needs'])} > limit {memory.format_bytes(r['limit'])}")
-    return Row(f"head slice {SLICE}–{SLICE} of a MiniLM-sized layer ({MINILM.describe()}), "
-               f"dense {P}×{P}, {name}", r["seconds"], baselines, r["error"],
-               extra=f"peak memory above the inputs {memory.format_bytes(r['peak'])} (the block itself: "
-                     f"{memory.format_bytes(P * P * torch.empty((), dtype=dtype).element_size())}); "
-                     f"rel. error on 8 sampled rows against autograd Hessian-vector products in float64"
-                     + note)
+        note = (
+            f"; torch.func.hessian of the slice does not fit: hessviz's estimate "
+            f"{memory.format_bytes(r['autograd_needs'])} > limit {memory.format_bytes(r['limit'])}"
+        )
+    return Row(
+        f"head slice {SLICE}–{SLICE} of a MiniLM-sized layer ({MINILM.describe()}), dense {P}×{P}, {name}",
+        r["seconds"],
+        baselines,
+        r["error"],
+        extra=f"peak memory above the inputs {memory.format_bytes(r['peak'])} (the block itself: "
+        f"{memory.format_bytes(P * P * torch.empty((), dtype=dtype).element_size())}); "
+        f"rel. error on 8 sampled rows against autograd Hessian-vector products in float64" + note,
+    )
 
 
 def layernorm_jacobian(L: int, d: int, repeats: int, device: torch.device) -> Row:
@@ -279,13 +375,13 @@ def layernorm_jacobian(L: int, d: int, repeats: int, device: torch.device) -> Ro
 
     base = {
         "autograd.functional.jacobian": median_time(
-            lambda: torch.autograd.functional.jacobian(ln, X), repeats, device),
+            lambda: torch.autograd.functional.jacobian(ln, X), repeats, device
+        ),
         "torch.func.jacrev": median_time(lambda: torch.func.jacrev(ln)(X), repeats, device),
     }
     ours = median_time(closed, max(repeats, 20), device)
     error = relative_error(closed(), torch.func.jacrev(ln)(X))
-    return Row(f"LayerNorm Jacobian ∂LN(X)/∂X, L = {L}, d = {d} (dense {L * d}×{L * d})",
-               ours, base, error)
+    return Row(f"LayerNorm Jacobian ∂LN(X)/∂X, L = {L}, d = {d} (dense {L * d}×{L * d})", ours, base, error)
 
 
 def ffn_jacobian(L: int, d: int, d_ff: int, repeats: int, device: torch.device) -> list[Row]:
@@ -299,8 +395,13 @@ def ffn_jacobian(L: int, d: int, d_ff: int, repeats: int, device: torch.device) 
 
     def dense() -> torch.Tensor:
         J = factored()
-        return torch.cat([J[("ffn", "fc1.weight", None)].dense().reshape(L * d, -1),
-                          J[("ffn", "fc2.weight", None)].dense().reshape(L * d, -1)], 1)
+        return torch.cat(
+            [
+                J[("ffn", "fc1.weight", None)].dense().reshape(L * d, -1),
+                J[("ffn", "fc2.weight", None)].dense().reshape(L * d, -1),
+            ],
+            1,
+        )
 
     def ffn(w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         return torch.relu(Z @ w1) @ w2
@@ -311,17 +412,26 @@ def ffn_jacobian(L: int, d: int, d_ff: int, repeats: int, device: torch.device) 
 
     base = {
         "autograd.functional.jacobian": median_time(
-            lambda: torch.autograd.functional.jacobian(ffn, (W1, W2)), repeats, device),
+            lambda: torch.autograd.functional.jacobian(ffn, (W1, W2)), repeats, device
+        ),
         "torch.func.jacrev": median_time(reference_dense, repeats, device),
     }
     error = relative_error(dense(), reference_dense())
     size = f"{L * d}×{2 * d * d_ff}"
     return [
-        Row(f"FFN Jacobian ∂FFN/∂(W_1, W_2), L = {L}, d = {d}, d_ff = {d_ff}: Kronecker-factored",
-            median_time(factored, max(repeats, 20), device), base, error,
-            extra="the exact Jacobian as per-token Kronecker factors (y_t ⊗ W_2ᵀdiag φ', a_t ⊗ I)"),
-        Row(f"FFN Jacobian, same, written out dense ({size})",
-            median_time(dense, max(repeats, 20), device), base, error),
+        Row(
+            f"FFN Jacobian ∂FFN/∂(W_1, W_2), L = {L}, d = {d}, d_ff = {d_ff}: Kronecker-factored",
+            median_time(factored, max(repeats, 20), device),
+            base,
+            error,
+            extra="the exact Jacobian as per-token Kronecker factors (y_t ⊗ W_2ᵀdiag φ', a_t ⊗ I)",
+        ),
+        Row(
+            f"FFN Jacobian, same, written out dense ({size})",
+            median_time(dense, max(repeats, 20), device),
+            base,
+            error,
+        ),
     ]
 
 
@@ -331,15 +441,22 @@ def model_jacobian(L: int, repeats: int, device: torch.device) -> Row:
     X, _ = hv.sample_inputs(cfg, seed=0, input_norm=float(L) ** 0.5, device=device)
     names = cfg.param_names
     ours = median_time(lambda: hv.jacobian(cfg, params, X), repeats, device)
-    base = {"torch.func.jacrev": median_time(
-        lambda: reference.model_jacobian(cfg, params, X, names), repeats, device)}
+    base = {
+        "torch.func.jacrev": median_time(
+            lambda: reference.model_jacobian(cfg, params, X, names), repeats, device
+        )
+    }
     error = relative_error(hv.jacobian(cfg, params, X), reference.model_jacobian(cfg, params, X, names))
     return Row(f"model Jacobian ∂Z/∂θ, L = {L}, ({L * D_MODEL}×{cfg.num_params})", ours, base, error)
 
 
 def render(rows: list[Row], header: str) -> str:
-    lines = [header, "", "| case | closed form | baseline | baseline time | speed-up | rel. error |",
-             "|---|---:|---|---:|---:|---:|"]
+    lines = [
+        header,
+        "",
+        "| case | closed form | baseline | baseline time | speed-up | rel. error |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
     for r in rows:
         if not r.baselines:
             lines.append(f"| {r.case} | {_fmt(r.ours)} | (none that fits) | | | {r.error:.1e} |")
@@ -347,16 +464,16 @@ def render(rows: list[Row], header: str) -> str:
             first = i == 0
             ratio = t / r.ours
             speedup = f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.2g}"
-            error = f"{r.error:.1e}" if first and r.error == r.error else ""   # nan: nothing compared
+            error = f"{r.error:.1e}" if first and r.error == r.error else ""  # nan: nothing compared
             lines.append(
                 f"| {r.case if first else ''} | {_fmt(r.ours) if first else ''} | {name} | {_fmt(t)} | "
-                f"**{speedup}×** | {error} |")
+                f"**{speedup}×** | {error} |"
+            )
     notes = [f"- {r.case}: {r.extra}" for r in rows if r.extra]
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
-def main(out: Path, seq_lens: tuple[int, ...] = (16, 32, 64), repeats: int = 3,
-         threads: int = 2) -> str:
+def main(out: Path, seq_lens: tuple[int, ...] = (16, 32, 64), repeats: int = 3, threads: int = 2) -> str:
     torch.set_num_threads(threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     started, load = time.perf_counter(), os.getloadavg()
@@ -370,38 +487,48 @@ def main(out: Path, seq_lens: tuple[int, ...] = (16, 32, 64), repeats: int = 3,
     print(render(stack_rows, ""), flush=True)
     slice_rows = [head_slice(dtype, device, threads) for dtype in (torch.float32, torch.float64)]
     print(render(slice_rows, ""), flush=True)
-    component_rows = [layernorm_jacobian(16, 32, repeats, device),
-                      *ffn_jacobian(16, 32, 64, repeats, device),
-                      model_jacobian(max(seq_lens), repeats, device)]
+    component_rows = [
+        layernorm_jacobian(16, 32, repeats, device),
+        *ffn_jacobian(16, 32, 64, repeats, device),
+        model_jacobian(max(seq_lens), repeats, device),
+    ]
     print(render(component_rows, ""), flush=True)
     cpu = platform.processor() or platform.machine()
-    machine = (f"{torch.cuda.get_device_name(device)}" if device.type == "cuda"
-               else f"{cpu}, {os.cpu_count()} cores, {threads} torch threads")
-    text = "\n".join([
-        "# hessviz benchmarks",
-        "",
-        f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}",
-        f"- machine: {platform.system()} {platform.release()}, {machine}; torch {torch.__version__}",
-        f"- command: `hessviz bench --seq-lens {' '.join(map(str, seq_lens))} --repeats {repeats} "
-        f"--threads {threads}`",
-        f"- float64; baselines: median of {repeats} warm runs after one warm-up; closed form and "
-        f"floors: median of {max(repeats, 7)} after two warm-ups (components: at least 20); "
-        "every row also checks the closed form against the baseline (rel. error).",
-        f"- load average when it started (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in load)}",
-        f"- total time {time.perf_counter() - started:.0f} s",
-        "",
-        render(rows, "## Full-block Hessian (post-LN, ReLU, MSE, d = 32, d_k = 16, d_ff = 64)"),
-        "",
-        render(real_rows, "## Full-block Hessian of a real layer"),
-        "",
-        render(stack_rows, "## Full Hessian of a stack of blocks (Pre-LN, ReLU, MSE, L = 16, d = 16, "
-                           "d_k = 8, d_ff = 32; every block within and across layers)"),
-        "",
-        render(slice_rows, "## One head's slice of a MiniLM-sized layer"),
-        "",
-        render(component_rows, "## Components and the model Jacobian"),
-        "",
-    ])
+    machine = (
+        f"{torch.cuda.get_device_name(device)}"
+        if device.type == "cuda"
+        else f"{cpu}, {os.cpu_count()} cores, {threads} torch threads"
+    )
+    text = "\n".join(
+        [
+            "# hessviz benchmarks",
+            "",
+            f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}",
+            f"- machine: {platform.system()} {platform.release()}, {machine}; torch {torch.__version__}",
+            f"- command: `hessviz bench --seq-lens {' '.join(map(str, seq_lens))} --repeats {repeats} "
+            f"--threads {threads}`",
+            f"- float64; baselines: median of {repeats} warm runs after one warm-up; closed form and "
+            f"floors: median of {max(repeats, 7)} after two warm-ups (components: at least 20); "
+            "every row also checks the closed form against the baseline (rel. error).",
+            f"- load average when it started (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in load)}",
+            f"- total time {time.perf_counter() - started:.0f} s",
+            "",
+            render(rows, "## Full-block Hessian (post-LN, ReLU, MSE, d = 32, d_k = 16, d_ff = 64)"),
+            "",
+            render(real_rows, "## Full-block Hessian of a real layer"),
+            "",
+            render(
+                stack_rows,
+                "## Full Hessian of a stack of blocks (Pre-LN, ReLU, MSE, L = 16, d = 16, "
+                "d_k = 8, d_ff = 32; every block within and across layers)",
+            ),
+            "",
+            render(slice_rows, "## One head's slice of a MiniLM-sized layer"),
+            "",
+            render(component_rows, "## Components and the model Jacobian"),
+            "",
+        ]
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"wrote {out}")

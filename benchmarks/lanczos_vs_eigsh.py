@@ -49,6 +49,7 @@ def ours(solver: str, **kw):
     def run():
         r = spectral.eigenpairs(res, "full", 5, "top", solver=solver, **kw)
         return r.matvecs, within(r.values)
+
     return run
 
 
@@ -56,23 +57,31 @@ def eigsh_kept(tol: float):
     def run():
         vals, n = peers.scipy_top(kept, 5, tol)
         return n, within(vals)
+
     return run
 
 
 matched = next(t for t in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8) if eigsh_kept(t)()[1] <= ACCURACY)
-print(f"tight reference {np.round(tight, 6).tolist()}; eigsh's loosest tol within {ACCURACY:g}: {matched:g}; "
-      f"load {os.getloadavg()[0]:.1f}", flush=True)
+print(
+    f"tight reference {np.round(tight, 6).tolist()}; eigsh's loosest tol within {ACCURACY:g}: {matched:g}; "
+    f"load {os.getloadavg()[0]:.1f}",
+    flush=True,
+)
 settings = {
     "same residual tolerance 1e-8": {
-        "torch Lanczos, closed form": ours("torch"), "scipy eigsh, closed form": ours("scipy"),
-        "scipy eigsh, kept graph": eigsh_kept(1e-8)},
+        "torch Lanczos, closed form": ours("torch"),
+        "scipy eigsh, closed form": ours("scipy"),
+        "scipy eigsh, kept graph": eigsh_kept(1e-8),
+    },
     f"same accuracy (eigenvalues within {ACCURACY:g})": {
         "torch Lanczos, closed form, value bound 1e-8": ours("torch", bound="value", tol=ACCURACY),
         "the same, full reorthogonalisation": ours("torch", bound="value", tol=ACCURACY, reorth="full"),
-        "the same, partial, values only (no check product)": ours("torch", bound="value", tol=ACCURACY,
-                                                                  check=False),
+        "the same, partial, values only (no check product)": ours(
+            "torch", bound="value", tol=ACCURACY, check=False
+        ),
         f"scipy eigsh, closed form, tol {matched:g}": ours("scipy", tol=matched),
-        f"scipy eigsh, kept graph, tol {matched:g}": eigsh_kept(matched)},
+        f"scipy eigsh, kept graph, tol {matched:g}": eigsh_kept(matched),
+    },
 }
 for title, methods in settings.items():
     print(f"-- {title}", flush=True)
@@ -84,17 +93,24 @@ for title, methods in settings.items():
             n, err = run()
             wall[name].append(time.perf_counter() - start)
             cpu[name].append(time.process_time() - start_cpu)
-            print(f"{name}: {wall[name][-1]:.1f} s (CPU {cpu[name][-1]:.1f} s), {n} products, "
-                  f"within {err:.1e} of the reference, load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"{name}: {wall[name][-1]:.1f} s (CPU {cpu[name][-1]:.1f} s), {n} products, "
+                f"within {err:.1e} of the reference, load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
     peer = list(methods)[-1]
     peer_wall, peer_cpu = statistics.median(wall[peer]), statistics.median(cpu[peer])
     for name in methods:
         mid = statistics.median(wall[name])
-        print(f"median {name}: {mid:.1f} s (CPU {statistics.median(cpu[name]):.1f} s); "
-              f"kept-graph eigsh / this: {peer_wall / statistics.median(wall[name]):.2f}x wall, "
-              f"{peer_cpu / statistics.median(cpu[name]):.2f}x CPU")
+        print(
+            f"median {name}: {mid:.1f} s (CPU {statistics.median(cpu[name]):.1f} s); "
+            f"kept-graph eigsh / this: {peer_wall / statistics.median(wall[name]):.2f}x wall, "
+            f"{peer_cpu / statistics.median(cpu[name]):.2f}x CPU"
+        )
 V = torch.randn(8, res.size, dtype=torch.float64).T
 v = V[:, 0].contiguous()
 t = interleaved({"one": lambda: res.matvec(v), "8 at once": lambda: res.matvec(V)}, 3)
-print(f"one product {t['one']['median'] * 1e3:.1f} ms; 8 at once {t['8 at once']['median'] * 1e3:.1f} ms "
-      f"({t['8 at once']['median'] / t['one']['median']:.2f}x one); load {os.getloadavg()[0]:.1f}")
+print(
+    f"one product {t['one']['median'] * 1e3:.1f} ms; 8 at once {t['8 at once']['median'] * 1e3:.1f} ms "
+    f"({t['8 at once']['median'] / t['one']['median']:.2f}x one); load {os.getloadavg()[0]:.1f}"
+)

@@ -76,20 +76,24 @@ def report(rows: list, load0: tuple, out: str) -> None:
     """Write the table of the stops measured so far (after each one: a long run stopped early keeps them)."""
     load1 = os.getloadavg()
     lines = [
-        "# Lesson pages of the classroom tour", "",
+        "# Lesson pages of the classroom tour",
+        "",
         f"`python benchmarks/lesson_pages.py` on {os.cpu_count()} cores; load average "
         f"{load0[0]:.1f} / {load0[1]:.1f} / {load0[2]:.1f} at start and {load1[0]:.1f} / {load1[1]:.1f} / "
         f"{load1[2]:.1f} at end (1 / 5 / 15 min). Each page made by `hessviz lesson` in a fresh process; "
         "each redraw is one step of a baked control in Chromium with the network off (goals: made in "
-        "≤ 60 s on 2 cores, ≤ 8 MiB, aim 5 MiB; a step redrawn in ≤ 200 ms).", "",
+        "≤ 60 s on 2 cores, ≤ 8 MiB, aim 5 MiB; a step redrawn in ≤ 200 ms).",
+        "",
         "| stop | lesson link | steps timed | made: wall (s) | made: CPU (s) | size (MiB) | "
         "redraw median (ms) | redraw max (ms) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for n, stop, made, steps in rows:
-        lines.append(f"| {n} | `/{stop.link()}` | {len(steps)} | {made['wall_s']:.1f} | "
-                     f"{made['cpu_s']:.1f} | {made['mib']:.2f} | {statistics.median(steps):.0f} | "
-                     f"{max(steps):.0f} |")
+        lines.append(
+            f"| {n} | `/{stop.link()}` | {len(steps)} | {made['wall_s']:.1f} | "
+            f"{made['cpu_s']:.1f} | {made['mib']:.2f} | {statistics.median(steps):.0f} | "
+            f"{max(steps):.0f} |"
+        )
     Path(out).write_text("\n".join(lines) + "\n")
 
 
@@ -107,10 +111,13 @@ def main() -> None:
             made = make(stop.link(), path)
             steps = redraws(path)
             rows.append((n, stop, made, steps))
-            print(f"stop {n} ({stop.link()}): made in {made['wall_s']:.1f} s wall, "
-                  f"{made['cpu_s']:.1f} s CPU, {made['mib']:.2f} MiB; "
-                  f"redraw median {statistics.median(steps):.0f} ms, "
-                  f"max {max(steps):.0f} ms over {len(steps)} steps", flush=True)
+            print(
+                f"stop {n} ({stop.link()}): made in {made['wall_s']:.1f} s wall, "
+                f"{made['cpu_s']:.1f} s CPU, {made['mib']:.2f} MiB; "
+                f"redraw median {statistics.median(steps):.0f} ms, "
+                f"max {max(steps):.0f} ms over {len(steps)} steps",
+                flush=True,
+            )
             report(rows, load0, args.out)
     print(f"wrote {args.out}")
 

@@ -45,21 +45,46 @@ import torch
 
 import hessviz as hv
 
-MINILM = {"d_model": 384, "d_k": 32, "n_heads": 12, "d_ff": 1536, "out_proj": True, "bias": True,
-          "ln_affine": True, "activation": "gelu", "norm": "post", "ln_eps": 1e-12, "loss": "mse"}
+MINILM = {
+    "d_model": 384,
+    "d_k": 32,
+    "n_heads": 12,
+    "d_ff": 1536,
+    "out_proj": True,
+    "bias": True,
+    "ln_affine": True,
+    "activation": "gelu",
+    "norm": "post",
+    "ln_eps": 1e-12,
+    "loss": "mse",
+}
 
 
 def minilm_case(seq_len: int, seed: int = 0, device: str = "cpu"):
     """``cfg, params, X, Y`` of the MiniLM-sized layer with ``L = seq_len`` (``‖X‖₂ = 4√L``)."""
     cfg = hv.BlockConfig(seq_len=seq_len, **MINILM)
     params = hv.init_params(cfg, seed=seed, device=device)
-    X, Y = hv.sample_inputs(cfg, seed=seed, input_norm=4.0 * seq_len ** 0.5, device=device)
+    X, Y = hv.sample_inputs(cfg, seed=seed, input_norm=4.0 * seq_len**0.5, device=device)
     return cfg, params, X, Y
 
 
-SMOLLM = {"d_model": 576, "d_k": 64, "n_heads": 9, "n_kv_heads": 3, "d_ff": 1536, "out_proj": True,
-          "norm": "pre", "norm_type": "rmsnorm", "ln_affine": True, "mlp": "gated", "activation": "silu",
-          "rope": True, "causal": True, "ln_eps": 1e-5, "loss": "mse"}
+SMOLLM = {
+    "d_model": 576,
+    "d_k": 64,
+    "n_heads": 9,
+    "n_kv_heads": 3,
+    "d_ff": 1536,
+    "out_proj": True,
+    "norm": "pre",
+    "norm_type": "rmsnorm",
+    "ln_affine": True,
+    "mlp": "gated",
+    "activation": "silu",
+    "rope": True,
+    "causal": True,
+    "ln_eps": 1e-5,
+    "loss": "mse",
+}
 """A SmolLM2-135M-sized layer (issue 18): Llama-style, d = 576, 9 query heads of 64 over 3 key/value
 heads, SwiGLU with d_ff = 1536, RoPE, causal."""
 
@@ -68,7 +93,7 @@ def smollm_case(seq_len: int = 64, seed: int = 0, device: str = "cpu"):
     """``cfg, params, X, Y`` of the SmolLM2-sized layer (``‖X‖₂ = 4√L``)."""
     cfg = hv.BlockConfig(seq_len=seq_len, **SMOLLM)
     params = hv.init_params(cfg, seed=seed, device=device)
-    X, Y = hv.sample_inputs(cfg, seed=seed, input_norm=4.0 * seq_len ** 0.5, device=device)
+    X, Y = hv.sample_inputs(cfg, seed=seed, input_norm=4.0 * seq_len**0.5, device=device)
     return cfg, params, X, Y
 
 
@@ -85,6 +110,7 @@ def _per_call_hvp(cfg, params, X, Y):
             Z = reference.torch_forward(cfg, dict(zip(names, leaves)), X)
             grads = torch.autograd.grad(reference.torch_loss(cfg, Z, Y), leaves, create_graph=True)
             return torch.autograd.grad(grads, leaves, grad_outputs=parts)
+
     return hvp
 
 
@@ -100,16 +126,24 @@ def smollm_hvp_row(seq_len: int = 64, repeats: int = 7, device: str = "cpu") -> 
     sizes = [w.numel() for w in kept.leaves]
     parts = [t.reshape(w.shape) for t, w in zip(torch.split(v, sizes), kept.leaves)]
     per_call = _per_call_hvp(cfg, params, X, Y)
-    flat = lambda gs: torch.cat([g.reshape(-1) for g in gs])                   # noqa: E731
-    fns = {"closed form": lambda: res.matvec(v),
-           "double backward, graph kept (PyHessian)": lambda: flat(kept.hvp(parts)),
-           "double backward per call": lambda: flat(per_call(parts))}
+    flat = lambda gs: torch.cat([g.reshape(-1) for g in gs])  # noqa: E731
+    fns = {
+        "closed form": lambda: res.matvec(v),
+        "double backward, graph kept (PyHessian)": lambda: flat(kept.hvp(parts)),
+        "double backward per call": lambda: flat(per_call(parts)),
+    }
     outs = {n: f() for n, f in fns.items()}
     ours = outs.pop("closed form")
     agree = {n: float((ours - o).abs().max() / o.abs().max()) for n, o in outs.items()}
     times = interleaved(fns, repeats)
-    return {"row": "hvp", "layer": "SmolLM2-135M-sized", "L": seq_len, "P": cfg.num_params, "times": times,
-            "agreement": agree}
+    return {
+        "row": "hvp",
+        "layer": "SmolLM2-135M-sized",
+        "L": seq_len,
+        "P": cfg.num_params,
+        "times": times,
+        "agreement": agree,
+    }
 
 
 def _sync() -> None:
@@ -133,8 +167,10 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str,
             _sync()
             times[name].append(time.perf_counter() - start)
             cpu[name].append(time.process_time() - start_cpu)
-    return {n: {"median": statistics.median(t), "min": min(t), "cpu_median": statistics.median(cpu[n])}
-            for n, t in times.items()}
+    return {
+        n: {"median": statistics.median(t), "min": min(t), "cpu_median": statistics.median(cpu[n])}
+        for n, t in times.items()
+    }
 
 
 def _curvlinops_ggn(cfg, params, X, Y):
@@ -148,20 +184,26 @@ def _curvlinops_ggn(cfg, params, X, Y):
     class Layer(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.weights = torch.nn.ParameterDict({n: torch.nn.Parameter(params[n].clone())
-                                                   for n in cfg.param_names})
+            self.weights = torch.nn.ParameterDict(
+                {n: torch.nn.Parameter(params[n].clone()) for n in cfg.param_names}
+            )
 
-        def forward(self, x):                                     # one sequence as a batch of one
+        def forward(self, x):  # one sequence as a batch of one
             return reference.torch_forward(cfg, dict(self.weights), x[0])[None]
 
     layer = Layer()
-    return GGNLinearOperator(layer, torch.nn.MSELoss(reduction="mean"),
-                             [layer.weights[n] for n in cfg.param_names],   # θ order, not sorted
-                             [(X[None], Y[None])], check_deterministic=False)
+    return GGNLinearOperator(
+        layer,
+        torch.nn.MSELoss(reduction="mean"),
+        [layer.weights[n] for n in cfg.param_names],  # θ order, not sorted
+        [(X[None], Y[None])],
+        check_deterministic=False,
+    )
 
 
-def _methods(kind: str, cfg, params, X, Y, v: torch.Tensor,
-             only: str | None = None) -> dict[str, Callable[[], torch.Tensor]]:
+def _methods(
+    kind: str, cfg, params, X, Y, v: torch.Tensor, only: str | None = None
+) -> dict[str, Callable[[], torch.Tensor]]:
     """The competing products of one row, each ``() -> (P,)``; ``only`` builds just that one."""
     from hessviz.matfree.autograd import AutogradProducts
 
@@ -249,7 +291,7 @@ def _child(spec: dict) -> dict:
         out = spectral_row(spec["row"], spec["L"])
         return out | {"memory": {"rss_setup_mib": base, "rss_peak_mib": _rss_mib()}}
     v = torch.randn(cfg.num_params, dtype=X.dtype)
-    base = _reset_peak()                                          # the inputs only
+    base = _reset_peak()  # the inputs only
     fn = _methods(spec["row"], cfg, params, X, Y, v, only=spec["method"])[spec["method"]]
     for _ in range(2):
         fn()
@@ -281,16 +323,30 @@ def cuda_peak_memory(kind: str, method: str, seq_len: int, device: str) -> dict:
 
 def peak_memory(spec: dict) -> dict:
     """``_child(spec)`` in a fresh interpreter."""
-    code = ("import json, sys; from benchmarks.matfree import _child; "
-            "print(json.dumps(_child(json.loads(sys.argv[1]))))")
-    checkout = str(Path(__file__).resolve().parents[1])       # benchmarks/ and hessviz/
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
-                         check=True, env=os.environ | {"PYTHONPATH": checkout})
+    code = (
+        "import json, sys; from benchmarks.matfree import _child; "
+        "print(json.dumps(_child(json.loads(sys.argv[1]))))"
+    )
+    checkout = str(Path(__file__).resolve().parents[1])  # benchmarks/ and hessviz/
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ | {"PYTHONPATH": checkout},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def rows(seq_lens: tuple[int, ...] = (32, 128), repeats: int = 7, threads: int = 2, spectral_len: int = 128,
-         memory: bool = True, progress: Callable[[str], None] = print, device: str = "cpu") -> list[dict]:
+def rows(
+    seq_lens: tuple[int, ...] = (32, 128),
+    repeats: int = 7,
+    threads: int = 2,
+    spectral_len: int = 128,
+    memory: bool = True,
+    progress: Callable[[str], None] = print,
+    device: str = "cpu",
+) -> list[dict]:
     """Every row (``hvp``, ``ggn`` at each ``L``; ``top5``, ``slq`` at ``spectral_len``, unless 0)
     with the parameters and inputs on ``device`` (``"cpu"`` or ``"cuda"``)."""
     torch.set_num_threads(threads)
@@ -311,15 +367,19 @@ def rows(seq_lens: tuple[int, ...] = (32, 128), repeats: int = 7, threads: int =
             out.append(row)
     for kind in ("top5", "slq") if spectral_len else ():
         progress(f"{kind} L={spectral_len}")
-        out.append(memory_of(kind, None, spectral_len) if memory
-                   else spectral_row(kind, spectral_len, device))
+        out.append(
+            memory_of(kind, None, spectral_len) if memory else spectral_row(kind, spectral_len, device)
+        )
     return out
 
 
 def markdown(result: list[dict]) -> str:
     """The rows as Markdown tables (times in ms, ratio = baseline median / closed-form median)."""
-    lines = ["| product | L | P | method | median ms | min ms | ratio (median) | peak MiB over setup | "
-             "max rel. diff |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| product | L | P | method | median ms | min ms | ratio (median) | peak MiB over setup | "
+        "max rel. diff |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in result:
         if r["row"] not in ("hvp", "ggn"):
             continue
@@ -329,20 +389,29 @@ def markdown(result: list[dict]) -> str:
             extra = "" if mem is None else f"{mem['rss_peak_mib'] - mem['rss_setup_mib']:.0f}"
             diff = r["agreement"].get(m)
             name = "HVP (full)" if r["row"] == "hvp" else "GGN (outer)"
-            lines.append(f"| {name} | {r['L']} | {r['P']:,} | "
-                         f"{m} | {t['median'] * 1e3:.1f} | {t['min'] * 1e3:.1f} | "
-                         f"{t['median'] / ours:.2f}× | {extra} | {'' if diff is None else f'{diff:.1e}'} |")
-    lines += ["", "| spectral tool | L | P | products | seconds | peak MiB over setup | result |",
-              "|---|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {name} | {r['L']} | {r['P']:,} | "
+                f"{m} | {t['median'] * 1e3:.1f} | {t['min'] * 1e3:.1f} | "
+                f"{t['median'] / ours:.2f}× | {extra} | {'' if diff is None else f'{diff:.1e}'} |"
+            )
+    lines += [
+        "",
+        "| spectral tool | L | P | products | seconds | peak MiB over setup | result |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in result:
         if r["row"] in ("top5", "slq"):
             mem = r.get("memory")
             extra = "" if mem is None else f"{mem['rss_peak_mib'] - mem['rss_setup_mib']:.0f}"
             what = "top-5 eigenvalues (eigsh)" if r["row"] == "top5" else "SLQ density, 10 probes × 80 steps"
-            res = (", ".join(f"{x:.4g}" for x in r["values"]) if r["row"] == "top5"
-                   else f"support [{r['range'][0]:.3g}, {r['range'][1]:.3g}]")
-            lines.append(f"| {what} | {r['L']} | {r['P']:,} | {r['matvecs']} | {r['seconds']:.1f} | "
-                         f"{extra} | {res} |")
+            res = (
+                ", ".join(f"{x:.4g}" for x in r["values"])
+                if r["row"] == "top5"
+                else f"support [{r['range'][0]:.3g}, {r['range'][1]:.3g}]"
+            )
+            lines.append(
+                f"| {what} | {r['L']} | {r['P']:,} | {r['matvecs']} | {r['seconds']:.1f} | {extra} | {res} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -352,8 +421,10 @@ def machine(device: str = "cpu") -> str:
         return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     n = torch.get_num_threads()
-    return (f"{n} thread{'s' if n != 1 else ''}, torch {torch.__version__}, "
-            f"load average {load} at the end (1, 5, 15 min)")
+    return (
+        f"{n} thread{'s' if n != 1 else ''}, torch {torch.__version__}, "
+        f"load average {load} at the end (1, 5, 15 min)"
+    )
 
 
 def main(out: Path = Path("benchmarks/MATFREE.md"), **kw) -> list[dict]:
@@ -377,5 +448,12 @@ if __name__ == "__main__":
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--device", default="cpu", help="cpu or cuda: where the parameters and inputs live")
     a = p.parse_args()
-    main(Path(a.out), seq_lens=tuple(a.seq_lens), repeats=a.repeats, threads=a.threads,
-         spectral_len=a.spectral_len, memory=not a.no_memory, device=a.device)
+    main(
+        Path(a.out),
+        seq_lens=tuple(a.seq_lens),
+        repeats=a.repeats,
+        threads=a.threads,
+        spectral_len=a.spectral_len,
+        memory=not a.no_memory,
+        device=a.device,
+    )

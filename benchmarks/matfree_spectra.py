@@ -59,16 +59,18 @@ def real_case(seq_len: int, device: str = "cpu"):
     if os.environ.get(CASES_ENV):
         cases = torch.load(os.environ[CASES_ENV], weights_only=False)
         if seq_len not in cases:
-            raise ValueError(f"seq_len {seq_len} is not among the saved cases {sorted(cases)} "
-                             f"(${CASES_ENV} = {os.environ[CASES_ENV]})")
+            raise ValueError(
+                f"seq_len {seq_len} is not among the saved cases {sorted(cases)} "
+                f"(${CASES_ENV} = {os.environ[CASES_ENV]})"
+            )
         cfg, params, X, Y = cases[seq_len]
         return cfg, {n: w.to(device) for n, w in params.items()}, X.to(device), Y.to(device)
     from pydoc_data.topics import topics
 
     from hessviz.pretrained import load
 
-    ids = load.token_ids(MODEL, " ".join(topics["assignment"].split()[:2 * seq_len]))
-    ids = ids[:seq_len - 1] + ids[-1:]                     # [CLS] … [SEP], seq_len tokens
+    ids = load.token_ids(MODEL, " ".join(topics["assignment"].split()[: 2 * seq_len]))
+    ids = ids[: seq_len - 1] + ids[-1:]  # [CLS] … [SEP], seq_len tokens
     cfg, params = load.load_layer(MODEL, LAYER, device=device)
     cfg = dataclasses.replace(cfg, seq_len=len(ids))
     X = load.layer_inputs(MODEL, ids, LAYER, device=device)
@@ -81,7 +83,7 @@ def save_cases(path, seq_lens) -> None:
     without the checkpoint: the layer's weights once, shared by every length (about 14 MB)."""
     cases = {L: real_case(L) for L in seq_lens}
     first = cases[seq_lens[0]][1]
-    for L, (cfg, params, X, Y) in cases.items():             # one copy of the weights in the file
+    for L, (cfg, params, X, Y) in cases.items():  # one copy of the weights in the file
         assert all(torch.equal(params[n], first[n]) for n in first)
         cases[L] = (cfg, first, X, Y)
     torch.save(cases, path)
@@ -119,16 +121,26 @@ def _measured(fn: Callable[[], tuple[np.ndarray, int]], device="cpu") -> dict:
     start = _clock()
     values, products = fn()
     seconds = _clock() - start
-    return {"seconds": seconds, "products": products, "values": [float(x) for x in values],
-            "peak_mib": _peak_mib(device, base)}
+    return {
+        "seconds": seconds,
+        "products": products,
+        "values": [float(x) for x in values],
+        "peak_mib": _peak_mib(device, base),
+    }
 
 
 ACCURACY = 1e-8
 """The top-5 row's criterion: every eigenvalue within this relative distance of the tight reference."""
 
 
-def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
-             which: tuple[str, ...] | None = None, device: str = "cpu", rounds: int = 1) -> dict:
+def top5_row(
+    seq_len: int,
+    peer_steps: int = 60,
+    tol: float = 1e-8,
+    which: tuple[str, ...] | None = None,
+    device: str = "cpu",
+    rounds: int = 1,
+) -> dict:
     """Top-5 by every method at ``L = seq_len`` (``which`` limits the methods), the median seconds
     of ``rounds`` interleaved rounds.
 
@@ -138,12 +150,13 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
     graph at the loosest of 1e-3 … 1e-7 that meets it (found first, not timed)."""
     cfg, params, X, Y = real_case(seq_len, device)
     res = hv.hessian(cfg, params, X, Y)
-    res.matvec(torch.zeros(res.size, dtype=X.dtype, device=X.device))    # the tape, built once
+    res.matvec(torch.zeros(res.size, dtype=X.dtype, device=X.device))  # the tape, built once
 
     def ours(solver: str, t: float = tol, **kw):
         def run():
             e = spectral.eigenpairs(res, "full", 5, "top", seed=0, tol=t, solver=solver, **kw)
             return e.values[::-1], e.matvecs
+
         return run
 
     e = spectral.eigenpairs(res, "full", 5, "top", seed=1, tol=1e-11, solver="torch")
@@ -158,49 +171,73 @@ def top5_row(seq_len: int, peer_steps: int = 60, tol: float = 1e-8,
     def wanted(name: str) -> bool:
         return which is None or any(w in name for w in which)
 
-    matched = next((t for t in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)          # searched only when timed
-                    if off(peers.scipy_top(kept, 5, t)[0]) <= ACCURACY), tol) if wanted(at_tol) else tol
+    matched = (
+        next(
+            (
+                t
+                for t in (1e-3, 1e-4, 1e-5, 1e-6, 1e-7)  # searched only when timed
+                if off(peers.scipy_top(kept, 5, t)[0]) <= ACCURACY
+            ),
+            tol,
+        )
+        if wanted(at_tol)
+        else tol
+    )
     methods = {
         "hessviz torch Lanczos": ours("torch"),
-        f"hessviz torch Lanczos, eigenvalue bound {ACCURACY:g} (bound='value')":
-            ours("torch", ACCURACY, bound="value"),
+        f"hessviz torch Lanczos, eigenvalue bound {ACCURACY:g} (bound='value')": ours(
+            "torch", ACCURACY, bound="value"
+        ),
         "the same, values only (no check product)": ours("torch", ACCURACY, bound="value", check=False),
         "hessviz products + scipy eigsh": ours("scipy"),
         "scipy eigsh on double backward (graph kept)": lambda: peers.scipy_top(kept, 5, tol),
-        f"{at_tol} {matched:g}":
-            lambda: peers.scipy_top(kept, 5, matched),
-        f"hessian-eigenthings lanczos ({peer_steps} steps) on double backward (graph kept)":
-            lambda: peers.eigenthings_top(kept, 5, tol, peer_steps),
-        "PyHessian eigenvalues (power iteration, its defaults)":
-            lambda: peers.pyhessian_top(cfg, params, X, Y, 5),
+        f"{at_tol} {matched:g}": lambda: peers.scipy_top(kept, 5, matched),
+        f"hessian-eigenthings lanczos ({peer_steps} steps) on double backward (graph kept)": lambda: (
+            peers.eigenthings_top(kept, 5, tol, peer_steps)
+        ),
+        "PyHessian eigenvalues (power iteration, its defaults)": lambda: peers.pyhessian_top(
+            cfg, params, X, Y, 5
+        ),
     }
     methods = {n: f for n, f in methods.items() if wanted(n)}
     mag = None
-    if any("PyHessian" in n for n in methods):                      # it answers the largest |λ|
+    if any("PyHessian" in n for n in methods):  # it answers the largest |λ|
         m = spectral.eigenpairs(res, "full", 5, "magnitude", seed=1, tol=1e-8, solver="torch")
         mag = np.sort(m.values)[::-1]
     runs: dict[str, list[dict]] = {name: [] for name in methods}
     out = {}
-    for _ in range(rounds):                                           # interleaved rounds
+    for _ in range(rounds):  # interleaved rounds
         for name, fn in methods.items():
             if name in out:
                 continue
             try:
                 runs[name].append(_measured(fn, device))
-            except ImportError as err:                                # a peer not installed
+            except ImportError as err:  # a peer not installed
                 out[name] = {"skipped": str(err)}
     for name, measured in runs.items():
         if not measured:
             continue
-        r = dict(measured[-1], seconds=float(np.median([m["seconds"] for m in measured])),
-                 peak_mib=max(m["peak_mib"] for m in measured), rounds=len(measured))
+        r = dict(
+            measured[-1],
+            seconds=float(np.median([m["seconds"] for m in measured])),
+            peak_mib=max(m["peak_mib"] for m in measured),
+            rounds=len(measured),
+        )
         against = mag if "PyHessian" in name else ref
         r["max_rel_diff"] = float(np.max(np.abs(np.asarray(r["values"]) - against) / np.abs(against)))
         out[name] = r
-    return {"row": "top5", "L": len(X), "P": res.size, "reference": ref.tolist(),
-            "reference_magnitude": None if mag is None else mag.tolist(),
-            "reference_residuals": e.residuals[::-1].tolist(), "methods": out, "load": os.getloadavg(),
-            "device": _device_name(device), "accuracy": ACCURACY}
+    return {
+        "row": "top5",
+        "L": len(X),
+        "P": res.size,
+        "reference": ref.tolist(),
+        "reference_magnitude": None if mag is None else mag.tolist(),
+        "reference_residuals": e.residuals[::-1].tolist(),
+        "methods": out,
+        "load": os.getloadavg(),
+        "device": _device_name(device),
+        "accuracy": ACCURACY,
+    }
 
 
 def product_row(seq_len: int, repeats: int = 5, k: int = 8, device: str = "cpu") -> dict:
@@ -214,24 +251,39 @@ def product_row(seq_len: int, repeats: int = 5, k: int = 8, device: str = "cpu")
     kept, per_call = peers.Counted(cfg, params, X, Y), peers.per_call_hvp(cfg, params, X, Y)
     # cfg.param_names order is θ order, as res.matvec's
     agree = float((res.matvec(v) - kept(v)).abs().max() / kept(v).abs().max())
-    fns = {"closed form, one": lambda: res.matvec(v),
-           **_as_usual(cfg, params, X, Y, v),
-           "double backward, graph kept": lambda: kept(v),
-           "double backward per call": lambda: per_call(v),
-           f"closed form, {k} at once (P, {k}) C-contiguous": lambda: res.matvec(VC),
-           f"closed form, {k} at once (P, {k}) F-contiguous": lambda: res.matvec(VF)}
+    fns = {
+        "closed form, one": lambda: res.matvec(v),
+        **_as_usual(cfg, params, X, Y, v),
+        "double backward, graph kept": lambda: kept(v),
+        "double backward per call": lambda: per_call(v),
+        f"closed form, {k} at once (P, {k}) C-contiguous": lambda: res.matvec(VC),
+        f"closed form, {k} at once (P, {k}) F-contiguous": lambda: res.matvec(VF),
+    }
     measured = interleaved(fns, repeats)
     times = {n: t["median"] for n, t in measured.items()}
     cpu = {n: t["cpu_median"] for n, t in measured.items()}
     peak = {}
-    for name in ("closed form, one", "double backward, graph kept",
-                 f"closed form, {k} at once (P, {k}) C-contiguous"):
+    for name in (
+        "closed form, one",
+        "double backward, graph kept",
+        f"closed form, {k} at once (P, {k}) C-contiguous",
+    ):
         base = _peak_start(device)
         fns[name]()
         peak[name] = _peak_mib(device, base)
-    return {"row": "product", "L": len(X), "P": res.size, "k": k, "times": times, "cpu": cpu,
-            "peak_mib": peak, "agreement": agree, "repeats": repeats, "load": os.getloadavg(),
-            "device": _device_name(device)}
+    return {
+        "row": "product",
+        "L": len(X),
+        "P": res.size,
+        "k": k,
+        "times": times,
+        "cpu": cpu,
+        "peak_mib": peak,
+        "agreement": agree,
+        "repeats": repeats,
+        "load": os.getloadavg(),
+        "device": _device_name(device),
+    }
 
 
 def _as_usual(cfg, params, X, Y, v) -> dict:
@@ -251,24 +303,34 @@ def hutchinson_row(seq_len: int, samples: int = 30, repeats: int = 3, device: st
     res = hv.hessian(cfg, params, X, Y)
     kept = peers.Counted(cfg, params, X, Y)
 
-    def loop(fn):                                         # a probe drawn, multiplied and dotted at a time
+    def loop(fn):  # a probe drawn, multiplied and dotted at a time
         def run():
             gen, quad = torch.Generator().manual_seed(0), []
             for _ in range(samples):
                 v = (torch.randint(0, 2, (res.size,), generator=gen, dtype=torch.int8) * 2 - 1).to(X)
                 quad.append(fn(v) @ v)
             return float(torch.stack(quad).mean())
+
         return run
 
-    fns = {f"hessviz Hutchinson, {samples} probes side by side":
-           lambda: spectral.trace(res, "full", samples, "hutchinson", seed=0).value,
-           f"{samples} closed-form products one at a time": loop(res.matvec),
-           f"PyHessian's way: {samples} kept-graph double-backward products in a loop": loop(kept)}
+    fns = {
+        f"hessviz Hutchinson, {samples} probes side by side": lambda: (
+            spectral.trace(res, "full", samples, "hutchinson", seed=0).value
+        ),
+        f"{samples} closed-form products one at a time": loop(res.matvec),
+        f"PyHessian's way: {samples} kept-graph double-backward products in a loop": loop(kept),
+    }
     measured = interleaved(fns, repeats)
-    return {"row": "hutchinson", "L": len(X), "samples": samples, "repeats": repeats,
-            "times": {n: t["median"] for n, t in measured.items()},
-            "cpu": {n: t["cpu_median"] for n, t in measured.items()}, "load": os.getloadavg(),
-            "device": _device_name(device)}
+    return {
+        "row": "hutchinson",
+        "L": len(X),
+        "samples": samples,
+        "repeats": repeats,
+        "times": {n: t["median"] for n, t in measured.items()},
+        "cpu": {n: t["cpu_median"] for n, t in measured.items()},
+        "load": os.getloadavg(),
+        "device": _device_name(device),
+    }
 
 
 def float32_row(seq_len: int, repeats: int = 3, device: str = "cpu") -> dict:
@@ -282,8 +344,12 @@ def float32_row(seq_len: int, repeats: int = 3, device: str = "cpu") -> dict:
     v32 = v.float()
     ref = r64.matvec(v)
     product = float((r32.matvec(v32).double() - ref).abs().max() / ref.abs().max())
-    times = {n: t["median"] for n, t in interleaved({"float64": lambda: r64.matvec(v),
-                                                     "float32": lambda: r32.matvec(v32)}, repeats).items()}
+    times = {
+        n: t["median"]
+        for n, t in interleaved(
+            {"float64": lambda: r64.matvec(v), "float32": lambda: r32.matvec(v32)}, repeats
+        ).items()
+    }
     start = _clock()
     e32 = spectral.eigenpairs(r32, "full", 5, "top", seed=0, tol=1e-5, solver="torch")
     s32 = _clock() - start
@@ -291,14 +357,22 @@ def float32_row(seq_len: int, repeats: int = 3, device: str = "cpu") -> dict:
     e64 = spectral.eigenpairs(r64, "full", 5, "top", seed=0, tol=1e-8, solver="torch")
     s64 = _clock() - start
     top = float(np.max(np.abs(e32.values - e64.values) / np.abs(e64.values)))
-    return {"row": "float32", "L": len(X), "product_rel_diff": product, "top5_rel_diff": top, "times": times,
-            "top5_seconds": {"float32": s32, "float64": s64},
-            "top5_products": {"float32": e32.matvecs, "float64": e64.matvecs}, "load": os.getloadavg(),
-            "device": _device_name(device)}
+    return {
+        "row": "float32",
+        "L": len(X),
+        "product_rel_diff": product,
+        "top5_rel_diff": top,
+        "times": times,
+        "top5_seconds": {"float32": s32, "float64": s64},
+        "top5_products": {"float32": e32.matvecs, "float64": e64.matvecs},
+        "load": os.getloadavg(),
+        "device": _device_name(device),
+    }
 
 
-def slq_row(seq_len: int, probes: int = 10, steps: int = 80, reorth: str = "partial",
-            device: str = "cpu") -> dict:
+def slq_row(
+    seq_len: int, probes: int = 10, steps: int = 80, reorth: str = "partial", device: str = "cpu"
+) -> dict:
     cfg, params, X, Y = real_case(seq_len, device)
     res = hv.hessian(cfg, params, X, Y)
     res.matvec(torch.zeros(res.size, dtype=X.dtype, device=X.device))
@@ -306,10 +380,22 @@ def slq_row(seq_len: int, probes: int = 10, steps: int = 80, reorth: str = "part
     start, start_cpu = _clock(), time.process_time()
     d = spectral.density(res, "full", probes=probes, steps=steps, seed=0, reorth=reorth)
     seconds, cpu = _clock() - start, time.process_time() - start_cpu
-    return {"row": "slq", "L": len(X), "P": res.size, "probes": probes, "steps": steps, "seconds": seconds,
-            "cpu_seconds": cpu, "reorth": reorth, "products": d.matvecs, "peak_mib": _peak_mib(device, base),
-            "trace": d.trace, "support": [float(d.all_nodes.min()), float(d.all_nodes.max())],
-            "load": os.getloadavg(), "device": _device_name(device)}
+    return {
+        "row": "slq",
+        "L": len(X),
+        "P": res.size,
+        "probes": probes,
+        "steps": steps,
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "reorth": reorth,
+        "products": d.matvecs,
+        "peak_mib": _peak_mib(device, base),
+        "trace": d.trace,
+        "support": [float(d.all_nodes.min()), float(d.all_nodes.max())],
+        "load": os.getloadavg(),
+        "device": _device_name(device),
+    }
 
 
 def _device_name(device) -> str:
@@ -347,47 +433,72 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         if r["row"] == "top5":
             accuracy = r.get("accuracy", 1.0)
-            peer = [m["seconds"] for n, m in r["methods"].items()       # the peers meeting the criterion
-                    if "seconds" in m and not n.startswith(("hessviz", "the same"))
-                    and m["max_rel_diff"] <= accuracy]
+            peer = [
+                m["seconds"]
+                for n, m in r["methods"].items()  # the peers meeting the criterion
+                if "seconds" in m
+                and not n.startswith(("hessviz", "the same"))
+                and m["max_rel_diff"] <= accuracy
+            ]
             mag = r.get("reference_magnitude")
-            out += [f"**Top-5 eigenvalues**, L = {r['L']}, P = {r['P']:,} (load {_load(r)}); reference "
-                    f"{', '.join(f'{x:.6f}' for x in r['reference'])} (torch core, tol 1e-11, "
-                    f"true residuals ≤ {max(r['reference_residuals']):.1e})."
-                    + ("" if mag is None else " PyHessian answers the largest |λ|; it is compared with "
-                       f"those: {', '.join(f'{x:.6f}' for x in mag)}."), "",
-                    f"| method | products | seconds{_rounds(r)} | fastest peer / this | peak MiB | "
-                    "max rel. diff from reference |", "|---|---:|---:|---:|---:|---:|"]
+            out += [
+                f"**Top-5 eigenvalues**, L = {r['L']}, P = {r['P']:,} (load {_load(r)}); reference "
+                f"{', '.join(f'{x:.6f}' for x in r['reference'])} (torch core, tol 1e-11, "
+                f"true residuals ≤ {max(r['reference_residuals']):.1e})."
+                + (
+                    ""
+                    if mag is None
+                    else " PyHessian answers the largest |λ|; it is compared with "
+                    f"those: {', '.join(f'{x:.6f}' for x in mag)}."
+                ),
+                "",
+                f"| method | products | seconds{_rounds(r)} | fastest peer / this | peak MiB | "
+                "max rel. diff from reference |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
             for name, m in r["methods"].items():
                 if "skipped" in m:
                     out.append(f"| {name} | | | | | not installed |")
                     continue
                 ratio = f"{min(peer) / m['seconds']:.2f}×" if peer else ""
-                out.append(f"| {name} | {m['products']} | {_seconds(m['seconds'])} | {ratio} | "
-                           f"{m['peak_mib']:.0f} | {m['max_rel_diff']:.1e} |")
-            ours = {n: m["seconds"] for n, m in r["methods"].items()
-                    if n.startswith(("hessviz torch", "the same")) and "seconds" in m}
+                out.append(
+                    f"| {name} | {m['products']} | {_seconds(m['seconds'])} | {ratio} | "
+                    f"{m['peak_mib']:.0f} | {m['max_rel_diff']:.1e} |"
+                )
+            ours = {
+                n: m["seconds"]
+                for n, m in r["methods"].items()
+                if n.startswith(("hessviz torch", "the same")) and "seconds" in m
+            }
             if ours and peer:
-                out.append("\nThe fastest peer whose five values are within "
-                           f"{accuracy:g} of the reference, against " + "; ".join(
-                               f"{n}: **{min(peer) / s:.2f}×**" for n, s in ours.items()) + ".")
+                out.append(
+                    "\nThe fastest peer whose five values are within "
+                    f"{accuracy:g} of the reference, against "
+                    + "; ".join(f"{n}: **{min(peer) / s:.2f}×**" for n, s in ours.items())
+                    + "."
+                )
             out.append("")
         elif r["row"] == "product":
             t = r["times"]
             one = t["closed form, one"]
-            out += [f"**Products**, L = {r['L']} (medians of {r['repeats']} interleaved rounds, "
-                    f"load {_load(r)}; closed form vs kept graph: max rel. diff {r['agreement']:.1e}).", "",
-                    "| product | median ms | CPU ms | ms per column | one closed-form product / this, per "
-                    "column | peak MiB |",
-                    "|---|---:|---:|---:|---:|---:|"]
+            out += [
+                f"**Products**, L = {r['L']} (medians of {r['repeats']} interleaved rounds, "
+                f"load {_load(r)}; closed form vs kept graph: max rel. diff {r['agreement']:.1e}).",
+                "",
+                "| product | median ms | CPU ms | ms per column | one closed-form product / this, per "
+                "column | peak MiB |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
             cpu = r.get("cpu", {})
             for name, s in t.items():
                 cols = r["k"] if "at once" in name else 1
                 peak = r["peak_mib"].get(name)
                 c = cpu.get(name)
-                out.append(f"| {name} | {s * 1e3:.1f} | {'' if c is None else f'{c * 1e3:.1f}'} | "
-                           f"{s * 1e3 / cols:.1f} | {one / (s / cols):.2f}× | "
-                           f"{'' if peak is None else f'{peak:.0f}'} |")
+                out.append(
+                    f"| {name} | {s * 1e3:.1f} | {'' if c is None else f'{c * 1e3:.1f}'} | "
+                    f"{s * 1e3 / cols:.1f} | {one / (s / cols):.2f}× | "
+                    f"{'' if peak is None else f'{peak:.0f}'} |"
+                )
             at_once = [n for n in t if "at once" in n]
             if at_once:
                 out.append("\n" + "; ".join(_at_once_ratio(n, t, cpu) for n in at_once) + " (goal ≤ 4×).")
@@ -395,30 +506,42 @@ def markdown(rows: list[dict]) -> str:
         elif r["row"] == "hutchinson":
             t, cpu = r["times"], r["cpu"]
             ours = next(iter(t))
-            out += [f"**Hutchinson**, {r['samples']} probes, L = {r['L']} (medians of {r['repeats']} "
-                    f"interleaved rounds, load {_load(r)}).", "",
-                    "| method | median s | CPU s | this / hessviz side by side |", "|---|---:|---:|---:|"]
+            out += [
+                f"**Hutchinson**, {r['samples']} probes, L = {r['L']} (medians of {r['repeats']} "
+                f"interleaved rounds, load {_load(r)}).",
+                "",
+                "| method | median s | CPU s | this / hessviz side by side |",
+                "|---|---:|---:|---:|",
+            ]
             for name, s in t.items():
                 out.append(f"| {name} | {s:.2f} | {cpu[name]:.2f} | {s / t[ours]:.2f}× |")
             out.append("")
         elif r["row"] == "float32":
             t, ts, tp = r["times"], r["top5_seconds"], r["top5_products"]
-            out += [f"**float32 against float64**, L = {r['L']} (load {_load(r)}): one product "
-                    f"{t['float32'] * 1e3:.1f} ms vs {t['float64'] * 1e3:.1f} ms, max rel. diff "
-                    f"{r['product_rel_diff']:.1e}; top-5 (torch core, tol 1e-5 / 1e-8) {ts['float32']:.1f} s "
-                    f"({tp['float32']} products) vs {ts['float64']:.1f} s ({tp['float64']}), max rel. diff "
-                    f"{r['top5_rel_diff']:.1e}.", ""]
+            out += [
+                f"**float32 against float64**, L = {r['L']} (load {_load(r)}): one product "
+                f"{t['float32'] * 1e3:.1f} ms vs {t['float64'] * 1e3:.1f} ms, max rel. diff "
+                f"{r['product_rel_diff']:.1e}; top-5 (torch core, tol 1e-5 / 1e-8) {ts['float32']:.1f} s "
+                f"({tp['float32']} products) vs {ts['float64']:.1f} s ({tp['float64']}), max rel. diff "
+                f"{r['top5_rel_diff']:.1e}.",
+                "",
+            ]
         elif r["row"] == "slq":
-            how = {"partial": "basis kept, partial reorthogonalisation",
-                   "selective": "basis kept, selective reorthogonalisation",
-                   "none": "no basis, plain three-term recurrence",
-                   "full": "basis kept, full reorthogonalisation"}[r.get("reorth", "selective")]
+            how = {
+                "partial": "basis kept, partial reorthogonalisation",
+                "selective": "basis kept, selective reorthogonalisation",
+                "none": "no basis, plain three-term recurrence",
+                "full": "basis kept, full reorthogonalisation",
+            }[r.get("reorth", "selective")]
             cpu = f", CPU {r['cpu_seconds']:.1f} s" if "cpu_seconds" in r else ""
             trace = f", trace {r['trace']:.6g}" if "trace" in r else ""
-            out += [f"**SLQ density** ({how}), {r['probes']} probes × {r['steps']} steps, L = {r['L']}: "
-                    f"{r['seconds']:.1f} s{cpu}, {r['products']} products, peak {r['peak_mib']:.0f} MiB "
-                    f"over the set-up{trace}, support "
-                    f"[{r['support'][0]:.3g}, {r['support'][1]:.3g}] (load {_load(r)}).", ""]
+            out += [
+                f"**SLQ density** ({how}), {r['probes']} probes × {r['steps']} steps, L = {r['L']}: "
+                f"{r['seconds']:.1f} s{cpu}, {r['products']} products, peak {r['peak_mib']:.0f} MiB "
+                f"over the set-up{trace}, support "
+                f"[{r['support'][0]:.3g}, {r['support'][1]:.3g}] (load {_load(r)}).",
+                "",
+            ]
     return "\n".join(out)
 
 
@@ -441,9 +564,11 @@ def header(rows: list[dict]) -> str:
     so that rows rendered on another machine keep their own."""
     first = rows[0] if rows else {}
     where = first.get("device", f"CPU, {torch.get_num_threads()} thread(s)")
-    return (f"Real MiniLM layer {LAYER} (all-MiniLM-L6-v2 weights, a real text), float64, "
-            f"{where}, torch {first.get('torch', torch.__version__)}; "
-            f"`python -m benchmarks.matfree_spectra`.\n\n")
+    return (
+        f"Real MiniLM layer {LAYER} (all-MiniLM-L6-v2 weights, a real text), float64, "
+        f"{where}, torch {first.get('torch', torch.__version__)}; "
+        f"`python -m benchmarks.matfree_spectra`.\n\n"
+    )
 
 
 def _saved_rows(out):
@@ -462,9 +587,20 @@ def render(out="benchmarks/MATFREE.md") -> None:
     write_section(out, markdown(rows), header(rows))
 
 
-def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128), slq_len: int = 128,
-         threads: int = 1, repeats: int = 5, float32_lens=(24,), progress=None, hutchinson_lens=(24,),
-         slq_reorth=("none", "partial"), device: str = "cpu", top5_rounds: int = 1) -> list[dict]:
+def main(
+    out="benchmarks/MATFREE.md",
+    top5_lens=(24,),
+    product_lens=(24, 64, 128),
+    slq_len: int = 128,
+    threads: int = 1,
+    repeats: int = 5,
+    float32_lens=(24,),
+    progress=None,
+    hutchinson_lens=(24,),
+    slq_reorth=("none", "partial"),
+    device: str = "cpu",
+    top5_rounds: int = 1,
+) -> list[dict]:
     import json
 
     torch.set_num_threads(threads)
@@ -474,7 +610,7 @@ def main(out="benchmarks/MATFREE.md", top5_lens=(24,), product_lens=(24, 64, 128
 
     def add(row: dict) -> None:
         rows.append(row | {"torch": torch.__version__})
-        partial.write_text(json.dumps(rows, indent=2))            # kept row by row
+        partial.write_text(json.dumps(rows, indent=2))  # kept row by row
 
     for L in top5_lens:
         progress(f"top-5 L={L}")
@@ -506,23 +642,50 @@ if __name__ == "__main__":
     p.add_argument("--slq-len", type=int, default=128, help="0: no SLQ row")
     p.add_argument("--float32-lens", type=int, nargs="*", default=[24])
     p.add_argument("--hutchinson-lens", type=int, nargs="*", default=[24])
-    p.add_argument("--slq-reorth", nargs="*", default=["none", "partial"],
-                   choices=["none", "partial", "selective", "full"])
+    p.add_argument(
+        "--slq-reorth",
+        nargs="*",
+        default=["none", "partial"],
+        choices=["none", "partial", "selective", "full"],
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--top5-rounds", type=int, default=1, help="interleaved rounds of the top-5 row (median)")
     p.add_argument("--device", default="cpu", help="cpu or cuda: where the layer, inputs and vectors live")
     p.add_argument("--render", action="store_true", help="only rewrite the section from the saved rows")
-    p.add_argument("--save-cases", metavar="PATH",
-                   help=f"only save the layer and texts at every length asked for to PATH (for ${CASES_ENV})")
+    p.add_argument(
+        "--save-cases",
+        metavar="PATH",
+        help=f"only save the layer and texts at every length asked for to PATH (for ${CASES_ENV})",
+    )
     a = p.parse_args()
     if a.render:
         render(a.out)
         raise SystemExit(0)
     if a.save_cases:
-        save_cases(a.save_cases, sorted({*a.top5_lens, *a.product_lens, *a.float32_lens,
-                                         *a.hutchinson_lens, *([a.slq_len] if a.slq_len else [])}))
+        save_cases(
+            a.save_cases,
+            sorted(
+                {
+                    *a.top5_lens,
+                    *a.product_lens,
+                    *a.float32_lens,
+                    *a.hutchinson_lens,
+                    *([a.slq_len] if a.slq_len else []),
+                }
+            ),
+        )
         raise SystemExit(0)
-    main(a.out, tuple(a.top5_lens), tuple(a.product_lens), a.slq_len, a.threads, a.repeats,
-         tuple(a.float32_lens), hutchinson_lens=tuple(a.hutchinson_lens), slq_reorth=tuple(a.slq_reorth),
-         device=a.device, top5_rounds=a.top5_rounds)
+    main(
+        a.out,
+        tuple(a.top5_lens),
+        tuple(a.product_lens),
+        a.slq_len,
+        a.threads,
+        a.repeats,
+        tuple(a.float32_lens),
+        hutchinson_lens=tuple(a.hutchinson_lens),
+        slq_reorth=tuple(a.slq_reorth),
+        device=a.device,
+        top5_rounds=a.top5_rounds,
+    )

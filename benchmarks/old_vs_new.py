@@ -68,8 +68,9 @@ def worktree(rev: str, where: Path) -> Path:
 
 def probe(tree: Path) -> dict[str, float]:
     env = os.environ | {"PYTHONPATH": str(tree)}
-    run = subprocess.run([sys.executable, "-c", PROBE], cwd=tree, env=env, capture_output=True, text=True,
-                         check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=tree, env=env, capture_output=True, text=True, check=True
+    )
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
@@ -85,12 +86,13 @@ def main() -> None:
         got: dict[str, list[dict[str, float]]] = {rev: [] for rev in trees}
         try:
             for r in range(a.rounds):
-                for rev in (trees if r % 2 == 0 else reversed(list(trees))):
+                for rev in trees if r % 2 == 0 else reversed(list(trees)):
                     got[rev].append(probe(trees[rev]))
         finally:
             for tree in trees.values():
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                               check=False)
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False
+                )
     load1 = os.getloadavg()[0]
     print(f"{a.rounds} rounds, old = {a.old}, new = {a.new}; load average {load0:.1f} -> {load1:.1f}")
     print(f"{'':16}{'old (s)':>12}{'new (s)':>12}{'new / old':>12}")

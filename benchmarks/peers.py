@@ -53,25 +53,34 @@ def per_call_hvp(cfg, params, X, Y):
             grads = torch.autograd.grad(loss, leaves, create_graph=True)
             parts = [t.reshape(w.shape) for t, w in zip(torch.split(v, [w.numel() for w in leaves]), leaves)]
             return torch.cat([g.reshape(-1) for g in torch.autograd.grad(grads, leaves, parts)])
+
     return hvp
 
 
 def scipy_top(products: Counted, k: int, tol: float, seed: int = 0) -> tuple[np.ndarray, int]:
     from scipy.sparse.linalg import LinearOperator, eigsh
 
-    device = products.ag.leaves[0].device                     # ARPACK's vectors live on the host
+    device = products.ag.leaves[0].device  # ARPACK's vectors live on the host
 
     def mv(x: np.ndarray) -> np.ndarray:
         return products(torch.from_numpy(np.ascontiguousarray(x.reshape(-1))).to(device)).cpu().numpy()
+
     op = LinearOperator((products.size, products.size), matvec=mv, dtype=np.float64)
     start = products.count
-    vals = eigsh(op, k=k, which="LA", tol=tol, v0=np.random.default_rng(seed).standard_normal(products.size),
-                 return_eigenvectors=False)
+    vals = eigsh(
+        op,
+        k=k,
+        which="LA",
+        tol=tol,
+        v0=np.random.default_rng(seed).standard_normal(products.size),
+        return_eigenvectors=False,
+    )
     return np.sort(vals)[::-1], products.count - start
 
 
-def eigenthings_top(products: Counted, k: int, tol: float, steps: int,
-                    seed: int = 0) -> tuple[np.ndarray, int]:
+def eigenthings_top(
+    products: Counted, k: int, tol: float, steps: int, seed: int = 0
+) -> tuple[np.ndarray, int]:
     from hessian_eigenthings import LambdaOperator, lanczos
 
     op = LambdaOperator(products, products.size, device=products.ag.leaves[0].device, dtype=torch.float64)
@@ -83,30 +92,36 @@ def eigenthings_top(products: Counted, k: int, tol: float, steps: int,
 def pyhessian_top(cfg, params, X, Y, k: int) -> tuple[np.ndarray, int]:
     import importlib
 
-    ph = importlib.import_module("pyhessian.hessian")     # the module (the package names its class so)
+    ph = importlib.import_module("pyhessian.hessian")  # the module (the package names its class so)
 
     from hessviz import reference
 
     class Layer(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.weights = torch.nn.ParameterList([torch.nn.Parameter(params[n].clone())
-                                                   for n in cfg.param_names])
+            self.weights = torch.nn.ParameterList(
+                [torch.nn.Parameter(params[n].clone()) for n in cfg.param_names]
+            )
 
         def forward(self, x):
             return reference.torch_forward(cfg, dict(zip(cfg.param_names, self.weights)), x[0])[None]
 
     default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)                   # PyHessian draws its vectors in the default
+    torch.set_default_dtype(torch.float64)  # PyHessian draws its vectors in the default
     try:
         with torch.enable_grad():
-            h = ph.hessian(Layer().to(X.device), torch.nn.MSELoss(), data=(X[None], Y[None]),
-                           cuda=X.device.type == "cuda")
-            count, hv = [0], ph.hessian_vector_product          # counted where PyHessian calls it
+            h = ph.hessian(
+                Layer().to(X.device),
+                torch.nn.MSELoss(),
+                data=(X[None], Y[None]),
+                cuda=X.device.type == "cuda",
+            )
+            count, hv = [0], ph.hessian_vector_product  # counted where PyHessian calls it
 
             def counted(*a, **kw):
                 count[0] += 1
                 return hv(*a, **kw)
+
             ph.hessian_vector_product = counted
             try:
                 vals, _ = h.eigenvalues(top_n=k)

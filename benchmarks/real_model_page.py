@@ -34,14 +34,19 @@ sys.path.insert(0, str(ROOT))
 
 from tests.streamlit_server import ARGS, CHROMIUM, Server  # noqa: E402
 
-IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
-        " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
+IDLE = (
+    "() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
+    " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }"
+)
 CHARTS = "() => document.querySelectorAll('.js-plotly-plot').length >= {n}"
-HESSIAN = ("() => [...document.querySelectorAll('.gtitle')]"
-           ".some(e => e.textContent.includes('Hessian of {name},'))")
-FIRST_ENTRY = ("() => { const p = [...document.querySelectorAll('.js-plotly-plot')].find(d => d.layout && "
-               "String(d.layout.title && d.layout.title.text).includes('Hessian of')); "
-               "return p ? JSON.stringify(p.data[0].z).slice(0, 400) : ''; }")
+HESSIAN = (
+    "() => [...document.querySelectorAll('.gtitle')].some(e => e.textContent.includes('Hessian of {name},'))"
+)
+FIRST_ENTRY = (
+    "() => { const p = [...document.querySelectorAll('.js-plotly-plot')].find(d => d.layout && "
+    "String(d.layout.title && d.layout.title.text).includes('Hessian of')); "
+    "return p ? JSON.stringify(p.data[0].z).slice(0, 400) : ''; }"
+)
 BUDGET = {"first figure": 2.0, "head": 3.0, "weight": 3.0, "head, live": 3.0, "target seed": 3.0}
 
 
@@ -70,8 +75,10 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     env = {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"} if args.hosted else {}
-    print(f"load average before: {load()}; profile {'hosted' if args.hosted else 'local'}; "
-          f"HESSVIZ_APP_THREADS={os.environ.get('HESSVIZ_APP_THREADS', '1 (default)')}")
+    print(
+        f"load average before: {load()}; profile {'hosted' if args.hosted else 'local'}; "
+        f"HESSVIZ_APP_THREADS={os.environ.get('HESSVIZ_APP_THREADS', '1 (default)')}"
+    )
     srv = Server(env=env, log="benchmark_real_model.log", port=args.port)
     times: dict[str, list[float]] = {k: [] for k in BUDGET}
     extra: dict[str, float] = {}
@@ -80,7 +87,7 @@ def main() -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             url = f"{srv.base}/real_model?rm_model=all-MiniLM-L6-v2"
-            for i in range(args.repeats + 1):                  # the first tab also warms the server
+            for i in range(args.repeats + 1):  # the first tab also warms the server
                 ctx = browser.new_context(viewport={"width": 1280, "height": 720})
                 page = ctx.new_page()
                 t0 = time.perf_counter()
@@ -99,28 +106,44 @@ def main() -> None:
                     ctx.close()
             head = page.get_by_role("slider", name="Head")
             for h in range(1, args.repeats + 1):
-                times["head"].append(timed(page, lambda: (head.focus(), head.press("ArrowRight")),
-                                           HESSIAN.replace("{name}", f"W_Q[{h}]")))
+                times["head"].append(
+                    timed(
+                        page,
+                        lambda: (head.focus(), head.press("ArrowRight")),
+                        HESSIAN.replace("{name}", f"W_Q[{h}]"),
+                    )
+                )
                 settle(page)
             head.focus()
             head.press("Home")
             settle(page)
-            for w in ("W_K", "W_V", "W_O")[:max(1, args.repeats)]:
-                times["weight"].append(timed(page, lambda w=w: page.get_by_role("radio", name=w).click(),
-                                             HESSIAN.replace("{name}", f"{w}[0]")))
+            for w in ("W_K", "W_V", "W_O")[: max(1, args.repeats)]:
+                times["weight"].append(
+                    timed(
+                        page,
+                        lambda w=w: page.get_by_role("radio", name=w).click(),
+                        HESSIAN.replace("{name}", f"{w}[0]"),
+                    )
+                )
                 settle(page)
             page.get_by_role("radio", name="W_O").click()
             settle(page)
             for h in range(1, args.repeats + 1):
-                times["head, live"].append(timed(page, lambda: (head.focus(), head.press("ArrowRight")),
-                                                 HESSIAN.replace("{name}", f"W_O[{h}]")))
+                times["head, live"].append(
+                    timed(
+                        page,
+                        lambda: (head.focus(), head.press("ArrowRight")),
+                        HESSIAN.replace("{name}", f"W_O[{h}]"),
+                    )
+                )
                 settle(page)
             seed = page.get_by_role("slider", name="Target seed")
             for _ in range(args.repeats):
                 before = page.evaluate(FIRST_ENTRY)
                 changed = f"() => ({FIRST_ENTRY})() !== {before!r} && ({FIRST_ENTRY})() !== ''"
-                times["target seed"].append(timed(page, lambda: (seed.focus(), seed.press("ArrowRight")),
-                                                  changed))
+                times["target seed"].append(
+                    timed(page, lambda: (seed.focus(), seed.press("ArrowRight")), changed)
+                )
                 settle(page)
             browser.close()
         peak = srv.peak_rss()
@@ -131,8 +154,10 @@ def main() -> None:
     for name, ts in times.items():
         if ts:
             med = statistics.median(ts)
-            print(f"{name:<16}{med:>10.2f}{max(ts):>10.2f}{BUDGET[name]:>10.1f}{med / BUDGET[name]:>15.2f}  "
-                  + ", ".join(f"{t:.2f}" for t in ts))
+            print(
+                f"{name:<16}{med:>10.2f}{max(ts):>10.2f}{BUDGET[name]:>10.1f}{med / BUDGET[name]:>15.2f}  "
+                + ", ".join(f"{t:.2f}" for t in ts)
+            )
     for name, t in extra.items():
         t = statistics.median(t) if isinstance(t, list) else t
         print(f"{name}: {t:.2f} s")

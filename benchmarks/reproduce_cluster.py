@@ -43,22 +43,34 @@ def main(ids: tuple[str, ...]) -> None:
 
     from distributed import Client, LocalCluster
 
-    print(f"claims {', '.join(ids)}; torch threads {torch.get_num_threads()}; load {os.getloadavg()}",
-          flush=True)
+    print(
+        f"claims {', '.join(ids)}; torch threads {torch.get_num_threads()}; load {os.getloadavg()}",
+        flush=True,
+    )
     a, here = timed(ids)
-    print(f"in-process {a:.1f} s ({', '.join(f'{r.id} {r.seconds:.1f} s' for r in here)}); "
-          f"load {os.getloadavg()}", flush=True)
+    print(
+        f"in-process {a:.1f} s ({', '.join(f'{r.id} {r.seconds:.1f} s' for r in here)}); "
+        f"load {os.getloadavg()}",
+        flush=True,
+    )
     runs = {}
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         runs["two-process ProcessPoolExecutor"] = timed(ids, pool)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      host="127.0.0.1") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         runs["two-worker LocalCluster"] = timed(ids, client.get_executor())
     for name, (b, there) in runs.items():
         same = numbers(here) == numbers(there)
         each = ", ".join(f"{r.id} {r.seconds:.1f} s" for r in there)
-        print(f"{name} {b:.1f} s ({each}); ratio {a / b:.2f}; "
-              f"every number but the timings bit-identical {same}; load {os.getloadavg()}", flush=True)
+        print(
+            f"{name} {b:.1f} s ({each}); ratio {a / b:.2f}; "
+            f"every number but the timings bit-identical {same}; load {os.getloadavg()}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

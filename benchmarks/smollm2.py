@@ -39,8 +39,10 @@ def main() -> None:
     from hessviz.pretrained.checkpoint import bundled_file
 
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, load {os.getloadavg()}", flush=True)
-    text = ("The sorted() function returns a new sorted list from the items in the iterable. "
-            "It accepts a key function and a reverse flag, and it is stable: equal items keep their order.")
+    text = (
+        "The sorted() function returns a new sorted list from the items in the iterable. "
+        "It accepts a key function and a reverse flag, and it is stable: equal items keep their order."
+    )
     t0 = time.perf_counter()
     model = hv.load_model("smollm2-135m", dtype=torch.float32)
     ids = torch.tensor(pretrained.token_ids("smollm2-135m", text)[: args.tokens])
@@ -48,8 +50,11 @@ def main() -> None:
     res = hv.model_hessian(model, ids, "next_token", wrt=names)
     res.matvec(torch.randn(res.size))
     first = time.perf_counter() - t0
-    print(f"hessviz: load to first product {first:.1f} s ({len(ids)} tokens, {len(names)} tensors, "
-          f"P' = {res.size:,}); peak {peak_mib():.0f} MiB", flush=True)
+    print(
+        f"hessviz: load to first product {first:.1f} s ({len(ids)} tokens, {len(names)} tensors, "
+        f"P' = {res.size:,}); peak {peak_mib():.0f} MiB",
+        flush=True,
+    )
 
     ours = {}
     for n in names:
@@ -63,15 +68,23 @@ def main() -> None:
 
     path = bundled_file("smollm2-135m")
     ref = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32).eval()
+        str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+    ).eval()
     params = dict(ref.named_parameters())
-    layer = {"W_Q": "self_attn.q_proj", "W_K": "self_attn.k_proj", "W_V": "self_attn.v_proj",
-             "W_O": "self_attn.o_proj", "W_G": "mlp.gate_proj", "W_1": "mlp.up_proj", "W_2": "mlp.down_proj"}
+    layer = {
+        "W_Q": "self_attn.q_proj",
+        "W_K": "self_attn.k_proj",
+        "W_V": "self_attn.v_proj",
+        "W_O": "self_attn.o_proj",
+        "W_G": "mlp.gate_proj",
+        "W_1": "mlp.up_proj",
+        "W_2": "mlp.down_proj",
+    }
     logits = ref(input_ids=ids[None]).logits[0]
     loss = torch.nn.functional.cross_entropy(logits[:-1], ids[1:])
     leaves = [params[f"model.layers.{n.split('.')[0][1:]}.{layer[n.split('.')[1]]}.weight"] for n in names]
     t = time.perf_counter()
-    grads = torch.autograd.grad(loss, leaves, create_graph=True)        # the kept graph, built once
+    grads = torch.autograd.grad(loss, leaves, create_graph=True)  # the kept graph, built once
     graph_s = time.perf_counter() - t
     theirs = {}
     gen = torch.Generator().manual_seed(0)
@@ -80,7 +93,7 @@ def main() -> None:
         v = torch.randn(p.shape, generator=gen)
         v /= v.norm()
         lam, k = 0.0, 0
-        for k in range(1, args.iters + 1):                             # PyHessian's power iteration
+        for k in range(1, args.iters + 1):  # PyHessian's power iteration
             (Hv,) = torch.autograd.grad(g, p, grad_outputs=v, retain_graph=True)
             new = float((Hv * v).sum())
             v = Hv / Hv.norm()
@@ -96,8 +109,10 @@ def main() -> None:
     pa = statistics.median(ours[n][2] for n in names)
     pb = statistics.median(theirs[n][2] for n in names)
     rel = statistics.median(abs(ours[n][0] - theirs[n][0]) / abs(theirs[n][0]) for n in names)
-    print(f"median per tensor: hessviz {a:.2f} s / {pa} products, power iteration {b:.2f} s / {pb} products; "
-          f"ratio (power / hessviz) {b / a:.2f}; median |Δλ|/λ {rel:.2e}; load {os.getloadavg()}")
+    print(
+        f"median per tensor: hessviz {a:.2f} s / {pa} products, power iteration {b:.2f} s / {pb} products; "
+        f"ratio (power / hessviz) {b / a:.2f}; median |Δλ|/λ {rel:.2e}; load {os.getloadavg()}"
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,16 @@ def main() -> None:
     opts = dict(trace_samples=6, seed=0)
     print(f"{args.model}: {res.info}; torch threads {torch.get_num_threads()}; load {os.getloadavg()}")
     here, there, rows = [], [], {}
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      host="127.0.0.1") as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=args.workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            host="127.0.0.1",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         executor = client.get_executor()
         for _ in range(args.repeats):
             t = time.perf_counter()

@@ -30,8 +30,9 @@ from hessviz.weights import layer_params, units
 METHODS = ("closed_form", "autograd")
 
 
-def _prepare(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
-             Y: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor, Tensor | None]:
+def _prepare(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None = None
+) -> tuple[dict[str, Tensor], Tensor, Tensor | None]:
     if not isinstance(cfg, BlockConfig):
         raise ConfigError(f"cfg must be a hessviz.BlockConfig, got {type(cfg).__name__}")
     dtype, device = check_params(cfg, params)
@@ -41,14 +42,17 @@ def _prepare(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
     return params, X, Y
 
 
-def _prepare_target(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
-                    loss: CustomLoss | None) -> tuple[dict[str, Tensor], Tensor, Loss]:
+def _prepare_target(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None, loss: CustomLoss | None
+) -> tuple[dict[str, Tensor], Tensor, Loss]:
     """``(params, X, loss)``: ``cfg.loss`` against the target ``Y`` (:func:`~hessviz.losses.block_loss`),
     or the custom ``loss`` checked and bound to ``Z``."""
     if loss is None:
         if Y is None:
-            raise InputError(f"Y is required: the target of loss={cfg.loss!r} (or pass "
-                             "loss=hv.CustomLoss(grad_Z, hess_Z) instead)")
+            raise InputError(
+                f"Y is required: the target of loss={cfg.loss!r} (or pass "
+                "loss=hv.CustomLoss(grad_Z, hess_Z) instead)"
+            )
         params, X, Y = _prepare(cfg, params, X, Y)
         return params, X, block_loss(cfg.loss, Y)
     if Y is not None:
@@ -89,16 +93,26 @@ def loss(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor) -> T
     return block_loss(cfg.loss, Y).at(_output(cfg, params, X)).value
 
 
-def jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
-             wrt: tuple[str, ...] | None = None, *, method: str = "closed_form") -> Tensor:
+def jacobian(
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    wrt: tuple[str, ...] | None = None,
+    *,
+    method: str = "closed_form",
+) -> Tensor:
     """``∂ vec_r(Z)/∂θ``, ``(L*d, P')``, closed form (or ``method="autograd"``)."""
     params, X, _ = _prepare(cfg, params, X)
     names = _check_wrt(cfg, wrt)
     method = _check_method(method)
     P = sum(cfg.param_size(n) for n in names)
     itemsize = X.element_size()
-    check_fits(f"the Jacobian ({cfg.seq_len * cfg.d_model} x {P})",
-               2 * cfg.seq_len * cfg.d_model * P * itemsize, X.device, SIZE_ADVICE)
+    check_fits(
+        f"the Jacobian ({cfg.seq_len * cfg.d_model} x {P})",
+        2 * cfg.seq_len * cfg.d_model * P * itemsize,
+        X.device,
+        SIZE_ADVICE,
+    )
     if method == "autograd":
         return reference.model_jacobian(cfg, params, X, names)
     if cfg.is_stack:
@@ -114,15 +128,22 @@ def _tape_jacobian(cfg: BlockConfig, tape: Tape, names: tuple[str, ...], chunk: 
     out = memory.empty(Z.numel(), layout.size, dtype=Z.dtype, device=Z.device)
     eye = torch.eye(layout.size, dtype=Z.dtype, device=Z.device)
     for start in range(0, layout.size, chunk):
-        cols = eye[start:start + chunk]
+        cols = eye[start : start + chunk]
         dZ = tape.tangents(tape.whole, {}, layout.scatter(cols))[tape.output]
-        out[:, start:start + cols.shape[0]] = 0.0 if dZ is None else dZ.reshape(cols.shape[0], -1).T
+        out[:, start : start + cols.shape[0]] = 0.0 if dZ is None else dZ.reshape(cols.shape[0], -1).T
     return out
 
 
-def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None = None,
-             wrt: tuple[str, ...] | None = None, *, method: str = "closed_form",
-             loss: CustomLoss | None = None) -> dict[str, Tensor]:
+def gradient(
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    Y: Tensor | None = None,
+    wrt: tuple[str, ...] | None = None,
+    *,
+    method: str = "closed_form",
+    loss: CustomLoss | None = None,
+) -> dict[str, Tensor]:
     """``∂ℓ/∂W`` for each name, ``name -> (rows, cols)``, closed form (or autograd); ``loss`` a
     :class:`~hessviz.losses.CustomLoss` in place of ``Y``."""
     params, X, Y = _prepare_target(cfg, params, X, Y, loss)
@@ -130,7 +151,7 @@ def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor |
     if _check_method(method) == "autograd":
         flat = reference.gradient(cfg, params, X, Y, names)
         return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
-    return _tape_gradient(cfg, build(cfg, params, X, Y), names)   # the tape's first-order sweep
+    return _tape_gradient(cfg, build(cfg, params, X, Y), names)  # the tape's first-order sweep
 
 
 def _tape_gradient(cfg: BlockConfig, tape: Tape, names: tuple[str, ...]) -> dict[str, Tensor]:
@@ -161,7 +182,7 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
             by_layer.setdefault(layer, []).append(local)
         P, Ld = sum(cfg.param_size(n) for n in names), cfg.seq_len * cfg.d_model
         blocks = sum(hessian_bytes(cfg.block, tuple(local), itemsize, method) for local in by_layer.values())
-        if min(by_layer) == cfg.n_layers - 1:          # the last layer alone: the one-block engine
+        if min(by_layer) == cfg.n_layers - 1:  # the last layer alone: the one-block engine
             return blocks + P * P * itemsize
         tangents = Ld * cfg.seq_len * (8 * cfg.d_model + 2 * cfg.d_ff + 2 * cfg.n_heads * cfg.seq_len)
         return blocks + (P * P + 3 * Ld * P + (cfg.n_layers + 2) * Ld * Ld + tangents) * itemsize
@@ -171,18 +192,25 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
     largest_block = max(sizes) ** 2
     us = units(cfg, names)
     heads = len({u.ref[2] for u in us if u.ref[2] is not None})
-    ffn = cfg.d_ff * (2 if cfg.mlp == "gated" else 1)            # the gate doubles the FFN factors
+    ffn = cfg.d_ff * (2 if cfg.mlp == "gated" else 1)  # the gate doubles the FFN factors
     working = L * d * (8 * d + 4 * ffn) + 4 * heads * L * L * (d + cfg.d_k)
     if cfg.norm in ("pre", "parallel") and cfg.ln_affine and any(u.ref[0] == "ln1" for u in us):
-        working += 2 * d * (P + 8 * L * L + 4 * L * d)             # tangents along ∂X/∂(γ, β)
-    if method == "autograd":                                   # vmapped tangents of every activation
+        working += 2 * d * (P + 8 * L * L + 4 * L * d)  # tangents along ∂X/∂(γ, β)
+    if method == "autograd":  # vmapped tangents of every activation
         working += 6 * P * L * (L + 3 * d + 2 * cfg.d_ff + cfg.n_heads * cfg.d_k)
     return (P * P + largest_block + working) * itemsize
 
 
-def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None = None,
-            wrt: tuple[str, ...] | None = None, *, method: str = "closed_form",
-            loss: CustomLoss | None = None) -> HessianResult:
+def hessian(
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    Y: Tensor | None = None,
+    wrt: tuple[str, ...] | None = None,
+    *,
+    method: str = "closed_form",
+    loss: CustomLoss | None = None,
+) -> HessianResult:
     """The Hessian of the loss in the weights ``wrt`` (all by default, in cfg order).
 
     The loss is ``cfg.loss`` against the target ``Y``, or ``loss=hv.CustomLoss(grad_Z, hess_Z)``
@@ -197,9 +225,16 @@ def hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | 
     if method == "autograd":
         engine = reference.AutogradHessian(cfg, params, X, Y)
     elif cfg.is_stack or not Y.token_wise:
-        _ = products.sweep_tape     # its forward pass validates now; the whole tape is built for a dense term
+        _ = products.sweep_tape  # its forward pass validates now; the whole tape is built for a dense term
         engine = StackHessian(cfg, params, functools.partial(getattr, products, "tape"), Y)
-    else:                # the forward pass alone (stages are built lazily) validates LayerNorm rows now;
-        engine = assembly.DenseHessian(cfg, record(cfg, params, X), Y, X)   # products tape on first use
-    return HessianResult(cfg, names, engine, method=method, products=products, device=X.device,
-                         dense_bytes=hessian_bytes(cfg, names, X.element_size(), method))
+    else:  # the forward pass alone (stages are built lazily) validates LayerNorm rows now;
+        engine = assembly.DenseHessian(cfg, record(cfg, params, X), Y, X)  # products tape on first use
+    return HessianResult(
+        cfg,
+        names,
+        engine,
+        method=method,
+        products=products,
+        device=X.device,
+        dense_bytes=hessian_bytes(cfg, names, X.element_size(), method),
+    )

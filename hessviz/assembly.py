@@ -85,14 +85,14 @@ def dense_jacobian(cfg: BlockConfig, rec: BlockRecord, names: tuple[str, ...]) -
     us = units(cfg, names)
     at_sa = attention_jacobians(rec, tuple(u.ref for u in us))
     for u in us:
-        target = u.rows_of(out[:, offsets[u.name]], 1)             # (L*d, rows, cols)
+        target = u.rows_of(out[:, offsets[u.name]], 1)  # (L*d, rows, cols)
         if u.ref in at_sa:
             J = at_sa[u.ref] if rec.stage is None else at_sa[u.ref].lmul(rec.stage.map.jac)  # ∂Z/∂SA · ∂SA/∂θ
         elif rec.stage is not None and u.ref in rec.stage.jacobians:
             J = rec.stage.jacobians[u.ref]
-        elif rec.branch is not None and u.ref in rec.branch.jacobians:     # Z = T(SA) + B(X)
+        elif rec.branch is not None and u.ref in rec.branch.jacobians:  # Z = T(SA) + B(X)
             J = rec.branch.jacobians[u.ref]
-        else:                                                       # b_K: exactly zero
+        else:  # b_K: exactly zero
             target.zero_()
             continue
         J.dense_into(target)
@@ -118,7 +118,7 @@ def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piec
         if co:
             N_z = cur.at_Z.select(co, 0.0)
             out += [Sandwich(a, b, J_t[a], N_z, J_t[b]) for i, a in enumerate(stg) for b in stg[i:]]
-            across = T.map.jac.transpose(-1, -2) @ N_z                 # J_Tᵀ N_Z, (L, d, d)
+            across = T.map.jac.transpose(-1, -2) @ N_z  # J_Tᵀ N_Z, (L, d, d)
             out += [Sandwich(a, b, J_sa[a], across, J_t[b]) for a in att for b in stg]
         if cf:
             out += T.functional(g_Z)
@@ -129,8 +129,9 @@ def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piec
     return [p for p in out if p.a in wanted and p.b in wanted]
 
 
-def _branch_contributions(cur: Curvature, refs: tuple[Ref, ...], J_sa: dict[Ref, Factored], stg: list[Ref],
-                          co: float, cf: float) -> list[Piece]:
+def _branch_contributions(
+    cur: Curvature, refs: tuple[Ref, ...], J_sa: dict[Ref, Factored], stg: list[Ref], co: float, cf: float
+) -> list[Piece]:
     """The pieces of the branch ``B`` on ``X`` (``Z = T(SA) + B(X)``, :mod:`hessviz.record`) whose
     units are in ``refs``: its own block ``Σ_t J^{B⊤} N^Z J^B + ∂²_{θ_B}(g_Zᵀ B)``, and its pairs with
     the attention's and ``T``'s weights, which meet it only through the loss curvature
@@ -146,7 +147,7 @@ def _branch_contributions(cur: Curvature, refs: tuple[Ref, ...], J_sa: dict[Ref,
         N_z = cur.at_Z.select(co, 0.0)
         out += [Sandwich(a, b, J_b[a], N_z, J_b[b]) for i, a in enumerate(brn) for b in brn[i:]]
         if J_sa:
-            across = N_z if T is None else T.map.jac.transpose(-1, -2) @ N_z      # J_Tᵀ N_Z
+            across = N_z if T is None else T.map.jac.transpose(-1, -2) @ N_z  # J_Tᵀ N_Z
             out += [Sandwich(a, b, J_sa[a], across, J_b[b]) for a in J_sa for b in brn]
         out += [Sandwich(a, b, T.jacobians[a], N_z, J_b[b]) for a in stg for b in brn]
     if cf:
@@ -154,8 +155,9 @@ def _branch_contributions(cur: Curvature, refs: tuple[Ref, ...], J_sa: dict[Ref,
     return out
 
 
-def write_block(block: Tensor, pieces: list[Piece], mirror: Tensor | None = None,
-                cache: MiddleCache | None = None) -> None:
+def write_block(
+    block: Tensor, pieces: list[Piece], mirror: Tensor | None = None, cache: MiddleCache | None = None
+) -> None:
     """Write the sum of ``pieces`` into the 4-d ``block`` (and its transpose into ``mirror``):
     the dense sandwiches summed slice by slice and written once, then the sparse pieces
     added; no piece (a zero block, e.g. two different heads' softmax terms) writes zeros."""
@@ -181,8 +183,14 @@ def _by_pair(pieces: list[Piece], order: dict[Ref, int]) -> dict[tuple[Ref, Ref]
     return out
 
 
-def assemble(cfg: BlockConfig, names: tuple[str, ...], cur: Curvature, term: str,
-             like: Tensor, out: Tensor | None = None) -> Tensor:
+def assemble(
+    cfg: BlockConfig,
+    names: tuple[str, ...],
+    cur: Curvature,
+    term: str,
+    like: Tensor,
+    out: Tensor | None = None,
+) -> Tensor:
     """The ``(P', P')`` matrix: each upper unit block and its mirror image written from the same
     pieces (into ``out``, e.g. a diagonal block of a stack's matrix, when given)."""
     us = units(cfg, names)
@@ -248,4 +256,3 @@ class DenseHessian:
     def block(self, a: str, b: str, term: str) -> Tensor:
         """The ``(|a|, |b|)`` block of two names or head slices alone: :func:`assemble_block`."""
         return assemble_block(self.cfg, a, b, self.curvature, term, self.X)
-

@@ -146,8 +146,10 @@ def compose_stages(inner: Stage, outer: Stage) -> Stage:
     """
     Ji, Jo = inner.map.jac, outer.map.jac
     inner_refs = list(inner.jacobians)
-    jacobians = Lazy({r: (lambda r=r: inner.jacobians[r].lmul(Jo)) for r in inner_refs}
-                     | {r: (lambda r=r: outer.jacobians[r]) for r in outer.jacobians})
+    jacobians = Lazy(
+        {r: (lambda r=r: inner.jacobians[r].lmul(Jo)) for r in inner_refs}
+        | {r: (lambda r=r: outer.jacobians[r]) for r in outer.jacobians}
+    )
 
     def outer_curvature(g: Tensor) -> Tensor | None:
         return outer.map.contract(g) if outer.map.contract is not None and inner_refs else None
@@ -173,10 +175,16 @@ def compose_stages(inner: Stage, outer: Stage) -> Stage:
         pieces += inner.functional(outer.map.vjp(g))
         Qo = outer_curvature(g)
         if Qo is not None:
-            pieces += [Sandwich(a, b, inner.jacobians[a], Qo, inner.jacobians[b])
-                       for k, a in enumerate(inner_refs) for b in inner_refs[k:]]
-        pieces += [Sandwich(a, b, inner.jacobians[a], None, Mb)
-                   for b, Mb in outer.mixed(g).items() for a in inner_refs]
+            pieces += [
+                Sandwich(a, b, inner.jacobians[a], Qo, inner.jacobians[b])
+                for k, a in enumerate(inner_refs)
+                for b in inner_refs[k:]
+            ]
+        pieces += [
+            Sandwich(a, b, inner.jacobians[a], None, Mb)
+            for b, Mb in outer.mixed(g).items()
+            for a in inner_refs
+        ]
         return pieces
 
     return Stage(compose(inner.map, outer.map), jacobians, mixed, functional)

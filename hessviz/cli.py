@@ -43,27 +43,39 @@ OBJECTIVES = ("synthetic", "next-token")
 def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:
     """One command-line option from its :class:`~hessviz.config.Setting`."""
     help_ = f"{s.help} (default {s.format(s.default) if s.default is not None else 'none'})"
-    if s.kind is bool and s.members:                  # --bias, --bias Q,K,V, --no-bias
-        group.add_argument(*s.flags, dest=s.name, nargs="?", const=True, type=_parser(s), default=s.default,
-                           metavar=",".join(s.members), help=s.help)
+    if s.kind is bool and s.members:  # --bias, --bias Q,K,V, --no-bias
+        group.add_argument(
+            *s.flags,
+            dest=s.name,
+            nargs="?",
+            const=True,
+            type=_parser(s),
+            default=s.default,
+            metavar=",".join(s.members),
+            help=s.help,
+        )
         group.add_argument(f"--no-{s.flag[2:]}", dest=s.name, action="store_const", const=False)
     elif s.kind is bool:
-        group.add_argument(*s.flags, dest=s.name, action=argparse.BooleanOptionalAction,
-                           default=s.default, help=s.help)
+        group.add_argument(
+            *s.flags, dest=s.name, action=argparse.BooleanOptionalAction, default=s.default, help=s.help
+        )
     elif s.choices:
         group.add_argument(*s.flags, dest=s.name, choices=s.choices, default=s.default, help=help_)
     else:
-        group.add_argument(*s.flags, dest=s.name, type=_parser(s), default=s.default,
-                           metavar=s.name.upper(), help=help_)
+        group.add_argument(
+            *s.flags, dest=s.name, type=_parser(s), default=s.default, metavar=s.name.upper(), help=help_
+        )
 
 
 def _parser(s: Setting):
     """``text -> value`` of ``s`` for argparse: a bad word is argparse's error, naming the field."""
+
     def parse(text: str) -> object:
         try:
             return s.parse(text)
         except HessvizError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
+
     return parse
 
 
@@ -74,22 +86,37 @@ def _add_block_args(p: argparse.ArgumentParser) -> None:
     given = p.add_argument_group("input")
     for s in INPUT_SETTINGS:
         _add_setting(given, s)
-    given.add_argument("--wrt", nargs="+", default=None, metavar="NAME",
-                       help="parameters to differentiate (default: all), e.g. --wrt W_Q W_K or a head "
-                            "slice W_Q[0]")
+    given.add_argument(
+        "--wrt",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="parameters to differentiate (default: all), e.g. --wrt W_Q W_K or a head slice W_Q[0]",
+    )
     given.add_argument("--dtype", choices=DTYPES, default="float64")
     given.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    model = p.add_argument_group("real model (then the block and X come from the checkpoint; the block "
-                                 "flags other than --loss are not read)")
-    model.add_argument("--model", default=None, metavar="SOURCE",
-                       help="a local Hugging Face checkpoint folder or a bundled model (hessviz models)")
+    model = p.add_argument_group(
+        "real model (then the block and X come from the checkpoint; the block "
+        "flags other than --loss are not read)"
+    )
+    model.add_argument(
+        "--model",
+        default=None,
+        metavar="SOURCE",
+        help="a local Hugging Face checkpoint folder or a bundled model (hessviz models)",
+    )
     model.add_argument("--layer", type=int, default=0, help="the layer of the model (default 0)")
     model.add_argument("--text", default=None, help="the text whose hidden states enter the layer")
-    model.add_argument("--ids", type=int, nargs="+", default=None, metavar="ID",
-                       help="token ids instead of a text")
-    model.add_argument("--objective", choices=OBJECTIVES, default="synthetic",
-                       help="synthetic: --loss against the seeded target; next-token: the model's own "
-                            "cross-entropy through its final norm and LM head (decoders, last layer)")
+    model.add_argument(
+        "--ids", type=int, nargs="+", default=None, metavar="ID", help="token ids instead of a text"
+    )
+    model.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="synthetic",
+        help="synthetic: --loss against the seeded target; next-token: the model's own "
+        "cross-entropy through its final norm and LM head (decoders, last layer)",
+    )
 
 
 @dataclass(frozen=True)
@@ -121,16 +148,23 @@ def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str) -> S
     Y, custom = None, None
     if args.objective == "next-token":
         if args.layer != info.n_layers - 1:
-            raise hv.ConfigError(f"--objective next-token is the model's loss on its last hidden states: "
-                                 f"use --layer {info.n_layers - 1}")
+            raise hv.ConfigError(
+                f"--objective next-token is the model's loss on its last hidden states: "
+                f"use --layer {info.n_layers - 1}"
+            )
         ids = pretrained.token_ids(args.model, given)
         Z = hv.forward(cfg, params, X)
         custom = objectives.next_token_loss(Z, ids, objectives.lm_head(args.model, dtype)).custom_loss()
     else:
         _, Y = hv.sample_inputs(cfg, seed=args.seed, dtype=dtype, device=device)
     title = f"{info.name} layer {args.layer} ({info.family}), {cfg.describe()}, {args.objective} objective"
-    record = {"model": info.name, "folder": info.folder, "layer": args.layer, "objective": args.objective,
-              "ids": pretrained.token_ids(args.model, given)}
+    record = {
+        "model": info.name,
+        "folder": info.folder,
+        "layer": args.layer,
+        "objective": args.objective,
+        "ids": pretrained.token_ids(args.model, given),
+    }
     return Setup(cfg, params, X, Y, custom, tuple(args.wrt) if args.wrt else None, title, record)
 
 
@@ -140,8 +174,9 @@ def _setup(args: argparse.Namespace) -> Setup:
     if args.model is not None:
         return _model_setup(args, dtype, device)
     if args.text is not None or args.ids is not None or args.objective != "synthetic":
-        raise hv.InputError("--text, --ids and --objective need --model (a checkpoint folder or a bundled "
-                            "model)")
+        raise hv.InputError(
+            "--text, --ids and --objective need --model (a checkpoint folder or a bundled model)"
+        )
     cfg = hv.BlockConfig(**{s.name: getattr(args, s.name) for s in BLOCK_SETTINGS})
     params = hv.init_params(cfg, seed=args.seed, dtype=dtype, device=device)
     X, Y = hv.sample_inputs(cfg, seed=args.seed, input_norm=args.input_norm, dtype=dtype, device=device)
@@ -177,17 +212,34 @@ def cmd_compute(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out.with_suffix(".npz"), **arrays, names=np.array(res.names),
-                        sizes=np.array([cfg.param_size(n) for n in res.names]))
+    np.savez_compressed(
+        out.with_suffix(".npz"),
+        **arrays,
+        names=np.array(res.names),
+        sizes=np.array([cfg.param_size(n) for n in res.names]),
+    )
     summary = {
-        "config": cfg.values(), **run.record, "seed": args.seed, "dtype": args.dtype,
-        "device": str(X.device), "names": list(res.names), "P": res.size,
-        "seconds": seconds, "terms": summarize(res, terms),
+        "config": cfg.values(),
+        **run.record,
+        "seed": args.seed,
+        "dtype": args.dtype,
+        "device": str(X.device),
+        "names": list(res.names),
+        "P": res.size,
+        "seconds": seconds,
+        "terms": summarize(res, terms),
     }
     out.with_suffix(".json").write_text(json.dumps(summary, indent=2))
-    print(json.dumps({k: summary[k] for k in ("names", "P", "seconds")} | {
-        t: {k: v for k, v in s.items() if not k.startswith("block_norms")}
-        for t, s in summary["terms"].items()}, indent=2))
+    print(
+        json.dumps(
+            {k: summary[k] for k in ("names", "P", "seconds")}
+            | {
+                t: {k: v for k, v in s.items() if not k.startswith("block_norms")}
+                for t, s in summary["terms"].items()
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out.with_suffix('.npz')} and {out.with_suffix('.json')}", file=sys.stderr)
     return 0
 
@@ -197,8 +249,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     run = _setup(args)
     if run.custom is not None:
-        raise hv.InputError("verify compares against autograd of the block's own loss: use --objective "
-                            "synthetic (compute and spectrum take next-token)")
+        raise hv.InputError(
+            "verify compares against autograd of the block's own loss: use --objective "
+            "synthetic (compute and spectrum take next-token)"
+        )
     tol = args.tol if args.tol is not None else (1e-10 if args.dtype == "float64" else 1e-4)
     result = compare(run.cfg, run.params, run.X, run.Y, run.wrt)
     print(f"{run.title}  ({args.dtype}, {run.X.device})")
@@ -207,9 +261,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         flag = "" if err <= tol else "  <-- above tolerance"
         print(f"{what:<12}{block:<12}{err:>16.2e}{flag}")
     ok = result.worst <= tol
-    print(f"worst relative error {result.worst:.2e} (tolerance {tol:.0e}): {'OK' if ok else 'FAIL'}; "
-          f"all three terms: closed form {result.seconds['closed_form'] * 1e3:.1f} ms, autograd "
-          f"{result.seconds['autograd'] * 1e3:.1f} ms ({result.speedup:.1f}×)")
+    print(
+        f"worst relative error {result.worst:.2e} (tolerance {tol:.0e}): {'OK' if ok else 'FAIL'}; "
+        f"all three terms: closed form {result.seconds['closed_form'] * 1e3:.1f} ms, autograd "
+        f"{result.seconds['autograd'] * 1e3:.1f} ms ({result.speedup:.1f}×)"
+    )
     return 0 if ok else 1
 
 
@@ -225,26 +281,42 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             print(f"\r  {message[:100]:<100}", end="", file=sys.stderr)
 
-    report = spectrum_report(res, args.term, args.top, args.bottom, args.density, args.probes, args.steps,
-                             args.trace, args.blocks, args.seed, progress)
+    report = spectrum_report(
+        res,
+        args.term,
+        args.top,
+        args.bottom,
+        args.density,
+        args.probes,
+        args.steps,
+        args.trace,
+        args.blocks,
+        args.seed,
+        progress,
+    )
     if sys.stderr.isatty():
         print(file=sys.stderr)
     report |= {"config": cfg.values(), **run.record, "device": str(X.device)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    spectrum_figure(report, f"{args.term} Hessian: {run.title}, P = {res.size:,}") \
-        .write_html(out.with_suffix(".html"), include_plotlyjs="cdn")
+    spectrum_figure(report, f"{args.term} Hessian: {run.title}, P = {res.size:,}").write_html(
+        out.with_suffix(".html"), include_plotlyjs="cdn"
+    )
     for which in ("top", "bottom"):
         if which in report:
             r = report[which]
             values = r["values"][::-1] if which == "top" else r["values"]
-            print(f"{which} {len(values)}: {', '.join(f'{v:.6g}' for v in values)} "
-                  f"({r['matvecs']} products, {r['seconds']:.1f} s)")
+            print(
+                f"{which} {len(values)}: {', '.join(f'{v:.6g}' for v in values)} "
+                f"({r['matvecs']} products, {r['seconds']:.1f} s)"
+            )
     if "density" in report:
         r = report["density"]
-        print(f"density: {r['probes']} probes x {r['steps']} steps ({r['matvecs']} products, "
-              f"{r['seconds']:.1f} s); SLQ trace {r['trace_estimate']:.6g}")
+        print(
+            f"density: {r['probes']} probes x {r['steps']} steps ({r['matvecs']} products, "
+            f"{r['seconds']:.1f} s); SLQ trace {r['trace_estimate']:.6g}"
+        )
     if "trace" in report:
         r = report["trace"]
         print(f"trace (Hutch++): {r['value']:.6g} ± {r['stderr']:.2g} ({r['matvecs']} products)")
@@ -279,8 +351,10 @@ def _checkout_benchmarks() -> None:
     The benchmarks are no part of the library (an installed wheel has none): ``hessviz bench``
     runs those of the source checkout this ``hessviz`` was installed from (``pip install -e .``)."""
     if not (CHECKOUT / "benchmarks" / "__init__.py").is_file():
-        raise hv.InputError(f"the benchmarks are the source checkout's benchmarks/, and {CHECKOUT} has none: "
-                            f"clone the repository, pip install -e . there and run hessviz bench in it")
+        raise hv.InputError(
+            f"the benchmarks are the source checkout's benchmarks/, and {CHECKOUT} has none: "
+            f"clone the repository, pip install -e . there and run hessviz bench in it"
+        )
     if str(CHECKOUT) not in sys.path:
         sys.path.insert(0, str(CHECKOUT))
 
@@ -290,15 +364,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _checkout_benchmarks()
     if "dense" in args.suite:
         from benchmarks import dense
-        dense.main(out=out / "RESULTS.md", seq_lens=tuple(args.seq_lens), repeats=args.repeats,
-                   threads=args.threads)
+
+        dense.main(
+            out=out / "RESULTS.md", seq_lens=tuple(args.seq_lens), repeats=args.repeats, threads=args.threads
+        )
     if "matfree" in args.suite:
         from benchmarks import matfree, matfree_spectra
+
         matfree.main(out=out / "MATFREE.md", repeats=max(args.repeats, 7), threads=args.threads)
         matfree_spectra.main(out / "MATFREE.md", threads=args.threads, repeats=max(args.repeats, 5))
         print(f"wrote {out / 'MATFREE.md'}")
     if "pretrained" in args.suite:
         from benchmarks import pretrained
+
         text = pretrained.main(repeats=max(args.repeats, 5), threads=args.threads)
         (out / "PRETRAINED.md").write_text(f"# Pretrained layers\n\n{text}\n")
         print(f"wrote {out / 'PRETRAINED.md'}")
@@ -307,8 +385,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from hessviz.experiments import reproduce
+
     if args.smollm2:
         from hessviz.experiments import smollm2
+
         claims = smollm2.main(quick=args.quick, out=Path(args.out))
     elif args.scheduler is None:
         claims = reproduce(Path(args.out), quick=args.quick)
@@ -320,8 +400,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         try:
             client = Client(args.scheduler, timeout=10)
         except (OSError, TimeoutError, ValueError) as e:
-            raise hv.InputError(f"--scheduler {args.scheduler}: no Dask scheduler answers there ({e})") \
-                from None
+            raise hv.InputError(
+                f"--scheduler {args.scheduler}: no Dask scheduler answers there ({e})"
+            ) from None
         with client:
             claims = reproduce(Path(args.out), quick=args.quick, executor=client.get_executor())
     for c in claims:
@@ -333,7 +414,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def cmd_lesson(args: argparse.Namespace) -> int:
     import logging
 
-    logging.getLogger("streamlit").setLevel(logging.ERROR)   # "no script run context": not run by Streamlit
+    logging.getLogger("streamlit").setLevel(logging.ERROR)  # "no script run context": not run by Streamlit
     from hessviz.app import lesson_page
 
     start = time.perf_counter()
@@ -344,15 +425,18 @@ def cmd_lesson(args: argparse.Namespace) -> int:
 
     import torch
 
-    torch.set_num_threads(1)        # small blocks: one thread each, the points spread over processes
+    torch.set_num_threads(1)  # small blocks: one thread each, the points spread over processes
     size = lesson_page.write(args.url, args.out, progress=progress, workers=args.workers)
     print(f"wrote {args.out}: {size / 2**20:.2f} MiB in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hessviz", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="hessviz",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("compute", help="Hessian terms to .npz and a JSON summary")
@@ -366,8 +450,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tol", type=float, default=None, help="fail above this (default 1e-10 in float64)")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("spectrum", help="matrix-free spectrum at any size: Lanczos eigenvalues, SLQ density, "
-                                        "trace; writes JSON and an HTML figure")
+    p = sub.add_parser(
+        "spectrum",
+        help="matrix-free spectrum at any size: Lanczos eigenvalues, SLQ density, "
+        "trace; writes JSON and an HTML figure",
+    )
     _add_block_args(p)
     p.add_argument("--term", choices=tuple(TERMS), default="full")
     p.add_argument("--top", type=int, default=5, help="largest eigenvalues by Lanczos (default 5)")
@@ -375,8 +462,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--density", action="store_true", help="spectral density by SLQ")
     p.add_argument("--probes", type=int, default=10, help="SLQ probe vectors (default 10)")
     p.add_argument("--steps", type=int, default=80, help="Lanczos steps per SLQ probe (default 80)")
-    p.add_argument("--trace", type=int, default=0, metavar="SAMPLES", help="Hutch++ trace from this many "
-                                                                          "products (default: none)")
+    p.add_argument(
+        "--trace",
+        type=int,
+        default=0,
+        metavar="SAMPLES",
+        help="Hutch++ trace from this many products (default: none)",
+    )
     p.add_argument("--blocks", action="store_true", help="top eigenvalue and trace of every weight and head")
     p.add_argument("--out", default="out/spectrum", help="output path prefix (default out/spectrum)")
     p.set_defaults(func=cmd_spectrum)
@@ -384,13 +476,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("models", help="the bundled models and the checkpoint families --model reads")
     p.set_defaults(func=cmd_models)
 
-    p = sub.add_parser("bench", help="closed form vs the strongest autograd, side by side; writes "
-                                     "benchmarks/RESULTS.md, MATFREE.md and PRETRAINED.md")
+    p = sub.add_parser(
+        "bench",
+        help="closed form vs the strongest autograd, side by side; writes "
+        "benchmarks/RESULTS.md, MATFREE.md and PRETRAINED.md",
+    )
     p.add_argument("--out", default="benchmarks", help="folder of the result files (default benchmarks)")
-    p.add_argument("--suite", nargs="+", choices=BENCH_SUITES, default=list(BENCH_SUITES),
-                   help="dense Hessians (RESULTS.md, ~8 min), matrix-free products and spectra "
-                        "(MATFREE.md, ~20 min), pretrained layers: loading, hidden states, a head slice's "
-                        "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min); default all")
+    p.add_argument(
+        "--suite",
+        nargs="+",
+        choices=BENCH_SUITES,
+        default=list(BENCH_SUITES),
+        help="dense Hessians (RESULTS.md, ~8 min), matrix-free products and spectra "
+        "(MATFREE.md, ~20 min), pretrained layers: loading, hidden states, a head slice's "
+        "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min); default all",
+    )
     p.add_argument("--seq-lens", type=int, nargs="+", default=[16, 32, 64])
     p.add_argument("--repeats", type=int, default=3, help="timed warm runs per case (median)")
     p.add_argument("--threads", type=int, default=2)
@@ -399,28 +499,41 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="measure the papers' claims; writes claims.json and report.md")
     p.add_argument("--quick", action="store_true", help="small grids, under a minute")
     p.add_argument("--out", default="reproduce-out")
-    p.add_argument("--smollm2", action="store_true",
-                   help="the three SmolLM2-135M claims instead (needs its GGUF, the models extra; reads the "
-                        "table stored by python -m hessviz.experiments.smollm2_table; minutes)")
-    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="run the claims as tasks on a Dask cluster, e.g. tcp://scheduler:8786 (needs the "
-                        "cluster extra; the workers must import hessviz)")
+    p.add_argument(
+        "--smollm2",
+        action="store_true",
+        help="the three SmolLM2-135M claims instead (needs its GGUF, the models extra; reads the "
+        "table stored by python -m hessviz.experiments.smollm2_table; minutes)",
+    )
+    p.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the claims as tasks on a Dask cluster, e.g. tcp://scheduler:8786 (needs the "
+        "cluster extra; the workers must import hessviz)",
+    )
     p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser(
-        "lesson", help="a lesson link as one self-contained HTML page (plotly.js inline, no server)",
+        "lesson",
+        help="a lesson link as one self-contained HTML page (plotly.js inline, no server)",
         description="Write the view of a lesson link (the URL the app's 'Make a lesson link' panel gives, "
-                    "e.g. '/scaling?norm=attention&hide=norm,L', or the whole http:// address) as one HTML "
-                    "file that opens offline. A few of the controls the lesson leaves open are computed for "
-                    "each of their values and baked into the page (the placement, the block, the axis, the "
-                    "loss, LayerNorm eps); the page says what it covers. Pages: scaling, spectrum, "
-                    "layernorm_collapse. A value the app does not offer is refused with the app's line, and "
-                    "nothing is written. See docs/classroom.md.")
+        "e.g. '/scaling?norm=attention&hide=norm,L', or the whole http:// address) as one HTML "
+        "file that opens offline. A few of the controls the lesson leaves open are computed for "
+        "each of their values and baked into the page (the placement, the block, the axis, the "
+        "loss, LayerNorm eps); the page says what it covers. Pages: scaling, spectrum, "
+        "layernorm_collapse. A value the app does not offer is refused with the app's line, and "
+        "nothing is written. See docs/classroom.md.",
+    )
     p.add_argument("url", help="the lesson link, e.g. '/scaling?norm=attention&hide=norm,L'")
     p.add_argument("--out", required=True, help="the HTML file to write (written whole or not at all)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1),
-                   help="processes computing the sweep points (default: the cores, at most 4)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        help="processes computing the sweep points (default: the cores, at most 4)",
+    )
     p.set_defaults(func=cmd_lesson)
     return parser
 

@@ -47,8 +47,15 @@ from hessviz.ops.activations import ACTIVATIONS as _ACTIVATION_OPS
 NORMS = ("post", "pre", "none", "attention", "parallel")
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLPS = ("plain", "gated")
-BIAS_LETTERS: dict[str, str] = {"Q": "b_Q", "K": "b_K", "V": "b_V", "O": "b_O", "G": "b_G", "1": "b_1",
-                                "2": "b_2"}
+BIAS_LETTERS: dict[str, str] = {
+    "Q": "b_Q",
+    "K": "b_K",
+    "V": "b_V",
+    "O": "b_O",
+    "G": "b_G",
+    "1": "b_1",
+    "2": "b_2",
+}
 """The projections a ``bias`` tuple may name, and the bias each one adds."""
 ACTIVATIONS = tuple(_ACTIVATION_OPS)
 """The ``activation`` choices: the rows of :data:`hessviz.ops.activations.ACTIVATIONS`."""
@@ -56,8 +63,13 @@ LOSSES = ("mse", "ce")
 ATTENTION_PARAMS = ("W_Q", "W_K", "W_V")
 FFN_PARAMS = ("W_1", "W_2")
 
-NORM_TITLES = {"post": "Post-LN block", "pre": "Pre-LN block", "none": "Block without LN",
-               "attention": "Self-attention alone", "parallel": "Parallel block"}
+NORM_TITLES = {
+    "post": "Post-LN block",
+    "pre": "Pre-LN block",
+    "none": "Block without LN",
+    "attention": "Self-attention alone",
+    "parallel": "Parallel block",
+}
 ACTIVATION_TITLES = {name: op.title for name, op in _ACTIVATION_OPS.items()}
 LOSS_TITLES = {"mse": "MSE", "ce": "cross-entropy"}
 
@@ -105,24 +117,35 @@ class Setting:
         if self.kind is bool and self.members and isinstance(value, tuple):
             unknown = [v for v in value if v not in self.members]
             if unknown or len(set(value)) != len(value):
-                raise ConfigError(f"{self.name} must be True, False or a tuple of distinct names from "
-                                  f"{self.members}, got {value!r}")
+                raise ConfigError(
+                    f"{self.name} must be True, False or a tuple of distinct names from "
+                    f"{self.members}, got {value!r}"
+                )
         elif self.kind is bool:
             if not isinstance(value, bool):
-                raise ConfigError(f"{self.name} must be True or False"
-                                  f"{' or a tuple of ' + ', '.join(self.members) if self.members else ''}"
-                                  f", got {value!r}")
+                raise ConfigError(
+                    f"{self.name} must be True or False"
+                    f"{' or a tuple of ' + ', '.join(self.members) if self.members else ''}"
+                    f", got {value!r}"
+                )
         elif self.kind is int:
             if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
-                raise ConfigError(f"{self.name} must be an integer >= {self.minimum:g}"
-                                  f"{' or None' if self.optional else ''}, got {value!r}")
+                raise ConfigError(
+                    f"{self.name} must be an integer >= {self.minimum:g}"
+                    f"{' or None' if self.optional else ''}, got {value!r}"
+                )
         elif self.kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < self.minimum:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < self.minimum
+            ):
                 raise ConfigError(f"{self.name} must be a finite number >= {self.minimum:g}, got {value!r}")
         elif value not in self.choices:
-            raise ConfigError(f"{self.name} must be one of {', '.join(map(repr, self.choices))}, "
-                              f"got {value!r}")
+            raise ConfigError(
+                f"{self.name} must be one of {', '.join(map(repr, self.choices))}, got {value!r}"
+            )
         return value
 
     def parse(self, text: str) -> object:
@@ -197,8 +220,10 @@ def parse_name(name: str) -> ParamRef:
     ``"l1.W_Q[2]" -> ParamRef("l1.W_Q", 2)``."""
     m = _NAME.match(name) if isinstance(name, str) else None
     if m is None:
-        raise ConfigError(f"parameter name must be a weight name such as 'W_Q' or a head slice such as "
-                          f"'W_Q[0]' (in a stack prefixed by its layer, 'l1.W_Q'), got {name!r}")
+        raise ConfigError(
+            f"parameter name must be a weight name such as 'W_Q' or a head slice such as "
+            f"'W_Q[0]' (in a stack prefixed by its layer, 'l1.W_Q'), got {name!r}"
+        )
     head = m.group("head")
     return ParamRef(m.group("base"), None if head is None else int(head))
 
@@ -233,52 +258,94 @@ class BlockConfig:
     d_model: int = setting(16, "features: columns of X", minimum=1, short="-d")
     d_k: int = setting(8, "columns of W_Q and W_K per head", minimum=1)
     d_ff: int = setting(32, "hidden units of the feed-forward layer", minimum=1)
-    norm: str = setting("post", "post: LN after each residual sum; pre: LN before attention and FFN; none: "
-                        "residuals without LN; attention: the single self-attention layer "
-                        "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V; parallel: X + SA(LN(X)) + FFN(LN(X)) "
-                        "(GPT-NeoX).", choices=NORMS)
-    activation: str = setting("relu", "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form), GELU-tanh "
-                              "(GPT-2's approximation) or SiLU (u·sigmoid(u))", choices=ACTIVATIONS)
-    loss: str = setting("mse", "mse: ‖Z − Y‖²/(L d) against a Gaussian target Y; "
-                        "ce: cross-entropy with d classes", choices=LOSSES)
-    ln_eps: float = setting(0.0, "LN(z) = (z − mean z)/√(var z + ε); ε = 0 as in "
-                            "the papers", kind=float, minimum=0.0)
-    n_heads: int = setting(1, "heads of width d_k each; more than one "
-                           "needs the output projection W_O", minimum=1,
-                           alias="--heads")
-    out_proj: bool = setting(False, "SA(X) = concat_h(A_h V_h) W_O "
-                             "(+ b_O); required with more than one head")
-    d_v: int | None = setting(None, "value width of one head (default: d_k "
-                              "with W_O, d without)", kind=int, minimum=1, optional=True)
+    norm: str = setting(
+        "post",
+        "post: LN after each residual sum; pre: LN before attention and FFN; none: "
+        "residuals without LN; attention: the single self-attention layer "
+        "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V; parallel: X + SA(LN(X)) + FFN(LN(X)) "
+        "(GPT-NeoX).",
+        choices=NORMS,
+    )
+    activation: str = setting(
+        "relu",
+        "φ in FFN(Z) = φ(Z W_1) W_2: ReLU, GELU (exact erf form), GELU-tanh "
+        "(GPT-2's approximation) or SiLU (u·sigmoid(u))",
+        choices=ACTIVATIONS,
+    )
+    loss: str = setting(
+        "mse",
+        "mse: ‖Z − Y‖²/(L d) against a Gaussian target Y; ce: cross-entropy with d classes",
+        choices=LOSSES,
+    )
+    ln_eps: float = setting(
+        0.0, "LN(z) = (z − mean z)/√(var z + ε); ε = 0 as in the papers", kind=float, minimum=0.0
+    )
+    n_heads: int = setting(
+        1,
+        "heads of width d_k each; more than one needs the output projection W_O",
+        minimum=1,
+        alias="--heads",
+    )
+    out_proj: bool = setting(False, "SA(X) = concat_h(A_h V_h) W_O (+ b_O); required with more than one head")
+    d_v: int | None = setting(
+        None, "value width of one head (default: d_k with W_O, d without)", kind=int, minimum=1, optional=True
+    )
     bias: bool | tuple[str, ...] = setting(
-        False, "a bias on every linear map: b_Q, b_K, b_V, b_O, (b_G,) b_1, b_2; or a "
+        False,
+        "a bias on every linear map: b_Q, b_K, b_V, b_O, (b_G,) b_1, b_2; or a "
         "tuple naming the projections that have one, from Q, K, V, O, G, 1, 2 (Qwen2: Q,K,V)",
-        members=tuple(BIAS_LETTERS))
-    ln_affine: bool = setting(False, "learnable LayerNorm scale γ and "
-                              "shift β in both LayerNorms")
+        members=tuple(BIAS_LETTERS),
+    )
+    ln_affine: bool = setting(False, "learnable LayerNorm scale γ and shift β in both LayerNorms")
     causal: bool = setting(False, "token t attends to tokens s ≤ t only")
-    n_layers: int = setting(1, "a stack of this many blocks of this shape, each with "
-                            "its own weights (names l0.W_Q, l1.W_Q, …); the loss is on the last Z",
-                            minimum=1, alias="--layers")
-    n_kv_heads: int | None = setting(None, "grouped-query attention: W_K, W_V "
-                                     "have this many heads; query head h reads key/value head "
-                                     "h // (n_heads / n_kv_heads) (default: n_heads; 1 is multi-query)",
-                                     kind=int, minimum=1, optional=True)
-    rope: bool = setting(False, "rotate each head's q and k by the token's "
-                         "position before the score (Hugging Face's rotate_half layout)")
-    rope_theta: float = setting(10000.0, "the base of the rotary "
-                                "frequencies ω_i = θ^(−2i/rotary_dim); > 0", kind=float, minimum=0.0)
-    rotary_dim: int | None = setting(None, "rotate only the first rotary_dim "
-                                     "features of each head (even, ≤ d_k; default d_k)", kind=int,
-                                     minimum=1, optional=True)
-    qk_norm: bool = setting(False, "an RMSNorm over each head's q and k (width "
-                            "d_k, ε = ln_eps) with weights q_norm_gamma, k_norm_gamma shared by the heads")
-    norm_type: str = setting("layernorm",
-                             "layernorm: γ ⊙ (z − mean z)/√(var z + ε) + β; rmsnorm: γ ⊙ z/√(mean(z²) + ε), "
-                             "no centring and no β (Llama)", choices=NORM_TYPES)
-    mlp: str = setting("plain",
-                       "plain: φ(Z W_1 + b_1) W_2 + b_2; gated: (φ(Z W_G + b_G) ⊙ (Z W_1 + b_1)) W_2 + b_2 "
-                       "(SwiGLU with silu, GeGLU with gelu_tanh)", choices=MLPS)
+    n_layers: int = setting(
+        1,
+        "a stack of this many blocks of this shape, each with "
+        "its own weights (names l0.W_Q, l1.W_Q, …); the loss is on the last Z",
+        minimum=1,
+        alias="--layers",
+    )
+    n_kv_heads: int | None = setting(
+        None,
+        "grouped-query attention: W_K, W_V "
+        "have this many heads; query head h reads key/value head "
+        "h // (n_heads / n_kv_heads) (default: n_heads; 1 is multi-query)",
+        kind=int,
+        minimum=1,
+        optional=True,
+    )
+    rope: bool = setting(
+        False,
+        "rotate each head's q and k by the token's "
+        "position before the score (Hugging Face's rotate_half layout)",
+    )
+    rope_theta: float = setting(
+        10000.0, "the base of the rotary frequencies ω_i = θ^(−2i/rotary_dim); > 0", kind=float, minimum=0.0
+    )
+    rotary_dim: int | None = setting(
+        None,
+        "rotate only the first rotary_dim features of each head (even, ≤ d_k; default d_k)",
+        kind=int,
+        minimum=1,
+        optional=True,
+    )
+    qk_norm: bool = setting(
+        False,
+        "an RMSNorm over each head's q and k (width "
+        "d_k, ε = ln_eps) with weights q_norm_gamma, k_norm_gamma shared by the heads",
+    )
+    norm_type: str = setting(
+        "layernorm",
+        "layernorm: γ ⊙ (z − mean z)/√(var z + ε) + β; rmsnorm: γ ⊙ z/√(mean(z²) + ε), "
+        "no centring and no β (Llama)",
+        choices=NORM_TYPES,
+    )
+    mlp: str = setting(
+        "plain",
+        "plain: φ(Z W_1 + b_1) W_2 + b_2; gated: (φ(Z W_G + b_G) ⊙ (Z W_1 + b_1)) W_2 + b_2 "
+        "(SwiGLU with silu, GeGLU with gelu_tanh)",
+        choices=MLPS,
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.bias, list):
@@ -293,17 +360,22 @@ class BlockConfig:
                 "(a single feature has zero variance); raise d_model or set ln_eps > 0"
             )
         if self.n_heads > 1 and not self.out_proj:
-            raise ConfigError(f"n_heads = {self.n_heads} needs out_proj=True (the heads are joined by "
-                              "W_O); set out_proj or n_heads = 1")
+            raise ConfigError(
+                f"n_heads = {self.n_heads} needs out_proj=True (the heads are joined by "
+                "W_O); set out_proj or n_heads = 1"
+            )
         if self.d_v is not None and not self.out_proj:
-            raise ConfigError(f"d_v = {self.d_v} needs out_proj=True (without W_O the value width is "
-                              "d_model); set out_proj or leave d_v = None")
+            raise ConfigError(
+                f"d_v = {self.d_v} needs out_proj=True (without W_O the value width is "
+                "d_model); set out_proj or leave d_v = None"
+            )
         self._check_attention_fields()
         if self.mlp == "gated" and not self.has_ffn:
             raise ConfigError("mlp='gated' needs the feed-forward branch: norm must not be 'attention'")
         if self.ln_affine and not self.uses_layernorm:
-            raise ConfigError(f"ln_affine needs a LayerNorm: norm must be 'post', 'pre' or 'parallel', got "
-                              f"{self.norm!r}")
+            raise ConfigError(
+                f"ln_affine needs a LayerNorm: norm must be 'post', 'pre' or 'parallel', got {self.norm!r}"
+            )
         if isinstance(self.bias, tuple):
             self._check_bias_tuple()
 
@@ -311,33 +383,45 @@ class BlockConfig:
         """Grouped-query heads and rotary positions (``MODEL.md`` part 3)."""
         if self.n_kv_heads is not None:
             if not self.out_proj:
-                raise ConfigError(f"n_kv_heads = {self.n_kv_heads} needs out_proj=True (grouped heads are "
-                                  "joined by W_O); set out_proj or leave n_kv_heads = None")
+                raise ConfigError(
+                    f"n_kv_heads = {self.n_kv_heads} needs out_proj=True (grouped heads are "
+                    "joined by W_O); set out_proj or leave n_kv_heads = None"
+                )
             if self.n_heads % self.n_kv_heads:
-                raise ConfigError(f"n_kv_heads = {self.n_kv_heads} must divide n_heads = {self.n_heads} "
-                                  "(each key/value head is read by n_heads / n_kv_heads query heads)")
+                raise ConfigError(
+                    f"n_kv_heads = {self.n_kv_heads} must divide n_heads = {self.n_heads} "
+                    "(each key/value head is read by n_heads / n_kv_heads query heads)"
+                )
         if not self.rope_theta > 0:
-            raise ConfigError(f"rope_theta must be > 0 (the base of the rotary frequencies), got "
-                              f"{self.rope_theta!r}")
+            raise ConfigError(
+                f"rope_theta must be > 0 (the base of the rotary frequencies), got {self.rope_theta!r}"
+            )
         if self.rotary_dim is not None:
             if not self.rope:
-                raise ConfigError(f"rotary_dim = {self.rotary_dim} needs rope=True; set rope or leave "
-                                  "rotary_dim = None")
+                raise ConfigError(
+                    f"rotary_dim = {self.rotary_dim} needs rope=True; set rope or leave rotary_dim = None"
+                )
             if self.rotary_dim % 2 or self.rotary_dim > self.d_k:
-                raise ConfigError(f"rotary_dim must be even and <= d_k = {self.d_k} (rotate_half pairs "
-                                  f"feature i with i + rotary_dim/2), got {self.rotary_dim}")
+                raise ConfigError(
+                    f"rotary_dim must be even and <= d_k = {self.d_k} (rotate_half pairs "
+                    f"feature i with i + rotary_dim/2), got {self.rotary_dim}"
+                )
         if self.rope and self.d_k % 2 and self.rotary_dim is None:
-            raise ConfigError(f"rope needs an even rotary width: d_k = {self.d_k} is odd; set an even "
-                              "rotary_dim < d_k or an even d_k")
+            raise ConfigError(
+                f"rope needs an even rotary width: d_k = {self.d_k} is odd; set an even "
+                "rotary_dim < d_k or an even d_k"
+            )
 
     def _check_bias_tuple(self) -> None:
         """Each projection a ``bias`` tuple names exists (``O`` with ``out_proj``, ``G`` with
         ``mlp="gated"``, ``G``, ``1``, ``2`` with a feed-forward branch); the tuple is kept in the
         order of :data:`BIAS_LETTERS` (the empty tuple is ``False``)."""
-        missing = {"O": (not self.out_proj, "out_proj=False (no W_O)"),
-                   "G": (not self.has_ffn or self.mlp != "gated", "mlp='plain' (no W_G)"),
-                   "1": (not self.has_ffn, "norm='attention' (no feed-forward)"),
-                   "2": (not self.has_ffn, "norm='attention' (no feed-forward)")}
+        missing = {
+            "O": (not self.out_proj, "out_proj=False (no W_O)"),
+            "G": (not self.has_ffn or self.mlp != "gated", "mlp='plain' (no W_G)"),
+            "1": (not self.has_ffn, "norm='attention' (no feed-forward)"),
+            "2": (not self.has_ffn, "norm='attention' (no feed-forward)"),
+        }
         for letter in self.bias:
             absent, why = missing.get(letter, (False, ""))
             if absent:
@@ -403,9 +487,18 @@ class BlockConfig:
     @property
     def is_paper_block(self) -> bool:
         """True for the papers' block: one head, no ``W_O``, no biases, no γ/β, no mask."""
-        return (self.n_heads == 1 and not self.out_proj and not self.bias and not self.ln_affine
-                and not self.causal and self.norm_type == "layernorm" and self.mlp == "plain"
-                and not self.rope and not self.qk_norm and self.n_kv_heads is None)
+        return (
+            self.n_heads == 1
+            and not self.out_proj
+            and not self.bias
+            and not self.ln_affine
+            and not self.causal
+            and self.norm_type == "layernorm"
+            and self.mlp == "plain"
+            and not self.rope
+            and not self.qk_norm
+            and self.n_kv_heads is None
+        )
 
     @cached_property
     def block(self) -> BlockConfig:
@@ -448,12 +541,28 @@ class BlockConfig:
     def _shape_table(self) -> dict[str, tuple[int, ...]]:
         d, H, dk, dv, dff = self.d_model, self.n_heads, self.d_k, self.value_width, self.d_ff
         G = self.kv_heads
-        shapes = {"W_Q": (d, H * dk), "b_Q": (H * dk,), "W_K": (d, G * dk), "b_K": (G * dk,),
-                  "W_V": (d, G * dv), "b_V": (G * dv,), "W_O": (H * dv, d), "b_O": (d,),
-                  "q_norm_gamma": (dk,), "k_norm_gamma": (dk,),
-                  "W_G": (d, dff), "b_G": (dff,), "W_1": (d, dff), "b_1": (dff,), "W_2": (dff, d),
-                  "b_2": (d,),
-                  "ln1_gamma": (d,), "ln1_beta": (d,), "ln2_gamma": (d,), "ln2_beta": (d,)}
+        shapes = {
+            "W_Q": (d, H * dk),
+            "b_Q": (H * dk,),
+            "W_K": (d, G * dk),
+            "b_K": (G * dk,),
+            "W_V": (d, G * dv),
+            "b_V": (G * dv,),
+            "W_O": (H * dv, d),
+            "b_O": (d,),
+            "q_norm_gamma": (dk,),
+            "k_norm_gamma": (dk,),
+            "W_G": (d, dff),
+            "b_G": (dff,),
+            "W_1": (d, dff),
+            "b_1": (dff,),
+            "W_2": (dff, d),
+            "b_2": (d,),
+            "ln1_gamma": (d,),
+            "ln1_beta": (d,),
+            "ln2_gamma": (d,),
+            "ln2_beta": (d,),
+        }
         if self.is_stack:
             one = self.block._shape_table
             return {layer_name(i, n): s for i in range(self.n_layers) for n, s in one.items()}
@@ -476,19 +585,26 @@ class BlockConfig:
         layer, local = split_layer(name) if isinstance(name, str) else (None, name)
         if not self.is_stack:
             if layer is not None:
-                raise ConfigError(f"parameter name {name!r} has a layer prefix but n_layers = 1: the names "
-                                  f"of one block carry none ({', '.join(self.param_names)})")
+                raise ConfigError(
+                    f"parameter name {name!r} has a layer prefix but n_layers = 1: the names "
+                    f"of one block carry none ({', '.join(self.param_names)})"
+                )
             return 0, name
         if layer is None:
             parse_name(name)
-            raise ConfigError(f"parameter name {name!r} needs its layer prefix with n_layers = "
-                              f"{self.n_layers}: 'l0.{name}' … 'l{self.n_layers - 1}.{name}'")
+            raise ConfigError(
+                f"parameter name {name!r} needs its layer prefix with n_layers = "
+                f"{self.n_layers}: 'l0.{name}' … 'l{self.n_layers - 1}.{name}'"
+            )
         if name != layer_name(layer, local):
-            raise ConfigError(f"layer index in {name!r} must be written without leading zeros: "
-                              f"{layer_name(layer, local)!r}")
+            raise ConfigError(
+                f"layer index in {name!r} must be written without leading zeros: {layer_name(layer, local)!r}"
+            )
         if layer >= self.n_layers:
-            raise ConfigError(f"layer index in {name!r} must be in [0, {self.n_layers - 1}] "
-                              f"(n_layers = {self.n_layers}), got {layer}")
+            raise ConfigError(
+                f"layer index in {name!r} must be in [0, {self.n_layers - 1}] "
+                f"(n_layers = {self.n_layers}), got {layer}"
+            )
         return layer, local
 
     def check_name(self, name: str) -> str:
@@ -498,8 +614,9 @@ class BlockConfig:
             try:
                 self.block.check_name(local)
             except ConfigError as err:
-                raise ConfigError(f"{err} (in {name!r}: layer {layer} of n_layers = "
-                                  f"{self.n_layers})") from None
+                raise ConfigError(
+                    f"{err} (in {name!r}: layer {layer} of n_layers = {self.n_layers})"
+                ) from None
             return name
         self.layer_of(name)
         base, head = parse_name(name)
@@ -511,13 +628,15 @@ class BlockConfig:
         if head is not None:
             if base not in HEADED:
                 headed = ", ".join(n for n in self.param_names if n in HEADED)
-                raise ConfigError(f"{base} has no heads, so {name!r} is not a parameter; head slices "
-                                  f"exist for {headed}")
+                raise ConfigError(
+                    f"{base} has no heads, so {name!r} is not a parameter; head slices exist for {headed}"
+                )
             count = self.heads_of(base)
             field_name = "n_kv_heads" if base in KV_HEADED and self.n_kv_heads is not None else "n_heads"
             if not 0 <= head < count:
-                raise ConfigError(f"head index in {name!r} must be in [0, {count - 1}] "
-                                  f"({field_name} = {count}), got {head}")
+                raise ConfigError(
+                    f"head index in {name!r} must be in [0, {count - 1}] ({field_name} = {count}), got {head}"
+                )
         return name
 
     def shape_of(self, name: str) -> tuple[int, ...]:
@@ -558,8 +677,10 @@ class BlockConfig:
             return tuple(layer_name(layer, n) for n in self.block.head_names(local))
         self.check_name(base)
         if base not in HEADED:
-            raise ConfigError(f"{base} has no heads; head slices exist for "
-                              f"{', '.join(n for n in self.param_names if n in HEADED)}")
+            raise ConfigError(
+                f"{base} has no heads; head slices exist for "
+                f"{', '.join(n for n in self.param_names if n in HEADED)}"
+            )
         return tuple(f"{base}[{h}]" for h in range(self.heads_of(base)))
 
     def sort_names(self, names: tuple[str, ...] | list[str] | str) -> tuple[str, ...]:
@@ -590,26 +711,41 @@ class BlockConfig:
 
     def describe(self, input_norm: float | None = None) -> str:
         """One line in words, e.g. ``Post-LN block, L = 8, d = 16, ReLU, MSE, ‖X‖₂ = 1``."""
-        parts = [NORM_TITLES[self.norm] + (f" × {self.n_layers} layers" if self.is_stack else ""),
-                 f"L = {self.seq_len}", f"d = {self.d_model}",
-                 f"d_k = {self.d_k}"]
+        parts = [
+            NORM_TITLES[self.norm] + (f" × {self.n_layers} layers" if self.is_stack else ""),
+            f"L = {self.seq_len}",
+            f"d = {self.d_model}",
+            f"d_k = {self.d_k}",
+        ]
         if self.n_heads > 1:
-            parts.append(f"{self.n_heads} heads" + (f" over {self.kv_heads} key/value heads"
-                                                     if self.kv_heads != self.n_heads else ""))
+            parts.append(
+                f"{self.n_heads} heads"
+                + (f" over {self.kv_heads} key/value heads" if self.kv_heads != self.n_heads else "")
+            )
         if self.out_proj:
             parts.append("W_O" + (f" (d_v = {self.value_width})" if self.value_width != self.d_k else ""))
         if self.has_ffn:
-            parts += [f"d_ff = {self.d_ff}", ACTIVATION_TITLES[self.activation]
-                      + (" gated" if self.mlp == "gated" else "")]
+            parts += [
+                f"d_ff = {self.d_ff}",
+                ACTIVATION_TITLES[self.activation] + (" gated" if self.mlp == "gated" else ""),
+            ]
         rms = self.uses_layernorm and self.norm_type == "rmsnorm"
         some = f"biases {','.join(self.bias)}" if isinstance(self.bias, tuple) else "biases"
-        parts += [label for flag, label in ((rms, "RMSNorm"), (self.bias, some),
-                                            (self.ln_affine, "RMSNorm γ" if rms else "LN γ/β"),
-                                            (self.causal, "causal"), (self.qk_norm, "QK-norm"))
-                  if flag]
+        parts += [
+            label
+            for flag, label in (
+                (rms, "RMSNorm"),
+                (self.bias, some),
+                (self.ln_affine, "RMSNorm γ" if rms else "LN γ/β"),
+                (self.causal, "causal"),
+                (self.qk_norm, "QK-norm"),
+            )
+            if flag
+        ]
         if self.rope:
-            parts.append("RoPE" + (f" on {self.rotary_width} of {self.d_k}" if self.rotary_width < self.d_k
-                                   else ""))
+            parts.append(
+                "RoPE" + (f" on {self.rotary_width} of {self.d_k}" if self.rotary_width < self.d_k else "")
+            )
         parts.append(LOSS_TITLES[self.loss])
         if self.uses_layernorm and self.ln_eps:
             parts.append(f"ε = {self.ln_eps:g}")
@@ -623,16 +759,24 @@ class BlockConfig:
 
 
 def _settings_of(cls: type) -> tuple[Setting, ...]:
-    return tuple(dataclasses.replace(f.metadata["setting"], name=f.name)
-                 for f in dataclasses.fields(cls) if "setting" in f.metadata)
+    return tuple(
+        dataclasses.replace(f.metadata["setting"], name=f.name)
+        for f in dataclasses.fields(cls)
+        if "setting" in f.metadata
+    )
 
 
 BLOCK_SETTINGS: tuple[Setting, ...] = _settings_of(BlockConfig)
 """One :class:`Setting` per :class:`BlockConfig` field, in field order."""
 
 INPUT_SETTINGS: tuple[Setting, ...] = (
-    Setting("the spectral norm (largest singular value) of the input X", float, 1.0, minimum=0.0,
-            name="input_norm"),
+    Setting(
+        "the spectral norm (largest singular value) of the input X",
+        float,
+        1.0,
+        minimum=0.0,
+        name="input_norm",
+    ),
     Setting("draws the weights W ~ N(0, 1/fan_in), X and the target", int, 0, minimum=0, name="seed"),
 )
 """The input's settings (not part of the block): its spectral norm and the seed."""

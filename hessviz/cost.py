@@ -42,21 +42,21 @@ from hessviz.matfree.estimates import block_list, lanczos_products, slq_group
 from hessviz.matfree.operator import BATCH
 from hessviz.matfree.spectral import EXACT_BLOCK
 
-EIG_S = 5e-11        # dense eigvalsh of n × n: EIG_S · n³ seconds
-EIGSH_S = 3e-9       # Lanczos extremes (k largest and k smallest, ~7k products with H): EIGSH_S · n² · 2k
-RANGE_S = 1e-10      # all eigenvalues from the range of a rank-r matrix: RANGE_S · n² · (r + 10)
-NORM_S = 5e-11       # spectral norm of m × n via its Gram matrix: NORM_S · min² (m + n)
+EIG_S = 5e-11  # dense eigvalsh of n × n: EIG_S · n³ seconds
+EIGSH_S = 3e-9  # Lanczos extremes (k largest and k smallest, ~7k products with H): EIGSH_S · n² · 2k
+RANGE_S = 1e-10  # all eigenvalues from the range of a rank-r matrix: RANGE_S · n² · (r + 10)
+NORM_S = 5e-11  # spectral norm of m × n via its Gram matrix: NORM_S · min² (m + n)
 LANCZOS_NORM_S = 1e-8  # … by Lanczos from min(m, n) ≥ LANCZOS_NORM_MIN: LANCZOS_NORM_S · m n (20-40
 #                        products), 2.5× that for a non-symmetric block (products with M and Mᵀ, more steps)
-TERM_S = 1.5e-8      # one closed-form dense term: TERM_S · P² · (1 + L d / 512) · (1 + (H − 1)/5)
-PAIR_S = 4e-4        # fixed work per block pair of a dense term at L d = 256
-AUTOGRAD_S = 3e-8    # autograd reference: AUTOGRAD_S · P · L (d² + d d_ff + L d) per term
-POINT_S = 0.006      # fixed cost of one sweep point (weights, inputs, the block's forward and backward)
-CASE_S = 0.03        # one random configuration of the bounds / LayerNorm studies
-STEP_S = 2e-9        # one optimizer step: STEP_S · P · L · d (forward + closed-form gradient)
+TERM_S = 1.5e-8  # one closed-form dense term: TERM_S · P² · (1 + L d / 512) · (1 + (H − 1)/5)
+PAIR_S = 4e-4  # fixed work per block pair of a dense term at L d = 256
+AUTOGRAD_S = 3e-8  # autograd reference: AUTOGRAD_S · P · L (d² + d d_ff + L d) per term
+POINT_S = 0.006  # fixed cost of one sweep point (weights, inputs, the block's forward and backward)
+CASE_S = 0.03  # one random configuration of the bounds / LayerNorm studies
+STEP_S = 2e-9  # one optimizer step: STEP_S · P · L · d (forward + closed-form gradient)
 
-MV_CALL_S = 3e-4     # one matrix-free product call (res.matvec, hessviz.matfree): fixed cost
-MV_COL_S = 3.5e-4    # … plus per column MV_COL_S + MV_S · L · P (calibration: benchmarks/COST.md)
+MV_CALL_S = 3e-4  # one matrix-free product call (res.matvec, hessviz.matfree): fixed cost
+MV_COL_S = 3.5e-4  # … plus per column MV_COL_S + MV_S · L · P (calibration: benchmarks/COST.md)
 MV_S = 2e-9
 MV_BLOCK_COL_S = 2e-5
 """… per column instead of ``MV_COL_S`` for a product restricted to one diagonal block ``H[b, b]``
@@ -64,7 +64,7 @@ MV_BLOCK_COL_S = 2e-5
 TABLE_LANCZOS_PRODUCTS = 20
 """Products a block's top eigenvalue takes in :func:`hessviz.matfree.block_table`, as it runs (13-15
 measured on the paper's blocks; :func:`lanczos_products` is the bound that sizes memory)."""
-REORTH_S = 1e-9      # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
+REORTH_S = 1e-9  # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
 REAL_PRODUCT_S = 2.1e-10
 """Seconds per product column per ``L · P`` on one core of a real layer, calibrated on MiniLM's layer 3.
 The generic :func:`matvec_cost` is calibrated on the paper's blocks and over-estimates a real layer's
@@ -83,8 +83,9 @@ class Cost:
     """Closed-form Hessian-vector product columns (matrix-free computations; 0 for dense ones)."""
 
     def __add__(self, other: Cost) -> Cost:
-        return Cost(self.seconds + other.seconds, self.bytes + other.bytes, self.what,
-                    self.products + other.products)
+        return Cost(
+            self.seconds + other.seconds, self.bytes + other.bytes, self.what, self.products + other.products
+        )
 
 
 # ----------------------------------------------------------------------------- dense terms
@@ -119,13 +120,14 @@ def norm_cost(m: int, n: int, symmetric: bool = True) -> float:
 def block_norms_cost(cfg: BlockConfig) -> float:
     """Seconds for the spectral norm of every block pair of one term."""
     sizes = [cfg.param_size(n) for n in cfg.param_names]
-    return sum(norm_cost(m, n, symmetric=j == 0)
-               for i, m in enumerate(sizes) for j, n in enumerate(sizes[i:]))
+    return sum(
+        norm_cost(m, n, symmetric=j == 0) for i, m in enumerate(sizes) for j, n in enumerate(sizes[i:])
+    )
 
 
 def dense_eig_cost(n: int) -> float:
     """Seconds for every eigenvalue of a dense symmetric ``n × n`` matrix."""
-    return EIG_S * n ** 3
+    return EIG_S * n**3
 
 
 def eig_cost(n: int, dense_limit: int, k: int, rank: int | None = None) -> float:
@@ -149,8 +151,11 @@ def compare_cost(cfg: BlockConfig, repeats: int = 2) -> Cost:
 
     P = cfg.num_params
     need = hessian_bytes(cfg, cfg.param_names, 8, "autograd") + (3 + 3 * repeats) * 8 * P * P
-    return Cost(repeats * 3 * (term_cost(cfg).seconds + autograd_cost(cfg)), need,
-                f"the comparison with autograd (P = {P:,}, {P:,} Hessian-vector products)")
+    return Cost(
+        repeats * 3 * (term_cost(cfg).seconds + autograd_cost(cfg)),
+        need,
+        f"the comparison with autograd (P = {P:,}, {P:,} Hessian-vector products)",
+    )
 
 
 # ----------------------------------------------------------------------------- sweeps and studies
@@ -170,8 +175,11 @@ def sweep_point_cost(cfg: BlockConfig, block: int) -> float:
     first, ``(L d)``-column maps through each: ``(N − 1) · matvec_cost(block, 2 L d)``. The
     estimate against the measured seconds per point, depth by depth: ``benchmarks/COST.md``.
     """
-    per = POINT_S + TERM_S * block * block * (1 + cfg.seq_len * cfg.d_model / 512) * 3 \
+    per = (
+        POINT_S
+        + TERM_S * block * block * (1 + cfg.seq_len * cfg.d_model / 512) * 3
         + 3 * norm_cost(block, block)
+    )
     if cfg.is_stack:
         per += (cfg.n_layers - 1) * matvec_cost(cfg.block, columns=2 * cfg.seq_len * cfg.d_model)
     return per
@@ -184,22 +192,26 @@ def attention_case_cost(cfg: BlockConfig) -> Cost:
     att = BlockConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, d_k=cfg.d_k, norm="attention")
     ta = term_cost(att)
     Pa = att.num_params
-    return Cost(2 * ta.seconds + 3 * dense_eig_cost(Pa) + 2 * block_norms_cost(att), 3 * ta.bytes,
-                f"the attention block of P = {Pa:,}")
+    return Cost(
+        2 * ta.seconds + 3 * dense_eig_cost(Pa) + 2 * block_norms_cost(att),
+        3 * ta.bytes,
+        f"the attention block of P = {Pa:,}",
+    )
 
 
 def ln_point_cost(cfg: BlockConfig, whole: bool = False) -> Cost:
     """One σ point of :func:`hessviz.experiments.ln_collapse.block_sweep`: the Post-LN block of
     ``cfg``'s sizes, its ``W_Q`` blocks of three terms and their norms; with ``whole`` also the
     three whole terms' norms (:func:`norm_cost`: Lanczos past a few hundred weights)."""
-    post = BlockConfig(seq_len=cfg.seq_len, d_model=cfg.d_model, d_k=cfg.d_k, d_ff=cfg.d_ff,
-                       norm="post", ln_eps=cfg.ln_eps)
+    post = BlockConfig(
+        seq_len=cfg.seq_len, d_model=cfg.d_model, d_k=cfg.d_k, d_ff=cfg.d_ff, norm="post", ln_eps=cfg.ln_eps
+    )
     q = post.param_size("W_Q")
     seconds, held = POINT_S + TERM_S * q * q * 3 + norm_cost(q, q), 8 * q * q * 3
     if whole:
         tp = term_cost(post)
         seconds += 3 * (tp.seconds + norm_cost(post.num_params, post.num_params))
-        held = 3 * tp.bytes + 2 * 8 * post.num_params ** 2
+        held = 3 * tp.bytes + 2 * 8 * post.num_params**2
     return Cost(seconds, held, f"a Post-LN block of P = {post.num_params:,}")
 
 
@@ -207,8 +219,11 @@ def training_cost(cfg: BlockConfig, steps: int, runs: int = 1) -> Cost:
     """``runs`` training runs of ``steps`` steps of every optimizer of
     :func:`hessviz.experiments.optimizers.optimizer_study` (forward and closed-form gradient)."""
     P = cfg.num_params
-    return Cost(STEP_S * P * cfg.seq_len * cfg.d_model * steps * runs * 3, 16 * P * 8,
-                f"{runs} training runs of {int(steps)} steps of P = {P:,}")
+    return Cost(
+        STEP_S * P * cfg.seq_len * cfg.d_model * steps * runs * 3,
+        16 * P * 8,
+        f"{runs} training runs of {int(steps)} steps of P = {P:,}",
+    )
 
 
 def diagonal_blocks_cost(cfg: BlockConfig) -> Cost:
@@ -241,15 +256,19 @@ def _tape_column(cfg: BlockConfig) -> int:
     return 8 * (L * (4 * d + cfg.d_ff + 3 * H * max(cfg.d_k, cfg.value_width)) + 3 * H * L * L)
 
 
-def matfree_spectrum_cost(cfg: BlockConfig, k: int = 5, probes: int = 4, steps: int = 30,
-                          group_bytes: int = 64 << 20) -> Cost:
+def matfree_spectrum_cost(
+    cfg: BlockConfig, k: int = 5, probes: int = 4, steps: int = 30, group_bytes: int = 64 << 20
+) -> Cost:
     """One term's matrix-free spectrum: top-``k`` and bottom-``k`` by Lanczos
     (:func:`hessviz.matfree.eigenpairs`) and an SLQ density of ``probes × steps`` products in groups
     that fit ``group_bytes`` (:func:`hessviz.matfree.estimates.grouped_density`)."""
     P = cfg.num_params
     group = slq_group(P, probes, steps, group_bytes)
-    seconds = (matvec_cost(cfg, 1, 2 * lanczos_products(k)) + matvec_cost(cfg, group, probes * steps / group)
-               + REORTH_S * steps * steps * P * probes)
+    seconds = (
+        matvec_cost(cfg, 1, 2 * lanczos_products(k))
+        + matvec_cost(cfg, group, probes * steps / group)
+        + REORTH_S * steps * steps * P * probes
+    )
     held = matvec_bytes(cfg, group) + 8 * P * (group * min(steps, P) + max(2 * k + 1, 20) + 2)
     what = f"{2 * k} Lanczos eigenvalues and {probes} × {steps} SLQ products of P = {P:,}"
     return Cost(seconds, held, what, 2 * lanczos_products(k) + probes * steps)
@@ -266,12 +285,17 @@ def block_table_cost(cfg: BlockConfig, samples: int = 30, by_head: bool = True) 
             held = max(held, matvec_bytes(cfg, n) + 16 * n * n)
             products += n
         else:
-            seconds += (matvec_cost(cfg, 1, TABLE_LANCZOS_PRODUCTS, column_s=MV_BLOCK_COL_S)
-                        + matvec_cost(cfg, samples // 3, 3, column_s=MV_BLOCK_COL_S))
+            seconds += matvec_cost(cfg, 1, TABLE_LANCZOS_PRODUCTS, column_s=MV_BLOCK_COL_S) + matvec_cost(
+                cfg, samples // 3, 3, column_s=MV_BLOCK_COL_S
+            )
             held = max(held, matvec_bytes(cfg, samples) + 8 * n * (samples + 22))
             products += lanczos_products(1) + samples
-    return Cost(seconds, held, f"{len(blocks)} blocks of P = {cfg.num_params:,}, top eigenvalue and trace "
-                               "each", products)
+    return Cost(
+        seconds,
+        held,
+        f"{len(blocks)} blocks of P = {cfg.num_params:,}, top eigenvalue and trace each",
+        products,
+    )
 
 
 # ----------------------------------------------------------------------------- a real layer
@@ -296,8 +320,12 @@ def window_bytes(cfg: BlockConfig, name: str, size: int) -> int:
 
 def real_window_cost(cfg: BlockConfig, name: str, size: int) -> Cost:
     """:func:`hessviz.pretrained.explore.slice_window` for ``size`` entries of ``name``: ``size`` columns."""
-    return Cost(real_product_seconds(cfg, size), window_bytes(cfg, name, size),
-                f"the exact Hessian block of {size:,} entries ({size:,} products)", size)
+    return Cost(
+        real_product_seconds(cfg, size),
+        window_bytes(cfg, name, size),
+        f"the exact Hessian block of {size:,} entries ({size:,} products)",
+        size,
+    )
 
 
 def real_table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: int) -> Cost:
@@ -309,5 +337,9 @@ def real_table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: in
     its inputs for the attention weights (estimate 142 MB) and 150 MiB for the FFN (227 MB)."""
     columns = sum(n if n <= EXACT_BLOCK else lanczos_products(1) + samples for _, n in blocks)
     largest = max((n for _, n in blocks), default=0)
-    return Cost(real_product_seconds(cfg, columns), 8 * (8 * cfg.num_params + 24 * largest),
-                f"the table of {len(blocks)} blocks ({columns:,} products)", columns)
+    return Cost(
+        real_product_seconds(cfg, columns),
+        8 * (8 * cfg.num_params + 24 * largest),
+        f"the table of {len(blocks)} blocks ({columns:,} products)",
+        columns,
+    )

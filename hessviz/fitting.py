@@ -198,7 +198,6 @@ def spearman(a, b) -> float:
     return float(stats.spearmanr(a, b).statistic)
 
 
-
 def pooled_power_law_fit(x, Y, lo: float = -np.inf, hi: float = np.inf, *, n_boot: int = 1000) -> PowerLawFit:
     """One log–log fit through every seed's points: ``Y (seeds, points)`` against ``x (points)``,
     over the points with ``lo <= x <= hi`` whose column is finite for every seed.

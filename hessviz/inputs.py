@@ -28,8 +28,13 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def init_params(cfg: BlockConfig, seed: int = 0, *, dtype: torch.dtype = torch.float64,
-                device: str | torch.device | None = None) -> dict[str, Tensor]:
+def init_params(
+    cfg: BlockConfig,
+    seed: int = 0,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
+) -> dict[str, Tensor]:
     """Seeded parameters ``name -> tensor`` of ``cfg.param_shapes``: matrices ``N(0, 1/rows)``,
     biases and γ/β near ``0`` and ``1`` (see the module docstring)."""
     if dtype not in FLOAT_DTYPES:
@@ -46,16 +51,25 @@ def init_params(cfg: BlockConfig, seed: int = 0, *, dtype: torch.dtype = torch.f
     return params
 
 
-def sample_inputs(cfg: BlockConfig, seed: int = 0, input_norm: float = 1.0, *,
-                  dtype: torch.dtype = torch.float64,
-                  device: str | torch.device | None = None) -> tuple[Tensor, Tensor]:
+def sample_inputs(
+    cfg: BlockConfig,
+    seed: int = 0,
+    input_norm: float = 1.0,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device | None = None,
+) -> tuple[Tensor, Tensor]:
     """Seeded ``X (L, d)`` with spectral norm ``‖X‖₂ = input_norm`` and a target.
 
     The target is ``Y (L, d) ~ N(0, 1)`` for ``mse`` and ``y (L,)`` int64 uniform in
     ``[0, d)`` for ``ce``.
     """
-    if isinstance(input_norm, bool) or not isinstance(input_norm, (int, float)) \
-            or not math.isfinite(input_norm) or input_norm <= 0:
+    if (
+        isinstance(input_norm, bool)
+        or not isinstance(input_norm, (int, float))
+        or not math.isfinite(input_norm)
+        or input_norm <= 0
+    ):
         raise InputError(f"input_norm must be a finite number > 0, got {input_norm!r}")
     if dtype not in FLOAT_DTYPES:
         raise InputError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
@@ -70,8 +84,9 @@ def sample_inputs(cfg: BlockConfig, seed: int = 0, input_norm: float = 1.0, *,
     return X.to(dtype=dtype, device=device), Y
 
 
-def check_params(cfg: BlockConfig, params: dict[str, Tensor],
-                 names: tuple[str, ...] | None = None) -> tuple[torch.dtype, torch.device]:
+def check_params(
+    cfg: BlockConfig, params: dict[str, Tensor], names: tuple[str, ...] | None = None
+) -> tuple[torch.dtype, torch.device]:
     """Validate ``params`` against ``cfg``; return their common dtype and device."""
     if not isinstance(params, dict):
         raise InputError(f"params must be a dict name -> tensor, got {type(params).__name__}")
@@ -79,11 +94,14 @@ def check_params(cfg: BlockConfig, params: dict[str, Tensor],
     unknown = sorted(set(params) - expected)
     missing = [n for n in cfg.param_names if n not in params]
     if unknown:
-        raise InputError(f"params has unknown name(s) {unknown}; allowed for norm={cfg.norm!r}: "
-                         f"{', '.join(cfg.param_names)}")
+        raise InputError(
+            f"params has unknown name(s) {unknown}; allowed for norm={cfg.norm!r}: "
+            f"{', '.join(cfg.param_names)}"
+        )
     if missing:
-        raise InputError(f"params is missing {missing}; required for norm={cfg.norm!r}: "
-                         f"{', '.join(cfg.param_names)}")
+        raise InputError(
+            f"params is missing {missing}; required for norm={cfg.norm!r}: {', '.join(cfg.param_names)}"
+        )
     first = params[cfg.param_names[0]]
     for name, shape in cfg.param_shapes.items():
         w = params[name]
@@ -94,9 +112,11 @@ def check_params(cfg: BlockConfig, params: dict[str, Tensor],
         if w.dtype not in FLOAT_DTYPES:
             raise InputError(f"params[{name!r}] must be float32 or float64, got {w.dtype}")
         if w.dtype != first.dtype or w.device != first.device:
-            raise InputError(f"params[{name!r}] must share dtype and device with "
-                             f"params[{cfg.param_names[0]!r}] ({first.dtype}, {first.device}), "
-                             f"got ({w.dtype}, {w.device})")
+            raise InputError(
+                f"params[{name!r}] must share dtype and device with "
+                f"params[{cfg.param_names[0]!r}] ({first.dtype}, {first.device}), "
+                f"got ({w.dtype}, {w.device})"
+            )
         if not torch.isfinite(w).all():
             raise InputError(f"params[{name!r}] has non-finite entries (nan or inf)")
     return first.dtype, first.device
@@ -127,15 +147,21 @@ def check_Y(cfg: BlockConfig, Y: Tensor, dtype: torch.dtype, device: torch.devic
     L, d = cfg.seq_len, cfg.d_model
     if cfg.loss == "mse":
         if tuple(Y.shape) != (L, d) or not Y.is_floating_point():
-            raise InputError(f"Y must be a float tensor of shape (seq_len, d_model) = {(L, d)} "
-                             f"for loss='mse', got {Y.dtype} {tuple(Y.shape)}")
+            raise InputError(
+                f"Y must be a float tensor of shape (seq_len, d_model) = {(L, d)} "
+                f"for loss='mse', got {Y.dtype} {tuple(Y.shape)}"
+            )
         if not torch.isfinite(Y).all():
             raise InputError("Y has non-finite entries (nan or inf)")
         return Y.to(dtype)
     if tuple(Y.shape) != (L,) or Y.dtype != torch.int64:
-        raise InputError(f"Y must be an int64 tensor of shape (seq_len,) = {(L,)} of class "
-                         f"indices for loss='ce', got {Y.dtype} {tuple(Y.shape)}")
+        raise InputError(
+            f"Y must be an int64 tensor of shape (seq_len,) = {(L,)} of class "
+            f"indices for loss='ce', got {Y.dtype} {tuple(Y.shape)}"
+        )
     if L and (int(Y.min()) < 0 or int(Y.max()) >= d):
-        raise InputError(f"Y must hold classes in [0, d_model) = [0, {d}) for loss='ce', "
-                         f"got values in [{int(Y.min())}, {int(Y.max())}]")
+        raise InputError(
+            f"Y must hold classes in [0, d_model) = [0, {d}) for loss='ce', "
+            f"got values in [{int(Y.min())}, {int(Y.max())}]"
+        )
     return Y

@@ -127,10 +127,10 @@ class Factored:
 # the GEMM's last (contiguous) one, then a permutation gives the order (α, β, α', β').
 # kinds -> (vectors first?, permutation)
 _LAYOUT = {
-    (LEFT, LEFT): (True, (0, 2, 1, 3)),    # G[i,j,p,q] = [α, α', β, β']
-    (RIGHT, LEFT): (True, (2, 0, 1, 3)),   # G[i,j,p,q] = [β, α', α, β']
+    (LEFT, LEFT): (True, (0, 2, 1, 3)),  # G[i,j,p,q] = [α, α', β, β']
+    (RIGHT, LEFT): (True, (2, 0, 1, 3)),  # G[i,j,p,q] = [β, α', α, β']
     (LEFT, RIGHT): (False, (2, 0, 1, 3)),  # G[p,q,i,j] = [β, α', α, β']
-    (RIGHT, RIGHT): (False, (0, 2, 1, 3)), # G[p,q,i,j] = [α, α', β, β']
+    (RIGHT, RIGHT): (False, (0, 2, 1, 3)),  # G[p,q,i,j] = [α, α', β, β']
 }
 
 CHUNK_BYTES = 1 << 22
@@ -157,7 +157,7 @@ class MiddleCache:
 
     def apply(self, N: Tensor, Mb: Tensor) -> Tensor:
         key = (id(N), id(Mb))
-        if key not in self._products:                 # the operands are kept, so ids stay unique
+        if key not in self._products:  # the operands are kept, so ids stay unique
             self._products[key] = (N, Mb, N @ Mb)
         return self._products[key][2]
 
@@ -195,15 +195,16 @@ class _TermPair:
         One GEMM over tokens (inner dimension ``L``) on the slice of the side that holds α.
         """
         (l0, l1), (r0, r1) = self.lhs_shape, self.rhs_shape
-        if self.perm[0] == 0:      # α is the GEMM's first row index
-            G = (self.lhs[:, start * l1:stop * l1].T @ self.rhs).view(stop - start, l1, r0, r1)
-        else:                      # α is the GEMM's first column index
-            G = (self.lhs.T @ self.rhs[:, start * r1:stop * r1]).view(l0, l1, stop - start, r1)
+        if self.perm[0] == 0:  # α is the GEMM's first row index
+            G = (self.lhs[:, start * l1 : stop * l1].T @ self.rhs).view(stop - start, l1, r0, r1)
+        else:  # α is the GEMM's first column index
+            G = (self.lhs.T @ self.rhs[:, start * r1 : stop * r1]).view(l0, l1, stop - start, r1)
         return G.permute(*self.perm)
 
 
-def term_pairs(products: list[tuple[Factored, Middle, Factored]],
-               cache: MiddleCache | None = None) -> list[_TermPair]:
+def term_pairs(
+    products: list[tuple[Factored, Middle, Factored]], cache: MiddleCache | None = None
+) -> list[_TermPair]:
     """Every pair of terms of ``Σ_k Σ_t Ja_tᵀ N_t Jb_t``, with the middle factors
     ``P_t = M_aᵀ N_t M_b`` of pairs that share both vectors summed first (one GEMM each)."""
     groups: dict[tuple, tuple[KronTerm, KronTerm, Tensor]] = {}
@@ -211,7 +212,7 @@ def term_pairs(products: list[tuple[Factored, Middle, Factored]],
         for a in Ja.terms:
             for b in Jb.terms:
                 key = _pair_key(a, b)
-                P = _middle(a.mat, N, b.mat, cache)            # (L, n_ma, n_mb)
+                P = _middle(a.mat, N, b.mat, cache)  # (L, n_ma, n_mb)
                 if key in groups:
                     ga, gb, total = groups[key]
                     groups[key] = (ga, gb, total + P)
@@ -220,8 +221,12 @@ def term_pairs(products: list[tuple[Factored, Middle, Factored]],
     return [_TermPair(a, b, P) for a, b, P in groups.values()]
 
 
-def sandwich_into(out: Tensor, products: list[tuple[Factored, Middle, Factored]],
-                  mirror: Tensor | None = None, cache: MiddleCache | None = None) -> None:
+def sandwich_into(
+    out: Tensor,
+    products: list[tuple[Factored, Middle, Factored]],
+    mirror: Tensor | None = None,
+    cache: MiddleCache | None = None,
+) -> None:
     """Write ``Σ_k Σ_t Ja_tᵀ N_t Jb_t`` over ``products = [(Ja, N, Jb), ...]`` into the 4-d
     view ``out (n1a, n2a, n1b, n2b)`` and its transpose into ``mirror (n1b, n2b, n1a, n2a)``.
 
@@ -251,5 +256,5 @@ def _copy_transposed(target: Tensor, source: Tensor) -> None:
     a, b, c, d = source.shape
     try:
         target.view(c * d, a * b).copy_(source.view(a * b, c * d).T)
-    except RuntimeError:                               # a head's strided view inside a whole weight
+    except RuntimeError:  # a head's strided view inside a whole weight
         target.copy_(source.permute(2, 3, 0, 1))

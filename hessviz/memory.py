@@ -16,8 +16,18 @@ import torch
 
 from hessviz.errors import SizeError
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 _user_limit: int | None = None
 
 
@@ -28,8 +38,10 @@ def parse_bytes(text: str | int) -> int:
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
         if not m or m.group(2).upper() not in _UNITS:
-            raise ValueError(f"memory limit must be bytes or a number with a unit "
-                             f"({', '.join(u for u in _UNITS if u)}), got {text!r}")
+            raise ValueError(
+                f"memory limit must be bytes or a number with a unit "
+                f"({', '.join(u for u in _UNITS if u)}), got {text!r}"
+            )
         value, unit = float(m.group(1)), m.group(2).upper()
     if value <= 0:
         raise ValueError(f"memory limit must be > 0, got {text!r}")
@@ -82,7 +94,8 @@ def check_fits(what: str, needed: int, device: torch.device | str, advice: str) 
         raise SizeError(
             f"{what} needs about {format_bytes(needed)}, over the limit of {format_bytes(limit)} "
             f"(hessviz.set_memory_limit or HESSVIZ_MEMORY_LIMIT sets it); {advice}",
-            needed_bytes=needed, limit_bytes=limit,
+            needed_bytes=needed,
+            limit_bytes=limit,
         )
 
 

@@ -63,14 +63,32 @@ def add(out: str, a: str, b: str) -> Step:
 
 
 PLACEMENTS: dict[str, tuple[Step, ...]] = {
-    "post": (attention("SA", "X"), add("R1", "X", "SA"), norm("Z1", "R1", "ln1"),
-             ffn("F", "Z1"), add("R2", "Z1", "F"), norm("Z", "R2", "ln2")),
-    "pre": (norm("X_ln", "X", "ln1"), attention("SA", "X_ln"), add("Z1", "X", "SA"),
-            norm("Z1_ln", "Z1", "ln2"), ffn("F", "Z1_ln"), add("Z", "Z1", "F")),
+    "post": (
+        attention("SA", "X"),
+        add("R1", "X", "SA"),
+        norm("Z1", "R1", "ln1"),
+        ffn("F", "Z1"),
+        add("R2", "Z1", "F"),
+        norm("Z", "R2", "ln2"),
+    ),
+    "pre": (
+        norm("X_ln", "X", "ln1"),
+        attention("SA", "X_ln"),
+        add("Z1", "X", "SA"),
+        norm("Z1_ln", "Z1", "ln2"),
+        ffn("F", "Z1_ln"),
+        add("Z", "Z1", "F"),
+    ),
     "none": (attention("SA", "X"), add("Z1", "X", "SA"), ffn("F", "Z1"), add("Z", "Z1", "F")),
     "attention": (attention("SA", "X"),),
-    "parallel": (norm("X_ln", "X", "ln1"), attention("SA", "X_ln"), norm("X_ln2", "X", "ln2"),
-                 ffn("F", "X_ln2"), add("R", "X", "SA"), add("Z", "R", "F")),
+    "parallel": (
+        norm("X_ln", "X", "ln1"),
+        attention("SA", "X_ln"),
+        norm("X_ln2", "X", "ln2"),
+        ffn("F", "X_ln2"),
+        add("R", "X", "SA"),
+        add("Z", "R", "F"),
+    ),
 }
 """``cfg.norm`` -> its forward recipe."""
 

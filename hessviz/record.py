@@ -73,8 +73,9 @@ class BlockRecord:
         return None if self.build_branch is None else self.build_branch()
 
 
-def _layernorm(cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tensor,
-               where: str) -> tuple[Tensor, Callable[[], Stage]]:
+def _layernorm(
+    cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tensor, where: str
+) -> tuple[Tensor, Callable[[], Stage]]:
     """``which(z)`` and a builder of its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise (an RMSNorm
     when ``cfg.norm_type`` says so: no centring, no ``β``)."""
     n, st = layernorm.value(z, cfg.ln_eps, where=where, centre=cfg.norm_type == "layernorm")
@@ -84,13 +85,21 @@ def _layernorm(cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tenso
     return out, lambda: layernorm.stage(st, which, gamma, beta)
 
 
-def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor,
-              input_stage: Stage | None = None) -> MultiHeadAttention:
+def attention(
+    cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor, input_stage: Stage | None = None
+) -> MultiHeadAttention:
     """The block's attention on the input ``Xa (L, d)``; ``.output`` is ``SA(Xa)``."""
     rot = rotary.for_config(Xa.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, Xa)
-    return MultiHeadAttention(Xa, component_weights(cfg, params, "attention"), cfg.n_heads,
-                              causal=cfg.causal, input_stage=input_stage, kv_heads=cfg.kv_heads, rotary=rot,
-                              qk_eps=cfg.ln_eps if cfg.qk_norm else None)
+    return MultiHeadAttention(
+        Xa,
+        component_weights(cfg, params, "attention"),
+        cfg.n_heads,
+        causal=cfg.causal,
+        input_stage=input_stage,
+        kv_heads=cfg.kv_heads,
+        rotary=rot,
+        qk_eps=cfg.ln_eps if cfg.qk_norm else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -121,8 +130,9 @@ def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecor
                 steps.append(v.step)
             name = v.base
             if name is None and start is not None:
-                raise ConfigError(f"the dense engine cannot read norm={cfg.norm!r}: a branch does not "
-                                  f"start at {start}")
+                raise ConfigError(
+                    f"the dense engine cannot read norm={cfg.norm!r}: a branch does not start at {start}"
+                )
         return steps[::-1]
 
     def composed(steps: list[Callable[[], Stage]]) -> Callable[[], Stage | None]:
@@ -131,6 +141,7 @@ def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecor
             for make in steps:
                 out = make() if out is None else compose_stages(out, make())
             return out
+
         return build
 
     def ffn_on(Y: Tensor) -> FeedForward:
@@ -146,10 +157,10 @@ def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecor
             Xa, steps = before[x]
             sa = attention(cfg, params, Xa, composed(steps)() if steps and cfg.ln_affine else None)
             after[step.out] = _After(sa.output, None, None)
-        elif step.op == "norm" and x in before:                # on X: attention's input, or the branch B
+        elif step.op == "norm" and x in before:  # on X: attention's input, or the branch B
             out, stage = _layernorm(cfg, params, step.which, before[x][0], where(recipe, step))
             before[step.out] = (out, before[x][1] + [stage])
-        elif step.op == "ffn" and x in before:                 # on X beside the attention: the branch B
+        elif step.op == "ffn" and x in before:  # on X beside the attention: the branch B
             f = ffn_on(before[x][0])
             before[step.out] = (f.output, before[x][1] + [f.stage])
         elif step.op == "norm":
@@ -158,10 +169,12 @@ def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecor
         elif step.op == "ffn":
             f = ffn_on(after[x].value)
             after[step.out] = _After(f.output, x, f.stage)
-        elif (on_x := _branch_on_x(step, before, after)) is not None:   # T(SA) + B(X)
+        elif (on_x := _branch_on_x(step, before, after)) is not None:  # T(SA) + B(X)
             if step is not recipe[-1] or branch is not None:
-                raise ConfigError(f"the dense engine cannot read norm={cfg.norm!r}: a branch on X must "
-                                  "be added once, by the last step")
+                raise ConfigError(
+                    f"the dense engine cannot read norm={cfg.norm!r}: a branch on X must "
+                    "be added once, by the last step"
+                )
             a, b = on_x
             branch = composed(before[b][1])
             after[step.out] = _After(after[a].value + before[b][0], a, None)

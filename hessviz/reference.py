@@ -28,8 +28,9 @@ def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Ten
     return X
 
 
-def torch_norm(z: Tensor, norm_type: str, eps: float, gamma: Tensor | None = None,
-               beta: Tensor | None = None) -> Tensor:
+def torch_norm(
+    z: Tensor, norm_type: str, eps: float, gamma: Tensor | None = None, beta: Tensor | None = None
+) -> Tensor:
     """The reference LayerNorm (``norm_type="layernorm"``) or RMSNorm (``"rmsnorm"``) of ``z (…, d)``
     over its last axis, then ``· γ + β`` where given."""
     # γ and β applied by hand: torch.func.hessian (forward over reverse) through
@@ -55,23 +56,23 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
         out = x @ params[w]
         return out if p(b) is None else out + params[b]
 
-    def heads(x: Tensor, width: int) -> Tensor:                   # (L, H*width) -> (H, L, width)
+    def heads(x: Tensor, width: int) -> Tensor:  # (L, H*width) -> (H, L, width)
         return x.reshape(L, H, width).transpose(0, 1)
 
-    def heads_kv(x: Tensor, width: int) -> Tensor:               # (L, G*width) -> (H, L, width)
+    def heads_kv(x: Tensor, width: int) -> Tensor:  # (L, G*width) -> (H, L, width)
         G = cfg.kv_heads
         return x.reshape(L, G, width).transpose(0, 1).repeat_interleave(H // G, dim=0)
 
-    def rms(u: Tensor, gamma: str) -> Tensor:                      # qk_norm, over each head's row
+    def rms(u: Tensor, gamma: str) -> Tensor:  # qk_norm, over each head's row
         return u / torch.sqrt((u * u).mean(-1, keepdim=True) + eps) * params[gamma]
 
-    def rotate(u: Tensor) -> Tensor:                               # Hugging Face's rotate_half layout
+    def rotate(u: Tensor) -> Tensor:  # Hugging Face's rotate_half layout
         r = cfg.rotary_width
         omega = cfg.rope_theta ** (-torch.arange(0, r, 2, dtype=torch.float64, device=X.device) / r)
         angle = torch.arange(L, dtype=torch.float64, device=X.device)[:, None] * omega
         cos, sin = torch.cat([angle.cos()] * 2, -1).to(u.dtype), torch.cat([angle.sin()] * 2, -1).to(u.dtype)
         a, rest = u[..., :r], u[..., r:]
-        half = torch.cat([-a[..., r // 2:], a[..., :r // 2]], -1)
+        half = torch.cat([-a[..., r // 2 :], a[..., : r // 2]], -1)
         return torch.cat([a * cos + half * sin, rest], -1)
 
     def sa(x: Tensor) -> Tensor:
@@ -89,8 +90,12 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
         return linear(out, "W_O", "b_O") if cfg.out_proj else out
 
     def ffn(z: Tensor) -> Tensor:
-        act = {"relu": torch.relu, "gelu": F.gelu,
-               "gelu_tanh": lambda u: F.gelu(u, approximate="tanh"), "silu": F.silu}[cfg.activation]
+        act = {
+            "relu": torch.relu,
+            "gelu": F.gelu,
+            "gelu_tanh": lambda u: F.gelu(u, approximate="tanh"),
+            "silu": F.silu,
+        }[cfg.activation]
         if cfg.mlp == "gated":
             return linear(act(linear(z, "W_G", "b_G")) * linear(z, "W_1", "b_1"), "W_2", "b_2")
         return linear(act(linear(z, "W_1", "b_1")), "W_2", "b_2")
@@ -121,8 +126,9 @@ def _materialize(Y: Tensor | Loss) -> None:
         Y.dense_hessian()
 
 
-def _unflatten(cfg: BlockConfig, names: tuple[str, ...], theta: Tensor,
-               params: dict[str, Tensor]) -> dict[str, Tensor]:
+def _unflatten(
+    cfg: BlockConfig, names: tuple[str, ...], theta: Tensor, params: dict[str, Tensor]
+) -> dict[str, Tensor]:
     """``params`` with the entries of ``names`` (whole weights or head slices) taken from ``θ'``."""
     out = dict(params)
     for n, sl in cfg.offsets(names).items():
@@ -141,39 +147,46 @@ def flatten(cfg: BlockConfig, params: dict[str, Tensor], names: tuple[str, ...])
     return torch.cat(pieces)
 
 
-def loss_of_theta(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-                  names: tuple[str, ...]) -> Callable[[Tensor], Tensor]:
+def loss_of_theta(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+) -> Callable[[Tensor], Tensor]:
     """``θ' ↦ ℓ``: the loss as a function of the flattened weights ``names`` (others fixed)."""
     _materialize(Y)
+
     def f(theta: Tensor) -> Tensor:
         return torch_loss(cfg, torch_forward(cfg, _unflatten(cfg, names, theta, params), X), Y)
+
     return f
 
 
-def model_jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
-                   names: tuple[str, ...]) -> Tensor:
+def model_jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, names: tuple[str, ...]) -> Tensor:
     """``∂ vec_r(Z)/∂θ``, ``(L*d, P')``, by ``torch.func.jacrev``."""
+
     def f(theta: Tensor) -> Tensor:
         return torch_forward(cfg, _unflatten(cfg, names, theta, params), X).reshape(-1)
+
     return torch.func.jacrev(f)(flatten(cfg, params, names))
 
 
-def full_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-                 names: tuple[str, ...]) -> Tensor:
+def full_hessian(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+) -> Tensor:
     """``∇²_θ ℓ`` by ``torch.func.hessian`` (forward-over-reverse)."""
     return torch.func.hessian(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))
 
 
-def full_hessian_rr(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-                    names: tuple[str, ...]) -> Tensor:
+def full_hessian_rr(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+) -> Tensor:
     """``∇²_θ ℓ`` by ``torch.func.jacrev`` of ``torch.func.grad`` (reverse over reverse): the reference
     that stays right through ``F.layer_norm`` with a weight, where forward over reverse does not."""
     grad = torch.func.grad(loss_of_theta(cfg, params, X, Y, names))
     return torch.func.jacrev(grad)(flatten(cfg, params, names))
 
 
-def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-                  names: tuple[str, ...]) -> Tensor:
+def outer_hessian(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+) -> Tensor:
     """``Jᵀ (∇²_Z ℓ) J`` with both factors from autograd."""
     _materialize(Y)
     J = model_jacobian(cfg, params, X, names)
@@ -182,8 +195,9 @@ def outer_hessian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Ten
     return J.T @ H_Z @ J
 
 
-def gradient(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-             names: tuple[str, ...]) -> Tensor:
+def gradient(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+) -> Tensor:
     """``∇_θ ℓ`` by ``torch.func.grad``."""
     return torch.func.grad(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))
 
@@ -213,4 +227,3 @@ class AutogradHessian:
     def block(self, a: str, b: str, term: str) -> None:
         """``None``: autograd has no cheaper block than the term it is read from."""
         return None
-

@@ -51,9 +51,17 @@ class HessianResult:
     ``P' = Σ sizes of names``, rows and columns in θ order restricted to ``names``.
     """
 
-    def __init__(self, cfg: BlockConfig, names: tuple[str, ...], engine: Engine, *,
-                 method: str = "closed_form", products: MatrixFreeHessian | None = None,
-                 dense_bytes: int = 0, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        cfg: BlockConfig,
+        names: tuple[str, ...],
+        engine: Engine,
+        *,
+        method: str = "closed_form",
+        products: MatrixFreeHessian | None = None,
+        dense_bytes: int = 0,
+        device: torch.device | str = "cpu",
+    ):
         self.cfg = cfg
         self.engine = engine
         """Computes the dense terms and blocks: ``engine.term(names, term)``, ``engine.block(a, b, term)``."""
@@ -67,8 +75,10 @@ class HessianResult:
         self._terms: dict[str, Tensor] = {}
 
     def __repr__(self) -> str:
-        return (f"HessianResult(method={self.method!r}, names={self.names}, P={self.size}, "
-                f"computed={sorted(self._terms)})")
+        return (
+            f"HessianResult(method={self.method!r}, names={self.names}, P={self.size}, "
+            f"computed={sorted(self._terms)})"
+        )
 
     @cached_property
     def offsets(self) -> dict[str, slice]:
@@ -88,11 +98,16 @@ class HessianResult:
         if name not in self._terms:
             if name == "full" and {"outer", "functional"} <= self._terms.keys():
                 outer, functional = self._terms["outer"], self._terms["functional"]
-                self._terms[name] = torch.add(outer, functional, out=memory.empty(
-                    *outer.shape, dtype=outer.dtype, device=outer.device))
+                self._terms[name] = torch.add(
+                    outer, functional, out=memory.empty(*outer.shape, dtype=outer.dtype, device=outer.device)
+                )
             else:
-                memory.check_fits(f"a dense Hessian term ({self.size} x {self.size}, {self.method})",
-                                  self.dense_bytes, self._device, SIZE_ADVICE)
+                memory.check_fits(
+                    f"a dense Hessian term ({self.size} x {self.size}, {self.method})",
+                    self.dense_bytes,
+                    self._device,
+                    SIZE_ADVICE,
+                )
                 self._terms[name] = self.engine.term(self.names, name)
         return self._terms[name]
 
@@ -118,8 +133,10 @@ class HessianResult:
         """``name`` if it is one of ``names`` or a head slice of one of them."""
         base = parse_name(self.cfg.check_name(name)).base
         if name not in self.names and base not in self.names:
-            raise ConfigError(f"parameter {name!r} is not in this result's names {self.names}; "
-                              "compute the Hessian with it (or its whole weight) in wrt")
+            raise ConfigError(
+                f"parameter {name!r} is not in this result's names {self.names}; "
+                "compute the Hessian with it (or its whole weight) in wrt"
+            )
         return name
 
     def _index(self, name: str) -> slice | Tensor:
@@ -159,7 +176,7 @@ class HessianResult:
 
     def _covered(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """``names`` checked: each a name of this result or a head slice of one (for a block)."""
-        for name in names:                           # a head slice of a covered weight is covered
+        for name in names:  # a head slice of a covered weight is covered
             if parse_name(self.cfg.check_name(name)).base not in self.names:
                 self._check_covered(name)
         return names
@@ -174,8 +191,9 @@ class HessianResult:
         """The ``(P', P')`` term as a float64 ``scipy.sparse.linalg.LinearOperator``."""
         return self.operator(term).to_scipy()
 
-    def block_operator(self, a: str | tuple[str, ...], b: str | tuple[str, ...],
-                       term: str = "full") -> LinearOperator:
+    def block_operator(
+        self, a: str | tuple[str, ...], b: str | tuple[str, ...], term: str = "full"
+    ) -> LinearOperator:
         """The block ``H[a, b]`` as a ``LinearOperator`` (``a``, ``b``: names or head slices,
         each covered by this result); ``(|a|, |b|)``, ``rmatvec`` is ``H[b, a]``."""
         return self.operator(term).block(a, b).to_scipy()

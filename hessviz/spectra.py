@@ -64,8 +64,9 @@ def low_rank_eigenvalues(H: Tensor, rank: int, *, oversample: int = 10, seed: in
     return Spectrum(vals, False, n, f"range of H (rank ≤ {rank:,}) and a {m} × {m} eigvalsh")
 
 
-def eigenvalues(H: Tensor, *, k: int = 64, dense_limit: int = DENSE_LIMIT,
-                rank: int | None = None, tol: float = 1e-10) -> Spectrum:
+def eigenvalues(
+    H: Tensor, *, k: int = 64, dense_limit: int = DENSE_LIMIT, rank: int | None = None, tol: float = 1e-10
+) -> Spectrum:
     """Eigenvalues of the symmetric ``H (n, n)``: dense up to ``dense_limit``; past it all of them
     from the range when ``rank`` bounds the rank well below ``n``, else the Lanczos extremes
     (:func:`hessviz.matfree.lanczos.extremes` on ``H``'s device, residuals ``≤ tol · |λ|``)."""
@@ -79,8 +80,10 @@ def eigenvalues(H: Tensor, *, k: int = 64, dense_limit: int = DENSE_LIMIT,
     from hessviz.matfree.lanczos import extremes
 
     A = H.detach().to(torch.float64)
-    ends = [extremes(lambda V: V @ A, n, k, which, tol=tol, like=A, check=False).values.numpy()
-            for which in ("top", "bottom")]
+    ends = [
+        extremes(lambda V: V @ A, n, k, which, tol=tol, like=A, check=False).values.numpy()
+        for which in ("top", "bottom")
+    ]
     vals = np.unique(np.concatenate(ends))
     return Spectrum(np.sort(vals), True, n, f"thick-restart Lanczos, {k} largest and {k} smallest")
 
@@ -127,9 +130,12 @@ def _lanczos_norm(apply, n: int, which: str) -> float | None:
     matrix): the caller falls back to the dense route."""
     import scipy.sparse.linalg as sla
 
-    op = sla.LinearOperator((n, n), matvec=lambda v: apply(torch.from_numpy(np.ascontiguousarray(v).ravel()))
-                            .numpy(), dtype=np.float64)   # torch's products: its threads, not BLAS's own
-    start = np.random.default_rng(0).standard_normal(n)   # not ones: often a null vector of LayerNorm's
+    op = sla.LinearOperator(
+        (n, n),
+        matvec=lambda v: apply(torch.from_numpy(np.ascontiguousarray(v).ravel())).numpy(),
+        dtype=np.float64,
+    )  # torch's products: its threads, not BLAS's own
+    start = np.random.default_rng(0).standard_normal(n)  # not ones: often a null vector of LayerNorm's
     try:
         vals = sla.eigsh(op, k=1, which=which, v0=start, tol=0, return_eigenvectors=False)
     except sla.ArpackError:
@@ -154,8 +160,8 @@ def matrix_norm(M: Tensor, kind: str = "spectral", *, symmetric: bool = False) -
         return 0.0
     M = M.to(torch.float64)
     if M.device.type == "cpu" and min(M.shape) >= LANCZOS_NORM_MIN:
-        A = M.detach().contiguous()     # a block of a term is a strided view: copied once, not per product
-        if symmetric:       # symmetric to round-off (a Hessian term): no symmetrised copy
+        A = M.detach().contiguous()  # a block of a term is a strided view: copied once, not per product
+        if symmetric:  # symmetric to round-off (a Hessian term): no symmetrised copy
             got = _lanczos_norm(lambda v: A @ v, A.shape[0], "LM")
         else:
             gram = (lambda v: A.T @ (A @ v)) if A.shape[1] <= A.shape[0] else (lambda v: A @ (A.T @ v))

@@ -81,6 +81,7 @@ from hessviz.weights import layer_params
 
 def memo(method):
     """Cache a method's results on its instance, by arguments (freed with the instance)."""
+
     @functools.wraps(method)
     def cached(self, *args):
         table = self.__dict__.setdefault("_memo", {})
@@ -88,6 +89,7 @@ def memo(method):
         if key not in table:
             table[key] = method(self, *args)
         return table[key]
+
     return cached
 
 
@@ -110,7 +112,7 @@ class Boundary:
         if self.token_wise:
             return torch.einsum("tij,ktj->kti", self.S, dZ)
         k = dZ.shape[0]
-        return (dZ.reshape(k, -1) @ self.S).reshape(dZ.shape)          # S symmetric
+        return (dZ.reshape(k, -1) @ self.S).reshape(dZ.shape)  # S symmetric
 
     def sandwich_into(self, out: Tensor, J: Tensor, sizes: list[int], accumulate: bool) -> None:
         """``out (+)= Jᵀ S J`` for ``J (L·d, p)`` whose columns are chunks of ``sizes``: the upper
@@ -125,7 +127,7 @@ class Boundary:
         else:
             SJ = self.S @ J
         start = 0
-        for size in sizes:                                     # row chunk: its upper part, then mirrored
+        for size in sizes:  # row chunk: its upper part, then mirrored
             rows, rest, below = slice(start, start + size), slice(start, None), slice(start + size, None)
             if accumulate:
                 out[rows, rest].addmm_(J[:, rows].T, SJ[:, rest])
@@ -146,8 +148,13 @@ class StackHessian:
     order = PARTS_FIRST
     """outer and functional are computed, full is their sum."""
 
-    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], tape: Tape | Callable[[], Tape],
-                 target: Tensor | Loss):
+    def __init__(
+        self,
+        cfg: BlockConfig,
+        params: dict[str, Tensor],
+        tape: Tape | Callable[[], Tape],
+        target: Tensor | Loss,
+    ):
         self.cfg, self.params, self.target = cfg, params, block_loss(cfg.loss, target)
         self._tape = tape
         self.N = cfg.n_layers
@@ -229,8 +236,9 @@ class StackHessian:
         dvals = self.input_tangents(b)
         seed = outside.times(dvals[span.output])
         weights = self.cfg.layer_names(b)
-        prods, inputs = self.tape.adjoint_tangents(span, dvals, {}, {span.output: seed}, bool(cf), weights,
-                                                   (span.input,))
+        prods, inputs = self.tape.adjoint_tangents(
+            span, dvals, {}, {span.output: seed}, bool(cf), weights, (span.input,)
+        )
         S = inputs[span.input]
         if S is not None:
             S = S.reshape(self.Ld, self.Ld)
@@ -258,12 +266,12 @@ class StackHessian:
             size = sum(self.cfg.param_size(n) for n in names)
             out = memory.empty(size, size, dtype=self.like.dtype, device=self.like.device)
         rec = self.record(b)
-        if b == self.N - 1 and self.token_wise:                   # the one-block engine unchanged
+        if b == self.N - 1 and self.token_wise:  # the one-block engine unchanged
             cur = assembly.pulled(rec, TokenCurvature(self.gradient(b), self.loss_curvature))
             return assembly.assemble(self.cfg.block, local, cur, term, self.like, out)
         outside = self.boundary(b, term)
-        if cf:                                                     # T_b^{θθ}(G_b): the functional term
-            G = outside.g                                          # with G_b as the loss gradient
+        if cf:  # T_b^{θθ}(G_b): the functional term
+            G = outside.g  # with G_b as the loss gradient
             L, d = G.shape
             cur = assembly.pulled(rec, TokenCurvature(G, G.new_zeros(L, d, d)))
             assembly.assemble(self.cfg.block, local, cur, "functional", self.like, out)
@@ -271,8 +279,15 @@ class StackHessian:
         outside.sandwich_into(out, self.jacobian(b, local), sizes, accumulate=bool(cf))
         return out
 
-    def cross(self, b: int, rows: tuple[str, ...], a: int, cols: tuple[str, ...], term: str,
-              out: Tensor | None = None) -> Tensor:
+    def cross(
+        self,
+        b: int,
+        rows: tuple[str, ...],
+        a: int,
+        cols: tuple[str, ...],
+        term: str,
+        out: Tensor | None = None,
+    ) -> Tensor:
         """``H[rows of layer b, cols of layer a]`` for ``a < b``: ``M_b K^{(a)}_{b−1}`` (into ``out``)."""
         return torch.mm(self._rows_of_M(b, rows, term), self.K(a, cols, b - 1), out=out)
 

@@ -59,8 +59,12 @@ from hessviz.terms import PARTS_FIRST
 
 TERMS = PARTS_FIRST
 """The terms, parts first (:data:`hessviz.terms.PARTS_FIRST`)."""
-AXES = {"xnorm": "input size ‖X‖₂", "L": "sequence length L", "d": "model width d",
-        "layers": "stack depth N (blocks)"}
+AXES = {
+    "xnorm": "input size ‖X‖₂",
+    "L": "sequence length L",
+    "d": "model width d",
+    "layers": "stack depth N (blocks)",
+}
 ARRAY_NAMES = {"xnorm": "input_norm", "L": "seq_len", "d": "d_model", "layers": "n_layers"}
 """Axis -> the name of the swept quantity in saved arrays (the argument or config field it sets)."""
 DEFAULT_GRIDS: dict[str, tuple[float, ...]] = {
@@ -160,23 +164,31 @@ def term_curves(pair: tuple[str, str]) -> tuple[Curve, ...]:
 TERM_CURVES = term_curves(("W_Q", "W_Q"))
 
 
-def seeded_inputs(cfg: hv.BlockConfig, seed: int,
-                  input_norm: float) -> tuple[dict, torch.Tensor, torch.Tensor]:
+def seeded_inputs(
+    cfg: hv.BlockConfig, seed: int, input_norm: float
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """Seeded ``(params, X, Y)``: weights ``N(0, 1/fan_in)``, ``‖X‖₂ = input_norm`` (one seed for all)."""
     params = hv.init_params(cfg, seed=seed)
     X, Y = hv.sample_inputs(cfg, seed=seed, input_norm=input_norm)
     return params, X, Y
 
 
-def block_norms(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: torch.Tensor,
-                curves: Sequence[Curve], kind: str = "spectral", layer: int = 0) -> dict[Curve, float]:
+def block_norms(
+    cfg: hv.BlockConfig,
+    params: dict,
+    X: torch.Tensor,
+    Y: torch.Tensor,
+    curves: Sequence[Curve],
+    kind: str = "spectral",
+    layer: int = 0,
+) -> dict[Curve, float]:
     """``curve -> ‖H[a, b]‖`` of ``term``, computing only the weights the curves name; in a
     stack the curves' one-block names are read in layer ``layer`` (:func:`in_layer`)."""
     named = {c: (in_layer(cfg, c[0], layer), in_layer(cfg, c[1], layer)) for c in curves}
     for a, b in named.values():
         cfg.check_name(a)
         cfg.check_name(b)
-    names = cfg.sort_names(sorted({n for ab in named.values() for n in ab}))   # weights or head slices
+    names = cfg.sort_names(sorted({n for ab in named.values() for n in ab}))  # weights or head slices
     res = hv.hessian(cfg, params, X, Y, wrt=names)
     return {c: matrix_norm(res.block(*named[c], c[2]), kind) for c in curves}
 
@@ -203,19 +215,32 @@ class BlockNorms:
         return {self.key(c): v for c, v in got.items()}
 
 
-def block_norms_measure(curves: Sequence[Curve], *, key: Callable[[Curve], str] = curve_key,
-                        kind: str = "spectral", inputs: Inputs = seeded_inputs, layer: int = 0) -> Measure:
+def block_norms_measure(
+    curves: Sequence[Curve],
+    *,
+    key: Callable[[Curve], str] = curve_key,
+    kind: str = "spectral",
+    inputs: Inputs = seeded_inputs,
+    layer: int = 0,
+) -> Measure:
     """A :data:`Measure`: ``key(curve) -> ‖H[a, b]‖`` of each curve's term on ``inputs(cfg, seed, ‖X‖₂)``
     (in a stack, of layer ``layer``); a :class:`BlockNorms`."""
     return BlockNorms(tuple(tuple(c) for c in curves), key, kind, inputs, layer)
 
 
-def point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
-          kind: str = "spectral", layer: int = 0) -> dict[str, float]:
+def point(
+    cfg: hv.BlockConfig,
+    input_norm: float,
+    seed: int,
+    pair: tuple[str, str],
+    kind: str = "spectral",
+    layer: int = 0,
+) -> dict[str, float]:
     """``term -> ‖H_ab‖`` for one block pair (of layer ``layer`` in a stack) on seeded inputs:
     one point of the Scaling page."""
-    return block_norms_measure(term_curves(tuple(pair)), key=term_key, kind=kind,
-                               layer=layer)(cfg, input_norm, seed)
+    return block_norms_measure(term_curves(tuple(pair)), key=term_key, kind=kind, layer=layer)(
+        cfg, input_norm, seed
+    )
 
 
 # ----------------------------------------------------------------------------- the result
@@ -293,9 +318,18 @@ def long_table(named: Mapping[str, Sweep], label: str = "placement") -> dict[str
     return cols
 
 
-def sweep(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], seeds: Sequence[int], measure: Measure,
-          *, input_norm: float = 1.0, progress: Progress | None = None, label: str = "",
-          executor: cf.Executor | None = None) -> Sweep:
+def sweep(
+    cfg: hv.BlockConfig,
+    axis: str,
+    grid: Sequence[float],
+    seeds: Sequence[int],
+    measure: Measure,
+    *,
+    input_norm: float = 1.0,
+    progress: Progress | None = None,
+    label: str = "",
+    executor: cf.Executor | None = None,
+) -> Sweep:
     """``measure`` at every grid value (outer loop) and seed (inner loop).
 
     At ``axis == "xnorm"`` the grid value is the input norm; otherwise ``input_norm`` is.
@@ -352,8 +386,9 @@ def fit_mask(axis: str, grid: Sequence[float]) -> np.ndarray:
     return m if m.sum() >= 2 else np.ones_like(g, dtype=bool)
 
 
-def fits(result: Sweep, norm: str, pair: tuple[str, str], terms: Sequence[str] = TERMS,
-         stat: str = "median") -> dict[str, RangeFit]:
+def fits(
+    result: Sweep, norm: str, pair: tuple[str, str], terms: Sequence[str] = TERMS, stat: str = "median"
+) -> dict[str, RangeFit]:
     """``term -> RangeFit`` of the ``stat`` curve over :func:`fit_mask`, expecting :func:`theory_exponent`."""
     mask = fit_mask(result.axis, result.grid)
     xs = result.grid[mask]

@@ -23,8 +23,10 @@ WORKER_CHECK = "hessviz.tasks:__name__"
 
 CLOSED = "executor is closed (shut down), it takes no tasks: {}"
 
-CANNOT_IMPORT = ("executor's workers cannot import hessviz ({}): install it where they run, or start them "
-                 "with this PYTHONPATH")
+CANNOT_IMPORT = (
+    "executor's workers cannot import hessviz ({}): install it where they run, or start them "
+    "with this PYTHONPATH"
+)
 
 
 def check_executor(executor: object) -> None:
@@ -35,11 +37,13 @@ def check_executor(executor: object) -> None:
     process pool's worker (``BrokenProcessPool``) and say nothing of why. :class:`InputError` naming
     ``executor`` otherwise."""
     if not isinstance(executor, cf.Executor):
-        raise InputError(f"executor must be a concurrent.futures.Executor (or None: in-process), got "
-                         f"{type(executor).__name__}")
+        raise InputError(
+            f"executor must be a concurrent.futures.Executor (or None: in-process), got "
+            f"{type(executor).__name__}"
+        )
     try:
         probe = executor.submit(pkgutil.resolve_name, WORKER_CHECK)
-    except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
+    except RuntimeError as e:  # concurrent.futures and distributed after shutdown
         raise InputError(CLOSED.format(e)) from None
     try:
         probe.result()
@@ -65,7 +69,7 @@ def shipped(executor: cf.Executor, value: object) -> object:
     carries a key, not the value); on any other executor the value itself, pickled with each task."""
     import sys
 
-    cfexecutor = sys.modules.get("distributed.cfexecutor")      # loaded whenever get_executor() was
+    cfexecutor = sys.modules.get("distributed.cfexecutor")  # loaded whenever get_executor() was
     if cfexecutor is None or not isinstance(executor, cfexecutor.ClientExecutor):
         return value
     return executor._client.scatter(value, broadcast=True, hash=False)
@@ -86,8 +90,13 @@ def built(problem: object) -> object:
     return res
 
 
-def run_tasks(executor: cf.Executor, fn: Callable, calls: Sequence[tuple], shared: tuple = (),
-              arrived: Callable[[int, object], None] | None = None) -> list:
+def run_tasks(
+    executor: cf.Executor,
+    fn: Callable,
+    calls: Sequence[tuple],
+    shared: tuple = (),
+    arrived: Callable[[int, object], None] | None = None,
+) -> list:
     """``[fn(*shared, *args) for args in calls]``, each call one task on ``executor`` (checked first),
     all submitted at once, under this process's torch thread count; each of ``shared`` (a model's
     weights, say) :func:`shipped` once. ``arrived(i, result)`` is called as each result is collected,
@@ -97,7 +106,7 @@ def run_tasks(executor: cf.Executor, fn: Callable, calls: Sequence[tuple], share
     try:
         common = tuple(shipped(executor, v) for v in shared)
         futures = [executor.submit(under_threads, threads, fn, *common, *args) for args in calls]
-    except RuntimeError as e:                   # concurrent.futures and distributed after shutdown
+    except RuntimeError as e:  # concurrent.futures and distributed after shutdown
         raise InputError(CLOSED.format(e)) from None
     out = []
     try:

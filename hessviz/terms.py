@@ -45,8 +45,9 @@ PARTS_FIRST: tuple[str, ...] = ("outer", "functional", "full")
 """The two parts, then their sum: the order in which a dense engine computes them (``full`` is
 ``outer + functional`` once both are cached) and in which sweeps and figures list them."""
 
-SWEEP_RULES: dict[str, tuple[bool, bool]] = {name: (w.outer != 0.0, w.functional != 0.0)
-                                             for name, w in TERMS.items()}
+SWEEP_RULES: dict[str, tuple[bool, bool]] = {
+    name: (w.outer != 0.0, w.functional != 0.0) for name, w in TERMS.items()
+}
 """term -> (seed the adjoint tangent with the loss curvature, keep the second-order parts)."""
 
 

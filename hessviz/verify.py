@@ -81,8 +81,9 @@ class Comparison:
         return out
 
 
-def _timed_terms(cfg, params, X, Y, wrt, method: str,
-                 repeats: int) -> tuple[hv.HessianResult, dict[str, Tensor], float]:
+def _timed_terms(
+    cfg, params, X, Y, wrt, method: str, repeats: int
+) -> tuple[hv.HessianResult, dict[str, Tensor], float]:
     """The result, its three terms, and the best wall time over ``repeats`` fresh computations."""
     best = float("inf")
     for _ in range(repeats):
@@ -95,8 +96,15 @@ def _timed_terms(cfg, params, X, Y, wrt, method: str,
     return res, terms, best
 
 
-def compare(cfg: hv.BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-            wrt: tuple[str, ...] | None = None, *, repeats: int = 1) -> Comparison:
+def compare(
+    cfg: hv.BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    Y: Tensor,
+    wrt: tuple[str, ...] | None = None,
+    *,
+    repeats: int = 1,
+) -> Comparison:
     """Compute every term both ways (timing each ``repeats`` times) and compare."""
     res, closed, t_closed = _timed_terms(cfg, params, X, Y, wrt, "closed_form", repeats)
     _, ref, t_ref = _timed_terms(cfg, params, X, Y, wrt, "autograd", repeats)
@@ -108,14 +116,17 @@ def compare(cfg: hv.BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor
         for i, a in enumerate(names):
             for j, b in enumerate(names):
                 rows, cols = offsets[a], offsets[b]
-                err[i, j] = relative_error(closed[term][rows, cols], ref[term][rows, cols],
-                                           ref["full"][rows, cols], floor)
+                err[i, j] = relative_error(
+                    closed[term][rows, cols], ref[term][rows, cols], ref["full"][rows, cols], floor
+                )
         blocks[term] = err
         whole[term] = relative_error(closed[term], ref[term], ref["full"])
-    whole["jacobian"] = relative_error(hv.jacobian(cfg, params, X, wrt),
-                                       hv.jacobian(cfg, params, X, wrt, method="autograd"))
+    whole["jacobian"] = relative_error(
+        hv.jacobian(cfg, params, X, wrt), hv.jacobian(cfg, params, X, wrt, method="autograd")
+    )
     g, g_ref = hv.gradient(cfg, params, X, Y, wrt), hv.gradient(cfg, params, X, Y, wrt, method="autograd")
-    whole["gradient"] = relative_error(torch.cat([v.reshape(-1) for v in g.values()]),
-                                       torch.cat([v.reshape(-1) for v in g_ref.values()]))
+    whole["gradient"] = relative_error(
+        torch.cat([v.reshape(-1) for v in g.values()]), torch.cat([v.reshape(-1) for v in g_ref.values()])
+    )
     whole["forward"] = relative_error(hv.forward(cfg, params, X), torch_forward(cfg, params, X))
     return Comparison(names, blocks, whole, {"closed_form": t_closed, "autograd": t_ref})

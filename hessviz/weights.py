@@ -23,17 +23,26 @@ from hessviz.config import HEADED, BlockConfig, layer_name, parse_name
 from hessviz.contributions import Ref
 
 WEIGHT_MAP: dict[str, tuple[str, str]] = {
-    "W_Q": ("attention", "query.weight"), "b_Q": ("attention", "query.bias"),
+    "W_Q": ("attention", "query.weight"),
+    "b_Q": ("attention", "query.bias"),
     "q_norm_gamma": ("attention", "query.norm"),
-    "W_K": ("attention", "key.weight"), "b_K": ("attention", "key.bias"),
+    "W_K": ("attention", "key.weight"),
+    "b_K": ("attention", "key.bias"),
     "k_norm_gamma": ("attention", "key.norm"),
-    "W_V": ("attention", "value.weight"), "b_V": ("attention", "value.bias"),
-    "W_O": ("attention", "out.weight"), "b_O": ("attention", "out.bias"),
-    "ln1_gamma": ("ln1", "gamma"), "ln1_beta": ("ln1", "beta"),
-    "W_G": ("ffn", "gate.weight"), "b_G": ("ffn", "gate.bias"),
-    "W_1": ("ffn", "fc1.weight"), "b_1": ("ffn", "fc1.bias"),
-    "W_2": ("ffn", "fc2.weight"), "b_2": ("ffn", "fc2.bias"),
-    "ln2_gamma": ("ln2", "gamma"), "ln2_beta": ("ln2", "beta"),
+    "W_V": ("attention", "value.weight"),
+    "b_V": ("attention", "value.bias"),
+    "W_O": ("attention", "out.weight"),
+    "b_O": ("attention", "out.bias"),
+    "ln1_gamma": ("ln1", "gamma"),
+    "ln1_beta": ("ln1", "beta"),
+    "W_G": ("ffn", "gate.weight"),
+    "b_G": ("ffn", "gate.bias"),
+    "W_1": ("ffn", "fc1.weight"),
+    "b_1": ("ffn", "fc1.bias"),
+    "W_2": ("ffn", "fc2.weight"),
+    "b_2": ("ffn", "fc2.bias"),
+    "ln2_gamma": ("ln2", "gamma"),
+    "ln2_beta": ("ln2", "beta"),
 }
 """global name -> (component, local name)."""
 
@@ -42,8 +51,11 @@ GLOBAL_NAME: dict[tuple[str, str], str] = {v: k for k, v in WEIGHT_MAP.items()}
 
 def component_weights(cfg: BlockConfig, params: dict[str, Tensor], component: str) -> dict[str, Tensor]:
     """``local name -> tensor`` of one component, for the weights that ``cfg`` has."""
-    return {local: params[name] for name, (comp, local) in WEIGHT_MAP.items()
-            if comp == component and name in cfg.param_shapes}
+    return {
+        local: params[name]
+        for name, (comp, local) in WEIGHT_MAP.items()
+        if comp == component and name in cfg.param_shapes
+    }
 
 
 def layer_params(cfg: BlockConfig, params: dict[str, Tensor], layer: int) -> dict[str, Tensor]:
@@ -107,9 +119,9 @@ def units_of(cfg: BlockConfig, name: str) -> list[Unit]:
         return [Unit(name, (component, local, head), (rows, 1, cols), 1, 0)]
     H = cfg.heads_of(base)
     rows, cols = matrix_shape(cfg.param_shapes[base])
-    if len(cfg.param_shapes[base]) == 2 and HEADED[base] == 0:      # W_O: heads are row blocks
+    if len(cfg.param_shapes[base]) == 2 and HEADED[base] == 0:  # W_O: heads are row blocks
         split, head_dim = (H, rows // H, cols), 0
-    else:                                                            # column blocks
+    else:  # column blocks
         split, head_dim = (rows, H, cols // H), 1
     return [Unit(name, (component, local, h), split, head_dim, h) for h in range(H)]
 

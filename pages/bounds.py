@@ -40,9 +40,13 @@ n_cases = hva.slider(
 
 if mode == "attention":
     att_view = view.with_values(norm="attention")
-    hva.afford(att_view, "bounds", cases=n_cases,
-               advice="Lower d, d_k or L (the attention block has P = 3·d·d_k weights), or draw fewer "
-                      "random configurations.")
+    hva.afford(
+        att_view,
+        "bounds",
+        cases=n_cases,
+        advice="Lower d, d_k or L (the attention block has P = 3·d·d_k weights), or draw fewer "
+        "random configurations.",
+    )
     with hva.guard("the attention bounds"):
         row = hva.cache.bounds_here(att_view.key)
     blocks = ("VV", "QQ", "VQ", "QK", "KK", "VK")

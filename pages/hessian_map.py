@@ -8,7 +8,7 @@ from hessviz import plots
 from hessviz.config import HEADED
 from hessviz.terms import NAMES
 
-TERMS = NAMES   # full, outer, functional (hessviz.terms)
+TERMS = NAMES  # full, outer, functional (hessviz.terms)
 KINDS = {"spectral": "spectral ‖·‖₂", "fro": "Frobenius ‖·‖_F"}  # URL value -> words
 
 view = hva.sidebar(stacks=True)
@@ -34,13 +34,24 @@ headed = [n for n in names if n.rpartition(".")[2] in HEADED] if cfg.n_heads > 1
 slices = [s for n in headed for s in cfg.head_names(n)]
 pairs = ["all"] + [f"{a},{b}" for group in (names, slices) for i, a in enumerate(group) for b in group[i:]]
 c1, c2, c3 = st.columns([2, 2, 3])
-term = hva.choice("Term", TERMS, key="term", default="full", container=c1,
-                  help="full = outer + functional")
-kind = hva.choice("Block norm", tuple(KINDS), key="bnorm", default="spectral", container=c2,
-                  help="spectral: the largest singular value of the block; fro: root of the sum of squares")
-pair = hva.select("Zoom into a block pair (rows,cols) at full resolution", pairs, key="blk", default="all",
-                  container=c3, help="all: the whole matrix; W_Q,W_K: the W_Q rows × W_K columns block"
-                  + ("; W_Q[0],W_K[0]: one head's slices (type to search)" if slices else ""))
+term = hva.choice("Term", TERMS, key="term", default="full", container=c1, help="full = outer + functional")
+kind = hva.choice(
+    "Block norm",
+    tuple(KINDS),
+    key="bnorm",
+    default="spectral",
+    container=c2,
+    help="spectral: the largest singular value of the block; fro: root of the sum of squares",
+)
+pair = hva.select(
+    "Zoom into a block pair (rows,cols) at full resolution",
+    pairs,
+    key="blk",
+    default="all",
+    container=c3,
+    help="all: the whole matrix; W_Q,W_K: the W_Q rows × W_K columns block"
+    + ("; W_Q[0],W_K[0]: one head's slices (type to search)" if slices else ""),
+)
 
 with st.spinner("Computing the Hessian…"), hva.guard("the Hessian"):
     H = hva.cache.term(view.key, term)
@@ -58,27 +69,45 @@ def positions(name: str) -> np.ndarray:
 left, right = st.columns([3, 2], gap="medium")
 with left:
     fig = plots.hessian_heatmap(H, offsets, heads=heads, title=f"{term} Hessian, P = {view.num_params:,}")
-    hva.chart(fig, f"hessian_{term}", npz=lambda: {"H": H, "names": list(names),
-                                                   "sizes": [offsets[n].stop - offsets[n].start
-                                                             for n in names]})
+    hva.chart(
+        fig,
+        f"hessian_{term}",
+        npz=lambda: {
+            "H": H,
+            "names": list(names),
+            "sizes": [offsets[n].stop - offsets[n].start for n in names],
+        },
+    )
 with right:
     nfig = plots.block_norm_matrix(norms, names, kind=kind, title=f"Block norms of {term}")
-    hva.chart(nfig, f"block_norms_{term}_{kind}",
-              csv=lambda: {"row": [a for a in names for _ in names], "col": [b for _ in names for b in names],
-                           "norm": norms.ravel()})
-    st.markdown(f"The largest block is **{names[norms.argmax() // len(names)]} × "
-                f"{names[norms.argmax() % len(names)]}**; the smallest "
-                f"{KINDS[kind].split()[0]} norm is {norms.min():.2g} and the largest {norms.max():.2g}.")
+    hva.chart(
+        nfig,
+        f"block_norms_{term}_{kind}",
+        csv=lambda: {
+            "row": [a for a in names for _ in names],
+            "col": [b for _ in names for b in names],
+            "norm": norms.ravel(),
+        },
+    )
+    st.markdown(
+        f"The largest block is **{names[norms.argmax() // len(names)]} × "
+        f"{names[norms.argmax() % len(names)]}**; the smallest "
+        f"{KINDS[kind].split()[0]} norm is {norms.min():.2g} and the largest {norms.max():.2g}."
+    )
 
 if headed:
-    st.caption(f"With {cfg.n_heads} heads, the rows and columns of {', '.join(headed)} are drawn head "
-               f"by head ({headed[0]}[0], then {headed[0]}[1], …; dotted lines between heads, solid between "
-               "weights); inside a head, the slice's row-major vec. The NPZ keeps θ order.")
+    st.caption(
+        f"With {cfg.n_heads} heads, the rows and columns of {', '.join(headed)} are drawn head "
+        f"by head ({headed[0]}[0], then {headed[0]}[1], …; dotted lines between heads, solid between "
+        "weights); inside a head, the slice's row-major vec. The NPZ keeps θ order."
+    )
 if cfg.kv_heads != cfg.n_heads:
     readers = [", ".join(map(str, cfg.query_heads(g))) for g in range(cfg.kv_heads)]
     shared_by = "; ".join(f"W_K[{g}], W_V[{g}] by query heads {r}" for g, r in enumerate(readers))
-    st.caption(f"Grouped-query attention: {cfg.n_heads} query heads read {cfg.kv_heads} key/value heads, "
-               f"so each W_K[g] block collects the curvature of {cfg.kv_group} query heads ({shared_by}).")
+    st.caption(
+        f"Grouped-query attention: {cfg.n_heads} query heads read {cfg.kv_heads} key/value heads, "
+        f"so each W_K[g] block collects the curvature of {cfg.kv_group} query heads ({shared_by})."
+    )
 
 if pair != "all":
     a, b = pair.split(",")
@@ -86,18 +115,29 @@ if pair != "all":
     B = H[offsets[a], offsets[b]] if a in offsets and b in offsets else H[np.ix_(ia, ib)]
     shapes = cfg.param_shapes
     ra, rb = (a.partition("[")[0], b.partition("[")[0])
-    bfig = plots.block_heatmap(B, a, b, row_shape=shapes[ra], col_shape=shapes[rb],
-                               row_index=None if a == ra else cfg.head_indices(a).numpy(),
-                               col_index=None if b == rb else cfg.head_indices(b).numpy(),
-                               title=f"{term} block {a} × {b} ({B.shape[0]} × {B.shape[1]})")
-    hva.chart(bfig, f"block_{term}_{a}_{b}".replace("[", "").replace("]", ""),
-              npz=lambda: {"block": B, "rows_in_theta": ia, "cols_in_theta": ib})
+    bfig = plots.block_heatmap(
+        B,
+        a,
+        b,
+        row_shape=shapes[ra],
+        col_shape=shapes[rb],
+        row_index=None if a == ra else cfg.head_indices(a).numpy(),
+        col_index=None if b == rb else cfg.head_indices(b).numpy(),
+        title=f"{term} block {a} × {b} ({B.shape[0]} × {B.shape[1]})",
+    )
+    hva.chart(
+        bfig,
+        f"block_{term}_{a}_{b}".replace("[", "").replace("]", ""),
+        npz=lambda: {"block": B, "rows_in_theta": ia, "cols_in_theta": ib},
+    )
 
     def where(name: str) -> str:
         shape = shapes[name.partition("[")[0]]
         if len(shape) == 1:
             return f"row *i* of {name} is entry i of the vector {name.partition('[')[0]}"
-        return (f"row *i* of {name} is an entry of {name.partition('[')[0]} ({shape[0]} × {shape[1]}, "
-                "row-major vec" + (", this head's columns or rows only" if "[" in name else "") + ")")
+        return (
+            f"row *i* of {name} is an entry of {name.partition('[')[0]} ({shape[0]} × {shape[1]}, "
+            "row-major vec" + (", this head's columns or rows only" if "[" in name else "") + ")"
+        )
 
     st.caption(f"In this block, {where(a)}; columns likewise for {b}. Hover names the entry.")

@@ -14,7 +14,7 @@ from hessviz.matfree.spectral import EXACT_BLOCK
 from hessviz.memory import format_bytes
 from hessviz.terms import NAMES
 
-TERMS = NAMES   # full, outer, functional (hessviz.terms)
+TERMS = NAMES  # full, outer, functional (hessviz.terms)
 BY = {"heads": "every head", "weights": "every weight"}
 
 view = hva.sidebar()
@@ -34,9 +34,14 @@ hva.explain(
 )
 SIDEBAR = "sidebar block"
 sources = (SIDEBAR,) + tuple(m for m in stored_tables.MODELS if m in pretrained.available_models())
-source = hva.choice("Model", sources, key="het_model", default=SIDEBAR,
-                    help="the block of the sidebar (computed here), or a real LLM's table, precomputed on a "
-                         "fixed text under its own next-token loss (hessviz reproduce --smollm2)")
+source = hva.choice(
+    "Model",
+    sources,
+    key="het_model",
+    default=SIDEBAR,
+    help="the block of the sidebar (computed here), or a real LLM's table, precomputed on a "
+    "fixed text under its own next-token loss (hessviz reproduce --smollm2)",
+)
 if source != SIDEBAR:
     try:
         info = pretrained.model_info(source)
@@ -47,11 +52,19 @@ if source != SIDEBAR:
         st.stop()
     stack = wm.stack_config(info)
     st.caption(f"{info.describe()} Precomputed, not live: {stored_tables.describe(stored)}")
-    by = hva.choice("Blocks", ("heads", "weights"), key="het_by", default="heads",
-                    help="heads: each head's slice of W_Q, W_K, W_V, W_O in the layers the run reached; "
-                         "weights: every weight of the layers it reached")
-    parts = [stored_tables.part(stored, stack, w) for w in ("W_Q", "W_K", "W_V", "W_O")] if by == "heads" \
+    by = hva.choice(
+        "Blocks",
+        ("heads", "weights"),
+        key="het_by",
+        default="heads",
+        help="heads: each head's slice of W_Q, W_K, W_V, W_O in the layers the run reached; "
+        "weights: every weight of the layers it reached",
+    )
+    parts = (
+        [stored_tables.part(stored, stack, w) for w in ("W_Q", "W_K", "W_V", "W_O")]
+        if by == "heads"
         else [stored_tables.part(stored, stack, stored_tables.WEIGHTS)]
+    )
     names = [n for p in parts for n, t in zip(p["names"], p["top"]) if np.isfinite(t)]
     top = np.array([t for p in parts for t in p["top"] if np.isfinite(t)])
     if not names:
@@ -70,40 +83,73 @@ if source != SIDEBAR:
         by_layer[layer][1].append(t)
     layers = sorted(by_layer, key=lambda x: int(x[1:]))
     pick = hva.select("Layer", layers, key="het_layer", default=layers[0], help="the layers the run reached")
-    fig = plots.grouped_bars([plots.pretty(n) for n in by_layer[pick][0]], {"λ_max": by_layer[pick][1]},
-                             title=f"{source}, layer {pick[1:]}: top eigenvalue per block",
-                             ylabel="λ_max(H[b, b])", logy=True)
-    hva.chart(fig, f"heterogeneity_{source}_{by}_{pick}",
-              csv=lambda: {"block": by_layer[pick][0], "top_eigenvalue": by_layer[pick][1]})
+    fig = plots.grouped_bars(
+        [plots.pretty(n) for n in by_layer[pick][0]],
+        {"λ_max": by_layer[pick][1]},
+        title=f"{source}, layer {pick[1:]}: top eigenvalue per block",
+        ylabel="λ_max(H[b, b])",
+        logy=True,
+    )
+    hva.chart(
+        fig,
+        f"heterogeneity_{source}_{by}_{pick}",
+        csv=lambda: {"block": by_layer[pick][0], "top_eigenvalue": by_layer[pick][1]},
+    )
     so = records.get("sharpness_ordering", {}).get("measured", {})
     models = list(dict.fromkeys(k.rsplit("_", 1)[-1] for k in so if k.startswith("S_")))
     if models:
         types = ["Emb", "QK", "FFN", "VO", "Norm"]
         groups = {mo: [so.get(f"S_{t}_{mo}", float("nan")) for t in types] for mo in models}
         title = "Sharpness per block type (Wang et al.: Emb ≪ QK < FFN < VO ≪ Norm)"
-        hva.chart(plots.grouped_bars(types, groups, ylabel="mean λ_max", logy=True, title=title),
-                  "sharpness_ordering", csv=lambda: {"type": types, **groups})
+        hva.chart(
+            plots.grouped_bars(types, groups, ylabel="mean λ_max", logy=True, title=title),
+            "sharpness_ordering",
+            csv=lambda: {"type": types, **groups},
+        )
         st.caption(records["sharpness_ordering"]["note"])
     st.stop()
 
 c1, c2, c3 = st.columns([2, 2, 3])
-term = hva.choice("Term", TERMS, key="het_term", default="full", container=c1,
-                  help="full = outer + functional")
-by = hva.choice("Blocks", tuple(BY), key="het_by", default="heads", container=c2,
-                help="heads: each attention head's slice of W_Q, W_K, W_V, W_O and their biases is its own "
-                     "block (when there are several heads); weights: one block per weight")
-samples = hva.slider("Hutch++ products per large block", 6, 90, key="het_samples", default=30, container=c3,
-                     help=f"blocks above {EXACT_BLOCK} entries: trace by Hutch++ from this "
-                          "many products (its error shrinks like 1/products)")
+term = hva.choice(
+    "Term", TERMS, key="het_term", default="full", container=c1, help="full = outer + functional"
+)
+by = hva.choice(
+    "Blocks",
+    tuple(BY),
+    key="het_by",
+    default="heads",
+    container=c2,
+    help="heads: each attention head's slice of W_Q, W_K, W_V, W_O and their biases is its own "
+    "block (when there are several heads); weights: one block per weight",
+)
+samples = hva.slider(
+    "Hutch++ products per large block",
+    6,
+    90,
+    key="het_samples",
+    default=30,
+    container=c3,
+    help=f"blocks above {EXACT_BLOCK} entries: trace by Hutch++ from this "
+    "many products (its error shrinks like 1/products)",
+)
 by_head = by == "heads"
 if view.cfg.n_heads == 1:
-    c2.caption("With one attention head, heads and weights give the same blocks: raise *Attention heads* "
-               "in the sidebar to split W_Q, W_K, W_V and W_O by head.")
+    c2.caption(
+        "With one attention head, heads and weights give the same blocks: raise *Attention heads* "
+        "in the sidebar to split W_Q, W_K, W_V and W_O by head."
+    )
 cost = hva.verdict(view, "heterogeneity", samples=samples, by_head=int(by_head)).cost
-st.caption(f"Estimated work: about {cost.seconds:.2g} s and {format_bytes(cost.bytes)} "
-           f"(this server allows {hva.cache.LIMITS.max_seconds:g} s per view).")
-hva.afford(view, "heterogeneity", samples=samples, by_head=int(by_head),
-           advice="Choose blocks = weights, fewer Hutch++ products, or lower d, d_ff, heads or L.")
+st.caption(
+    f"Estimated work: about {cost.seconds:.2g} s and {format_bytes(cost.bytes)} "
+    f"(this server allows {hva.cache.LIMITS.max_seconds:g} s per view)."
+)
+hva.afford(
+    view,
+    "heterogeneity",
+    samples=samples,
+    by_head=int(by_head),
+    advice="Choose blocks = weights, fewer Hutch++ products, or lower d, d_ff, heads or L.",
+)
 
 with hva.guard("the heterogeneity table"):
     table = hva.cache.block_table(view.key, term, by_head, samples, view.seed)
@@ -111,32 +157,61 @@ with hva.guard("the heterogeneity table"):
 names, top, trace, se = table["names"], table["top"], table["trace"], table["trace_se"]
 spread = block_spread(names, top)
 m1, m2, m3 = st.columns(3)
-m1.metric("blocks", f"{len(names)}", help=f"{int(table['exact'].sum())} exact, "
-                                          f"{int((~table['exact']).sum())} estimated")
-m2.metric("spread of λ_max", f"{spread.spread:.3g}×" if np.isfinite(spread.spread) else "—",
-          help="largest over smallest positive top eigenvalue across blocks (blocks flat to round-off "
-               "left out)")
+m1.metric(
+    "blocks",
+    f"{len(names)}",
+    help=f"{int(table['exact'].sum())} exact, {int((~table['exact']).sum())} estimated",
+)
+m2.metric(
+    "spread of λ_max",
+    f"{spread.spread:.3g}×" if np.isfinite(spread.spread) else "—",
+    help="largest over smallest positive top eigenvalue across blocks (blocks flat to round-off left out)",
+)
 m3.metric("products", f"{table['matvecs']:,}", help=f"Hessian-vector products, {table['seconds']:.2g} s")
 if np.isfinite(spread.spread):
-    st.markdown(f"The sharpest block is **{spread.sharpest}** (λ_max = {spread.largest:.3g}), the flattest "
-                f"**{spread.flattest}** (λ_max = {spread.smallest:.3g}): a factor of **{spread.spread:.3g}** "
-                "between blocks of one layer.")
+    st.markdown(
+        f"The sharpest block is **{spread.sharpest}** (λ_max = {spread.largest:.3g}), the flattest "
+        f"**{spread.flattest}** (λ_max = {spread.smallest:.3g}): a factor of **{spread.spread:.3g}** "
+        "between blocks of one layer."
+    )
 
-fig = plots.block_spectrum_bars(names, top, trace, trace_errors=se,
-                                title=f"Per-block curvature of the {term} Hessian, P = {view.num_params:,}")
+fig = plots.block_spectrum_bars(
+    names,
+    top,
+    trace,
+    trace_errors=se,
+    title=f"Per-block curvature of the {term} Hessian, P = {view.num_params:,}",
+)
 
 
 def columns() -> dict:
-    return {"block": list(names), "size": table["size"], "top_eigenvalue": top, "trace": trace,
-            "trace_stderr": se, "exact": table["exact"]}
+    return {
+        "block": list(names),
+        "size": table["size"],
+        "top_eigenvalue": top,
+        "trace": trace,
+        "trace_stderr": se,
+        "exact": table["exact"],
+    }
 
 
 hva.chart(fig, f"heterogeneity_{term}_{by}", csv=columns)
-st.dataframe({"block": list(names), "size": table["size"], "λ_max": top, "trace": trace, "± (trace)": se,
-              "how": ["exact (dense block)" if e else "Lanczos + Hutch++" for e in table["exact"]]},
-             hide_index=True, width="stretch")
-st.caption(f"Blocks up to {EXACT_BLOCK} entries are exact (their dense block from "
-           f"{EXACT_BLOCK} products at most, then eigvalsh). Larger: λ_max by Lanczos (within 1e-6 "
-           f"relative by its error bound), trace by Hutch++ with {samples} products, ± one standard "
-           "error. "
-           f"Seed {view.seed}.")
+st.dataframe(
+    {
+        "block": list(names),
+        "size": table["size"],
+        "λ_max": top,
+        "trace": trace,
+        "± (trace)": se,
+        "how": ["exact (dense block)" if e else "Lanczos + Hutch++" for e in table["exact"]],
+    },
+    hide_index=True,
+    width="stretch",
+)
+st.caption(
+    f"Blocks up to {EXACT_BLOCK} entries are exact (their dense block from "
+    f"{EXACT_BLOCK} products at most, then eigvalsh). Larger: λ_max by Lanczos (within 1e-6 "
+    f"relative by its error bound), trace by Hutch++ with {samples} products, ± one standard "
+    "error. "
+    f"Seed {view.seed}."
+)

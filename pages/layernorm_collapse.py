@@ -63,12 +63,19 @@ if mode == "layernorm":
 else:
     post = view.with_values(norm="post")
     points = (3 * decades + 1) * n_seeds
-    whole = hva.afford(post, "ln_collapse", stop=False, points=points, whole=1,
-                       advice="Only the W_Q–W_Q block is drawn; lower d or d_ff, the decades or the seeds "
-                              "to see the whole-matrix norms.")
+    whole = hva.afford(
+        post,
+        "ln_collapse",
+        stop=False,
+        points=points,
+        whole=1,
+        advice="Only the W_Q–W_Q block is drawn; lower d or d_ff, the decades or the seeds "
+        "to see the whole-matrix norms.",
+    )
     if not whole:
-        hva.afford(post, "ln_collapse", points=points, whole=0,
-                   advice="Lower d, d_k, the decades of σ or the seeds.")
+        hva.afford(
+            post, "ln_collapse", points=points, whole=0, advice="Lower d, d_k, the decades of σ or the seeds."
+        )
     with hva.guard("the Post-LN sweep"):
         result = views.block_collapse(view, decades, n_seeds, whole)
     _draw("block_collapse", result)

@@ -56,7 +56,7 @@ if mode == "gradients":
     for c, pl in zip(cols, PLACEMENTS):
         r = res[pl]
         c.subheader(NAMES[pl])
-        (m1, m2), (m3, m4) = c.columns(2), c.columns(2)   # two by two: a quarter of a half cut the values
+        (m1, m2), (m3, m4) = c.columns(2), c.columns(2)  # two by two: a quarter of a half cut the values
         m1.metric("Gini G", f"{r['gini']:.3f}")
         m2.metric("Λ_G", f"{r['lambda_G']:.3g}")
         m3.metric("Λ_P", f"{r['lambda_P']:.3g}")
@@ -97,8 +97,10 @@ if mode == "gradients":
 elif mode == "protocol":
     npz, committed = CLAIMS / "data" / "optimizers_protocol.npz", CLAIMS / "claims.json"
     if not npz.exists() or not committed.exists():
-        st.info("No committed protocol run (`assets/claims/data/optimizers_protocol.npz`). Run `hessviz "
-                "reproduce --out assets/claims`.")
+        st.info(
+            "No committed protocol run (`assets/claims/data/optimizers_protocol.npz`). Run `hessviz "
+            "reproduce --out assets/claims`."
+        )
         st.stop()
     with np.load(npz) as f:
         curves, every = optimizers_protocol.saved_curves(dict(f))
@@ -113,9 +115,14 @@ elif mode == "protocol":
         "fine-tuning; right: the report's random-block teacher task (claim `optimizers`) beside it."
     )
     stored = tuple(stored_tables.MODELS)
-    source = hva.choice("Model", tuple(curves) + stored, key="opt_model", default=tuple(curves)[0],
-                        help="the trained pair (Post-LN, Pre-LN) and pydoc-llama, fine-tuned here; "
-                             "SmolLM2-135M with its Gini alone (hessviz reproduce --smollm2)")
+    source = hva.choice(
+        "Model",
+        tuple(curves) + stored,
+        key="opt_model",
+        default=tuple(curves)[0],
+        help="the trained pair (Post-LN, Pre-LN) and pydoc-llama, fine-tuned here; "
+        "SmolLM2-135M with its Gini alone (hessviz reproduce --smollm2)",
+    )
     if source in stored:
         try:
             rec = stored_tables.claims(source).get("gini_smollm2")
@@ -123,21 +130,34 @@ elif mode == "protocol":
             rec = None
             st.error(f"**The stored claims of {source} cannot be read.** {err}", icon=":material/block:")
         if rec is None:
-            st.info(f"No stored Gini for {source} (`hessviz reproduce --smollm2 --out "
-                    "assets/claims/smollm2`).")
+            st.info(
+                f"No stored Gini for {source} (`hessviz reproduce --smollm2 --out assets/claims/smollm2`)."
+            )
             st.stop()
         sm = rec["measured"]
-        models = [source] + [k[len("committed_gini_"):] for k in sm if k.startswith("committed_gini_")]
+        models = [source] + [k[len("committed_gini_") :] for k in sm if k.startswith("committed_gini_")]
         values = [sm[f"gini_{source}"]] + [sm[f"committed_gini_{k}"] for k in models[1:]]
         m1, m2 = st.columns(2)
-        m1.metric("Gini of the 22 gradient norms", f"{sm[f'gini_{source}']:.3f}",
-                  help=f"mean over {sm['batches']:.0f} batches of the docstring task")
+        m1.metric(
+            "Gini of the 22 gradient norms",
+            f"{sm[f'gini_{source}']:.3f}",
+            help=f"mean over {sm['batches']:.0f} batches of the docstring task",
+        )
         if f"gini_own_loss_all_weights_{source}" in sm:
-            m2.metric("Gini under its own next-token loss (270 weights)",
-                      f"{sm[f'gini_own_loss_all_weights_{source}']:.3f}")
-        hva.chart(plots.grouped_bars(models, {"Gini": values}, ylabel="Gini",
-                                     title="Gini of the 22 gradient norms, Tomihari & Sato's protocol"),
-                  f"protocol_gini_{source}", csv=lambda: {"model": models, "gini": values})
+            m2.metric(
+                "Gini under its own next-token loss (270 weights)",
+                f"{sm[f'gini_own_loss_all_weights_{source}']:.3f}",
+            )
+        hva.chart(
+            plots.grouped_bars(
+                models,
+                {"Gini": values},
+                ylabel="Gini",
+                title="Gini of the 22 gradient norms, Tomihari & Sato's protocol",
+            ),
+            f"protocol_gini_{source}",
+            csv=lambda: {"model": models, "gini": values},
+        )
         st.caption(rec["note"] + " Not fine-tuned here: no training curves for it.")
         st.stop()
     m1, m2, m3 = st.columns(3)
@@ -151,7 +171,9 @@ elif mode == "protocol":
     runs = curves[source]
     fig = plots.training_curves(
         {f"{o} (lr {op.get(f'lr_{source}_{o}', float('nan')):g})": runs[o] for o in runs},
-        title=f"{source}: fine-tuning on the docstring task", threshold=op.get(f"threshold_{source}"))
+        title=f"{source}: fine-tuning on the docstring task",
+        threshold=op.get(f"threshold_{source}"),
+    )
     fig.update_xaxes(title_text=f"evaluation (every {every} steps)")
     hva.chart(fig, f"protocol_{source}", container=left, npz=lambda: runs)
     block = CLAIMS / "data" / "optimizers.npz"
@@ -161,9 +183,14 @@ elif mode == "protocol":
     if block.exists() and keys:
         with np.load(block) as f:
             teacher = {f"{o} (lr {om[f'lr_{pl}_{o}']:g})": f[k] for o, k in keys.items() if k in f}
-        hva.chart(plots.training_curves(teacher, title=f"Random-block teacher task, {NAMES[pl]} (claim "
-                                        "optimizers)"), f"teacher_{pl}", container=right,
-                  npz=lambda: teacher)
+        hva.chart(
+            plots.training_curves(
+                teacher, title=f"Random-block teacher task, {NAMES[pl]} (claim optimizers)"
+            ),
+            f"teacher_{pl}",
+            container=right,
+            npz=lambda: teacher,
+        )
 else:
     c1, c2, c3 = st.columns(3)
     steps = hva.slider("Steps", 10, 300, key="opt_steps", default=60, container=c1)
@@ -211,8 +238,4 @@ else:
             container=col,
             npz=lambda pl=pl: {o: tr[pl][o] for o in optimizers.OPTIMIZERS},
         )
-        col.caption(
-            " · ".join(
-                f"{o}: final {summary['final'][o]:.2e}" for o in optimizers.OPTIMIZERS
-            )
-        )
+        col.caption(" · ".join(f"{o}: final {summary['final'][o]:.2e}" for o in optimizers.OPTIMIZERS))

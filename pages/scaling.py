@@ -23,28 +23,55 @@ hva.explain(
 )
 
 c1, c2, c3, c4 = st.columns([3, 3, 2, 2])
-axis = hva.choice("Sweep over", tuple(sweeps.AXES), key="sc_axis", default="xnorm", container=c1,
-                  help="xnorm: input size ‖X‖₂; L: sequence length; d: model width; layers: the depth of "
-                  "the stack (the block is then the first layer's)")
+axis = hva.choice(
+    "Sweep over",
+    tuple(sweeps.AXES),
+    key="sc_axis",
+    default="xnorm",
+    container=c1,
+    help="xnorm: input size ‖X‖₂; L: sequence length; d: model width; layers: the depth of "
+    "the stack (the block is then the first layer's)",
+)
 cfg = view.cfg
-pair_s = hva.select("Block (rows,cols)", views.scaling_pairs(view), key="sc_blk", default="W_Q,W_Q",
-                    container=c2)
-n_seeds = hva.slider("Seeds", 1, views.SCALING_SEEDS_MAX, key="sc_seeds", default=3, container=c3,
-                     help="how many random draws per point; the band spans them")
+pair_s = hva.select(
+    "Block (rows,cols)", views.scaling_pairs(view), key="sc_blk", default="W_Q,W_Q", container=c2
+)
+n_seeds = hva.slider(
+    "Seeds",
+    1,
+    views.SCALING_SEEDS_MAX,
+    key="sc_seeds",
+    default=3,
+    container=c3,
+    help="how many random draws per point; the band spans them",
+)
 layer = 0
-if cfg.is_stack and axis != "layers":    # the same laws, measured in one layer of the stack
-    layer = hva.slider("Layer", 0, cfg.n_layers - 1, key="sc_layer", default=0, container=c4,
-                       help="which layer of the stack the block belongs to (0 = first)")
+if cfg.is_stack and axis != "layers":  # the same laws, measured in one layer of the stack
+    layer = hva.slider(
+        "Layer",
+        0,
+        cfg.n_layers - 1,
+        key="sc_layer",
+        default=0,
+        container=c4,
+        help="which layer of the stack the block belongs to (0 = first)",
+    )
 pair = tuple(pair_s.split(","))
 grid = sweeps.DEFAULT_GRIDS[axis]
-st.caption(f"Grid: {sweeps.AXES[axis]} ∈ {{{', '.join(f'{g:g}' for g in grid)}}}; the other controls are "
-           f"the sidebar's{'' if axis != 'xnorm' else ' (‖X‖₂ is swept)'}. Fit regime: "
-           + views.FIT_REGIME[axis])
+st.caption(
+    f"Grid: {sweeps.AXES[axis]} ∈ {{{', '.join(f'{g:g}' for g in grid)}}}; the other controls are "
+    f"the sidebar's{'' if axis != 'xnorm' else ' (‖X‖₂ is swept)'}. Fit regime: " + views.FIT_REGIME[axis]
+)
 with hva.guard("the sweep"):
     largest = sweeps.largest_block(view.cfg, axis, grid, pair)
-hva.afford(view, "sweep", points=len(grid) * n_seeds * (1 + len(views.PLACEMENTS)), block=largest,
-           cfg=sweeps.costliest_config(view.cfg, axis, grid),
-           advice=budget.block_advice(pair_s, largest))
+hva.afford(
+    view,
+    "sweep",
+    points=len(grid) * n_seeds * (1 + len(views.PLACEMENTS)),
+    block=largest,
+    cfg=sweeps.costliest_config(view.cfg, axis, grid),
+    advice=budget.block_advice(pair_s, largest),
+)
 
 bar = st.progress(0.0, text="Sweeping…")
 said = {"text": ""}
@@ -70,10 +97,13 @@ with left:
 with right:
     if by_depth:
         st.markdown("**Factor per added block**")
-        hva.table([{"term": t, "r": round(factor_per_layer(main.grid, main.values[t])[0], 3)}
-                   for t in sweeps.TERMS])
-        st.caption("‖H(N)‖ ≈ c·r^N, fitted per seed: each block added on top multiplies the first "
-                   "layer's block by r. The Depth page shows every layer.")
+        hva.table(
+            [{"term": t, "r": round(factor_per_layer(main.grid, main.values[t])[0], 3)} for t in sweeps.TERMS]
+        )
+        st.caption(
+            "‖H(N)‖ ≈ c·r^N, fitted per seed: each block added on top multiplies the first "
+            "layer's block by r. The Depth page shows every layer."
+        )
     else:
         st.markdown("**Fitted slope vs theory**")
         rows = []
@@ -86,21 +116,31 @@ with right:
         th = fits["outer"].expected
         if th is not None and np.isfinite(fits["outer"].slope):
             gap = fits["outer"].slope - th
-            st.markdown(f"Outer: fitted **{fits['outer'].slope:.2f}** against the theory's **{th:g}** "
-                        f"(difference {gap:+.2f}).")
+            st.markdown(
+                f"Outer: fitted **{fits['outer'].slope:.2f}** against the theory's **{th:g}** "
+                f"(difference {gap:+.2f})."
+            )
         else:
-            st.caption("The theory gives an exponent for the outer W_Q–W_Q block of attention alone "
-                       "(set LayerNorm placement to *attention*, sweep ‖X‖₂ or L).")
+            st.caption(
+                "The theory gives an exponent for the outer W_Q–W_Q block of attention alone "
+                "(set LayerNorm placement to *attention*, sweep ‖X‖₂ or L)."
+            )
 
 st.subheader("Attention alone, Post-LN and Pre-LN side by side")
-st.markdown("The same sweep for the three placements (block "
-            f"{side_pair[0]}–{side_pair[1]}). LayerNorm rescales what reaches attention: with Pre-LN the "
-            "attention input is normalised, so the block hardly changes with ‖X‖₂ and the steep ‖X‖⁶ curve "
-            "of attention alone flattens.")
+st.markdown(
+    "The same sweep for the three placements (block "
+    f"{side_pair[0]}–{side_pair[1]}). LayerNorm rescales what reaches attention: with Pre-LN the "
+    "attention input is normalised, so the block hardly changes with ‖X‖₂ and the steep ‖X‖⁶ curve "
+    "of attention alone flattens."
+)
 hva.chart(sfig, f"scaling_side_by_side_{axis}", csv=lambda: sweeps.long_table(side))
 if by_depth:
-    st.caption("Factor per added block per placement (outer / functional / full): " + "; ".join(
-        f"{n}: " + " / ".join(f"{factor_per_layer(r.grid, r.values[t])[0]:.3g}" for t in sweeps.TERMS)
-        for n, r in side.items()))
+    st.caption(
+        "Factor per added block per placement (outer / functional / full): "
+        + "; ".join(
+            f"{n}: " + " / ".join(f"{factor_per_layer(r.grid, r.values[t])[0]:.3g}" for t in sweeps.TERMS)
+            for n, r in side.items()
+        )
+    )
 else:
     st.caption(views.slopes_line(result))

@@ -10,13 +10,14 @@ from hessviz.memory import format_bytes
 from hessviz.spectra import DENSE_LIMIT
 from hessviz.terms import NAMES
 
-TERMS = NAMES   # full, outer, functional (hessviz.terms)
+TERMS = NAMES  # full, outer, functional (hessviz.terms)
 METHODS = ("auto", "dense", "matrix-free")
 K = views.SPECTRUM_K
 
 
-def metric(where, label: str, value: float, se: float, percent: bool = False,
-           help: str | None = None) -> None:
+def metric(
+    where, label: str, value: float, se: float, percent: bool = False, help: str | None = None
+) -> None:
     """An estimate with its standard error in the label (the value alone fits a narrow column)."""
     scale, unit = (100, " %") if percent else (1, "")
     error = f" ± {scale * se:.2g}{unit}" if np.isfinite(se) else ""
@@ -27,30 +28,64 @@ def spectrum_matrix_free(view, shown: list[str], why: str) -> None:
     """Lanczos extremes and an SLQ density of each term drawn, from products alone."""
     P = view.num_params
     c1, c2, c3 = st.columns(3)
-    k = hva.slider("Extreme eigenvalues k (each end)", 1, 20, key="spec_k", default=5, container=c1,
-                   help="the k largest and k smallest eigenvalues, by Lanczos (hessviz's torch core)")
-    probes = hva.slider("SLQ probes", 1, 30, key="spec_probes", default=4, container=c2,
-                        help="random ±1 start vectors; the standard errors below are over them")
-    steps = hva.slider("Lanczos steps per probe", 5, 120, key="spec_steps", default=30, container=c3,
-                       help="each probe's density has this many nodes (Gauss quadrature exact for "
-                            "polynomials of degree < 2·steps)")
+    k = hva.slider(
+        "Extreme eigenvalues k (each end)",
+        1,
+        20,
+        key="spec_k",
+        default=5,
+        container=c1,
+        help="the k largest and k smallest eigenvalues, by Lanczos (hessviz's torch core)",
+    )
+    probes = hva.slider(
+        "SLQ probes",
+        1,
+        30,
+        key="spec_probes",
+        default=4,
+        container=c2,
+        help="random ±1 start vectors; the standard errors below are over them",
+    )
+    steps = hva.slider(
+        "Lanczos steps per probe",
+        5,
+        120,
+        key="spec_steps",
+        default=30,
+        container=c3,
+        help="each probe's density has this many nodes (Gauss quadrature exact for "
+        "polynomials of degree < 2·steps)",
+    )
     extra = {"k": k, "probes": probes, "steps": steps, "group_bytes": hva.cache.SLQ_GROUP_BYTES}
     cost = hva.verdict(view, "spectrum_matfree", terms=len(shown), **extra).cost
-    bigger = hva.verdict(view, "spectrum_matfree", terms=3, k=max(k, 10), probes=max(2 * probes, 10),
-                         steps=max(steps, 80), group_bytes=hva.cache.SLQ_GROUP_BYTES).cost
-    st.info(f"**Matrix-free spectrum**, because {why}. No P × P matrix is formed. For each term drawn, the "
-            f"{k} largest and {k} smallest eigenvalues by **Lanczos** (each within 1e-8 relative by its "
-            "error bound) and the spectral density by **stochastic Lanczos quadrature** "
-            f"({probes} probes × {steps} steps), "
-            "all from closed-form Hessian-vector products. Estimated work here: about "
-            f"{cost.seconds:.2g} s and {format_bytes(cost.bytes)}; all three terms with "
-            f"{max(2 * probes, 10)} probes × {max(steps, 80)} steps would take about {bigger.seconds:.2g} s "
-            f"({'within' if bigger.seconds <= hva.cache.LIMITS.max_seconds else 'over'} this "
-            f"server's {hva.cache.LIMITS.max_seconds:g} s per view).",
-            icon=":material/info:")
-    hva.afford(view, "spectrum_matfree", terms=len(shown),
-               advice="Lower the probes, steps or k, draw fewer terms, or lower d, d_ff, heads or L.",
-               **extra)
+    bigger = hva.verdict(
+        view,
+        "spectrum_matfree",
+        terms=3,
+        k=max(k, 10),
+        probes=max(2 * probes, 10),
+        steps=max(steps, 80),
+        group_bytes=hva.cache.SLQ_GROUP_BYTES,
+    ).cost
+    st.info(
+        f"**Matrix-free spectrum**, because {why}. No P × P matrix is formed. For each term drawn, the "
+        f"{k} largest and {k} smallest eigenvalues by **Lanczos** (each within 1e-8 relative by its "
+        "error bound) and the spectral density by **stochastic Lanczos quadrature** "
+        f"({probes} probes × {steps} steps), "
+        "all from closed-form Hessian-vector products. Estimated work here: about "
+        f"{cost.seconds:.2g} s and {format_bytes(cost.bytes)}; all three terms with "
+        f"{max(2 * probes, 10)} probes × {max(steps, 80)} steps would take about {bigger.seconds:.2g} s "
+        f"({'within' if bigger.seconds <= hva.cache.LIMITS.max_seconds else 'over'} this "
+        f"server's {hva.cache.LIMITS.max_seconds:g} s per view).",
+        icon=":material/info:",
+    )
+    hva.afford(
+        view,
+        "spectrum_matfree",
+        terms=len(shown),
+        advice="Lower the probes, steps or k, draw fewer terms, or lower d, d_ff, heads or L.",
+        **extra,
+    )
     spec = {}
     with hva.guard("the matrix-free spectrum"):
         for t in shown:
@@ -64,46 +99,85 @@ def spectrum_matrix_free(view, shown: list[str], why: str) -> None:
             a.metric("λ_max (Lanczos)", f"{s['top']['values'][-1]:.4g}")
             if s["bottom"] is None:
                 rank = view.cfg.seq_len * view.cfg.d_model
-                b.metric("λ_min", "0", help=f"outer = JᵀAJ ⪰ 0 has rank ≤ L·d = {rank:,} < P: at least "
-                                          "P − L·d of its eigenvalues are 0 (not computed)")
+                b.metric(
+                    "λ_min",
+                    "0",
+                    help=f"outer = JᵀAJ ⪰ 0 has rank ≤ L·d = {rank:,} < P: at least "
+                    "P − L·d of its eigenvalues are 0 (not computed)",
+                )
             else:
                 b.metric("λ_min (Lanczos)", f"{s['bottom']['values'][0]:.4g}")
-            metric(a, "negative share (SLQ)", d["negative_share"], d["negative_share_se"], percent=True,
-                   help="share of the P eigenvalues below zero (round-off excluded), ± standard error "
-                        "over probes")
-            metric(b, "negative mass (SLQ)", d["negative_mass"], d["negative_mass_se"], percent=True,
-                   help="Σ|λ| over negative λ / Σ|λ|, ± standard error over probes")
+            metric(
+                a,
+                "negative share (SLQ)",
+                d["negative_share"],
+                d["negative_share_se"],
+                percent=True,
+                help="share of the P eigenvalues below zero (round-off excluded), ± standard error "
+                "over probes",
+            )
+            metric(
+                b,
+                "negative mass (SLQ)",
+                d["negative_mass"],
+                d["negative_mass_se"],
+                percent=True,
+                help="Σ|λ| over negative λ / Σ|λ|, ± standard error over probes",
+            )
             metric(a, "trace (SLQ)", d["trace"], d["trace_se"], help="P · Σ τ_j θ_j, ± standard error")
             lanczos = [s[w] for w in ("top", "bottom") if s[w] is not None]
-            st.caption(f"{sum(e['matvecs'] for e in lanczos)} Lanczos products in "
-                       f"{sum(e['seconds'] for e in lanczos):.2g} s; SLQ {d['matvecs']} products "
-                       f"in {d['seconds']:.2g} s.")
-    st.caption("Error statement: each Lanczos eigenvalue is within 1e-8 of the true one, relative, by "
-               "its error bound min(‖r‖, ‖r‖²/gap). SLQ "
-               f"numbers are means over {probes} probes ± their standard error (none with one probe); each "
-               f"probe's {steps} nodes resolve the density to about 1/{steps} of the spectral range, and the "
-               "curve is smoothed by Gaussians of 1 % of the range. More probes shrink the error like "
-               "1/√probes.")
-    ext = {t: np.concatenate([spec[t][w]["values"] for w in ("bottom", "top") if spec[t][w] is not None])
-           for t in shown}
+            st.caption(
+                f"{sum(e['matvecs'] for e in lanczos)} Lanczos products in "
+                f"{sum(e['seconds'] for e in lanczos):.2g} s; SLQ {d['matvecs']} products "
+                f"in {d['seconds']:.2g} s."
+            )
+    st.caption(
+        "Error statement: each Lanczos eigenvalue is within 1e-8 of the true one, relative, by "
+        "its error bound min(‖r‖, ‖r‖²/gap). SLQ "
+        f"numbers are means over {probes} probes ± their standard error (none with one probe); each "
+        f"probe's {steps} nodes resolve the density to about 1/{steps} of the spectral range, and the "
+        "curve is smoothed by Gaussians of 1 % of the range. More probes shrink the error like "
+        "1/√probes."
+    )
+    ext = {
+        t: np.concatenate([spec[t][w]["values"] for w in ("bottom", "top") if spec[t][w] is not None])
+        for t in shown
+    }
     ends = {t: [w for w in ("bottom", "top") if spec[t][w] is not None for _ in range(k)] for t in shown}
     curves = {t: (spec[t]["density"]["grid"], spec[t]["density"]["curve"]) for t in shown}
     left, right = st.columns(2, gap="medium")
     with left:
-        fig = plots.spectral_density(curves,
-                                     extremes=ext,
-                                     title=f"Spectral density (SLQ, {probes} × {steps}), P = {P:,}")
-        hva.chart(fig, "spectral_density_slq", npz=lambda: {
-            **{f"{t}_nodes": spec[t]["density"]["nodes"] for t in shown},
-            **{f"{t}_weights": spec[t]["density"]["weights"] for t in shown}})
+        fig = plots.spectral_density(
+            curves, extremes=ext, title=f"Spectral density (SLQ, {probes} × {steps}), P = {P:,}"
+        )
+        hva.chart(
+            fig,
+            "spectral_density_slq",
+            npz=lambda: {
+                **{f"{t}_nodes": spec[t]["density"]["nodes"] for t in shown},
+                **{f"{t}_weights": spec[t]["density"]["weights"] for t in shown},
+            },
+        )
     with right:
-        efig = plots.spectrum_sorted(ext, partial={t: True for t in shown},
-                                     title=f"The {k} smallest and {k} largest eigenvalues (Lanczos)")
-        hva.chart(efig, "spectrum_extremes_lanczos", csv=lambda: {
-            "term": [t for t in shown for _ in ext[t]], "end": [e for t in shown for e in ends[t]],
-            "eigenvalue": np.concatenate([ext[t] for t in shown])})
-    st.caption("Per-block top eigenvalues and traces, for every weight and every head, are on the "
-               "**Heterogeneity** page.")
+        efig = plots.spectrum_sorted(
+            ext,
+            partial={t: True for t in shown},
+            title=f"The {k} smallest and {k} largest eigenvalues (Lanczos)",
+        )
+        hva.chart(
+            efig,
+            "spectrum_extremes_lanczos",
+            csv=lambda: {
+                "term": [t for t in shown for _ in ext[t]],
+                "end": [e for t in shown for e in ends[t]],
+                "eigenvalue": np.concatenate([ext[t] for t in shown]),
+            },
+        )
+    st.caption(
+        "Per-block top eigenvalues and traces, for every weight and every head, are on the "
+        "**Heterogeneity** page."
+    )
+
 
 view = hva.sidebar(stacks=True)
 hva.header("Spectrum", view)
@@ -121,21 +195,39 @@ hva.explain(
 )
 P = view.num_params
 c1, c2 = st.columns([2, 3])
-how = hva.choice("Method", METHODS, key="spec_method", default="auto", container=c1,
-                 help="auto: dense eigenvalues while the dense terms fit this server (and P ≤ "
-                      f"{DENSE_LIMIT:,}), else matrix-free; dense: always the dense terms; matrix-free: "
-                      "Lanczos eigenvalues and an SLQ density from closed-form Hessian-vector products")
-shown = hva.multichoice("Terms drawn", TERMS, key="spec_terms", default=TERMS, container=c2,
-                        help="dense: the summaries always cover all three; matrix-free: only the terms drawn "
-                             "are computed")
+how = hva.choice(
+    "Method",
+    METHODS,
+    key="spec_method",
+    default="auto",
+    container=c1,
+    help="auto: dense eigenvalues while the dense terms fit this server (and P ≤ "
+    f"{DENSE_LIMIT:,}), else matrix-free; dense: always the dense terms; matrix-free: "
+    "Lanczos eigenvalues and an SLQ density from closed-form Hessian-vector products",
+)
+shown = hva.multichoice(
+    "Terms drawn",
+    TERMS,
+    key="spec_terms",
+    default=TERMS,
+    container=c2,
+    help="dense: the summaries always cover all three; matrix-free: only the terms drawn are computed",
+)
 if not shown:
-    st.info("Every term is off: pick at least one under *Terms drawn* to draw its spectrum.",
-            icon=":material/visibility_off:")
+    st.info(
+        "Every term is off: pick at least one under *Terms drawn* to draw its spectrum.",
+        icon=":material/visibility_off:",
+    )
     st.stop()
 dense = hva.verdict(view, "spectrum", dense_limit=DENSE_LIMIT, k=K)
 if how == "matrix-free" or how == "auto" and (P > DENSE_LIMIT or not dense.ok):
-    why = ("you chose it" if how == "matrix-free" else f"P = {P:,} is above {DENSE_LIMIT:,}"
-           if dense.ok else f"the dense spectrum is over this server's budget. {dense.reason.rstrip('.')}")
+    why = (
+        "you chose it"
+        if how == "matrix-free"
+        else f"P = {P:,} is above {DENSE_LIMIT:,}"
+        if dense.ok
+        else f"the dense spectrum is over this server's budget. {dense.reason.rstrip('.')}"
+    )
     spectrum_matrix_free(view, shown, why)
     st.stop()
 hva.afford(view, "spectrum", dense_limit=DENSE_LIMIT, k=K)
@@ -146,11 +238,13 @@ spec, norms = result.spec, result.norms
 
 partial = spec["full"]["partial"]
 if partial:
-    st.info(f"P = {P:,} is above {DENSE_LIMIT:,}, so the page computes only the {K} largest and {K} "
-            f"smallest eigenvalues of the full and functional terms ({spec['full']['method']}); the outer "
-            f"term has rank at most L·d, so all its eigenvalues come from its range "
-            f"({spec['outer']['method']}). Counts and mass below are over what was computed.",
-            icon=":material/info:")
+    st.info(
+        f"P = {P:,} is above {DENSE_LIMIT:,}, so the page computes only the {K} largest and {K} "
+        f"smallest eigenvalues of the full and functional terms ({spec['full']['method']}); the outer "
+        f"term has rank at most L·d, so all its eigenvalues come from its range "
+        f"({spec['outer']['method']}). Counts and mass below are over what was computed.",
+        icon=":material/info:",
+    )
 else:
     st.caption(f"All {P:,} eigenvalues of each term, by a dense symmetric eigendecomposition.")
 
@@ -160,8 +254,11 @@ for col, t in zip(cols, TERMS):
     with col:
         st.markdown(f"**{t}**")
         c1, c2 = st.columns(2)
-        c1.metric("negative λ", f"{s['negative_count']:,}" + (" (of extremes)" if partial else ""),
-                  help=f"below −{s['tolerance']:.1e} (round-off relative to max |λ|)")
+        c1.metric(
+            "negative λ",
+            f"{s['negative_count']:,}" + (" (of extremes)" if partial else ""),
+            help=f"below −{s['tolerance']:.1e} (round-off relative to max |λ|)",
+        )
         c2.metric("negative mass", f"{100 * s['negative_mass']:.1f} %")
         st.caption(f"λ from {s['min']:.3g} to {s['max']:.3g}")
 
@@ -172,31 +269,50 @@ if o["negative_count"] == 0 and fu["negative_count"] > 0:
         f"{o['min']:.2g}): it is positive semi-definite. `full` has {fu['negative_count']:,} negative "
         f"eigenvalues carrying {100 * fu['negative_mass']:.1f} % of its curvature, all due to the functional "
         f"term ({f['negative_count']:,} negative). The loss is convex in the block's output, yet the block "
-        "makes it non-convex in the weights.", icon=":material/check_circle:")
+        "makes it non-convex in the weights.",
+        icon=":material/check_circle:",
+    )
 elif o["negative_count"] == 0:
-    st.info("`outer` is positive semi-definite and here `full` is too: no negative curvature at this "
-            "point. Try another seed, a larger ‖X‖₂ or the cross-entropy loss.", icon=":material/info:")
+    st.info(
+        "`outer` is positive semi-definite and here `full` is too: no negative curvature at this "
+        "point. Try another seed, a larger ‖X‖₂ or the cross-entropy loss.",
+        icon=":material/info:",
+    )
 else:
-    st.warning(f"`outer` shows {o['negative_count']} eigenvalue(s) below the round-off tolerance "
-               f"(smallest {o['min']:.2g}); at this size floating-point error is larger than usual.",
-               icon=":material/warning:")
+    st.warning(
+        f"`outer` shows {o['negative_count']} eigenvalue(s) below the round-off tolerance "
+        f"(smallest {o['min']:.2g}); at this size floating-point error is larger than usual.",
+        icon=":material/warning:",
+    )
 
 left, right = st.columns(2, gap="medium")
 with left:
-    hva.chart(result.sorted_figure, "spectrum_sorted", csv=lambda: {
-        "term": [t for t in TERMS for _ in spec[t]["values"]],
-        "index": [i for t in TERMS for i in range(len(spec[t]["values"]))],
-        "eigenvalue": np.concatenate([spec[t]["values"] for t in TERMS])})
+    hva.chart(
+        result.sorted_figure,
+        "spectrum_sorted",
+        csv=lambda: {
+            "term": [t for t in TERMS for _ in spec[t]["values"]],
+            "index": [i for t in TERMS for i in range(len(spec[t]["values"]))],
+            "eigenvalue": np.concatenate([spec[t]["values"] for t in TERMS]),
+        },
+    )
 with right:
     hva.chart(result.histogram, "spectrum_histogram", npz=lambda: {t: spec[t]["values"] for t in TERMS})
 
 st.subheader("Per-block spectral norms")
-st.markdown("The spectral norm ‖H_ab‖₂ of a block is its largest singular value: how strongly moving "
-            "weight block *b* can change the gradient of block *a*. The blocks differ by orders of "
-            "magnitude, which is why a single learning rate fits Transformers badly.")
+st.markdown(
+    "The spectral norm ‖H_ab‖₂ of a block is its largest singular value: how strongly moving "
+    "weight block *b* can change the gradient of block *a*. The blocks differ by orders of "
+    "magnitude, which is why a single learning rate fits Transformers badly."
+)
 names = view.cfg.param_names
-hva.chart(result.bars, "block_spectral_norms", csv=lambda: {
-    "term": [t for t in TERMS for a in names for b in names],
-    "row": [a for t in TERMS for a in names for b in names],
-    "col": [b for t in TERMS for a in names for b in names],
-    "spectral_norm": np.concatenate([norms[t].ravel() for t in TERMS])})
+hva.chart(
+    result.bars,
+    "block_spectral_norms",
+    csv=lambda: {
+        "term": [t for t in TERMS for a in names for b in names],
+        "row": [a for t in TERMS for a in names for b in names],
+        "col": [b for t in TERMS for a in names for b in names],
+        "spectral_norm": np.concatenate([norms[t].ravel() for t in TERMS]),
+    },
+)

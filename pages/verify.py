@@ -34,22 +34,37 @@ c2.metric("closed form", f"{times['closed_form'] * 1e3:.0f} ms")
 c3.metric("autograd", f"{times['autograd'] * 1e3:.0f} ms")
 c4.metric("speed-up", f"{speedup:.1f}×")
 if out["agrees"]:
-    st.success(f"Closed form and autograd agree on every block of every term (worst relative error "
-               f"{worst:.1e}, float64).", icon=":material/verified:")
+    st.success(
+        f"Closed form and autograd agree on every block of every term (worst relative error "
+        f"{worst:.1e}, float64).",
+        icon=":material/verified:",
+    )
 else:
-    st.error(f"The two methods differ by up to {worst:.1e} (relative): please report this view "
-             f"({view.describe()}).", icon=":material/error:")
+    st.error(
+        f"The two methods differ by up to {worst:.1e} (relative): please report this view "
+        f"({view.describe()}).",
+        icon=":material/error:",
+    )
 
 efig = plots.error_matrix(rel, names)
-hva.chart(efig, "verify_relative_error", csv=lambda: {
-    "term": [t for t in rel for _ in names for _ in names],
-    "row": [a for t in rel for a in names for _ in names],
-    "col": [b for t in rel for _ in names for b in names],
-    "relative_error": np.concatenate([rel[t].ravel() for t in rel])})
-tfig = plots.timing_bars(times, title=f"Time for all three terms: closed form is {speedup:.1f}× "
-                                      f"{'faster' if speedup >= 1 else 'slower'}")
+hva.chart(
+    efig,
+    "verify_relative_error",
+    csv=lambda: {
+        "term": [t for t in rel for _ in names for _ in names],
+        "row": [a for t in rel for a in names for _ in names],
+        "col": [b for t in rel for _ in names for b in names],
+        "relative_error": np.concatenate([rel[t].ravel() for t in rel]),
+    },
+)
+tfig = plots.timing_bars(
+    times,
+    title=f"Time for all three terms: closed form is {speedup:.1f}× {'faster' if speedup >= 1 else 'slower'}",
+)
 hva.chart(tfig, "verify_timing", csv=lambda: {"method": list(times), "seconds": list(times.values())})
 runs = hva.cache.LIMITS.timing_repeats
-st.caption(f"{f'Best of {runs} runs' if runs > 1 else 'One run'} each, on {hva.device_label()}, "
-           f"P = {view.num_params:,}. The first visit of a view also pays one-off costs; press *Time again* "
-           "for a fresh measurement.")
+st.caption(
+    f"{f'Best of {runs} runs' if runs > 1 else 'One run'} each, on {hva.device_label()}, "
+    f"P = {view.num_params:,}. The first visit of a view also pays one-off costs; press *Time again* "
+    "for a fresh measurement."
+)

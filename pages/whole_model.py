@@ -31,80 +31,128 @@ if not models:
     st.error("No bundled pydoc model is installed here (assets/models).", icon=":material/block:")
     st.stop()
 c1, c2 = st.columns([2, 3])
-model = hva.select("Model", models, key="wm_model", default=models[0], container=c1,
-                   help="the small models trained here on Python's help text (4 layers, d = 128), and "
-                        "SmolLM2-135M from its GGUF file (30 layers, d = 576)")
+model = hva.select(
+    "Model",
+    models,
+    key="wm_model",
+    default=models[0],
+    container=c1,
+    help="the small models trained here on Python's help text (4 layers, d = 128), and "
+    "SmolLM2-135M from its GGUF file (30 layers, d = 576)",
+)
 with hva.guard("the model"):
     info = pretrained.model_info(model)
 c1.caption(info.describe())
 stored = None
-if model in stored_tables.MODELS:          # its table is read from assets/, never computed here
+if model in stored_tables.MODELS:  # its table is read from assets/, never computed here
     try:
         stored = stored_tables.load(model)
     except hv.HessvizError as err:
         st.error(f"**The stored table of {info.name} cannot be read.** {err}", icon=":material/block:")
         st.stop()
-    c2.caption(f"Text (fixed: the table is precomputed): the first {stored['tokens']} tokens of "
-               f"“{stored['text'].split('. ')[0]}.”")
+    c2.caption(
+        f"Text (fixed: the table is precomputed): the first {stored['tokens']} tokens of "
+        f"“{stored['text'].split('. ')[0]}.”"
+    )
 else:
-    text = hva.text("Text", "wm_text", wm.DEFAULT_TEXT, wm.MAX_CHARS, container=c2,
-                    help=f"at most {wm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
-                         "tokenised with the model's own tokenizer")
+    text = hva.text(
+        "Text",
+        "wm_text",
+        wm.DEFAULT_TEXT,
+        wm.MAX_CHARS,
+        container=c2,
+        help=f"at most {wm.MAX_CHARS} characters and the model's {info.max_positions} positions; "
+        "tokenised with the model's own tokenizer",
+    )
     try:
         ids = pretrained.token_ids(model, text)
-    except hv.HessvizError as err:        # too many tokens for the model's positions, a text it cannot read
+    except hv.HessvizError as err:  # too many tokens for the model's positions, a text it cannot read
         st.error(f"**The text does not fit {info.name}.** {err}", icon=":material/block:")
         st.stop()
     least = 2
     if not least <= len(ids) <= info.max_positions:
         n = len(ids)
-        st.error(f"**The text is {n} token{'s' * (n != 1)} long**; {info.name} reads {least} to "
-                 f"{info.max_positions} tokens. {'Lengthen' if n < least else 'Shorten'} the text and the "
-                 "table is drawn.", icon=":material/block:")
+        st.error(
+            f"**The text is {n} token{'s' * (n != 1)} long**; {info.name} reads {least} to "
+            f"{info.max_positions} tokens. {'Lengthen' if n < least else 'Shorten'} the text and the "
+            "table is drawn.",
+            icon=":material/block:",
+        )
         st.stop()
 
 c3, c4 = st.columns([3, 2])
-stat_name = hva.choice("Show", tuple(wm.STATS), key="wm_stat", default="top eigenvalue", container=c3,
-                       help="top eigenvalue and trace of each tensor's diagonal Hessian block, or the "
-                            "norm of its gradient")
+stat_name = hva.choice(
+    "Show",
+    tuple(wm.STATS),
+    key="wm_stat",
+    default="top eigenvalue",
+    container=c3,
+    help="top eigenvalue and trace of each tensor's diagonal Hessian block, or the norm of its gradient",
+)
 stat = wm.STATS[stat_name]
 weights = wm.headed(info.block)
-weight = hva.select("Heads of", weights, key="wm_w", default=weights[0], container=c4,
-                    help="the per-head chart below splits this weight of every layer into its heads")
+weight = hva.select(
+    "Heads of",
+    weights,
+    key="wm_w",
+    default=weights[0],
+    container=c4,
+    help="the per-head chart below splits this weight of every layer into its heads",
+)
 
 
 def bars(t: dict, title: str):
     cats, groups = wm.by_layer(t["names"], t[stat])
     values = np.asarray(t[stat], dtype=float)
-    return plots.grouped_bars([plots.pretty(c) for c in cats], groups, title=title, ylabel=STAT_LABELS[stat],
-                              logy=bool(np.all(values > 0) and values.max() > 30 * values.min()))
+    return plots.grouped_bars(
+        [plots.pretty(c) for c in cats],
+        groups,
+        title=title,
+        ylabel=STAT_LABELS[stat],
+        logy=bool(np.all(values > 0) and values.max() > 30 * values.min()),
+    )
 
 
 if stored is not None:
     stack = wm.stack_config(info)
-    st.info("**Precomputed, not live** (a table of every weight of 30 layers is hours of one core): "
-            + stored_tables.describe(stored), icon=":material/functions:")
+    st.info(
+        "**Precomputed, not live** (a table of every weight of 30 layers is hours of one core): "
+        + stored_tables.describe(stored),
+        icon=":material/functions:",
+    )
     st.subheader("Every weight of every layer")
     table = stored_tables.part(stored, stack, stored_tables.WEIGHTS)
     if stat == "trace":
         st.caption("The stored run computed no traces: choose the top eigenvalue or the gradient norm.")
     else:
-        hva.chart(bars(table, f"{info.name}: {stat_name} per weight"), f"whole_{model}_{stat}",
-                  csv=lambda: {k: table[k] for k in ("names", "size", "top", "grad_norm")})
+        hva.chart(
+            bars(table, f"{info.name}: {stat_name} per weight"),
+            f"whole_{model}_{stat}",
+            csv=lambda: {k: table[k] for k in ("names", "size", "top", "grad_norm")},
+        )
         missing = len(table["names"]) - table["reached"]
-        st.caption(f"{table['reached']} of {len(table['names'])} weights have a top eigenvalue "
-                   f"({table['matvecs']:,} products, {table['seconds']:.0f} s of the run)"
-                   + (f"; {missing} bars are missing (the run's time budget), every gradient norm is there."
-                      if missing else "."))
+        st.caption(
+            f"{table['reached']} of {len(table['names'])} weights have a top eigenvalue "
+            f"({table['matvecs']:,} products, {table['seconds']:.0f} s of the run)"
+            + (
+                f"; {missing} bars are missing (the run's time budget), every gradient norm is there."
+                if missing
+                else "."
+            )
+        )
     st.subheader(f"Every head of {weight}")
     heads = stored_tables.part(stored, stack, weight)
     if stat != "trace":
-        hva.chart(bars(heads, f"{info.name}: {stat_name} per head of {weight}"),
-                  f"whole_{model}_{weight}_{stat}",
-                  csv=lambda: {k: heads[k] for k in ("names", "size", "top", "grad_norm")})
-        st.caption(f"Each bar is one head's slice of {weight} in one layer ({heads['reached']} of "
-                   f"{len(heads['names'])} with a top eigenvalue). Grouped-query attention: a key/value head "
-                   "is shared by three query heads.")
+        hva.chart(
+            bars(heads, f"{info.name}: {stat_name} per head of {weight}"),
+            f"whole_{model}_{weight}_{stat}",
+            csv=lambda: {k: heads[k] for k in ("names", "size", "top", "grad_norm")},
+        )
+        st.caption(
+            f"Each bar is one head's slice of {weight} in one layer ({heads['reached']} of "
+            f"{len(heads['names'])} with a top eigenvalue). Grouped-query attention: a key/value head "
+            "is shared by three query heads."
+        )
     st.stop()
 
 
@@ -123,7 +171,7 @@ def afford(part: str, names: tuple[str, ...]) -> float:
     return c.seconds
 
 
-stack = wm.stack_config(info)   # every layer as one stack (no weights read)
+stack = wm.stack_config(info)  # every layer as one stack (no weights read)
 
 # ----------------------------------------------------------------------------- every weight
 st.subheader("Every weight of every layer")
@@ -131,19 +179,28 @@ names = wm.tensors(stack, wm.WEIGHTS)
 seconds = afford(wm.WEIGHTS, names)
 with st.spinner("Computing the table of every weight…"), hva.guard("the whole-model table"):
     table = hva.cache.whole_table(model, text, wm.WEIGHTS, seconds)
-st.info(f"**Objective:** {table['objective']}. {table['tokens']} tokens, ℓ = {table['value']:.4g}; "
-        f"{len(table['names'])} tensors, P = {sum(table['size']):,} weights.", icon=":material/functions:")
+st.info(
+    f"**Objective:** {table['objective']}. {table['tokens']} tokens, ℓ = {table['value']:.4g}; "
+    f"{len(table['names'])} tensors, P = {sum(table['size']):,} weights.",
+    icon=":material/functions:",
+)
 
 
 wfig = bars(table, f"{info.name}: {stat_name} per weight")
-hva.chart(wfig, f"whole_{model}_{stat}", csv=lambda: {k: table[k] for k in (
-    "names", "size", "top", "trace", "trace_se", "grad_norm", "exact")})
+hva.chart(
+    wfig,
+    f"whole_{model}_{stat}",
+    csv=lambda: {k: table[k] for k in ("names", "size", "top", "trace", "trace_se", "grad_norm", "exact")},
+)
 exact = wm.exact_count(table)
-st.caption(f"One bar per layer and weight ({table['matvecs']:,} products"
-           + (f", {table['seconds']:.2g} s" if table["seconds"] else "") + f"). {exact} small blocks "
-           "(≤ 256 entries: the norms' γ and β, the biases) are exact; the others' top eigenvalue is "
-           "Lanczos's and their trace a Hutch++ estimate from "
-           f"{wm.SAMPLES} products. A log axis when every value is positive and they span more than 30×.")
+st.caption(
+    f"One bar per layer and weight ({table['matvecs']:,} products"
+    + (f", {table['seconds']:.2g} s" if table["seconds"] else "")
+    + f"). {exact} small blocks "
+    "(≤ 256 entries: the norms' γ and β, the biases) are exact; the others' top eigenvalue is "
+    "Lanczos's and their trace a Hutch++ estimate from "
+    f"{wm.SAMPLES} products. A log axis when every value is positive and they span more than 30×."
+)
 
 # ----------------------------------------------------------------------------- every head of one weight
 st.subheader(f"Every head of {weight}")
@@ -152,11 +209,19 @@ seconds = afford(weight, hnames)
 with st.spinner(f"Computing the table of every head of {weight}…"), hva.guard("the per-head table"):
     heads = hva.cache.whole_table(model, text, weight, seconds)
 hfig = bars(heads, f"{info.name}: {stat_name} per head of {weight}")
-hva.chart(hfig, f"whole_{model}_{weight}_{stat}", csv=lambda: {k: heads[k] for k in (
-    "names", "size", "top", "trace", "trace_se", "grad_norm", "exact")})
+hva.chart(
+    hfig,
+    f"whole_{model}_{weight}_{stat}",
+    csv=lambda: {k: heads[k] for k in ("names", "size", "top", "trace", "trace_se", "grad_norm", "exact")},
+)
 values = np.asarray(heads[stat], dtype=float)
 at = int(np.argmax(values))
-st.caption(f"Each bar is one head's slice of {weight} in one layer. The largest {stat_name}: "
-           f"**{heads['names'][at]}** ({values[at]:.3g}); the smallest {values.min():.3g}."
-           + (" Grouped-query attention: a key/value head is shared by several query heads."
-              if info.block.kv_heads != info.block.n_heads and weight in ("W_K", "W_V") else ""))
+st.caption(
+    f"Each bar is one head's slice of {weight} in one layer. The largest {stat_name}: "
+    f"**{heads['names'][at]}** ({values[at]:.3g}); the smallest {values.min():.3g}."
+    + (
+        " Grouped-query attention: a key/value head is shared by several query heads."
+        if info.block.kv_heads != info.block.n_heads and weight in ("W_K", "W_V")
+        else ""
+    )
+)

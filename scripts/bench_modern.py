@@ -37,26 +37,32 @@ def main() -> None:
     if a.only in ("both", "dense"):
         dense_md = dense.render([dense.llama_layer(a.repeats, torch.device("cpu"))], "")
         print(dense_md, flush=True)
-        sections += ["## Full Hessian of a Llama-style layer (against reverse-over-reverse autograd)", "",
-                     dense_md, ""]
+        sections += [
+            "## Full Hessian of a Llama-style layer (against reverse-over-reverse autograd)",
+            "",
+            dense_md,
+            "",
+        ]
     if a.only in ("both", "hvp"):
         hvp = matfree.smollm_hvp_row(64, max(a.repeats, 5))
         hvp_md = matfree.markdown([hvp]).split("\n\n| spectral")[0]
         print(hvp_md, flush=True)
         sections += ["## One HVP at a SmolLM2-135M-sized layer (L = 64)", "", hvp_md, ""]
     end = os.getloadavg()
-    text = "\n".join([
-        "# Issue 18: modern decoder blocks (float64, CPU)",
-        "",
-        f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}; machine: {platform.machine()}, "
-        f"{os.cpu_count()} cores, {a.threads} torch threads; torch {torch.__version__}",
-        f"- command: `PYTHONPATH=. python scripts/bench_modern.py --repeats {a.repeats} --threads {a.threads}"
-        f" --only {a.only}`",
-        f"- load average (1, 5, 15 min) at the start: {', '.join(f'{x:.1f}' for x in load)}; at the end: "
-        f"{', '.join(f'{x:.1f}' for x in end)}; total {time.perf_counter() - started:.0f} s",
-        "",
-        *sections,
-    ])
+    text = "\n".join(
+        [
+            "# Issue 18: modern decoder blocks (float64, CPU)",
+            "",
+            f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}; machine: {platform.machine()}, "
+            f"{os.cpu_count()} cores, {a.threads} torch threads; torch {torch.__version__}",
+            "- command: `PYTHONPATH=. python scripts/bench_modern.py "
+            f"--repeats {a.repeats} --threads {a.threads} --only {a.only}`",
+            f"- load average (1, 5, 15 min) at the start: {', '.join(f'{x:.1f}' for x in load)}; at the end: "
+            f"{', '.join(f'{x:.1f}' for x in end)}; total {time.perf_counter() - started:.0f} s",
+            "",
+            *sections,
+        ]
+    )
     a.out.write_text(text)
     print(f"wrote {a.out}")
 

@@ -65,7 +65,7 @@ with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
 print(f"top-5, value bound: {e.matvecs} products")
 print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
 
-try:                                                   # the product as one CUDA graph
+try:  # the product as one CUDA graph
     static_v = v.clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -81,7 +81,9 @@ try:                                                   # the product as one CUDA
     graph.replay()
     eager = res.matvec(w)
     rel = float((static_out - eager).abs().max() / eager.abs().max())
-    print(f"CUDA graph of the product: replay {median_ms(graph.replay):.3f} ms against eager "
-          f"{median_ms(lambda: res.matvec(static_v)):.2f} ms; replay vs eager max rel. diff {rel:.1e}")
-except Exception as err:                               # a diagnostic: say what failed
+    print(
+        f"CUDA graph of the product: replay {median_ms(graph.replay):.3f} ms against eager "
+        f"{median_ms(lambda: res.matvec(static_v)):.2f} ms; replay vs eager max rel. diff {rel:.1e}"
+    )
+except Exception as err:  # a diagnostic: say what failed
     print(f"CUDA graph of the product failed: {type(err).__name__}: {err}")

@@ -24,9 +24,12 @@ sys.path.insert(0, str(ROOT))
 def text_of(tokens: int) -> str:
     """A plain English sentence of exactly ``tokens`` MiniLM tokens ([CLS] and [SEP] included)."""
     from hessviz import pretrained
-    words = ("The old lighthouse keeper climbed the narrow stairs every evening to light the lamp and watch "
-             "the ships pass safely through the dark water of the bay while the wind blew hard from the "
-             "north and the rain fell on the roof").split()
+
+    words = (
+        "The old lighthouse keeper climbed the narrow stairs every evening to light the lamp and watch "
+        "the ships pass safely through the dark water of the bay while the wind blew hard from the "
+        "north and the rain fell on the roof"
+    ).split()
     for n in range(1, len(words) + 1):
         text = " ".join(words[:n]) + "."
         if len(pretrained.token_ids("all-MiniLM-L6-v2", text)) >= tokens:
@@ -64,9 +67,11 @@ def main() -> None:
     end = time.perf_counter()
     if at.exception:
         raise SystemExit(f"the page raised: {[e.value for e in at.exception]}")
-    print(f"threads {args.threads}: first figure {marks[0] - start:.2f} s, "
-          + ", ".join(f"figure {i + 1} {m - start:.2f} s" for i, m in enumerate(marks[1:], 1))
-          + f"; whole page {end - start:.2f} s ({len(at.get('plotly_chart'))} figures)")
+    print(
+        f"threads {args.threads}: first figure {marks[0] - start:.2f} s, "
+        + ", ".join(f"figure {i + 1} {m - start:.2f} s" for i, m in enumerate(marks[1:], 1))
+        + f"; whole page {end - start:.2f} s ({len(at.get('plotly_chart'))} figures)"
+    )
     for w in at.warning:
         print("warning:", w.value[:300])
 

@@ -57,16 +57,22 @@ EOS = "<|endoftext|>"
 def corpus() -> list[str]:
     """The help topics of ``pydoc_data.topics``, sorted by name."""
     from pydoc_data.topics import topics
+
     return [topics[k] for k in sorted(topics)]
 
 
 def train_tokenizer(texts: list[str]):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=[EOS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer)
     return tok
 
@@ -82,27 +88,64 @@ def token_stream(tok, texts: list[str]) -> torch.Tensor:
 
 def make_model(kind: str):
     import transformers as T
+
     if kind == "postln":
-        config = T.BertConfig(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS,
-                              num_attention_heads=HEADS, intermediate_size=D_FF, hidden_act="gelu_new",
-                              max_position_embeddings=POSITIONS, type_vocab_size=1, layer_norm_eps=1e-5,
-                              hidden_dropout_prob=DROPOUT, attention_probs_dropout_prob=DROPOUT,
-                              is_decoder=True, pad_token_id=None, bos_token_id=0, eos_token_id=0,
-                              tie_word_embeddings=True)
+        config = T.BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            intermediate_size=D_FF,
+            hidden_act="gelu_new",
+            max_position_embeddings=POSITIONS,
+            type_vocab_size=1,
+            layer_norm_eps=1e-5,
+            hidden_dropout_prob=DROPOUT,
+            attention_probs_dropout_prob=DROPOUT,
+            is_decoder=True,
+            pad_token_id=None,
+            bos_token_id=0,
+            eos_token_id=0,
+            tie_word_embeddings=True,
+        )
         return T.BertLMHeadModel(config)
     if kind == "llama":
-        config = T.LlamaConfig(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS,
-                               num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-                               intermediate_size=D_FF_GATED, hidden_act="silu",
-                               max_position_embeddings=POSITIONS, rms_norm_eps=1e-5,
-                               attention_dropout=DROPOUT, attention_bias=False, mlp_bias=False,
-                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                               bos_token_id=0, eos_token_id=0, pad_token_id=None, tie_word_embeddings=True)
+        config = T.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=KV_HEADS,
+            intermediate_size=D_FF_GATED,
+            hidden_act="silu",
+            max_position_embeddings=POSITIONS,
+            rms_norm_eps=1e-5,
+            attention_dropout=DROPOUT,
+            attention_bias=False,
+            mlp_bias=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            bos_token_id=0,
+            eos_token_id=0,
+            pad_token_id=None,
+            tie_word_embeddings=True,
+        )
         return T.LlamaForCausalLM(config)
-    config = T.GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_inner=D_FF,
-                          activation_function="gelu_new", n_positions=POSITIONS, layer_norm_epsilon=1e-5,
-                          resid_pdrop=DROPOUT, embd_pdrop=DROPOUT, attn_pdrop=DROPOUT,
-                          bos_token_id=0, eos_token_id=0, tie_word_embeddings=True)
+    config = T.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=D,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_inner=D_FF,
+        activation_function="gelu_new",
+        n_positions=POSITIONS,
+        layer_norm_epsilon=1e-5,
+        resid_pdrop=DROPOUT,
+        embd_pdrop=DROPOUT,
+        attn_pdrop=DROPOUT,
+        bos_token_id=0,
+        eos_token_id=0,
+        tie_word_embeddings=True,
+    )
     return T.GPT2LMHeadModel(config)
 
 
@@ -110,7 +153,7 @@ def batches(stream: torch.Tensor, steps: int, gen: torch.Generator):
     """``steps`` batches of ``BATCH`` random windows of ``POSITIONS`` tokens."""
     for _ in range(steps):
         starts = torch.randint(0, len(stream) - POSITIONS, (BATCH,), generator=gen)
-        yield torch.stack([stream[s:s + POSITIONS] for s in starts.tolist()])
+        yield torch.stack([stream[s : s + POSITIONS] for s in starts.tolist()])
 
 
 def evaluate(model, stream: torch.Tensor) -> float:
@@ -126,6 +169,7 @@ def evaluate(model, stream: torch.Tensor) -> float:
 def train(kind: str, steps: int, tok_path: str, train_ids: torch.Tensor, val_ids: torch.Tensor) -> None:
     import transformers as T
     from tokenizers import Tokenizer
+
     torch.set_num_threads(1)
     T.utils.logging.disable_progress_bar()
     T.set_seed(SEED)
@@ -135,8 +179,11 @@ def train(kind: str, steps: int, tok_path: str, train_ids: torch.Tensor, val_ids
     embeddings = ("embeddings", "wte", "wpe", "embed_tokens")
     decay = [p for n, p in model.named_parameters() if p.ndim == 2 and not any(e in n for e in embeddings)]
     rest = [p for p in model.parameters() if all(p is not q for q in decay)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                             {"params": rest, "weight_decay": 0.0}], lr=LR, betas=(0.9, 0.98))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": rest, "weight_decay": 0.0}],
+        lr=LR,
+        betas=(0.9, 0.98),
+    )
 
     def lr_at(step: int) -> float:
         if step < WARMUP:
@@ -148,14 +195,16 @@ def train(kind: str, steps: int, tok_path: str, train_ids: torch.Tensor, val_ids
     n_params = sum(p.numel() for p in model.parameters())
     llama = kind == "llama"
     heads, d_ff = (f"{HEADS} heads ({KV_HEADS} key/value)", D_FF_GATED) if llama else (f"{HEADS} heads", D_FF)
-    log = [f"# {folder.name}: {type(model).__name__}, {n_params} parameters, {LAYERS} layers, {heads}, "
-           f"d = {D}, d_ff = {d_ff}, vocab {VOCAB}, {POSITIONS} positions",
-           f"# data: pydoc_data.topics, {len(train_ids)} training and {len(val_ids)} held-out tokens; "
-           f"batch {BATCH} x {POSITIONS}, AdamW lr {LR} (warm-up {WARMUP}, cosine), weight decay "
-           f"{WEIGHT_DECAY}, dropout {DROPOUT}, seed {SEED}, torch {torch.__version__}, 1 thread",
-           f"# command: nice -n 19 python scripts/train_pair.py --steps {steps}"
-           + (" --models llama" if kind == "llama" else " (both models side by side)"),
-           f"step 0 val_loss {evaluate(model, val_ids):.4f}"]
+    log = [
+        f"# {folder.name}: {type(model).__name__}, {n_params} parameters, {LAYERS} layers, {heads}, "
+        f"d = {D}, d_ff = {d_ff}, vocab {VOCAB}, {POSITIONS} positions",
+        f"# data: pydoc_data.topics, {len(train_ids)} training and {len(val_ids)} held-out tokens; "
+        f"batch {BATCH} x {POSITIONS}, AdamW lr {LR} (warm-up {WARMUP}, cosine), weight decay "
+        f"{WEIGHT_DECAY}, dropout {DROPOUT}, seed {SEED}, torch {torch.__version__}, 1 thread",
+        f"# command: nice -n 19 python scripts/train_pair.py --steps {steps}"
+        + (" --models llama" if kind == "llama" else " (both models side by side)"),
+        f"step 0 val_loss {evaluate(model, val_ids):.4f}",
+    ]
     print(log[-1], flush=True)
     gen = torch.Generator().manual_seed(SEED)
     started, running = time.perf_counter(), []
@@ -169,9 +218,11 @@ def train(kind: str, steps: int, tok_path: str, train_ids: torch.Tensor, val_ids
         opt.step()
         running.append(loss.item())
         if step % 50 == 0 or step == steps:
-            line = (f"step {step} train_loss {sum(running) / len(running):.4f} "
-                    f"val_loss {evaluate(model, val_ids):.4f} lr {lr_at(step - 1):.2e} "
-                    f"elapsed {time.perf_counter() - started:.0f} s")
+            line = (
+                f"step {step} train_loss {sum(running) / len(running):.4f} "
+                f"val_loss {evaluate(model, val_ids):.4f} lr {lr_at(step - 1):.2e} "
+                f"elapsed {time.perf_counter() - started:.0f} s"
+            )
             running = []
             log.append(line)
             print(f"[{kind}] {line}", flush=True)
@@ -186,8 +237,13 @@ def train(kind: str, steps: int, tok_path: str, train_ids: torch.Tensor, val_ids
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1200)
-    parser.add_argument("--models", nargs="+", choices=KINDS, default=["postln", "preln"],
-                        help="which models to train (default the pair; llama: pydoc-llama)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=KINDS,
+        default=["postln", "preln"],
+        help="which models to train (default the pair; llama: pydoc-llama)",
+    )
     args = parser.parse_args()
     texts = corpus()
     tok = train_tokenizer(texts)
@@ -197,9 +253,11 @@ def main() -> None:
     stream = token_stream(tok, texts)
     cut = int(0.95 * len(stream))
     train_ids, val_ids = stream[:cut], stream[cut:]
-    ctx = mp.get_context("spawn")                 # the two models train side by side, one thread each
-    procs = [ctx.Process(target=train, args=(kind, args.steps, tok_path, train_ids, val_ids))
-             for kind in args.models]
+    ctx = mp.get_context("spawn")  # the two models train side by side, one thread each
+    procs = [
+        ctx.Process(target=train, args=(kind, args.steps, tok_path, train_ids, val_ids))
+        for kind in args.models
+    ]
     for p in procs:
         p.start()
     for p in procs:

@@ -24,8 +24,10 @@ class Case:
     @property
     def id(self) -> str:
         c = self.cfg
-        return (f"{c.norm}-{c.activation}-{c.loss}-L{c.seq_len}-d{c.d_model}-dk{c.d_k}-ff{c.d_ff}"
-                f"-eps{c.ln_eps:g}-x{self.input_norm:g}-s{self.seed}")
+        return (
+            f"{c.norm}-{c.activation}-{c.loss}-L{c.seq_len}-d{c.d_model}-dk{c.d_k}-ff{c.d_ff}"
+            f"-eps{c.ln_eps:g}-x{self.input_norm:g}-s{self.seed}"
+        )
 
     def inputs(self):
         params = hv.init_params(self.cfg, seed=self.seed)
@@ -35,8 +37,11 @@ class Case:
 
 # every placement × activation × loss on a small block with d_k ≠ d and d_ff ≠ d
 GRID = [
-    Case(hv.BlockConfig(seq_len=5, d_model=6, d_k=3, d_ff=7, norm=n, activation=a, loss=lo),
-         input_norm=x, seed=s)
+    Case(
+        hv.BlockConfig(seq_len=5, d_model=6, d_k=3, d_ff=7, norm=n, activation=a, loss=lo),
+        input_norm=x,
+        seed=s,
+    )
     for (n, a, lo), (x, s) in zip(
         itertools.product(("post", "pre", "none", "attention"), ("relu", "gelu"), ("mse", "ce")),
         itertools.cycle([(0.01, 0), (1.0, 1), (3.0, 2), (20.0, 3)]),
@@ -47,19 +52,24 @@ GRID = [
 ODD = [
     Case(hv.BlockConfig(seq_len=1, d_model=4, d_k=2, d_ff=5, norm="post", activation="gelu")),
     Case(hv.BlockConfig(seq_len=1, d_model=3, d_k=1, d_ff=2, norm="attention", loss="ce")),
-    Case(hv.BlockConfig(seq_len=4, d_model=5, d_k=1, d_ff=3, norm="pre", activation="gelu", loss="ce"),
-         input_norm=2.0),
-    Case(hv.BlockConfig(seq_len=3, d_model=6, d_k=9, d_ff=2, norm="none", activation="gelu"),
-         input_norm=5.0),
-    Case(hv.BlockConfig(seq_len=6, d_model=4, d_k=4, d_ff=3, norm="post", ln_eps=1e-3),
-         input_norm=0.05),
-    Case(hv.BlockConfig(seq_len=7, d_model=2, d_k=2, d_ff=1, norm="pre", activation="relu", loss="ce",
-                        ln_eps=0.5), input_norm=10.0),
+    Case(
+        hv.BlockConfig(seq_len=4, d_model=5, d_k=1, d_ff=3, norm="pre", activation="gelu", loss="ce"),
+        input_norm=2.0,
+    ),
+    Case(hv.BlockConfig(seq_len=3, d_model=6, d_k=9, d_ff=2, norm="none", activation="gelu"), input_norm=5.0),
+    Case(hv.BlockConfig(seq_len=6, d_model=4, d_k=4, d_ff=3, norm="post", ln_eps=1e-3), input_norm=0.05),
+    Case(
+        hv.BlockConfig(
+            seq_len=7, d_model=2, d_k=2, d_ff=1, norm="pre", activation="relu", loss="ce", ln_eps=0.5
+        ),
+        input_norm=10.0,
+    ),
     # a longer sequence: the softmax curvature is never formed as (L, L, L)
-    Case(hv.BlockConfig(seq_len=40, d_model=4, d_k=2, d_ff=3, norm="post", activation="gelu", loss="ce"),
-         input_norm=6.0),
+    Case(
+        hv.BlockConfig(seq_len=40, d_model=4, d_k=2, d_ff=3, norm="post", activation="gelu", loss="ce"),
+        input_norm=6.0,
+    ),
 ]
-
 
 
 def random_cases(n: int, seed: int = 2026) -> list[Case]:
@@ -68,9 +78,15 @@ def random_cases(n: int, seed: int = 2026) -> list[Case]:
     out = []
     for k in range(n):
         cfg = hv.BlockConfig(
-            seq_len=rng.randint(1, 6), d_model=rng.randint(2, 7), d_k=rng.randint(1, 5),
-            d_ff=rng.randint(1, 8), norm=rng.choice(NORMS), activation=rng.choice(ACTIVATIONS),
-            loss=rng.choice(LOSSES), ln_eps=rng.choice((0.0, 1e-3)))
+            seq_len=rng.randint(1, 6),
+            d_model=rng.randint(2, 7),
+            d_k=rng.randint(1, 5),
+            d_ff=rng.randint(1, 8),
+            norm=rng.choice(NORMS),
+            activation=rng.choice(ACTIVATIONS),
+            loss=rng.choice(LOSSES),
+            ln_eps=rng.choice((0.0, 1e-3)),
+        )
         out.append(Case(cfg, input_norm=round(10 ** rng.uniform(-2, math.log10(20)), 4), seed=k))
     return out
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float, what: str,
-                 atol: float = 0.0) -> None:
+def assert_close(
+    actual: torch.Tensor, expected: torch.Tensor, rtol: float, what: str, atol: float = 0.0
+) -> None:
     """Frobenius error ``‖a − e‖ ≤ rtol ‖e‖ + atol`` (relative unless ``e`` is at round-off level).
 
     On failure, report the error, the worst entry and both values there.

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-SCRIPT_STATE = ("() => document.querySelector('[data-testid=\"stApp\"]')"
-                "?.getAttribute('data-test-script-state') === '{}'")
+SCRIPT_STATE = (
+    "() => document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state') === '{}'"
+)
 
 
 def settled(page, timeout_ms: float = 90_000, started: bool = False) -> None:
@@ -75,6 +76,7 @@ QUIET = """() => {
 
 def count_received(page, into: dict[str, int], key: str) -> None:
     """Add the bytes of every websocket frame the page receives to ``into[key]``."""
+
     def on_frame(data) -> None:
         into[key] += len(data)
 

@@ -34,7 +34,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.asyncio.client import ClientConnection, connect
 
 FINISHED = ForwardMsg.ScriptFinishedStatus
-ERROR, WARNING, INFO = 1, 2, 3      # streamlit.proto.Alert_pb2.Alert.Format
+ERROR, WARNING, INFO = 1, 2, 3  # streamlit.proto.Alert_pb2.Alert.Format
 
 
 @dataclass
@@ -91,8 +91,9 @@ class Visitor:
         self.query = parse_qsl(url.query, keep_blank_values=True)
         run = Run(sent=time.perf_counter())
         ws_url = self.base.replace("http://", "ws://", 1) + "/_stcore/stream"
-        self.ws = await connect(ws_url, subprotocols=["streamlit"], max_size=64 << 20,
-                                open_timeout=timeout, ping_interval=None)
+        self.ws = await connect(
+            ws_url, subprotocols=["streamlit"], max_size=64 << 20, open_timeout=timeout, ping_interval=None
+        )
         await self._send(widgets={})
         return await self._receive(run, timeout)
 
@@ -103,7 +104,7 @@ class Visitor:
         widget = self.widgets.get(key)
         if widget is None:
             raise ProtocolError(f"{self.name}: no widget with key {key!r} among {sorted(self.widgets)}")
-        run = Run(sent=time.perf_counter())    # the query stays what the app last wrote, as in a tab
+        run = Run(sent=time.perf_counter())  # the query stays what the app last wrote, as in a tab
         await self._send(widgets={widget: float(value)})
         return await self._receive(run, timeout)
 
@@ -121,7 +122,7 @@ class Visitor:
         for widget_id, value in widgets.items():
             w = state.widget_states.widgets.add()
             w.id = widget_id
-            w.double_array_value.data.append(value)      # a slider's value, as the frontend sends it
+            w.double_array_value.data.append(value)  # a slider's value, as the frontend sends it
         await self.ws.send(msg.SerializeToString())
 
     async def _receive(self, run: Run, timeout: float) -> Run:
@@ -138,11 +139,12 @@ class Visitor:
             msg.ParseFromString(data)
             kind = msg.WhichOneof("type")
             if kind == "ref_hash":
-                raise ProtocolError(f"{self.name}: a cached-message reference, but this client announced "
-                                    "no cached messages")
+                raise ProtocolError(
+                    f"{self.name}: a cached-message reference, but this client announced no cached messages"
+                )
             if kind == "page_info_changed":
                 self.query = parse_qsl(msg.page_info_changed.query_string, keep_blank_values=True)
-            elif kind == "navigation":                       # st.navigation names the page run
+            elif kind == "navigation":  # st.navigation names the page run
                 self.page_hash = msg.navigation.page_script_hash or self.page_hash
             elif kind == "delta" and msg.delta.WhichOneof("type") == "new_element":
                 self._element(run, msg.delta.new_element)
@@ -172,5 +174,5 @@ class Visitor:
         else:
             proto = getattr(element, kind)
             widget_id = getattr(proto, "id", "")
-            if widget_id.startswith("$$ID-"):           # "$$ID-<hash>-<key>" for a keyed widget
+            if widget_id.startswith("$$ID-"):  # "$$ID-<hash>-<key>" for a keyed widget
                 self.widgets[widget_id.split("-", 2)[2]] = widget_id

@@ -16,8 +16,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("HESSVIZ_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-quic",
-        "--no-first-run", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def require_chromium() -> None:
@@ -48,7 +55,7 @@ def browser_cpu_seconds() -> float:
         except OSError:
             continue
         parent = pid
-        while parent not in ("0", "1", me):            # is it ours?
+        while parent not in ("0", "1", me):  # is it ours?
             try:
                 parent = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1]
             except OSError:
@@ -63,8 +70,9 @@ class Server:
     ``.pytest_cache/<log>``; its CPU time and memory come from /proc. The port is ``port``, else
     ``HESSVIZ_TEST_PORT`` (machines shared by several test runs give each its own), else a free one."""
 
-    def __init__(self, env: dict[str, str] | None = None, log: str = "streamlit_test.log",
-                 port: int | None = None):
+    def __init__(
+        self, env: dict[str, str] | None = None, log: str = "streamlit_test.log", port: int | None = None
+    ):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", port or int(os.environ.get("HESSVIZ_TEST_PORT", "0") or 0)))
@@ -74,10 +82,26 @@ class Server:
         self.log_path = ROOT / ".pytest_cache" / log
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-             "--server.port", str(self.port), "--server.address", "127.0.0.1",
-             "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env={**os.environ, **(env or {})}, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless",
+                "true",
+                "--server.port",
+                str(self.port),
+                "--server.address",
+                "127.0.0.1",
+                "--browser.gatherUsageStats",
+                "false",
+            ],
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def wait_healthy(self, timeout: float = 60) -> None:
         deadline = time.time() + timeout

@@ -18,22 +18,22 @@ def test_a_shared_link_survives_a_click_on_another_page():
     addr = Address()
     written = visit(addr, "hessian_map", "norm=pre&L=6")
     assert addr.shared["norm"] == "pre" and addr.shared["L"] == 6
-    visit(addr, "spectrum", "")                       # a bare page link: the view carries over
+    visit(addr, "spectrum", "")  # a bare page link: the view carries over
     assert addr.shared["norm"] == "pre" and addr.shared["L"] == 6
-    visit(addr, "spectrum", "norm=pre&L=6")           # the app's own links carry the shared query
-    assert not addr.fresh and addr.shared["L"] == 6    # the same view: nothing to re-read
-    visit(addr, "hessian_map", "norm=pre&L=6", history=True)     # Back: the view of that entry
+    visit(addr, "spectrum", "norm=pre&L=6")  # the app's own links carry the shared query
+    assert not addr.fresh and addr.shared["L"] == 6  # the same view: nothing to re-read
+    visit(addr, "hessian_map", "norm=pre&L=6", history=True)  # Back: the view of that entry
     assert addr.write() == written
 
 
 def test_a_new_address_names_a_whole_view_and_a_moved_control_is_kept():
     addr = Address()
     visit(addr, "spectrum", "norm=pre&L=6&seed=3")
-    addr.choose("norm", "attention")                  # the visitor moves a control
+    addr.choose("norm", "attention")  # the visitor moves a control
     written = addr.write()
-    addr.arrive(written)                              # the rerun sends back what was written
+    addr.arrive(written)  # the rerun sends back what was written
     assert not addr.fresh and addr.shared["norm"] == "attention"
-    visit(addr, "scaling", "norm=attention&sc_axis=xnorm")      # a tour link: unnamed keys -> defaults
+    visit(addr, "scaling", "norm=attention&sc_axis=xnorm")  # a tour link: unnamed keys -> defaults
     assert addr.shared["L"] == state.DEFAULTS["L"] and addr.shared["seed"] == state.DEFAULTS["seed"]
     assert addr.shared["norm"] == "attention"
 
@@ -45,10 +45,10 @@ def test_page_keys_are_settled_by_their_control_and_remembered_per_page():
     settle = lambda texts: state.settle("sc_seeds", texts, 3, int_range=(1, 8))  # noqa: E731
     assert addr.page_value("sc_seeds", 3, settle) == 8
     assert addr.notes == ["`sc_seeds=99` is out of range 1 … 8: used sc_seeds = 8."]
-    assert addr.write() == {"sc_axis": ["L"], "sc_seeds": ["8"]}   # sc_axis kept until its control reads it
+    assert addr.write() == {"sc_axis": ["L"], "sc_seeds": ["8"]}  # sc_axis kept until its control reads it
     visit(addr, "spectrum", "")
-    assert "sc_seeds" not in addr.write()                          # another page: its own keys only
-    visit(addr, "scaling", "")                                     # back on the page: remembered
+    assert "sc_seeds" not in addr.write()  # another page: its own keys only
+    visit(addr, "scaling", "")  # back on the page: remembered
     assert addr.page_value("sc_seeds", 3, settle) == 8
 
 
@@ -82,7 +82,7 @@ def test_every_tour_stop_opens_exactly_the_view_it_names():
             if key in state.APP_SETTINGS:
                 assert state.format_value(key, addr.shared[key]) == text, (stop.title, key)
             else:
-                assert addr.pending[key] == [text]       # the page's control settles it when drawn
+                assert addr.pending[key] == [text]  # the page's control settles it when drawn
 
 
 def test_a_page_link_carries_the_view_that_page_will_write():
@@ -91,14 +91,14 @@ def test_a_page_link_carries_the_view_that_page_will_write():
     the map's ``term`` on the Spectrum page's history entry (issue 33)."""
     addr = Address()
     visit(addr, "hessian_map", "L=6&term=outer")
-    addr.page_value("term", "full", lambda texts: (texts[-1], None))   # the map's Term control draws
+    addr.page_value("term", "full", lambda texts: (texts[-1], None))  # the map's Term control draws
     written = addr.write()
     assert written == {"L": ["6"], "term": ["outer"]}
     link = addr.nav_query("spectrum")
-    assert link == {"L": ["6"]}                                  # Spectrum: the shared view only
-    assert visit(addr, "spectrum", "L=6") == link                # and the run there writes exactly it
+    assert link == {"L": ["6"]}  # Spectrum: the shared view only
+    assert visit(addr, "spectrum", "L=6") == link  # and the run there writes exactly it
     back = addr.nav_query("hessian_map")
-    assert back == written                                       # the map: with the term it had
+    assert back == written  # the map: with the term it had
     visit(addr, "hessian_map", "L=6&term=outer")
     assert addr.page_value("term", "full", lambda texts: (texts[-1], None)) == "outer"
     assert addr.write() == back

@@ -59,6 +59,8 @@ says (the lesson's ``norm=attention`` kept: the step changed one control, not th
 
 def _says(text: str) -> bool:
     return all(part in text for part in STEP[3])
+
+
 HEADLESS, BROWSERS = 28, 2
 MEMORY_LIMIT = "800MiB"
 TIMEOUT_S = 150.0
@@ -114,8 +116,12 @@ class TreeSampler:
 
 def _summary(xs: list[float]) -> dict[str, float]:
     a = np.asarray(xs, dtype=float)
-    return {"median": round(float(np.median(a)), 2), "p90": round(float(np.quantile(a, 0.9)), 2),
-            "max": round(float(a.max()), 2), "min": round(float(a.min()), 2)}
+    return {
+        "median": round(float(np.median(a)), 2),
+        "p90": round(float(np.quantile(a, 0.9)), 2),
+        "max": round(float(a.max()), 2),
+        "min": round(float(a.min()), 2),
+    }
 
 
 def _most_at_once(lines: list[dict]) -> int:
@@ -165,8 +171,9 @@ class Browsers:
         key, value, label, header = STEP
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            pages = [browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
-                     for _ in range(self.n)]
+            pages = [
+                browser.new_context(viewport={"width": 1280, "height": 720}).new_page() for _ in range(self.n)
+            ]
             self.ready.set()
             self.go["open"].wait(TIMEOUT_S)
             starts = []
@@ -178,7 +185,9 @@ class Browsers:
                 self.times["open"].append(time.perf_counter() - t0)
                 page.wait_for_function(
                     "() => document.querySelector('[data-testid=\"stApp\"]')"
-                    "?.getAttribute('data-test-script-state') === 'notRunning'", timeout=TIMEOUT_S * 1000)
+                    "?.getAttribute('data-test-script-state') === 'notRunning'",
+                    timeout=TIMEOUT_S * 1000,
+                )
                 page.evaluate(WATCH)
             self._check(pages, "open")
             self.done["open"].set()
@@ -201,8 +210,9 @@ class Browsers:
 
     def _check(self, pages, phase: str) -> None:
         for i, page in enumerate(pages):
-            shown = exceptions(page) + [e.inner_text()[:300] for e in page.query_selector_all(
-                '[data-testid="stAlertContentError"]')]
+            shown = exceptions(page) + [
+                e.inner_text()[:300] for e in page.query_selector_all('[data-testid="stAlertContentError"]')
+            ]
             self.problems += [f"browser {i}, {phase}: {s}" for s in shown]
 
 
@@ -214,27 +224,36 @@ async def _headless(server: Server, browsers: Browsers) -> tuple[dict[str, list[
     out: dict[str, list[Run]] = {}
     spent: dict[str, dict] = {}
     try:
-        for phase, act in (("open", lambda v: v.open(LESSON, TIMEOUT_S)),
-                           ("step", lambda v: v.step(key, value, TIMEOUT_S)),
-                           ("back", lambda v: v.step(key, 8, TIMEOUT_S))):
+        for phase, act in (
+            ("open", lambda v: v.open(LESSON, TIMEOUT_S)),
+            ("step", lambda v: v.step(key, value, TIMEOUT_S)),
+            ("back", lambda v: v.step(key, 8, TIMEOUT_S)),
+        ):
             t0, cpu0 = time.perf_counter(), server.cpu_seconds()
             browsers.go[phase].set()
             out[phase] = list(await asyncio.gather(*(act(v) for v in visitors)))
             await asyncio.get_running_loop().run_in_executor(None, browsers.done[phase].wait, TIMEOUT_S)
-            spent[phase] = {"wall_s": round(time.perf_counter() - t0, 2),
-                            "server_cpu_s": round(server.cpu_seconds() - cpu0, 2)}
+            spent[phase] = {
+                "wall_s": round(time.perf_counter() - t0, 2),
+                "server_cpu_s": round(server.cpu_seconds() - cpu0, 2),
+            }
         queued = [Visitor(server.base, f"queued {i}") for i in range(len(QUEUED))]
         visitors += queued
         t0, cpu0, queue_from = time.perf_counter(), server.cpu_seconds(), time.time()
         out["queue"] = list(await asyncio.gather(*(v.open(url, TIMEOUT_S) for v, url in zip(queued, QUEUED))))
-        spent["queue"] = {"wall_s": round(time.perf_counter() - t0, 2),
-                          "server_cpu_s": round(server.cpu_seconds() - cpu0, 2), "from": queue_from}
+        spent["queue"] = {
+            "wall_s": round(time.perf_counter() - t0, 2),
+            "server_cpu_s": round(server.cpu_seconds() - cpu0, 2),
+            "from": queue_from,
+        }
         again = [Visitor(server.base, f"next class {i}") for i in range(HEADLESS + BROWSERS)]
         visitors += again
         t0, cpu0 = time.perf_counter(), server.cpu_seconds()
         out["again"] = list(await asyncio.gather(*(v.open(LESSON, TIMEOUT_S) for v in again)))
-        spent["again"] = {"wall_s": round(time.perf_counter() - t0, 2),
-                          "server_cpu_s": round(server.cpu_seconds() - cpu0, 2)}
+        spent["again"] = {
+            "wall_s": round(time.perf_counter() - t0, 2),
+            "server_cpu_s": round(server.cpu_seconds() - cpu0, 2),
+        }
     finally:
         await asyncio.gather(*(v.close() for v in visitors), return_exceptions=True)
     return out, spent
@@ -245,12 +264,19 @@ async def _headless(server: Server, browsers: Browsers) -> tuple[dict[str, list[
 def test_a_class_of_thirty_on_one_small_host():
     require_chromium()
     limit = parse_bytes(MEMORY_LIMIT)
-    server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": MEMORY_LIMIT, runlog.ENV: "1"},
-                    log="streamlit_classroom_test.log")
-    out: dict[str, object] = {"cores": os.cpu_count(), "profile": "hosted", "memory_limit": MEMORY_LIMIT,
-                              "lesson": LESSON, "step": f"{STEP[0]} 8 -> {STEP[1]} -> 8",
-                              "visitors": {"headless": HEADLESS, "chromium": BROWSERS},
-                              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    server = Server(
+        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": MEMORY_LIMIT, runlog.ENV: "1"},
+        log="streamlit_classroom_test.log",
+    )
+    out: dict[str, object] = {
+        "cores": os.cpu_count(),
+        "profile": "hosted",
+        "memory_limit": MEMORY_LIMIT,
+        "lesson": LESSON,
+        "step": f"{STEP[0]} 8 -> {STEP[1]} -> 8",
+        "visitors": {"headless": HEADLESS, "chromium": BROWSERS},
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
     browsers: Browsers | None = None
     try:
         server.wait_healthy()
@@ -263,22 +289,32 @@ def test_a_class_of_thirty_on_one_small_host():
             runs, spent = asyncio.run(_headless(server, browsers))
             browsers.join()
             wall, cpu = time.perf_counter() - t0, server.cpu_seconds() - cpu0
-        time.sleep(0.5)                                   # the last log lines reach the file
+        time.sleep(0.5)  # the last log lines reach the file
         log = server.log_text()
         computed = runlog.parse(log, runlog.COMPUTE_PREFIX)
         script_runs = runlog.parse(log)
         out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-        for phase, name in (("open", "first_chart_s"), ("step", "rerender_new_view_s"),
-                            ("back", "rerender_cached_view_s")):
+        for phase, name in (
+            ("open", "first_chart_s"),
+            ("step", "rerender_new_view_s"),
+            ("back", "rerender_cached_view_s"),
+        ):
             key = "first_chart_s" if phase == "open" else "seconds"
-            out[name] = {"headless": _summary([getattr(r, key) for r in runs[phase]]),
-                         "chromium": _summary(browsers.times[phase]) if browsers.times[phase] else None}
+            out[name] = {
+                "headless": _summary([getattr(r, key) for r in runs[phase]]),
+                "chromium": _summary(browsers.times[phase]) if browsers.times[phase] else None,
+            }
         finished = [r for r in script_runs if r["end"] == "finished"]
         out["server_run_s"] = _summary([r["wall_s"] for r in finished])
         out["server_run_cpu_s"] = _summary([r["cpu_s"] for r in finished])
-        n = HEADLESS + BROWSERS                         # the phases follow each other: n runs each
-        out["phases"] = {phase: {**spent[phase], "script_cpu_s": round(sum(
-            r["cpu_s"] for r in finished[i * n:(i + 1) * n]), 2)} for i, phase in enumerate(Browsers.PHASES)}
+        n = HEADLESS + BROWSERS  # the phases follow each other: n runs each
+        out["phases"] = {
+            phase: {
+                **spent[phase],
+                "script_cpu_s": round(sum(r["cpu_s"] for r in finished[i * n : (i + 1) * n]), 2),
+            }
+            for i, phase in enumerate(Browsers.PHASES)
+        }
         queue_from = spent["queue"].pop("from")
         out["phases"]["queue"], out["phases"]["again"] = spent["queue"], spent["again"]
         out["first_chart_warm_s"] = _summary([r.first_chart_s for r in runs["again"]])
@@ -286,21 +322,31 @@ def test_a_class_of_thirty_on_one_small_host():
         # script and Streamlit's own work), the class's share of the goal <= 0.05 s
         out["server_cpu_per_cached_visitor_s"] = {
             "opening_the_link_again": round(spent["again"]["server_cpu_s"] / (HEADLESS + BROWSERS), 3),
-            "stepping_back": round(spent["back"]["server_cpu_s"] / (HEADLESS + BROWSERS), 3)}
+            "stepping_back": round(spent["back"]["server_cpu_s"] / (HEADLESS + BROWSERS), 3),
+        }
         queue = runs["queue"]
-        out["queue"] = {"views": QUEUED, "seconds": [round(r.seconds, 2) for r in queue],
-                        "shown_a_queue_place": sum(any("Queued" in i for i in r.infos) for r in queue)}
+        out["queue"] = {
+            "views": QUEUED,
+            "seconds": [round(r.seconds, 2) for r in queue],
+            "shown_a_queue_place": sum(any("Queued" in i for i in r.infos) for r in queue),
+        }
         out["server_cpu_s"] = round(cpu, 2)
         out["server_cores_used"] = round(cpu / wall, 2)
         out["test_wall_s"] = round(wall, 1)
-        out["computations"] = {"total": len(computed), "distinct": len({c["key"] for c in computed}),
-                               "lesson": len([c for c in computed if c["start"] < queue_from]),
-                               "heavy": sum(c["heavy"] for c in computed),
-                               "most_at_once": _most_at_once(computed),
-                               "most_heavy_at_once": _most_at_once([c for c in computed if c["heavy"]]),
-                               "script_runs": len(script_runs)}
-        out["peak_rss_mb"] = {"process_tree_sampled": round(sampler.peak / 2**20),
-                              "server_vmhwm": round(server.peak_rss() / 2**20), "samples": sampler.samples}
+        out["computations"] = {
+            "total": len(computed),
+            "distinct": len({c["key"] for c in computed}),
+            "lesson": len([c for c in computed if c["start"] < queue_from]),
+            "heavy": sum(c["heavy"] for c in computed),
+            "most_at_once": _most_at_once(computed),
+            "most_heavy_at_once": _most_at_once([c for c in computed if c["heavy"]]),
+            "script_runs": len(script_runs),
+        }
+        out["peak_rss_mb"] = {
+            "process_tree_sampled": round(sampler.peak / 2**20),
+            "server_vmhwm": round(server.peak_rss() / 2**20),
+            "samples": sampler.samples,
+        }
         print("classroom:", json.dumps(out), flush=True)
         shots = ROOT / "assets" / "screenshots"
         shots.mkdir(parents=True, exist_ok=True)
@@ -312,13 +358,20 @@ def test_a_class_of_thirty_on_one_small_host():
                 problems += [f"visitor {i}, {phase}: {s}" for s in r.exceptions + r.errors]
                 if r.charts < 2:
                     problems.append(f"visitor {i}, {phase}: {r.charts} charts")
-            problems += [f"visitor {i}, {phase}: {w}" for i, r in enumerate(phase_runs) for w in r.warnings
-                         if "Too much for this server" in w]
-        problems += [f"visitor {i}: the header does not say {STEP[3]} after the step"
-                     for i, r in enumerate(runs["step"]) if not any(_says(t) for t in r.text)]
+            problems += [
+                f"visitor {i}, {phase}: {w}"
+                for i, r in enumerate(phase_runs)
+                for w in r.warnings
+                if "Too much for this server" in w
+            ]
+        problems += [
+            f"visitor {i}: the header does not say {STEP[3]} after the step"
+            for i, r in enumerate(runs["step"])
+            if not any(_says(t) for t in r.text)
+        ]
         assert not problems, problems
         assert len(browsers.times["back"]) == BROWSERS, "a Chromium visitor did not finish"
-        lesson = [c for c in computed if c["start"] < queue_from]    # the heavy views may evict, and redo
+        lesson = [c for c in computed if c["start"] < queue_from]  # the heavy views may evict, and redo
         twice = sorted({c["what"] for c in lesson if sum(d["key"] == c["key"] for d in lesson) > 1})
         assert not twice, f"computed more than once for visitors of the same view: {twice}"
         slots = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted"}, baseline_bytes=0).heavy
@@ -328,7 +381,7 @@ def test_a_class_of_thirty_on_one_small_host():
         assert server.peak_rss() < limit, f"the server peaked at {server.peak_rss() / 2**20:.0f} MiB"
     finally:
         server.stop()
-        if browsers is not None:               # a failed phase: let the tabs run out at once, and close
+        if browsers is not None:  # a failed phase: let the tabs run out at once, and close
             for event in browsers.go.values():
                 event.set()
             browsers.join()

@@ -91,7 +91,7 @@ def test_a_width_the_block_cannot_take_is_settled_in_one_line():
         assert at.get("plotly_chart") and caption(at).startswith("Post-LN block, L = 4, d = 2")
         assert any("d = 2 is used" in w.value for w in at.warning)
         assert at.slider(key="d").value == 2
-    at.slider(key="d").set_value(1).run()               # moved by hand: settled again
+    at.slider(key="d").set_value(1).run()  # moved by hand: settled again
     assert not at.error and at.slider(key="d").value == 2
     at = run_page("pages/hessian_map.py", d="1", eps="0.1", L="4", dk="4", dff="8")
     assert not at.error and caption(at).startswith("Post-LN block, L = 4, d = 1")
@@ -116,8 +116,8 @@ def test_spectrum_terms_drawn_come_from_the_url():
     at = run_page("pages/spectrum.py", spec_terms=["outer"], **SMALL)
     sorted_plot = figures(at)[0]
     assert [trace["name"] for trace in sorted_plot["data"]] == ["outer"]
-    assert "spec_terms=outer" in at.sidebar.code[0].value                 # and in the link to this view
-    at.button_group(key="spec_terms").set_value([]).run()                  # every term off: none drawn
+    assert "spec_terms=outer" in at.sidebar.code[0].value  # and in the link to this view
+    at.button_group(key="spec_terms").set_value([]).run()  # every term off: none drawn
     assert not at.exception and not at.get("plotly_chart")
     assert "pick at least one under *Terms drawn*" in at.info[0].value
 
@@ -129,7 +129,7 @@ def test_scaling_renders_and_reacts():
     assert figs[0]["layout"]["xaxis"]["title"]["text"] == "input size ‖X‖₂"
     table = next(m.value for m in at.markdown if m.value.startswith("| term | slope (theory) |"))
     outer = next(line.split(" | ") for line in table.splitlines() if line.startswith("| outer "))
-    slope, theory = outer[1].rstrip(" |").split()             # | outer | 5.98 (6) |
+    slope, theory = outer[1].rstrip(" |").split()  # | outer | 5.98 (6) |
     assert theory == "(6)" and abs(float(slope) - 6.0) < 0.5
     at.segmented_control(key="sc_axis").set_value("L").run()
     assert not at.exception
@@ -149,19 +149,19 @@ def test_verify_renders_and_reacts():
 
 
 def test_learn_renders_and_reacts():
-    at = run_page("pages/learn.py", tour="4", **SMALL)   # stops 4 and 5: their stories compute least
+    at = run_page("pages/learn.py", tour="4", **SMALL)  # stops 4 and 5: their stories compute least
     assert len(at.latex) >= 4
-    links = at.main.get("page_link")         # the tour's stop: its full page, with its settings
+    links = at.main.get("page_link")  # the tour's stop: its full page, with its settings
     assert len(links) == 1
     assert "norm=attention" in links[0].proto.query_string and "sc_axis=L" in links[0].proto.query_string
-    frame = at.main.get("iframe")[0].proto.src       # the live view beside the story
+    frame = at.main.get("iframe")[0].proto.src  # the live view beside the story
     assert "scaling?norm=attention" in frame and "hide=sidebar" in frame and "present=1" in frame
-    assert any("fitted slope of **−" in m.value for m in at.markdown)   # the live slope, not "near −3"
-    at.button(key="tour_next").click().run()         # Next: stop 5, LayerNorm collapse
+    assert any("fitted slope of **−" in m.value for m in at.markdown)  # the live slope, not "near −3"
+    at.button(key="tour_next").click().run()  # Next: stop 5, LayerNorm collapse
     assert not at.exception
     assert "layernorm_collapse" in at.main.get("iframe")[0].proto.src
     assert at.segmented_control(key="tour").value == "5"
-    at.segmented_control(key="tour_variant_5").set_value("ε = 1e-06").run()    # the story's switch
+    at.segmented_control(key="tour_variant_5").set_value("ε = 1e-06").run()  # the story's switch
     assert "eps=1e-06" in at.main.get("iframe")[0].proto.src
     at.button(key="tour_back").click().run()
     assert at.segmented_control(key="tour").value == "4"
@@ -191,8 +191,9 @@ def real_view():
     import hessviz as hv
     from hessviz.app.state import View
 
-    view = View.from_values({"L": 4, "d": 8, "dk": 4, "dff": 8, "heads": 2, "wo": True, "bias": True,
-                             "affine": True})
+    view = View.from_values(
+        {"L": 4, "d": 8, "dk": 4, "dff": 8, "heads": 2, "wo": True, "bias": True, "affine": True}
+    )
     return view, hv.hessian(view.cfg, *view.inputs)
 
 
@@ -201,23 +202,22 @@ def test_hessian_map_draws_heads_and_head_slice_blocks():
     heat = figures(at)[0]
     ticks = heat["layout"]["xaxis"]["ticktext"]
     assert "W<sub>Q</sub>[0]" in ticks and "W<sub>O</sub>[0]" in ticks and "W<sub>1</sub>" in ticks
-    assert any(x.startswith("W_O[1] col") for x in heat["data"][0]["x"])   # every head named in the hover
-    assert any(y.startswith("ln1_gamma row") for y in heat["data"][0]["y"])   # narrow blocks: in the hover
+    assert any(x.startswith("W_O[1] col") for x in heat["data"][0]["x"])  # every head named in the hover
+    assert any(y.startswith("ln1_gamma row") for y in heat["data"][0]["y"])  # narrow blocks: in the hover
     dotted = [s for s in heat["layout"]["shapes"] if s["line"].get("dash") == "dot"]
-    assert dotted                                              # thin lines between heads
+    assert dotted  # thin lines between heads
     view, res = real_view()
     block = array(figures(at)[2]["data"][0]["customdata"])
     want = res.block("W_Q[1]", "W_K[1]", "full").numpy()
     assert block.shape == want.shape == (32, 32)
     np.testing.assert_allclose(block, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
-    at.selectbox(key="blk").set_value("b_Q,ln1_gamma").run()   # vectors (n,) in the block view
+    at.selectbox(key="blk").set_value("b_Q,ln1_gamma").run()  # vectors (n,) in the block view
     assert not at.exception
     assert figures(at)[2]["data"][0]["y"][3] == "row 3 (b_Q[3])"
 
 
 def test_spectrum_matrix_free_matches_dense_and_says_so():
-    at = run_page("pages/spectrum.py", spec_method="matrix-free", spec_terms=["full"], spec_k="3",
-                  **REAL)
+    at = run_page("pages/spectrum.py", spec_method="matrix-free", spec_terms=["full"], spec_k="3", **REAL)
     assert "Lanczos" in at.info[0].value and "stochastic Lanczos quadrature" in at.info[0].value
     assert "Error statement" in " ".join(c.value for c in at.main.get("caption"))
     metrics = {m.label: m.value for m in at.metric}
@@ -236,13 +236,14 @@ def test_spectrum_auto_switches_to_matrix_free_past_the_budget(monkeypatch):
     monkeypatch.setattr(cache, "LIMITS", dataclasses.replace(cache.LIMITS, results_bytes=2 << 20))
     at = run_page("pages/spectrum.py", spec_terms=["outer"], spec_probes="2", spec_steps="10", **REAL)
     line = at.info[0].value
-    assert line.startswith("**Matrix-free spectrum**, because the dense spectrum is over this server's "
-                           "budget. ")
-    head = line.split(" No P × P")[0]                   # the reason: one pair of brackets at most, no nesting
+    assert line.startswith(
+        "**Matrix-free spectrum**, because the dense spectrum is over this server's budget. "
+    )
+    head = line.split(" No P × P")[0]  # the reason: one pair of brackets at most, no nesting
     assert head.count("(") == head.count(")") <= 1 and "((" not in head and "))" not in head, head
     labels = [m.label for m in at.metric]
     assert "λ_max (Lanczos)" in labels and any(lb.startswith("negative share (SLQ) ± ") for lb in labels)
-    at.segmented_control(key="spec_method").set_value("dense").run()   # forced dense: refused
+    at.segmented_control(key="spec_method").set_value("dense").run()  # forced dense: refused
     assert not at.get("plotly_chart") and "Too much for this server" in at.warning[0].value
 
 
@@ -262,7 +263,7 @@ def test_heterogeneity_per_head_matches_the_dense_blocks():
     assert list(at.dataframe[0].value["block"]) == list(res.cfg.param_names)
     hint = "With one attention head, heads and weights give the same blocks"
     assert not any(hint in c.value for c in at.caption)
-    one = run_page("pages/heterogeneity.py", **SMALL)          # one head: the control says why it is idle
+    one = run_page("pages/heterogeneity.py", **SMALL)  # one head: the control says why it is idle
     assert any(hint in c.value for c in one.caption)
 
 
@@ -275,8 +276,9 @@ def test_real_model_page_renders_and_reacts():
     """The trained Post-LN model (in the repository, 4 heads of d = 128) on a short text: attention,
     a head slice's Hessian window, gradients with their Gini, the per-block table; the text, the
     head and the weight change what is drawn."""
-    at = run_page("pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):",
-                  rm_layer="1", rm_rows="1")
+    at = run_page(
+        "pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):", rm_layer="1", rm_rows="1"
+    )
     assert not at.error, [e.value for e in at.error]
     assert len(at.get("plotly_chart")) == 4
     assert "Loss drawn:" in at.info[0].value and "synthetic target" in at.info[0].value
@@ -284,7 +286,8 @@ def test_real_model_page_renders_and_reacts():
     assert any("layer 1, head 0: attention" in t for t in shown)
     assert any("Hessian of W_Q[0], rows 0…0 (32 × 32)" in t for t in shown)
     assert any("Gini" in t for t in shown)
-    def tokens() -> int:                                   # the attention map is (L, L)
+
+    def tokens() -> int:  # the attention map is (L, L)
         return len(figures(at)[0]["data"][0]["x"])
 
     before = tokens()
@@ -306,18 +309,19 @@ def test_real_model_page_refuses_bad_text():
 def test_depth_page_layer_matrix_profile_and_first_layer():
     at = run_page("pages/depth.py", layers="3", dp_seeds="1", **SMALL)
     assert caption(at).startswith("Post-LN block × 3 layers, L = 4, d = 8")
-    assert len(at.get("plotly_chart")) == 3      # layer-by-layer norms, per-layer profile, first layer vs N
+    assert len(at.get("plotly_chart")) == 3  # layer-by-layer norms, per-layer profile, first layer vs N
     fig = figures(at)[0]
     norms = array(fig["data"][0]["customdata"])
     assert norms.shape == (3, 3) and np.allclose(norms, norms.T) and (norms > 0).all()
     profile = [d for d in figures(at)[1]["data"] if d.get("mode") == "lines+markers"]
-    assert [array(d["y"]).size for d in profile] == [3, 3]      # Post-LN and Pre-LN, one point per layer
+    assert [array(d["y"]).size for d in profile] == [3, 3]  # Post-LN and Pre-LN, one point per layer
     at.segmented_control(key="dp_term").set_value("outer").run()
     assert not at.exception
     assert any("of outer, layer by layer" in t for t in titles(at))
     # the first layer's block norm at N = 1 is the one-block Hessian's (no stack around it)
     import hessviz as hv
     from hessviz.spectra import matrix_norm
+
     first = [d for d in figures(at)[2]["data"] if d.get("mode") == "lines+markers"][0]
     cfg = hv.BlockConfig(seq_len=4, d_model=8, d_k=4, d_ff=8, norm="post")
     params = hv.init_params(cfg, seed=0)
@@ -337,12 +341,13 @@ def test_depth_page_default_view_is_drawn_on_the_hosted_profile(monkeypatch):
     at its own stack depth (issue 17: it was refused as "about 10 s of computation")."""
     from hessviz.app import cache, profiles
 
-    hosted = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
-                                      baseline_bytes=400 << 20)
+    hosted = profiles.limits_from_env(
+        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=400 << 20
+    )
     monkeypatch.setattr(cache, "LIMITS", hosted)
     at = run_page("pages/depth.py")
     assert not at.exception and not at.warning, [w.value for w in at.warning]
-    assert len(at.get("plotly_chart")) == 2      # the per-layer profile and the first layer against N
+    assert len(at.get("plotly_chart")) == 2  # the per-layer profile and the first layer against N
 
 
 def test_scaling_sweeps_depth_and_reads_a_layer_of_a_stack():
@@ -368,13 +373,14 @@ def test_real_model_page_draws_the_models_own_objective():
         return fig["data"][0]["z"]
 
     synthetic = run_page("pages/real_model.py", rm_layer="3", **query)
-    at = run_page("pages/real_model.py", rm_loss="sentence similarity", rm_other="import sys",
-                  rm_layer="1", **query)
+    at = run_page(
+        "pages/real_model.py", rm_loss="sentence similarity", rm_other="import sys", rm_layer="1", **query
+    )
     assert not at.error, [e.value for e in at.error]
     assert "1 − cos(m, e)" in at.info[0].value
-    assert "not the one pydoc-postln was trained on" in at.info[0].value     # a language model, not MiniLM
+    assert "not the one pydoc-postln was trained on" in at.info[0].value  # a language model, not MiniLM
     assert "pydoc-postln was not trained on it" in at.button_group(key="rm_loss").help
-    assert any("layer 3, head 0: attention" in t for t in titles(at))          # the last layer
+    assert any("layer 3, head 0: attention" in t for t in titles(at))  # the last layer
     assert len(at.get("plotly_chart")) == 4
     assert block(at) != block(synthetic)
 
@@ -388,8 +394,9 @@ def test_pages_without_stacks_show_one_block_and_no_layers_control():
 
 
 # ------------------------------------------------------------------------- the Real model page: odd inputs
-PYDOC = dict(rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="1", rm_part="attention",
-             rm_samples="6")
+PYDOC = dict(
+    rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="1", rm_part="attention", rm_samples="6"
+)
 
 
 def shown_lines(at: AppTest) -> str:
@@ -406,23 +413,25 @@ def test_real_model_page_an_emptied_text_box_draws_the_default_text(typed):
     at.text_area(key="rm_text").set_value(typed).run()
     assert not at.exception, [e.value for e in at.exception]
     assert "Text: the box is empty, so the default text is drawn." in shown_lines(at)
-    assert at.text_area(key="rm_text")                                     # the box is still drawn
+    assert at.text_area(key="rm_text")  # the box is still drawn
     n_tokens = len(figures(at)[0]["data"][0]["x"])
     from hessviz import pretrained
+
     assert n_tokens == len(pretrained.token_ids("pydoc-postln", rm.DEFAULT_TEXT))
-    at.text_area(key="rm_text").set_value("x = 1").run()                   # and a new text works again
+    at.text_area(key="rm_text").set_value("x = 1").run()  # and a new text works again
     assert not at.exception
     assert len(figures(at)[0]["data"][0]["x"]) == len(pretrained.token_ids("pydoc-postln", "x = 1"))
 
 
 def test_real_model_page_a_very_long_text_gets_one_line():
     at = run_page("pages/real_model.py", rm_model="pydoc-postln", rm_text="word " * 300)
-    assert ("Text: the text was 1,500 characters long, more than the 400 this box takes: cut to its first "
-            "400.") in shown_lines(at)
-    assert not at.text_area(key="rm_text").max_chars        # a browser's maxlength dropped a paste silently
-    at.text_area(key="rm_text").set_value("word " * 1000).run()                # a paste: cut in the box too
+    assert (
+        "Text: the text was 1,500 characters long, more than the 400 this box takes: cut to its first 400."
+    ) in shown_lines(at)
+    assert not at.text_area(key="rm_text").max_chars  # a browser's maxlength dropped a paste silently
+    at.text_area(key="rm_text").set_value("word " * 1000).run()  # a paste: cut in the box too
     assert "was 5,000 characters long" in shown_lines(at) and len(at.text_area(key="rm_text").value) == 400
-    assert "positions" in at.error[0].value            # 400 characters are still more than 64 tokens
+    assert "positions" in at.error[0].value  # 400 characters are still more than 64 tokens
     assert not at.get("plotly_chart")
 
 
@@ -433,21 +442,27 @@ def test_real_model_page_switches_model_under_its_own_loss():
     assert "1 − cos(m, e)" in at.info[0].value
     at.selectbox(key="rm_model").set_value("pydoc-preln").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert "Loss: `sentence similarity` is not offered here" in shown_lines(at)    # the control's name
+    assert "Loss: `sentence similarity` is not offered here" in shown_lines(at)  # the control's name
     assert "synthetic target" in at.info[0].value
     at.segmented_control(key="rm_loss").set_value("next token").run()
     assert not at.exception
     assert "next-token loss" in at.info[0].value
-    at.selectbox(key="rm_model").set_value("pydoc-postln").run()             # and back
+    at.selectbox(key="rm_model").set_value("pydoc-postln").run()  # and back
     assert not at.exception
     assert len(at.get("plotly_chart")) == 4
-    at.selectbox(key="rm_model").set_value("a local folder…").run()          # a folder: notes name its box
-    for typed, line in (("   ", ""), ("/no/such/dir", "is not a folder on this server"),
-                        ("/tmp", "has no config.json")):
+    at.selectbox(key="rm_model").set_value("a local folder…").run()  # a folder: notes name its box
+    for typed, line in (
+        ("   ", ""),
+        ("/no/such/dir", "is not a folder on this server"),
+        ("/tmp", "has no config.json"),
+    ):
         at.text_input(key="rm_folder").set_value(typed).run()
         assert not at.exception and not at.error
-        assert (line in shown_lines(at) and "Checkpoint folder" in shown_lines(at)) if line else \
-            "Checkpoint folder: type the path" in " ".join(c.value for c in at.caption)
+        assert (
+            (line in shown_lines(at) and "Checkpoint folder" in shown_lines(at))
+            if line
+            else "Checkpoint folder: type the path" in " ".join(c.value for c in at.caption)
+        )
         assert "Text:" not in shown_lines(at) and "source" not in shown_lines(at)
 
 
@@ -476,13 +491,13 @@ def test_real_model_page_target_seed_recomputes_only_what_the_target_enters():
     before = set(cache.real_results())
     at.slider(key="rm_seed").set_value(7).run()
     new = set(cache.real_results()) - before
-    assert {k[0] for k in new} == {"window", "gradients", "table"}             # not the attention, not tokens
+    assert {k[0] for k in new} == {"window", "gradients", "table"}  # not the attention, not tokens
     assert cache.real_attention("pydoc-postln", 3, "def add(a, b):") is attention
     own = run_page("pages/real_model.py", **{**PYDOC, "rm_loss": "sentence similarity"})
     before = set(cache.real_results())
     own.slider(key="rm_seed").set_value(9).run()
     assert not own.exception
-    assert set(cache.real_results()) == before                                # the own loss has no target
+    assert set(cache.real_results()) == before  # the own loss has no target
 
 
 def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
@@ -494,12 +509,18 @@ def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
     from hessviz.pretrained import explore
 
     cfg = cache.real_config("pydoc-postln", "def add(a, b):")
-    ffn = cost.real_table_cost(cfg, explore.part_blocks(cfg, False, "FFN"), 6).seconds   # the cheapest part
+    ffn = cost.real_table_cost(cfg, explore.part_blocks(cfg, False, "FFN"), 6).seconds  # the cheapest part
     tight = Limits("hosted", cache.LIMITS.results_bytes, 1.01 * ffn, 1, 1 << 20, 1)
     monkeypatch.setattr(cache, "LIMITS", tight)
-    cache.clear()                          # a result computed before is drawn at once, whatever it cost
-    at = run_page("pages/real_model.py", rm_model="pydoc-postln", rm_text="def add(a, b):", rm_rows="64",
-                  rm_part="every block", rm_samples="30")
+    cache.clear()  # a result computed before is drawn at once, whatever it cost
+    at = run_page(
+        "pages/real_model.py",
+        rm_model="pydoc-postln",
+        rm_text="def add(a, b):",
+        rm_rows="64",
+        rm_part="every block",
+        rm_samples="30",
+    )
     assert not at.exception
     lines = [i.value for i in at.info if "reduced view" in i.value]
     assert len(lines) == 2, shown_lines(at)
@@ -507,7 +528,7 @@ def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
     window = next(t for t in titles(at) if "Hessian of W_Q[0]" in t)
     assert "rows 0…63" not in window
     assert "drawn FFN with 6 products" in lines[1]
-    assert len(figures(at)[3]["data"][0]["x"]) == 2                           # W_1 and W_2
+    assert len(figures(at)[3]["data"][0]["x"]) == 2  # W_1 and W_2
     assert len(at.get("plotly_chart")) == 4
 
 
@@ -524,7 +545,7 @@ def test_real_model_page_draws_a_precomputed_view_as_a_fresh_one(tmp_path, monke
     cache.clear()
     query = dict(rm_model="pydoc-postln", rm_text=text)
     at = run_page("pages/real_model.py", **query)
-    assert not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]     # nothing computed live
+    assert not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]  # nothing computed live
     stored = figures(at)
     assert len(stored) == 4
     monkeypatch.setattr(cache, "PRECOMPUTED", None)
@@ -533,7 +554,7 @@ def test_real_model_page_draws_a_precomputed_view_as_a_fresh_one(tmp_path, monke
     assert [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
     for a, b in zip(stored, fresh):
         assert a["layout"]["title"] == b["layout"]["title"]
-        assert_same_numbers(a["data"], b["data"], rtol=1e-6)     # Lanczos' tolerance: the thread count may
+        assert_same_numbers(a["data"], b["data"], rtol=1e-6)  # Lanczos' tolerance: the thread count may
         #                                                            reorder a sum between the two runs
 
 
@@ -574,11 +595,17 @@ def test_committed_precomputed_views_match_a_fresh_computation():
     entries, made = precomputed.read(precomputed.FILE)
     assert made["text"] == rm.DEFAULT_TEXT
     model, text, layer = "pydoc-preln", rm.DEFAULT_TEXT, 3
-    keys = [k for k in entries if k[:4] in (("attention", model, text, layer), ("window", model, text, layer))
-            and (k[0] == "attention" or k[6] == "W_Q[1]")]
+    keys = [
+        k
+        for k in entries
+        if k[:4] in (("attention", model, text, layer), ("window", model, text, layer))
+        and (k[0] == "attention" or k[6] == "W_Q[1]")
+    ]
     assert sorted(k[0] for k in keys) == ["attention", "window"]
-    fresh = {"attention": lambda k: cache.real_attention(model, layer, text),
-             "window": lambda k: cache.real_window(model, layer, text, *k[5:])}
+    fresh = {
+        "attention": lambda k: cache.real_attention(model, layer, text),
+        "window": lambda k: cache.real_window(model, layer, text, *k[5:]),
+    }
     saved = cache.PRECOMPUTED
     try:
         cache.PRECOMPUTED = None
@@ -596,8 +623,9 @@ def test_real_model_page_on_the_hosted_profile_draws_the_precomputed_default(mon
     from hessviz import pretrained
     from hessviz.app import cache, profiles
 
-    hosted = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
-                                    baseline_bytes=400 << 20)
+    hosted = profiles.limits_from_env(
+        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=400 << 20
+    )
     monkeypatch.setattr(cache, "LIMITS", hosted)
     cache.clear()
     model = pretrained.available_models()[0]
@@ -606,7 +634,7 @@ def test_real_model_page_on_the_hosted_profile_draws_the_precomputed_default(mon
     assert len(at.get("plotly_chart")) == 4
     assert any("Hessian of W_Q[0], rows 0…" in t for t in titles(at))
     assert not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
-    at.slider(key="rm_head").set_value(1).run()                       # every head is precomputed
+    at.slider(key="rm_head").set_value(1).run()  # every head is precomputed
     at.segmented_control(key="rm_w").set_value("W_V").run()
     assert not at.warning and not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
     assert any("Hessian of W_V[1], rows 0…" in t for t in titles(at))

@@ -24,7 +24,7 @@ FORBIDDEN = {
     "an eigenvalue routine": r"\b(eig|eigh|eigvals|eigvalsh|eigsh)\b",
     "the Gini coefficient": r"\bgini \(",
     "a statistic over arrays": r"\bnp \. (sum|mean|median|std|var|diag|log|exp|polyfit|corrcoef) \(|"
-                               r"\. (mean|std|var) \(",
+    r"\. (mean|std|var) \(",
     "a round-off rule": r"\b1e-1[0-9]\b",
     "a dense limit of its own": r"^DENSE_LIMIT =",
 }
@@ -61,8 +61,12 @@ FAMILIES = {"bert", "roberta", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gp
 
 def family_maps(text: str) -> list[int]:
     """Lines of every dict literal keyed by a model family."""
-    return [n.lineno for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Dict)
-            and any(isinstance(k, ast.Constant) and k.value in FAMILIES for k in n.keys)]
+    return [
+        n.lineno
+        for n in ast.walk(ast.parse(text))
+        if isinstance(n, ast.Dict)
+        and any(isinstance(k, ast.Constant) and k.value in FAMILIES for k in n.keys)
+    ]
 
 
 def offences(text: str) -> list[tuple[str, int, str]]:
@@ -81,18 +85,23 @@ def test_the_page_only_draws(path):
     assert offences(path.read_text()) == []
 
 
-@pytest.mark.parametrize("line,what", [
-    ("eig = np.linalg.eigvalsh(0.5 * (B + B.T))", "linear algebra"),
-    ("lam = torch.linalg.eigh(H)", "linear algebra"),
-    ("g = gini(grads['norms'])", "the Gini coefficient"),
-    ("flat = top <= 1e-10 * abs(top).max()", "a round-off rule"),
-    ("share = float(np.sum(np.diag(norms) ** 2))", "a statistic over arrays"),
-    ("DENSE_LIMIT = 2048", "a dense limit of its own"),
-    ("title = f'Gini at init {tr[pl][\"gini\"].mean():.3f}'", "a statistic over arrays"),
-    ('st.markdown(f"a factor of {positive.max() / positive.min():.3g} and {np.sum(a):.2f}")',
-     "a statistic over arrays"),
-    ('OBJECTIVE = {"bert": "sentence similarity"}', "a family -> loss map"),
-])
+@pytest.mark.parametrize(
+    "line,what",
+    [
+        ("eig = np.linalg.eigvalsh(0.5 * (B + B.T))", "linear algebra"),
+        ("lam = torch.linalg.eigh(H)", "linear algebra"),
+        ("g = gini(grads['norms'])", "the Gini coefficient"),
+        ("flat = top <= 1e-10 * abs(top).max()", "a round-off rule"),
+        ("share = float(np.sum(np.diag(norms) ** 2))", "a statistic over arrays"),
+        ("DENSE_LIMIT = 2048", "a dense limit of its own"),
+        ("title = f'Gini at init {tr[pl][\"gini\"].mean():.3f}'", "a statistic over arrays"),
+        (
+            'st.markdown(f"a factor of {positive.max() / positive.min():.3g} and {np.sum(a):.2f}")',
+            "a statistic over arrays",
+        ),
+        ('OBJECTIVE = {"bert": "sentence similarity"}', "a family -> loss map"),
+    ],
+)
 def test_the_check_sees_what_pages_once_computed(line, what):
     """Each line a page used to hold is caught; the same words in a comment or a caption are not."""
     assert what in [w for w, _, _ in offences(line)]

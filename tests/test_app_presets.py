@@ -12,8 +12,18 @@ from hessviz.app.state import View
 pytest.importorskip("streamlit")
 from tests.test_app_pages import SMALL, array, caption, figures, run_page  # noqa: E402
 
-LLAMA_URL = {"norm": "pre", "ntype": "rmsnorm", "affine": "true", "mlp": "gated", "act": "silu",
-             "rope": "true", "heads": "2", "kv": "1", "wo": "true", "causal": "true"}
+LLAMA_URL = {
+    "norm": "pre",
+    "ntype": "rmsnorm",
+    "affine": "true",
+    "mlp": "gated",
+    "act": "silu",
+    "rope": "true",
+    "heads": "2",
+    "kv": "1",
+    "wo": "true",
+    "causal": "true",
+}
 
 
 @pytest.mark.parametrize("name", list(presets.PRESETS))
@@ -22,16 +32,25 @@ def test_every_preset_is_a_valid_block_in_words(name):
     cfg = view.cfg
     assert cfg.norm in ("pre", "parallel") and cfg.rope and cfg.causal and cfg.n_heads == 4
     words = view.describe()
-    assert {"Llama-style": "over 2 key/value heads", "Qwen2-style": "biases Q,K,V",
-            "Qwen3-style": "QK-norm", "Pythia-style": "Parallel block"}[name] in words
+    assert {
+        "Llama-style": "over 2 key/value heads",
+        "Qwen2-style": "biases Q,K,V",
+        "Qwen3-style": "QK-norm",
+        "Pythia-style": "Parallel block",
+    }[name] in words
     assert presets.matching(presets.apply(name, state.DEFAULTS)) == name
 
 
 def test_a_preset_keeps_the_sizes_input_and_seed():
     here = {**state.DEFAULTS, "L": 5, "d": 32, "xnorm": 10.0, "seed": 7, "loss": "ce"}
     after = presets.apply("Llama-style", here)
-    assert {k: after[k] for k in ("L", "d", "xnorm", "seed", "loss")} == \
-        {"L": 5, "d": 32, "xnorm": 10.0, "seed": 7, "loss": "ce"}
+    assert {k: after[k] for k in ("L", "d", "xnorm", "seed", "loss")} == {
+        "L": 5,
+        "d": 32,
+        "xnorm": 10.0,
+        "seed": 7,
+        "loss": "ce",
+    }
 
 
 def test_bias_tuples_travel_in_the_url_as_one_value():
@@ -49,7 +68,7 @@ def test_reconcile_fits_key_value_heads_and_biases_to_the_block():
     assert values["bias"] == ("Q",) and "b_O, b_G" in notes[0]
     values, _ = state.reconcile({**state.DEFAULTS, "bias": ("O",), "wo": False})
     assert values["bias"] is False
-    View.from_values(values)                                    # a valid block
+    View.from_values(values)  # a valid block
 
 
 def test_every_combination_of_the_controls_is_settled_into_a_block():
@@ -71,12 +90,15 @@ def test_every_combination_of_the_controls_is_settled_into_a_block():
         return [lo, lo + 1, (lo + hi) // 2 | 1, hi] + ([None] if s.optional else [])
 
     for _ in range(4000):
-        values = {k: rng.choice(offered(s)) if rng.random() < 0.5 else s.default
-                  for k, s in state.APP_SETTINGS.items()}
+        values = {
+            k: rng.choice(offered(s)) if rng.random() < 0.5 else s.default
+            for k, s in state.APP_SETTINGS.items()
+        }
         settled, notes = state.reconcile(values)
         View.from_values(settled)
-        assert len(notes) == sum(settled[k] != values[k] for k in values if k != "bias") + \
-            (settled["bias"] != values["bias"])
+        assert len(notes) == sum(settled[k] != values[k] for k in values if k != "bias") + (
+            settled["bias"] != values["bias"]
+        )
         assert not any(word in n for n in notes for word in ("n_heads", "n_kv_heads", "d_model", "ln_eps"))
 
 
@@ -101,12 +123,12 @@ def test_hessian_map_of_a_llama_style_block_names_its_gate_and_grouped_heads():
 
 def test_a_preset_button_sets_the_controls_and_the_address():
     at = run_page("pages/spectrum.py", spec_method="dense", **SMALL)
-    at.button(key="_hv_preset_2").click().run()                      # Qwen3-style
+    at.button(key="_hv_preset_2").click().run()  # Qwen3-style
     assert not at.exception, [e.value for e in at.exception]
     assert "QK-norm" in caption(at) and "4 heads over 2 key/value heads" in caption(at)
     assert at.query_params["qknorm"] == "true" and at.query_params["kv"] == "2"
-    assert at.query_params["L"] == "4"                                # the sizes stay
-    assert at.button(key="_hv_preset_2").disabled                      # the view is in it
+    assert at.query_params["L"] == "4"  # the sizes stay
+    assert at.button(key="_hv_preset_2").disabled  # the view is in it
     at.pills(key="bias").set_value(["Q", "K", "V"]).run()
     assert "biases Q,K,V" in caption(at) and at.query_params["bias"] == "Q,K,V"
 

@@ -37,20 +37,22 @@ from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 SMALL = {"L": "4", "d": "8", "dk": "4", "dff": "8"}
-HOSTED = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
-                                baseline_bytes=400 * 2**20)
+HOSTED = profiles.limits_from_env(
+    {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=400 * 2**20
+)
 
 # ----------------------------------------------------------------------------- limits and costs
 
 
 def test_hosted_profile_limits_come_from_one_setting():
     assert HOSTED.profile == "hosted"
-    assert HOSTED.results_bytes == (800 - 400 - 128) * 2**20     # ceiling − baseline − headroom
+    assert HOSTED.results_bytes == (800 - 400 - 128) * 2**20  # ceiling − baseline − headroom
     assert HOSTED.heavy == (os.cpu_count() or 1)
     local = profiles.limits_from_env({})
     assert local.profile == "local" and local.max_seconds > HOSTED.max_seconds
-    raised = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MAX_SECONDS": "30",
-                                     "HESSVIZ_HEAVY": "3"}, baseline_bytes=0)
+    raised = profiles.limits_from_env(
+        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MAX_SECONDS": "30", "HESSVIZ_HEAVY": "3"}, baseline_bytes=0
+    )
     assert (raised.max_seconds, raised.heavy) == (30.0, 3)
     with pytest.raises(ValueError, match="HESSVIZ_PROFILE"):
         profiles.limits_from_env({"HESSVIZ_PROFILE": "cloud"})
@@ -59,8 +61,11 @@ def test_hosted_profile_limits_come_from_one_setting():
 HEAVIEST = [  # the URLs of issue 8 that tied up the machine for minutes
     ("spectrum", dict(seq_len=64, d_model=32, d_k=32, d_ff=48), {"dense_limit": 2048, "k": 64}),
     ("bounds", dict(seq_len=64, d_model=64, d_k=64, norm="attention"), {"cases": 40}),
-    ("ln_collapse", dict(seq_len=64, d_model=64, d_k=64, d_ff=256, norm="post"),
-     {"points": 22 * 5, "whole": 0}),
+    (
+        "ln_collapse",
+        dict(seq_len=64, d_model=64, d_k=64, d_ff=256, norm="post"),
+        {"points": 22 * 5, "whole": 0},
+    ),
     ("verify", dict(seq_len=64, d_model=32, d_k=8, d_ff=24), {}),
     ("map", dict(seq_len=64, d_model=64, d_k=64, d_ff=256), {}),
 ]
@@ -75,8 +80,10 @@ def test_heaviest_urls_are_refused_with_what_to_change(kind, fields, extra):
     assert "Lower d" in verdict.advice
 
 
-@pytest.mark.parametrize("kind", ["map", "spectrum", "verify", "learn", "bounds", "optimization",
-                                  "spectrum_matfree", "heterogeneity"])
+@pytest.mark.parametrize(
+    "kind",
+    ["map", "spectrum", "verify", "learn", "bounds", "optimization", "spectrum_matfree", "heterogeneity"],
+)
 def test_default_view_is_affordable_when_hosted(kind):
     cfg = state.View.from_values({}).cfg
     assert budget.check(budget.cost(kind, cfg, dense_limit=2048, cases=40), HOSTED, cfg).ok
@@ -101,8 +108,9 @@ def test_real_layer_costs_grow_with_heads_and_layer_parts(kind):
 def test_matrix_free_views_are_affordable_past_the_dense_limit():
     """The largest block the sidebar offers: the dense spectrum is refused even locally, the
     matrix-free spectrum fits the local profile, and the hosted refusal says what to lower."""
-    cfg = hv.BlockConfig(seq_len=64, d_model=64, d_k=64, d_ff=256, n_heads=8, out_proj=True, bias=True,
-                         ln_affine=True)
+    cfg = hv.BlockConfig(
+        seq_len=64, d_model=64, d_k=64, d_ff=256, n_heads=8, out_proj=True, bias=True, ln_affine=True
+    )
     local = profiles.Limits("local", 8 << 30, 120.0, 2, 1 << 30)
     assert not budget.check(budget.cost("spectrum", cfg), local, cfg).ok
     assert budget.check(budget.cost("spectrum_matfree", cfg, terms=1), local, cfg).ok
@@ -120,15 +128,24 @@ def test_a_sweep_is_priced_at_its_costliest_grid_point(axis):
     for sidebar in ((2, 32, 32, 64), (64, 8, 4, 16)):
         cfg = hv.BlockConfig(**dict(zip(("seq_len", "d_model", "d_k", "d_ff"), sidebar)))
         largest = sweeps.largest_block(cfg, axis, grid, pair)
-        priced = budget.cost("sweep", sweeps.costliest_config(cfg, axis, grid), points=len(grid),
-                             block=largest).seconds
-        each = sum(budget.cost("sweep", c, block=c.param_size("W_Q")).seconds
-                   for c in (sweeps.config_at(cfg, axis, g)[0] for g in grid))
+        priced = budget.cost(
+            "sweep", sweeps.costliest_config(cfg, axis, grid), points=len(grid), block=largest
+        ).seconds
+        each = sum(
+            budget.cost("sweep", c, block=c.param_size("W_Q")).seconds
+            for c in (sweeps.config_at(cfg, axis, g)[0] for g in grid)
+        )
         assert priced >= each * (1 - 1e-12)
     if axis == "L":
-        at = [budget.cost("sweep", sweeps.costliest_config(hv.BlockConfig(seq_len=L, d_model=32, d_k=32),
-                                                           axis, grid), points=24, block=1024).seconds
-              for L in (2, 64)]
+        at = [
+            budget.cost(
+                "sweep",
+                sweeps.costliest_config(hv.BlockConfig(seq_len=L, d_model=32, d_k=32), axis, grid),
+                points=24,
+                block=1024,
+            ).seconds
+            for L in (2, 64)
+        ]
         assert at[0] == at[1]
 
 
@@ -139,8 +156,12 @@ def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
 
     cfg = state.View.from_values({"L": 64, "d": 32, "dk": 32, "dff": 64}).cfg
     grid = sweeps.DEFAULT_GRIDS["L"]
-    c = budget.cost("sweep", sweeps.costliest_config(cfg, "L", grid), points=len(grid) * 8 * 4,
-                    block=sweeps.largest_block(cfg, "L", grid, ("W_Q", "W_Q")))
+    c = budget.cost(
+        "sweep",
+        sweeps.costliest_config(cfg, "L", grid),
+        points=len(grid) * 8 * 4,
+        block=sweeps.largest_block(cfg, "L", grid, ("W_Q", "W_Q")),
+    )
     assert not budget.check(c, HOSTED, cfg).ok
 
 
@@ -170,7 +191,7 @@ def test_a_view_stops_once_its_computations_pass_the_work_bound():
     they have used more CPU than the bound (here 0.1 s); what was computed stays cached, and a
     computation without an estimate is not charged."""
 
-    def burn() -> np.ndarray:                   # ~0.04 s of CPU of real work
+    def burn() -> np.ndarray:  # ~0.04 s of CPU of real work
         t0, a = time.thread_time(), np.random.default_rng(0).standard_normal((120, 120))
         while time.thread_time() - t0 < 0.04:
             np.linalg.eigvalsh(a + a.T)
@@ -179,7 +200,7 @@ def test_a_view_stops_once_its_computations_pass_the_work_bound():
     store = cache.Store(gates.Ledger(2**30), work_limit=0.1, profile="test")
     status = progress.open_status("the test sweep")
     try:
-        store.get(("free",), burn, 64, "unpriced")            # no estimate: not charged
+        store.get(("free",), burn, 64, "unpriced")  # no estimate: not charged
         assert status.work == 0
         done = []
         with pytest.raises(budget.OverBudget, match="stopped after .* s of computation"):
@@ -231,14 +252,14 @@ def test_matrix_free_views_stop_when_the_visitor_leaves(view_of):
             getattr(cache, view_of)(key, *args)
     finally:
         progress._local.status = None
-    assert leaving.calls == 4                 # stopped at the first check after the visitor left
+    assert leaving.calls == 4  # stopped at the first check after the visitor left
     assert not [k for k in cache.STORE._items if k[0] == view_of and k[1] == key and k[-1] == 7]
 
 
 def test_progress_bars_are_throttled_but_the_last_step_is_drawn():
     drawn = []
     bar = progress.throttled(lambda done, total: drawn.append(done), every=60)
-    for i in range(1, 121):                  # a sweep of 120 cached points
+    for i in range(1, 121):  # a sweep of 120 cached points
         bar(i, 120)
     assert drawn == [1, 120]
 
@@ -269,7 +290,7 @@ def test_the_store_logs_each_result_it_computes_once(monkeypatch, capfd):
     for k in ("a", "b", "a", "a"):
         store.get(("point", k), lambda: np.ones(2), 64, "x", seconds=0.3)
     store.clear()
-    store.get(("point", "a"), lambda: np.ones(2), 64, "x", seconds=0.01)      # light: no gate
+    store.get(("point", "a"), lambda: np.ones(2), 64, "x", seconds=0.01)  # light: no gate
     lines = runlog.parse(capfd.readouterr().err, runlog.COMPUTE_PREFIX)
     assert [c["what"] for c in lines] == ["point"] * 3
     assert lines[0]["key"] == lines[2]["key"] != lines[1]["key"]
@@ -286,7 +307,7 @@ def test_figures_are_laid_out_once_in_the_theme_they_are_drawn_in():
     with plots.drawn_in("dark"):
         fig = plots.spectrum_sorted(values)
     assert fig.layout.template.layout.paper_bgcolor == "rgb(17,17,17)"
-    fig.layout.template.layout.paper_bgcolor = "#123456"          # not replaced by a second call
+    fig.layout.template.layout.paper_bgcolor = "#123456"  # not replaced by a second call
     assert plots.apply_theme(fig, "dark").layout.template.layout.paper_bgcolor == "#123456"
     light = plots.apply_theme(go.Figure(fig), "light")
     assert light.layout.template.layout.paper_bgcolor == "white"
@@ -327,7 +348,7 @@ def test_gate_queues_in_arrival_order_and_reports_places():
     for t in threads:
         t.join(10)
     assert order == ["a", "b", "c"]
-    assert places["b"][0] == 1 and places["c"][0] == 2      # their place in line while waiting
+    assert places["b"][0] == 1 and places["c"][0] == 2  # their place in line while waiting
     assert gate.running == 0 and gate.waiting == 0
 
 
@@ -354,7 +375,7 @@ def test_gate_forgets_a_visitor_who_gives_up():
         t.join(10)
     assert outcome == ["left"]
     assert gate.waiting == 0 and gate.running == 0
-    with gate.slot():           # and the gate is free again
+    with gate.slot():  # and the gate is free again
         assert gate.running == 1
 
 
@@ -380,8 +401,9 @@ def test_light_work_does_not_queue_behind_heavy_work():
     try:
         assert all(ready.wait(10) for ready in holders) and cache.GATE.running == cache.GATE.slots
         progress._local.status = _LeavesWhenQueued(100)
-        light = store.get(("light",), lambda: np.ones(2), 64, "a light result",
-                          seconds=budget.LIGHT_SECONDS / 2)
+        light = store.get(
+            ("light",), lambda: np.ones(2), 64, "a light result", seconds=budget.LIGHT_SECONDS / 2
+        )
         assert light.tolist() == [1.0, 1.0]
         with pytest.raises(progress.Cancelled):
             store.get(("heavy",), lambda: np.ones(2), 64, "a heavy result", seconds=2 * budget.LIGHT_SECONDS)
@@ -402,7 +424,7 @@ def _hold(ready: threading.Event, release: threading.Event) -> None:
 def test_store_is_bounded_by_bytes_and_evicts_least_recent():
     ledger = gates.Ledger(3 * 2**20)
     store = cache.Store(ledger)
-    mib = lambda: np.zeros(2**17)                             # noqa: E731 - 1 MiB of float64
+    mib = lambda: np.zeros(2**17)  # noqa: E731 - 1 MiB of float64
     for k in range(5):
         store.get(("k", k), mib, 2**20, "a test result")
         assert ledger.cached <= ledger.capacity
@@ -416,14 +438,14 @@ def test_store_is_bounded_by_bytes_and_evicts_least_recent():
 
 def test_ledger_nested_reservation_does_not_wait_and_small_results_outlive_large():
     ledger = gates.Ledger(100)
-    with ledger.reserve(80, "a spectrum"), ledger.reserve(50, "its term"):   # would deadlock if it waited
+    with ledger.reserve(80, "a spectrum"), ledger.reserve(50, "its term"):  # would deadlock if it waited
         assert ledger.in_flight == 130
     assert ledger.in_flight == 0
     store = cache.Store(gates.Ledger(10 * 2**20))
     store.get(("small",), lambda: np.zeros(8), 64, "a sweep point")
     for k in range(3):
-        store.get(("big", k), lambda: np.zeros(2**19), 4 * 2**20, "a term")   # 4 MiB each
-    assert ("small",) in store and ("big", 0) not in store     # the oldest large one went first
+        store.get(("big", k), lambda: np.zeros(2**19), 4 * 2**20, "a term")  # 4 MiB each
+    assert ("small",) in store and ("big", 0) not in store  # the oldest large one went first
 
 
 def test_ledger_keeps_the_cache_while_work_in_flight_leaves_no_room():
@@ -433,7 +455,7 @@ def test_ledger_keeps_the_cache_while_work_in_flight_leaves_no_room():
     ledger = gates.Ledger(100 * 2**20)
     store = cache.Store(ledger)
     for k in range(4):
-        store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * 2**20, "a result")   # 7 MiB each
+        store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * 2**20, "a result")  # 7 MiB each
     holding, release = threading.Event(), threading.Event()
 
     def other_visitor():
@@ -467,13 +489,13 @@ def test_ledger_keeps_the_measured_process_under_its_ceiling():
     ledger = gates.Ledger(100 * mib, ceiling=173 * mib, rss=lambda: base[0] + ledger.cached)
     store = cache.Store(ledger)
     for k in range(4):
-        store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * mib, "a result")   # 7 MiB each
-    assert len(store) == 4                              # 80 + 28 + 64 slack is still under 173
+        store.get(("kept", k), lambda: np.zeros(7 * 2**17), 7 * mib, "a result")  # 7 MiB each
+    assert len(store) == 4  # 80 + 28 + 64 slack is still under 173
     with ledger.reserve(10 * mib, "a view"):
         assert [k for k in [("kept", i) for i in range(4)] if k in store] == [("kept", 2), ("kept", 3)]
     holding, release, kept = threading.Event(), threading.Event(), []
 
-    def other_visitor():                                # its work in flight is part of what is measured
+    def other_visitor():  # its work in flight is part of what is measured
         with ledger.reserve(5 * mib, "another visitor's view"):
             holding.set()
             release.wait(10)
@@ -486,15 +508,15 @@ def test_ledger_keeps_the_measured_process_under_its_ceiling():
     t = threading.Thread(target=other_visitor)
     t.start()
     assert holding.wait(10)
-    base[0] = 100 * mib                                 # 100 + 14 + 10 + 64 is over 173 while it computes
+    base[0] = 100 * mib  # 100 + 14 + 10 + 64 is over 173 while it computes
     with ledger.reserve(10 * mib, "a view", waiting, poll=0.01):
-        assert kept[:3] == [2, 2, 2] and len(store) < 2    # waited with the cache kept, then evicted
+        assert kept[:3] == [2, 2, 2] and len(store) < 2  # waited with the cache kept, then evicted
     t.join(10)
-    base[0] = 200 * mib                                 # over the ceiling with an empty cache
+    base[0] = 200 * mib  # over the ceiling with an empty cache
     store.clear()
     with ledger.reserve(10 * mib, "a view", poll=0.01):
         assert ledger.in_flight == 10 * mib
-    assert gates.Ledger(10, rss=lambda: 10**12).process_over(5) == 0      # no ceiling: not measured
+    assert gates.Ledger(10, rss=lambda: 10**12).process_over(5) == 0  # no ceiling: not measured
 
 
 @pytest.mark.slow  # a load test
@@ -514,7 +536,7 @@ def test_memory_stays_bounded_over_thirty_views():
         store.get(("term", view.key), compute, cost.term_cost(view.cfg).bytes, "a term")
         assert ledger.cached <= ledger.capacity
     assert len(store) < 30
-    if start:                                   # /proc available
+    if start:  # /proc available
         assert gates.rss_bytes() - start < ledger.capacity + 64 * 2**20
 
 
@@ -528,21 +550,24 @@ def test_store_shares_one_computation_between_visitors():
         return np.ones(3)
 
     out = []
-    threads = [threading.Thread(target=lambda: out.append(store.get(("same",), slow, 64, "x")))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: out.append(store.get(("same",), slow, 64, "x"))) for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(10)
     assert len(calls) == 1 and len(out) == 3
-    assert not out[0].flags.writeable                      # cached results are read-only
+    assert not out[0].flags.writeable  # cached results are read-only
 
 
 @pytest.mark.slow  # a load test
 def test_concurrent_autograd_references_do_not_collide():
     """Three visitors open Verify at once (issue 8: forward-AD level errors in 3 of 3 sessions)."""
-    keys = [state.View.from_values({**{k: int(v) for k, v in SMALL.items()}, "seed": s}).key
-            for s in (200, 201, 202)]
+    keys = [
+        state.View.from_values({**{k: int(v) for k, v in SMALL.items()}, "seed": s}).key
+        for s in (200, 201, 202)
+    ]
     errors, results = [], []
 
     def visit(key):
@@ -573,7 +598,7 @@ def test_outer_spectrum_from_its_range_matches_dense():
     assert "range" in got.method and not got.partial and got.values.size == cfg.num_params
     want = np.sort(torch.linalg.eigvalsh(H).numpy())
     assert np.allclose(got.values, want, atol=1e-12 * np.abs(want).max())
-    assert spectra.negative_summary(got).count == 0        # still positive semi-definite
+    assert spectra.negative_summary(got).count == 0  # still positive semi-definite
 
 
 # ----------------------------------------------------------------------------- hostile URLs (AppTest)
@@ -610,7 +635,7 @@ def test_hostile_url_is_clamped_or_refused_with_an_escaped_line(query, caption, 
     assert caption in at.main.get("caption")[0].value
     notes = [w.value for w in at.warning]
     assert any(note in n for n in notes), notes
-    for n in notes:                      # every URL text is inside a code span, and short
+    for n in notes:  # every URL text is inside a code span, and short
         for line in n.split("  \n"):
             assert line.count("`") % 2 == 0 and len(line) < 300, line
 
@@ -633,10 +658,12 @@ def test_page_control_keeps_allowed_values_of_a_repeated_key():
 
 HEAVY_PAGES = ["/verify?seed=200", "/spectrum", "/scaling", "/bounds"]
 # the spectrum forced dense: its auto method goes matrix-free there, which a hosted server affords
-REFUSED = ["/spectrum?L=64&d=32&dk=32&dff=48&spec_method=dense",
-           "/bounds?L=64&d=64&dk=64",
-           "/layernorm_collapse?lnc_view=block&L=64&d=64&dk=64&dff=256&lnc_decades=7&lnc_seeds=5",
-           "/verify?L=64&d=32&dk=8&dff=24"]
+REFUSED = [
+    "/spectrum?L=64&d=32&dk=32&dff=48&spec_method=dense",
+    "/bounds?L=64&d=64&dk=64",
+    "/layernorm_collapse?lnc_view=block&L=64&d=64&dk=64&dff=256&lnc_decades=7&lnc_seeds=5",
+    "/verify?L=64&d=32&dk=8&dff=24",
+]
 
 
 @pytest.mark.browser
@@ -644,10 +671,16 @@ def test_cold_server_four_visitors_hosted():
     require_chromium()
     from playwright.sync_api import sync_playwright
 
-    server = Server({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB", runlog.ENV: "1"},
-                    log="streamlit_hosting_test.log")
-    out: dict[str, object] = {"cores": os.cpu_count(), "profile": "hosted", "memory_limit": "800MiB",
-                              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    server = Server(
+        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB", runlog.ENV: "1"},
+        log="streamlit_hosting_test.log",
+    )
+    out: dict[str, object] = {
+        "cores": os.cpu_count(),
+        "profile": "hosted",
+        "memory_limit": "800MiB",
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
     try:
         server.wait_healthy()
         out["rss_server_started_mb"] = round(server.rss() / 2**20)
@@ -655,7 +688,7 @@ def test_cold_server_four_visitors_hosted():
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             # 1. a cold server, four visitors on the heaviest pages at once
             visitors = []
-            received = dict.fromkeys(HEAVY_PAGES, 0)             # bytes the server sent to each page
+            received = dict.fromkeys(HEAVY_PAGES, 0)  # bytes the server sent to each page
             for url in HEAVY_PAGES:
                 ctx = browser.new_context(viewport={"width": 1400, "height": 900})
                 page = ctx.new_page()
@@ -693,15 +726,18 @@ def test_cold_server_four_visitors_hosted():
                     times.append(rerendered(page))
                     assert exceptions(page) == [], (url, exceptions(page))
                 cpu = (server.cpu_seconds() - cpu[0], browser_cpu_seconds() - cpu[1])
-                time.sleep(0.5)                               # the last run lines reach the log
+                time.sleep(0.5)  # the last run lines reach the log
                 runs = [r for r in runlog.parse(server.log_text())[runs_before:] if r["end"] == "finished"]
                 out[f"rerender_{name}_view_s"] = stats(times)
                 out[f"rerender_{name}_view_detail"] = {
                     "visitors_s": {url: round(t, 2) for (url, *_), t in zip(visitors, times)},
                     "server_run_wall_s": {r["page"]: r["wall_s"] for r in runs},
                     "server_run_cpu_s": {r["page"]: r["cpu_s"] for r in runs},
-                    "server_cpu_s": round(cpu[0], 2), "browsers_cpu_s": round(cpu[1], 2),
-                    "bytes_to_each_page": dict(received), "load_average_before": round(load, 2)}
+                    "server_cpu_s": round(cpu[0], 2),
+                    "browsers_cpu_s": round(cpu[1], 2),
+                    "bytes_to_each_page": dict(received),
+                    "load_average_before": round(load, 2),
+                }
                 if runs:
                     out[f"rerender_{name}_view_server_s"] = stats([r["wall_s"] for r in runs])
             # 3. the heaviest URLs of issue 8 settle with a message, no computation
@@ -721,7 +757,7 @@ def test_cold_server_four_visitors_hosted():
             settled(page)
             assert exceptions(page) == []
             # 5. everyone starts a fresh heavy view, then leaves at once
-            for (url, _, page, _) in visitors:
+            for url, _, page, _ in visitors:
                 page.goto(server.base + url.split("?")[0] + "?seed=77&dk=7")
             time.sleep(1.0)
             for _, ctx, _, _ in visitors:
@@ -740,8 +776,11 @@ def test_cold_server_four_visitors_hosted():
             assert exceptions(page) == []
             ctx.close()
             browser.close()
-        out["rss_over_30_views_mb"] = {"first": round(rss[0] / 2**20), "last": round(rss[-1] / 2**20),
-                                       "max": round(max(rss) / 2**20)}
+        out["rss_over_30_views_mb"] = {
+            "first": round(rss[0] / 2**20),
+            "last": round(rss[-1] / 2**20),
+            "max": round(max(rss) / 2**20),
+        }
         out["peak_rss_mb"] = round(server.peak_rss() / 2**20)
         out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
         print("hosting:", json.dumps(out), flush=True)

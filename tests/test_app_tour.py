@@ -25,7 +25,7 @@ def test_every_story_is_filled_from_its_view_and_its_instructions_can_be_followe
         assert _fields(stop.notice), f"{stop.title}: the story quotes no number of its view"
         assert stop.facts is not None
         assert "sidebar" not in stop.notice, f"{stop.title}: the live view has no sidebar"
-        if "switch" in stop.notice.lower():      # the setting to switch is offered over the live view
+        if "switch" in stop.notice.lower():  # the setting to switch is offered over the live view
             assert stop.variants and f"*{stop.choice[0]}*" in stop.notice, stop.title
 
 
@@ -34,8 +34,14 @@ def test_the_length_stop_quotes_the_slope_its_chart_fits():
     assert stop.params["sc_axis"] == "L" and stop.params["norm"] == "attention"
     pair = ("W_Q", "W_Q")
     seeds = range(int(stop.params["sc_seeds"]))
-    result = sweeps.sweep(stop.view().cfg, "L", sweeps.DEFAULT_GRIDS["L"], seeds,
-                          lambda c, x, s: sweeps.point(c, x, s, pair), input_norm=stop.view().input_norm)
+    result = sweeps.sweep(
+        stop.view().cfg,
+        "L",
+        sweeps.DEFAULT_GRIDS["L"],
+        seeds,
+        lambda c, x, s: sweeps.point(c, x, s, pair),
+        input_norm=stop.view().input_norm,
+    )
     slope = sweeps.fits(result, "attention", pair)["outer"].slope
     story = stop.story()
     assert f"**{slope:.2f}**".replace("-", "−") in story, story

@@ -35,8 +35,9 @@ def hosted(monkeypatch):
     """The hosted profile's limits (4 s per view, 800 MiB), an empty store."""
     from hessviz.app import cache, profiles
 
-    lim = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
-                                   baseline_bytes=400 << 20)
+    lim = profiles.limits_from_env(
+        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=400 << 20
+    )
     monkeypatch.setattr(cache, "LIMITS", lim)
     cache.clear()
     return cache
@@ -52,8 +53,12 @@ def computed(cache) -> list:
 def test_the_precomputed_file_holds_every_default_table():
     data = json.loads(wm.FILE.read_text())
     made = data["made"]
-    assert (made["text"], made["samples"], made["exact"], made["seed"]) == (wm.DEFAULT_TEXT, wm.SAMPLES,
-                                                                             wm.EXACT, wm.SEED)
+    assert (made["text"], made["samples"], made["exact"], made["seed"]) == (
+        wm.DEFAULT_TEXT,
+        wm.SAMPLES,
+        wm.EXACT,
+        wm.SEED,
+    )
     assert set(made["models"]) == set(wm.MODELS)
     for m in wm.MODELS:
         stack = wm.stack_config(pretrained.model_info(m))
@@ -96,7 +101,7 @@ def test_the_default_view_is_drawn_from_the_file_on_the_hosted_profile(hosted):
     assert any("pydoc-llama: top eigenvalue per weight" in t for t in titles(at))
     weights = figures(at)[0]
     assert [tr["name"] for tr in weights["data"]] == [f"layer {i}" for i in range(4)]
-    assert not computed(hosted)                                  # nothing computed: read from the file
+    assert not computed(hosted)  # nothing computed: read from the file
     before = figures(at)[0]["data"][0]["y"]
     at.segmented_control(key="wm_stat").set_value("gradient norm").run()
     at.selectbox(key="wm_w").set_value("W_V").run()
@@ -126,10 +131,14 @@ def test_the_hosted_profile_refuses_a_live_table_and_keeps_the_text(hosted):
     assert not at.get("plotly_chart") and not computed(hosted)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("word " * 59, "177 tokens long, more than the model's 64 positions"),
-    ("x", "is 1 token long**; pydoc-llama reads 2 to 64")],
-                         ids=["too-many-tokens", "one-token"])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("word " * 59, "177 tokens long, more than the model's 64 positions"),
+        ("x", "is 1 token long**; pydoc-llama reads 2 to 64"),
+    ],
+    ids=["too-many-tokens", "one-token"],
+)
 def test_a_bad_text_gets_one_message_and_stays(text, message):
     at = run_page(PAGE, wm_text=text)
     assert not at.get("plotly_chart") and len(at.error) == 1
@@ -153,8 +162,13 @@ def test_a_live_table_is_computed_with_progress_and_cached(monkeypatch):
     cache.clear()
     monkeypatch.setattr(wm, "SAMPLES", 3)
     real = wm.tensors
-    monkeypatch.setattr(wm, "tensors", lambda cfg, part: tuple(
-        n for n in real(cfg, part) if n.startswith("l3.") and ("W_" not in n or "W_V" in n or "W_Q" in n)))
+    monkeypatch.setattr(
+        wm,
+        "tensors",
+        lambda cfg, part: tuple(
+            n for n in real(cfg, part) if n.startswith("l3.") and ("W_" not in n or "W_V" in n or "W_Q" in n)
+        ),
+    )
     at = run_page(PAGE, wm_model="pydoc-llama", wm_text="x = 1")
     assert not at.error and not at.warning, shown(at)
     assert len(computed(cache)) == 2
@@ -170,8 +184,11 @@ def test_a_live_table_is_computed_with_progress_and_cached(monkeypatch):
 
 def test_a_table_stops_when_its_progress_raises():
     """The page's progress raises when the visitor leaves or moves a control: the table stops there."""
-    res = hv.model_hessian(hv.load_model("pydoc-llama"), torch.tensor([5, 9, 23]),
-                           wrt=("l0.ln1_gamma", "l1.ln1_gamma", "l2.ln1_gamma"))
+    res = hv.model_hessian(
+        hv.load_model("pydoc-llama"),
+        torch.tensor([5, 9, 23]),
+        wrt=("l0.ln1_gamma", "l1.ln1_gamma", "l2.ln1_gamma"),
+    )
     seen = []
 
     class Left(Exception):

@@ -19,14 +19,20 @@ TERMS = NAMES
 def pair(request):
     case: Case = request.param
     params, X, Y = case.inputs()
-    return case, params, X, Y, hv.hessian(case.cfg, params, X, Y), \
-        hv.hessian(case.cfg, params, X, Y, method="autograd")
+    return (
+        case,
+        params,
+        X,
+        Y,
+        hv.hessian(case.cfg, params, X, Y),
+        hv.hessian(case.cfg, params, X, Y, method="autograd"),
+    )
 
 
 @pytest.mark.parametrize("term", TERMS)
 def test_hessian_terms_match_autograd(pair, term):
     case, params, X, Y, _, ref = pair
-    closed = hv.hessian(case.cfg, params, X, Y).term(term)          # each term assembled on its own
+    closed = hv.hessian(case.cfg, params, X, Y).term(term)  # each term assembled on its own
     # the reference's functional term is full − outer: it carries round-off of size ε‖full‖
     atol = 1e-14 * float(torch.linalg.norm(ref.full))
     assert_close(closed, ref.term(term), RTOL, f"{case.id} {term}", atol=atol)
@@ -36,8 +42,9 @@ def test_forward_jacobian_gradient_match_autograd(pair):
     case, params, X, Y, *_ = pair
     cfg = case.cfg
     assert_close(hv.forward(cfg, params, X), torch_forward(cfg, params, X), RTOL, "forward")
-    assert_close(hv.jacobian(cfg, params, X), hv.jacobian(cfg, params, X, method="autograd"),
-                 RTOL, "jacobian")
+    assert_close(
+        hv.jacobian(cfg, params, X), hv.jacobian(cfg, params, X, method="autograd"), RTOL, "jacobian"
+    )
     g, g_ref = hv.gradient(cfg, params, X, Y), hv.gradient(cfg, params, X, Y, method="autograd")
     for name in cfg.param_names:
         assert_close(g[name], g_ref[name], RTOL, f"gradient {name}")
@@ -47,7 +54,7 @@ def test_decomposition_and_structure(pair):
     case, params, X, Y, closed, _ = pair
     full, outer, functional = closed.full, closed.outer, closed.functional
     assert_close(outer + functional, full, 1e-12, "outer + functional = full")
-    together = hv.hessian(case.cfg, params, X, Y).terms()            # full as outer + functional
+    together = hv.hessian(case.cfg, params, X, Y).terms()  # full as outer + functional
     assert_close(together["full"], full, 1e-13, "terms()['full']")
     for term, H in zip(TERMS, (full, outer, functional)):
         assert_close(H.T, H, 1e-14, f"{term} symmetric")
@@ -59,13 +66,13 @@ def test_wrt_subsets_and_blocks_agree_with_full(pair):
     case, params, X, Y, closed, _ = pair
     cfg = case.cfg
     names = cfg.param_names
-    subset = (names[-1], names[0])                                  # any order in, cfg order out
+    subset = (names[-1], names[0])  # any order in, cfg order out
     sub = hv.hessian(cfg, params, X, Y, wrt=subset)
     assert sub.names == (names[0], names[-1])
     idx = torch.cat([torch.arange(cfg.num_params)[closed.offsets[n]] for n in sub.names])
     for term in TERMS:
         assert_close(sub.term(term), closed.term(term)[idx][:, idx], 1e-13, f"wrt {subset} {term}")
-    fresh = hv.hessian(cfg, params, X, Y)                           # block() before any term
+    fresh = hv.hessian(cfg, params, X, Y)  # block() before any term
     for a in names:
         for b in names:
             for term in TERMS:
@@ -101,12 +108,13 @@ def test_relu_second_derivative_term_vanishes():
         params = hv.init_params(cfg, seed=0)
         X, Y = hv.sample_inputs(cfg, seed=1, input_norm=2.0)
         res = hv.hessian(cfg, params, X, Y)
-        assert torch.count_nonzero(res.block("W_2", "W_2", "functional")) == 0   # linear in W_2
+        assert torch.count_nonzero(res.block("W_2", "W_2", "functional")) == 0  # linear in W_2
         w1 = res.block("W_1", "W_1", "functional")
         assert bool(torch.count_nonzero(w1) == 0) is expect_zero
 
 
 # ---- hand-written expressions, as documentation -------------------------------------------------
+
 
 def test_one_token_attention_is_linear_in_W_V():
     """With L = 1 the softmax is 1, SA = x W_V, and the MSE Hessian in W_V is (2/d)·(xᵀx ⊗ I)."""
@@ -117,7 +125,7 @@ def test_one_token_attention_is_linear_in_W_V():
     x = X[0]
     by_hand = (2.0 / 3) * torch.kron(torch.outer(x, x), torch.eye(3, dtype=x.dtype))
     assert_close(res.block("W_V", "W_V"), by_hand, 1e-14, "H_VV")
-    assert torch.count_nonzero(res.block("W_Q", "W_Q")) == 0       # one token: no dependence on W_Q
+    assert torch.count_nonzero(res.block("W_Q", "W_Q")) == 0  # one token: no dependence on W_Q
 
 
 def test_W2_block_without_layernorm_is_a_sum_of_kronecker_products():

@@ -43,13 +43,28 @@ def _draw(rng: random.Random) -> hv.BlockConfig:
     ffn = norm != "attention"
     bias = rng.choice((False, True, ("Q", "K", "V"), ("K",), ("Q", "V")))
     return hv.BlockConfig(
-        seq_len=rng.randint(1, 5), d_model=rng.choice((4, 5, 6)), d_k=d_k, d_ff=rng.randint(2, 5), norm=norm,
-        activation=rng.choice(ACTIVATIONS), loss=rng.choice(LOSSES), n_heads=H, out_proj=out_proj,
-        n_kv_heads=kv, rope=rope, rope_theta=rng.choice((10000.0, 100.0, 7.5)), rotary_dim=rotary_dim,
-        qk_norm=rng.random() < 0.4, bias=bias, ln_affine=layer_norm and rng.random() < 0.6,
+        seq_len=rng.randint(1, 5),
+        d_model=rng.choice((4, 5, 6)),
+        d_k=d_k,
+        d_ff=rng.randint(2, 5),
+        norm=norm,
+        activation=rng.choice(ACTIVATIONS),
+        loss=rng.choice(LOSSES),
+        n_heads=H,
+        out_proj=out_proj,
+        n_kv_heads=kv,
+        rope=rope,
+        rope_theta=rng.choice((10000.0, 100.0, 7.5)),
+        rotary_dim=rotary_dim,
+        qk_norm=rng.random() < 0.4,
+        bias=bias,
+        ln_affine=layer_norm and rng.random() < 0.6,
         norm_type=rng.choice(("layernorm", "rmsnorm")) if layer_norm else "layernorm",
-        mlp=rng.choice(("plain", "gated")) if ffn else "plain", causal=rng.random() < 0.5,
-        ln_eps=rng.choice((0.0, 1e-3)), n_layers=1 if rng.random() < 0.8 else 2)
+        mlp=rng.choice(("plain", "gated")) if ffn else "plain",
+        causal=rng.random() < 0.5,
+        ln_eps=rng.choice((0.0, 1e-3)),
+        n_layers=1 if rng.random() < 0.8 else 2,
+    )
 
 
 def _cases(n: int, seed: int = 18) -> list[hv.BlockConfig]:
@@ -57,7 +72,7 @@ def _cases(n: int, seed: int = 18) -> list[hv.BlockConfig]:
     while len(out) < n:
         try:
             cfg = _draw(rng)
-        except ConfigError:             # a drawn combination the contract refuses: draw again
+        except ConfigError:  # a drawn combination the contract refuses: draw again
             continue
         if cfg.rope or cfg.n_kv_heads is not None or cfg.qk_norm:
             out.append(cfg)
@@ -90,8 +105,13 @@ def _assert_terms(res, ref, offsets, names, what: str) -> None:
     for term in TERMS:
         ours = res.term(term)
         for a, b in itertools.product(names, repeat=2):
-            assert_close(ours[offsets[a], offsets[b]], ref[term][offsets[a], offsets[b]], RTOL,
-                         f"{what}: {term} block ({a}, {b})", atol=_floor(ref))
+            assert_close(
+                ours[offsets[a], offsets[b]],
+                ref[term][offsets[a], offsets[b]],
+                RTOL,
+                f"{what}: {term} block ({a}, {b})",
+                atol=_floor(ref),
+            )
 
 
 def _id(cfg: hv.BlockConfig) -> str:
@@ -108,17 +128,27 @@ def test_every_term_block_and_product_matches_autograd(cfg):
     _assert_terms(res, ref, cfg.offsets(names), names, cfg.describe())
     V = torch.randn(res.size, 2, dtype=F64, generator=torch.Generator().manual_seed(1))
     for term in TERMS:
-        fresh = hv.hessian(cfg, params, X, Y)                         # the product engine, nothing dense
-        assert_close(fresh.matvec(V, term), ref[term] @ V, RTOL, f"{term} products",
-                     atol=_floor(ref) * float(V.abs().sum(0).max()))
+        fresh = hv.hessian(cfg, params, X, Y)  # the product engine, nothing dense
+        assert_close(
+            fresh.matvec(V, term),
+            ref[term] @ V,
+            RTOL,
+            f"{term} products",
+            atol=_floor(ref) * float(V.abs().sum(0).max()),
+        )
     assert_close(hv.forward(cfg, params, X), reference.torch_forward(cfg, params, X), 1e-12, "forward")
 
 
 @pytest.mark.parametrize("cfg", CASES[::6], ids=_id)
 def test_jacobian_and_gradient_match_autograd(cfg):
     params, X, Y = _setup(cfg, seed=3)
-    assert_close(hv.jacobian(cfg, params, X), hv.jacobian(cfg, params, X, method="autograd"), RTOL,
-                 "Jacobian", atol=1e-15)
+    assert_close(
+        hv.jacobian(cfg, params, X),
+        hv.jacobian(cfg, params, X, method="autograd"),
+        RTOL,
+        "Jacobian",
+        atol=1e-15,
+    )
     ours, theirs = hv.gradient(cfg, params, X, Y), hv.gradient(cfg, params, X, Y, method="autograd")
     scale = max(float(t.abs().max()) for t in theirs.values())
     for name in cfg.param_names:
@@ -157,16 +187,33 @@ def test_head_slices_in_wrt_and_block(cfg):
     fresh = hv.hessian(cfg, params, X, Y, wrt=wrt)
     for a, b in rng.sample(list(itertools.product(names, repeat=2)), min(6, len(names) ** 2)):
         for term in ("full", "functional"):
-            assert_close(fresh.block(a, b, term), ref[term][offsets[a], offsets[b]], RTOL,
-                         f"block({a}, {b}, {term})", atol=_floor(ref))
+            assert_close(
+                fresh.block(a, b, term),
+                ref[term][offsets[a], offsets[b]],
+                RTOL,
+                f"block({a}, {b}, {term})",
+                atol=_floor(ref),
+            )
 
 
 def test_a_shared_key_value_head_collects_its_query_heads():
     """Under GQA the block of ``W_K[g]`` is the sum over the query heads that read it: with a
     single key/value head (multi-query) its slice is the whole ``W_K``, and the slice of a kv head
     of a 4-over-2 block equals the whole Hessian's entries at its columns."""
-    cfg = hv.BlockConfig(seq_len=4, d_model=5, d_k=2, d_ff=3, n_heads=4, n_kv_heads=2, out_proj=True,
-                         rope=True, causal=True, norm="pre", norm_type="rmsnorm", ln_affine=True)
+    cfg = hv.BlockConfig(
+        seq_len=4,
+        d_model=5,
+        d_k=2,
+        d_ff=3,
+        n_heads=4,
+        n_kv_heads=2,
+        out_proj=True,
+        rope=True,
+        causal=True,
+        norm="pre",
+        norm_type="rmsnorm",
+        ln_affine=True,
+    )
     params, X, Y = _setup(cfg, seed=2)
     assert cfg.shape_of("W_K[1]") == (5, 2) and cfg.shape_of("W_Q[3]") == (5, 2)
     assert cfg.head_names("W_V") == ("W_V[0]", "W_V[1]")
@@ -198,10 +245,26 @@ def test_rope_makes_the_key_bias_act():
 
 
 def test_stack_with_every_new_field():
-    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=2, n_kv_heads=1, out_proj=True,
-                         rope=True, qk_norm=True, bias=("Q", "K", "V"), causal=True, norm="pre",
-                         norm_type="rmsnorm", ln_affine=True, mlp="gated", activation="silu", n_layers=2,
-                         ln_eps=1e-6)
+    cfg = hv.BlockConfig(
+        seq_len=3,
+        d_model=4,
+        d_k=2,
+        d_ff=3,
+        n_heads=2,
+        n_kv_heads=1,
+        out_proj=True,
+        rope=True,
+        qk_norm=True,
+        bias=("Q", "K", "V"),
+        causal=True,
+        norm="pre",
+        norm_type="rmsnorm",
+        ln_affine=True,
+        mlp="gated",
+        activation="silu",
+        n_layers=2,
+        ln_eps=1e-6,
+    )
     params, X, Y = _setup(cfg, seed=7)
     names = cfg.param_names
     assert names[:6] == ("l0.ln1_gamma", "l0.W_Q", "l0.b_Q", "l0.q_norm_gamma", "l0.W_K", "l0.b_K")
@@ -210,12 +273,16 @@ def test_stack_with_every_new_field():
     _assert_terms(res, ref, cfg.offsets(names), names, "stack")
     wrt = ("l1.W_K[0]", "l0.W_Q[1]", "l0.k_norm_gamma")
     sub = hv.hessian(cfg, params, X, Y, wrt=wrt)
-    idx = torch.cat([cfg.offsets()[parse_name(n).base].start + cfg.head_indices(n)
-                     for n in sub.names])
+    idx = torch.cat([cfg.offsets()[parse_name(n).base].start + cfg.head_indices(n) for n in sub.names])
     assert_close(sub.full, ref["full"][idx][:, idx], RTOL, "stack slices", atol=_floor(ref))
     V = torch.randn(sub.size, 3, dtype=F64, generator=torch.Generator().manual_seed(2))
-    assert_close(hv.hessian(cfg, params, X, Y, wrt=wrt).matvec(V), ref["full"][idx][:, idx] @ V, RTOL,
-                 "stack slice products", atol=_floor(ref) * float(V.abs().sum(0).max()))
+    assert_close(
+        hv.hessian(cfg, params, X, Y, wrt=wrt).matvec(V),
+        ref["full"][idx][:, idx] @ V,
+        RTOL,
+        "stack slice products",
+        atol=_floor(ref) * float(V.abs().sum(0).max()),
+    )
 
 
 def test_block_and_linear_operators_of_shared_and_rotated_heads():
@@ -223,15 +290,29 @@ def test_block_and_linear_operators_of_shared_and_rotated_heads():
     ``W_V[0]``, ``W_O[3]``), and ``linear_operator``, in a GQA + RoPE + QK-norm block, against the
     reverse-over-reverse terms."""
     np = pytest.importorskip("numpy")
-    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=4, n_kv_heads=2, out_proj=True,
-                         rope=True, qk_norm=True, bias=True, norm="pre", norm_type="rmsnorm", ln_affine=True,
-                         causal=True, ln_eps=1e-6)
+    cfg = hv.BlockConfig(
+        seq_len=3,
+        d_model=4,
+        d_k=2,
+        d_ff=3,
+        n_heads=4,
+        n_kv_heads=2,
+        out_proj=True,
+        rope=True,
+        qk_norm=True,
+        bias=True,
+        norm="pre",
+        norm_type="rmsnorm",
+        ln_affine=True,
+        causal=True,
+        ln_eps=1e-6,
+    )
     params, X, Y = _setup(cfg, seed=11)
     names = cfg.param_names
     ref = _reference_terms(cfg, params, X, Y, names)
     res = hv.hessian(cfg, params, X, Y)
     off = cfg.offsets(names)
-    idx = lambda n: off[parse_name(n).base].start + cfg.head_indices(n)      # noqa: E731
+    idx = lambda n: off[parse_name(n).base].start + cfg.head_indices(n)  # noqa: E731
     gen = torch.Generator().manual_seed(4)
     for term in TERMS:
         for a, b in (("W_K[1]", "q_norm_gamma"), ("W_V[0]", "W_O[3]")):
@@ -247,27 +328,47 @@ def test_block_and_linear_operators_of_shared_and_rotated_heads():
 
 def test_defaults_keep_the_earlier_blocks():
     """The new fields at their defaults change no name, shape or number."""
-    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=2, out_proj=True, bias=True,
-                         ln_affine=True, norm="pre")
-    assert cfg.param_names == ("ln1_gamma", "ln1_beta", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O",
-                               "b_O", "ln2_gamma", "ln2_beta", "W_1", "b_1", "W_2", "b_2")
+    cfg = hv.BlockConfig(
+        seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=2, out_proj=True, bias=True, ln_affine=True, norm="pre"
+    )
+    assert cfg.param_names == (
+        "ln1_gamma",
+        "ln1_beta",
+        "W_Q",
+        "b_Q",
+        "W_K",
+        "b_K",
+        "W_V",
+        "b_V",
+        "W_O",
+        "b_O",
+        "ln2_gamma",
+        "ln2_beta",
+        "W_1",
+        "b_1",
+        "W_2",
+        "b_2",
+    )
     assert cfg.kv_heads == 2 and cfg.rotary_width == 0
     explicit = hv.BlockConfig(**{**cfg.values(), "n_kv_heads": 2})
     params, X, Y = _setup(cfg)
     assert torch.equal(hv.hessian(cfg, params, X, Y).full, hv.hessian(explicit, params, X, Y).full)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(n_heads=4, out_proj=True, n_kv_heads=3), "n_kv_heads"),
-    (dict(n_kv_heads=1), "n_kv_heads"),
-    (dict(rope=True, rotary_dim=3, d_k=4), "rotary_dim"),
-    (dict(rope=True, rotary_dim=6, d_k=4), "rotary_dim"),
-    (dict(rope=True, d_k=3), "rotary_dim"),
-    (dict(rotary_dim=2), "rotary_dim"),
-    (dict(rope=True, rope_theta=0.0), "rope_theta"),
-    (dict(rope=True, rope_theta=-1.0), "rope_theta"),
-    (dict(n_kv_heads=0, out_proj=True), "n_kv_heads"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(n_heads=4, out_proj=True, n_kv_heads=3), "n_kv_heads"),
+        (dict(n_kv_heads=1), "n_kv_heads"),
+        (dict(rope=True, rotary_dim=3, d_k=4), "rotary_dim"),
+        (dict(rope=True, rotary_dim=6, d_k=4), "rotary_dim"),
+        (dict(rope=True, d_k=3), "rotary_dim"),
+        (dict(rotary_dim=2), "rotary_dim"),
+        (dict(rope=True, rope_theta=0.0), "rope_theta"),
+        (dict(rope=True, rope_theta=-1.0), "rope_theta"),
+        (dict(n_kv_heads=0, out_proj=True), "n_kv_heads"),
+    ],
+)
 def test_bad_config_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         hv.BlockConfig(**{"d_k": 2, **kwargs})
@@ -284,8 +385,9 @@ def test_qk_norm_with_the_attention_alone_is_a_block():
 
 
 def test_bad_head_slices_name_the_field():
-    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=4, n_kv_heads=2, out_proj=True,
-                         bias=True, qk_norm=True)
+    cfg = hv.BlockConfig(
+        seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=4, n_kv_heads=2, out_proj=True, bias=True, qk_norm=True
+    )
     params, X, Y = _setup(cfg)
     for bad in ("W_K[2]", "W_V[2]", "b_K[2]", "b_V[3]"):
         with pytest.raises(ValueError, match=r"n_kv_heads"):
@@ -294,7 +396,7 @@ def test_bad_head_slices_name_the_field():
         hv.hessian(cfg, params, X, Y, wrt=("W_Q[4]",))
     with pytest.raises(ValueError, match="q_norm_gamma"):
         hv.hessian(cfg, params, X, Y, wrt=("q_norm_gamma[0]",))
-    hv.hessian(cfg, params, X, Y, wrt=("W_O[3]", "b_Q[3]", "W_K[1]"))      # the largest allowed
+    hv.hessian(cfg, params, X, Y, wrt=("W_O[3]", "b_Q[3]", "W_K[1]"))  # the largest allowed
 
 
 # ---- the forward pass against Hugging Face layers ---------------------------------------------
@@ -305,12 +407,17 @@ HF_TOL = 1e-6
 
 def _hf_run(layer, rope, X: torch.Tensor) -> torch.Tensor:
     L = X.shape[0]
-    mask = torch.zeros(1, 1, L, L, dtype=F64).masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1),
-                                                          float("-inf"))
+    mask = torch.zeros(1, 1, L, L, dtype=F64).masked_fill(
+        torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf")
+    )
     pos = torch.arange(L)[None]
     with torch.no_grad():
-        out = layer.eval()(X[None], attention_mask=mask, position_ids=pos,
-                           position_embeddings=rope.to(F64)(X[None], position_ids=pos))
+        out = layer.eval()(
+            X[None],
+            attention_mask=mask,
+            position_ids=pos,
+            position_embeddings=rope.to(F64)(X[None], position_ids=pos),
+        )
     return (out[0] if isinstance(out, tuple) else out)[0]
 
 
@@ -327,26 +434,57 @@ def test_forward_matches_huggingface_llama_family(family):
     Qwen3's QK-norm with an explicit head_dim (d_k · H ≠ d)."""
     transformers = pytest.importorskip("transformers")
     import importlib
+
     m = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
     prefix = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}[family]
     L, d, H, G, hd, dff, theta, eps = 6, 16, 4, 2, 6, 24, 500.0, 1e-6
     config = getattr(transformers, f"{prefix}Config")(
-        hidden_size=d, intermediate_size=dff, num_attention_heads=H, num_key_value_heads=G, head_dim=hd,
-        rms_norm_eps=eps, max_position_embeddings=64, hidden_act="silu",
+        hidden_size=d,
+        intermediate_size=dff,
+        num_attention_heads=H,
+        num_key_value_heads=G,
+        head_dim=hd,
+        rms_norm_eps=eps,
+        max_position_embeddings=64,
+        hidden_act="silu",
         rope_parameters={"rope_type": "default", "rope_theta": theta},
-        attention_bias=family == "qwen2")
+        attention_bias=family == "qwen2",
+    )
     config._attn_implementation = "eager"
     layer = getattr(m, f"{prefix}DecoderLayer")(config, layer_idx=0).to(F64)
     _randomise(layer)
-    cfg = hv.BlockConfig(seq_len=L, d_model=d, d_k=hd, d_ff=dff, n_heads=H, n_kv_heads=G, out_proj=True,
-                         norm="pre", norm_type="rmsnorm", ln_affine=True, mlp="gated", activation="silu",
-                         rope=True, rope_theta=theta, causal=True, ln_eps=eps,
-                         bias=("Q", "K", "V") if family == "qwen2" else False, qk_norm=family == "qwen3")
+    cfg = hv.BlockConfig(
+        seq_len=L,
+        d_model=d,
+        d_k=hd,
+        d_ff=dff,
+        n_heads=H,
+        n_kv_heads=G,
+        out_proj=True,
+        norm="pre",
+        norm_type="rmsnorm",
+        ln_affine=True,
+        mlp="gated",
+        activation="silu",
+        rope=True,
+        rope_theta=theta,
+        causal=True,
+        ln_eps=eps,
+        bias=("Q", "K", "V") if family == "qwen2" else False,
+        qk_norm=family == "qwen3",
+    )
     a, f = layer.self_attn, layer.mlp
-    P = {"ln1_gamma": layer.input_layernorm.weight, "W_Q": a.q_proj.weight.T, "W_K": a.k_proj.weight.T,
-         "W_V": a.v_proj.weight.T, "W_O": a.o_proj.weight.T, "W_G": f.gate_proj.weight.T,
-         "ln2_gamma": layer.post_attention_layernorm.weight, "W_1": f.up_proj.weight.T,
-         "W_2": f.down_proj.weight.T}
+    P = {
+        "ln1_gamma": layer.input_layernorm.weight,
+        "W_Q": a.q_proj.weight.T,
+        "W_K": a.k_proj.weight.T,
+        "W_V": a.v_proj.weight.T,
+        "W_O": a.o_proj.weight.T,
+        "W_G": f.gate_proj.weight.T,
+        "ln2_gamma": layer.post_attention_layernorm.weight,
+        "W_1": f.up_proj.weight.T,
+        "W_2": f.down_proj.weight.T,
+    }
     if family == "qwen2":
         P |= {"b_Q": a.q_proj.bias, "b_K": a.k_proj.bias, "b_V": a.v_proj.bias}
     if family == "qwen3":
@@ -363,24 +501,53 @@ def test_forward_matches_huggingface_gpt_neox_layer(parallel):
     ``query_key_value`` laid out per head as ``[q_h; k_h; v_h]``; parallel or sequential residual."""
     transformers = pytest.importorskip("transformers")
     from transformers.models.gpt_neox import modeling_gpt_neox as m
+
     L, d, H, dff, pct, eps = 6, 16, 4, 24, 0.5, 1e-5
     hd = d // H
     config = transformers.GPTNeoXConfig(
-        hidden_size=d, intermediate_size=dff, num_attention_heads=H, layer_norm_eps=eps,
-        max_position_embeddings=64, hidden_act="gelu", use_parallel_residual=parallel,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": pct})
+        hidden_size=d,
+        intermediate_size=dff,
+        num_attention_heads=H,
+        layer_norm_eps=eps,
+        max_position_embeddings=64,
+        hidden_act="gelu",
+        use_parallel_residual=parallel,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": pct},
+    )
     config._attn_implementation = "eager"
     layer = m.GPTNeoXLayer(config, layer_idx=0).to(F64)
     _randomise(layer)
-    cfg = hv.BlockConfig(seq_len=L, d_model=d, d_k=hd, d_ff=dff, n_heads=H, out_proj=True,
-                         norm="parallel" if parallel else "pre", ln_affine=True, activation="gelu", bias=True,
-                         rope=True, rotary_dim=int(hd * pct), causal=True, ln_eps=eps)
+    cfg = hv.BlockConfig(
+        seq_len=L,
+        d_model=d,
+        d_k=hd,
+        d_ff=dff,
+        n_heads=H,
+        out_proj=True,
+        norm="parallel" if parallel else "pre",
+        ln_affine=True,
+        activation="gelu",
+        bias=True,
+        rope=True,
+        rotary_dim=int(hd * pct),
+        causal=True,
+        ln_eps=eps,
+    )
     a = layer.attention
     W, b = a.query_key_value.weight.view(H, 3, hd, d), a.query_key_value.bias.view(H, 3, hd)
     ln1, ln2, mlp = layer.input_layernorm, layer.post_attention_layernorm, layer.mlp
-    P = {"ln1_gamma": ln1.weight, "ln1_beta": ln1.bias, "W_O": a.dense.weight.T, "b_O": a.dense.bias,
-         "ln2_gamma": ln2.weight, "ln2_beta": ln2.bias, "W_1": mlp.dense_h_to_4h.weight.T,
-         "b_1": mlp.dense_h_to_4h.bias, "W_2": mlp.dense_4h_to_h.weight.T, "b_2": mlp.dense_4h_to_h.bias}
+    P = {
+        "ln1_gamma": ln1.weight,
+        "ln1_beta": ln1.bias,
+        "W_O": a.dense.weight.T,
+        "b_O": a.dense.bias,
+        "ln2_gamma": ln2.weight,
+        "ln2_beta": ln2.bias,
+        "W_1": mlp.dense_h_to_4h.weight.T,
+        "b_1": mlp.dense_h_to_4h.bias,
+        "W_2": mlp.dense_4h_to_h.weight.T,
+        "b_2": mlp.dense_4h_to_h.bias,
+    }
     for i, kind in enumerate("QKV"):
         P[f"W_{kind}"], P[f"b_{kind}"] = W[:, i].reshape(H * hd, d).T, b[:, i].reshape(-1)
     params = {n: P[n].detach().clone().contiguous() for n in cfg.param_names}

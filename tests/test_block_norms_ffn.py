@@ -41,16 +41,35 @@ def _draw(rng: random.Random, **fixed) -> hv.BlockConfig:
     H = rng.choice((1, 2, 3))
     wo = H > 1 or rng.random() < 0.5
     bias = rng.choice(BIASES)
-    if isinstance(bias, tuple):                       # only the projections the block has
-        bias = tuple(b for b in bias if (b != "O" or wo) and (b != "G" or mlp == "gated")
-                     and (b not in "G12" or norm != "attention")) or False
+    if isinstance(bias, tuple):  # only the projections the block has
+        bias = (
+            tuple(
+                b
+                for b in bias
+                if (b != "O" or wo)
+                and (b != "G" or mlp == "gated")
+                and (b not in "G12" or norm != "attention")
+            )
+            or False
+        )
     has_norm = norm in ("parallel", "pre", "post")
-    kw = dict(seq_len=rng.randint(1, 4), d_model=rng.choice((3, 4, 5)), d_k=rng.randint(1, 2),
-              d_ff=rng.randint(2, 4), norm=norm, activation=rng.choice(hv.config.ACTIVATIONS),
-              loss=rng.choice(hv.config.LOSSES), n_heads=H, out_proj=wo, bias=bias,
-              ln_affine=has_norm and rng.random() < 0.7, causal=rng.random() < 0.5,
-              norm_type=rng.choice(("layernorm", "rmsnorm")) if has_norm else "layernorm",
-              mlp=mlp, ln_eps=rng.choice((0.0, 1e-3)))
+    kw = dict(
+        seq_len=rng.randint(1, 4),
+        d_model=rng.choice((3, 4, 5)),
+        d_k=rng.randint(1, 2),
+        d_ff=rng.randint(2, 4),
+        norm=norm,
+        activation=rng.choice(hv.config.ACTIVATIONS),
+        loss=rng.choice(hv.config.LOSSES),
+        n_heads=H,
+        out_proj=wo,
+        bias=bias,
+        ln_affine=has_norm and rng.random() < 0.7,
+        causal=rng.random() < 0.5,
+        norm_type=rng.choice(("layernorm", "rmsnorm")) if has_norm else "layernorm",
+        mlp=mlp,
+        ln_eps=rng.choice((0.0, 1e-3)),
+    )
     return hv.BlockConfig(**(kw | fixed))
 
 
@@ -118,19 +137,51 @@ def test_stacks_match_autograd(cfg):
 def test_forward_jacobian_and_gradient_match_autograd(cfg):
     params, X, Y = _setup(cfg, seed=3)
     assert_close(hv.forward(cfg, params, X), reference.torch_forward(cfg, params, X), 1e-12, "forward")
-    assert_close(hv.jacobian(cfg, params, X), hv.jacobian(cfg, params, X, method="autograd"), RTOL,
-                 "Jacobian", atol=1e-15)
+    assert_close(
+        hv.jacobian(cfg, params, X),
+        hv.jacobian(cfg, params, X, method="autograd"),
+        RTOL,
+        "Jacobian",
+        atol=1e-15,
+    )
     ours, theirs = hv.gradient(cfg, params, X, Y), hv.gradient(cfg, params, X, Y, method="autograd")
-    scale = max(float(t.abs().max()) for t in theirs.values())       # b_K's gradient: 0 up to round-off
+    scale = max(float(t.abs().max()) for t in theirs.values())  # b_K's gradient: 0 up to round-off
     for name in cfg.param_names:
         assert_close(ours[name], theirs[name], RTOL, f"gradient {name}", atol=1e-14 * scale)
 
 
-SLICED = [hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=3, out_proj=True, bias=True,
-                         ln_affine=True, norm="parallel", mlp="gated", activation="silu", ln_eps=1e-3),
-          hv.BlockConfig(seq_len=3, d_model=5, d_k=1, d_ff=4, n_heads=2, out_proj=True, bias=("Q", "V", "G"),
-                         ln_affine=True, norm="pre", norm_type="rmsnorm", mlp="gated", activation="gelu_tanh",
-                         causal=True, loss="ce")]
+SLICED = [
+    hv.BlockConfig(
+        seq_len=3,
+        d_model=4,
+        d_k=2,
+        d_ff=3,
+        n_heads=3,
+        out_proj=True,
+        bias=True,
+        ln_affine=True,
+        norm="parallel",
+        mlp="gated",
+        activation="silu",
+        ln_eps=1e-3,
+    ),
+    hv.BlockConfig(
+        seq_len=3,
+        d_model=5,
+        d_k=1,
+        d_ff=4,
+        n_heads=2,
+        out_proj=True,
+        bias=("Q", "V", "G"),
+        ln_affine=True,
+        norm="pre",
+        norm_type="rmsnorm",
+        mlp="gated",
+        activation="gelu_tanh",
+        causal=True,
+        loss="ce",
+    ),
+]
 
 
 @pytest.mark.parametrize("cfg", SLICED, ids=_id)
@@ -139,8 +190,10 @@ def test_head_slices_and_blocks_alone(cfg):
     params, X, Y = _setup(cfg, seed=5)
     rng = random.Random(cfg.d_model)
     headed = [n for n in cfg.param_names if n in hv.config.HEADED]
-    wrt = tuple(rng.sample([s for n in headed for s in cfg.head_names(n)], 4)
-                + [n for n in cfg.param_names if n not in hv.config.HEADED and rng.random() < 0.7])
+    wrt = tuple(
+        rng.sample([s for n in headed for s in cfg.head_names(n)], 4)
+        + [n for n in cfg.param_names if n not in hv.config.HEADED and rng.random() < 0.7]
+    )
     res = hv.hessian(cfg, params, X, Y, wrt=wrt)
     ref = hv.hessian(cfg, params, X, Y, wrt=wrt, method="autograd")
     assert res.names == cfg.sort_names(wrt)
@@ -150,17 +203,35 @@ def test_head_slices_and_blocks_alone(cfg):
     floor = 1e-13 * float(ref.full.abs().max())
     for a, b in rng.sample(list(itertools.product(res.names, repeat=2)), 10):
         for term in NAMES:
-            assert_close(fresh.block(a, b, term), ref.term(term)[ref.offsets[a], ref.offsets[b]], RTOL,
-                         f"block({a}, {b}, {term})", atol=floor)
+            assert_close(
+                fresh.block(a, b, term),
+                ref.term(term)[ref.offsets[a], ref.offsets[b]],
+                RTOL,
+                f"block({a}, {b}, {term})",
+                atol=floor,
+            )
 
 
 def test_block_and_linear_operators_of_the_new_weights():
     """``block_operator`` between a head slice and the gate, and ``linear_operator``, in a parallel
     RMSNorm block: the products against the autograd terms."""
     np = pytest.importorskip("numpy")
-    cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=2, out_proj=True, bias=("Q", "G"),
-                         ln_affine=True, norm="parallel", norm_type="rmsnorm", mlp="gated", activation="silu",
-                         causal=True, ln_eps=1e-6)
+    cfg = hv.BlockConfig(
+        seq_len=3,
+        d_model=4,
+        d_k=2,
+        d_ff=3,
+        n_heads=2,
+        out_proj=True,
+        bias=("Q", "G"),
+        ln_affine=True,
+        norm="parallel",
+        norm_type="rmsnorm",
+        mlp="gated",
+        activation="silu",
+        causal=True,
+        ln_eps=1e-6,
+    )
     params, X, Y = _setup(cfg, seed=11)
     res = hv.hessian(cfg, params, X, Y)
     ref = hv.hessian(cfg, params, X, Y, method="autograd")
@@ -190,9 +261,10 @@ def test_parallel_cross_terms_against_reverse_over_reverse():
     H = torch.func.jacrev(torch.func.grad(f))(theta)
     res = hv.hessian(cfg, params, X, Y)
     assert_close(res.full, H, RTOL, "full vs reverse-over-reverse", atol=1e-13 * float(H.abs().max()))
-    branch = res.offsets["ln2_gamma"].start                           # ln2 and the FFN: the branch B(X)
-    assert float(res.functional[:branch, branch:].abs().max()) <= 1e-14 * float(H.abs().max()), \
+    branch = res.offsets["ln2_gamma"].start  # ln2 and the FFN: the branch B(X)
+    assert float(res.functional[:branch, branch:].abs().max()) <= 1e-14 * float(H.abs().max()), (
         "the branch and the attention share no second derivative of Z in one block"
+    )
     assert float(res.outer[:branch, branch:].abs().max()) > 1e-6, "they meet through the loss curvature"
 
 
@@ -205,6 +277,7 @@ def test_rmsnorm_rules_match_autograd_on_rows():
     gen = torch.Generator().manual_seed(0)
     z, g = torch.randn(2, 3, 5, dtype=F64, generator=gen), torch.randn(2, 3, 5, dtype=F64, generator=gen)
     for eps in (0.0, 0.1):
+
         def rms(row, eps=eps):
             return row / torch.sqrt((row * row).mean() + eps)
 
@@ -214,8 +287,9 @@ def test_rmsnorm_rules_match_autograd_on_rows():
         J = torch.stack([torch.func.jacrev(rms)(r) for r in rows])
         assert_close(layernorm.jacobian(st).reshape(-1, 5, 5), J, 1e-13, "RMSNorm Jacobian")
         assert_close(layernorm.vjp(st, g).reshape(-1, 5), torch.einsum("rij,ri->rj", J, grows), 1e-13, "vjp")
-        Q = torch.stack([torch.func.hessian(lambda r, w=w: (w * rms(r)).sum())(r)
-                         for r, w in zip(rows, grows)])
+        Q = torch.stack(
+            [torch.func.hessian(lambda r, w=w: (w * rms(r)).sum())(r) for r, w in zip(rows, grows)]
+        )
         assert_close(layernorm.contract_hessian(st, g).reshape(-1, 5, 5), Q, 1e-12, "RMSNorm Q(g)")
         M = torch.randn(2, 3, 5, 4, dtype=F64, generator=gen)
         assert_close(layernorm.apply_jacobian(st, M), layernorm.jacobian(st) @ M, 1e-13, "J M")
@@ -231,7 +305,7 @@ def test_rmsnorm_node_on_a_per_head_view_with_a_shared_gamma():
     gamma = 1 + 0.1 * torch.randn(dk, dtype=F64, generator=gen)
     C = torch.randn(L, H * dk, dtype=F64, generator=gen)
 
-    def loss(q, gamma):                               # ½‖C ⊙ RMS(q)‖², per head
+    def loss(q, gamma):  # ½‖C ⊙ RMS(q)‖², per head
         rows = q.reshape(L * H, dk)
         y = gamma * rows / torch.sqrt((rows * rows).mean(-1, keepdim=True) + 1e-3)
         return 0.5 * ((C * y.reshape(L, H * dk)) ** 2).sum()
@@ -244,11 +318,12 @@ def test_rmsnorm_node_on_a_per_head_view_with_a_shared_gamma():
     assert_close(gg, ref_g, 1e-13, "∂/∂γ shared by the heads")
     dq, dg = torch.randn(2, L, H * dk, dtype=F64, generator=gen), torch.randn(2, dk, dtype=F64, generator=gen)
     dy = node.tangent([dq.reshape(2, L * H, dk)], [dg])
-    dgy = (C * C).reshape(L * H, dk) * dy                       # the read-out's curvature along ẏ
+    dgy = (C * C).reshape(L * H, dk) * dy  # the read-out's curvature along ẏ
     (dgq,), (dgg,) = node.adjoint_tangent(dgy, [dq.reshape(2, L * H, dk)], [dg], True, [True], [True])
     for k in range(2):
-        hq, hg = torch.func.jvp(lambda a, b: torch.func.grad(loss, argnums=(0, 1))(a, b), (q, gamma),
-                                (dq[k], dg[k]))[1]
+        hq, hg = torch.func.jvp(
+            lambda a, b: torch.func.grad(loss, argnums=(0, 1))(a, b), (q, gamma), (dq[k], dg[k])
+        )[1]
         assert_close(dgq[k].reshape(L, H * dk), hq, 1e-12, "H v in q")
         assert_close(dgg[k], hg, 1e-12, "H v in γ")
 
@@ -269,22 +344,49 @@ def test_gated_mlp_and_rmsnorm_match_llama_modules():
     from hessviz.ops.activations import ACTIVATIONS
     from hessviz.ops.gated import GatedFeedForward
 
-    cfg = hv.BlockConfig(seq_len=5, d_model=6, d_ff=7, norm="pre", norm_type="rmsnorm", ln_affine=True,
-                         mlp="gated", activation="silu", bias=("G", "1", "2"), ln_eps=1e-6)
+    cfg = hv.BlockConfig(
+        seq_len=5,
+        d_model=6,
+        d_ff=7,
+        norm="pre",
+        norm_type="rmsnorm",
+        ln_affine=True,
+        mlp="gated",
+        activation="silu",
+        bias=("G", "1", "2"),
+        ln_eps=1e-6,
+    )
     p, X, _ = _setup(cfg, seed=8)
-    config = transformers.LlamaConfig(hidden_size=6, intermediate_size=7, num_attention_heads=2, head_dim=3,
-                                      hidden_act="silu", mlp_bias=True, rms_norm_eps=1e-6)
+    config = transformers.LlamaConfig(
+        hidden_size=6,
+        intermediate_size=7,
+        num_attention_heads=2,
+        head_dim=3,
+        hidden_act="silu",
+        mlp_bias=True,
+        rms_norm_eps=1e-6,
+    )
     mlp = LlamaMLP(config).to(F64)
-    _load(mlp, {"gate_proj.weight": p["W_G"].T, "gate_proj.bias": p["b_G"], "up_proj.weight": p["W_1"].T,
-                "up_proj.bias": p["b_1"], "down_proj.weight": p["W_2"].T, "down_proj.bias": p["b_2"]})
-    ours = GatedFeedForward(X, p["W_1"], p["W_2"], ACTIVATIONS["silu"], p["b_1"], p["b_2"], W_G=p["W_G"],
-                            b_G=p["b_G"])
+    _load(
+        mlp,
+        {
+            "gate_proj.weight": p["W_G"].T,
+            "gate_proj.bias": p["b_G"],
+            "up_proj.weight": p["W_1"].T,
+            "up_proj.bias": p["b_1"],
+            "down_proj.weight": p["W_2"].T,
+            "down_proj.bias": p["b_2"],
+        },
+    )
+    ours = GatedFeedForward(
+        X, p["W_1"], p["W_2"], ACTIVATIONS["silu"], p["b_1"], p["b_2"], W_G=p["W_G"], b_G=p["b_G"]
+    )
     with torch.no_grad():
         assert_close(ours.output, mlp(X), 1e-12, "gated FFN vs LlamaMLP")
     norm = LlamaRMSNorm(6, eps=1e-6).to(F64)
     _load(norm, {"weight": p["ln1_gamma"]})
     n, _ = layernorm.value(X, 1e-6, centre=False)
-    with torch.no_grad():                                  # transformers' RMSNorm is float32 inside
+    with torch.no_grad():  # transformers' RMSNorm is float32 inside
         assert_close(n * p["ln1_gamma"], norm(X), 1e-6, "RMSNorm vs LlamaRMSNorm")
 
 
@@ -302,19 +404,47 @@ def test_pre_rmsnorm_swiglu_block_matches_llama_decoder_layer():
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
-    cfg = hv.BlockConfig(seq_len=5, d_model=8, d_k=4, d_ff=12, n_heads=2, out_proj=True, norm="pre",
-                         norm_type="rmsnorm", ln_affine=True, mlp="gated", activation="silu", causal=True,
-                         ln_eps=1e-6)
+    cfg = hv.BlockConfig(
+        seq_len=5,
+        d_model=8,
+        d_k=4,
+        d_ff=12,
+        n_heads=2,
+        out_proj=True,
+        norm="pre",
+        norm_type="rmsnorm",
+        ln_affine=True,
+        mlp="gated",
+        activation="silu",
+        causal=True,
+        ln_eps=1e-6,
+    )
     p, X, _ = _setup(cfg, seed=9, input_norm=4.0)
-    config = transformers.LlamaConfig(hidden_size=8, intermediate_size=12, num_attention_heads=2,
-                                      num_key_value_heads=2, head_dim=4, hidden_act="silu", rms_norm_eps=1e-6)
+    config = transformers.LlamaConfig(
+        hidden_size=8,
+        intermediate_size=12,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=4,
+        hidden_act="silu",
+        rms_norm_eps=1e-6,
+    )
     config._attn_implementation = "eager"
     layer = LlamaDecoderLayer(config, layer_idx=0).to(F64).eval()
-    _load(layer, {"input_layernorm.weight": p["ln1_gamma"], "post_attention_layernorm.weight": p["ln2_gamma"],
-                  "self_attn.q_proj.weight": p["W_Q"].T, "self_attn.k_proj.weight": p["W_K"].T,
-                  "self_attn.v_proj.weight": p["W_V"].T, "self_attn.o_proj.weight": p["W_O"].T,
-                  "mlp.gate_proj.weight": p["W_G"].T, "mlp.up_proj.weight": p["W_1"].T,
-                  "mlp.down_proj.weight": p["W_2"].T})
+    _load(
+        layer,
+        {
+            "input_layernorm.weight": p["ln1_gamma"],
+            "post_attention_layernorm.weight": p["ln2_gamma"],
+            "self_attn.q_proj.weight": p["W_Q"].T,
+            "self_attn.k_proj.weight": p["W_K"].T,
+            "self_attn.v_proj.weight": p["W_V"].T,
+            "self_attn.o_proj.weight": p["W_O"].T,
+            "mlp.gate_proj.weight": p["W_G"].T,
+            "mlp.up_proj.weight": p["W_1"].T,
+            "mlp.down_proj.weight": p["W_2"].T,
+        },
+    )
     with torch.no_grad():
         out = layer(X[None], attention_mask=_causal_mask(5), position_embeddings=_no_rotation(5, 4))
     out = (out[0] if isinstance(out, tuple) else out)[0]
@@ -327,25 +457,53 @@ def test_parallel_block_matches_gpt_neox_layer():
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXLayer
 
     H, dk, d = 2, 3, 6
-    cfg = hv.BlockConfig(seq_len=4, d_model=d, d_k=dk, d_ff=10, n_heads=H, out_proj=True, norm="parallel",
-                         ln_affine=True, bias=True, activation="gelu", causal=True, ln_eps=1e-5)
+    cfg = hv.BlockConfig(
+        seq_len=4,
+        d_model=d,
+        d_k=dk,
+        d_ff=10,
+        n_heads=H,
+        out_proj=True,
+        norm="parallel",
+        ln_affine=True,
+        bias=True,
+        activation="gelu",
+        causal=True,
+        ln_eps=1e-5,
+    )
     p, X, _ = _setup(cfg, seed=10, input_norm=3.0)
-    config = transformers.GPTNeoXConfig(hidden_size=d, num_attention_heads=H, intermediate_size=10,
-                                        hidden_act="gelu", layer_norm_eps=1e-5, use_parallel_residual=True,
-                                        rotary_pct=1.0, attention_bias=True)
+    config = transformers.GPTNeoXConfig(
+        hidden_size=d,
+        num_attention_heads=H,
+        intermediate_size=10,
+        hidden_act="gelu",
+        layer_norm_eps=1e-5,
+        use_parallel_residual=True,
+        rotary_pct=1.0,
+        attention_bias=True,
+    )
     config._attn_implementation = "eager"
     layer = GPTNeoXLayer(config, layer_idx=0).to(F64).eval()
-    per_head = lambda w: w.reshape(*w.shape[:-1], H, dk)            # noqa: E731 (columns by head)
+    per_head = lambda w: w.reshape(*w.shape[:-1], H, dk)  # noqa: E731 (columns by head)
     qkv_w = torch.stack([per_head(p["W_Q"]), per_head(p["W_K"]), per_head(p["W_V"])], -2)  # (d, H, 3, dk)
     qkv_b = torch.stack([per_head(p["b_Q"]), per_head(p["b_K"]), per_head(p["b_V"])], -2)
-    _load(layer, {"input_layernorm.weight": p["ln1_gamma"], "input_layernorm.bias": p["ln1_beta"],
-                  "post_attention_layernorm.weight": p["ln2_gamma"],
-                  "post_attention_layernorm.bias": p["ln2_beta"],
-                  "attention.query_key_value.weight": qkv_w.reshape(d, -1).T,
-                  "attention.query_key_value.bias": qkv_b.reshape(-1),
-                  "attention.dense.weight": p["W_O"].T, "attention.dense.bias": p["b_O"],
-                  "mlp.dense_h_to_4h.weight": p["W_1"].T, "mlp.dense_h_to_4h.bias": p["b_1"],
-                  "mlp.dense_4h_to_h.weight": p["W_2"].T, "mlp.dense_4h_to_h.bias": p["b_2"]})
+    _load(
+        layer,
+        {
+            "input_layernorm.weight": p["ln1_gamma"],
+            "input_layernorm.bias": p["ln1_beta"],
+            "post_attention_layernorm.weight": p["ln2_gamma"],
+            "post_attention_layernorm.bias": p["ln2_beta"],
+            "attention.query_key_value.weight": qkv_w.reshape(d, -1).T,
+            "attention.query_key_value.bias": qkv_b.reshape(-1),
+            "attention.dense.weight": p["W_O"].T,
+            "attention.dense.bias": p["b_O"],
+            "mlp.dense_h_to_4h.weight": p["W_1"].T,
+            "mlp.dense_h_to_4h.bias": p["b_1"],
+            "mlp.dense_4h_to_h.weight": p["W_2"].T,
+            "mlp.dense_4h_to_h.bias": p["b_2"],
+        },
+    )
     with torch.no_grad():
         out = layer(X[None], attention_mask=_causal_mask(4), position_embeddings=_no_rotation(4, dk))
     out = (out[0] if isinstance(out, tuple) else out)[0]
@@ -358,17 +516,48 @@ def test_parallel_block_matches_gpt_neox_layer():
 def test_names_and_theta_order():
     base = dict(seq_len=3, d_model=4, d_k=2, d_ff=3, n_heads=2, out_proj=True, ln_affine=True)
     assert hv.BlockConfig(**base, norm="parallel", bias=True, mlp="gated").param_names == (
-        "ln1_gamma", "ln1_beta", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O",
-        "ln2_gamma", "ln2_beta", "W_G", "b_G", "W_1", "b_1", "W_2", "b_2")
+        "ln1_gamma",
+        "ln1_beta",
+        "W_Q",
+        "b_Q",
+        "W_K",
+        "b_K",
+        "W_V",
+        "b_V",
+        "W_O",
+        "b_O",
+        "ln2_gamma",
+        "ln2_beta",
+        "W_G",
+        "b_G",
+        "W_1",
+        "b_1",
+        "W_2",
+        "b_2",
+    )
     assert hv.BlockConfig(**base, norm="post", norm_type="rmsnorm", bias=("Q", "K", "V")).param_names == (
-        "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "ln1_gamma", "W_1", "W_2", "ln2_gamma")
+        "W_Q",
+        "b_Q",
+        "W_K",
+        "b_K",
+        "W_V",
+        "b_V",
+        "W_O",
+        "ln1_gamma",
+        "W_1",
+        "W_2",
+        "ln2_gamma",
+    )
     gated = hv.BlockConfig(**base, norm="pre", mlp="gated")
     assert gated.param_shapes["W_G"] == (4, 3) and gated.shape_of("W_G") == (4, 3)
     # defaults and bias=True keep part 2's blocks, names and numbers exactly
     for norm in ("post", "pre", "none", "attention"):
         old = hv.BlockConfig(**(base | {"ln_affine": norm in ("post", "pre")}), norm=norm, bias=True)
-        spelled = hv.BlockConfig(**(base | {"ln_affine": norm in ("post", "pre")}), norm=norm,
-                                 bias=("Q", "K", "V", "O") + (("1", "2") if norm != "attention" else ()))
+        spelled = hv.BlockConfig(
+            **(base | {"ln_affine": norm in ("post", "pre")}),
+            norm=norm,
+            bias=("Q", "K", "V", "O") + (("1", "2") if norm != "attention" else ()),
+        )
         assert old.param_names == spelled.param_names
         assert "W_G" not in old.param_names and old.mlp == "plain" and old.norm_type == "layernorm"
     assert hv.BlockConfig(bias=("2", "Q")).bias == ("Q", "2") and hv.BlockConfig(bias=()).bias is False
@@ -382,20 +571,23 @@ def test_a_bias_tuple_reads_from_text():
         s.parse("Q,X")
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(bias=("O",)), "bias"),                                   # no W_O
-    (dict(bias=("G",)), "bias"),                                   # no W_G (mlp="plain")
-    (dict(bias=("G",), mlp="gated", norm="attention"), "mlp"),
-    (dict(bias=("1",), norm="attention"), "bias"),
-    (dict(bias=("q",)), "bias"),
-    (dict(bias=("Q", "Q")), "bias"),
-    (dict(bias="QKV"), "bias"),
-    (dict(mlp="gated", d_ff=0), "d_ff"),
-    (dict(mlp="glu"), "mlp"),
-    (dict(norm_type="batchnorm"), "norm_type"),
-    (dict(norm="paralel"), "norm"),
-    (dict(norm="none", ln_affine=True, norm_type="rmsnorm"), "ln_affine"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(bias=("O",)), "bias"),  # no W_O
+        (dict(bias=("G",)), "bias"),  # no W_G (mlp="plain")
+        (dict(bias=("G",), mlp="gated", norm="attention"), "mlp"),
+        (dict(bias=("1",), norm="attention"), "bias"),
+        (dict(bias=("q",)), "bias"),
+        (dict(bias=("Q", "Q")), "bias"),
+        (dict(bias="QKV"), "bias"),
+        (dict(mlp="gated", d_ff=0), "d_ff"),
+        (dict(mlp="glu"), "mlp"),
+        (dict(norm_type="batchnorm"), "norm_type"),
+        (dict(norm="paralel"), "norm"),
+        (dict(norm="none", ln_affine=True, norm_type="rmsnorm"), "ln_affine"),
+    ],
+)
 def test_bad_config_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         hv.BlockConfig(**kwargs)
@@ -418,11 +610,48 @@ def test_the_command_line_takes_the_new_fields(tmp_path, capsys):
     from hessviz.cli import main
 
     out = tmp_path / "llama"
-    assert main(["compute", "--norm", "parallel", "--norm-type", "rmsnorm", "--mlp", "gated", "--activation",
-                 "silu", "--bias", "Q,K,V", "--ln-affine", "-L", "3", "-d", "4", "--d-k", "2", "--d-ff", "3",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compute",
+                "--norm",
+                "parallel",
+                "--norm-type",
+                "rmsnorm",
+                "--mlp",
+                "gated",
+                "--activation",
+                "silu",
+                "--bias",
+                "Q,K,V",
+                "--ln-affine",
+                "-L",
+                "3",
+                "-d",
+                "4",
+                "--d-k",
+                "2",
+                "--d-ff",
+                "3",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(out.with_suffix(".json").read_text())
-    assert summary["names"] == ["ln1_gamma", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "ln2_gamma", "W_G",
-                                "W_1", "W_2"]
+    assert summary["names"] == [
+        "ln1_gamma",
+        "W_Q",
+        "b_Q",
+        "W_K",
+        "b_K",
+        "W_V",
+        "b_V",
+        "ln2_gamma",
+        "W_G",
+        "W_1",
+        "W_2",
+    ]
     assert summary["config"]["bias"] == ["Q", "K", "V"]
-    assert main(["compute", "--bias", "O", "-L", "2", "-d", "3", "--out", str(out)]) != 0   # no W_O
+    assert main(["compute", "--bias", "O", "-L", "2", "-d", "3", "--out", str(out)]) != 0  # no W_O

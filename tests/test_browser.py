@@ -32,14 +32,18 @@ EXPLORE_TITLES = {p.title for p in EXPLORE}
 
 STREAMLIT_NAV = '[data-testid="stSidebarNav"]'
 """Streamlit's own page list (from the files in ``pages/``); hessviz draws its navigation itself."""
-WATCH_NAV = ("window.streamlitNavSeen = 0; new MutationObserver(() => {"
-             f" if (document.querySelector('{STREAMLIT_NAV}')) window.streamlitNavSeen++; }})"
-             ".observe(document, {subtree: true, childList: true});")
+WATCH_NAV = (
+    "window.streamlitNavSeen = 0; new MutationObserver(() => {"
+    f" if (document.querySelector('{STREAMLIT_NAV}')) window.streamlitNavSeen++; }})"
+    ".observe(document, {subtree: true, childList: true});"
+)
 """Counts the DOM changes after which Streamlit's page list is on the page, from the first paint on."""
 OWN_NAV = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
 
-IDLE = ("() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
-        " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }")
+IDLE = (
+    "() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
+    " return a && a.getAttribute('data-test-script-state') === 'notRunning'; }"
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,15 +77,17 @@ def _screenshot(page, path: Path) -> None:
     height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]')?.scrollHeight || 1000")
     page.set_viewport_size({"width": VIEWPORT["width"], "height": int(min(max(height, 600), 6000))})
     page.wait_for_timeout(800)
-    page.screenshot(path=str(path), timeout=120_000)   # a tall page of charts paints slowly on 2 busy cores
+    page.screenshot(path=str(path), timeout=120_000)  # a tall page of charts paints slowly on 2 busy cores
     page.set_viewport_size(VIEWPORT)
 
 
 def _figure_titles(page) -> str:
     """Every figure's title as one line each (a wrapped title's lines joined by spaces)."""
-    return page.evaluate("[...document.querySelectorAll('.gtitle')].map(e => {"
-                         " const lines = [...e.querySelectorAll('tspan.line')].map(t => t.textContent);"
-                         " return lines.length ? lines.join(' ') : e.textContent; }).join('\\n')")
+    return page.evaluate(
+        "[...document.querySelectorAll('.gtitle')].map(e => {"
+        " const lines = [...e.querySelectorAll('tspan.line')].map(t => t.textContent);"
+        " return lines.length ? lines.join(' ') : e.textContent; }).join('\\n')"
+    )
 
 
 def _exceptions(page) -> list[str]:
@@ -99,13 +105,13 @@ def test_first_chart_and_every_page(server, browser):
     page.goto(server + "/spectrum?L=4")
     page.wait_for_selector('[data-testid="stSidebar"]', timeout=120_000)
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "cold_first_visit.png"))     # the sidebar as it first shows
+    page.screenshot(path=str(SHOTS / "cold_first_visit.png"))  # the sidebar as it first shows
     page.wait_for_selector(".js-plotly-plot", timeout=120_000)
     _settle(page)
     assert page.evaluate("window.streamlitNavSeen") == 0, "the first visitor saw Streamlit's raw page list"
     assert len(page.query_selector_all(OWN_NAV)) >= 9, page.inner_text('[data-testid="stSidebar"]')[:500]
     assert page.locator("h1").first.inner_text().strip() == "Spectrum" and _exceptions(page) == []
-    assert page.get_by_text("Post-LN block, L = 4,", exact=False).count() >= 1     # its address is read
+    assert page.get_by_text("Post-LN block, L = 4,", exact=False).count() >= 1  # its address is read
     ctx.close()
     # warm the server once at the first page (imports, first computation), then time a cold browser context
     ctx, page = _open(browser, server + "/")
@@ -163,21 +169,26 @@ def test_shared_url_restores_state(server, browser):
 
 
 REAL_LAYER = "heads=2&wo=true&bias=true&affine=true&L=4&d=8&dk=4&dff=8"
-MATRIX_FREE = "L=8&d=32&dk=8&dff=64&heads=4&wo=true&bias=true&affine=true"   # P = 8,544 > the dense limit
+MATRIX_FREE = "L=8&d=32&dk=8&dff=64&heads=4&wo=true&bias=true&affine=true"  # P = 8,544 > the dense limit
 STACK = "layers=3&norm=pre&L=4&d=8&dk=4&dff=8"
 
 
-@pytest.mark.parametrize("path,query,text,charts,shot", [
-    ("/", REAL_LAYER + "&blk=W_Q[1],W_K[1]", "2 heads, W_O", 3, "real_layer_map"),
-    ("/spectrum", MATRIX_FREE, "Matrix-free spectrum", 2, "spectrum_matrix_free"),
-    ("/depth", STACK + "&dp_seeds=1", "How block-diagonal", 3, "depth_stack"),
-], ids=["real_layer_map", "matrix_free_spectrum", "depth_stack"])
+@pytest.mark.parametrize(
+    "path,query,text,charts,shot",
+    [
+        ("/", REAL_LAYER + "&blk=W_Q[1],W_K[1]", "2 heads, W_O", 3, "real_layer_map"),
+        ("/spectrum", MATRIX_FREE, "Matrix-free spectrum", 2, "spectrum_matrix_free"),
+        ("/depth", STACK + "&dp_seeds=1", "How block-diagonal", 3, "depth_stack"),
+    ],
+    ids=["real_layer_map", "matrix_free_spectrum", "depth_stack"],
+)
 def test_real_layer_and_matrix_free_views(server, browser, path, query, text, charts, shot):
     ctx, page = _open(browser, f"{server}{path}?{query}")
     t0 = time.perf_counter()
     _settle(page)
-    page.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot').length >= {charts}",
-                           timeout=120_000)
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.js-plotly-plot').length >= {charts}", timeout=120_000
+    )
     TIMINGS[f"view_{shot}_s"] = round(time.perf_counter() - t0, 2)
     assert page.get_by_text(text, exact=False).count() >= 1
     assert _exceptions(page) == []
@@ -214,7 +225,7 @@ def test_real_model_page_from_a_shared_link(server, browser):
 def _after(page, action, timeout: float = 120_000) -> None:
     """Do ``action`` (a control change), then wait for the rerun it starts to finish."""
     action()
-    page.wait_for_timeout(400)          # the script run starts a moment after the widget's message
+    page.wait_for_timeout(400)  # the script run starts a moment after the widget's message
     page.wait_for_function(IDLE, timeout=timeout)
 
 
@@ -227,7 +238,7 @@ def test_real_model_page_odd_inputs(server, browser):
     box emptied (it raised on st.query_params and vanished), blanks, a text longer than the model's
     positions, the model's own loss and then a switch to a model without that loss (it raised on
     rm_loss), then a head and a weight. Each gets a view or one line, never a traceback."""
-    query = "rm_model=pydoc-postln&rm_text=" + quote("def f(x):")     # emptied: the precomputed default
+    query = "rm_model=pydoc-postln&rm_text=" + quote("def f(x):")  # emptied: the precomputed default
     ctx = browser.new_context(viewport={"width": 1280, "height": 720})
     page = ctx.new_page()
     page.goto(f"{server}/real_model?{query}")
@@ -240,16 +251,21 @@ def test_real_model_page_odd_inputs(server, browser):
         assert "Text: the box is empty, so the default text is drawn." in _alerts(page), repr(typed)
         assert page.locator("textarea").count() >= 1 and box.input_value().startswith("The old lighthouse")
         assert len(page.query_selector_all(".js-plotly-plot")) == 4
-    _after(page, lambda: (box.fill("word " * 80), box.press("Control+Enter")))     # 400 characters, 81 tokens
+    _after(page, lambda: (box.fill("word " * 80), box.press("Control+Enter")))  # 400 characters, 81 tokens
     assert _exceptions(page) == []
     assert "positions" in _alerts(page) and page.locator("textarea").count() >= 1
     _after(page, lambda: (box.fill("x = 1"), box.press("Control+Enter")))
     _after(page, lambda: page.get_by_role("radio", name="sentence similarity").click())
     assert "1 − cos(m, e)" in _alerts(page)
-    _after(page, lambda: (page.locator('[data-testid="stSelectbox"]').first.click(),
-                          page.get_by_role("option", name="pydoc-preln").click()))
+    _after(
+        page,
+        lambda: (
+            page.locator('[data-testid="stSelectbox"]').first.click(),
+            page.get_by_role("option", name="pydoc-preln").click(),
+        ),
+    )
     assert _exceptions(page) == []
-    assert "Loss: sentence similarity is not offered here: used synthetic" in _alerts(page)   # by its label
+    assert "Loss: sentence similarity is not offered here: used synthetic" in _alerts(page)  # by its label
     _after(page, lambda: page.get_by_role("radio", name="next token").click())
     _after(page, lambda: page.get_by_role("radio", name="W_O").click())
     head = page.get_by_role("slider", name="Head")
@@ -261,14 +277,14 @@ def test_real_model_page_odd_inputs(server, browser):
     SHOTS.mkdir(parents=True, exist_ok=True)
     _screenshot(page, SHOTS / "real_model_odd_inputs.png")
     ctx.close()
-    ctx = browser.new_context(viewport={"width": 390, "height": 844})        # a phone: the precomputed view
+    ctx = browser.new_context(viewport={"width": 390, "height": 844})  # a phone: the precomputed view
     page = ctx.new_page()
     page.goto(f"{server}/real_model?rm_model=pydoc-preln")
     page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length >= 4", timeout=120_000)
     _settle(page)
     assert _exceptions(page) == [] and "Precomputed" in page.inner_text("body")
     collapse = page.locator('[data-testid="stSidebarCollapseButton"] button')
-    if collapse.count() and collapse.first.is_visible():          # a phone opens with the sidebar over it
+    if collapse.count() and collapse.first.is_visible():  # a phone opens with the sidebar over it
         collapse.first.click()
         page.wait_for_timeout(500)
     page.screenshot(path=str(SHOTS / "real_model_phone.png"))

@@ -41,11 +41,16 @@ def _caption(page) -> str:
 def _wait_caption(page, text: str) -> None:
     page.wait_for_function(
         "t => [...document.querySelectorAll('[data-testid=stMain] [data-testid=stCaptionContainer]')]"
-        ".some(e => e.innerText.includes(t))", arg=text, timeout=60_000)
+        ".some(e => e.innerText.includes(t))",
+        arg=text,
+        timeout=60_000,
+    )
 
 
-TOOLBARS_SHOWN = ("() => [...document.querySelectorAll('.modebar-container')]"
-                  ".filter(e => getComputedStyle(e).display !== 'none').length")
+TOOLBARS_SHOWN = (
+    "() => [...document.querySelectorAll('.modebar-container')]"
+    ".filter(e => getComputedStyle(e).display !== 'none').length"
+)
 """How many charts show plotly's mode bar (none on a touch screen: it would sit over the titles)."""
 
 EXPECTED = {"attention": "Self-attention alone", "pre": "Pre-LN block", "post": "Post-LN block"}
@@ -65,20 +70,20 @@ def test_every_tour_stop_opens_the_view_it_names(server, browser, index):  # noq
     shown = page.frame_locator("iframe").first.locator("[data-testid=stMain]").inner_text().replace("−", "-")
     for number in numbers:
         assert number.replace("−", "-") in shown, (number, shown[:3000])
-    page.set_viewport_size(PHONE)                       # on a phone the live view comes first too
+    page.set_viewport_size(PHONE)  # on a phone the live view comes first too
     assert above_the_fold(page, f"stop {index + 1}'s live view at 390x844", PHONE["height"]) == []
     if index in (0, 2):
         page.screenshot(path=str(SHOTS / f"tour_stop{index + 1}_390x844.png"))
         page.set_viewport_size(PROJECTOR)
         page.wait_for_timeout(1000)
         page.screenshot(path=str(SHOTS / f"tour_stop{index + 1}_1280x720.png"))
-    phone = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)   # the stop's link on a phone
+    phone = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)  # the stop's link on a phone
     alone = phone.new_page()
     alone.goto(f"{server}/{stop.link()}")
     _settle(alone)
     assert above_the_fold(alone, f"{stop.link()} at 390x844", PHONE["height"]) == []
     assert alone.evaluate(SIDEWAYS_JS) <= 1
-    alone.set_viewport_size({"width": 1024, "height": 768})          # a touch tablet: wide, no hover
+    alone.set_viewport_size({"width": 1024, "height": 768})  # a touch tablet: wide, no hover
     alone.wait_for_timeout(500)
     assert alone.evaluate(TOOLBARS_SHOWN) == 0
     phone.close()
@@ -87,9 +92,15 @@ def test_every_tour_stop_opens_the_view_it_names(server, browser, index):  # noq
     _settle(page)
     _wait_caption(page, EXPECTED[stop.params["norm"]])
     for key, value in stop.params.items():
-        default = key == "norm" and value == "post" or key == "sc_axis" and value == "xnorm" \
-            or key == "sc_blk" and value == "W_Q,W_Q"
-        if not default:        # the URL keeps what differs from the defaults
+        default = (
+            key == "norm"
+            and value == "post"
+            or key == "sc_axis"
+            and value == "xnorm"
+            or key == "sc_blk"
+            and value == "W_Q,W_Q"
+        )
+        if not default:  # the URL keeps what differs from the defaults
             assert f"{key}={value}" in page.url.replace("%2C", ","), (key, page.url)
     if "xnorm" in stop.params:
         assert f"‖X‖₂ = {stop.params['xnorm']}" in _caption(page)
@@ -104,8 +115,11 @@ def _arrive(page, title: str, caption: str) -> None:
     the same caption before the new page has run, and a step taken then races Streamlit's frontend,
     which pushes the still-arriving page's URL (``maybeUpdatePageUrl``) and drops the Forward
     history."""
-    page.wait_for_function("t => [...document.querySelectorAll('[data-testid=stMain] h1')]"
-                           ".some(h => h.innerText.includes(t))", arg=title, timeout=60_000)
+    page.wait_for_function(
+        "t => [...document.querySelectorAll('[data-testid=stMain] h1')].some(h => h.innerText.includes(t))",
+        arg=title,
+        timeout=60_000,
+    )
     _wait_caption(page, caption)
     _settle(page)
 
@@ -119,20 +133,20 @@ def test_a_shared_link_keeps_its_settings_across_pages_and_back(server, browser)
     assert "norm=pre" in page.url and "L=6" in page.url
     slider = page.locator('[data-testid="stSidebar"]').get_by_role("slider", name="Sequence length L")
     slider.focus()
-    slider.press("ArrowRight")                    # a control moved on this page: L = 7
+    slider.press("ArrowRight")  # a control moved on this page: L = 7
     _arrive(page, "Spectrum", "Pre-LN block, L = 7")
     link = page.locator('[data-testid="stSidebar"] [data-testid="stCode"]').first.inner_text()
     assert "/spectrum?" in link and "L=7" in link and "norm=pre" in link, link
-    other, seen = _visit(browser, link.strip())    # the link to this view opens this view
+    other, seen = _visit(browser, link.strip())  # the link to this view opens this view
     _wait_caption(seen, "Pre-LN block, L = 7")
     other.close()
-    page.go_back()                                # Back: the view before, L = 6 on the Spectrum page
+    page.go_back()  # Back: the view before, L = 6 on the Spectrum page
     _arrive(page, "Spectrum", "Pre-LN block, L = 6")
     assert "/spectrum" in page.url
-    page.go_back()                                # and the shared link itself
+    page.go_back()  # and the shared link itself
     _arrive(page, "Hessian map", "Pre-LN block, L = 6")
     assert "/spectrum" not in page.url
-    page.go_forward()                             # the Spectrum page at L = 6
+    page.go_forward()  # the Spectrum page at L = 6
     _arrive(page, "Spectrum", "Pre-LN block, L = 6")
     page.go_forward()
     _arrive(page, "Spectrum", "Pre-LN block, L = 7")
@@ -153,7 +167,7 @@ def test_a_preset_opens_a_llama_style_block_and_back_returns(server, browser):  
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "llama_style_1280x720.png"))
     assert _exceptions(page) == []
-    page.go_back()                                # the preset was one step of the history
+    page.go_back()  # the preset was one step of the history
     _arrive(page, "Hessian map", "Post-LN block, L = 6")
     ctx.close()
 
@@ -167,7 +181,7 @@ def test_a_lesson_link_hides_its_controls_and_presents(server, browser):  # noqa
     assert "L = 8" in fixed and "norm = attention" in fixed
     assert _caption(page).startswith("Self-attention alone, L = 8")
     assert page.get_by_text("Sweep over: xnorm (fixed by this lesson link)").count() == 1
-    sidebar.get_by_role("link", name="Spectrum").click()         # the lesson rides along
+    sidebar.get_by_role("link", name="Spectrum").click()  # the lesson rides along
     page.wait_for_url("**/spectrum?**", timeout=30_000, wait_until="commit")
     _settle(page)
     assert "hide=" in page.url and sidebar.get_by_text("LayerNorm placement", exact=True).count() == 0
@@ -177,17 +191,19 @@ def test_a_lesson_link_hides_its_controls_and_presents(server, browser):  # noqa
     page.wait_for_selector(".js-plotly-plot", timeout=60_000)
     page.wait_for_timeout(1000)
     box = page.locator(".js-plotly-plot").first.bounding_box()
-    assert box["y"] + box["height"] <= PROJECTOR["height"], box       # the first chart above the fold
+    assert box["y"] + box["height"] <= PROJECTOR["height"], box  # the first chart above the fold
     assert not _sidebar_open(page)
-    assert page.get_by_text("What this page shows").count() == 1        # the explanation is folded
+    assert page.get_by_text("What this page shows").count() == 1  # the explanation is folded
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "lesson_present_1280x720.png"))
     ctx.close()
 
     ctx, page = _visit(browser, f"{server}/spectrum?hide=sidebar")
     assert not page.locator('[data-testid="stSidebar"]').is_visible()
-    assert page.locator('[data-testid="stExpandSidebarButton"]').count() == 0 or \
-        not page.locator('[data-testid="stExpandSidebarButton"]').is_visible()
+    assert (
+        page.locator('[data-testid="stExpandSidebarButton"]').count() == 0
+        or not page.locator('[data-testid="stExpandSidebarButton"]').is_visible()
+    )
     ctx.close()
 
 
@@ -200,16 +216,18 @@ def test_values_the_app_does_not_offer_get_one_line(server, browser):  # noqa: F
     seed.fill("abc")
     seed.press("Enter")
     page.wait_for_function("() => document.body.innerText.includes('is not an integer in 0')", timeout=30_000)
-    page.wait_for_function("() => document.querySelector('[data-testid=stSidebar] input[aria-label^=Seed]')"
-                           ".value === '0'", timeout=30_000)    # put back: the box agrees with the header
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=stSidebar] input[aria-label^=Seed]').value === '0'",
+        timeout=30_000,
+    )  # put back: the box agrees with the header
     seed.fill("12")
     seed.press("Enter")
     _wait_caption(page, "seed 12")
     ctx.close()
 
-    ctx, page = _visit(browser, f"{server}/?L=4&d=8&dk=4&dff=8")   # heads 1 -> 2 turns W_O on
+    ctx, page = _visit(browser, f"{server}/?L=4&d=8&dk=4&dff=8")  # heads 1 -> 2 turns W_O on
     sidebar = page.locator('[data-testid="stSidebar"]')
-    slider = sidebar.get_by_role("slider", name=re.compile("Attention heads"))   # not "Key/value heads"
+    slider = sidebar.get_by_role("slider", name=re.compile("Attention heads"))  # not "Key/value heads"
     slider.focus()
     slider.press("ArrowRight")
     _wait_caption(page, "2 heads, W_O")
@@ -223,7 +241,7 @@ def test_projector_and_phone_layouts(server, browser, viewport, name):  # noqa: 
     ctx, page = _visit(browser, f"{server}/?norm=pre", viewport)
     page.wait_for_selector(".js-plotly-plot", timeout=60_000)
     page.wait_for_timeout(1000)
-    assert _sidebar_open(page) == (viewport is PROJECTOR)               # a phone starts collapsed
+    assert _sidebar_open(page) == (viewport is PROJECTOR)  # a phone starts collapsed
     title = page.locator("h1").first.bounding_box()
     assert title["y"] >= 0 and title["y"] + title["height"] <= viewport["height"] / 4
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -240,12 +258,14 @@ def test_the_first_click_on_presentation_mode_after_a_hide_choice_counts(server,
     sidebar.get_by_text("Make a lesson link").click()
     sidebar.locator('[data-testid="stMultiSelect"] input').last.click()
     page.keyboard.press("ArrowDown")
-    page.keyboard.press("Enter")                    # the first option (the sidebar); the list stays open
-    shows = ("t => [...document.querySelectorAll('[data-testid=stSidebar] [data-testid=stCode]')]"
-             ".some(e => e.innerText.includes(t))")
+    page.keyboard.press("Enter")  # the first option (the sidebar); the list stays open
+    shows = (
+        "t => [...document.querySelectorAll('[data-testid=stSidebar] [data-testid=stCode]')]"
+        ".some(e => e.innerText.includes(t))"
+    )
     page.wait_for_function(shows, arg="hide=sidebar", timeout=30_000)
     _settle(page)
-    sidebar.get_by_text("Presentation mode", exact=True).click()      # one click
+    sidebar.get_by_text("Presentation mode", exact=True).click()  # one click
     page.wait_for_function(shows, arg="hide=sidebar&present=1", timeout=30_000)
     ctx.close()
 
@@ -268,7 +288,7 @@ def test_back_and_forward_return_to_views_the_visitor_saw(server, browser):  # n
         page.locator('[data-testid="stSidebar"]').get_by_role("link", name=title).click()
         page.wait_for_url(f"**/{path}?**", timeout=30_000, wait_until="commit")
         _arrive(page, title, "Post-LN block, L = 6")
-        page.wait_for_timeout(500)                  # a late write would show in the address now
+        page.wait_for_timeout(500)  # a late write would show in the address now
         seen.append(page.url)
     assert "/spectrum?" in seen[1] and "term=" not in seen[1], seen
     assert "term=outer" in seen[2] and "/spectrum" not in seen[2] and _term_shown(page) == "outer", seen
@@ -284,7 +304,7 @@ def test_back_and_forward_return_to_views_the_visitor_saw(server, browser):  # n
     page.go_back()
     _arrive(page, "Hessian map", "Post-LN block, L = 6")
     sidebar = page.locator('[data-testid="stSidebar"]')
-    sidebar.get_by_role("link", name="Real model").click()          # via Real model
+    sidebar.get_by_role("link", name="Real model").click()  # via Real model
     page.wait_for_url("**/real_model?**", timeout=30_000, wait_until="commit")
     _arrive(page, "Real model", "")
     page.go_back()

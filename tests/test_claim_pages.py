@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _run(page: str, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)   # routed as the app runs it
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)  # routed as the app runs it
     at.switch_page(f"pages/{page}.py")
     for k, v in query.items():
         at.query_params[k] = v
@@ -74,10 +74,10 @@ def test_layernorm_collapse_page_views():
     at.slider(key="lnc_seeds").set_value(1).run()
     cache.clear()
     at.run()
-    assert points() == 7                                           # 2 decades: 7 σ, one seed
-    at.slider(key="lnc_seeds").set_value(2).run()                  # one more seed: 7 more points
+    assert points() == 7  # 2 decades: 7 σ, one seed
+    at.slider(key="lnc_seeds").set_value(2).run()  # one more seed: 7 more points
     assert not at.exception and points() == 14
-    at.slider(key="lnc_decades").set_value(3).run()                # one more decade: 3 more σ per seed
+    at.slider(key="lnc_decades").set_value(3).run()  # one more decade: 3 more σ per seed
     assert not at.exception and points() == 20
 
 

@@ -14,8 +14,28 @@ from hessviz.cli import main
 
 def test_compute_writes_terms_and_summary(tmp_path, capsys):
     out = tmp_path / "run" / "pre"
-    assert main(["compute", "--norm", "pre", "-L", "4", "-d", "6", "--d-k", "3", "--d-ff", "5",
-                 "--activation", "gelu", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compute",
+                "--norm",
+                "pre",
+                "-L",
+                "4",
+                "-d",
+                "6",
+                "--d-k",
+                "3",
+                "--d-ff",
+                "5",
+                "--activation",
+                "gelu",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = np.load(out.with_suffix(".npz"))
     P = 2 * 6 * 3 + 36 + 2 * 6 * 5
     assert data["full"].shape == (P, P)
@@ -23,7 +43,7 @@ def test_compute_writes_terms_and_summary(tmp_path, capsys):
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["P"] == P and summary["names"] == ["W_Q", "W_K", "W_V", "W_1", "W_2"]
     assert summary["terms"]["outer"]["negative_eigenvalues"] == 0
-    assert summary["terms"]["full"]["min_eigenvalue"] < 0                 # non-convex
+    assert summary["terms"]["full"]["min_eigenvalue"] < 0  # non-convex
     assert len(summary["terms"]["full"]["block_norms_spectral"]) == 5
     assert '"negative_eigenvalues"' in capsys.readouterr().out
 
@@ -35,15 +55,18 @@ def test_verify_prints_the_table_and_passes(capsys):
 
 
 def test_bad_flags_give_a_message_not_a_traceback():
-    run = subprocess.run([sys.executable, "-m", "hessviz", "compute", "-L", "0"],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "hessviz", "compute", "-L", "0"], capture_output=True, text=True
+    )
     assert run.returncode == 2
     assert "seq_len must be an integer >= 1" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_bench_runs_side_by_side_on_a_small_case(tmp_path):
-    rows = [dense.layernorm_jacobian(4, 6, repeats=1, device=dense.torch.device("cpu")),
-            *dense.ffn_jacobian(4, 6, 5, repeats=1, device=dense.torch.device("cpu"))]
+    rows = [
+        dense.layernorm_jacobian(4, 6, repeats=1, device=dense.torch.device("cpu")),
+        *dense.ffn_jacobian(4, 6, 5, repeats=1, device=dense.torch.device("cpu")),
+    ]
     assert all(r.error < 1e-12 for r in rows)
     assert all(r.ours > 0 and all(t > 0 for t in r.baselines.values()) for r in rows)
     table = dense.render(rows, "## t")
@@ -62,17 +85,80 @@ def test_bench_outside_a_checkout_says_so_in_one_line(tmp_path, monkeypatch, cap
 
 def test_a_llama_style_block_from_the_command_line(tmp_path, capsys):
     out = tmp_path / "llama"
-    assert main(["compute", "--norm", "pre", "--norm-type", "rmsnorm", "--ln-affine", "--mlp", "gated",
-                 "--activation", "silu", "--rope", "--n-heads", "2", "--n-kv-heads", "1", "--out-proj",
-                 "--bias", "Q,K,V", "--causal", "-L", "4", "-d", "6", "--d-k", "2", "--d-ff", "4",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compute",
+                "--norm",
+                "pre",
+                "--norm-type",
+                "rmsnorm",
+                "--ln-affine",
+                "--mlp",
+                "gated",
+                "--activation",
+                "silu",
+                "--rope",
+                "--n-heads",
+                "2",
+                "--n-kv-heads",
+                "1",
+                "--out-proj",
+                "--bias",
+                "Q,K,V",
+                "--causal",
+                "-L",
+                "4",
+                "-d",
+                "6",
+                "--d-k",
+                "2",
+                "--d-ff",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(out.with_suffix(".json").read_text())
-    assert summary["names"] == ["ln1_gamma", "W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "ln2_gamma",
-                                "W_G", "W_1", "W_2"]
-    assert main(["compute", "--bias", "--no-bias", "-L", "3", "-d", "4", "--d-k", "2", "--d-ff", "3",
-                 "--out", str(tmp_path / "plain")]) == 0
-    run = subprocess.run([sys.executable, "-m", "hessviz", "compute", "--bias", "Q,X"], capture_output=True,
-                         text=True)
+    assert summary["names"] == [
+        "ln1_gamma",
+        "W_Q",
+        "b_Q",
+        "W_K",
+        "b_K",
+        "W_V",
+        "b_V",
+        "W_O",
+        "ln2_gamma",
+        "W_G",
+        "W_1",
+        "W_2",
+    ]
+    assert (
+        main(
+            [
+                "compute",
+                "--bias",
+                "--no-bias",
+                "-L",
+                "3",
+                "-d",
+                "4",
+                "--d-k",
+                "2",
+                "--d-ff",
+                "3",
+                "--out",
+                str(tmp_path / "plain"),
+            ]
+        )
+        == 0
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "hessviz", "compute", "--bias", "Q,X"], capture_output=True, text=True
+    )
     assert run.returncode == 2 and "tuple of distinct names" in run.stderr and "Traceback" not in run.stderr
 
 
@@ -88,5 +174,5 @@ def test_relative_error_still_sees_a_wrong_small_block():
     from hessviz.verify import relative_error
 
     ref = torch.full((3, 3), 1e-5)
-    assert relative_error(torch.zeros(3, 3), ref, floor=1e-6) > 0.09     # a 100 % error in a small block
+    assert relative_error(torch.zeros(3, 3), ref, floor=1e-6) > 0.09  # a 100 % error in a small block
     assert relative_error(torch.zeros(3, 3), torch.full((3, 3), 1e-17), floor=1e-6) < 1e-10

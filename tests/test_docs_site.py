@@ -31,9 +31,15 @@ def site(tmp_path_factory) -> Path:
             pytest.fail("the docs site needs the `docs` extra, which the `test` extra pulls")
         pytest.skip("mkdocs is not installed: pip install -e '.[docs]'")
     out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}      # Material's notice about MkDocs 2.0
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice about MkDocs 2.0
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     log = run.stdout + run.stderr
     assert run.returncode == 0, f"mkdocs build --strict failed:\n{log}"
     warnings = [line for line in log.splitlines() if line.startswith(("WARNING", "ERROR"))]
@@ -42,24 +48,29 @@ def site(tmp_path_factory) -> Path:
 
 
 def test_the_site_builds_strictly_with_every_page(site):
-    pages = sorted(p.relative_to(ROOT / "docs").with_suffix("").as_posix()
-                   for p in (ROOT / "docs").rglob("*.md"))
+    pages = sorted(
+        p.relative_to(ROOT / "docs").with_suffix("").as_posix() for p in (ROOT / "docs").rglob("*.md")
+    )
     for page in pages:
         html = site / ("index.html" if page == "index" else f"{page}/index.html")
         assert html.is_file(), f"docs/{page}.md was not built"
 
 
 def test_api_pages_are_generated_from_the_docstrings(site):
-    api = {name: (site / "api" / name / "index.html").read_text()
-           for name in ("hessviz", "matfree", "pretrained", "whole")}
-    entries = {"hessviz": ("hessviz.hessian", "hessviz.BlockConfig", "hessviz.load_model"),
-               "matfree": ("hessviz.matfree.top_eigenvalues", "hessviz.matfree.density"),
-               "pretrained": ("hessviz.pretrained.load_layer", "hessviz.pretrained.layer_inputs"),
-               "whole": ("hessviz.whole.model_hessian", "hessviz.whole.table.tensor_table")}
+    api = {
+        name: (site / "api" / name / "index.html").read_text()
+        for name in ("hessviz", "matfree", "pretrained", "whole")
+    }
+    entries = {
+        "hessviz": ("hessviz.hessian", "hessviz.BlockConfig", "hessviz.load_model"),
+        "matfree": ("hessviz.matfree.top_eigenvalues", "hessviz.matfree.density"),
+        "pretrained": ("hessviz.pretrained.load_layer", "hessviz.pretrained.layer_inputs"),
+        "whole": ("hessviz.whole.model_hessian", "hessviz.whole.table.tensor_table"),
+    }
     for page, anchors in entries.items():
         for anchor in anchors:
             assert f'id="{anchor}"' in api[page], f"api/{page}: no entry for {anchor}"
-    for page, html in api.items():        # roles and doctests rendered as code, not as raw RST or quotes
+    for page, html in api.items():  # roles and doctests rendered as code, not as raw RST or quotes
         assert ":func:`" not in html and ":class:`" not in html and "<blockquote>" not in html, page
 
 
@@ -75,8 +86,9 @@ def test_repo_links_keep_a_broken_link_broken(tmp_path):
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "RESULTS.md").write_text("x")
     (tmp_path / "shot.png").write_bytes(b"png")
-    text = ("[`benchmarks/RESULTS.md`](../benchmarks/RESULTS.md) [gone](../benchmarks/GONE.md) "
-            "![s](../shot.png)")
+    text = (
+        "[`benchmarks/RESULTS.md`](../benchmarks/RESULTS.md) [gone](../benchmarks/GONE.md) ![s](../shot.png)"
+    )
     out = rewrite(text, tmp_path)
     assert out == "`benchmarks/RESULTS.md` [gone](../benchmarks/GONE.md) ![s](_repo/shot.png)"
     linked = rewrite("[results](../benchmarks/RESULTS.md#top)", tmp_path, "https://github.com/o/r")

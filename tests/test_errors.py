@@ -18,20 +18,23 @@ def setup():
     return cfg, params, X, Y
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"seq_len": 0}, "seq_len"),
-    ({"seq_len": 2.5}, "seq_len"),
-    ({"d_model": -1}, "d_model"),
-    ({"d_k": 0}, "d_k"),
-    ({"d_ff": True}, "d_ff"),
-    ({"norm": "mid"}, "norm"),
-    ({"activation": "tanh"}, "activation"),
-    ({"loss": "hinge"}, "loss"),
-    ({"ln_eps": -1e-5}, "ln_eps"),
-    ({"ln_eps": math.nan}, "ln_eps"),
-    ({"d_model": 1, "loss": "ce", "norm": "attention"}, "d_model"),
-    ({"d_model": 1, "norm": "post"}, "d_model"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"seq_len": 0}, "seq_len"),
+        ({"seq_len": 2.5}, "seq_len"),
+        ({"d_model": -1}, "d_model"),
+        ({"d_k": 0}, "d_k"),
+        ({"d_ff": True}, "d_ff"),
+        ({"norm": "mid"}, "norm"),
+        ({"activation": "tanh"}, "activation"),
+        ({"loss": "hinge"}, "loss"),
+        ({"ln_eps": -1e-5}, "ln_eps"),
+        ({"ln_eps": math.nan}, "ln_eps"),
+        ({"d_model": 1, "loss": "ce", "norm": "attention"}, "d_model"),
+        ({"d_model": 1, "norm": "post"}, "d_model"),
+    ],
+)
 def test_config_fields(kwargs, field):
     with pytest.raises(hv.ConfigError, match=field):
         hv.BlockConfig(**kwargs)
@@ -87,7 +90,7 @@ def test_zero_variance_row_without_epsilon():
     cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=5, norm="pre")
     params = hv.init_params(cfg, seed=0)
     X, Y = hv.sample_inputs(cfg, seed=0)
-    X[1] = 0.7                                          # a constant token: LN(X) undefined at ε = 0
+    X[1] = 0.7  # a constant token: LN(X) undefined at ε = 0
     with pytest.raises(ValueError, match=r"ln_eps = 0.*zero variance in row\(s\) \[1\]"):
         hv.hessian(cfg, params, X, Y)
     eps = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=5, norm="pre", ln_eps=1e-5)
@@ -116,19 +119,23 @@ def test_size_guard_refuses_before_allocating(setup):
     cfg, params, X, Y = setup
     hv.set_memory_limit("64KiB")
     try:
-        res = hv.hessian(cfg, params, X, Y)        # MODEL.md part 2: the guard is on reading a dense term
+        res = hv.hessian(cfg, params, X, Y)  # MODEL.md part 2: the guard is on reading a dense term
         with pytest.raises(hv.SizeError, match=r"needs about .* over the limit of 64.0 KiB") as err:
             _ = res.full
         assert err.value.needed_bytes > err.value.limit_bytes == 64 * 1024
-        assert hv.hessian(cfg, params, X, Y, wrt=("W_Q",)).full.shape == (15, 15)   # small still fits
+        assert hv.hessian(cfg, params, X, Y, wrt=("W_Q",)).full.shape == (15, 15)  # small still fits
         hv.set_memory_limit(16 * 1024)
         with pytest.raises(hv.SizeError, match="Jacobian"):
             hv.jacobian(cfg, params, X)
     finally:
         hv.set_memory_limit(None)
-    big = hv.BlockConfig(seq_len=8, d_model=512, d_k=512, d_ff=2048)           # P ≈ 2.6 M
-    res = hv.hessian(big, {n: torch.zeros(s, dtype=torch.float64) for n, s in big.param_shapes.items()},
-                     torch.randn(8, 512, dtype=torch.float64), torch.randn(8, 512, dtype=torch.float64))
+    big = hv.BlockConfig(seq_len=8, d_model=512, d_k=512, d_ff=2048)  # P ≈ 2.6 M
+    res = hv.hessian(
+        big,
+        {n: torch.zeros(s, dtype=torch.float64) for n, s in big.param_shapes.items()},
+        torch.randn(8, 512, dtype=torch.float64),
+        torch.randn(8, 512, dtype=torch.float64),
+    )
     with pytest.raises(hv.SizeError, match="lower seq_len, d_model, d_k or d_ff"):
         _ = res.outer
 

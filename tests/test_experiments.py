@@ -144,7 +144,7 @@ def test_block_gradient_norms_match_autograd(norm):
 # ------------------------------------------------------------------ the quick reproduction
 
 
-@pytest.mark.slow                     # every claim measured once: five minutes on a shared CPU
+@pytest.mark.slow  # every claim measured once: five minutes on a shared CPU
 def test_reproduce_quick(tmp_path, claims_once):
     with claims_once():
         records = reproduce(tmp_path, quick=True)
@@ -177,7 +177,7 @@ def test_claims_on_an_executor_are_the_in_process_numbers(claims_once):
     from hessviz.experiments.report import run_claims
 
     ids = ("nonconvex", "placement", "modern")
-    with claims_once():                                     # the in-process run, shared with reproduce
+    with claims_once():  # the in-process run, shared with reproduce
         here = [r.record() for r in run_claims(True, ids)]
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         there = [r.record() for r in run_claims(True, ids, executor=pool)]
@@ -195,8 +195,18 @@ def test_a_shared_key_value_head_is_the_sum_over_its_readers():
     from hessviz.experiments import modern
     from hessviz.sweeps import seeded_inputs
 
-    cfg = hv.BlockConfig(seq_len=5, d_model=8, d_k=4, d_ff=8, norm="pre", n_heads=4, n_kv_heads=2,
-                         out_proj=True, bias=True, causal=True)
+    cfg = hv.BlockConfig(
+        seq_len=5,
+        d_model=8,
+        d_k=4,
+        d_ff=8,
+        norm="pre",
+        n_heads=4,
+        n_kv_heads=2,
+        out_proj=True,
+        bias=True,
+        causal=True,
+    )
     params, X, Y = seeded_inputs(cfg, 3, 1.0)
     mha, untied = modern.untied_params(cfg, params)
     assert mha.n_kv_heads is None and untied["W_K"].shape == (8, 16)
@@ -222,12 +232,12 @@ def test_the_addition_answer_loss_is_its_autograd(final_norm):
 
     def loss(z):
         h = torch.nn.functional.layer_norm(z, (6,), eps=gp.LN_EPS) if final_norm else z
-        logp = torch.log_softmax(h @ W_U, -1)[gp.LENGTH - gp.ANSWER - 1:gp.LENGTH - 1]
-        return -0.5 * logp.gather(1, ids[gp.LENGTH - gp.ANSWER:, None]).mean()
+        logp = torch.log_softmax(h @ W_U, -1)[gp.LENGTH - gp.ANSWER - 1 : gp.LENGTH - 1]
+        return -0.5 * logp.gather(1, ids[gp.LENGTH - gp.ANSWER :, None]).mean()
 
     got = gp.answer_loss(Z, ids, W_U, final_norm, weight=0.5)
     torch.testing.assert_close(got.grad_Z, torch.func.grad(loss)(Z), rtol=1e-12, atol=1e-14)
-    H = torch.func.jacrev(torch.func.grad(loss))(Z)                  # (L, d, L, d): token-wise
+    H = torch.func.jacrev(torch.func.grad(loss))(Z)  # (L, d, L, d): token-wise
     blocks = torch.stack([H[t, :, t, :] for t in range(gp.LENGTH)])
     torch.testing.assert_close(got.hess_Z, blocks, rtol=1e-10, atol=1e-13)
     off = H.clone()

@@ -9,6 +9,7 @@ from hessviz.experiments import bounds, ln_collapse
 
 # ----------------------------------------------------------------------------- progress callbacks
 
+
 class _Stop(Exception):
     pass
 
@@ -21,10 +22,20 @@ def _studies():
     return [
         ("attention_bound_study", lambda p: bounds.attention_bound_study(3, 0, progress=p), 3),
         ("ln_sweep", lambda p: ln_collapse.ln_sweep([1.0, 0.1], m=2, n=4, seeds=(0, 1), progress=p), 2),
-        ("block_sweep", lambda p: ln_collapse.block_sweep([1.0, 0.1], seeds=(0,), seq_len=3, d_model=4, d_k=2,
-                                                          d_ff=4, whole=False, progress=p), 2),
-        ("optimizer_study", lambda p: optimizers.optimizer_study((0, 1), 2, grids, ("post", "pre"), seq_len=3,
-                                                                 d_model=4, d_k=2, d_ff=4, progress=p), 4),
+        (
+            "block_sweep",
+            lambda p: ln_collapse.block_sweep(
+                [1.0, 0.1], seeds=(0,), seq_len=3, d_model=4, d_k=2, d_ff=4, whole=False, progress=p
+            ),
+            2,
+        ),
+        (
+            "optimizer_study",
+            lambda p: optimizers.optimizer_study(
+                (0, 1), 2, grids, ("post", "pre"), seq_len=3, d_model=4, d_k=2, d_ff=4, progress=p
+            ),
+            4,
+        ),
     ]
 
 

@@ -14,7 +14,7 @@ from hessviz.pretrained.checkpoint import available_models
 
 
 def test_the_docstring_task_is_deterministic_balanced_and_disjoint():
-    a, b = dt.build(), dt.build.__wrapped__()                   # the cached one and a fresh build
+    a, b = dt.build(), dt.build.__wrapped__()  # the cached one and a fresh build
     assert a == b
     assert a.counts == {m: (dt.TRAIN_PER_CLASS, dt.PER_CLASS - dt.TRAIN_PER_CLASS) for m in dt.MODULES}
     assert min(a.available) >= dt.PER_CLASS
@@ -28,7 +28,7 @@ def test_the_docstring_task_tokenises_with_each_models_own_tokenizer():
     task = dt.build()
     ids, labels = task.ids("pydoc-postln")
     assert ids.shape == (len(task.train), dt.SEQ_LEN) and labels.tolist() == [e.label for e in task.train]
-    assert torch.equal(task.ids("pydoc-preln")[0], ids)           # the pair shares its tokenizer
+    assert torch.equal(task.ids("pydoc-preln")[0], ids)  # the pair shares its tokenizer
     v_ids, _ = task.ids("pydoc-llama", "validation")
     assert v_ids.shape == (len(task.validation), dt.SEQ_LEN)
     batches = task.batches("pydoc-postln", 8, seed=3)
@@ -38,7 +38,7 @@ def test_the_docstring_task_tokenises_with_each_models_own_tokenizer():
     assert rows != [x.tolist() for x, _ in task.batches("pydoc-postln", 8, seed=4)]
     if "all-MiniLM-L6-v2" in available_models():
         m_ids, _ = task.ids("all-MiniLM-L6-v2")
-        assert m_ids.shape == ids.shape and set(m_ids[:, -1].tolist()) == {102}    # ... [SEP]
+        assert m_ids.shape == ids.shape and set(m_ids[:, -1].tolist()) == {102}  # ... [SEP]
     with pytest.raises(ValueError, match="split"):
         task.ids("pydoc-postln", "test")
     with pytest.raises(ValueError, match="batch"):
@@ -80,33 +80,45 @@ def test_the_protocols_gradient_norms_are_autograds(source):
     got = gp.gradient_norms(model, ids, labels, seed=0)
     W, b = gp.head(model.cfg.d_model, 0)
     import dataclasses
+
     cfg = dataclasses.replace(model.cfg, seq_len=ids.shape[1])
     names = gp.tensors(cfg.n_layers)
     params = {n: p.detach().clone().requires_grad_(n in names) for n, p in model.params.items()}
     Wr = W.clone().requires_grad_(True)
-    task = op.Task(cfg, torch.stack(model.embed(ids)), labels, torch.arange(2), model.head
-                   if model.head is not None and model.head.gamma is not None else None, params)
+    task = op.Task(
+        cfg,
+        torch.stack(model.embed(ids)),
+        labels,
+        torch.arange(2),
+        model.head if model.head is not None and model.head.gamma is not None else None,
+        params,
+    )
     loss = torch.nn.functional.cross_entropy(op.logits(task, params, Wr, b, task.X), labels)
     grads = torch.autograd.grad(loss, [params[n] for n in names] + [Wr])
     np.testing.assert_allclose(got, [float(g.norm()) for g in grads], rtol=1e-6)
     z = gp.pooled(gp._problem(model, ids, labels, seed=0)[0])
-    torch.testing.assert_close(z @ W + b, op.logits(task, params, W, b, task.X).detach(), rtol=1e-6,
-                               atol=1e-7)
+    torch.testing.assert_close(
+        z @ W + b, op.logits(task, params, W, b, task.X).detach(), rtol=1e-6, atol=1e-7
+    )
 
 
 def test_gini_protocol_judge_reads_its_rule():
-    m = {"gini_post_minus_pre_pair": 0.05, "gini_post_minus_pre_pair_min": 0.01,
-         "gini_post_minus_pre_pair_ci": [0.02, 0.08], "ratio_pydoc-postln": 30.0,
-         "ratio_band_pydoc-postln": [1, 2],
-         "ratio_pydoc-preln": 20.0}
+    m = {
+        "gini_post_minus_pre_pair": 0.05,
+        "gini_post_minus_pre_pair_min": 0.01,
+        "gini_post_minus_pre_pair_ci": [0.02, 0.08],
+        "ratio_pydoc-postln": 30.0,
+        "ratio_band_pydoc-postln": [1, 2],
+        "ratio_pydoc-preln": 20.0,
+    }
     assert gp.judge(m).holds is True
     assert gp.judge({**m, "gini_post_minus_pre_pair_min": -0.01}).holds == "partly"
     assert gp.judge({**m, "gini_post_minus_pre_pair_min": -0.01, "ratio_pydoc-preln": 0.5}).holds is False
     no_eig = {k: v for k, v in m.items() if not k.startswith("ratio")}
-    assert gp.judge(no_eig).holds == "partly"                   # the Gini alone: never more than partly
+    assert gp.judge(no_eig).holds == "partly"  # the Gini alone: never more than partly
 
 
-@pytest.mark.slow                       # one table of 22 eigenvalues: about a minute on a shared CPU
+@pytest.mark.slow  # one table of 22 eigenvalues: about a minute on a shared CPU
 def test_the_protocols_table_top_eigenvalue_is_the_dense_blocks():
     model = hv.load_model("pydoc-preln")
     ids, labels = dt.build().batches("pydoc-preln", 1, seed=0)[0]
@@ -120,11 +132,11 @@ def test_the_protocols_table_top_eigenvalue_is_the_dense_blocks():
     assert abs(r["top"][0] - top) <= 1e-2 * abs(top)
 
 
-@pytest.mark.slow                       # two models' gradients on eight batches: half a minute
+@pytest.mark.slow  # two models' gradients on eight batches: half a minute
 def test_gini_protocol_quick_run(claims_once):
     from hessviz.experiments.report import run_claims
 
-    with claims_once():                                     # the run of test_reproduce_quick, once
+    with claims_once():  # the run of test_reproduce_quick, once
         res = run_claims(True, ids=("gini_protocol",))[0]
     m = res.record()["measured"]
     assert 0 < m["gini_pydoc-postln"] < 1 and 0 < m["gini_pydoc-preln"] < 1
@@ -140,9 +152,9 @@ def test_a_short_fine_tuning_run_lowers_the_loss_and_is_reproducible():
     task = op.task_for("pydoc-preln")
     a = op.train(task, "Adam", 1e-3, 5, seed=0)
     assert a.shape == (5 // op.EVAL_EVERY + 1,)
-    assert a[-1] < a[0] and abs(a[0] - np.log(len(dt.MODULES))) < 0.1     # a fresh head starts near ln 6
+    assert a[-1] < a[0] and abs(a[0] - np.log(len(dt.MODULES))) < 0.1  # a fresh head starts near ln 6
     np.testing.assert_array_equal(a, op.train(task, "Adam", 1e-3, 5, seed=0))
-    assert op.train(task, "SGD", 1e6, 5, seed=0)[-1] == 1e3         # diverged: held at 1e3
+    assert op.train(task, "SGD", 1e6, 5, seed=0)[-1] == 1e3  # diverged: held at 1e3
     with pytest.raises(ValueError, match="optimizer"):
         op.train(task, "RMSprop", 1e-3, 5, seed=0)
     assert op.steps_to(np.array([2.0, 1.5, 0.9, 0.5]), 1.0) == 2 * op.EVAL_EVERY
@@ -150,24 +162,26 @@ def test_a_short_fine_tuning_run_lowers_the_loss_and_is_reproducible():
 
 
 def test_optimizers_protocol_judge_and_saved_curves():
-    m = {f"log_final_ratio_SGD_over_sign_{s}": v for s, v in
-         zip(op.MODELS, (0.8, 0.3, 0.5))}
+    m = {f"log_final_ratio_SGD_over_sign_{s}": v for s, v in zip(op.MODELS, (0.8, 0.3, 0.5))}
     assert op.judge(m).holds is True
     assert op.judge({**m, "log_final_ratio_SGD_over_sign_pydoc-preln": 0.9}).holds == "partly"
     assert op.judge({**m, "log_final_ratio_SGD_over_sign_pydoc-postln": -0.1}).holds is False
-    data = {"pydoc-postln_SGD": np.ones((2, 3)), "pydoc-postln_Adam": np.zeros((2, 3)),
-            "eval_every": np.array(5)}
+    data = {
+        "pydoc-postln_SGD": np.ones((2, 3)),
+        "pydoc-postln_Adam": np.zeros((2, 3)),
+        "eval_every": np.array(5),
+    }
     curves, every = op.saved_curves(data)
     assert list(curves) == ["pydoc-postln"] and list(curves["pydoc-postln"]) == ["SGD", "Adam"] and every == 5
     with pytest.raises(ValueError, match="optimizers_protocol"):
         op.saved_curves({"eval_every": np.array(5)})
 
 
-@pytest.mark.slow                       # two models × five optimizers, ten steps: half a minute
+@pytest.mark.slow  # two models × five optimizers, ten steps: half a minute
 def test_optimizers_protocol_quick_run(claims_once):
     from hessviz.experiments.report import run_claims
 
-    with claims_once():                                     # the run of test_reproduce_quick, once
+    with claims_once():  # the run of test_reproduce_quick, once
         res = run_claims(True, ids=("optimizers_protocol",))[0]
     m = res.record()["measured"]
     for s in op.PAIR:

@@ -14,8 +14,18 @@ from hessviz.spectra import matrix_norm
 
 @pytest.fixture(scope="module")
 def small():
-    cfg = hv.BlockConfig(seq_len=4, d_model=6, d_k=3, d_ff=8, n_heads=2, out_proj=True, bias=True,
-                         ln_affine=True, norm="post", activation="gelu")
+    cfg = hv.BlockConfig(
+        seq_len=4,
+        d_model=6,
+        d_k=3,
+        d_ff=8,
+        n_heads=2,
+        out_proj=True,
+        bias=True,
+        ln_affine=True,
+        norm="post",
+        activation="gelu",
+    )
     X, _ = hv.sample_inputs(cfg, seed=1, input_norm=3.0)
     return cfg, X
 
@@ -36,17 +46,24 @@ def test_summary_verdict_and_report(small):
     cfg, X = small
     study = {}
     for j, model in enumerate(("pydoc-postln", "pydoc-preln")):
+
         def layer(seed: int, text: int):
             return rw.joined([rw.layer_heterogeneity(cfg, hv.init_params(cfg, seed=seed), X, seed=text)])
-        study[model] = [{kind: layer(10 * j + s + k, s) for k, kind in enumerate(("trained", "random"))}
-                        for s in range(2)]
+
+        study[model] = [
+            {kind: layer(10 * j + s + k, s) for k, kind in enumerate(("trained", "random"))} for s in range(2)
+        ]
     ms = rw.summarise(study)
     m = ms.numbers
-    assert m["gini_pydoc-postln_trained"] == pytest.approx(np.mean([r["trained"].gini
-                                                                    for r in study["pydoc-postln"]]))
+    assert m["gini_pydoc-postln_trained"] == pytest.approx(
+        np.mean([r["trained"].gini for r in study["pydoc-postln"]])
+    )
     assert len(m["gini_post_minus_pre_trained_pair_range"]) == 2
     v = rw.judge(m)
     assert v.holds in (True, False, "partly") and "Λ_G/Λ_P" in v.rule
     note, figs = rw.report(ms, v)
-    assert "pydoc-postln" in note and "RoBERTa" in note and set(figs) == {"real_weights_gini",
-                                                                          "real_weights_lambda"}
+    assert (
+        "pydoc-postln" in note
+        and "RoBERTa" in note
+        and set(figs) == {"real_weights_gini", "real_weights_lambda"}
+    )

@@ -15,9 +15,10 @@ from hessviz.errors import ConfigError, SizeError
 from hessviz.matfree.hessian_operator import DenseOperator, HessianOperator, ProductsOperator
 
 TOL = 1e-12
-CFG = hv.BlockConfig(seq_len=4, d_model=6, d_k=2, d_ff=8, n_heads=3, out_proj=True, norm="pre",
-                     ln_affine=True)
-WRT = ("W_Q", "W_V", "ln2_gamma", "W_1")                                   # θ order
+CFG = hv.BlockConfig(
+    seq_len=4, d_model=6, d_k=2, d_ff=8, n_heads=3, out_proj=True, norm="pre", ln_affine=True
+)
+WRT = ("W_Q", "W_V", "ln2_gamma", "W_1")  # θ order
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def test_products_blocks_and_algebra_match_the_dense_terms(res):
     gen = torch.Generator().manual_seed(0)
     V = torch.randn(res.size, 3, generator=gen, dtype=torch.float64)
     assert close(op @ V, res.full @ V) and close(op @ V[:, 0], res.full @ V[:, 0])
-    assert close(op @ V.numpy(), res.full @ V)                            # numpy in, tensor out
+    assert close(op @ V.numpy(), res.full @ V)  # numpy in, tensor out
     # blocks of names and head slices, and the transpose of an off-diagonal block
     rows, cols = res.offsets["W_V"], res.offsets["W_1"]
     block = op.block("W_V", "W_1")
@@ -177,7 +178,7 @@ def test_a_whole_models_operator_speaks_its_public_names(tmp_path):
     assert op.block_names() == ("l0.W_Q[0]", "l0.W_Q[1]", "l0.ln2_gamma")
     head = op.block("l0.W_Q[1]", "l0.ln2_gamma")
     assert head.rows == ("l0.W_Q[1]",) and head.shape == (32, 8)
-    rows = res.cfg.head_indices("W_Q[1]")                   # a head's entries inside vec_r(W_Q)
+    rows = res.cfg.head_indices("W_Q[1]")  # a head's entries inside vec_r(W_Q)
     assert close(head.dense(), H[rows, 64:])
     table = matfree.block_table(op)
     assert [r.name for r in table.rows] == list(op.block_names())
@@ -193,6 +194,6 @@ def test_curvlinops_estimators_run_on_the_operator(res):
     off = res.operator().block("W_V", "W_1").to_curvlinops()
     rows, cols = res.offsets["W_V"], res.offsets["W_1"]
     assert close(off.adjoint() @ torch.eye(rows.stop - rows.start, dtype=torch.float64), res.full[cols, rows])
-    torch.manual_seed(0)                                    # Hutch++ from 120 of hessviz's products
+    torch.manual_seed(0)  # Hutch++ from 120 of hessviz's products
     estimate = float(curvlinops.hutchpp_trace(view, num_matvecs=120))
     assert estimate == pytest.approx(float(torch.trace(res.full)), rel=0.02)

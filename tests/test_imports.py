@@ -98,12 +98,32 @@ def test_no_import_circles():
 
 # ----------------------------------------------------------------------------- no arrows back up
 
-LIBRARY_BASE = ("hessviz.ops", "hessviz.terms", "hessviz.config", "hessviz.errors", "hessviz.placements",
-                "hessviz.record", "hessviz.kron", "hessviz.chain", "hessviz.weights")
+LIBRARY_BASE = (
+    "hessviz.ops",
+    "hessviz.terms",
+    "hessviz.config",
+    "hessviz.errors",
+    "hessviz.placements",
+    "hessviz.record",
+    "hessviz.kron",
+    "hessviz.chain",
+    "hessviz.weights",
+)
 """The math every engine reads: it imports nothing built on it."""
-BUILT_ON = ("hessviz.api", "hessviz.result", "hessviz.matfree", "hessviz.pretrained", "hessviz.experiments",
-            "hessviz.plots", "hessviz.sweeps", "hessviz.app", "hessviz.cli", "hessviz.cost",
-            "hessviz.stack", "hessviz.assembly")
+BUILT_ON = (
+    "hessviz.api",
+    "hessviz.result",
+    "hessviz.matfree",
+    "hessviz.pretrained",
+    "hessviz.experiments",
+    "hessviz.plots",
+    "hessviz.sweeps",
+    "hessviz.app",
+    "hessviz.cli",
+    "hessviz.cost",
+    "hessviz.stack",
+    "hessviz.assembly",
+)
 TOP = ("hessviz.app", "hessviz.experiments", "hessviz.cli", "hessviz.__main__")
 """Nothing below these imports them: the app, the claims and the command line use the library."""
 
@@ -128,8 +148,11 @@ def test_the_library_never_imports_the_app_or_streamlit():
     mods = _modules()
     edges = {m: out - APP_COMMANDS.get(m, set()) for m, out in _edges(mods).items()}
     outside = {m: p for m, p in mods.items() if not m.startswith("hessviz.app")}
-    assert not {m: sorted(t for t in edges[m] if t.startswith("hessviz.app")) for m in outside
-                if any(t.startswith("hessviz.app") for t in edges[m])}
+    assert not {
+        m: sorted(t for t in edges[m] if t.startswith("hessviz.app"))
+        for m in outside
+        if any(t.startswith("hessviz.app") for t in edges[m])
+    }
     assert not [m for m, p in outside.items() if "streamlit" in _imported_roots(p)]
 
 
@@ -146,8 +169,13 @@ def _benchmark_imports(tree: ast.AST) -> set[str]:
     def visit(node: ast.AST, where: str) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             where = node.name
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+            else []
+        )
         if any(n.split(".")[0] == "benchmarks" for n in names):
             found.add(where)
         for child in ast.iter_child_nodes(node):
@@ -165,20 +193,28 @@ def test_the_library_never_imports_the_benchmarks():
 
 
 def test_the_benchmark_check_sees_an_import():
-    tree = ast.parse("import benchmarks.dense\ndef f():\n    from benchmarks import matfree\n"
-                     "def g():\n    import hessviz.benchmarks_like\n")
+    tree = ast.parse(
+        "import benchmarks.dense\ndef f():\n    from benchmarks import matfree\n"
+        "def g():\n    import hessviz.benchmarks_like\n"
+    )
     assert _benchmark_imports(tree) == {"<module>", "f"}
     bench = ROOT.parent / "benchmarks"
-    assert any("hessviz" in _imported_roots(p) for p in bench.glob("*.py"))     # the arrow runs this way
+    assert any("hessviz" in _imported_roots(p) for p in bench.glob("*.py"))  # the arrow runs this way
 
 
 def test_no_arrow_runs_back_up():
     edges = _edges(_modules())
-    up = {m: sorted(t for t in out if t.startswith(TOP)) for m, out in edges.items()
-          if not m.startswith(TOP) and any(t.startswith(TOP) for t in out)}
+    up = {
+        m: sorted(t for t in out if t.startswith(TOP))
+        for m, out in edges.items()
+        if not m.startswith(TOP) and any(t.startswith(TOP) for t in out)
+    }
     assert up == {}
-    base = {m: sorted(t for t in out if t.startswith(BUILT_ON) or t == "hessviz")
-            for m, out in edges.items() if m.startswith(LIBRARY_BASE)}
+    base = {
+        m: sorted(t for t in out if t.startswith(BUILT_ON) or t == "hessviz")
+        for m, out in edges.items()
+        if m.startswith(LIBRARY_BASE)
+    }
     assert {m: t for m, t in base.items() if t} == {}
 
 
@@ -247,6 +283,7 @@ def test_no_module_outside_the_app_branches_on_a_page_name():
 
 
 def test_the_page_name_check_sees_a_branch():
-    tree = ast.parse('def cost(kind):\n    if kind == "map":\n        return 1\n'
-                     '    return kind in ("learn",)\n')
+    tree = ast.parse(
+        'def cost(kind):\n    if kind == "map":\n        return 1\n    return kind in ("learn",)\n'
+    )
     assert [s for _, s in _compared_strings(tree)] == ["map", "learn"]

@@ -19,8 +19,13 @@ def _factored(g: torch.Generator, shape: tuple[int, int], kinds: tuple[str, ...]
     terms = []
     for kind in kinds:
         nv, nm = (n1, n2) if kind == LEFT else (n2, n1)
-        terms.append(KronTerm(kind, torch.randn(L, nv, generator=g, dtype=torch.float64),
-                              torch.randn(L, N_OUT, nm, generator=g, dtype=torch.float64)))
+        terms.append(
+            KronTerm(
+                kind,
+                torch.randn(L, nv, generator=g, dtype=torch.float64),
+                torch.randn(L, N_OUT, nm, generator=g, dtype=torch.float64),
+            )
+        )
     return Factored(tuple(terms))
 
 
@@ -47,11 +52,11 @@ def test_sandwich_into_many_slices_matches_the_dense_sum(slices):
     out = torch.empty(12, 10, dtype=torch.float64)
     mirror = torch.empty(10, 12, dtype=torch.float64)
     kron.sandwich_into(out.view(4, 3, 2, 5), [(Ja, N, Jb), (Ja, None, Jb)], mirror.view(2, 5, 4, 3))
-    A, B = Ja.dense(), Jb.dense()   # (L, n_out, P_a), (L, n_out, P_b)
+    A, B = Ja.dense(), Jb.dense()  # (L, n_out, P_a), (L, n_out, P_b)
     expected = torch.einsum("toa,top,tpb->ab", A, N, B) + torch.einsum("toa,tob->ab", A, B)
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
-    assert torch.equal(mirror, out.T)   # the mirror is a copy, not a recomputation
-    assert sorted(set(slices)) == [(i, i + 1) for i in range(4)]   # one slice per row α of W_a (4 rows)
+    assert torch.equal(mirror, out.T)  # the mirror is a copy, not a recomputation
+    assert sorted(set(slices)) == [(i, i + 1) for i in range(4)]  # one slice per row α of W_a (4 rows)
 
 
 def test_hessian_is_the_same_in_one_slice_or_many(slices):
@@ -59,7 +64,7 @@ def test_hessian_is_the_same_in_one_slice_or_many(slices):
     params = hv.init_params(cfg, seed=3)
     X, Y = hv.sample_inputs(cfg, seed=3, input_norm=2.0)
     many = hv.hessian(cfg, params, X, Y).full.clone()
-    assert any(start > 0 for start, _ in slices)   # blocks were built in more than one slice
+    assert any(start > 0 for start, _ in slices)  # blocks were built in more than one slice
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(kron, "CHUNK_BYTES", 1 << 22)
         one = hv.hessian(cfg, params, X, Y).full

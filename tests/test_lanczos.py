@@ -28,12 +28,12 @@ def test_extremes_match_eigvalsh(which):
     A = _symmetric(300, 0)
     ev = torch.linalg.eigvalsh(A)
     r = lanczos.extremes(lambda V: V @ A, 300, 5, which, tol=1e-10, like=A, vectors=True)
-    assert r.converged and r.restarts > 0                      # restarted, not just a long Krylov space
+    assert r.converged and r.restarts > 0  # restarted, not just a long Krylov space
     torch.testing.assert_close(r.values, _reference(ev, 5, which), rtol=0, atol=1e-10)
     assert bool((r.residuals <= 1e-9 * r.values.abs()).all()), r.residuals
     torch.testing.assert_close(r.vectors @ r.vectors.T, torch.eye(5, dtype=torch.float64), rtol=0, atol=1e-10)
     again = lanczos.extremes(lambda V: V @ A, 300, 5, which, tol=1e-10, like=A)
-    assert torch.equal(again.values, r.values) and again.matvecs == r.matvecs   # same seed, same numbers
+    assert torch.equal(again.values, r.values) and again.matvecs == r.matvecs  # same seed, same numbers
     other = lanczos.extremes(lambda V: V @ A, 300, 5, which, tol=1e-10, like=A, seed=1)
     torch.testing.assert_close(other.values, r.values, rtol=0, atol=1e-10)
 
@@ -100,7 +100,7 @@ def test_the_value_bound_stops_sooner_and_holds(which):
     assert bool((err <= 1e-4 * truth.abs()).all()) and bool((by_value.errors >= err).all())
     assert by_value.matvecs < by_residual.matvecs
     estimate = lanczos.extremes(lambda V: V @ A, 400, 2, which, tol=1e-4, like=A, bound="value", check=False)
-    assert estimate.matvecs == by_value.matvecs - 2          # the Ritz values, the Rayleigh quotients
+    assert estimate.matvecs == by_value.matvecs - 2  # the Ritz values, the Rayleigh quotients
     torch.testing.assert_close(estimate.values, by_value.values, rtol=1e-13, atol=0)
     torch.testing.assert_close(estimate.residuals, by_value.residuals, rtol=1e-6, atol=1e-12)
     with pytest.raises(ValueError, match="bound"):
@@ -176,9 +176,10 @@ def test_slq_partial_reorthogonalisation_reads_the_basis_rarely(monkeypatch):
         phi, Z = torch.linalg.eigh(F)
         torch.testing.assert_close(theta[-3:], phi[-3:], rtol=0, atol=1e-10)
         torch.testing.assert_close(theta[:2], phi[:2], rtol=0, atol=1e-10)
-        for power in (1, 2, 3):                                   # vᵀHᵖv / ‖v‖², the quadrature's moments
-            torch.testing.assert_close((Y[0] ** 2 * theta ** power).sum(), (Z[0] ** 2 * phi ** power).sum(),
-                                       rtol=1e-12, atol=0)
+        for power in (1, 2, 3):  # vᵀHᵖv / ‖v‖², the quadrature's moments
+            torch.testing.assert_close(
+                (Y[0] ** 2 * theta**power).sum(), (Z[0] ** 2 * phi**power).sum(), rtol=1e-12, atol=0
+            )
 
 
 @pytest.mark.parametrize("which", lanczos.WHICH)
@@ -188,16 +189,20 @@ def test_partial_and_full_reorthogonalisation_agree(which):
     bounds held; ``reorth`` and its default checked."""
     A = _symmetric(400, 7)
     truth = _reference(torch.linalg.eigvalsh(A), 3, which)
-    runs = {reorth: lanczos.extremes(lambda V: V @ A, 400, 3, which, tol=1e-10, like=A, bound="value",
-                                     reorth=reorth) for reorth in ("auto", "partial", "full")}
+    runs = {
+        reorth: lanczos.extremes(
+            lambda V: V @ A, 400, 3, which, tol=1e-10, like=A, bound="value", reorth=reorth
+        )
+        for reorth in ("auto", "partial", "full")
+    }
     assert torch.equal(runs["auto"].values, runs["partial"].values)
-    roundoff = 100 * torch.finfo(torch.float64).eps * truth.abs()     # no bound sees below it
+    roundoff = 100 * torch.finfo(torch.float64).eps * truth.abs()  # no bound sees below it
     for r in runs.values():
         err = (r.values - truth).abs()
         assert r.converged and bool((err <= 1e-10 * truth.abs()).all()), err
         assert bool((r.errors + roundoff >= err).all())
     assert lanczos.default_ncv(400, 3, A, "partial") == 48 and lanczos.default_ncv(400, 3, A, "full") == 20
-    assert lanczos.default_ncv(10 ** 8, 3, A, "partial") == 20          # a basis within BASIS_BYTES
+    assert lanczos.default_ncv(10**8, 3, A, "partial") == 20  # a basis within BASIS_BYTES
     assert lanczos._reorth("auto", A, "residual") == "full"
     assert lanczos._reorth("auto", A.float(), "value") == "full"
     with pytest.raises(ValueError, match="reorth"):
@@ -222,13 +227,14 @@ def test_a_start_near_the_answer_saves_products():
     A = _spectrum(values, 1)
     u = torch.linalg.eigh(A).eigenvectors[:, -1]
     noise = torch.randn(300, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    guess = u + 0.3 * noise / 300 ** 0.5
+    guess = u + 0.3 * noise / 300**0.5
     cold = lanczos.extremes(lambda V: V @ A, 300, 1, tol=1e-8, like=A)
     warm = lanczos.extremes(lambda V: V @ A, 300, 1, tol=1e-8, like=A, start=guess)
     assert warm.matvecs < cold.matvecs
     torch.testing.assert_close(warm.values, cold.values, rtol=1e-12, atol=0)
-    zero = lanczos.extremes(lambda V: V @ A, 300, 1, tol=1e-8, like=A,
-                            start=torch.zeros(300, dtype=torch.float64))
+    zero = lanczos.extremes(
+        lambda V: V @ A, 300, 1, tol=1e-8, like=A, start=torch.zeros(300, dtype=torch.float64)
+    )
     assert torch.equal(zero.values, cold.values) and zero.matvecs == cold.matvecs
     with pytest.raises(ValueError, match="start"):
         lanczos.extremes(lambda V: V @ A, 300, 1, like=A, start=torch.ones(299, dtype=torch.float64))
@@ -251,8 +257,20 @@ def test_k1_stops_on_an_invariant_krylov_space():
 
 
 def _case_inputs():
-    cfg = hv.BlockConfig(seq_len=5, d_model=8, d_k=4, d_ff=12, norm="pre", n_heads=2, out_proj=True,
-                         bias=True, ln_affine=True, activation="gelu", loss="ce", ln_eps=1e-5)
+    cfg = hv.BlockConfig(
+        seq_len=5,
+        d_model=8,
+        d_k=4,
+        d_ff=12,
+        norm="pre",
+        n_heads=2,
+        out_proj=True,
+        bias=True,
+        ln_affine=True,
+        activation="gelu",
+        loss="ce",
+        ln_eps=1e-5,
+    )
     params = hv.init_params(cfg, seed=0)
     X, Y = hv.sample_inputs(cfg, seed=0, input_norm=4.0)
     return cfg, params, X, Y
@@ -287,8 +305,9 @@ def test_block_table_and_density_use_the_torch_core(case):
     """Blocks past ``exact_limit`` go through the torch core (P' ≥ SCIPY_BELOW would anyway);
     the SLQ density comes from its ``tridiagonal``."""
     res, _ = case
-    table = spectral.block_table(res, "full", ("W_Q[0]", "W_1", "ln1_gamma"), exact_limit=0,
-                                 trace_samples=6, seed=0)
+    table = spectral.block_table(
+        res, "full", ("W_Q[0]", "W_1", "ln1_gamma"), exact_limit=0, trace_samples=6, seed=0
+    )
     for row in table.rows:
         H = res.block(row.name, row.name)
         assert abs(row.top - float(torch.linalg.eigvalsh(H)[-1])) <= 1e-6 * max(1.0, abs(row.top))
@@ -309,7 +328,7 @@ def test_torch_core_on_cuda_matches_cpu(case):
         ref = spectral.eigenpairs(res, "full", 4, "top", solver="torch", **kw)
         np.testing.assert_allclose(ours.values, ref.values, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(ours.values, np.sort(eig["full"])[-4:], rtol=1e-8, atol=1e-10)
-    for reorth in ("none", "partial", "full"):         # rounding differs: what the quadrature rests on agrees
+    for reorth in ("none", "partial", "full"):  # rounding differs: what the quadrature rests on agrees
         d_gpu = spectral.density(gpu, "full", probes=3, steps=40, seed=0, reorth=reorth)
         d_cpu = spectral.density(res, "full", probes=3, steps=40, seed=0, reorth=reorth)
         assert d_gpu.matvecs == d_cpu.matvecs == 120
@@ -378,8 +397,9 @@ def test_batched_products_equal_looped(case, layout):
     W = torch.randn(n, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     W = W if layout == "C" else W.T.contiguous().T
     batched = res.products.matvec(W, "full", rows=rows, cols=cols)
-    looped = torch.stack([res.products.matvec(W[:, i].contiguous(), "full", rows=rows, cols=cols)
-                          for i in range(5)], 1)
+    looped = torch.stack(
+        [res.products.matvec(W[:, i].contiguous(), "full", rows=rows, cols=cols) for i in range(5)], 1
+    )
     torch.testing.assert_close(batched, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
 
 
@@ -421,7 +441,7 @@ def test_products_kept_at_the_point_repeat_exactly(case):
     first = res.matvec(v)
     for _ in range(3):
         assert torch.equal(res.matvec(v), first)
-    assert res.products.tape is tape                                   # built once
+    assert res.products.tape is tape  # built once
     cfg = res.cfg
     fresh = hv.hessian(cfg, hv.init_params(cfg, seed=0), *hv.sample_inputs(cfg, seed=0, input_norm=4.0))
     torch.testing.assert_close(fresh.matvec(v), first, rtol=0, atol=1e-14)
@@ -454,7 +474,7 @@ def test_bad_arguments_name_the_argument(case):
         res.matvec(torch.ones(n, 2, dtype=torch.int32))
     with pytest.raises(ValueError, match="probes"):
         spectral.density(res, probes=-3, reorth="none")
-    v32 = torch.randn(n, 3, generator=torch.Generator().manual_seed(8)).float()   # cast, as documented
+    v32 = torch.randn(n, 3, generator=torch.Generator().manual_seed(8)).float()  # cast, as documented
     assert torch.equal(res.matvec(v32), res.matvec(v32.double()))
     assert torch.equal(res.matvec(v32.numpy()), res.matvec(v32.double()))
 
@@ -492,8 +512,18 @@ def test_speed_section_is_rewritten_in_place(tmp_path):
     """The bench section of MATFREE.md is replaced, not appended, and the rest of the file kept."""
     from benchmarks import matfree_spectra
 
-    row = {"row": "slq", "L": 8, "P": 10, "probes": 2, "steps": 3, "seconds": 1.5, "products": 6,
-           "peak_mib": 1.0, "support": [-1.0, 2.0], "load": (1.0, 1.0, 1.0)}
+    row = {
+        "row": "slq",
+        "L": 8,
+        "P": 10,
+        "probes": 2,
+        "steps": 3,
+        "seconds": 1.5,
+        "products": 6,
+        "peak_mib": 1.0,
+        "support": [-1.0, 2.0],
+        "load": (1.0, 1.0, 1.0),
+    }
     out = tmp_path / "MATFREE.md"
     out.write_text("# Products\n\nold table\n")
     matfree_spectra.write_section(out, matfree_spectra.markdown([row]), "first\n\n")
@@ -510,8 +540,14 @@ def test_speed_cases_round_trip(tmp_path, monkeypatch):
     from benchmarks import matfree_spectra
 
     f64 = torch.float64
-    saved = {3: (hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=8), {"W_Q": torch.eye(4, dtype=f64)},
-                 torch.ones(3, 4, dtype=f64), torch.zeros(3, 4, dtype=f64))}
+    saved = {
+        3: (
+            hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=8),
+            {"W_Q": torch.eye(4, dtype=f64)},
+            torch.ones(3, 4, dtype=f64),
+            torch.zeros(3, 4, dtype=f64),
+        )
+    }
     torch.save(saved, tmp_path / "cases.pt")
     monkeypatch.setenv(matfree_spectra.CASES_ENV, str(tmp_path / "cases.pt"))
     cfg, params, X, Y = matfree_spectra.real_case(3, "cpu")

@@ -40,7 +40,7 @@ def pages(tmp_path_factory) -> dict[str, Path]:
 def _data(path: Path) -> dict:
     text, marker = path.read_text(), '<script id="lesson-data" type="application/json">'
     start = text.index(marker) + len(marker)
-    return json.loads(text[start:text.index("</script>", start)])
+    return json.loads(text[start : text.index("</script>", start)])
 
 
 def test_a_lesson_page_is_self_contained_and_bakes_the_open_controls(pages):
@@ -55,8 +55,9 @@ def test_a_lesson_page_is_self_contained_and_bakes_the_open_controls(pages):
     assert "This lesson page covers sequence length L from 2 to 64" in text
     first = data["views"]["0"]
     assert first["describe"].startswith("Self-attention alone") and len(first["figures"]) == 2
-    assert data["views"]["1"]["figures"][1] == data["views"]["2"]["figures"][1], \
+    assert data["views"]["1"]["figures"][1] == data["views"]["2"]["figures"][1], (
         "the side-by-side chart of Post-LN and Pre-LN is one figure, kept once"
+    )
     assert len(data["figures"]) < 2 * len(data["views"])
     assert data["views"]["1"]["describe"].startswith("Post-LN"), "the placement control changes the block"
     collapse = _data(pages["collapse"])
@@ -75,12 +76,15 @@ def test_a_lesson_page_draws_what_the_page_draws(pages):
     assert page["data"][0]["y"] == lesson_page.compact(list(r.figure.data[0].y))
 
 
-@pytest.mark.parametrize("url, says", [
-    ("/bogus?norm=pre", "the app has no page /bogus"),
-    ("/hessian_map", "is not offered as a lesson page"),
-    ("/scaling?sc_seeds=99", "`sc_seeds=99` is out of range 1 … 8: used sc_seeds = 8."),
-    ("/layernorm_collapse?lnc_view=wat", "`lnc_view=wat` is not one of layernorm, block"),
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("/bogus?norm=pre", "the app has no page /bogus"),
+        ("/hessian_map", "is not offered as a lesson page"),
+        ("/scaling?sc_seeds=99", "`sc_seeds=99` is out of range 1 … 8: used sc_seeds = 8."),
+        ("/layernorm_collapse?lnc_view=wat", "`lnc_view=wat` is not one of layernorm, block"),
+    ],
+)
 def test_a_url_the_app_does_not_offer_gets_the_apps_line(url, says):
     with pytest.raises(lesson_page.LessonError) as err:
         lesson_page.settle(url)
@@ -89,8 +93,13 @@ def test_a_url_the_app_does_not_offer_gets_the_apps_line(url, says):
 
 def test_the_command_refuses_in_one_line_and_leaves_no_file(tmp_path):
     out = tmp_path / "lesson.html"
-    proc = subprocess.run([sys.executable, "-m", "hessviz", "lesson", "/scaling?norm=wat", "--out", str(out),
-                           "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hessviz", "lesson", "/scaling?norm=wat", "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
@@ -101,15 +110,19 @@ def test_the_command_refuses_in_one_line_and_leaves_no_file(tmp_path):
 def test_a_grid_over_the_size_limit_names_the_control_to_fix(tmp_path):
     from plotly.offline import get_plotlyjs
 
-    limit = len(get_plotlyjs()) + 40_000 + 1_000       # room for plotly.js and less than one view
+    limit = len(get_plotlyjs()) + 40_000 + 1_000  # room for plotly.js and less than one view
     with pytest.raises(lesson_page.LessonError, match=r"^sc_blk: this lesson page would be .*fix sc_blk"):
-        lesson_page.write(f"/scaling?norm=attention&{SMALL}&sc_seeds=1&sc_axis=L&hide=sc_axis,norm",
-                          tmp_path / "big.html", limit=limit)
+        lesson_page.write(
+            f"/scaling?norm=attention&{SMALL}&sc_seeds=1&sc_axis=L&hide=sc_axis,norm",
+            tmp_path / "big.html",
+            limit=limit,
+        )
     assert list(tmp_path.iterdir()) == []
 
 
-CHART_DATA = ("() => JSON.stringify([...document.querySelectorAll('.chart')]"
-              ".map(c => c.data.map(t => [t.x, t.y])))")
+CHART_DATA = (
+    "() => JSON.stringify([...document.querySelectorAll('.chart')].map(c => c.data.map(t => [t.x, t.y])))"
+)
 
 
 @pytest.mark.browser
@@ -124,8 +137,14 @@ def test_a_lesson_page_works_offline_in_chromium(pages):
         for size, (w, h) in {"desktop": (1280, 720), "phone": (390, 844)}.items():
             context = browser.new_context(viewport={"width": w, "height": h}, is_mobile=size == "phone")
             context.set_offline(True)
-            context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
-                          else (blocked.append(route.request.url), route.abort())[1])
+            context.route(
+                "**/*",
+                lambda route: (
+                    route.continue_()
+                    if route.request.url.startswith("file:")
+                    else (blocked.append(route.request.url), route.abort())[1]
+                ),
+            )
             for name, path in pages.items():
                 page = context.new_page()
                 errors: list[str] = []

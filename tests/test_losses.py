@@ -63,7 +63,7 @@ def test_custom_loss_is_its_gradient_and_curvature():
     Z, g = point(), point(3)
     A = torch.randn(L * D, L * D, generator=_gen(4), dtype=F64)
     N = A @ A.T
-    blocks = torch.stack([N[t * D:(t + 1) * D, t * D:(t + 1) * D] for t in range(L)])
+    blocks = torch.stack([N[t * D : (t + 1) * D, t * D : (t + 1) * D] for t in range(L)])
     for hess in (N, blocks, lambda dZ: (dZ.reshape(dZ.shape[0], -1) @ N).reshape(dZ.shape)):
         loss = hv.CustomLoss(g, hess).at(Z)
         dense = N if not isinstance(hess, torch.Tensor) or hess.ndim == 2 else torch.block_diag(*blocks)
@@ -126,8 +126,11 @@ def test_classifier_at_one_sequence_matches_autograd(pooling):
     W = torch.randn(D, C, generator=gen, dtype=F64)
     b = 0.1 * torch.randn(C, generator=gen, dtype=F64)
     head = hv.Classifier(W, b, [2, 1], pooling)
-    w = {"cls": torch.eye(L, dtype=F64)[0], "last": torch.eye(L, dtype=F64)[-1],
-         "mean": torch.full((L,), 1.0 / L, dtype=F64)}[pooling]
+    w = {
+        "cls": torch.eye(L, dtype=F64)[0],
+        "last": torch.eye(L, dtype=F64)[-1],
+        "mean": torch.full((L,), 1.0 / L, dtype=F64),
+    }[pooling]
 
     def f(z):
         return F.cross_entropy((w @ _final_norm(norm, z) @ W + b)[None], torch.tensor([1]))
@@ -141,10 +144,11 @@ def test_classifier_at_one_sequence_matches_autograd(pooling):
 
 def test_strings_become_objects_in_one_place():
     Y = point(12)
-    assert isinstance(block_loss("mse", Y), hv.MSE) and isinstance(block_loss("ce", Y[:, 0].long()),
-                                                                     hv.CrossEntropy)
+    assert isinstance(block_loss("mse", Y), hv.MSE) and isinstance(
+        block_loss("ce", Y[:, 0].long()), hv.CrossEntropy
+    )
     custom = hv.CustomLoss(Y, torch.eye(L * D, dtype=F64))
-    assert block_loss("mse", custom) is custom                      # a loss object passes through
+    assert block_loss("mse", custom) is custom  # a loss object passes through
     with pytest.raises(ConfigError, match="loss must be one of"):
         block_loss("l1", Y)
     with pytest.raises(InputError, match="no point yet"):
@@ -155,5 +159,3 @@ def test_the_chunk_is_sized_for_one_product_sweep():
     from hessviz.matfree.operator import BATCH
 
     assert PRODUCT_COLUMNS == BATCH
-
-

@@ -20,14 +20,49 @@ from tests.helpers import assert_close
 TERMS = NAMES
 
 REAL = [
-    hv.BlockConfig(seq_len=4, d_model=6, d_k=2, d_ff=5, norm="post", n_heads=2, out_proj=True, bias=True,
-                   ln_affine=True, activation="gelu", ln_eps=1e-5),
-    hv.BlockConfig(seq_len=5, d_model=4, d_k=2, d_ff=3, norm="pre", n_heads=3, out_proj=True, d_v=1,
-                   bias=True, ln_affine=True, causal=True, activation="gelu_tanh", loss="ce", ln_eps=1e-5),
-    hv.BlockConfig(seq_len=4, d_model=5, d_k=3, d_ff=4, norm="none", n_heads=2, out_proj=True, causal=True,
-                   bias=True),
-    hv.BlockConfig(seq_len=3, d_model=4, d_k=2, norm="attention", n_heads=2, out_proj=True, bias=True,
-                   causal=True, loss="ce"),
+    hv.BlockConfig(
+        seq_len=4,
+        d_model=6,
+        d_k=2,
+        d_ff=5,
+        norm="post",
+        n_heads=2,
+        out_proj=True,
+        bias=True,
+        ln_affine=True,
+        activation="gelu",
+        ln_eps=1e-5,
+    ),
+    hv.BlockConfig(
+        seq_len=5,
+        d_model=4,
+        d_k=2,
+        d_ff=3,
+        norm="pre",
+        n_heads=3,
+        out_proj=True,
+        d_v=1,
+        bias=True,
+        ln_affine=True,
+        causal=True,
+        activation="gelu_tanh",
+        loss="ce",
+        ln_eps=1e-5,
+    ),
+    hv.BlockConfig(
+        seq_len=4, d_model=5, d_k=3, d_ff=4, norm="none", n_heads=2, out_proj=True, causal=True, bias=True
+    ),
+    hv.BlockConfig(
+        seq_len=3,
+        d_model=4,
+        d_k=2,
+        norm="attention",
+        n_heads=2,
+        out_proj=True,
+        bias=True,
+        causal=True,
+        loss="ce",
+    ),
     hv.BlockConfig(seq_len=4, d_model=5, d_k=2, d_ff=6, norm="post", causal=True, bias=True),
 ]
 
@@ -81,8 +116,9 @@ def test_matvec_matches_torch_func_hvp():
     assert_close(res.matvec(v), hvp, 1e-10, "H v vs torch.func reverse-over-reverse")
 
 
-@pytest.mark.parametrize("wrt", [("W_Q[1]", "b_K[0]", "W_O[1]", "ln2_gamma", "b_2"), ("b_V",),
-                                 ("ln1_beta", "W_V[0]", "W_V[1]")])
+@pytest.mark.parametrize(
+    "wrt", [("W_Q[1]", "b_K[0]", "W_O[1]", "ln2_gamma", "b_2"), ("b_V",), ("ln1_beta", "W_V[0]", "W_V[1]")]
+)
 def test_head_slices_and_subsets(wrt):
     _assert_matvec_matches_dense(REAL[0], wrt, 4)
 
@@ -112,7 +148,8 @@ def test_linear_operator_feeds_scipy():
     op = res.linear_operator("outer")
     b = _columns(res.size, 1)[:, 0].numpy()
     damped = op + 1.0 * __import__("scipy.sparse.linalg", fromlist=["aslinearoperator"]).aslinearoperator(
-        np.eye(res.size))
+        np.eye(res.size)
+    )
     x, info = cg(damped, b, rtol=1e-12, maxiter=2000)
     assert info == 0
     dense = hv.hessian(cfg, params, X, Y, method="autograd").outer.numpy() + np.eye(res.size)
@@ -164,6 +201,7 @@ def test_cuda_minilm_matches_autograd():
     for term in TERMS:
         assert_close(res.matvec(V, term), ag.matvec(V, term), 1e-9, f"{term} MiniLM cuda vs autograd")
 
+
 def test_bad_vectors_are_refused():
     cfg = REAL[2]
     params, X, Y = _inputs(cfg)
@@ -181,8 +219,20 @@ def test_bad_vectors_are_refused():
 
 @pytest.fixture(scope="module")
 def spectral_case():
-    cfg = hv.BlockConfig(seq_len=6, d_model=8, d_k=4, d_ff=12, norm="pre", n_heads=2, out_proj=True,
-                         bias=True, ln_affine=True, activation="gelu", loss="ce", ln_eps=1e-5)
+    cfg = hv.BlockConfig(
+        seq_len=6,
+        d_model=8,
+        d_k=4,
+        d_ff=12,
+        norm="pre",
+        n_heads=2,
+        out_proj=True,
+        bias=True,
+        ln_affine=True,
+        activation="gelu",
+        loss="ce",
+        ln_eps=1e-5,
+    )
     params, X, Y = _inputs(cfg, input_norm=4.0)
     res = hv.hessian(cfg, params, X, Y)
     ref = hv.hessian(cfg, params, X, Y, method="autograd")
@@ -217,8 +267,8 @@ def test_slq_density_within_stated_error(spectral_case, reorth):
     assert np.abs(d.cdf(grid) - (ev[None, :] <= grid[:, None]).mean(1)).max() <= 0.08
     spread = np.std([res.size * np.sum(w * x) for x, w in zip(d.nodes, d.weights)]) / np.sqrt(20)
     assert abs(d.trace - ev.sum()) <= 4 * spread
-    per_probe = [np.sum(w * x ** 2) for x, w in zip(d.nodes, d.weights)]         # vᵀH²v / ‖v‖²
-    assert abs(np.mean(per_probe) - np.mean(ev ** 2)) <= 4 * np.std(per_probe) / np.sqrt(20)
+    per_probe = [np.sum(w * x**2) for x, w in zip(d.nodes, d.weights)]  # vᵀH²v / ‖v‖²
+    assert abs(np.mean(per_probe) - np.mean(ev**2)) <= 4 * np.std(per_probe) / np.sqrt(20)
     x, phi = d.curve()
     assert abs(np.trapezoid(phi, x) - 1.0) < 1e-3
 
@@ -264,9 +314,10 @@ def test_block_table_every_weight_and_head(spectral_case):
 def test_progress_reports_and_cancels(spectral_case):
     res, _, _ = spectral_case
     seen = []
-    spectral.density(res, "full", probes=2, steps=5,
-                     progress=lambda done, total, msg: seen.append((done, total)))
-    assert seen[-1] == (10, 10) and [d for d, _ in seen] == [2, 4, 6, 8, 10]   # both probes per step
+    spectral.density(
+        res, "full", probes=2, steps=5, progress=lambda done, total, msg: seen.append((done, total))
+    )
+    assert seen[-1] == (10, 10) and [d for d, _ in seen] == [2, 4, 6, 8, 10]  # both probes per step
 
     class Stop(Exception):
         pass
@@ -275,10 +326,12 @@ def test_progress_reports_and_cancels(spectral_case):
         if done >= 3:
             raise Stop
 
-    for run in (lambda: spectral.eigenpairs(res, "full", 2, progress=cancel),
-                lambda: spectral.density(res, "full", 3, 10, progress=cancel),
-                lambda: spectral.trace(res, "full", 30, "hutchinson", progress=cancel),
-                lambda: spectral.block_table(res, "full", exact_limit=0, progress=cancel)):
+    for run in (
+        lambda: spectral.eigenpairs(res, "full", 2, progress=cancel),
+        lambda: spectral.density(res, "full", 3, 10, progress=cancel),
+        lambda: spectral.trace(res, "full", 30, "hutchinson", progress=cancel),
+        lambda: spectral.block_table(res, "full", exact_limit=0, progress=cancel),
+    ):
         with pytest.raises(Stop):
             run()
 
@@ -297,12 +350,44 @@ def test_cli_spectrum_writes_json_and_html(tmp_path):
     from hessviz.cli import main
 
     out = tmp_path / "spec"
-    assert main(["spectrum", "--norm", "post", "-L", "4", "-d", "6", "--d-k", "2", "--heads", "2",
-                 "--out-proj", "--bias", "--ln-affine", "--ln-eps", "1e-5", "--top", "3", "--density",
-                 "--probes", "3", "--steps", "10", "--trace", "9", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "spectrum",
+                "--norm",
+                "post",
+                "-L",
+                "4",
+                "-d",
+                "6",
+                "--d-k",
+                "2",
+                "--heads",
+                "2",
+                "--out-proj",
+                "--bias",
+                "--ln-affine",
+                "--ln-eps",
+                "1e-5",
+                "--top",
+                "3",
+                "--density",
+                "--probes",
+                "3",
+                "--steps",
+                "10",
+                "--trace",
+                "9",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = __import__("json").loads(out.with_suffix(".json").read_text())
-    cfg = hv.BlockConfig(seq_len=4, d_model=6, d_k=2, n_heads=2, out_proj=True, bias=True, ln_affine=True,
-                         ln_eps=1e-5)
+    cfg = hv.BlockConfig(
+        seq_len=4, d_model=6, d_k=2, n_heads=2, out_proj=True, bias=True, ln_affine=True, ln_eps=1e-5
+    )
     params = hv.init_params(cfg, seed=0)
     X, Y = hv.sample_inputs(cfg, seed=0)
     ev = torch.linalg.eigvalsh(hv.hessian(cfg, params, X, Y, method="autograd").full).numpy()
@@ -311,16 +396,29 @@ def test_cli_spectrum_writes_json_and_html(tmp_path):
     assert "plotly" in out.with_suffix(".html").read_text()
 
 
-@pytest.mark.parametrize("norm, out_proj, layers", [("post", True, 2), ("pre", False, 1),
-                                                     ("parallel", True, 2), ("attention", True, 1)])
+@pytest.mark.parametrize(
+    "norm, out_proj, layers",
+    [("post", True, 2), ("pre", False, 1), ("parallel", True, 2), ("attention", True, 1)],
+)
 @pytest.mark.parametrize("kind", ["token", "dense"])
 def test_products_for_a_loss_on_some_tokens_sweep_those_rows_alone(norm, out_proj, layers, kind):
     """A :class:`~hessviz.CustomLoss` whose gradient and curvature live on tokens 0 and 3 only (a pooled
     classifier's kind): the products sweep a tape whose last layer runs on those two tokens after its
     attention (its ``Z`` has two rows), and equal the dense engine's on every term, on the full tape."""
-    cfg = hv.BlockConfig(seq_len=5, d_model=4, d_k=2, d_ff=6, norm=norm, activation="gelu",
-                         n_heads=2 if out_proj else 1, out_proj=out_proj, bias=True,
-                         ln_affine=norm != "attention", ln_eps=1e-5, n_layers=layers)
+    cfg = hv.BlockConfig(
+        seq_len=5,
+        d_model=4,
+        d_k=2,
+        d_ff=6,
+        norm=norm,
+        activation="gelu",
+        n_heads=2 if out_proj else 1,
+        out_proj=out_proj,
+        bias=True,
+        ln_affine=norm != "attention",
+        ln_eps=1e-5,
+        n_layers=layers,
+    )
     params = hv.init_params(cfg, seed=1)
     X, _ = hv.sample_inputs(cfg, seed=1)
     gen = torch.Generator().manual_seed(2)
@@ -332,7 +430,7 @@ def test_products_for_a_loss_on_some_tokens_sweep_those_rows_alone(norm, out_pro
     N[read] = B @ B.transpose(1, 2)
     if kind == "dense":
         N = torch.block_diag(*N)
-        N[0:4, 12:16] = N[12:16, 0:4] = 0.3                  # tokens 0 and 3 coupled, as after a pooling
+        N[0:4, 12:16] = N[12:16, 0:4] = 0.3  # tokens 0 and 3 coupled, as after a pooling
     res = hv.hessian(cfg, params, X, loss=hv.CustomLoss(g, N))
     mf = res.products
     assert torch.equal(mf.Y.read_rows, read) and mf.sweep_tape is not mf.tape
@@ -342,5 +440,10 @@ def test_products_for_a_loss_on_some_tokens_sweep_those_rows_alone(norm, out_pro
         assert_close(res.matvec(V, term), getattr(res, term) @ V, 1e-12, term, atol=1e-12)
     grad = hv.gradient(cfg, params, X, loss=hv.CustomLoss(g, N))
     swept = hv.api._tape_gradient(cfg, mf.sweep_tape, res.names)
-    assert_close(torch.cat([swept[n].reshape(-1) for n in grad]),
-                 torch.cat([t.reshape(-1) for t in grad.values()]), 1e-13, "gradient", atol=1e-15)
+    assert_close(
+        torch.cat([swept[n].reshape(-1) for n in grad]),
+        torch.cat([t.reshape(-1) for t in grad.values()]),
+        1e-13,
+        "gradient",
+        atol=1e-15,
+    )

@@ -98,7 +98,7 @@ def test_sweep_plot_draws_the_named_statistic_band_and_fit():
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert fig.layout.xaxis.title.text == "input size ‖X‖₂"
     band, line, fitted = fig.data
-    assert np.allclose(line.y, 4 * x**6)                       # median over seeds
+    assert np.allclose(line.y, 4 * x**6)  # median over seeds
     assert np.allclose(band.y, np.concatenate([9 * x**6, (x**6)[::-1]]))  # max, then min reversed
     assert "slope 6.00 (theory 6)" in line.name
     assert np.allclose(fitted.y, 4 * fitted.x**6)
@@ -123,7 +123,7 @@ def test_side_by_side_and_compare_plot():
 
 def test_themes():
     fig = plots.block_norm_matrix(np.eye(2), ["W_Q", "W_K"])
-    assert fig.layout.template.layout.paper_bgcolor == "white"          # light by default
+    assert fig.layout.template.layout.paper_bgcolor == "white"  # light by default
     dark = plots.block_norm_matrix(np.eye(2), ["W_Q", "W_K"], theme="dark")
     assert dark.layout.template.layout.paper_bgcolor == "rgb(17,17,17)"
     with pytest.raises(ValueError, match="theme must be one of"):
@@ -154,16 +154,22 @@ def test_sweep_attention_qq_outer_grows_like_x6():
     cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, d_ff=4, norm="attention")
     seen = []
     measure = sweeps.block_norms_measure(sweeps.TERM_CURVES, key=sweeps.term_key)
-    res = sweeps.sweep(cfg, "xnorm", [0.05, 0.1, 0.2], seeds=[0, 1], measure=measure,
-                       progress=lambda d, t: seen.append((d, t)))
+    res = sweeps.sweep(
+        cfg,
+        "xnorm",
+        [0.05, 0.1, 0.2],
+        seeds=[0, 1],
+        measure=measure,
+        progress=lambda d, t: seen.append((d, t)),
+    )
     assert seen == [(k, 6) for k in range(1, 7)]
     fits = sweeps.fits(res, "attention", ("W_Q", "W_Q"))
     assert fits["outer"].expected == 6.0 and fits["outer"].slope == pytest.approx(6.0, abs=0.1)
-    assert res.values["outer"].shape == (2, 3)                   # (seeds, grid)
+    assert res.values["outer"].shape == (2, 3)  # (seeds, grid)
     assert res.values["outer"][1, 2] == sweeps.point(cfg, 0.2, 1, ("W_Q", "W_Q"))["outer"]
     table = res.table()
     assert len(table["norm"]) == 3 * 2 * 3
-    assert table["norm"][1] == res.values["outer"][1, 0]        # grid-major, then seed
+    assert table["norm"][1] == res.values["outer"][1, 0]  # grid-major, then seed
 
 
 def test_sweep_on_an_executor_gives_the_in_process_values():
@@ -177,8 +183,15 @@ def test_sweep_on_an_executor_gives_the_in_process_values():
     here = sweeps.sweep(cfg, "L", [3, 4, 5], seeds=[0, 1], measure=measure)
     seen = []
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        there = sweeps.sweep(cfg, "L", [3, 4, 5], seeds=[0, 1], measure=measure, executor=pool,
-                             progress=lambda d, t: seen.append((d, t)))
+        there = sweeps.sweep(
+            cfg,
+            "L",
+            [3, 4, 5],
+            seeds=[0, 1],
+            measure=measure,
+            executor=pool,
+            progress=lambda d, t: seen.append((d, t)),
+        )
     assert seen == [(k, 6) for k in range(1, 7)]
     assert here.values.keys() == there.values.keys()
     assert all(np.array_equal(here.values[k], there.values[k]) for k in here.values)
@@ -245,25 +258,36 @@ def test_heads_drawn_head_by_head_with_thin_lines():
 
 def test_vector_and_head_slice_blocks_name_whole_weight_entries():
     B = np.ones((2, 3))
-    fig = plots.block_heatmap(B, "b_Q[1]", "W_Q[1]", row_shape=(4,), col_shape=(2, 4),
-                              row_index=np.array([2, 3]), col_index=np.array([2, 3, 6]))
+    fig = plots.block_heatmap(
+        B,
+        "b_Q[1]",
+        "W_Q[1]",
+        row_shape=(4,),
+        col_shape=(2, 4),
+        row_index=np.array([2, 3]),
+        col_index=np.array([2, 3, 6]),
+    )
     assert fig.data[0].y[1] == "row 1 (b_Q[3])" and fig.data[0].x[2] == "col 2 (W_Q[1, 2])"
     pretty = [plots.pretty(n) for n in ("ln2_beta", "W_O[3]", "x")]
     assert pretty == ["β<sub>2</sub>", "W<sub>O</sub>[3]", "x"]
 
 
 def test_block_spectrum_bars_and_density():
-    fig = plots.block_spectrum_bars(["W_Q[0]", "W_Q[1]", "W_1"], [1.0, 2.0, 30.0], [-1.0, 2.0, 5.0],
-                                    trace_errors=[0.0, 0.0, 0.5])
-    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type != "log"   # negative trace: linear
+    fig = plots.block_spectrum_bars(
+        ["W_Q[0]", "W_Q[1]", "W_1"], [1.0, 2.0, 30.0], [-1.0, 2.0, 5.0], trace_errors=[0.0, 0.0, 0.5]
+    )
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type != "log"  # negative trace: linear
     assert fig.data[0].marker.color[0] == fig.data[0].marker.color[1] != fig.data[0].marker.color[2]
-    dens = plots.spectral_density({"full": (np.linspace(-1, 1, 5), np.array([0, 1, 2, 1, 0.0]))},
-                                  extremes={"full": np.array([-1.0, 1.0])})
+    dens = plots.spectral_density(
+        {"full": (np.linspace(-1, 1, 5), np.array([0, 1, 2, 1, 0.0]))},
+        extremes={"full": np.array([-1.0, 1.0])},
+    )
     assert [t.name for t in dens.data] == ["full density", "full extremes (Lanczos)"]
-    assert min(dens.data[0].y) > 0                                                  # log axis: no zeros
+    assert min(dens.data[0].y) > 0  # log axis: no zeros
 
 
 # ----------------------------------------------------------------------------- projector and phone
+
 
 @functools.cache
 def _every_figure() -> dict[str, go.Figure]:
@@ -278,8 +302,9 @@ def _every_figure() -> dict[str, go.Figure]:
         "block_norm_matrix": plots.block_norm_matrix(M, names),
         "attention_map": plots.attention_map(np.full((3, 3), 1 / 3), ["a", "b", "c"]),
         "error_matrix": plots.error_matrix({"full": M * 1e-15, "outer": M * 1e-16}, names),
-        "spectrum_sorted": plots.spectrum_sorted({"full": np.linspace(-1, 1, 9),
-                                                  "outer": np.linspace(0, 1, 9)}),
+        "spectrum_sorted": plots.spectrum_sorted(
+            {"full": np.linspace(-1, 1, 9), "outer": np.linspace(0, 1, 9)}
+        ),
         "spectrum_histogram": plots.spectrum_histogram({"full": np.linspace(-1, 1, 9)}),
         "spectral_density": plots.spectral_density({"full": (np.linspace(-1, 1, 5), np.ones(5))}),
         "block_norm_bars": plots.block_norm_bars({"full": M, "outer": M}, names),
@@ -291,8 +316,9 @@ def _every_figure() -> dict[str, go.Figure]:
         "compare_plot": plots.compare_plot({"post": sw, "pre": sw}, "outer", stat="median"),
         "side_by_side": plots.side_by_side({"attention": sw, "post": sw, "pre": sw}, stat="median"),
         "training_curves": plots.training_curves({"SGD": np.ones((2, 4)), "Adam": np.ones((2, 4))}),
-        "scatter_figure": plots.scatter_figure({"post": ([1.0, 2.0], [1.0, 2.0])}, title="t", xlabel="x",
-                                               ylabel="y", diagonal=True),
+        "scatter_figure": plots.scatter_figure(
+            {"post": ([1.0, 2.0], [1.0, 2.0])}, title="t", xlabel="x", ylabel="y", diagonal=True
+        ),
     }
 
 
@@ -316,7 +342,7 @@ def test_titles_wrap_to_a_phone_and_log_axes_ask_for_few_labels(name):
         assert style.text_width(fig.layout.title.text, style.TITLE_SIZE) <= style.PHONE_WIDTH
     for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:
         if axis.type == "log" and axis.tickvals is None:
-            assert axis.nticks is not None and axis.nticks <= 4   # no overprinted minor digits 2 … 9
+            assert axis.nticks is not None and axis.nticks <= 4  # no overprinted minor digits 2 … 9
 
 
 @pytest.mark.parametrize("name", list(_every_figure()))
@@ -326,8 +352,11 @@ def test_every_axis_keeps_one_tick_notation(name):
     fig = _every_figure()[name]
     for axis in [*fig.select_xaxes(), *fig.select_yaxes()]:
         if axis.ticktext:
-            powers = {"×" in t or any(c in t for c in "⁰¹²³⁴⁵⁶⁷⁸⁹") for t in axis.ticktext
-                      if t.lstrip("−") not in ("0", "1", "10")}
+            powers = {
+                "×" in t or any(c in t for c in "⁰¹²³⁴⁵⁶⁷⁸⁹")
+                for t in axis.ticktext
+                if t.lstrip("−") not in ("0", "1", "10")
+            }
             assert len(powers) <= 1, axis.ticktext
         elif axis.type != "log" and axis.tickvals is None:
             assert axis.exponentformat == "power", name
@@ -347,16 +376,17 @@ def test_every_bar_names_its_category_on_hover(name):
 def test_log_ticks_read_as_numbers():
     vals, text = plots.style.log_ticks(0.0316, 10.0)
     assert text == ["0.1", "0.3", "1", "3", "10"] and vals == sorted(vals)
-    assert plots.style.log_ticks(3.0, 4.0) is None          # plotly's own ticks inside one step
+    assert plots.style.log_ticks(3.0, 4.0) is None  # plotly's own ticks inside one step
 
 
 def test_long_titles_wrap_and_the_figure_grows_for_them():
     short = plots.timing_bars({"closed_form": 0.01}, title="Time")
-    long = plots.timing_bars({"closed_form": 0.01},
-                             title="Time for all three terms: closed form is 16.7× faster than autograd")
+    long = plots.timing_bars(
+        {"closed_form": 0.01}, title="Time for all three terms: closed form is 16.7× faster than autograd"
+    )
     assert long.layout.title.text.count("<br>") == 2 and short.layout.title.text == "Time"
     assert long.layout.height > short.layout.height
-    assert plots.style.wrap("a <sub>bb</sub> c", 4) == "a <sub>bb</sub><br>c"   # tags are not counted
+    assert plots.style.wrap("a <sub>bb</sub> c", 4) == "a <sub>bb</sub><br>c"  # tags are not counted
 
 
 def test_block_norm_numbers_fit_their_cells_or_stay_in_the_hover():
@@ -370,19 +400,28 @@ def test_block_norm_numbers_fit_their_cells_or_stay_in_the_hover():
     assert plots.style.text_width("4e-4", hm.textfont.size) <= side and hm.textfont.size >= 10
     big = plots.block_norm_matrix(np.full((16, 16), 0.5), names16)
     assert big.data[0].texttemplate is None and "customdata" in big.data[0].hovertemplate
-    assert [plots.matrices.short_number(v) for v in (0.4412, 12.34, 4.5e5, -0.0002)] == \
-        ["0.44", "12", "4e+5", "-2e-4"]
+    assert [plots.matrices.short_number(v) for v in (0.4412, 12.34, 4.5e5, -0.0002)] == [
+        "0.44",
+        "12",
+        "4e+5",
+        "-2e-4",
+    ]
 
 
 def test_heatmap_tick_labels_do_not_overlap_on_a_phone():
     """Two narrow blocks side by side (W_Q, W_K of 128 in P = 1,536): the second one's label
     goes to the hover; every pair of kept labels is at least their half-extents apart on a phone
     (text widths side by side; line heights when the x labels stand up, as with many heads)."""
-    offsets = {"W_Q": slice(0, 128), "W_K": slice(128, 256), "W_V": slice(256, 512), "W_1": slice(512, 1024),
-               "W_2": slice(1024, 1536)}
+    offsets = {
+        "W_Q": slice(0, 128),
+        "W_K": slice(128, 256),
+        "W_V": slice(256, 512),
+        "W_1": slice(512, 1024),
+        "W_2": slice(1024, 1536),
+    }
     fig = plots.hessian_heatmap(np.eye(1536), offsets, max_cells=1536)
     assert [plots.style.visible(s) for s in fig.layout.xaxis.ticktext] == ["WQ", "WV", "W1", "W2"]
-    two = {"W_Q": slice(0, 512), "W_K": slice(512, 1024), "W_1": slice(1024, 1536)}   # two heads each
+    two = {"W_Q": slice(0, 512), "W_K": slice(512, 1024), "W_1": slice(1024, 1536)}  # two heads each
     heads = {"W_Q": [np.arange(h, 512, 2) for h in range(2)], "W_K": [np.arange(h, 512, 2) for h in range(2)]}
     many = plots.hessian_heatmap(np.eye(1536), two, heads=heads, max_cells=1536)
     for f in (fig, many):
@@ -392,7 +431,7 @@ def test_heatmap_tick_labels_do_not_overlap_on_a_phone():
         extent = [1.3 * size if ax.tickangle == -90 else plots.style.text_width(s, size) for s in ax.ticktext]
         for i in range(len(pos) - 1):
             assert (pos[i + 1] - pos[i]) / 1536 * side >= (extent[i] + extent[i + 1]) / 2
-    assert many.layout.xaxis.tickangle == -90 and len(many.layout.xaxis.ticktext) == 5   # all, stood up
+    assert many.layout.xaxis.tickangle == -90 and len(many.layout.xaxis.ticktext) == 5  # all, stood up
 
 
 @pytest.mark.parametrize("name", ["side_by_side", "error_matrix", "block_spectrum_bars"])
@@ -410,8 +449,10 @@ def test_subplot_titles_fit_their_panels_and_stay_below_the_title(name):
     for row in by_row.values():
         row.sort(key=lambda a: a.x)
         for left, right in zip(row, row[1:]):
-            half = (plots.style.text_width(left.text, left.font.size)
-                    + plots.style.text_width(right.text, right.font.size)) / 2
+            half = (
+                plots.style.text_width(left.text, left.font.size)
+                + plots.style.text_width(right.text, right.font.size)
+            ) / 2
             assert half <= (right.x - left.x) * plot_width, (left.text, right.text)
     top_row = max(by_row)
     lines = max(a.text.count("<br>") + 1 for a in by_row[top_row])
@@ -427,4 +468,4 @@ def test_side_by_side_panel_titles_put_the_slope_on_its_own_line():
     fits = {"attention": sweeps.fits(sw, "attention", ("W_Q", "W_Q"), terms=("outer",))}
     fig = plots.side_by_side({"attention": sw, "pre": sw}, stat="median", fits=fits)
     assert fig.layout.annotations[0].text == "attention alone<br>outer slope 6.0"
-    assert [ax.title.text for ax in fig.select_xaxes()].count(None) == 1   # one x title for two panels
+    assert [ax.title.text for ax in fig.select_xaxes()].count(None) == 1  # one x title for two panels

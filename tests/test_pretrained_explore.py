@@ -34,6 +34,7 @@ def test_slice_window_matches_autograd(layer, name, start, size):
     def window(method: str) -> torch.Tensor:
         res = hv.hessian(cfg, params, X, Y, wrt=(name,), method=method)
         return explore.slice_window(res, name, start, size)
+
     ours, auto = window("closed_form"), window("autograd")
     assert ours.shape == (size, size)
     assert (ours - auto).abs().max().item() <= 1e-10 * auto.abs().max().item()
@@ -54,7 +55,7 @@ def test_attention_rows_and_gradient_blocks(layer):
     A = explore.attention_pattern(cfg, params, X)
     assert A.shape == (cfg.n_heads, X.shape[0], X.shape[0])
     assert torch.allclose(A.sum(-1), torch.ones(()).to(A))
-    assert bool((A.triu(1) == 0).all())                         # the pair is causal
+    assert bool((A.triu(1) == 0).all())  # the pair is causal
     names, norms, sizes = explore.gradient_blocks(cfg, params, X, Y, by_head=True)
     grads = hv.gradient(cfg, params, X, Y)
     assert names[0] == "W_Q[0]" and sum(sizes) == cfg.num_params

@@ -41,34 +41,109 @@ IDS = [3, 17, 5, 29, 11, 2, 38][:L]
 
 # family -> (model class, config, tolerance of the forward pass)
 FAMILIES = {
-    "llama": ("LlamaForCausalLM", lambda: transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=24, num_hidden_layers=N_LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=POSITIONS,
-        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 100.0},
-        tie_word_embeddings=False), LOOSE),
-    "mistral": ("MistralForCausalLM", lambda: transformers.MistralConfig(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=24, num_hidden_layers=N_LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=1, max_position_embeddings=POSITIONS,
-        sliding_window=L, tie_word_embeddings=True), LOOSE),
-    "qwen2": ("Qwen2ForCausalLM", lambda: transformers.Qwen2Config(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=24, num_hidden_layers=N_LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=POSITIONS,
-        tie_word_embeddings=False), LOOSE),
-    "qwen3": ("Qwen3ForCausalLM", lambda: transformers.Qwen3Config(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=24, num_hidden_layers=N_LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=2, head_dim=6, max_position_embeddings=POSITIONS,
-        tie_word_embeddings=True), LOOSE),
-    "gpt_neox": ("GPTNeoXForCausalLM", lambda: transformers.GPTNeoXConfig(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=32, num_hidden_layers=N_LAYERS,
-        num_attention_heads=HEADS, max_position_embeddings=POSITIONS, rotary_pct=0.5,
-        use_parallel_residual=True), LOOSE),
-    "gpt_neox_sequential": ("GPTNeoXForCausalLM", lambda: transformers.GPTNeoXConfig(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=32, num_hidden_layers=N_LAYERS,
-        num_attention_heads=HEADS, max_position_embeddings=POSITIONS, rotary_pct=1.0,
-        use_parallel_residual=False, attention_bias=False), LOOSE),
-    "opt": ("OPTForCausalLM", lambda: transformers.OPTConfig(
-        vocab_size=VOCAB, hidden_size=D, ffn_dim=32, num_hidden_layers=N_LAYERS, num_attention_heads=HEADS,
-        max_position_embeddings=POSITIONS, word_embed_proj_dim=D, do_layer_norm_before=True), TIGHT),
+    "llama": (
+        "LlamaForCausalLM",
+        lambda: transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            intermediate_size=24,
+            num_hidden_layers=N_LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            max_position_embeddings=POSITIONS,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 100.0},
+            tie_word_embeddings=False,
+        ),
+        LOOSE,
+    ),
+    "mistral": (
+        "MistralForCausalLM",
+        lambda: transformers.MistralConfig(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            intermediate_size=24,
+            num_hidden_layers=N_LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=1,
+            max_position_embeddings=POSITIONS,
+            sliding_window=L,
+            tie_word_embeddings=True,
+        ),
+        LOOSE,
+    ),
+    "qwen2": (
+        "Qwen2ForCausalLM",
+        lambda: transformers.Qwen2Config(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            intermediate_size=24,
+            num_hidden_layers=N_LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            max_position_embeddings=POSITIONS,
+            tie_word_embeddings=False,
+        ),
+        LOOSE,
+    ),
+    "qwen3": (
+        "Qwen3ForCausalLM",
+        lambda: transformers.Qwen3Config(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            intermediate_size=24,
+            num_hidden_layers=N_LAYERS,
+            num_attention_heads=HEADS,
+            num_key_value_heads=2,
+            head_dim=6,
+            max_position_embeddings=POSITIONS,
+            tie_word_embeddings=True,
+        ),
+        LOOSE,
+    ),
+    "gpt_neox": (
+        "GPTNeoXForCausalLM",
+        lambda: transformers.GPTNeoXConfig(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            intermediate_size=32,
+            num_hidden_layers=N_LAYERS,
+            num_attention_heads=HEADS,
+            max_position_embeddings=POSITIONS,
+            rotary_pct=0.5,
+            use_parallel_residual=True,
+        ),
+        LOOSE,
+    ),
+    "gpt_neox_sequential": (
+        "GPTNeoXForCausalLM",
+        lambda: transformers.GPTNeoXConfig(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            intermediate_size=32,
+            num_hidden_layers=N_LAYERS,
+            num_attention_heads=HEADS,
+            max_position_embeddings=POSITIONS,
+            rotary_pct=1.0,
+            use_parallel_residual=False,
+            attention_bias=False,
+        ),
+        LOOSE,
+    ),
+    "opt": (
+        "OPTForCausalLM",
+        lambda: transformers.OPTConfig(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            ffn_dim=32,
+            num_hidden_layers=N_LAYERS,
+            num_attention_heads=HEADS,
+            max_position_embeddings=POSITIONS,
+            word_embed_proj_dim=D,
+            do_layer_norm_before=True,
+        ),
+        TIGHT,
+    ),
 }
 
 
@@ -86,8 +161,9 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def reference(folder: Path, family: str) -> torch.nn.Module:
     cls = FAMILIES[family][0]
-    model = getattr(transformers, cls).from_pretrained(folder, dtype=torch.float64,
-                                                       attn_implementation="sdpa", local_files_only=True)
+    model = getattr(transformers, cls).from_pretrained(
+        folder, dtype=torch.float64, attn_implementation="sdpa", local_files_only=True
+    )
     return model.eval()
 
 
@@ -100,8 +176,9 @@ def decoder(model: torch.nn.Module) -> torch.nn.Module:
 def final_head(model: torch.nn.Module):
     """``Z ↦ logits`` through the model's own final norm and LM head modules."""
     inner = decoder(model)
-    norm = next(getattr(inner, n) for n in ("norm", "final_layer_norm")
-                if getattr(inner, n, None) is not None)
+    norm = next(
+        getattr(inner, n) for n in ("norm", "final_layer_norm") if getattr(inner, n, None) is not None
+    )
     return lambda Z: model.get_output_embeddings()(norm(Z))
 
 
@@ -142,13 +219,24 @@ def test_layers_match_transformers(folders, family):
 def test_family_blocks_are_the_contracts(folders):
     """Each family's block: the fields of ``MODEL.md`` part 3's table, from its config."""
     want = {
-        "llama": dict(norm="pre", norm_type="rmsnorm", mlp="gated", activation="silu", rope=True,
-                      n_kv_heads=2, bias=False, causal=True, rope_theta=100.0, d_k=4),
+        "llama": dict(
+            norm="pre",
+            norm_type="rmsnorm",
+            mlp="gated",
+            activation="silu",
+            rope=True,
+            n_kv_heads=2,
+            bias=False,
+            causal=True,
+            rope_theta=100.0,
+            d_k=4,
+        ),
         "mistral": dict(norm="pre", norm_type="rmsnorm", mlp="gated", n_kv_heads=1),
         "qwen2": dict(norm="pre", norm_type="rmsnorm", bias=("Q", "K", "V"), n_kv_heads=2),
         "qwen3": dict(qk_norm=True, d_k=6, norm_type="rmsnorm"),
-        "gpt_neox": dict(norm="parallel", norm_type="layernorm", rotary_dim=2, bias=True, ln_affine=True,
-                         activation="gelu"),
+        "gpt_neox": dict(
+            norm="parallel", norm_type="layernorm", rotary_dim=2, bias=True, ln_affine=True, activation="gelu"
+        ),
         "gpt_neox_sequential": dict(norm="pre", rotary_dim=None, bias=("1", "2")),
         "opt": dict(norm="pre", activation="relu", bias=True, rope=False, causal=True),
     }
@@ -199,8 +287,9 @@ def test_head_is_tied_or_not(folders):
         head = ob.lm_head(folders[family])
         model = reference(folders[family], family)
         assert torch.equal(head.embedding, model.get_output_embeddings().weight.detach()), family
-        assert (model.get_input_embeddings().weight.data_ptr()
-                == model.get_output_embeddings().weight.data_ptr()) == tied
+        assert (
+            model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
+        ) == tied
         assert head.norm_type == ("rmsnorm" if family in ("llama", "mistral") else "layernorm")
         assert (head.beta is None) == (head.norm_type == "rmsnorm")
 
@@ -209,11 +298,12 @@ def test_gpt_neox_packed_heads(folders):
     """``query_key_value``'s rows are ``[q_h; k_h; v_h]`` per head: head 1 of ``W_K`` is rows
     ``3·d_k + d_k … 3·d_k + 2·d_k − 1`` of the stored weight, transposed."""
     from safetensors.torch import load_file
+
     key = "gpt_neox.layers.0.attention.query_key_value.weight"
     stored = load_file(str(folders["gpt_neox"] / "model.safetensors"))[key]
     cfg, params = hv.load_layer(folders["gpt_neox"], layer=0)
     dk = cfg.d_k
-    assert torch.equal(params["W_K"][:, dk:2 * dk], stored[3 * dk + dk:3 * dk + 2 * dk].T.double())
+    assert torch.equal(params["W_K"][:, dk : 2 * dk], stored[3 * dk + dk : 3 * dk + 2 * dk].T.double())
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -231,26 +321,39 @@ def changed(folders, tmp_path: Path, family: str, change: dict, drop: tuple[str,
     return folder
 
 
-@pytest.mark.parametrize("family, change, message", [
-    ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}},
-     "rope_parameters with rope_type 'linear'"),
-    ("llama", {"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_scaling with rope_type 'dynamic'"),
-    ("llama", {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-     "rope_parameters must be one object"),
-    ("llama", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
-    ("llama", {"hidden_act": "quick_gelu"}, "hidden_act"),
-    ("llama", {"num_key_value_heads": 3}, "num_key_value_heads = 3 must divide"),
-    ("opt", {"word_embed_proj_dim": 8}, "word_embed_proj_dim .*project_in/project_out"),
-    ("opt", {"_remove_final_layer_norm": True}, "_remove_final_layer_norm"),
-    ("qwen3", {"head_dim": None}, "head_dim is missing"),
-])
+@pytest.mark.parametrize(
+    "family, change, message",
+    [
+        (
+            "llama",
+            {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}},
+            "rope_parameters with rope_type 'linear'",
+        ),
+        (
+            "llama",
+            {"rope_scaling": {"type": "dynamic", "factor": 2.0}},
+            "rope_scaling with rope_type 'dynamic'",
+        ),
+        (
+            "llama",
+            {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+            "rope_parameters must be one object",
+        ),
+        ("llama", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
+        ("llama", {"hidden_act": "quick_gelu"}, "hidden_act"),
+        ("llama", {"num_key_value_heads": 3}, "num_key_value_heads = 3 must divide"),
+        ("opt", {"word_embed_proj_dim": 8}, "word_embed_proj_dim .*project_in/project_out"),
+        ("opt", {"_remove_final_layer_norm": True}, "_remove_final_layer_norm"),
+        ("qwen3", {"head_dim": None}, "head_dim is missing"),
+    ],
+)
 def test_unsupported_config_values_are_named(folders, tmp_path, family, change, message):
     with pytest.raises(CheckpointError, match=f"config.json: {message}"):
         hv.load_layer(changed(folders, tmp_path, family, change), layer=0)
 
 
 def test_sliding_window_shorter_than_the_text_is_refused(folders, tmp_path):
-    assert hv.layer_inputs(folders["mistral"], IDS, layer=1).shape == (L, D)   # L = sliding_window: exact
+    assert hv.layer_inputs(folders["mistral"], IDS, layer=1).shape == (L, D)  # L = sliding_window: exact
     with pytest.raises(CheckpointError, match=f"sliding_window = {L} is shorter than the {L + 1} tokens"):
         hv.layer_inputs(folders["mistral"], IDS + [1], layer=1)
     with pytest.raises(CheckpointError, match="sliding_window"):
@@ -289,13 +392,34 @@ def test_cli_takes_a_model(folders, tmp_path, capsys):
     from hessviz.cli import main
 
     folder, ids = str(folders["llama"]), [str(t) for t in IDS[:4]]
-    assert main(["verify", "--model", folder, "--layer", "1", "--ids", *ids,
-                 "--wrt", "W_Q[1]", "W_K[0]"]) == 0
+    assert (
+        main(["verify", "--model", folder, "--layer", "1", "--ids", *ids, "--wrt", "W_Q[1]", "W_K[0]"]) == 0
+    )
     text = capsys.readouterr().out
     assert "layer 1 (Llama)" in text and "W_Q[1]–W_K[0]" in text and "OK" in text
     out = tmp_path / "next"
-    assert main(["compute", "--model", folder, "--layer", str(N_LAYERS - 1), "--ids", *ids,
-                 "--objective", "next-token", "--wrt", "W_O[0]", "--terms", "full", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compute",
+                "--model",
+                folder,
+                "--layer",
+                str(N_LAYERS - 1),
+                "--ids",
+                *ids,
+                "--objective",
+                "next-token",
+                "--wrt",
+                "W_O[0]",
+                "--terms",
+                "full",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["model"] == "llama" and summary["ids"] == IDS[:4] and summary["names"] == ["W_O[0]"]
     cfg, params, X = hv.layer_for_text(folder, IDS[:4], layer=N_LAYERS - 1)
@@ -303,20 +427,43 @@ def test_cli_takes_a_model(folders, tmp_path, capsys):
     want = hv.hessian(cfg, params, X, wrt=("W_O[0]",), loss=obj.custom_loss()).full
     got = torch.from_numpy(np.load(out.with_suffix(".npz"))["full"])
     assert (got - want).abs().max().item() <= 1e-12 * max(1.0, want.abs().max().item())
-    assert main(["spectrum", "--model", folder, "--layer", "0", "--ids", *ids, "--top", "2",
-                 "--out", str(tmp_path / "spec")]) == 0
+    assert (
+        main(
+            [
+                "spectrum",
+                "--model",
+                folder,
+                "--layer",
+                "0",
+                "--ids",
+                *ids,
+                "--top",
+                "2",
+                "--out",
+                str(tmp_path / "spec"),
+            ]
+        )
+        == 0
+    )
     assert len(json.loads((tmp_path / "spec.json").read_text())["top"]["values"]) == 2
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["verify", "--text", "a b"], "--text, --ids and --objective need --model"),
-    (["verify", "--model", "{llama}"], "exactly one of --text and --ids"),
-    (["compute", "--model", "{llama}", "--ids", "1", "2", "--objective", "next-token"],
-     f"use --layer {N_LAYERS - 1}"),
-    (["verify", "--model", "{llama}", "--ids", "1", "2", "--layer", "5"],
-     r"layer must be an integer in \[0, 1\]"),
-    (["verify", "--model", "{llama}", "--text", "a b"], "no tokenizer.json"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["verify", "--text", "a b"], "--text, --ids and --objective need --model"),
+        (["verify", "--model", "{llama}"], "exactly one of --text and --ids"),
+        (
+            ["compute", "--model", "{llama}", "--ids", "1", "2", "--objective", "next-token"],
+            f"use --layer {N_LAYERS - 1}",
+        ),
+        (
+            ["verify", "--model", "{llama}", "--ids", "1", "2", "--layer", "5"],
+            r"layer must be an integer in \[0, 1\]",
+        ),
+        (["verify", "--model", "{llama}", "--text", "a b"], "no tokenizer.json"),
+    ],
+)
 def test_cli_bad_model_input_is_a_message(folders, capsys, argv, message):
     from hessviz.cli import main
 
@@ -343,8 +490,9 @@ def test_bundled_pydoc_llama_is_its_llama_checkpoint():
     assert "pydoc-llama" in pt.available_models()
     ids = pt.token_ids("pydoc-llama", text)
     folder = bundled_folder("pydoc-llama")
-    model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float64,
-                                                          attn_implementation="sdpa", local_files_only=True)
+    model = transformers.LlamaForCausalLM.from_pretrained(
+        folder, dtype=torch.float64, attn_implementation="sdpa", local_files_only=True
+    )
     inputs, outputs = layer_states(model.eval(), ids)
     states = pt.hidden_states("pydoc-llama", text)
     for i in range(info.n_layers):
@@ -370,16 +518,24 @@ def test_real_model_page_opens_pydoc_llama_and_its_grouped_heads():
     head 3 reads key/value head 1, so the slice drawn is ``W_K[1]``."""
     from tests.test_app_pages import run_page, titles
 
-    at = run_page("pages/real_model.py", rm_model="pydoc-llama", rm_text="def add(a, b):", rm_layer="1",
-                  rm_rows="1", rm_head="3", rm_w="W_K")
+    at = run_page(
+        "pages/real_model.py",
+        rm_model="pydoc-llama",
+        rm_text="def add(a, b):",
+        rm_layer="1",
+        rm_rows="1",
+        rm_head="3",
+        rm_w="W_K",
+    )
     assert not at.error, [e.value for e in at.error]
     assert "pydoc-llama" in at.selectbox(key="rm_model").options
     assert "2 key/value" in " ".join(c.value for c in at.main.get("caption"))
     assert any("Hessian of W_K[1], rows 0…0 (32 × 32)" in t for t in titles(at))
     from hessviz import plots
     from tests.test_app_pages import figures
+
     bars = [x for f in figures(at) for d in f["data"] for x in (d.get("x") or []) if isinstance(x, str)]
-    assert {plots.pretty(n) for n in ("W_G", "W_1", "W_2", "W_K", "ln1_gamma")} <= set(bars)   # gradients
+    assert {plots.pretty(n) for n in ("W_G", "W_1", "W_2", "W_K", "ln1_gamma")} <= set(bars)  # gradients
 
 
 @pytest.mark.parametrize("family", ["qwen3", "gpt_neox", "opt"])

@@ -31,7 +31,8 @@ def pair():
     """``(hv.Model, LlamaForCausalLM)`` of the same file, both float64."""
     path = bundled_file("smollm2-135m")
     ref = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32)
+        str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+    )
     ref = ref.to(torch.float64).eval()
     return hv.load_model("smollm2-135m"), ref
 
@@ -45,7 +46,7 @@ def test_tokens_and_weights_are_transformers_own(pair):
     state = ref.state_dict()
     cfg, params = model[7]
     assert (cfg.n_heads, cfg.n_kv_heads, cfg.d_model, len(model)) == (9, 3, 576, 30)
-    for name, key in (("W_Q", "q_proj"), ("W_K", "k_proj"), ("W_O", "o_proj")):    # Q/K rows turned back
+    for name, key in (("W_Q", "q_proj"), ("W_K", "k_proj"), ("W_O", "o_proj")):  # Q/K rows turned back
         assert torch.equal(params[name], state[f"model.layers.7.self_attn.{key}.weight"].T)
     assert torch.equal(model.head.embedding, state["model.embed_tokens.weight"])
 
@@ -69,18 +70,20 @@ def test_logits_and_whole_model_products_match_double_backward(pair):
     res = hv.model_hessian(model, ids, head, wrt=wrt)
     params = dict(ref.named_parameters())
     dk = 64
-    leaves = {"l0.W_Q[4]": ("model.layers.0.self_attn.q_proj.weight", lambda T: T[4 * dk:5 * dk].T),
-              "l14.W_V": ("model.layers.14.self_attn.v_proj.weight", lambda T: T.T),
-              "l29.ln2_gamma": ("model.layers.29.post_attention_layernorm.weight", lambda T: T)}
+    leaves = {
+        "l0.W_Q[4]": ("model.layers.0.self_attn.q_proj.weight", lambda T: T[4 * dk : 5 * dk].T),
+        "l14.W_V": ("model.layers.14.self_attn.v_proj.weight", lambda T: T.T),
+        "l29.ln2_gamma": ("model.layers.29.post_attention_layernorm.weight", lambda T: T),
+    }
     keys = [leaves[n][0] for n in res.names]
     offsets = res.cfg.offsets(res.names)
     v = torch.randn(res.size, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     tangents = {k: torch.zeros_like(params[k]) for k in keys}
     for n, k in zip(res.names, keys):
         leaves[n][1](tangents[k]).copy_(v[offsets[n]].reshape(leaves[n][1](tangents[k]).shape))
-    last = ref.model(input_ids=ids[None]).last_hidden_state[0, -1]            # after the final norm
+    last = ref.model(input_ids=ids[None]).last_hidden_state[0, -1]  # after the final norm
     loss = torch.nn.functional.cross_entropy((last @ head.W)[None], head.labels)
-    assert abs(float(loss) - float(res.value)) <= FLOOR                  # a cross-entropy of ~0.1
+    assert abs(float(loss) - float(res.value)) <= FLOOR  # a cross-entropy of ~0.1
     grads = torch.autograd.grad(loss, [params[k] for k in keys], create_graph=True)
     dot = sum((g * tangents[k]).sum() for g, k in zip(grads, keys))
     hvp = dict(zip(keys, torch.autograd.grad(dot, [params[k] for k in keys])))
@@ -95,8 +98,9 @@ def test_app_pages_show_smollm2_within_the_hosted_limits(monkeypatch):
     from hessviz.app import cache, profiles
     from tests.test_app_pages import run_page, titles
 
-    hosted = profiles.limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"},
-                                      baseline_bytes=400 << 20)
+    hosted = profiles.limits_from_env(
+        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=400 << 20
+    )
     monkeypatch.setattr(cache, "LIMITS", hosted)
     cache.clear()
     at = run_page("pages/real_model.py", rm_model="smollm2-135m")

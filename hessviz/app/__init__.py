@@ -54,9 +54,18 @@ Importing this package also imports everything the pages need (:data:`PRELOAD`),
 import gc
 import importlib
 
-PRELOAD = ("numpy", "scipy.sparse.linalg", "scipy.stats", "pandas", "pyarrow", "plotly.graph_objects",
-           "plotly.subplots", "plotly.io", "hessviz.plots",
-           "hessviz.experiments.report")
+PRELOAD = (
+    "numpy",
+    "scipy.sparse.linalg",
+    "scipy.stats",
+    "pandas",
+    "pyarrow",
+    "plotly.graph_objects",
+    "plotly.subplots",
+    "plotly.io",
+    "hessviz.plots",
+    "hessviz.experiments.report",
+)
 """Modules imported once at startup: concurrent first imports of pandas from several script
 threads raised ``partially initialized module 'pandas' has no attribute 'Series'``."""
 for _name in PRELOAD:
@@ -102,9 +111,39 @@ from hessviz.app.ui import (  # noqa: E402
 )
 
 __all__ = [
-    "DEFAULTS", "PRELOAD", "SHARED_KEYS", "View", "address", "afford", "begin_run", "cache", "chart",
-    "choice", "controls", "csv_bytes", "device", "device_label", "downloads", "explain",
-    "figure_html", "guard", "header", "lesson", "link_only", "long_note", "multichoice", "npz_bytes",
-    "open_page", "progress", "registry", "select", "sidebar", "size_advice", "slider", "state", "table",
-    "text", "verdict",
+    "DEFAULTS",
+    "PRELOAD",
+    "SHARED_KEYS",
+    "View",
+    "address",
+    "afford",
+    "begin_run",
+    "cache",
+    "chart",
+    "choice",
+    "controls",
+    "csv_bytes",
+    "device",
+    "device_label",
+    "downloads",
+    "explain",
+    "figure_html",
+    "guard",
+    "header",
+    "lesson",
+    "link_only",
+    "long_note",
+    "multichoice",
+    "npz_bytes",
+    "open_page",
+    "progress",
+    "registry",
+    "select",
+    "sidebar",
+    "size_advice",
+    "slider",
+    "state",
+    "table",
+    "text",
+    "verdict",
 ]

@@ -164,7 +164,7 @@ class Address:
         does not offer are in :attr:`notes` afterwards.
         """
         self.notes = []
-        carried = not query and not history and self.written is not None   # a bare link to a page
+        carried = not query and not history and self.written is not None  # a bare link to a page
         self.fresh = self.written is None or history or (query != self.written and not carried)
         if not self.fresh:
             return
@@ -175,8 +175,9 @@ class Address:
                 self.notes.append(note)
         self.lesson, notes = Lesson.from_query(query)
         self.notes += notes
-        self.pending = {k: v for k, v in query.items()
-                        if k not in state.APP_SETTINGS and k not in LESSON_KEYS}
+        self.pending = {
+            k: v for k, v in query.items() if k not in state.APP_SETTINGS and k not in LESSON_KEYS
+        }
 
     def open(self, page: str) -> None:
         """The run shows ``page`` (its URL path): a new address starts its controls afresh."""
@@ -220,7 +221,7 @@ class Address:
             if key in defaults and value == defaults[key]:
                 continue
             if isinstance(value, (list, tuple)):
-                if value:          # none picked has no URL form (an absent key is the default)
+                if value:  # none picked has no URL form (an absent key is the default)
                     out[key] = [str(v) for v in value]
             else:
                 out[key] = [state.format_value(key, value)]

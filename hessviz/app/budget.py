@@ -31,8 +31,19 @@ from hessviz.cost import Cost
 from hessviz.errors import HessvizError
 from hessviz.memory import format_bytes
 
-KINDS = ("map", "spectrum", "verify", "learn", "sweep", "bounds", "ln_collapse", "optimization",
-         "spectrum_matfree", "heterogeneity", "depth")
+KINDS = (
+    "map",
+    "spectrum",
+    "verify",
+    "learn",
+    "sweep",
+    "bounds",
+    "ln_collapse",
+    "optimization",
+    "spectrum_matfree",
+    "heterogeneity",
+    "depth",
+)
 HEATMAP_S = 5e-9
 """Seconds per entry of the dense term to draw the Hessian map's heatmap (its largest entry, the
 tiles' extremes); calibration: ``benchmarks/COST.md``."""
@@ -56,26 +67,38 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
     """
     P = cfg.num_params
     t = costs.term_cost(cfg)
-    if kind == "map":          # one term held, its block norms, the heatmap's tiles
-        return Cost(t.seconds + costs.block_norms_cost(cfg) + HEATMAP_S * P * P, t.bytes + 8 * P * P // 4,
-                    f"the Hessian map (a dense term of P = {P:,})")
-    if kind == "learn":        # three terms' block norms
-        return Cost(3 * (t.seconds + costs.block_norms_cost(cfg)), 3 * t.bytes,
-                    f"the decomposition (three dense terms of P = {P:,})")
-    if kind == "spectrum":     # three terms held; eigvalsh needs a symmetric copy and its workspace
+    if kind == "map":  # one term held, its block norms, the heatmap's tiles
+        return Cost(
+            t.seconds + costs.block_norms_cost(cfg) + HEATMAP_S * P * P,
+            t.bytes + 8 * P * P // 4,
+            f"the Hessian map (a dense term of P = {P:,})",
+        )
+    if kind == "learn":  # three terms' block norms
+        return Cost(
+            3 * (t.seconds + costs.block_norms_cost(cfg)),
+            3 * t.bytes,
+            f"the decomposition (three dense terms of P = {P:,})",
+        )
+    if kind == "spectrum":  # three terms held; eigvalsh needs a symmetric copy and its workspace
         from hessviz.spectra import DENSE_LIMIT
 
         limit, k = int(extra.get("dense_limit", DENSE_LIMIT)), int(extra.get("k", 64))
         eig = 2 * costs.eig_cost(P, limit, k) + costs.eig_cost(P, limit, k, rank=cfg.seq_len * cfg.d_model)
-        return Cost(3 * (t.seconds + costs.block_norms_cost(cfg)) + eig, 3 * t.bytes + 2 * 8 * P * P,
-                    f"the spectrum (three dense terms of P = {P:,} and their eigenvalues)")
-    if kind == "verify":       # both methods, three terms each, ``repeats`` times (best of them)
+        return Cost(
+            3 * (t.seconds + costs.block_norms_cost(cfg)) + eig,
+            3 * t.bytes + 2 * 8 * P * P,
+            f"the spectrum (three dense terms of P = {P:,} and their eigenvalues)",
+        )
+    if kind == "verify":  # both methods, three terms each, ``repeats`` times (best of them)
         return costs.compare_cost(cfg, int(extra.get("repeats", 2)))
-    if kind == "sweep":        # one block pair per point; extra: points (grid × seeds × sweeps), block
+    if kind == "sweep":  # one block pair per point; extra: points (grid × seeds × sweeps), block
         block = int(extra.get("block", 1))
-        return Cost(costs.sweep_point_cost(cfg, block) * extra.get("points", 1), 8 * 4 * block * block,
-                    f"the sweep ({int(extra.get('points', 1))} points, blocks of {block:,} weights)")
-    if kind == "bounds":       # the attention-only block here, plus the random study
+        return Cost(
+            costs.sweep_point_cost(cfg, block) * extra.get("points", 1),
+            8 * 4 * block * block,
+            f"the sweep ({int(extra.get('points', 1))} points, blocks of {block:,} weights)",
+        )
+    if kind == "bounds":  # the attention-only block here, plus the random study
         a = costs.attention_case_cost(cfg)
         return Cost(a.seconds + costs.CASE_S * extra.get("cases", 0), a.bytes, f"the bounds ({a.what})")
     if kind == "ln_collapse":  # σ points × seeds of a Post-LN block (whole norms: three eigvalsh)
@@ -89,22 +112,30 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
             return Cost(tr.seconds, tr.bytes, f"the training runs ({int(steps)} steps of P = {P:,})")
         d = costs.diagonal_blocks_cost(cfg)
         return Cost(2 * d.seconds, 2 * d.bytes, f"the heterogeneity ({d.what})")
-    if kind == "spectrum_matfree":   # per term: top-k and bottom-k by Lanczos, an SLQ density
+    if kind == "spectrum_matfree":  # per term: top-k and bottom-k by Lanczos, an SLQ density
         k, probes, steps = int(extra.get("k", 5)), int(extra.get("probes", 4)), int(extra.get("steps", 30))
         terms = int(extra.get("terms", 3))
         m = costs.matfree_spectrum_cost(cfg, k, probes, steps, int(extra.get("group_bytes", 64 << 20)))
-        return Cost(terms * m.seconds, m.bytes,
-                    f"the matrix-free spectrum ({terms} term{'s' if terms > 1 else ''} of P = {P:,}: "
-                    f"{2 * k} Lanczos eigenvalues and {probes} × {steps} SLQ products each)",
-                    terms * m.products)
-    if kind == "heterogeneity":      # per block: dense if small (|b| products), else Lanczos + Hutch++
+        return Cost(
+            terms * m.seconds,
+            m.bytes,
+            f"the matrix-free spectrum ({terms} term{'s' if terms > 1 else ''} of P = {P:,}: "
+            f"{2 * k} Lanczos eigenvalues and {probes} × {steps} SLQ products each)",
+            terms * m.products,
+        )
+    if kind == "heterogeneity":  # per block: dense if small (|b| products), else Lanczos + Hutch++
         b = costs.block_table_cost(cfg, int(extra.get("samples", 30)), bool(extra.get("by_head", 1)))
         return Cost(b.seconds, b.bytes, f"the heterogeneity table ({b.what})", b.products)
     if kind == "depth":
-        block, points = int(extra.get("block", 1)), depth_points(cfg, int(extra.get("depth", 2)),
-                                                                   int(extra.get("seeds", 1)))
-        return Cost(sum(costs.sweep_point_cost(c, block) for c in points), 8 * 4 * block * block,
-                    f"the depth views ({len(points)} points, blocks of {block:,} weights)")
+        block, points = (
+            int(extra.get("block", 1)),
+            depth_points(cfg, int(extra.get("depth", 2)), int(extra.get("seeds", 1))),
+        )
+        return Cost(
+            sum(costs.sweep_point_cost(c, block) for c in points),
+            8 * 4 * block * block,
+            f"the depth views ({len(points)} points, blocks of {block:,} weights)",
+        )
     raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
@@ -148,8 +179,10 @@ def long_words(c: Cost) -> str:
     """
     if c.seconds <= LONG_SECONDS:
         return ""
-    return (f"**This view takes {about(c.seconds)}** to compute: {c.what}. The bar below shows its "
-            "progress; moving a control or leaving the page stops it.")
+    return (
+        f"**This view takes {about(c.seconds)}** to compute: {c.what}. The bar below shows its "
+        "progress; moving a control or leaving the page stops it."
+    )
 
 
 WORK_FACTOR = 3.0
@@ -165,9 +198,11 @@ class OverBudget(HessvizError):
 
 def over_budget(what: str, used: float, lim_seconds: float, profile: str) -> OverBudget:
     """The one-line refusal of a view stopped by the work bound (``used``: CPU seconds spent)."""
-    return OverBudget(f"{what[0].upper() + what[1:]} was stopped after {used:,.1f} s of computation: this "
-                      f"server allows about {lim_seconds:g} s per view ({profile} profile). What was "
-                      "computed is kept; lower d, d_ff or L, choose a smaller block, or use fewer seeds.")
+    return OverBudget(
+        f"{what[0].upper() + what[1:]} was stopped after {used:,.1f} s of computation: this "
+        f"server allows about {lim_seconds:g} s per view ({profile} profile). What was "
+        "computed is kept; lower d, d_ff or L, choose a smaller block, or use fewer seeds."
+    )
 
 
 @dataclass(frozen=True)
@@ -189,10 +224,13 @@ def size_advice(cfg: BlockConfig) -> str:
     shapes = cfg.param_shapes
     sizes = sorted(((math.prod(shape), n, shape) for n, shape in shapes.items()), reverse=True)
     parts = ", ".join(f"{n} {'×'.join(map(str, shape))}" for _, n, shape in sizes[:3])
-    ffn = "" if all(n in ATTENTION_PARAMS for n in shapes) \
-        else " or d_ff, or choose norm = attention (no FFN)"
-    return (f"P = {cfg.num_params:,} (largest weights: {parts}). Lower d (P grows like d² + d·d_ff){ffn}; "
-            f"L and d_k also add work.")
+    ffn = (
+        "" if all(n in ATTENTION_PARAMS for n in shapes) else " or d_ff, or choose norm = attention (no FFN)"
+    )
+    return (
+        f"P = {cfg.num_params:,} (largest weights: {parts}). Lower d (P grows like d² + d·d_ff){ffn}; "
+        f"L and d_k also add work."
+    )
 
 
 def block_advice(pair: str, largest: int, where: str = "on this grid") -> str:
@@ -215,15 +253,17 @@ def check(c: Cost, lim: Limits, cfg: BlockConfig | None = None, advice: str | No
     """Is the view of cost ``c`` affordable under ``lim``? If not, say why and what to change."""
     reasons = []
     if c.seconds > lim.max_seconds:
-        reasons.append(f"{c.what[0].upper() + c.what[1:]} would take about {c.seconds:,.0f} s of "
-                       f"computation; this server allows {lim.max_seconds:g} s per view "
-                       f"({lim.profile} profile).")
+        reasons.append(
+            f"{c.what[0].upper() + c.what[1:]} would take about {c.seconds:,.0f} s of "
+            f"computation; this server allows {lim.max_seconds:g} s per view "
+            f"({lim.profile} profile)."
+        )
     if c.bytes > lim.results_bytes:
-        reasons.append(f"It needs about {format_bytes(c.bytes)} of memory; this server keeps at most "
-                       f"{format_bytes(lim.results_bytes)} of results for all visitors together.")
+        reasons.append(
+            f"It needs about {format_bytes(c.bytes)} of memory; this server keeps at most "
+            f"{format_bytes(lim.results_bytes)} of results for all visitors together."
+        )
     if not reasons:
         return Verdict(True, c, "", "")
     tip = advice if advice is not None else (size_advice(cfg) if cfg is not None else "")
     return Verdict(False, c, " ".join(reasons), tip)
-
-

@@ -68,7 +68,7 @@ def nbytes(value: object) -> int:
         return 49 + len(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return 64 + sum(nbytes(getattr(value, f.name)) for f in dataclasses.fields(value))
-    if hasattr(value, "to_plotly_json"):       # a plotly figure: its data and layout as dicts and lists
+    if hasattr(value, "to_plotly_json"):  # a plotly figure: its data and layout as dicts and lists
         return 64 + nbytes(value.to_plotly_json())
     return 64
 
@@ -138,8 +138,9 @@ class Store:
             self._items.clear()
         self.ledger.add_cached(-freed)
 
-    def get(self, key: tuple, compute: Callable[[], object], reserve: int, what: str,
-            seconds: float = math.inf) -> object:
+    def get(
+        self, key: tuple, compute: Callable[[], object], reserve: int, what: str, seconds: float = math.inf
+    ) -> object:
         """The cached value of ``key``, or ``compute()`` it holding ``reserve`` bytes and, when its
         estimated work ``seconds`` (core-seconds) is not under :data:`hessviz.app.budget.LIGHT_SECONDS`,
         a heavy slot of :data:`GATE`."""
@@ -155,7 +156,7 @@ class Store:
                     event = self._computing[key] = threading.Event()
             if mine:
                 break
-            while not event.wait(0.25):    # another visitor computes it: wait, or give up if we leave
+            while not event.wait(0.25):  # another visitor computes it: wait, or give up if we leave
                 status.waiting(0)
         try:
             heavy = seconds >= budget.LIGHT_SECONDS
@@ -178,13 +179,13 @@ class Store:
             self.ledger.add_cached(size)
             if self.ledger.cached + self.ledger.in_flight > self.ledger.capacity:
                 self.evict(self.ledger.cached + self.ledger.in_flight - self.ledger.capacity)
-            if self.ledger.in_flight == 0 and self.ledger.process_over() > 0:   # measured, over the ceiling
+            if self.ledger.in_flight == 0 and self.ledger.process_over() > 0:  # measured, over the ceiling
                 self.evict(self.ledger.process_over())
             return value
         finally:
             with self._lock:
                 self._computing.pop(key).set()
-            gates.trim_memory()          # the computation's temporaries go back to the system
+            gates.trim_memory()  # the computation's temporaries go back to the system
 
 
 STORE = Store(LEDGER, budget.WORK_FACTOR * LIMITS.max_seconds, LIMITS.profile)
@@ -218,8 +219,9 @@ def term(key: tuple, term: str) -> np.ndarray:
         return hv.hessian(view.cfg, params, X, Y).term(term).detach().cpu().numpy()
 
     c = cost.term_cost(view.cfg)
-    return STORE.get(("term", key, term), compute, c.bytes, f"the {term} Hessian (P = {view.num_params:,})",
-                     c.seconds)
+    return STORE.get(
+        ("term", key, term), compute, c.bytes, f"the {term} Hessian (P = {view.num_params:,})", c.seconds
+    )
 
 
 def figure(key: tuple, build: Callable[[], object]) -> object:
@@ -246,8 +248,13 @@ def block_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
     def compute() -> np.ndarray:
         return spectra.block_norm_matrix(_tensor(term(key, term_name)), offsets(key), kind)
 
-    return STORE.get(("block_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2, "the block norms",
-                     cost.block_norms_cost(_view(key).cfg))
+    return STORE.get(
+        ("block_norms", key, term_name, kind),
+        compute,
+        2 * 8 * largest**2,
+        "the block norms",
+        cost.block_norms_cost(_view(key).cfg),
+    )
 
 
 def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra.DENSE_LIMIT) -> dict:
@@ -263,13 +270,26 @@ def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra
         H = term(key, term_name)
         spec = spectra.eigenvalues(_tensor(H), k=k, dense_limit=dense_limit, rank=rank)
         neg = spectra.negative_summary(spec)
-        return {"values": spec.values, "partial": spec.partial, "size": spec.size, "method": spec.method,
-                "negative_count": neg.count, "negative_share": neg.share, "negative_mass": neg.mass,
-                "min": neg.min_eigenvalue, "max": neg.max_eigenvalue, "tolerance": neg.tolerance}
+        return {
+            "values": spec.values,
+            "partial": spec.partial,
+            "size": spec.size,
+            "method": spec.method,
+            "negative_count": neg.count,
+            "negative_share": neg.share,
+            "negative_mass": neg.mass,
+            "min": neg.min_eigenvalue,
+            "max": neg.max_eigenvalue,
+            "tolerance": neg.tolerance,
+        }
 
-    return STORE.get(("spectrum", key, term_name, k, dense_limit), compute, 2 * 8 * cfg.num_params ** 2,
-                     f"the eigenvalues of the {term_name} term",
-                     cost.eig_cost(cfg.num_params, dense_limit, k, rank))
+    return STORE.get(
+        ("spectrum", key, term_name, k, dense_limit),
+        compute,
+        2 * 8 * cfg.num_params**2,
+        f"the eigenvalues of the {term_name} term",
+        cost.eig_cost(cfg.num_params, dense_limit, k, rank),
+    )
 
 
 def verify(key: tuple, nonce: int = 0) -> dict:
@@ -283,9 +303,15 @@ def verify(key: tuple, nonce: int = 0) -> dict:
         params, X, Y = view.inputs
         with _AUTOGRAD:
             out = compare(view.cfg, params, X, Y, repeats=LIMITS.timing_repeats)
-        return {"names": out.names, "rel_err": out.block_errors, "times": out.seconds,
-                "whole": out.whole_errors, "worst": out.worst_block, "agrees": out.agrees,
-                "speedup": out.speedup}
+        return {
+            "names": out.names,
+            "rel_err": out.block_errors,
+            "times": out.seconds,
+            "whole": out.whole_errors,
+            "worst": out.worst_block,
+            "agrees": out.agrees,
+            "speedup": out.speedup,
+        }
 
     c = cost.compare_cost(view.cfg, LIMITS.timing_repeats)
     return STORE.get(("verify", key, nonce), compute, c.bytes, "the comparison with autograd", c.seconds)
@@ -294,19 +320,30 @@ def verify(key: tuple, nonce: int = 0) -> dict:
 # ----------------------------------------------------------------------------- sweeps
 
 
-def _sweep_key(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str], kind: str,
-               layer: int) -> tuple:
+def _sweep_key(
+    cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str], kind: str, layer: int
+) -> tuple:
     fields = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init)
     return ("sweep_point", fields, float(input_norm), int(seed), tuple(pair), kind, int(layer))
 
 
-def sweep_point(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple[str, str],
-                kind: str = "spectral", layer: int = 0) -> dict[str, float]:
+def sweep_point(
+    cfg: hv.BlockConfig,
+    input_norm: float,
+    seed: int,
+    pair: tuple[str, str],
+    kind: str = "spectral",
+    layer: int = 0,
+) -> dict[str, float]:
     """:func:`hessviz.sweeps.point` (of layer ``layer`` in a stack), cached per point (a few floats each)."""
     block = max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
-    return STORE.get(_sweep_key(cfg, input_norm, seed, pair, kind, layer),
-                     lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind, layer),
-                     8 * 4 * block * block, "a sweep point", cost.sweep_point_cost(cfg, block))
+    return STORE.get(
+        _sweep_key(cfg, input_norm, seed, pair, kind, layer),
+        lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind, layer),
+        8 * 4 * block * block,
+        "a sweep point",
+        cost.sweep_point_cost(cfg, block),
+    )
 
 
 def prime_sweep_points(calls: list[tuple], executor) -> int:
@@ -342,8 +379,13 @@ def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarra
     def compute() -> np.ndarray:
         return spectra.block_norm_matrix(_tensor(term(key, term_name)), spans, kind)
 
-    return STORE.get(("layer_norms", key, term_name, kind), compute, 2 * 8 * largest ** 2,
-                     "the layer-by-layer block norms", cfg.n_layers ** 2 * cost.norm_cost(largest, largest))
+    return STORE.get(
+        ("layer_norms", key, term_name, kind),
+        compute,
+        2 * 8 * largest**2,
+        "the layer-by-layer block norms",
+        cfg.n_layers**2 * cost.norm_cost(largest, largest),
+    )
 
 
 # ----------------------------------------------------------------------------- claim pages
@@ -363,27 +405,38 @@ def bounds_here(key: tuple) -> dict:
 
 def bounds_study(n: int, seed: int) -> dict:
     """:func:`hessviz.experiments.bounds.attention_bound_study`, progress after each configuration."""
-    return STORE.get(("bounds_study", int(n), int(seed)),
-                     lambda: bounds_exp.attention_bound_study(n, seed, progress=current().step), 1 << 20,
-                     "the random study", cost.CASE_S * n)
+    return STORE.get(
+        ("bounds_study", int(n), int(seed)),
+        lambda: bounds_exp.attention_bound_study(n, seed, progress=current().step),
+        1 << 20,
+        "the random study",
+        cost.CASE_S * n,
+    )
 
 
 def ln_bounds_study(n: int, seed: int) -> dict:
     """:func:`hessviz.experiments.bounds.ln_bound_study` (tiny matrices: one chunk)."""
-    return STORE.get(("ln_bounds_study", int(n), int(seed)), lambda: bounds_exp.ln_bound_study(n, seed),
-                     1 << 20, "the LayerNorm study")
+    return STORE.get(
+        ("ln_bounds_study", int(n), int(seed)),
+        lambda: bounds_exp.ln_bound_study(n, seed),
+        1 << 20,
+        "the LayerNorm study",
+    )
 
 
 def ln_sweep(sig: tuple, eps: float, m: int, n: int, seeds: tuple) -> dict:
     """:func:`hessviz.experiments.ln_collapse.ln_sweep`, progress after each seed."""
-    return STORE.get(("ln_sweep", sig, eps, m, n, seeds),
-                     lambda: ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=seeds,
-                                                  progress=current().step),
-                     1 << 20, "the LayerNorm sweep")
+    return STORE.get(
+        ("ln_sweep", sig, eps, m, n, seeds),
+        lambda: ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=seeds, progress=current().step),
+        1 << 20,
+        "the LayerNorm sweep",
+    )
 
 
-def ln_block_sweep(sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int, dff: int, xnorm: float,
-                   whole: bool) -> dict:
+def ln_block_sweep(
+    sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int, dff: int, xnorm: float, whole: bool
+) -> dict:
     """:func:`hessviz.experiments.ln_collapse.block_sweep`, cached point by point (one seed, one σ) with
     progress after each: another seed count or another number of decades (σ = 10^(−k/3), so the
     grids nest) computes only the points it adds. Its arrays are ``(len(seeds), len(sig))``."""
@@ -392,19 +445,29 @@ def ln_block_sweep(sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int
     status, total = current(), len(seeds) * len(sig)
 
     def point(x: float, seed: int) -> dict:
-        return ln_collapse.block_sweep([x], eps, (seed,), seq_len=L, d_model=d, d_k=dk, d_ff=dff,
-                                       input_norm=xnorm, whole=whole)
+        return ln_collapse.block_sweep(
+            [x], eps, (seed,), seq_len=L, d_model=d, d_k=dk, d_ff=dff, input_norm=xnorm, whole=whole
+        )
 
     points = []
     for i, seed in enumerate(seeds):
         for j, x in enumerate(sig):
-            points.append(STORE.get(("ln_block_point", float(x), eps, seed, L, d, dk, dff, xnorm, whole),
-                                    lambda x=float(x), seed=seed: point(x, seed), each.bytes,
-                                    "a σ point of the Post-LN sweep", each.seconds))
+            points.append(
+                STORE.get(
+                    ("ln_block_point", float(x), eps, seed, L, d, dk, dff, xnorm, whole),
+                    lambda x=float(x), seed=seed: point(x, seed),
+                    each.bytes,
+                    "a σ point of the Post-LN sweep",
+                    each.seconds,
+                )
+            )
             done = i * len(sig) + j + 1
             status.step(done, total, f"Post-LN blocks: {done}/{total}")
-    out = {k: np.concatenate([p[k] for p in points], axis=1).reshape(len(seeds), len(sig))
-           for k in points[0] if k != "sigma"}
+    out = {
+        k: np.concatenate([p[k] for p in points], axis=1).reshape(len(seeds), len(sig))
+        for k in points[0]
+        if k != "sigma"
+    }
     return {**out, "sigma": np.asarray(sig, dtype=float)}
 
 
@@ -415,11 +478,23 @@ def heterogeneity_of(key: tuple, part: str) -> dict:
     def compute() -> dict:
         params, X, Y = view.inputs
         h = heterogeneity.block_heterogeneity(view.cfg, params, X, Y, part)
-        return {"names": h.names, "grad": h.grad_norms, "hess": h.hess_norms, "sizes": h.sizes,
-                "gini": h.gini, "lambda_G": h.lambda_G, "lambda_P": h.lambda_P, "corr": h.correlation}
+        return {
+            "names": h.names,
+            "grad": h.grad_norms,
+            "hess": h.hess_norms,
+            "sizes": h.sizes,
+            "gini": h.gini,
+            "lambda_G": h.lambda_G,
+            "lambda_P": h.lambda_P,
+            "corr": h.correlation,
+        }
 
-    return STORE.get(("heterogeneity", key, part), compute, cost.term_cost(view.cfg).bytes * 2,
-                     "the gradient heterogeneity")
+    return STORE.get(
+        ("heterogeneity", key, part),
+        compute,
+        cost.term_cost(view.cfg).bytes * 2,
+        "the gradient heterogeneity",
+    )
 
 
 def training(L: int, d: int, dk: int, dff: int, seeds: tuple, steps: int, lrs: tuple) -> dict:
@@ -428,10 +503,21 @@ def training(L: int, d: int, dk: int, dff: int, seeds: tuple, steps: int, lrs: t
 
     def compute() -> dict:
         grids = {o: (lr,) for o, lr in zip(optimizers.OPTIMIZERS, lrs)}
-        study = optimizers.optimizer_study(seeds, steps, grids, ("post", "pre"), seq_len=L, d_model=d, d_k=dk,
-                                           d_ff=dff, progress=current().step)
-        return {pl: {"gini": r["gini"], **{o: r["curves"][o][grids[o][0]] for o in optimizers.OPTIMIZERS}}
-                for pl, r in study.items()}
+        study = optimizers.optimizer_study(
+            seeds,
+            steps,
+            grids,
+            ("post", "pre"),
+            seq_len=L,
+            d_model=d,
+            d_k=dk,
+            d_ff=dff,
+            progress=current().step,
+        )
+        return {
+            pl: {"gini": r["gini"], **{o: r["curves"][o][grids[o][0]] for o in optimizers.OPTIMIZERS}}
+            for pl, r in study.items()
+        }
 
     return STORE.get(("training", L, d, dk, dff, seeds, steps, lrs), compute, 16 << 20, "the training runs")
 
@@ -440,8 +526,9 @@ def claims_file(path: str, mtime: float) -> list[dict]:
     """The committed ``claims.json`` (keyed by its modification time)."""
     import json
 
-    return STORE.get(("claims_file", path, mtime), lambda: json.loads(Path(path).read_text()), 1 << 20,
-                     "the claims")
+    return STORE.get(
+        ("claims_file", path, mtime), lambda: json.loads(Path(path).read_text()), 1 << 20, "the claims"
+    )
 
 
 def claims_quick(nonce: int) -> list[dict]:
@@ -498,13 +585,24 @@ def matfree_spectrum(key: tuple, term_name: str, k: int, probes: int, steps: int
     view = _view(key)
 
     def compute() -> dict:
-        return estimates.term_spectrum(_result(view), term_name, k, probes, steps, seed=seed,
-                                       group_bytes=SLQ_GROUP_BYTES,
-                                       progress=_Reporter(0, 1, 1, "Matrix-free spectrum"))
+        return estimates.term_spectrum(
+            _result(view),
+            term_name,
+            k,
+            probes,
+            steps,
+            seed=seed,
+            group_bytes=SLQ_GROUP_BYTES,
+            progress=_Reporter(0, 1, 1, "Matrix-free spectrum"),
+        )
 
     c = cost.matfree_spectrum_cost(view.cfg, k, probes, steps, SLQ_GROUP_BYTES)
-    return STORE.get(("matfree_spectrum", key, term_name, k, probes, steps, seed), compute, c.bytes,
-                     f"the matrix-free spectrum of the {term_name} term")
+    return STORE.get(
+        ("matfree_spectrum", key, term_name, k, probes, steps, seed),
+        compute,
+        c.bytes,
+        f"the matrix-free spectrum of the {term_name} term",
+    )
 
 
 def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int = 30, seed: int = 0) -> dict:
@@ -519,14 +617,25 @@ def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int =
 
     def compute() -> dict:
         res = _result(view)
-        t = matfree.block_table(res, term_name, [b for b, _ in blocks], trace_samples=samples,
-                                exact_limit=matfree.spectral.EXACT_BLOCK, seed=seed, bound="value",
-                                progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
+        t = matfree.block_table(
+            res,
+            term_name,
+            [b for b, _ in blocks],
+            trace_samples=samples,
+            exact_limit=matfree.spectral.EXACT_BLOCK,
+            seed=seed,
+            bound="value",
+            progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"),
+        )
         return explore.table_arrays(t)
 
     c = cost.block_table_cost(view.cfg, samples, by_head)
-    return STORE.get(("block_table", key, term_name, by_head, samples, seed), compute, c.bytes,
-                     f"the heterogeneity table of the {term_name} term")
+    return STORE.get(
+        ("block_table", key, term_name, by_head, samples, seed),
+        compute,
+        c.bytes,
+        f"the heterogeneity table of the {term_name} term",
+    )
 
 
 # ----------------------------------------------------------------------------- real models
@@ -593,8 +702,11 @@ def real_states(model: str, text: str) -> dict:
     def compute() -> dict:
         ids = pretrained.token_ids(model, text)
         states = pretrained.hidden_states(model, ids, layers=real_stack(model), device=device())
-        return {"ids": np.array(ids), "tokens": pretrained.token_strings(model, ids),
-                "states": torch.stack(states).cpu().numpy()}
+        return {
+            "ids": np.array(ids),
+            "tokens": pretrained.token_strings(model, ids),
+            "states": torch.stack(states).cpu().numpy(),
+        }
 
     info = pretrained.model_info(model)
     size = (info.n_layers + 1) * info.max_positions * info.d_model * 8
@@ -605,8 +717,12 @@ def real_tokens(model: str, text: str) -> list[str]:
     """The tokens of ``text`` in ``model`` as its tokenizer writes them (no weights read)."""
     from hessviz import pretrained
 
-    return _real(("tokens", model, text), lambda: {"tokens": pretrained.token_strings(model, text)},
-                 1 << 12, "the tokens")["tokens"]
+    return _real(
+        ("tokens", model, text),
+        lambda: {"tokens": pretrained.token_strings(model, text)},
+        1 << 12,
+        "the tokens",
+    )["tokens"]
 
 
 def real_config(model: str, text: str) -> hv.BlockConfig:
@@ -636,12 +752,18 @@ def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHE
         _, Y = hv.sample_inputs(cfg, seed=seed, device=device())
         return cfg, params, X, Y, None
     if layer != len(real_stack(model)) - 1:
-        raise hv.ConfigError(f"loss {choice.kind!r} is the model's objective on its last hidden "
-                             f"states: choose layer {len(real_stack(model)) - 1}")
+        raise hv.ConfigError(
+            f"loss {choice.kind!r} is the model's objective on its last hidden "
+            f"states: choose layer {len(real_stack(model)) - 1}"
+        )
     Z = _tensor(states["states"][layer + 1]).to(device())
-    obj = loss_keys.objective_at(choice, Z, states["ids"].tolist(),
-                                 lambda other: _tensor(real_states(model, other)["states"][-1]).to(device()),
-                                 lambda: real_head(model))
+    obj = loss_keys.objective_at(
+        choice,
+        Z,
+        states["ids"].tolist(),
+        lambda other: _tensor(real_states(model, other)["states"][-1]).to(device()),
+        lambda: real_head(model),
+    )
     return cfg, params, X, None, obj.custom_loss()
 
 
@@ -651,66 +773,153 @@ def real_head(model: str):
     from hessviz.pretrained import objectives
 
     info = pretrained.model_info(model)
-    return STORE.get(("real_head", model), lambda: objectives.lm_head(model),
-                     8 * info.vocab_size * info.d_model, f"the output head of {model}")
+    return STORE.get(
+        ("real_head", model),
+        lambda: objectives.lm_head(model),
+        8 * info.vocab_size * info.d_model,
+        f"the output head of {model}",
+    )
 
 
 def real_attention(model: str, layer: int, text: str) -> np.ndarray:
     """``(H, L, L)`` attention weights of every head of the layer on the text (no loss, no seed)."""
+
     def compute() -> dict:
         cfg, params, X, _, _ = real_inputs(model, layer, text, 0)
         return {"A": explore.attention_pattern(cfg, params, X).cpu().numpy()}
 
     cfg = real_config(model, text)
-    return _real(("attention", model, text, int(layer)), compute, 8 * cfg.n_heads * cfg.seq_len ** 2,
-                 "the attention pattern")["A"]
+    return _real(
+        ("attention", model, text, int(layer)),
+        compute,
+        8 * cfg.n_heads * cfg.seq_len**2,
+        "the attention pattern",
+    )["A"]
 
 
-def window_key(model: str, layer: int, text: str, seed: int, name: str, start: int, size: int,
-               term_name: str = "full", loss: str = SYNTHETIC) -> tuple:
+def window_key(
+    model: str,
+    layer: int,
+    text: str,
+    seed: int,
+    name: str,
+    start: int,
+    size: int,
+    term_name: str = "full",
+    loss: str = SYNTHETIC,
+) -> tuple:
     """The key of :func:`real_window`'s result."""
-    return ("window", model, text, int(layer), loss, target_seed(loss, seed), name, int(start), int(size),
-            term_name)
+    return (
+        "window",
+        model,
+        text,
+        int(layer),
+        loss,
+        target_seed(loss, seed),
+        name,
+        int(start),
+        int(size),
+        term_name,
+    )
 
 
-def real_window(model: str, layer: int, text: str, seed: int, name: str, start: int, size: int,
-                term_name: str = "full", loss: str = SYNTHETIC) -> np.ndarray:
+def real_window(
+    model: str,
+    layer: int,
+    text: str,
+    seed: int,
+    name: str,
+    start: int,
+    size: int,
+    term_name: str = "full",
+    loss: str = SYNTHETIC,
+) -> np.ndarray:
     """``(size, size)``: the exact Hessian block of entries ``start …`` of the head slice ``name``
     (:func:`hessviz.pretrained.explore.window`, closed-form products)."""
+
     def compute() -> dict:
         cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
-        return {"B": explore.window(cfg, params, X, Y, custom, name, start, size, term_name,
-                                    progress=_Reporter(0, 1, size, f"{name} block"))}
+        return {
+            "B": explore.window(
+                cfg,
+                params,
+                X,
+                Y,
+                custom,
+                name,
+                start,
+                size,
+                term_name,
+                progress=_Reporter(0, 1, size, f"{name} block"),
+            )
+        }
 
     key = window_key(model, layer, text, seed, name, start, size, term_name, loss)
     reserve = cost.window_bytes(real_config(model, text), name, size)
     return _real(key, compute, reserve, f"the Hessian block of {name}")["B"]
 
 
-def table_key(model: str, layer: int, text: str, seed: int, term_name: str, blocks: tuple[str, ...],
-              samples: int, loss: str = SYNTHETIC) -> tuple:
+def table_key(
+    model: str,
+    layer: int,
+    text: str,
+    seed: int,
+    term_name: str,
+    blocks: tuple[str, ...],
+    samples: int,
+    loss: str = SYNTHETIC,
+) -> tuple:
     """The key of :func:`real_block_table`'s result."""
-    return ("table", model, text, int(layer), loss, target_seed(loss, seed), term_name, tuple(blocks),
-            int(samples))
+    return (
+        "table",
+        model,
+        text,
+        int(layer),
+        loss,
+        target_seed(loss, seed),
+        term_name,
+        tuple(blocks),
+        int(samples),
+    )
 
 
-def real_block_table(model: str, layer: int, text: str, seed: int, term_name: str, blocks: tuple[str, ...],
-                     samples: int, loss: str = SYNTHETIC) -> dict:
+def real_block_table(
+    model: str,
+    layer: int,
+    text: str,
+    seed: int,
+    term_name: str,
+    blocks: tuple[str, ...],
+    samples: int,
+    loss: str = SYNTHETIC,
+) -> dict:
     """:func:`hessviz.pretrained.explore.curvature_table` of the real layer: top eigenvalue and
     trace of each diagonal block in ``blocks``, matrix-free (probes from :data:`TABLE_SEED`)."""
+
     def compute() -> dict:
         cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
-        return explore.curvature_table(cfg, params, X, Y, custom, list(blocks), samples, term_name,
-                                       seed=TABLE_SEED,
-                                       progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"))
+        return explore.curvature_table(
+            cfg,
+            params,
+            X,
+            Y,
+            custom,
+            list(blocks),
+            samples,
+            term_name,
+            seed=TABLE_SEED,
+            progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"),
+        )
 
     key = table_key(model, layer, text, seed, term_name, blocks, samples, loss)
     return _real(key, compute, 1 << 16, f"the heterogeneity table of layer {layer}")
 
 
-def real_gradients(model: str, layer: int, text: str, seed: int, by_head: bool,
-                   loss: str = SYNTHETIC) -> dict:
+def real_gradients(
+    model: str, layer: int, text: str, seed: int, by_head: bool, loss: str = SYNTHETIC
+) -> dict:
     """``{"names", "norms", "sizes"}``: ``‖g_b‖_F`` of every block of the real layer (closed form)."""
+
     def compute() -> dict:
         cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
         names, norms, sizes = explore.gradient_blocks(cfg, params, X, Y, by_head, custom)
@@ -733,8 +942,10 @@ def whole_key(model: str, text: str, part: str) -> tuple:
 
 def whole_ready(model: str, text: str, part: str) -> bool:
     """Is the table precomputed or cached (drawing it costs no work)?"""
-    return whole_key(model, text, part) in STORE or \
-        whole_model.lookup(model, text, part, WHOLE_PRECOMPUTED) is not None
+    return (
+        whole_key(model, text, part) in STORE
+        or whole_model.lookup(model, text, part, WHOLE_PRECOMPUTED) is not None
+    )
 
 
 def whole_table(model: str, text: str, part: str, seconds: float = math.inf) -> dict:
@@ -746,7 +957,12 @@ def whole_table(model: str, text: str, part: str, seconds: float = math.inf) -> 
     if hit is not None:
         return hit
     label = "every weight" if part == whole_model.WEIGHTS else f"every head of {part}"
-    return STORE.get(whole_key(model, text, part),
-                     lambda: whole_model.table(model, text, part,
-                                               progress=_Reporter(0, 1, 1, f"Whole-model table, {label}")),
-                     1 << 24, f"the whole-model table of {model}", seconds)
+    return STORE.get(
+        whole_key(model, text, part),
+        lambda: whole_model.table(
+            model, text, part, progress=_Reporter(0, 1, 1, f"Whole-model table, {label}")
+        ),
+        1 << 24,
+        f"the whole-model table of {model}",
+        seconds,
+    )

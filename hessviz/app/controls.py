@@ -60,8 +60,11 @@ def _through_app() -> None:
     if ctx is None:
         return
     main = Path(ctx.pages_manager.main_script_path).resolve()
-    listed = {Path(p["script_path"]).resolve() for p in ctx.pages_manager.get_pages().values()
-              if p.get("script_path")}
+    listed = {
+        Path(p["script_path"]).resolve()
+        for p in ctx.pages_manager.get_pages().values()
+        if p.get("script_path")
+    }
     if main in listed:
         PagesManager.uses_pages_directory = False
         st.rerun()
@@ -82,7 +85,7 @@ def _browser_query() -> tuple[address.Query, bool]:
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
     ctx = get_script_run_ctx()
-    if ctx is None:        # AppTest and bare runs: what st.query_params holds
+    if ctx is None:  # AppTest and bare runs: what st.query_params holds
         return {k: st.query_params.get_all(k) for k in st.query_params}, False
     return address.parse_query(ctx.query_string), bool(getattr(ctx, "is_history_navigation", False))
 
@@ -92,7 +95,7 @@ def begin_run() -> Lesson:
     the visitor just moved in the shared controls, and return the lesson flags (the page config
     and the navigation depend on them)."""
     st.session_state[_RUN] = object()
-    st.session_state[_LINK] = st.session_state[_NOTES] = None   # places drawn by the last run are gone
+    st.session_state[_LINK] = st.session_state[_NOTES] = None  # places drawn by the last run are gone
     here = current()
     query, history = _browser_query()
     here.arrive(query, history=history)
@@ -103,11 +106,16 @@ def begin_run() -> Lesson:
                 here.shared[key] = _widget_value(s, st.session_state[key], here.shared[key])
     reconciled, notes = state.reconcile(here.shared)
     if reconciled != here.shared:
-        for key, value in reconciled.items():        # the widgets show the value used (none drawn yet)
+        for key, value in reconciled.items():  # the widgets show the value used (none drawn yet)
             if value != here.shared[key]:
                 s = state.APP_SETTINGS[key]
-                st.session_state[key] = _bias_pills(value, state.bias_letters(reconciled)) if s.members \
-                    else str(value) if _typed(s) else value
+                st.session_state[key] = (
+                    _bias_pills(value, state.bias_letters(reconciled))
+                    if s.members
+                    else str(value)
+                    if _typed(s)
+                    else value
+                )
         here.shared.update(reconciled)
         here.notes += notes
     return here.lesson
@@ -163,8 +171,12 @@ def _nav(where) -> None:
         for section, pages in registry.SECTIONS.items():
             st.markdown(f"**{section}**")
             for p in pages:
-                st.page_link(p.script, label=p.title, icon=p.icon,
-                             query_params=address.link_params(here.nav_query(p.url_path)))
+                st.page_link(
+                    p.script,
+                    label=p.title,
+                    icon=p.icon,
+                    query_params=address.link_params(here.nav_query(p.url_path)),
+                )
 
 
 def sync() -> None:
@@ -214,7 +226,7 @@ def _typed_int(key: str, lo: int, hi: int) -> None:
     kept = current().shared.get(key, lo)
     value, note = state.settle(key, [text], kept, int_range=(lo, hi))
     if note is not None:
-        if value == kept:   # not a number at all: nothing to clamp
+        if value == kept:  # not a number at all: nothing to clamp
             note = f"{key}: `{state.shown(text)}` is not an integer in {lo} … {hi}: kept {key} = {kept}."
         st.session_state.setdefault(_TYPED, []).append(note)
     st.session_state[key] = str(value)
@@ -227,9 +239,9 @@ def _control(where, s: AppSetting, value: object, disabled: bool) -> object:
     if s.choices:
         _start(key, value)
         return where.segmented_control(s.label, s.choices, required=True, **common)
-    if s.members:           # the biases: one pill per projection the block has
+    if s.members:  # the biases: one pill per projection the block has
         offered = state.bias_letters(current().shared)
-        if isinstance(st.session_state.get(key), list):     # W_O or the gate may have gone
+        if isinstance(st.session_state.get(key), list):  # W_O or the gate may have gone
             st.session_state[key] = [b for b in st.session_state[key] if b in offered]
         _start(key, _bias_pills(value, offered))
         held = where.pills(s.label, offered, selection_mode="multi", format_func=lambda b: f"b_{b}", **common)
@@ -237,19 +249,24 @@ def _control(where, s: AppSetting, value: object, disabled: bool) -> object:
     if s.kind is bool:
         _start(key, value)
         return where.toggle(s.label, **common)
-    if s.optional and s.app_range is not None:       # None reads "as many as the heads"
+    if s.optional and s.app_range is not None:  # None reads "as many as the heads"
         lo, hi = s.app_range
         _start(key, value)
-        return where.select_slider(s.label, [None, *range(lo, hi + 1)],
-                                   format_func=lambda v: "= heads" if v is None else str(v), **common)
+        return where.select_slider(
+            s.label,
+            [None, *range(lo, hi + 1)],
+            format_func=lambda v: "= heads" if v is None else str(v),
+            **common,
+        )
     if s.grid is not None:
         _start(key, value)
         return where.select_slider(s.label, s.grid, format_func=lambda v: f"{v:g}", **common)
     lo, hi = s.app_range
-    if _typed(s):      # a bad entry is put back with a note
+    if _typed(s):  # a bad entry is put back with a note
         _start(key, str(value))
-        text = where.text_input(f"{s.label} ({lo} … {hi})", on_change=_typed_int, args=(key, lo, hi),
-                                **common)
+        text = where.text_input(
+            f"{s.label} ({lo} … {hi})", on_change=_typed_int, args=(key, lo, hi), **common
+        )
         value, _ = state.settle(key, [str(text)], value, int_range=(lo, hi))
         return value
     _start(key, value)
@@ -296,8 +313,10 @@ def sidebar(*, stacks: bool = False) -> View:
                 values[s.url] = by_name[s.name] = value
                 here.choose(s.url, value)
         if fixed:
-            sb.caption("Fixed by this lesson link: " + ", ".join(
-                f"{s.url} = {s.format(here.shared[s.url])}" for s in fixed))
+            sb.caption(
+                "Fixed by this lesson link: "
+                + ", ".join(f"{s.url} = {s.format(here.shared[s.url])}" for s in fixed)
+            )
         sb.markdown("### This view")
         st.session_state[_LINK] = sb.empty()
     else:
@@ -324,9 +343,16 @@ def _presets(where) -> None:
     fixed = any(here.lesson.hides(k) for values in presets.PRESETS.values() for k in values)
     cols = where.columns(2)
     for i, name in enumerate(presets.PRESETS):
-        cols[i % 2].button(name, key=f"_hv_preset_{i}", help=presets.HELP[name], on_click=_follow_preset,
-                           args=(name,), disabled=fixed or name == now, width="stretch",
-                           type="primary" if name == now else "secondary")
+        cols[i % 2].button(
+            name,
+            key=f"_hv_preset_{i}",
+            help=presets.HELP[name],
+            on_click=_follow_preset,
+            args=(name,),
+            disabled=fixed or name == now,
+            width="stretch",
+            type="primary" if name == now else "secondary",
+        )
 
 
 def _follow_preset(name: str) -> None:
@@ -334,8 +360,9 @@ def _follow_preset(name: str) -> None:
     values = presets.apply(name, current().shared)
     for key in presets.PRESETS[name]:
         s = state.APP_SETTINGS[key]
-        st.session_state[key] = _bias_pills(values[key], state.bias_letters(values)) if s.members \
-            else values[key]
+        st.session_state[key] = (
+            _bias_pills(values[key], state.bias_letters(values)) if s.members else values[key]
+        )
 
 
 def link_only() -> None:
@@ -355,13 +382,18 @@ def _size_panel(view: View) -> None:
     P = view.num_params
     sb = st.sidebar
     lim = cache.LIMITS
-    sb.markdown(f"**Device:** {state.device_label()}  \n**Hessian:** P = {P:,} parameters, "
-                f"{P:,} × {P:,} = {format_bytes(view.term_bytes)} per term (float64)")
-    sb.caption(f"Server ({lim.profile} profile): results of all visitors ≤ {format_bytes(lim.results_bytes)} "
-               f"(cached now: {format_bytes(cache.LEDGER.cached)}), ≤ {lim.max_seconds:g} s of work per "
-               f"view, {lim.heavy} heavy computation{'s' if lim.heavy > 1 else ''} at once.")
-    if lim.profile == "local" and sb.button("Clear cached results", icon=":material/delete_sweep:",
-                                            help="drop every cached result of this server"):
+    sb.markdown(
+        f"**Device:** {state.device_label()}  \n**Hessian:** P = {P:,} parameters, "
+        f"{P:,} × {P:,} = {format_bytes(view.term_bytes)} per term (float64)"
+    )
+    sb.caption(
+        f"Server ({lim.profile} profile): results of all visitors ≤ {format_bytes(lim.results_bytes)} "
+        f"(cached now: {format_bytes(cache.LEDGER.cached)}), ≤ {lim.max_seconds:g} s of work per "
+        f"view, {lim.heavy} heavy computation{'s' if lim.heavy > 1 else ''} at once."
+    )
+    if lim.profile == "local" and sb.button(
+        "Clear cached results", icon=":material/delete_sweep:", help="drop every cached result of this server"
+    ):
         cache.clear()
 
 
@@ -400,13 +432,15 @@ def _show_link() -> None:
 
 
 def _lesson_panel() -> None:
-    """"Make a lesson link": pick what to hide and the presentation mode; the link is built here."""
+    """ "Make a lesson link": pick what to hide and the presentation mode; the link is built here."""
     here = current()
     with st.sidebar.expander("Make a lesson link", icon=":material/school:"):
-        st.caption("A link for students: the controls you hide are fixed at this view's values "
-                   "(and shown in the page's header); presentation mode folds the text, enlarges the "
-                   "type and puts the chart first.")
-        page_keys = list(here.page_defaults.get(here.page, {}))     # the controls this page has drawn
+        st.caption(
+            "A link for students: the controls you hide are fixed at this view's values "
+            "(and shown in the page's header); presentation mode folds the text, enlarges the "
+            "type and puts the chart first."
+        )
+        page_keys = list(here.page_defaults.get(here.page, {}))  # the controls this page has drawn
         options = [address.SIDEBAR, *state.APP_SETTINGS, *page_keys]
         labels = {k: f"{k} ({s.label})" for k, s in state.APP_SETTINGS.items()}
         labels[address.SIDEBAR] = "sidebar (every control and the navigation)"
@@ -414,16 +448,21 @@ def _lesson_panel() -> None:
         # click elsewhere, so a toggle under it moved between mouse-down and mouse-up and the first
         # click after a "Hide" choice was lost
         present = st.toggle("Presentation mode", value=here.lesson.present, key="_hv_lesson_present")
-        hide = st.multiselect("Hide", options, default=[o for o in here.lesson.hide if o in options],
-                              format_func=lambda k: labels.get(k, f"{k} (this page)"),
-                              key="_hv_lesson_hide", help="the controls students will not see")
+        hide = st.multiselect(
+            "Hide",
+            options,
+            default=[o for o in here.lesson.hide if o in options],
+            format_func=lambda k: labels.get(k, f"{k} (this page)"),
+            key="_hv_lesson_hide",
+            help="the controls students will not see",
+        )
         query = here.query(Lesson(frozenset(hide), present))
         st.code(view_link(query), language=None, wrap_lines=True)
         lesson_download(f"{here.page}?{address.encode_query(query)}", key="_hv_lesson_page")
 
 
 def lesson_download(link: str, key: str, where=None) -> None:
-    """"Download as a page": the lesson link ``link`` (``page?query``) as one self-contained HTML file
+    """ "Download as a page": the lesson link ``link`` (``page?query``) as one self-contained HTML file
     that needs no server (:mod:`hessviz.app.lesson_page`). Made only when clicked, then cached for
     every visitor (:func:`hessviz.app.lesson_page.cached`); a page it cannot make is one line."""
     from hessviz.app import lesson_page
@@ -437,23 +476,36 @@ def lesson_download(link: str, key: str, where=None) -> None:
     def data() -> bytes:
         try:
             return lesson_page.cached(link)
-        except hv.HessvizError as err:          # the file then says why, in one line
+        except hv.HessvizError as err:  # the file then says why, in one line
             why = f"No lesson page for /{html.escape(link)}: {html.escape(str(err))}"
             return f"<!DOCTYPE html><p>{why}</p>".encode()
 
-    where.download_button("Download as a page", data, f"lesson_{page}.html", "text/html", key=key,
-                          on_click="ignore", icon=":material/download:",
-                          help="this view as one HTML file that opens without the app or a network "
-                               "(plotly.js inline, a few controls baked in); made when you click, up to a "
-                               "minute")
+    where.download_button(
+        "Download as a page",
+        data,
+        f"lesson_{page}.html",
+        "text/html",
+        key=key,
+        on_click="ignore",
+        icon=":material/download:",
+        help="this view as one HTML file that opens without the app or a network "
+        "(plotly.js inline, a few controls baked in); made when you click, up to a "
+        "minute",
+    )
 
 
 # ----------------------------------------------------------------------------- page controls
 
 
-def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple[object, str | None]],
-                  draw: Callable[[], object], label: str, container=None,
-                  fit: Callable[[object], object] | None = None) -> object:
+def _page_control(
+    key: str,
+    default: object,
+    settle: Callable[[list[str]], tuple[object, str | None]],
+    draw: Callable[[], object],
+    label: str,
+    container=None,
+    fit: Callable[[object], object] | None = None,
+) -> object:
     """One page control: its value from the address (settled), its widget started from it, and
     what the visitor chooses recorded. A control the lesson hides is not drawn: a caption shows
     its value instead. ``fit`` maps a value the control no longer offers (its options or range
@@ -462,7 +514,7 @@ def _page_control(key: str, default: object, settle: Callable[[list[str]], tuple
     value = here.page_value(key, default, settle)
     if fit is not None:
         value = _fitted(label, value, fit)
-        if key in st.session_state:                # what the widget held, before it is drawn
+        if key in st.session_state:  # what the widget held, before it is drawn
             held = st.session_state[key]
             if _fitted(label, held, fit) != held:
                 st.session_state[key] = fit(held)
@@ -486,21 +538,34 @@ def _fitted(label: str, value: object, fit: Callable[[object], object]) -> objec
     return now
 
 
-def choice(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
-           container=None) -> str:
+def choice(
+    label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None, container=None
+) -> str:
     """A page control (button row) kept in the URL under ``key`` and in the view link.
 
     The buttons show the options themselves, which are also the URL values (``term=outer``).
     """
     where = container or st
     return _page_control(
-        key, default, lambda texts: state.settle(key, texts, default, options=tuple(options)),
+        key,
+        default,
+        lambda texts: state.settle(key, texts, default, options=tuple(options)),
         lambda: where.segmented_control(label, options, required=True, key=key, help=help),
-        label, where, fit=lambda v: v if v in options else default)
+        label,
+        where,
+        fit=lambda v: v if v in options else default,
+    )
 
 
-def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[str], *,
-                help: str | None = None, container=None) -> list[str]:
+def multichoice(
+    label: str,
+    options: Sequence[str],
+    key: str,
+    default: Sequence[str],
+    *,
+    help: str | None = None,
+    container=None,
+) -> list[str]:
     """A page multi-selection (pills) kept in the URL as a repeated key; returns the selected
     options in the order of ``options`` (none when the visitor turned every pill off: the page says
     what to pick; an address without the key gives ``default``)."""
@@ -512,32 +577,50 @@ def multichoice(label: str, options: Sequence[str], key: str, default: Sequence[
         return [o for o in options if o in picked]
 
     return _page_control(
-        key, ordered, lambda texts: state.settle(key, texts, ordered, options=tuple(options), multi=True),
-        draw, label, where)
+        key,
+        ordered,
+        lambda texts: state.settle(key, texts, ordered, options=tuple(options), multi=True),
+        draw,
+        label,
+        where,
+    )
 
 
-def select(label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None,
-           container=None) -> str:
+def select(
+    label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None, container=None
+) -> str:
     """A page selectbox kept in the URL under ``key``; the options are the URL values."""
     where = container or st
     return _page_control(
-        key, default, lambda texts: state.settle(key, texts, default, options=tuple(options)),
-        lambda: where.selectbox(label, options, key=key, help=help), label, where,
-        fit=lambda v: v if v in options else default)
+        key,
+        default,
+        lambda texts: state.settle(key, texts, default, options=tuple(options)),
+        lambda: where.selectbox(label, options, key=key, help=help),
+        label,
+        where,
+        fit=lambda v: v if v in options else default,
+    )
 
 
-def slider(label: str, lo: int, hi: int, key: str, default: int, *, help: str | None = None,
-           container=None) -> int:
+def slider(
+    label: str, lo: int, hi: int, key: str, default: int, *, help: str | None = None, container=None
+) -> int:
     """A page integer slider kept in the URL under ``key``."""
     where = container or st
     return _page_control(
-        key, default, lambda texts: state.settle(key, texts, default, int_range=(lo, hi)),
-        lambda: where.slider(label, lo, hi, key=key, help=help), label, where,
-        fit=lambda v: int(min(max(int(v), lo), hi)))     # a range that shrank (fewer layers)
+        key,
+        default,
+        lambda texts: state.settle(key, texts, default, int_range=(lo, hi)),
+        lambda: where.slider(label, lo, hi, key=key, help=help),
+        label,
+        where,
+        fit=lambda v: int(min(max(int(v), lo), hi)),
+    )  # a range that shrank (fewer layers)
 
 
-def text(label: str, key: str, default: str, max_chars: int, *, help: str | None = None,
-         container=None) -> str:
+def text(
+    label: str, key: str, default: str, max_chars: int, *, help: str | None = None, container=None
+) -> str:
     """A page text box kept in the URL under ``key``. A text longer than ``max_chars`` is cut to it
     and an empty or blank one falls back to ``default``, each with one line naming the box by its
     ``label``; a box emptied by the visitor is given the default text back, and a longer paste is
@@ -554,9 +637,14 @@ def text(label: str, key: str, default: str, max_chars: int, *, help: str | None
             st.session_state[key] = used
             st.session_state.setdefault(_TYPED, []).append(note)
 
-    value = _page_control(key, default, settle,
-                          lambda: where.text_area(label, key=key, help=help, height=80, on_change=typed),
-                          label, where)
+    value = _page_control(
+        key,
+        default,
+        settle,
+        lambda: where.text_area(label, key=key, help=help, height=80, on_change=typed),
+        label,
+        where,
+    )
     return _text_value(label, str(value or ""), default, max_chars)[0]
 
 
@@ -569,6 +657,8 @@ def _text_value(label: str, text: str, default: str, max_chars: int) -> tuple[st
     if not text.strip():
         return default, f"{label}: the box is empty, so the default text is drawn."
     if len(text) > max_chars:
-        return text[:max_chars], (f"{label}: the text was {len(text):,} characters long, more than the "
-                                  f"{max_chars:,} this box takes: cut to its first {max_chars:,}.")
+        return text[:max_chars], (
+            f"{label}: the text was {len(text):,} characters long, more than the "
+            f"{max_chars:,} this box takes: cut to its first {max_chars:,}."
+        )
     return text, None

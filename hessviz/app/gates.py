@@ -200,8 +200,9 @@ class Ledger:
         return self._over(nbytes) > 0 or (self.process_over(nbytes) > 0 and self._in_flight > 0)
 
     @contextmanager
-    def reserve(self, nbytes: int, what: str, waiting: Waiting | None = None,
-                poll: float = 0.25) -> Iterator[None]:
+    def reserve(
+        self, nbytes: int, what: str, waiting: Waiting | None = None, poll: float = 0.25
+    ) -> Iterator[None]:
         """Hold ``nbytes`` while computing; evict cached results first, then wait for others.
 
         Cached results are evicted only when that makes room: while the computations in flight
@@ -212,16 +213,19 @@ class Ledger:
         """
         nbytes = int(nbytes)
         if nbytes > self.capacity:
-            raise SizeError(f"{what} needs about {format_bytes(nbytes)}; this server keeps at most "
-                            f"{format_bytes(self.capacity)} of results for all visitors",
-                            needed_bytes=nbytes, limit_bytes=self.capacity)
+            raise SizeError(
+                f"{what} needs about {format_bytes(nbytes)}; this server keeps at most "
+                f"{format_bytes(self.capacity)} of results for all visitors",
+                needed_bytes=nbytes,
+                limit_bytes=self.capacity,
+            )
         nested = getattr(self._local, "depth", 0) > 0
         while True:
             over = self._over(nbytes)
             if over > 0 and (nested or self._in_flight + nbytes <= self.capacity):
                 self.evict(over)
             if self._cached > 0 and (nested or self._in_flight == 0) and self.process_over(nbytes) > 0:
-                self.evict(self.process_over(nbytes))       # others' work in flight: wait for it first
+                self.evict(self.process_over(nbytes))  # others' work in flight: wait for it first
             with self._lock:
                 if nested or not self._must_wait(nbytes):
                     self._in_flight += nbytes

@@ -198,14 +198,17 @@ class ScalingLesson(LessonSpec):
     def points(self, view: View, values: dict[str, object]) -> list[tuple]:
         if values["sc_blk"] not in views.scaling_pairs(view):
             return []
-        return views.scaling_points(view, values["sc_axis"], values["sc_blk"], values["sc_seeds"],
-                                    values["sc_layer"])
+        return views.scaling_points(
+            view, values["sc_axis"], values["sc_blk"], values["sc_seeds"], values["sc_layer"]
+        )
 
     def covers(self, s: Settled, baked: list[Baked]) -> str:
         axes = next((b.values for b in baked if b.key == "sc_axis"), (s.values["sc_axis"],))
         grids = {a: sweeps.DEFAULT_GRIDS[a] for a in axes}
-        parts = [f"{sweeps.AXES[a]} from {min(g):g} to {max(g):g} ({len(g)} points, along each chart's "
-                 "x axis)" for a, g in grids.items()]
+        parts = [
+            f"{sweeps.AXES[a]} from {min(g):g} to {max(g):g} ({len(g)} points, along each chart's x axis)"
+            for a, g in grids.items()
+        ]
         return "This lesson page covers " + " and ".join(parts) + _baked_words(baked) + "."
 
 
@@ -216,12 +219,17 @@ class SpectrumLesson(LessonSpec):
 
     def settle(self, here: Address, shared_view: View) -> dict[str, object]:
         method = _choice(here, "spec_method", ("auto", "dense", "matrix-free"), "auto")
-        shown = here.page_value("spec_terms", list(NAMES), lambda t: state.settle(
-            "spec_terms", t, list(NAMES), options=NAMES, multi=True))
+        shown = here.page_value(
+            "spec_terms",
+            list(NAMES),
+            lambda t: state.settle("spec_terms", t, list(NAMES), options=NAMES, multi=True),
+        )
         P = shared_view.num_params
         if method == "matrix-free" or P > DENSE_LIMIT:
-            raise LessonError(f"spec_method: the matrix-free spectrum (P = {P:,}) is not offered as a lesson "
-                              f"page; use the dense one (P ≤ {DENSE_LIMIT:,}: lower d, d_ff or L).")
+            raise LessonError(
+                f"spec_method: the matrix-free spectrum (P = {P:,}) is not offered as a lesson "
+                f"page; use the dense one (P ≤ {DENSE_LIMIT:,}: lower d, d_ff or L)."
+            )
         return {"spec_method": method, "spec_terms": tuple(shown) or NAMES}
 
     def bake(self, s: Settled) -> list[Baked]:
@@ -237,12 +245,17 @@ class SpectrumLesson(LessonSpec):
         if view.num_params > DENSE_LIMIT:
             raise LessonError(f"P = {view.num_params:,} is above the dense limit {DENSE_LIMIT:,}")
         r = views.spectrum(view, values["spec_terms"])
-        return Drawn([("sorted", r.sorted_figure), ("histogram", r.histogram), ("block_norms", r.bars)],
-                     [views.spectrum_line(r)])
+        return Drawn(
+            [("sorted", r.sorted_figure), ("histogram", r.histogram), ("block_norms", r.bars)],
+            [views.spectrum_line(r)],
+        )
 
     def covers(self, s: Settled, baked: list[Baked]) -> str:
-        return ("This lesson page covers every eigenvalue of the full, outer and functional terms"
-                + _baked_words(baked) + "; click a term in a legend to hide it.")
+        return (
+            "This lesson page covers every eigenvalue of the full, outer and functional terms"
+            + _baked_words(baked)
+            + "; click a term in a legend to hide it."
+        )
 
 
 class CollapseLesson(LessonSpec):
@@ -254,20 +267,29 @@ class CollapseLesson(LessonSpec):
     def settle(self, here: Address, shared_view: View) -> dict[str, object]:
         if shared_view.cfg.d_model < 2:
             raise LessonError("d: LayerNorm needs d ≥ 2 (a single feature has no variance).")
-        return {"lnc_view": _choice(here, "lnc_view", views.LN_VIEWS, "layernorm"),
-                "lnc_decades": _int(here, "lnc_decades", 2, 7, 4),
-                "lnc_seeds": _int(here, "lnc_seeds", 1, 5, 2)}
+        return {
+            "lnc_view": _choice(here, "lnc_view", views.LN_VIEWS, "layernorm"),
+            "lnc_decades": _int(here, "lnc_decades", 2, 7, 4),
+            "lnc_seeds": _int(here, "lnc_seeds", 1, 5, 2),
+        }
 
     def bake(self, s: Settled) -> list[Baked]:
         if s.open("eps") and s.values["lnc_view"] == "layernorm":
-            return [Baked("eps", state.APP_SETTINGS["eps"].label, EPS_GRID, tuple(f"{e:g}" for e in EPS_GRID),
-                          slider=True)]
+            return [
+                Baked(
+                    "eps",
+                    state.APP_SETTINGS["eps"].label,
+                    EPS_GRID,
+                    tuple(f"{e:g}" for e in EPS_GRID),
+                    slider=True,
+                )
+            ]
         return []
 
     def draw(self, view: View, values: dict[str, object]) -> Drawn:
         if values["lnc_view"] == "layernorm":
             r = views.layernorm_collapse(view, values["lnc_decades"], values["lnc_seeds"])
-        else:       # the W_Q–W_Q block alone: the whole-matrix norms take minutes
+        else:  # the W_Q–W_Q block alone: the whole-matrix norms take minutes
             r = views.block_collapse(view, values["lnc_decades"], values["lnc_seeds"], whole=False)
         slopes = ", ".join(f"{k} {v}" for k, v in r.slopes.items())
         return Drawn([("collapse", r.figure)], [f"Slopes: {slopes}"])
@@ -282,8 +304,12 @@ class CollapseLesson(LessonSpec):
 
 
 def _baked_words(baked: list[Baked]) -> str:
-    return "".join(f", {b.label} {', '.join(b.texts)}" if not b.slider else
-                   f", {b.label} from {b.texts[0]} to {b.texts[-1]}" for b in baked)
+    return "".join(
+        f", {b.label} {', '.join(b.texts)}"
+        if not b.slider
+        else f", {b.label} from {b.texts[0]} to {b.texts[-1]}"
+        for b in baked
+    )
 
 
 PAGES: dict[str, LessonSpec] = {p.page: p for p in (ScalingLesson(), SpectrumLesson(), CollapseLesson())}
@@ -310,11 +336,14 @@ def settle(url: str) -> tuple[LessonSpec, Settled]:
     page, query = split_url(url)
     known = {p.url_path: p for p in registry.ALL_PAGES}
     if page not in known:
-        raise LessonError(f"the app has no page /{page}; its pages are "
-                          + ", ".join(f"/{p}" for p in known) + ".")
+        raise LessonError(
+            f"the app has no page /{page}; its pages are " + ", ".join(f"/{p}" for p in known) + "."
+        )
     if page not in PAGES:
-        raise LessonError(f"the {known[page].title} page (/{page}) is not offered as a lesson page; "
-                          f"these are: {', '.join('/' + p for p in PAGES)}.")
+        raise LessonError(
+            f"the {known[page].title} page (/{page}) is not offered as a lesson page; "
+            f"these are: {', '.join('/' + p for p in PAGES)}."
+        )
     spec = PAGES[page]
     here = Address()
     here.arrive(query)
@@ -344,7 +373,7 @@ def _refuse(notes: list[str]) -> None:
 def compact(value: object) -> object:
     """JSON-ready ``value`` with every number at :data:`DIGITS` significant digits (NaN, ±∞ -> null)."""
     if isinstance(value, dict):
-        if set(value) >= {"dtype", "bdata"}:        # plotly's typed array: base64 of the raw numbers
+        if set(value) >= {"dtype", "bdata"}:  # plotly's typed array: base64 of the raw numbers
             raw = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
             shape = [int(n) for n in str(value.get("shape", raw.size)).split(",")]
             return compact(raw.reshape(shape))
@@ -396,7 +425,7 @@ def _prime(spec: LessonSpec, s: Settled, baked: list[Baked], combos: list[tuple]
         try:
             calls += spec.points(*_combination(spec, s, baked, combo))
         except hv.HessvizError:
-            continue                    # drawn (and refused) one by one below
+            continue  # drawn (and refused) one by one below
     if len(calls) < 8 * workers:
         return
     with cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -434,7 +463,7 @@ def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = Non
             views_out[name] = {"error": f"Not in this lesson page: {err}"}
             continue
         figs = []
-        for _, fig in drawn.figures:     # a figure several views share (the side-by-side chart) is kept once
+        for _, fig in drawn.figures:  # a figure several views share (the side-by-side chart) is kept once
             j = figure_json(fig)
             t = j["layout"].pop("template", None)
             template = template or t
@@ -450,19 +479,27 @@ def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = Non
                     f"{worst.key}: this lesson page would be about {format_bytes(estimate)} "
                     f"({len(combos)} views of {format_bytes(first_size)}), over the "
                     f"{format_bytes(limit)} limit; fix {worst.key} (add it to hide=) to bake "
-                    f"{len(worst.values)} times fewer views.")
+                    f"{len(worst.values)} times fewer views."
+                )
     if progress is not None:
         progress(len(combos), len(combos), "writing the page")
-    data = {"url": url,
-            "controls": [{"key": b.key, "label": b.label, "texts": list(b.texts), "slider": b.slider}
-                         for b in baked],
-            "views": views_out, "figures": [json.loads(t) for t in figures], "template": template}
+    data = {
+        "url": url,
+        "controls": [
+            {"key": b.key, "label": b.label, "texts": list(b.texts), "slider": b.slider} for b in baked
+        ],
+        "views": views_out,
+        "figures": [json.loads(t) for t in figures],
+        "template": template,
+    }
     text = _page(spec, s, baked, data, plotly_js)
     if len(text.encode()) > limit:
         worst = max(baked, key=lambda b: len(b.values)) if baked else None
-        raise LessonError(f"{worst.key if worst else 'the view'}: this lesson page is "
-                          f"{format_bytes(len(text.encode()))}, over the {format_bytes(limit)} limit"
-                          + (f"; fix {worst.key} (add it to hide=)." if worst else "."))
+        raise LessonError(
+            f"{worst.key if worst else 'the view'}: this lesson page is "
+            f"{format_bytes(len(text.encode()))}, over the {format_bytes(limit)} limit"
+            + (f"; fix {worst.key} (add it to hide=)." if worst else ".")
+        )
     return text
 
 
@@ -480,26 +517,38 @@ def _page(spec: LessonSpec, s: Settled, baked: list[Baked], data: dict, plotly_j
     controls = []
     for i, b in enumerate(baked):
         if b.slider:
-            inner = (f'<input type="range" id="c{i}" name="{b.key}" min="0" max="{len(b.values) - 1}" '
-                     f'step="1" value="0" aria-label="{html.escape(b.label)}">'
-                     f'<output id="o{i}">{html.escape(b.texts[0])}</output>')
+            inner = (
+                f'<input type="range" id="c{i}" name="{b.key}" min="0" max="{len(b.values) - 1}" '
+                f'step="1" value="0" aria-label="{html.escape(b.label)}">'
+                f'<output id="o{i}">{html.escape(b.texts[0])}</output>'
+            )
         else:
             inner = "".join(
                 f'<label><input type="radio" name="{b.key}" value="{j}"{" checked" if j == 0 else ""}>'
-                f"<span>{html.escape(t)}</span></label>" for j, t in enumerate(b.texts))
+                f"<span>{html.escape(t)}</span></label>"
+                for j, t in enumerate(b.texts)
+            )
         legend = f"<legend>{html.escape(b.label)}</legend>"
         controls.append(f'<fieldset data-control="{i}">{legend}{inner}</fieldset>')
     fixed = _fixed(s, baked)
     n_views = len(data["views"])
     return _TEMPLATE.format(
-        title=html.escape(f"{p.title}: a hessviz lesson"), heading=html.escape(p.title),
+        title=html.escape(f"{p.title}: a hessviz lesson"),
+        heading=html.escape(p.title),
         summary=html.escape(p.summary[:1].upper() + p.summary[1:] + "."),
         covers=html.escape(spec.covers(s, baked)),
-        fixed=html.escape(f"Fixed by this lesson: {fixed}." if fixed else "Every other control is fixed at "
-                          "the link's value."),
-        views=f"{n_views} view{'s' if n_views != 1 else ''}", controls="".join(controls),
+        fixed=html.escape(
+            f"Fixed by this lesson: {fixed}."
+            if fixed
+            else "Every other control is fixed at the link's value."
+        ),
+        views=f"{n_views} view{'s' if n_views != 1 else ''}",
+        controls="".join(controls),
         url=html.escape(s.page + ("?" + address.encode_query(s.query) if s.query else "")),
-        plotly=plotly_js.replace("</script", "<\\/script"), payload=payload, script=_SCRIPT)
+        plotly=plotly_js.replace("</script", "<\\/script"),
+        payload=payload,
+        script=_SCRIPT,
+    )
 
 
 _TEMPLATE = """<!DOCTYPE html>
@@ -623,12 +672,18 @@ def cached(url: str) -> bytes:
 
     page, query = split_url(url)
     canonical = f"{page}?{address.encode_query(dict(sorted(query.items())))}"
-    return cache.STORE.get(("lesson_page", canonical), lambda: build(url).encode(), LIMIT_BYTES,
-                           "the lesson page", LESSON_SECONDS)
+    return cache.STORE.get(
+        ("lesson_page", canonical),
+        lambda: build(url).encode(),
+        LIMIT_BYTES,
+        "the lesson page",
+        LESSON_SECONDS,
+    )
 
 
-def write(url: str, out: str | Path, *, limit: int = LIMIT_BYTES, progress: Progress | None = None,
-          workers: int = 1) -> int:
+def write(
+    url: str, out: str | Path, *, limit: int = LIMIT_BYTES, progress: Progress | None = None, workers: int = 1
+) -> int:
     """Build the lesson page of ``url`` and write it to ``out`` whole or not at all (a temporary file in
     the same folder, renamed); returns its size in bytes."""
     text = build(url, limit=limit, progress=progress, workers=workers).encode()

@@ -16,17 +16,38 @@ from __future__ import annotations
 from hessviz.app import state  # noqa: F401 (the doctests read DEFAULTS)
 
 _LLAMA: dict[str, object] = {
-    "norm": "pre", "ntype": "rmsnorm", "affine": True, "mlp": "gated", "act": "silu", "rope": True,
-    "heads": 4, "kv": 2, "wo": True, "qknorm": False, "bias": False, "causal": True,
+    "norm": "pre",
+    "ntype": "rmsnorm",
+    "affine": True,
+    "mlp": "gated",
+    "act": "silu",
+    "rope": True,
+    "heads": 4,
+    "kv": 2,
+    "wo": True,
+    "qknorm": False,
+    "bias": False,
+    "causal": True,
 }
 
 PRESETS: dict[str, dict[str, object]] = {
     "Llama-style": _LLAMA,
     "Qwen2-style": {**_LLAMA, "bias": ("Q", "K", "V")},
     "Qwen3-style": {**_LLAMA, "qknorm": True},
-    "Pythia-style": {"norm": "parallel", "ntype": "layernorm", "affine": True, "mlp": "plain", "act": "gelu",
-                     "rope": True, "heads": 4, "kv": None, "wo": True, "qknorm": False, "bias": True,
-                     "causal": True},
+    "Pythia-style": {
+        "norm": "parallel",
+        "ntype": "layernorm",
+        "affine": True,
+        "mlp": "plain",
+        "act": "gelu",
+        "rope": True,
+        "heads": 4,
+        "kv": None,
+        "wo": True,
+        "qknorm": False,
+        "bias": True,
+        "causal": True,
+    },
 }
 """Preset title -> the shared values (URL key -> value) it sets.
 

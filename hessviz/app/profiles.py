@@ -82,8 +82,11 @@ def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | 
     cores = os.cpu_count() or 1
     heavy = int(env.get("HESSVIZ_HEAVY", "0") or 0) or cores
     if name == "hosted":
-        ceiling = parse_bytes(env["HESSVIZ_MEMORY_LIMIT"]) if env.get("HESSVIZ_MEMORY_LIMIT") \
+        ceiling = (
+            parse_bytes(env["HESSVIZ_MEMORY_LIMIT"])
+            if env.get("HESSVIZ_MEMORY_LIMIT")
             else HOSTED_PROCESS_BYTES
+        )
         base = rss_bytes() if baseline_bytes is None else baseline_bytes
         results = max(MIN_RESULTS_BYTES, ceiling - base - HEADROOM_BYTES)
         seconds, download, repeats = 4.0, 32 * 2**20, 1
@@ -96,5 +99,12 @@ def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | 
             raise ValueError(f"HESSVIZ_MAX_SECONDS must be > 0, got {env['HESSVIZ_MAX_SECONDS']!r}")
     if env.get("HESSVIZ_DOWNLOAD_LIMIT"):
         download = parse_bytes(env["HESSVIZ_DOWNLOAD_LIMIT"])
-    return Limits(name, int(results), seconds, max(1, heavy), int(download), repeats,
-                  int(ceiling) if name == "hosted" else None)
+    return Limits(
+        name,
+        int(results),
+        seconds,
+        max(1, heavy),
+        int(download),
+        repeats,
+        int(ceiling) if name == "hosted" else None,
+    )

@@ -109,9 +109,9 @@ class Status:
     def _show(self, kind: str, text: str, value: float | None = None) -> None:
         now = time.monotonic()
         if kind == "queue" and text == self._shown and now - self._last < 1.0:
-            return                      # the same message: do not resend it four times a second
+            return  # the same message: do not resend it four times a second
         if kind == "progress" and (value or 0.0) < 1.0 and now - self._last < DRAW_EVERY:
-            return                      # a bar at most five times a second
+            return  # a bar at most five times a second
         self._shown, self._last = text, now
         if kind == "progress":
             self.slot.progress(min(1.0, max(0.0, value or 0.0)), text=text)
@@ -122,16 +122,20 @@ class Status:
         """Called while queued (``place`` 1 = next) or waiting for memory (``place`` 0)."""
         self.checkpoint()
         if place > 0:
-            self._show("queue", f"**Queued: {_ordinal(place)} in line** for {self.what}. This server runs "
-                                "one heavy computation per core at a time; yours starts as soon as one ends.")
+            self._show(
+                "queue",
+                f"**Queued: {_ordinal(place)} in line** for {self.what}. This server runs "
+                "one heavy computation per core at a time; yours starts as soon as one ends.",
+            )
         else:
             self._show("queue", f"Waiting for memory or for another visitor computing {self.what}…")
 
     def step(self, done: int, total: int, text: str = "") -> None:
         """Progress ``done / total`` (and a cancellation point)."""
         self.checkpoint()
-        self._show("progress", text or f"Computing {self.what}: {done}/{total}",
-                   done / total if total else 1.0)
+        self._show(
+            "progress", text or f"Computing {self.what}: {done}/{total}", done / total if total else 1.0
+        )
 
     def release(self) -> None:
         self._held.close()

@@ -24,8 +24,10 @@ from hessviz.app.profiles import Limits
 from hessviz.config import BlockConfig
 from hessviz.pretrained import explore, precomputed
 
-DEFAULT_TEXT = ("The old lighthouse keeper climbed the narrow stairs every evening to light the lamp "
-                "and watch the ships pass safely.")
+DEFAULT_TEXT = (
+    "The old lighthouse keeper climbed the narrow stairs every evening to light the lamp "
+    "and watch the ships pass safely."
+)
 OTHER_TEXT = "A lighthouse keeper lit the lamp each night so that ships could find the harbour."
 MAX_CHARS = 400
 WINDOW_MAX = 2048
@@ -53,8 +55,14 @@ def folder_problem(folder: str) -> str:
     path = Path(folder).expanduser()
     if not path.is_dir():
         return f"`{shown(folder)}` is not a folder on this server (models are never downloaded)."
-    absent = [f for f, there in (("config.json", (path / "config.json").is_file()),
-                                 ("*.safetensors weights", any(path.glob("*.safetensors")))) if not there]
+    absent = [
+        f
+        for f, there in (
+            ("config.json", (path / "config.json").is_file()),
+            ("*.safetensors weights", any(path.glob("*.safetensors"))),
+        )
+        if not there
+    ]
     if absent:
         return f"`{shown(folder)}` has no {' and no '.join(absent)}: it is not a checkpoint folder."
     return ""
@@ -98,8 +106,9 @@ def _free(what: str) -> budget.Verdict:
     return budget.Verdict(True, cost.Cost(0.0, 0, what), "", "")
 
 
-def window_rows(cfg: BlockConfig, name: str, n_rows: int, lim: Limits,
-                ready: Callable[[int], bool] = lambda rows: False) -> tuple[int, budget.Verdict]:
+def window_rows(
+    cfg: BlockConfig, name: str, n_rows: int, lim: Limits, ready: Callable[[int], bool] = lambda rows: False
+) -> tuple[int, budget.Verdict]:
     """``(rows, verdict)``: ``n_rows`` when a window of that many rows of ``name`` is ``ready``
     (precomputed or cached) or fits ``lim``, else the most rows that do (the verdict is that of the
     rows returned; not ok when not even one row fits)."""
@@ -107,16 +116,25 @@ def window_rows(cfg: BlockConfig, name: str, n_rows: int, lim: Limits,
     for k in [n_rows] + [k for k in reversed(row_counts(*cfg.shape_of(name))) if k < n_rows]:
         if ready(k):
             return k, _free(f"the exact Hessian block of {k * cols:,} entries (at hand)")
-        verdict = budget.check(cost.real_window_cost(cfg, name, k * cols), lim, cfg,
-                               f"choose fewer rows of {name}, or a shorter text")
+        verdict = budget.check(
+            cost.real_window_cost(cfg, name, k * cols),
+            lim,
+            cfg,
+            f"choose fewer rows of {name}, or a shorter text",
+        )
         if verdict.ok:
             return k, verdict
     return k, verdict
 
 
-def reduced_table(cfg: BlockConfig, by_head: bool, part: str, samples: int, lim: Limits,
-                  ready: Callable[[tuple[str, ...], int], bool] = lambda blocks, samples: False
-                  ) -> tuple[str, int, budget.Verdict]:
+def reduced_table(
+    cfg: BlockConfig,
+    by_head: bool,
+    part: str,
+    samples: int,
+    lim: Limits,
+    ready: Callable[[tuple[str, ...], int], bool] = lambda blocks, samples: False,
+) -> tuple[str, int, budget.Verdict]:
     """``(part, samples, verdict)``: the chosen part and products when they are ``ready`` or fit
     ``lim``, else the first smaller choice that does: fewer products (:data:`FEWEST_SAMPLES`), then
     each single part of the layer (:data:`hessviz.pretrained.explore.PARTS`). Not ok (with the
@@ -130,9 +148,12 @@ def reduced_table(cfg: BlockConfig, by_head: bool, part: str, samples: int, lim:
             continue
         if ready(tuple(n for n, _ in blocks), s):
             return p, s, _free(f"the table of {len(blocks)} blocks (at hand)")
-        verdict = budget.check(cost.real_table_cost(cfg, blocks, s), lim, cfg,
-                               "choose blocks = weights, one part of the layer, fewer products, or a "
-                               "shorter text")
+        verdict = budget.check(
+            cost.real_table_cost(cfg, blocks, s),
+            lim,
+            cfg,
+            "choose blocks = weights, one part of the layer, fewer products, or a shorter text",
+        )
         first = first or (part, samples, verdict)
         if verdict.ok:
             return p, s, verdict
@@ -160,23 +181,35 @@ def default_views(model: str, text: str = DEFAULT_TEXT, say: Callable[[str], Non
     for h in range(info.n_heads):
         for weight in PRECOMPUTED_WEIGHTS:
             name = f"{weight}[{h}]"
-            if h >= len(cfg.head_names(weight)):        # grouped-query: fewer key/value heads
+            if h >= len(cfg.head_names(weight)):  # grouped-query: fewer key/value heads
                 continue
             rows, cols = cfg.shape_of(name)
             size = default_rows(rows, cols) * cols
-            timed(f"window {name}", lambda name=name, size=size: cache.real_window(
-                model, layer, text, seed, name, 0, size, DEFAULT_TERM, loss))
+            timed(
+                f"window {name}",
+                lambda name=name, size=size: cache.real_window(
+                    model, layer, text, seed, name, 0, size, DEFAULT_TERM, loss
+                ),
+            )
     for by_head in (False, True):
-        timed(f"gradients by_head={by_head}", lambda b=by_head: cache.real_gradients(
-            model, layer, text, seed, b, loss))
+        timed(
+            f"gradients by_head={by_head}",
+            lambda b=by_head: cache.real_gradients(model, layer, text, seed, b, loss),
+        )
     blocks = tuple(n for n, _ in explore.part_blocks(cfg, False, DEFAULT_PART))
-    timed("table", lambda: cache.real_block_table(model, layer, text, seed, DEFAULT_TERM, blocks, SAMPLES,
-                                                  loss))
+    timed(
+        "table", lambda: cache.real_block_table(model, layer, text, seed, DEFAULT_TERM, blocks, SAMPLES, loss)
+    )
     return seconds
 
 
-def precompute(models: Sequence[str], path: Path, command: str = "", text: str = DEFAULT_TEXT,
-               say: Callable[[str], None] = print) -> int:
+def precompute(
+    models: Sequence[str],
+    path: Path,
+    command: str = "",
+    text: str = DEFAULT_TEXT,
+    say: Callable[[str], None] = print,
+) -> int:
     """The default views of ``models`` on ``text`` (:func:`default_views`) saved to ``path``; returns
     its bytes. Nothing is read from an earlier file: every entry is computed here."""
     import torch
@@ -191,7 +224,15 @@ def precompute(models: Sequence[str], path: Path, command: str = "", text: str =
         entries = cache.real_results()
     finally:
         cache.PRECOMPUTED = saved
-    made = {"command": command, "models": list(models), "text": text, "seconds": seconds,
-            "hessviz": hessviz.__version__, "torch": torch.__version__, "python": platform.python_version(),
-            "threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    made = {
+        "command": command,
+        "models": list(models),
+        "text": text,
+        "seconds": seconds,
+        "hessviz": hessviz.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     return precomputed.save(path, entries, made)

@@ -22,35 +22,97 @@ class PageSpec:
 
 
 EXPLORE = (
-    PageSpec("pages/hessian_map.py", "Hessian map", ":material/grid_on:", "hessian_map",
-             "the full, outer or functional Hessian as a heatmap, block by block", default=True),
-    PageSpec("pages/spectrum.py", "Spectrum", ":material/equalizer:", "spectrum",
-             "eigenvalues of each term and how many are negative"),
-    PageSpec("pages/heterogeneity.py", "Heterogeneity", ":material/bar_chart:", "heterogeneity",
-             "top eigenvalue and trace of every weight's and every head's Hessian block, matrix-free"),
-    PageSpec("pages/real_model.py", "Real model", ":material/psychology:", "real_model",
-             "a pretrained layer on your text: attention, a head's exact Hessian, per-block curvature"),
-    PageSpec("pages/whole_model.py", "Whole model", ":material/account_tree:", "whole_model",
-             "a whole pretrained model under its own objective: curvature and gradient of every tensor"),
-    PageSpec("pages/depth.py", "Depth", ":material/layers:", "depth",
-             "stacks of blocks: the Hessian layer by layer, Post-LN and Pre-LN side by side"),
-    PageSpec("pages/scaling.py", "Scaling laws", ":material/show_chart:", "scaling",
-             "block norms against ‖X‖₂, L and d on log–log axes, with fitted slopes"),
-    PageSpec("pages/verify.py", "Verify & speed", ":material/verified:", "verify",
-             "closed form against autograd: relative error and timings"),
-    PageSpec("pages/learn.py", "Learn", ":material/school:", "learn",
-             "equations, papers, and a classroom tour"),
+    PageSpec(
+        "pages/hessian_map.py",
+        "Hessian map",
+        ":material/grid_on:",
+        "hessian_map",
+        "the full, outer or functional Hessian as a heatmap, block by block",
+        default=True,
+    ),
+    PageSpec(
+        "pages/spectrum.py",
+        "Spectrum",
+        ":material/equalizer:",
+        "spectrum",
+        "eigenvalues of each term and how many are negative",
+    ),
+    PageSpec(
+        "pages/heterogeneity.py",
+        "Heterogeneity",
+        ":material/bar_chart:",
+        "heterogeneity",
+        "top eigenvalue and trace of every weight's and every head's Hessian block, matrix-free",
+    ),
+    PageSpec(
+        "pages/real_model.py",
+        "Real model",
+        ":material/psychology:",
+        "real_model",
+        "a pretrained layer on your text: attention, a head's exact Hessian, per-block curvature",
+    ),
+    PageSpec(
+        "pages/whole_model.py",
+        "Whole model",
+        ":material/account_tree:",
+        "whole_model",
+        "a whole pretrained model under its own objective: curvature and gradient of every tensor",
+    ),
+    PageSpec(
+        "pages/depth.py",
+        "Depth",
+        ":material/layers:",
+        "depth",
+        "stacks of blocks: the Hessian layer by layer, Post-LN and Pre-LN side by side",
+    ),
+    PageSpec(
+        "pages/scaling.py",
+        "Scaling laws",
+        ":material/show_chart:",
+        "scaling",
+        "block norms against ‖X‖₂, L and d on log–log axes, with fitted slopes",
+    ),
+    PageSpec(
+        "pages/verify.py",
+        "Verify & speed",
+        ":material/verified:",
+        "verify",
+        "closed form against autograd: relative error and timings",
+    ),
+    PageSpec(
+        "pages/learn.py", "Learn", ":material/school:", "learn", "equations, papers, and a classroom tour"
+    ),
 )
 
 CLAIMS = (
-    PageSpec("pages/optimization.py", "Optimization lens", ":material/trending_down:", "optimization",
-             "what the curvature means for training"),
-    PageSpec("pages/layernorm_collapse.py", "LayerNorm collapse", ":material/compress:",
-             "layernorm_collapse", "LayerNorm curvature as row variance collapses"),
-    PageSpec("pages/bounds.py", "Spectral bounds", ":material/vertical_align_top:", "bounds",
-             "bounds on block spectral norms against the exact values"),
-    PageSpec("pages/claims.py", "Claims", ":material/fact_check:", "claims",
-             "the papers' claims, checked one by one"),
+    PageSpec(
+        "pages/optimization.py",
+        "Optimization lens",
+        ":material/trending_down:",
+        "optimization",
+        "what the curvature means for training",
+    ),
+    PageSpec(
+        "pages/layernorm_collapse.py",
+        "LayerNorm collapse",
+        ":material/compress:",
+        "layernorm_collapse",
+        "LayerNorm curvature as row variance collapses",
+    ),
+    PageSpec(
+        "pages/bounds.py",
+        "Spectral bounds",
+        ":material/vertical_align_top:",
+        "bounds",
+        "bounds on block spectral norms against the exact values",
+    ),
+    PageSpec(
+        "pages/claims.py",
+        "Claims",
+        ":material/fact_check:",
+        "claims",
+        "the papers' claims, checked one by one",
+    ),
 )
 
 SECTIONS: dict[str, tuple[PageSpec, ...]] = {"Explore": EXPLORE, "Paper claims": CLAIMS}

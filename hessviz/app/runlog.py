@@ -74,8 +74,17 @@ def timed(page: str) -> Iterator[None]:
         end = "error"
         raise
     finally:
-        _write(PREFIX, {"page": page, "session": _session(), "wall_s": round(time.perf_counter() - t0, 4),
-                        "cpu_s": round(time.thread_time() - c0, 4), "end": end, "t": round(time.time(), 3)})
+        _write(
+            PREFIX,
+            {
+                "page": page,
+                "session": _session(),
+                "wall_s": round(time.perf_counter() - t0, 4),
+                "cpu_s": round(time.thread_time() - c0, 4),
+                "end": end,
+                "t": round(time.time(), 3),
+            },
+        )
 
 
 def computed(key: tuple, start: float, wall_s: float, heavy: bool) -> None:
@@ -83,13 +92,22 @@ def computed(key: tuple, start: float, wall_s: float, heavy: bool) -> None:
     if not enabled():
         return
     digest = hashlib.sha1(repr(key).encode(), usedforsecurity=False).hexdigest()[:12]
-    _write(COMPUTE_PREFIX, {"what": str(key[0]), "key": digest, "heavy": bool(heavy),
-                            "start": round(start, 3), "wall_s": round(wall_s, 4), "session": _session()})
+    _write(
+        COMPUTE_PREFIX,
+        {
+            "what": str(key[0]),
+            "key": digest,
+            "heavy": bool(heavy),
+            "start": round(start, 3),
+            "wall_s": round(wall_s, 4),
+            "session": _session(),
+        },
+    )
 
 
 def _write(prefix: str, line: dict) -> None:
     text = prefix + json.dumps(line) + "\n"
-    try:                    # one write, so other threads' log lines cannot land inside it
+    try:  # one write, so other threads' log lines cannot land inside it
         os.write(sys.stderr.fileno(), text.encode())
     except (OSError, ValueError):
         print(text, end="", file=sys.stderr, flush=True)

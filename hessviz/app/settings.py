@@ -18,8 +18,24 @@ from dataclasses import dataclass
 from hessviz import config
 from hessviz.config import Setting
 
-XNORM_GRID: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
-                                 10.0, 20.0, 50.0, 100.0)
+XNORM_GRID: tuple[float, ...] = (
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    20.0,
+    50.0,
+    100.0,
+)
 """The input sizes ``‖X‖₂`` the app offers."""
 EPS_GRID: tuple[float, ...] = (0.0, 1e-12, 1e-9, 1e-6, 1e-5, 1e-3, 1e-2, 0.1, 1.0)
 """The LayerNorm ``ε`` values the app offers."""
@@ -98,8 +114,13 @@ def _app_setting(s: Setting) -> AppSetting:
 SETTINGS: tuple[AppSetting, ...] = tuple(_app_setting(s) for s in config.SETTINGS if s.name in SHOWN)
 """The settings the app offers (the block's fields, then the input's), in the library's order."""
 
-SECTIONS: dict[str, str] = {"block": "Block", "size": "Sizes", "layer": "Real layer",
-                            "modern": "Modern block", "input": "Input"}
+SECTIONS: dict[str, str] = {
+    "block": "Block",
+    "size": "Sizes",
+    "layer": "Real layer",
+    "modern": "Modern block",
+    "input": "Input",
+}
 """Sidebar sections, in the order they are drawn."""
 
 

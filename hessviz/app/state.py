@@ -64,8 +64,9 @@ class View:
         # a control the block does not use (disabled in the sidebar) keeps its value for later
         # but the block takes the default: LN γ/β or RMSNorm without a LayerNorm, a gated MLP
         # for attention alone
-        fields = {s.name: chosen[s.name] if settings.relevant(s.name, chosen) else s.default
-                  for s in BLOCK_SETTINGS}
+        fields = {
+            s.name: chosen[s.name] if settings.relevant(s.name, chosen) else s.default for s in BLOCK_SETTINGS
+        }
         inputs = {s.name: v[url[s.name]] for s in INPUT_SETTINGS}
         return cls(hv.BlockConfig(**fields), float(inputs["input_norm"]), int(inputs["seed"]))
 
@@ -73,8 +74,10 @@ class View:
     def values(self) -> dict[str, object]:
         """URL key -> value."""
         given = {"input_norm": self.input_norm, "seed": self.seed}
-        return {k: given[s.name] if s.name in given else getattr(self.cfg, s.name)
-                for k, s in APP_SETTINGS.items()}
+        return {
+            k: given[s.name] if s.name in given else getattr(self.cfg, s.name)
+            for k, s in APP_SETTINGS.items()
+        }
 
     @property
     def key(self) -> tuple:
@@ -92,7 +95,7 @@ class View:
     @property
     def term_bytes(self) -> int:
         """Bytes of one dense ``(P, P)`` float64 Hessian term."""
-        return self.cfg.num_params ** 2 * 8
+        return self.cfg.num_params**2 * 8
 
     @cached_property
     def inputs(self) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -111,7 +114,7 @@ def format_value(key: str, value: object) -> str | list[str]:
     """How a value is written in the URL (``1.0 -> "1"``, ``True -> "true"``); a list is
     written as a repeated key (``?terms=full&terms=outer``), as Streamlit binds multi-selections."""
     setting = APP_SETTINGS.get(key)
-    if setting is not None and setting.members:      # bias=Q,K,V: one value
+    if setting is not None and setting.members:  # bias=Q,K,V: one value
         return setting.format(value)
     if isinstance(value, (list, tuple)):
         return [format_value(key, v) for v in value]
@@ -120,8 +123,9 @@ def format_value(key: str, value: object) -> str | list[str]:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def query_string(values: dict[str, object], extra: dict[str, object] | None = None,
-                 only_changed: bool = True) -> str:
+def query_string(
+    values: dict[str, object], extra: dict[str, object] | None = None, only_changed: bool = True
+) -> str:
     """``"norm=pre&L=6"``: the shared values that differ from :data:`DEFAULTS`, then ``extra``."""
     items = {k: v for k, v in values.items() if not only_changed or DEFAULTS.get(k) != v}
     items.update(extra or {})
@@ -168,9 +172,17 @@ def nearest_on_grid(value: float, grid: tuple[float, ...]) -> float:
     return min(positive, key=lambda g: abs(math.log(value) - math.log(g)))
 
 
-def settle(key: str, texts: list[str], default: object, *, options: tuple | None = None,
-           int_range: tuple[int, int] | None = None, grid: tuple[float, ...] | None = None,
-           multi: bool = False, parse: Callable[[str], object] | None = None) -> tuple[object, str | None]:
+def settle(
+    key: str,
+    texts: list[str],
+    default: object,
+    *,
+    options: tuple | None = None,
+    int_range: tuple[int, int] | None = None,
+    grid: tuple[float, ...] | None = None,
+    multi: bool = False,
+    parse: Callable[[str], object] | None = None,
+) -> tuple[object, str | None]:
     """The value the app uses for a URL key written ``texts`` (every occurrence, in order), and a
     one-line note when that is not exactly what the URL asked (``None`` when it is).
 
@@ -199,7 +211,7 @@ def settle(key: str, texts: list[str], default: object, *, options: tuple | None
         return allowed or list(default), note
     note = None
     if len(texts) > 1:
-        note = (f"`{key}` was given {len(texts)} times ({shown(', '.join(texts))}): used the last, ")
+        note = f"`{key}` was given {len(texts)} times ({shown(', '.join(texts))}): used the last, "
     text = texts[-1]
     try:
         value = parse(text) if parse is not None else _parse_plain(text, options, int_range, grid)
@@ -248,13 +260,22 @@ def _parse_plain(text: str, options, int_range, grid) -> object:
 def settle_shared(key: str, texts: list[str]) -> tuple[object, str | None]:
     """:func:`settle` for a shared control of :data:`APP_SETTINGS` (its range, grid or choices)."""
     s = APP_SETTINGS[key]
-    value, note = settle(key, texts, s.default, options=s.choices, int_range=s.app_range, grid=s.grid,
-                         parse=lambda t: parse_value(key, t))
+    value, note = settle(
+        key,
+        texts,
+        s.default,
+        options=s.choices,
+        int_range=s.app_range,
+        grid=s.grid,
+        parse=lambda t: parse_value(key, t),
+    )
     if s.kind is bool and texts:
         if note is not None and value is s.default:
-            note = (f"`{key}={shown(texts[-1])}` is not true or false: used the default, "
-                    f"{key} = {s.format(value)}.")
-        elif note is None and texts[-1] != s.format(value):   # wo=1, wo=yes: say how it was read
+            note = (
+                f"`{key}={shown(texts[-1])}` is not true or false: used the default, "
+                f"{key} = {s.format(value)}."
+            )
+        elif note is None and texts[-1] != s.format(value):  # wo=1, wo=yes: say how it was read
             note = f"`{key}={shown(texts[-1])}` read as {key} = {s.format(value)}."
     return value, note
 
@@ -278,26 +299,33 @@ def reconcile(values: dict[str, object]) -> tuple[dict[str, object], list[str]]:
         out["wo"] = True
         notes.append(f"{heads} attention heads need the output projection W_O to join them: turned W_O on.")
     kv = out.get("kv")
-    if kv is not None and heads > 1 and heads % int(kv):   # one head: the control is off, kept
+    if kv is not None and heads > 1 and heads % int(kv):  # one head: the control is off, kept
         out["kv"] = max(g for g in range(1, min(int(kv), heads) + 1) if heads % g == 0)
-        notes.append(f"Key/value heads = {kv} does not divide the {heads} attention heads: used "
-                     f"{out['kv']} key/value head{'s' if out['kv'] > 1 else ''}.")
+        notes.append(
+            f"Key/value heads = {kv} does not divide the {heads} attention heads: used "
+            f"{out['kv']} key/value head{'s' if out['kv'] > 1 else ''}."
+        )
     d = int(out.get("d", DEFAULTS["d"]))
     norm = out.get("norm", DEFAULTS["norm"])
     layernorm = norm in ("post", "pre", "parallel") and out.get("ntype", DEFAULTS["ntype"]) == "layernorm"
     if d < 2 and layernorm and float(out.get("eps", DEFAULTS["eps"])) == 0:
         out["d"] = 2
-        notes.append("Model width d = 1: LayerNorm with ε = 0 needs d ≥ 2 (one feature has no variance), "
-                     "so d = 2 is used.")
+        notes.append(
+            "Model width d = 1: LayerNorm with ε = 0 needs d ≥ 2 (one feature has no variance), "
+            "so d = 2 is used."
+        )
     elif d < 2 and out.get("loss", DEFAULTS["loss"]) == "ce":
         out["d"] = 2
-        notes.append("Model width d = 1: the cross-entropy loss needs d ≥ 2 (its classes are the d "
-                     "features), so d = 2 is used.")
+        notes.append(
+            "Model width d = 1: the cross-entropy loss needs d ≥ 2 (its classes are the d "
+            "features), so d = 2 is used."
+        )
     dk = int(out.get("dk", DEFAULTS["dk"]))
     if out.get("rope") and dk % 2:
         out["dk"] = dk + 1
-        notes.append(f"Key width d_k = {dk}: rotary positions turn pairs of features, so d_k = {dk + 1} "
-                     "is used.")
+        notes.append(
+            f"Key width d_k = {dk}: rotary positions turn pairs of features, so d_k = {dk + 1} is used."
+        )
     bias = out.get("bias")
     if isinstance(bias, tuple):
         kept = tuple(b for b in bias if b in bias_letters(out))

@@ -83,14 +83,23 @@ def part(stored: dict, cfg, which: str) -> dict:
         names = [h for i in range(cfg.n_layers) for h in cfg.head_names(f"l{i}.{which}")]
     rows, grads = stored["rows"], stored["grad"]
     top = [float(rows[n]["top"]) if n in rows else math.nan for n in names]
-    grad = [float(grads[n]) if n in grads else float(rows[n]["grad"]) if n in rows else math.nan
-            for n in names]
+    grad = [
+        float(grads[n]) if n in grads else float(rows[n]["grad"]) if n in rows else math.nan for n in names
+    ]
     matvecs = sum(int(rows[n]["matvecs"]) for n in names if n in rows)
     seconds = sum(float(rows[n]["seconds"]) for n in names if n in rows)
-    return {"names": names, "size": [cfg.param_size(n) for n in names], "top": top,
-            "trace": [math.nan] * len(names), "trace_se": [math.nan] * len(names), "grad_norm": grad,
-            "exact": [False] * len(names), "matvecs": matvecs, "seconds": round(seconds, 1),
-            "reached": sum(n in rows for n in names)}
+    return {
+        "names": names,
+        "size": [cfg.param_size(n) for n in names],
+        "top": top,
+        "trace": [math.nan] * len(names),
+        "trace_se": [math.nan] * len(names),
+        "grad_norm": grad,
+        "exact": [False] * len(names),
+        "matvecs": matvecs,
+        "seconds": round(seconds, 1),
+        "reached": sum(n in rows for n in names),
+    }
 
 
 def _layer_weights(cfg) -> list[str]:
@@ -102,7 +111,9 @@ def describe(stored: dict) -> str:
     """The stored run in one sentence."""
     heads = sorted(stored["head_layers"])
     source = "; ".join(stored.get("sources", [])[:1])
-    return (f"{stored['tokens']} tokens of \"{stored['text'][:70]}…\" ({source}), next-token loss; top "
-            f"eigenvalues for every weight of {len(stored['weight_layers'])} of 30 layers and every head of "
-            f"layers {', '.join(map(str, heads)) or 'none'}, Lanczos to about 1 % "
-            f"({stored.get('dtype', 'float32')}); gradient norms for every layer.")
+    return (
+        f'{stored["tokens"]} tokens of "{stored["text"][:70]}…" ({source}), next-token loss; top '
+        f"eigenvalues for every weight of {len(stored['weight_layers'])} of 30 layers and every head of "
+        f"layers {', '.join(map(str, heads)) or 'none'}, Lanczos to about 1 % "
+        f"({stored.get('dtype', 'float32')}); gradient norms for every layer."
+    )

@@ -92,8 +92,14 @@ def css(lesson: Lesson, embedded: bool = False) -> str:
     >>> css(Lesson(present=True)).count("order: -1"), css(Lesson()).count("order: -1")   # phone only
     (2, 1)
     """
-    return (BASE + NARROW + TOOLBAR + (PRESENT + CHART_FIRST if lesson.present else "")
-            + ("" if lesson.sidebar else NO_SIDEBAR) + (EMBEDDED if embedded else ""))
+    return (
+        BASE
+        + NARROW
+        + TOOLBAR
+        + (PRESENT + CHART_FIRST if lesson.present else "")
+        + ("" if lesson.sidebar else NO_SIDEBAR)
+        + (EMBEDDED if embedded else "")
+    )
 
 
 def apply(lesson: Lesson) -> None:

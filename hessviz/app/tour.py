@@ -98,9 +98,12 @@ def scaling_facts(stop: Stop) -> dict[str, str]:
     slope = views.outer_slope(result, view.cfg.norm, pair)
     bend = views.bend(result, view.cfg.norm, pair)
     top = float(result.grid.max())
-    bent = (f"first leaves 6 ± {views.BEND_TOL:g} at ‖X‖₂ ≈ {bend:.2g}" if np.isfinite(bend)
-            else f"stays within 6 ± {views.BEND_TOL:g} up to ‖X‖₂ = {top:g}, the grid's end")
-    return {"slope": _signed(slope), "bend": bent, "factor": f"{2 ** slope:.0f}"}
+    bent = (
+        f"first leaves 6 ± {views.BEND_TOL:g} at ‖X‖₂ ≈ {bend:.2g}"
+        if np.isfinite(bend)
+        else f"stays within 6 ± {views.BEND_TOL:g} up to ‖X‖₂ = {top:g}, the grid's end"
+    )
+    return {"slope": _signed(slope), "bend": bent, "factor": f"{2**slope:.0f}"}
 
 
 def side_facts(stop: Stop) -> dict[str, str]:
@@ -147,51 +150,82 @@ def layernorm_facts(stop: Stop) -> dict[str, str]:
     out = {}
     for prefix, changes in (("", {}), *((v.name + "_", v.params) for v in stop.variants)):
         view = stop.view(**changes)
-        r = cache.ln_sweep(tuple(sig), view.cfg.ln_eps, view.cfg.seq_len, view.cfg.d_model,
-                           tuple(range(view.seed, view.seed + LN_SEEDS)))
+        r = cache.ln_sweep(
+            tuple(sig),
+            view.cfg.ln_eps,
+            view.cfg.seq_len,
+            view.cfg.d_model,
+            tuple(range(view.seed, view.seed + LN_SEEDS)),
+        )
         x = sigma_axis(r)
         h = center(r["H"], "geomean")
         out[prefix + "slope"] = _signed(pooled_power_law_fit(x, r["H"], hi=1e-2, n_boot=0).slope)
         out[prefix + "at_min"] = f"{h[np.argmin(x)]:.2g}"
         out[prefix + "eps"] = f"{view.cfg.ln_eps:g}"
-    out["sigma_min"] = f"{10.0 ** -LN_DECADES:g}"
+    out["sigma_min"] = f"{10.0**-LN_DECADES:g}"
     return out
 
 
 TOUR: tuple[Stop, ...] = (
-    Stop("The ‖X‖⁶ law", "scaling", {"norm": "attention", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
-         "Self-attention alone, W_Q–W_Q block, swept over the input size ‖X‖₂. Notice that the outer "
-         "curve is a straight line on log–log axes: its fitted slope over ‖X‖₂ ≤ 1 is **{slope}** (the "
-         "theory says 6), so doubling the input multiplies this curvature by about {factor}. The law "
-         "holds while softmax stays nearly uniform, and these small random weights keep it so for "
-         "long: the curve's local slope {bend}.",
-         scaling_facts),
-    Stop("Pre-LN flattens it", "scaling", {"norm": "pre", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
-         "Same sweep; scroll the view to the side-by-side chart under the first one. The outer "
-         "W_Q–W_Q block of attention alone climbs with slope **{attention}**, the Post-LN block with "
-         "{post}, and the Pre-LN block with **{pre}**: LayerNorm in front of attention removes the "
-         "scale of X before it reaches the query and key weights, so the curvature hardly depends "
-         "on ‖X‖₂.", side_facts),
-    Stop("Negative eigenvalues come from the functional term", "spectrum", {"norm": "post"},
-         "The default Post-LN block with the mean-squared-error loss. Notice that outer has **{outer}** "
-         "negative eigenvalues while full has **{full}**, carrying {mass} of the curvature: the loss is "
-         "convex in the block's output, but the block bends the landscape into saddles. Now switch the "
-         "live view to cross-entropy (the *Loss* choice above it): outer has {ce_outer} negative "
-         "eigenvalues and full {ce_full} ({ce_mass} of the curvature).",
-         spectrum_facts, (Variant("ce", "cross-entropy", {"loss": "ce"}),), ("Loss", "mean squared error")),
-    Stop("1/L³ decay", "scaling", {"norm": "attention", "sc_axis": "L", "sc_blk": "W_Q,W_Q", "sc_seeds": "5"},
-         "Attention alone at fixed ‖X‖₂, swept over the sequence length. Notice the outer W_Q–W_Q "
-         "curve falling with a fitted slope of **{slope}** over L ≥ 4, against the theory's −3: with "
-         "more tokens, each token's row of X is smaller and softmax averages over more of them. The "
-         "band shows the seed-to-seed spread of the five seeds; the theory's exponent is asymptotic, "
-         "so at these short lengths the fit comes out flatter than −3.", scaling_facts),
-    Stop("LayerNorm curvature as row variance collapses", "layernorm_collapse", {"norm": "post"},
-         "LayerNorm alone, with one row of its input shrinking. LayerNorm divides each row by its "
-         "standard deviation σ, so its Jacobian grows like 1/σ and its second derivative like 1/σ² "
-         "as the row flattens. Notice ‖H_LN‖₂ exploding with ε = {eps}: fitted slope **{slope}** for "
-         "σ ≤ 0.01, reaching {at_min} at σ = {sigma_min}. Now switch the live view to ε = {capped_eps} "
-         "(the *LayerNorm ε* choice above it): the curve levels off near σ ≈ √ε and ends at "
-         "{capped_at_min}.", layernorm_facts, (Variant("capped", "ε = 1e-06", {"eps": "1e-06"}),),
-         ("LayerNorm ε", "ε = 0")),
+    Stop(
+        "The ‖X‖⁶ law",
+        "scaling",
+        {"norm": "attention", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
+        "Self-attention alone, W_Q–W_Q block, swept over the input size ‖X‖₂. Notice that the outer "
+        "curve is a straight line on log–log axes: its fitted slope over ‖X‖₂ ≤ 1 is **{slope}** (the "
+        "theory says 6), so doubling the input multiplies this curvature by about {factor}. The law "
+        "holds while softmax stays nearly uniform, and these small random weights keep it so for "
+        "long: the curve's local slope {bend}.",
+        scaling_facts,
+    ),
+    Stop(
+        "Pre-LN flattens it",
+        "scaling",
+        {"norm": "pre", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
+        "Same sweep; scroll the view to the side-by-side chart under the first one. The outer "
+        "W_Q–W_Q block of attention alone climbs with slope **{attention}**, the Post-LN block with "
+        "{post}, and the Pre-LN block with **{pre}**: LayerNorm in front of attention removes the "
+        "scale of X before it reaches the query and key weights, so the curvature hardly depends "
+        "on ‖X‖₂.",
+        side_facts,
+    ),
+    Stop(
+        "Negative eigenvalues come from the functional term",
+        "spectrum",
+        {"norm": "post"},
+        "The default Post-LN block with the mean-squared-error loss. Notice that outer has **{outer}** "
+        "negative eigenvalues while full has **{full}**, carrying {mass} of the curvature: the loss is "
+        "convex in the block's output, but the block bends the landscape into saddles. Now switch the "
+        "live view to cross-entropy (the *Loss* choice above it): outer has {ce_outer} negative "
+        "eigenvalues and full {ce_full} ({ce_mass} of the curvature).",
+        spectrum_facts,
+        (Variant("ce", "cross-entropy", {"loss": "ce"}),),
+        ("Loss", "mean squared error"),
+    ),
+    Stop(
+        "1/L³ decay",
+        "scaling",
+        {"norm": "attention", "sc_axis": "L", "sc_blk": "W_Q,W_Q", "sc_seeds": "5"},
+        "Attention alone at fixed ‖X‖₂, swept over the sequence length. Notice the outer W_Q–W_Q "
+        "curve falling with a fitted slope of **{slope}** over L ≥ 4, against the theory's −3: with "
+        "more tokens, each token's row of X is smaller and softmax averages over more of them. The "
+        "band shows the seed-to-seed spread of the five seeds; the theory's exponent is asymptotic, "
+        "so at these short lengths the fit comes out flatter than −3.",
+        scaling_facts,
+    ),
+    Stop(
+        "LayerNorm curvature as row variance collapses",
+        "layernorm_collapse",
+        {"norm": "post"},
+        "LayerNorm alone, with one row of its input shrinking. LayerNorm divides each row by its "
+        "standard deviation σ, so its Jacobian grows like 1/σ and its second derivative like 1/σ² "
+        "as the row flattens. Notice ‖H_LN‖₂ exploding with ε = {eps}: fitted slope **{slope}** for "
+        "σ ≤ 0.01, reaching {at_min} at σ = {sigma_min}. Now switch the live view to ε = {capped_eps} "
+        "(the *LayerNorm ε* choice above it): the curve levels off near σ ≈ √ε and ends at "
+        "{capped_at_min}.",
+        layernorm_facts,
+        (Variant("capped", "ε = 1e-06", {"eps": "1e-06"}),),
+        ("LayerNorm ε", "ε = 0"),
+    ),
 )
 """The tour, in the order a 20-minute lesson takes it."""

@@ -57,8 +57,11 @@ def explain(text: str, *formulas: str) -> None:
     (``present=1``), so the chart comes first. The equations that a formula lines up with
     ``\\qquad`` sit side by side in a row that wraps, so on a narrow screen they stack instead of
     running off the page (and :mod:`hessviz.app.styles` sets them smaller on a phone)."""
-    where = st.expander("What this page shows", icon=":material/menu_book:") if controls.lesson().present \
+    where = (
+        st.expander("What this page shows", icon=":material/menu_book:")
+        if controls.lesson().present
         else st.container()
+    )
     with where:
         st.markdown(text)
         for f in formulas:
@@ -80,17 +83,20 @@ def guard(what: str = "this computation") -> Iterator[progress.Status]:
     try:
         yield status
     except progress.Cancelled:
-        st.stop()                      # nobody is watching: drop the run quietly
+        st.stop()  # nobody is watching: drop the run quietly
     except hv.SizeError as err:
-        st.error(f"**{what[0].upper() + what[1:]} is too large for this server.** {err}",
-                 icon=":material/memory:")
+        st.error(
+            f"**{what[0].upper() + what[1:]} is too large for this server.** {err}", icon=":material/memory:"
+        )
         st.stop()
     except hv.HessvizError as err:
         st.error(f"**Cannot compute {what}.** {err}", icon=":material/block:")
         st.stop()
     except MemoryError:
-        st.error(f"**{what[0].upper() + what[1:]} ran out of memory.** Lower d, d_ff or L.",
-                 icon=":material/memory:")
+        st.error(
+            f"**{what[0].upper() + what[1:]} ran out of memory.** Lower d, d_ff or L.",
+            icon=":material/memory:",
+        )
         st.stop()
     finally:
         progress.close_status(status)
@@ -115,8 +121,15 @@ def long_note(c: budget.Cost) -> None:
         st.info(words, icon=":material/hourglass_top:")
 
 
-def afford(view: View, kind: str, *, stop: bool = True, advice: str | None = None,
-           cfg: hv.BlockConfig | None = None, **extra: float) -> bool:
+def afford(
+    view: View,
+    kind: str,
+    *,
+    stop: bool = True,
+    advice: str | None = None,
+    cfg: hv.BlockConfig | None = None,
+    **extra: float,
+) -> bool:
     """Ask the budget (:func:`hessviz.app.budget.check`, the one place every page asks) whether this
     server can afford the view. If not, say why and what to change, and stop the page (or,
     with ``stop=False``, return False after a one-line note). ``kind``: one of
@@ -225,14 +238,23 @@ class Detached:
     def npz(self) -> bytes:
         arrays = self.arrays()
         if arrays is None:
-            arrays = {"expired": np.array("This view's data has left the server's memory since the page "
-                                          "was drawn; reload the page and download again.")}
+            arrays = {
+                "expired": np.array(
+                    "This view's data has left the server's memory since the page "
+                    "was drawn; reload the page and download again."
+                )
+            }
         return npz_bytes(arrays)
 
 
-def downloads(name: str, fig: go.Figure | None = None, *,
-              csv: Callable[[], dict] | None = None, npz: Callable[[], dict] | None = None,
-              key: str | None = None) -> None:
+def downloads(
+    name: str,
+    fig: go.Figure | None = None,
+    *,
+    csv: Callable[[], dict] | None = None,
+    npz: Callable[[], dict] | None = None,
+    key: str | None = None,
+) -> None:
     """Download buttons in one row: the figure (HTML) and its data (CSV columns or NPZ arrays).
 
     ``csv``/``npz`` are callables returning the columns/arrays. They run when the buttons are
@@ -244,30 +266,65 @@ def downloads(name: str, fig: go.Figure | None = None, *,
     key = key or name
     row = st.container(horizontal=True, gap="small", wrap=True)
     if fig is not None:
-        row.download_button("Figure (HTML)", lambda: figure_html(fig), f"{name}.html", "text/html",
-                                key=f"dl_html_{key}", on_click="ignore", icon=":material/download:")
+        row.download_button(
+            "Figure (HTML)",
+            lambda: figure_html(fig),
+            f"{name}.html",
+            "text/html",
+            key=f"dl_html_{key}",
+            on_click="ignore",
+            icon=":material/download:",
+        )
     if csv is not None:
-        columns = {k: np.array(v, copy=True) if isinstance(v, np.ndarray) else list(v)
-                   for k, v in csv().items()}
-        row.download_button("Data (CSV)", lambda: csv_bytes(columns), f"{name}.csv", "text/csv",
-                                key=f"dl_csv_{key}", on_click="ignore", icon=":material/table:")
+        columns = {
+            k: np.array(v, copy=True) if isinstance(v, np.ndarray) else list(v) for k, v in csv().items()
+        }
+        row.download_button(
+            "Data (CSV)",
+            lambda: csv_bytes(columns),
+            f"{name}.csv",
+            "text/csv",
+            key=f"dl_csv_{key}",
+            on_click="ignore",
+            icon=":material/table:",
+        )
     if npz is not None:
         held = Detached(npz())
         limit = cache.LIMITS.download_bytes
         too_big = held.nbytes > limit
-        row.download_button("Data (NPZ)", held.npz, f"{name}.npz",
-                                "application/octet-stream", key=f"dl_npz_{key}", on_click="ignore",
-                                icon=":material/data_array:", disabled=too_big,
-                                help=(f"{format_bytes(held.nbytes)}: over this server's download limit of "
-                                      f"{format_bytes(limit)}; zoom into a block, or "
-                                      + ("run the app on your own machine (`streamlit run app.py`)"
-                                         if cache.LIMITS.profile == "hosted" else
-                                         "start this server with a larger `HESSVIZ_DOWNLOAD_LIMIT`"))
-                                if too_big else None)
+        row.download_button(
+            "Data (NPZ)",
+            held.npz,
+            f"{name}.npz",
+            "application/octet-stream",
+            key=f"dl_npz_{key}",
+            on_click="ignore",
+            icon=":material/data_array:",
+            disabled=too_big,
+            help=(
+                f"{format_bytes(held.nbytes)}: over this server's download limit of "
+                f"{format_bytes(limit)}; zoom into a block, or "
+                + (
+                    "run the app on your own machine (`streamlit run app.py`)"
+                    if cache.LIMITS.profile == "hosted"
+                    else "start this server with a larger `HESSVIZ_DOWNLOAD_LIMIT`"
+                )
+            )
+            if too_big
+            else None,
+        )
 
 
-MODEBAR_REMOVED = ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d", "toggleSpikelines",
-                   "hoverClosestCartesian", "hoverCompareCartesian"]
+MODEBAR_REMOVED = [
+    "select2d",
+    "lasso2d",
+    "zoomIn2d",
+    "zoomOut2d",
+    "autoScale2d",
+    "toggleSpikelines",
+    "hoverClosestCartesian",
+    "hoverCompareCartesian",
+]
 """Mode-bar buttons the charts do without (selection, the ± zoom and hover modes): a short bar
 covers less of a figure's title while the pointer is over it (on a touch or narrow screen
 :mod:`hessviz.app.styles` hides the bar)."""
@@ -280,9 +337,16 @@ EMBEDDED_HEIGHT = 440
 live tour view, 560 px tall, which shows no title above its chart)."""
 
 
-def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
-          npz: Callable[[], dict] | None = None, key: str | None = None, height: int | None = None,
-          container=None) -> None:
+def chart(
+    fig: go.Figure,
+    name: str,
+    *,
+    csv: Callable[[], dict] | None = None,
+    npz: Callable[[], dict] | None = None,
+    key: str | None = None,
+    height: int | None = None,
+    container=None,
+) -> None:
     """Draw ``fig`` in the app's light or dark theme, and its download buttons under it. In
     presentation mode a figure is at most :data:`PRESENT_HEIGHT` pixels tall, so that it fits a
     projector's 720 rows under the title (:data:`EMBEDDED_HEIGHT` in the tour's frame)."""
@@ -292,7 +356,14 @@ def chart(fig: go.Figure, name: str, *, csv: Callable[[], dict] | None = None,
         tall = height or fig.layout.height or PRESENT_HEIGHT
         height = min(tall, EMBEDDED_HEIGHT if st.context.is_embedded else PRESENT_HEIGHT)
     with where.container():
-        st.plotly_chart(fig, key=f"chart_{key or name}", height=height or "content",
-                        config={"displaylogo": False, "toImageButtonOptions": {"filename": name},
-                                "modeBarButtonsToRemove": MODEBAR_REMOVED})
+        st.plotly_chart(
+            fig,
+            key=f"chart_{key or name}",
+            height=height or "content",
+            config={
+                "displaylogo": False,
+                "toImageButtonOptions": {"filename": name},
+                "modeBarButtonsToRemove": MODEBAR_REMOVED,
+            },
+        )
         downloads(name, fig, csv=csv, npz=npz, key=key)

@@ -26,21 +26,42 @@ from hessviz.terms import NAMES
 # ----------------------------------------------------------------------------- scaling
 
 SCALING_SEEDS_MAX = 8
-SCALING_PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_Q,W_V", "W_G,W_G", "W_G,W_1", "W_1,W_1",
-                 "W_2,W_2", "q_norm_gamma,q_norm_gamma", "ln1_gamma,ln1_gamma")
+SCALING_PAIRS = (
+    "W_Q,W_Q",
+    "W_K,W_K",
+    "W_V,W_V",
+    "W_Q,W_K",
+    "W_Q,W_V",
+    "W_G,W_G",
+    "W_G,W_1",
+    "W_1,W_1",
+    "W_2,W_2",
+    "q_norm_gamma,q_norm_gamma",
+    "ln1_gamma,ln1_gamma",
+)
 PLACEMENTS = ("attention", "post", "pre")
 """The placements of the Scaling page's side-by-side chart."""
-FIT_REGIME = {"xnorm": "‖X‖₂ ≤ 1.", "L": "L ≥ 4.", "d": "all points.",
-              "layers": "none (a geometric law r^N: the factor per block is shown)."}
+FIT_REGIME = {
+    "xnorm": "‖X‖₂ ≤ 1.",
+    "L": "L ≥ 4.",
+    "d": "all points.",
+    "layers": "none (a geometric law r^N: the factor per block is shown).",
+}
 
 
 def scaling_pairs(view: View) -> tuple[str, ...]:
     """The block pairs the Scaling page offers for the view's block (one head's slices too)."""
     names = view.cfg.block.param_names
     pairs = tuple(p for p in SCALING_PAIRS + ("W_O,W_O",) if all(n in names for n in p.split(",")))
-    if view.cfg.n_heads > 1:   # one head's slices: the same scaling laws, per head
-        pairs += ("W_Q[0],W_Q[0]", "W_K[0],W_K[0]", "W_Q[0],W_K[0]", "W_Q[0],W_Q[1]", "W_V[0],W_V[0]",
-                  "W_O[0],W_O[0]")
+    if view.cfg.n_heads > 1:  # one head's slices: the same scaling laws, per head
+        pairs += (
+            "W_Q[0],W_Q[0]",
+            "W_K[0],W_K[0]",
+            "W_Q[0],W_K[0]",
+            "W_Q[0],W_Q[1]",
+            "W_V[0],W_V[0]",
+            "W_O[0],W_O[0]",
+        )
     return pairs
 
 
@@ -72,8 +93,15 @@ def side_pair(pair: tuple[str, ...]) -> tuple[str, ...]:
     return pair if all(n.partition("[")[0] in ("W_Q", "W_K", "W_V") for n in pair) else ("W_Q", "W_Q")
 
 
-def sweep(view: View, axis: str, pair: tuple[str, str], seeds: list[int], *, layer: int = 0,
-          progress: Callable[[int, int], None] | None = None) -> sweeps.Sweep:
+def sweep(
+    view: View,
+    axis: str,
+    pair: tuple[str, str],
+    seeds: list[int],
+    *,
+    layer: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> sweeps.Sweep:
     """The block ``pair``'s norms (outer, functional, full) of ``view``'s block over the default
     grid of ``axis``, one cached point per grid value and seed (:func:`hessviz.app.cache.sweep_point`):
     the page, the tour's story and the lesson page read the same points."""
@@ -81,8 +109,15 @@ def sweep(view: View, axis: str, pair: tuple[str, str], seeds: list[int], *, lay
     def measure(c, input_norm: float, seed: int) -> dict[str, float]:
         return cache.sweep_point(c, input_norm, seed, pair, layer=layer)
 
-    return sweeps.sweep(view.cfg, axis, sweeps.DEFAULT_GRIDS[axis], seeds, measure,
-                        input_norm=view.input_norm, progress=progress)
+    return sweeps.sweep(
+        view.cfg,
+        axis,
+        sweeps.DEFAULT_GRIDS[axis],
+        seeds,
+        measure,
+        input_norm=view.input_norm,
+        progress=progress,
+    )
 
 
 def bend(result: sweeps.Sweep, norm: str, pair: tuple[str, str], term: str = "outer") -> float:
@@ -112,8 +147,14 @@ def scaling_points(view: View, axis: str, pair_s: str, n_seeds: int, layer: int 
     return out
 
 
-def scaling(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0,
-            progress: Callable[[float, str], None] | None = None) -> Scaling:
+def scaling(
+    view: View,
+    axis: str,
+    pair_s: str,
+    n_seeds: int,
+    layer: int = 0,
+    progress: Callable[[float, str], None] | None = None,
+) -> Scaling:
     """Sweep the ``pair_s`` block (``"W_Q,W_Q"``) over ``axis`` for ``n_seeds`` seeds, and the same
     for the three :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point."""
     pair = tuple(pair_s.split(","))
@@ -128,19 +169,27 @@ def scaling(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0,
 
     spair = side_pair(pair)
     main = run(view, view.cfg.describe(), pair, 0.0, 0.4)
-    side = {norm: run(placed(view, norm), norm, spair, 0.4 + 0.2 * k, 0.2)
-            for k, norm in enumerate(PLACEMENTS)}
-    by_depth = axis == "layers"     # a geometric law in N, not a power law: no slope fits
+    side = {
+        norm: run(placed(view, norm), norm, spair, 0.4 + 0.2 * k, 0.2) for k, norm in enumerate(PLACEMENTS)
+    }
+    by_depth = axis == "layers"  # a geometric law in N, not a power law: no slope fits
     fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair, stat=STAT)
     side_fits = {} if by_depth else {n: sweeps.fits(r, n, spair, stat=STAT) for n, r in side.items()}
     fig = cache.figure(  # built once per view, for every visitor of a lesson link
         ("scaling", view.key, axis, pair_s, n_seeds, layer),
-        lambda: plots.sweep_plot(main, sweeps.TERMS, stat=STAT, fits=fits,
-                                 y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
-                                 title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}"))
-    sfig = cache.figure(("scaling_side", view.key, axis, spair, n_seeds, layer),
-                        lambda: plots.side_by_side(side, stat=STAT, fits=side_fits,
-                                                   y_title=f"‖H[{spair[0]}, {spair[1]}]‖₂"))
+        lambda: plots.sweep_plot(
+            main,
+            sweeps.TERMS,
+            stat=STAT,
+            fits=fits,
+            y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
+            title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}",
+        ),
+    )
+    sfig = cache.figure(
+        ("scaling_side", view.key, axis, spair, n_seeds, layer),
+        lambda: plots.side_by_side(side, stat=STAT, fits=side_fits, y_title=f"‖H[{spair[0]}, {spair[1]}]‖₂"),
+    )
     return Scaling(pair, spair, main, side, fits, side_fits, fig, sfig)
 
 
@@ -149,8 +198,8 @@ def slopes_line(result: Scaling) -> str:
     if not result.side_fits:
         return ""
     return "Slopes per placement (outer / functional / full): " + "; ".join(
-        f"{n}: " + " / ".join(f"{result.side_fits[n][t].slope:.2f}" for t in sweeps.TERMS)
-        for n in PLACEMENTS)
+        f"{n}: " + " / ".join(f"{result.side_fits[n][t].slope:.2f}" for t in sweeps.TERMS) for n in PLACEMENTS
+    )
 
 
 # ----------------------------------------------------------------------------- spectrum
@@ -170,8 +219,11 @@ class Spectrum:
     bars: object
 
 
-def spectrum(view: View, shown: list[str] | tuple[str, ...] = NAMES,
-             step: Callable[[int, int, str], None] | None = None) -> Spectrum:
+def spectrum(
+    view: View,
+    shown: list[str] | tuple[str, ...] = NAMES,
+    step: Callable[[int, int, str], None] | None = None,
+) -> Spectrum:
     """Dense eigenvalues (:func:`hessviz.app.cache.spectrum`) and per-block spectral norms of the
     three terms; the figures draw the terms ``shown``. ``step(done, total, text)`` before each part."""
     spec, norms = {}, {}
@@ -191,8 +243,10 @@ def spectrum(view: View, shown: list[str] | tuple[str, ...] = NAMES,
 
 def spectrum_line(result: Spectrum) -> str:
     """Negative eigenvalues and mass of each term, in one line."""
-    return "; ".join(f"{t}: {s['negative_count']:,} negative λ, {100 * s['negative_mass']:.1f} % of the mass"
-                     for t, s in result.spec.items())
+    return "; ".join(
+        f"{t}: {s['negative_count']:,} negative λ, {100 * s['negative_mass']:.1f} % of the mass"
+        for t, s in result.spec.items()
+    )
 
 
 # ----------------------------------------------------------------------------- LayerNorm collapse
@@ -230,13 +284,26 @@ def layernorm_collapse(view: View, decades: int, n_seeds: int) -> Collapse:
     seeds = tuple(range(view.seed, view.seed + n_seeds))
     r = cache.ln_sweep(tuple(sigma_grid(decades)), eps, L, d, seeds)
     x = sigma_axis(r)
-    curves = {"‖J_LN‖₂ exact": r["J"], "‖H_LN‖₂ exact": r["H"], "‖J_LN‖₂ bound": r["J_bound"],
-              "‖H_LN‖₂ bound": r["H_bound"]}
-    fig = plots.band_plot(x, curves, stat="geomean",
-                          title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
-                          x_title="σ_min (std of the collapsing row)", y_title="spectral norm")
-    slopes = {"‖J‖ (σ ≤ 1e-2)": slope(x, r["J"]), "‖H‖": slope(x, r["H"]),
-              "of J bound": slope(x, r["J_bound"]), "of H bound": slope(x, r["H_bound"])}
+    curves = {
+        "‖J_LN‖₂ exact": r["J"],
+        "‖H_LN‖₂ exact": r["H"],
+        "‖J_LN‖₂ bound": r["J_bound"],
+        "‖H_LN‖₂ bound": r["H_bound"],
+    }
+    fig = plots.band_plot(
+        x,
+        curves,
+        stat="geomean",
+        title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
+        x_title="σ_min (std of the collapsing row)",
+        y_title="spectral norm",
+    )
+    slopes = {
+        "‖J‖ (σ ≤ 1e-2)": slope(x, r["J"]),
+        "‖H‖": slope(x, r["H"]),
+        "of J bound": slope(x, r["J_bound"]),
+        "of H bound": slope(x, r["H_bound"]),
+    }
     return Collapse(r, x, curves, fig, slopes)
 
 
@@ -246,14 +313,21 @@ def block_collapse(view: View, decades: int, n_seeds: int, whole: bool) -> Colla
     c = view.cfg
     eps, L, d = c.ln_eps, c.seq_len, c.d_model
     seeds = tuple(range(view.seed, view.seed + n_seeds))
-    r = cache.ln_block_sweep(tuple(sigma_grid(decades)), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm,
-                             whole)
+    r = cache.ln_block_sweep(
+        tuple(sigma_grid(decades)), eps, seeds, L, d, c.d_k, c.d_ff, view.input_norm, whole
+    )
     x = sigma_axis(r)
     keys = ("full", "outer", "functional", "QQ_full") if whole else ("QQ_full",)
     curves = {f"‖H_{k}‖₂": r[k] for k in keys}
-    fig = plots.band_plot(x, curves, stat="geomean", title=f"Post-LN block (L = {L}, d = {d}), ε = {eps:g}",
-                          x_title="σ_min of the first LayerNorm's input", y_title="spectral norm",
-                          guides=[plots.Guide(-2.0, next(iter(curves)), -1, "σ⁻² guide")])
+    fig = plots.band_plot(
+        x,
+        curves,
+        stat="geomean",
+        title=f"Post-LN block (L = {L}, d = {d}), ε = {eps:g}",
+        x_title="σ_min of the first LayerNorm's input",
+        y_title="spectral norm",
+        guides=[plots.Guide(-2.0, next(iter(curves)), -1, "σ⁻² guide")],
+    )
     slopes = {"‖H_QQ‖ (σ ≤ 1e-2)": slope(x, r["QQ_full"])}
     if whole:
         slopes["‖H_full‖"] = slope(x, r["full"])

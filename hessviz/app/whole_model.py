@@ -69,10 +69,14 @@ def over_budget_advice(profile: str) -> str:
     """
     first = "The default text is precomputed for every model: clear the text box to draw it"
     if profile == "local":
-        return (f"{first}, use a shorter text, or start this server with a larger budget per view, e.g. "
-                "`HESSVIZ_MAX_SECONDS=300 streamlit run app.py` (a progress bar shows the table's progress).")
-    return (f"{first}, or use a shorter text. On your own machine (`streamlit run app.py`, the local "
-            "profile) a table like this one is computed with a progress bar.")
+        return (
+            f"{first}, use a shorter text, or start this server with a larger budget per view, e.g. "
+            "`HESSVIZ_MAX_SECONDS=300 streamlit run app.py` (a progress bar shows the table's progress)."
+        )
+    return (
+        f"{first}, or use a shorter text. On your own machine (`streamlit run app.py`, the local "
+        "profile) a table like this one is computed with a progress bar."
+    )
 
 
 def objective_of(model, ids: list[int]) -> tuple[object, list[int], str]:
@@ -81,9 +85,15 @@ def objective_of(model, ids: list[int]) -> tuple[object, list[int], str]:
     import hessviz as hv
 
     if model.head is not None:
-        return "next_token", ids, ("the model's own next-token loss: the mean cross-entropy of each "
-                                   "position predicting the next token, through the final norm and the LM "
-                                   "head")
+        return (
+            "next_token",
+            ids,
+            (
+                "the model's own next-token loss: the mean cross-entropy of each "
+                "position predicting the next token, through the final norm and the LM "
+                "head"
+            ),
+        )
     if len(ids) < 2:
         raise InputError(f"text must be at least 2 tokens long (the last one is the label), got {len(ids)}")
     fam = model.family
@@ -93,9 +103,15 @@ def objective_of(model, ids: list[int]) -> tuple[object, list[int], str]:
     E = w[emb]
     b = w[keys[1]] if len(keys) > 1 else E.new_zeros(E.shape[0])
     head = hv.Classifier(E.T.contiguous(), b, [ids[-1]], pooling="last")
-    return head, ids[:-1], ("a classification head on the last hidden state: the tied word embedding "
-                            "and the decoder bias (the BERT LM head's transform is not read), predicting "
-                            "the text's last token from the tokens before it")
+    return (
+        head,
+        ids[:-1],
+        (
+            "a classification head on the last hidden state: the tied word embedding "
+            "and the decoder bias (the BERT LM head's transform is not read), predicting "
+            "the text's last token from the tokens before it"
+        ),
+    )
 
 
 def stack_config(info):
@@ -128,8 +144,12 @@ def table_cost(cfg, names: Sequence[str], L: int) -> Cost:
     P = cfg.num_params
     seconds = WHOLE_PRODUCT_S * columns * L * P
     tape = cfg.n_layers * 12 * L * (cfg.d_model + cfg.d_ff + cfg.n_heads * L)
-    return Cost(seconds, 8 * (4 * P + tape + 24 * max(sizes)), f"the table of {len(names)} tensors "
-                f"({columns:,} products)", columns)
+    return Cost(
+        seconds,
+        8 * (4 * P + tape + 24 * max(sizes)),
+        f"the table of {len(names)} tensors ({columns:,} products)",
+        columns,
+    )
 
 
 def exact_count(table: dict) -> int:
@@ -140,10 +160,17 @@ def exact_count(table: dict) -> int:
 def arrays(table) -> dict:
     """A :class:`hessviz.whole.table.TensorTable` as plain lists (what the page draws, caches, saves)."""
     rows = table.rows
-    return {"names": [r.name for r in rows], "size": [r.size for r in rows], "top": [r.top for r in rows],
-            "trace": [r.trace for r in rows], "trace_se": [r.trace_stderr for r in rows],
-            "grad_norm": [r.grad_norm for r in rows], "exact": [bool(r.exact) for r in rows],
-            "matvecs": int(table.matvecs), "seconds": round(float(table.seconds), 3)}
+    return {
+        "names": [r.name for r in rows],
+        "size": [r.size for r in rows],
+        "top": [r.top for r in rows],
+        "trace": [r.trace for r in rows],
+        "trace_se": [r.trace_stderr for r in rows],
+        "grad_norm": [r.grad_norm for r in rows],
+        "exact": [bool(r.exact) for r in rows],
+        "matvecs": int(table.matvecs),
+        "seconds": round(float(table.seconds), 3),
+    }
 
 
 def table(model_name: str, text: str, part: str, progress: Callable | None = None) -> dict:
@@ -158,8 +185,9 @@ def table(model_name: str, text: str, part: str, progress: Callable | None = Non
     objective, used, words = objective_of(model, ids)
     names = tensors(model.cfg, part)
     res = hv.model_hessian(model, torch.tensor(used), objective=objective, wrt=_wrt(model.cfg, part))
-    t = tensor_table(res, tensors=names, trace_samples=SAMPLES, exact_limit=EXACT, seed=SEED,
-                     progress=progress)
+    t = tensor_table(
+        res, tensors=names, trace_samples=SAMPLES, exact_limit=EXACT, seed=SEED, progress=progress
+    )
     return {**arrays(t), "objective": words, "tokens": len(used), "value": float(res.value)}
 
 
@@ -197,8 +225,13 @@ def _read(path: str, mtime: float) -> dict:
     return _FILES[(path, mtime)]
 
 
-def precompute(models: Sequence[str], path: Path, command: str = "", text: str = DEFAULT_TEXT,
-               say: Callable[[str], None] = print) -> int:
+def precompute(
+    models: Sequence[str],
+    path: Path,
+    command: str = "",
+    text: str = DEFAULT_TEXT,
+    say: Callable[[str], None] = print,
+) -> int:
     """Every part of each of ``models`` on ``text`` (:func:`table`), written to ``path`` as JSON; returns
     its bytes. Nothing is read from an earlier file."""
     import hessviz
@@ -210,10 +243,20 @@ def precompute(models: Sequence[str], path: Path, command: str = "", text: str =
             entries[key(m, text, p)] = table(m, text, p)
             seconds[f"{m} {p}"] = round(time.perf_counter() - t0, 2)
             say(f"  {m} {p}: {seconds[f'{m} {p}']:.2f} s")
-    made = {"command": command, "models": list(models), "text": text, "samples": SAMPLES, "exact": EXACT,
-            "seed": SEED, "seconds": seconds, "hessviz": hessviz.__version__, "torch": torch.__version__,
-            "python": platform.python_version(), "threads": torch.get_num_threads(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    made = {
+        "command": command,
+        "models": list(models),
+        "text": text,
+        "samples": SAMPLES,
+        "exact": EXACT,
+        "seed": SEED,
+        "seconds": seconds,
+        "hessviz": hessviz.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     data = json.dumps({"made": made, "entries": entries}, indent=0, sort_keys=True)
     Path(path).write_text(data + "\n")
     return len(data) + 1

@@ -191,8 +191,9 @@ def _stack(rows: list[dict]) -> dict[str, np.ndarray]:
     return {k: np.array([r[k] for r in rows], dtype=float) for k in rows[0]}
 
 
-def attention_bound_study(n_cases: int, seed: int = 0, progress: Progress | None = None
-                          ) -> dict[str, np.ndarray]:
+def attention_bound_study(
+    n_cases: int, seed: int = 0, progress: Progress | None = None
+) -> dict[str, np.ndarray]:
     """Bound and true norm for ``n_cases`` random attention configurations (``progress`` after each)."""
     rng = np.random.default_rng(seed)
     rows = []

@@ -32,10 +32,23 @@ import hessviz as hv
 from hessviz.matfree.spectral import Progress
 from hessviz.spectra import matrix_norm
 
-__all__ = ["Progress"]   # re-exported: the studies' progress callbacks (hessviz.matfree's convention)
+__all__ = ["Progress"]  # re-exported: the studies' progress callbacks (hessviz.matfree's convention)
 
-CLAIM_IDS = ("xnorm6", "placement", "seqlen", "nonconvex", "ln_collapse", "bounds", "gini", "optimizers",
-             "depth", "modern", "growth_protocol", "gini_protocol", "optimizers_protocol")
+CLAIM_IDS = (
+    "xnorm6",
+    "placement",
+    "seqlen",
+    "nonconvex",
+    "ln_collapse",
+    "bounds",
+    "gini",
+    "optimizers",
+    "depth",
+    "modern",
+    "growth_protocol",
+    "gini_protocol",
+    "optimizers_protocol",
+)
 
 SOURCES = {
     "petrov": "Petrov, Kiselev, Meshkov, Grabovoy, 'Closing the Curvature Gap: Full Transformer Hessians "

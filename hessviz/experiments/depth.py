@@ -34,8 +34,13 @@ from hessviz.spectra import matrix_norm
 from hessviz.sweeps import Sweep, block_norms_measure, in_layer, seeded_inputs, sweep
 
 PLACEMENTS = ("post", "pre")
-CURVES = (("W_Q", "W_Q", "outer"), ("W_Q", "W_Q", "functional"), ("W_Q", "W_Q", "full"),
-          ("W_V", "W_V", "outer"), ("W_V", "W_V", "full"))
+CURVES = (
+    ("W_Q", "W_Q", "outer"),
+    ("W_Q", "W_Q", "functional"),
+    ("W_Q", "W_Q", "full"),
+    ("W_V", "W_V", "outer"),
+    ("W_V", "W_V", "full"),
+)
 JUDGED = ("QQ_outer", "QQ_full")
 STAT = "geomean"
 
@@ -66,7 +71,7 @@ def diagonal_share(norms) -> float:
     (1.0, 0.5)
     """
     norms = np.asarray(norms, dtype=float)
-    return float(np.sum(np.diag(norms) ** 2)) / float(np.sum(norms ** 2))
+    return float(np.sum(np.diag(norms) ** 2)) / float(np.sum(norms**2))
 
 
 def layer_profile(norm: str, n_layers: int, seeds, term: str = "full") -> np.ndarray:
@@ -98,8 +103,15 @@ def measure(quick: bool = False) -> Measurement:
     profiles: dict[str, np.ndarray] = {}
     for norm in PLACEMENTS:
         cfg = base_config(norm)
-        sw = sweep(cfg, "layers", depths, seeds, block_norms_measure(CURVES, layer=0),
-                   input_norm=unit_entry_norm(cfg), label=norm)
+        sw = sweep(
+            cfg,
+            "layers",
+            depths,
+            seeds,
+            block_norms_measure(CURVES, layer=0),
+            input_norm=unit_entry_norm(cfg),
+            label=norm,
+        )
         sweeps[norm] = sw
         for key in sw.values:
             r, lo, hi = factor_per_layer(sw.grid, sw.values[key])
@@ -110,17 +122,22 @@ def measure(quick: bool = False) -> Measurement:
         measured[f"profile_{norm}_QQ_full"] = np.exp(np.log(profiles[norm]).mean(axis=0))
     data = {f"{n}_{k}": v for n, sw in sweeps.items() for k, v in sw.to_arrays().items()}
     data.update({f"profile_{n}_QQ_full": p for n, p in profiles.items()})
-    return Measurement(measured, data, {"sweeps": sweeps, "profiles": profiles, "depths": depths,
-                                        "seeds": seeds})
+    return Measurement(
+        measured, data, {"sweeps": sweeps, "profiles": profiles, "depths": depths, "seeds": seeds}
+    )
 
 
 def judge(m: dict) -> Verdict:
     calmer = {k: abs(np.log(m[f"factor_pre_{k}"])) < abs(np.log(m[f"factor_post_{k}"])) for k in JUDGED}
-    words = ", ".join(f"{k}: Pre-LN r = {m[f'factor_pre_{k}']:.3g} vs Post-LN r = {m[f'factor_post_{k}']:.3g}"
-                      for k in JUDGED)
-    rule = ("holds when one more block changes the first layer's W_Q–W_Q curvature by less in Pre-LN than "
-            f"in Post-LN (|ln r_pre| < |ln r_post|) for both the outer and the full block ({words}); "
-            "partly when for one of them")
+    words = ", ".join(
+        f"{k}: Pre-LN r = {m[f'factor_pre_{k}']:.3g} vs Post-LN r = {m[f'factor_post_{k}']:.3g}"
+        for k in JUDGED
+    )
+    rule = (
+        "holds when one more block changes the first layer's W_Q–W_Q curvature by less in Pre-LN than "
+        f"in Post-LN (|ln r_pre| < |ln r_post|) for both the outer and the full block ({words}); "
+        "partly when for one of them"
+    )
     return grade(all(calmer.values()), any(calmer.values()), rule)
 
 
@@ -139,36 +156,55 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         f"full Post-LN {r('post', 'QQ_full')}, Pre-LN {r('pre', 'QQ_full')}; W_V–W_V outer Post-LN "
         f"{r('post', 'VV_outer')}, Pre-LN {r('pre', 'VV_outer')}. Layer profile of the "
         f"{d['depths'][-1]}-block stack (W_Q–W_Q full, geometric mean over seeds, layer 0 first): Post-LN "
-        + ", ".join(f"{x:.3g}" for x in m["profile_post_QQ_full"]) + "; Pre-LN "
-        + ", ".join(f"{x:.3g}" for x in m["profile_pre_QQ_full"]) + ". RMS of the output Z over N: Post-LN "
-        + ", ".join(f"{x:.3g}" for x in m["rms_Z_post"]) + "; Pre-LN "
-        + ", ".join(f"{x:.3g}" for x in m["rms_Z_pre"]) + ". "
+        + ", ".join(f"{x:.3g}" for x in m["profile_post_QQ_full"])
+        + "; Pre-LN "
+        + ", ".join(f"{x:.3g}" for x in m["profile_pre_QQ_full"])
+        + ". RMS of the output Z over N: Post-LN "
+        + ", ".join(f"{x:.3g}" for x in m["rms_Z_post"])
+        + "; Pre-LN "
+        + ", ".join(f"{x:.3g}" for x in m["rms_Z_pre"])
+        + ". "
         "The papers state no depth law; this claim follows their LayerNorm-Jacobian argument "
-        "(module docstring of hessviz.experiments.depth). "
-        + (WHY_CALMER if v.holds is True else WHY_NOT)
+        "(module docstring of hessviz.experiments.depth). " + (WHY_CALMER if v.holds is True else WHY_NOT)
     )
     sweeps = d["sweeps"]
     figs = {
-        "depth": plots.compare_plot(sweeps, "QQ_outer", stat=STAT, logx=False,
-                                    x_title="stack depth N (blocks)", y_title="‖H[l0.W_Q, l0.W_Q]‖₂ (outer)",
-                                    title="First layer's W_Q–W_Q outer block vs depth"),
-        "depth_profile": plots.band_plot(np.arange(d["depths"][-1]), d["profiles"], stat=STAT, logx=False,
-                                         x_title="layer i", y_title="‖H[l_i.W_Q, l_i.W_Q]‖₂ (full)",
-                                         names={n: plots.placement_name(n) for n in d["profiles"]},
-                                         title=f"W_Q–W_Q curvature by layer, {d['depths'][-1]}-block stack"),
+        "depth": plots.compare_plot(
+            sweeps,
+            "QQ_outer",
+            stat=STAT,
+            logx=False,
+            x_title="stack depth N (blocks)",
+            y_title="‖H[l0.W_Q, l0.W_Q]‖₂ (outer)",
+            title="First layer's W_Q–W_Q outer block vs depth",
+        ),
+        "depth_profile": plots.band_plot(
+            np.arange(d["depths"][-1]),
+            d["profiles"],
+            stat=STAT,
+            logx=False,
+            x_title="layer i",
+            y_title="‖H[l_i.W_Q, l_i.W_Q]‖₂ (full)",
+            names={n: plots.placement_name(n) for n in d["profiles"]},
+            title=f"W_Q–W_Q curvature by layer, {d['depths'][-1]}-block stack",
+        ),
     }
     for fig in figs.values():
         fig.update_xaxes(dtick=1)
     return note, figs
 
 
-WHY_CALMER = ("As that argument implies, Pre-LN's identity path keeps the first layer's curvature "
-              "nearly unchanged as blocks are added, while each Post-LN block rescales it.")
-WHY_NOT = ("What the argument leaves out: the stack has no final LayerNorm (the loss is on the last Z, as "
-           "MODEL.md fixes), so in Pre-LN every block adds its branch to the residual stream undiminished: "
-           "the RMS of Z grows with depth (above), and with it the paths from layer 0 to Z and the first "
-           "layer's curvature. Post-LN's LayerNorms rescale every block's output to unit row variance (RMS "
-           "of Z stays 1), which keeps the first layer's curvature closer to flat.")
+WHY_CALMER = (
+    "As that argument implies, Pre-LN's identity path keeps the first layer's curvature "
+    "nearly unchanged as blocks are added, while each Post-LN block rescales it."
+)
+WHY_NOT = (
+    "What the argument leaves out: the stack has no final LayerNorm (the loss is on the last Z, as "
+    "MODEL.md fixes), so in Pre-LN every block adds its branch to the residual stream undiminished: "
+    "the RMS of Z grows with depth (above), and with it the paths from layer 0 to Z and the first "
+    "layer's curvature. Post-LN's LayerNorms rescale every block's output to unit row variance (RMS "
+    "of Z stays 1), which keeps the first layer's curvature closer to flat."
+)
 
 
 DEPTH = Claim(

@@ -55,7 +55,7 @@ def module_docstrings(name: str) -> list[str]:
     """The public docstrings ``name`` defines (see the module docstring), in name order, deduplicated."""
     mod = importlib.import_module(name)
     found = []
-    with warnings.catch_warnings():             # typing.io and typing.re warn when read (Python 3.11)
+    with warnings.catch_warnings():  # typing.io and typing.re warn when read (Python 3.11)
         warnings.simplefilter("ignore", DeprecationWarning)
         for attr, obj in sorted(vars(mod).items()):
             if attr.startswith("_") or getattr(obj, "__module__", None) != name:
@@ -91,8 +91,10 @@ class DocstringTask:
     @property
     def counts(self) -> dict[str, tuple[int, int]]:
         """``module -> (train, validation)`` examples."""
-        return {m: (sum(e.label == i for e in self.train), sum(e.label == i for e in self.validation))
-                for i, m in enumerate(MODULES)}
+        return {
+            m: (sum(e.label == i for e in self.train), sum(e.label == i for e in self.validation))
+            for i, m in enumerate(MODULES)
+        }
 
     def split(self, split: str) -> tuple[Example, ...]:
         if split not in SPLITS:
@@ -103,16 +105,19 @@ class DocstringTask:
         """``(ids (N, SEQ_LEN), labels (N,))`` of ``split`` tokenised by ``source``'s tokenizer."""
         return _tokenised(self, source, split)
 
-    def batches(self, source: str, batch: int, seed: int, split: str = "train"
-                ) -> list[tuple[Tensor, Tensor]]:
+    def batches(
+        self, source: str, batch: int, seed: int, split: str = "train"
+    ) -> list[tuple[Tensor, Tensor]]:
         """``split`` shuffled by ``seed`` (a ``torch.Generator``) and cut into full batches of ``batch``."""
         if not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be a positive integer, got {batch!r}")
         ids, labels = self.ids(source, split)
         order = torch.randperm(ids.shape[0], generator=torch.Generator().manual_seed(seed))
         n = ids.shape[0] // batch
-        return [(ids[order[i * batch:(i + 1) * batch]], labels[order[i * batch:(i + 1) * batch]])
-                for i in range(n)]
+        return [
+            (ids[order[i * batch : (i + 1) * batch]], labels[order[i * batch : (i + 1) * batch]])
+            for i in range(n)
+        ]
 
 
 @cache
@@ -128,8 +133,10 @@ def build() -> DocstringTask:
         kept = sorted((t for t in texts if seen[t] == 1), key=_key)
         available.append(len(kept))
         if len(kept) < PER_CLASS:
-            raise ValueError(f"module {MODULES[label]!r} has {len(kept)} docstrings of ≥ {MIN_CHARS} "
-                             f"characters on Python {platform.python_version()}, fewer than {PER_CLASS}")
+            raise ValueError(
+                f"module {MODULES[label]!r} has {len(kept)} docstrings of ≥ {MIN_CHARS} "
+                f"characters on Python {platform.python_version()}, fewer than {PER_CLASS}"
+            )
         kept = kept[:PER_CLASS]
         train += [Example(t, label) for t in kept[:TRAIN_PER_CLASS]]
         validation += [Example(t, label) for t in kept[TRAIN_PER_CLASS:]]
@@ -142,13 +149,17 @@ def _tokenised(task: DocstringTask, source: str, split: str) -> tuple[Tensor, Te
     from hessviz.pretrained.sources import open_source
 
     tok = tokens.tokenizer(open_source(source))
-    specials = len(tok.encode("").ids) > 0            # [CLS] [SEP]: keep the closing token
+    specials = len(tok.encode("").ids) > 0  # [CLS] [SEP]: keep the closing token
     rows = []
     for e in task.split(split):
         ids = tok.encode(e.text).ids
         if len(ids) < SEQ_LEN:
-            raise ValueError(f"text of label {MODULES[e.label]!r} is {len(ids)} tokens under {source!r}, "
-                             f"fewer than SEQ_LEN = {SEQ_LEN}: raise MIN_CHARS")
-        rows.append(ids[:SEQ_LEN - 1] + ids[-1:] if specials else ids[:SEQ_LEN])
-    return (torch.tensor(rows, dtype=torch.int64),
-            torch.tensor([e.label for e in task.split(split)], dtype=torch.int64))
+            raise ValueError(
+                f"text of label {MODULES[e.label]!r} is {len(ids)} tokens under {source!r}, "
+                f"fewer than SEQ_LEN = {SEQ_LEN}: raise MIN_CHARS"
+            )
+        rows.append(ids[: SEQ_LEN - 1] + ids[-1:] if specials else ids[:SEQ_LEN])
+    return (
+        torch.tensor(rows, dtype=torch.int64),
+        torch.tensor([e.label for e in task.split(split)], dtype=torch.int64),
+    )

@@ -85,8 +85,9 @@ def pooling(model: hv.Model) -> str:
 def head(d: int, seed: int) -> tuple[Tensor, Tensor]:
     """A fresh linear head ``(W (d, C) ~ N(0, 0.02²), b = 0)``, seeded."""
     g = torch.Generator().manual_seed(1000 + seed)
-    return HEAD_STD * torch.randn(d, len(MODULES), generator=g, dtype=torch.float64), \
-        torch.zeros(len(MODULES), dtype=torch.float64)
+    return HEAD_STD * torch.randn(d, len(MODULES), generator=g, dtype=torch.float64), torch.zeros(
+        len(MODULES), dtype=torch.float64
+    )
 
 
 def pooled(res) -> Tensor:
@@ -110,8 +111,9 @@ def head_block(z: Tensor, W: Tensor, b: Tensor, labels: Tensor) -> tuple[Tensor,
 def _problem(model: hv.Model, ids: Tensor, labels: Tensor, seed: int):
     W, b = head(model.cfg.d_model, seed)
     pool = pooling(model)
-    res = hv.model_hessian(model, ids, objective=hv.Classifier(W, b, labels, pool),
-                           wrt=tensors(model.cfg.n_layers) + (HEAD_W,))
+    res = hv.model_hessian(
+        model, ids, objective=hv.Classifier(W, b, labels, pool), wrt=tensors(model.cfg.n_layers) + (HEAD_W,)
+    )
     return res, head_block(pooled(res), W, b, labels)
 
 
@@ -132,8 +134,13 @@ def batch_stats(model: hv.Model, ids: Tensor, labels: Tensor, seed: int) -> dict
     top = [rows[n].top for n in names] + [float(torch.linalg.eigvalsh(Hc)[-1])]
     grad = [rows[n].grad_norm for n in names] + [float(gc.norm())]
     size = [rows[n].size for n in names] + [Hc.shape[0]]
-    return {"top": np.array(top), "grad": np.array(grad), "size": np.array(size, dtype=float),
-            "seconds": np.array(table.seconds), "matvecs": np.array(table.matvecs)}
+    return {
+        "top": np.array(top),
+        "grad": np.array(grad),
+        "size": np.array(size, dtype=float),
+        "seconds": np.array(table.seconds),
+        "matvecs": np.array(table.matvecs),
+    }
 
 
 def summary(grad: np.ndarray, top: np.ndarray, size: np.ndarray) -> dict[str, float]:
@@ -160,8 +167,12 @@ def _settings(quick: bool) -> dict[str, Plan]:
     if quick:
         plan = {"pydoc-postln": Plan((0, 1), 2, 0), "pydoc-preln": Plan((0, 1), 2, 0)}
     else:
-        plan = {"pydoc-postln": Plan((0, 1, 2), 4, 2), "pydoc-preln": Plan((0, 1, 2), 4, 2),
-                "pydoc-llama": Plan((0, 1, 2), 4, 1), MINILM: Plan((0, 1), 3, 0)}
+        plan = {
+            "pydoc-postln": Plan((0, 1, 2), 4, 2),
+            "pydoc-preln": Plan((0, 1, 2), 4, 2),
+            "pydoc-llama": Plan((0, 1, 2), 4, 1),
+            MINILM: Plan((0, 1), 3, 0),
+        }
     return {m: plan[m] for m in MODELS if m in plan and m in present}
 
 
@@ -169,19 +180,23 @@ def measure(quick: bool = False, progress=None) -> Measurement:
     task = build()
     plan = _settings(quick)
     measured: dict = {}
-    data: dict = {"python_version": np.array(task.python), "modules": np.array(MODULES),
-                  "counts": np.array(list(task.counts.values())), "available": np.array(task.available)}
+    data: dict = {
+        "python_version": np.array(task.python),
+        "modules": np.array(MODULES),
+        "counts": np.array(list(task.counts.values())),
+        "available": np.array(task.available),
+    }
     per_model: dict = {}
     for k, (source, pl) in enumerate(plan.items()):
         model = hv.load_model(source)
         grads, tops, eig_grads, size = [], [], [], None
         t = time.perf_counter()
         for s in pl.seeds:
-            for ids, labels in task.batches(source, BATCH, s)[:pl.grad_batches]:
+            for ids, labels in task.batches(source, BATCH, s)[: pl.grad_batches]:
                 grads.append(gradient_norms(model, ids, labels, s))
         grad_seconds = (time.perf_counter() - t) / len(grads)
         t = time.perf_counter()
-        for s in pl.seeds[:pl.eig_seeds]:
+        for s in pl.seeds[: pl.eig_seeds]:
             ids, labels = task.batches(source, BATCH, s)[0]
             r = batch_stats(model, ids, labels, s)
             tops.append(r["top"])
@@ -202,12 +217,15 @@ def measure(quick: bool = False, progress=None) -> Measurement:
                 measured[f"{key}_{source}"] = float(np.median(v))
                 measured[f"{key}_band_{source}"] = [float(v.min()), float(v.max())]
             measured[f"seconds_per_table_{source}"] = (time.perf_counter() - t) / len(tops)
-            data[f"{source}_top"], data[f"{source}_eig_grad"], data[f"{source}_size"] = \
-                np.stack(tops), np.stack(eig_grads), size
+            data[f"{source}_top"], data[f"{source}_eig_grad"], data[f"{source}_size"] = (
+                np.stack(tops),
+                np.stack(eig_grads),
+                size,
+            )
             per_model[source].update(top=np.stack(tops), eig_grad=np.stack(eig_grads))
         if progress is not None:
             progress(k + 1, len(plan), source)
-    pair = per_model[PAIR[0]]["gini"] - per_model[PAIR[1]]["gini"]       # the same batches: one tokenizer
+    pair = per_model[PAIR[0]]["gini"] - per_model[PAIR[1]]["gini"]  # the same batches: one tokenizer
     md, lo, hi = t_interval(pair)
     measured["gini_post_minus_pre_pair"] = md
     measured["gini_post_minus_pre_pair_ci"] = [lo, hi]
@@ -219,16 +237,18 @@ def measure(quick: bool = False, progress=None) -> Measurement:
 
 def judge(m: dict) -> Verdict:
     lo = m["gini_post_minus_pre_pair_ci"][0]
-    models = [k[len("ratio_"):] for k in m if k.startswith("ratio_") and not k.startswith("ratio_band_")]
+    models = [k[len("ratio_") :] for k in m if k.startswith("ratio_") and not k.startswith("ratio_band_")]
     ratios = {s: m[f"ratio_{s}"] for s in models}
     post_higher = m["gini_post_minus_pre_pair"] > 0 and m["gini_post_minus_pre_pair_min"] > 0
     lam_ok = bool(ratios) and all(r > 1 for r in ratios.values())
-    rule = (f"holds when Gini(pydoc-postln) > Gini(pydoc-preln) on every shared batch (smallest paired "
-            f"difference {m['gini_post_minus_pre_pair_min']:+.3f}; mean "
-            f"{m['gini_post_minus_pre_pair']:+.3f}, "
-            f"95% interval from {lo:+.3f}) and the median Λ_G/Λ_P > 1 for every model with eigenvalues ("
-            + ", ".join(f"{s} {r:.2f}" for s, r in ratios.items())
-            + "); partly when one of the two holds. The paper: 0.941 (Post-LN) > 0.880 (Pre-LN)")
+    rule = (
+        f"holds when Gini(pydoc-postln) > Gini(pydoc-preln) on every shared batch (smallest paired "
+        f"difference {m['gini_post_minus_pre_pair_min']:+.3f}; mean "
+        f"{m['gini_post_minus_pre_pair']:+.3f}, "
+        f"95% interval from {lo:+.3f}) and the median Λ_G/Λ_P > 1 for every model with eigenvalues ("
+        + ", ".join(f"{s} {r:.2f}" for s, r in ratios.items())
+        + "); partly when one of the two holds. The paper: 0.941 (Post-LN) > 0.880 (Pre-LN)"
+    )
     return grade(post_higher and lam_ok, post_higher or lam_ok, rule)
 
 
@@ -240,19 +260,30 @@ def _band(m: dict, key: str, source: str) -> str:
 def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     m, d = ms.numbers, ms.detail
     task = d["task"]
+
     def row(s: str, pl: Plan) -> str:
-        out = (f"{s}: Gini {_band(m, 'gini', s)} ({len(pl.seeds)} seeds × {pl.grad_batches} batches, "
-               f"{m[f'seconds_per_gradient_batch_{s}']:.1f} s per batch)")
+        out = (
+            f"{s}: Gini {_band(m, 'gini', s)} ({len(pl.seeds)} seeds × {pl.grad_batches} batches, "
+            f"{m[f'seconds_per_gradient_batch_{s}']:.1f} s per batch)"
+        )
         if f"ratio_{s}" in m:
-            out += (f", Λ_G {_band(m, 'lambda_G', s)}, Λ_P {_band(m, 'lambda_P', s)}, Λ_G/Λ_P "
-                    f"{_band(m, 'ratio', s)} ({pl.eig_seeds} batch(es), {m[f'seconds_per_table_{s}']:.0f} s "
-                    "per batch's 22 eigenvalues)")
+            out += (
+                f", Λ_G {_band(m, 'lambda_G', s)}, Λ_P {_band(m, 'lambda_P', s)}, Λ_G/Λ_P "
+                f"{_band(m, 'ratio', s)} ({pl.eig_seeds} batch(es), {m[f'seconds_per_table_{s}']:.0f} s "
+                "per batch's 22 eigenvalues)"
+            )
         return out
 
     rows = "; ".join(row(s, pl) for s, pl in d["plan"].items())
-    missing = "" if MINILM in d["plan"] else (
-        f" {MINILM} is not installed here (the models extra), so it is left out."
-        if MINILM not in available_models() else f" {MINILM} is left out of this quick run.")
+    missing = (
+        ""
+        if MINILM in d["plan"]
+        else (
+            f" {MINILM} is not installed here (the models extra), so it is left out."
+            if MINILM not in available_models()
+            else f" {MINILM} is left out of this quick run."
+        )
+    )
     note = (
         "Tomihari & Sato's protocol (module docstring of hessviz.experiments.gini_protocol): before "
         "fine-tuning, a fresh linear head N(0, 0.02²), cross-entropy, per batch the top eigenvalue of the "
@@ -274,15 +305,19 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     per = d["per_model"]
     figs = {
         "gini_protocol_gini": plots.grouped_bars(
-            list(per), {"Gini": [m[f"gini_{s}"] for s in per]},
+            list(per),
+            {"Gini": [m[f"gini_{s}"] for s in per]},
             errors={"Gini": [(m[f"gini_band_{s}"][1] - m[f"gini_band_{s}"][0]) / 2 for s in per]},
             title="Gini of the 22 gradient norms before fine-tuning (mean; error bar: half the min–max "
-                  "range over batches)",
-            ylabel="Gini"),
+            "range over batches)",
+            ylabel="Gini",
+        ),
         "gini_protocol_scatter": plots.scatter_figure(
             {s: (p["eig_grad"].ravel(), p["top"].ravel()) for s, p in per.items() if "top" in p},
             title="Per-tensor gradient norm vs top eigenvalue of its diagonal block (every batch)",
-            xlabel="‖g_b‖", ylabel="λ_max(H_bb)"),
+            xlabel="‖g_b‖",
+            ylabel="λ_max(H_bb)",
+        ),
     }
     return note, figs
 

@@ -66,7 +66,7 @@ def addition_batch(batch: int, gen: torch.Generator) -> Tensor:
     place = 10 ** torch.arange(DIGITS - 1, -1, -1)
     c = (a * place).sum(1) + (b * place).sum(1)
     digits = torch.stack([(c // 10**k) % 10 for k in range(ANSWER - 1, -1, -1)], 1)
-    ops = lambda v: torch.full((batch, 1), v)    # noqa: E731
+    ops = lambda v: torch.full((batch, 1), v)  # noqa: E731
     return torch.cat([a, ops(PLUS), b, ops(EQUALS), digits], 1)
 
 
@@ -86,43 +86,55 @@ def answer_loss(Z: Tensor, ids: Tensor, W_U: Tensor, final_norm: bool, weight: f
     """
     L, d = Z.shape
     w = torch.zeros(L, dtype=Z.dtype)
-    w[LENGTH - ANSWER - 1:LENGTH - 1] = weight / ANSWER
+    w[LENGTH - ANSWER - 1 : LENGTH - 1] = weight / ANSWER
     targets = torch.roll(ids, -1)
     if final_norm:
         h, st = layernorm.value(Z, LN_EPS, where="final LayerNorm input")
     else:
         h = Z
     p = torch.softmax(h @ W_U, -1)
-    r = (p - torch.nn.functional.one_hot(targets, VOCAB).to(Z)) @ W_U.T          # (L, d)
+    r = (p - torch.nn.functional.one_hot(targets, VOCAB).to(Z)) @ W_U.T  # (L, d)
     g = w[:, None] * r
     curv = torch.einsum("di,ti,ei->tde", W_U, p, W_U) - torch.einsum("ti,tj->tij", p @ W_U.T, p @ W_U.T)
     curv = w[:, None, None] * curv
     if final_norm:
         J = layernorm.jacobian(st)
         g, curv = layernorm.vjp(st, g), J @ curv @ J + layernorm.contract_hessian(st, g)
-    return CustomLoss(g, (curv + curv.transpose(-1, -2)) / 2)       # symmetric up to round-off
+    return CustomLoss(g, (curv + curv.transpose(-1, -2)) / 2)  # symmetric up to round-off
 
 
-def block_norms(norm: str, n_layers: int, sigma: float, seed: int, batch: int, d: int = 16
-                ) -> dict[str, float]:
+def block_norms(
+    norm: str, n_layers: int, sigma: float, seed: int, batch: int, d: int = 16
+) -> dict[str, float]:
     """``"l{i}_{W_Q|W_V}_{term}" -> ‖H‖_F`` of every layer's diagonal blocks, the batch's Hessians
     summed (the loss is the batch mean), for embeddings redrawn at ``σ``."""
-    cfg = hv.BlockConfig(seq_len=LENGTH, d_model=d, d_k=d, d_ff=4 * d, norm=norm, out_proj=True, causal=True,
-                         ln_eps=LN_EPS, n_layers=n_layers)
+    cfg = hv.BlockConfig(
+        seq_len=LENGTH,
+        d_model=d,
+        d_k=d,
+        d_ff=4 * d,
+        norm=norm,
+        out_proj=True,
+        causal=True,
+        ln_eps=LN_EPS,
+        n_layers=n_layers,
+    )
     gen = torch.Generator().manual_seed(seed)
     params = hv.init_params(cfg, seed=seed)
     E = sigma * torch.randn(VOCAB, d, generator=gen, dtype=torch.float64)
     P = sigma * torch.randn(LENGTH, d, generator=gen, dtype=torch.float64)
     W_U = torch.randn(d, VOCAB, generator=gen, dtype=torch.float64) / d**0.5
     ids = addition_batch(batch, gen)
-    names = [hv.config.layer_name(i, w) if n_layers > 1 else w
-             for i in range(n_layers) for w in ("W_Q", "W_V")]
+    names = [
+        hv.config.layer_name(i, w) if n_layers > 1 else w for i in range(n_layers) for w in ("W_Q", "W_V")
+    ]
     total: dict[str, Tensor] = {}
     for b in range(batch):
         X = E[ids[b]] + P
         Z = hv.forward(cfg, params, X)
-        res = hv.hessian(cfg, params, X, loss=answer_loss(Z, ids[b], W_U, norm == "pre", 1.0 / batch),
-                         wrt=tuple(names))
+        res = hv.hessian(
+            cfg, params, X, loss=answer_loss(Z, ids[b], W_U, norm == "pre", 1.0 / batch), wrt=tuple(names)
+        )
         for n in names:
             for t in TERMS:
                 total[f"{n}|{t}"] = total.get(f"{n}|{t}", 0) + res.block(n, n, t)
@@ -156,15 +168,16 @@ def measure(quick: bool = False) -> Measurement:
             sweeps[f"{norm}_{n}"] = sw
             fitted = (grid >= FIT_RANGE[0]) & (grid <= FIT_RANGE[1])
             for key, v in values.items():
-                if not (v[:, fitted] > 0).all():      # W_V's functional block of one layer is exactly 0
+                if not (v[:, fitted] > 0).all():  # W_V's functional block of one layer is exactly 0
                     continue
                 f = sw.fit_per_seed(key, *FIT_RANGE)
                 measured[f"slope_{norm}_{n}layers_{key}"] = f.slope
     data = {}
     for name, sw in sweeps.items():
         data.update(sw.to_arrays(prefix=f"{name}_"))
-    return Measurement(measured, data, {"sweeps": sweeps, "depths": depths, "seeds": seeds, "batch": batch,
-                                        "grid": grid})
+    return Measurement(
+        measured, data, {"sweeps": sweeps, "depths": depths, "seeds": seeds, "batch": batch, "grid": grid}
+    )
 
 
 def _gaps(m: dict, norm: str) -> dict[str, float]:
@@ -190,11 +203,13 @@ def judge(m: dict) -> Verdict:
     worst = max(gaps, key=gaps.get)
     pre = {k: abs(v) for k, v in m.items() if k.startswith("slope_pre_")}
     steepest = max(pre, key=pre.get)
-    rule = (f"holds when, without LayerNorm, every layer's W_Q outer, W_Q functional and W_V outer slope "
-            f"in σ (on σ ∈ {list(FIT_RANGE)}) at every depth is within {SLOPE_TOL} of the paper's 6, 5 and 2 "
-            f"({sum(close.values())} of {len(close)} are; the worst, {worst}, is off by {gaps[worst]:.3f}) "
-            f"and every Pre-LN slope is below {FLAT:g} in magnitude (the steepest, {steepest}, is "
-            f"{m[steepest]:.3f}); partly when some are")
+    rule = (
+        f"holds when, without LayerNorm, every layer's W_Q outer, W_Q functional and W_V outer slope "
+        f"in σ (on σ ∈ {list(FIT_RANGE)}) at every depth is within {SLOPE_TOL} of the paper's 6, 5 and 2 "
+        f"({sum(close.values())} of {len(close)} are; the worst, {worst}, is off by {gaps[worst]:.3f}) "
+        f"and every Pre-LN slope is below {FLAT:g} in magnitude (the steepest, {steepest}, is "
+        f"{m[steepest]:.3f}); partly when some are"
+    )
     flat = pre[steepest] < FLAT
     return grade(all(close.values()) and flat, any(close.values()) or flat, rule)
 
@@ -204,8 +219,10 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     depths = d["depths"]
 
     def row(norm: str, weight: str, term: str) -> str:
-        return ", ".join(f"{n}: " + "/".join(f"{m[f'slope_{norm}_{n}layers_l{i}_{weight}_{term}']:.2f}"
-                                             for i in range(n)) for n in depths)
+        return ", ".join(
+            f"{n}: " + "/".join(f"{m[f'slope_{norm}_{n}layers_l{i}_{weight}_{term}']:.2f}" for i in range(n))
+            for n in depths
+        )
 
     note = (
         f"Ormaniec et al.'s protocol (module docstring of hessviz.experiments.growth_protocol): five-digit "
@@ -224,13 +241,21 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     deepest = max(depths)
     figs = {
         "growth_protocol_none": plots.sweep_plot(
-            sweeps[f"none_{deepest}"], stat="median", x_title="σ (embeddings)", y_title="‖H‖_F",
+            sweeps[f"none_{deepest}"],
+            stat="median",
+            x_title="σ (embeddings)",
+            y_title="‖H‖_F",
             keys=[f"l{i}_W_Q_outer" for i in range(deepest)] + [f"l{i}_W_V_outer" for i in range(deepest)],
-            title=f"No LayerNorm, {deepest} layers: W_Q and W_V outer blocks vs σ"),
+            title=f"No LayerNorm, {deepest} layers: W_Q and W_V outer blocks vs σ",
+        ),
         "growth_protocol_pre": plots.sweep_plot(
-            sweeps[f"pre_{deepest}"], stat="median", x_title="σ (embeddings)", y_title="‖H‖_F",
+            sweeps[f"pre_{deepest}"],
+            stat="median",
+            x_title="σ (embeddings)",
+            y_title="‖H‖_F",
             keys=[f"l{i}_W_Q_outer" for i in range(deepest)] + [f"l{i}_W_V_outer" for i in range(deepest)],
-            title=f"Pre-LN, {deepest} layers: W_Q and W_V outer blocks vs σ"),
+            title=f"Pre-LN, {deepest} layers: W_Q and W_V outer blocks vs σ",
+        ),
     }
     return note, figs
 

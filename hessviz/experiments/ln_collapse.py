@@ -84,8 +84,9 @@ def collapsing_rows(m: int, n: int, sigmas, seed: int = 0, row: int = 0) -> list
     return out
 
 
-def ln_sweep(sigmas, eps: float = 0.0, m: int = 8, n: int = 16, seeds=(0, 1, 2),
-             progress: Progress | None = None) -> dict[str, np.ndarray]:
+def ln_sweep(
+    sigmas, eps: float = 0.0, m: int = 8, n: int = 16, seeds=(0, 1, 2), progress: Progress | None = None
+) -> dict[str, np.ndarray]:
     """Exact norms and the paper's bounds (σ read as the row std) vs the collapsing σ_min
     (``progress`` after each seed)."""
     sigmas = np.asarray(sigmas, dtype=float)
@@ -146,10 +147,7 @@ def block_sweep(
     cfg = hv.BlockConfig(seq_len=seq_len, d_model=d_model, d_k=d_k, d_ff=d_ff, norm="post", ln_eps=eps)
     r = input_norm if input_norm is not None else math.sqrt(seq_len) + math.sqrt(d_model)
     sigmas = np.asarray(sigmas, dtype=float)
-    out = {
-        k: np.zeros((len(seeds), sigmas.size))
-        for k in (*NAMES, "QQ_full", "sigma_min")
-    }
+    out = {k: np.zeros((len(seeds), sigmas.size)) for k in (*NAMES, "QQ_full", "sigma_min")}
     for i, s in enumerate(seeds):
         params = hv.init_params(cfg, seed=s)
         X, Y = hv.sample_inputs(cfg, seed=s, input_norm=r)

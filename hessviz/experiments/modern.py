@@ -84,8 +84,9 @@ def untied_params(cfg: hv.BlockConfig, params: dict[str, torch.Tensor]) -> tuple
     return dataclasses.replace(cfg, n_kv_heads=None), out
 
 
-def shared_head_split(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: torch.Tensor,
-                      group: int = 0) -> dict[str, float]:
+def shared_head_split(
+    cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: torch.Tensor, group: int = 0
+) -> dict[str, float]:
     """The tied-weight identity for ``W_K[group]`` (its worst relative error over the three terms)
     and the outer trace of that block split into each reader's own block and the cross pairs."""
     readers = cfg.query_heads(group)
@@ -105,8 +106,9 @@ def shared_head_split(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, Y: tor
             total = float(torch.trace(want))
             for i, a in enumerate(names):
                 out[f"outer_trace_share_reader_{i}"] = float(torch.trace(pairs[a, a])) / total
-            out["outer_trace_share_cross"] = sum(float(torch.trace(B)) for (a, b), B in pairs.items()
-                                                 if a != b) / total
+            out["outer_trace_share_cross"] = (
+                sum(float(torch.trace(B)) for (a, b), B in pairs.items() if a != b) / total
+            )
     out["tied_identity_rel_error"] = max(errors)
     return out
 
@@ -123,8 +125,9 @@ def measure(quick: bool = False) -> Measurement:
         cfg = _block(norm=norm, norm_type=norm_type)
         sw = sweep(cfg, "xnorm", grid, seeds, block_norms_measure(qq), label=_label(norm, norm_type))
         sweeps[sw.label] = sw
-        measured[f"slope_{norm}_{norm_type}_QQ_outer"], measured[f"ci_{norm}_{norm_type}_QQ_outer"] = \
-            _slope(sw, "QQ_outer")
+        measured[f"slope_{norm}_{norm_type}_QQ_outer"], measured[f"ci_{norm}_{norm_type}_QQ_outer"] = _slope(
+            sw, "QQ_outer"
+        )
     qk = (("W_Q", "W_K", "outer"), ("W_Q", "W_K", "full"))
     rope_sweeps = {}
     for rope in (False, True):
@@ -132,8 +135,9 @@ def measure(quick: bool = False) -> Measurement:
         sw = sweep(cfg, "xnorm", grid, seeds, block_norms_measure(qk), label="RoPE" if rope else "no RoPE")
         rope_sweeps[sw.label] = sw
         tag = "rope" if rope else "norope"
-        measured[f"slope_attention_{tag}_QK_outer"], measured[f"ci_attention_{tag}_QK_outer"] = \
-            _slope(sw, "QK_outer")
+        measured[f"slope_attention_{tag}_QK_outer"], measured[f"ci_attention_{tag}_QK_outer"] = _slope(
+            sw, "QK_outer"
+        )
     ratios = []
     for s in seeds:
         norms = []
@@ -151,22 +155,28 @@ def measure(quick: bool = False) -> Measurement:
     data: dict = {}
     for label, sw in {**sweeps, **rope_sweeps}.items():
         data.update(sw.to_arrays(prefix=label.replace(" ", "_").replace("-", "_") + "_"))
-    return Measurement(measured, data, {"sweeps": sweeps, "rope_sweeps": rope_sweeps, "seeds": seeds,
-                                        "gqa": gqa})
+    return Measurement(
+        measured, data, {"sweeps": sweeps, "rope_sweeps": rope_sweeps, "seeds": seeds, "gqa": gqa}
+    )
 
 
 def judge(m: dict) -> Verdict:
     checks = {
         "Pre-RMSNorm flat": abs(m["slope_pre_rmsnorm_QQ_outer"]) < SLOPE_TOL,
-        "Post-RMSNorm as Post-LN":
-            abs(m["slope_post_rmsnorm_QQ_outer"] - m["slope_post_layernorm_QQ_outer"]) < SLOPE_TOL,
-        "RoPE keeps the exponent":
-            abs(m["slope_attention_rope_QK_outer"] - m["slope_attention_norope_QK_outer"]) < SLOPE_TOL,
+        "Post-RMSNorm as Post-LN": abs(m["slope_post_rmsnorm_QQ_outer"] - m["slope_post_layernorm_QQ_outer"])
+        < SLOPE_TOL,
+        "RoPE keeps the exponent": abs(
+            m["slope_attention_rope_QK_outer"] - m["slope_attention_norope_QK_outer"]
+        )
+        < SLOPE_TOL,
         "shared head = sum over readers": m["tied_identity_rel_error"] < TIED_RTOL,
     }
-    rule = (f"holds when all four checks pass (slopes within {SLOPE_TOL}, the tied identity below "
-            f"{TIED_RTOL:g}): " + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
-            + "; partly when some do")
+    rule = (
+        f"holds when all four checks pass (slopes within {SLOPE_TOL}, the tied identity below "
+        f"{TIED_RTOL:g}): "
+        + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
+        + "; partly when some do"
+    )
     return grade(all(checks.values()), any(checks.values()), rule)
 
 
@@ -192,12 +202,22 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         + f" and {m['outer_trace_share_cross']:.1%} comes from the two heads' cross terms."
     )
     figs = {
-        "modern_rmsnorm": plots.compare_plot(d["sweeps"], "QQ_outer", stat="median", x_title="‖X‖₂",
-                                             y_title="‖H[W_Q, W_Q]‖₂ (outer)",
-                                             title="W_Q–W_Q outer block vs ‖X‖₂: LayerNorm and RMSNorm"),
-        "modern_rope": plots.compare_plot(d["rope_sweeps"], "QK_outer", stat="median", x_title="‖X‖₂",
-                                          y_title="‖H[W_Q, W_K]‖₂ (outer)",
-                                          title="Attention alone: W_Q–W_K outer, with and without RoPE"),
+        "modern_rmsnorm": plots.compare_plot(
+            d["sweeps"],
+            "QQ_outer",
+            stat="median",
+            x_title="‖X‖₂",
+            y_title="‖H[W_Q, W_Q]‖₂ (outer)",
+            title="W_Q–W_Q outer block vs ‖X‖₂: LayerNorm and RMSNorm",
+        ),
+        "modern_rope": plots.compare_plot(
+            d["rope_sweeps"],
+            "QK_outer",
+            stat="median",
+            x_title="‖X‖₂",
+            y_title="‖H[W_Q, W_K]‖₂ (outer)",
+            title="Attention alone: W_Q–W_K outer, with and without RoPE",
+        ),
     }
     return note, figs
 

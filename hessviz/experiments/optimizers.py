@@ -145,8 +145,10 @@ def runs_summary(runs: dict) -> dict:
     """``{"gini": mean over seeds, "final": {optimizer: geometric mean over seeds of the final loss}}``
     of one placement's runs ``{"gini": (seeds,), optimizer: (seeds, steps + 1)}`` (the app's training
     view)."""
-    return {"gini": float(np.mean(runs["gini"])),
-            "final": {o: float(center(runs[o][:, -1:], "geomean")[0]) for o in OPTIMIZERS}}
+    return {
+        "gini": float(np.mean(runs["gini"])),
+        "final": {o: float(center(runs[o][:, -1:], "geomean")[0]) for o in OPTIMIZERS},
+    }
 
 
 def best_lr(curves: dict[float, np.ndarray]) -> float:

@@ -54,8 +54,13 @@ OPTIMIZERS = ("SGD", "SGD+m", "SignSGD", "SignSGD+m", "Adam")
 SIGN_BASED = ("SignSGD", "SignSGD+m", "Adam")
 MODELS = ("pydoc-postln", "pydoc-preln", "pydoc-llama")
 PAIR = ("pydoc-postln", "pydoc-preln")
-GRIDS = {"SGD": (0.03, 0.1, 0.3), "SGD+m": (0.003, 0.01, 0.03), "SignSGD": (1e-4, 3e-4, 1e-3),
-         "SignSGD+m": (1e-4, 3e-4, 1e-3), "Adam": (1e-4, 3e-4, 1e-3)}
+GRIDS = {
+    "SGD": (0.03, 0.1, 0.3),
+    "SGD+m": (0.003, 0.01, 0.03),
+    "SignSGD": (1e-4, 3e-4, 1e-3),
+    "SignSGD+m": (1e-4, 3e-4, 1e-3),
+    "Adam": (1e-4, 3e-4, 1e-3),
+}
 QUICK_GRIDS = {o: g[1:2] for o, g in GRIDS.items()}
 BATCH = 8
 EVAL_EVERY = 5
@@ -134,7 +139,8 @@ def train(task: Task, optimizer: str, lr: float, steps: int, seed: int) -> np.nd
             order = torch.randperm(N, generator=gen).tolist()
         idx, order = order[:BATCH], order[BATCH:]
         loss = torch.nn.functional.cross_entropy(
-            logits(task, weights, weights["W_C"], weights["b_C"], task.X[idx]), task.labels[idx])
+            logits(task, weights, weights["W_C"], weights["b_C"], task.X[idx]), task.labels[idx]
+        )
         grads = torch.autograd.grad(loss, list(weights.values()))
         with torch.no_grad():
             if adam is not None:
@@ -183,8 +189,10 @@ def measure(quick: bool = False, progress=None) -> Measurement:
         t = time.perf_counter()
         tuning = {o: {lr: train(task, o, lr, steps, seeds[0]) for lr in grids[o]} for o in OPTIMIZERS}
         chosen = {o: best_lr(r) for o, r in tuning.items()}
-        runs = {o: np.stack([tuning[o][chosen[o]]] + [train(task, o, chosen[o], steps, s) for s in seeds[1:]])
-                for o in OPTIMIZERS}
+        runs = {
+            o: np.stack([tuning[o][chosen[o]]] + [train(task, o, chosen[o], steps, s) for s in seeds[1:]])
+            for o in OPTIMIZERS
+        }
         measured[f"seconds_{source}"] = time.perf_counter() - t
         threshold = THRESHOLD * float(np.mean([r[:, 0].mean() for r in runs.values()]))
         for o in OPTIMIZERS:
@@ -203,8 +211,7 @@ def measure(quick: bool = False, progress=None) -> Measurement:
         measured[f"log_final_ratio_SGD_over_sign_{source}"] = mean
         measured[f"log_final_ratio_SGD_over_sign_ci_{source}"] = [lo, hi]
         for o in SIGN_BASED:
-            measured[f"log_final_ratio_SGD_over_{o}_{source}"] = float(
-                np.mean(np.log(sgd / runs[o][:, -1])))
+            measured[f"log_final_ratio_SGD_over_{o}_{source}"] = float(np.mean(np.log(sgd / runs[o][:, -1])))
         study[source] = {"runs": runs, "chosen": chosen, "best_sign": best, "threshold": threshold}
         if progress is not None:
             progress(k + 1, len(models), source)
@@ -217,11 +224,13 @@ def judge(m: dict) -> Verdict:
     gap = {s: m[f"log_final_ratio_SGD_over_sign_{s}"] for s in models}
     behind = all(v > 0 for v in gap.values())
     most_post = gap[PAIR[0]] > gap[PAIR[1]]
-    rule = ("holds when, for every model, SGD's final training loss (its best learning rate) is above the "
-            "best sign-based method's (log ratio > 0: "
-            + ", ".join(f"{s} {v:+.3f}" for s, v in gap.items())
-            + f") and the gap is larger for pydoc-postln than for pydoc-preln ({gap[PAIR[0]]:+.3f} vs "
-            f"{gap[PAIR[1]]:+.3f}); partly when one of the two holds")
+    rule = (
+        "holds when, for every model, SGD's final training loss (its best learning rate) is above the "
+        "best sign-based method's (log ratio > 0: "
+        + ", ".join(f"{s} {v:+.3f}" for s, v in gap.items())
+        + f") and the gap is larger for pydoc-postln than for pydoc-preln ({gap[PAIR[0]]:+.3f} vs "
+        f"{gap[PAIR[1]]:+.3f}); partly when one of the two holds"
+    )
     return grade(behind and most_post, behind or most_post, rule)
 
 
@@ -232,10 +241,14 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     for s, st in study.items():
         parts.append(
             f"{s} ({m[f'seconds_{s}']:.0f} s): final loss "
-            + ", ".join(f"{o} {m[f'final_loss_{s}_{o}']:.3f} (lr {st['chosen'][o]:g}, "
-                        f"{m[f'steps_to_threshold_{s}_{o}']:.0f} steps)" for o in OPTIMIZERS)
+            + ", ".join(
+                f"{o} {m[f'final_loss_{s}_{o}']:.3f} (lr {st['chosen'][o]:g}, "
+                f"{m[f'steps_to_threshold_{s}_{o}']:.0f} steps)"
+                for o in OPTIMIZERS
+            )
             + f"; SGD vs the best sign-based ({st['best_sign']}): log ratio "
-            f"{m[f'log_final_ratio_SGD_over_sign_{s}']:+.3f}")
+            f"{m[f'log_final_ratio_SGD_over_sign_{s}']:+.3f}"
+        )
     note = (
         "Tomihari & Sato's protocol (module docstring of hessviz.experiments.optimizers_protocol): every "
         "layer weight and a fresh linear head fine-tuned on the docstring task (6 classes, "
@@ -254,8 +267,9 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     figs = {}
     for s, st in study.items():
         curves = {f"{o} (lr {st['chosen'][o]:g})": st["runs"][o] for o in OPTIMIZERS}
-        fig = plots.training_curves(curves, title=f"Fine-tuning {s} on the docstring task (best lr each)",
-                                    threshold=st["threshold"])
+        fig = plots.training_curves(
+            curves, title=f"Fine-tuning {s} on the docstring task (best lr each)", threshold=st["threshold"]
+        )
         fig.update_xaxes(title_text=f"evaluation (every {EVAL_EVERY} steps)")
         figs[f"optimizers_protocol_{s}"] = fig
     return note, figs
@@ -282,6 +296,7 @@ def saved_curves(data) -> tuple[dict[str, dict[str, np.ndarray]], int]:
         if found:
             curves[source] = found
     if not curves or "eval_every" not in data:
-        raise ValueError("data must be the arrays of the optimizers_protocol claim "
-                         "(data/optimizers_protocol.npz)")
+        raise ValueError(
+            "data must be the arrays of the optimizers_protocol claim (data/optimizers_protocol.npz)"
+        )
     return curves, int(np.asarray(data["eval_every"]))

@@ -53,14 +53,25 @@ TEXTS = {
         "A small bakery on the corner sells fresh bread and warm cinnamon rolls each morning.",
         "Scientists measured the temperature of the lake every hour for three summers.",
     ),
-    "pydoc-postln": ("def add(a, b):\n    return a + b", "The for statement is used to iterate over a list.",
-                     "import sys\nprint(sys.argv)"),
+    "pydoc-postln": (
+        "def add(a, b):\n    return a + b",
+        "The for statement is used to iterate over a list.",
+        "import sys\nprint(sys.argv)",
+    ),
 }
 TEXTS["pydoc-preln"] = TEXTS["pydoc-postln"]
-OWN_OBJECTIVE = {"all-MiniLM-L6-v2": dict(zip(TEXTS["all-MiniLM-L6-v2"], (
-    "Every night the keeper of the old lighthouse went up the stairs to light its lamp.",
-    "Each morning the corner bakery sells warm cinnamon rolls and freshly baked bread.",
-    "For three summers researchers recorded the lake's temperature once an hour.")))}
+OWN_OBJECTIVE = {
+    "all-MiniLM-L6-v2": dict(
+        zip(
+            TEXTS["all-MiniLM-L6-v2"],
+            (
+                "Every night the keeper of the old lighthouse went up the stairs to light its lamp.",
+                "Each morning the corner bakery sells warm cinnamon rolls and freshly baked bread.",
+                "For three summers researchers recorded the lake's temperature once an hour.",
+            ),
+        )
+    )
+}
 """Models with their own objective here, and the other sentence of each text (a paraphrase): MiniLM's
 sentence-similarity loss ``1 − cos`` of mean-pooled embeddings, on its last layer (kind ``own``)."""
 QUICK_TEXTS = 1
@@ -79,20 +90,30 @@ def block_norm(res: hv.HessianResult, name: str, tol: float = 1e-4) -> float:
     return float(np.abs(eigsh(op, k=1, which="LM", v0=v0, tol=tol, return_eigenvectors=False)).max())
 
 
-def layer_heterogeneity(cfg: hv.BlockConfig, params: dict, X: torch.Tensor, seed: int,
-                        prefix: str = "", loss: hv.CustomLoss | None = None) -> Heterogeneity:
+def layer_heterogeneity(
+    cfg: hv.BlockConfig,
+    params: dict,
+    X: torch.Tensor,
+    seed: int,
+    prefix: str = "",
+    loss: hv.CustomLoss | None = None,
+) -> Heterogeneity:
     """Per-block ``‖g_b‖``, ``‖H_bb‖₂`` and sizes of one layer on ``X``: MSE against a seeded random
     target, or the custom ``loss`` when given."""
     Y = None if loss is not None else hv.sample_inputs(cfg, seed=seed)[1]
     grads = hv.gradient(cfg, params, X, Y, wrt=BLOCKS, loss=loss)
     res = hv.hessian(cfg, params, X, Y, loss=loss)
-    return Heterogeneity([prefix + b for b in BLOCKS], np.array([float(grads[b].norm()) for b in BLOCKS]),
-                         np.array([block_norm(res, b) for b in BLOCKS]),
-                         np.array([float(cfg.param_size(b)) for b in BLOCKS]))
+    return Heterogeneity(
+        [prefix + b for b in BLOCKS],
+        np.array([float(grads[b].norm()) for b in BLOCKS]),
+        np.array([block_norm(res, b) for b in BLOCKS]),
+        np.array([float(cfg.param_size(b)) for b in BLOCKS]),
+    )
 
 
 def joined(parts: list[Heterogeneity]) -> Heterogeneity:
     """The blocks of several layers as one partition."""
+
     def cat(field: str) -> np.ndarray:
         return np.concatenate([getattr(p, field) for p in parts])
 
@@ -112,7 +133,7 @@ def model_heterogeneity(model: str, text: str, seed: int = 0) -> dict[str, Heter
         X = states[layer]
         out["trained"].append(layer_heterogeneity(cfg, params, X, seed, f"l{layer}."))
         out["random"].append(layer_heterogeneity(cfg, hv.init_params(cfg, seed=seed), X, seed, f"l{layer}."))
-    if model in OWN_OBJECTIVE:                  # the model's own objective on its last layer
+    if model in OWN_OBJECTIVE:  # the model's own objective on its last layer
         last = len(stack) - 1
         cfg, params = stack[last]
         cfg = dataclasses.replace(cfg, seq_len=states[last].shape[0])
@@ -138,8 +159,10 @@ def measure(quick: bool = False) -> Measurement:
 
 def summarise(study: dict[str, list[dict[str, Heterogeneity]]]) -> Measurement:
     """The numbers and arrays of ``{model: [{"trained", "random"} per text]}``."""
-    numbers: dict = {"paper_gini_post_roberta": PAPER_GINI["post"],
-                     "paper_gini_pre_roberta": PAPER_GINI["pre"]}
+    numbers: dict = {
+        "paper_gini_post_roberta": PAPER_GINI["post"],
+        "paper_gini_pre_roberta": PAPER_GINI["pre"],
+    }
     data = {}
     for model, runs in study.items():
         for kind in runs[0]:
@@ -154,11 +177,12 @@ def summarise(study: dict[str, list[dict[str, Heterogeneity]]]) -> Measurement:
             data[f"{key}_hess_norms"] = np.stack([h.hess_norms for h in hs])
         data[f"{model}_block_names"] = np.array(runs[0]["trained"].names)
     if "pydoc-postln" in study and "pydoc-preln" in study:
-        diffs = [a["trained"].gini - b["trained"].gini
-                 for a, b in zip(study["pydoc-postln"], study["pydoc-preln"])]
+        diffs = [
+            a["trained"].gini - b["trained"].gini for a, b in zip(study["pydoc-postln"], study["pydoc-preln"])
+        ]
         numbers["gini_post_minus_pre_trained_pair"] = float(np.mean(diffs))
         numbers["gini_post_minus_pre_trained_pair_range"] = [min(diffs), max(diffs)]
-    texts = {m: TEXTS[m][:len(r)] for m, r in study.items()}
+    texts = {m: TEXTS[m][: len(r)] for m, r in study.items()}
     return Measurement(numbers, data, {"study": study, "texts": texts})
 
 
@@ -170,9 +194,12 @@ def judge(m: dict) -> Verdict:
     ratios = {t: m[f"lambda_G_over_P_{t}_trained"] for t in trained}
     post_higher = lo > 0
     lam_ok = all(r > 1 for r in ratios.values())
-    rule = (f"holds when Gini(Post-LN) > Gini(Pre-LN) on the trained pair for every text (smallest "
-            f"difference {lo:+.3f}) and Λ_G/Λ_P > 1 for every trained model ("
-            + ", ".join(f"{t} {r:.2f}" for t, r in ratios.items()) + "); partly when one of the two holds")
+    rule = (
+        f"holds when Gini(Post-LN) > Gini(Pre-LN) on the trained pair for every text (smallest "
+        f"difference {lo:+.3f}) and Λ_G/Λ_P > 1 for every trained model ("
+        + ", ".join(f"{t} {r:.2f}" for t, r in ratios.items())
+        + "); partly when one of the two holds"
+    )
     return grade(post_higher and lam_ok, post_higher or lam_ok, rule)
 
 
@@ -180,35 +207,47 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     m, study = ms.numbers, ms.detail["study"]
     rows = []
     for model in study:
-        rows.append(f"{model} (layers {', '.join(map(str, LAYERS[model]))}, {len(study[model])} texts): "
-                    f"Gini trained {m[f'gini_{model}_trained']:.3f} vs random init "
-                    f"{m[f'gini_{model}_random']:.3f}, "
-                    f"Λ_G/Λ_P trained {m[f'lambda_G_over_P_{model}_trained']:.2f} vs random "
-                    f"{m[f'lambda_G_over_P_{model}_random']:.2f}")
-    own = [f"With its own objective (1 − cos against a paraphrase, last layer only), {model} gives Gini "
-           f"{m[f'gini_{model}_own']:.3f} and Λ_G/Λ_P {m[f'lambda_G_over_P_{model}_own']:.2f}. "
-           for model in study if f"gini_{model}_own" in m]
-    note = ("Real layers on real text, each layer's MSE against a seeded random target (N(0, 1)), "
-            f"{len(BLOCKS)} blocks per layer (Q, K, V, O, W_1, W_2, LayerNorm γ and β). "
-            + "; ".join(rows) + ". "
-            f"RoBERTa's reported Ginis ({PAPER_GINI['post']} Post-LN, {PAPER_GINI['pre']} Pre-LN) are over "
-            "all of its parameter tensors with its fine-tuning loss; here 20 blocks of two layers under a "
-            "synthetic loss, so only orderings (trained vs random, Post vs Pre) compare, not the absolute "
-            "values. " + "".join(own) +
-            "The optimizer lens is Λ_G/Λ_P alone: no optimizer is trained on these weights.")
+        rows.append(
+            f"{model} (layers {', '.join(map(str, LAYERS[model]))}, {len(study[model])} texts): "
+            f"Gini trained {m[f'gini_{model}_trained']:.3f} vs random init "
+            f"{m[f'gini_{model}_random']:.3f}, "
+            f"Λ_G/Λ_P trained {m[f'lambda_G_over_P_{model}_trained']:.2f} vs random "
+            f"{m[f'lambda_G_over_P_{model}_random']:.2f}"
+        )
+    own = [
+        f"With its own objective (1 − cos against a paraphrase, last layer only), {model} gives Gini "
+        f"{m[f'gini_{model}_own']:.3f} and Λ_G/Λ_P {m[f'lambda_G_over_P_{model}_own']:.2f}. "
+        for model in study
+        if f"gini_{model}_own" in m
+    ]
+    note = (
+        "Real layers on real text, each layer's MSE against a seeded random target (N(0, 1)), "
+        f"{len(BLOCKS)} blocks per layer (Q, K, V, O, W_1, W_2, LayerNorm γ and β). " + "; ".join(rows) + ". "
+        f"RoBERTa's reported Ginis ({PAPER_GINI['post']} Post-LN, {PAPER_GINI['pre']} Pre-LN) are over "
+        "all of its parameter tensors with its fine-tuning loss; here 20 blocks of two layers under a "
+        "synthetic loss, so only orderings (trained vs random, Post vs Pre) compare, not the absolute "
+        "values. "
+        + "".join(own)
+        + "The optimizer lens is Λ_G/Λ_P alone: no optimizer is trained on these weights."
+    )
     cats = [f"{model} {kind}" for model in study for kind in study[model][0]]
     ginis = [m[f"gini_{c.replace(' ', '_')}"] for c in cats]
     ranges = [m[f"gini_range_{c.replace(' ', '_')}"] for c in cats]
     figs = {
         "real_weights_gini": plots.grouped_bars(
-            cats, {"Gini": ginis}, errors={"Gini": [hi - g for g, (_, hi) in zip(ginis, ranges)]},
+            cats,
+            {"Gini": ginis},
+            errors={"Gini": [hi - g for g, (_, hi) in zip(ginis, ranges)]},
             title="Gini of block gradient norms on real layers (bar: mean over texts, whisker: largest)",
-            ylabel="Gini"),
+            ylabel="Gini",
+        ),
         "real_weights_lambda": plots.grouped_bars(
-            cats, {"Λ_G/Λ_P": [m[f"lambda_G_over_P_{c.replace(' ', '_')}"] for c in cats]},
+            cats,
+            {"Λ_G/Λ_P": [m[f"lambda_G_over_P_{c.replace(' ', '_')}"] for c in cats]},
             title="Λ_G/Λ_P on real layers (> 1: the SignSGD/Adam bound beats SGD's)",
             ylabel="Λ_G/Λ_P",
-            logy=True),
+            logy=True,
+        ),
     }
     return note, figs
 
@@ -217,7 +256,11 @@ REAL_GINI = Claim(
     "gini_real",
     "Post-LN amplifies gradient heterogeneity (Gini 0.941 vs 0.880 for Pre-LN on RoBERTa), and gradient "
     "and Hessian block norms are correlated so that Λ_G > Λ_P: re-measured on real weights.",
-    SOURCES["tomihari"], measure, judge, report)
+    SOURCES["tomihari"],
+    measure,
+    judge,
+    report,
+)
 
 
 def main(quick: bool = False, out: pathlib.Path = OUT) -> list[dict]:
@@ -227,9 +270,14 @@ def main(quick: bool = False, out: pathlib.Path = OUT) -> list[dict]:
     start = time.perf_counter()
     result = REAL_GINI.run(quick)
     result.seconds = time.perf_counter() - start
-    return write_report([result], out, quick, result.seconds,
-                        title="hessviz: the gradient-heterogeneity claim on real weights",
-                        command="python -m hessviz.experiments.real_weights")
+    return write_report(
+        [result],
+        out,
+        quick,
+        result.seconds,
+        title="hessviz: the gradient-heterogeneity claim on real weights",
+        command="python -m hessviz.experiments.real_weights",
+    )
 
 
 if __name__ == "__main__":

@@ -40,15 +40,23 @@ HEADLINES = {
     "gini_real": ("gini_pydoc-postln_trained", "gini_pydoc-preln_trained", "gini_all-MiniLM-L6-v2_trained"),
     "depth": ("factor_post_QQ_outer", "factor_pre_QQ_outer", "factor_post_QQ_full"),
     "modern": ("slope_pre_rmsnorm_QQ_outer", "slope_attention_rope_QK_outer", "tied_identity_rel_error"),
-    "growth_protocol": ("slope_none_1layers_l0_W_Q_outer", "slope_none_1layers_l0_W_Q_functional",
-                        "slope_none_1layers_l0_W_V_outer"),
+    "growth_protocol": (
+        "slope_none_1layers_l0_W_Q_outer",
+        "slope_none_1layers_l0_W_Q_functional",
+        "slope_none_1layers_l0_W_V_outer",
+    ),
     "gini_protocol": ("gini_pydoc-postln", "gini_pydoc-preln", "ratio_pydoc-postln"),
-    "optimizers_protocol": ("log_final_ratio_SGD_over_sign_pydoc-postln",
-                            "log_final_ratio_SGD_over_sign_pydoc-preln",
-                            "log_final_ratio_SGD_over_sign_pydoc-llama"),
+    "optimizers_protocol": (
+        "log_final_ratio_SGD_over_sign_pydoc-postln",
+        "log_final_ratio_SGD_over_sign_pydoc-preln",
+        "log_final_ratio_SGD_over_sign_pydoc-llama",
+    ),
     "smollm2_table": ("top_spread", "mean_top_QK", "mean_top_Norm"),
-    "sharpness_ordering": ("relations_holding_smollm2-135m", "relations_holding_pydoc-preln",
-                           "relations_holding_pydoc-llama"),
+    "sharpness_ordering": (
+        "relations_holding_smollm2-135m",
+        "relations_holding_pydoc-preln",
+        "relations_holding_pydoc-llama",
+    ),
     "gini_smollm2": ("gini_smollm2-135m", "committed_gini_pydoc-postln", "committed_gini_all-MiniLM-L6-v2"),
     "optimizers": (
         "log_final_ratio_SGD_over_SignSGD_post",
@@ -110,7 +118,9 @@ def run_claim(cid: str, quick: bool) -> ClaimResult:
 
 
 def run_claims(
-    quick: bool = False, ids: tuple[str, ...] = CLAIM_IDS, progress: Callable[[str], None] | None = None,
+    quick: bool = False,
+    ids: tuple[str, ...] = CLAIM_IDS,
+    progress: Callable[[str], None] | None = None,
     executor: cf.Executor | None = None,
 ) -> list[ClaimResult]:
     """Run the claims ``ids``; each result carries its runtime in ``seconds``.
@@ -126,8 +136,12 @@ def run_claims(
         if cid not in known:
             raise ValueError(f"claim id must be one of {', '.join(CLAIM_IDS)}, got {cid!r}")
     if executor is not None:
-        return run_tasks(executor, run_claim, [(cid, quick) for cid in ids],
-                         arrived=None if progress is None else lambda i, _r: progress(f"{ids[i]} done"))
+        return run_tasks(
+            executor,
+            run_claim,
+            [(cid, quick) for cid in ids],
+            arrived=None if progress is None else lambda i, _r: progress(f"{ids[i]} done"),
+        )
     out = []
     for cid in ids:
         if progress:
@@ -150,8 +164,12 @@ def _fmt(v) -> str:
 
 
 def write_report(
-    results: list[ClaimResult], out_dir: pathlib.Path, quick: bool, seconds: float,
-    title: str = "hessviz: the papers' claims, measured", command: str = "hessviz reproduce",
+    results: list[ClaimResult],
+    out_dir: pathlib.Path,
+    quick: bool,
+    seconds: float,
+    title: str = "hessviz: the papers' claims, measured",
+    command: str = "hessviz reproduce",
     basis: str = "Every number comes from the closed-form Hessians and gradients of hessviz, float64, CPU.",
 ) -> list[dict]:
     """Write ``claims.json``, ``report.md``, ``figures/*.html`` and ``data/<id>.npz``."""

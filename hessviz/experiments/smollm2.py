@@ -39,12 +39,20 @@ from hessviz.fitting import gini
 OUT = st.HERE
 COMMITTED = OUT.parent / "claims.json"
 """The committed ``hessviz reproduce`` records (the pydoc and MiniLM Gini of ``gini_protocol``)."""
-WANG = ("Wang, Zhou, Zhang, Weinan E, Wu, 'The Sharpness Disparity Principle in Transformers for "
-        "Accelerating Language Model Pre-Training', arXiv:2502.19002 (ICML 2025)")
-ZHANG = ("Zhang, Chen, Ding, Li, Sun, Luo, 'Why Transformers Need Adam: A Hessian Perspective', "
-         "arXiv:2402.16788 (NeurIPS 2024)")
-TYPES = {"QK": ("W_Q", "W_K"), "FFN": ("W_G", "W_1", "W_2"), "VO": ("W_V", "W_O"),
-         "Norm": ("ln1_gamma", "ln2_gamma")}
+WANG = (
+    "Wang, Zhou, Zhang, Weinan E, Wu, 'The Sharpness Disparity Principle in Transformers for "
+    "Accelerating Language Model Pre-Training', arXiv:2502.19002 (ICML 2025)"
+)
+ZHANG = (
+    "Zhang, Chen, Ding, Li, Sun, Luo, 'Why Transformers Need Adam: A Hessian Perspective', "
+    "arXiv:2402.16788 (NeurIPS 2024)"
+)
+TYPES = {
+    "QK": ("W_Q", "W_K"),
+    "FFN": ("W_G", "W_1", "W_2"),
+    "VO": ("W_V", "W_O"),
+    "Norm": ("ln1_gamma", "ln2_gamma"),
+}
 """Block types of the layers (``Emb`` is the unembedding, computed apart)."""
 ORDER = ("Emb", "QK", "FFN", "VO", "Norm")
 PYDOC = ("pydoc-postln", "pydoc-preln", "pydoc-llama")
@@ -130,13 +138,13 @@ def unembedding_top(h: torch.Tensor, p: torch.Tensor, w: torch.Tensor, tol: floa
     h, p, w = h.double(), p.double(), w.double()
     U, S, _ = torch.linalg.svd(h.T, full_matrices=False)
     Q = U[:, S > S[0] * 1e-10]
-    C = h @ Q                                                  # (T, r)
+    C = h @ Q  # (T, r)
     V, r = p.shape[1], Q.shape[1]
 
     def apply(x: np.ndarray) -> np.ndarray:
         W = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).reshape(V, r)
-        u = W @ C.T                                            # (V, T): W c_t
-        Au = p.T * u - p.T * (p.T * u).sum(0, keepdim=True)    # A_t u_t
+        u = W @ C.T  # (V, T): W c_t
+        Au = p.T * u - p.T * (p.T * u).sum(0, keepdim=True)  # A_t u_t
         return ((Au * w) @ C).reshape(-1).numpy()
 
     op = LinearOperator((V * r, V * r), matvec=apply, dtype=np.float64)
@@ -158,7 +166,7 @@ def head_states(model, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torc
 
     objective, used, _ = objective_of(model, ids)
     Z = hidden_states(model.name, torch.tensor(used), dtype=model.dtype, layers=model.layers)[-1].double()
-    if isinstance(objective, hv.Classifier):                  # the last state, no final norm read
+    if isinstance(objective, hv.Classifier):  # the last state, no final norm read
         h = Z[-1:]
         s = h @ objective.W.double() + objective.b.double()
         return h, torch.softmax(s, -1), torch.ones(1, dtype=torch.float64), "Eᵀ of the last-token classifier"
@@ -167,7 +175,7 @@ def head_states(model, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torc
     h = n * (1.0 if head.gamma is None else head.gamma.double())
     if head.beta is not None:
         h = h + head.beta.double()
-    h = h[:-1]                                               # positions that predict a next token
+    h = h[:-1]  # positions that predict a next token
     p = torch.softmax(h @ head.embedding.double().T, -1)
     return h, p, torch.full((h.shape[0],), 1.0 / h.shape[0], dtype=torch.float64), "the tied unembedding"
 
@@ -189,9 +197,14 @@ def pydoc_table(source: str) -> dict:
     tab = tensor_table(res, tensors=names, trace_samples=0, exact_limit=256, tol=1e-6)
     h, p, w, _ = head_states(model, ids)
     emb = unembedding_top(h, p, w)
-    return {"names": [r.name for r in tab.rows], "top": [r.top for r in tab.rows],
-            "grad": [r.grad_norm for r in tab.rows], "emb": emb, "tokens": len(used),
-            "seconds": time.perf_counter() - t0}
+    return {
+        "names": [r.name for r in tab.rows],
+        "top": [r.top for r in tab.rows],
+        "grad": [r.grad_norm for r in tab.rows],
+        "emb": emb,
+        "tokens": len(used),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def smollm2_emb(table: dict) -> float:
@@ -214,12 +227,20 @@ def measure_table(quick: bool = False) -> Measurement:
     every = own_gradients()
     grads = np.array([v for n, v in every.items() if "[" not in n])
     pos = tops[tops > 0]
-    m = {"tensors": len(wr), "head_blocks": len(hr), "gradient_norms": len(every),
-         "layers_with_weights": len(t["weight_layers"]),
-         "layers_with_heads": len(t["head_layers"]), "tokens": t["tokens"],
-         "top_max": float(tops.max()), "top_min": float(tops.min()),
-         "top_spread": float(pos.max() / pos.min()), "gini_grad_all_weights": gini(grads),
-         "products": int(sum(r["matvecs"] for r in t["rows"].values())), "seconds_table": float(t["seconds"])}
+    m = {
+        "tensors": len(wr),
+        "head_blocks": len(hr),
+        "gradient_norms": len(every),
+        "layers_with_weights": len(t["weight_layers"]),
+        "layers_with_heads": len(t["head_layers"]),
+        "tokens": t["tokens"],
+        "top_max": float(tops.max()),
+        "top_min": float(tops.min()),
+        "top_spread": float(pos.max() / pos.min()),
+        "gini_grad_all_weights": gini(grads),
+        "products": int(sum(r["matvecs"] for r in t["rows"].values())),
+        "seconds_table": float(t["seconds"]),
+    }
     for ty, v in type_means({n: r["top"] for n, r in wr.items()}).items():
         m[f"mean_top_{ty}"] = v
     for layer in sorted(t["head_layers"]):
@@ -229,33 +250,45 @@ def measure_table(quick: bool = False) -> Measurement:
                 m[f"head_spread_l{layer}_{w}"] = max(v) / min(v)
     names = list(wr) + list(hr)
     rows = [t["rows"][n] for n in names]
-    data = {"names": np.array(names), "top": np.array([r["top"] for r in rows]),
-            "grad": np.array([r["grad"] for r in rows]), "size": np.array([r["size"] for r in rows]),
-            "matvecs": np.array([r["matvecs"] for r in rows])}
+    data = {
+        "names": np.array(names),
+        "top": np.array([r["top"] for r in rows]),
+        "grad": np.array([r["grad"] for r in rows]),
+        "size": np.array([r["size"] for r in rows]),
+        "matvecs": np.array([r["matvecs"] for r in rows]),
+    }
     return Measurement(m, data, {"table": t, "weights": wr, "heads": hr})
 
 
 def judge_table(m: dict) -> Verdict:
     s = m["top_spread"]
-    return grade(s >= SPREAD_HOLDS, s >= 10,
-                 f"holds when the largest positive top eigenvalue of the {m['tensors']:.0f} weight blocks "
-                 f"is at least {SPREAD_HOLDS:g}× the smallest (measured {s:.3g}×); partly from 10×")
+    return grade(
+        s >= SPREAD_HOLDS,
+        s >= 10,
+        f"holds when the largest positive top eigenvalue of the {m['tensors']:.0f} weight blocks "
+        f"is at least {SPREAD_HOLDS:g}× the smallest (measured {s:.3g}×); partly from 10×",
+    )
 
 
 def _protocol(t: dict) -> str:
     heads, layers = sorted(t["head_layers"]), sorted(t["weight_layers"])
-    which = "all 30 layers" if len(layers) == 30 else \
-        f"{len(layers)} of the 30 layers ({', '.join(map(str, layers))})"
-    return (f"SmolLM2-135M-Instruct from the bundled Q4_1 GGUF file (dequantized, float32, "
-            f"{t.get('threads', 2)} threads), its own next-token loss (mean cross-entropy over "
-            f"{t['tokens'] - 1} predicted tokens, through the final RMSNorm and the tied unembedding) on one "
-            f"sequence: the first {t['tokens']} tokens of {t['sources'][0]} (public domain; "
-            f"\"{t['text'][:60]}…\"). Per tensor: the top eigenvalue of its diagonal block of the full "
-            "Hessian (every layer weight in θ), Lanczos k = 1 on closed-form products started from the "
-            f"gradient, value tolerance {t['tol']:g} (about 1 % relative), and the gradient's norm. Every "
-            f"weight of {which}; per head (9 query heads of W_Q and W_O, 3 key/value heads of W_K and W_V) "
-            f"for layers {', '.join(map(str, heads)) or 'none'} ({len(heads)} of 30); gradient norms of "
-            "every weight and head of all 30 layers.")
+    which = (
+        "all 30 layers"
+        if len(layers) == 30
+        else f"{len(layers)} of the 30 layers ({', '.join(map(str, layers))})"
+    )
+    return (
+        f"SmolLM2-135M-Instruct from the bundled Q4_1 GGUF file (dequantized, float32, "
+        f"{t.get('threads', 2)} threads), its own next-token loss (mean cross-entropy over "
+        f"{t['tokens'] - 1} predicted tokens, through the final RMSNorm and the tied unembedding) on one "
+        f"sequence: the first {t['tokens']} tokens of {t['sources'][0]} (public domain; "
+        f'"{t["text"][:60]}…"). Per tensor: the top eigenvalue of its diagonal block of the full '
+        "Hessian (every layer weight in θ), Lanczos k = 1 on closed-form products started from the "
+        f"gradient, value tolerance {t['tol']:g} (about 1 % relative), and the gradient's norm. Every "
+        f"weight of {which}; per head (9 query heads of W_Q and W_O, 3 key/value heads of W_K and W_V) "
+        f"for layers {', '.join(map(str, heads)) or 'none'} ({len(heads)} of 30); gradient norms of "
+        "every weight and head of all 30 layers."
+    )
 
 
 def report_table(ms: Measurement, v: Verdict) -> tuple[str, dict]:
@@ -264,26 +297,39 @@ def report_table(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     small = min((n for n in wr if wr[n]["top"] > 0), key=lambda n: wr[n]["top"])
     la = t.get("load_average_start", [float("nan")] * 3)
     note = (
-        _protocol(t) + " Computed once by "
-        + (" then ".join(f"`{c}`" for c in t["commands"]) if t.get("commands")
-           else "`python -m hessviz.experiments.smollm2_table`")
+        _protocol(t)
+        + " Computed once by "
+        + (
+            " then ".join(f"`{c}`" for c in t["commands"])
+            if t.get("commands")
+            else "`python -m hessviz.experiments.smollm2_table`"
+        )
         + " (each resuming from the checkpoint) in "
         f"{m['seconds_table'] / 60:.0f} min of work ({m['products']:.0f} products; load average "
         f"{la[0]:.1f} at the start, niced, on a shared 2-core machine). The sharpest weight block is "
         f"{big} (λ = {wr[big]['top']:.3g}), the flattest {small} (λ = {wr[small]['top']:.3g}): "
         f"{m['top_spread']:.3g}×. Mean top eigenvalue per type: "
-        + ", ".join(f"{k[len('mean_top_'):]} {m[k]:.3g}" for k in m if k.startswith("mean_top_"))
+        + ", ".join(f"{k[len('mean_top_') :]} {m[k]:.3g}" for k in m if k.startswith("mean_top_"))
         + f". Gini of the gradient norms of all 270 weights: {m['gini_grad_all_weights']:.3f}. "
         "Differences from a full table: one short sequence instead of a corpus, float32 weights that were "
         "4-bit in the file, eigenvalues to about 1 % instead of 1e-6, no traces"
-        + ("." if len(t["head_layers"]) == 30 and len(t["weight_layers"]) == 30 else
-           ", and eigenvalues for the layers listed only (the run's time budget).")
+        + (
+            "."
+            if len(t["head_layers"]) == 30 and len(t["weight_layers"]) == 30
+            else ", and eigenvalues for the layers listed only (the run's time budget)."
+        )
     )
     names = list(wr)
     cats, groups = _by_layer(names, [wr[n]["top"] for n in names])
-    figs = {"smollm2_table_top": plots.grouped_bars(
-        cats, groups, title="SmolLM2-135M: top eigenvalue of each weight's diagonal block, per layer",
-        ylabel="λ_max(H[t, t])", logy=True)}
+    figs = {
+        "smollm2_table_top": plots.grouped_bars(
+            cats,
+            groups,
+            title="SmolLM2-135M: top eigenvalue of each weight's diagonal block, per layer",
+            ylabel="λ_max(H[t, t])",
+            logy=True,
+        )
+    }
     return note, figs
 
 
@@ -301,7 +347,11 @@ SMOLLM2_TABLE = Claim(
     "smollm2_table",
     "In a Transformer the curvature of different weight blocks differs by orders of magnitude (block "
     "heterogeneity): SmolLM2-135M's per-tensor table under its own next-token loss.",
-    ZHANG, measure_table, judge_table, report_table)
+    ZHANG,
+    measure_table,
+    judge_table,
+    report_table,
+)
 
 
 # ----------------------------------------------------------------------------- claim B: the ordering
@@ -317,8 +367,12 @@ def holds_ordering(means: dict[str, float]) -> list[bool]:
 
 def measure_ordering(quick: bool = False) -> Measurement:
     t = load_table()
-    means = {"smollm2-135m": {"Emb": smollm2_emb(t),
-                              **type_means({n: r["top"] for n, r in weight_rows(t).items()})}}
+    means = {
+        "smollm2-135m": {
+            "Emb": smollm2_emb(t),
+            **type_means({n: r["top"] for n, r in weight_rows(t).items()}),
+        }
+    }
     tables = {}
     for s in PYDOC[:1] if quick else PYDOC:
         tables[s] = pydoc_table(s)
@@ -339,11 +393,13 @@ def measure_ordering(quick: bool = False) -> Measurement:
 
 
 def judge_ordering(m: dict) -> Verdict:
-    models = [k[len("relations_holding_"):] for k in m if k.startswith("relations_holding_")]
+    models = [k[len("relations_holding_") :] for k in m if k.startswith("relations_holding_")]
     full = [s for s in models if m[f"relations_holding_{s}"] == 4]
-    rule = ("holds when S(Emb) < S(QK) < S(FFN) < S(VO) < S(Norm) (the four relations, mean top eigenvalue "
-            "per type) on every model; partly when on some, or when most relations hold overall. Relations "
-            "holding: " + ", ".join(f"{s} {m[f'relations_holding_{s}']:.0f}/4" for s in models))
+    rule = (
+        "holds when S(Emb) < S(QK) < S(FFN) < S(VO) < S(Norm) (the four relations, mean top eigenvalue "
+        "per type) on every model; partly when on some, or when most relations hold overall. Relations "
+        "holding: " + ", ".join(f"{s} {m[f'relations_holding_{s}']:.0f}/4" for s in models)
+    )
     most = sum(m[f"relations_holding_{s}"] for s in models) > 2 * len(models)
     return grade(len(full) == len(models), bool(full) or most, rule)
 
@@ -354,11 +410,13 @@ def report_ordering(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     for s, mm in means.items():
         order = " < ".join(sorted(mm, key=mm.get))
         rel = holds_ordering(mm)
-        broken = [f"{a} {'<' if ok else '>'} {b}" for (a, b), ok in
-                  zip(zip(ORDER, ORDER[1:]), rel) if not ok]
-        rows.append(f"{s}: " + ", ".join(f"S({k}) = {mm[k]:.3g}" for k in ORDER if k in mm)
-                    + f"; measured order {order}"
-                    + (f" (broken: {'; '.join(broken)})" if broken else " (the paper's order)"))
+        broken = [f"{a} {'<' if ok else '>'} {b}" for (a, b), ok in zip(zip(ORDER, ORDER[1:]), rel) if not ok]
+        rows.append(
+            f"{s}: "
+            + ", ".join(f"S({k}) = {mm[k]:.3g}" for k in ORDER if k in mm)
+            + f"; measured order {order}"
+            + (f" (broken: {'; '.join(broken)})" if broken else " (the paper's order)")
+        )
     note = (
         "S = the mean over a model's tensors of one type of the top eigenvalue of each tensor's "
         "diagonal block of the full Hessian of the model's own loss (QK = W_Q, W_K; VO = W_V, W_O; FFN = "
@@ -367,15 +425,21 @@ def report_ordering(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         "h_tᵀ; its input copy and the cross term between the two copies are not included, and the final "
         f"norm's γ is not a block here). SmolLM2 from the stored per-tensor table (claim `smollm2_table`, "
         f"1 × {ms.detail['tokens']} tokens, value tolerance 1e-2); the pydoc models on their Whole model "
-        "page's text and objective (Lanczos to 1e-6, blocks of ≤ 256 entries exact). " + "; ".join(rows)
+        "page's text and objective (Lanczos to 1e-6, blocks of ≤ 256 entries exact). "
+        + "; ".join(rows)
         + ". Wang et al. measure during pre-training (GPT-2 and LLaMA, many batches, the embedding as one "
         "block); here one short text on the trained weights."
     )
     types = list(ORDER)
-    figs = {"sharpness_ordering": plots.grouped_bars(
-        types, {s: [mm.get(t, np.nan) for t in types] for s, mm in means.items()},
-        title="Mean top eigenvalue per block type (Wang et al.: Emb ≪ QK < FFN < VO ≪ Norm)",
-        ylabel="S = mean λ_max(H[t, t])", logy=True)}
+    figs = {
+        "sharpness_ordering": plots.grouped_bars(
+            types,
+            {s: [mm.get(t, np.nan) for t in types] for s, mm in means.items()},
+            title="Mean top eigenvalue per block type (Wang et al.: Emb ≪ QK < FFN < VO ≪ Norm)",
+            ylabel="S = mean λ_max(H[t, t])",
+            logy=True,
+        )
+    }
     return note, figs
 
 
@@ -383,7 +447,11 @@ SHARPNESS = Claim(
     "sharpness_ordering",
     "The sharpness of a Transformer's block types is ordered S(Emb) ≪ S(QK) < S(FFN) < S(VO) ≪ S(Norm), "
     "S the mean top eigenvalue of the blocks' Hessians.",
-    WANG, measure_ordering, judge_ordering, report_ordering)
+    WANG,
+    measure_ordering,
+    judge_ordering,
+    report_ordering,
+)
 
 
 # ----------------------------------------------------------------------------- claim C: the Gini
@@ -393,8 +461,11 @@ def committed_gini() -> dict[str, float]:
         return {}
     rec = {r["id"]: r for r in json.loads(COMMITTED.read_text())}.get("gini_protocol", {})
     m = rec.get("measured", {})
-    return {k[len("gini_"):]: v for k, v in m.items()
-            if k.startswith("gini_") and not k.startswith(("gini_band_", "gini_post_minus"))}
+    return {
+        k[len("gini_") :]: v
+        for k, v in m.items()
+        if k.startswith("gini_") and not k.startswith(("gini_band_", "gini_post_minus"))
+    }
 
 
 POST_LN = ("pydoc-postln", "all-MiniLM-L6-v2")
@@ -406,8 +477,9 @@ GINI_FILE = OUT / "gini_gradients.json"
 """The protocol's gradient norms per batch, stored as they are computed (minutes each on two shared cores)."""
 
 
-def gini_gradients(plan: tuple[tuple[int, int], ...], path: pathlib.Path = GINI_FILE,
-                   log=lambda s: None) -> dict[str, list[float]]:
+def gini_gradients(
+    plan: tuple[tuple[int, int], ...], path: pathlib.Path = GINI_FILE, log=lambda s: None
+) -> dict[str, list[float]]:
     """``{"seed,batch": the 22 gradient norms}`` of :func:`hessviz.experiments.gini_protocol.gradient_norms`
     on SmolLM2 (float64) for each ``(seed, batch index)`` of ``plan``; stored batches are read back from
     ``path``, new ones computed and added."""
@@ -427,7 +499,8 @@ def gini_gradients(plan: tuple[tuple[int, int], ...], path: pathlib.Path = GINI_
             path.write_text(json.dumps(done, indent=1) + "\n")
             log(f"seed {s} batch {b}: {done['seconds'][f'{s},{b}']:.0f} s")
     return {f"{s},{b}": done["grads"][f"{s},{b}"] for s, b in plan} | {
-        "_seconds": [done["seconds"][f"{s},{b}"] for s, b in plan]}
+        "_seconds": [done["seconds"][f"{s},{b}"] for s, b in plan]
+    }
 
 
 def measure_gini(quick: bool = False) -> Measurement:
@@ -441,31 +514,39 @@ def measure_gini(quick: bool = False) -> Measurement:
     every = own_gradients()
     own_names = gp.tensors(30)
     own = [every[n] for n in own_names if n in every]
-    m = {"gini_smollm2-135m": float(g.mean()), "gini_band_smollm2-135m": [float(g.min()), float(g.max())],
-         "seconds_per_gradient_batch_smollm2-135m": seconds, "batches": len(grads)}
+    m = {
+        "gini_smollm2-135m": float(g.mean()),
+        "gini_band_smollm2-135m": [float(g.min()), float(g.max())],
+        "seconds_per_gradient_batch_smollm2-135m": seconds,
+        "batches": len(grads),
+    }
     if len(own) == len(own_names):
         m["gini_own_loss_21_tensors_smollm2-135m"] = gini(own)
     m["gini_own_loss_all_weights_smollm2-135m"] = gini([v for n, v in every.items() if "[" not in n])
     for k, v in committed_gini().items():
         m[f"committed_gini_{k}"] = v
     names = gp.tensors(30) + (gp.HEAD,)
-    return Measurement(m, {"grad": np.stack(grads), "names": np.array(names), "gini": g},
-                       {"names": names, "grads": np.stack(grads)})
+    return Measurement(
+        m,
+        {"grad": np.stack(grads), "names": np.array(names), "gini": g},
+        {"names": names, "grads": np.stack(grads)},
+    )
 
 
 def judge_gini(m: dict) -> Verdict:
     g = m["gini_smollm2-135m"]
     posts = {s: m[f"committed_gini_{s}"] for s in POST_LN if f"committed_gini_{s}" in m}
     below = [s for s, v in posts.items() if g < v]
-    rule = (f"holds when SmolLM2's Gini (Pre-RMSNorm, {g:.3f}) is below every Post-LN model's at the same "
-            "protocol (" + ", ".join(f"{s} {v:.3f}" for s, v in posts.items())
-            + "); partly when below some")
+    rule = (
+        f"holds when SmolLM2's Gini (Pre-RMSNorm, {g:.3f}) is below every Post-LN model's at the same "
+        "protocol (" + ", ".join(f"{s} {v:.3f}" for s, v in posts.items()) + "); partly when below some"
+    )
     return grade(bool(posts) and len(below) == len(posts), bool(below), rule)
 
 
 def report_gini(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     m = ms.numbers
-    com = {k[len("committed_gini_"):]: val for k, val in m.items() if k.startswith("committed_gini_")}
+    com = {k[len("committed_gini_") :]: val for k, val in m.items() if k.startswith("committed_gini_")}
     lo, hi = m["gini_band_smollm2-135m"]
     note = (
         "The protocol of claim `gini_protocol` (hessviz.experiments.gini_protocol) on SmolLM2-135M "
@@ -477,20 +558,32 @@ def report_gini(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         "`gini_protocol` (same protocol, more batches): "
         + ", ".join(f"{s} {val:.3f}" for s, val in com.items())
         + ". Under SmolLM2's own next-token loss instead (claim `smollm2_table`'s gradients): Gini "
-        + (f"{m['gini_own_loss_21_tensors_smollm2-135m']:.3f} over the same 21 layer tensors, "
-           if "gini_own_loss_21_tensors_smollm2-135m" in m else "")
+        + (
+            f"{m['gini_own_loss_21_tensors_smollm2-135m']:.3f} over the same 21 layer tensors, "
+            if "gini_own_loss_21_tensors_smollm2-135m" in m
+            else ""
+        )
         + f"{m['gini_own_loss_all_weights_smollm2-135m']:.3f} over all 270 weights. Tomihari & Sato: "
         "0.941 (RoBERTa, Post-LN) vs 0.880 (Pre-LN). No eigenvalues (Λ_G, Λ_P) for SmolLM2 here: 22 "
         "Lanczos runs per batch through 30 layers did not fit beside the table's run; no fine-tuning of it "
         "either (135 M weights). Models of different size, data and training: compare with care."
     )
     names = ms.detail["names"]
-    figs = {"gini_smollm2_grad": plots.grouped_bars(
-        list(names), {f"batch {i}": g for i, g in enumerate(ms.detail["grads"])},
-        title="SmolLM2-135M: the 22 gradient norms of the Gini protocol", ylabel="‖g_b‖", logy=True),
+    figs = {
+        "gini_smollm2_grad": plots.grouped_bars(
+            list(names),
+            {f"batch {i}": g for i, g in enumerate(ms.detail["grads"])},
+            title="SmolLM2-135M: the 22 gradient norms of the Gini protocol",
+            ylabel="‖g_b‖",
+            logy=True,
+        ),
         "gini_smollm2": plots.grouped_bars(
-        ["smollm2-135m"] + list(com), {"Gini": [m["gini_smollm2-135m"]] + list(com.values())},
-        title="Gini of the 22 gradient norms (Tomihari & Sato's protocol)", ylabel="Gini")}
+            ["smollm2-135m"] + list(com),
+            {"Gini": [m["gini_smollm2-135m"]] + list(com.values())},
+            title="Gini of the 22 gradient norms (Tomihari & Sato's protocol)",
+            ylabel="Gini",
+        ),
+    }
     return note, figs
 
 
@@ -499,7 +592,10 @@ GINI_SMOLLM2 = Claim(
     "Post-LN amplifies gradient heterogeneity (Gini 0.941 vs 0.880 for Pre-LN on RoBERTa): a Pre-RMSNorm "
     "LLM, SmolLM2-135M, should sit below the Post-LN models at the same protocol.",
     SOURCES["tomihari"] + " (protocol of the tom4649/gradient-heterogeneity code)",
-    measure_gini, judge_gini, report_gini)
+    measure_gini,
+    judge_gini,
+    report_gini,
+)
 
 CLAIMS = (SMOLLM2_TABLE, SHARPNESS, GINI_SMOLLM2)
 
@@ -516,17 +612,22 @@ def main(quick: bool = False, out: pathlib.Path = OUT, ids: tuple[str, ...] | No
             r = c.run(quick)
             r.seconds = time.perf_counter() - t
             results.append(r)
-    return write_report(results, out, quick, time.perf_counter() - start,
-                        title="hessviz: SmolLM2-135M, a real LLM, beside the pydoc models",
-                        command="hessviz reproduce --smollm2",
-                        basis="Every number comes from the closed-form Hessians and gradients of hessviz on "
-                              "CPU: SmolLM2's table in float32 (its weights are 4-bit in the file), the rest "
-                              "in float64.")
+    return write_report(
+        results,
+        out,
+        quick,
+        time.perf_counter() - start,
+        title="hessviz: SmolLM2-135M, a real LLM, beside the pydoc models",
+        command="hessviz reproduce --smollm2",
+        basis="Every number comes from the closed-form Hessians and gradients of hessviz on "
+        "CPU: SmolLM2's table in float32 (its weights are 4-bit in the file), the rest "
+        "in float64.",
+    )
 
 
 if __name__ == "__main__":
     torch.set_num_threads(2)
-    if "--gini-gradients" in sys.argv:                   # compute (or resume) the Gini's batches alone
+    if "--gini-gradients" in sys.argv:  # compute (or resume) the Gini's batches alone
         gini_gradients(tuple((s, b) for s in SEEDS for b in range(GINI_BATCHES)), log=print)
         sys.exit(0)
     for record in main(quick="--quick" in sys.argv):

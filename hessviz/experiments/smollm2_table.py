@@ -40,12 +40,16 @@ TABLE = HERE / "table.json"
 """Where the stored table lives (read by the claims and the app)."""
 
 SOURCES_OF_TEXT = (
-    ("Jane Austen, Pride and Prejudice (1813), first sentence",
-     "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-     "must be in want of a wife."),
-    ("Charles Dickens, A Tale of Two Cities (1859), first sentence",
-     "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age "
-     "of foolishness."),
+    (
+        "Jane Austen, Pride and Prejudice (1813), first sentence",
+        "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+        "must be in want of a wife.",
+    ),
+    (
+        "Charles Dickens, A Tale of Two Cities (1859), first sentence",
+        "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age "
+        "of foolishness.",
+    ),
     ("Herman Melville, Moby-Dick (1851), first sentence", "Call me Ishmael."),
 )
 TEXT = " ".join(s for _, s in SOURCES_OF_TEXT)
@@ -97,8 +101,13 @@ def _save(path: pathlib.Path, state: dict) -> None:
     tmp.replace(path)
 
 
-def run(path: pathlib.Path = TABLE, budget: float = 2400.0, log=print, heads_after: int = 30,
-        deep_first: bool = False) -> dict:
+def run(
+    path: pathlib.Path = TABLE,
+    budget: float = 2400.0,
+    log=print,
+    heads_after: int = 30,
+    deep_first: bool = False,
+) -> dict:
     """Compute (or resume) the table into ``path``; per-head layers only while ``budget`` seconds of
     this call are left (a layer is not started when the last one's time would overrun it). The heads
     of the first of :data:`HEAD_LAYERS_FIRST` come after the weights of the first ``heads_after``
@@ -113,10 +122,21 @@ def run(path: pathlib.Path = TABLE, budget: float = 2400.0, log=print, heads_aft
     model = hv.load_model(MODEL, dtype=torch.float32)
     ids = token_ids()
     if state is None:
-        state = {"model": MODEL, "text": TEXT, "sources": [s for s, _ in SOURCES_OF_TEXT], "tokens": len(ids),
-                 "dtype": "float32", "tol": TOL, "bound": "value", "threads": torch.get_num_threads(),
-                 "rows": {}, "head_layers": [], "weight_layers": [], "seconds": 0.0,
-                 "load_average_start": list(os.getloadavg())}
+        state = {
+            "model": MODEL,
+            "text": TEXT,
+            "sources": [s for s, _ in SOURCES_OF_TEXT],
+            "tokens": len(ids),
+            "dtype": "float32",
+            "tol": TOL,
+            "bound": "value",
+            "threads": torch.get_num_threads(),
+            "rows": {},
+            "head_layers": [],
+            "weight_layers": [],
+            "seconds": 0.0,
+            "load_average_start": list(os.getloadavg()),
+        }
     res = hv.model_hessian(model, torch.tensor(ids), "next_token")
     log(f"built: {res.info}, {time.perf_counter() - start:.1f} s, load {os.getloadavg()}")
     cfg = model.cfg
@@ -127,10 +147,17 @@ def run(path: pathlib.Path = TABLE, budget: float = 2400.0, log=print, heads_aft
             r0 = time.perf_counter()
             tab = tensor_table(res, tensors=[n], trace_samples=0, exact_limit=0, tol=TOL, bound="value")
             row = tab.rows[0]
-            state["rows"][n] = {"top": row.top, "grad": row.grad_norm, "size": row.size,
-                                "matvecs": tab.matvecs, "seconds": round(time.perf_counter() - r0, 3)}
-            log(f"{n:14s} top {row.top:.5g} grad {row.grad_norm:.4g} {tab.matvecs} products "
-                f"{time.perf_counter() - r0:.1f} s")
+            state["rows"][n] = {
+                "top": row.top,
+                "grad": row.grad_norm,
+                "size": row.size,
+                "matvecs": tab.matvecs,
+                "seconds": round(time.perf_counter() - r0, 3),
+            }
+            log(
+                f"{n:14s} top {row.top:.5g} grad {row.grad_norm:.4g} {tab.matvecs} products "
+                f"{time.perf_counter() - r0:.1f} s"
+            )
         state[key].append(layer)
         state["seconds"] += time.perf_counter() - t
         state["load_average_end"] = list(os.getloadavg())
@@ -181,8 +208,15 @@ def gradients(path: pathlib.Path = GRADIENTS) -> dict:
     out = {n: float(g.norm()) for n, g in grads.items()}
     for h in heads:
         out[h] = float(res.stack_gradient(res._names([h]))[res._names([h])[0]].norm())
-    state = {"model": MODEL, "text": TEXT, "tokens": len(ids), "dtype": "float32", "grad": out,
-             "value": float(res.value), "seconds": time.perf_counter() - t}
+    state = {
+        "model": MODEL,
+        "text": TEXT,
+        "tokens": len(ids),
+        "dtype": "float32",
+        "grad": out,
+        "value": float(res.value),
+        "seconds": time.perf_counter() - t,
+    }
     _save(path, state)
     return state
 
@@ -193,8 +227,12 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=2400.0, help="seconds; per-head layers stop after it")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gradients", action="store_true", help="only the gradient norms (gradients.json)")
-    ap.add_argument("--heads-after", type=int, default=30,
-                    help="the last layer's heads come after this many layers' weights")
+    ap.add_argument(
+        "--heads-after",
+        type=int,
+        default=30,
+        help="the last layer's heads come after this many layers' weights",
+    )
     ap.add_argument("--deep-first", action="store_true", help="the deepest layers' weights first (cheapest)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -202,8 +240,13 @@ def main() -> None:
         state = gradients()
         print(f"{len(state['grad'])} gradient norms in {state['seconds']:.0f} s", flush=True)
         return
-    run(args.out, args.budget, log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True),
-        heads_after=args.heads_after, deep_first=args.deep_first)
+    run(
+        args.out,
+        args.budget,
+        log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True),
+        heads_after=args.heads_after,
+        deep_first=args.deep_first,
+    )
 
 
 if __name__ == "__main__":

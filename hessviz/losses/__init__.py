@@ -53,5 +53,20 @@ def hessian(kind: str, Z: Tensor, Y: Tensor | Loss) -> Tensor:
     return block_loss(kind, Y).at(Z).token_curvature()
 
 
-__all__ = ["BLOCK_LOSSES", "HEAD_B", "HEAD_NAMES", "HEAD_W", "Classifier", "CrossEntropy", "CustomLoss",
-           "HeadTerms", "LMHead", "Loss", "MSE", "NextToken", "block_loss", "gradient", "hessian"]
+__all__ = [
+    "BLOCK_LOSSES",
+    "HEAD_B",
+    "HEAD_NAMES",
+    "HEAD_W",
+    "Classifier",
+    "CrossEntropy",
+    "CustomLoss",
+    "HeadTerms",
+    "LMHead",
+    "Loss",
+    "MSE",
+    "NextToken",
+    "block_loss",
+    "gradient",
+    "hessian",
+]

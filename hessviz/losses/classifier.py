@@ -63,21 +63,26 @@ class Classifier(Loss):
     def __post_init__(self):
         W, b = self.W, self.b
         if not isinstance(W, Tensor) or W.dim() != 2 or not W.is_floating_point() or min(W.shape) < 1:
-            raise InputError(f"Classifier W must be a floating (d, C) tensor, got "
-                             f"{getattr(W, 'shape', type(W).__name__)}")
+            raise InputError(
+                f"Classifier W must be a floating (d, C) tensor, got {getattr(W, 'shape', type(W).__name__)}"
+            )
         C = W.shape[1]
         if not isinstance(b, Tensor) or tuple(b.shape) != (C,) or not b.is_floating_point():
-            raise InputError(f"Classifier b must be a floating ({C},) tensor (W is {tuple(W.shape)}), got "
-                             f"{getattr(b, 'shape', type(b).__name__)}")
+            raise InputError(
+                f"Classifier b must be a floating ({C},) tensor (W is {tuple(W.shape)}), got "
+                f"{getattr(b, 'shape', type(b).__name__)}"
+            )
         labels = torch.as_tensor(self.labels)
         if labels.dim() != 1 or labels.is_floating_point() or labels.dtype == torch.bool:
             raise InputError(f"Classifier labels must be a (B,) sequence of integers, got {self.labels!r}")
         if bool(((labels < 0) | (labels >= C)).any()):
-            raise InputError(f"Classifier labels must be in [0, {C - 1}] (W has {C} classes), got "
-                             f"{labels.tolist()}")
+            raise InputError(
+                f"Classifier labels must be in [0, {C - 1}] (W has {C} classes), got {labels.tolist()}"
+            )
         if self.pooling not in POOLINGS:
-            raise InputError(f"Classifier pooling must be one of {', '.join(map(repr, POOLINGS))}, got "
-                             f"{self.pooling!r}")
+            raise InputError(
+                f"Classifier pooling must be one of {', '.join(map(repr, POOLINGS))}, got {self.pooling!r}"
+            )
         object.__setattr__(self, "labels", labels.to(torch.int64))
 
     @property
@@ -87,14 +92,19 @@ class Classifier(Loss):
     def check_model(self, d: int, batch: int, causal: bool) -> None:
         """That this head fits a model of width ``d`` run on ``batch`` sequences."""
         if self.W.shape[0] != d:
-            raise InputError(f"Classifier W must be (d, C) with d = {d} (the model's hidden size), got "
-                             f"{tuple(self.W.shape)}")
+            raise InputError(
+                f"Classifier W must be (d, C) with d = {d} (the model's hidden size), got "
+                f"{tuple(self.W.shape)}"
+            )
         if self.labels.numel() != batch:
-            raise InputError(f"Classifier labels must have one label per sequence ({batch}), got "
-                             f"{self.labels.numel()}")
+            raise InputError(
+                f"Classifier labels must have one label per sequence ({batch}), got {self.labels.numel()}"
+            )
         if causal and self.pooling == "cls":
-            raise InputError("Classifier pooling='cls' does not fit a causal model: its first token sees "
-                             "only itself; use pooling='last' (or 'mean')")
+            raise InputError(
+                "Classifier pooling='cls' does not fit a causal model: its first token sees "
+                "only itself; use pooling='last' (or 'mean')"
+            )
 
     # ------------------------------------------------------------------ one sequence: the Loss interface
 
@@ -102,8 +112,9 @@ class Classifier(Loss):
         """This head at sequence ``index``'s last hidden states ``Z (L, d)``, through ``norm``'s
         final norm."""
         if not 0 <= index < self.labels.numel():
-            raise InputError(f"Classifier index must be in [0, {self.labels.numel() - 1}] (one per label), "
-                             f"got {index}")
+            raise InputError(
+                f"Classifier index must be in [0, {self.labels.numel() - 1}] (one per label), got {index}"
+            )
         return replace(self, Z=Z, index=index, norm=norm)
 
     @cached_property
@@ -160,22 +171,28 @@ class Classifier(Loss):
         if norm is None or norm.gamma is None:
             h, st = Z, None
         else:
-            n, st = layernorm.value(Z, norm.eps, where="final norm input",
-                                    centre=norm.norm_type == "layernorm")
+            n, st = layernorm.value(
+                Z, norm.eps, where="final norm input", centre=norm.norm_type == "layernorm"
+            )
             h = gamma * n + (0.0 if norm.beta is None else norm.beta.to(Z))
         logp = torch.log_softmax((w @ h) @ W + b, -1)
         p, value = logp.exp(), -logp[label]
         r = p.clone()
         r[label] -= 1.0
         g_z, H_z = W @ r, W @ (torch.diag(p) - torch.outer(p, p)) @ W.T
-        gn = w[:, None] * (gamma * g_z)                                     # ∂ℓ/∂n_t, (L, d)
+        gn = w[:, None] * (gamma * g_z)  # ∂ℓ/∂n_t, (L, d)
         grad = gn if st is None else layernorm.vjp(st, gn)
-        C = None if st is None else layernorm.contract_hessian(st, gn)      # (L, d, d)
-        Hg = gamma[:, None] * H_z * gamma                                   # diag(γ) H_z diag(γ)
+        C = None if st is None else layernorm.contract_hessian(st, gn)  # (L, d, d)
+        Hg = gamma[:, None] * H_z * gamma  # diag(γ) H_z diag(γ)
 
-        def J(V: Tensor) -> Tensor:                                         # (k, L, d): J_t V_t
-            return V if st is None else layernorm.apply_jacobian(st, V.transpose(0, 1).transpose(-1, -2)) \
-                .transpose(-1, -2).transpose(0, 1)
+        def J(V: Tensor) -> Tensor:  # (k, L, d): J_t V_t
+            return (
+                V
+                if st is None
+                else layernorm.apply_jacobian(st, V.transpose(0, 1).transpose(-1, -2))
+                .transpose(-1, -2)
+                .transpose(0, 1)
+            )
 
         terms = HeadTerms(w, gamma, J, w @ h, r, torch.diag(p) - torch.outer(p, p), W)
         if self.pooling != "mean":
@@ -186,7 +203,7 @@ class Classifier(Loss):
             return CustomLoss(grad, 0.5 * (N + N.transpose(-1, -2))), value, terms
 
         def product(V: Tensor) -> Tensor:
-            a = (w[None, :, None] * J(V)).sum(1) @ Hg                        # (k, d), Hg symmetric
+            a = (w[None, :, None] * J(V)).sum(1) @ Hg  # (k, d), Hg symmetric
             out = J(w[None, :, None] * a[:, None, :].expand_as(V))
             return out if C is None else out + torch.einsum("tij,ktj->kti", C, V)
 
@@ -243,7 +260,7 @@ class HeadTerms:
             g = g + torch.einsum("kic,c->ki", dW, self.r)
         if db is not None:
             ds = ds + db
-        g = g + (ds @ self.A) @ self.W.T                                      # A symmetric
+        g = g + (ds @ self.A) @ self.W.T  # A symmetric
         k = g.shape[0]
         return self.J(self.w[None, :, None] * (self.gamma * g)[:, None, :].expand(k, L, g.shape[1]))
 
@@ -251,8 +268,11 @@ class HeadTerms:
         """``{head.W: (k, d, C), head.b: (k, C)}``: the head's rows of ``H v`` from the pooled tangent
         ``dz (k, d)`` (None: 0) and the head's own tangents."""
         ds = None
-        for part in (None if dz is None else dz @ self.W,
-                     None if dW is None else torch.einsum("i,kic->kc", self.z, dW), db):
+        for part in (
+            None if dz is None else dz @ self.W,
+            None if dW is None else torch.einsum("i,kic->kc", self.z, dW),
+            db,
+        ):
             if part is not None:
                 ds = part if ds is None else ds + part
         if ds is None:

@@ -111,15 +111,19 @@ class CustomLoss(Loss):
                 N = _tensor("hess_Z", self.hess_Z, (L * d, L * d), dtype, device)
                 _check_symmetric("hess_Z", N, N.T)
             else:
-                raise InputError(f"hess_Z must have shape (L, d, d) = {(L, d, d)} (token-wise) or "
-                                 f"(L*d, L*d) = {(L * d, L * d)} (dense), got {tuple(self.hess_Z.shape)}")
+                raise InputError(
+                    f"hess_Z must have shape (L, d, d) = {(L, d, d)} (token-wise) or "
+                    f"(L*d, L*d) = {(L * d, L * d)} (dense), got {tuple(self.hess_Z.shape)}"
+                )
             N = 0.5 * (N + N.transpose(-1, -2))
         elif callable(self.hess_Z):
             N = self.hess_Z
             _probe("hess_Z", N, L, d, dtype, device)
         else:
-            raise InputError(f"hess_Z must be a torch.Tensor of shape (L, d, d) or (L*d, L*d), or a callable "
-                             f"(k, L, d) -> (k, L, d), got {type(self.hess_Z).__name__}")
+            raise InputError(
+                f"hess_Z must be a torch.Tensor of shape (L, d, d) or (L*d, L*d), or a callable "
+                f"(k, L, d) -> (k, L, d), got {type(self.hess_Z).__name__}"
+            )
         return CustomLoss(g, N, Z.detach())
 
     # ------------------------------------------------------------------ the curvature
@@ -130,8 +134,10 @@ class CustomLoss(Loss):
         if self.kind == "operator":
             out = self.hess_Z(dZ)
             if not isinstance(out, Tensor) or tuple(out.shape) != (k, L, d):
-                raise InputError(f"hess_Z(dZ) must return a tensor of shape {(k, L, d)}, got "
-                                 f"{getattr(out, 'shape', type(out).__name__)}")
+                raise InputError(
+                    f"hess_Z(dZ) must return a tensor of shape {(k, L, d)}, got "
+                    f"{getattr(out, 'shape', type(out).__name__)}"
+                )
             return out
         if self.kind == "token":
             t = self._curved_tokens
@@ -140,7 +146,7 @@ class CustomLoss(Loss):
             out = dZ.new_zeros(k, L, d)
             out[:, t] = torch.einsum("tij,ktj->kti", self.hess_Z[t], dZ[:, t])
             return out
-        return (dZ.reshape(k, L * d) @ self.hess_Z).reshape(k, L, d)       # N symmetric
+        return (dZ.reshape(k, L * d) @ self.hess_Z).reshape(k, L, d)  # N symmetric
 
     @cached_property
     def _curved_tokens(self) -> Tensor | None:
@@ -216,24 +222,31 @@ def _check_symmetric(name: str, N: Tensor, Nt: Tensor) -> None:
     gap = float((N - Nt).abs().max()) if N.numel() else 0.0
     tol = SYMMETRY_TOL.get(N.dtype, 1e-4)
     if gap > tol * max(scale, 1e-300):
-        raise InputError(f"{name} must be symmetric (a Hessian): max|N - Nᵀ| = {gap:.3g} exceeds "
-                         f"{tol:g} × max|N| = {tol * scale:.3g}")
+        raise InputError(
+            f"{name} must be symmetric (a Hessian): max|N - Nᵀ| = {gap:.3g} exceeds "
+            f"{tol:g} × max|N| = {tol * scale:.3g}"
+        )
 
 
-def _probe(name: str, op: Callable[[Tensor], Tensor], L: int, d: int, dtype: torch.dtype,
-           device: torch.device) -> None:
+def _probe(
+    name: str, op: Callable[[Tensor], Tensor], L: int, d: int, dtype: torch.dtype, device: torch.device
+) -> None:
     """Check a callable curvature on two seeded random directions: shape, finiteness, ``uᵀNv = vᵀNu``."""
     gen = torch.Generator().manual_seed(0)
     U = torch.randn(2, L, d, generator=gen, dtype=torch.float64).to(dtype=dtype, device=device)
     out = op(U)
     if not isinstance(out, Tensor) or tuple(out.shape) != (2, L, d):
-        raise InputError(f"{name}(dZ) must map a (k, L, d) = {(2, L, d)} tensor to the same shape, got "
-                         f"{getattr(out, 'shape', type(out).__name__)}")
+        raise InputError(
+            f"{name}(dZ) must map a (k, L, d) = {(2, L, d)} tensor to the same shape, got "
+            f"{getattr(out, 'shape', type(out).__name__)}"
+        )
     if not torch.isfinite(out).all():
         raise InputError(f"{name}(dZ) returned non-finite entries (nan or inf)")
     uNv, vNu = float((U[0] * out[1]).sum()), float((U[1] * out[0]).sum())
     scale = float(U[0].norm() * out[1].norm() + U[1].norm() * out[0].norm())
     tol = SYMMETRY_TOL.get(dtype, 1e-4)
     if abs(uNv - vNu) > tol * max(scale, 1e-300):
-        raise InputError(f"{name} must be symmetric (a Hessian): on two random directions uᵀNv = {uNv:.6g} "
-                         f"but vᵀNu = {vNu:.6g}")
+        raise InputError(
+            f"{name} must be symmetric (a Hessian): on two random directions uᵀNv = {uNv:.6g} "
+            f"but vᵀNu = {vNu:.6g}"
+        )

@@ -78,8 +78,9 @@ class LMHead:
         if not isinstance(E, Tensor) or E.dim() != 2 or E.shape[1] != d:
             raise InputError(f"head.embedding must be (V, {d}), got {tuple(getattr(E, 'shape', ()))}")
         if self.norm_type not in NORM_TYPES:
-            raise InputError(f"head.norm_type must be one of {', '.join(map(repr, NORM_TYPES))}, got "
-                             f"{self.norm_type!r}")
+            raise InputError(
+                f"head.norm_type must be one of {', '.join(map(repr, NORM_TYPES))}, got {self.norm_type!r}"
+            )
         if any(v is not None and (v.shape != (d,)) for v in (self.gamma, self.beta)):
             raise InputError(f"head.gamma and head.beta must be ({d},) (or None)")
         if self.gamma is None and self.beta is not None:
@@ -104,8 +105,9 @@ costs ``2 d²`` per token and column, against ``≈ 3 V d`` for :meth:`NextToken
 model's ``V ≫ d``. Wider models (GPT-2 small, ``d = 768``) take the product."""
 
 
-def default_chunk(vocab: int, dtype: torch.dtype, device: torch.device | str,
-                  columns: int = PRODUCT_COLUMNS) -> int:
+def default_chunk(
+    vocab: int, dtype: torch.dtype, device: torch.device | str, columns: int = PRODUCT_COLUMNS
+) -> int:
     """Positions per chunk: a chunk's ``(2·columns + 3) × chunk × V`` values (logits,
     probabilities, a scratch row, and two ``(columns, chunk, V)`` terms of a product of
     ``columns`` columns) within ``memory_limit(device) / CHUNK_SHARE``; at least 1."""
@@ -152,8 +154,9 @@ class NextToken(Loss):
         out._place(Z, slice(L - 1, L), target_ids, 1.0, head, chunk)
         return out
 
-    def _place(self, Z: Tensor, rows: slice, targets: Tensor, weight: float, head: LMHead,
-               chunk: int | None) -> None:
+    def _place(
+        self, Z: Tensor, rows: slice, targets: Tensor, weight: float, head: LMHead, chunk: int | None
+    ) -> None:
         """Compute the value and the gradient at ``Z``: positions ``rows`` predict ``targets``, each
         weighted ``weight``."""
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
@@ -172,8 +175,16 @@ class NextToken(Loss):
         else:
             gamma = ("gamma", head.gamma.to(Z))
             beta = None if head.beta is None else ("beta", head.beta.to(Z))
-            self.norm = LayerNorm("h", "Z", Z[rows], head.eps, gamma, beta, "final norm input",
-                                  centre=head.norm_type == "layernorm")
+            self.norm = LayerNorm(
+                "h",
+                "Z",
+                Z[rows],
+                head.eps,
+                gamma,
+                beta,
+                "final norm input",
+                centre=head.norm_type == "layernorm",
+            )
             self.h = self.norm.y
         value = Z.new_zeros(())
         gh = torch.empty_like(self.h)  # h̄ = w Eᵀ(p − e_y)
@@ -220,8 +231,9 @@ class NextToken(Loss):
         if self.norm is None:
             out[:, self.rows] = dgh
         else:
-            out[:, self.rows] = self.norm.adjoint_tangent(dgh, [dz], [None] * nparams, True, [True],
-                                                          [False] * nparams)[0][0]
+            out[:, self.rows] = self.norm.adjoint_tangent(
+                dgh, [dz], [None] * nparams, True, [True], [False] * nparams
+            )[0][0]
         return out
 
     @property

@@ -31,6 +31,17 @@ from hessviz.matfree.spectral import (
 )
 
 __all__ = [
-    "BlockStats", "BlockTable", "Density", "Eigenpairs", "TraceEstimate", "block_names", "block_table",
-    "density", "eigenpairs", "spectrum_figure", "spectrum_report", "top_eigenvalues", "trace",
+    "BlockStats",
+    "BlockTable",
+    "Density",
+    "Eigenpairs",
+    "TraceEstimate",
+    "block_names",
+    "block_table",
+    "density",
+    "eigenpairs",
+    "spectrum_figure",
+    "spectrum_report",
+    "top_eigenvalues",
+    "trace",
 ]

@@ -35,8 +35,9 @@ class AutogradProducts:
         self._u = None
 
     def _tangents(self, dparams: dict[str, Tensor], j: int) -> list[Tensor]:
-        return [dparams[n][j] if n in dparams else torch.zeros_like(w)
-                for n, w in zip(self.names, self.leaves)]
+        return [
+            dparams[n][j] if n in dparams else torch.zeros_like(w) for n, w in zip(self.names, self.leaves)
+        ]
 
     def hvp(self, v: list[Tensor]) -> tuple[Tensor, ...]:
         """``H v`` by double backward (``v`` per leaf)."""
@@ -53,8 +54,13 @@ class AutogradProducts:
         HJv = self.loss_hvp(Jv[None])[0]
         return torch.autograd.grad(self.Z, self.leaves, grad_outputs=HJv, retain_graph=True)
 
-    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str],
-              into: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+    def sweep(
+        self,
+        dparams: dict[str, Tensor],
+        term: str,
+        wanted: Sequence[str],
+        into: dict[str, Tensor] | None = None,
+    ) -> dict[str, Tensor]:
         """As :meth:`Tape.sweep` (``into`` is not used: the products are gathered by copy)."""
         k = next(iter(dparams.values())).shape[0]
         cols = []

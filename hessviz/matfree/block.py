@@ -56,12 +56,29 @@ class _Builder:
         return node.output
 
     def linear(self, out: str, x: str, weights: list[str], biases: list[str]) -> str:
-        return self.add(Linear(self.prefix + out, x, self.values[x], [self.p(w) for w in weights],
-                               [self.p(b) for b in biases]))
+        return self.add(
+            Linear(
+                self.prefix + out,
+                x,
+                self.values[x],
+                [self.p(w) for w in weights],
+                [self.p(b) for b in biases],
+            )
+        )
 
     def layernorm(self, out: str, x: str, which: str, eps: float, where: str, centre: bool = True) -> str:
-        return self.add(LayerNorm(self.prefix + out, x, self.values[x], eps, self.p(f"{which}_gamma"),
-                                  self.p(f"{which}_beta"), where=self.prefix + where, centre=centre))
+        return self.add(
+            LayerNorm(
+                self.prefix + out,
+                x,
+                self.values[x],
+                eps,
+                self.p(f"{which}_gamma"),
+                self.p(f"{which}_beta"),
+                where=self.prefix + where,
+                centre=centre,
+            )
+        )
 
     def residual(self, out: str, a: str, b: str) -> str:
         return self.add(Residual(self.prefix + out, a, b, self.values[a], self.values[b]))
@@ -76,8 +93,8 @@ def _block(b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None) ->
     those rows (a :class:`~hessviz.ops.rows.Rows` node, once per value) and the rest of the block
     runs on them alone; the output has ``len(rows)`` rows."""
     recipe = PLACEMENTS[cfg.norm]
-    names = {"X": X}                       # recipe value -> tape value
-    short: set[str] = set()                # tape values already cut to `rows`
+    names = {"X": X}  # recipe value -> tape value
+    short: set[str] = set()  # tape values already cut to `rows`
     cut: dict[str, str] = {}
 
     def read(value: str) -> str:
@@ -92,14 +109,28 @@ def _block(b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None) ->
     def self_attention(x: str, out: str) -> str:
         qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
         if cfg.qk_norm:
-            qkv = b.add(QKNorm(b.prefix + "QKVn", qkv, b.values[qkv], cfg.n_heads, cfg.kv_heads, cfg.d_k,
-                               cfg.value_width, cfg.ln_eps, (b.p("q_norm_gamma"), b.p("k_norm_gamma")),
-                               where=b.prefix + "attention"))
+            qkv = b.add(
+                QKNorm(
+                    b.prefix + "QKVn",
+                    qkv,
+                    b.values[qkv],
+                    cfg.n_heads,
+                    cfg.kv_heads,
+                    cfg.d_k,
+                    cfg.value_width,
+                    cfg.ln_eps,
+                    (b.p("q_norm_gamma"), b.p("k_norm_gamma")),
+                    where=b.prefix + "attention",
+                )
+            )
         xv = b.values[qkv]
         rot = rotary.for_config(xv.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, xv)
         core = "O" if cfg.out_proj else out + "[all]" * (rows is not None)
-        o = b.add(AttentionCore(b.prefix + core, qkv, xv, cfg.n_heads, cfg.d_k, cfg.value_width, cfg.causal,
-                                cfg.kv_heads, rot))
+        o = b.add(
+            AttentionCore(
+                b.prefix + core, qkv, xv, cfg.n_heads, cfg.d_k, cfg.value_width, cfg.causal, cfg.kv_heads, rot
+            )
+        )
         if rows is not None:
             o = b.add(Rows(b.prefix + ("O[rows]" if cfg.out_proj else out), o, b.values[o], rows))
         return b.linear(out, o, ["W_O"], ["b_O"]) if cfg.out_proj else o
@@ -123,8 +154,14 @@ def _block(b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None) ->
         elif step.op == "ffn":
             names[step.out] = ffn(x[0], step.out)
         elif step.op == "norm":
-            names[step.out] = b.layernorm(step.out, x[0], step.which, cfg.ln_eps, where(recipe, step),
-                                          centre=cfg.norm_type == "layernorm")
+            names[step.out] = b.layernorm(
+                step.out,
+                x[0],
+                step.which,
+                cfg.ln_eps,
+                where(recipe, step),
+                centre=cfg.norm_type == "layernorm",
+            )
         else:
             names[step.out] = b.residual(step.out, *x)
         if attended and rows is not None:
@@ -132,8 +169,9 @@ def _block(b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None) ->
     return names[recipe[-1].out]
 
 
-def _forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
-             read: Tensor | None) -> tuple[_Builder, str, list[LayerSpan]]:
+def _forward(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, read: Tensor | None
+) -> tuple[_Builder, str, list[LayerSpan]]:
     """The forward pass of every layer as nodes: ``(builder, name of Z, the layers' spans)``."""
     b = _Builder(params, X)
     x, layers = "X", []
@@ -146,8 +184,9 @@ def _forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
     return b, x, layers
 
 
-def build_at_output(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
-                    loss_at: Callable[[Tensor], CustomLoss]) -> tuple[Tape, CustomLoss]:
+def build_at_output(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, loss_at: Callable[[Tensor], CustomLoss]
+) -> tuple[Tape, CustomLoss]:
     """:func:`build` for a loss made from ``Z`` itself (a whole model's objective): one forward
     pass gives ``Z``, ``loss_at(Z)`` the :class:`CustomLoss`, and the same nodes the tape."""
     b, x, layers = _forward(cfg, params, X, None)
@@ -155,8 +194,9 @@ def build_at_output(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor,
     return Tape(b.nodes, b.values, x, Y.grad, Y.product, layers=layers), Y
 
 
-def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss | None,
-          rows: bool = False) -> Tape:
+def build(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss | None, rows: bool = False
+) -> Tape:
     """Run the forward pass of ``cfg`` (every layer of a stack) and the first-order reverse sweep once.
 
     Layer ``i`` of a stack names its values and reads its weights with the prefix ``l{i}.``;
@@ -175,7 +215,7 @@ def build(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Lo
     Zv = b.values[x]
     if read is not None:
         loss = loss.restricted(read)
-    if loss is None:                                # the model alone (Jacobians): no loss to seed
+    if loss is None:  # the model alone (Jacobians): no loss to seed
         return Tape(b.nodes, b.values, x, torch.zeros_like(Zv), torch.zeros_like, layers=layers)
     at = loss.at(Zv)
     return Tape(b.nodes, b.values, x, at.grad, at.product, layers=layers)

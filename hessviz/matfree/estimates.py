@@ -109,17 +109,32 @@ class _Offset:
     """One stage's ``progress(done, total, message)`` as part of the whole computation's count."""
 
     def __init__(self, progress: Progress | None, offset: int, expected: int, total: int, label: str):
-        self.progress, self.offset, self.expected, self.total, self.label = (progress, offset, expected,
-                                                                              total, label)
+        self.progress, self.offset, self.expected, self.total, self.label = (
+            progress,
+            offset,
+            expected,
+            total,
+            label,
+        )
 
     def __call__(self, done: int, total: int | None, message: str) -> None:
         if self.progress is not None:
             self.progress(self.offset + min(done, self.expected), self.total, f"{self.label}: {message}")
 
 
-def grouped_density(res, term: str, probes: int, steps: int, *, seed: int = 0,
-                    group_bytes: int = GROUP_BYTES, progress: Progress | None = None,
-                    offset: int = 0, total: int | None = None, label: str = "") -> tuple[Density, int]:
+def grouped_density(
+    res,
+    term: str,
+    probes: int,
+    steps: int,
+    *,
+    seed: int = 0,
+    group_bytes: int = GROUP_BYTES,
+    progress: Progress | None = None,
+    offset: int = 0,
+    total: int | None = None,
+    label: str = "",
+) -> tuple[Density, int]:
     """``(density, group)``: :func:`hessviz.matfree.density` of ``probes`` probes of ``steps`` steps,
     run in groups of ``group`` probes (:func:`slq_group`; group ``i`` seeded ``seed + i``), merged
     into one :class:`~hessviz.matfree.Density` (nodes and weights of every probe, products and
@@ -152,12 +167,27 @@ def density_summary(d: Density) -> dict[str, float]:
     def se(a: np.ndarray) -> float:
         return float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")
 
-    return {"trace": float(trace.mean()), "trace_se": se(trace), "negative_share": float(share.mean()),
-            "negative_share_se": se(share), "negative_mass": float(mass.mean()), "negative_mass_se": se(mass)}
+    return {
+        "trace": float(trace.mean()),
+        "trace_se": se(trace),
+        "negative_share": float(share.mean()),
+        "negative_share_se": se(share),
+        "negative_mass": float(mass.mean()),
+        "negative_mass_se": se(mass),
+    }
 
 
-def term_spectrum(res, term: str, k: int = 5, probes: int = 4, steps: int = 30, *, seed: int = 0,
-                  group_bytes: int = GROUP_BYTES, progress: Progress | None = None) -> dict:
+def term_spectrum(
+    res,
+    term: str,
+    k: int = 5,
+    probes: int = 4,
+    steps: int = 30,
+    *,
+    seed: int = 0,
+    group_bytes: int = GROUP_BYTES,
+    progress: Progress | None = None,
+) -> dict:
     """One term's matrix-free spectrum as plain values (what a page draws and a cache keeps):
 
     ``top``/``bottom``: ``{"values", "matvecs", "seconds", "method"}`` of the ``k`` largest and
@@ -173,15 +203,39 @@ def term_spectrum(res, term: str, k: int = 5, probes: int = 4, steps: int = 30, 
     total = 2 * eig + probes * steps
     for i, which in enumerate(("top", "bottom")):
         if which == "bottom" and term == "outer" and rank + k < res.size:
-            out[which] = None    # JᵀAJ ⪰ 0 with rank ≤ L·d: its k smallest are 0, Lanczos stalls on them
+            out[which] = None  # JᵀAJ ⪰ 0 with rank ≤ L·d: its k smallest are 0, Lanczos stalls on them
             continue
-        e = eigenpairs(res, term, k, which, seed=seed, bound="value",
-                       progress=_Offset(progress, i * eig, eig, total, f"{term}: {which}-{k} λ"))
+        e = eigenpairs(
+            res,
+            term,
+            k,
+            which,
+            seed=seed,
+            bound="value",
+            progress=_Offset(progress, i * eig, eig, total, f"{term}: {which}-{k} λ"),
+        )
         out[which] = {"values": e.values, "matvecs": e.matvecs, "seconds": e.seconds, "method": e.method}
-    dens, group = grouped_density(res, term, probes, steps, seed=seed, group_bytes=group_bytes,
-                                  progress=progress, offset=2 * eig, total=total)
+    dens, group = grouped_density(
+        res,
+        term,
+        probes,
+        steps,
+        seed=seed,
+        group_bytes=group_bytes,
+        progress=progress,
+        offset=2 * eig,
+        total=total,
+    )
     grid, phi = dens.curve()
-    out["density"] = {"grid": grid, "curve": phi, "nodes": dens.all_nodes, "weights": dens.all_weights,
-                      "matvecs": dens.matvecs, "seconds": dens.seconds, "method": dens.method, "group": group,
-                      **density_summary(dens)}
+    out["density"] = {
+        "grid": grid,
+        "curve": phi,
+        "nodes": dens.all_nodes,
+        "weights": dens.all_weights,
+        "matvecs": dens.matvecs,
+        "seconds": dens.seconds,
+        "method": dens.method,
+        "group": group,
+        **density_summary(dens),
+    }
     return out

@@ -58,12 +58,13 @@ class Replays:
     def __init__(self, limit: int = LIMIT):
         self.limit = limit
         self._seen: set[Hashable] = set()
-        self._graphs: dict[Hashable, _Recorded | None] = {}      # None: could not be recorded
+        self._graphs: dict[Hashable, _Recorded | None] = {}  # None: could not be recorded
         self._stream: torch.cuda.Stream | None = None
-        self._lock = threading.Lock()                              # one set of graph buffers per kind
+        self._lock = threading.Lock()  # one set of graph buffers per kind
 
-    def __call__(self, key: Hashable, V: Tensor, product: Callable[[Tensor], Tensor],
-                 out: Tensor | None = None) -> Tensor:
+    def __call__(
+        self, key: Hashable, V: Tensor, product: Callable[[Tensor], Tensor], out: Tensor | None = None
+    ) -> Tensor:
         key = (key, tuple(V.shape), V.dtype, V.device)
         with self._lock:
             rec = self._graphs.get(key)
@@ -86,10 +87,10 @@ class Replays:
         self._stream.wait_stream(torch.cuda.current_stream(V.device))
         try:
             with torch.cuda.stream(self._stream):
-                product(inputs)                                   # cuBLAS and caches set up on this stream
+                product(inputs)  # cuBLAS and caches set up on this stream
             with torch.cuda.graph(graph, stream=self._stream):
                 output = product(inputs)
-        except RuntimeError:                                      # not recordable: run it as usual
+        except RuntimeError:  # not recordable: run it as usual
             torch.cuda.current_stream(V.device).wait_stream(self._stream)
             return None
         torch.cuda.current_stream(V.device).wait_stream(self._stream)

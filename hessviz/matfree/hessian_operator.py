@@ -57,15 +57,17 @@ def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v"
     if isinstance(v, np.ndarray):
         v = torch.from_numpy(np.ascontiguousarray(v))
     if not isinstance(v, Tensor):
-        raise InputError(f"{field} must be a torch.Tensor or numpy array of shape ({size},) or ({size}, k), "
-                         f"got {type(v).__name__}")
+        raise InputError(
+            f"{field} must be a torch.Tensor or numpy array of shape ({size},) or ({size}, k), "
+            f"got {type(v).__name__}"
+        )
     if v.ndim not in (1, 2) or v.shape[0] != size:
         raise InputError(f"{field} must have shape ({size},) or ({size}, k), got {tuple(v.shape)}")
     if not v.is_floating_point():
         raise InputError(f"{field} must be a floating-point tensor, got {v.dtype}")
     vector = v.ndim == 1
     V = v.to(dtype=like.dtype, device=like.device).reshape(size, -1).T
-    if not V.is_contiguous():                      # (P, k) C-contiguous: one copy into (k, P) rows
+    if not V.is_contiguous():  # (P, k) C-contiguous: one copy into (k, P) rows
         V = memory.empty(tuple(V.shape), like).copy_(V)
     return V, vector
 
@@ -81,8 +83,15 @@ class HessianOperator:
     ``term`` says what it is (``"full"``, ``"outer"``, ``"functional"`` or an expression of them).
     """
 
-    def __init__(self, rows: Names, cols: Names, shape: tuple[int, int], dtype: torch.dtype,
-                 device: torch.device | str, term: str):
+    def __init__(
+        self,
+        rows: Names,
+        cols: Names,
+        shape: tuple[int, int],
+        dtype: torch.dtype,
+        device: torch.device | str,
+        term: str,
+    ):
         self.rows, self.cols, self.term = rows, cols, term
         self.shape = (int(shape[0]), int(shape[1]))
         self.dtype, self.device = dtype, torch.device(device)
@@ -150,11 +159,14 @@ class HessianOperator:
         if not isinstance(other, HessianOperator):
             return NotImplemented
         if other.shape != self.shape or (other.rows, other.cols) != (self.rows, self.cols):
-            raise ConfigError(f"cannot add operators over different names: {self.rows} × {self.cols} "
-                              f"{self.shape} and {other.rows} × {other.cols} {other.shape}")
+            raise ConfigError(
+                f"cannot add operators over different names: {self.rows} × {self.cols} "
+                f"{self.shape} and {other.rows} × {other.cols} {other.shape}"
+            )
         if (other.dtype, other.device) != (self.dtype, self.device):
-            raise ConfigError(f"cannot add operators of {self.dtype} on {self.device} and {other.dtype} on "
-                              f"{other.device}")
+            raise ConfigError(
+                f"cannot add operators of {self.dtype} on {self.device} and {other.dtype} on {other.device}"
+            )
         return SumOperator((self, other))
 
     def __mul__(self, c: object) -> HessianOperator:
@@ -177,17 +189,20 @@ class HessianOperator:
     def to_scipy(self) -> LinearOperator:
         """A float64 ``scipy.sparse.linalg.LinearOperator`` of this shape; ``rmatvec`` is ``opᵀ``
         (float64 on the CPU whatever the products' dtype and device)."""
+
         def face(op: HessianOperator) -> Callable[[np.ndarray], np.ndarray]:
             def f(x: np.ndarray) -> np.ndarray:
                 X = np.asarray(x, dtype=np.float64).reshape(op.shape[1], -1)
                 V, _ = as_columns(X, op.shape[1], op.like)
                 return op.apply(V).T.to(torch.float64).cpu().numpy()
+
             return f
 
         forward = face(self)
         backward = forward if self.rows == self.cols else face(self.T)
-        return LinearOperator(self.shape, matvec=forward, matmat=forward, rmatvec=backward, rmatmat=backward,
-                              dtype=np.float64)
+        return LinearOperator(
+            self.shape, matvec=forward, matmat=forward, rmatvec=backward, rmatmat=backward, dtype=np.float64
+        )
 
     def to_curvlinops(self):
         """This operator as a curvlinops ``PyTorchLinearOperator`` (curvlinops ≥ 3, the ``bench``
@@ -196,8 +211,10 @@ class HessianOperator:
         try:
             from curvlinops._torch_base import PyTorchLinearOperator
         except ImportError as e:
-            raise ImportError("to_curvlinops needs curvlinops >= 3: pip install 'hessviz[bench]' "
-                              "(curvlinops-for-pytorch, installed with --no-deps)") from e
+            raise ImportError(
+                "to_curvlinops needs curvlinops >= 3: pip install 'hessviz[bench]' "
+                "(curvlinops-for-pytorch, installed with --no-deps)"
+            ) from e
         return _curvlinops_view(PyTorchLinearOperator, self)
 
     def dense(self) -> Tensor:
@@ -205,17 +222,23 @@ class HessianOperator:
         (``hessviz.set_memory_limit``)."""
         m, n = self.shape
         size = self.like.element_size()
-        host_memory.check_fits(f"a dense operator ({m} x {n})", (m * n + DENSE_COLUMNS * (m + n)) * size,
-                               self.device, "take blocks with op.block(a, b), or products with op @ v")
+        host_memory.check_fits(
+            f"a dense operator ({m} x {n})",
+            (m * n + DENSE_COLUMNS * (m + n)) * size,
+            self.device,
+            "take blocks with op.block(a, b), or products with op @ v",
+        )
         out = memory.empty((n, m), self.like)
         eye = torch.eye(n, dtype=self.dtype, device=self.device)
         for first in range(0, n, DENSE_COLUMNS):
-            self.apply(eye[first:first + DENSE_COLUMNS], out=out[first:first + DENSE_COLUMNS])
+            self.apply(eye[first : first + DENSE_COLUMNS], out=out[first : first + DENSE_COLUMNS])
         return out.T
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.term!r}, rows={self.rows}, cols={self.cols}, "
-                f"shape={self.shape}, {self.dtype}, {self.device})")
+        return (
+            f"{type(self).__name__}({self.term!r}, rows={self.rows}, cols={self.cols}, "
+            f"shape={self.shape}, {self.dtype}, {self.device})"
+        )
 
 
 class ProductsOperator(HessianOperator):
@@ -228,15 +251,28 @@ class ProductsOperator(HessianOperator):
     operator's ``rows`` and ``cols`` are the result's names in θ order. ``source``, the result,
     lends its ``cfg`` and ``names`` to :func:`hessviz.matfree.block_names`."""
 
-    def __init__(self, products, term: str, rows: Names, cols: Names,
-                 resolve: Callable[[Names], Names] = tuple, spell: Callable[[str], str] = str,
-                 source: object = None):
+    def __init__(
+        self,
+        products,
+        term: str,
+        rows: Names,
+        cols: Names,
+        resolve: Callable[[Names], Names] = tuple,
+        spell: Callable[[str], str] = str,
+        source: object = None,
+    ):
         self.products, self.resolve, self.spell, self.source = products, resolve, spell, source
         self.row_layout = products.layout(resolve(rows))
         self.col_layout = self.row_layout if cols == rows else products.layout(resolve(cols))
         like = products.X
-        super().__init__(tuple(map(spell, self.row_layout.names)), tuple(map(spell, self.col_layout.names)),
-                         (self.row_layout.size, self.col_layout.size), like.dtype, like.device, term)
+        super().__init__(
+            tuple(map(spell, self.row_layout.names)),
+            tuple(map(spell, self.col_layout.names)),
+            (self.row_layout.size, self.col_layout.size),
+            like.dtype,
+            like.device,
+            term,
+        )
 
     def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
         return self.products.product(V, self.term, self.row_layout, self.col_layout, out=out)
@@ -251,16 +287,23 @@ class ProductsOperator(HessianOperator):
     def _transpose(self) -> HessianOperator:
         if self.rows == self.cols:
             return self
-        return ProductsOperator(self.products, self.term, self.cols, self.rows, self.resolve, self.spell,
-                                self.source)
+        return ProductsOperator(
+            self.products, self.term, self.cols, self.rows, self.resolve, self.spell, self.source
+        )
 
 
 class DenseOperator(HessianOperator):
     """A formed ``(m, n)`` matrix ``M`` (a dense term) as an operator: ``V ↦ V Mᵀ``. Its blocks are
     the matrix's own rows and columns, by ``rows`` and ``cols`` (whole names only)."""
 
-    def __init__(self, matrix: Tensor, rows: Names, cols: Names | None = None,
-                 sizes: dict[str, int] | None = None, term: str = "full"):
+    def __init__(
+        self,
+        matrix: Tensor,
+        rows: Names,
+        cols: Names | None = None,
+        sizes: dict[str, int] | None = None,
+        term: str = "full",
+    ):
         cols = rows if cols is None else cols
         if matrix.ndim != 2:
             raise InputError(f"matrix must be 2-D, got shape {tuple(matrix.shape)}")
@@ -273,8 +316,13 @@ class DenseOperator(HessianOperator):
     def _block(self, rows: Names, cols: Names) -> HessianOperator:
         if self.sizes is None:
             raise ConfigError("this DenseOperator was made without sizes: it has no named blocks")
-        return DenseOperator(self.matrix[self._index(self.rows, rows)][:, self._index(self.cols, cols)],
-                             rows, cols, self.sizes, self.term)
+        return DenseOperator(
+            self.matrix[self._index(self.rows, rows)][:, self._index(self.cols, cols)],
+            rows,
+            cols,
+            self.sizes,
+            self.term,
+        )
 
     def _index(self, side: Names, names: Names) -> Tensor:
         starts, at = {}, 0
@@ -311,8 +359,9 @@ class SumOperator(HessianOperator):
         flat = tuple(q for p in parts for q in (p.parts if isinstance(p, SumOperator) else (p,)))
         self.parts = flat
         first = flat[0]
-        super().__init__(first.rows, first.cols, first.shape, first.dtype, first.device,
-                         " + ".join(p.term for p in flat))
+        super().__init__(
+            first.rows, first.cols, first.shape, first.dtype, first.device, " + ".join(p.term for p in flat)
+        )
 
     def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
         total = self.parts[0].apply(V, out)
@@ -369,7 +418,7 @@ def _curvlinops_view(base: type, op: HessianOperator):
         def device(self) -> torch.device:
             return self.inner.device
 
-        def _matmat(self, X: list[Tensor]) -> list[Tensor]:          # [(n, K)] -> [(m, K)]
+        def _matmat(self, X: list[Tensor]) -> list[Tensor]:  # [(n, K)] -> [(m, K)]
             (M,) = X
             return [self.inner.apply(M.T.contiguous()).T]
 

@@ -130,7 +130,7 @@ def norm(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     return torch.linalg.vector_norm(x, dim=dim, keepdim=keepdim, dtype=torch.float64).to(x.dtype)
 
 
-REPEAT_BELOW = 2 ** -0.5
+REPEAT_BELOW = 2**-0.5
 """DGKS criterion: project once more only if the projection removed more than ``1 − 1/√2``
 of ``w``'s norm (then ``w`` was nearly in the basis and round-off may remain)."""
 
@@ -152,12 +152,12 @@ def orthogonalise_(w: Tensor, basis: Tensor, selective: bool = False) -> Tensor:
     if selective:
         left2 = float(norm0) ** 2 - float(torch.dot(h, h))
         if left2 > 0.5 * float(norm0) ** 2:
-            big = (h.abs() > torch.finfo(w.dtype).eps ** 0.5 * left2 ** 0.5).nonzero().flatten()
+            big = (h.abs() > torch.finfo(w.dtype).eps ** 0.5 * left2**0.5).nonzero().flatten()
             if 2 * big.numel() < h.numel():
                 w.addmv_(basis[big].T, h[big], alpha=-1.0)
                 return h
     w.addmv_(basis.T, h, alpha=-1.0)
-    if norm(w) <= REPEAT_BELOW * norm0:        # much cancelled: once more
+    if norm(w) <= REPEAT_BELOW * norm0:  # much cancelled: once more
         c = torch.mv(basis, w)
         w.addmv_(basis.T, c, alpha=-1.0)
         h = h + c
@@ -206,7 +206,7 @@ def partial_pass_(w: Tensor, basis: Tensor, level: float) -> Tensor:
     for a, b in _runs(big):
         w.addmv_(basis[a:b].T, h[a:b], alpha=-1.0)
     after = norm(w)
-    if after <= REPEAT_BELOW * norm0:                              # much cancelled: once more, fully
+    if after <= REPEAT_BELOW * norm0:  # much cancelled: once more, fully
         orthogonalise_(w, basis)
         return torch.zeros_like(h)
     h[big] = 0.0
@@ -227,12 +227,14 @@ def start_vector(start: Tensor | None, noise: Tensor) -> Tensor:
         return noise
     start = torch.as_tensor(start)
     if start.shape != noise.shape or not bool(torch.isfinite(start).all()):
-        raise ConfigError(f"start must be a finite vector of shape {tuple(noise.shape)}, got "
-                          f"{tuple(start.shape)}")
+        raise ConfigError(
+            f"start must be a finite vector of shape {tuple(noise.shape)}, got {tuple(start.shape)}"
+        )
     size = norm(start)
     if size == 0:
         return noise
     return start.to(noise) / size + noise * (START_MIX / norm(noise))
+
 
 COLUMNS = 1 << 14
 """Columns per piece in :func:`combine_`: ``(r, m) @ (m, n)`` with ``m, r ≈ 20`` and ``n`` in the
@@ -245,7 +247,7 @@ def combine_(Y: Tensor, Q: Tensor, out: Tensor) -> Tensor:
     ``out`` may be the first ``r`` rows of ``Q`` itself (each piece is read before it is written)."""
     Yt = Y.T.contiguous()
     for c in range(0, Q.shape[1], COLUMNS):
-        out[:, c:c + COLUMNS] = Yt @ Q[:, c:c + COLUMNS]
+        out[:, c : c + COLUMNS] = Yt @ Q[:, c : c + COLUMNS]
     return out
 
 
@@ -264,7 +266,7 @@ def _three_term_(w: Tensor, Q: Tensor, j: int, alpha: float, beta: float) -> Ten
     the two rows (``addmv_`` on ``Q[j − 1 : j + 1]``) instead of two ``add_``s."""
     if j == 0:
         return w.add_(Q[0], alpha=-alpha)
-    return w.addmv_(Q[j - 1:j + 1].T, w.new_tensor([beta, alpha]), alpha=-1.0)
+    return w.addmv_(Q[j - 1 : j + 1].T, w.new_tensor([beta, alpha]), alpha=-1.0)
 
 
 REORTHS = ("auto", "partial", "full")
@@ -322,9 +324,9 @@ class Orthogonality:
     occasional pass removes (``≤ √ε β``) are not added to it."""
 
     def __init__(self, m: int, n: int, eps: float):
-        self.eps1, self.level = eps * math.sqrt(n), eps ** 0.5
-        self.previous = torch.zeros(m + 1, dtype=torch.float64)       # ω_{j−1, ·}
-        self.current = torch.zeros(m + 1, dtype=torch.float64)        # ω_{j, ·}
+        self.eps1, self.level = eps * math.sqrt(n), eps**0.5
+        self.previous = torch.zeros(m + 1, dtype=torch.float64)  # ω_{j−1, ·}
+        self.current = torch.zeros(m + 1, dtype=torch.float64)  # ω_{j, ·}
         self.current[0] = 1.0
         self.norm, self.again = 0.0, False
 
@@ -335,20 +337,21 @@ class Orthogonality:
         Krylov space is invariant and there is no ``q_{j+1}`` to estimate; the callers stop or restart
         there first."""
         if not beta > 0:
-            raise ValueError(f"Orthogonality.advance needs beta > 0 (an invariant space has no next vector), "
-                             f"got {beta!r}")
+            raise ValueError(
+                f"Orthogonality.advance needs beta > 0 (an invariant space has no next vector), got {beta!r}"
+            )
         S = _symmetric(T, 0, j + 1)
         alpha, before = float(S[j, j]), float(S[j - 1, j]) if j else 0.0
         self.norm = max(self.norm, abs(alpha) + beta + before)
         new = torch.zeros_like(self.current)
         floor = self.eps1 * self.norm
         if j:
-            s = self.current[:j + 1] @ S[:, :j] - alpha * self.current[:j] - before * self.previous[:j]
+            s = self.current[: j + 1] @ S[:, :j] - alpha * self.current[:j] - before * self.previous[:j]
             new[:j] = (s + torch.where(s < 0, -floor, floor)) / beta
         new[j] = floor / beta
         new[j + 1] = 1.0
         self.previous, self.current = self.current, new
-        drifted = float(new[:j + 1].abs().max()) > self.level
+        drifted = float(new[: j + 1].abs().max()) > self.level
         due = drifted or self.again
         self.again = drifted and not self.again
         return due
@@ -356,11 +359,12 @@ class Orthogonality:
     def orthogonalised(self, j: int, left: Tensor | None = None) -> None:
         """``q_{j+1}`` was orthogonalised against ``q_0 … q_j``: its estimates drop to round-off, or to
         the drift ``left (j + 1,)`` that :func:`partial_pass_` measured and left, where larger."""
-        self.current[:j + 1] = self.eps1 if left is None else left.to(self.current).clamp_min(self.eps1)
+        self.current[: j + 1] = self.eps1 if left is None else left.to(self.current).clamp_min(self.eps1)
 
 
-def _check(n: int, k: int, which: str, tol: float, ncv: int | None, bound: str, like: Tensor,
-           reorth: str) -> tuple[int, str]:
+def _check(
+    n: int, k: int, which: str, tol: float, ncv: int | None, bound: str, like: Tensor, reorth: str
+) -> tuple[int, str]:
     """The arguments of :func:`extremes` checked: the basis size ``m`` and ``reorth`` resolved."""
     if which not in WHICH:
         raise ConfigError(f"which must be one of {WHICH}, got {which!r}")
@@ -403,8 +407,17 @@ class _Pairs(NamedTuple):
     """Whether *every* active Ritz pair passes: the active space is invariant to ``tol``."""
 
 
-def _ritz(T: Tensor, j: int, beta: float, k: int, which: str, tol: float, eps: float,
-          bound: str = "residual", locked: int = 0) -> _Pairs:
+def _ritz(
+    T: Tensor,
+    j: int,
+    beta: float,
+    k: int,
+    which: str,
+    tol: float,
+    eps: float,
+    bound: str = "residual",
+    locked: int = 0,
+) -> _Pairs:
     """The Ritz pairs of the leading ``j × j`` of ``T`` (upper triangle filled), best first, and
     whether the first ``k`` pass the test of :func:`passed`.
 
@@ -421,7 +434,7 @@ def _ritz(T: Tensor, j: int, beta: float, k: int, which: str, tol: float, eps: f
     values = torch.diagonal(T)[:locked]
     scale = float(values.abs().max()) if locked else 0.0
 
-    def every_pair() -> bool:              # implies ``done``: asked only then (or in the first k steps)
+    def every_pair() -> bool:  # implies ``done``: asked only then (or in the first k steps)
         return passed(theta, est, len(theta), tol, eps, bound, which, scale)
 
     if not locked:
@@ -435,8 +448,15 @@ def _ritz(T: Tensor, j: int, beta: float, k: int, which: str, tol: float, eps: f
     wanted = int((order[:k] >= locked).sum())
     active = min(max(1, wanted), len(theta))
     done = not len(theta) or passed(theta, est, active, tol, eps, bound, which, scale)
-    return _Pairs(every[order], coords[:, order], torch.cat([torch.zeros_like(values), est])[order], done,
-                  theta, Y, not len(theta) or (done and every_pair()))
+    return _Pairs(
+        every[order],
+        coords[:, order],
+        torch.cat([torch.zeros_like(values), est])[order],
+        done,
+        theta,
+        Y,
+        not len(theta) or (done and every_pair()),
+    )
 
 
 def value_error(theta: Tensor, residuals: Tensor, k: int | Tensor) -> Tensor:
@@ -457,7 +477,7 @@ def value_error(theta: Tensor, residuals: Tensor, k: int | Tensor) -> Tensor:
         gaps = (theta[idx, None] - theta[None, :]).abs()
         gaps[range(len(idx)), idx] = math.inf
         gap = gaps.min(1).values
-        out = torch.where(gap > 0, torch.minimum(out, out ** 2 / gap), out)    # a repeated value: r alone
+        out = torch.where(gap > 0, torch.minimum(out, out**2 / gap), out)  # a repeated value: r alone
     return out
 
 
@@ -471,8 +491,16 @@ def check_bound(bound: str) -> str:
     return bound
 
 
-def passed(theta: Tensor, est: Tensor, k: int, tol: float, eps: float, bound: str,
-           which: str = "top", scale: float = 0.0) -> bool:
+def passed(
+    theta: Tensor,
+    est: Tensor,
+    k: int,
+    tol: float,
+    eps: float,
+    bound: str,
+    which: str = "top",
+    scale: float = 0.0,
+) -> bool:
     """Whether the first ``k`` Ritz pairs pass the stopping test: ``bound="residual"``,
     ``‖H u_i − θ_i u_i‖ ≤ tol · |θ_i|``; ``"value"``, the eigenvalue's error bound
     :func:`value_error` ``≤ tol · |θ_i|``. ``|θ_i|`` is floored at ``ε^{2/3} · max|θ|`` as ARPACK
@@ -520,10 +548,23 @@ class Ritz:
     converged: bool
 
 
-def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1e-8, seed: int = 0,
-             like: Tensor, ncv: int | None = None, max_restarts: int = 300, vectors: bool = False,
-             check: bool = True, reorth: str = "auto", bound: str = "residual",
-             start: Tensor | None = None) -> Ritz:
+def extremes(
+    apply: Apply,
+    n: int,
+    k: int,
+    which: str = "top",
+    *,
+    tol: float = 1e-8,
+    seed: int = 0,
+    like: Tensor,
+    ncv: int | None = None,
+    max_restarts: int = 300,
+    vectors: bool = False,
+    check: bool = True,
+    reorth: str = "auto",
+    bound: str = "residual",
+    start: Tensor | None = None,
+) -> Ritz:
     """The ``k`` extreme eigenpairs of the symmetric ``apply`` of size ``n`` (see the module).
 
     ``like`` gives the dtype and device of the basis; the start vector is a Rademacher vector
@@ -549,21 +590,21 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     q = start_vector(start, rademacher(n, 1, gen, like)[0])
     Q[0] = q / norm(q)
     eps = torch.finfo(like.dtype).eps
-    closed = eps * math.sqrt(n)           # β ≤ ε₁ ‖T‖: the Krylov space is invariant (Simon's round-off term)
+    closed = eps * math.sqrt(n)  # β ≤ ε₁ ‖T‖: the Krylov space is invariant (Simon's round-off term)
     omega = Orthogonality(m, n, eps) if reorth == "partial" else None
     j, begin, locked, matvecs, restarts, beta, size = 0, 0, 0, 0, 0, 0.0, 0.0
     while True:
-        w = apply_into(apply, Q[j:j + 1], Q[j + 1:j + 2])[0]    # the next row, worked on in place
+        w = apply_into(apply, Q[j : j + 1], Q[j + 1 : j + 2])[0]  # the next row, worked on in place
         matvecs += 1
-        if j > begin or omega is not None:    # the three-term part first, so Gram–Schmidt cancels little
+        if j > begin or omega is not None:  # the three-term part first, so Gram–Schmidt cancels little
             alpha = float(torch.dot(Q[j], w))
             _three_term_(w, Q, j, alpha, beta)
-        if omega is not None:                     # the first pass, semi-orthogonal
+        if omega is not None:  # the first pass, semi-orthogonal
             T[j, j] = alpha
             if j:
                 T[j - 1, j] = beta
             beta = float(norm(w))
-            size = max(size, float(T[:j + 1, j].abs().sum()) + beta)
+            size = max(size, float(T[: j + 1, j].abs().sum()) + beta)
             if beta > closed * size and omega.advance(T, j, beta):
                 left = partial_pass_(w, Q[: j + 1], omega.eps1)
                 beta = float(norm(w))
@@ -573,15 +614,15 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
             if j > begin:
                 h[j] += alpha
                 h[j - 1] += beta
-            T[locked: j + 1, j] = h[locked:]     # on the locked rows: round-off, theirs is an invariant space
+            T[locked : j + 1, j] = h[locked:]  # on the locked rows: round-off, theirs is an invariant space
             beta = float(norm(w))
-            size = max(size, float(T[:j + 1, j].abs().sum()) + beta)
-        whole = beta <= closed * size       # β at round-off: the Krylov space is invariant
+            size = max(size, float(T[: j + 1, j].abs().sum()) + beta)
+        whole = beta <= closed * size  # β at round-off: the Krylov space is invariant
         if not whole:
             w.div_(beta)
             r = _ritz(T, j + 1, beta, k, which, tol, eps, bound, locked)
-            whole = r.settled                  # or every Ritz pair of it passes: invariant to tol
-            done = r.done and j + 1 > k        # the test each step, on the leading j + 1 of T
+            whole = r.settled  # or every Ritz pair of it passes: invariant to tol
+            done = r.done and j + 1 > k  # the test each step, on the leading j + 1 of T
             if done and not whole:
                 break
         if whole:
@@ -594,14 +635,14 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
             if _answered(torch.diagonal(T)[:locked], block, k, which, tol, eps) or locked == n:
                 r, done = _ritz(T, locked, 0.0, k, which, tol, eps, bound, locked), True
                 break
-            omega = None                                # full reorthogonalisation from here
-            if locked > m - 2:                          # no room left: keep the wanted locked rows only
+            omega = None  # full reorthogonalisation from here
+            if locked > m - 2:  # no room left: keep the wanted locked rows only
                 if restarts >= max_restarts:
                     r, done = _ritz(T, locked, 0.0, k, which, tol, eps, bound, locked), False
                     break
                 restarts += 1
                 locked = _compact_(T, Q, locked, k, which)
-            if not _fresh_(Q, locked, gen, like):       # the locked rows span the space numerically
+            if not _fresh_(Q, locked, gen, like):  # the locked rows span the space numerically
                 r, done = _ritz(T, locked, 0.0, k, which, tol, eps, bound, locked), True
                 break
             j = begin = locked
@@ -612,11 +653,11 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
             continue
         if restarts >= max_restarts:
             break
-        restarts += 1                                   # thick restart on the best Ritz vectors
-        omega = None                                    # and full reorthogonalisation from here
+        restarts += 1  # thick restart on the best Ritz vectors
+        omega = None  # and full reorthogonalisation from here
         room = m - locked
         keep = min(room - 1, k + (room - k) // 2) if room > k else room - 1
-        combine_(r.active_Y[:, :keep].to(like), Q[locked:m], Q[locked:locked + keep])
+        combine_(r.active_Y[:, :keep].to(like), Q[locked:m], Q[locked : locked + keep])
         Q[locked + keep] = Q[m]
         T[:, locked:] = 0.0
         T[range(locked, locked + keep), range(locked, locked + keep)] = r.active[:keep]
@@ -624,12 +665,12 @@ def extremes(apply: Apply, n: int, k: int, which: str = "top", *, tol: float = 1
     values, residuals = r.theta[:k].clone(), r.est[:k].clone()
     U = None
     if vectors or check:
-        U = combine_(r.Y[:, :k].to(like), Q[:r.Y.shape[0]], memory.empty((k, n), like))
+        U = combine_(r.Y[:, :k].to(like), Q[: r.Y.shape[0]], memory.empty((k, n), like))
         U = U / norm(U, dim=1, keepdim=True)
     if check:
         HU = apply(U)
         matvecs += k
-        values = (HU * U).sum(1).to(torch.float64).cpu()           # Rayleigh quotients: error ~ ‖r‖² / gap
+        values = (HU * U).sum(1).to(torch.float64).cpu()  # Rayleigh quotients: error ~ ‖r‖² / gap
         residuals = norm(HU - values.to(like)[:, None] * U, dim=1).to(torch.float64).cpu()
     errors = value_error(torch.cat([values, r.theta[k:]]), residuals, k)
     return Ritz(values, U if vectors else None, residuals, errors, matvecs, restarts, done)
@@ -676,7 +717,7 @@ def _compact_(T: Tensor, Q: Tensor, locked: int, k: int, which: str) -> int:
     them): room for a fresh Krylov space. Returns how many are kept."""
     values = torch.diagonal(T)[:locked].clone()
     keep = _wanted(values, locked, which)[:k]
-    Q[:len(keep)] = Q[keep.to(Q.device)]
+    Q[: len(keep)] = Q[keep.to(Q.device)]
     T.zero_()
     T[range(len(keep)), range(len(keep))] = values[keep]
     return len(keep)
@@ -706,8 +747,9 @@ def _fresh_(Q: Tensor, locked: int, gen: torch.Generator, like: Tensor) -> bool:
 REORTH = ("partial", "selective", "full", "none")
 
 
-def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
-                reorth: str | None = None) -> list[tuple[Tensor, Tensor]]:
+def tridiagonal(
+    apply: Apply, v0: Tensor, steps: int, selective: bool = True, reorth: str | None = None
+) -> list[tuple[Tensor, Tensor]]:
     """``steps`` Lanczos steps from each row of ``v0 (k, n)`` at once: one ``k``-column product
     per step. Returns per start vector the tridiagonal ``T``'s diagonal ``α (m,)`` and
     off-diagonal ``β (m − 1,)``; ``m < steps`` when that vector's Krylov space is invariant
@@ -741,7 +783,7 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
     k, n = v0.shape
     steps = min(steps, n)
     keep_basis = reorth != "none"
-    chosen = reorth == "selective" and v0.dtype == torch.float64     # √ε of float32 is too coarse
+    chosen = reorth == "selective" and v0.dtype == torch.float64  # √ε of float32 is too coarse
     # Every vector lives in one buffer allocated once, and the products write straight into the
     # next row (apply_into): the basis (each probe's rows contiguous, one spare), or three rows a
     # probe used in turn. The step's vector work is in place: no (k, n) temporary to fault in.
@@ -751,7 +793,7 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         return Q[:, i] if keep_basis else Q[i % 3]
 
     eps = torch.finfo(v0.dtype).eps
-    closed = eps * math.sqrt(n)          # β ≤ ε₁ ‖T‖: the probe's Krylov space is invariant
+    closed = eps * math.sqrt(n)  # β ≤ ε₁ ‖T‖: the probe's Krylov space is invariant
     watch = [Orthogonality(steps, n, eps) for _ in range(k)] if reorth == "partial" else []
     T = torch.zeros(k, steps, steps, dtype=torch.float64) if watch else None
     scale = norm(v0, dim=1, keepdim=True)
@@ -759,12 +801,12 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         raise ConfigError("v0's rows must be nonzero: a zero start vector has no Krylov space")
     torch.div(v0, scale, out=row(0))
     alphas, betas = v0.new_zeros(steps, k), v0.new_zeros(steps, k)
-    size = v0.new_zeros(k)               # per probe, the running max of |α_j| + β_j + β_{j−1} (≥ its ‖T‖ / 3)
+    size = v0.new_zeros(k)  # per probe, the running max of |α_j| + β_j + β_{j−1} (≥ its ‖T‖ / 3)
     length = torch.full((k,), steps, dtype=torch.long)
     for j in range(steps):
         q = row(j)
         w = apply_into(apply, q, row(j + 1))
-        a = torch.bmm(w[:, None, :], q[:, :, None])[:, 0, 0]         # αᵢ = qᵢᵀ wᵢ, row by row
+        a = torch.bmm(w[:, None, :], q[:, :, None])[:, 0, 0]  # αᵢ = qᵢᵀ wᵢ, row by row
         w.addcmul_(q, a[:, None], value=-1.0)
         before = betas[j - 1] if j else torch.zeros_like(a)
         if j:
@@ -773,7 +815,7 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         if watch:
             b = norm(w, dim=1)
             size = torch.maximum(size, a.abs() + b + before)
-            open_ = (b > closed * size).cpu()                     # Simon's estimates divide by β
+            open_ = (b > closed * size).cpu()  # Simon's estimates divide by β
             plain = b.cpu()
             T[:, j, j] = a.to(T)
             if j:
@@ -781,9 +823,9 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
             for i, omega in enumerate(watch):
                 if length[i] == steps and open_[i] and omega.advance(T[i], j, float(plain[i])):
                     omega.orthogonalised(j, partial_pass_(w[i], Q[i, : j + 1], omega.eps1))
-                    b = None                                      # a row changed: measure again below
+                    b = None  # a row changed: measure again below
         elif keep_basis:
-            for i in range(k):                                    # measured against all
+            for i in range(k):  # measured against all
                 orthogonalise_(w[i], Q[i, : j + 1], chosen)
         alphas[j] = a
         if b is None:
@@ -793,6 +835,6 @@ def tridiagonal(apply: Apply, v0: Tensor, steps: int, selective: bool = True,
         length[stop.cpu()] = j + 1
         betas[j] = torch.where(stop, 0.0, b)
         ended = (length <= j + 1).to(b.device)
-        w.div_(torch.where(ended, 1.0, b)[:, None])               # β > ε₁ ‖T‖ ≥ 0 on the others
-        w.masked_fill_(ended[:, None], 0.0)                       # an invariant probe's rows stay zero
-    return [(alphas[: m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]
+        w.div_(torch.where(ended, 1.0, b)[:, None])  # β > ε₁ ‖T‖ ≥ 0 on the others
+        w.masked_fill_(ended[:, None], 0.0)  # an invariant probe's rows stay zero
+    return [(alphas[:m, i], betas[: m - 1, i]) for i, m in enumerate(length.tolist())]

@@ -36,7 +36,7 @@ class Layout:
     def __init__(self, cfg: BlockConfig, names: tuple[str, ...]):
         self.cfg, self.names = cfg, names
         self.slots = []
-        block = cfg.block if cfg.is_stack else cfg                      # every layer has the block's shapes
+        block = cfg.block if cfg.is_stack else cfg  # every layer has the block's shapes
         for name, columns in cfg.offsets(names).items():
             base, head = parse_name(name)
             unit = None if head is None else units_of(block, cfg.layer_of(base)[1])[head]
@@ -53,8 +53,9 @@ class Layout:
             if p.head is None:
                 out[p.base] = V[:, p.columns].reshape(k, *shape)
                 continue
-            flat = out[p.base].reshape(k, -1) if p.base in out else \
-                V.new_zeros(k, self.cfg.param_size(p.base))
+            flat = (
+                out[p.base].reshape(k, -1) if p.base in out else V.new_zeros(k, self.cfg.param_size(p.base))
+            )
             p.head.rows_of(flat, 1).copy_(V[:, p.columns].unflatten(1, p.head.shape))
             out[p.base] = flat.reshape(k, *shape)
         return out
@@ -63,11 +64,15 @@ class Layout:
         """``out (k, P') -> {base: (k, *shape)}``: views of ``out`` where a whole weight's product
         can be written in place (so :meth:`gather` has nothing to copy). Head slices have none."""
         k = out.shape[0]
-        return {p.base: out[:, p.columns].view(k, *self.cfg.param_shapes[p.base])
-                for p in self.slots if p.head is None}
+        return {
+            p.base: out[:, p.columns].view(k, *self.cfg.param_shapes[p.base])
+            for p in self.slots
+            if p.head is None
+        }
 
-    def gather(self, products: dict[str, Tensor | None], k: int, like: Tensor,
-               out: Tensor | None = None) -> Tensor:
+    def gather(
+        self, products: dict[str, Tensor | None], k: int, like: Tensor, out: Tensor | None = None
+    ) -> Tensor:
         """``{base: (k, *shape) or None} -> (k, P')`` (``None`` reads as zero), into ``out`` when
         given; a product already written in its place (:meth:`destinations`) is not copied."""
         out = like.new_empty(k, self.size) if out is None else out
@@ -76,7 +81,7 @@ class Layout:
             if prod is None:
                 out[:, p.columns] = 0.0
                 continue
-            if p.head is None:                         # one copy, straight from a strided split
+            if p.head is None:  # one copy, straight from a strided split
                 place = out[:, p.columns].view(prod.shape)
                 if not (prod.data_ptr() == place.data_ptr() and prod.stride() == place.stride()):
                     place.copy_(prod)

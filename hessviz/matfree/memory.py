@@ -53,5 +53,5 @@ def empty(shape: tuple[int, ...], like: Tensor) -> Tensor:
         start = out.data_ptr()
         lo, hi = -(-start // PAGE) * PAGE, (start + size) // PAGE * PAGE
         if hi > lo:
-            advise(lo, hi - lo, MADV_HUGEPAGE)      # advice only: a refusal leaves normal pages
+            advise(lo, hi - lo, MADV_HUGEPAGE)  # advice only: a refusal leaves normal pages
     return out

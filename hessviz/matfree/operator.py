@@ -52,8 +52,15 @@ class MatrixFreeHessian:
     calls with :class:`~hessviz.matfree.autograd.AutogradProducts` (the reference).
     """
 
-    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor,
-                 names: tuple[str, ...], method: str = "closed_form"):
+    def __init__(
+        self,
+        cfg: BlockConfig,
+        params: dict[str, Tensor],
+        X: Tensor,
+        Y: Tensor,
+        names: tuple[str, ...],
+        method: str = "closed_form",
+    ):
         self.cfg, self.params, self.X, self.Y, self.names = cfg, params, X, Y, names
         self.method = method
         self.matvecs = 0
@@ -90,11 +97,14 @@ class MatrixFreeHessian:
         weight-sized temporary, no gather copy, no concatenation of the sweeps. On a GPU, a
         product repeated at this point is replayed as a CUDA graph (:mod:`hessviz.matfree.graphs`)."""
         if out is not None and (out.shape != (V.shape[0], rows.size) or out.stride(-1) != 1):
-            raise InputError(f"out must be a ({V.shape[0]}, {rows.size}) tensor with unit-stride rows, "
-                              f"got {tuple(out.shape)}")
+            raise InputError(
+                f"out must be a ({V.shape[0]}, {rows.size}) tensor with unit-stride rows, "
+                f"got {tuple(out.shape)}"
+            )
         if self.replay and self.method == "closed_form" and graphs.enabled(V):
-            out = self._replays((term, rows.names, cols.names), V,
-                                lambda W: self._sweep(W, term, rows, cols), out)
+            out = self._replays(
+                (term, rows.names, cols.names), V, lambda W: self._sweep(W, term, rows, cols), out
+            )
         else:
             out = self._sweep(V, term, rows, cols, out)
         self.matvecs += V.shape[0]
@@ -109,24 +119,30 @@ class MatrixFreeHessian:
         if out is None:
             out = memory.empty((V.shape[0], rows.size), V)
         for start in range(0, V.shape[0], BATCH):
-            chunk = V[start:start + BATCH]               # (k, P') rows: unit-stride weight tangents
+            chunk = V[start : start + BATCH]  # (k, P') rows: unit-stride weight tangents
             if chunk.stride(-1) != 1:
                 chunk = chunk.contiguous()
-            part = out[start:start + BATCH]
+            part = out[start : start + BATCH]
             prods = self.sweep_tape.sweep(cols.scatter(chunk), term, rows.bases, into=rows.destinations(part))
             rows.gather(prods, chunk.shape[0], chunk, out=part)
         return out
 
-    def operator(self, term: str = "full", rows: Sequence[str] | None = None,
-                 cols: Sequence[str] | None = None) -> ProductsOperator:
+    def operator(
+        self, term: str = "full", rows: Sequence[str] | None = None, cols: Sequence[str] | None = None
+    ) -> ProductsOperator:
         """``H[rows, cols]`` of ``term`` as a :class:`~hessviz.matfree.hessian_operator.HessianOperator`
         (names as ``cfg`` spells them; default: every name of this object)."""
         check_term(term)
         rows = self.names if rows is None else tuple(rows)
         return ProductsOperator(self, term, rows, rows if cols is None else tuple(cols))
 
-    def matvec(self, v: Tensor | np.ndarray, term: str = "full", rows: Sequence[str] | None = None,
-               cols: Sequence[str] | None = None) -> Tensor:
+    def matvec(
+        self,
+        v: Tensor | np.ndarray,
+        term: str = "full",
+        rows: Sequence[str] | None = None,
+        cols: Sequence[str] | None = None,
+    ) -> Tensor:
         """``H v`` for ``v (P',)`` or ``(P', k)`` (same shape back; ``P'`` of ``cols``).
 
         ``v`` is **cast** to the products' dtype and device (a float32 ``v`` on a float64 result is
@@ -136,7 +152,8 @@ class MatrixFreeHessian:
         C-contiguous ``v`` is copied once into that layout); the result is ``(P', k)``, F-contiguous."""
         return self.operator(term, rows, cols) @ v
 
-    def linear_operator(self, term: str = "full", rows: Sequence[str] | None = None,
-                        cols: Sequence[str] | None = None) -> LinearOperator:
+    def linear_operator(
+        self, term: str = "full", rows: Sequence[str] | None = None, cols: Sequence[str] | None = None
+    ) -> LinearOperator:
         """``H[rows, cols]`` as a float64 scipy ``LinearOperator`` (``rmatvec`` is ``H[cols, rows]``)."""
         return self.operator(term, rows, cols).to_scipy()

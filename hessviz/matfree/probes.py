@@ -29,8 +29,9 @@ def rademacher(n: int, count: int, gen: torch.Generator, like: Tensor) -> Tensor
     width = -(-n // 8)
     packed = torch.randint(0, 256, (count * width,), generator=gen, dtype=torch.uint8)
     V = memory.empty((count, width * 8), like)
-    torch.index_select(_sign_table(like.dtype, like.device), 0, packed.to(like.device, torch.int32),
-                       out=V.view(-1, 8))
+    torch.index_select(
+        _sign_table(like.dtype, like.device), 0, packed.to(like.device, torch.int32), out=V.view(-1, 8)
+    )
     return V if width * 8 == n else V[:, :n].contiguous()
 
 

@@ -56,30 +56,46 @@ def _check_count(name: str, value: object, minimum: int) -> int:
     return value
 
 
-def _operator(res, term: str | None, rows: Sequence[str] | None,
-              cols: Sequence[str] | None) -> HessianOperator:
+def _operator(
+    res, term: str | None, rows: Sequence[str] | None, cols: Sequence[str] | None
+) -> HessianOperator:
     """The operator the tools run on: ``res`` itself when it is a :class:`HessianOperator` (its
     block ``rows × cols`` when given, in its own spelling; ``term`` must be ``None`` or its own), else
     ``term`` (default ``"full"``) of a result's products (names as its ``cfg`` spells them)."""
     if isinstance(res, HessianOperator):
         if term is not None and term != res.term:
-            raise ConfigError(f"term={term!r} with an operator of term {res.term!r}: an operator carries its "
-                              "term; take res.operator(term) for another")
+            raise ConfigError(
+                f"term={term!r} with an operator of term {res.term!r}: an operator carries its "
+                "term; take res.operator(term) for another"
+            )
         return res if rows is None else res.block(rows, cols)
     term = "full" if term is None else term
     check_term(term)
     mf = getattr(res, "products", None)
     if mf is None:
         raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
-    return ProductsOperator(mf, term, mf.names if rows is None else tuple(rows),
-                            mf.names if cols is None else tuple(cols), source=res)
+    return ProductsOperator(
+        mf,
+        term,
+        mf.names if rows is None else tuple(rows),
+        mf.names if cols is None else tuple(cols),
+        source=res,
+    )
 
 
 class _Products:
     """``(k, n) -> (k, m)`` products of one operator (:func:`_operator`), counted and reported."""
 
-    def __init__(self, res, term: str | None, rows: Sequence[str] | None, cols: Sequence[str] | None,
-                 progress: Progress | None, total: int | None, what: str):
+    def __init__(
+        self,
+        res,
+        term: str | None,
+        rows: Sequence[str] | None,
+        cols: Sequence[str] | None,
+        progress: Progress | None,
+        total: int | None,
+        what: str,
+    ):
         self.op = _operator(res, term, rows, cols)
         self.term, self.size, self.like = self.op.term, self.op.shape[0], self.op.like
         self.progress, self.total, self.what = progress, total, what
@@ -99,6 +115,7 @@ class _Products:
         def f(x: np.ndarray) -> np.ndarray:
             X = torch.from_numpy(np.asarray(x, dtype=np.float64).reshape(self.size, -1))
             return self(X.T.to(self.like)).T.to(torch.float64).cpu().numpy()
+
         return LinearOperator((self.size, self.size), matvec=f, matmat=f, dtype=np.float64)
 
 
@@ -136,11 +153,24 @@ def _check_tol(tol: object) -> float:
     return float(tol)
 
 
-def eigenpairs(res, term: str | None = None, k: int = 5, which: str = "top", *,
-               names: Sequence[str] | None = None, seed: int = 0, tol: float = 1e-8, vectors: bool = False,
-               ncv: int | None = None,
-               solver: str = "auto", progress: Progress | None = None, bound: str = "residual",
-               start: Tensor | None = None, check: bool = True, reorth: str = "auto") -> Eigenpairs:
+def eigenpairs(
+    res,
+    term: str | None = None,
+    k: int = 5,
+    which: str = "top",
+    *,
+    names: Sequence[str] | None = None,
+    seed: int = 0,
+    tol: float = 1e-8,
+    vectors: bool = False,
+    ncv: int | None = None,
+    solver: str = "auto",
+    progress: Progress | None = None,
+    bound: str = "residual",
+    start: Tensor | None = None,
+    check: bool = True,
+    reorth: str = "auto",
+) -> Eigenpairs:
     """The ``k`` largest (``top``), smallest (``bottom``) or largest-magnitude (``magnitude``)
     eigenpairs of ``term`` (of the diagonal block ``names`` when given).
 
@@ -175,22 +205,55 @@ def eigenpairs(res, term: str | None = None, k: int = 5, which: str = "top", *,
     if solver == "scipy" or (solver == "auto" and n < SCIPY_BELOW and bound == "residual"):
         v0 = start_vector(start, torch.from_numpy(np.random.default_rng(seed).standard_normal(n))).numpy()
         ncv = min(n, max(2 * k + 1, 20)) if ncv is None else ncv
-        out = eigsh(ops.scipy(), k=k, which=SCIPY_WHICH[which], v0=v0, tol=tol, ncv=ncv,
-                    return_eigenvectors=vectors)
-        vals, vecs = (out if vectors else (out, None))
+        out = eigsh(
+            ops.scipy(), k=k, which=SCIPY_WHICH[which], v0=v0, tol=tol, ncv=ncv, return_eigenvectors=vectors
+        )
+        vals, vecs = out if vectors else (out, None)
         order = np.argsort(vals)
-        return Eigenpairs(np.asarray(vals)[order], None if vecs is None else vecs[:, order], which, ops.term,
-                          ops.done, time.perf_counter() - began, "implicitly restarted Lanczos (scipy eigsh)")
-    r = extremes(ops, n, k, which, tol=tol, seed=seed, like=ops.like, ncv=ncv, vectors=vectors, bound=bound,
-                 start=start, check=check, reorth=reorth)
+        return Eigenpairs(
+            np.asarray(vals)[order],
+            None if vecs is None else vecs[:, order],
+            which,
+            ops.term,
+            ops.done,
+            time.perf_counter() - began,
+            "implicitly restarted Lanczos (scipy eigsh)",
+        )
+    r = extremes(
+        ops,
+        n,
+        k,
+        which,
+        tol=tol,
+        seed=seed,
+        like=ops.like,
+        ncv=ncv,
+        vectors=vectors,
+        bound=bound,
+        start=start,
+        check=check,
+        reorth=reorth,
+    )
     if not r.converged:
-        warnings.warn(f"Lanczos stopped after {r.restarts} restarts with residuals up to "
-                      f"{float(r.residuals.max()):.2g} (tol {tol:g} relative)", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"Lanczos stopped after {r.restarts} restarts with residuals up to "
+            f"{float(r.residuals.max()):.2g} (tol {tol:g} relative)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     values = r.values.numpy()
     order = np.argsort(values)
     vecs = None if r.vectors is None else r.vectors.T.to(torch.float64).cpu().numpy()[:, order]
-    return Eigenpairs(values[order], vecs, which, ops.term, ops.done, time.perf_counter() - began,
-                      residuals=r.residuals.numpy()[order], converged=r.converged)
+    return Eigenpairs(
+        values[order],
+        vecs,
+        which,
+        ops.term,
+        ops.done,
+        time.perf_counter() - began,
+        residuals=r.residuals.numpy()[order],
+        converged=r.converged,
+    )
 
 
 def top_eigenvalues(res, term: str | None = None, k: int = 5, **kw) -> np.ndarray:
@@ -231,11 +294,15 @@ class Density:
     def cdf(self, x: np.ndarray) -> np.ndarray:
         """Share of eigenvalues ``≤ x``."""
         x = np.asarray(x, dtype=np.float64)
-        return (self.all_weights[None, :] * (self.all_nodes[None, :] <= x.reshape(-1, 1))).sum(1) \
+        return (
+            (self.all_weights[None, :] * (self.all_nodes[None, :] <= x.reshape(-1, 1)))
+            .sum(1)
             .reshape(x.shape)
+        )
 
-    def curve(self, grid: np.ndarray | None = None, sigma: float | None = None,
-              points: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    def curve(
+        self, grid: np.ndarray | None = None, sigma: float | None = None, points: int = 400
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(grid, φ(grid))``: the nodes smoothed by Gaussians of width ``sigma``
         (default 1 % of the spectral range); ``∫ φ = 1``. ``sigma`` given must be > 0."""
         if sigma is not None and not (isinstance(sigma, (int, float)) and sigma > 0 and math.isfinite(sigma)):
@@ -250,10 +317,19 @@ class Density:
         return grid, phi
 
 
-def density(res, term: str | None = None, probes: int = 10, steps: int = 80, *,
-            names: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None,
-            reorth: str = "partial",
-            group: int | None = None, executor: cf.Executor | None = None) -> Density:
+def density(
+    res,
+    term: str | None = None,
+    probes: int = 10,
+    steps: int = 80,
+    *,
+    names: Sequence[str] | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+    reorth: str = "partial",
+    group: int | None = None,
+    executor: cf.Executor | None = None,
+) -> Density:
     """The spectral density of ``term`` by SLQ with ``probes`` probes of ``steps`` Lanczos steps.
 
     The probes run side by side in groups of ``group`` (default: as many as fit in memory, at most
@@ -280,34 +356,45 @@ def density(res, term: str | None = None, probes: int = 10, steps: int = 80, *,
     ops = _Products(res, term, names, names, progress, probes * steps, "spectral density (SLQ)")
     source = getattr(ops.op, "source", None)
     if executor is not None and (getattr(source, "problem", None) is None or ops.op.rows != ops.op.cols):
-        raise ConfigError("density(executor=...) needs a result a worker can rebuild: hv.model_hessian's "
-                          f"(it has .problem), or a diagonal block of its operator; got {type(res).__name__}")
+        raise ConfigError(
+            "density(executor=...) needs a result a worker can rebuild: hv.model_hessian's "
+            f"(it has .problem), or a diagonal block of its operator; got {type(res).__name__}"
+        )
     n = ops.size
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
-    per_step = 1 if reorth == "none" else min(steps, n)              # vectors kept per probe
+    per_step = 1 if reorth == "none" else min(steps, n)  # vectors kept per probe
     probe_bytes = (per_step + 3) * n * ops.like.element_size()
     if group is None:
         group = max(1, min(probes, BATCH, memory_limit(ops.like.device) // (4 * max(1, probe_bytes))))
     _check_count("group", group, 1)
     V = rademacher(n, probes, gen, ops.like)
     if executor is None:
-        runs = [ab for first in range(0, probes, group)
-                for ab in tridiagonal(ops, V[first:first + group], steps, reorth=reorth)]
+        runs = [
+            ab
+            for first in range(0, probes, group)
+            for ab in tridiagonal(ops, V[first : first + group], steps, reorth=reorth)
+        ]
         done = ops.done
     else:
         firsts, length = range(0, probes, group), min(steps, n)
 
         def arrived(i: int, _: object) -> None:
             if progress is not None:
-                progress(min(probes, firsts[i] + group) * length, probes * length,
-                         f"spectral density (SLQ): group {i + 1} of {len(firsts)}")
+                progress(
+                    min(probes, firsts[i] + group) * length,
+                    probes * length,
+                    f"spectral density (SLQ): group {i + 1} of {len(firsts)}",
+                )
 
-        inner = ops.op.resolve(ops.op.rows)               # the names as the worker's products spell them
-        calls = [(ops.term, inner, V[f:f + group].cpu(), steps, reorth) for f in firsts]
-        runs = [ab for part in run_tasks(executor, remote_tridiagonal, calls, (source.problem,), arrived)
-                for ab in part]
-        done = probes * length                          # what tridiagonal runs, as ops.done counts
+        inner = ops.op.resolve(ops.op.rows)  # the names as the worker's products spell them
+        calls = [(ops.term, inner, V[f : f + group].cpu(), steps, reorth) for f in firsts]
+        runs = [
+            ab
+            for part in run_tasks(executor, remote_tridiagonal, calls, (source.problem,), arrived)
+            for ab in part
+        ]
+        done = probes * length  # what tridiagonal runs, as ops.done counts
     nodes, weights = [], []
     for alpha, beta in runs:
         T = torch.diag(alpha) + torch.diag(beta, 1) + torch.diag(beta, -1)
@@ -317,8 +404,9 @@ def density(res, term: str | None = None, probes: int = 10, steps: int = 80, *,
     return Density(nodes, weights, n, ops.term, steps, done, time.perf_counter() - start)
 
 
-def remote_tridiagonal(problem, term: str, names: Sequence[str] | None, v0: Tensor, steps: int,
-                       reorth: str) -> list[tuple[Tensor, Tensor]]:
+def remote_tridiagonal(
+    problem, term: str, names: Sequence[str] | None, v0: Tensor, steps: int, reorth: str
+) -> list[tuple[Tensor, Tensor]]:
     """:func:`~hessviz.matfree.lanczos.tridiagonal` from the rows of ``v0`` on a worker, on the
     result built from ``problem`` (once per worker and problem); ``α, β`` on the CPU."""
     res = built(problem)
@@ -344,9 +432,16 @@ def _quadratic(ops: _Products, V: Tensor) -> Tensor:
     return torch.bmm(ops(V)[:, None, :], V[:, :, None]).flatten()
 
 
-def trace(res, term: str | None = None, samples: int = 30, method: str = "hutch++", *,
-          names: Sequence[str] | None = None, seed: int = 0,
-          progress: Progress | None = None) -> TraceEstimate:
+def trace(
+    res,
+    term: str | None = None,
+    samples: int = 30,
+    method: str = "hutch++",
+    *,
+    names: Sequence[str] | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> TraceEstimate:
     """``tr`` of ``term`` (or of the diagonal block ``names``) from ``samples`` products.
 
     ``hutchinson``: ``(1/m) Σ vᵢᵀ H vᵢ``, Rademacher ``vᵢ``, ``stderr = std/√m``.
@@ -366,17 +461,26 @@ def trace(res, term: str | None = None, samples: int = 30, method: str = "hutch+
         eye = torch.eye(n, dtype=ops.like.dtype, device=ops.like.device)
         return TraceEstimate(float(torch.diagonal(ops(eye)).sum()), 0.0, ops.done, "exact", ops.term)
     gen = torch.Generator().manual_seed(seed)
-    if method == "hutchinson":                                     # BATCH probes side by side at a time
-        quad = torch.cat([_quadratic(ops, rademacher(n, min(BATCH, samples - first), gen, ops.like))
-                          for first in range(0, samples, BATCH)])
-        return TraceEstimate(float(quad.mean()), float(quad.std() / math.sqrt(samples)) if samples > 1
-                             else float("nan"), ops.done, method, ops.term)
+    if method == "hutchinson":  # BATCH probes side by side at a time
+        quad = torch.cat(
+            [
+                _quadratic(ops, rademacher(n, min(BATCH, samples - first), gen, ops.like))
+                for first in range(0, samples, BATCH)
+            ]
+        )
+        return TraceEstimate(
+            float(quad.mean()),
+            float(quad.std() / math.sqrt(samples)) if samples > 1 else float("nan"),
+            ops.done,
+            method,
+            ops.term,
+        )
     s = samples // 3
     S = rademacher(n, s, gen, ops.like)
-    Q, _ = torch.linalg.qr(ops(S).T)                              # (n, s) orthonormal
+    Q, _ = torch.linalg.qr(ops(S).T)  # (n, s) orthonormal
     exact = torch.trace(Q.T @ ops(Q.T).T)
     G = rademacher(n, samples - 2 * s, gen, ops.like)
-    G = G - (G @ Q) @ Q.T                                          # (I − QQᵀ) G
+    G = G - (G @ Q) @ Q.T  # (I − QQᵀ) G
     HG = ops(G)
     quad = (HG * G).sum(1) - ((HG @ Q) * (G @ Q)).sum(1)
     stderr = float(quad.std() / math.sqrt(quad.numel())) if quad.numel() > 1 else float("nan")
@@ -422,10 +526,21 @@ EXACT_BLOCK = 256
 (``|b|`` products build the block), larger ones Lanczos and Hutch++."""
 
 
-def block_table(res, term: str | None = None, blocks: Sequence[str] | None = None, *, by_head: bool = True,
-                trace_samples: int = 30, exact_limit: int = EXACT_BLOCK, tol: float = 1e-6, seed: int = 0,
-                progress: Progress | None = None, bound: str = "residual",
-                starts: Mapping[str, Tensor] | None = None, check: bool = True) -> BlockTable:
+def block_table(
+    res,
+    term: str | None = None,
+    blocks: Sequence[str] | None = None,
+    *,
+    by_head: bool = True,
+    trace_samples: int = 30,
+    exact_limit: int = EXACT_BLOCK,
+    tol: float = 1e-6,
+    seed: int = 0,
+    progress: Progress | None = None,
+    bound: str = "residual",
+    starts: Mapping[str, Tensor] | None = None,
+    check: bool = True,
+) -> BlockTable:
     """Top eigenvalue and trace of every diagonal block ``H[b, b]`` (the heterogeneity table).
 
     ``blocks`` defaults to :func:`block_names`. Blocks up to ``exact_limit`` entries are
@@ -452,8 +567,19 @@ def block_table(res, term: str | None = None, blocks: Sequence[str] | None = Non
             rows.append(BlockStats(b, n, float(vals[-1]), float(vals.sum()), 0.0, True))
             done += ops.done
             continue
-        top = eigenpairs(res, term, 1, "top", names=(b,), seed=seed, tol=tol, progress=step, bound=bound,
-                         start=None if starts is None else starts.get(b), check=check)
+        top = eigenpairs(
+            res,
+            term,
+            1,
+            "top",
+            names=(b,),
+            seed=seed,
+            tol=tol,
+            progress=step,
+            bound=bound,
+            start=None if starts is None else starts.get(b),
+            check=check,
+        )
         tr = trace(res, term, trace_samples, "hutch++", names=(b,), seed=seed, progress=step)
         rows.append(BlockStats(b, n, float(top.values[-1]), tr.value, tr.stderr, False))
         done += top.matvecs + tr.matvecs

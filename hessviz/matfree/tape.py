@@ -76,7 +76,7 @@ class Tape:
             self.layers = [self.whole]
         self._closures: dict[tuple[int, int, frozenset[str]], dict[str, set[str]]] = {}
         bars: dict[str, Maybe] = {self.output: self.seed_gradient}
-        for node in reversed(self.nodes):           # first-order reverse sweep, once
+        for node in reversed(self.nodes):  # first-order reverse sweep, once
             gy = bars.pop(node.output, None)
             if gy is None:
                 continue
@@ -95,7 +95,7 @@ class Tape:
         key = (span.start, span.stop, sources)
         if key not in self._closures:
             deps: dict[str, set[str]] = {name: {name} for name in sources}
-            for node in self.nodes[span.start:span.stop]:
+            for node in self.nodes[span.start : span.stop]:
                 s = set(node.params)
                 for name in node.inputs:
                     s |= deps.get(name, set())
@@ -103,20 +103,29 @@ class Tape:
             self._closures[key] = deps
         return self._closures[key]
 
-    def tangents(self, span: LayerSpan, dinputs: dict[str, Tensor],
-                 dparams: dict[str, Tensor]) -> dict[str, Maybe]:
+    def tangents(
+        self, span: LayerSpan, dinputs: dict[str, Tensor], dparams: dict[str, Tensor]
+    ) -> dict[str, Maybe]:
         """Forward tangents (JVP) of every value of ``span``'s nodes from the tangents ``dinputs``
         of the values they read from outside and ``dparams`` of the weights (``k`` leading)."""
         dvals: dict[str, Maybe] = dict(dinputs)
-        for node in self.nodes[span.start:span.stop]:
-            dvals[node.output] = node.tangent([dvals.get(n) for n in node.inputs],
-                                              [dparams.get(p) for p in node.params])
+        for node in self.nodes[span.start : span.stop]:
+            dvals[node.output] = node.tangent(
+                [dvals.get(n) for n in node.inputs], [dparams.get(p) for p in node.params]
+            )
         return dvals
 
-    def adjoint_tangents(self, span: LayerSpan, dvals: dict[str, Maybe], dparams: dict[str, Tensor],
-                         seeds: dict[str, Maybe], second: bool, wanted: Sequence[str],
-                         wanted_inputs: Sequence[str] = (), into: dict[str, Tensor] | None = None
-                         ) -> tuple[dict[str, Maybe], dict[str, Maybe]]:
+    def adjoint_tangents(
+        self,
+        span: LayerSpan,
+        dvals: dict[str, Maybe],
+        dparams: dict[str, Tensor],
+        seeds: dict[str, Maybe],
+        second: bool,
+        wanted: Sequence[str],
+        wanted_inputs: Sequence[str] = (),
+        into: dict[str, Tensor] | None = None,
+    ) -> tuple[dict[str, Maybe], dict[str, Maybe]]:
         """The tangent of the reverse sweep over ``span``: ``(θ̄̇ of wanted, x̄̇ of wanted_inputs)``.
 
         ``seeds`` holds the adjoint tangents of the outputs (``None`` for zero); ``second`` keeps
@@ -128,7 +137,7 @@ class Tape:
         upstream = self._closure(span, frozenset(wanted_inputs))
         dbars: dict[str, Maybe] = dict(seeds)
         out: dict[str, Maybe] = {}
-        for node in reversed(self.nodes[span.start:span.stop]):
+        for node in reversed(self.nodes[span.start : span.stop]):
             dgy = dbars.pop(node.output, None)
             dx = [dvals.get(n) for n in node.inputs]
             dp = [dparams.get(p) for p in node.params]
@@ -151,8 +160,13 @@ class Tape:
                     out[name] = add(out.get(name), g)
         return out, {name: dbars.get(name) for name in wanted_inputs}
 
-    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str],
-              into: dict[str, Tensor] | None = None) -> dict[str, Maybe]:
+    def sweep(
+        self,
+        dparams: dict[str, Tensor],
+        term: str,
+        wanted: Sequence[str],
+        into: dict[str, Tensor] | None = None,
+    ) -> dict[str, Maybe]:
         """``θ̄̇`` for the parameters ``wanted``, given tangents ``dparams`` (``k`` leading).
 
         ``dparams`` maps a parameter name to its tangent of shape ``(k, *shape)``; missing
@@ -163,5 +177,6 @@ class Tape:
         dvals = self.tangents(self.whole, {}, dparams)
         dZ = dvals[self.output]
         seed = self.loss_hvp(dZ) if seed_curvature and dZ is not None else None
-        return self.adjoint_tangents(self.whole, dvals, dparams, {self.output: seed}, second, wanted,
-                                     into=into)[0]
+        return self.adjoint_tangents(
+            self.whole, dvals, dparams, {self.output: seed}, second, wanted, into=into
+        )[0]

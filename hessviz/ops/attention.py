@@ -109,12 +109,29 @@ from hessviz.ops.linear import Linear
 from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.rotary import Rotary
 
-HEAD_AXES = {"query.weight": 1, "query.bias": 1, "key.weight": 1, "key.bias": 1,
-             "value.weight": 1, "value.bias": 1, "out.weight": 0}
+HEAD_AXES = {
+    "query.weight": 1,
+    "query.bias": 1,
+    "key.weight": 1,
+    "key.bias": 1,
+    "value.weight": 1,
+    "value.bias": 1,
+    "out.weight": 0,
+}
 """The headed local parameters and where their heads lie: ``1`` column blocks, ``0`` row blocks."""
 
-LOCALS = ("query.weight", "query.bias", "query.norm", "key.weight", "key.bias", "key.norm", "value.weight",
-          "value.bias", "out.weight", "out.bias")
+LOCALS = (
+    "query.weight",
+    "query.bias",
+    "query.norm",
+    "key.weight",
+    "key.bias",
+    "key.norm",
+    "value.weight",
+    "value.bias",
+    "out.weight",
+    "out.bias",
+)
 SCORE_SIDE = ("query.weight", "query.bias", "key.weight")
 """The parameters that act through the scores (``key.bias`` does not act at all)."""
 
@@ -179,9 +196,19 @@ class MultiHeadAttention:
     ``rotary``: the rotary positions applied to each head's ``q`` and ``k``.
     """
 
-    def __init__(self, X: Tensor, weights: dict[str, Tensor], n_heads: int, *, causal: bool = False,
-                 name: str = "attention", input_stage: Stage | None = None, kv_heads: int | None = None,
-                 rotary: Rotary | None = None, qk_eps: float | None = None):
+    def __init__(
+        self,
+        X: Tensor,
+        weights: dict[str, Tensor],
+        n_heads: int,
+        *,
+        causal: bool = False,
+        name: str = "attention",
+        input_stage: Stage | None = None,
+        kv_heads: int | None = None,
+        rotary: Rotary | None = None,
+        qk_eps: float | None = None,
+    ):
         self.X, self.weights, self.n_heads, self.causal, self.name = X, weights, n_heads, causal, name
         self.input_stage = input_stage
         self.kv_heads = n_heads if kv_heads is None else kv_heads
@@ -202,8 +229,10 @@ class MultiHeadAttention:
 
     def head_refs(self, h: int) -> dict[str, Ref]:
         """The units query head ``h`` reads, by local name (its key/value head for ``key.*``, ``value.*``)."""
-        return {local: (self.name, local, h if self.count(local) == self.n_heads else h // self.group)
-                for local in HEAD_AXES}
+        return {
+            local: (self.name, local, h if self.count(local) == self.n_heads else h // self.group)
+            for local in HEAD_AXES
+        }
 
     # ---- forward ---------------------------------------------------------------------
     def _project(self, kind: str) -> Tensor:
@@ -234,9 +263,19 @@ class MultiHeadAttention:
         (Q, K), V = self._qk, self._project("value")
         W_O = self.split.get("out.weight")
         key_bias = "key.bias" in self.score_side
-        return [_Head(self.X, Q[h], K[h // self.group], V[h // self.group], self.A[h],
-                      None if W_O is None else W_O[h], self.rotary, key_bias)
-                for h in range(self.n_heads)]
+        return [
+            _Head(
+                self.X,
+                Q[h],
+                K[h // self.group],
+                V[h // self.group],
+                self.A[h],
+                None if W_O is None else W_O[h],
+                self.rotary,
+                key_bias,
+            )
+            for h in range(self.n_heads)
+        ]
 
     @cached_property
     def output(self) -> Tensor:
@@ -275,7 +314,7 @@ class MultiHeadAttention:
             return Factored((KronTerm(LEFT, ones(L, self.X), self._output_eye()),))
         if local == "key.bias" and local not in self.score_side:
             return None
-        if self.count(local) != self.n_heads:                          # a key/value head: its readers
+        if self.count(local) != self.n_heads:  # a key/value head: its readers
             readers = [self._head_jacobian(local, q) for q in range(h * self.group, (h + 1) * self.group)]
             return (readers[0] if len(readers) == 1 else sum(readers[1:], readers[0])).compact()
         return self._head_jacobian(local, h).compact()
@@ -312,44 +351,68 @@ class MultiHeadAttention:
         head = self.heads[h]
         d, dk = self.X.shape[1], self.d_k
         ref = self.head_refs(h)
-        gO = g if head.W_O is None else g @ head.W_O.T                 # (L, d_v)
-        C = softmax.contract_hessian_factored(head.A, gO @ head.V.T)   # softmax curvature, (a, w)
-        gS = C.w                                                       # ∂/∂S = Σ_t G^A_t, (L, L)
+        gO = g if head.W_O is None else g @ head.W_O.T  # (L, d_v)
+        C = softmax.contract_hessian_factored(head.A, gO @ head.V.T)  # softmax curvature, (a, w)
+        gS = C.w  # ∂/∂S = Σ_t G^A_t, (L, L)
         JS = head.score_jacobian
         side = [k for k in self.score_side if ref[k] in wanted and k in self.weights]
-        pieces: list[Piece] = [Sandwich(ref[a], ref[b], JS[a], C, JS[b])
-                               for i, a in enumerate(side) for b in side[i:]]
-        if self.rotary is not None:                                    # the bilinear score, rotated
+        pieces: list[Piece] = [
+            Sandwich(ref[a], ref[b], JS[a], C, JS[b]) for i, a in enumerate(side) for b in side[i:]
+        ]
+        if self.rotary is not None:  # the bilinear score, rotated
             ones_ = ones(self.X.shape[0], self.X)
             inputs = {"query.weight": self.X, "query.bias": ones_, "key.weight": self.X, "key.bias": ones_}
-            pieces += [Dense(ref[a], ref[b], score.rotary_mixed(inputs[a], inputs[b], gS, self.rotary, dk))
-                       for a in side if a.startswith("query.") for b in side if b.startswith("key.")]
-        elif "key.weight" in side:                                    # the bilinear score
+            pieces += [
+                Dense(ref[a], ref[b], score.rotary_mixed(inputs[a], inputs[b], gS, self.rotary, dk))
+                for a in side
+                if a.startswith("query.")
+                for b in side
+                if b.startswith("key.")
+            ]
+        elif "key.weight" in side:  # the bilinear score
             if "query.weight" in side:
-                pieces.append(Diagonal(ref["query.weight"], ref["key.weight"], (1, 3),
-                                       score.contract_mixed(self.X, gS, dk)[:, :, None].expand(d, d, dk)))
-            if "query.bias" in side:                                   # the same with x_t = 1
-                XgS = (gS @ self.X).sum(0) * self.scale                # (1ᵀ G^S X)/√d_k
-                pieces.append(Diagonal(ref["query.bias"], ref["key.weight"], (1, 3),
-                                       XgS[None, :, None].expand(1, d, dk)))
+                pieces.append(
+                    Diagonal(
+                        ref["query.weight"],
+                        ref["key.weight"],
+                        (1, 3),
+                        score.contract_mixed(self.X, gS, dk)[:, :, None].expand(d, d, dk),
+                    )
+                )
+            if "query.bias" in side:  # the same with x_t = 1
+                XgS = (gS @ self.X).sum(0) * self.scale  # (1ᵀ G^S X)/√d_k
+                pieces.append(
+                    Diagonal(
+                        ref["query.bias"], ref["key.weight"], (1, 3), XgS[None, :, None].expand(1, d, dk)
+                    )
+                )
         L = self.X.shape[0]
-        if ref["value.weight"] in wanted and side:                    # the product A V
-            XtSigma = head.through_softmax(self.X)                     # (L, d, L)
-            gO_eye = Factored((KronTerm(RIGHT, gO, eye(d, g, L)),))    # [i, (i', m)] = δ_ii' g^O_t[m]
-            pieces += [Sandwich(ref[p], ref["value.weight"], JS[p].lmul(XtSigma), None, gO_eye)
-                       for p in side]
-        if head.W_O is not None and ref["out.weight"] in wanted:       # the product O W_O
+        if ref["value.weight"] in wanted and side:  # the product A V
+            XtSigma = head.through_softmax(self.X)  # (L, d, L)
+            gO_eye = Factored((KronTerm(RIGHT, gO, eye(d, g, L)),))  # [i, (i', m)] = δ_ii' g^O_t[m]
+            pieces += [Sandwich(ref[p], ref["value.weight"], JS[p].lmul(XtSigma), None, gO_eye) for p in side]
+        if head.W_O is not None and ref["out.weight"] in wanted:  # the product O W_O
             dv = head.W_O.shape[0]
-            pieces.append(Diagonal(ref["value.weight"], ref["out.weight"], (1, 2),
-                                   ((head.A @ self.X).T @ g)[:, :, None].expand(d, d, dv)))
+            pieces.append(
+                Diagonal(
+                    ref["value.weight"],
+                    ref["out.weight"],
+                    (1, 2),
+                    ((head.A @ self.X).T @ g)[:, :, None].expand(d, d, dv),
+                )
+            )
             if "value.bias" in self.weights:
-                pieces.append(Diagonal(ref["value.bias"], ref["out.weight"], (1, 2),
-                                       g.sum(0)[None, :, None].expand(1, d, dv)))
+                pieces.append(
+                    Diagonal(
+                        ref["value.bias"], ref["out.weight"], (1, 2), g.sum(0)[None, :, None].expand(1, d, dv)
+                    )
+                )
             if side:
-                VtSigma = head.through_softmax(head.V)                 # (L, d_v, L)
+                VtSigma = head.through_softmax(head.V)  # (L, d_v, L)
                 g_eye = Factored((KronTerm(RIGHT, g, eye(dv, g, L)),))  # [α, (α', β)] = δ_αα' g_t[β]
-                pieces += [Sandwich(ref[p], ref["out.weight"], JS[p].lmul(VtSigma), None, g_eye)
-                           for p in side]
+                pieces += [
+                    Sandwich(ref[p], ref["out.weight"], JS[p].lmul(VtSigma), None, g_eye) for p in side
+                ]
         return pieces
 
     # ---- input parameters ----------------------------------------------------------------
@@ -368,7 +431,7 @@ class MultiHeadAttention:
         dSA = self._tangents(None, torch.cat(list(self._directions.values())))["output"]
         out, start, one = {}, 0, ones(self.X.shape[0], self.X)
         for r, D in self._directions.items():
-            out[r] = Factored.per_token(dSA[start:start + len(D)].permute(1, 2, 0), one)
+            out[r] = Factored.per_token(dSA[start : start + len(D)].permute(1, 2, 0), one)
             start += len(D)
         return out
 
@@ -383,7 +446,7 @@ class MultiHeadAttention:
             rows[r] = slice(start, start + len(self._directions[r]))
             start += len(self._directions[r])
         for i, a in enumerate(inputs):
-            dX = tangent["input"][rows[a]]                              # (n_a, L, d)
+            dX = tangent["input"][rows[a]]  # (n_a, L, d)
             for b in inputs[i:]:
                 block = torch.einsum("nsi,msi->nm", dX, self._directions[b])
                 pieces.append(Dense(a, b, block[None, :, None, :]))
@@ -398,18 +461,53 @@ class MultiHeadAttention:
         """The same attention as the node face, a chain: ``[Q K V]`` projection, the QK-norm (when
         there is one), the core, the output projection (when there is one)."""
         w, kinds = self.weights, ("query", "key", "value")
-        qkv = Linear("QKV", "X", self.X, [(f"{k}.weight", w[f"{k}.weight"]) for k in kinds],
-                     [(f"{k}.bias", w[f"{k}.bias"]) if f"{k}.bias" in w else None for k in kinds])
+        qkv = Linear(
+            "QKV",
+            "X",
+            self.X,
+            [(f"{k}.weight", w[f"{k}.weight"]) for k in kinds],
+            [(f"{k}.bias", w[f"{k}.bias"]) if f"{k}.bias" in w else None for k in kinds],
+        )
         d_v = self.split["value.weight"].shape[-1]
         chain: list[Node] = [qkv]
         if self.qk_eps is not None:
-            chain.append(QKNorm("QKVn", "QKV", qkv.y, self.n_heads, self.kv_heads, self.d_k, d_v, self.qk_eps,
-                                (("query.norm", w["query.norm"]), ("key.norm", w["key.norm"])), self.name))
-        chain.append(AttentionCore("O", chain[-1].output, chain[-1].y, self.n_heads, self.d_k, d_v,
-                                   self.causal, self.kv_heads, self.rotary))
+            chain.append(
+                QKNorm(
+                    "QKVn",
+                    "QKV",
+                    qkv.y,
+                    self.n_heads,
+                    self.kv_heads,
+                    self.d_k,
+                    d_v,
+                    self.qk_eps,
+                    (("query.norm", w["query.norm"]), ("key.norm", w["key.norm"])),
+                    self.name,
+                )
+            )
+        chain.append(
+            AttentionCore(
+                "O",
+                chain[-1].output,
+                chain[-1].y,
+                self.n_heads,
+                self.d_k,
+                d_v,
+                self.causal,
+                self.kv_heads,
+                self.rotary,
+            )
+        )
         if self.out_proj:
-            chain.append(Linear("SA", "O", chain[-1].y, [("out.weight", w["out.weight"])],
-                                [("out.bias", w["out.bias"]) if "out.bias" in w else None]))
+            chain.append(
+                Linear(
+                    "SA",
+                    "O",
+                    chain[-1].y,
+                    [("out.weight", w["out.weight"])],
+                    [("out.bias", w["out.bias"]) if "out.bias" in w else None],
+                )
+            )
         return tuple(chain)
 
     def _tangents(self, g: Tensor | None, D: Tensor | None, dp: dict[str, Tensor] | None = None) -> dict:
@@ -421,7 +519,7 @@ class MultiHeadAttention:
         ``(n, rows, cols)``. Along ``X`` alone, ``b_V``, ``b_O`` (and ``b_K`` without rotary positions
         or QK-norm) have gradients that do not depend on ``X``: left out."""
         dp = dp or {}
-        weight_tangents = lambda node: [dp.get(n) for n in node.params]   # noqa: E731
+        weight_tangents = lambda node: [dp.get(n) for n in node.params]  # noqa: E731
         inputs, t = [], D
         for node in self._nodes:
             inputs.append(t)
@@ -430,22 +528,24 @@ class MultiHeadAttention:
         if g is None:
             return result
         g_x = g
-        for node in reversed(self._nodes):                           # first-order adjoints at g
+        for node in reversed(self._nodes):  # first-order adjoints at g
             g_x = node.adjoint(g_x)[0][0]
         dg, whole = None, {}
         for node, t_in in zip(reversed(self._nodes), reversed(inputs)):
-            dgx, dgp = node.adjoint_tangent(dg, [t_in], weight_tangents(node), True, [True],
-                                            [True] * len(node.params))
+            dgx, dgp = node.adjoint_tangent(
+                dg, [t_in], weight_tangents(node), True, [True], [True] * len(node.params)
+            )
             dg = dgx[0]
             whole.update(zip(node.params, dgp))
         result |= {"gradient": g_x, "input": dg}
-        along_x = ("query.weight", "query.bias", "key.weight", "value.weight", "out.weight") + \
-            tuple(k for k in self.score_side if k == "key.bias")
-        for local in (LOCALS if dp or self.qk_eps is not None else along_x):
+        along_x = ("query.weight", "query.bias", "key.weight", "value.weight", "out.weight") + tuple(
+            k for k in self.score_side if k == "key.bias"
+        )
+        for local in LOCALS if dp or self.qk_eps is not None else along_x:
             t = whole.get(local) if local in self.weights else None
             if t is None:
                 continue
-            t = t.unsqueeze(-2) if t.dim() == 2 else t               # a bias (n, H w) is one row
+            t = t.unsqueeze(-2) if t.dim() == 2 else t  # a bias (n, H w) is one row
             if local not in HEAD_AXES:
                 result[(self.name, local, None)] = t
                 continue
@@ -461,19 +561,24 @@ class MultiHeadAttention:
         unit's entries inside its whole weight, zero elsewhere."""
         _, local, h = ref
         w = self.weights[local]
-        whole = w.unsqueeze(0) if w.dim() == 1 else w                 # a vector is one row
+        whole = w.unsqueeze(0) if w.dim() == 1 else w  # a vector is one row
         if h is None:
             cut = whole
         elif HEAD_AXES[local] == 1:
             width = whole.shape[1] // self.count(local)
-            cut = whole[:, h * width:(h + 1) * width]
+            cut = whole[:, h * width : (h + 1) * width]
         else:
             width = whole.shape[0] // self.count(local)
-            cut = whole[h * width:(h + 1) * width]
+            cut = whole[h * width : (h + 1) * width]
         n = cut.numel()
         D = w.new_zeros(n, *whole.shape)
-        view = D[:, :, h * width:(h + 1) * width] if h is not None and HEAD_AXES[local] == 1 else \
-            D[:, h * width:(h + 1) * width] if h is not None else D
+        view = (
+            D[:, :, h * width : (h + 1) * width]
+            if h is not None and HEAD_AXES[local] == 1
+            else D[:, h * width : (h + 1) * width]
+            if h is not None
+            else D
+        )
         view.copy_(torch.eye(n, dtype=w.dtype, device=w.device).view(n, *cut.shape))
         return {local: D.view(n, *w.shape)}
 
@@ -482,12 +587,15 @@ class MultiHeadAttention:
         rows, cols = (1, w.shape[0]) if w.dim() == 1 else tuple(w.shape)
         if ref[2] is None:
             return rows, cols
-        return (rows, cols // self.count(ref[1])) if HEAD_AXES[ref[1]] == 1 else \
-            (rows // self.count(ref[1]), cols)
+        return (
+            (rows, cols // self.count(ref[1]))
+            if HEAD_AXES[ref[1]] == 1
+            else (rows // self.count(ref[1]), cols)
+        )
 
     def _node_jacobian(self, ref: Ref) -> Factored:
         """``∂SA_t/∂θ`` of one unit from the tangent sweep along each of its entries."""
-        dSA = self._tangents(None, None, self._unit_directions(ref))["output"]        # (n, L, d)
+        dSA = self._tangents(None, None, self._unit_directions(ref))["output"]  # (n, L, d)
         L, d = dSA.shape[1:]
         return Factored.from_dense(dSA.permute(1, 2, 0).reshape(L, d, *self._unit_shape(ref)))
 
@@ -515,15 +623,25 @@ def _T(t: Tensor) -> Tensor:
 class AttentionCore(Node):
     """``output = O (L, H d_v)`` from ``input = [Q K V]``; ``heads``, ``d_k``, ``d_v``, ``causal``."""
 
-    def __init__(self, output: str, input: str, qkv: Tensor, heads: int, d_k: int, d_v: int,
-                 causal: bool, kv_heads: int | None = None, rotary: Rotary | None = None):
+    def __init__(
+        self,
+        output: str,
+        input: str,
+        qkv: Tensor,
+        heads: int,
+        d_k: int,
+        d_v: int,
+        causal: bool,
+        kv_heads: int | None = None,
+        rotary: Rotary | None = None,
+    ):
         self.output, self.inputs, self.params = output, (input,), ()
         self.H, self.d_k, self.d_v = heads, d_k, d_v
         self.G = heads if kv_heads is None else kv_heads
         self.rotary = rotary
         self.c = 1.0 / math.sqrt(d_k)
         self.Q, self.K, self.V = self._heads(qkv)
-        self.A = softmax.value(self.c * (self.Q @ _T(self.K)), causal)   # (H, L, L)
+        self.A = softmax.value(self.c * (self.Q @ _T(self.K)), causal)  # (H, L, L)
         self.y = self._concat(self.A @ self.V)
         self.cK, self.cKT, self.cQ = self.c * self.K, self.c * _T(self.K), self.c * self.Q
 
@@ -563,7 +681,7 @@ class AttentionCore(Node):
         if cached is not None and cached[0] is dqkv:
             return cached[1]
         dQ, dK, dV = self._heads(dqkv)
-        dS = dQ @ self.cKT + self.cQ @ _T(dK)                              # c(Q̇ Kᵀ + Q K̇ᵀ)
+        dS = dQ @ self.cKT + self.cQ @ _T(dK)  # c(Q̇ Kᵀ + Q K̇ᵀ)
         out = dQ, dK, dV, softmax.vjp(self.A, dS)
         self._cache = (dqkv, out)
         return out
@@ -572,12 +690,12 @@ class AttentionCore(Node):
         if dx[0] is None:
             return None
         _, _, dV, dA = self._tangents(dx[0])
-        return self._concat(dA @ self.V + bt.primal_times_heads(self.A, dV))                  # Ȧ V + A V̇
+        return self._concat(dA @ self.V + bt.primal_times_heads(self.A, dV))  # Ȧ V + A V̇
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         self.gO = gy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)  # (H, L, d_v)
         self.gA = self.gO @ _T(self.V)
-        self.gS, self.gA_r = softmax.vjp_centered(self.A, self.gA)          # A ⊙ (Ā − r), Ā − r
+        self.gS, self.gA_r = softmax.vjp_centered(self.A, self.gA)  # A ⊙ (Ā − r), Ā − r
         gQ = self.c * self.gS @ self.K
         gK = self.c * _T(self.gS) @ self.Q
         gV = _T(self.A) @ self.gO
@@ -585,20 +703,27 @@ class AttentionCore(Node):
         self.cgS, self.cgST = self.c * self.gS, self.c * _T(self.gS)
         return [torch.cat([self._concat(t) for t in self._gather(gQ, gK, gV)], -1)], []
 
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(
+        self,
+        dgy: Maybe,
+        dx: list[Maybe],
+        dp: list[Maybe],
+        second: bool,
+        need_x: list[bool],
+        need_p: list[bool],
+    ) -> tuple[list[Maybe], list[Maybe]]:
         second = second and dx[0] is not None
         dgA = dgV = dgS = dgQ = dgK = None
         if dgy is not None:
             dgO = dgy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)
-            dgA = dgO @ _T(self.V)                                       # Ō̇ Vᵀ
-            dgV = _T(self.A) @ dgO                                       # Aᵀ Ō̇
+            dgA = dgO @ _T(self.V)  # Ō̇ Vᵀ
+            dgV = _T(self.A) @ dgO  # Aᵀ Ō̇
         if second:
             dQ, dK, dV, dA = self._tangents(dx[0])
-        self._cache = None                                               # the forward sweep's, done with
+        self._cache = None  # the forward sweep's, done with
         if second:
-            dgA = add(dgA, self.gO @ _T(dV))                             # [Ō V̇ᵀ]
-            dgV = add(dgV, _T(dA) @ self.gO)                             # [Ȧᵀ Ō]
+            dgA = add(dgA, self.gO @ _T(dV))  # [Ō V̇ᵀ]
+            dgV = add(dgV, _T(dA) @ self.gO)  # [Ȧᵀ Ō]
             # A ⊙ (Ā̇ − rowsum(A ⊙ Ā̇ + Ȧ ⊙ Ā)) + Ȧ ⊙ (Ā − r): the softmax rule and its tangent
             t = dA * self.gA if dgA is None else torch.addcmul(dA * self.gA, self.A, dgA)
             inner = -_rowsum(t) if dgA is None else dgA - _rowsum(t)
@@ -606,11 +731,11 @@ class AttentionCore(Node):
         elif dgA is not None:
             dgS = softmax.vjp(self.A, dgA)
         if dgS is not None:
-            dgQ = dgS @ self.cK                                          # c S̄̇ K
-            dgK = _T(dgS) @ self.cQ                                      # c S̄̇ᵀ Q
+            dgQ = dgS @ self.cK  # c S̄̇ K
+            dgK = _T(dgS) @ self.cQ  # c S̄̇ᵀ Q
         if second:
-            dgQ = add(dgQ, bt.primal_times_heads(self.cgS, dK))                                # [c S̄ K̇]
-            dgK = add(dgK, bt.primal_times_heads(self.cgST, dQ))                               # [c S̄ᵀ Q̇]
+            dgQ = add(dgQ, bt.primal_times_heads(self.cgS, dK))  # [c S̄ K̇]
+            dgK = add(dgK, bt.primal_times_heads(self.cgST, dQ))  # [c S̄ᵀ Q̇]
         parts = self._gather(dgQ, dgK, dgV)
         if all(p is None for p in parts):
             return [None], []
@@ -618,6 +743,7 @@ class AttentionCore(Node):
         batch = like.shape[:-3]
         L = self.A.shape[-1]
         widths = (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v)
-        full = [self._concat(p) if p is not None else like.new_zeros(*batch, L, w)
-                for p, w in zip(parts, widths)]
+        full = [
+            self._concat(p) if p is not None else like.new_zeros(*batch, L, w) for p, w in zip(parts, widths)
+        ]
         return [torch.cat(full, -1)], []

@@ -95,9 +95,15 @@ class Node:
         """``(x̄ per input, θ̄ per parameter)`` from ``ȳ`` at the primal point (unbatched)."""
         raise NotImplementedError
 
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(
+        self,
+        dgy: Maybe,
+        dx: list[Maybe],
+        dp: list[Maybe],
+        second: bool,
+        need_x: list[bool],
+        need_p: list[bool],
+    ) -> tuple[list[Maybe], list[Maybe]]:
         """``(x̄̇, θ̄̇)`` from ``ȳ̇`` and the tangents; the second-order part only when ``second``;
         entries not in ``need_x``/``need_p`` may be ``None``."""
         raise NotImplementedError
-

@@ -35,7 +35,7 @@ def primal_times_heads(X: Tensor, Y: Tensor) -> Tensor:
     k, H, b, w = Y.shape
     if k == 1:
         return (X @ Y[0])[None]
-    out = X @ Y.permute(1, 2, 0, 3).reshape(H, b, k * w)                 # (H, a, k w)
+    out = X @ Y.permute(1, 2, 0, 3).reshape(H, b, k * w)  # (H, a, k w)
     return out.unflatten(-1, (k, w)).permute(2, 0, 1, 3)
 
 

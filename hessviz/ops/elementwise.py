@@ -64,11 +64,18 @@ class Elementwise(Node):
         return None if dx[0] is None else self.dphi * dx[0]
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
-        self.curv = None if self.hessian_is_zero else self.d2f(self.u) * gy   # φ''(u) ȳ
+        self.curv = None if self.hessian_is_zero else self.d2f(self.u) * gy  # φ''(u) ȳ
         return [self.dphi * gy], []
 
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(
+        self,
+        dgy: Maybe,
+        dx: list[Maybe],
+        dp: list[Maybe],
+        second: bool,
+        need_x: list[bool],
+        need_p: list[bool],
+    ) -> tuple[list[Maybe], list[Maybe]]:
         out = None if dgy is None else self.dphi * dgy
         if second and self.curv is not None and dx[0] is not None:
             out = add(out, self.curv * dx[0])

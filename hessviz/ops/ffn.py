@@ -98,7 +98,7 @@ class FeedForward:
         jac = torch.einsum("mj,tm,im->tji", self.W_2, self.dphi, self.W_1)
 
         def contract(g: Tensor) -> Tensor:
-            curv = (g @ self.W_2.T) * self.d2phi                     # g^a ⊙ φ'', (L, d_ff)
+            curv = (g @ self.W_2.T) * self.d2phi  # g^a ⊙ φ'', (L, d_ff)
             return torch.einsum("im,tm,km->tik", self.W_1, curv, self.W_1)
 
         return TokenMap(jac, None if self.act.hessian_is_zero else contract)
@@ -123,9 +123,9 @@ class FeedForward:
 
     def mixed(self, g: Tensor) -> dict[tuple, Factored]:
         """``∂²(gᵀf)/∂y ∂θ`` per token as factored terms with output index ``y_i``."""
-        ga = g @ self.W_2.T                                          # (L, d_ff)
+        ga = g @ self.W_2.T  # (L, d_ff)
         d = self.Y.shape[1]
-        W1_dphi = self.W_1.unsqueeze(0) * self.dphi.unsqueeze(1)     # (L, d, d_ff)
+        W1_dphi = self.W_1.unsqueeze(0) * self.dphi.unsqueeze(1)  # (L, d, d_ff)
         w1_terms = (KronTerm(RIGHT, ga * self.dphi, self._eye(d)),)
         out = {}
         if not self.act.hessian_is_zero:
@@ -146,13 +146,23 @@ class FeedForward:
         terms = [Diagonal(r, w2, (1, 2), torch.einsum("ti,tj,tm->ijm", u, g, self.dphi)) for r, u in fc1]
         if not self.act.hessian_is_zero:
             curv = (g @ self.W_2.T) * self.d2phi
-            terms += [Diagonal(ra, rb, (1, 3), torch.einsum("ti,tk,tm->ikm", ua, ub, curv))
-                      for k, (ra, ua) in enumerate(fc1) for rb, ub in fc1[k:]]
+            terms += [
+                Diagonal(ra, rb, (1, 3), torch.einsum("ti,tk,tm->ikm", ua, ub, curv))
+                for k, (ra, ua) in enumerate(fc1)
+                for rb, ub in fc1[k:]
+            ]
         return terms
 
     def stage(self) -> Stage:
         """The branch ``y ↦ f(y)`` with its parameters, for the chain rule."""
-        refs = [self.ref(k) for k, w in (("fc1.weight", 1), ("fc1.bias", self.b_1), ("fc2.weight", 1),
-                                         ("fc2.bias", self.b_2)) if w is not None]
-        return Stage(self.input_map, Lazy({r: (lambda r=r: self.jacobian[r]) for r in refs}), self.mixed,
-                     self.functional)
+        refs = [
+            self.ref(k)
+            for k, w in (("fc1.weight", 1), ("fc1.bias", self.b_1), ("fc2.weight", 1), ("fc2.bias", self.b_2))
+            if w is not None
+        ]
+        return Stage(
+            self.input_map,
+            Lazy({r: (lambda r=r: self.jacobian[r]) for r in refs}),
+            self.mixed,
+            self.functional,
+        )

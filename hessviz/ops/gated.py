@@ -101,17 +101,20 @@ class GatedFeedForward(FeedForward):
     def _sides(self) -> tuple[list, list]:
         """``[(ref, vector)]`` of the gate's and of the up projection's weights: ``Y`` for a matrix,
         ones for a bias."""
-        gate = [(self.ref("gate.weight"), self.Y)] + \
-            ([(self.ref("gate.bias"), self._ones)] if self.b_G is not None else [])
-        up = [(self.ref("fc1.weight"), self.Y)] + \
-            ([(self.ref("fc1.bias"), self._ones)] if self.b_1 is not None else [])
+        gate = [(self.ref("gate.weight"), self.Y)] + (
+            [(self.ref("gate.bias"), self._ones)] if self.b_G is not None else []
+        )
+        up = [(self.ref("fc1.weight"), self.Y)] + (
+            [(self.ref("fc1.bias"), self._ones)] if self.b_1 is not None else []
+        )
         return gate, up
 
     @cached_property
     def da_dy(self) -> Tensor:
         """``(∂a/∂y)ᵀ`` per token, ``[t, i, m] = W_G[i,m] ψ_m h_m + W_1[i,m] p_m``, ``(L, d, d_ff)``."""
-        return torch.addcmul(self.W_G.unsqueeze(0) * self.psi_h.unsqueeze(1), self.W_1.unsqueeze(0),
-                             self.gate.unsqueeze(1))
+        return torch.addcmul(
+            self.W_G.unsqueeze(0) * self.psi_h.unsqueeze(1), self.W_1.unsqueeze(0), self.gate.unsqueeze(1)
+        )
 
     @cached_property
     def input_map(self) -> TokenMap:
@@ -133,7 +136,7 @@ class GatedFeedForward(FeedForward):
     def jacobian(self) -> dict[tuple, Factored]:
         """``∂f_t/∂θ`` for every weight and bias, factored, output size ``d``."""
         W2t = self.W_2.T.unsqueeze(0)
-        by_gate, by_up = W2t * self.psi_h.unsqueeze(1), W2t * self.gate.unsqueeze(1)   # (L, d, d_ff)
+        by_gate, by_up = W2t * self.psi_h.unsqueeze(1), W2t * self.gate.unsqueeze(1)  # (L, d, d_ff)
         gate, up = self._sides()
         out = {r: Factored((KronTerm(LEFT, u, by_gate),)) for r, u in gate}
         out |= {r: Factored((KronTerm(LEFT, u, by_up),)) for r, u in up}
@@ -144,16 +147,16 @@ class GatedFeedForward(FeedForward):
         c = g @ self.W_2.T
         eye_d = self._eye(self.Y.shape[1])
         curv = self._curv(c)
-        at_gate = self.W_1.unsqueeze(0) * (c * self.psi).unsqueeze(1)               # W_1[i,m] c ψ
+        at_gate = self.W_1.unsqueeze(0) * (c * self.psi).unsqueeze(1)  # W_1[i,m] c ψ
         if curv is not None:
-            at_gate = at_gate + self.W_G.unsqueeze(0) * curv.unsqueeze(1)           # + W_G[i,m] c ψ₂ h
-        at_up = self.W_G.unsqueeze(0) * (c * self.psi).unsqueeze(1)                 # W_G[i,m] c ψ
+            at_gate = at_gate + self.W_G.unsqueeze(0) * curv.unsqueeze(1)  # + W_G[i,m] c ψ₂ h
+        at_up = self.W_G.unsqueeze(0) * (c * self.psi).unsqueeze(1)  # W_G[i,m] c ψ
         gate, up = self._sides()
         out = {}
-        for (r, u) in gate:
+        for r, u in gate:
             terms = (KronTerm(LEFT, u, at_gate),)
             out[r] = Factored(((KronTerm(RIGHT, c * self.psi_h, eye_d),) if u is self.Y else ()) + terms)
-        for (r, u) in up:
+        for r, u in up:
             terms = (KronTerm(LEFT, u, at_up),)
             out[r] = Factored(((KronTerm(RIGHT, c * self.gate, eye_d),) if u is self.Y else ()) + terms)
         out[self.ref("fc2.weight")] = Factored((KronTerm(RIGHT, g, self.da_dy),))
@@ -167,20 +170,30 @@ class GatedFeedForward(FeedForward):
         terms = [Diagonal(r, w2, (1, 2), torch.einsum("ti,tj,tm->ijm", u, g, self.psi_h)) for r, u in gate]
         terms += [Diagonal(r, w2, (1, 2), torch.einsum("ti,tj,tm->ijm", u, g, self.gate)) for r, u in up]
         cpsi = c * self.psi
-        terms += [Diagonal(ra, rb, (1, 3), torch.einsum("ti,tk,tm->ikm", ua, ub, cpsi))
-                  for ra, ua in gate for rb, ub in up]
+        terms += [
+            Diagonal(ra, rb, (1, 3), torch.einsum("ti,tk,tm->ikm", ua, ub, cpsi))
+            for ra, ua in gate
+            for rb, ub in up
+        ]
         curv = self._curv(c)
         if curv is not None:
-            terms += [Diagonal(ra, rb, (1, 3), torch.einsum("ti,tk,tm->ikm", ua, ub, curv))
-                      for k, (ra, ua) in enumerate(gate) for rb, ub in gate[k:]]
+            terms += [
+                Diagonal(ra, rb, (1, 3), torch.einsum("ti,tk,tm->ikm", ua, ub, curv))
+                for k, (ra, ua) in enumerate(gate)
+                for rb, ub in gate[k:]
+            ]
         return terms
 
     def stage(self) -> Stage:
         """The branch ``y ↦ f(y)`` with its parameters, for the chain rule."""
         gate, up = self._sides()
         refs = [r for r, _ in gate + up] + list(self.down_jacobian)
-        return Stage(self.input_map, Lazy({r: (lambda r=r: self.jacobian[r]) for r in refs}), self.mixed,
-                     self.functional)
+        return Stage(
+            self.input_map,
+            Lazy({r: (lambda r=r: self.jacobian[r]) for r in refs}),
+            self.mixed,
+            self.functional,
+        )
 
 
 class GatedUnit(Node):
@@ -205,8 +218,15 @@ class GatedUnit(Node):
         self.gy = gy
         return [torch.cat([self.psi_h * gy, self.p * gy], dim=-1)], []
 
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(
+        self,
+        dgy: Maybe,
+        dx: list[Maybe],
+        dp: list[Maybe],
+        second: bool,
+        need_x: list[bool],
+        need_p: list[bool],
+    ) -> tuple[list[Maybe], list[Maybe]]:
         dgu = None if dgy is None else self.psi_h * dgy
         dgh = None if dgy is None else self.p * dgy
         if second and dx[0] is not None:

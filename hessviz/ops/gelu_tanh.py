@@ -21,7 +21,7 @@ _C, _A = math.sqrt(2.0 / math.pi), 0.044715
 
 def _parts(u: Tensor) -> tuple[Tensor, Tensor]:
     """``τ = tanh(c (u + a u³))`` and ``w' = c (1 + 3a u²)``."""
-    return torch.tanh(_C * (u + _A * u ** 3)), _C * (1.0 + 3.0 * _A * u * u)
+    return torch.tanh(_C * (u + _A * u**3)), _C * (1.0 + 3.0 * _A * u * u)
 
 
 class GELUTanh(Elementwise):

@@ -76,8 +76,9 @@ class LayerNormState:
         return self.centered / self.sigma
 
 
-def value(z: Tensor, eps: float, *, where: str = "LayerNorm input",
-          centre: bool = True) -> tuple[Tensor, LayerNormState]:
+def value(
+    z: Tensor, eps: float, *, where: str = "LayerNorm input", centre: bool = True
+) -> tuple[Tensor, LayerNormState]:
     """``(..., n) -> (..., n)`` and the state for the derivatives: ``(z − mean z)/σ`` (LayerNorm),
     or ``z/√(mean(z²) + ε)`` with ``centre=False`` (RMSNorm).
 
@@ -149,12 +150,13 @@ def contract_hessian(st: LayerNormState, g: Tensor) -> Tensor:
     """``Σ_i g_i ∇² y_i``: ``(..., n) -> (..., n, n)``, symmetric."""
     c, n = st.centered, st.n
     s = st.sigma.unsqueeze(-1)
-    gc = (g * c).sum(-1, keepdim=True).unsqueeze(-1)          # gᵀc, (..., 1, 1)
-    pg = _centred(g, st.centre)                                 # Π g
-    cross = pg.unsqueeze(-1) * c.unsqueeze(-2)                  # (Πg) cᵀ
+    gc = (g * c).sum(-1, keepdim=True).unsqueeze(-1)  # gᵀc, (..., 1, 1)
+    pg = _centred(g, st.centre)  # Π g
+    cross = pg.unsqueeze(-1) * c.unsqueeze(-2)  # (Πg) cᵀ
     ccT = c.unsqueeze(-1) * c.unsqueeze(-2)
-    return (-(cross + cross.transpose(-1, -2) + gc * _projector(n, c, st.centre)) / (n * s**3)
-            + 3.0 * gc * ccT / (n * n * s**5))
+    return -(cross + cross.transpose(-1, -2) + gc * _projector(n, c, st.centre)) / (
+        n * s**3
+    ) + 3.0 * gc * ccT / (n * n * s**5)
 
 
 def token_map(st: LayerNormState) -> TokenMap:
@@ -162,8 +164,7 @@ def token_map(st: LayerNormState) -> TokenMap:
     return TokenMap(jacobian(st), lambda g: contract_hessian(st, g))
 
 
-def stage(st: LayerNormState, name: str, gamma: Tensor | None = None,
-          beta: Tensor | None = None) -> Stage:
+def stage(st: LayerNormState, name: str, gamma: Tensor | None = None, beta: Tensor | None = None) -> Stage:
     r"""The LayerNorm (or RMSNorm) as a stage of the chain rule, ``y = γ ⊙ n + β`` with ``n = c/σ``;
     ``γ, β`` (local names ``gamma``, ``beta``) when it is affine (``β`` absent for RMSNorm).
 
@@ -194,9 +195,17 @@ class LayerNorm(Node):
     """``output = LN(input)`` (node face), affine with ``gamma``/``beta`` names when given;
     ``centre=False`` is RMSNorm (then pass ``beta=None``)."""
 
-    def __init__(self, output: str, input: str, z: Tensor, eps: float,
-                 gamma: tuple[str, Tensor] | None, beta: tuple[str, Tensor] | None, where: str,
-                 centre: bool = True):
+    def __init__(
+        self,
+        output: str,
+        input: str,
+        z: Tensor,
+        eps: float,
+        gamma: tuple[str, Tensor] | None,
+        beta: tuple[str, Tensor] | None,
+        where: str,
+        centre: bool = True,
+    ):
         self.output, self.inputs = output, (input,)
         n, state = value(z, eps, where=where, centre=centre)
         self.n, self.inv_sigma, self.centre = n, 1.0 / state.sigma, centre
@@ -234,28 +243,39 @@ class LayerNorm(Node):
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         self.gy = gy
-        self.gn = self._scale(gy)                                      # n̄ = γ ȳ
+        self.gn = self._scale(gy)  # n̄ = γ ȳ
         self.m = _mean(self.n * self.gn)
         self.gz = _apply_jacobian_rows(self.n, self.inv_sigma, self.gn, self.m, self.centre)
-        grads = ([(gy * self.n).sum(0)] if self.gamma is not None else []) + \
-                ([gy.sum(0)] if self.has_beta else [])
+        grads = ([(gy * self.n).sum(0)] if self.gamma is not None else []) + (
+            [gy.sum(0)] if self.has_beta else []
+        )
         return [self.gz], grads
 
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(
+        self,
+        dgy: Maybe,
+        dx: list[Maybe],
+        dp: list[Maybe],
+        second: bool,
+        need_x: list[bool],
+        need_p: list[bool],
+    ) -> tuple[list[Maybe], list[Maybe]]:
         dgamma, _ = self._split(dp)
         dn = None
         if second and dx[0] is not None:
             dn, a = self._jvp_n(dx[0])
         dgz = None
         if need_x[0]:
-            dgn = None if dgy is None else self._scale(dgy)            # γ ȳ̇
+            dgn = None if dgy is None else self._scale(dgy)  # γ ȳ̇
             if second and dgamma is not None:
-                dgn = add(dgn, dgamma[:, None, :] * self.gy)           # γ̇ ȳ
+                dgn = add(dgn, dgamma[:, None, :] * self.gy)  # γ̇ ȳ
             dgz = None if dgn is None else self._jac(dgn)
-            if dn is not None:                                         # (∂J[ż]) n̄
-                dgz = add(dgz, -a * self.inv_sigma * self.gz
-                          - (dn * self.m + self.n * _mean(dn * self.gn)) * self.inv_sigma)
+            if dn is not None:  # (∂J[ż]) n̄
+                dgz = add(
+                    dgz,
+                    -a * self.inv_sigma * self.gz
+                    - (dn * self.m + self.n * _mean(dn * self.gn)) * self.inv_sigma,
+                )
         dgp: list[Maybe] = []
         if self.gamma is not None:
             dgg = None
@@ -269,12 +289,12 @@ class LayerNorm(Node):
         return [dgz], dgp
 
 
-
 class RMSNorm(LayerNorm):
     """``output = γ ⊙ z/√(mean(z²) + ε)`` row by row (node face), ``gamma`` optional: the
     :class:`LayerNorm` node without the centring and without ``β``. For a per-head norm with a
     ``γ (d_k,)`` shared by the heads, give it the ``(L·H, d_k)`` view (see the module docstring)."""
 
-    def __init__(self, output: str, input: str, z: Tensor, eps: float,
-                 gamma: tuple[str, Tensor] | None, where: str):
+    def __init__(
+        self, output: str, input: str, z: Tensor, eps: float, gamma: tuple[str, Tensor] | None, where: str
+    ):
         super().__init__(output, input, z, eps, gamma, None, where, centre=False)

@@ -32,8 +32,14 @@ class Linear(Node):
 
     writes_into = True
 
-    def __init__(self, output: str, input: str, x: Tensor, weights: list[tuple[str, Tensor]],
-                 biases: list[tuple[str, Tensor] | None]):
+    def __init__(
+        self,
+        output: str,
+        input: str,
+        x: Tensor,
+        weights: list[tuple[str, Tensor]],
+        biases: list[tuple[str, Tensor] | None],
+    ):
         self.output, self.inputs = output, (input,)
         self.x = x
         self.widths = [w.shape[1] for _, w in weights]
@@ -47,8 +53,12 @@ class Linear(Node):
         self.params = self.weight_names + self.bias_names
         y = x @ self.W
         if self.bias_names:
-            b = torch.cat([b[1] if b is not None else torch.zeros(w, dtype=x.dtype, device=x.device)
-                           for b, w in zip(biases, self.widths)])
+            b = torch.cat(
+                [
+                    b[1] if b is not None else torch.zeros(w, dtype=x.dtype, device=x.device)
+                    for b, w in zip(biases, self.widths)
+                ]
+            )
             y = y + b
         self.y = y
 
@@ -65,14 +75,17 @@ class Linear(Node):
         k = self._batch(dx[0], *dp)
         if k is None:
             return None
-        out = bt.tangent_times(dx[0], self.W) if dx[0] is not None else \
-            self.x.new_zeros(k, self.x.shape[0], self.W.shape[1])                # ẋ W
+        out = (
+            bt.tangent_times(dx[0], self.W)
+            if dx[0] is not None
+            else self.x.new_zeros(k, self.x.shape[0], self.W.shape[1])
+        )  # ẋ W
         for i, db in zip(self.bias_of, dp[nw:]):
             if db is not None:
-                out[..., self.cols[i]] += db[:, None, :]                           # + ḃ_i
+                out[..., self.cols[i]] += db[:, None, :]  # + ḃ_i
         for i, dW in enumerate(dp[:nw]):
             if dW is not None:
-                bt.add_primal_times_(out[..., self.cols[i]], self.x, dW)           # + x Ẇ_i
+                bt.add_primal_times_(out[..., self.cols[i]], self.x, dW)  # + x Ẇ_i
         return out
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
@@ -82,9 +95,16 @@ class Linear(Node):
         nw = len(self.weight_names)
         return [gy @ self.W.T], self._split(gW, list(range(nw))) + self._split(gb, self.bias_of)
 
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool],
-                        dest: list[Maybe] | None = None) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(
+        self,
+        dgy: Maybe,
+        dx: list[Maybe],
+        dp: list[Maybe],
+        second: bool,
+        need_x: list[bool],
+        need_p: list[bool],
+        dest: list[Maybe] | None = None,
+    ) -> tuple[list[Maybe], list[Maybe]]:
         nw = len(self.weight_names)
         dest = dest or [None] * len(self.params)
         dW = dp[:nw] if second else [None] * nw
@@ -94,20 +114,25 @@ class Linear(Node):
             return [None], [None] * len(self.params)
         dgx = None
         if need_x[0] and (dgy is not None or any(w is not None for w in dW)):
-            dgx = bt.tangent_times(dgy, self.W.T) if dgy is not None else \
-                self.x.new_zeros(k, self.x.shape[0], self.x.shape[1])             # ȳ̇ Wᵀ
+            dgx = (
+                bt.tangent_times(dgy, self.W.T)
+                if dgy is not None
+                else self.x.new_zeros(k, self.x.shape[0], self.x.shape[1])
+            )  # ȳ̇ Wᵀ
             for i, w in enumerate(dW):
                 if w is not None:
-                    bt.add_primal_times_T_(dgx, self.gy[:, self.cols[i]], w)       # + ȳ_i Ẇ_iᵀ
+                    bt.add_primal_times_T_(dgx, self.gy[:, self.cols[i]], w)  # + ȳ_i Ẇ_iᵀ
         dgp: list[Maybe] = [None] * len(self.params)
         for i in range(nw):
-            if need_p[i] and (dgy is not None or dx0 is not None):               # xᵀ ȳ̇_i + ẋᵀ ȳ_i
+            if need_p[i] and (dgy is not None or dx0 is not None):  # xᵀ ȳ̇_i + ẋᵀ ȳ_i
                 cols = self.cols[i]
-                dgp[i] = bt.stacked_T_times([self.x, dx0], [None if dgy is None else dgy[..., cols],
-                                                            self.gy[:, cols]], k,
-                                            self.x.new_empty(k, self.x.shape[1], self.widths[i])
-                                            if dest[i] is None else dest[i])
+                dgp[i] = bt.stacked_T_times(
+                    [self.x, dx0],
+                    [None if dgy is None else dgy[..., cols], self.gy[:, cols]],
+                    k,
+                    self.x.new_empty(k, self.x.shape[1], self.widths[i]) if dest[i] is None else dest[i],
+                )
         for j, i in enumerate(self.bias_of):
             if need_p[nw + j] and dgy is not None:
-                dgp[nw + j] = dgy[..., self.cols[i]].sum(-2)                       # Σ_t ȳ̇_t
+                dgp[nw + j] = dgy[..., self.cols[i]].sum(-2)  # Σ_t ȳ̇_t
         return [dgx], dgp

@@ -28,15 +28,28 @@ from hessviz.ops.layernorm import RMSNorm
 class QKNorm(Node):
     """``output = [Q̃ K̃ V]`` from ``input = [Q K V]``; ``gammas``: ``(name, γ_q)``, ``(name, γ_k)``."""
 
-    def __init__(self, output: str, input: str, qkv: Tensor, heads: int, kv_heads: int, d_k: int,
-                 d_v: int, eps: float, gammas: tuple[tuple[str, Tensor], tuple[str, Tensor]], where: str):
+    def __init__(
+        self,
+        output: str,
+        input: str,
+        qkv: Tensor,
+        heads: int,
+        kv_heads: int,
+        d_k: int,
+        d_v: int,
+        eps: float,
+        gammas: tuple[tuple[str, Tensor], tuple[str, Tensor]],
+        where: str,
+    ):
         self.output, self.inputs = output, (input,)
         self.params = (gammas[0][0], gammas[1][0])
         self.L, self.d_k = qkv.shape[0], d_k
         self.widths = (heads * d_k, kv_heads * d_k, kv_heads * d_v)
         q, k, v = torch.split(qkv, self.widths, dim=-1)
-        self.norms = (RMSNorm("q", "Q", self._rows(q), eps, gammas[0], where=f"query of {where}"),
-                      RMSNorm("k", "K", self._rows(k), eps, gammas[1], where=f"key of {where}"))
+        self.norms = (
+            RMSNorm("q", "Q", self._rows(q), eps, gammas[0], where=f"query of {where}"),
+            RMSNorm("k", "K", self._rows(k), eps, gammas[1], where=f"key of {where}"),
+        )
         self.y = torch.cat([self._cols(n.y) for n in self.norms] + [v], -1)
 
     def _rows(self, t: Tensor) -> Tensor:
@@ -56,8 +69,10 @@ class QKNorm(Node):
         if known is None:
             return None
         batch = known.shape[:-2]
-        return torch.cat([p if p is not None else known.new_zeros(*batch, self.L, w)
-                          for p, w in zip(parts, self.widths)], -1)
+        return torch.cat(
+            [p if p is not None else known.new_zeros(*batch, self.L, w) for p, w in zip(parts, self.widths)],
+            -1,
+        )
 
     def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
         parts = self._split(dx[0])
@@ -76,14 +91,26 @@ class QKNorm(Node):
             gp.append(gg)
         return [torch.cat(gx + [parts[2]], -1)], gp
 
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(
+        self,
+        dgy: Maybe,
+        dx: list[Maybe],
+        dp: list[Maybe],
+        second: bool,
+        need_x: list[bool],
+        need_p: list[bool],
+    ) -> tuple[list[Maybe], list[Maybe]]:
         dg, t = self._split(dgy), self._split(dx[0])
         gx, gp = [], []
         for norm, g_, t_, p_, need in zip(self.norms, dg[:2], t[:2], dp, need_p):
-            (gz,), (gg,) = norm.adjoint_tangent(None if g_ is None else self._rows(g_),
-                                                [None if t_ is None else self._rows(t_)], [p_], second,
-                                                need_x, [need])
+            (gz,), (gg,) = norm.adjoint_tangent(
+                None if g_ is None else self._rows(g_),
+                [None if t_ is None else self._rows(t_)],
+                [p_],
+                second,
+                need_x,
+                [need],
+            )
             gx.append(None if gz is None else self._cols(gz))
             gp.append(gg)
         return [self._join(gx + [dg[2]])], gp

@@ -35,6 +35,13 @@ class Residual(Node):
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         return [gy, gy], []
 
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(
+        self,
+        dgy: Maybe,
+        dx: list[Maybe],
+        dp: list[Maybe],
+        second: bool,
+        need_x: list[bool],
+        need_p: list[bool],
+    ) -> tuple[list[Maybe], list[Maybe]]:
         return [dgy if need_x[0] else None, dgy if need_x[1] else None], []

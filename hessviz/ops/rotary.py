@@ -88,11 +88,11 @@ class Rotary:
             Bc = torch.zeros(dk, dk, dtype=like.dtype, device=like.device)
             Bs = torch.zeros_like(Bc)
             Bc[i, i] = Bc[i + h, i + h] = 1.0
-            Bs[i + h, i], Bs[i, i + h] = -1.0, 1.0      # rh(u)[i] = −u[i+h], rh(u)[i+h] = u[i]
+            Bs[i + h, i], Bs[i, i + h] = -1.0, 1.0  # rh(u)[i] = −u[i+h], rh(u)[i+h] = u[i]
             out += [(self.c[:, i], Bc), (self.s[:, i], Bs)]
         if self.r < dk:
             Bt = torch.zeros(dk, dk, dtype=like.dtype, device=like.device)
-            Bt[self.r:, self.r:] = torch.eye(dk - self.r, dtype=like.dtype, device=like.device)
+            Bt[self.r :, self.r :] = torch.eye(dk - self.r, dtype=like.dtype, device=like.device)
             out.append((torch.ones(L, dtype=like.dtype, device=like.device), Bt))
         return out
 
@@ -100,4 +100,3 @@ class Rotary:
 def for_config(L: int, d_k: int, rotary_width: int, theta: float, like: Tensor) -> Rotary | None:
     """The rotations of a block, ``None`` without rope (``rotary_width = 0``)."""
     return Rotary(L, d_k, rotary_width, theta, like) if rotary_width else None
-

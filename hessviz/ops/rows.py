@@ -44,6 +44,13 @@ class Rows(Node):
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         return [self._scatter(gy)], []
 
-    def adjoint_tangent(self, dgy: Maybe, dx: list[Maybe], dp: list[Maybe], second: bool,
-                        need_x: list[bool], need_p: list[bool]) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(
+        self,
+        dgy: Maybe,
+        dx: list[Maybe],
+        dp: list[Maybe],
+        second: bool,
+        need_x: list[bool],
+        need_p: list[bool],
+    ) -> tuple[list[Maybe], list[Maybe]]:
         return [None if dgy is None or not need_x[0] else self._scatter(dgy)], []

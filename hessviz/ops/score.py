@@ -70,13 +70,18 @@ def rotary_jacobian(X: Tensor, Q: Tensor, K: Tensor, rot: Rotary, key_bias: bool
     L, dk = Q.shape
     scale = 1.0 / math.sqrt(dk)
     Kt = rot.apply_T(K[:, None, :].expand(L, L, dk)).transpose(0, 1) * scale  # [t, r] = rot_tᵀ(k̂_r)/√d_k
-    out = {"query.weight": Factored((KronTerm(LEFT, X, Kt),)),
-           "query.bias": Factored((KronTerm(LEFT, ones(L, X), Kt),))}
-    out["key.weight"] = Factored(tuple(
-        KronTerm(RIGHT, (Q @ B.T) * scale, (phi[:, None] * X).expand(L, L, X.shape[1]))
-        for phi, B in rot.basis))
+    out = {
+        "query.weight": Factored((KronTerm(LEFT, X, Kt),)),
+        "query.bias": Factored((KronTerm(LEFT, ones(L, X), Kt),)),
+    }
+    out["key.weight"] = Factored(
+        tuple(
+            KronTerm(RIGHT, (Q @ B.T) * scale, (phi[:, None] * X).expand(L, L, X.shape[1]))
+            for phi, B in rot.basis
+        )
+    )
     if key_bias:
-        Qt = rot.apply_T(Q[:, None, :].expand(L, L, dk)) * scale          # [t, r] = rot_rᵀ(q̂_t)/√d_k
+        Qt = rot.apply_T(Q[:, None, :].expand(L, L, dk)) * scale  # [t, r] = rot_rᵀ(q̂_t)/√d_k
         out["key.bias"] = Factored((KronTerm(LEFT, ones(L, X), Qt),))
     return out
 
@@ -85,6 +90,6 @@ def rotary_mixed(U: Tensor, V: Tensor, G: Tensor, rot: Rotary, d_k: int) -> Tens
     r"""``Σ_tr G_tr ∂²S_tr/∂(U-side query weight)∂(V-side key weight)`` with rotary positions:
     ``(Σ_tr G_tr U[t,i] V[r,j] (P_t P_rᵀ)[m,n])/√d_k``, returned as the block ``(i, m, j, n)``.
     ``U``, ``V`` are ``X`` for a weight and ``1 (L, 1)`` for a bias."""
-    weighted = G[:, :, None, None] * rot.relative                      # (L, L, d_k, d_k)
-    keyed = torch.einsum("rj,trmn->tjmn", V, weighted)                   # one contraction at a time:
-    return torch.einsum("ti,tjmn->imjn", U, keyed) / math.sqrt(d_k)      # O(L² d d_k²) + O(L d² d_k²)
+    weighted = G[:, :, None, None] * rot.relative  # (L, L, d_k, d_k)
+    keyed = torch.einsum("rj,trmn->tjmn", V, weighted)  # one contraction at a time:
+    return torch.einsum("ti,tjmn->imjn", U, keyed) / math.sqrt(d_k)  # O(L² d d_k²) + O(L d² d_k²)

@@ -54,10 +54,20 @@ def _fit_label(f: RangeFit) -> str:
     return text + (f" (theory {f.expected:g})" if f.expected is not None else "")
 
 
-def add_bands(fig: go.Figure, x, curves: Mapping[str, np.ndarray], *, stat: str,
-              fits: Mapping[str, RangeFit] | None = None, names: Mapping[str, str] | None = None,
-              guides: Sequence[Guide] = (), row: int | None = None, col: int | None = None,
-              show_legend: bool = True, hover_prefix: str = "") -> None:
+def add_bands(
+    fig: go.Figure,
+    x,
+    curves: Mapping[str, np.ndarray],
+    *,
+    stat: str,
+    fits: Mapping[str, RangeFit] | None = None,
+    names: Mapping[str, str] | None = None,
+    guides: Sequence[Guide] = (),
+    row: int | None = None,
+    col: int | None = None,
+    show_legend: bool = True,
+    hover_prefix: str = "",
+) -> None:
     """Add each curve's band, centre line, fitted line and the guides to ``fig`` (or one subplot)."""
     x = np.asarray(x, dtype=np.float64)
     at = {"row": row, "col": col} if row is not None else {}
@@ -68,37 +78,85 @@ def add_bands(fig: go.Figure, x, curves: Mapping[str, np.ndarray], *, stat: str,
         col_ = color_for(key, k)
         name = (names or {}).get(key, key)
         if Y.shape[0] > 1:
-            fig.add_trace(go.Scatter(x=np.concatenate([x, x[::-1]]),
-                                     y=np.concatenate([np.nanmax(Y, axis=0), np.nanmin(Y, axis=0)[::-1]]),
-                                     fill="toself", fillcolor=rgba(col_, 0.18), line={"width": 0},
-                                     hoverinfo="skip", showlegend=False, legendgroup=key), **at)
+            fig.add_trace(
+                go.Scatter(
+                    x=np.concatenate([x, x[::-1]]),
+                    y=np.concatenate([np.nanmax(Y, axis=0), np.nanmin(Y, axis=0)[::-1]]),
+                    fill="toself",
+                    fillcolor=rgba(col_, 0.18),
+                    line={"width": 0},
+                    hoverinfo="skip",
+                    showlegend=False,
+                    legendgroup=key,
+                ),
+                **at,
+            )
         f = (fits or {}).get(key)
         fitted = f is not None and f.fit is not None
         label = name + (_fit_label(f) if fitted else "")
-        fig.add_trace(go.Scatter(x=x, y=c, mode="lines+markers", name=label,
-                                 legendgroup=key, showlegend=show_legend, line={"color": col_, "width": 3},
-                                 marker={"size": 8},
-                                 hovertemplate=f"{hover_prefix}{name}<br>%{{x:.3g}}<br>{stat} %{{y:.4g}}"
-                                               "<extra></extra>"), **at)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=c,
+                mode="lines+markers",
+                name=label,
+                legendgroup=key,
+                showlegend=show_legend,
+                line={"color": col_, "width": 3},
+                marker={"size": 8},
+                hovertemplate=f"{hover_prefix}{name}<br>%{{x:.3g}}<br>{stat} %{{y:.4g}}<extra></extra>",
+            ),
+            **at,
+        )
         if fitted:
             xs = np.array([f.lo, f.hi])
-            fig.add_trace(go.Scatter(x=xs, y=np.exp(f.fit.intercept) * xs**f.fit.slope, mode="lines",
-                                     line={"color": col_, "dash": "dash", "width": 2}, showlegend=False,
-                                     legendgroup=key, hoverinfo="skip"), **at)
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=np.exp(f.fit.intercept) * xs**f.fit.slope,
+                    mode="lines",
+                    line={"color": col_, "dash": "dash", "width": 2},
+                    showlegend=False,
+                    legendgroup=key,
+                    hoverinfo="skip",
+                ),
+                **at,
+            )
     seen = set()
     for g in guides:
         c = centres[g.anchor]
-        fig.add_trace(go.Scatter(x=x, y=c[g.at] * (x / x[g.at]) ** g.exponent, mode="lines",
-                                 name=g.label, legendgroup=g.label,
-                                 showlegend=show_legend and g.label not in seen,
-                                 line={"color": GUIDE_COLOR, "dash": "dash"}, hoverinfo="skip"), **at)
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=c[g.at] * (x / x[g.at]) ** g.exponent,
+                mode="lines",
+                name=g.label,
+                legendgroup=g.label,
+                showlegend=show_legend and g.label not in seen,
+                line={"color": GUIDE_COLOR, "dash": "dash"},
+                hoverinfo="skip",
+            ),
+            **at,
+        )
         seen.add(g.label)
 
 
-def band_plot(x, curves: Mapping[str, np.ndarray], *, stat: str, x_title: str, y_title: str,
-              title: str | None = None, fits: Mapping[str, RangeFit] | None = None,
-              names: Mapping[str, str] | None = None, guides: Sequence[Guide] = (), logx: bool = True,
-              logy: bool = True, height: int = 520, theme: str = "light") -> go.Figure:
+def band_plot(
+    x,
+    curves: Mapping[str, np.ndarray],
+    *,
+    stat: str,
+    x_title: str,
+    y_title: str,
+    title: str | None = None,
+    fits: Mapping[str, RangeFit] | None = None,
+    names: Mapping[str, str] | None = None,
+    guides: Sequence[Guide] = (),
+    logx: bool = True,
+    logy: bool = True,
+    height: int = 520,
+    theme: str = "light",
+) -> go.Figure:
     """Curves ``name -> (n_seeds, n)`` over ``x``: the ``stat`` centre and the min–max band.
 
     ``fits[name]`` adds a dashed fitted line over its range and its slope to the legend;
@@ -122,51 +180,115 @@ def _x_title(sweep) -> str:
     return AXES.get(sweep.axis, sweep.axis)
 
 
-def sweep_plot(sweep, keys: Sequence[str] | None = None, *, stat: str, y_title: str = "block norm",
-               x_title: str | None = None, title: str | None = None,
-               fits: Mapping[str, RangeFit] | None = None, names: Mapping[str, str] | None = None,
-               height: int = 520, theme: str = "light") -> go.Figure:
+def sweep_plot(
+    sweep,
+    keys: Sequence[str] | None = None,
+    *,
+    stat: str,
+    y_title: str = "block norm",
+    x_title: str | None = None,
+    title: str | None = None,
+    fits: Mapping[str, RangeFit] | None = None,
+    names: Mapping[str, str] | None = None,
+    height: int = 520,
+    theme: str = "light",
+) -> go.Figure:
     """The curves ``keys`` (all by default) of one :class:`hessviz.sweeps.Sweep` on log–log axes."""
     keys = list(sweep.values) if keys is None else list(keys)
-    return band_plot(sweep.grid, {k: sweep.values[k] for k in keys}, stat=stat, fits=fits, names=names,
-                     x_title=x_title or _x_title(sweep), y_title=y_title, title=title or sweep.label or None,
-                     logx=_logx(sweep), height=height, theme=theme)
+    return band_plot(
+        sweep.grid,
+        {k: sweep.values[k] for k in keys},
+        stat=stat,
+        fits=fits,
+        names=names,
+        x_title=x_title or _x_title(sweep),
+        y_title=y_title,
+        title=title or sweep.label or None,
+        logx=_logx(sweep),
+        height=height,
+        theme=theme,
+    )
 
 
-def compare_plot(sweeps: Mapping[str, object], key: str, *, stat: str, y_title: str = "block norm",
-                 x_title: str | None = None, title: str | None = None, guide: float | None = None,
-                 guide_label: str = "", logx: bool = True, height: int = 520,
-                 theme: str = "light") -> go.Figure:
+def compare_plot(
+    sweeps: Mapping[str, object],
+    key: str,
+    *,
+    stat: str,
+    y_title: str = "block norm",
+    x_title: str | None = None,
+    title: str | None = None,
+    guide: float | None = None,
+    guide_label: str = "",
+    logx: bool = True,
+    height: int = 520,
+    theme: str = "light",
+) -> go.Figure:
     """Curve ``key`` of each sweep (``name -> Sweep``, same grid), one colour per name (placements
     get theirs); ``guide`` draws ``x^guide`` through each curve's first point."""
     first = next(iter(sweeps.values()))
     curves = {n: sw.values[key] for n, sw in sweeps.items()}
     guides = [Guide(guide, n, 0, guide_label) for n in curves] if guide is not None else ()
-    return band_plot(first.grid, curves, stat=stat, names={n: placement_name(n) for n in curves},
-                     guides=guides, x_title=x_title or _x_title(first), y_title=y_title, title=title,
-                     logx=logx, height=height, theme=theme)
+    return band_plot(
+        first.grid,
+        curves,
+        stat=stat,
+        names={n: placement_name(n) for n in curves},
+        guides=guides,
+        x_title=x_title or _x_title(first),
+        y_title=y_title,
+        title=title,
+        logx=logx,
+        height=height,
+        theme=theme,
+    )
 
 
-def side_by_side(sweeps: Mapping[str, object], *, stat: str, y_title: str = "block norm",
-                 x_title: str | None = None, fits: Mapping[str, Mapping[str, RangeFit]] | None = None,
-                 title: str | None = None, height: int = 520, theme: str = "light") -> go.Figure:
+def side_by_side(
+    sweeps: Mapping[str, object],
+    *,
+    stat: str,
+    y_title: str = "block norm",
+    x_title: str | None = None,
+    fits: Mapping[str, Mapping[str, RangeFit]] | None = None,
+    title: str | None = None,
+    height: int = 520,
+    theme: str = "light",
+) -> go.Figure:
     """One log–log panel per placement (``name -> Sweep``, e.g. attention alone, Post-LN, Pre-LN),
     shared y axis; each panel's title gives its fitted ``outer`` slope."""
     names = list(sweeps)
-    fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, horizontal_spacing=0.06,
-                        subplot_titles=[_panel_title(n, (fits or {}).get(n)) for n in names])
+    fig = make_subplots(
+        rows=1,
+        cols=len(names),
+        shared_yaxes=True,
+        horizontal_spacing=0.06,
+        subplot_titles=[_panel_title(n, (fits or {}).get(n)) for n in names],
+    )
     for col, pname in enumerate(names, start=1):
         sw = sweeps[pname]
-        add_bands(fig, sw.grid, sw.values, stat=stat, row=1, col=col, show_legend=col == 1,
-                  hover_prefix=f"{pname}, ")
-        middle = col == (len(names) + 1) // 2     # one x title, under the middle panel: they would meet
-        fig.update_xaxes(type="log" if _logx(sw) else "linear",
-                         title={"text": x_title or _x_title(sw) if middle else None}, row=1, col=col)
+        add_bands(
+            fig,
+            sw.grid,
+            sw.values,
+            stat=stat,
+            row=1,
+            col=col,
+            show_legend=col == 1,
+            hover_prefix=f"{pname}, ",
+        )
+        middle = col == (len(names) + 1) // 2  # one x title, under the middle panel: they would meet
+        fig.update_xaxes(
+            type="log" if _logx(sw) else "linear",
+            title={"text": x_title or _x_title(sw) if middle else None},
+            row=1,
+            col=col,
+        )
     fig.update_yaxes(type="log", exponentformat="power")
     fig.update_yaxes(title={"text": y_title}, row=1, col=1)
     fig.update_annotations(font={"size": subplot_title_size([a.text for a in fig.layout.annotations])})
     fig = layout(fig, title, height, theme=theme)
-    return fig.update_xaxes(tickfont={"size": FONT_SIZE - 5})   # narrow panels: 0.01, 2, 5, 0.1 apart
+    return fig.update_xaxes(tickfont={"size": FONT_SIZE - 5})  # narrow panels: 0.01, 2, 5, 0.1 apart
 
 
 def _panel_title(name: str, fits: Mapping[str, RangeFit] | None) -> str:
@@ -186,22 +308,47 @@ def subplot_title_size(titles: Sequence[str], *, reserved: int = 100) -> int:
     return max(11, min(FONT_SIZE - 2, int(share / widest))) if widest else FONT_SIZE - 2
 
 
-def training_curves(curves: Mapping[str, np.ndarray], *, title: str = "Training loss",
-                    threshold: float | None = None, height: int = 460, theme: str = "light") -> go.Figure:
+def training_curves(
+    curves: Mapping[str, np.ndarray],
+    *,
+    title: str = "Training loss",
+    threshold: float | None = None,
+    height: int = 460,
+    theme: str = "light",
+) -> go.Figure:
     """``name -> (n_seeds, steps + 1)`` losses on a log axis: geometric mean and band over seeds."""
     n = max(np.atleast_2d(np.asarray(Y)).shape[1] for Y in curves.values())
-    fig = band_plot(np.arange(n), curves, stat="geomean", x_title="step", y_title="training loss",
-                    title=title, logx=False, height=height, theme=theme)
+    fig = band_plot(
+        np.arange(n),
+        curves,
+        stat="geomean",
+        x_title="step",
+        y_title="training loss",
+        title=title,
+        logx=False,
+        height=height,
+        theme=theme,
+    )
     if threshold is not None:
-        fig.add_hline(y=threshold, line_dash="dash", line_color=GUIDE_COLOR,
-                      annotation_text=f"threshold {threshold:g}")
+        fig.add_hline(
+            y=threshold, line_dash="dash", line_color=GUIDE_COLOR, annotation_text=f"threshold {threshold:g}"
+        )
     return fig
 
 
-def scatter_figure(points: Mapping[str, tuple], *, title: str, xlabel: str, ylabel: str, logx: bool = True,
-                   logy: bool = True, diagonal: bool = False,
-                   hover: Mapping[str, Sequence[str]] | None = None,
-                   height: int = 520, theme: str = "light") -> go.Figure:
+def scatter_figure(
+    points: Mapping[str, tuple],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    logx: bool = True,
+    logy: bool = True,
+    diagonal: bool = False,
+    hover: Mapping[str, Sequence[str]] | None = None,
+    height: int = 520,
+    theme: str = "light",
+) -> go.Figure:
     """``points`` name -> ``(x, y)`` arrays as markers; ``diagonal`` draws ``y = x``."""
     fig = go.Figure()
     lo, hi = np.inf, -np.inf
@@ -210,12 +357,26 @@ def scatter_figure(points: Mapping[str, tuple], *, title: str, xlabel: str, ylab
         y = np.asarray(y, dtype=float)
         if x.size:
             lo, hi = min(lo, np.nanmin(x), np.nanmin(y)), max(hi, np.nanmax(x), np.nanmax(y))
-        fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name=placement_name(name),
-                                 marker={"color": color_for(name, i), "size": 8, "opacity": 0.75},
-                                 text=(hover or {}).get(name)))
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="markers",
+                name=placement_name(name),
+                marker={"color": color_for(name, i), "size": 8, "opacity": 0.75},
+                text=(hover or {}).get(name),
+            )
+        )
     if diagonal and np.isfinite(lo):
-        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x",
-                                 line={"color": GUIDE_COLOR, "dash": "dash"}))
+        fig.add_trace(
+            go.Scatter(
+                x=[lo, hi],
+                y=[lo, hi],
+                mode="lines",
+                name="y = x",
+                line={"color": GUIDE_COLOR, "dash": "dash"},
+            )
+        )
     fig.update_xaxes(type="log" if logx else "linear", title={"text": xlabel})
     fig.update_yaxes(type="log" if logy else "linear", title={"text": ylabel}, exponentformat="power")
     return layout(fig, title, height, theme=theme)

@@ -57,10 +57,18 @@ def _axis_labels(labels: list[tuple], axis: str) -> list[str]:
     return out
 
 
-def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | None = None,
-                    heads: dict[str, Sequence[np.ndarray]] | None = None,
-                    max_cells: int = MAX_CELLS, decades: float = 4.0, height: int = 720,
-                    max_ticks: int = 48, theme: str = "light") -> go.Figure:
+def hessian_heatmap(
+    H: np.ndarray,
+    offsets: dict[str, slice],
+    *,
+    title: str | None = None,
+    heads: dict[str, Sequence[np.ndarray]] | None = None,
+    max_cells: int = MAX_CELLS,
+    decades: float = 4.0,
+    height: int = 720,
+    max_ticks: int = 48,
+    theme: str = "light",
+) -> go.Figure:
     """The ``(P, P)`` matrix on a symmetric-log scale with block boundaries and labels.
 
     ``heads`` (optional): for a weight split by attention head, one index array per head
@@ -80,8 +88,9 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
         segments = []
         for name, sl in offsets.items():
             if name in heads:
-                segments += [(f"{name}[{h}]", sl.start + np.asarray(idx))
-                             for h, idx in enumerate(heads[name])]
+                segments += [
+                    (f"{name}[{h}]", sl.start + np.asarray(idx)) for h, idx in enumerate(heads[name])
+                ]
             else:
                 segments.append((name, np.arange(sl.start, sl.stop)))
         R, labels = reduce_segments(H, segments, factor)
@@ -95,18 +104,26 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
     n = len(labels)
     # categorical axes: each cell's label names its block and index (the hover text);
     # shapes still address cells by position (0 … n-1)
-    fig = go.Figure(go.Heatmap(
-        z=Z.astype(np.float32), customdata=R.astype(np.float32), x=xlab, y=ylab,
-        colorscale=DIVERGING, zmid=0, zmin=-zmax, zmax=zmax,
-        colorbar={"title": {"text": "H (symlog)"}, "tickvals": tickvals, "ticktext": ticktext},
-        hovertemplate="%{y}<br>%{x}<br>H = %{customdata:.4g}<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=Z.astype(np.float32),
+            customdata=R.astype(np.float32),
+            x=xlab,
+            y=ylab,
+            colorscale=DIVERGING,
+            zmid=0,
+            zmin=-zmax,
+            zmax=zmax,
+            colorbar={"title": {"text": "H (symlog)"}, "tickvals": tickvals, "ticktext": ticktext},
+            hovertemplate="%{y}<br>%{x}<br>H = %{customdata:.4g}<extra></extra>",
+        )
+    )
     bounds, centers, names = _block_geometry(labels)
     weights = [i for i, b in enumerate(bounds) if i == 0 or _weight(names[i]) != _weight(names[i - 1])]
     _block_lines(fig, [bounds[i] for i in weights], n, width=1.5)
     between_heads = [b for i, b in enumerate(bounds) if i not in weights]
     _block_lines(fig, [0, *between_heads], n, width=0.6, dash="dot")
-    if len(names) > max_ticks:   # too many heads to name: one tick per weight
+    if len(names) > max_ticks:  # too many heads to name: one tick per weight
         ends = [*[bounds[i] for i in weights[1:]], n]
         centers = [(bounds[i] + e - 1) // 2 for i, e in zip(weights, ends)]
         names = [_weight(names[i]) for i in weights]
@@ -116,28 +133,53 @@ def hessian_heatmap(H: np.ndarray, offsets: dict[str, slice], *, title: str | No
     texts = [pretty(m) for m in names]
     flat = spaced_labels(centers, [text_width(s, small) for s in texts], n, widths)
     stood = spaced_labels(centers, [1.3 * small] * len(names), n, widths)
-    upright = len(stood) > len(flat)           # side by side fewer fit: stand the x labels up
+    upright = len(stood) > len(flat)  # side by side fewer fit: stand the x labels up
     keep = stood if upright else flat
     centers, names = [centers[i] for i in keep], [names[i] for i in keep]
-    axis = {"tickmode": "array", "tickvals": [xlab[i] for i in centers],
-            "ticktext": [pretty(m) for m in names], "showgrid": False, "tickfont": {"size": small}}
+    axis = {
+        "tickmode": "array",
+        "tickvals": [xlab[i] for i in centers],
+        "ticktext": [pretty(m) for m in names],
+        "showgrid": False,
+        "tickfont": {"size": small},
+    }
     fig.update_xaxes(**axis, side="top", constrain="domain", tickangle=-90 if upright else 0)
-    fig.update_yaxes(**{**axis, "tickvals": [ylab[i] for i in centers]}, autorange="reversed",
-                     scaleanchor="x", constrain="domain")
+    fig.update_yaxes(
+        **{**axis, "tickvals": [ylab[i] for i in centers]},
+        autorange="reversed",
+        scaleanchor="x",
+        constrain="domain",
+    )
     if factor > 1:
         fig.add_annotation(
-            text=wrap(f"Reduced view: P = {P:,} > {max_cells} cells, so each cell is the largest-magnitude "
-                      f"entry of a {factor}×{factor} tile. Pick a block pair for full resolution.",
-                      NOTE_CHARS),
-            xref="paper", yref="paper", x=0, y=-0.02, xanchor="left", yanchor="top", showarrow=False,
-            font={"size": FONT_SIZE - 4}, bgcolor="rgba(255,200,0,0.25)")
+            text=wrap(
+                f"Reduced view: P = {P:,} > {max_cells} cells, so each cell is the largest-magnitude "
+                f"entry of a {factor}×{factor} tile. Pick a block pair for full resolution.",
+                NOTE_CHARS,
+            ),
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=-0.02,
+            xanchor="left",
+            yanchor="top",
+            showarrow=False,
+            font={"size": FONT_SIZE - 4},
+            bgcolor="rgba(255,200,0,0.25)",
+        )
     layout(fig, title, height, theme=theme)
     fig.update_layout(margin={"b": 130 if factor > 1 else 30})
     return fig
 
 
-def spaced_labels(centers: Sequence[float], extents: Sequence[float], n: int, widths: Sequence[float], *,
-                  side: float = PHONE_WIDTH - 160) -> list[int]:
+def spaced_labels(
+    centers: Sequence[float],
+    extents: Sequence[float],
+    n: int,
+    widths: Sequence[float],
+    *,
+    side: float = PHONE_WIDTH - 160,
+) -> list[int]:
     """Indices (in order) of the tick labels to draw on an axis of ``n`` cells drawn ``side``
     pixels long (a heatmap on a phone), so that no two overlap: label ``i`` at cell ``centers[i]``
     takes ``extents[i]`` pixels along the axis (its text width side by side, its line height when
@@ -150,8 +192,9 @@ def spaced_labels(centers: Sequence[float], extents: Sequence[float], n: int, wi
     """
     keep: list[int] = []
     for i in sorted(range(len(centers)), key=lambda k: -widths[k]):
-        apart = all(abs(centers[i] - centers[j]) / max(n, 1) * side >= (extents[i] + extents[j]) / 2 + 4
-                    for j in keep)
+        apart = all(
+            abs(centers[i] - centers[j]) / max(n, 1) * side >= (extents[i] + extents[j]) / 2 + 4 for j in keep
+        )
         if apart:
             keep.append(i)
     return sorted(keep)
@@ -174,21 +217,39 @@ def _weight(label: str) -> str:
     return label.partition("[")[0]
 
 
-def _block_lines(fig: go.Figure, bounds: list[int], n: int, width: float = 1.5,
-                 dash: str | None = None) -> None:
+def _block_lines(
+    fig: go.Figure, bounds: list[int], n: int, width: float = 1.5, dash: str | None = None
+) -> None:
     """Lines before each boundary but the first (the first entry of ``bounds`` is the start)."""
     for b in bounds[1:]:
-        for kw in ({"x0": b - 0.5, "x1": b - 0.5, "y0": -0.5, "y1": n - 0.5},
-                   {"y0": b - 0.5, "y1": b - 0.5, "x0": -0.5, "x1": n - 0.5}):
-            fig.add_shape(type="line", xref="x", yref="y", **kw,
-                          line={"color": "black", "width": width, **({"dash": dash} if dash else {})})
+        for kw in (
+            {"x0": b - 0.5, "x1": b - 0.5, "y0": -0.5, "y1": n - 0.5},
+            {"y0": b - 0.5, "y1": b - 0.5, "x0": -0.5, "x1": n - 0.5},
+        ):
+            fig.add_shape(
+                type="line",
+                xref="x",
+                yref="y",
+                **kw,
+                line={"color": "black", "width": width, **({"dash": dash} if dash else {})},
+            )
 
 
-def block_heatmap(B: np.ndarray, row_name: str, col_name: str, *, row_shape: tuple[int, ...] | None = None,
-                  col_shape: tuple[int, ...] | None = None, row_index: np.ndarray | None = None,
-                  col_index: np.ndarray | None = None, title: str | None = None,
-                  max_cells: int = 1024, decades: float = 4.0, height: int = 640,
-                  theme: str = "light") -> go.Figure:
+def block_heatmap(
+    B: np.ndarray,
+    row_name: str,
+    col_name: str,
+    *,
+    row_shape: tuple[int, ...] | None = None,
+    col_shape: tuple[int, ...] | None = None,
+    row_index: np.ndarray | None = None,
+    col_index: np.ndarray | None = None,
+    title: str | None = None,
+    max_cells: int = 1024,
+    decades: float = 4.0,
+    height: int = 640,
+    theme: str = "light",
+) -> go.Figure:
     """One block ``H[row_name, col_name]`` at full resolution (reduced only beyond ``max_cells``).
 
     Hover gives (row, column) inside the block and, when the weight shapes are given,
@@ -219,26 +280,65 @@ def block_heatmap(B: np.ndarray, row_name: str, col_name: str, *, row_shape: tup
             return [f"{base}[{i}]" for i in pos]
         return [f"{base}[{i // shape[1]}, {i % shape[1]}]" for i in pos]
 
-    ylab = [f"row {i} ({e})" for i, e in zip(rows, entry(row_name, row_shape, row_index, rows))] \
-        if row_shape else [f"row {i}" for i in rows]
-    xlab = [f"col {j} ({e})" for j, e in zip(cols, entry(col_name, col_shape, col_index, cols))] \
-        if col_shape else [f"col {j}" for j in cols]
-    fig = go.Figure(go.Heatmap(
-        z=Z.astype(np.float32), customdata=R.astype(np.float32), x=xlab, y=ylab,
-        colorscale=DIVERGING, zmid=0, zmin=-zmax, zmax=zmax,
-        colorbar={"title": {"text": "H (symlog)"}, "tickvals": tickvals, "ticktext": ticktext},
-        hovertemplate=(f"block {row_name} × {col_name}<br>%{{y}}<br>%{{x}}<br>H = %{{customdata:.4g}}"
-                       "<extra></extra>"),
-    ))
-    fig.update_xaxes(showticklabels=False, showgrid=False, title={"text": f"{pretty(col_name)} (columns)"},
-                     side="top", constrain="domain")
-    fig.update_yaxes(showticklabels=False, showgrid=False, title={"text": f"{pretty(row_name)} (rows)"},
-                     autorange="reversed", constrain="domain", scaleanchor="x" if m == n else None)
+    ylab = (
+        [f"row {i} ({e})" for i, e in zip(rows, entry(row_name, row_shape, row_index, rows))]
+        if row_shape
+        else [f"row {i}" for i in rows]
+    )
+    xlab = (
+        [f"col {j} ({e})" for j, e in zip(cols, entry(col_name, col_shape, col_index, cols))]
+        if col_shape
+        else [f"col {j}" for j in cols]
+    )
+    fig = go.Figure(
+        go.Heatmap(
+            z=Z.astype(np.float32),
+            customdata=R.astype(np.float32),
+            x=xlab,
+            y=ylab,
+            colorscale=DIVERGING,
+            zmid=0,
+            zmin=-zmax,
+            zmax=zmax,
+            colorbar={"title": {"text": "H (symlog)"}, "tickvals": tickvals, "ticktext": ticktext},
+            hovertemplate=(
+                f"block {row_name} × {col_name}<br>%{{y}}<br>%{{x}}<br>H = %{{customdata:.4g}}<extra></extra>"
+            ),
+        )
+    )
+    fig.update_xaxes(
+        showticklabels=False,
+        showgrid=False,
+        title={"text": f"{pretty(col_name)} (columns)"},
+        side="top",
+        constrain="domain",
+    )
+    fig.update_yaxes(
+        showticklabels=False,
+        showgrid=False,
+        title={"text": f"{pretty(row_name)} (rows)"},
+        autorange="reversed",
+        constrain="domain",
+        scaleanchor="x" if m == n else None,
+    )
     if factor > 1:
-        note = wrap(f"Reduced view: {m}×{n} block, each cell is the largest-magnitude entry "
-                    f"of a {factor}×{factor} tile", NOTE_CHARS)
-        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-0.02, xanchor="left", yanchor="top",
-                           showarrow=False, font={"size": FONT_SIZE - 4}, bgcolor="rgba(255,200,0,0.25)")
+        note = wrap(
+            f"Reduced view: {m}×{n} block, each cell is the largest-magnitude entry "
+            f"of a {factor}×{factor} tile",
+            NOTE_CHARS,
+        )
+        fig.add_annotation(
+            text=note,
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=-0.02,
+            xanchor="left",
+            yanchor="top",
+            showarrow=False,
+            font={"size": FONT_SIZE - 4},
+            bgcolor="rgba(255,200,0,0.25)",
+        )
     title = title or f"Block {pretty(row_name)} × {pretty(col_name)} ({m} × {n})"
     return layout(fig, title, height, theme=theme)
 
@@ -258,8 +358,9 @@ def short_number(v: float) -> str:
     return f"{mantissa}e{int(exponent):+d}"
 
 
-def cell_font(n_cols: int, texts: Sequence[str], *, height: int, panels: int = 1,
-              reserved: int = 160) -> int | None:
+def cell_font(
+    n_cols: int, texts: Sequence[str], *, height: int, panels: int = 1, reserved: int = 160
+) -> int | None:
     """The font size at which every one of ``texts`` fits the cells of a square heatmap of
     ``n_cols`` columns (in one of ``panels`` side-by-side panels) drawn :data:`PHONE_WIDTH` wide and
     ``height`` tall, ``reserved`` pixels of the width going to tick labels, margins and the colour
@@ -279,8 +380,15 @@ def cell_font(n_cols: int, texts: Sequence[str], *, height: int, panels: int = 1
     return size if size >= MIN_CELL_FONT else None
 
 
-def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "spectral",
-                      title: str | None = None, height: int = 480, theme: str = "light") -> go.Figure:
+def block_norm_matrix(
+    norms: np.ndarray,
+    names: Sequence[str],
+    *,
+    kind: str = "spectral",
+    title: str | None = None,
+    height: int = 480,
+    theme: str = "light",
+) -> go.Figure:
     """The ``(n, n)`` matrix of block norms, log colour scale. Each value is written in its cell
     (:func:`short_number`) at a font that fits the cell on a phone (:func:`cell_font`); when no
     readable font fits (many weights), the values are in the hover only."""
@@ -292,34 +400,60 @@ def block_norm_matrix(norms: np.ndarray, names: Sequence[str], *, kind: str = "s
     size = cell_font(len(names), [s for row in text for s in row], height=height)
     label = {"spectral": "‖·‖₂", "fro": "‖·‖_F"}.get(kind, kind)
     ticks = [pretty(n) for n in names]
-    fig = go.Figure(go.Heatmap(
-        z=Z, x=ticks, y=ticks, text=text, texttemplate="%{text}" if size else None,
-        textfont={"size": size or MIN_CELL_FONT},
-        customdata=norms, colorscale=SEQUENTIAL,
-        colorbar={"title": {"text": f"log₁₀ {label}"}},
-        hovertemplate=f"block %{{y}} × %{{x}}<br>{label} = %{{customdata:.4g}}<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=Z,
+            x=ticks,
+            y=ticks,
+            text=text,
+            texttemplate="%{text}" if size else None,
+            textfont={"size": size or MIN_CELL_FONT},
+            customdata=norms,
+            colorscale=SEQUENTIAL,
+            colorbar={"title": {"text": f"log₁₀ {label}"}},
+            hovertemplate=f"block %{{y}} × %{{x}}<br>{label} = %{{customdata:.4g}}<extra></extra>",
+        )
+    )
     fig.update_xaxes(side="top", showgrid=False)
     fig.update_yaxes(autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain")
     return layout(fig, title or f"Block norms {label}", height, theme=theme)
 
 
-def attention_map(A: np.ndarray, tokens: Sequence[str], *, title: str | None = None, height: int = 560,
-                  theme: str = "light") -> go.Figure:
+def attention_map(
+    A: np.ndarray, tokens: Sequence[str], *, title: str | None = None, height: int = 560, theme: str = "light"
+) -> go.Figure:
     """One head's ``(L, L)`` attention weights: row ``i`` (a query token) spreads 1 over the
     columns (the key tokens); both axes are labelled with the tokens, ``#i`` added so that
     repeated tokens stay distinct."""
     A = np.asarray(A, dtype=np.float64)
     labels = [f"{t} #{i}" for i, t in enumerate(tokens)]
-    fig = go.Figure(go.Heatmap(
-        z=A, x=labels, y=labels, colorscale=SEQUENTIAL, zmin=0.0, zmax=float(A.max()) if A.size else 1.0,
-        colorbar={"title": {"text": "weight"}},
-        hovertemplate="query %{y}<br>key %{x}<br>weight = %{z:.3f}<extra></extra>",
-    ))
-    fig.update_xaxes(side="top", showgrid=False, tickangle=-90, title={"text": "key (attended to)"},
-                     tickfont={"size": FONT_SIZE - 4})
-    fig.update_yaxes(autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain",
-                     title={"text": "query"}, tickfont={"size": FONT_SIZE - 4})
+    fig = go.Figure(
+        go.Heatmap(
+            z=A,
+            x=labels,
+            y=labels,
+            colorscale=SEQUENTIAL,
+            zmin=0.0,
+            zmax=float(A.max()) if A.size else 1.0,
+            colorbar={"title": {"text": "weight"}},
+            hovertemplate="query %{y}<br>key %{x}<br>weight = %{z:.3f}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(
+        side="top",
+        showgrid=False,
+        tickangle=-90,
+        title={"text": "key (attended to)"},
+        tickfont={"size": FONT_SIZE - 4},
+    )
+    fig.update_yaxes(
+        autorange="reversed",
+        showgrid=False,
+        scaleanchor="x",
+        constrain="domain",
+        title={"text": "query"},
+        tickfont={"size": FONT_SIZE - 4},
+    )
     fig = layout(fig, title or "Attention weights", height, theme=theme)
     return fig.update_xaxes(tickfont={"size": FONT_SIZE - 4}).update_yaxes(tickfont={"size": FONT_SIZE - 4})
 
@@ -327,9 +461,14 @@ def attention_map(A: np.ndarray, tokens: Sequence[str], *, title: str | None = N
 # ----------------------------------------------------------------------------- verify
 
 
-def error_matrix(errors: dict[str, np.ndarray], names: Sequence[str], *,
-                 title: str | None = "Relative error, closed form vs autograd",
-                 height: int = 440, theme: str = "light") -> go.Figure:
+def error_matrix(
+    errors: dict[str, np.ndarray],
+    names: Sequence[str],
+    *,
+    title: str | None = "Relative error, closed form vs autograd",
+    height: int = 440,
+    theme: str = "light",
+) -> go.Figure:
     """One panel per term: ``log10`` relative error of every block pair, value in each cell."""
     terms = list(errors)
     fig = make_subplots(rows=1, cols=len(terms), subplot_titles=terms, horizontal_spacing=0.06)
@@ -338,18 +477,35 @@ def error_matrix(errors: dict[str, np.ndarray], names: Sequence[str], *,
     floor = 1e-17
     zmin, zmax = -17.0, max(-8.0, float(np.log10(max(allv.max(), floor))))
     texts = {t: [[f"{v:.0e}" if v > 0 else "0" for v in row] for row in np.asarray(errors[t])] for t in terms}
-    size = cell_font(len(names), [s for rows in texts.values() for row in rows for s in row],
-                     height=height, panels=len(terms))
+    size = cell_font(
+        len(names),
+        [s for rows in texts.values() for row in rows for s in row],
+        height=height,
+        panels=len(terms),
+    )
     for k, t in enumerate(terms, start=1):
         E = np.asarray(errors[t], dtype=np.float64)
-        fig.add_trace(go.Heatmap(
-            z=np.log10(np.maximum(E, floor)), x=ticks, y=ticks, customdata=E,
-            text=texts[t], texttemplate="%{text}" if size else None,
-            textfont={"size": size or MIN_CELL_FONT}, colorscale="Greens_r", zmin=zmin, zmax=zmax,
-            showscale=k == len(terms), colorbar={"title": {"text": "log₁₀ rel. err."}},
-            hovertemplate=f"{t}: block %{{y}} × %{{x}}<br>relative error %{{customdata:.2e}}<extra></extra>"),
-            row=1, col=k)
-        fig.update_yaxes(autorange="reversed", showticklabels=k == 1, row=1, col=k)   # rows named once
+        fig.add_trace(
+            go.Heatmap(
+                z=np.log10(np.maximum(E, floor)),
+                x=ticks,
+                y=ticks,
+                customdata=E,
+                text=texts[t],
+                texttemplate="%{text}" if size else None,
+                textfont={"size": size or MIN_CELL_FONT},
+                colorscale="Greens_r",
+                zmin=zmin,
+                zmax=zmax,
+                showscale=k == len(terms),
+                colorbar={"title": {"text": "log₁₀ rel. err."}},
+                hovertemplate=f"{t}: block %{{y}} × %{{x}}<br>"
+                "relative error %{customdata:.2e}<extra></extra>",
+            ),
+            row=1,
+            col=k,
+        )
+        fig.update_yaxes(autorange="reversed", showticklabels=k == 1, row=1, col=k)  # rows named once
         fig.update_xaxes(side="bottom", row=1, col=k)
     fig.update_annotations(font={"size": FONT_SIZE - 2})
     fig = layout(fig, title, height, theme=theme)

@@ -108,8 +108,9 @@ def reduce_blocks(H: np.ndarray, offsets: dict[str, slice], factor: int) -> tupl
     return tile_extremes(H, starts, starts), labels
 
 
-def reduce_segments(H: np.ndarray, segments: Sequence[tuple[str, np.ndarray]],
-                    factor: int) -> tuple[np.ndarray, list]:
+def reduce_segments(
+    H: np.ndarray, segments: Sequence[tuple[str, np.ndarray]], factor: int
+) -> tuple[np.ndarray, list]:
     """:func:`reduce_blocks` for segments that need not be contiguous: ``(label, indices)``
     pairs, the indices (into ``H``'s rows and columns) in the order drawn.
 
@@ -118,8 +119,11 @@ def reduce_segments(H: np.ndarray, segments: Sequence[tuple[str, np.ndarray]],
     consecutive drawn positions never straddle a segment; each keeps its entry of largest
     magnitude. Rows are gathered one segment at a time (at most ``|segment| × 2 P`` extra).
     """
-    order = np.concatenate([np.asarray(idx, dtype=np.int64) for _, idx in segments]) if segments \
+    order = (
+        np.concatenate([np.asarray(idx, dtype=np.int64) for _, idx in segments])
+        if segments
         else np.zeros(0, dtype=np.int64)
+    )
     starts, labels, pos = [], [], 0
     for label, idx in segments:
         for t in reduce_index(len(idx), factor):

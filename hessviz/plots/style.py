@@ -51,10 +51,20 @@ SEQUENTIAL = "Viridis"
 THEMES = {"light": "plotly_white", "dark": "plotly_dark", "host": None}
 """Theme -> plotly template (``None``: the host's default template)."""
 TERM_COLORS = {"full": "#636efa", "outer": "#00a676", "functional": "#ef553b"}
-PLACEMENT_COLORS = {"attention": "#ab63fa", "post": "#636efa", "pre": "#ffa15a", "none": "#19d3f3",
-                    "parallel": "#00cc96"}
-PLACEMENT_NAMES = {"attention": "attention alone", "post": "Post-LN", "pre": "Pre-LN", "none": "no LN",
-                   "parallel": "parallel"}
+PLACEMENT_COLORS = {
+    "attention": "#ab63fa",
+    "post": "#636efa",
+    "pre": "#ffa15a",
+    "none": "#19d3f3",
+    "parallel": "#00cc96",
+}
+PLACEMENT_NAMES = {
+    "attention": "attention alone",
+    "post": "Post-LN",
+    "pre": "Pre-LN",
+    "none": "no LN",
+    "parallel": "parallel",
+}
 PALETTE = ("#636efa", "#ef553b", "#00a676", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880")
 GUIDE_COLOR = "#999999"
 PHONE_WIDTH = 358
@@ -64,8 +74,16 @@ TITLE_CHARS = 27
 CHAR_WIDTH = 0.6
 """Width of an average glyph of our fonts, as a fraction of the font size (digits, lower case; a
 slight overestimate, so that text sized with it fits)."""
-LEGEND_BELOW = {"orientation": "h", "xref": "container", "yref": "container", "x": 0.0, "xanchor": "left",
-                "y": 0.0, "yanchor": "bottom", "font": {"size": FONT_SIZE - 2}}
+LEGEND_BELOW = {
+    "orientation": "h",
+    "xref": "container",
+    "yref": "container",
+    "x": 0.0,
+    "xanchor": "left",
+    "y": 0.0,
+    "yanchor": "bottom",
+    "font": {"size": FONT_SIZE - 2},
+}
 """Legends sit under the plot, left-aligned and horizontal (wrapping into rows), at the bottom of
 the figure: container coordinates make plotly reserve their space below the axis titles."""
 COLORBAR = {"thickness": 14, "tickfont": {"size": FONT_SIZE - 4}, "title": {"side": "right"}}
@@ -131,7 +149,7 @@ def placement_name(name: str) -> str:
 def rgba(hex_color: str, alpha: float) -> str:
     """``"#rrggbb"`` with opacity ``alpha`` as a CSS ``rgba(...)``."""
     h = hex_color.lstrip("#")
-    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
     return f"rgba({r},{g},{b},{alpha})"
 
 
@@ -174,7 +192,8 @@ def layout(fig: go.Figure, title: str | None = None, height: int = 560, *, theme
     title = wrap(title) if title else None
     lines = title.count("<br>") + 1 if title else 0
     fig.update_layout(
-        font={"size": FONT_SIZE}, height=height + 28 * max(lines - 1, 0),
+        font={"size": FONT_SIZE},
+        height=height + 28 * max(lines - 1, 0),
         margin={"l": 70, "r": 30, "t": 30, "b": 60},
         hoverlabel={"font": {"size": FONT_SIZE}},
         legend=LEGEND_BELOW,
@@ -204,8 +223,17 @@ def _title_over_subplots(fig: go.Figure, title: str | None, subtitles: int) -> N
     top = 10 + subtitles + (39 + line * (lines - 1) if title else 10)
     fig.update_layout(margin={"t": top})
     if title:
-        fig.update_layout(title={"text": title, "font": {"size": TITLE_SIZE}, "x": 0.01, "xanchor": "left",
-                                 "yref": "container", "y": 1 - 34 / fig.layout.height, "yanchor": "bottom"})
+        fig.update_layout(
+            title={
+                "text": title,
+                "font": {"size": TITLE_SIZE},
+                "x": 0.01,
+                "xanchor": "left",
+                "yref": "container",
+                "y": 1 - 34 / fig.layout.height,
+                "yanchor": "bottom",
+            }
+        )
 
 
 def _title(title: str) -> dict:
@@ -217,16 +245,28 @@ def _title(title: str) -> dict:
     title's own."""
     lines = title.count("<br>") + 1
     shift = round(1.3 * TITLE_SIZE * lines) if lines > 1 else 0
-    return {"text": title, "font": {"size": TITLE_SIZE}, "x": 0.01, "xanchor": "left", "yref": "container",
-            "y": 1, "yanchor": "top", "automargin": True, "pad": {"t": 10 + shift, "b": 10 - shift}}
+    return {
+        "text": title,
+        "font": {"size": TITLE_SIZE},
+        "x": 0.01,
+        "xanchor": "left",
+        "yref": "container",
+        "y": 1,
+        "yanchor": "top",
+        "automargin": True,
+        "pad": {"t": 10 + shift, "b": 10 - shift},
+    }
 
 
 def _subplot_titles_height(fig: go.Figure) -> int:
     """Pixels that the titles of the top row of subplots (annotations standing on the top of the
     plot area, as ``make_subplots`` places them) take above it; the top margin makes room for them
     under the figure's title."""
-    tops = [a for a in fig.layout.annotations
-            if a.yref == "paper" and a.yanchor == "bottom" and a.y is not None and a.y >= 0.999 and a.text]
+    tops = [
+        a
+        for a in fig.layout.annotations
+        if a.yref == "paper" and a.yanchor == "bottom" and a.y is not None and a.y >= 0.999 and a.text
+    ]
     heights = [round(1.3 * (a.font.size or FONT_SIZE) * (a.text.count("<br>") + 1)) for a in tops]
     return max(heights, default=0)
 
@@ -247,7 +287,7 @@ def power_label(value: float) -> str:
     power = {0: "1", 1: "10"}.get(k, f"10{str(k).translate(SUPERSCRIPT)}")
     if m == 1:
         return sign + power
-    return sign + (f"{m * 10 ** k:g}" if k in (0, 1) else f"{m}×{power}")
+    return sign + (f"{m * 10**k:g}" if k in (0, 1) else f"{m}×{power}")
 
 
 def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]] | None:
@@ -268,11 +308,12 @@ def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]] | None:
     decades = math.log10(hi / lo)
     steps = (1, 2, 5) if decades <= 2 else (1, 3) if decades <= 3.5 else (1,)
     first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    vals = [m * 10.0**k for k in range(first, last + 1) for m in steps
-            if lo / 1.001 <= m * 10.0**k <= hi * 1.001]
+    vals = [
+        m * 10.0**k for k in range(first, last + 1) for m in steps if lo / 1.001 <= m * 10.0**k <= hi * 1.001
+    ]
     if steps == (1,) and len(vals) > 6:
         every = math.ceil(len(vals) / 6)
-        vals = [v for v in vals if round(math.log10(v)) % every == 0]     # 1 among them
+        vals = [v for v in vals if round(math.log10(v)) % every == 0]  # 1 among them
     if len(vals) < 2:
         return None
     plain = all(1e-3 <= v < 1e4 for v in vals)

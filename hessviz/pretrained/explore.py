@@ -53,15 +53,22 @@ def check_window(cfg: BlockConfig, name: str, start: int, size: int) -> tuple[in
     n = cfg.param_size(cfg.sort_names((name,))[0])
     for field, value, lo, hi in (("size", size, 1, n), ("start", start, 0, n - 1)):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise ConfigError(f"{field} must be an integer in [{lo}, {hi}] for {name} ({n} entries), "
-                              f"got {value!r}")
+            raise ConfigError(
+                f"{field} must be an integer in [{lo}, {hi}] for {name} ({n} entries), got {value!r}"
+            )
     if start + size > n:
         raise ConfigError(f"start + size must be ≤ {n} (the entries of {name}), got {start} + {size}")
     return start, size
 
 
-def slice_window(res: hv.HessianResult, name: str, start: int, size: int, term: str = "full",
-                 progress: Progress | None = None) -> Tensor:
+def slice_window(
+    res: hv.HessianResult,
+    name: str,
+    start: int,
+    size: int,
+    term: str = "full",
+    progress: Progress | None = None,
+) -> Tensor:
     """``(size, size)``: ``H[S, S]`` for entries ``start … start+size−1`` of ``name`` (a weight or a
     head slice that ``res`` was computed for), from ``size`` closed-form products ``H e_j``."""
     start, size = check_window(res.cfg, name, start, size)
@@ -70,7 +77,7 @@ def slice_window(res: hv.HessianResult, name: str, start: int, size: int, term: 
     window = torch.arange(start, start + size, device=mf.X.device)
     columns = []
     for first in range(0, size, WINDOW_CHUNK):
-        idx = window[first:first + WINDOW_CHUNK]
+        idx = window[first : first + WINDOW_CHUNK]
         E = mf.X.new_zeros(idx.numel(), layout.size)
         E[torch.arange(idx.numel()), idx] = 1.0
         columns.append(mf.product(E, term, layout, layout)[:, window])
@@ -79,9 +86,18 @@ def slice_window(res: hv.HessianResult, name: str, start: int, size: int, term: 
     return torch.cat(columns).T
 
 
-def window(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
-           loss: hv.CustomLoss | None, name: str, start: int, size: int, term: str = "full",
-           progress: Progress | None = None) -> np.ndarray:
+def window(
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    Y: Tensor | None,
+    loss: hv.CustomLoss | None,
+    name: str,
+    start: int,
+    size: int,
+    term: str = "full",
+    progress: Progress | None = None,
+) -> np.ndarray:
     """``(size, size)`` float64 numpy: :func:`slice_window` of the layer's loss against ``Y`` (or
     of the custom ``loss``, ``Y = None``), from a result computed for the slice ``name`` alone."""
     res = hv.hessian(cfg, params, X, Y, wrt=(name,), loss=loss)
@@ -93,8 +109,12 @@ def window_summary(B: np.ndarray) -> dict[str, float | int]:
     is not curvature) of the eigenvalues of the symmetric part ``(B + Bᵀ)/2`` of a window."""
     eig = np.linalg.eigvalsh(0.5 * (B + B.T))
     scale = float(np.abs(eig).max()) if eig.size else 0.0
-    return {"top": float(eig[-1]), "bottom": float(eig[0]), "trace": float(eig.sum()),
-            "negative": int((eig < -1e-12 * scale).sum())}
+    return {
+        "top": float(eig[-1]),
+        "bottom": float(eig[0]),
+        "trace": float(eig.sum()),
+        "negative": int((eig < -1e-12 * scale).sum()),
+    }
 
 
 PARTS = ("every block", "attention", "FFN", "biases and norms")
@@ -127,9 +147,18 @@ def gradient_summary(norms: np.ndarray) -> dict[str, float | bool]:
     return {"gini": float(gini(norms)), "positive": bool(np.all(norms > 0))}
 
 
-def curvature_table(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
-                    loss: hv.CustomLoss | None, blocks: list[str], samples: int, term: str = "full",
-                    seed: int = 0, progress: Progress | None = None) -> dict:
+def curvature_table(
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    Y: Tensor | None,
+    loss: hv.CustomLoss | None,
+    blocks: list[str],
+    samples: int,
+    term: str = "full",
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> dict:
     """Per block ``b`` of ``blocks``: the top eigenvalue and the trace of ``H[b, b]``
     (:func:`hessviz.matfree.block_table`: exact for ≤ :data:`hessviz.matfree.spectral.EXACT_BLOCK` entries,
     else Lanczos, the eigenvalue within ``1e-6`` relative by its error bound (``bound="value"``), and
@@ -137,23 +166,42 @@ def curvature_table(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: T
     ``names, size, top, trace, trace_se, exact`` and the totals ``matvecs, seconds``."""
     from hessviz import matfree
 
-    t = matfree.block_table(hv.hessian(cfg, params, X, Y, loss=loss), term, blocks, trace_samples=samples,
-                            exact_limit=EXACT_BLOCK, seed=seed, progress=progress, bound="value")
+    t = matfree.block_table(
+        hv.hessian(cfg, params, X, Y, loss=loss),
+        term,
+        blocks,
+        trace_samples=samples,
+        exact_limit=EXACT_BLOCK,
+        seed=seed,
+        progress=progress,
+        bound="value",
+    )
     return table_arrays(t)
 
 
 def table_arrays(t) -> dict:
     """A :class:`hessviz.matfree.spectral.BlockTable` as plain arrays (what the pages draw and cache)."""
     rows = t.as_dicts()
-    return {"names": [r["name"] for r in rows], "size": np.array([r["size"] for r in rows]),
-            "top": np.array([r["top"] for r in rows]), "trace": np.array([r["trace"] for r in rows]),
-            "trace_se": np.array([r["trace_stderr"] for r in rows]),
-            "exact": np.array([r["exact"] for r in rows]), "matvecs": t.matvecs, "seconds": t.seconds}
+    return {
+        "names": [r["name"] for r in rows],
+        "size": np.array([r["size"] for r in rows]),
+        "top": np.array([r["top"] for r in rows]),
+        "trace": np.array([r["trace"] for r in rows]),
+        "trace_se": np.array([r["trace_stderr"] for r in rows]),
+        "exact": np.array([r["exact"] for r in rows]),
+        "matvecs": t.matvecs,
+        "seconds": t.seconds,
+    }
 
 
-def gradient_blocks(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | None,
-                    by_head: bool = True, loss: hv.CustomLoss | None = None
-                    ) -> tuple[list[str], np.ndarray, np.ndarray]:
+def gradient_blocks(
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    Y: Tensor | None,
+    by_head: bool = True,
+    loss: hv.CustomLoss | None = None,
+) -> tuple[list[str], np.ndarray, np.ndarray]:
     """``(names, ‖g_b‖_F, sizes)`` of every block of :func:`hessviz.matfree.estimates.block_list`
     (every weight, or every head's slice of a weight with heads), from the closed-form gradient of the layer's
     loss against ``Y``, or of ``loss`` (a custom loss, ``Y = None``)."""

@@ -54,8 +54,15 @@ from hessviz.config import BlockConfig
 from hessviz.errors import CheckpointError
 from hessviz.pretrained.checkpoint import Checkpoint
 
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh",
-                  "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu"}
+HF_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
 """Hugging Face activation name -> hessviz activation (only exact equivalents)."""
 
 
@@ -122,16 +129,20 @@ def _get(config: dict, key: str, kind: type, default: object = None, minimum: fl
         raise CheckpointError(f"config.json: {key} is missing; a {config.get('model_type')} config needs it")
     kinds = (int, float) if kind is float else (kind,)
     if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
-        raise CheckpointError(f"config.json: {key} must be {'an integer' if kind is int else 'a number'} "
-                              f">= {minimum:g}, got {value!r}")
+        raise CheckpointError(
+            f"config.json: {key} must be {'an integer' if kind is int else 'a number'} "
+            f">= {minimum:g}, got {value!r}"
+        )
     return value
 
 
 def _activation(config: dict, key: str, default: str) -> str:
     name = config.get(key, default)
     if name not in HF_ACTIVATIONS:
-        raise CheckpointError(f"config.json: {key} = {name!r} is not supported; hessviz has "
-                              f"{', '.join(map(repr, HF_ACTIVATIONS))}")
+        raise CheckpointError(
+            f"config.json: {key} = {name!r} is not supported; hessviz has "
+            f"{', '.join(map(repr, HF_ACTIVATIONS))}"
+        )
     return HF_ACTIVATIONS[name]
 
 
@@ -140,8 +151,10 @@ def _refuse(config: dict, flags: dict[str, object]) -> None:
     for key, allowed in flags.items():
         value = config.get(key, allowed)
         if value != allowed:
-            raise CheckpointError(f"config.json: {key} = {value!r} is not supported (hessviz computes "
-                                  f"the standard layer, {key} = {allowed!r})")
+            raise CheckpointError(
+                f"config.json: {key} = {value!r} is not supported (hessviz computes "
+                f"the standard layer, {key} = {allowed!r})"
+            )
 
 
 def _prefix(ckpt: Checkpoint, anchor: str) -> str:
@@ -149,9 +162,11 @@ def _prefix(ckpt: Checkpoint, anchor: str) -> str:
     the one tensor whose name ends with ``anchor``."""
     hits = sorted((k for k in ckpt.tensors if k == anchor or k.endswith("." + anchor)), key=len)
     if not hits:
-        raise CheckpointError(f"source {ckpt.name!r}: no tensor named {anchor!r} (with any prefix); the "
-                              f"weights do not match config.json's model_type "
-                              f"{ckpt.config.get('model_type')!r}")
+        raise CheckpointError(
+            f"source {ckpt.name!r}: no tensor named {anchor!r} (with any prefix); the "
+            f"weights do not match config.json's model_type "
+            f"{ckpt.config.get('model_type')!r}"
+        )
     return hits[0][: -len(anchor)]
 
 
@@ -200,9 +215,11 @@ class Family:
         would then need the window's mask, which hessviz does not compute."""
         if self.window is not None and n > self.window[1]:
             key, w = self.window
-            raise CheckpointError(f"config.json: {key} = {w} is shorter than the {n} tokens asked for; "
-                                  f"hessviz computes full causal attention, which equals the sliding-window "
-                                  f"layer only up to {w} tokens: use at most {w}")
+            raise CheckpointError(
+                f"config.json: {key} = {w} is shorter than the {n} tokens asked for; "
+                f"hessviz computes full causal attention, which equals the sliding-window "
+                f"layer only up to {w} tokens: use at most {w}"
+            )
 
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
         raise NotImplementedError
@@ -223,9 +240,11 @@ class Family:
     def head(self) -> Head:
         """The final norm and the LM head; :class:`CheckpointError` for a family without one."""
         decoders = (t for f in FAMILIES if f.has_head() for t in f.model_types)
-        raise CheckpointError(f"source {self.ckpt.name!r} is a {self.title} model: hessviz reads the "
-                              "next-token head (final norm and unembedding) of decoder families only "
-                              f"({', '.join(decoders)})")
+        raise CheckpointError(
+            f"source {self.ckpt.name!r} is a {self.title} model: hessviz reads the "
+            "next-token head (final norm and unembedding) of decoder families only "
+            f"({', '.join(decoders)})"
+        )
 
     @classmethod
     def has_head(cls) -> bool:
@@ -241,8 +260,10 @@ class Family:
         table = self.layer_sources(layer)
         missing = [n for n in self.block.param_names if n not in table]
         if missing:
-            raise CheckpointError(f"source {self.ckpt.name!r}: the {self.title} table has no row for "
-                                  f"{', '.join(missing)} of this block")
+            raise CheckpointError(
+                f"source {self.ckpt.name!r}: the {self.title} table has no row for "
+                f"{', '.join(missing)} of this block"
+            )
         return {n: table[n] for n in self.block.param_names}
 
     def layer_shapes(self, layer: int) -> dict[str, tuple[int, ...]]:
@@ -278,13 +299,23 @@ class Bert(Family):
         _refuse(c, {"position_embedding_type": "absolute", "add_cross_attention": False})
         d, heads = _get(c, "hidden_size", int), _get(c, "num_attention_heads", int)
         if d % heads:
-            raise CheckpointError(f"config.json: hidden_size = {d} must be a multiple of "
-                                  f"num_attention_heads = {heads}")
-        return BlockConfig(seq_len=self.max_positions if seq_len is None else seq_len, d_model=d,
-                           d_k=d // heads, d_ff=_get(c, "intermediate_size", int), norm="post",
-                           activation=_activation(c, "hidden_act", "gelu"),
-                           ln_eps=float(_get(c, "layer_norm_eps", float, 1e-12, minimum=0)), n_heads=heads,
-                           out_proj=True, bias=True, ln_affine=True, causal=bool(c.get("is_decoder", False)))
+            raise CheckpointError(
+                f"config.json: hidden_size = {d} must be a multiple of num_attention_heads = {heads}"
+            )
+        return BlockConfig(
+            seq_len=self.max_positions if seq_len is None else seq_len,
+            d_model=d,
+            d_k=d // heads,
+            d_ff=_get(c, "intermediate_size", int),
+            norm="post",
+            activation=_activation(c, "hidden_act", "gelu"),
+            ln_eps=float(_get(c, "layer_norm_eps", float, 1e-12, minimum=0)),
+            n_heads=heads,
+            out_proj=True,
+            bias=True,
+            ln_affine=True,
+            causal=bool(c.get("is_decoder", False)),
+        )
 
     @property
     def _position_offset(self) -> int:
@@ -299,23 +330,36 @@ class Bert(Family):
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
         p = f"{self.prefix}encoder.layer.{layer}."
-        return _table(W_Q=_linear(p + "attention.self.query"), W_K=_linear(p + "attention.self.key"),
-                      W_V=_linear(p + "attention.self.value"), W_O=_linear(p + "attention.output.dense"),
-                      ln1=_norm(p + "attention.output.LayerNorm"), W_1=_linear(p + "intermediate.dense"),
-                      W_2=_linear(p + "output.dense"), ln2=_norm(p + "output.LayerNorm"))
+        return _table(
+            W_Q=_linear(p + "attention.self.query"),
+            W_K=_linear(p + "attention.self.key"),
+            W_V=_linear(p + "attention.self.value"),
+            W_O=_linear(p + "attention.output.dense"),
+            ln1=_norm(p + "attention.output.LayerNorm"),
+            W_1=_linear(p + "intermediate.dense"),
+            W_2=_linear(p + "output.dense"),
+            ln2=_norm(p + "output.LayerNorm"),
+        )
 
     def _keys(self) -> dict[str, str]:
         p = f"{self.prefix}embeddings."
-        return {"word": p + "word_embeddings.weight", "position": p + "position_embeddings.weight",
-                "type": p + "token_type_embeddings.weight", "gamma": p + "LayerNorm.weight",
-                "beta": p + "LayerNorm.bias"}
+        return {
+            "word": p + "word_embeddings.weight",
+            "position": p + "position_embeddings.weight",
+            "type": p + "token_type_embeddings.weight",
+            "gamma": p + "LayerNorm.weight",
+            "beta": p + "LayerNorm.bias",
+        }
 
     def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
         k, d = self._keys(), self.block.d_model
-        return {k["word"]: (self.vocab_size, d),
-                k["position"]: (_get(self.config, self.positions_key, int), d),
-                k["type"]: (_get(self.config, "type_vocab_size", int, 2), d),
-                k["gamma"]: (d,), k["beta"]: (d,)}
+        return {
+            k["word"]: (self.vocab_size, d),
+            k["position"]: (_get(self.config, self.positions_key, int), d),
+            k["type"]: (_get(self.config, "type_vocab_size", int, 2), d),
+            k["gamma"]: (d,),
+            k["beta"]: (d,),
+        }
 
     def positions(self, ids: list[int]) -> list[int]:
         """Position ids: ``0 … L−1`` (BERT); RoBERTa counts non-pad tokens from ``pad + 1`` and
@@ -331,9 +375,11 @@ class Bert(Family):
     def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
         k = self._keys()
         self.ckpt.require(self.embedding_shapes())
-        X = (self.ckpt.read_rows(k["word"], ids, dtype)
-             + self.ckpt.read_rows(k["position"], self.positions(ids), dtype)
-             + self.ckpt.read_rows(k["type"], [0], dtype))
+        X = (
+            self.ckpt.read_rows(k["word"], ids, dtype)
+            + self.ckpt.read_rows(k["position"], self.positions(ids), dtype)
+            + self.ckpt.read_rows(k["type"], [0], dtype)
+        )
         ln = self.ckpt.read([k["gamma"], k["beta"]], dtype)
         return F.layer_norm(X, (X.shape[1],), ln[k["gamma"]], ln[k["beta"]], eps=self.block.ln_eps)
 
@@ -349,16 +395,31 @@ class GPT2(Family):
 
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
         c = self.config
-        _refuse(c, {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-                    "add_cross_attention": False})
+        _refuse(
+            c,
+            {
+                "scale_attn_weights": True,
+                "scale_attn_by_inverse_layer_idx": False,
+                "add_cross_attention": False,
+            },
+        )
         d, heads = _get(c, "n_embd", int), _get(c, "n_head", int)
         if d % heads:
             raise CheckpointError(f"config.json: n_embd = {d} must be a multiple of n_head = {heads}")
-        return BlockConfig(seq_len=self.max_positions if seq_len is None else seq_len, d_model=d,
-                           d_k=d // heads, d_ff=_get(c, "n_inner", int, 4 * d), norm="pre",
-                           activation=_activation(c, "activation_function", "gelu_new"),
-                           ln_eps=float(_get(c, "layer_norm_epsilon", float, 1e-5, minimum=0)), n_heads=heads,
-                           out_proj=True, bias=True, ln_affine=True, causal=True)
+        return BlockConfig(
+            seq_len=self.max_positions if seq_len is None else seq_len,
+            d_model=d,
+            d_k=d // heads,
+            d_ff=_get(c, "n_inner", int, 4 * d),
+            norm="pre",
+            activation=_activation(c, "activation_function", "gelu_new"),
+            ln_eps=float(_get(c, "layer_norm_epsilon", float, 1e-5, minimum=0)),
+            n_heads=heads,
+            out_proj=True,
+            bias=True,
+            ln_affine=True,
+            causal=True,
+        )
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
         p = f"{self.prefix}h.{layer}."
@@ -369,19 +430,29 @@ class GPT2(Family):
         def conv1d(prefix: str) -> tuple[Source, Source]:
             return Source(prefix + ".weight"), Source(prefix + ".bias")
 
-        return _table(ln1=_norm(p + "ln_1"), W_Q=qkv(0), W_K=qkv(1), W_V=qkv(2),
-                      W_O=conv1d(p + "attn.c_proj"), ln2=_norm(p + "ln_2"), W_1=conv1d(p + "mlp.c_fc"),
-                      W_2=conv1d(p + "mlp.c_proj"))
+        return _table(
+            ln1=_norm(p + "ln_1"),
+            W_Q=qkv(0),
+            W_K=qkv(1),
+            W_V=qkv(2),
+            W_O=conv1d(p + "attn.c_proj"),
+            ln2=_norm(p + "ln_2"),
+            W_1=conv1d(p + "mlp.c_fc"),
+            W_2=conv1d(p + "mlp.c_proj"),
+        )
 
     def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
         d = self.block.d_model
-        return {f"{self.prefix}wte.weight": (self.vocab_size, d),
-                f"{self.prefix}wpe.weight": (self.max_positions, d)}
+        return {
+            f"{self.prefix}wte.weight": (self.vocab_size, d),
+            f"{self.prefix}wpe.weight": (self.max_positions, d),
+        }
 
     def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
         self.ckpt.require(self.embedding_shapes())
-        return (self.ckpt.read_rows(f"{self.prefix}wte.weight", ids, dtype)
-                + self.ckpt.read_rows(f"{self.prefix}wpe.weight", list(range(len(ids))), dtype))
+        return self.ckpt.read_rows(f"{self.prefix}wte.weight", ids, dtype) + self.ckpt.read_rows(
+            f"{self.prefix}wpe.weight", list(range(len(ids))), dtype
+        )
 
     def head(self) -> Head:
         return Head(f"{self.prefix}ln_f.weight", f"{self.prefix}ln_f.bias", f"{self.prefix}wte.weight")
@@ -399,15 +470,20 @@ def _rope(config: dict, default_factor: float = 1.0) -> tuple[float, float]:
     scaling = config.get("rope_scaling") or {}
     for key, table in (("rope_parameters", params), ("rope_scaling", scaling)):
         if not isinstance(table, dict) or any(isinstance(v, dict) for v in table.values()):
-            raise CheckpointError(f"config.json: {key} must be one object of rope settings (hessviz computes "
-                                  f"one rotation for every layer), got {table!r}")
+            raise CheckpointError(
+                f"config.json: {key} must be one object of rope settings (hessviz computes "
+                f"one rotation for every layer), got {table!r}"
+            )
         kind = table.get("rope_type", table.get("type", "default"))
         if kind != "default":
-            raise CheckpointError(f"config.json: {key} with rope_type {kind!r} is not supported; hessviz "
-                                  "computes the plain rotation (rope_type 'default', no scaling)")
+            raise CheckpointError(
+                f"config.json: {key} with rope_type {kind!r} is not supported; hessviz "
+                "computes the plain rotation (rope_type 'default', no scaling)"
+            )
     theta = params.get("rope_theta", config.get("rope_theta", config.get("rotary_emb_base", 10000.0)))
-    factor = params.get("partial_rotary_factor",
-                        config.get("partial_rotary_factor", config.get("rotary_pct", default_factor)))
+    factor = params.get(
+        "partial_rotary_factor", config.get("partial_rotary_factor", config.get("rotary_pct", default_factor))
+    )
     _get({"rope_theta": theta}, "rope_theta", float, minimum=1e-12)
     _get({"partial_rotary_factor": factor}, "partial_rotary_factor", float, minimum=1e-12)
     return float(theta), float(factor)
@@ -417,8 +493,10 @@ def _rotary_dim(d_k: int, factor: float) -> int | None:
     """GPT-NeoX's ``int(d_k · rotary_pct)``; ``None`` when the whole head rotates."""
     r = int(d_k * factor)
     if r > d_k or r < 2 or r % 2:
-        raise CheckpointError(f"config.json: partial rotary factor {factor:g} of head width {d_k} gives "
-                              f"{r} rotated features; hessviz needs an even number in [2, {d_k}]")
+        raise CheckpointError(
+            f"config.json: partial rotary factor {factor:g} of head width {d_k} gives "
+            f"{r} rotated features; hessviz needs an even number in [2, {d_k}]"
+        )
     return None if r == d_k else r
 
 
@@ -426,8 +504,10 @@ def _refuse_set(config: dict, keys: tuple[str, ...]) -> None:
     """Refuse options that are off (null or absent) in the layer hessviz computes."""
     for key in keys:
         if config.get(key) not in (None, False, 0):
-            raise CheckpointError(f"config.json: {key} = {config[key]!r} is not supported (it changes the "
-                                  "layer's math; hessviz computes the layer without it)")
+            raise CheckpointError(
+                f"config.json: {key} = {config[key]!r} is not supported (it changes the "
+                "layer's math; hessviz computes the layer without it)"
+            )
 
 
 def _heads(config: dict, d: int, heads_key: str, head_dim_key: str | None) -> int:
@@ -473,16 +553,31 @@ class Llama(Family):
         d_k = _heads(c, d, "num_attention_heads", self.head_dim_key)
         kv = _get(c, "num_key_value_heads", int, heads)
         if heads % kv:
-            raise CheckpointError(f"config.json: num_key_value_heads = {kv} must divide "
-                                  f"num_attention_heads = {heads}")
+            raise CheckpointError(
+                f"config.json: num_key_value_heads = {kv} must divide num_attention_heads = {heads}"
+            )
         theta, factor = _rope(c)
-        return BlockConfig(seq_len=self.max_positions if seq_len is None else seq_len, d_model=d, d_k=d_k,
-                           d_ff=_get(c, "intermediate_size", int), norm="pre", norm_type="rmsnorm",
-                           mlp="gated", activation=_activation(c, "hidden_act", "silu"),
-                           ln_eps=float(_get(c, "rms_norm_eps", float, 1e-6, minimum=0)), n_heads=heads,
-                           n_kv_heads=None if kv == heads else kv, out_proj=True, bias=_bias(self.biases()),
-                           ln_affine=True, causal=True, rope=True, rope_theta=theta,
-                           rotary_dim=_rotary_dim(d_k, factor), qk_norm=self.qk_norm)
+        return BlockConfig(
+            seq_len=self.max_positions if seq_len is None else seq_len,
+            d_model=d,
+            d_k=d_k,
+            d_ff=_get(c, "intermediate_size", int),
+            norm="pre",
+            norm_type="rmsnorm",
+            mlp="gated",
+            activation=_activation(c, "hidden_act", "silu"),
+            ln_eps=float(_get(c, "rms_norm_eps", float, 1e-6, minimum=0)),
+            n_heads=heads,
+            n_kv_heads=None if kv == heads else kv,
+            out_proj=True,
+            bias=_bias(self.biases()),
+            ln_affine=True,
+            causal=True,
+            rope=True,
+            rope_theta=theta,
+            rotary_dim=_rotary_dim(d_k, factor),
+            qk_norm=self.qk_norm,
+        )
 
     @property
     def window(self) -> tuple[str, int] | None:
@@ -490,19 +585,31 @@ class Llama(Family):
         with ``use_sliding_window``; any ``layer_types`` entry ``sliding_attention``)."""
         c = self.config
         w = c.get("sliding_window")
-        on = self.config.get("model_type") == "mistral" or bool(c.get("use_sliding_window")) \
+        on = (
+            self.config.get("model_type") == "mistral"
+            or bool(c.get("use_sliding_window"))
             or "sliding_attention" in (c.get("layer_types") or ())
+        )
         return ("sliding_window", _get(c, "sliding_window", int)) if on and w is not None else None
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
         p = f"{self.prefix}layers.{layer}."
         a, m = p + "self_attn.", p + "mlp."
-        return {"ln1_gamma": Source(p + "input_layernorm.weight"),
-                "ln2_gamma": Source(p + "post_attention_layernorm.weight"),
-                "q_norm_gamma": Source(a + "q_norm.weight"), "k_norm_gamma": Source(a + "k_norm.weight"),
-                **_table(W_Q=_linear(a + "q_proj"), W_K=_linear(a + "k_proj"), W_V=_linear(a + "v_proj"),
-                         W_O=_linear(a + "o_proj"), W_G=_linear(m + "gate_proj"), W_1=_linear(m + "up_proj"),
-                         W_2=_linear(m + "down_proj"))}
+        return {
+            "ln1_gamma": Source(p + "input_layernorm.weight"),
+            "ln2_gamma": Source(p + "post_attention_layernorm.weight"),
+            "q_norm_gamma": Source(a + "q_norm.weight"),
+            "k_norm_gamma": Source(a + "k_norm.weight"),
+            **_table(
+                W_Q=_linear(a + "q_proj"),
+                W_K=_linear(a + "k_proj"),
+                W_V=_linear(a + "v_proj"),
+                W_O=_linear(a + "o_proj"),
+                W_G=_linear(m + "gate_proj"),
+                W_1=_linear(m + "up_proj"),
+                W_2=_linear(m + "down_proj"),
+            ),
+        }
 
     @property
     def _embedding(self) -> str:
@@ -572,25 +679,44 @@ class GPTNeoX(Family):
         d_k = _heads(c, d, "num_attention_heads", None)
         theta, factor = _rope(c, default_factor=0.25)
         bias = True if c.get("attention_bias", True) else ("1", "2")
-        return BlockConfig(seq_len=self.max_positions if seq_len is None else seq_len, d_model=d, d_k=d_k,
-                           d_ff=_get(c, "intermediate_size", int),
-                           norm="parallel" if c.get("use_parallel_residual", True) else "pre",
-                           activation=_activation(c, "hidden_act", "gelu"),
-                           ln_eps=float(_get(c, "layer_norm_eps", float, 1e-5, minimum=0)), n_heads=heads,
-                           out_proj=True, bias=bias, ln_affine=True, causal=True, rope=True, rope_theta=theta,
-                           rotary_dim=_rotary_dim(d_k, factor))
+        return BlockConfig(
+            seq_len=self.max_positions if seq_len is None else seq_len,
+            d_model=d,
+            d_k=d_k,
+            d_ff=_get(c, "intermediate_size", int),
+            norm="parallel" if c.get("use_parallel_residual", True) else "pre",
+            activation=_activation(c, "hidden_act", "gelu"),
+            ln_eps=float(_get(c, "layer_norm_eps", float, 1e-5, minimum=0)),
+            n_heads=heads,
+            out_proj=True,
+            bias=bias,
+            ln_affine=True,
+            causal=True,
+            rope=True,
+            rope_theta=theta,
+            rotary_dim=_rotary_dim(d_k, factor),
+        )
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
         p = f"{self.prefix}layers.{layer}."
         qkv, H = p + "attention.query_key_value", self.block.n_heads
 
         def packed(k: int) -> tuple[Source, Source]:
-            return (Source(qkv + ".weight", transpose=True, part=(k, 3), groups=H),
-                    Source(qkv + ".bias", part=(k, 3), groups=H))
+            return (
+                Source(qkv + ".weight", transpose=True, part=(k, 3), groups=H),
+                Source(qkv + ".bias", part=(k, 3), groups=H),
+            )
 
-        return _table(ln1=_norm(p + "input_layernorm"), W_Q=packed(0), W_K=packed(1), W_V=packed(2),
-                      W_O=_linear(p + "attention.dense"), ln2=_norm(p + "post_attention_layernorm"),
-                      W_1=_linear(p + "mlp.dense_h_to_4h"), W_2=_linear(p + "mlp.dense_4h_to_h"))
+        return _table(
+            ln1=_norm(p + "input_layernorm"),
+            W_Q=packed(0),
+            W_K=packed(1),
+            W_V=packed(2),
+            W_O=_linear(p + "attention.dense"),
+            ln2=_norm(p + "post_attention_layernorm"),
+            W_1=_linear(p + "mlp.dense_h_to_4h"),
+            W_2=_linear(p + "mlp.dense_4h_to_h"),
+        )
 
     def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
         return {f"{self.prefix}embed_in.weight": (self.vocab_size, self.block.d_model)}
@@ -601,8 +727,9 @@ class GPTNeoX(Family):
     def head(self) -> Head:
         norm = f"{self.prefix}final_layer_norm."
         tied = self.config.get("tie_word_embeddings", False)
-        return Head(norm + "weight", norm + "bias",
-                    f"{self.prefix}embed_in.weight" if tied else "embed_out.weight")
+        return Head(
+            norm + "weight", norm + "bias", f"{self.prefix}embed_in.weight" if tied else "embed_out.weight"
+        )
 
 
 class OPT(Family):
@@ -621,41 +748,65 @@ class OPT(Family):
         c = self.config
         d = _get(c, "hidden_size", int)
         if c.get("word_embed_proj_dim", d) != d:
-            raise CheckpointError(f"config.json: word_embed_proj_dim = {c['word_embed_proj_dim']} differs "
-                                  f"from hidden_size = {d}, so the model has project_in/project_out maps "
-                                  "around its layers; hessviz does not support them")
+            raise CheckpointError(
+                f"config.json: word_embed_proj_dim = {c['word_embed_proj_dim']} differs "
+                f"from hidden_size = {d}, so the model has project_in/project_out maps "
+                "around its layers; hessviz does not support them"
+            )
         _refuse(c, {"_remove_final_layer_norm": False, "layer_norm_elementwise_affine": True})
         heads = _get(c, "num_attention_heads", int)
-        return BlockConfig(seq_len=self.max_positions if seq_len is None else seq_len, d_model=d,
-                           d_k=_heads(c, d, "num_attention_heads", None), d_ff=_get(c, "ffn_dim", int),
-                           norm="pre" if c.get("do_layer_norm_before", True) else "post",
-                           activation=_activation(c, "activation_function", "relu"), ln_eps=1e-5,
-                           n_heads=heads, out_proj=True, bias=bool(c.get("enable_bias", True)),
-                           ln_affine=True, causal=True)
+        return BlockConfig(
+            seq_len=self.max_positions if seq_len is None else seq_len,
+            d_model=d,
+            d_k=_heads(c, d, "num_attention_heads", None),
+            d_ff=_get(c, "ffn_dim", int),
+            norm="pre" if c.get("do_layer_norm_before", True) else "post",
+            activation=_activation(c, "activation_function", "relu"),
+            ln_eps=1e-5,
+            n_heads=heads,
+            out_proj=True,
+            bias=bool(c.get("enable_bias", True)),
+            ln_affine=True,
+            causal=True,
+        )
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
         p = f"{self.prefix}layers.{layer}."
         a = p + "self_attn."
-        return _table(W_Q=_linear(a + "q_proj"), W_K=_linear(a + "k_proj"), W_V=_linear(a + "v_proj"),
-                      W_O=_linear(a + "out_proj"), ln1=_norm(p + "self_attn_layer_norm"),
-                      W_1=_linear(p + "fc1"), W_2=_linear(p + "fc2"), ln2=_norm(p + "final_layer_norm"))
+        return _table(
+            W_Q=_linear(a + "q_proj"),
+            W_K=_linear(a + "k_proj"),
+            W_V=_linear(a + "v_proj"),
+            W_O=_linear(a + "out_proj"),
+            ln1=_norm(p + "self_attn_layer_norm"),
+            W_1=_linear(p + "fc1"),
+            W_2=_linear(p + "fc2"),
+            ln2=_norm(p + "final_layer_norm"),
+        )
 
     def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
         d = self.block.d_model
-        return {f"{self.prefix}embed_tokens.weight": (self.vocab_size, d),
-                f"{self.prefix}embed_positions.weight": (self.max_positions + self.OFFSET, d)}
+        return {
+            f"{self.prefix}embed_tokens.weight": (self.vocab_size, d),
+            f"{self.prefix}embed_positions.weight": (self.max_positions + self.OFFSET, d),
+        }
 
     def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
         positions = [t + self.OFFSET for t in range(len(ids))]
-        return (self.read_rows(f"{self.prefix}embed_tokens.weight", ids, dtype)
-                + self.read_rows(f"{self.prefix}embed_positions.weight", positions, dtype))
+        return self.read_rows(f"{self.prefix}embed_tokens.weight", ids, dtype) + self.read_rows(
+            f"{self.prefix}embed_positions.weight", positions, dtype
+        )
 
     def head(self) -> Head:
         norm = f"{self.prefix}final_layer_norm."
         final = self.config.get("do_layer_norm_before", True)
         tied = self.config.get("tie_word_embeddings", True)
-        return Head(norm + "weight" if final else None, norm + "bias" if final else None,
-                    f"{self.prefix}embed_tokens.weight" if tied else "lm_head.weight")
+        return Head(
+            norm + "weight" if final else None,
+            norm + "bias" if final else None,
+            f"{self.prefix}embed_tokens.weight" if tied else "lm_head.weight",
+        )
+
 
 FAMILIES: tuple[type[Family], ...] = (Bert, GPT2, Llama, Mistral, Qwen2, Qwen3, GPTNeoX, OPT)
 SUPPORTED = tuple(t for f in FAMILIES for t in f.model_types)
@@ -667,6 +818,7 @@ def family_of(ckpt: Checkpoint) -> Family:
     for family in FAMILIES:
         if model_type in family.model_types:
             return family(ckpt)
-    raise CheckpointError(f"config.json: model_type {model_type!r} is not supported; hessviz loads "
-                          f"{', '.join(map(repr, SUPPORTED))} checkpoints")
-
+    raise CheckpointError(
+        f"config.json: model_type {model_type!r} is not supported; hessviz loads "
+        f"{', '.join(map(repr, SUPPORTED))} checkpoints"
+    )

@@ -48,33 +48,68 @@ PERMUTED = ("llama",)
 """Architectures whose ``W_Q``/``W_K`` rows llama.cpp stores in interleaved rotary order."""
 
 _LAYER_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight", "ffn_norm.weight": "post_attention_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight", "attn_output.weight": "self_attn.o_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias", "attn_output.bias": "self_attn.o_proj.bias",
-    "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.bias": "self_attn.o_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-_TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-              "output.weight": "lm_head.weight"}
+_TOP_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
 _REFUSED_TENSORS = {"rope_freqs.weight": "per-frequency rope scaling factors (Llama 3.1 style)"}
-_REFUSED_KEYS = ("rope.scaling.type", "rope.scaling.factor", "rope.scale_linear", "rope.freq_scale",
-                 "attention.sliding_window", "expert_count", "attention.logit_softcapping",
-                 "final_logit_softcapping", "attention.clamp_kqv", "rope.dimension_sections",
-                 "attention.q_lora_rank", "attention.kv_lora_rank")
-_NEUTRAL = {"rope.scaling.type": ("none",), "rope.scaling.factor": (0.0, 1.0), "rope.freq_scale": (1.0,),
-            "rope.scale_linear": (1.0,), "expert_count": (0,)}
+_REFUSED_KEYS = (
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scale_linear",
+    "rope.freq_scale",
+    "attention.sliding_window",
+    "expert_count",
+    "attention.logit_softcapping",
+    "final_logit_softcapping",
+    "attention.clamp_kqv",
+    "rope.dimension_sections",
+    "attention.q_lora_rank",
+    "attention.kv_lora_rank",
+)
+_NEUTRAL = {
+    "rope.scaling.type": ("none",),
+    "rope.scaling.factor": (0.0, 1.0),
+    "rope.freq_scale": (1.0,),
+    "rope.scale_linear": (1.0,),
+    "expert_count": (0,),
+}
 """Refused keys' values that leave the math as computed."""
 
-_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-SPLITS = {"llama3": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT,
-          "smaug-bpe": _LLAMA3_SPLIT, "dbrx": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT,
-          "deepseek-r1-qwen": _QWEN2_SPLIT}
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPLITS = {
+    "llama3": _LLAMA3_SPLIT,
+    "llama-v3": _LLAMA3_SPLIT,
+    "llama-bpe": _LLAMA3_SPLIT,
+    "smaug-bpe": _LLAMA3_SPLIT,
+    "dbrx": _LLAMA3_SPLIT,
+    "qwen2": _QWEN2_SPLIT,
+    "deepseek-r1-qwen": _QWEN2_SPLIT,
+}
 """``tokenizer.ggml.pre`` -> the split pattern its merges were learned with (as ``transformers``);
 any other value keeps GPT-2's byte-level split."""
 
@@ -103,15 +138,17 @@ def _gguf():
     try:
         import gguf
     except ImportError:
-        raise CheckpointError("reading a GGUF file needs the gguf package: pip install gguf (or "
-                              "pip install -e '.[models]' in a hessviz checkout)") from None
+        raise CheckpointError(
+            "reading a GGUF file needs the gguf package: pip install gguf (or "
+            "pip install -e '.[models]' in a hessviz checkout)"
+        ) from None
     return gguf
 
 
 def _value(field) -> object:
     try:
         return field.contents()
-    except Exception as e:                 # a malformed field: gguf raises whatever numpy raises
+    except Exception as e:  # a malformed field: gguf raises whatever numpy raises
         raise CheckpointError(f"GGUF key {field.name!r} cannot be read ({e})") from None
 
 
@@ -122,8 +159,8 @@ class _Opened:
     fields take ~160 MB for a 49k-token vocabulary, is let go."""
 
     metadata: dict
-    tensors: dict = field(default_factory=dict)      # HF name -> gguf ReaderTensor
-    vocab: dict = field(default_factory=dict)        # tokenizer.ggml.tokens / merges / token_type -> list
+    tensors: dict = field(default_factory=dict)  # HF name -> gguf ReaderTensor
+    vocab: dict = field(default_factory=dict)  # tokenizer.ggml.tokens / merges / token_type -> list
 
 
 _VOCAB = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")
@@ -134,32 +171,44 @@ _SMALL = _VOCAB + ("tokenizer.ggml.scores",)
 def _open_file(state: tuple[str, int, int]) -> _Opened:
     path, size = state[0], state[1]
     if not is_gguf(Path(path)):
-        raise CheckpointError(f"source {path!r} is not a GGUF file (it does not start with the bytes "
-                              "'GGUF'); a source is a checkpoint folder, a .gguf file or a bundled name")
+        raise CheckpointError(
+            f"source {path!r} is not a GGUF file (it does not start with the bytes "
+            "'GGUF'); a source is a checkpoint folder, a .gguf file or a bundled name"
+        )
     gguf = _gguf()
     try:
         reader = gguf.GGUFReader(path, "r")
-    except Exception as e:                 # truncated header, unknown type id, bad version …
-        raise CheckpointError(f"source {path!r}: GGUF header cannot be read ({type(e).__name__}: {e}); "
-                              "the file is truncated or damaged") from None
-    metadata = {name: _value(f) for name, f in reader.fields.items()
-                if name not in _SMALL and not name.startswith("GGUF.")}
+    except Exception as e:  # truncated header, unknown type id, bad version …
+        raise CheckpointError(
+            f"source {path!r}: GGUF header cannot be read ({type(e).__name__}: {e}); "
+            "the file is truncated or damaged"
+        ) from None
+    metadata = {
+        name: _value(f)
+        for name, f in reader.fields.items()
+        if name not in _SMALL and not name.startswith("GGUF.")
+    }
     tensors = {}
     for t in reader.tensors:
         end = int(t.data_offset) + int(t.n_bytes)
         if end > size:
-            raise CheckpointError(f"source {path!r}: tensor {t.name!r} ends at byte {end} but the file has "
-                                  f"{size} bytes: the GGUF file is truncated")
+            raise CheckpointError(
+                f"source {path!r}: tensor {t.name!r} ends at byte {end} but the file has "
+                f"{size} bytes: the GGUF file is truncated"
+            )
         kind = getattr(t.tensor_type, "name", str(t.tensor_type))
         if t.name in _REFUSED_TENSORS:
-            raise CheckpointError(f"source {path!r}: tensor {t.name!r} holds {_REFUSED_TENSORS[t.name]}, "
-                                  "which hessviz does not compute (it computes the plain rotation)")
+            raise CheckpointError(
+                f"source {path!r}: tensor {t.name!r} holds {_REFUSED_TENSORS[t.name]}, "
+                "which hessviz does not compute (it computes the plain rotation)"
+            )
         name = hf_name(t.name)
         if name is None:
             continue
         if kind not in TYPES:
-            raise CheckpointError(f"source {path!r}: tensor {t.name!r} has type {kind}; hessviz "
-                                  f"dequantizes {', '.join(TYPES)}")
+            raise CheckpointError(
+                f"source {path!r}: tensor {t.name!r} has type {kind}; hessviz dequantizes {', '.join(TYPES)}"
+            )
         tensors[name] = t
     vocab = {key: _value(reader.fields[key]) for key in _VOCAB if key in reader.fields}
     return _Opened(metadata, tensors, vocab)
@@ -169,49 +218,70 @@ def _config(path: str, metadata: dict, tensors: dict) -> dict:
     """A Hugging Face ``config.json`` dict from the file's metadata; refuses what is not computed."""
     arch = metadata.get("general.architecture")
     if arch not in ARCHITECTURES:
-        raise CheckpointError(f"source {path!r}: GGUF key general.architecture = {arch!r} is not supported; "
-                              f"hessviz reads {', '.join(map(repr, ARCHITECTURES))} files")
+        raise CheckpointError(
+            f"source {path!r}: GGUF key general.architecture = {arch!r} is not supported; "
+            f"hessviz reads {', '.join(map(repr, ARCHITECTURES))} files"
+        )
     for key in _REFUSED_KEYS:
         full = f"{arch}.{key}"
         if full in metadata and metadata[full] not in _NEUTRAL.get(key, ()):
-            raise CheckpointError(f"source {path!r}: GGUF key {full} = {metadata[full]!r} is not supported "
-                                  "(it changes the layer's math; hessviz computes the layer without it)")
+            raise CheckpointError(
+                f"source {path!r}: GGUF key {full} = {metadata[full]!r} is not supported "
+                "(it changes the layer's math; hessviz computes the layer without it)"
+            )
 
     def get(key: str, default: object = None) -> object:
         value = metadata.get(f"{arch}.{key}", default)
         if value is None:
-            raise CheckpointError(f"source {path!r}: GGUF key {arch}.{key} is missing; a {arch} file "
-                                  "needs it")
+            raise CheckpointError(
+                f"source {path!r}: GGUF key {arch}.{key} is missing; a {arch} file needs it"
+            )
         return value
 
     d, heads = get("embedding_length"), get("attention.head_count")
     if not isinstance(heads, int):
-        raise CheckpointError(f"source {path!r}: GGUF key {arch}.attention.head_count must be one integer "
-                              f"(the same for every layer), got {heads!r}")
+        raise CheckpointError(
+            f"source {path!r}: GGUF key {arch}.attention.head_count must be one integer "
+            f"(the same for every layer), got {heads!r}"
+        )
     kv = get("attention.head_count_kv", heads)
     if not isinstance(kv, int):
-        raise CheckpointError(f"source {path!r}: GGUF key {arch}.attention.head_count_kv must be one integer "
-                              f"(the same for every layer), got {kv!r}")
+        raise CheckpointError(
+            f"source {path!r}: GGUF key {arch}.attention.head_count_kv must be one integer "
+            f"(the same for every layer), got {kv!r}"
+        )
     d_k = get("attention.key_length", d // heads if isinstance(d, int) and heads else None)
     d_v = get("attention.value_length", d_k)
     if d_v != d_k:
-        raise CheckpointError(f"source {path!r}: GGUF key {arch}.attention.value_length = {d_v} differs from "
-                              f"key_length = {d_k}; hessviz computes heads of one width")
+        raise CheckpointError(
+            f"source {path!r}: GGUF key {arch}.attention.value_length = {d_v} differs from "
+            f"key_length = {d_k}; hessviz computes heads of one width"
+        )
     rotary = get("rope.dimension_count", d_k)
     if rotary != d_k:
-        raise CheckpointError(f"source {path!r}: GGUF key {arch}.rope.dimension_count = {rotary} is not the "
-                              f"head width {d_k}; hessviz reads GGUF files whose whole head rotates")
+        raise CheckpointError(
+            f"source {path!r}: GGUF key {arch}.rope.dimension_count = {rotary} is not the "
+            f"head width {d_k}; hessviz reads GGUF files whose whole head rotates"
+        )
     tokens = metadata.get(f"{arch}.vocab_size")
     embed = tensors.get("model.embed_tokens.weight")
     vocab = tokens if tokens is not None else (int(embed.shape[-1]) if embed is not None else None)
-    config = {"model_type": arch, "hidden_size": d, "num_hidden_layers": get("block_count"),
-              "intermediate_size": get("feed_forward_length"), "num_attention_heads": heads,
-              "num_key_value_heads": kv, "head_dim": d_k,
-              "rms_norm_eps": get("attention.layer_norm_rms_epsilon"),
-              "rope_theta": float(get("rope.freq_base", 10000.0)),
-              "max_position_embeddings": get("context_length"), "vocab_size": vocab, "hidden_act": "silu",
-              "tie_word_embeddings": "lm_head.weight" not in tensors,
-              "attention_bias": "model.layers.0.self_attn.o_proj.bias" in tensors}
+    config = {
+        "model_type": arch,
+        "hidden_size": d,
+        "num_hidden_layers": get("block_count"),
+        "intermediate_size": get("feed_forward_length"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": d_k,
+        "rms_norm_eps": get("attention.layer_norm_rms_epsilon"),
+        "rope_theta": float(get("rope.freq_base", 10000.0)),
+        "max_position_embeddings": get("context_length"),
+        "vocab_size": vocab,
+        "hidden_act": "silu",
+        "tie_word_embeddings": "lm_head.weight" not in tensors,
+        "attention_bias": "model.layers.0.self_attn.o_proj.bias" in tensors,
+    }
     if arch == "qwen2":
         config["use_sliding_window"] = False
     return config
@@ -237,8 +307,10 @@ class GGUFCheckpoint(Checkpoint):
         st = path.stat()
         opened = _open_file((str(path), st.st_size, st.st_mtime_ns))
         config = _config(str(path), opened.metadata, opened.tensors)
-        shapes = {name: (str(path), tuple(int(n) for n in reversed(t.shape.tolist())))
-                  for name, t in opened.tensors.items()}
+        shapes = {
+            name: (str(path), tuple(int(n) for n in reversed(t.shape.tolist())))
+            for name, t in opened.tensors.items()
+        }
         return cls(path, config, shapes, label or path.name, opened)
 
     @property
@@ -250,8 +322,10 @@ class GGUFCheckpoint(Checkpoint):
         try:
             values = _gguf().quants.dequantize(data, t.tensor_type)
         except Exception as e:
-            raise CheckpointError(f"source {self.name!r}: tensor {t.name!r} ({t.tensor_type.name}) cannot be "
-                                  f"dequantized ({type(e).__name__}: {e})") from None
+            raise CheckpointError(
+                f"source {self.name!r}: tensor {t.name!r} ({t.tensor_type.name}) cannot be "
+                f"dequantized ({type(e).__name__}: {e})"
+            ) from None
         return torch.from_numpy(np.array(values, dtype=np.float32, copy=True))
 
     def _read_one(self, key: str) -> Tensor:
@@ -292,8 +366,10 @@ class GGUFCheckpoint(Checkpoint):
 
 def _field(opened: _Opened, key: str, path: str) -> list:
     if key not in opened.vocab:
-        raise CheckpointError(f"source {path!r}: GGUF key {key} is missing, so a text cannot be tokenised; "
-                              "pass token ids instead of a text")
+        raise CheckpointError(
+            f"source {path!r}: GGUF key {key} is missing, so a text cannot be tokenised; "
+            "pass token ids instead of a text"
+        )
     return opened.vocab[key]
 
 
@@ -309,41 +385,69 @@ def _tokenizer(state: tuple[str, int, int]):
     opened = _open_file(state)
     kind = opened.metadata.get("tokenizer.ggml.model")
     if kind != "gpt2":
-        raise CheckpointError(f"source {path!r}: GGUF key tokenizer.ggml.model = {kind!r} is not supported "
-                              "for texts (hessviz builds byte-level BPE tokenizers, 'gpt2'); pass token ids")
+        raise CheckpointError(
+            f"source {path!r}: GGUF key tokenizer.ggml.model = {kind!r} is not supported "
+            "for texts (hessviz builds byte-level BPE tokenizers, 'gpt2'); pass token ids"
+        )
     tokens = _field(opened, "tokenizer.ggml.tokens", path)
     merges = [tuple(m.split(" ")) for m in _field(opened, "tokenizer.ggml.merges", path)]
     types = opened.vocab.get("tokenizer.ggml.token_type", [])
     spelling = _bytes_to_unicode()
     alphabet = set(spelling.values())
-    vocab = {(t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8"))): i
-             for i, t in enumerate(tokens)}
-    tok = Tokenizer(BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="",
-                        end_of_word_suffix="", fuse_unk=False))
+    vocab = {
+        (t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8"))): i
+        for i, t in enumerate(tokens)
+    }
+    tok = Tokenizer(
+        BPE(
+            vocab=vocab,
+            merges=merges,
+            dropout=None,
+            continuing_subword_prefix="",
+            end_of_word_suffix="",
+            fuse_unk=False,
+        )
+    )
     split = SPLITS.get(opened.metadata.get("tokenizer.ggml.pre"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False) if split is None else \
-        pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
-                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.pre_tokenizer = (
+        pre_tokenizers.ByteLevel(add_prefix_space=False)
+        if split is None
+        else pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    )
     tok.decoder = decoders.ByteLevel()
-    control = [AddedToken(t, normalized=False, special=True) for t, k in zip(tokens, types)
-               if k == 3 and set(t) <= alphabet]
+    control = [
+        AddedToken(t, normalized=False, special=True)
+        for t, k in zip(tokens, types)
+        if k == 3 and set(t) <= alphabet
+    ]
     if control:
         tok.add_special_tokens(control)
-    user = [AddedToken(t, normalized=False, special=False) for t, k in zip(tokens, types)
-            if k == 4 and t in vocab]
+    user = [
+        AddedToken(t, normalized=False, special=False) for t, k in zip(tokens, types) if k == 4 and t in vocab
+    ]
     if user:
         tok.add_tokens(user)
     if opened.metadata.get("tokenizer.ggml.add_bos_token"):
-        raise CheckpointError(f"source {path!r}: GGUF key tokenizer.ggml.add_bos_token = true is not "
-                              "supported for texts (hessviz adds no BOS token to a byte-level BPE text); "
-                              "pass token ids")
+        raise CheckpointError(
+            f"source {path!r}: GGUF key tokenizer.ggml.add_bos_token = true is not "
+            "supported for texts (hessviz adds no BOS token to a byte-level BPE text); "
+            "pass token ids"
+        )
     return tok
 
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character table."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs, n = bs[:], 0
     for b in range(256):
         if b not in bs:

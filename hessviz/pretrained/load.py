@@ -62,9 +62,11 @@ class ModelInfo:
         placement = {"post": f"Post-{norm}", "pre": f"Pre-{norm}"}.get(b.norm, f"{b.norm} {norm}")
         kv = getattr(b, "n_kv_heads", None)
         heads = f"{self.n_heads} heads" + (f" ({kv} key/value)" if kv not in (None, self.n_heads) else "")
-        return (f"{self.name}: {self.family} ({placement}), {self.n_layers} layers, "
-                f"{heads}, d = {self.d_model}, d_ff = {self.d_ff}, "
-                f"{self.max_positions} positions, {self.vocab_size} tokens")
+        return (
+            f"{self.name}: {self.family} ({placement}), {self.n_layers} layers, "
+            f"{heads}, d = {self.d_model}, d_ff = {self.d_ff}, "
+            f"{self.max_positions} positions, {self.vocab_size} tokens"
+        )
 
 
 def _open(source: Source) -> Family:
@@ -80,8 +82,9 @@ def _check_dtype(dtype: torch.dtype) -> torch.dtype:
 def _check_layer(family: Family, layer: int) -> int:
     n = family.n_layers
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n:
-        raise ModelRangeError(f"layer must be an integer in [0, {n - 1}] ({family.ckpt.name!r} has {n} "
-                          f"layers), got {layer!r}")
+        raise ModelRangeError(
+            f"layer must be an integer in [0, {n - 1}] ({family.ckpt.name!r} has {n} layers), got {layer!r}"
+        )
     return layer
 
 
@@ -90,8 +93,9 @@ def _block(family: Family, seq_len: int | None) -> BlockConfig:
         return family.block
     top = family.max_positions
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 1 <= seq_len <= top:
-        raise ModelRangeError(f"seq_len must be an integer in [1, {top}] (the model's positions), "
-                              f"got {seq_len!r}")
+        raise ModelRangeError(
+            f"seq_len must be an integer in [1, {top}] (the model's positions), got {seq_len!r}"
+        )
     family.check_length(seq_len)
     return dataclasses.replace(family.block, seq_len=seq_len)
 
@@ -104,12 +108,29 @@ def model_info(source: Source) -> ModelInfo:
     """The checkpoint's architecture and sizes; reads ``config.json`` and the tensor headers."""
     fam = _open(source)
     b = fam.block
-    return ModelInfo(fam.ckpt.name, str(fam.ckpt.folder), fam.config["model_type"], fam.title,
-                     fam.n_layers, b.n_heads, b.d_model, b.d_ff, fam.max_positions, fam.vocab_size, b)
+    return ModelInfo(
+        fam.ckpt.name,
+        str(fam.ckpt.folder),
+        fam.config["model_type"],
+        fam.title,
+        fam.n_layers,
+        b.n_heads,
+        b.d_model,
+        b.d_ff,
+        fam.max_positions,
+        fam.vocab_size,
+        b,
+    )
 
 
-def load_layer(source: Source, layer: int, *, dtype: torch.dtype = torch.float64,
-               seq_len: int | None = None, device: Device = None) -> tuple[BlockConfig, dict[str, Tensor]]:
+def load_layer(
+    source: Source,
+    layer: int,
+    *,
+    dtype: torch.dtype = torch.float64,
+    seq_len: int | None = None,
+    device: Device = None,
+) -> tuple[BlockConfig, dict[str, Tensor]]:
     """``(cfg, params)`` of layer ``layer`` of the checkpoint ``source``.
 
     ``cfg.seq_len`` is ``seq_len``, or the model's number of positions without it;
@@ -131,12 +152,13 @@ def load_layer(source: Source, layer: int, *, dtype: torch.dtype = torch.float64
     return cfg, _to(fam.read_layer(layer, dtype), device)
 
 
-def load_model(source: Source, *, dtype: torch.dtype = torch.float64, seq_len: int | None = None,
-               device: Device = None) -> list[tuple[BlockConfig, dict[str, Tensor]]]:
+def load_model(
+    source: Source, *, dtype: torch.dtype = torch.float64, seq_len: int | None = None, device: Device = None
+) -> list[tuple[BlockConfig, dict[str, Tensor]]]:
     """Every layer of ``source``, layer 0 first, as ``(cfg, params)`` pairs (one shared ``cfg``)."""
     fam = _open(source)
     dtype, cfg = _check_dtype(dtype), _block(fam, seq_len)
-    for i in range(fam.n_layers):                              # all names and shapes, before reading
+    for i in range(fam.n_layers):  # all names and shapes, before reading
         fam.ckpt.require(fam.layer_shapes(i))
     return [(cfg, _to(fam.read_layer(i, dtype), device)) for i in range(fam.n_layers)]
 
@@ -162,24 +184,37 @@ def token_strings(source: Source, text_or_ids: TextOrIds) -> list[str]:
 def _check_stack(family: Family, stack: list, dtype: torch.dtype) -> list[dict[str, Tensor]]:
     """The weights of a :func:`load_model` result, checked to be this model's, in ``dtype``."""
     shapes = family.block.param_shapes
-    if not isinstance(stack, (list, tuple, str)) and isinstance(stack, Sequence):   # hv.load_model's Model
+    if not isinstance(stack, (list, tuple, str)) and isinstance(stack, Sequence):  # hv.load_model's Model
         stack = list(stack)
 
     def fits(params: object) -> bool:
         return isinstance(params, dict) and all(
             isinstance(params.get(n), Tensor) and tuple(params[n].shape) == shape and params[n].dtype == dtype
-            for n, shape in shapes.items())
-    ok = isinstance(stack, (list, tuple)) and len(stack) == family.n_layers and all(
-        isinstance(layer, tuple) and len(layer) == 2 and fits(layer[1]) for layer in stack)
+            for n, shape in shapes.items()
+        )
+
+    ok = (
+        isinstance(stack, (list, tuple))
+        and len(stack) == family.n_layers
+        and all(isinstance(layer, tuple) and len(layer) == 2 and fits(layer[1]) for layer in stack)
+    )
     if not ok:
-        raise InputError(f"layers must be load_model(source, dtype={dtype})'s list of {family.n_layers} "
-                         "(cfg, params) pairs for this source")
+        raise InputError(
+            f"layers must be load_model(source, dtype={dtype})'s list of {family.n_layers} "
+            "(cfg, params) pairs for this source"
+        )
     return [params for _, params in stack]
 
 
-def hidden_states(source: Source, text_or_ids: TextOrIds, *, upto: int | None = None,
-                  dtype: torch.dtype = torch.float64, device: Device = None,
-                  layers: list[tuple[BlockConfig, dict[str, Tensor]]] | None = None) -> list[Tensor]:
+def hidden_states(
+    source: Source,
+    text_or_ids: TextOrIds,
+    *,
+    upto: int | None = None,
+    dtype: torch.dtype = torch.float64,
+    device: Device = None,
+    layers: list[tuple[BlockConfig, dict[str, Tensor]]] | None = None,
+) -> list[Tensor]:
     """``[X_0, X_1, …, X_upto]``, each ``(L, d)``: ``X_0`` the embeddings' output and
     ``X_{i+1} = hessviz.forward(layer i, X_i)``; ``upto`` defaults to the number of layers
     (then the last one is the last layer's output, before GPT-2's final ``ln_f``).
@@ -194,7 +229,7 @@ def hidden_states(source: Source, text_or_ids: TextOrIds, *, upto: int | None = 
         raise ConfigError(f"upto must be an integer in [0, {fam.n_layers}], got {upto!r}")
     ids = _ids(fam, text_or_ids)
     loaded = None if layers is None else _check_stack(fam, layers, dtype)
-    fam.ckpt.require(fam.embedding_shapes())                   # every name and shape, before reading
+    fam.ckpt.require(fam.embedding_shapes())  # every name and shape, before reading
     for i in range(upto if loaded is None else 0):
         fam.ckpt.require(fam.layer_shapes(i))
     cfg = dataclasses.replace(fam.block, seq_len=len(ids))
@@ -205,16 +240,28 @@ def hidden_states(source: Source, text_or_ids: TextOrIds, *, upto: int | None = 
     return states
 
 
-def layer_inputs(source: Source, text_or_ids: TextOrIds, layer: int, *,
-                 dtype: torch.dtype = torch.float64, device: Device = None) -> Tensor:
+def layer_inputs(
+    source: Source,
+    text_or_ids: TextOrIds,
+    layer: int,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: Device = None,
+) -> Tensor:
     """``X (L, d)``: the hidden state entering layer ``layer`` for ``text_or_ids`` (the
     embeddings, then layers ``0 … layer−1``; dropout off, no padding)."""
     _check_layer(_open(source), layer)
     return hidden_states(source, text_or_ids, upto=layer, dtype=dtype, device=device)[-1]
 
 
-def layer_for_text(source: Source, text_or_ids: TextOrIds, layer: int, *, dtype: torch.dtype = torch.float64,
-                   device: Device = None) -> tuple[BlockConfig, dict[str, Tensor], Tensor]:
+def layer_for_text(
+    source: Source,
+    text_or_ids: TextOrIds,
+    layer: int,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: Device = None,
+) -> tuple[BlockConfig, dict[str, Tensor], Tensor]:
     """``(cfg, params, X)`` in one call: layer ``layer`` of ``source`` with ``cfg.seq_len`` fitted to
     the text (``L`` tokens), and ``X (L, d)`` entering it, ready for ``hv.hessian(cfg, params, X, …)``.
 

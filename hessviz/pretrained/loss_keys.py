@@ -38,8 +38,11 @@ COSINE = "cosine"
 """``"cosine:<other sentence>"``: :func:`~hessviz.pretrained.objectives.cosine_loss` against that sentence."""
 SIMILARITY, NEXT = "sentence similarity", "next token"
 """The objectives' names in words (what a reader chooses)."""
-OWN_OBJECTIVES = {"bert": SIMILARITY, "roberta": SIMILARITY,
-                  **{t: NEXT for f in FAMILIES if f.has_head() for t in f.model_types}}
+OWN_OBJECTIVES = {
+    "bert": SIMILARITY,
+    "roberta": SIMILARITY,
+    **{t: NEXT for f in FAMILIES if f.has_head() for t in f.model_types},
+}
 """``model_type`` (``config.json``) -> the objective the family was trained with: sentence
 similarity for the sentence-transformers encoders (all-MiniLM-L6-v2's training objective), the
 next token for every decoder family whose head hessviz reads (GPT-2, Llama, Mistral, Qwen, GPT-NeoX,
@@ -83,8 +86,13 @@ def parse_loss(key: str) -> LossChoice:
     raise ConfigError(f"loss must be 'synthetic', 'cosine:<sentence>' or 'next-token', got {key!r}")
 
 
-def objective_at(choice: LossChoice, Z: Tensor, ids: Sequence[int], last_states: Callable[[str], Tensor],
-                 head: Callable[[], LMHead]) -> Objective:
+def objective_at(
+    choice: LossChoice,
+    Z: Tensor,
+    ids: Sequence[int],
+    last_states: Callable[[str], Tensor],
+    head: Callable[[], LMHead],
+) -> Objective:
     """The model's own objective ``choice`` at its last hidden states ``Z (L, d)`` of the text
     ``ids``: :func:`~hessviz.pretrained.objectives.cosine_loss` against the mean-pooled
     ``last_states(other)`` (the other sentence's last hidden states), or

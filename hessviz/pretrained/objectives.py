@@ -114,13 +114,16 @@ def cosine_loss(Z: Tensor, other: Tensor) -> Objective:
     u, e = m / r, (other / other.norm()).to(Z)
     c = u @ e
     grad_m = -(e - c * u) / r
-    hess_m = (torch.outer(u, e) + torch.outer(e, u) + c * (torch.eye(d, dtype=Z.dtype, device=Z.device)
-                                                           - 3.0 * torch.outer(u, u))) / r**2
+    hess_m = (
+        torch.outer(u, e)
+        + torch.outer(e, u)
+        + c * (torch.eye(d, dtype=Z.dtype, device=Z.device) - 3.0 * torch.outer(u, u))
+    ) / r**2
 
     def build() -> Tensor:
         return torch.kron(torch.ones(L, L, dtype=Z.dtype, device=Z.device), hess_m) / L**2
 
-    def product(V: Tensor) -> Tensor:                      # (k, L, d): every token gets H_m Σ_t V_t / L²
+    def product(V: Tensor) -> Tensor:  # (k, L, d): every token gets H_m Σ_t V_t / L²
         return (V.sum(1) @ hess_m / L**2).unsqueeze(1).expand_as(V)
 
     return Objective("cosine", 1.0 - c, grad_m.expand(L, d) / L, build, product, token_wise=False)
@@ -151,8 +154,13 @@ def lm_head(source: str | os.PathLike, dtype: torch.dtype = torch.float64) -> LM
     h, shapes = fam.head(), fam.head_shapes()
     fam.ckpt.require(shapes)
     w = fam.ckpt.read(list(shapes), dtype)
-    return LMHead(None if h.gamma is None else w[h.gamma], None if h.beta is None else w[h.beta],
-                  fam.block.ln_eps, w[h.unembedding], h.norm_type)
+    return LMHead(
+        None if h.gamma is None else w[h.gamma],
+        None if h.beta is None else w[h.beta],
+        fam.block.ln_eps,
+        w[h.unembedding],
+        h.norm_type,
+    )
 
 
 def sentence_embedding(source: str | os.PathLike, text: str, dtype: torch.dtype = torch.float64) -> Tensor:

@@ -88,8 +88,10 @@ def read(path: Path) -> tuple[dict[Key, Entry], dict]:
     """``(entries, made)`` of a file written by :func:`save`."""
     with np.load(path, allow_pickle=False) as z:
         manifest = json.loads(str(z["manifest"]))
-        entries = {_tuple(e["key"]): {name: _value(z[a]) for name, a in e["arrays"].items()}
-                   for e in manifest["entries"]}
+        entries = {
+            _tuple(e["key"]): {name: _value(z[a]) for name, a in e["arrays"].items()}
+            for e in manifest["entries"]
+        }
     return entries, manifest["made"]
 
 

@@ -26,7 +26,7 @@ TOKENIZER_FILE = "tokenizer.json"
 def _load(state: tuple[str, int, int]) -> Tokenizer:
     try:
         tokenizer = Tokenizer.from_file(state[0])
-    except Exception as e:        # tokenizers raises a bare Exception on a bad file
+    except Exception as e:  # tokenizers raises a bare Exception on a bad file
         raise CheckpointError(f"source: {state[0]} is not a readable tokenizer.json ({e})") from None
     tokenizer.no_padding()
     tokenizer.no_truncation()
@@ -40,8 +40,10 @@ def tokenizer(ckpt: Checkpoint) -> Tokenizer:
         return build()
     path: Path = ckpt.folder / TOKENIZER_FILE
     if not path.is_file():
-        raise CheckpointError(f"source {ckpt.name!r} has no {TOKENIZER_FILE}, so a text cannot be "
-                              "tokenised; pass token ids instead of a text")
+        raise CheckpointError(
+            f"source {ckpt.name!r} has no {TOKENIZER_FILE}, so a text cannot be "
+            "tokenised; pass token ids instead of a text"
+        )
     st = path.stat()
     return _load((str(path), st.st_size, st.st_mtime_ns))
 
@@ -49,40 +51,54 @@ def tokenizer(ckpt: Checkpoint) -> Tokenizer:
 def _check_length(ids: list[int], max_positions: int, what: str) -> list[int]:
     if not ids:
         raise InputError(f"text_or_ids must hold at least one token, got {what} with none")
-    if len(ids) > max_positions:     # in words a reader of the app's message knows (no argument name)
-        raise ModelRangeError(f"the {'text' if what.startswith('a text') else 'sequence of token ids'} is "
-                              f"{len(ids)} tokens long, more than the model's {max_positions} positions; "
-                              "shorten it")
+    if len(ids) > max_positions:  # in words a reader of the app's message knows (no argument name)
+        raise ModelRangeError(
+            f"the {'text' if what.startswith('a text') else 'sequence of token ids'} is "
+            f"{len(ids)} tokens long, more than the model's {max_positions} positions; "
+            "shorten it"
+        )
     return ids
 
 
-def token_ids(ckpt: Checkpoint, text_or_ids: str | Sequence[int] | torch.Tensor, vocab_size: int,
-              max_positions: int) -> list[int]:
+def token_ids(
+    ckpt: Checkpoint, text_or_ids: str | Sequence[int] | torch.Tensor, vocab_size: int, max_positions: int
+) -> list[int]:
     """``text_or_ids`` as a list of token ids, checked: non-empty, at most ``max_positions``,
     each id in ``[0, vocab_size)``. A string is tokenised; a sequence or 1-D integer tensor is
     taken as ids."""
     if isinstance(text_or_ids, str):
         if not text_or_ids.strip():
-            raise InputError("text_or_ids must be a non-empty text or a sequence of token ids, got an "
-                             "empty text")
-        ids = _check_length(tokenizer(ckpt).encode(text_or_ids).ids, max_positions,
-                            "a text that tokenises")
+            raise InputError(
+                "text_or_ids must be a non-empty text or a sequence of token ids, got an empty text"
+            )
+        ids = _check_length(tokenizer(ckpt).encode(text_or_ids).ids, max_positions, "a text that tokenises")
     else:
         if isinstance(text_or_ids, torch.Tensor):
-            if text_or_ids.ndim != 1 or text_or_ids.dtype.is_floating_point \
-                    or text_or_ids.is_complex() or text_or_ids.dtype == torch.bool:
-                raise InputError(f"text_or_ids as a tensor must be 1-D integer token ids, got shape "
-                                 f"{tuple(text_or_ids.shape)} and dtype {text_or_ids.dtype}")
+            if (
+                text_or_ids.ndim != 1
+                or text_or_ids.dtype.is_floating_point
+                or text_or_ids.is_complex()
+                or text_or_ids.dtype == torch.bool
+            ):
+                raise InputError(
+                    f"text_or_ids as a tensor must be 1-D integer token ids, got shape "
+                    f"{tuple(text_or_ids.shape)} and dtype {text_or_ids.dtype}"
+                )
             text_or_ids = text_or_ids.tolist()
         if not isinstance(text_or_ids, Sequence) or any(
-                isinstance(t, bool) or not isinstance(t, int) for t in text_or_ids):
-            raise InputError(f"text_or_ids must be a text or a sequence of integer token ids, got "
-                             f"{type(text_or_ids).__name__}")
+            isinstance(t, bool) or not isinstance(t, int) for t in text_or_ids
+        ):
+            raise InputError(
+                f"text_or_ids must be a text or a sequence of integer token ids, got "
+                f"{type(text_or_ids).__name__}"
+            )
         ids = _check_length(list(text_or_ids), max_positions, "a sequence")
     bad = [t for t in ids if not 0 <= t < vocab_size]
     if bad:
-        raise InputError(f"text_or_ids: token ids must be in [0, {vocab_size - 1}] (the vocabulary), got "
-                         f"{', '.join(map(str, bad[:5]))}{' …' if len(bad) > 5 else ''}")
+        raise InputError(
+            f"text_or_ids: token ids must be in [0, {vocab_size - 1}] (the vocabulary), got "
+            f"{', '.join(map(str, bad[:5]))}{' …' if len(bad) > 5 else ''}"
+        )
     return ids
 
 

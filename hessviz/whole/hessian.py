@@ -81,9 +81,18 @@ class BatchProducts(MatrixFreeHessian):
     for ``"next_token"``; the ``full`` term only). ``like`` gives the dtype and device (a rank
     without sequences has no ``X``)."""
 
-    def __init__(self, cfg: BlockConfig, parts: list[MatrixFreeHessian], names: tuple[str, ...],
-                 terms: list[HeadTerms | None] | None = None, *, like: Tensor | None = None,
-                 head: Tensor | None = None, sequences: int | None = None, ranks: Ranks = ONE):
+    def __init__(
+        self,
+        cfg: BlockConfig,
+        parts: list[MatrixFreeHessian],
+        names: tuple[str, ...],
+        terms: list[HeadTerms | None] | None = None,
+        *,
+        like: Tensor | None = None,
+        head: Tensor | None = None,
+        sequences: int | None = None,
+        ranks: Ranks = ONE,
+    ):
         self.cfg, self.parts, self.names = cfg, parts, names
         self.terms = terms or [None] * len(parts)
         self.X = parts[0].X if parts else like
@@ -99,20 +108,26 @@ class BatchProducts(MatrixFreeHessian):
         shapes = {} if self.head is None else {HEAD_W: tuple(self.head.shape), HEAD_B: (self.head.shape[1],)}
         return WholeLayout(Layout(self.cfg, self.cfg.sort_names(stack)), heads, shapes)
 
-    def product(self, V: Tensor, term: str, rows: WholeLayout, cols: WholeLayout,
-                out: Tensor | None = None) -> Tensor:
+    def product(
+        self, V: Tensor, term: str, rows: WholeLayout, cols: WholeLayout, out: Tensor | None = None
+    ) -> Tensor:
         """``(k, |cols|) -> (k, |rows|)``: the weighted sum of the sequences' products, the first
         written into ``out`` when given (:meth:`MatrixFreeHessian.product`)."""
         if rows.heads or cols.heads:
             if term != "full":
                 named = ", ".join(dict.fromkeys(rows.heads + cols.heads))
-                raise ConfigError(f"term {term!r} with the head's weights ({named}): "
-                                  "the outer/functional split is at Z, which the head's weights are not "
-                                  "behind; use term='full'")
+                raise ConfigError(
+                    f"term {term!r} with the head's weights ({named}): "
+                    "the outer/functional split is at Z, which the head's weights are not "
+                    "behind; use term='full'"
+                )
             total = None
             for part, terms in zip(self.parts, self.terms):
-                p = torch.cat([head_product(part, terms, c, rows, cols) for c in V.split(BATCH)]) \
-                    if V.shape[0] else V.new_zeros(0, rows.size)
+                p = (
+                    torch.cat([head_product(part, terms, c, rows, cols) for c in V.split(BATCH)])
+                    if V.shape[0]
+                    else V.new_zeros(0, rows.size)
+                )
                 total = p.mul_(self.weight) if total is None else total.add_(p, alpha=self.weight)
             total = self._zero(V, rows, out) if total is None else total if out is None else out.copy_(total)
         else:
@@ -130,8 +145,9 @@ class BatchProducts(MatrixFreeHessian):
         return V.new_zeros(V.shape[0], rows.size) if out is None else out.zero_()
 
 
-def head_product(part: MatrixFreeHessian, terms: HeadTerms, V: Tensor, rows: WholeLayout,
-                 cols: WholeLayout) -> Tensor:
+def head_product(
+    part: MatrixFreeHessian, terms: HeadTerms, V: Tensor, rows: WholeLayout, cols: WholeLayout
+) -> Tensor:
     """``(k, |cols|) -> (k, |rows|)`` of one sequence with the head's weights among the names: the
     stack's tangents ``Ż`` of ``V``'s layer columns, the sweep seeded with ``∇²_Z ℓ Ż`` plus the mixed
     seed of the head's columns (:meth:`HeadTerms.seed`) for the layer rows, :meth:`HeadTerms.rows`
@@ -141,7 +157,7 @@ def head_product(part: MatrixFreeHessian, terms: HeadTerms, V: Tensor, rows: Who
     V = V.contiguous()
     head = {h: V[:, cols.columns[h]].reshape(k, *cols.shapes[h]) for h in cols.heads}
     dW, db = head.get(HEAD_W), head.get(HEAD_B)
-    dparams = cols.stack.scatter(V[:, :cols.stack.size].contiguous()) if cols.stack.size else {}
+    dparams = cols.stack.scatter(V[:, : cols.stack.size].contiguous()) if cols.stack.size else {}
     tape = part.tape if dparams or rows.stack.size else None
     dvals = tape.tangents(tape.whole, {}, dparams) if dparams else {}
     dZ = dvals.get(tape.output) if dparams else None
@@ -150,9 +166,10 @@ def head_product(part: MatrixFreeHessian, terms: HeadTerms, V: Tensor, rows: Who
         seed = None if dZ is None else tape.loss_hvp(dZ)
         mixed = terms.seed(dW, db, terms.w.shape[0])
         seed = mixed if seed is None else (seed if mixed is None else seed + mixed)
-        prods = tape.adjoint_tangents(tape.whole, dvals, dparams, {tape.output: seed}, True,
-                                      rows.stack.bases)[0]
-        out[:, :rows.stack.size] = rows.stack.gather(prods, k, V)
+        prods = tape.adjoint_tangents(
+            tape.whole, dvals, dparams, {tape.output: seed}, True, rows.stack.bases
+        )[0]
+        out[:, : rows.stack.size] = rows.stack.gather(prods, k, V)
     if rows.heads:
         got = terms.rows(None if dZ is None else terms.pooled(dZ), dW, db)
         for h in rows.heads:
@@ -193,7 +210,6 @@ class Problem:
         value = (torch.stack(values).sum() if values else like.new_zeros(())) / sequences
         return ModelHessian(self, parts, value, terms, ranks=ranks, sequences=sequences)
 
-
     def sequence(self, b: int, X0: Tensor) -> tuple[HessianResult, Tensor, HeadTerms | None]:
         """Sequence ``b``'s :class:`HessianResult`, objective value and head terms.
 
@@ -202,7 +218,7 @@ class Problem:
         nodes the tape, with no dense-path forward and no second check of the model's weights
         (checked once when loaded). A one-layer model goes through ``hv.hessian`` (whose dense
         engine it may take)."""
-        wrt = self.names or self.cfg.param_names[:1]             # the tape is the same whatever is named
+        wrt = self.names or self.cfg.param_names[:1]  # the tape is the same whatever is named
         got: dict[str, object] = {}
 
         if not self.cfg.is_stack:
@@ -216,10 +232,17 @@ class Problem:
 
         tape, loss = build_at_output(self.cfg, self.params, X0, loss_at)
         products = MatrixFreeHessian(self.cfg, self.params, X0, loss, wrt)
-        products.__dict__["tape"] = tape                         # the cached property, already built
+        products.__dict__["tape"] = tape  # the cached property, already built
         engine = StackHessian(self.cfg, self.params, functools.partial(getattr, products, "tape"), loss)
-        part = HessianResult(self.cfg, wrt, engine, method="closed_form", products=products, device=X0.device,
-                             dense_bytes=hessian_bytes(self.cfg, wrt, X0.element_size(), "closed_form"))
+        part = HessianResult(
+            self.cfg,
+            wrt,
+            engine,
+            method="closed_form",
+            products=products,
+            device=X0.device,
+            dense_bytes=hessian_bytes(self.cfg, wrt, X0.element_size(), "closed_form"),
+        )
         return part, got["value"], got["head"]
 
 
@@ -229,9 +252,16 @@ class ModelHessian:
     ``names`` are the public names (``l{i}.W_Q[h]``); ``cfg`` and ``products`` are the stack's own
     (for a one-layer model ``cfg`` spells its names without the ``l0.`` prefix)."""
 
-    def __init__(self, problem: Problem, parts: list[HessianResult], value: Tensor,
-                 terms: list[HeadTerms | None] | None = None, *, ranks: Ranks = ONE,
-                 sequences: int | None = None):
+    def __init__(
+        self,
+        problem: Problem,
+        parts: list[HessianResult],
+        value: Tensor,
+        terms: list[HeadTerms | None] | None = None,
+        *,
+        ranks: Ranks = ONE,
+        sequences: int | None = None,
+    ):
         self.problem, self.parts, self.value = problem, parts, value
         self.cfg = problem.cfg
         self.names = problem.names + problem.heads
@@ -241,9 +271,15 @@ class ModelHessian:
         """Sequences of the whole batch (every rank's)."""
         objective = problem.objective
         self.products = BatchProducts(
-            self.cfg, [r.products for r in parts], self.names, self.terms,
-            like=next(iter(problem.params.values())), sequences=self.sequences, ranks=ranks,
-            head=objective.W if isinstance(objective, Classifier) else None)
+            self.cfg,
+            [r.products for r in parts],
+            self.names,
+            self.terms,
+            like=next(iter(problem.params.values())),
+            sequences=self.sequences,
+            ranks=ranks,
+            head=objective.W if isinstance(objective, Classifier) else None,
+        )
 
     @property
     def size(self) -> int:
@@ -265,11 +301,23 @@ class ModelHessian:
         ``(P', P')``, its names and blocks in the public spelling (``l{i}.W_Q[h]``, ``head.W``)."""
         check_term(term)
         names = self.public_names
-        return ProductsOperator(self.products, term, names, names, functools.partial(_internal, self.cfg),
-                                functools.partial(_public, self.cfg), source=self)
+        return ProductsOperator(
+            self.products,
+            term,
+            names,
+            names,
+            functools.partial(_internal, self.cfg),
+            functools.partial(_public, self.cfg),
+            source=self,
+        )
 
-    def matvec(self, v: Tensor | np.ndarray, term: str = "full", rows: Sequence[str] | None = None,
-               cols: Sequence[str] | None = None) -> Tensor:
+    def matvec(
+        self,
+        v: Tensor | np.ndarray,
+        term: str = "full",
+        rows: Sequence[str] | None = None,
+        cols: Sequence[str] | None = None,
+    ) -> Tensor:
         """``H v`` for ``v (P',)`` or ``(P', k)``; ``rows``/``cols`` restrict to a block."""
         op = self.operator(term)
         if rows is not None or cols is not None:
@@ -280,8 +328,9 @@ class ModelHessian:
         """``term`` over ``names`` as a float64 scipy ``LinearOperator``."""
         return self.operator(term).to_scipy()
 
-    def block_operator(self, rows: Sequence[str] | str, cols: Sequence[str] | str | None = None,
-                       term: str = "full") -> LinearOperator:
+    def block_operator(
+        self, rows: Sequence[str] | str, cols: Sequence[str] | str | None = None, term: str = "full"
+    ) -> LinearOperator:
         """``H[rows, cols]`` (``cols`` defaults to ``rows``: a diagonal block) as a ``LinearOperator``."""
         return self.operator(term).block(rows, cols).to_scipy()
 
@@ -294,7 +343,7 @@ class ModelHessian:
         """:meth:`gradient` for names as ``cfg`` spells them (checked, θ order; ``head.W``, ``head.b``
         last), keyed the same way."""
         stack, heads = _partition(inner)
-        layout = self.products.layout(stack + heads)               # refuses head names without a head
+        layout = self.products.layout(stack + heads)  # refuses head names without a head
         flat = self.products.X.new_zeros(layout.size)
         w = 1.0 / self.sequences
         for res, terms in zip(self.parts, self.terms):
@@ -314,10 +363,15 @@ class ModelHessian:
         :class:`~hessviz.result.HessianResult`."""
         check_term(term)
         if self.problem.heads:
-            raise ConfigError("dense is the layers' Hessian only; with head.W / head.b among the names take "
-                              "res.matvec(torch.eye(res.size))")
-        total = sum(getattr(r, term) for r in self.parts) / self.sequences if self.parts else \
-            self.products.X.new_zeros(self.size, self.size)
+            raise ConfigError(
+                "dense is the layers' Hessian only; with head.W / head.b among the names take "
+                "res.matvec(torch.eye(res.size))"
+            )
+        total = (
+            sum(getattr(r, term) for r in self.parts) / self.sequences
+            if self.parts
+            else self.products.X.new_zeros(self.size, self.size)
+        )
         return self.ranks.all_reduce_(total)
 
     @cached_property
@@ -345,8 +399,10 @@ def _split(cfg: BlockConfig, names: Sequence[str] | str) -> tuple[tuple[str, ...
     heads = [n for n in names if isinstance(n, str) and n.startswith("head.")]
     for h in heads:
         if h not in HEAD_NAMES:
-            raise ConfigError(f"wrt name {h!r}: the head's parameters are {', '.join(map(repr, HEAD_NAMES))} "
-                              "(an hv.Classifier's W and b)")
+            raise ConfigError(
+                f"wrt name {h!r}: the head's parameters are {', '.join(map(repr, HEAD_NAMES))} "
+                "(an hv.Classifier's W and b)"
+            )
     if len(set(heads)) != len(heads):
         raise ConfigError(f"wrt must not repeat a name, got {names}")
     rest = tuple(n for n in names if n not in heads)
@@ -366,21 +422,33 @@ def _internal(cfg: BlockConfig, names: Sequence[str] | str) -> tuple[str, ...]:
     if not cfg.is_stack:
         bad = [n for n in names if not (isinstance(n, str) and n.startswith("l0."))]
         if bad:
-            raise ConfigError(f"wrt name {bad[0]!r} is not a layer weight of this one-layer model: names are "
-                              "'l0.W_Q', 'l0.W_Q[1]', …")
+            raise ConfigError(
+                f"wrt name {bad[0]!r} is not a layer weight of this one-layer model: names are "
+                "'l0.W_Q', 'l0.W_Q[1]', …"
+            )
         names = tuple(n[3:] for n in names)
     return cfg.sort_names(names)
 
 
-def problem(model: Model, ids: object, objective: str | Classifier = "next_token",
-            wrt: Sequence[str] | str | None = None, empty: bool = False) -> Problem:
+def problem(
+    model: Model,
+    ids: object,
+    objective: str | Classifier = "next_token",
+    wrt: Sequence[str] | str | None = None,
+    empty: bool = False,
+) -> Problem:
     """The checked inputs of :func:`model_hessian`, embeddings computed; ``empty``: ``ids`` of shape
     ``(0, L)`` (a rank without sequences) are allowed."""
     if not isinstance(model, Model):
         raise InputError(f"model must be hv.load_model(source)'s Model, got {type(model).__name__}")
     need = 1 if isinstance(objective, Classifier) else 2
-    if empty and isinstance(ids, Tensor) and ids.dim() == 2 and ids.shape[0] == 0 \
-            and not ids.is_floating_point():
+    if (
+        empty
+        and isinstance(ids, Tensor)
+        and ids.dim() == 2
+        and ids.shape[0] == 0
+        and not ids.is_floating_point()
+    ):
         ids = model.check_ids(torch.zeros(1, ids.shape[1], dtype=torch.int64), need=need)[:0]
     elif isinstance(objective, Classifier) or objective in OBJECTIVES:
         ids = model.check_ids(ids, need=need)
@@ -388,24 +456,34 @@ def problem(model: Model, ids: object, objective: str | Classifier = "next_token
         objective.check_model(model.cfg.d_model, ids.shape[0], model.causal)
     elif objective in OBJECTIVES:
         if model.head is None or model.head.embedding.shape[0] == 0:
-            raise InputError(f"objective='next_token' needs a decoder's LM head; {model.name!r} has none "
-                             "(an encoder, a base model or a classifier): use objective=hv.Classifier(W, b, "
-                             "labels, pooling)")
+            raise InputError(
+                f"objective='next_token' needs a decoder's LM head; {model.name!r} has none "
+                "(an encoder, a base model or a classifier): use objective=hv.Classifier(W, b, "
+                "labels, pooling)"
+            )
     else:
-        raise InputError(f"objective must be 'next_token' or an hv.Classifier(W, b, labels, pooling), got "
-                         f"{objective!r}")
+        raise InputError(
+            f"objective must be 'next_token' or an hv.Classifier(W, b, labels, pooling), got {objective!r}"
+        )
     cfg = dataclasses.replace(model.cfg, seq_len=ids.shape[1])
     names, heads = (cfg.param_names, ()) if wrt is None else _split(cfg, wrt)
     if heads and not isinstance(objective, Classifier):
-        raise ConfigError(f"wrt name {heads[0]!r}: objective {objective!r} has no head W and b; name them "
-                          "with objective=hv.Classifier(W, b, labels, pooling)")
-    device = next(iter(model.params.values())).device                 # the embeddings are read on the host
+        raise ConfigError(
+            f"wrt name {heads[0]!r}: objective {objective!r} has no head W and b; name them "
+            "with objective=hv.Classifier(W, b, labels, pooling)"
+        )
+    device = next(iter(model.params.values())).device  # the embeddings are read on the host
     X0 = [x.to(device) for x in model.embed(ids)]
     return Problem(cfg, model.params, ids, X0, objective, model.head, names, heads=heads)
 
 
-def model_hessian(model: Model, ids: object, objective: str | Classifier = "next_token",
-                  wrt: Sequence[str] | str | None = None, group: object | None = None) -> ModelHessian:
+def model_hessian(
+    model: Model,
+    ids: object,
+    objective: str | Classifier = "next_token",
+    wrt: Sequence[str] | str | None = None,
+    group: object | None = None,
+) -> ModelHessian:
     """The Hessian of ``model``'s ``objective`` on ``ids`` (``(L,)`` or ``(B, L)``) in the layer
     weights ``wrt`` (``l{i}.W_Q[h]``; default every layer weight) and, for a :class:`Classifier`,
     its ``"head.W"`` / ``"head.b"`` when named (after the layers' in ``θ'``), as products.
@@ -422,10 +500,18 @@ def model_hessian(model: Model, ids: object, objective: str | Classifier = "next
         if not where.spread:
             raise
         prob, error = None, e
-    fields = None if prob is None else {
-        "sequences": prob.ids.shape[0], "sequence length": prob.ids.shape[1],
-        "wrt": prob.names + prob.heads, "objective": describe(prob.objective), "dtype": model.dtype,
-        "model": dataclasses.replace(model.cfg, seq_len=1)}
+    fields = (
+        None
+        if prob is None
+        else {
+            "sequences": prob.ids.shape[0],
+            "sequence length": prob.ids.shape[1],
+            "wrt": prob.names + prob.heads,
+            "objective": describe(prob.objective),
+            "dtype": model.dtype,
+            "model": dataclasses.replace(model.cfg, seq_len=1),
+        }
+    )
     counts = agree(where, fields, error)
     if sum(counts) == 0:
         raise InputError("ids: every rank's batch is empty; at least one sequence is needed")
@@ -446,5 +532,7 @@ def describe(objective: str | Classifier) -> str:
     if not isinstance(objective, Classifier):
         return str(objective)
     w = torch.cat([objective.W.detach().reshape(-1), objective.b.detach().reshape(-1)]).to(torch.float64)
-    return f"Classifier({objective.pooling}, W {tuple(objective.W.shape)}, sum {float(w.sum()):.17g}, " \
-           f"square sum {float((w * w).sum()):.17g})"
+    return (
+        f"Classifier({objective.pooling}, W {tuple(objective.W.shape)}, sum {float(w.sum()):.17g}, "
+        f"square sum {float((w * w).sum()):.17g})"
+    )

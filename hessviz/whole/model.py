@@ -82,20 +82,31 @@ class Model(Sequence):
             try:
                 ids = torch.tensor(ids)
             except (TypeError, ValueError) as e:
-                raise InputError(f"ids must be (L,) or (B, L) integers of equal-length sequences: {e}") \
-                    from None
-        if not isinstance(ids, Tensor) or ids.is_floating_point() or ids.is_complex() \
-                or ids.dtype == torch.bool:
-            raise InputError(f"ids must be an integer tensor of shape (L,) or (B, L), got "
-                             f"{getattr(ids, 'dtype', type(ids).__name__)}")
+                raise InputError(
+                    f"ids must be (L,) or (B, L) integers of equal-length sequences: {e}"
+                ) from None
+        if (
+            not isinstance(ids, Tensor)
+            or ids.is_floating_point()
+            or ids.is_complex()
+            or ids.dtype == torch.bool
+        ):
+            raise InputError(
+                f"ids must be an integer tensor of shape (L,) or (B, L), got "
+                f"{getattr(ids, 'dtype', type(ids).__name__)}"
+            )
         if ids.dim() not in (1, 2) or ids.numel() == 0:
-            raise InputError(f"ids must have shape (L,) or (B, L) (a batch of equal-length sequences), got "
-                             f"{tuple(ids.shape)}")
+            raise InputError(
+                f"ids must have shape (L,) or (B, L) (a batch of equal-length sequences), got "
+                f"{tuple(ids.shape)}"
+            )
         ids = ids.reshape(-1, ids.shape[-1]).to(torch.int64)
         L, V, top = ids.shape[1], self.family.vocab_size, self.family.max_positions
         if not need <= L <= top:
-            raise ModelRangeError(f"ids must have a sequence length L in [{need}, {top}] ({self.name!r} has "
-                                  f"{top} positions), got L = {L}")
+            raise ModelRangeError(
+                f"ids must have a sequence length L in [{need}, {top}] ({self.name!r} has "
+                f"{top} positions), got L = {L}"
+            )
         if bool(((ids < 0) | (ids >= V)).any()):
             raise InputError(f"ids must be token ids in [0, {V - 1}] ({self.name!r} has {V} tokens)")
         self.family.check_length(L)
@@ -111,14 +122,21 @@ class Model(Sequence):
         if "score.weight" not in tensors:
             pooler = [k for k in tensors if "pooler.dense" in k]
             behind = bool(pooler) and "classifier.weight" in tensors
-            why = (f"its classifier sits behind {pooler[0].rsplit('.', 1)[0]!r} (dense + tanh), which "
-                   "hv.Classifier's linear head does not compute") if behind \
+            why = (
+                (
+                    f"its classifier sits behind {pooler[0].rsplit('.', 1)[0]!r} (dense + tanh), which "
+                    "hv.Classifier's linear head does not compute"
+                )
+                if behind
                 else "it has no score head (score.weight)"
+            )
             raise CheckpointError(f"source {self.name!r}: no hv.Classifier can be read: {why}")
         problem = self.family.config.get("problem_type")
         if problem not in (None, "single_label_classification"):
-            raise CheckpointError(f"source {self.name!r}: config problem_type = {problem!r} is not "
-                                  "supported; hv.Classifier is the single-label cross-entropy")
+            raise CheckpointError(
+                f"source {self.name!r}: config problem_type = {problem!r} is not "
+                "supported; hv.Classifier is the single-label cross-entropy"
+            )
         keys = ["score.weight"] + (["score.bias"] if "score.bias" in tensors else [])
         w = self.family.ckpt.read(keys, self.dtype)
         W = w["score.weight"].T.contiguous()
@@ -148,7 +166,7 @@ def load_model(source: load.Source, *, dtype: torch.dtype = torch.float64) -> Mo
     try:
         head = lm_head(source, dtype)
     except CheckpointError:
-        if fam.has_head():                          # a decoder whose head is missing or malformed
+        if fam.has_head():  # a decoder whose head is missing or malformed
             head = _final_norm_only(fam, dtype)
         else:
             head = None
@@ -163,7 +181,12 @@ def _final_norm_only(fam: Family, dtype: torch.dtype) -> LMHead:
     h = fam.head()
     norm = {k: (fam.block.d_model,) for k in (h.gamma, h.beta) if k is not None}
     if h.unembedding in fam.ckpt.tensors or any(k not in fam.ckpt.tensors for k in norm):
-        fam.ckpt.require(fam.head_shapes())         # raises the error naming what is wrong
+        fam.ckpt.require(fam.head_shapes())  # raises the error naming what is wrong
     w = fam.ckpt.read(list(norm), dtype)
-    return LMHead(None if h.gamma is None else w[h.gamma], None if h.beta is None else w[h.beta],
-                  fam.block.ln_eps, torch.zeros(0, fam.block.d_model, dtype=dtype), h.norm_type)
+    return LMHead(
+        None if h.gamma is None else w[h.gamma],
+        None if h.beta is None else w[h.beta],
+        fam.block.ln_eps,
+        torch.zeros(0, fam.block.d_model, dtype=dtype),
+        h.norm_type,
+    )

@@ -13,8 +13,9 @@ from torch import Tensor
 from hessviz.losses import Classifier, CustomLoss, HeadTerms, LMHead, NextToken
 
 
-def sequence_terms(objective: str | Classifier, Z: Tensor, ids: Tensor, index: int,
-                   head: LMHead | None) -> tuple[CustomLoss, Tensor, HeadTerms | None]:
+def sequence_terms(
+    objective: str | Classifier, Z: Tensor, ids: Tensor, index: int, head: LMHead | None
+) -> tuple[CustomLoss, Tensor, HeadTerms | None]:
     """The objective of sequence ``index`` (its ids ``(L,)`` and last hidden states ``Z (L, d)``):
     its curvature as a :class:`CustomLoss`, its value, and the classifier's :class:`HeadTerms`
     (None for ``"next_token"``)."""

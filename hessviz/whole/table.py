@@ -77,29 +77,60 @@ def tensor_names(res: ModelHessian, by_head: bool = False) -> tuple[str, ...]:
     return tuple(out)
 
 
-def row(res: ModelHessian, name: str, opts: Options, progress: Progress | None = None
-        ) -> tuple[TensorRow, int]:
+def row(
+    res: ModelHessian, name: str, opts: Options, progress: Progress | None = None
+) -> tuple[TensorRow, int]:
     """One tensor's row, computed on ``res``, and the product columns it took (``progress`` as
     :func:`hessviz.matfree.block_table` calls it)."""
     public, size = _public(res.cfg, name), res.param_size(name)
-    gradient = res.stack_gradient((name,))[name].reshape(-1)          # θ' order: the Lanczos start
+    gradient = res.stack_gradient((name,))[name].reshape(-1)  # θ' order: the Lanczos start
     grad = float(torch.linalg.vector_norm(gradient))
-    if opts.trace_samples == 0 and size <= opts.exact_limit:                   # exact, any `which`
-        Hb = res.matvec(torch.eye(size, dtype=res.products.X.dtype, device=res.products.X.device), opts.term,
-                        rows=(name,), cols=(name,)).to(torch.float64).cpu()
+    if opts.trace_samples == 0 and size <= opts.exact_limit:  # exact, any `which`
+        Hb = (
+            res.matvec(
+                torch.eye(size, dtype=res.products.X.dtype, device=res.products.X.device),
+                opts.term,
+                rows=(name,),
+                cols=(name,),
+            )
+            .to(torch.float64)
+            .cpu()
+        )
         vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
         top = vals[-1] if opts.which == "top" else vals[vals.abs().argmax()]
         return TensorRow(public, size, float(top), float(vals.sum()), 0.0, True, grad), size
-    if opts.trace_samples == 0:                                                 # the top eigenvalue only
-        top = eigenpairs(res, opts.term, 1, opts.which, names=(name,), seed=opts.seed, tol=opts.tol,
-                         progress=progress, bound=opts.bound, start=gradient, check=opts.bound == "residual")
+    if opts.trace_samples == 0:  # the top eigenvalue only
+        top = eigenpairs(
+            res,
+            opts.term,
+            1,
+            opts.which,
+            names=(name,),
+            seed=opts.seed,
+            tol=opts.tol,
+            progress=progress,
+            bound=opts.bound,
+            start=gradient,
+            check=opts.bound == "residual",
+        )
         return TensorRow(public, size, float(top.values[-1]), math.nan, math.nan, False, grad), top.matvecs
-    table = block_table(res, opts.term, (name,), trace_samples=opts.trace_samples,
-                        exact_limit=opts.exact_limit, tol=opts.tol, seed=opts.seed, progress=progress,
-                        bound=opts.bound, starts={name: gradient}, check=opts.bound == "residual")
+    table = block_table(
+        res,
+        opts.term,
+        (name,),
+        trace_samples=opts.trace_samples,
+        exact_limit=opts.exact_limit,
+        tol=opts.tol,
+        seed=opts.seed,
+        progress=progress,
+        bound=opts.bound,
+        starts={name: gradient},
+        check=opts.bound == "residual",
+    )
     stats = table.rows[0]
-    return TensorRow(public, stats.size, stats.top, stats.trace, stats.trace_stderr, stats.exact, grad), \
-        table.matvecs
+    return TensorRow(
+        public, stats.size, stats.top, stats.trace, stats.trace_stderr, stats.exact, grad
+    ), table.matvecs
 
 
 def remote_rows(problem: Problem, names: tuple[str, ...], opts: Options) -> list[tuple[TensorRow, int]]:
@@ -126,11 +157,22 @@ def task_names(names: Sequence[str], tasks: int) -> list[tuple[str, ...]]:
     return [tuple(names[i::n]) for i in range(n)]
 
 
-def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] | None = None, *,
-                 by_head: bool = False, trace_samples: int = 30, exact_limit: int = 256, tol: float = 1e-6,
-                 seed: int = 0, executor: cf.Executor | None = None, tasks: int = TASKS,
-                 progress: Progress | None = None, which: str = "top", bound: str = "residual"
-                 ) -> TensorTable:
+def tensor_table(
+    res: ModelHessian,
+    term: str = "full",
+    tensors: Sequence[str] | None = None,
+    *,
+    by_head: bool = False,
+    trace_samples: int = 30,
+    exact_limit: int = 256,
+    tol: float = 1e-6,
+    seed: int = 0,
+    executor: cf.Executor | None = None,
+    tasks: int = TASKS,
+    progress: Progress | None = None,
+    which: str = "top",
+    bound: str = "residual",
+) -> TensorTable:
     """The per-tensor table of ``res`` (see the module docstring); ``tensors`` defaults to
     :func:`tensor_names` (names or head slices of ``res.names``).
 
@@ -166,8 +208,15 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
     if executor is None:
         done = []
         for i, n in enumerate(names):
-            step = None if progress is None else (lambda _d, _t, message, i=i, n=n: progress(
-                i, len(names), f"{_public(res.cfg, n)}: {message}"))
+            step = (
+                None
+                if progress is None
+                else (
+                    lambda _d, _t, message, i=i, n=n: progress(
+                        i, len(names), f"{_public(res.cfg, n)}: {message}"
+                    )
+                )
+            )
             done.append(row(res, n, opts, step))
             if progress is not None:
                 progress(i + 1, len(names), f"{_public(res.cfg, n)} done")
@@ -186,5 +235,10 @@ def tensor_table(res: ModelHessian, term: str = "full", tensors: Sequence[str] |
     parts = run_tasks(executor, remote_rows, [(g, opts) for g in groups], (res.problem,), arrived)
     got = {n: r for g, rows in zip(groups, parts) for n, r in zip(g, rows)}
     done = [got[n] for n in names]
-    return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start,
-                       type(executor).__name__)
+    return TensorTable(
+        [r for r, _ in done],
+        term,
+        sum(m for _, m in done),
+        time.perf_counter() - start,
+        type(executor).__name__,
+    )
