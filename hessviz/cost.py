@@ -202,7 +202,8 @@ def attention_case_cost(cfg: BlockConfig) -> Cost:
 def ln_point_cost(cfg: BlockConfig, whole: bool = False) -> Cost:
     """One σ point of :func:`hessviz.experiments.ln_collapse.block_sweep`: the Post-LN block of
     ``cfg``'s sizes, its ``W_Q`` blocks of three terms and their norms; with ``whole`` also the
-    three whole terms' norms (:func:`norm_cost`: Lanczos past a few hundred weights)."""
+    three whole terms' norms (:func:`norm_cost`: Lanczos past a few hundred weights), of two computed
+    terms, ``full`` being their sum."""
     post = BlockConfig(
         seq_len=cfg.seq_len, d_model=cfg.d_model, d_k=cfg.d_k, d_ff=cfg.d_ff, norm="post", ln_eps=cfg.ln_eps
     )
@@ -210,7 +211,8 @@ def ln_point_cost(cfg: BlockConfig, whole: bool = False) -> Cost:
     seconds, held = POINT_S + TERM_S * q * q * 3 + norm_cost(q, q), 8 * q * q * 3
     if whole:
         tp = term_cost(post)
-        seconds += 3 * (tp.seconds + norm_cost(post.num_params, post.num_params))
+        # two dense terms (``full`` is their sum: HessianResult.term) and three norms
+        seconds += 2 * tp.seconds + 3 * norm_cost(post.num_params, post.num_params)
         held = 3 * tp.bytes + 2 * 8 * post.num_params**2
     return Cost(seconds, held, f"a Post-LN block of P = {post.num_params:,}")
 

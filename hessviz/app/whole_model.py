@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from hessviz.cost import Cost
-from hessviz.errors import InputError
 from hessviz.matfree.estimates import lanczos_products
+from hessviz.whole.objective import objective_of
 
 FILE = Path(__file__).resolve().parents[2] / "assets" / "whole_tables.json"
 """The precomputed default tables (``scripts/precompute_whole.py``)."""
@@ -76,41 +76,6 @@ def over_budget_advice(profile: str) -> str:
     return (
         f"{first}, or use a shorter text. On your own machine (`streamlit run app.py`, the local "
         "profile) a table like this one is computed with a progress bar."
-    )
-
-
-def objective_of(model, ids: list[int]) -> tuple[object, list[int], str]:
-    """``(objective, ids used, what it is in words)`` of ``model`` (a :class:`hessviz.Model`) on the
-    token ids of the text (see the module docstring)."""
-    import hessviz as hv
-
-    if model.head is not None:
-        return (
-            "next_token",
-            ids,
-            (
-                "the model's own next-token loss: the mean cross-entropy of each "
-                "position predicting the next token, through the final norm and the LM "
-                "head"
-            ),
-        )
-    if len(ids) < 2:
-        raise InputError(f"text must be at least 2 tokens long (the last one is the label), got {len(ids)}")
-    fam = model.family
-    emb = next(k for k in fam.embedding_shapes() if k.endswith("word_embeddings.weight"))
-    keys = [emb] + [k for k in fam.ckpt.tensors if k.endswith("predictions.bias")]
-    w = fam.ckpt.read(keys, model.dtype)
-    E = w[emb]
-    b = w[keys[1]] if len(keys) > 1 else E.new_zeros(E.shape[0])
-    head = hv.Classifier(E.T.contiguous(), b, [ids[-1]], pooling="last")
-    return (
-        head,
-        ids[:-1],
-        (
-            "a classification head on the last hidden state: the tied word embedding "
-            "and the decoder bias (the BERT LM head's transform is not read), predicting "
-            "the text's last token from the tokens before it"
-        ),
     )
 
 

@@ -157,12 +157,12 @@ def unembedding_top(h: torch.Tensor, p: torch.Tensor, w: torch.Tensor, tol: floa
 
 def head_states(model, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
     """``(h (T, d), p (T, V), w (T,), what)`` of ``model``'s own objective (that of the Whole model
-    page, :func:`hessviz.app.whole_model.objective_of`) on ``ids``: next-token through the final norm
+    page, :func:`hessviz.whole.objective.objective_of`) on ``ids``: next-token through the final norm
     and the tied unembedding, or pydoc-postln's last-token classifier on ``Eᵀ`` and the decoder bias."""
     import hessviz as hv
-    from hessviz.app.whole_model import objective_of
     from hessviz.ops import layernorm
     from hessviz.pretrained.load import hidden_states
+    from hessviz.whole.objective import objective_of
 
     objective, used, _ = objective_of(model, ids)
     Z = hidden_states(model.name, torch.tensor(used), dtype=model.dtype, layers=model.layers)[-1].double()
@@ -185,7 +185,7 @@ def pydoc_table(source: str) -> dict:
     objective (Lanczos to 1e-6, blocks up to 256 entries exact), and its unembedding's."""
     import hessviz as hv
     from hessviz import pretrained
-    from hessviz.app.whole_model import objective_of
+    from hessviz.whole.objective import objective_of
     from hessviz.whole.table import tensor_table
 
     model = hv.load_model(source)
