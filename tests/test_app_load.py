@@ -23,7 +23,7 @@ own ``VmHWM``), stays under ``HESSVIZ_MEMORY_LIMIT``; visitors on the same view 
 computation (the server's log, ``HESSVIZ_RUN_LOG=1``, has one ``hessviz-compute`` line per result
 computed: no result twice) and heavy work queues (never more heavy computations at once than the
 gate's slots: a queue, not a pile-up).
-Timings are measured and written to ``assets/screenshots/classroom.json`` (quoted in the README),
+Timings are measured and written to ``assets/screenshots/classroom.json`` (quoted in docs/classroom.md),
 not asserted. Everything is bounded: each wait has a timeout, the whole test well under 5 minutes.
 """
 
