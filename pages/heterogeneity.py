@@ -18,7 +18,7 @@ TERMS = NAMES  # full, outer, functional (hessviz.terms)
 BY = {"heads": "every head", "weights": "every weight"}
 
 view = hva.sidebar()
-hva.header("Heterogeneity", view)
+top = hva.header("Heterogeneity")  # the caption: the sidebar's block, or the stored model's (below)
 hva.explain(
     "How different is the curvature of the blocks of a Transformer? Take the diagonal block "
     "H[b, b] of one weight (or one attention head's slice of it): its largest eigenvalue is the "
@@ -51,7 +51,8 @@ if source != SIDEBAR:
         st.error(f"**The stored table of {source} cannot be read.** {err}", icon=":material/block:")
         st.stop()
     stack = wm.stack_config(info)
-    st.caption(f"{info.describe()} Precomputed, not live: {stored_tables.describe(stored)}")
+    top.caption(info.describe())
+    st.caption(f"Precomputed, not live: {stored_tables.describe(stored)}")
     by = hva.choice(
         "Blocks",
         ("heads", "weights"),
@@ -109,6 +110,7 @@ if source != SIDEBAR:
         st.caption(records["sharpness_ordering"]["note"])
     st.stop()
 
+top.caption(view.describe())
 c1, c2, c3 = st.columns([2, 2, 3])
 term = hva.choice(
     "Term", TERMS, key="het_term", default="full", container=c1, help="full = outer + functional"

@@ -21,15 +21,18 @@ from hessviz.memory import format_bytes
 # ----------------------------------------------------------------------------- page furniture
 
 
-def header(title: str, view: View | None = None, *, icon: str | None = None) -> None:
+def header(title: str, view: View | None = None, *, icon: str | None = None):
     """The page title and, under it, the block in words (every value, also those a lesson hides;
     none for the pages of a pretrained model, ``view=None``). Both sit in one container (key
     ``hv_header``) that :mod:`hessviz.app.styles` keeps on top when it lifts the first chart above
-    the rest of the page."""
-    with st.container(key="hv_header", gap="small"):
+    the rest of the page; it is returned, so that a page that learns what it shows later (a model
+    chosen further down) can write its caption there."""
+    box = st.container(key="hv_header", gap="small")
+    with box:
         st.title(f"{icon + ' ' if icon else ''}{title}")
         if view is not None:
             st.caption(view.describe())
+    return box
 
 
 def formula_parts(formula: str) -> list[str]:
