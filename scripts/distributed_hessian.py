@@ -45,6 +45,7 @@ def main() -> None:
             f"{world} ranks, {res.sequences} sequences: loss {float(res.value):.10g}, "
             f"|grad| {float(grad.norm()):.10g}, top-3 {', '.join(f'{x:.10g}' for x in top)}"
         )
+    dist.barrier()  # no rank tears down while a peer's gloo thread still reads their socket
     dist.destroy_process_group()
 
 

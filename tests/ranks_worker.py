@@ -89,5 +89,9 @@ def run(
         got = cases(folder, ids, share, rank)
     except Exception:  # the parent shows it
         got = {"crash": traceback.format_exc()}
-    torch.save(got, f"{out}/rank{rank}.pt")
+    torch.save(got, f"{out}/rank{rank}.part")
+    os.replace(f"{out}/rank{rank}.part", f"{out}/rank{rank}.pt")  # whole or absent, whatever follows
+    # every rank reaches here before any tears its group down: a rank that exits while its peer's
+    # gloo thread still reads their socket makes that thread throw, and the peer abort (SIGABRT)
+    dist.barrier()
     dist.destroy_process_group()

@@ -4,11 +4,13 @@ top eigenvalues, for a next-token and a classifier objective, a rank without seq
 disagreeing ranks (one clear error on every rank, no hang). The ranks run tests/ranks_worker.py;
 everything stops by itself (a 60 s collective timeout, a 120 s join). A rank that dies before its
 group is up (gloo cannot start on this machine) skips the module with the ranks' own logs as the
-reason; one that dies after fails with them."""
+reason; one that dies before both have written their numbers fails with them; one that dies
+tearing gloo down after that is a warning, and the numbers are still checked."""
 
 from __future__ import annotations
 
 import time
+import warnings
 
 import pytest
 import torch
@@ -50,7 +52,11 @@ def spread(tmp_path_factory: pytest.TempPathFactory):
     except mp.ProcessExitedException as died:
         if not all((root / f"rank{r}.started").exists() for r in range(2)):
             pytest.skip(f"gloo could not start two ranks on this machine ({died}):\n{logs(root)}")
-        pytest.fail(f"{died}\n{logs(root)}")
+        if not all((root / f"rank{r}.pt").exists() for r in range(2)):
+            pytest.fail(f"{died}\n{logs(root)}")
+        # both ranks wrote every number before one died tearing gloo down: the numbers are checked,
+        # and the teardown is said
+        warnings.warn(f"a rank died after writing its results ({died}):\n{logs(root)}", stacklevel=1)
     finally:
         for p in ctx.processes:
             if p.is_alive():
@@ -66,7 +72,8 @@ def logs(root) -> str:
     parts = []
     for r in range(2):
         path = root / f"rank{r}.log"
-        text = path.read_text(errors="replace")[-4000:] if path.exists() else "(no log)"
+        text = path.read_text(errors="replace") if path.exists() else "(no log)"
+        text = text if len(text) <= 4000 else f"{text[:3000]}\n[…]\n{text[-1000:]}"  # the abort's cause first
         parts.append(f"--- rank {r} ---\n{text}")
     return "\n".join(parts)
 
