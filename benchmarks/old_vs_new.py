@@ -8,6 +8,8 @@ GELU, cross-entropy; ``wrt = W_Q, W_V, W_1``: P' = 9,216), times:
 * ``dense``: ``hv.hessian(...).full`` of ``W_Q, W_V`` (P' = 4,608), the dense closed-form term;
 * ``first product``: ``hv.hessian(...)`` and its first product ``res.matvec(v)`` (the set-up a
   notebook pays once);
+* ``dense + product``: one ``hv.hessian`` of ``W_Q, W_V``, its dense term and a product (the two
+  engines at one point: one forward pass serves both since the dense engine folds the tape);
 * ``product``: the median of 10 more products at the same point;
 * ``top-5``: ``matfree.top_eigenvalues(res, "full", k=5, solver="torch")``.
 
@@ -49,6 +51,11 @@ res = hv.hessian(cfg, params, X, Y, wrt=wrt)
 v = torch.ones(res.size, dtype=torch.float64)
 res.matvec(v)
 out["first product"] = time.perf_counter() - t
+t = time.perf_counter()
+res2 = hv.hessian(cfg, params, X, Y, wrt=wrt[:2])
+res2.full
+res2.matvec(torch.ones(res2.size, dtype=torch.float64))
+out["dense + product"] = time.perf_counter() - t
 times = []
 for _ in range(10):
     t = time.perf_counter(); res.matvec(v); times.append(time.perf_counter() - t)

@@ -17,15 +17,15 @@ from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError, InputError
 from hessviz.inputs import check_params, check_X, check_Y
 from hessviz.losses import CustomLoss, Loss, block_loss
-from hessviz.matfree.block import build
+from hessviz.matfree.block import build, forward_nodes
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.operator import MatrixFreeHessian
 from hessviz.matfree.tape import Tape
 from hessviz.memory import check_fits
-from hessviz.record import record
+from hessviz.record import fold, record
 from hessviz.result import SIZE_ADVICE, HessianResult
 from hessviz.stack import StackHessian
-from hessviz.weights import layer_params, units
+from hessviz.weights import units
 
 METHODS = ("closed_form", "autograd")
 
@@ -76,9 +76,8 @@ def _check_wrt(cfg: BlockConfig, wrt: tuple[str, ...] | list[str] | str | None) 
 
 def _output(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     """``Z``: the block, or the blocks of a stack in layer order, each with its own weights."""
-    for layer in range(cfg.n_layers):
-        X = record(cfg.block, layer_params(cfg, params, layer), X).Z
-    return X
+    values, Z, _ = forward_nodes(cfg, params, X)
+    return values[Z]
 
 
 def forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
@@ -227,8 +226,9 @@ def hessian(
     elif cfg.is_stack or not Y.token_wise:
         _ = products.sweep_tape  # its forward pass validates now; the whole tape is built for a dense term
         engine = StackHessian(cfg, params, functools.partial(getattr, products, "tape"), Y)
-    else:  # the forward pass alone (stages are built lazily) validates LayerNorm rows now;
-        engine = assembly.DenseHessian(cfg, record(cfg, params, X), Y, X)  # products tape on first use
+    else:  # one forward pass, the tape's (it validates LayerNorm rows now): the products sweep it,
+        tape = products.tape  # the dense engine folds over its nodes (stages built when first asked)
+        engine = assembly.DenseHessian(cfg, fold(cfg, params, tape.values, tape.layers[0]), Y, X)
     return HessianResult(
         cfg,
         names,

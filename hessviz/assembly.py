@@ -1,6 +1,6 @@
 r"""The closed-form Hessian of the loss in the weights, assembled unit by unit.
 
-One forward pass (:func:`hessviz.record.record`) gives the attention and the token-wise rest
+The fold of the tape's forward pass (:func:`hessviz.record.fold`) gives the attention and the token-wise rest
 of the block ``T: SA → Z``. The loss gradient ``g_Z`` and Hessian ``N_Z`` in ``Z`` are pulled
 back through ``T`` (:mod:`hessviz.chain`) to ``g_SA`` and ``N_SA = J_Tᵀ N_Z J_T + Q_T(g_Z)``,
 each split into its outer and functional part. With ``J^a`` the Jacobian of ``SA`` in an

@@ -1,4 +1,4 @@
-r"""The placements as data: one recipe per ``norm``, read by both engines.
+r"""The placements as data: one recipe per ``norm``, run once as the tape's nodes.
 
 A recipe is the block's forward pass as a list of :class:`Step` over named values, starting
 from ``X``; the last step's output is ``Z``. Four operations:
@@ -20,8 +20,9 @@ attention —                                   ``SA(X)``
 parallel  —                                   ``X + SA(ln1(X)) + FFN(ln2(X))`` (GPT-NeoX)
 ======== ==================================== ==========================================
 
-The product engine (:func:`hessviz.matfree.block.build`) appends one group of nodes per step;
-the dense engine (:func:`hessviz.record.record`) reads the same steps as
+The tape (:func:`hessviz.matfree.block.build`) is the one reader of a recipe: it appends one group
+of nodes per step and keeps, per layer, which step appended which nodes. The dense engine
+(:func:`hessviz.record.fold`) folds over those steps as
 ``SA = attention(X_a)``, ``Z = T(SA) + B(X)`` with ``T`` and ``B`` token-wise: a norm before the
 attention is attention's input (its ``γ, β`` are input parameters), every step after it
 composes ``T``, and ``a + b`` with ``b`` a branch of ``a`` is the residual ``a ↦ a + branch(a)``.

@@ -1,11 +1,16 @@
-r"""The dense engine's forward pass: the placement recipe read as ``SA = attention(X_a)``,
+r"""The dense engine's reading of a block: the nodes a tape ran, folded as ``SA = attention(X_a)``,
 ``Z = T(SA) + B(X)``.
 
-:func:`record` runs the recipe of :data:`hessviz.placements.PLACEMENTS` for ``cfg.norm`` and
-returns a :class:`BlockRecord`: the attention (with, in a Pre-LN or parallel block with an
-affine ``ln1``, the parameters of its input), the token-wise rest of the block from ``SA`` to
-``Z`` as one :class:`~hessviz.chain.Stage` with its parameters, the token-wise branch ``B`` on
-the block's input (``parallel``: ``FFN(ln2(X))``; absent elsewhere) and ``Z``. Every placement
+There is one forward pass and one reading of the recipe: :func:`hessviz.matfree.block.build` runs
+the steps of :data:`hessviz.placements.PLACEMENTS` as nodes and records, per layer, the nodes each
+step appended (:class:`~hessviz.matfree.tape.StepNodes`). :func:`fold` walks those steps and turns
+their nodes into the dense faces of the same operations, seeded with the values the nodes hold (the
+attention reads the core's ``Q``, ``K``, ``V`` and ``A``; a norm its state; the feed-forward branch its
+hidden units): nothing is computed twice. It returns a :class:`BlockRecord`: the attention (with, in
+a Pre-LN or parallel block with an affine ``ln1``, the parameters of its input), the token-wise rest
+of the block from ``SA`` to ``Z`` as one :class:`~hessviz.chain.Stage` with its parameters, the
+token-wise branch ``B`` on the block's input (``parallel``: ``FFN(ln2(X))``; absent elsewhere) and
+``Z``. :func:`record` is the fold of a block run on its own. Every placement
 has this shape
 
 .. math::
@@ -38,11 +43,15 @@ from torch import Tensor
 from hessviz.chain import Stage, compose_stages, residual_stage
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
+from hessviz.matfree.block import forward_nodes
+from hessviz.matfree.tape import LayerSpan
 from hessviz.ops import activations, layernorm, rotary
-from hessviz.ops.attention import MultiHeadAttention
+from hessviz.ops.attention import AttentionCore, MultiHeadAttention
+from hessviz.ops.base import Node
 from hessviz.ops.ffn import FeedForward
 from hessviz.ops.gated import GatedFeedForward
-from hessviz.placements import PLACEMENTS, Step, where
+from hessviz.ops.layernorm import LayerNorm
+from hessviz.placements import Step
 from hessviz.weights import component_weights
 
 
@@ -74,22 +83,61 @@ class BlockRecord:
 
 
 def _layernorm(
-    cfg: BlockConfig, params: dict[str, Tensor], which: str, z: Tensor, where: str
-) -> tuple[Tensor, Callable[[], Stage]]:
-    """``which(z)`` and a builder of its stage: ``γ ⊙ n + β`` when affine, ``n`` otherwise (an RMSNorm
-    when ``cfg.norm_type`` says so: no centring, no ``β``)."""
-    n, st = layernorm.value(z, cfg.ln_eps, where=where, centre=cfg.norm_type == "layernorm")
+    cfg: BlockConfig, params: dict[str, Tensor], which: str, node: LayerNorm
+) -> Callable[[], Stage]:
+    """A builder of the stage of the norm the tape ran as ``node``: ``γ ⊙ n + β`` when affine, ``n``
+    otherwise (an RMSNorm when ``cfg.norm_type`` says so: no centring, no ``β``)."""
     w = component_weights(cfg, params, which)
-    gamma, beta = w.get("gamma"), w.get("beta")
-    out = n if gamma is None else n * gamma if beta is None else n * gamma + beta
-    return out, lambda: layernorm.stage(st, which, gamma, beta)
+    return lambda: layernorm.stage(node.state, which, w.get("gamma"), w.get("beta"))
 
 
-def attention(
-    cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor, input_stage: Stage | None = None
-) -> MultiHeadAttention:
-    """The block's attention on the input ``Xa (L, d)``; ``.output`` is ``SA(Xa)``."""
+def _ffn(cfg: BlockConfig, params: dict[str, Tensor], Y: Tensor, nodes: tuple[Node, ...]) -> FeedForward:
+    """The feed-forward branch on ``Y`` that the tape ran as ``Linear``, the activation (or the gated
+    unit), ``Linear``: its dense face, seeded with the values the nodes hold."""
+    up, unit, down = nodes
+    w = component_weights(cfg, params, "ffn")
+    args = (
+        Y,
+        w["fc1.weight"],
+        w["fc2.weight"],
+        activations.get(cfg.activation),
+        w.get("fc1.bias"),
+        w.get("fc2.bias"),
+    )
+    if cfg.mlp == "gated":
+        f = GatedFeedForward(*args, W_G=w["gate.weight"], b_G=w.get("gate.bias"))
+        U = up.y.chunk(2, dim=-1)[0]
+        return f.seeded(
+            U=U, gate=unit.p, psi=unit.psi, H=unit.h, psi_h=unit.psi_h, hidden=unit.y, output=down.y
+        )
+    return FeedForward(*args).seeded(H=up.y, hidden=unit.y, output=down.y)
+
+
+def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor) -> MultiHeadAttention:
+    """The block's attention on any input ``Xa (L, d)`` (not a tape's), computing its own forward
+    values; ``.output`` is ``SA(Xa)``."""
     rot = rotary.for_config(Xa.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, Xa)
+    return MultiHeadAttention(
+        Xa,
+        component_weights(cfg, params, "attention"),
+        cfg.n_heads,
+        causal=cfg.causal,
+        kv_heads=cfg.kv_heads,
+        rotary=rot,
+        qk_eps=cfg.ln_eps if cfg.qk_norm else None,
+    )
+
+
+def _attention(
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    Xa: Tensor,
+    nodes: tuple[Node, ...],
+    input_stage: Stage | None,
+) -> MultiHeadAttention:
+    """The block's attention on its input ``Xa (L, d)``, reading the forward values of the core the
+    tape ran (``nodes``: the projection, QK-norm, the core, the output projection)."""
+    core = next(n for n in nodes if isinstance(n, AttentionCore))
     return MultiHeadAttention(
         Xa,
         component_weights(cfg, params, "attention"),
@@ -97,8 +145,9 @@ def attention(
         causal=cfg.causal,
         input_stage=input_stage,
         kv_heads=cfg.kv_heads,
-        rotary=rot,
+        rotary=core.rotary,
         qk_eps=cfg.ln_eps if cfg.qk_norm else None,
+        core=core,
     )
 
 
@@ -113,13 +162,26 @@ class _After:
 
 
 def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecord:
-    """Run the block of ``cfg`` on ``X (L, d)``; raises on a zero-variance LayerNorm row."""
-    recipe = PLACEMENTS[cfg.norm]
-    act = activations.get(cfg.activation)
-    before: dict[str, tuple[Tensor, list[Callable[[], Stage]]]] = {"X": (X, [])}  # on X: no SA in them
+    """Run the block of ``cfg`` on ``X (L, d)`` (its nodes, :func:`~hessviz.matfree.block.forward_nodes`)
+    and fold them; raises on a zero-variance LayerNorm row."""
+    values, _, layers = forward_nodes(cfg, params, X)
+    return fold(cfg, params, values, layers[0])
+
+
+def fold(
+    cfg: BlockConfig, params: dict[str, Tensor], values: dict[str, Tensor], span: LayerSpan
+) -> BlockRecord:
+    """The dense engine's reading of one block that a tape ran (``span``, its values in ``values``;
+    ``params`` by the block's own names): step by step, the nodes each step appended become the
+    attention, a stage of ``T`` or of the branch ``B``. Nothing is computed twice: every forward value
+    is the tape's, and the stages' Jacobians are built when first asked for."""
+    before: dict[str, tuple[Tensor, list[Callable[[], Stage]]]] = {
+        "X": (values[span.input], [])
+    }  # no SA in them
     after: dict[str, _After] = {}
     sa: MultiHeadAttention | None = None
     branch: Callable[[], Stage | None] | None = None
+    last = span.steps[-1].step
 
     def path(name: str, start: str | None) -> list[Callable[[], Stage]]:
         """The stages from the value ``start`` (``None``: ``SA``) to ``name``, innermost first."""
@@ -144,45 +206,35 @@ def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecor
 
         return build
 
-    def ffn_on(Y: Tensor) -> FeedForward:
-        w = component_weights(cfg, params, "ffn")
-        args = (Y, w["fc1.weight"], w["fc2.weight"], act, w.get("fc1.bias"), w.get("fc2.bias"))
-        if cfg.mlp == "gated":
-            return GatedFeedForward(*args, W_G=w["gate.weight"], b_G=w.get("gate.bias"))
-        return FeedForward(*args)
-
-    for step in recipe:
-        x = step.inputs[0]
+    for done in span.steps:
+        step, x, y = done.step, done.step.inputs[0], values[done.output]
         if step.op == "attention":
             Xa, steps = before[x]
-            sa = attention(cfg, params, Xa, composed(steps)() if steps and cfg.ln_affine else None)
-            after[step.out] = _After(sa.output, None, None)
+            input_stage = composed(steps)() if steps and cfg.ln_affine else None
+            sa = _attention(cfg, params, Xa, done.nodes, input_stage)
+            after[step.out] = _After(y, None, None)
         elif step.op == "norm" and x in before:  # on X: attention's input, or the branch B
-            out, stage = _layernorm(cfg, params, step.which, before[x][0], where(recipe, step))
-            before[step.out] = (out, before[x][1] + [stage])
+            before[step.out] = (y, before[x][1] + [_layernorm(cfg, params, step.which, done.nodes[-1])])
         elif step.op == "ffn" and x in before:  # on X beside the attention: the branch B
-            f = ffn_on(before[x][0])
-            before[step.out] = (f.output, before[x][1] + [f.stage])
+            before[step.out] = (y, before[x][1] + [_ffn(cfg, params, before[x][0], done.nodes).stage])
         elif step.op == "norm":
-            out, stage = _layernorm(cfg, params, step.which, after[x].value, where(recipe, step))
-            after[step.out] = _After(out, x, stage)
+            after[step.out] = _After(y, x, _layernorm(cfg, params, step.which, done.nodes[-1]))
         elif step.op == "ffn":
-            f = ffn_on(after[x].value)
-            after[step.out] = _After(f.output, x, f.stage)
+            after[step.out] = _After(y, x, _ffn(cfg, params, after[x].value, done.nodes).stage)
         elif (on_x := _branch_on_x(step, before, after)) is not None:  # T(SA) + B(X)
-            if step is not recipe[-1] or branch is not None:
+            if step is not last or branch is not None:
                 raise ConfigError(
                     f"the dense engine cannot read norm={cfg.norm!r}: a branch on X must "
                     "be added once, by the last step"
                 )
             a, b = on_x
             branch = composed(before[b][1])
-            after[step.out] = _After(after[a].value + before[b][0], a, None)
+            after[step.out] = _After(y, a, None)
         else:
-            after[step.out] = _add(step, before, after, path, composed)
+            after[step.out] = _add(step, y, before, after, path, composed)
     if sa is None:
         raise ConfigError(f"the dense engine cannot read {cfg.norm!r}: its recipe has no attention")
-    return BlockRecord(sa, composed(path(recipe[-1].out, None)), after[recipe[-1].out].value, branch)
+    return BlockRecord(sa, composed(path(last.out, None)), after[last.out].value, branch)
 
 
 def _branch_on_x(step: Step, before: dict, after: dict[str, _After]) -> tuple[str, str] | None:
@@ -196,11 +248,11 @@ def _branch_on_x(step: Step, before: dict, after: dict[str, _After]) -> tuple[st
     return None
 
 
-def _add(step: Step, before: dict, after: dict[str, _After], path, composed) -> _After:
-    """``a + b``: the constant plus a value after the attention is that value (``X + SA``); a value
-    plus a branch of it is the residual stage ``a ↦ a + branch(a)``."""
+def _add(step: Step, y: Tensor, before: dict, after: dict[str, _After], path, composed) -> _After:
+    """``y = a + b``: the constant plus a value after the attention is that value (``X + SA``); a
+    value plus a branch of it is the residual stage ``a ↦ a + branch(a)``."""
     a, b = step.inputs
     if a in before and b in after:
-        return _After(before[a][0] + after[b].value, b, None)
+        return _After(y, b, None)
     branch = composed(path(b, a))
-    return _After(after[a].value + after[b].value, a, lambda: residual_stage(branch()))
+    return _After(y, a, lambda: residual_stage(branch()))

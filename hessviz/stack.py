@@ -74,7 +74,7 @@ from hessviz.config import BlockConfig
 from hessviz.losses import Loss, block_loss
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.tape import Tape
-from hessviz.record import BlockRecord, record
+from hessviz.record import BlockRecord, fold
 from hessviz.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.weights import layer_params
 
@@ -178,9 +178,10 @@ class StackHessian:
 
     @memo
     def record(self, b: int) -> BlockRecord:
-        """The one-block forward pass of layer ``b`` on its input (stages built when asked)."""
-        X = self.tape.values[self.tape.layers[b].input]
-        return record(self.cfg.block, layer_params(self.cfg, self.params, b), X)
+        """Layer ``b`` read by the dense engine from the tape's nodes (stages built when asked)."""
+        return fold(
+            self.cfg.block, layer_params(self.cfg, self.params, b), self.tape.values, self.tape.layers[b]
+        )
 
     def gradient(self, b: int) -> Tensor:
         """``G_b = ∂ℓ/∂X_b``, at the output of layer ``b``."""

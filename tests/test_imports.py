@@ -104,7 +104,6 @@ LIBRARY_BASE = (
     "hessviz.config",
     "hessviz.errors",
     "hessviz.placements",
-    "hessviz.record",
     "hessviz.kron",
     "hessviz.chain",
     "hessviz.weights",
@@ -123,6 +122,7 @@ BUILT_ON = (
     "hessviz.cost",
     "hessviz.stack",
     "hessviz.assembly",
+    "hessviz.record",
 )
 TOP = ("hessviz.app", "hessviz.experiments", "hessviz.cli", "hessviz.__main__")
 """Nothing below these imports them: the app, the claims and the command line use the library."""

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from hessviz.config import BlockConfig
 from hessviz.losses import CustomLoss, Loss, block_loss
-from hessviz.matfree.tape import LayerSpan, Tape
+from hessviz.matfree.tape import LayerSpan, StepNodes, Tape
 from hessviz.ops import activations, rotary
 from hessviz.ops.attention import AttentionCore
 from hessviz.ops.base import Node
@@ -84,9 +84,11 @@ class _Builder:
         return self.add(Residual(self.prefix + out, a, b, self.values[a], self.values[b]))
 
 
-def _block(b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None) -> str:
+def _block(
+    b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None
+) -> tuple[str, tuple[StepNodes, ...]]:
     """Append one block's nodes on the input value ``X``, step by step of its recipe
-    (:data:`hessviz.placements.PLACEMENTS`); the name of its output.
+    (:data:`hessviz.placements.PLACEMENTS`): the name of its output, and the nodes of each step.
 
     ``rows``: only these tokens of the output are wanted. Every step after the attention is
     token-wise, so from the attention core's output on each value a later step reads is cut to
@@ -146,7 +148,9 @@ def _block(b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None) ->
         return b.linear(out, a, ["W_2"], ["b_2"])
 
     attended = False
+    steps: list[StepNodes] = []
     for step in recipe:
+        first = len(b.nodes)
         x = [read(i) if attended else names[i] for i in step.inputs]
         if step.op == "attention":
             names[step.out] = self_attention(x[0], step.out)
@@ -164,9 +168,10 @@ def _block(b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None) ->
             )
         else:
             names[step.out] = b.residual(step.out, *x)
+        steps.append(StepNodes(step, tuple(x), names[step.out], tuple(b.nodes[first:])))
         if attended and rows is not None:
             short.add(names[step.out])
-    return names[recipe[-1].out]
+    return names[recipe[-1].out], tuple(steps)
 
 
 def _forward(
@@ -178,10 +183,19 @@ def _forward(
     for layer in range(cfg.n_layers):
         b.prefix = f"l{layer}." if cfg.is_stack else ""
         first = len(b.nodes)
-        out = _block(b, cfg.block, x, read if layer == cfg.n_layers - 1 else None)
-        layers.append(LayerSpan(x, out, first, len(b.nodes)))
+        out, steps = _block(b, cfg.block, x, read if layer == cfg.n_layers - 1 else None)
+        layers.append(LayerSpan(x, out, first, len(b.nodes), steps))
         x = out
     return b, x, layers
+
+
+def forward_nodes(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor
+) -> tuple[dict[str, Tensor], str, list[LayerSpan]]:
+    """The forward pass alone, as nodes (no loss, no reverse sweep): the values by name, the name of
+    ``Z`` and each layer's span with its steps (:func:`hessviz.record.fold` reads them)."""
+    b, x, layers = _forward(cfg, params, X, None)
+    return b.values, x, layers
 
 
 def build_at_output(

@@ -38,18 +38,32 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from hessviz.ops.base import Maybe, Node, add
+from hessviz.placements import Step
 from hessviz.terms import SWEEP_RULES
 
 
 @dataclass(frozen=True)
+class StepNodes:
+    """One step of the block's recipe as it went onto the tape: the step, the tape values it read
+    (``inputs``, in the step's order) and wrote (``output``), and the nodes it appended."""
+
+    step: Step
+    inputs: tuple[str, ...]
+    output: str
+    nodes: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
 class LayerSpan:
-    """One block of a stack on the tape: its input and output values and its nodes
-    ``nodes[start:stop]``."""
+    """One block of a stack on the tape: its input and output values, its nodes
+    ``nodes[start:stop]`` and, step by step of its recipe, the nodes each step appended (the
+    dense engine folds over them: :func:`hessviz.record.fold`)."""
 
     input: str
     output: str
     start: int
     stop: int
+    steps: tuple[StepNodes, ...] = ()
 
 
 @dataclass

@@ -208,8 +208,12 @@ class MultiHeadAttention:
         kv_heads: int | None = None,
         rotary: Rotary | None = None,
         qk_eps: float | None = None,
+        core: AttentionCore | None = None,
     ):
         self.X, self.weights, self.n_heads, self.causal, self.name = X, weights, n_heads, causal, name
+        self.core = core
+        """The node face's core run on the same input by a tape (:func:`hessviz.record.fold`): its
+        ``Q``, ``K``, ``V`` and ``A`` are read, not computed a second time."""
         self.input_stage = input_stage
         self.kv_heads = n_heads if kv_heads is None else kv_heads
         self.group = n_heads // self.kv_heads
@@ -244,6 +248,8 @@ class MultiHeadAttention:
     @cached_property
     def _qk(self) -> tuple[Tensor, Tensor]:
         """``Q (H, L, d_k)`` and ``K (G, L, d_k)``, rotated when there are rotary positions."""
+        if self.core is not None:  # the core repeats key head g for its readers g·group, …
+            return self.core.Q, self.core.K[:: self.group]
         Q, K = self._project("query"), self._project("key")
         if self.rotary is not None:
             Q, K = self.rotary.apply(Q), self.rotary.apply(K)
@@ -252,6 +258,8 @@ class MultiHeadAttention:
     @cached_property
     def A(self) -> Tensor:
         """``(H, L, L)`` attention weights."""
+        if self.core is not None:
+            return self.core.A
         Q, K = self._qk
         if self.group > 1:
             K = K.repeat_interleave(self.group, dim=0)
@@ -260,7 +268,7 @@ class MultiHeadAttention:
     @cached_property
     def heads(self) -> list[_Head]:
         """One per query head ``h``, with the key/value head ``h // group`` it reads."""
-        (Q, K), V = self._qk, self._project("value")
+        (Q, K), V = self._qk, self._project("value") if self.core is None else self.core.V[:: self.group]
         W_O = self.split.get("out.weight")
         key_bias = "key.bias" in self.score_side
         return [

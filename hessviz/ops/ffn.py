@@ -59,6 +59,15 @@ class FeedForward:
     b_2: Tensor | None = None
     name: str = "ffn"
 
+    def seeded(self, **values: Tensor) -> FeedForward:
+        """``self`` with forward values a tape already computed (``H``, ``hidden``, ``output``, …,
+        by the names of the cached properties below): none of them is computed a second time."""
+        for name, value in values.items():
+            if not isinstance(getattr(type(self), name, None), cached_property):
+                raise AttributeError(f"{type(self).__name__} has no forward value {name!r}")
+            self.__dict__[name] = value
+        return self
+
     @cached_property
     def H(self) -> Tensor:
         H = self.Y @ self.W_1

@@ -51,7 +51,7 @@ from functools import cached_property, lru_cache
 import torch
 from torch import Tensor
 
-from hessviz.chain import Stage, plain
+from hessviz.chain import Lazy, Stage, plain
 from hessviz.errors import InputError
 from hessviz.kron import Factored
 from hessviz.ops.base import Maybe, Node, TokenMap, add, eye, ones
@@ -178,17 +178,28 @@ def stage(st: LayerNormState, name: str, gamma: Tensor | None = None, beta: Tens
     if gamma is None:
         return plain(token_map(st))
     Jn = jacobian(st)
-    y, L, n = st.output, st.output.shape[0], st.n
-    one = ones(L, y)
-    jacobians = {(name, "gamma", None): Factored.per_token(torch.diag_embed(y), one)}
+    makers = {(name, "gamma", None): lambda: _gamma_jacobian(st)}
     if beta is not None:
-        jacobians[(name, "beta", None)] = Factored.per_token(eye(n, y, L), one)
+        makers[(name, "beta", None)] = lambda: _beta_jacobian(st)
+    jacobians = Lazy(makers)
 
     def mixed(g: Tensor) -> dict:
-        return {(name, "gamma", None): Factored.per_token(Jn * g.unsqueeze(-2), one)}
+        return {(name, "gamma", None): Factored.per_token(Jn * g.unsqueeze(-2), ones(st.output.shape[0], g))}
 
     tmap = TokenMap(Jn * gamma.unsqueeze(-1), lambda g: contract_hessian(st, g * gamma))
     return Stage(tmap, jacobians, mixed, lambda g: [])
+
+
+def _gamma_jacobian(st: LayerNormState) -> Factored:
+    """``∂y_t/∂γ = diag(n_t)``, ``(L, n, n)`` per token."""
+    y = st.output
+    return Factored.per_token(torch.diag_embed(y), ones(y.shape[0], y))
+
+
+def _beta_jacobian(st: LayerNormState) -> Factored:
+    """``∂y_t/∂β = I``."""
+    y = st.output
+    return Factored.per_token(eye(st.n, y, y.shape[0]), ones(y.shape[0], y))
 
 
 class LayerNorm(Node):
@@ -207,8 +218,8 @@ class LayerNorm(Node):
         centre: bool = True,
     ):
         self.output, self.inputs = output, (input,)
-        n, state = value(z, eps, where=where, centre=centre)
-        self.n, self.inv_sigma, self.centre = n, 1.0 / state.sigma, centre
+        n, self.state = value(z, eps, where=where, centre=centre)
+        self.n, self.inv_sigma, self.centre = n, 1.0 / self.state.sigma, centre
         self.gamma = None if gamma is None else gamma[1]
         self.params = tuple(p[0] for p in (gamma, beta) if p is not None)
         self.has_beta = beta is not None
