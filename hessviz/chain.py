@@ -15,14 +15,13 @@ is the Gauss–Newton split of ``MODEL.md`` carried token by token.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from torch import Tensor
 
 from hessviz.contributions import Piece, Ref, Sandwich
 from hessviz.kron import Factored
-from hessviz.ops.base import TokenMap
+from hessviz.ops.base import Lazy, Stage, TokenMap
 from hessviz.ops.residual import residual
 
 
@@ -70,61 +69,6 @@ class TokenCurvature:
         if functional and self.functional is not None:
             total = total + functional * self.functional
         return total
-
-
-@dataclass(frozen=True)
-class Stage:
-    r"""A token-wise map with parameters, ``y_t = f(x_t; θ)``: everything the chain rule needs.
-
-    * ``map``: ``∂y_t/∂x_t`` and ``Q(g) = Σ_i g_i ∇²_{x_t} y_{t,i}`` (a :class:`TokenMap`);
-    * ``jacobians[r]``: ``∂y_t/∂θ_r``, factored, output index ``y`` (size ``n_out``);
-    * ``mixed(g)[r]``: ``∂²(Σ_t g_tᵀ y_t)/∂x_t ∂θ_r``, factored, output index ``x`` (``n_in``);
-      absent where zero;
-    * ``functional(g)``: the pieces of ``∂²(Σ_t g_tᵀ y_t)/∂θ ∂θ'``.
-
-    The gradients themselves come from the product engine's first reverse sweep
-    (:attr:`hessviz.matfree.tape.Tape.gradients`), not from here.
-
-    Parameters are addressed by :data:`~hessviz.contributions.Ref`; the block's weight
-    table says which global name each one is.
-    """
-
-    map: TokenMap
-    jacobians: Mapping[Ref, Factored]
-    mixed: Callable[[Tensor], dict[Ref, Factored]]
-    functional: Callable[[Tensor], list[Piece]]
-
-
-class Lazy(Mapping):
-    """A mapping whose keys are known and whose values are computed when first read
-    (a composed stage's parameter Jacobians: not formed unless a block needs them)."""
-
-    def __init__(self, makers: dict[Ref, Callable[[], Factored]]):
-        self._makers, self._values = makers, {}
-
-    def __getitem__(self, key: Ref) -> Factored:
-        if key not in self._values:
-            self._values[key] = self._makers[key]()
-        return self._values[key]
-
-    def __iter__(self):
-        return iter(self._makers)
-
-    def __len__(self) -> int:
-        return len(self._makers)
-
-
-def _nothing(g: Tensor) -> dict:
-    return {}
-
-
-def _no_pieces(g: Tensor) -> list:
-    return []
-
-
-def plain(f: TokenMap) -> Stage:
-    """A token-wise map without parameters."""
-    return Stage(f, {}, _nothing, _no_pieces)
 
 
 def residual_stage(branch: Stage) -> Stage:

@@ -8,7 +8,7 @@ their nodes into the dense faces of the same operations, seeded with the values 
 attention reads the core's ``Q``, ``K``, ``V`` and ``A``; a norm its state; the feed-forward branch its
 hidden units): nothing is computed twice. It returns a :class:`BlockRecord`: the attention (with, in
 a Pre-LN or parallel block with an affine ``ln1``, the parameters of its input), the token-wise rest
-of the block from ``SA`` to ``Z`` as one :class:`~hessviz.chain.Stage` with its parameters, the
+of the block from ``SA`` to ``Z`` as one :class:`~hessviz.ops.base.Stage` with its parameters, the
 token-wise branch ``B`` on the block's input (``parallel``: ``FFN(ln2(X))``; absent elsewhere) and
 ``Z``. :func:`record` is the fold of a block run on its own. Every placement
 has this shape
@@ -40,14 +40,14 @@ from functools import cached_property
 
 from torch import Tensor
 
-from hessviz.chain import Stage, compose_stages, residual_stage
+from hessviz.chain import compose_stages, residual_stage
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
 from hessviz.matfree.block import forward_nodes
 from hessviz.matfree.tape import LayerSpan
 from hessviz.ops import activations, layernorm, rotary
 from hessviz.ops.attention import AttentionCore, MultiHeadAttention
-from hessviz.ops.base import Node
+from hessviz.ops.base import Node, Stage
 from hessviz.ops.ffn import FeedForward
 from hessviz.ops.gated import GatedFeedForward
 from hessviz.ops.layernorm import LayerNorm

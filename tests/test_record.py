@@ -16,8 +16,7 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz import chain
-from hessviz.ops import attention, layernorm
+from hessviz.ops import attention, base, layernorm
 from hessviz.ops.ffn import FeedForward
 from tests.helpers import assert_close
 
@@ -47,13 +46,13 @@ def spy(monkeypatch) -> Counter:
     )
     monkeypatch.setattr(FeedForward, "mixed", counting("ffn mixed", FeedForward.mixed))
     monkeypatch.setattr(FeedForward, "functional", counting("ffn functional", FeedForward.functional))
-    real_read = chain.Lazy.__getitem__
+    real_read = base.Lazy.__getitem__
 
     def read(self, key):
         seen[f"{key[0]} jacobian"] += 1
         return real_read(self, key)
 
-    monkeypatch.setattr(chain.Lazy, "__getitem__", read)
+    monkeypatch.setattr(base.Lazy, "__getitem__", read)
     return seen
 
 

@@ -18,7 +18,7 @@ Conventions, stated once for every operation (cf. BackPACK's ``basederivatives.p
   - for its weights (by *local* name, ``gamma``, ``fc1.weight``; :mod:`hessviz.weights` says
     which global name each one is): ``∂y_t/∂θ`` factored (:class:`~hessviz.kron.Factored`,
     output index ``y``), the mixed ``∂²(gᵀy)/∂x ∂θ`` and the pieces of ``∂²(gᵀy)/∂θ ∂θ'``
-    (a :class:`~hessviz.chain.Stage`).
+    (a :class:`~hessviz.ops.base.Stage`).
 
 * **Node face** (read by the product sweep, :mod:`hessviz.matfree.tape`): a
   :class:`~hessviz.ops.base.Node` ``y = f(x_1, …, x_m; θ)`` with unbatched primals ``(L, n)``

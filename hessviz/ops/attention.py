@@ -99,12 +99,11 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.chain import Stage
 from hessviz.contributions import Dense, Diagonal, Piece, Ref, Sandwich
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops import batched as bt
 from hessviz.ops import score, softmax
-from hessviz.ops.base import Maybe, Node, add, eye, ones
+from hessviz.ops.base import Maybe, Node, Stage, add, eye, ones
 from hessviz.ops.linear import Linear
 from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.rotary import Rotary

@@ -40,10 +40,9 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.chain import Lazy, Stage
 from hessviz.contributions import Diagonal
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
-from hessviz.ops.base import TokenMap, eye, ones
+from hessviz.ops.base import Lazy, Stage, TokenMap, eye, ones
 from hessviz.ops.elementwise import Elementwise
 
 

@@ -52,10 +52,9 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.chain import Lazy, Stage
 from hessviz.contributions import Diagonal
 from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
-from hessviz.ops.base import Maybe, Node, TokenMap, add
+from hessviz.ops.base import Lazy, Maybe, Node, Stage, TokenMap, add
 from hessviz.ops.elementwise import Elementwise
 from hessviz.ops.ffn import FeedForward
 

@@ -51,10 +51,9 @@ from functools import cached_property, lru_cache
 import torch
 from torch import Tensor
 
-from hessviz.chain import Lazy, Stage, plain
 from hessviz.errors import InputError
 from hessviz.kron import Factored
-from hessviz.ops.base import Maybe, Node, TokenMap, add, eye, ones
+from hessviz.ops.base import Lazy, Maybe, Node, Stage, TokenMap, add, eye, ones, plain
 
 
 @dataclass(frozen=True)

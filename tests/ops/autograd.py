@@ -8,7 +8,7 @@ Two checks, one per face of an op (:mod:`hessviz.ops`):
 * :func:`check_node`: a :class:`~hessviz.ops.base.Node` against a stock-torch ``f(*inputs, *params)``:
   its value, ``tangent`` (JVP), ``adjoint`` (VJP) and ``adjoint_tangent`` with and without its
   second-order part, for ``k`` tangents at once, any of them ``None`` (zero);
-* :func:`check_stage`: a token-wise :class:`~hessviz.chain.Stage` against ``f(x, *params)``: its input
+* :func:`check_stage`: a token-wise :class:`~hessviz.ops.base.Stage` against ``f(x, *params)``: its input
   Jacobian and contracted second derivative per token, its parameter Jacobians, the mixed
   ``∂²(gᵀy)/∂x ∂θ`` and the weight-weight pieces, each written into its block as the assembler does
   (:func:`blocks`).
