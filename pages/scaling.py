@@ -73,19 +73,19 @@ hva.afford(
     advice=budget.block_advice(pair_s, largest),
 )
 
-bar = st.progress(0.0, text="Sweeping…")
-said = {"text": ""}
-progress = hva.progress.throttled(lambda done, total: bar.progress(done / total, text=said["text"]))
+result = views.cached_scaling(view, axis, pair_s, n_seeds, layer)  # a view already made: no bar
+if result is None:
+    bar = st.progress(0.0, text="Sweeping…")
+    said = {"text": ""}
+    progress = hva.progress.throttled(lambda done, total: bar.progress(done / total, text=said["text"]))
 
+    def sweeping(fraction: float, text: str) -> None:
+        said["text"] = text
+        progress(int(1000 * fraction), 1000)
 
-def sweeping(fraction: float, text: str) -> None:
-    said["text"] = text
-    progress(int(1000 * fraction), 1000)
-
-
-with hva.guard("the sweep"):
-    result = views.scaling(view, axis, pair_s, n_seeds, layer, progress=sweeping)
-bar.empty()
+    with hva.guard("the sweep"):
+        result = views.scaling(view, axis, pair_s, n_seeds, layer, progress=sweeping)
+    bar.empty()
 
 main, side, fits, side_fits = result.main, result.side, result.fits, result.side_fits
 side_pair = result.side_pair

@@ -147,6 +147,17 @@ def scaling_points(view: View, axis: str, pair_s: str, n_seeds: int, layer: int 
     return out
 
 
+def scaling_key(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0) -> tuple:
+    """The store's key of one Scaling view (:func:`scaling`)."""
+    return ("scaling", view.key, axis, pair_s, int(n_seeds), int(layer))
+
+
+def cached_scaling(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0) -> Scaling | None:
+    """The Scaling view :func:`scaling` has already made (for any visitor), or None: nothing is
+    computed, so a page draws no progress bar for a view it only has to show."""
+    return cache.cached_view(scaling_key(view, axis, pair_s, n_seeds, layer))
+
+
 def scaling(
     view: View,
     axis: str,
@@ -156,7 +167,13 @@ def scaling(
     progress: Callable[[float, str], None] | None = None,
 ) -> Scaling:
     """Sweep the ``pair_s`` block (``"W_Q,W_Q"``) over ``axis`` for ``n_seeds`` seeds, and the same
-    for the three :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point."""
+    for the three :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point. The sweeps
+    read cached points; the fits and figures are made once per view and the whole result is kept
+    (:func:`hessviz.app.cache.view`), so the view's next visitor reads it in one look-up."""
+    key = scaling_key(view, axis, pair_s, n_seeds, layer)
+    done = cache.cached_view(key)
+    if done is not None:
+        return done
     pair = tuple(pair_s.split(","))
     seeds = list(range(view.seed, view.seed + n_seeds))
 
@@ -172,25 +189,23 @@ def scaling(
     side = {
         norm: run(placed(view, norm), norm, spair, 0.4 + 0.2 * k, 0.2) for k, norm in enumerate(PLACEMENTS)
     }
-    by_depth = axis == "layers"  # a geometric law in N, not a power law: no slope fits
-    fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair, stat=STAT)
-    side_fits = {} if by_depth else {n: sweeps.fits(r, n, spair, stat=STAT) for n, r in side.items()}
-    fig = cache.figure(  # built once per view, for every visitor of a lesson link
-        ("scaling", view.key, axis, pair_s, n_seeds, layer),
-        lambda: plots.sweep_plot(
+
+    def made() -> Scaling:  # once per view, for every visitor of a lesson link
+        by_depth = axis == "layers"  # a geometric law in N, not a power law: no slope fits
+        fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair, stat=STAT)
+        side_fits = {} if by_depth else {n: sweeps.fits(r, n, spair, stat=STAT) for n, r in side.items()}
+        fig = plots.sweep_plot(
             main,
             sweeps.TERMS,
             stat=STAT,
             fits=fits,
             y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
             title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}",
-        ),
-    )
-    sfig = cache.figure(
-        ("scaling_side", view.key, axis, spair, n_seeds, layer),
-        lambda: plots.side_by_side(side, stat=STAT, fits=side_fits, y_title=f"‖H[{spair[0]}, {spair[1]}]‖₂"),
-    )
-    return Scaling(pair, spair, main, side, fits, side_fits, fig, sfig)
+        )
+        sfig = plots.side_by_side(side, stat=STAT, fits=side_fits, y_title=f"‖H[{spair[0]}, {spair[1]}]‖₂")
+        return Scaling(pair, spair, main, side, fits, side_fits, fig, sfig)
+
+    return cache.view(key, made)
 
 
 def slopes_line(result: Scaling) -> str:
