@@ -250,12 +250,17 @@ def view(key: tuple, build: Callable[[], object]) -> object:
     points and fitting its slopes again, paid thirty times over under one GIL. The result is
     shared between sessions: callers must not modify it (``hva.chart`` only reads a figure laid
     out in the app's theme, :func:`hessviz.plots.drawn_in`)."""
-    return STORE.get(("view", *key), build, 1 << 20, "a view", seconds=0.0)
+    return STORE.get(view_key(key), build, 1 << 20, "a view", seconds=0.0)
+
+
+def view_key(key: tuple) -> tuple:
+    """The store's own key of the view ``key`` of :func:`view`."""
+    return ("view", *key)
 
 
 def cached_view(key: tuple) -> object | None:
     """The result :func:`view` stored under ``key``, or None (nothing is computed)."""
-    return STORE.peek(("view", *key))
+    return STORE.peek(view_key(key))
 
 
 def offsets(key: tuple) -> dict[str, slice]:

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import hessviz as hv
 from hessviz import plots, sweeps
-from hessviz.app import cache
+from hessviz.app import budget, cache, settings, state, warm
+from hessviz.app.address import Lesson
 from hessviz.app.state import View
 from hessviz.experiments.ln_collapse import sigma_axis
 from hessviz.experiments.scaling import BEND_TOL
@@ -206,6 +208,57 @@ def scaling(
         return Scaling(pair, spair, main, side, fits, side_fits, fig, sfig)
 
     return cache.view(key, made)
+
+
+def scaling_price(view: View, axis: str, pair_s: str, n_seeds: int) -> dict:
+    """What a Scaling view asks the budget (:func:`hessviz.app.budget.cost` of kind ``"sweep"``):
+    its ``points``, the largest swept ``block`` and the grid's costliest block ``cfg``. Raises
+    :class:`hessviz.HessvizError` for a block pair the view's block does not have."""
+    grid = sweeps.DEFAULT_GRIDS[axis]
+    return {
+        "points": len(grid) * n_seeds * (1 + len(PLACEMENTS)),
+        "block": sweeps.largest_block(view.cfg, axis, grid, tuple(pair_s.split(","))),
+        "cfg": sweeps.costliest_config(view.cfg, axis, grid),
+    }
+
+
+def scaling_neighbours(
+    view: View, axis: str, pair_s: str, n_seeds: int, layer: int, lesson: Lesson
+) -> list[warm.Job]:
+    """The Scaling views one step away from this one on each slider the page leaves open
+    (:func:`hessviz.app.warm.steps`: the sidebar's sizes, ε and ‖X‖₂, then the page's seeds and
+    layer), as the app would show them (:func:`hessviz.app.state.reconcile`); only those the
+    budget affords within :data:`hessviz.app.warm.MAX_SECONDS`, for :mod:`hessviz.app.warm`."""
+    by_name = {s.name: view.values[s.url] for s in settings.SETTINGS}
+
+    def shown(s: settings.AppSetting) -> bool:
+        return lesson.sidebar and not lesson.hides(s.url) and settings.relevant(s.name, by_name)
+
+    moves = [({k: v}, n_seeds, layer) for k, v in warm.steps(view.values, shown)]
+    if not lesson.hides("sc_seeds"):  # the page's sliders after the sidebar's
+        moves += [({}, n, layer) for n in warm.step(tuple(range(1, SCALING_SEEDS_MAX + 1)), n_seeds)]
+    if view.cfg.is_stack and axis != "layers" and not lesson.hides("sc_layer"):
+        moves += [({}, n_seeds, n) for n in warm.step(tuple(range(view.cfg.n_layers)), layer)]
+    jobs, keys = [], {scaling_key(view, axis, pair_s, n_seeds, layer)}
+    for change, seeds, lay in moves:
+        try:
+            near = View.from_values(state.reconcile({**view.values, **change})[0])
+            if pair_s not in scaling_pairs(near):
+                continue
+            price = scaling_price(near, axis, pair_s, seeds)
+        except hv.HessvizError:
+            continue
+        verdict = budget.check(budget.cost("sweep", price.pop("cfg"), **price), cache.LIMITS)
+        key = scaling_key(near, axis, pair_s, seeds, lay)
+        if not verdict.ok or verdict.cost.seconds > warm.MAX_SECONDS or key in keys:
+            continue
+        keys.add(key)
+
+        def make(pause, near=near, seeds=seeds, lay=lay) -> Scaling:
+            return scaling(near, axis, pair_s, seeds, lay, progress=lambda fraction, text: pause())
+
+        jobs.append(warm.Job(cache.view_key(key), make))
+    return jobs
 
 
 def slopes_line(result: Scaling) -> str:
