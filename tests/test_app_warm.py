@@ -121,3 +121,17 @@ def test_the_lesson_links_neighbours_are_one_step_on_each_open_slider_and_are_ma
     _, _, values, axis, pair, seeds, layer = job.key
     made = views.cached_scaling(View.from_values(dict(values)), axis, pair, seeds, layer)
     assert made is not None and made.figure._hessviz_theme == "host"  # laid out as the app shows it
+
+
+def test_a_failure_listing_the_neighbours_never_reaches_the_page():
+    w = warm.Warmer(room=lambda: True, idle_s=0.01)
+
+    def broken() -> list:
+        raise RuntimeError("a bug in a page's neighbours")
+
+    try:
+        assert not w.offer(("view",), "a", broken)
+        assert not w.offer(("view",), "b", broken)
+        assert w.pending() == 0
+    finally:
+        w.stop()

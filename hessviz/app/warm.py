@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -47,6 +48,7 @@ from hessviz.app import cache, runlog, settings
 from hessviz.app.settings import AppSetting
 
 ENV = "HESSVIZ_WARM"
+_log = logging.getLogger(__name__)
 VISITORS = 2
 """Sessions that must have been shown a view before its neighbours are warmed."""
 IDLE_S = 0.25
@@ -139,7 +141,11 @@ class Warmer:
             seen.add(session)
             if len(seen) < VISITORS:
                 return False
-        new = [j for j in jobs() if j.key not in cache.STORE][:MAX_VIEWS]
+        try:
+            new = [j for j in jobs() if j.key not in cache.STORE][:MAX_VIEWS]
+        except Exception:  # noqa: BLE001 - warming is never worth a visitor's page: log it, go on
+            _log.exception("hessviz warm: the neighbours of a view could not be listed")
+            return False
         with self._cv:
             keys = {j.key for j in new}
             self._pending = collections.deque(new + [j for j in self._pending if j.key not in keys])
