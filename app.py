@@ -25,7 +25,7 @@ if _threads > 0 and torch.get_num_threads() != _threads:
 # Python's import lock, before any page runs: concurrent first imports from several
 # sessions' script threads raised "partially initialized module 'pandas'".
 from hessviz import app as hva  # noqa: E402
-from hessviz.app import styles  # noqa: E402
+from hessviz.app import styles, warm  # noqa: E402
 from hessviz.app.registry import SECTIONS  # noqa: E402
 from hessviz.app.runlog import timed  # noqa: E402
 from hessviz.plots import drawn_in  # noqa: E402
@@ -53,5 +53,6 @@ hva.open_page(nav.url_path or "hessian_map")
 # Figures are laid out in Streamlit's theme from the start (hva.chart shows them in it; a light
 # template first, replaced there, cost 20-50 ms of CPU per figure). HESSVIZ_RUN_LOG=1: one line
 # per run (hessviz.app.runlog).
-with timed(nav.url_path or "hessian_map"), drawn_in("host"):
+# warm.serving: while any run is in progress, the background warmer (hessviz.app.warm) waits.
+with timed(nav.url_path or "hessian_map"), drawn_in("host"), warm.serving():
     nav.run()

@@ -5,7 +5,7 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import sweeps
-from hessviz.app import budget, views
+from hessviz.app import budget, views, warm
 from hessviz.experiments.depth import factor_per_layer
 
 view = hva.sidebar(stacks=True)
@@ -63,29 +63,22 @@ st.caption(
     f"the sidebar's{'' if axis != 'xnorm' else ' (‖X‖₂ is swept)'}. Fit regime: " + views.FIT_REGIME[axis]
 )
 with hva.guard("the sweep"):
-    largest = sweeps.largest_block(view.cfg, axis, grid, pair)
-hva.afford(
-    view,
-    "sweep",
-    points=len(grid) * n_seeds * (1 + len(views.PLACEMENTS)),
-    block=largest,
-    cfg=sweeps.costliest_config(view.cfg, axis, grid),
-    advice=budget.block_advice(pair_s, largest),
-)
+    price = views.scaling_price(view, axis, pair_s, n_seeds)
+hva.afford(view, "sweep", advice=budget.block_advice(pair_s, price["block"]), **price)
 
-bar = st.progress(0.0, text="Sweeping…")
-said = {"text": ""}
-progress = hva.progress.throttled(lambda done, total: bar.progress(done / total, text=said["text"]))
+result = views.cached_scaling(view, axis, pair_s, n_seeds, layer)  # a view already made: no bar
+if result is None:
+    bar = st.progress(0.0, text="Sweeping…")
+    said = {"text": ""}
+    progress = hva.progress.throttled(lambda done, total: bar.progress(done / total, text=said["text"]))
 
+    def sweeping(fraction: float, text: str) -> None:
+        said["text"] = text
+        progress(int(1000 * fraction), 1000)
 
-def sweeping(fraction: float, text: str) -> None:
-    said["text"] = text
-    progress(int(1000 * fraction), 1000)
-
-
-with hva.guard("the sweep"):
-    result = views.scaling(view, axis, pair_s, n_seeds, layer, progress=sweeping)
-bar.empty()
+    with hva.guard("the sweep"):
+        result = views.scaling(view, axis, pair_s, n_seeds, layer, progress=sweeping)
+    bar.empty()
 
 main, side, fits, side_fits = result.main, result.side, result.fits, result.side_fits
 side_pair = result.side_pair
@@ -144,3 +137,9 @@ if by_depth:
     )
 else:
     st.caption(views.slopes_line(result))
+
+# a class on this view steps together: its neighbours are made while the server is idle
+warm.offer(
+    views.scaling_key(view, axis, pair_s, n_seeds, layer),
+    lambda: views.scaling_neighbours(view, axis, pair_s, n_seeds, layer, hva.lesson()),
+)

@@ -436,6 +436,30 @@ def test_store_is_bounded_by_bytes_and_evicts_least_recent():
     assert ledger.cached == 0 and len(store) == 0
 
 
+def test_evicting_collects_the_cycles_that_still_hold_an_evicted_result():
+    """Streamlit's collection after every script run is off (``.streamlit/config.toml``): a page
+    run's namespace, a reference cycle, may still hold a result when the store evicts it, so the
+    store collects then, and the result's memory is given back when it is wanted."""
+    import gc
+    import weakref
+
+    store = cache.Store(gates.Ledger(3 * 2**20))
+    result = store.get(("held",), lambda: np.zeros(2**17), 2**20, "a test result")
+    held = weakref.ref(result)
+    namespace: dict = {"result": result}
+    namespace["self"] = namespace  # a cycle, as a page's module dict and its functions make
+    del result, namespace
+    enabled = gc.isenabled()
+    gc.disable()  # only the eviction's own collection may free it
+    try:
+        assert held() is not None
+        store.evict(2**20)
+        assert held() is None and ("held",) not in store
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def test_ledger_nested_reservation_does_not_wait_and_small_results_outlive_large():
     ledger = gates.Ledger(100)
     with ledger.reserve(80, "a spectrum"), ledger.reserve(50, "its term"):  # would deadlock if it waited

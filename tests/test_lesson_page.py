@@ -195,7 +195,7 @@ def test_sweep_points_computed_ahead_are_the_ones_the_page_reads():
         assert cache.prime_sweep_points(points, pool) == len({cache._sweep_key(*p) for p in points})
     stored = len(cache.STORE)
     r = views.scaling(view, "L", "W_K,W_K", 1)
-    assert len(cache.STORE) == stored + 2, "only the two figures are new"
+    assert len(cache.STORE) == stored + 1, "only the view (its fits and figures) is new"
     c, _ = sweeps.config_at(view.cfg, "L", sweeps.DEFAULT_GRIDS["L"][2])
     again = sweeps.point(c, view.input_norm, 7, ("W_K", "W_K"))
     assert [r.main.values[k][0, 2] for k in sorted(again)] == [again[k] for k in sorted(again)]

@@ -73,12 +73,13 @@ for _name in PRELOAD:
 
 from hessviz.app import address, cache, controls, progress, registry, state  # noqa: E402
 
-# Streamlit runs a full garbage collection after every script run (``runner.postScriptGC``),
-# which walks every object the process holds: with torch, scipy, pandas and plotly loaded that
-# is ~300,000 objects per run (its time: benchmarks/APP.md), with the GIL held, so four visitors' re-renders
-# queued behind each other's collections. What is loaded now lives as long as the process:
-# collect once and move it out of the collector's sight (``gc.freeze``); later collections walk
-# only what the sessions create, and still free their cycles.
+# A full garbage collection walks every object the process holds: with torch, scipy, pandas and
+# plotly loaded that is ~300,000 objects (its time: benchmarks/APP.md), with the GIL held.
+# Streamlit ran one after every script run (``runner.postScriptGC``, now off in
+# .streamlit/config.toml: with thirty sessions connected even the rest cost 10-25 ms per run), and
+# Python's own collections of the oldest generation still do. What is loaded now lives as long as
+# the process: collect once and move it out of the collector's sight (``gc.freeze``); later
+# collections walk only what the sessions create, and still free their cycles.
 gc.collect()
 gc.freeze()
 from hessviz.app.controls import (  # noqa: E402

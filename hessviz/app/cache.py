@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import gc
 import math
 import tempfile
 import threading
@@ -115,7 +116,12 @@ class Store:
     def evict(self, need: int) -> int:
         """Free at least ``need`` bytes of cached results, least recently used first; results under
         1 % of ``need`` (a sweep point, a spectrum's summary: cheap to keep, slow to redo) go only
-        when dropping the large ones was not enough."""
+        when dropping the large ones was not enough.
+
+        The garbage collector runs here, before the heap is trimmed: Streamlit's collection after
+        every script run is off (``runner.postScriptGC`` in ``.streamlit/config.toml``), so a page
+        run's namespace (a reference cycle that may still hold an evicted array) waits for the
+        next collection; this is when its memory is wanted."""
         freed = 0
         with self._lock:
             for floor in (need / 100, 0):
@@ -124,8 +130,17 @@ class Store:
                         break
                     freed += self._items.pop(key)[1]
         self.ledger.add_cached(-freed)
+        gc.collect()
         gates.trim_memory()
         return freed
+
+    def peek(self, key: tuple) -> object | None:
+        """The cached value of ``key`` (marked as just used), or None; never computes or waits."""
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key][0]
 
     def items(self) -> list[tuple[tuple, object]]:
         """``(key, value)`` of every cached result, least recently used first."""
@@ -224,16 +239,28 @@ def term(key: tuple, term: str) -> np.ndarray:
     )
 
 
-def figure(key: tuple, build: Callable[[], object]) -> object:
-    """The figure ``build()`` draws from cached results, built once for every visitor of the view
-    ``key`` (the page's name first, then everything the figure depends on).
+def view(key: tuple, build: Callable[[], object]) -> object:
+    """A page's whole result for one view: its curves, fits and figures, ``build()`` from cached
+    results, made once for every visitor of the view ``key`` (the page's name first, then
+    everything the result depends on). A later visitor gets it from :func:`cached_view`.
 
     Thirty students on one lesson link run the same page on the same view: laying out a plotly
     figure (validating every trace and property) was most of a cached run's CPU on the Scaling page
-    (``benchmarks/APP.md``), paid thirty times over under one GIL. The figure is shared between
-    sessions: callers must not modify it (``hva.chart`` only reads a figure laid out in the
-    app's theme, :func:`hessviz.plots.drawn_in`)."""
-    return STORE.get(("figure", *key), build, 1 << 20, "a figure", seconds=0.0)
+    (``benchmarks/APP.md``), and so, once the figures were shared, were looking up its 99 sweep
+    points and fitting its slopes again, paid thirty times over under one GIL. The result is
+    shared between sessions: callers must not modify it (``hva.chart`` only reads a figure laid
+    out in the app's theme, :func:`hessviz.plots.drawn_in`)."""
+    return STORE.get(view_key(key), build, 1 << 20, "a view", seconds=0.0)
+
+
+def view_key(key: tuple) -> tuple:
+    """The store's own key of the view ``key`` of :func:`view`."""
+    return ("view", *key)
+
+
+def cached_view(key: tuple) -> object | None:
+    """The result :func:`view` stored under ``key``, or None (nothing is computed)."""
+    return STORE.peek(view_key(key))
 
 
 def offsets(key: tuple) -> dict[str, slice]:

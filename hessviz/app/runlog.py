@@ -25,6 +25,12 @@ computes (not per result it serves from the store or from another visitor's comp
 result computed twice; the load test (``tests/test_app_load.py``) checks that thirty
 visitors of one view share each computation, and ``heavy`` (it held a slot of the
 :class:`hessviz.app.gates.Gate`) how many heavy ones ran at once.
+
+The background warmer (:mod:`hessviz.app.warm`) prints one line per view it worked on, with the
+CPU its thread used, so that its work is told apart from the visitors'::
+
+    hessviz-warm {"key": "5d1c0a9e7b2f", "end": "made", "start": 1764525601.2,
+                  "wall_s": 0.42, "cpu_s": 0.35}
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from collections.abc import Iterator
 ENV = "HESSVIZ_RUN_LOG"
 PREFIX = "hessviz-run "
 COMPUTE_PREFIX = "hessviz-compute "
+WARM_PREFIX = "hessviz-warm "
 
 
 def enabled(env: dict[str, str] | None = None) -> bool:
@@ -87,20 +94,40 @@ def timed(page: str) -> Iterator[None]:
         )
 
 
+def _digest(key: tuple) -> str:
+    return hashlib.sha1(repr(key).encode(), usedforsecurity=False).hexdigest()[:12]
+
+
 def computed(key: tuple, start: float, wall_s: float, heavy: bool) -> None:
     """One line for a result the cache computed (``start``: Unix time; nothing unless enabled)."""
     if not enabled():
         return
-    digest = hashlib.sha1(repr(key).encode(), usedforsecurity=False).hexdigest()[:12]
     _write(
         COMPUTE_PREFIX,
         {
             "what": str(key[0]),
-            "key": digest,
+            "key": _digest(key),
             "heavy": bool(heavy),
             "start": round(start, 3),
             "wall_s": round(wall_s, 4),
             "session": _session(),
+        },
+    )
+
+
+def warmed(key: tuple, start: float, wall_s: float, cpu_s: float, end: str) -> None:
+    """One line for a view the background warmer (:mod:`hessviz.app.warm`) worked on: ``end`` is
+    ``made``, ``stopped``, ``memory`` or ``failed: <error>`` (nothing unless enabled)."""
+    if not enabled():
+        return
+    _write(
+        WARM_PREFIX,
+        {
+            "key": _digest(key),
+            "end": end,
+            "start": round(start, 3),
+            "wall_s": round(wall_s, 4),
+            "cpu_s": round(cpu_s, 4),
         },
     )
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import hessviz as hv
 from hessviz import plots, sweeps
-from hessviz.app import cache
+from hessviz.app import budget, cache, settings, state, warm
+from hessviz.app.address import Lesson
 from hessviz.app.state import View
 from hessviz.experiments.ln_collapse import sigma_axis
 from hessviz.experiments.scaling import BEND_TOL
@@ -147,6 +149,17 @@ def scaling_points(view: View, axis: str, pair_s: str, n_seeds: int, layer: int 
     return out
 
 
+def scaling_key(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0) -> tuple:
+    """The store's key of one Scaling view (:func:`scaling`)."""
+    return ("scaling", view.key, axis, pair_s, int(n_seeds), int(layer))
+
+
+def cached_scaling(view: View, axis: str, pair_s: str, n_seeds: int, layer: int = 0) -> Scaling | None:
+    """The Scaling view :func:`scaling` has already made (for any visitor), or None: nothing is
+    computed, so a page draws no progress bar for a view it only has to show."""
+    return cache.cached_view(scaling_key(view, axis, pair_s, n_seeds, layer))
+
+
 def scaling(
     view: View,
     axis: str,
@@ -156,7 +169,13 @@ def scaling(
     progress: Callable[[float, str], None] | None = None,
 ) -> Scaling:
     """Sweep the ``pair_s`` block (``"W_Q,W_Q"``) over ``axis`` for ``n_seeds`` seeds, and the same
-    for the three :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point."""
+    for the three :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point. The sweeps
+    read cached points; the fits and figures are made once per view and the whole result is kept
+    (:func:`hessviz.app.cache.view`), so the view's next visitor reads it in one look-up."""
+    key = scaling_key(view, axis, pair_s, n_seeds, layer)
+    done = cache.cached_view(key)
+    if done is not None:
+        return done
     pair = tuple(pair_s.split(","))
     seeds = list(range(view.seed, view.seed + n_seeds))
 
@@ -172,25 +191,74 @@ def scaling(
     side = {
         norm: run(placed(view, norm), norm, spair, 0.4 + 0.2 * k, 0.2) for k, norm in enumerate(PLACEMENTS)
     }
-    by_depth = axis == "layers"  # a geometric law in N, not a power law: no slope fits
-    fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair, stat=STAT)
-    side_fits = {} if by_depth else {n: sweeps.fits(r, n, spair, stat=STAT) for n, r in side.items()}
-    fig = cache.figure(  # built once per view, for every visitor of a lesson link
-        ("scaling", view.key, axis, pair_s, n_seeds, layer),
-        lambda: plots.sweep_plot(
+
+    def made() -> Scaling:  # once per view, for every visitor of a lesson link
+        by_depth = axis == "layers"  # a geometric law in N, not a power law: no slope fits
+        fits = {} if by_depth else sweeps.fits(main, view.cfg.norm, pair, stat=STAT)
+        side_fits = {} if by_depth else {n: sweeps.fits(r, n, spair, stat=STAT) for n, r in side.items()}
+        fig = plots.sweep_plot(
             main,
             sweeps.TERMS,
             stat=STAT,
             fits=fits,
             y_title=f"‖H[{pair[0]}, {pair[1]}]‖₂",
             title=f"{pair[0]}–{pair[1]} block vs {sweeps.AXES[axis]}",
-        ),
-    )
-    sfig = cache.figure(
-        ("scaling_side", view.key, axis, spair, n_seeds, layer),
-        lambda: plots.side_by_side(side, stat=STAT, fits=side_fits, y_title=f"‖H[{spair[0]}, {spair[1]}]‖₂"),
-    )
-    return Scaling(pair, spair, main, side, fits, side_fits, fig, sfig)
+        )
+        sfig = plots.side_by_side(side, stat=STAT, fits=side_fits, y_title=f"‖H[{spair[0]}, {spair[1]}]‖₂")
+        return Scaling(pair, spair, main, side, fits, side_fits, fig, sfig)
+
+    return cache.view(key, made)
+
+
+def scaling_price(view: View, axis: str, pair_s: str, n_seeds: int) -> dict:
+    """What a Scaling view asks the budget (:func:`hessviz.app.budget.cost` of kind ``"sweep"``):
+    its ``points``, the largest swept ``block`` and the grid's costliest block ``cfg``. Raises
+    :class:`hessviz.HessvizError` for a block pair the view's block does not have."""
+    grid = sweeps.DEFAULT_GRIDS[axis]
+    return {
+        "points": len(grid) * n_seeds * (1 + len(PLACEMENTS)),
+        "block": sweeps.largest_block(view.cfg, axis, grid, tuple(pair_s.split(","))),
+        "cfg": sweeps.costliest_config(view.cfg, axis, grid),
+    }
+
+
+def scaling_neighbours(
+    view: View, axis: str, pair_s: str, n_seeds: int, layer: int, lesson: Lesson
+) -> list[warm.Job]:
+    """The Scaling views one step away from this one on each slider the page leaves open
+    (:func:`hessviz.app.warm.steps`: the sidebar's sizes, ε and ‖X‖₂, then the page's seeds and
+    layer), as the app would show them (:func:`hessviz.app.state.reconcile`); only those the
+    budget affords within :data:`hessviz.app.warm.MAX_SECONDS`, for :mod:`hessviz.app.warm`."""
+    by_name = {s.name: view.values[s.url] for s in settings.SETTINGS}
+
+    def shown(s: settings.AppSetting) -> bool:
+        return lesson.sidebar and not lesson.hides(s.url) and settings.relevant(s.name, by_name)
+
+    moves = [({k: v}, n_seeds, layer) for k, v in warm.steps(view.values, shown)]
+    if not lesson.hides("sc_seeds"):  # the page's sliders after the sidebar's
+        moves += [({}, n, layer) for n in warm.step(tuple(range(1, SCALING_SEEDS_MAX + 1)), n_seeds)]
+    if view.cfg.is_stack and axis != "layers" and not lesson.hides("sc_layer"):
+        moves += [({}, n_seeds, n) for n in warm.step(tuple(range(view.cfg.n_layers)), layer)]
+    jobs, keys = [], {scaling_key(view, axis, pair_s, n_seeds, layer)}
+    for change, seeds, lay in moves:
+        try:
+            near = View.from_values(state.reconcile({**view.values, **change})[0])
+            if pair_s not in scaling_pairs(near):
+                continue
+            price = scaling_price(near, axis, pair_s, seeds)
+        except hv.HessvizError:
+            continue
+        verdict = budget.check(budget.cost("sweep", price.pop("cfg"), **price), cache.LIMITS)
+        key = scaling_key(near, axis, pair_s, seeds, lay)
+        if not verdict.ok or verdict.cost.seconds > warm.MAX_SECONDS or key in keys:
+            continue
+        keys.add(key)
+
+        def make(pause, near=near, seeds=seeds, lay=lay) -> Scaling:
+            return scaling(near, axis, pair_s, seeds, lay, progress=lambda fraction, text: pause())
+
+        jobs.append(warm.Job(cache.view_key(key), make))
+    return jobs
 
 
 def slopes_line(result: Scaling) -> str:
