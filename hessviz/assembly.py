@@ -41,7 +41,7 @@ from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig
 from hessviz.contributions import Piece, Ref, Sandwich
 from hessviz.kron import Factored, MiddleCache, sandwich_into
-from hessviz.losses import Loss, block_loss
+from hessviz.losses import Loss
 from hessviz.record import BlockRecord
 from hessviz.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.weights import Unit, units, units_of
@@ -56,12 +56,10 @@ class Curvature:
     at_SA: TokenCurvature
 
 
-def backward(cfg: BlockConfig, rec: BlockRecord, Y: Tensor | Loss) -> Curvature:
-    """Loss gradient and Hessian in ``Z``, pulled back through ``T`` to ``SA``; ``Y`` the target of
-    ``cfg.loss`` or a token-wise :class:`~hessviz.losses.Loss`."""
-    loss = block_loss(cfg.loss, Y).at(rec.Z)
-    at_Z = TokenCurvature(loss.grad, loss.token_curvature())
-    return pulled(rec, at_Z)
+def backward(rec: BlockRecord, loss: Loss) -> Curvature:
+    """Loss gradient and Hessian in ``Z``, pulled back through ``T`` to ``SA``; ``loss`` token-wise."""
+    at = loss.at(rec.Z)
+    return pulled(rec, TokenCurvature(at.grad, at.token_curvature()))
 
 
 def pulled(rec: BlockRecord, at_Z: TokenCurvature) -> Curvature:
@@ -242,12 +240,12 @@ class DenseHessian:
     order = PARTS_FIRST
     """outer and functional are assembled, full is their sum."""
 
-    def __init__(self, cfg: BlockConfig, rec: BlockRecord, Y: Tensor, X: Tensor):
-        self.cfg, self.record, self.Y, self.X = cfg, rec, Y, X
+    def __init__(self, cfg: BlockConfig, rec: BlockRecord, loss: Loss, X: Tensor):
+        self.cfg, self.record, self.loss, self.X = cfg, rec, loss, X
 
     @cached_property
     def curvature(self) -> Curvature:
-        return backward(self.cfg, self.record, self.Y)
+        return backward(self.record, self.loss)
 
     def term(self, names: tuple[str, ...], term: str) -> Tensor:
         """The ``(P', P')`` term for ``names`` (checked, θ order): :func:`assemble`."""

@@ -71,7 +71,7 @@ from torch import Tensor
 from hessviz import assembly, memory
 from hessviz.chain import TokenCurvature
 from hessviz.config import BlockConfig
-from hessviz.losses import Loss, block_loss
+from hessviz.losses import Loss
 from hessviz.matfree.layout import Layout
 from hessviz.matfree.tape import Tape
 from hessviz.record import BlockRecord, fold
@@ -141,8 +141,8 @@ class StackHessian:
     """Dense terms and blocks of the Hessian of a stack (or of one block under a loss whose
     curvature couples tokens), from the tape of its forward pass (see the module docstring).
 
-    ``target`` is the target ``Y`` of ``cfg.loss`` or a :class:`~hessviz.losses.Loss` (a checked
-    :class:`CustomLoss`).
+    ``loss`` is the block's :class:`~hessviz.losses.Loss`, made once by the caller (``cfg.loss`` on its
+    target, or a checked :class:`CustomLoss`).
     """
 
     order = PARTS_FIRST
@@ -153,12 +153,12 @@ class StackHessian:
         cfg: BlockConfig,
         params: dict[str, Tensor],
         tape: Tape | Callable[[], Tape],
-        target: Tensor | Loss,
+        loss: Loss,
     ):
-        self.cfg, self.params, self.target = cfg, params, block_loss(cfg.loss, target)
+        self.cfg, self.params, self.loss = cfg, params, loss
         self._tape = tape
         self.N = cfg.n_layers
-        self.token_wise = self.target.token_wise
+        self.token_wise = loss.token_wise
 
     @cached_property
     def tape(self) -> Tape:
@@ -192,8 +192,8 @@ class StackHessian:
         """``∇²_Z ℓ``: ``(L, d, d)`` when token-wise, else ``(L·d, L·d)``."""
         Z = self.tape.values[self.tape.output]
         if self.token_wise:
-            return self.target.at(Z).token_curvature()
-        return self.target.dense_hessian()
+            return self.loss.at(Z).token_curvature()
+        return self.loss.dense_hessian()
 
     @memo
     def jacobian(self, b: int, local: tuple[str, ...]) -> Tensor:
