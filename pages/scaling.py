@@ -63,12 +63,12 @@ st.caption(
     f"the sidebar's{'' if axis != 'xnorm' else ' (‖X‖₂ is swept)'}. Fit regime: " + views.FIT_REGIME[axis]
 )
 with hva.guard("the sweep"):
-    largest = sweeps.largest_block(view.cfg, axis, grid, pair)
+    largest = sweeps.largest_weight(view.cfg, axis, grid, pair)
 hva.afford(
     view,
     "sweep",
     points=len(grid) * n_seeds * (1 + len(views.PLACEMENTS)),
-    block=largest,
+    weight_count=largest,
     cfg=sweeps.costliest_config(view.cfg, axis, grid),
     advice=budget.block_advice(pair_s, largest),
 )

@@ -178,9 +178,9 @@ def test_claims_on_an_executor_are_the_in_process_numbers(claims_once):
 
     ids = ("nonconvex", "placement", "modern")
     with claims_once():  # the in-process run, shared with reproduce
-        here = [r.record() for r in run_claims(True, ids)]
+        here = [r.entry() for r in run_claims(True, ids)]
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        there = [r.record() for r in run_claims(True, ids, executor=pool)]
+        there = [r.entry() for r in run_claims(True, ids, executor=pool)]
     assert [r["id"] for r in there] == list(ids) and there == here
     with pytest.raises(hv.InputError, match="executor is closed"):
         run_claims(True, ids, executor=pool)

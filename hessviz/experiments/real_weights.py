@@ -276,5 +276,5 @@ def main(quick: bool = False, out: pathlib.Path = OUT) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for record in main(quick="--quick" in sys.argv):
-        print(record["id"], record["holds"], record["note"])
+    for entry in main(quick="--quick" in sys.argv):
+        print(entry["id"], entry["holds"], entry["note"])

@@ -264,8 +264,8 @@ class HeadTerms:
         k = g.shape[0]
         return self.J(self.w[None, :, None] * (self.gamma * g)[:, None, :].expand(k, L, g.shape[1]))
 
-    def rows(self, dz: Tensor | None, dW: Tensor | None, db: Tensor | None) -> dict[str, Tensor]:
-        """``{head.W: (k, d, C), head.b: (k, C)}``: the head's rows of ``H v`` from the pooled tangent
+    def head_part(self, dz: Tensor | None, dW: Tensor | None, db: Tensor | None) -> dict[str, Tensor]:
+        """``{head.W: (k, d, C), head.b: (k, C)}``: the head's part of ``H v`` from the pooled tangent
         ``dz (k, d)`` (None: 0) and the head's own tangents."""
         ds = None
         for part in (

@@ -155,9 +155,9 @@ class NextToken(Loss):
         return out
 
     def _place(
-        self, Z: Tensor, rows: slice, targets: Tensor, weight: float, head: LMHead, chunk: int | None
+        self, Z: Tensor, positions: slice, targets: Tensor, weight: float, head: LMHead, chunk: int | None
     ) -> None:
-        """Compute the value and the gradient at ``Z``: positions ``rows`` predict ``targets``, each
+        """Compute the value and the gradient at ``Z``: the positions ``positions`` predict ``targets``, each
         weighted ``weight``."""
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
             raise InputError(f"chunk must be a positive number of tokens, got {chunk!r}")
@@ -166,19 +166,19 @@ class NextToken(Loss):
         self.E = E.to(Z)
         self._chunk = chunk
         self.chunk = chunk or default_chunk(E.shape[0], Z.dtype, Z.device)
-        self.rows, self.targets, self.weight = rows, targets, weight
+        self.positions, self.targets, self.weight = positions, targets, weight
         self.L, self.d = L, d
         self.head, self.Z = head, Z
         if head.gamma is None:
             self.norm = None
-            self.h = Z[rows]
+            self.h = Z[positions]
         else:
             gamma = ("gamma", head.gamma.to(Z))
             beta = None if head.beta is None else ("beta", head.beta.to(Z))
             self.norm = LayerNorm(
                 "h",
                 "Z",
-                Z[rows],
+                Z[positions],
                 head.eps,
                 gamma,
                 beta,
@@ -199,14 +199,16 @@ class NextToken(Loss):
         gh *= self.weight
         self.value = value * self.weight
         self.grad = Z.new_zeros(L, d)
-        self.grad[rows] = gh if self.norm is None else self.norm.adjoint(gh)[0][0]
+        self.grad[positions] = gh if self.norm is None else self.norm.adjoint(gh)[0][0]
 
     def at(self, Z: Tensor) -> NextToken:
         """The same positions and targets at another ``Z``."""
         if Z is self.Z:
             return self
         out = type(self).__new__(type(self))
-        out._place(check_Z(Z), self.rows, self.targets, self.weight, self.head.check(Z.shape[1]), self._chunk)
+        out._place(
+            check_Z(Z), self.positions, self.targets, self.weight, self.head.check(Z.shape[1]), self._chunk
+        )
         return out
 
     def _chunks(self) -> list[slice]:
@@ -216,7 +218,7 @@ class NextToken(Loss):
     def product(self, dZ: Tensor) -> Tensor:
         """``N Ż``: ``(k, L, d) -> (k, L, d)``; positions that predict nothing get 0."""
         k = dZ.shape[0]
-        dz = dZ[:, self.rows]
+        dz = dZ[:, self.positions]
         nparams = 0 if self.norm is None else len(self.norm.params)
         dh = dz if self.norm is None else self.norm.tangent([dz], [None] * nparams)
         dgh = torch.empty_like(dh)
@@ -229,9 +231,9 @@ class NextToken(Loss):
         dgh *= self.weight
         out = dZ.new_zeros(k, self.L, self.d)
         if self.norm is None:
-            out[:, self.rows] = dgh
+            out[:, self.positions] = dgh
         else:
-            out[:, self.rows] = self.norm.adjoint_tangent(
+            out[:, self.positions] = self.norm.adjoint_tangent(
                 dgh, [dz], [None] * nparams, True, [True], [False] * nparams
             )[0][0]
         return out
@@ -253,7 +255,7 @@ class NextToken(Loss):
         )
         gamma = None if self.norm is None else self.norm.gamma
         N = self.Z.new_zeros(L, d, d)
-        Nr = N[self.rows]
+        Nr = N[self.positions]
         n = self.h.shape[0]
         for a in range(0, n, step):
             c = slice(a, min(a + step, n))
@@ -262,9 +264,9 @@ class NextToken(Loss):
             G = torch.einsum("tv,vi,vj->tij", p, E, E) - pE[:, :, None] * pE[:, None, :]
             Nr[c] = self.weight * (G if gamma is None else gamma[:, None] * G * gamma)
         if self.norm is not None:
-            _, st = layernorm.value(self.Z[self.rows], self.head.eps, centre=self.norm.centre)
+            _, st = layernorm.value(self.Z[self.positions], self.head.eps, centre=self.norm.centre)
             J = layernorm.jacobian(st)
-            N[self.rows] = J @ Nr @ J + layernorm.contract_hessian(st, self.norm.gn)
+            N[self.positions] = J @ Nr @ J + layernorm.contract_hessian(st, self.norm.gn)
         return N
 
     blocks = token_curvature

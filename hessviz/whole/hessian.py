@@ -150,7 +150,7 @@ def head_product(
 ) -> Tensor:
     """``(k, |cols|) -> (k, |rows|)`` of one sequence with the head's weights among the names: the
     stack's tangents ``Ż`` of ``V``'s layer columns, the sweep seeded with ``∇²_Z ℓ Ż`` plus the mixed
-    seed of the head's columns (:meth:`HeadTerms.seed`) for the layer rows, :meth:`HeadTerms.rows`
+    seed of the head's columns (:meth:`HeadTerms.seed`) for the layer rows, :meth:`HeadTerms.head_part`
     for the head's rows. The sequence's whole tape (every token: the head terms pool over them) is
     read only when a layer's weights are among the rows or columns."""
     k = V.shape[0]
@@ -171,7 +171,7 @@ def head_product(
         )[0]
         out[:, : rows.stack.size] = rows.stack.gather(prods, k, V)
     if rows.heads:
-        got = terms.rows(None if dZ is None else terms.pooled(dZ), dW, db)
+        got = terms.head_part(None if dZ is None else terms.pooled(dZ), dW, db)
         for h in rows.heads:
             out[:, rows.columns[h]] = got[h].reshape(k, -1)
     return out
