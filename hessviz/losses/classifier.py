@@ -117,6 +117,15 @@ class Classifier(Loss):
             )
         return replace(self, Z=Z, index=index, norm=norm)
 
+    def sequence_terms(
+        self, Z: Tensor, ids: Tensor, index: int, head: LMHead | None
+    ) -> tuple[CustomLoss, Tensor, HeadTerms]:
+        """As a whole model's objective, at sequence ``index`` (last hidden states ``Z (L, d)``, through
+        the model's final norm in ``head``; its ``ids`` are not read): its curvature as a
+        :class:`CustomLoss`, its value, and its :class:`HeadTerms`."""
+        at = self.at(Z, index, head)
+        return at.custom_loss(), at.value, at.head_terms
+
     @cached_property
     def _closed_form(self) -> tuple[CustomLoss, Tensor, HeadTerms]:
         if self.Z is None:

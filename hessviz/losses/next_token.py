@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
-from hessviz.losses.base import Loss
+from hessviz.losses.base import Loss, unplaced
 from hessviz.losses.custom import CustomLoss
 from hessviz.memory import memory_limit
 from hessviz.ops import layernorm
@@ -122,6 +122,12 @@ def check_Z(Z: Tensor) -> Tensor:
     return Z
 
 
+def check_chunk(chunk: object) -> None:
+    """``chunk`` is ``None`` or a positive number of tokens."""
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise InputError(f"chunk must be a positive number of tokens, got {chunk!r}")
+
+
 def _token_ids(ids: Sequence[int] | Tensor, vocab: int, device: torch.device) -> Tensor:
     ids = torch.as_tensor(ids, dtype=torch.int64, device=device)
     if ids.dim() != 1 or bool(((ids < 0) | (ids >= vocab)).any()):
@@ -133,9 +139,27 @@ class NextToken(Loss):
     """The next-token cross-entropy of one sequence ``Z (L, d)``, ``ids (L,)``, through ``head``
     (module docstring), in chunks of ``chunk`` positions (``None``: :func:`default_chunk`): built
     at its point, with ``value``, ``grad (L, d)``, :meth:`token_curvature` and :meth:`product`.
-    :meth:`last_token` is the same loss at the last position alone."""
+    :meth:`last_token` is the same loss at the last position alone.
 
-    def __init__(self, Z: Tensor, ids: Sequence[int] | Tensor, head: LMHead, chunk: int | None = None):
+    ``NextToken()`` (no point; ``chunk`` may be given) is a whole model's objective,
+    ``hv.model_hessian(model, ids, objective=hv.NextToken())`` (the string ``"next_token"`` is the same):
+    :meth:`sequence_terms` places it at each sequence's last hidden states."""
+
+    def __init__(
+        self,
+        Z: Tensor | None = None,
+        ids: Sequence[int] | Tensor | None = None,
+        head: LMHead | None = None,
+        chunk: int | None = None,
+    ):
+        if Z is None:
+            if ids is not None or head is not None:
+                raise InputError("NextToken: Z, ids and head come together (or none: the objective alone)")
+            check_chunk(chunk)
+            self.Z, self._chunk = None, chunk
+            return
+        if ids is None or head is None:
+            raise InputError("NextToken at a point needs its ids and the model's head with Z")
         L, d = check_Z(Z).shape
         head.check(d)
         ids = torch.as_tensor(ids, dtype=torch.int64, device=Z.device)
@@ -159,8 +183,7 @@ class NextToken(Loss):
     ) -> None:
         """Compute the value and the gradient at ``Z``: the positions ``positions`` predict ``targets``, each
         weighted ``weight``."""
-        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
-            raise InputError(f"chunk must be a positive number of tokens, got {chunk!r}")
+        check_chunk(chunk)
         L, d = Z.shape
         E = head.embedding
         self.E = E.to(Z)
@@ -201,8 +224,30 @@ class NextToken(Loss):
         self.grad = Z.new_zeros(L, d)
         self.grad[positions] = gh if self.norm is None else self.norm.adjoint(gh)[0][0]
 
+    def __getattr__(self, name: str):
+        """Only reached for what :meth:`_place` sets: an objective without a point has none of it."""
+        if name in ("value", "grad") and self.__dict__.get("Z", 0) is None:
+            raise unplaced(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        chunk = "" if self._chunk is None else f"chunk={self._chunk}"
+        where = "" if self.Z is None else f"at Z {tuple(self.Z.shape)}" + ", " * bool(chunk)
+        return f"NextToken({where}{chunk})"
+
+    def sequence_terms(
+        self, Z: Tensor, ids: Tensor, index: int, head: LMHead | None
+    ) -> tuple[CustomLoss, Tensor, None]:
+        """As a whole model's objective, at sequence ``index`` (its ``ids (L,)`` and last hidden states
+        ``Z (L, d)``, through the model's ``head``): its curvature as a :class:`CustomLoss`, its value,
+        and no head terms (the LM head is not a parameter)."""
+        at = NextToken(Z, ids, head, self._chunk)
+        return at.custom_loss(), at.value, None
+
     def at(self, Z: Tensor) -> NextToken:
         """The same positions and targets at another ``Z``."""
+        if self.Z is None:
+            raise InputError("NextToken() has no ids or head: place it with NextToken(Z, ids, head)")
         if Z is self.Z:
             return self
         out = type(self).__new__(type(self))
