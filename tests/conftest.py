@@ -1,7 +1,9 @@
 """Two tiers: ``python -m pytest`` runs everything; ``python -m pytest -m "not slow"`` is the fast tier.
 
-``slow`` marks the browser and load tests (every ``browser`` test is also ``slow``) and the long
-autograd references: beyond the first few cases of each long case list (:func:`tests.cases.tiered`).
+``slow`` marks the browser and load tests (every ``browser`` test is also ``slow``), the long
+autograd references: beyond the first few cases of each long case list (:func:`tests.cases.tiered`),
+and the tests of tens of seconds each (marked where they stand, with why), so that the fast tier stays
+under three minutes on two cores (``docs/development.md``).
 """
 
 from __future__ import annotations
