@@ -532,7 +532,6 @@ def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
     assert len(at.get("plotly_chart")) == 4
 
 
-@pytest.mark.slow  # precomputes a real model's default views, then draws the page twice
 def test_real_model_page_draws_a_precomputed_view_as_a_fresh_one(tmp_path, monkeypatch):
     """Precompute a short text's default view, draw the page from it (no model is loaded), then
     draw it computed afresh: every figure is the same."""

@@ -244,7 +244,6 @@ def test_rope_makes_the_key_bias_act():
             assert float(block.abs().max()) == 0.0
 
 
-@pytest.mark.slow  # a two-layer stack with every field against autograd: the longest of this module
 def test_stack_with_every_new_field():
     cfg = hv.BlockConfig(
         seq_len=3,

@@ -39,14 +39,7 @@ def _studies():
     ]
 
 
-FAST_STUDY = "ln_sweep"
-"""The study the fast tier keeps (the others run for tens of seconds each: ``slow``)."""
-
-
-@pytest.mark.parametrize(
-    "name,run,units",
-    [pytest.param(*s, id=s[0], marks=() if s[0] == FAST_STUDY else pytest.mark.slow) for s in _studies()],
-)
+@pytest.mark.parametrize("name,run,units", _studies(), ids=[s[0] for s in _studies()])
 def test_a_study_reports_progress_and_stops_when_the_callback_raises(name, run, units):
     """The convention of ``hessviz.matfree``: ``progress(done, total, message)`` after each unit of
     work, and an exception raised by the callback cancels the study (the app's visitor left)."""
@@ -62,7 +55,6 @@ def test_a_study_reports_progress_and_stops_when_the_callback_raises(name, run, 
         run(stop)
 
 
-@pytest.mark.slow  # two attention bound studies
 def test_a_study_is_the_same_with_and_without_progress():
     a = bounds.attention_bound_study(2, 5)
     b = bounds.attention_bound_study(2, 5, progress=lambda *args: None)

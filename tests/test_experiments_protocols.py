@@ -148,7 +148,6 @@ def test_gini_protocol_quick_run(claims_once):
 # ------------------------------------------------------------------ optimizers_protocol
 
 
-@pytest.mark.slow  # two fine-tuning runs of a real model
 def test_a_short_fine_tuning_run_lowers_the_loss_and_is_reproducible():
     task = op.task_for("pydoc-preln")
     a = op.train(task, "Adam", 1e-3, 5, seed=0)

@@ -11,8 +11,6 @@ import hessviz as hv
 from hessviz.experiments import real_weights as rw
 from hessviz.spectra import matrix_norm
 
-pytestmark = pytest.mark.slow  # a real layer's blocks and a measured study
-
 
 @pytest.fixture(scope="module")
 def small():

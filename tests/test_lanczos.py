@@ -301,7 +301,6 @@ def test_torch_core_matches_eigvalsh_and_eigsh(case, which):
         assert bool((true <= 1e-8 * torch.from_numpy(ours.values).abs() + 1e-12).all())
 
 
-@pytest.mark.slow  # a block table and a density on the larger case
 def test_block_table_and_density_use_the_torch_core(case):
     """Blocks past ``exact_limit`` go through the torch core (P' ≥ SCIPY_BELOW would anyway);
     the SLQ density comes from its ``tridiagonal``."""

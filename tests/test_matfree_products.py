@@ -252,7 +252,7 @@ def test_eigsh_matches_eigvalsh(spectral_case):
     np.testing.assert_allclose(spectral.top_eigenvalues(res, "full", 2), eig["full"][::-1][:2], rtol=1e-8)
 
 
-@pytest.mark.parametrize("reorth", [pytest.param("partial", marks=pytest.mark.slow), "selective", "none"])
+@pytest.mark.parametrize("reorth", ["partial", "selective", "none"])
 def test_slq_density_within_stated_error(spectral_case, reorth):
     """20 probes × 40 steps at P = 532: CDF (Kolmogorov) distance ≤ 0.08, trace within 4 standard
     errors of Hutchinson's (SLQ's trace is Hutchinson's on the same probes), likewise tr(H²);
@@ -283,7 +283,7 @@ def test_slq_with_enough_steps_is_exact():
     assert np.abs(np.sort(d.nodes[0])[[0, -1]] - ev[[0, -1]]).max() < 1e-10
 
 
-@pytest.mark.parametrize("method", [pytest.param("hutchinson", marks=pytest.mark.slow), "hutch++"])
+@pytest.mark.parametrize("method", ["hutchinson", "hutch++"])
 def test_trace_within_stated_error(spectral_case, method):
     res, _, eig = spectral_case
     for seed in range(3):

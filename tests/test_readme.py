@@ -105,7 +105,6 @@ def test_blocks_shown_only_still_exist():
 RUN = [(i, c) for i, c in python_blocks() if i not in SHOWN_ONLY]
 
 SLOW_BLOCKS = {
-    "whole-models-whole-models-under-their-own-objectives-1": "a whole model's table with its products",
     "distributed-recipe-torchrun-1": "two processes over gloo",
 }
 """Blocks that run in the full suite only (``slow``), with why."""
