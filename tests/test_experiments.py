@@ -168,7 +168,6 @@ def test_reproduce_quick(tmp_path, claims_once):
         assert f"figures/{f.name}" in report
 
 
-@pytest.mark.slow  # the quick claims: shared with test_reproduce_quick in one run, computed afresh alone
 def test_claims_on_an_executor_are_the_in_process_numbers(claims_once):
     """Two worker processes (spawned: a fresh interpreter each, no state shared with this one) give
     every measured number of the in-process run to the bit, in the order asked."""

@@ -172,7 +172,6 @@ def test_sweep_attention_qq_outer_grows_like_x6():
     assert table["norm"][1] == res.values["outer"][1, 0]  # grid-major, then seed
 
 
-@pytest.mark.slow  # a process pool: its workers import hessviz and torch
 def test_sweep_on_an_executor_gives_the_in_process_values():
     """A sweep's points as tasks on a spawned two-process pool (a fresh interpreter each): the same
     values to the bit, progress once per point in order; a closed pool is refused by name."""

@@ -104,21 +104,8 @@ def test_blocks_shown_only_still_exist():
 
 RUN = [(i, c) for i, c in python_blocks() if i not in SHOWN_ONLY]
 
-SLOW_BLOCKS = {
-    "distributed-recipe-torchrun-1": "two processes over gloo",
-}
-"""Blocks that run in the full suite only (``slow``), with why."""
 
-
-def test_slow_blocks_still_exist():
-    assert set(SLOW_BLOCKS) <= {i for i, _ in RUN}, (
-        f"stale SLOW_BLOCKS entries: {set(SLOW_BLOCKS) - {i for i, _ in RUN}}"
-    )
-
-
-@pytest.mark.parametrize(
-    "code", [pytest.param(c, id=i, marks=pytest.mark.slow if i in SLOW_BLOCKS else ()) for i, c in RUN]
-)
+@pytest.mark.parametrize("code", [c for _, c in RUN], ids=[i for i, _ in RUN])
 def test_every_python_block_runs_as_written(code, tmp_path, monkeypatch):
     """Each block alone, in a fresh namespace, in an empty folder (a block that writes files
     writes them there): every block is self-contained."""
