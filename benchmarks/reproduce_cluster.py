@@ -21,10 +21,10 @@ from hessviz.experiments.report import run_claims
 
 
 def numbers(results) -> list[dict]:
-    """Each record without its wall-clock readings (``seconds…`` keys, and the note quoting them)."""
+    """Each claim's entry without its wall-clock readings (``seconds…`` keys, and the note quoting them)."""
     out = []
     for r in results:
-        rec = r.record()
+        rec = r.entry()
         rec["measured"] = {k: v for k, v in rec["measured"].items() if not k.startswith("seconds")}
         rec.pop("note")
         out.append(rec)

@@ -122,7 +122,8 @@ def _add_block_args(p: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True)
 class Setup:
     """What a command computes on: the block, its weights, its input, the target or the model's own
-    objective (``custom``), the names, and a line that says what it is."""
+    objective (``custom``), the names, a line that says what it is, and where it comes from
+    (``provenance``: the model, layer, objective and tokens, written into the report)."""
 
     cfg: hv.BlockConfig
     params: dict[str, torch.Tensor]
@@ -131,7 +132,7 @@ class Setup:
     custom: hv.CustomLoss | None
     wrt: tuple[str, ...] | None
     title: str
-    record: dict
+    provenance: dict
 
 
 def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str) -> Setup:
@@ -158,14 +159,14 @@ def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str) -> S
     else:
         _, Y = hv.sample_inputs(cfg, seed=args.seed, dtype=dtype, device=device)
     title = f"{info.name} layer {args.layer} ({info.family}), {cfg.describe()}, {args.objective} objective"
-    record = {
+    provenance = {
         "model": info.name,
         "folder": info.folder,
         "layer": args.layer,
         "objective": args.objective,
         "ids": pretrained.token_ids(args.model, given),
     }
-    return Setup(cfg, params, X, Y, custom, tuple(args.wrt) if args.wrt else None, title, record)
+    return Setup(cfg, params, X, Y, custom, tuple(args.wrt) if args.wrt else None, title, provenance)
 
 
 def _setup(args: argparse.Namespace) -> Setup:
@@ -220,7 +221,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
     )
     summary = {
         "config": cfg.values(),
-        **run.record,
+        **run.provenance,
         "seed": args.seed,
         "dtype": args.dtype,
         "device": str(X.device),
@@ -257,7 +258,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     result = compare(run.cfg, run.params, run.X, run.Y, run.wrt)
     print(f"{run.title}  ({args.dtype}, {run.X.device})")
     print(f"{'term':<12}{'block':<12}{'relative error':>16}")
-    for what, block, err in result.rows():
+    for what, block, err in result.table():
         flag = "" if err <= tol else "  <-- above tolerance"
         print(f"{what:<12}{block:<12}{err:>16.2e}{flag}")
     ok = result.worst <= tol
@@ -296,7 +297,7 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
     )
     if sys.stderr.isatty():
         print(file=sys.stderr)
-    report |= {"config": cfg.values(), **run.record, "device": str(X.device)}
+    report |= {"config": cfg.values(), **run.provenance, "device": str(X.device)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2))

@@ -168,17 +168,17 @@ def stack_work(cfg: BlockConfig) -> float:
     return L * cfg.num_params + 4 * H * L * L * (cfg.d_k + cfg.value_width)
 
 
-def sweep_point_cost(cfg: BlockConfig, block: int) -> float:
-    """Seconds of :func:`hessviz.sweeps.point` for a pair of blocks of up to ``block`` weights each.
+def sweep_point_cost(cfg: BlockConfig, weight_count: int) -> float:
+    """Seconds of :func:`hessviz.sweeps.point` for a pair of weights of up to ``weight_count`` entries each.
 
     In a stack of ``N`` blocks the curvature is carried down through the ``N − 1`` blocks above the
-    first, ``(L d)``-column maps through each: ``(N − 1) · matvec_cost(block, 2 L d)``. The
+    first, ``(L d)``-column maps through each: ``(N − 1) · matvec_cost(cfg.block, 2 L d)``. The
     estimate against the measured seconds per point, depth by depth: ``benchmarks/COST.md``.
     """
     per = (
         POINT_S
-        + TERM_S * block * block * (1 + cfg.seq_len * cfg.d_model / 512) * 3
-        + 3 * norm_cost(block, block)
+        + TERM_S * weight_count * weight_count * (1 + cfg.seq_len * cfg.d_model / 512) * 3
+        + 3 * norm_cost(weight_count, weight_count)
     )
     if cfg.is_stack:
         per += (cfg.n_layers - 1) * matvec_cost(cfg.block, columns=2 * cfg.seq_len * cfg.d_model)

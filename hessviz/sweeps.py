@@ -125,7 +125,7 @@ def in_layer(cfg: hv.BlockConfig, name: str, layer: int = 0) -> str:
     return layer_name(layer % cfg.n_layers, name)
 
 
-def largest_block(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], pair: tuple[str, str]) -> int:
+def largest_weight(cfg: hv.BlockConfig, axis: str, grid: Sequence[float], pair: tuple[str, str]) -> int:
     """The largest weight count of ``pair`` over the grid (the swept Hessian block is its square)."""
     sizes = []
     for g in grid:

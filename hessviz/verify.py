@@ -69,8 +69,8 @@ class Comparison:
     def speedup(self) -> float:
         return self.seconds["autograd"] / self.seconds["closed_form"]
 
-    def rows(self) -> list[tuple[str, str, float]]:
-        """``(what, block, error)`` rows: each term whole then by block pair, then the rest."""
+    def table(self) -> list[tuple[str, str, float]]:
+        """``(what, block, error)`` lines of the table: each term whole then by block pair, then the rest."""
         out = []
         for term in TERMS:
             out.append((term, "all", self.whole_errors[term]))

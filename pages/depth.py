@@ -111,7 +111,7 @@ hva.afford(
     "depth",
     depth=depth,
     seeds=n_seeds,
-    block=largest,
+    weight_count=largest,
     cfg=placed("post", 1),
     advice=budget.block_advice(pair_s, largest, "per layer"),
 )

@@ -64,7 +64,7 @@ st.caption(
 )
 with hva.guard("the sweep"):
     price = views.scaling_price(view, axis, pair_s, n_seeds)
-hva.afford(view, "sweep", advice=budget.block_advice(pair_s, price["block"]), **price)
+hva.afford(view, "sweep", advice=budget.block_advice(pair_s, price["weight_count"]), **price)
 
 result = views.cached_scaling(view, axis, pair_s, n_seeds, layer)  # a view already made: no bar
 if result is None:

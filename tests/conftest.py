@@ -1,7 +1,9 @@
 """Two tiers: ``python -m pytest`` runs everything; ``python -m pytest -m "not slow"`` is the fast tier.
 
-``slow`` marks the browser and load tests (every ``browser`` test is also ``slow``) and the long
-autograd references: beyond the first few cases of each long case list (:func:`tests.cases.tiered`).
+``slow`` marks the browser and load tests (every ``browser`` test is also ``slow``), the long
+autograd references: beyond the first few cases of each long case list (:func:`tests.cases.tiered`),
+and the tests of tens of seconds each (marked where they stand, with why), so that the fast tier stays
+under three minutes on two cores (``docs/development.md``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,14 @@ import contextlib
 
 import pytest
 import torch
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One torch thread for the tests: their tensors are small, so a second thread buys nothing, and on
+    a machine whose other core is busy it waits at every parallel region (measured in
+    ``docs/development.md``: the fast tier took three times longer with two threads than with one on
+    the shared two-core machine). :mod:`hessviz.tasks` hands this count to process-pool workers."""
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

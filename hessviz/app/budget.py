@@ -60,9 +60,9 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
     ``extra``: ``seeds``, ``points`` (sweeps, σ grid), ``cases`` (random studies),
     ``steps`` (training), ``whole`` (LayerNorm collapse: whole-matrix norms, 0 or 1),
     ``dense_limit`` and ``k`` (spectrum: as passed to :func:`hessviz.spectra.eigenvalues`),
-    ``block`` (sweep: the largest swept block's weight count), ``repeats`` (verify: timed runs),
+    ``weight_count`` (sweep: the entries of the largest swept weight), ``repeats`` (verify: timed runs),
     ``k``, ``probes``, ``steps``, ``terms``, ``group_bytes`` (matrix-free spectrum),
-    ``samples``, ``by_head`` (heterogeneity table), ``depth``, ``seeds``, ``block`` (the Depth
+    ``samples``, ``by_head`` (heterogeneity table), ``depth``, ``seeds``, ``weight_count`` (the Depth
     page: each point priced at its own stack depth, :func:`depth_points`).
     """
     P = cfg.num_params
@@ -91,12 +91,12 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
         )
     if kind == "verify":  # both methods, three terms each, ``repeats`` times (best of them)
         return costs.compare_cost(cfg, int(extra.get("repeats", 2)))
-    if kind == "sweep":  # one block pair per point; extra: points (grid × seeds × sweeps), block
-        block = int(extra.get("block", 1))
+    if kind == "sweep":  # one block pair per point; extra: points (grid × seeds × sweeps), weight_count
+        weight_count = int(extra.get("weight_count", 1))
         return Cost(
-            costs.sweep_point_cost(cfg, block) * extra.get("points", 1),
-            8 * 4 * block * block,
-            f"the sweep ({int(extra.get('points', 1))} points, blocks of {block:,} weights)",
+            costs.sweep_point_cost(cfg, weight_count) * extra.get("points", 1),
+            8 * 4 * weight_count * weight_count,
+            f"the sweep ({int(extra.get('points', 1))} points, weights of {weight_count:,} entries)",
         )
     if kind == "bounds":  # the attention-only block here, plus the random study
         a = costs.attention_case_cost(cfg)
@@ -127,14 +127,14 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
         b = costs.block_table_cost(cfg, int(extra.get("samples", 30)), bool(extra.get("by_head", 1)))
         return Cost(b.seconds, b.bytes, f"the heterogeneity table ({b.what})", b.products)
     if kind == "depth":
-        block, points = (
-            int(extra.get("block", 1)),
+        weight_count, points = (
+            int(extra.get("weight_count", 1)),
             depth_points(cfg, int(extra.get("depth", 2)), int(extra.get("seeds", 1))),
         )
         return Cost(
-            sum(costs.sweep_point_cost(c, block) for c in points),
-            8 * 4 * block * block,
-            f"the depth views ({len(points)} points, blocks of {block:,} weights)",
+            sum(costs.sweep_point_cost(c, weight_count) for c in points),
+            8 * 4 * weight_count * weight_count,
+            f"the depth views ({len(points)} points, weights of {weight_count:,} entries)",
         )
     raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 

@@ -363,13 +363,13 @@ def sweep_point(
     layer: int = 0,
 ) -> dict[str, float]:
     """:func:`hessviz.sweeps.point` (of layer ``layer`` in a stack), cached per point (a few floats each)."""
-    block = max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
+    weight_count = max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
     return STORE.get(
         _sweep_key(cfg, input_norm, seed, pair, kind, layer),
         lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind, layer),
-        8 * 4 * block * block,
+        8 * 4 * weight_count * weight_count,
         "a sweep point",
-        cost.sweep_point_cost(cfg, block),
+        cost.sweep_point_cost(cfg, weight_count),
     )
 
 

@@ -62,13 +62,13 @@ def load(model: str, where: Path | None = None) -> dict:
 
 
 def claims(model: str, where: Path | None = None) -> dict[str, dict]:
-    """The stored claim records of ``model`` by id (``claims.json``), ``{}`` when absent."""
+    """The stored claim entries of ``model`` by id (``claims.json``), ``{}`` when absent."""
     d = MODELS.get(model) if where is None else Path(where)
     if d is None or not (d / "claims.json").is_file():
         return {}
     try:
-        records = json.loads((d / "claims.json").read_text())
-        return {r["id"]: r for r in records}
+        entries = json.loads((d / "claims.json").read_text())
+        return {r["id"]: r for r in entries}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(f"claims.json in {d} cannot be read: {e}") from None
 

@@ -212,12 +212,12 @@ def scaling(
 
 def scaling_price(view: View, axis: str, pair_s: str, n_seeds: int) -> dict:
     """What a Scaling view asks the budget (:func:`hessviz.app.budget.cost` of kind ``"sweep"``):
-    its ``points``, the largest swept ``block`` and the grid's costliest block ``cfg``. Raises
+    its ``points``, the largest swept weight's ``weight_count`` and the grid's costliest block ``cfg``. Raises
     :class:`hessviz.HessvizError` for a block pair the view's block does not have."""
     grid = sweeps.DEFAULT_GRIDS[axis]
     return {
         "points": len(grid) * n_seeds * (1 + len(PLACEMENTS)),
-        "block": sweeps.largest_block(view.cfg, axis, grid, tuple(pair_s.split(","))),
+        "weight_count": sweeps.largest_weight(view.cfg, axis, grid, tuple(pair_s.split(","))),
         "cfg": sweeps.costliest_config(view.cfg, axis, grid),
     }
 

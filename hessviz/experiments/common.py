@@ -147,7 +147,8 @@ class ClaimResult:
     rule: str = ""
     """How ``holds`` was decided (:attr:`Verdict.rule`)."""
 
-    def record(self) -> dict:
+    def entry(self) -> dict:
+        """This result's entry in ``claims.json``."""
         return {
             "id": self.id,
             "claim": self.claim,

@@ -169,12 +169,21 @@ def measure_gini(quick: bool = False) -> Measurement:
 def judge_gini(m: dict) -> Verdict:
     lo = m["gini_post_minus_pre_column_ci"][0]
     ratios = {pl: m[f"lambda_G_over_P_{pl}_column"] for pl in ("post", "pre")}
+    gini_rule = (
+        f"the 95% interval of Gini(Post-LN) − Gini(Pre-LN) (column blocks) lies above 0 (lower end {lo:+.3f})"
+    )
+    return grade_gini_and_lambda(lo, gini_rule, ratios, "both placements")
+
+
+def grade_gini_and_lambda(lo: float, gini_rule: str, ratios: dict[str, float], over: str) -> Verdict:
+    """The Gini claim's two halves: Post-LN's Gini above Pre-LN's (``lo``, the lower end of the
+    difference, above 0, as ``gini_rule`` words it) and every ``Λ_G/Λ_P`` of ``ratios`` above 1 (``over``
+    names what they run over); holds when both do, partly when one does."""
     post_higher = lo > 0
     lam_ok = all(r > 1 for r in ratios.values())
     rule = (
-        f"holds when the 95% interval of Gini(Post-LN) − Gini(Pre-LN) (column blocks) lies above 0 "
-        f"(lower end {lo:+.3f}) and Λ_G/Λ_P > 1 for both placements ("
-        + ", ".join(f"{pl} {r:.2f}" for pl, r in ratios.items())
+        f"holds when {gini_rule} and Λ_G/Λ_P > 1 for {over} ("
+        + ", ".join(f"{k} {r:.2f}" for k, r in ratios.items())
         + "); partly when one of the two holds"
     )
     return grade(post_higher and lam_ok, post_higher or lam_ok, rule)

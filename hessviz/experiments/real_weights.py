@@ -40,8 +40,8 @@ from scipy.sparse.linalg import eigsh
 import hessviz as hv
 from hessviz import plots
 from hessviz import pretrained as pt
-from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
-from hessviz.experiments.heterogeneity import PAPER_GINI, Heterogeneity
+from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict
+from hessviz.experiments.heterogeneity import PAPER_GINI, Heterogeneity, grade_gini_and_lambda
 from hessviz.pretrained import objectives
 
 BLOCKS = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2", "ln1_gamma", "ln1_beta", "ln2_gamma", "ln2_beta")
@@ -192,15 +192,10 @@ def judge(m: dict) -> Verdict:
         return Verdict(False, "not measured: the trained pair is missing")
     lo = m["gini_post_minus_pre_trained_pair_range"][0]
     ratios = {t: m[f"lambda_G_over_P_{t}_trained"] for t in trained}
-    post_higher = lo > 0
-    lam_ok = all(r > 1 for r in ratios.values())
-    rule = (
-        f"holds when Gini(Post-LN) > Gini(Pre-LN) on the trained pair for every text (smallest "
-        f"difference {lo:+.3f}) and Λ_G/Λ_P > 1 for every trained model ("
-        + ", ".join(f"{t} {r:.2f}" for t, r in ratios.items())
-        + "); partly when one of the two holds"
+    gini_rule = (
+        f"Gini(Post-LN) > Gini(Pre-LN) on the trained pair for every text (smallest difference {lo:+.3f})"
     )
-    return grade(post_higher and lam_ok, post_higher or lam_ok, rule)
+    return grade_gini_and_lambda(lo, gini_rule, ratios, "every trained model")
 
 
 def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
@@ -281,5 +276,5 @@ def main(quick: bool = False, out: pathlib.Path = OUT) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for record in main(quick="--quick" in sys.argv):
-        print(record["id"], record["holds"], record["note"])
+    for entry in main(quick="--quick" in sys.argv):
+        print(entry["id"], entry["holds"], entry["note"])

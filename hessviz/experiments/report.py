@@ -67,10 +67,10 @@ HEADLINES = {
 """Claim -> the measured keys shown in summary tables."""
 
 
-def headline(record: dict) -> list[tuple[str, object]]:
-    """The headline ``(key, value)`` pairs of a ``claims.json`` record (first three keys as fallback)."""
-    m = record["measured"]
-    keys = [k for k in HEADLINES.get(record["id"], ()) if k in m] or list(m)[:3]
+def headline(entry: dict) -> list[tuple[str, object]]:
+    """The headline ``(key, value)`` pairs of a ``claims.json`` entry (first three keys as fallback)."""
+    m = entry["measured"]
+    keys = [k for k in HEADLINES.get(entry["id"], ()) if k in m] or list(m)[:3]
     return [(k, m[k]) for k in keys]
 
 
@@ -176,8 +176,8 @@ def write_report(
     out_dir = pathlib.Path(out_dir)
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     (out_dir / "data").mkdir(parents=True, exist_ok=True)
-    records = [r.record() for r in results]
-    (out_dir / "claims.json").write_text(json.dumps(records, indent=2, ensure_ascii=False) + "\n")
+    entries = [r.entry() for r in results]
+    (out_dir / "claims.json").write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
     lines = [
         f"# {title}",
         "",
@@ -189,11 +189,11 @@ def write_report(
         "|---|---|---|",
     ]
     for r in results:
-        nums = "; ".join(f"{k} = {_fmt(v)}" for k, v in headline(r.record()))
+        nums = "; ".join(f"{k} = {_fmt(v)}" for k, v in headline(r.entry()))
         lines.append(f"| `{r.id}` | {_holds_text(r.holds)} | {nums} |")
     lines.append("")
     for r in results:
-        rec = r.record()
+        rec = r.entry()
         lines += [
             f"## `{r.id}`: {_holds_text(r.holds)}",
             "",
@@ -217,7 +217,7 @@ def write_report(
             lines.append(f"- Data: [data/{r.id}.npz](data/{r.id}.npz)")
         lines.append("")
     (out_dir / "report.md").write_text("\n".join(lines))
-    return records
+    return entries
 
 
 def reproduce(out_dir: pathlib.Path, quick: bool = False, executor: cf.Executor | None = None) -> list[dict]:
@@ -225,7 +225,7 @@ def reproduce(out_dir: pathlib.Path, quick: bool = False, executor: cf.Executor 
 
     ``quick=True`` uses fewer seeds, points and steps (under a minute); the full run takes a few
     minutes on two CPU cores. ``executor``: run the claims as tasks on it (:func:`run_claims`).
-    Returns the records of ``claims.json``.
+    Returns the entries of ``claims.json``.
     """
     t = time.perf_counter()
     results = run_claims(quick, executor=executor)

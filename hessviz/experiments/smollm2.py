@@ -630,5 +630,5 @@ if __name__ == "__main__":
     if "--gini-gradients" in sys.argv:  # compute (or resume) the Gini's batches alone
         gini_gradients(tuple((s, b) for s in SEEDS for b in range(GINI_BATCHES)), log=print)
         sys.exit(0)
-    for record in main(quick="--quick" in sys.argv):
-        print(record["id"], record["holds"], record["note"])
+    for entry in main(quick="--quick" in sys.argv):
+        print(entry["id"], entry["holds"], entry["note"])

@@ -48,7 +48,7 @@ class Loss(ABC):
     """``ℓ(Z)`` at the point, 0-dim."""
     grad: Tensor
     """``∇_Z ℓ`` at the point, ``(L, d)``."""
-    read_rows: Tensor | None = None
+    read_tokens: Tensor | None = None
     """The tokens outside which ``g`` and ``N`` are exactly zero, when known and not all (``None``:
     every token is read). :class:`~hessviz.losses.custom.CustomLoss` knows its own."""
 

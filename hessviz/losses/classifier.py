@@ -117,6 +117,15 @@ class Classifier(Loss):
             )
         return replace(self, Z=Z, index=index, norm=norm)
 
+    def sequence_terms(
+        self, Z: Tensor, ids: Tensor, index: int, head: LMHead | None
+    ) -> tuple[CustomLoss, Tensor, HeadTerms]:
+        """As a whole model's objective, at sequence ``index`` (last hidden states ``Z (L, d)``, through
+        the model's final norm in ``head``; its ``ids`` are not read): its curvature as a
+        :class:`CustomLoss`, its value, and its :class:`HeadTerms`."""
+        at = self.at(Z, index, head)
+        return at.custom_loss(), at.value, at.head_terms
+
     @cached_property
     def _closed_form(self) -> tuple[CustomLoss, Tensor, HeadTerms]:
         if self.Z is None:
@@ -264,8 +273,8 @@ class HeadTerms:
         k = g.shape[0]
         return self.J(self.w[None, :, None] * (self.gamma * g)[:, None, :].expand(k, L, g.shape[1]))
 
-    def rows(self, dz: Tensor | None, dW: Tensor | None, db: Tensor | None) -> dict[str, Tensor]:
-        """``{head.W: (k, d, C), head.b: (k, C)}``: the head's rows of ``H v`` from the pooled tangent
+    def head_part(self, dz: Tensor | None, dW: Tensor | None, db: Tensor | None) -> dict[str, Tensor]:
+        """``{head.W: (k, d, C), head.b: (k, C)}``: the head's part of ``H v`` from the pooled tangent
         ``dz (k, d)`` (None: 0) and the head's own tangents."""
         ds = None
         for part in (

@@ -157,10 +157,10 @@ class CustomLoss(Loss):
         return None if t.numel() == self.hess_Z.shape[0] else t
 
     @cached_property
-    def read_rows(self) -> Tensor | None:
+    def read_tokens(self) -> Tensor | None:
         """The tokens ``R`` outside which the gradient and the curvature are exactly zero, when they are
         not all of them (a classifier on ``[CLS]``: ``R = [0]``): the Hessian then depends on those
-        rows of ``Z`` alone (:meth:`restricted`). ``None`` when every token is read, or for a callable
+        tokens of ``Z`` alone (:meth:`restricted`). ``None`` when every token is read, or for a callable
         curvature (its zeros are not known)."""
         if self.kind == "operator":
             return None
@@ -169,18 +169,18 @@ class CustomLoss(Loss):
         read = (self.grad_Z.ne(0).any(1) | N.ne(0).any(1)).nonzero().flatten()
         return None if read.numel() == L else read
 
-    def restricted(self, rows: Tensor) -> CustomLoss:
-        """This loss on the rows ``rows`` of ``Z`` alone: ``grad_Z[rows]`` and the curvature among them
-        (exact for the Hessian when the rest is zero, :attr:`read_rows`)."""
+    def restricted(self, tokens: Tensor) -> CustomLoss:
+        """This loss on the tokens ``tokens`` of ``Z`` alone: ``grad_Z[tokens]`` and the curvature among them
+        (exact for the Hessian when the rest is zero, :attr:`read_tokens`)."""
         L, d = self.grad_Z.shape
         if self.kind == "token":
-            N = self.hess_Z[rows]
+            N = self.hess_Z[tokens]
         elif self.kind == "dense":
-            flat = (rows[:, None] * d + torch.arange(d, device=rows.device)).flatten()
+            flat = (tokens[:, None] * d + torch.arange(d, device=tokens.device)).flatten()
             N = self.hess_Z[flat][:, flat]
         else:
-            raise InputError("a CustomLoss with a callable hess_Z cannot be restricted to rows")
-        return CustomLoss(self.grad_Z[rows], N, None if self.Z is None else self.Z[rows])
+            raise InputError("a CustomLoss with a callable hess_Z cannot be restricted to some tokens")
+        return CustomLoss(self.grad_Z[tokens], N, None if self.Z is None else self.Z[tokens])
 
     def dense_hessian(self) -> Tensor:
         """``N (L·d, L·d)``: block diagonal from token-wise blocks, read column by column from a

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
-from hessviz.losses.base import Loss
+from hessviz.losses.base import Loss, unplaced
 from hessviz.losses.custom import CustomLoss
 from hessviz.memory import memory_limit
 from hessviz.ops import layernorm
@@ -122,6 +122,12 @@ def check_Z(Z: Tensor) -> Tensor:
     return Z
 
 
+def check_chunk(chunk: object) -> None:
+    """``chunk`` is ``None`` or a positive number of tokens."""
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+        raise InputError(f"chunk must be a positive number of tokens, got {chunk!r}")
+
+
 def _token_ids(ids: Sequence[int] | Tensor, vocab: int, device: torch.device) -> Tensor:
     ids = torch.as_tensor(ids, dtype=torch.int64, device=device)
     if ids.dim() != 1 or bool(((ids < 0) | (ids >= vocab)).any()):
@@ -133,9 +139,27 @@ class NextToken(Loss):
     """The next-token cross-entropy of one sequence ``Z (L, d)``, ``ids (L,)``, through ``head``
     (module docstring), in chunks of ``chunk`` positions (``None``: :func:`default_chunk`): built
     at its point, with ``value``, ``grad (L, d)``, :meth:`token_curvature` and :meth:`product`.
-    :meth:`last_token` is the same loss at the last position alone."""
+    :meth:`last_token` is the same loss at the last position alone.
 
-    def __init__(self, Z: Tensor, ids: Sequence[int] | Tensor, head: LMHead, chunk: int | None = None):
+    ``NextToken()`` (no point; ``chunk`` may be given) is a whole model's objective,
+    ``hv.model_hessian(model, ids, objective=hv.NextToken())`` (the string ``"next_token"`` is the same):
+    :meth:`sequence_terms` places it at each sequence's last hidden states."""
+
+    def __init__(
+        self,
+        Z: Tensor | None = None,
+        ids: Sequence[int] | Tensor | None = None,
+        head: LMHead | None = None,
+        chunk: int | None = None,
+    ):
+        if Z is None:
+            if ids is not None or head is not None:
+                raise InputError("NextToken: Z, ids and head come together (or none: the objective alone)")
+            check_chunk(chunk)
+            self.Z, self._chunk = None, chunk
+            return
+        if ids is None or head is None:
+            raise InputError("NextToken at a point needs its ids and the model's head with Z")
         L, d = check_Z(Z).shape
         head.check(d)
         ids = torch.as_tensor(ids, dtype=torch.int64, device=Z.device)
@@ -155,30 +179,29 @@ class NextToken(Loss):
         return out
 
     def _place(
-        self, Z: Tensor, rows: slice, targets: Tensor, weight: float, head: LMHead, chunk: int | None
+        self, Z: Tensor, positions: slice, targets: Tensor, weight: float, head: LMHead, chunk: int | None
     ) -> None:
-        """Compute the value and the gradient at ``Z``: positions ``rows`` predict ``targets``, each
+        """Compute the value and the gradient at ``Z``: the positions ``positions`` predict ``targets``, each
         weighted ``weight``."""
-        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
-            raise InputError(f"chunk must be a positive number of tokens, got {chunk!r}")
+        check_chunk(chunk)
         L, d = Z.shape
         E = head.embedding
         self.E = E.to(Z)
         self._chunk = chunk
         self.chunk = chunk or default_chunk(E.shape[0], Z.dtype, Z.device)
-        self.rows, self.targets, self.weight = rows, targets, weight
+        self.positions, self.targets, self.weight = positions, targets, weight
         self.L, self.d = L, d
         self.head, self.Z = head, Z
         if head.gamma is None:
             self.norm = None
-            self.h = Z[rows]
+            self.h = Z[positions]
         else:
             gamma = ("gamma", head.gamma.to(Z))
             beta = None if head.beta is None else ("beta", head.beta.to(Z))
             self.norm = LayerNorm(
                 "h",
                 "Z",
-                Z[rows],
+                Z[positions],
                 head.eps,
                 gamma,
                 beta,
@@ -199,14 +222,38 @@ class NextToken(Loss):
         gh *= self.weight
         self.value = value * self.weight
         self.grad = Z.new_zeros(L, d)
-        self.grad[rows] = gh if self.norm is None else self.norm.adjoint(gh)[0][0]
+        self.grad[positions] = gh if self.norm is None else self.norm.adjoint(gh)[0][0]
+
+    def __getattr__(self, name: str):
+        """Only reached for what :meth:`_place` sets: an objective without a point has none of it."""
+        if name in ("value", "grad") and self.__dict__.get("Z", 0) is None:
+            raise unplaced(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        chunk = "" if self._chunk is None else f"chunk={self._chunk}"
+        where = "" if self.Z is None else f"at Z {tuple(self.Z.shape)}" + ", " * bool(chunk)
+        return f"NextToken({where}{chunk})"
+
+    def sequence_terms(
+        self, Z: Tensor, ids: Tensor, index: int, head: LMHead | None
+    ) -> tuple[CustomLoss, Tensor, None]:
+        """As a whole model's objective, at sequence ``index`` (its ``ids (L,)`` and last hidden states
+        ``Z (L, d)``, through the model's ``head``): its curvature as a :class:`CustomLoss`, its value,
+        and no head terms (the LM head is not a parameter)."""
+        at = NextToken(Z, ids, head, self._chunk)
+        return at.custom_loss(), at.value, None
 
     def at(self, Z: Tensor) -> NextToken:
         """The same positions and targets at another ``Z``."""
+        if self.Z is None:
+            raise InputError("NextToken() has no ids or head: place it with NextToken(Z, ids, head)")
         if Z is self.Z:
             return self
         out = type(self).__new__(type(self))
-        out._place(check_Z(Z), self.rows, self.targets, self.weight, self.head.check(Z.shape[1]), self._chunk)
+        out._place(
+            check_Z(Z), self.positions, self.targets, self.weight, self.head.check(Z.shape[1]), self._chunk
+        )
         return out
 
     def _chunks(self) -> list[slice]:
@@ -216,7 +263,7 @@ class NextToken(Loss):
     def product(self, dZ: Tensor) -> Tensor:
         """``N Ż``: ``(k, L, d) -> (k, L, d)``; positions that predict nothing get 0."""
         k = dZ.shape[0]
-        dz = dZ[:, self.rows]
+        dz = dZ[:, self.positions]
         nparams = 0 if self.norm is None else len(self.norm.params)
         dh = dz if self.norm is None else self.norm.tangent([dz], [None] * nparams)
         dgh = torch.empty_like(dh)
@@ -229,9 +276,9 @@ class NextToken(Loss):
         dgh *= self.weight
         out = dZ.new_zeros(k, self.L, self.d)
         if self.norm is None:
-            out[:, self.rows] = dgh
+            out[:, self.positions] = dgh
         else:
-            out[:, self.rows] = self.norm.adjoint_tangent(
+            out[:, self.positions] = self.norm.adjoint_tangent(
                 dgh, [dz], [None] * nparams, True, [True], [False] * nparams
             )[0][0]
         return out
@@ -253,7 +300,7 @@ class NextToken(Loss):
         )
         gamma = None if self.norm is None else self.norm.gamma
         N = self.Z.new_zeros(L, d, d)
-        Nr = N[self.rows]
+        Nr = N[self.positions]
         n = self.h.shape[0]
         for a in range(0, n, step):
             c = slice(a, min(a + step, n))
@@ -262,9 +309,9 @@ class NextToken(Loss):
             G = torch.einsum("tv,vi,vj->tij", p, E, E) - pE[:, :, None] * pE[:, None, :]
             Nr[c] = self.weight * (G if gamma is None else gamma[:, None] * G * gamma)
         if self.norm is not None:
-            _, st = layernorm.value(self.Z[self.rows], self.head.eps, centre=self.norm.centre)
+            _, st = layernorm.value(self.Z[self.positions], self.head.eps, centre=self.norm.centre)
             J = layernorm.jacobian(st)
-            N[self.rows] = J @ Nr @ J + layernorm.contract_hessian(st, self.norm.gn)
+            N[self.positions] = J @ Nr @ J + layernorm.contract_hessian(st, self.norm.gn)
         return N
 
     blocks = token_curvature

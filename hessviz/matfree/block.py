@@ -32,7 +32,7 @@ from hessviz.ops.layernorm import LayerNorm
 from hessviz.ops.linear import Linear
 from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.residual import Residual
-from hessviz.ops.rows import Rows
+from hessviz.ops.tokens import Tokens
 from hessviz.placements import PLACEMENTS, where
 
 
@@ -85,27 +85,27 @@ class _Builder:
 
 
 def _block(
-    b: _Builder, cfg: BlockConfig, X: str, rows: Tensor | None = None
+    b: _Builder, cfg: BlockConfig, X: str, tokens: Tensor | None = None
 ) -> tuple[str, tuple[StepNodes, ...]]:
     """Append one block's nodes on the input value ``X``, step by step of its recipe
     (:data:`hessviz.placements.PLACEMENTS`): the name of its output, and the nodes of each step.
 
-    ``rows``: only these tokens of the output are wanted. Every step after the attention is
+    ``tokens``: only these tokens of the output are wanted. Every step after the attention is
     token-wise, so from the attention core's output on each value a later step reads is cut to
-    those rows (a :class:`~hessviz.ops.rows.Rows` node, once per value) and the rest of the block
-    runs on them alone; the output has ``len(rows)`` rows."""
+    those tokens (a :class:`~hessviz.ops.tokens.Tokens` node, once per value) and the rest of the block
+    runs on them alone; the output has ``len(tokens)`` tokens."""
     recipe = PLACEMENTS[cfg.norm]
     names = {"X": X}  # recipe value -> tape value
-    short: set[str] = set()  # tape values already cut to `rows`
+    short: set[str] = set()  # tape values already cut to `tokens`
     cut: dict[str, str] = {}
 
     def read(value: str) -> str:
-        """The tape value of a recipe value for a step after the attention: its rows alone."""
+        """The tape value of a recipe value for a step after the attention: its tokens alone."""
         t = names[value]
-        if rows is None or t in short:
+        if tokens is None or t in short:
             return t
         if t not in cut:
-            cut[t] = b.add(Rows(t + "[rows]", t, b.values[t], rows))
+            cut[t] = b.add(Tokens(t + "[tokens]", t, b.values[t], tokens))
         return cut[t]
 
     def self_attention(x: str, out: str) -> str:
@@ -127,14 +127,14 @@ def _block(
             )
         xv = b.values[qkv]
         rot = rotary.for_config(xv.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, xv)
-        core = "O" if cfg.out_proj else out + "[all]" * (rows is not None)
+        core = "O" if cfg.out_proj else out + "[all]" * (tokens is not None)
         o = b.add(
             AttentionCore(
                 b.prefix + core, qkv, xv, cfg.n_heads, cfg.d_k, cfg.value_width, cfg.causal, cfg.kv_heads, rot
             )
         )
-        if rows is not None:
-            o = b.add(Rows(b.prefix + ("O[rows]" if cfg.out_proj else out), o, b.values[o], rows))
+        if tokens is not None:
+            o = b.add(Tokens(b.prefix + ("O[tokens]" if cfg.out_proj else out), o, b.values[o], tokens))
         return b.linear(out, o, ["W_O"], ["b_O"]) if cfg.out_proj else o
 
     def ffn(z: str, out: str) -> str:
@@ -169,7 +169,7 @@ def _block(
         else:
             names[step.out] = b.residual(step.out, *x)
         steps.append(StepNodes(step, tuple(x), names[step.out], tuple(b.nodes[first:])))
-        if attended and rows is not None:
+        if attended and tokens is not None:
             short.add(names[step.out])
     return names[recipe[-1].out], tuple(steps)
 
@@ -209,7 +209,11 @@ def build_at_output(
 
 
 def build(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss | None, rows: bool = False
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    Y: Tensor | Loss | None,
+    only_read_tokens: bool = False,
 ) -> Tape:
     """Run the forward pass of ``cfg`` (every layer of a stack) and the first-order reverse sweep once.
 
@@ -218,13 +222,13 @@ def build(
 
     ``Y`` is the target of ``cfg.loss`` or a :class:`~hessviz.losses.Loss`
     (:func:`~hessviz.losses.block_loss`).
-    ``rows=True``, for the products alone: when the loss reads some tokens only
-    (:attr:`CustomLoss.read_rows`), the last layer runs on those tokens after its attention
+    ``only_read_tokens=True``, for the products alone: when the loss reads some tokens only
+    (:attr:`CustomLoss.read_tokens`), the last layer runs on those tokens after its attention
     (:func:`_block`) and the tape's ``Z`` is theirs, under the loss :meth:`CustomLoss.restricted`
     to them: the same products and gradients, exactly. The dense engines need every token's ``Z``
     and take the tape built without."""
     loss = None if Y is None else block_loss(cfg.loss, Y)
-    read = loss.read_rows if rows and loss is not None else None
+    read = loss.read_tokens if only_read_tokens and loss is not None else None
     b, x, layers = _forward(cfg, params, X, read)
     Zv = b.values[x]
     if read is not None:

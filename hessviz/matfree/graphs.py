@@ -3,20 +3,20 @@ r"""Repeated products on a GPU replayed as CUDA graphs: one launch instead of ab
 A closed-form product of a MiniLM layer is about 180 small kernels, which the host takes longer to
 launch from Python than the GPU takes to run them (``scripts/gpu_probe.py``; timings:
 ``benchmarks/MATFREE_NOTES.md``). Lanczos, SLQ and Hutchinson call the same product hundreds of
-times at one point, on inputs of one shape, so :class:`Replays` records the product's kernels once
+times at one point, on inputs of one shape, so :class:`Replays` captures the product's kernels once
 as a CUDA graph (``torch.cuda.CUDAGraph``) and then replays them: the input is copied into the
 graph's own buffer, the graph runs, and the answer is copied out (two device copies of ``k P``
 entries, microseconds). The tape the product sweeps is fixed at the point (a cached property of
-:class:`~hessviz.matfree.operator.MatrixFreeHessian`, freed with it), so the recorded kernels read
+:class:`~hessviz.matfree.operator.MatrixFreeHessian`, freed with it), so the captured kernels read
 the same memory on every replay; the graphs are kept on the same object and freed with it.
 
 * The first product of each kind (term, rows, columns, ``k``, dtype) runs as usual; the second is
-  recorded (after one run on the recording stream, which sets up cuBLAS there) and every later
-  one replayed. A single product never pays for a recording.
+  captured (after one run on the capturing stream, which sets up cuBLAS there) and every later
+  one replayed. A single product never pays for a capture.
 * Replays are bit-identical to the products they stand for (same kernels, same order:
   ``tests/test_lanczos.py``, run where a GPU is).
-* A product that cannot be recorded (one that reads a value back to the host, say) raises while
-  recording; that kind then runs as usual for good, with the same numbers.
+* A product that cannot be captured (one that reads a value back to the host, say) raises while
+  capturing; that kind then runs as usual for good, with the same numbers.
 * Off on the CPU, for the autograd reference, beyond :data:`LIMIT` kinds, and wherever
   ``HESSVIZ_CUDA_GRAPHS=0``.
 """
@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 LIMIT = 8
-"""Kinds of product recorded per result; each graph keeps its intermediates (about 15–45 MiB a
-column on a MiniLM layer), so a result sweeping many shapes records the first few only."""
+"""Kinds of product captured per result; each graph keeps its intermediates (about 15–45 MiB a
+column on a MiniLM layer), so a result sweeping many shapes captures the first few only."""
 
 ENV = "HESSVIZ_CUDA_GRAPHS"
 
@@ -42,7 +42,7 @@ def enabled(like: Tensor) -> bool:
     return like.is_cuda and os.environ.get(ENV, "1") != "0"
 
 
-class _Recorded:
+class _Captured:
     __slots__ = ("graph", "inputs", "output")
 
     def __init__(self, graph: torch.cuda.CUDAGraph, inputs: Tensor, output: Tensor):
@@ -50,7 +50,7 @@ class _Recorded:
 
 
 class Replays:
-    """``(key, V, product) -> product(V)``, recorded on the second call of a key, replayed after.
+    """``(key, V, product) -> product(V)``, captured on the second call of a key, replayed after.
 
     ``product(V)`` must return a fresh ``(k, n)`` tensor computed from ``V (k, m)`` and state that
     stays put between calls; ``key`` names everything else it depends on (term, rows, columns)."""
@@ -58,7 +58,7 @@ class Replays:
     def __init__(self, limit: int = LIMIT):
         self.limit = limit
         self._seen: set[Hashable] = set()
-        self._graphs: dict[Hashable, _Recorded | None] = {}  # None: could not be recorded
+        self._graphs: dict[Hashable, _Captured | None] = {}  # None: could not be captured
         self._stream: torch.cuda.Stream | None = None
         self._lock = threading.Lock()  # one set of graph buffers per kind
 
@@ -67,19 +67,19 @@ class Replays:
     ) -> Tensor:
         key = (key, tuple(V.shape), V.dtype, V.device)
         with self._lock:
-            rec = self._graphs.get(key)
+            cap = self._graphs.get(key)
             second = key in self._seen and key not in self._graphs
             if second and len(self._graphs) < self.limit:
-                rec = self._graphs[key] = self._record(V, product)
+                cap = self._graphs[key] = self._capture(V, product)
             self._seen.add(key)
-            if rec is not None:
-                rec.inputs.copy_(V)
-                rec.graph.replay()
-                return rec.output.clone() if out is None else out.copy_(rec.output)
+            if cap is not None:
+                cap.inputs.copy_(V)
+                cap.graph.replay()
+                return cap.output.clone() if out is None else out.copy_(cap.output)
         result = product(V)
         return result if out is None else out.copy_(result)
 
-    def _record(self, V: Tensor, product: Callable[[Tensor], Tensor]) -> _Recorded | None:
+    def _capture(self, V: Tensor, product: Callable[[Tensor], Tensor]) -> _Captured | None:
         if self._stream is None:
             self._stream = torch.cuda.Stream(V.device)
         inputs = torch.empty_like(V, memory_format=torch.contiguous_format).copy_(V)
@@ -90,8 +90,8 @@ class Replays:
                 product(inputs)  # cuBLAS and caches set up on this stream
             with torch.cuda.graph(graph, stream=self._stream):
                 output = product(inputs)
-        except RuntimeError:  # not recordable: run it as usual
+        except RuntimeError:  # not capturable: run it as usual
             torch.cuda.current_stream(V.device).wait_stream(self._stream)
             return None
         torch.cuda.current_stream(V.device).wait_stream(self._stream)
-        return _Recorded(graph, inputs, output)
+        return _Captured(graph, inputs, output)

@@ -72,6 +72,30 @@ def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v"
     return V, vector
 
 
+def scipy_view(
+    shape: tuple[int, int],
+    forward: Callable[[Tensor], Tensor],
+    like: Tensor,
+    backward: Callable[[Tensor], Tensor] | None = None,
+) -> LinearOperator:
+    """The float64 scipy ``LinearOperator`` of shape ``(m, n)`` over row products: ``forward`` maps
+    ``(k, n)`` rows like ``like`` to ``(k, m)``, ``backward`` (default ``forward``: a symmetric operator)
+    maps ``(k, m)`` to ``(k, n)`` for ``rmatvec``. The one place a scipy view is built
+    (:meth:`HessianOperator.to_scipy`; the spectral tools' counted products)."""
+
+    def face(apply: Callable[[Tensor], Tensor], n: int) -> Callable[[np.ndarray], np.ndarray]:
+        def f(x: np.ndarray) -> np.ndarray:
+            V, _ = as_columns(np.asarray(x, dtype=np.float64).reshape(n, -1), n, like)
+            return apply(V).T.to(torch.float64).cpu().numpy()
+
+        return f
+
+    m, n = shape
+    right = face(forward, n)
+    left = right if backward is None else face(backward, m)
+    return LinearOperator(shape, matvec=right, matmat=right, rmatvec=left, rmatmat=left, dtype=np.float64)
+
+
 def _names(x: str | Sequence[str]) -> Names:
     return (x,) if isinstance(x, str) else tuple(x)
 
@@ -189,20 +213,8 @@ class HessianOperator:
     def to_scipy(self) -> LinearOperator:
         """A float64 ``scipy.sparse.linalg.LinearOperator`` of this shape; ``rmatvec`` is ``opᵀ``
         (float64 on the CPU whatever the products' dtype and device)."""
-
-        def face(op: HessianOperator) -> Callable[[np.ndarray], np.ndarray]:
-            def f(x: np.ndarray) -> np.ndarray:
-                X = np.asarray(x, dtype=np.float64).reshape(op.shape[1], -1)
-                V, _ = as_columns(X, op.shape[1], op.like)
-                return op.apply(V).T.to(torch.float64).cpu().numpy()
-
-            return f
-
-        forward = face(self)
-        backward = forward if self.rows == self.cols else face(self.T)
-        return LinearOperator(
-            self.shape, matvec=forward, matmat=forward, rmatvec=backward, rmatmat=backward, dtype=np.float64
-        )
+        backward = None if self.rows == self.cols else self.T.apply
+        return scipy_view(self.shape, self.apply, self.like, backward)
 
     def to_curvlinops(self):
         """This operator as a curvlinops ``PyTorchLinearOperator`` (curvlinops ≥ 3, the ``bench``

@@ -78,11 +78,11 @@ class MatrixFreeHessian:
     def sweep_tape(self) -> Tape | AutogradProducts:
         """The tape the products sweep: :attr:`tape`, or, when the loss reads some tokens only (a
         ``[CLS]`` classifier's :class:`~hessviz.losses.CustomLoss`), the tape whose last layer
-        runs on those tokens after its attention (:func:`~hessviz.matfree.block.build`, ``rows``):
+        runs on those tokens after its attention (:func:`~hessviz.matfree.block.build`, ``only_read_tokens``):
         the same products and gradients, for less work."""
-        if self.method == "autograd" or getattr(self.Y, "read_rows", None) is None:
+        if self.method == "autograd" or getattr(self.Y, "read_tokens", None) is None:
             return self.tape
-        return build(self.cfg, self.params, self.X, self.Y, rows=True)
+        return build(self.cfg, self.params, self.X, self.Y, only_read_tokens=True)
 
     def layout(self, names: Sequence[str] | None = None) -> Layout:
         names = self.names if names is None else self.cfg.sort_names(tuple(names))

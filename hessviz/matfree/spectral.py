@@ -39,7 +39,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from torch import Tensor
 
 from hessviz.errors import ConfigError
-from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator, head_blocks
+from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator, head_blocks, scipy_view
 from hessviz.matfree.lanczos import REORTH, check_bound, extremes, start_vector, tridiagonal
 from hessviz.matfree.operator import BATCH
 from hessviz.matfree.probes import rademacher
@@ -112,11 +112,8 @@ class _Products:
         return out
 
     def scipy(self) -> LinearOperator:
-        def f(x: np.ndarray) -> np.ndarray:
-            X = torch.from_numpy(np.asarray(x, dtype=np.float64).reshape(self.size, -1))
-            return self(X.T.to(self.like)).T.to(torch.float64).cpu().numpy()
-
-        return LinearOperator((self.size, self.size), matvec=f, matmat=f, dtype=np.float64)
+        """These counted products as a scipy ``LinearOperator`` (for ``eigsh``)."""
+        return scipy_view(self.op.shape, self, self.like)
 
 
 # ----------------------------------------------------------------------------- eigenpairs

@@ -57,6 +57,30 @@ def _axis_labels(labels: list[tuple], axis: str) -> list[str]:
     return out
 
 
+def _symlog_heatmap(
+    H: np.ndarray, R: np.ndarray, decades: float, x: list[str], y: list[str], hover: str
+) -> go.Heatmap:
+    """The diverging symmetric-log heatmap of the cells ``R`` (a reduced view of ``H``: the threshold
+    and the colour bar's ticks are ``H``'s, ``decades`` below its largest entry); hover shows ``R``'s
+    value (``customdata``) with the labels ``x``/``y``."""
+    c = symlog_threshold(H, decades)
+    Z = symlog(R, c)
+    zmax = float(np.max(np.abs(Z))) or 1.0
+    tickvals, ticktext = symlog_ticks(max_abs(H), c)
+    return go.Heatmap(
+        z=Z.astype(np.float32),
+        customdata=R.astype(np.float32),
+        x=x,
+        y=y,
+        colorscale=DIVERGING,
+        zmid=0,
+        zmin=-zmax,
+        zmax=zmax,
+        colorbar={"title": {"text": "H (symlog)"}, "tickvals": tickvals, "ticktext": ticktext},
+        hovertemplate=hover,
+    )
+
+
 def hessian_heatmap(
     H: np.ndarray,
     offsets: dict[str, slice],
@@ -96,27 +120,12 @@ def hessian_heatmap(
         R, labels = reduce_segments(H, segments, factor)
     else:
         R, labels = reduce_blocks(H, offsets, factor)
-    c = symlog_threshold(H, decades)
-    Z = symlog(R, c)
-    zmax = float(np.max(np.abs(Z))) or 1.0
-    tickvals, ticktext = symlog_ticks(max_abs(H), c)
     ylab, xlab = _axis_labels(labels, "y"), _axis_labels(labels, "x")
     n = len(labels)
     # categorical axes: each cell's label names its block and index (the hover text);
     # shapes still address cells by position (0 … n-1)
     fig = go.Figure(
-        go.Heatmap(
-            z=Z.astype(np.float32),
-            customdata=R.astype(np.float32),
-            x=xlab,
-            y=ylab,
-            colorscale=DIVERGING,
-            zmid=0,
-            zmin=-zmax,
-            zmax=zmax,
-            colorbar={"title": {"text": "H (symlog)"}, "tickvals": tickvals, "ticktext": ticktext},
-            hovertemplate="%{y}<br>%{x}<br>H = %{customdata:.4g}<extra></extra>",
-        )
+        _symlog_heatmap(H, R, decades, xlab, ylab, "%{y}<br>%{x}<br>H = %{customdata:.4g}<extra></extra>")
     )
     bounds, centers, names = _block_geometry(labels)
     weights = [i for i, b in enumerate(bounds) if i == 0 or _weight(names[i]) != _weight(names[i - 1])]
@@ -268,10 +277,6 @@ def block_heatmap(
         rows, cols = ri, ci
     else:
         R, rows, cols = B, np.arange(m), np.arange(n)
-    c = symlog_threshold(B, decades)
-    Z = symlog(R, c)
-    zmax = float(np.max(np.abs(Z))) or 1.0
-    tickvals, ticktext = symlog_ticks(float(np.max(np.abs(B))) if B.size else 0.0, c)
 
     def entry(name: str, shape: tuple[int, ...], index: np.ndarray | None, k: np.ndarray) -> list[str]:
         base = name.partition("[")[0]
@@ -290,22 +295,8 @@ def block_heatmap(
         if col_shape
         else [f"col {j}" for j in cols]
     )
-    fig = go.Figure(
-        go.Heatmap(
-            z=Z.astype(np.float32),
-            customdata=R.astype(np.float32),
-            x=xlab,
-            y=ylab,
-            colorscale=DIVERGING,
-            zmid=0,
-            zmin=-zmax,
-            zmax=zmax,
-            colorbar={"title": {"text": "H (symlog)"}, "tickvals": tickvals, "ticktext": ticktext},
-            hovertemplate=(
-                f"block {row_name} × {col_name}<br>%{{y}}<br>%{{x}}<br>H = %{{customdata:.4g}}<extra></extra>"
-            ),
-        )
-    )
+    hover = f"block {row_name} × {col_name}<br>%{{y}}<br>%{{x}}<br>H = %{{customdata:.4g}}<extra></extra>"
+    fig = go.Figure(_symlog_heatmap(B, R, decades, xlab, ylab, hover))
     fig.update_xaxes(
         showticklabels=False,
         showgrid=False,

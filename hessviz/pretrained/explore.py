@@ -31,12 +31,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-import hessviz as hv
+from hessviz.api import gradient, hessian
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError
+from hessviz.losses import CustomLoss
 from hessviz.matfree.estimates import block_list
-from hessviz.matfree.spectral import EXACT_BLOCK
+from hessviz.matfree.spectral import EXACT_BLOCK, block_table
 from hessviz.record import record
+from hessviz.result import HessianResult
 
 Progress = Callable[[int, int | None, str], None]
 WINDOW_CHUNK = 64
@@ -62,7 +64,7 @@ def check_window(cfg: BlockConfig, name: str, start: int, size: int) -> tuple[in
 
 
 def slice_window(
-    res: hv.HessianResult,
+    res: HessianResult,
     name: str,
     start: int,
     size: int,
@@ -91,7 +93,7 @@ def window(
     params: dict[str, Tensor],
     X: Tensor,
     Y: Tensor | None,
-    loss: hv.CustomLoss | None,
+    loss: CustomLoss | None,
     name: str,
     start: int,
     size: int,
@@ -100,7 +102,7 @@ def window(
 ) -> np.ndarray:
     """``(size, size)`` float64 numpy: :func:`slice_window` of the layer's loss against ``Y`` (or
     of the custom ``loss``, ``Y = None``), from a result computed for the slice ``name`` alone."""
-    res = hv.hessian(cfg, params, X, Y, wrt=(name,), loss=loss)
+    res = hessian(cfg, params, X, Y, wrt=(name,), loss=loss)
     return slice_window(res, name, start, size, term, progress).to(torch.float64).cpu().numpy()
 
 
@@ -152,7 +154,7 @@ def curvature_table(
     params: dict[str, Tensor],
     X: Tensor,
     Y: Tensor | None,
-    loss: hv.CustomLoss | None,
+    loss: CustomLoss | None,
     blocks: list[str],
     samples: int,
     term: str = "full",
@@ -164,10 +166,8 @@ def curvature_table(
     else Lanczos, the eigenvalue within ``1e-6`` relative by its error bound (``bound="value"``), and
     Hutch++ with ``samples`` products, probes from ``seed``), as arrays:
     ``names, size, top, trace, trace_se, exact`` and the totals ``matvecs, seconds``."""
-    from hessviz import matfree
-
-    t = matfree.block_table(
-        hv.hessian(cfg, params, X, Y, loss=loss),
+    t = block_table(
+        hessian(cfg, params, X, Y, loss=loss),
         term,
         blocks,
         trace_samples=samples,
@@ -200,12 +200,12 @@ def gradient_blocks(
     X: Tensor,
     Y: Tensor | None,
     by_head: bool = True,
-    loss: hv.CustomLoss | None = None,
+    loss: CustomLoss | None = None,
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """``(names, ‖g_b‖_F, sizes)`` of every block of :func:`hessviz.matfree.estimates.block_list`
     (every weight, or every head's slice of a weight with heads), from the closed-form gradient of the layer's
     loss against ``Y``, or of ``loss`` (a custom loss, ``Y = None``)."""
-    grads = {n: g.reshape(-1) for n, g in hv.gradient(cfg, params, X, Y, loss=loss).items()}
+    grads = {n: g.reshape(-1) for n, g in gradient(cfg, params, X, Y, loss=loss).items()}
     names, norms, sizes = [], [], []
     for name, size in block_list(cfg, by_head):
         base = name.partition("[")[0]

@@ -2,7 +2,8 @@
 
 * :func:`load_model` ``(source) -> Model``: embeddings, every layer as one stack, final norm, head;
 * :func:`model_hessian` ``(model, ids, objective, wrt) -> ModelHessian``: products through every
-  layer, the final norm and the head, under ``"next_token"`` or a :class:`Classifier`;
+  layer, the final norm and the head, under :class:`NextToken` (or the string ``"next_token"``) or a
+  :class:`Classifier`;
 * :func:`tensor_table`: per tensor, the top eigenvalue and trace of its diagonal block and its
   gradient norm, in tasks of several tensors on any ``concurrent.futures.Executor``.
 """

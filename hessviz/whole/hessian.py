@@ -47,11 +47,9 @@ from hessviz.result import HessianResult
 from hessviz.stack import StackHessian
 from hessviz.terms import check_term
 from hessviz.whole.model import Model
-from hessviz.whole.objective import sequence_terms
+from hessviz.whole.objective import Objective, as_objective
+from hessviz.whole.objective import name as objective_name
 from hessviz.whole.ranks import ONE, Ranks, agree, all_succeeded, ranks
-
-OBJECTIVES = ("next_token",)
-"""The objectives named by a string; a :class:`~hessviz.losses.Classifier` is the other kind."""
 
 
 class WholeLayout:
@@ -150,7 +148,7 @@ def head_product(
 ) -> Tensor:
     """``(k, |cols|) -> (k, |rows|)`` of one sequence with the head's weights among the names: the
     stack's tangents ``Ż`` of ``V``'s layer columns, the sweep seeded with ``∇²_Z ℓ Ż`` plus the mixed
-    seed of the head's columns (:meth:`HeadTerms.seed`) for the layer rows, :meth:`HeadTerms.rows`
+    seed of the head's columns (:meth:`HeadTerms.seed`) for the layer rows, :meth:`HeadTerms.head_part`
     for the head's rows. The sequence's whole tape (every token: the head terms pool over them) is
     read only when a layer's weights are among the rows or columns."""
     k = V.shape[0]
@@ -171,7 +169,7 @@ def head_product(
         )[0]
         out[:, : rows.stack.size] = rows.stack.gather(prods, k, V)
     if rows.heads:
-        got = terms.rows(None if dZ is None else terms.pooled(dZ), dW, db)
+        got = terms.head_part(None if dZ is None else terms.pooled(dZ), dW, db)
         for h in rows.heads:
             out[:, rows.columns[h]] = got[h].reshape(k, -1)
     return out
@@ -187,7 +185,7 @@ class Problem:
     params: dict[str, Tensor] = field(repr=False)
     ids: Tensor
     X0: list[Tensor] = field(repr=False)
-    objective: str | Classifier
+    objective: Objective
     head: LMHead | None = field(repr=False)
     names: tuple[str, ...]
     token: str = field(default_factory=lambda: uuid.uuid4().hex, repr=False)
@@ -223,11 +221,11 @@ class Problem:
 
         if not self.cfg.is_stack:
             Z = forward(self.cfg, self.params, X0)
-            loss, value, head = sequence_terms(self.objective, Z, self.ids[b], b, self.head)
+            loss, value, head = self.objective.sequence_terms(Z, self.ids[b], b, self.head)
             return hessian(self.cfg, self.params, X0, loss=loss, wrt=wrt), value, head
 
         def loss_at(Z: Tensor) -> CustomLoss:
-            loss, got["value"], got["head"] = sequence_terms(self.objective, Z, self.ids[b], b, self.head)
+            loss, got["value"], got["head"] = self.objective.sequence_terms(Z, self.ids[b], b, self.head)
             return loss.checked(self.cfg.seq_len, self.cfg.d_model, X0.dtype, X0.device, Z)
 
         tape, loss = build_at_output(self.cfg, self.params, X0, loss_at)
@@ -378,8 +376,9 @@ class ModelHessian:
     def info(self) -> str:
         B, L = self.sequences, self.problem.ids.shape[1]
         objective = self.problem.objective
-        what = objective if isinstance(objective, str) else f"Classifier({objective.pooling})"
-        return f"{what} over {B} × {L} tokens, {len(self.names)} tensors, P' = {self.size}"
+        return (
+            f"{objective_name(objective)} over {B} × {L} tokens, {len(self.names)} tensors, P' = {self.size}"
+        )
 
 
 def _public(cfg: BlockConfig, name: str) -> str:
@@ -433,14 +432,16 @@ def _internal(cfg: BlockConfig, names: Sequence[str] | str) -> tuple[str, ...]:
 def problem(
     model: Model,
     ids: object,
-    objective: str | Classifier = "next_token",
+    objective: str | Objective = "next_token",
     wrt: Sequence[str] | str | None = None,
     empty: bool = False,
 ) -> Problem:
     """The checked inputs of :func:`model_hessian`, embeddings computed; ``empty``: ``ids`` of shape
-    ``(0, L)`` (a rank without sequences) are allowed."""
+    ``(0, L)`` (a rank without sequences) are allowed. The objective becomes an object here, once
+    (:func:`~hessviz.whole.objective.as_objective`): nothing below reads the string."""
     if not isinstance(model, Model):
         raise InputError(f"model must be hv.load_model(source)'s Model, got {type(model).__name__}")
+    objective = as_objective(objective)
     need = 1 if isinstance(objective, Classifier) else 2
     if (
         empty
@@ -450,26 +451,21 @@ def problem(
         and not ids.is_floating_point()
     ):
         ids = model.check_ids(torch.zeros(1, ids.shape[1], dtype=torch.int64), need=need)[:0]
-    elif isinstance(objective, Classifier) or objective in OBJECTIVES:
+    else:
         ids = model.check_ids(ids, need=need)
     if isinstance(objective, Classifier):
         objective.check_model(model.cfg.d_model, ids.shape[0], model.causal)
-    elif objective in OBJECTIVES:
-        if model.head is None or model.head.embedding.shape[0] == 0:
-            raise InputError(
-                f"objective='next_token' needs a decoder's LM head; {model.name!r} has none "
-                "(an encoder, a base model or a classifier): use objective=hv.Classifier(W, b, "
-                "labels, pooling)"
-            )
-    else:
+    elif model.head is None or model.head.embedding.shape[0] == 0:
         raise InputError(
-            f"objective must be 'next_token' or an hv.Classifier(W, b, labels, pooling), got {objective!r}"
+            f"objective='next_token' needs a decoder's LM head; {model.name!r} has none "
+            "(an encoder, a base model or a classifier): use objective=hv.Classifier(W, b, "
+            "labels, pooling)"
         )
     cfg = dataclasses.replace(model.cfg, seq_len=ids.shape[1])
     names, heads = (cfg.param_names, ()) if wrt is None else _split(cfg, wrt)
     if heads and not isinstance(objective, Classifier):
         raise ConfigError(
-            f"wrt name {heads[0]!r}: objective {objective!r} has no head W and b; name them "
+            f"wrt name {heads[0]!r}: objective {objective_name(objective)!r} has no head W and b; name them "
             "with objective=hv.Classifier(W, b, labels, pooling)"
         )
     device = next(iter(model.params.values())).device  # the embeddings are read on the host
@@ -480,7 +476,7 @@ def problem(
 def model_hessian(
     model: Model,
     ids: object,
-    objective: str | Classifier = "next_token",
+    objective: str | Objective = "next_token",
     wrt: Sequence[str] | str | None = None,
     group: object | None = None,
 ) -> ModelHessian:
@@ -526,11 +522,11 @@ def model_hessian(
     return res
 
 
-def describe(objective: str | Classifier) -> str:
+def describe(objective: Objective) -> str:
     """The objective as the ranks compare it: its name, or a classifier's pooling, shape and a digest
     of its ``W`` and ``b`` (not its labels: each rank has its own)."""
     if not isinstance(objective, Classifier):
-        return str(objective)
+        return objective_name(objective)
     w = torch.cat([objective.W.detach().reshape(-1), objective.b.detach().reshape(-1)]).to(torch.float64)
     return (
         f"Classifier({objective.pooling}, W {tuple(objective.W.shape)}, sum {float(w.sum()):.17g}, "

@@ -1,30 +1,40 @@
-"""A whole model's objective at one sequence of a batch: ``"next_token"`` or an ``hv.Classifier``.
+"""A whole model's objective: :func:`as_objective` turns ``"next_token"`` into :class:`NextToken` once,
+at :func:`hessviz.model_hessian`'s entry; :func:`objective_of` is a loaded model's own objective on a text.
 
 The objectives themselves live in :mod:`hessviz.losses` (:class:`~hessviz.losses.NextToken`,
-:class:`~hessviz.losses.Classifier`); this module places the batch's objective at sequence ``b``'s
-last hidden states and hands the stack machinery its gradient and curvature as a
-:class:`~hessviz.losses.CustomLoss`; :func:`objective_of` is a loaded model's own objective on a text.
+:class:`~hessviz.losses.Classifier`). Each places itself at one sequence's last hidden states
+(``sequence_terms(Z, ids, index, head)``) and hands the stack machinery its gradient and curvature as a
+:class:`~hessviz.losses.CustomLoss`, its value and, for a classifier, its head terms.
 """
 
 from __future__ import annotations
 
-from torch import Tensor
-
 from hessviz.errors import InputError
-from hessviz.losses import Classifier, CustomLoss, HeadTerms, LMHead, NextToken
+from hessviz.losses import Classifier, NextToken
+
+Objective = NextToken | Classifier
+"""A whole model's objective, as an object."""
+
+NAMED = {"next_token": NextToken}
+"""The objectives a string names (``MODEL.md`` part 3 keeps ``objective="next_token"``)."""
 
 
-def sequence_terms(
-    objective: str | Classifier, Z: Tensor, ids: Tensor, index: int, head: LMHead | None
-) -> tuple[CustomLoss, Tensor, HeadTerms | None]:
-    """The objective of sequence ``index`` (its ids ``(L,)`` and last hidden states ``Z (L, d)``):
-    its curvature as a :class:`CustomLoss`, its value, and the classifier's :class:`HeadTerms`
-    (None for ``"next_token"``)."""
-    if isinstance(objective, Classifier):
-        at = objective.at(Z, index, head)
-        return at.custom_loss(), at.value, at.head_terms
-    at = NextToken(Z, ids, head)
-    return at.custom_loss(), at.value, None
+def as_objective(objective: object) -> Objective:
+    """``objective`` as an object: ``"next_token"`` is ``NextToken()``; an ``hv.NextToken()`` without
+    a point or an ``hv.Classifier`` is itself. Anything else is an :class:`InputError` naming it."""
+    if isinstance(objective, str) and objective in NAMED:
+        return NAMED[objective]()
+    if isinstance(objective, Classifier) or (isinstance(objective, NextToken) and objective.Z is None):
+        return objective
+    raise InputError(
+        "objective must be 'next_token', hv.NextToken() or an hv.Classifier(W, b, labels, pooling), "
+        f"got {objective!r}"
+    )
+
+
+def name(objective: Objective) -> str:
+    """The objective in a few words: ``next_token`` or ``Classifier(pooling)``."""
+    return f"Classifier({objective.pooling})" if isinstance(objective, Classifier) else "next_token"
 
 
 def objective_of(model, ids: list[int]) -> tuple[object, list[int], str]:
@@ -35,7 +45,7 @@ def objective_of(model, ids: list[int]) -> tuple[object, list[int], str]:
     text's last token from the tokens before it. The Whole model page and the SmolLM2 claims use it."""
     if model.head is not None:
         return (
-            "next_token",
+            NextToken(),
             ids,
             (
                 "the model's own next-token loss: the mean cross-entropy of each "
