@@ -48,7 +48,7 @@ RANGE_S = 1e-10  # all eigenvalues from the range of a rank-r matrix: RANGE_S ·
 NORM_S = 5e-11  # spectral norm of m × n via its Gram matrix: NORM_S · min² (m + n)
 LANCZOS_NORM_S = 1e-8  # … by Lanczos from min(m, n) ≥ LANCZOS_NORM_MIN: LANCZOS_NORM_S · m n (20-40
 #                        products), 2.5× that for a non-symmetric block (products with M and Mᵀ, more steps)
-TERM_S = 1.5e-8  # one closed-form dense term: TERM_S · P² · (1 + L d / 512) · (1 + (H − 1)/5)
+TERM_S = 1.2e-9  # one closed-form dense term: TERM_S · P² · (1 + L d / 512) · (1 + (H − 1)/5)
 PAIR_S = 4e-4  # fixed work per block pair of a dense term at L d = 256
 AUTOGRAD_S = 3e-8  # autograd reference: AUTOGRAD_S · P · L (d² + d d_ff + L d) per term
 POINT_S = 0.006  # fixed cost of one sweep point (weights, inputs, the block's forward and backward)
