@@ -68,6 +68,20 @@ class Linear(Node):
             y = y + b
         self.y = y
 
+    def stacked(self, nodes: list[Linear], adjoints: bool) -> Linear:
+        """The same map on the rows of ``nodes`` stacked (the same node of ``B`` sequences' tapes:
+        :mod:`hessviz.matfree.lockstep`): ``x`` is ``(B L, n)``, and with ``adjoints`` ``ȳ`` too.
+        Its :meth:`tangent` and :meth:`adjoint_tangent` on stacked tangents are those of the
+        ``B`` nodes, with the weights' products summed over the sequences in one GEMM."""
+        if len(nodes) == 1:
+            return nodes[0]
+        out = object.__new__(Linear)
+        out.__dict__ |= {k: v for k, v in self.__dict__.items() if k not in ("x", "y", "gy")}
+        out.x = torch.cat([n.x for n in nodes])
+        if adjoints:
+            out.gy = torch.cat([n.gy for n in nodes])
+        return out
+
     def _split(self, t: Tensor, where: list[int]) -> list[Tensor]:
         pieces = torch.split(t, self.widths, dim=-1)
         return [pieces[i] for i in where]

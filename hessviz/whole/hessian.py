@@ -39,7 +39,7 @@ from hessviz.api import _tape_gradient, forward, hessian, hessian_bytes
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError, InputError
 from hessviz.losses import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, CustomLoss, HeadTerms, LMHead
-from hessviz.matfree import memory
+from hessviz.matfree import graphs, lockstep, memory
 from hessviz.matfree.block import build_at_output
 from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator
 from hessviz.matfree.layout import Layout
@@ -103,6 +103,7 @@ class BatchProducts(MatrixFreeHessian):
         self.weight = 1.0 / (len(parts) if sequences is None else sequences)
         self.ranks = ranks
         self.matvecs = 0
+        self._same_nodes: bool | None = None
 
     def layout(self, names: Sequence[str] | None = None) -> WholeLayout:
         stack, heads = _partition(self.names if names is None else names)
@@ -137,10 +138,40 @@ class BatchProducts(MatrixFreeHessian):
             total = self._zero(V, rows, out) if not self.parts else out
             if total is None:
                 total = memory.empty((V.shape[0], rows.size), V)
-            for b, part in enumerate(self.parts):
-                part.product(V, term, rows.stack, cols.stack, total, self.weight, accumulate=b > 0)
+            if self.parts and self._lockstep(V):
+                self._lockstep_product(V, term, rows.stack, cols.stack, total)
+            else:
+                for b, part in enumerate(self.parts):
+                    part.product(V, term, rows.stack, cols.stack, total, self.weight, accumulate=b > 0)
         self.matvecs += V.shape[0]
         return self.ranks.all_reduce_(total)
+
+    def _lockstep(self, V: Tensor) -> bool:
+        """Whether the sequences' sweeps can run as one (:mod:`hessviz.matfree.lockstep`): hand-written
+        tapes of the same nodes, and no CUDA-graph replay to keep (a GPU's per-sequence replays)."""
+        if len(self.parts) < 2 or any(p.method != "closed_form" for p in self.parts):
+            return False
+        if any(p.replay for p in self.parts) and graphs.enabled(V):
+            return False
+        if self._same_nodes is None:
+            self._same_nodes = lockstep.same_nodes([p.sweep_tape for p in self.parts])
+        return self._same_nodes
+
+    def _lockstep_product(self, V: Tensor, term: str, rows: Layout, cols: Layout, out: Tensor) -> None:
+        """``out = (1/B) Σ_β H_β V`` over this rank's sequences in one lockstep sweep per ``BATCH``
+        columns (:func:`hessviz.matfree.lockstep.sweep`)."""
+        tapes = [p.sweep_tape for p in self.parts]
+        for start in range(0, V.shape[0], BATCH):
+            chunk = V[start : start + BATCH]
+            if chunk.stride(-1) != 1:
+                chunk = chunk.contiguous()
+            part = out[start : start + BATCH]
+            prods = lockstep.sweep(
+                tapes, cols.scatter(chunk), term, rows.bases, rows.destinations(part), self.weight
+            )
+            rows.gather(prods, chunk.shape[0], chunk, part, self.weight)
+        for p in self.parts:
+            p.matvecs += V.shape[0]
 
     @staticmethod
     def _zero(V: Tensor, rows: WholeLayout, out: Tensor | None) -> Tensor:
