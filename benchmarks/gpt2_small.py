@@ -205,10 +205,10 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
         elif method.startswith("curvlinops"):
             import curvlinops
 
-            cls = (
-                curvlinops.HessianLinearOperator
-                if method == "curvlinops_hessian"
-                else curvlinops.GGNLinearOperator
+            cls = (  # top-5 ("curvlinops") is of the Hessian, as hessviz's and hessian-eigenthings'
+                curvlinops.GGNLinearOperator
+                if method == "curvlinops_ggn"
+                else curvlinops.HessianLinearOperator
             )
             data = [(ids, ids[:, 1:].reshape(-1))]
             op = cls(Logits(model), torch.nn.CrossEntropyLoss(), params, data, check_deterministic=False)
