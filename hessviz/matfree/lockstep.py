@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from hessviz.matfree.tape import Tape
+from hessviz.matfree.tape import Tape, collect
 from hessviz.ops.base import Maybe, add
 from hessviz.ops.linear import Linear
 from hessviz.terms import SWEEP_RULES
@@ -129,13 +129,5 @@ def sweep(
         for db, gx in zip(dbars, dgxs):
             for name, g in zip(node.inputs, gx):
                 db[name] = add(db.get(name), g)
-        for j, (name, g) in enumerate(zip(node.params, dgp)):
-            if name not in wanted_set or g is None:
-                continue
-            if dest is not None and dest[j] is not None and g.data_ptr() == dest[j].data_ptr():
-                written.add(name)
-            if name in written and out.get(name) is not None and out[name] is not g:
-                out[name].add_(g, alpha=alpha)  # a later term, into the view
-            else:
-                out[name] = add(out.get(name), g)
+        collect(out, written, node.params, dgp, dest, wanted_set, alpha)
     return out

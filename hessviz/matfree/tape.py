@@ -52,6 +52,29 @@ class LayerSpan:
     stop: int
 
 
+def collect(
+    out: dict[str, Maybe],
+    written: set[str],
+    params: Sequence[str],
+    products: Sequence[Maybe],
+    dest: Sequence[Maybe] | None,
+    wanted: set[str],
+    alpha: float,
+) -> None:
+    """Add one node's parameter ``products`` of the ``wanted`` parameters into ``out``. A product
+    the node wrote into its view of ``dest`` (already scaled by ``alpha``) is recorded in
+    ``written``; a later term of a parameter so written is added into that view, times ``alpha``."""
+    for i, (name, g) in enumerate(zip(params, products)):
+        if name not in wanted or g is None:
+            continue
+        if dest is not None and dest[i] is not None and g.data_ptr() == dest[i].data_ptr():
+            written.add(name)
+        if name in written and out.get(name) is not None and out[name] is not g:
+            out[name].add_(g, alpha=alpha)  # a later term, into the view
+        else:
+            out[name] = add(out.get(name), g)
+
+
 class Gradients(Mapping):
     """The parameter gradients of a :class:`Tape` as a read-only mapping (:attr:`Tape.gradients`)."""
 
@@ -199,15 +222,7 @@ class Tape:
                 dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, need_x, need_p)
             for name, g in zip(node.inputs, dgx):
                 dbars[name] = add(dbars.get(name), g)
-            for i, (name, g) in enumerate(zip(node.params, dgp)):
-                if name not in wanted_set or g is None:
-                    continue
-                if dest is not None and dest[i] is not None and g.data_ptr() == dest[i].data_ptr():
-                    written.add(name)
-                if name in written and out.get(name) is not None and out[name] is not g:
-                    out[name].add_(g, alpha=alpha if scaled else 1.0)  # a later term, into the view
-                else:
-                    out[name] = add(out.get(name), g)
+            collect(out, written, node.params, dgp, dest, wanted_set, alpha)
         return out, {name: dbars.get(name) for name in wanted_inputs}
 
     def sweep(
