@@ -153,11 +153,16 @@ def gradient(
     return _tape_gradient(cfg, build(cfg, params, X, Y), names)  # the tape's first-order sweep
 
 
-def _tape_gradient(cfg: BlockConfig, tape: Tape, names: tuple[str, ...]) -> dict[str, Tensor]:
+def _tape_gradient(
+    cfg: BlockConfig, tape: Tape, names: tuple[str, ...], out: Tensor | None = None
+) -> dict[str, Tensor]:
     """``name -> ∂ℓ/∂W`` read from the tape's first-order reverse sweep through the layout of
-    ``names`` (head slices by their views; a weight the sweep never reached reads as zero)."""
-    whole = {base: g.unsqueeze(0) for base, g in tape.gradients.items()}
-    flat = Layout(cfg, names).gather(whole, 1, tape.seed_gradient)[0]
+    ``names`` (head slices by their views; a weight the sweep never reached reads as zero), the
+    values views of one flat ``(P',)`` vector (``out`` when given). Each weight's gradient is
+    computed when the layout reads it and copied into its place (:attr:`Tape.gradients`)."""
+    flat = Layout(cfg, names).gather(
+        tape.gradients, 1, tape.seed_gradient, None if out is None else out[None]
+    )[0]
     return {n: flat[cols].reshape(cfg.shape_of(n)) for n, cols in cfg.offsets(names).items()}
 
 

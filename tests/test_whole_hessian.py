@@ -634,3 +634,24 @@ def test_tensor_table_to_a_stated_eigenvalue_accuracy(folders):
     assert by_value.matvecs < by_residual.matvecs
     with pytest.raises(ConfigError, match="bound must be"):
         tensor_table(res, tensors=names, bound="eigenvalue")
+
+
+@pytest.mark.parametrize("term", ["full", "outer"])
+def test_the_batch_swept_in_lockstep_is_the_sum_of_the_sequences_sweeps(folders, term):
+    """One lockstep sweep of a batch's tapes (its linear maps on the stacked rows,
+    :mod:`hessviz.matfree.lockstep`) gives the products of the per-sequence sweeps, every weight and
+    a head slice among the names, two columns at once, written into a given ``out``."""
+    res = hv.model_hessian(hv.load_model(folders["gpt2"]), IDS, wrt=None)
+    mf = res.products
+    assert len(mf.parts) >= 2 and mf._lockstep(mf.X)
+    V = torch.randn(2, res.size, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    layout = mf.layout()
+    ours = mf.product(V, term, layout, layout, out=torch.full((2, res.size), float("nan"), dtype=V.dtype))
+    each = sum(p.product(V, term, layout.stack, layout.stack) for p in mf.parts) / len(mf.parts)
+    assert relative(ours, each) <= 1e-12
+    sliced = res.operator(term).block(["l0.W_Q[1]", "l1.ln2_gamma"])
+    v = torch.randn(sliced.shape[1], generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    inner = res._names(["l0.W_Q[1]", "l1.ln2_gamma"])
+    rows = mf.layout(inner)
+    alone = sum(p.product(v[None], term, rows.stack, rows.stack) for p in mf.parts)[0] / len(mf.parts)
+    assert relative(sliced @ v, alone) <= 1e-12

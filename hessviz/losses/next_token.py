@@ -267,9 +267,11 @@ class NextToken(Loss):
         nparams = 0 if self.norm is None else len(self.norm.params)
         dh = dz if self.norm is None else self.norm.tangent([dz], [None] * nparams)
         dgh = torch.empty_like(dh)
-        for c in self._chunks():
-            p = torch.softmax(self.h[c] @ self.E.T, -1)  # (c, V)
-            u = dh[:, c] @ self.E.T  # (k, c, V): E ḣ
+        for c in self._chunks():  # the logits h Eᵀ (recomputed: O(chunk · V) memory) and E ḣ, one GEMM
+            rows = torch.cat([self.h[c][None], dh[:, c]])  # (1 + k, c, d)
+            s = (rows.reshape(-1, self.d) @ self.E.T).view(1 + k, rows.shape[1], -1)
+            p = torch.softmax(s[0], -1)  # (c, V)
+            u = s[1:]  # (k, c, V): E ḣ
             u -= (u * p).sum(-1, keepdim=True)
             u *= p  # (diag p − ppᵀ) E ḣ
             dgh[:, c] = u @ self.E

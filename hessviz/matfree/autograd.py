@@ -60,8 +60,11 @@ class AutogradProducts:
         term: str,
         wanted: Sequence[str],
         into: dict[str, Tensor] | None = None,
+        alpha: float = 1.0,
+        accumulate: bool = False,
     ) -> dict[str, Tensor]:
-        """As :meth:`Tape.sweep` (``into`` is not used: the products are gathered by copy)."""
+        """As :meth:`Tape.sweep` (``into`` is not used: the products are gathered, scaled and
+        added, by the layout)."""
         k = next(iter(dparams.values())).shape[0]
         cols = []
         for j in range(k):

@@ -42,9 +42,13 @@ class _Builder:
     ``prefix`` (``"l1."`` in a stack) is put in front of every value and parameter name the
     recipe writes, so each layer has its own values and reads its own weights."""
 
-    def __init__(self, params: dict[str, Tensor], X: Tensor):
+    def __init__(
+        self, params: dict[str, Tensor], X: Tensor, fused: dict[tuple[str, ...], Tensor] | None = None
+    ):
         self.params, self.values, self.nodes = params, {"X": X}, []
         self.prefix = ""
+        self.fused = {} if fused is None else fused
+        """weight names -> their concatenation ``[W_Q W_K W_V]`` (shared between builds)."""
 
     def p(self, name: str) -> tuple[str, Tensor] | None:
         name = self.prefix + name
@@ -56,13 +60,13 @@ class _Builder:
         return node.output
 
     def linear(self, out: str, x: str, weights: list[str], biases: list[str]) -> str:
+        named = [self.p(w) for w in weights]
+        key = tuple(n for n, _ in named)
+        if len(named) > 1 and key not in self.fused:
+            self.fused[key] = torch.cat([w for _, w in named], dim=1)
         return self.add(
             Linear(
-                self.prefix + out,
-                x,
-                self.values[x],
-                [self.p(w) for w in weights],
-                [self.p(b) for b in biases],
+                self.prefix + out, x, self.values[x], named, [self.p(b) for b in biases], self.fused.get(key)
             )
         )
 
@@ -175,10 +179,15 @@ def _block(
 
 
 def _forward(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, read: Tensor | None
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    read: Tensor | None,
+    fused: dict[tuple[str, ...], Tensor] | None = None,
 ) -> tuple[_Builder, str, list[LayerSpan]]:
-    """The forward pass of every layer as nodes: ``(builder, name of Z, the layers' spans)``."""
-    b = _Builder(params, X)
+    """The forward pass of every layer as nodes: ``(builder, name of Z, the layers' spans)``;
+    ``fused``: concatenated weights to share with other builds (:class:`_Builder`)."""
+    b = _Builder(params, X, fused)
     x, layers = "X", []
     for layer in range(cfg.n_layers):
         b.prefix = f"l{layer}." if cfg.is_stack else ""
@@ -199,11 +208,17 @@ def forward_nodes(
 
 
 def build_at_output(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, loss_at: Callable[[Tensor], CustomLoss]
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    loss_at: Callable[[Tensor], CustomLoss],
+    fused: dict[tuple[str, ...], Tensor] | None = None,
 ) -> tuple[Tape, CustomLoss]:
     """:func:`build` for a loss made from ``Z`` itself (a whole model's objective): one forward
-    pass gives ``Z``, ``loss_at(Z)`` the :class:`CustomLoss`, and the same nodes the tape."""
-    b, x, layers = _forward(cfg, params, X, None)
+    pass gives ``Z``, ``loss_at(Z)`` the :class:`CustomLoss`, and the same nodes the tape.
+    ``fused``: a dict shared by the builds of a batch's sequences, so that each concatenated
+    weight (``[W_Q W_K W_V]``) exists once, not once per sequence."""
+    b, x, layers = _forward(cfg, params, X, None, fused)
     Y = loss_at(b.values[x])
     return Tape(b.nodes, b.values, x, Y.grad, Y.product, layers=layers), Y
 

@@ -10,8 +10,10 @@ one head-slicing mechanism for both engines.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from hessviz.config import BlockConfig, parse_name
@@ -71,20 +73,38 @@ class Layout:
         }
 
     def gather(
-        self, products: dict[str, Tensor | None], k: int, like: Tensor, out: Tensor | None = None
+        self,
+        products: Mapping[str, Tensor | None],
+        k: int,
+        like: Tensor,
+        out: Tensor | None = None,
+        alpha: float = 1.0,
+        accumulate: bool = False,
     ) -> Tensor:
         """``{base: (k, *shape) or None} -> (k, P')`` (``None`` reads as zero), into ``out`` when
-        given; a product already written in its place (:meth:`destinations`) is not copied."""
+        given; a product already written in its place (:meth:`destinations`) is not copied (nor
+        scaled: it was written scaled). ``alpha``, ``accumulate``: ``out`` becomes
+        ``(out if accumulate else 0) + alpha · products`` (a sum over a batch's sequences)."""
         out = like.new_empty(k, self.size) if out is None else out
+
+        def put(place: Tensor, prod: Tensor) -> None:
+            if accumulate:
+                place.add_(prod, alpha=alpha)
+            elif alpha != 1.0:
+                torch.mul(prod, alpha, out=place)
+            else:
+                place.copy_(prod)
+
         for p in self.slots:
             prod = products.get(p.base)
             if prod is None:
-                out[:, p.columns] = 0.0
+                if not accumulate:
+                    out[:, p.columns] = 0.0
                 continue
             if p.head is None:  # one copy, straight from a strided split
                 place = out[:, p.columns].view(prod.shape)
                 if not (prod.data_ptr() == place.data_ptr() and prod.stride() == place.stride()):
-                    place.copy_(prod)
+                    put(place, prod)
             else:
-                out[:, p.columns].unflatten(1, p.head.shape).copy_(p.head.rows_of(prod.reshape(k, -1), 1))
+                put(out[:, p.columns].unflatten(1, p.head.shape), p.head.rows_of(prod.reshape(k, -1), 1))
         return out

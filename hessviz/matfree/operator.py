@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from functools import cached_property
 
 import numpy as np
+import torch
 from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
@@ -88,25 +89,46 @@ class MatrixFreeHessian:
         names = self.names if names is None else self.cfg.sort_names(tuple(names))
         return Layout(self.cfg, names)
 
-    def product(self, V: Tensor, term: str, rows: Layout, cols: Layout, out: Tensor | None = None) -> Tensor:
+    def product(
+        self,
+        V: Tensor,
+        term: str,
+        rows: Layout,
+        cols: Layout,
+        out: Tensor | None = None,
+        alpha: float = 1.0,
+        accumulate: bool = False,
+    ) -> Tensor:
         """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``.
 
         The result is allocated once (:func:`hessviz.matfree.memory.empty`), or is ``out`` (a
         ``(k, |rows|)`` tensor with unit-stride rows: a Lanczos basis row), and each whole
         weight's product is written straight into its columns (``Layout.destinations``): no
-        weight-sized temporary, no gather copy, no concatenation of the sweeps. On a GPU, a
-        product repeated at this point is replayed as a CUDA graph (:mod:`hessviz.matfree.graphs`)."""
+        weight-sized temporary, no gather copy, no concatenation of the sweeps. ``alpha``,
+        ``accumulate`` (``out`` required): ``out ← (out if accumulate else 0) + alpha · H V``, the
+        weights' products added by their GEMMs in place (a batch's sequences summed into one
+        vector). On a GPU, a product repeated at this point is replayed as a CUDA graph
+        (:mod:`hessviz.matfree.graphs`) and then scaled and added."""
         if out is not None and (out.shape != (V.shape[0], rows.size) or out.stride(-1) != 1):
             raise InputError(
                 f"out must be a ({V.shape[0]}, {rows.size}) tensor with unit-stride rows, "
                 f"got {tuple(out.shape)}"
             )
+        scaled = alpha != 1.0 or accumulate
+        if scaled and out is None:
+            raise InputError("a scaled or accumulated product needs out")
         if self.replay and self.method == "closed_form" and graphs.enabled(V):
-            out = self._replays(
-                (term, rows.names, cols.names), V, lambda W: self._sweep(W, term, rows, cols), out
+            got = self._replays(
+                (term, rows.names, cols.names),
+                V,
+                lambda W: self._sweep(W, term, rows, cols),
+                None if scaled else out,
             )
+            if scaled:
+                got = out.add_(got, alpha=alpha) if accumulate else torch.mul(got, alpha, out=out)
+            out = got
         else:
-            out = self._sweep(V, term, rows, cols, out)
+            out = self._sweep(V, term, rows, cols, out, alpha, accumulate)
         self.matvecs += V.shape[0]
         return out
 
@@ -114,7 +136,16 @@ class MatrixFreeHessian:
     def _replays(self) -> graphs.Replays:
         return graphs.Replays()
 
-    def _sweep(self, V: Tensor, term: str, rows: Layout, cols: Layout, out: Tensor | None = None) -> Tensor:
+    def _sweep(
+        self,
+        V: Tensor,
+        term: str,
+        rows: Layout,
+        cols: Layout,
+        out: Tensor | None = None,
+        alpha: float = 1.0,
+        accumulate: bool = False,
+    ) -> Tensor:
         """:meth:`product`, swept: ``BATCH`` columns at a time through :attr:`sweep_tape`."""
         if out is None:
             out = memory.empty((V.shape[0], rows.size), V)
@@ -123,8 +154,10 @@ class MatrixFreeHessian:
             if chunk.stride(-1) != 1:
                 chunk = chunk.contiguous()
             part = out[start : start + BATCH]
-            prods = self.sweep_tape.sweep(cols.scatter(chunk), term, rows.bases, into=rows.destinations(part))
-            rows.gather(prods, chunk.shape[0], chunk, out=part)
+            prods = self.sweep_tape.sweep(
+                cols.scatter(chunk), term, rows.bases, rows.destinations(part), alpha, accumulate
+            )
+            rows.gather(prods, chunk.shape[0], chunk, part, alpha, accumulate)
         return out
 
     def operator(

@@ -32,7 +32,7 @@ A ``None`` tangent or adjoint stands for zero: nodes skip the work it would mult
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from torch import Tensor
@@ -66,6 +66,49 @@ class LayerSpan:
     steps: tuple[StepNodes, ...] = ()
 
 
+def collect(
+    out: dict[str, Maybe],
+    written: set[str],
+    params: Sequence[str],
+    products: Sequence[Maybe],
+    dest: Sequence[Maybe] | None,
+    wanted: set[str],
+    alpha: float,
+) -> None:
+    """Add one node's parameter ``products`` of the ``wanted`` parameters into ``out``. A product
+    the node wrote into its view of ``dest`` (already scaled by ``alpha``) is recorded in
+    ``written``; a later term of a parameter so written is added into that view, times ``alpha``."""
+    for i, (name, g) in enumerate(zip(params, products)):
+        if name not in wanted or g is None:
+            continue
+        if dest is not None and dest[i] is not None and g.data_ptr() == dest[i].data_ptr():
+            written.add(name)
+        if name in written and out.get(name) is not None and out[name] is not g:
+            out[name].add_(g, alpha=alpha)  # a later term, into the view
+        else:
+            out[name] = add(out.get(name), g)
+
+
+class Gradients(Mapping):
+    """The parameter gradients of a :class:`Tape` as a read-only mapping (:attr:`Tape.gradients`)."""
+
+    def __init__(self, tape: Tape):
+        self.tape = tape
+
+    def __getitem__(self, name: str) -> Tensor:
+        node = self.tape._deferred.get(name)
+        if node is None:
+            return self.tape._small[name]
+        return node.parameter_adjoint(self.tape.adjoints[node.output], node.params.index(name))
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.tape._small
+        yield from (n for n in self.tape._deferred if n not in self.tape._small)
+
+    def __len__(self) -> int:
+        return len(set(self.tape._small) | set(self.tape._deferred))
+
+
 @dataclass
 class Tape:
     """Nodes in forward order, the primal values by name, and the first-order adjoints.
@@ -73,6 +116,11 @@ class Tape:
     ``seed_gradient`` is ``∇_Z ℓ (L, d)``; ``loss_hvp(Ż) = ∇²_Z ℓ · Ż`` for ``Ż (k, L, d)``.
     ``adjoints[v]`` is ``∂ℓ/∂v`` for every value ``v`` (the input ``X`` included); ``layers`` the
     blocks of a stack (one span for one block).
+
+    The first-order sweep keeps the value adjoints (the products read them) but not the weight-sized
+    gradients of a node that ``defers_params`` (a :class:`~hessviz.ops.linear.Linear`: ``xᵀ ȳ`` is
+    the size of its weight, the products never read it): :attr:`gradients` computes those from the
+    kept ``ȳ`` when asked, so a tape holds activation-sized state only.
     """
 
     nodes: list[Node]
@@ -80,7 +128,6 @@ class Tape:
     output: str
     seed_gradient: Tensor
     loss_hvp: Callable[[Tensor], Tensor]
-    gradients: dict[str, Tensor] = field(default_factory=dict)
     layers: list[LayerSpan] = field(default_factory=list)
     adjoints: dict[str, Tensor] = field(default_factory=dict)
 
@@ -89,19 +136,31 @@ class Tape:
         if not self.layers:
             self.layers = [self.whole]
         self._closures: dict[tuple[int, int, frozenset[str]], dict[str, set[str]]] = {}
+        self._small: dict[str, Tensor] = {}  # the gradients of nodes that do not defer theirs
+        self._deferred: dict[str, Node] = {}  # parameter -> the node whose gradient is read on demand
         bars: dict[str, Maybe] = {self.output: self.seed_gradient}
         for node in reversed(self.nodes):  # first-order reverse sweep, once
             gy = bars.pop(node.output, None)
             if gy is None:
                 continue
             self.adjoints[node.output] = gy
-            gx, gp = node.adjoint(gy)
+            if node.defers_params:
+                gx, gp = node.adjoint(gy, params=False)
+                self._deferred |= dict.fromkeys(node.params, node)
+            else:
+                gx, gp = node.adjoint(gy)
             for name, g in zip(node.inputs, gx):
                 bars[name] = add(bars.get(name), g)
             for name, g in zip(node.params, gp):
                 if g is not None:
-                    self.gradients[name] = g
+                    self._small[name] = g
         self.adjoints |= {name: g for name, g in bars.items() if g is not None}
+
+    @property
+    def gradients(self) -> Gradients:
+        """``name -> ∂ℓ/∂θ`` of every parameter the sweep reached, read one at a time: a deferred
+        node's weight gradient is computed (``xᵀ ȳ``, one GEMM) when its name is read, and not kept."""
+        return Gradients(self)
 
     def _closure(self, span: LayerSpan, sources: frozenset[str]) -> dict[str, set[str]]:
         """value name -> the parameters and the ``sources`` (values fed from outside) it depends
@@ -139,14 +198,20 @@ class Tape:
         wanted: Sequence[str],
         wanted_inputs: Sequence[str] = (),
         into: dict[str, Tensor] | None = None,
+        alpha: float = 1.0,
+        accumulate: bool = False,
     ) -> tuple[dict[str, Maybe], dict[str, Maybe]]:
         """The tangent of the reverse sweep over ``span``: ``(θ̄̇ of wanted, x̄̇ of wanted_inputs)``.
 
         ``seeds`` holds the adjoint tangents of the outputs (``None`` for zero); ``second`` keeps
         the second-order parts. The first-order adjoints are the tape's (``∂ℓ/∂·`` of the loss).
         ``into`` maps parameters to ``(k, *shape)`` views that a node which ``writes_into`` may
-        fill in place (the first node to produce that parameter's product only)."""
+        fill in place (the first node to produce that parameter's product only): with ``θ̄̇``, or,
+        given ``alpha`` / ``accumulate``, with ``(into if accumulate else 0) + alpha θ̄̇`` (a
+        batch's sequences summed into one product); the returned entry is then that view."""
         into = into or {}
+        scaled = alpha != 1.0 or accumulate
+        written: set[str] = set()  # products written into their `into` view (scaled if `scaled`)
         wanted_set = set(wanted) | set(wanted_inputs)
         upstream = self._closure(span, frozenset(wanted_inputs))
         dbars: dict[str, Maybe] = dict(seeds)
@@ -162,16 +227,16 @@ class Tape:
             need_p = [p in wanted_set for p in node.params]
             if not (any(need_x) or any(need_p)):
                 continue
+            dest = None
             if node.writes_into:
                 dest = [into.get(p) if p not in out else None for p in node.params]
-                dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, need_x, need_p, dest=dest)
+                scale = {"alpha": alpha, "beta": float(accumulate)} if scaled else {}
+                dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, need_x, need_p, dest=dest, **scale)
             else:
                 dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, need_x, need_p)
             for name, g in zip(node.inputs, dgx):
                 dbars[name] = add(dbars.get(name), g)
-            for name, g in zip(node.params, dgp):
-                if name in wanted_set:
-                    out[name] = add(out.get(name), g)
+            collect(out, written, node.params, dgp, dest, wanted_set, alpha)
         return out, {name: dbars.get(name) for name in wanted_inputs}
 
     def sweep(
@@ -180,17 +245,28 @@ class Tape:
         term: str,
         wanted: Sequence[str],
         into: dict[str, Tensor] | None = None,
+        alpha: float = 1.0,
+        accumulate: bool = False,
     ) -> dict[str, Maybe]:
         """``θ̄̇`` for the parameters ``wanted``, given tangents ``dparams`` (``k`` leading).
 
         ``dparams`` maps a parameter name to its tangent of shape ``(k, *shape)``; missing
         names have zero tangent. Returns ``name -> (k, *shape)`` (``None`` when exactly 0);
-        a product may be the view of ``into`` it was written into (:meth:`adjoint_tangents`).
+        a product may be the view of ``into`` it was written into, scaled by ``alpha`` and added
+        to it when ``accumulate`` (:meth:`adjoint_tangents`).
         """
         seed_curvature, second = SWEEP_RULES[term]
         dvals = self.tangents(self.whole, {}, dparams)
         dZ = dvals[self.output]
         seed = self.loss_hvp(dZ) if seed_curvature and dZ is not None else None
         return self.adjoint_tangents(
-            self.whole, dvals, dparams, {self.output: seed}, second, wanted, into=into
+            self.whole,
+            dvals,
+            dparams,
+            {self.output: seed},
+            second,
+            wanted,
+            into=into,
+            alpha=alpha,
+            accumulate=accumulate,
         )[0]

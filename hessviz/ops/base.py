@@ -144,6 +144,9 @@ class Node:
     """``True`` when ``adjoint_tangent`` takes ``dest``: per parameter a ``(k, *shape)`` view (or
     ``None``) to write ``θ̄̇`` into instead of allocating it (the sweep's output, so a batched
     product is written once, in place)."""
+    defers_params: bool = False
+    """``True`` when ``adjoint(gy, params=False)`` skips the parameter adjoints (weight-sized) and
+    :meth:`parameter_adjoint` gives them when asked (:attr:`hessviz.matfree.tape.Tape.gradients`)."""
 
     def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
         """``ẏ`` from the input tangents ``dx`` and parameter tangents ``dp`` (``k`` leading)."""
@@ -152,6 +155,10 @@ class Node:
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         """``(x̄ per input, θ̄ per parameter)`` from ``ȳ`` at the primal point (unbatched)."""
         raise NotImplementedError
+
+    def parameter_adjoint(self, gy: Tensor, i: int) -> Maybe:
+        """``θ̄`` of parameter ``i`` from ``ȳ`` (entry ``i`` of what :meth:`adjoint` returns second)."""
+        return self.adjoint(gy)[1][i]
 
     def adjoint_tangent(
         self,

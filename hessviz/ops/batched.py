@@ -53,17 +53,25 @@ def add_primal_times_T_(out: Tensor, a: Tensor, B: Tensor) -> Tensor:
     return out
 
 
-def stacked_T_times(left: list[Tensor | None], right: list[Tensor | None], k: int, out: Tensor) -> Tensor:
-    r"""``out_j = Σ_i left_iᵀ right_i`` for pairs whose members are ``(L, ·)`` primals or
-    ``(k, L, ·)`` tangents (``None`` pairs skipped): one GEMM per ``j`` over the stacked
-    rows, ``[l_1; l_2]ᵀ [r_1; r_2] = l_1ᵀ r_1 + l_2ᵀ r_2``, so the weight-sized ``out (k, n, m)``
-    is written once."""
+def stacked_T_times(
+    left: list[Tensor | None],
+    right: list[Tensor | None],
+    k: int,
+    out: Tensor,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> Tensor:
+    r"""``out_j = beta out_j + alpha Σ_i left_iᵀ right_i`` for pairs whose members are ``(L, ·)``
+    primals or ``(k, L, ·)`` tangents (``None`` pairs skipped): one GEMM per ``j`` over the
+    stacked rows, ``[l_1; l_2]ᵀ [r_1; r_2] = l_1ᵀ r_1 + l_2ᵀ r_2``, so the weight-sized
+    ``out (k, n, m)`` is written once (``beta = 0``: its contents are not read)."""
     pairs = [(lf, r) for lf, r in zip(left, right) if lf is not None and r is not None]
     for j in range(k):
         lhs = [lf if lf.ndim == 2 else lf[j] for lf, _ in pairs]
         rhs = [r if r.ndim == 2 else r[j] for _, r in pairs]
-        if len(pairs) == 1:
-            torch.mm(lhs[0].T, rhs[0], out=out[j])
+        a, b = (lhs[0].T, rhs[0]) if len(pairs) == 1 else (torch.cat(lhs).T, torch.cat(rhs))
+        if alpha == 1.0 and beta == 0.0:
+            torch.mm(a, b, out=out[j])
         else:
-            torch.mm(torch.cat(lhs).T, torch.cat(rhs), out=out[j])
+            torch.addmm(out[j], a, b, beta=beta, alpha=alpha, out=out[j])
     return out

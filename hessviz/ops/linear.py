@@ -31,6 +31,7 @@ class Linear(Node):
     """``output = input @ cat(weights) + cat(biases)``; ``biases`` entries may be ``None``."""
 
     writes_into = True
+    defers_params = True
 
     def __init__(
         self,
@@ -39,14 +40,19 @@ class Linear(Node):
         x: Tensor,
         weights: list[tuple[str, Tensor]],
         biases: list[tuple[str, Tensor] | None],
+        W: Tensor | None = None,
     ):
+        """``W``: the weights already concatenated (shared by the tapes of a batch's sequences);
+        by default ``cat(weights)`` (a copy when there are several)."""
         self.output, self.inputs = output, (input,)
         self.x = x
         self.widths = [w.shape[1] for _, w in weights]
         edges = [0] + torch.tensor(self.widths).cumsum(0).tolist()
         self.cols = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
         """the column block of each weight in ``W`` and ``y``."""
-        self.W = weights[0][1] if len(weights) == 1 else torch.cat([w for _, w in weights], dim=1)
+        if W is None:
+            W = weights[0][1] if len(weights) == 1 else torch.cat([w for _, w in weights], dim=1)
+        self.W = W
         self.weight_names = tuple(n for n, _ in weights)
         self.bias_names = tuple(b[0] for b in biases if b is not None)
         self.bias_of = [i for i, b in enumerate(biases) if b is not None]
@@ -61,6 +67,20 @@ class Linear(Node):
             )
             y = y + b
         self.y = y
+
+    def stacked(self, nodes: list[Linear], adjoints: bool) -> Linear:
+        """The same map on the rows of ``nodes`` stacked (the same node of ``B`` sequences' tapes:
+        :mod:`hessviz.matfree.lockstep`): ``x`` is ``(B L, n)``, and with ``adjoints`` ``ȳ`` too.
+        Its :meth:`tangent` and :meth:`adjoint_tangent` on stacked tangents are those of the
+        ``B`` nodes, with the weights' products summed over the sequences in one GEMM."""
+        if len(nodes) == 1:
+            return nodes[0]
+        out = object.__new__(Linear)
+        out.__dict__ |= {k: v for k, v in self.__dict__.items() if k not in ("x", "y", "gy")}
+        out.x = torch.cat([n.x for n in nodes])
+        if adjoints:
+            out.gy = torch.cat([n.gy for n in nodes])
+        return out
 
     def _split(self, t: Tensor, where: list[int]) -> list[Tensor]:
         pieces = torch.split(t, self.widths, dim=-1)
@@ -88,12 +108,23 @@ class Linear(Node):
                 bt.add_primal_times_(out[..., self.cols[i]], self.x, dW)  # + x Ẇ_i
         return out
 
-    def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint(self, gy: Tensor, params: bool = True) -> tuple[list[Maybe], list[Maybe]]:
+        """``([ȳ Wᵀ], [xᵀ ȳ_i …, Σ_t ȳ_t …])``; ``params=False``: the parameter adjoints are
+        ``None`` (:meth:`parameter_adjoint` gives them when asked)."""
         self.gy = gy
-        gW = self.x.T @ gy
-        gb = gy.sum(0)
+        if not params:
+            return [gy @ self.W.T], [None] * len(self.params)
+        gW, gb = self.x.T @ gy, gy.sum(0)
         nw = len(self.weight_names)
         return [gy @ self.W.T], self._split(gW, list(range(nw))) + self._split(gb, self.bias_of)
+
+    def parameter_adjoint(self, gy: Tensor, i: int) -> Tensor:
+        """Parameter ``i``'s adjoint alone: ``xᵀ ȳ_i`` for a weight, ``Σ_t ȳ_t`` over its columns
+        for a bias."""
+        nw = len(self.weight_names)
+        if i < nw:
+            return self.x.T @ gy[:, self.cols[i]]
+        return gy[:, self.cols[self.bias_of[i - nw]]].sum(0)
 
     def adjoint_tangent(
         self,
@@ -104,7 +135,11 @@ class Linear(Node):
         need_x: list[bool],
         need_p: list[bool],
         dest: list[Maybe] | None = None,
+        alpha: float = 1.0,
+        beta: float = 0.0,
     ) -> tuple[list[Maybe], list[Maybe]]:
+        """The weights' products go into ``dest`` (when given) as ``beta dest + alpha Ẇ̄`` (the
+        defaults: ``Ẇ̄``); a product without a destination is ``Ẇ̄``, unscaled."""
         nw = len(self.weight_names)
         dest = dest or [None] * len(self.params)
         dW = dp[:nw] if second else [None] * nw
@@ -126,11 +161,14 @@ class Linear(Node):
         for i in range(nw):
             if need_p[i] and (dgy is not None or dx0 is not None):  # xᵀ ȳ̇_i + ẋᵀ ȳ_i
                 cols = self.cols[i]
+                into = dest[i] is not None
                 dgp[i] = bt.stacked_T_times(
                     [self.x, dx0],
                     [None if dgy is None else dgy[..., cols], self.gy[:, cols]],
                     k,
-                    self.x.new_empty(k, self.x.shape[1], self.widths[i]) if dest[i] is None else dest[i],
+                    dest[i] if into else self.x.new_empty(k, self.x.shape[1], self.widths[i]),
+                    alpha if into else 1.0,
+                    beta if into else 0.0,
                 )
         for j, i in enumerate(self.bias_of):
             if need_p[nw + j] and dgy is not None:

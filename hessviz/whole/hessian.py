@@ -39,6 +39,7 @@ from hessviz.api import _tape_gradient, forward, hessian, hessian_bytes
 from hessviz.config import BlockConfig
 from hessviz.errors import ConfigError, InputError
 from hessviz.losses import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, CustomLoss, HeadTerms, LMHead
+from hessviz.matfree import graphs, lockstep, memory
 from hessviz.matfree.block import build_at_output
 from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator
 from hessviz.matfree.layout import Layout
@@ -69,8 +70,10 @@ class WholeLayout:
 
 
 class BatchProducts(MatrixFreeHessian):
-    """``(1/B) Σ_β H_β V``: the per-sequence products of ``parts``, summed in order, then summed
-    over the ranks of ``ranks`` (:mod:`hessviz.whole.ranks`; ``B`` counts every rank's sequences).
+    """``(1/B) Σ_β H_β V``: the per-sequence products of ``parts``, each scaled and added into
+    one output in order (the weights' products by their GEMMs, in place: no per-sequence
+    ``P'``-sized vector), then summed over the ranks of ``ranks`` (:mod:`hessviz.whole.ranks`;
+    ``B`` counts every rank's sequences).
 
     Answers what :class:`~hessviz.matfree.operator.MatrixFreeHessian` does (``layout``,
     ``product``, ``matvec``, ``linear_operator``) for the stack ``cfg``, and for a classifier's
@@ -98,6 +101,7 @@ class BatchProducts(MatrixFreeHessian):
         self.weight = 1.0 / (len(parts) if sequences is None else sequences)
         self.ranks = ranks
         self.matvecs = 0
+        self._same_nodes: bool | None = None
 
     def layout(self, names: Sequence[str] | None = None) -> WholeLayout:
         stack, heads = _partition(self.names if names is None else names)
@@ -128,14 +132,44 @@ class BatchProducts(MatrixFreeHessian):
                 )
                 total = p.mul_(self.weight) if total is None else total.add_(p, alpha=self.weight)
             total = self._zero(V, rows, out) if total is None else total if out is None else out.copy_(total)
-        else:
-            total = None
-            for part in self.parts:
-                p = part.product(V, term, rows.stack, cols.stack, out=out if total is None else None)
-                total = p.mul_(self.weight) if total is None else total.add_(p, alpha=self.weight)
-            total = self._zero(V, rows, out) if total is None else total
+        else:  # every sequence's product scaled and added into one (k, P') output, in place
+            total = self._zero(V, rows, out) if not self.parts else out
+            if total is None:
+                total = memory.empty((V.shape[0], rows.size), V)
+            if self.parts and self._lockstep(V):
+                self._lockstep_product(V, term, rows.stack, cols.stack, total)
+            else:
+                for b, part in enumerate(self.parts):
+                    part.product(V, term, rows.stack, cols.stack, total, self.weight, accumulate=b > 0)
         self.matvecs += V.shape[0]
         return self.ranks.all_reduce_(total)
+
+    def _lockstep(self, V: Tensor) -> bool:
+        """Whether the sequences' sweeps can run as one (:mod:`hessviz.matfree.lockstep`): hand-written
+        tapes of the same nodes, and no CUDA-graph replay to keep (a GPU's per-sequence replays)."""
+        if len(self.parts) < 2 or any(p.method != "closed_form" for p in self.parts):
+            return False
+        if any(p.replay for p in self.parts) and graphs.enabled(V):
+            return False
+        if self._same_nodes is None:
+            self._same_nodes = lockstep.same_nodes([p.sweep_tape for p in self.parts])
+        return self._same_nodes
+
+    def _lockstep_product(self, V: Tensor, term: str, rows: Layout, cols: Layout, out: Tensor) -> None:
+        """``out = (1/B) Σ_β H_β V`` over this rank's sequences in one lockstep sweep per ``BATCH``
+        columns (:func:`hessviz.matfree.lockstep.sweep`)."""
+        tapes = [p.sweep_tape for p in self.parts]
+        for start in range(0, V.shape[0], BATCH):
+            chunk = V[start : start + BATCH]
+            if chunk.stride(-1) != 1:
+                chunk = chunk.contiguous()
+            part = out[start : start + BATCH]
+            prods = lockstep.sweep(
+                tapes, cols.scatter(chunk), term, rows.bases, rows.destinations(part), self.weight
+            )
+            rows.gather(prods, chunk.shape[0], chunk, part, self.weight)
+        for p in self.parts:
+            p.matvecs += V.shape[0]
 
     @staticmethod
     def _zero(V: Tensor, rows: WholeLayout, out: Tensor | None) -> Tensor:
@@ -198,8 +232,9 @@ class Problem:
         rank's, ``sequences`` in all (default: these alone). Over several ranks its ``value`` is this
         rank's share until :func:`model_hessian` sums it (after every rank has built its part)."""
         parts, values, terms = [], [], []
+        fused: dict = {}  # the concatenated weights, one copy for every sequence's tape
         for b, X0 in enumerate(self.X0):
-            part, value, head = self.sequence(b, X0)
+            part, value, head = self.sequence(b, X0, fused)
             parts.append(part)
             values.append(value)
             terms.append(head)
@@ -208,7 +243,9 @@ class Problem:
         value = (torch.stack(values).sum() if values else like.new_zeros(())) / sequences
         return ModelHessian(self, parts, value, terms, ranks=ranks, sequences=sequences)
 
-    def sequence(self, b: int, X0: Tensor) -> tuple[HessianResult, Tensor, HeadTerms | None]:
+    def sequence(
+        self, b: int, X0: Tensor, fused: dict | None = None
+    ) -> tuple[HessianResult, Tensor, HeadTerms | None]:
         """Sequence ``b``'s :class:`HessianResult`, objective value and head terms.
 
         A stack is built from one forward pass of nodes
@@ -228,7 +265,7 @@ class Problem:
             loss, got["value"], got["head"] = self.objective.sequence_terms(Z, self.ids[b], b, self.head)
             return loss.checked(self.cfg.seq_len, self.cfg.d_model, X0.dtype, X0.device, Z)
 
-        tape, loss = build_at_output(self.cfg, self.params, X0, loss_at)
+        tape, loss = build_at_output(self.cfg, self.params, X0, loss_at, fused)
         products = MatrixFreeHessian(self.cfg, self.params, X0, loss, wrt)
         products.__dict__["tape"] = tape  # the cached property, already built
         engine = StackHessian(self.cfg, self.params, functools.partial(getattr, products, "tape"), loss)
@@ -343,12 +380,12 @@ class ModelHessian:
         stack, heads = _partition(inner)
         layout = self.products.layout(stack + heads)  # refuses head names without a head
         flat = self.products.X.new_zeros(layout.size)
+        scratch = flat.new_empty(layout.stack.size) if stack else None  # one sequence's, reused
         w = 1.0 / self.sequences
         for res, terms in zip(self.parts, self.terms):
             if stack:
-                g = _tape_gradient(self.cfg, res.products.sweep_tape, stack)
-                for n, cols in self.cfg.offsets(stack).items():
-                    flat[cols].add_(g[n].reshape(-1), alpha=w)
+                _tape_gradient(self.cfg, res.products.sweep_tape, stack, out=scratch)
+                flat[: layout.stack.size].add_(scratch, alpha=w)  # the layers' columns come first
             for h in heads:
                 flat[layout.columns[h]].add_(terms.gradient[h].reshape(-1), alpha=w)
         self.ranks.all_reduce_(flat)
