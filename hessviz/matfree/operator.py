@@ -22,7 +22,7 @@ with the tangent on ``b`` only and the product read on ``a`` only: ``block_opera
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -44,6 +44,29 @@ BATCH = 8
 """Product columns per sweep. On the bench layer (MiniLM, L = 24, 1 thread) 4 or 8 columns cost
 ≈ 0.8× a single product per column and 16 more than 8 (their weight tangents, 16 × 14 MiB, no
 longer share the cache), so wider batches are swept 8 columns at a time."""
+
+
+def sweep_in_batches(
+    V: Tensor,
+    out: Tensor,
+    rows: Layout,
+    cols: Layout,
+    sweep: Callable[[dict[str, Tensor], tuple[str, ...], dict[str, Tensor]], dict[str, Tensor | None]],
+    alpha: float = 1.0,
+    accumulate: bool = False,
+) -> Tensor:
+    """``out (k, |rows|)`` from ``V (k, |cols|)``, ``BATCH`` rows of ``V`` at a time: each chunk's
+    weight tangents scattered by ``cols``, swept by ``sweep(dparams, wanted, into)`` (the products of
+    the ``wanted`` bases, a product written into its view of ``into`` where it can be), and gathered
+    by ``rows`` into the chunk's rows of ``out`` (``alpha``, ``accumulate``: as the sweep applied them)."""
+    for start in range(0, V.shape[0], BATCH):
+        chunk = V[start : start + BATCH]  # (k, P') rows: unit-stride weight tangents
+        if chunk.stride(-1) != 1:
+            chunk = chunk.contiguous()
+        part = out[start : start + BATCH]
+        prods = sweep(cols.scatter(chunk), rows.bases, rows.destinations(part))
+        rows.gather(prods, chunk.shape[0], chunk, part, alpha, accumulate)
+    return out
 
 
 class MatrixFreeHessian:
@@ -149,16 +172,11 @@ class MatrixFreeHessian:
         """:meth:`product`, swept: ``BATCH`` columns at a time through :attr:`sweep_tape`."""
         if out is None:
             out = memory.empty((V.shape[0], rows.size), V)
-        for start in range(0, V.shape[0], BATCH):
-            chunk = V[start : start + BATCH]  # (k, P') rows: unit-stride weight tangents
-            if chunk.stride(-1) != 1:
-                chunk = chunk.contiguous()
-            part = out[start : start + BATCH]
-            prods = self.sweep_tape.sweep(
-                cols.scatter(chunk), term, rows.bases, rows.destinations(part), alpha, accumulate
-            )
-            rows.gather(prods, chunk.shape[0], chunk, part, alpha, accumulate)
-        return out
+
+        def sweep(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
+            return self.sweep_tape.sweep(dparams, term, wanted, into, alpha, accumulate)
+
+        return sweep_in_batches(V, out, rows, cols, sweep, alpha, accumulate)
 
     def operator(
         self, term: str = "full", rows: Sequence[str] | None = None, cols: Sequence[str] | None = None

@@ -43,7 +43,7 @@ from hessviz.matfree import graphs, lockstep, memory
 from hessviz.matfree.block import build_at_output
 from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator
 from hessviz.matfree.layout import Layout
-from hessviz.matfree.operator import BATCH, MatrixFreeHessian
+from hessviz.matfree.operator import BATCH, MatrixFreeHessian, sweep_in_batches
 from hessviz.result import HessianResult
 from hessviz.stack import StackHessian
 from hessviz.terms import check_term
@@ -159,15 +159,11 @@ class BatchProducts(MatrixFreeHessian):
         """``out = (1/B) Σ_β H_β V`` over this rank's sequences in one lockstep sweep per ``BATCH``
         columns (:func:`hessviz.matfree.lockstep.sweep`)."""
         tapes = [p.sweep_tape for p in self.parts]
-        for start in range(0, V.shape[0], BATCH):
-            chunk = V[start : start + BATCH]
-            if chunk.stride(-1) != 1:
-                chunk = chunk.contiguous()
-            part = out[start : start + BATCH]
-            prods = lockstep.sweep(
-                tapes, cols.scatter(chunk), term, rows.bases, rows.destinations(part), self.weight
-            )
-            rows.gather(prods, chunk.shape[0], chunk, part, self.weight)
+
+        def sweep(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
+            return lockstep.sweep(tapes, dparams, term, wanted, into, self.weight)
+
+        sweep_in_batches(V, out, rows, cols, sweep, self.weight)
         for p in self.parts:
             p.matvecs += V.shape[0]
 
