@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from hessviz.matfree.tape import Tape, collect
+from hessviz.matfree.tape import Tape, collect, needs
 from hessviz.ops.base import Maybe, add
 from hessviz.ops.linear import Linear
 from hessviz.terms import SWEEP_RULES
@@ -98,13 +98,10 @@ def sweep(
         dgys = [db.pop(node.output, None) for db in dbars]
         dp = [dparams.get(p) for p in node.params]
         dxs = [[d.get(x) for x in node.inputs] for d in dvals]
-        has_tangent = any(t is not None for t in dxs[0] + dp)
-        if dgys[0] is None and not (second and has_tangent):
+        needed = needs(node, dgys[0], dxs[0], dp, second, upstream, wanted_set)  # the same for every tape
+        if needed is None:
             continue
-        need_x = [bool(upstream.get(x, set()) & wanted_set) for x in node.inputs]
-        need_p = [p in wanted_set for p in node.params]
-        if not (any(need_x) or any(need_p)):
-            continue
+        need_x, need_p = needed
         if isinstance(node, Linear):
             dest = [into.get(p) if p not in out else None for p in node.params]
             stacked = node.stacked([n[i] for n in nodes], adjoints=True)

@@ -89,6 +89,27 @@ def collect(
             out[name] = add(out.get(name), g)
 
 
+def needs(
+    node: Node,
+    dgy: Maybe,
+    dx: list[Maybe],
+    dp: list[Maybe],
+    second: bool,
+    upstream: Mapping[str, set[str]],
+    wanted: set[str],
+) -> tuple[list[bool], list[bool]] | None:
+    """Which adjoint tangents of ``node`` the reverse sweep needs, ``(need_x, need_p)``: an input's
+    when a wanted parameter or input lies upstream of it (``upstream``: :meth:`Tape._closure`), a
+    parameter's when it is wanted. ``None``: the node does no work, because it has no adjoint
+    tangent ``dgy`` and no second-order part (``second`` off, or no tangent ``dx``, ``dp``), or
+    nothing it would give is needed."""
+    if dgy is None and not (second and any(t is not None for t in dx + dp)):
+        return None
+    need_x = [bool(upstream.get(n, set()) & wanted) for n in node.inputs]
+    need_p = [p in wanted for p in node.params]
+    return (need_x, need_p) if any(need_x) or any(need_p) else None
+
+
 class Gradients(Mapping):
     """The parameter gradients of a :class:`Tape` as a read-only mapping (:attr:`Tape.gradients`)."""
 
@@ -220,13 +241,10 @@ class Tape:
             dgy = dbars.pop(node.output, None)
             dx = [dvals.get(n) for n in node.inputs]
             dp = [dparams.get(p) for p in node.params]
-            has_tangent = any(t is not None for t in dx + dp)
-            if dgy is None and not (second and has_tangent):
+            needed = needs(node, dgy, dx, dp, second, upstream, wanted_set)
+            if needed is None:
                 continue
-            need_x = [bool(upstream.get(n, set()) & wanted_set) for n in node.inputs]
-            need_p = [p in wanted_set for p in node.params]
-            if not (any(need_x) or any(need_p)):
-                continue
+            need_x, need_p = needed
             dest = None
             if node.writes_into:
                 dest = [into.get(p) if p not in out else None for p in node.params]
