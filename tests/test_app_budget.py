@@ -3,8 +3,13 @@
 Every page asks :func:`hessviz.app.budget.cost` before it computes; the estimate decides whether a
 view runs, and says "about 25 s" before a long one. Here a few representative views run through the
 app's own cache functions (the code path of a live view), one torch thread as the app runs
-(``app.py``), and their measured process CPU must lie within a factor 2 of the estimate either way.
-Small cases only (about 3 s in all); the large ones are measured by ``benchmarks/``.
+(``app.py``), and their measured CPU must lie within a factor 2 of the estimate either way.
+
+The CPU is the calling thread's (:func:`time.thread_time`; on one torch thread the view's work runs
+there), so a background thread of the test process does not count, and it is the least of
+:data:`REPEATS` runs from a cleared cache: contention on a shared machine only adds time, and one
+noisy run once read 2.06 on a view that reads 0.9 here. Small cases only (about 8 s in all); the
+large ones are measured by ``benchmarks/``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from hessviz.app import budget, cache
 from hessviz.app.state import View
 
 FACTOR = 2.0
+REPEATS = 3
 
 
 def _map(v: View) -> None:
@@ -82,16 +88,22 @@ def one_thread():
     cache.clear()
 
 
+def _cpu_seconds(run, view: View) -> float:
+    """The calling thread's CPU seconds for one run of a view's computations from a cleared cache."""
+    cache.clear()
+    start = time.thread_time()
+    run(view)
+    used = time.thread_time() - start
+    cache.clear()
+    return used
+
+
 @pytest.mark.parametrize("name", list(VIEWS))
 def test_estimate_within_a_factor_two_of_measured_cpu(one_thread, name):
     kind, values, run, extra = VIEWS[name]
     view = View.from_values(values)
     estimate = budget.cost(kind, view.cfg, **extra).seconds
-    cache.clear()
-    start = time.process_time()
-    run(view)
-    used = time.process_time() - start
-    cache.clear()
+    used = min(_cpu_seconds(run, view) for _ in range(REPEATS))
     assert estimate / FACTOR <= used <= estimate * FACTOR, (
         f"{name}: estimated {estimate:.3f} s, measured {used:.3f} s of CPU (ratio {used / estimate:.2f})"
     )
