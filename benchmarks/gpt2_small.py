@@ -13,7 +13,8 @@ fixed text (GPT-2's first 256 ids are its byte tokens; nothing is downloaded), `
     python benchmarks/gpt2_small.py --tokens 4x128 --ranks 1 2 4         # per-rank product, gloo
     python benchmarks/gpt2_small.py --tokens 1x32 --interleave --repeats 3  # hessviz / kept graph, same load
 
-Methods: ``hessviz`` (``hv.model_hessian``, the full term and ``outer``), ``double_backward``
+Methods: ``hessviz`` (``hv.model_hessian``, the full term and ``outer``), ``hessviz_checkpoint``
+(the same with ``checkpoint=True``: each layer rebuilt per product), ``double_backward``
 (the gradient's graph kept, then ``autograd.grad`` per product: the strongest plain-torch
 baseline), ``curvlinops_hessian`` / ``curvlinops_ggn`` (``HessianLinearOperator``,
 ``GGNLinearOperator``), ``eigenthings`` (hessian-eigenthings' ``HessianOperator``). Top-5:
@@ -170,7 +171,9 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
         state = {}
 
         def gradient():
-            state["res"] = hv.model_hessian(model, ids, wrt=hessviz_names(model))
+            state["res"] = hv.model_hessian(
+                model, ids, wrt=hessviz_names(model), checkpoint=method == "hessviz_checkpoint"
+            )
             state["res"].gradient()
 
         out["gradient_s"] = clock(gradient)
@@ -386,7 +389,14 @@ def main() -> None:
         rows = ranks(a.ranks, ids)
     else:
         methods = {
-            "product": ["hessviz", "double_backward", "curvlinops_hessian", "curvlinops_ggn", "eigenthings"],
+            "product": [
+                "hessviz",
+                "hessviz_checkpoint",
+                "double_backward",
+                "curvlinops_hessian",
+                "curvlinops_ggn",
+                "eigenthings",
+            ],
             "top5": ["hessviz", "eigenthings", "curvlinops"],
         }[a.methods]
         rows = []

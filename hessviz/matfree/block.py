@@ -198,6 +198,23 @@ def _forward(
     return b, x, layers
 
 
+def layer_nodes(
+    cfg: BlockConfig,
+    params: dict[str, Tensor],
+    X: Tensor,
+    layer: int,
+    fused: dict[tuple[str, ...], Tensor] | None = None,
+) -> tuple[list[Node], dict[str, Tensor], str]:
+    """Layer ``layer`` of the stack ``cfg`` alone as nodes on its input ``X (L, d)``, the value
+    named ``"X"``: ``(nodes, values by name, name of its output)``, the nodes those of the same
+    layer in :func:`build` (same names, same weights). A checkpointed sweep rebuilds a layer from
+    its input with it (:mod:`hessviz.matfree.checkpoint`)."""
+    b = _Builder(params, X, fused)
+    b.prefix = f"l{layer}." if cfg.is_stack else ""
+    out, _ = _block(b, cfg.block, "X")
+    return b.nodes, b.values, out
+
+
 def forward_nodes(
     cfg: BlockConfig, params: dict[str, Tensor], X: Tensor
 ) -> tuple[dict[str, Tensor], str, list[LayerSpan]]:

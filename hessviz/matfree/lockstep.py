@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from hessviz.matfree.tape import Tape, collect, needs
-from hessviz.ops.base import Maybe, add
+from hessviz.ops.base import Maybe, Node, add
 from hessviz.ops.linear import Linear
 from hessviz.terms import SWEEP_RULES
 
@@ -57,23 +57,18 @@ def _split(t: Maybe, B: int) -> list[Maybe]:
     return [None] * B if t is None else list(t.chunk(B, dim=1))
 
 
-def sweep(
-    tapes: Sequence[Tape],
+def tangents(
+    nodes: Sequence[Sequence[Node]],
+    dinputs: Sequence[dict[str, Maybe]],
     dparams: dict[str, Tensor],
-    term: str,
-    wanted: Sequence[str],
-    into: dict[str, Tensor],
-    alpha: float,
-) -> dict[str, Maybe]:
-    """``Σ_β θ̄̇_β`` of the ``wanted`` parameters over the tapes (:meth:`Tape.sweep` of each,
-    summed), the tangents ``dparams (k, *shape)`` shared. A product written into its view of
-    ``into`` is already ``alpha Σ_β θ̄̇_β`` (the returned entry is that view); every other entry
-    is the unscaled sum (:meth:`~hessviz.matfree.layout.Layout.gather` scales it)."""
-    seed_curvature, second = SWEEP_RULES[term]
-    B, first = len(tapes), tapes[0]
-    nodes = [t.nodes for t in tapes]
-    dvals: list[dict[str, Maybe]] = [{} for _ in tapes]
-    for i, node in enumerate(first.nodes):  # forward tangents
+) -> list[dict[str, Maybe]]:
+    """Forward tangents of every value of ``B`` tapes' nodes (:meth:`Tape.tangents` of each), the
+    nodes ``nodes[β]`` of sequence ``β`` the same across ``β``, from the tangents ``dinputs[β]`` of
+    the values they read from outside and the weights' ``dparams (k, *shape)``; a linear map is one
+    GEMM on the ``B·L`` stacked rows."""
+    B = len(nodes)
+    dvals: list[dict[str, Maybe]] = [dict(d) for d in dinputs]
+    for i, node in enumerate(nodes[0]):
         dp = [dparams.get(p) for p in node.params]
         if isinstance(node, Linear):
             dx = _cat([d.get(node.inputs[0]) for d in dvals])
@@ -83,17 +78,35 @@ def sweep(
         else:
             for n, d in zip(nodes, dvals):
                 d[node.output] = n[i].tangent([d.get(x) for x in node.inputs], dp)
+    return dvals
 
-    dbars: list[dict[str, Maybe]] = []
-    for t, d in zip(tapes, dvals):
-        dZ = d[t.output]
-        dbars.append({t.output: t.loss_hvp(dZ) if seed_curvature and dZ is not None else None})
-    wanted_set = set(wanted)
-    upstream = first._closure(first.whole, frozenset())
+
+def adjoint_tangents(
+    tapes: Sequence[Tape],
+    dvals: Sequence[dict[str, Maybe]],
+    dparams: dict[str, Tensor],
+    seeds: Sequence[dict[str, Maybe]],
+    second: bool,
+    wanted: Sequence[str],
+    into: dict[str, Tensor],
+    alpha: float,
+    wanted_inputs: Sequence[str] = (),
+) -> tuple[dict[str, Maybe], list[dict[str, Maybe]]]:
+    """The tangent of the reverse sweep over the tapes' whole spans, side by side
+    (:meth:`Tape.adjoint_tangents` of each): ``(Σ_β θ̄̇_β of wanted, per tape x̄̇ of wanted_inputs)``.
+
+    ``seeds[β]`` holds tape ``β``'s adjoint tangents of its outputs. A product written into its view
+    of ``into`` is already ``alpha Σ_β θ̄̇_β`` (the returned entry is that view); every other entry
+    is the unscaled sum (:meth:`~hessviz.matfree.layout.Layout.gather` scales it)."""
+    B, first = len(tapes), tapes[0]
+    nodes = [t.nodes for t in tapes]
+    dbars = [dict(s) for s in seeds]
+    wanted_set = set(wanted) | set(wanted_inputs)
+    upstream = first._closure(first.whole, frozenset(wanted_inputs))
     scaled = alpha != 1.0
     out: dict[str, Maybe] = {}
     written: set[str] = set()
-    for i in reversed(range(len(first.nodes))):  # the tangent of the reverse sweep
+    for i in reversed(range(len(first.nodes))):
         node = first.nodes[i]
         dgys = [db.pop(node.output, None) for db in dbars]
         dp = [dparams.get(p) for p in node.params]
@@ -127,4 +140,34 @@ def sweep(
             for name, g in zip(node.inputs, gx):
                 db[name] = add(db.get(name), g)
         collect(out, written, node.params, dgp, dest, wanted_set, alpha)
+    return out, [{name: db.get(name) for name in wanted_inputs} for db in dbars]
+
+
+def seeds(
+    tapes: Sequence[Tape], dvals: Sequence[dict[str, Maybe]], seed_curvature: bool
+) -> list[dict[str, Maybe]]:
+    """Each tape's seed ``Z̄̇ = ∇²_Z ℓ · Ż`` at its output (``None``: zero, or the term has none)."""
+    out = []
+    for t, d in zip(tapes, dvals):
+        dZ = d[t.output]
+        out.append({t.output: t.loss_hvp(dZ) if seed_curvature and dZ is not None else None})
     return out
+
+
+def sweep(
+    tapes: Sequence[Tape],
+    dparams: dict[str, Tensor],
+    term: str,
+    wanted: Sequence[str],
+    into: dict[str, Tensor],
+    alpha: float,
+) -> dict[str, Maybe]:
+    """``Σ_β θ̄̇_β`` of the ``wanted`` parameters over the tapes (:meth:`Tape.sweep` of each,
+    summed), the tangents ``dparams (k, *shape)`` shared. A product written into its view of
+    ``into`` is already ``alpha Σ_β θ̄̇_β`` (the returned entry is that view); every other entry
+    is the unscaled sum (:meth:`~hessviz.matfree.layout.Layout.gather` scales it)."""
+    seed_curvature, second = SWEEP_RULES[term]
+    dvals = tangents([t.nodes for t in tapes], [{} for _ in tapes], dparams)
+    return adjoint_tangents(
+        tapes, dvals, dparams, seeds(tapes, dvals, seed_curvature), second, wanted, into, alpha
+    )[0]
