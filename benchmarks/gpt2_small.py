@@ -82,6 +82,57 @@ def rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+class HeapPeak:
+    """The peak of the C heap's bytes in use (glibc's ``mallinfo2``: ``uordblks + hblkhd``), sampled
+    every 0.5 ms by a thread from ``start()``, above the bytes in use then: the memory a method's
+    tensors really hold, without the pages the allocator keeps after freeing them (which ``ru_maxrss``
+    counts). ``None`` where there is no glibc or on a GPU."""
+
+    def __init__(self):
+        import ctypes
+        import threading
+
+        class Info(ctypes.Structure):
+            _fields_ = [
+                (n, ctypes.c_size_t)
+                for n in (
+                    "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+                ).split()
+            ]
+
+        try:
+            self.libc = ctypes.CDLL("libc.so.6")
+            self.libc.mallinfo2.restype = Info
+        except (OSError, AttributeError):
+            self.libc = None
+        self.base = self.peak = 0
+        self.running = False
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def in_use(self) -> int:
+        info = self.libc.mallinfo2()
+        return info.uordblks + info.hblkhd
+
+    def start(self) -> HeapPeak:
+        if self.libc is not None and DEVICE.type == "cpu":
+            self.base = self.peak = self.in_use()
+            self.running = True
+            self.thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self.in_use())
+            time.sleep(0.0005)
+
+    def stop(self) -> int | None:
+        if not self.running:
+            return None
+        self.running = False
+        self.thread.join()
+        return self.peak - self.base
+
+
 def sync() -> None:
     if DEVICE.type == "cuda":
         torch.cuda.synchronize(DEVICE)
@@ -168,6 +219,7 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
 
         model = on_device(hv.load_model(checkpoint(), dtype=torch.float32))
         out["rss_model"] = rss()
+        heap = HeapPeak().start()
         state = {}
 
         def gradient():
@@ -193,6 +245,7 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
         model.to(DEVICE)
         ids = ids.to(DEVICE)
         out["rss_model"] = rss()
+        heap = HeapPeak().start()
         out["P"] = sum(p.numel() for p in params)
         if method == "double_backward":
             state = {}
@@ -267,6 +320,7 @@ def one(method: str, kind: str, ids: torch.Tensor, repeats: int) -> dict:
         else:
             raise SystemExit(f"unknown method {method!r}")
     out["rss_peak"] = rss()
+    out["heap_peak"] = heap.stop()
     return out
 
 
@@ -443,10 +497,10 @@ def report(rows: list[dict]) -> None:
     mine = next((r for r in rows if r["method"] == "hessviz"), None)
     key = "product_s" if "product_s" in rows[0] else "top5_s"
     print(
-        f"\n| method | P | gradient s | {key.replace('_s', '')} s (median) | hessviz × faster | "
-        "peak RSS GiB | peak − model GiB |"
+        f"\n| method | P | gradient s | {key.replace('_s', '')} s (median) | × hessviz's time | "
+        "peak RSS GiB | peak − model GiB | heap in use, peak − model GiB |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         t = r.get(key)
         t = statistics.median(t) if isinstance(t, list) else t
@@ -454,9 +508,11 @@ def report(rows: list[dict]) -> None:
         base = statistics.median(base) if isinstance(base, list) else base
         ratio = f"{t / base:.2f}" if base and t else "–"
         g = r.get("gradient_s")
+        heap = "–" if r.get("heap_peak") is None else f"{r['heap_peak'] / 2**30:.2f}"
         print(
             f"| {r['method']} | {r['P']:,} | {'–' if g is None else f'{g:.2f}'} | {t:.2f} | {ratio} | "
-            f"{r['rss_peak'] / 2**30:.2f} | {(r['rss_peak'] - r['rss_model']) / 2**30:.2f} |"
+            f"{r['rss_peak'] / 2**30:.2f} | {(r['rss_peak'] - r['rss_model']) / 2**30:.2f} | "
+            f"{heap} |"
         )
         if "top5" in r:
             ref = mine.get("top5") if mine else None

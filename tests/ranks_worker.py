@@ -50,6 +50,8 @@ def cases(folder: str, ids: torch.Tensor, share: list[slice], rank: int) -> dict
     empty = ids[:0] if rank == 1 else ids  # rank 1 holds no sequence
     res = hv.model_hessian(model, empty, "next_token", wrt)
     out["empty"] = numbers(res, torch.randn(res.size, 2, generator=gen, dtype=torch.float64))
+    res = hv.model_hessian(model, empty, "next_token", wrt, checkpoint=True)  # layers rebuilt per product
+    out["checkpointed"] = numbers(res, torch.randn(res.size, 2, generator=gen, dtype=torch.float64))
     for name, args in {
         "wrt": (mine, "next_token", wrt[:1] if rank == 0 else wrt[1:2]),
         "length": (mine[:, : 5 + rank], "next_token", wrt),

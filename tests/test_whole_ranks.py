@@ -1,6 +1,7 @@
 """``hv.model_hessian(..., group=)`` over two gloo processes on loopback (``MODEL.md`` part 4, "Many
 processes") against one process holding the whole batch: the loss, the gradient, products and the
-top eigenvalues, for a next-token and a classifier objective, a rank without sequences, and
+top eigenvalues, for a next-token and a classifier objective, a rank without sequences (also with
+``checkpoint=True``: the layers rebuilt per product), and
 disagreeing ranks (one clear error on every rank, no hang). The ranks run tests/ranks_worker.py;
 everything stops by itself (a 60 s collective timeout, a 120 s join). A rank that dies before its
 group is up (gloo cannot start on this machine) skips the module with the ranks' own logs as the
@@ -112,10 +113,13 @@ def reference(folder) -> dict[str, dict[str, object]]:
     )
     res = hv.model_hessian(model, IDS, "next_token", wrt)
     out["empty"] = ranks_worker.numbers(res, torch.randn(res.size, 2, generator=gen, dtype=torch.float64))
+    out["checkpointed"] = ranks_worker.numbers(
+        res, torch.randn(res.size, 2, generator=gen, dtype=torch.float64)
+    )
     return out
 
 
-@pytest.mark.parametrize("case", ["next_token", "classifier", "empty"])
+@pytest.mark.parametrize("case", ["next_token", "classifier", "empty", "checkpointed"])
 def test_two_ranks_give_the_whole_batchs_numbers_on_every_rank(spread, whole, case):
     _, got = spread
     want = whole[case]
