@@ -124,10 +124,25 @@ def norm(x: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
     On the CPU, ``vector_norm`` of a float32 tensor sums in float32, one term after another: on
     1.77 M positive terms that is 1.8e-5 relative, and the Lanczos ``β``s it gave put MiniLM's
     float32 top-5 5e-4 away from float64 (the bench's float32 row). In float64 the sum is
-    4e-7 relative or better there, as on a GPU, whose reductions are trees."""
+    4e-7 relative or better there, as on a GPU, whose reductions are trees.
+
+    The float64 sum is taken over pieces of :data:`NORM_PIECE` entries: ``vector_norm(…,
+    dtype=float64)`` of the whole makes a float64 copy of it first (at GPT-2 small's 85 M weights,
+    0.68 GB for each norm of a Lanczos step, and ``k`` times that for ``k`` rows), and is slower."""
     if x.dtype == torch.float64:
         return torch.linalg.vector_norm(x, dim=dim, keepdim=keepdim)
-    return torch.linalg.vector_norm(x, dim=dim, keepdim=keepdim, dtype=torch.float64).to(x.dtype)
+    whole = x.reshape(-1) if dim is None else x
+    axis = 0 if dim is None else dim
+    squares = sum(
+        torch.linalg.vector_norm(piece, dim=axis, keepdim=keepdim, dtype=torch.float64).square()
+        for piece in whole.split(NORM_PIECE, dim=axis)
+    )
+    out = squares.sqrt().to(x.dtype)
+    return out.reshape([1] * x.dim()) if dim is None and keepdim else out
+
+
+NORM_PIECE = 1 << 20
+"""Entries per piece of :func:`norm`'s float64 sum (8 MB of float64 at a time)."""
 
 
 REPEAT_BELOW = 2**-0.5
@@ -664,16 +679,31 @@ def extremes(
         j = begin = locked + keep
     values, residuals = r.theta[:k].clone(), r.est[:k].clone()
     U = None
-    if vectors or check:
-        U = combine_(r.Y[:, :k].to(like), Q[: r.Y.shape[0]], memory.empty((k, n), like))
-        U = U / norm(U, dim=1, keepdim=True)
+    if vectors or check:  # the Ritz vectors over the basis's first rows: no (k, n) beside it
+        U = combine_(r.Y[:, :k].to(like), Q[: r.Y.shape[0]], Q[:k])
+        U.div_(norm(U, dim=1, keepdim=True))
+        if vectors:
+            U = U.clone()
     if check:
-        HU = apply(U)
+        values, residuals = _checked(apply, Q[:k], Q[k : 2 * k] if len(Q) >= 2 * k else None)
         matvecs += k
-        values = (HU * U).sum(1).to(torch.float64).cpu()  # Rayleigh quotients: error ~ ‖r‖² / gap
-        residuals = norm(HU - values.to(like)[:, None] * U, dim=1).to(torch.float64).cpu()
     errors = value_error(torch.cat([values, r.theta[k:]]), residuals, k)
     return Ritz(values, U if vectors else None, residuals, errors, matvecs, restarts, done)
+
+
+def _checked(apply: Apply, U: Tensor, scratch: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The Rayleigh quotients ``θ_i = u_iᵀ H u_i`` (error ``~ ‖r‖² / gap``) and true residuals
+    ``‖H u_i − θ_i u_i‖`` of the unit rows ``U (k, n)``, float64 on the host, with one product of
+    ``k`` columns written into ``scratch`` (spare rows of the basis: at a model's size the basis and
+    ``k`` more rows are all the memory this needs) and worked on in place, row by row."""
+    HU = apply_into(apply, U, scratch) if scratch is not None else apply(U)
+    values = torch.empty(len(U), dtype=torch.float64)
+    residuals = torch.empty(len(U), dtype=torch.float64)
+    for i, (hu, u) in enumerate(zip(HU, U)):
+        theta = torch.dot(hu, u)
+        values[i] = float(theta)
+        residuals[i] = float(norm(hu.sub_(u * theta)))
+    return values, residuals
 
 
 def _lock_(T: Tensor, Q: Tensor, a: int, b: int, which: str, like: Tensor) -> Tensor:
