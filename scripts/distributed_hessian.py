@@ -29,6 +29,9 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=8, help="tokens per sequence")
     ap.add_argument("--wrt", nargs="*", default=None, help="layer weights (default: every one)")
     ap.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    ap.add_argument(
+        "--checkpoint", action="store_true", help="rebuild each layer per product (memory of one layer)"
+    )
     a = ap.parse_args()
     if a.backend == "nccl":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -37,7 +40,9 @@ def main() -> None:
     model = hv.load_model(a.source)
     vocab = model.family.vocab_size
     ids = torch.randint(0, vocab, (a.batch, a.length), generator=torch.Generator().manual_seed(0))
-    res = hv.model_hessian(model, ids[rank::world], "next_token", a.wrt)  # (0, L) on a rank without any
+    res = hv.model_hessian(  # (0, L) on a rank without any
+        model, ids[rank::world], "next_token", a.wrt, checkpoint=a.checkpoint
+    )
     grad = torch.cat([g.reshape(-1) for g in res.gradient().values()])
     top = matfree.top_eigenvalues(res, "full", k=3)  # the same seed on every rank
     if rank == 0:
