@@ -91,8 +91,11 @@ class LMHead:
 CHUNK_SHARE = 16
 """A chunk's logits and product terms may take ``1/CHUNK_SHARE`` of the memory guard's limit."""
 
-MAX_CHUNK = 1024
-"""Tokens per chunk at most (beyond it the matmuls are already large and nothing is gained)."""
+MAX_CHUNK = 256
+"""Tokens per chunk at most: beyond it the matmuls are already large and nothing is gained. At GPT-2
+small's vocabulary (``python benchmarks/next_token_memory.py``, L = 1024, float32, 2 CPU threads) a
+product of 8 columns took 8.8 s in chunks of 256 and 9.4 s in one chunk of 1024, with 1,036 against
+3,605 MiB of heap; chunks of 64 were as fast at 8 columns and slower at 1."""
 
 PRODUCT_COLUMNS = 8
 """Columns of one product call that a chunk is sized for: :data:`hessviz.matfree.operator.BATCH`
