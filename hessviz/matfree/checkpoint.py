@@ -81,9 +81,6 @@ class Checkpoints:
             if i > 0:
                 g = [_input_adjoint(t) for t in self.tapes(i)]
 
-    def __len__(self) -> int:
-        return len(self.inputs)
-
     def _nodes(self, i: int) -> list[tuple[list[Node], dict[str, Tensor], str]]:
         """Layer ``i`` of every sequence as nodes, the concatenated weights shared."""
         fused: dict = {}
@@ -114,27 +111,23 @@ class Checkpoints:
         lowest = min((self.cfg.layer_of(p)[0] for p in wanted), default=N)
         dX: list[Maybe] = [None] * B
         tangents_in: list[list[Maybe]] = [[None] * B for _ in range(N)]
-        last: list[Tape] | None = None
-        last_dvals: list[dict[str, Maybe]] = [{} for _ in range(B)]
+        kept = None  # the last layer's tapes and tangents, from step 1 for step 2
         for i in range(first, N):  # 1. forward: the tangents of the layers' inputs
             tangents_in[i] = dX
-            if i == N - 1:
-                last = self.tapes(i)
-                nodes = [t.nodes for t in last]
-            else:
-                nodes = [n for n, _, _ in self._nodes(i)]
+            tapes = self.tapes(i) if i == N - 1 else None
+            nodes = [n for n, _, _ in self._nodes(i)] if tapes is None else [t.nodes for t in tapes]
             dvals = lockstep.tangents(nodes, [{INPUT: d} for d in dX], dparams)
             dX = [d[nodes[0][-1].output] for d in dvals]
-            if i == N - 1:
-                last_dvals = dvals
+            if tapes is not None:
+                kept = tapes, dvals
         dbar = [
             loss.product(dZ) if seed_curvature and dZ is not None else None
             for loss, dZ in zip(self.losses, dX)
         ]
         out: dict[str, Maybe] = {}
         for i in reversed(range(lowest, N)):  # 2. reverse: the products, layer by layer
-            if i == N - 1 and last is not None:
-                tapes, dvals = last, last_dvals
+            if kept is not None:  # i = N − 1
+                (tapes, dvals), kept = kept, None
             else:
                 tapes = self.tapes(i)
                 dvals = (
@@ -150,7 +143,6 @@ class Checkpoints:
             out |= got
             dbar = [d.get(INPUT) for d in dins]
             del tapes, dvals
-            last = None
         return out
 
 

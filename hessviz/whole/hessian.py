@@ -412,15 +412,16 @@ class ModelHessian:
         stack, heads = _partition(inner)
         layout = self.products.layout(stack + heads)  # refuses head names without a head
         flat = self.products.X.new_zeros(layout.size)
-        points = self.products.checkpoints
-        scratch = flat.new_empty(layout.stack.size) if stack and points is None else None  # one sequence's
         w = 1.0 / self.sequences
-        if stack and points is not None:
-            self._checkpointed_gradient(points, stack, flat[: layout.stack.size], w)
-        for res, terms in zip(self.parts, self.terms):
-            if stack and points is None:
+        layers = flat[: layout.stack.size]  # the layers' columns come first
+        if stack and self.products.checkpoints is not None:
+            self._checkpointed_gradient(self.products.checkpoints, stack, layers, w)
+        elif stack:
+            scratch = flat.new_empty(layout.stack.size)  # one sequence's, reused
+            for res in self.parts:
                 _tape_gradient(self.cfg, res.products.sweep_tape, stack, out=scratch)
-                flat[: layout.stack.size].add_(scratch, alpha=w)  # the layers' columns come first
+                layers.add_(scratch, alpha=w)
+        for terms in self.terms:
             for h in heads:
                 flat[layout.columns[h]].add_(terms.gradient[h].reshape(-1), alpha=w)
         self.ranks.all_reduce_(flat)
@@ -529,6 +530,8 @@ def problem(
     nothing below reads the string."""
     if not isinstance(model, Model):
         raise InputError(f"model must be hv.load_model(source)'s Model, got {type(model).__name__}")
+    if not isinstance(checkpoint, bool):
+        raise InputError(f"checkpoint must be True or False, got {checkpoint!r}")
     objective = as_objective(objective)
     need = 1 if isinstance(objective, Classifier) else 2
     if (
@@ -558,8 +561,6 @@ def problem(
         )
     device = next(iter(model.params.values())).device  # the embeddings are read on the host
     X0 = [x.to(device) for x in model.embed(ids)]
-    if not isinstance(checkpoint, bool):
-        raise InputError(f"checkpoint must be True or False, got {checkpoint!r}")
     return Problem(
         cfg, model.params, ids, X0, objective, model.head, names, heads=heads, checkpoint=checkpoint
     )
