@@ -59,6 +59,29 @@ def kept_graph(Z: torch.Tensor, ids: torch.Tensor, head, dZ: torch.Tensor) -> tu
     return value.detach(), g.detach(), products
 
 
+def columns(
+    run, dZs: dict[int, torch.Tensor], repeats: int, exact: NextToken, exact_products: dict[int, torch.Tensor]
+) -> tuple[str, str]:
+    """The table's product cells of one method, ``run(dZ) -> (value, gradient, products)`` timed for
+    each ``k`` (median of ``repeats``, the heap's peak over them), and its error cell against the
+    float64 ``exact`` objective and its ``exact_products`` by ``k``: the value's and the gradient's, and
+    the worst product's over ``k``."""
+    cells, errors = [], []
+    for k, dZ in dZs.items():
+        times, peaks = [], []
+        for _ in range(repeats):
+            (value, grad, out), t, m = measured(lambda dZ=dZ: run(dZ))
+            times.append(t)
+            peaks.append(m)
+        cells.append(f"{statistics.median(times):.3f}, {max(peaks) / 2**20:.0f}")
+        errors.append(relative(out, exact_products[k]))
+    err = (
+        f"{abs(float(value) - float(exact.value)) / abs(float(exact.value)):.1e}, "
+        f"{relative(grad, exact.grad):.1e}, {max(errors):.1e}"
+    )
+    return " | ".join(cells), err
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--length", type=int, default=1024)
@@ -94,36 +117,17 @@ def main() -> None:
     print("|---|---|---|" + "---|" * len(a.columns) + "---|")
     for chunk in a.chunks:
         loss, t0, m0 = measured(lambda c=chunk: NextToken(Z, ids, head, chunk=c))
-        cells, errors = [], []
-        for k, dZ in dZs.items():
-            times, peaks = [], []
-            for _ in range(a.repeats):
-                out, t, m = measured(lambda dZ=dZ, loss=loss: loss.product(dZ))
-                times.append(t)
-                peaks.append(m)
-            cells.append(f"{statistics.median(times):.3f}, {max(peaks) / 2**20:.0f}")
-            errors.append(relative(out, exact_products[k]))
-        err = (
-            f"{abs(float(loss.value) - float(exact.value)) / abs(float(exact.value)):.1e}, "
-            f"{relative(loss.grad, exact.grad):.1e}, {max(errors):.1e}"
+        cells, err = columns(
+            lambda dZ, loss=loss: (loss.value, loss.grad, loss.product(dZ)),
+            dZs,
+            a.repeats,
+            exact,
+            exact_products,
         )
-        print(f"| hessviz `NextToken` | {chunk} | {t0:.3f}, {m0 / 2**20:.0f} | {' | '.join(cells)} | {err} |")
+        print(f"| hessviz `NextToken` | {chunk} | {t0:.3f}, {m0 / 2**20:.0f} | {cells} | {err} |")
         del loss
-    cells, errors = [], []
-    for k, dZ in dZs.items():
-        times, peaks = [], []
-        for _ in range(a.repeats):
-            (value, grad, out), t, m = measured(lambda dZ=dZ: kept_graph(Z, ids, head, dZ))
-            times.append(t)
-            peaks.append(m)
-        cells.append(f"{statistics.median(times):.3f}, {max(peaks) / 2**20:.0f}")
-        errors.append(relative(out, exact_products[k]))
-    err = (
-        f"{abs(float(value) - float(exact.value)) / abs(float(exact.value)):.1e}, "
-        f"{relative(grad, exact.grad):.1e}, {max(errors):.1e}"
-    )
-    name = "`cross_entropy`, graph kept (value, gradient, products)"
-    print(f"| {name} | – | – | {' | '.join(cells)} | {err} |")
+    cells, err = columns(lambda dZ: kept_graph(Z, ids, head, dZ), dZs, a.repeats, exact, exact_products)
+    print(f"| `cross_entropy`, graph kept (value, gradient, products) | – | – | {cells} | {err} |")
     print(f"# load average after: {os.getloadavg()}")
 
 
