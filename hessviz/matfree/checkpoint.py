@@ -37,7 +37,7 @@ from hessviz.config import BlockConfig
 from hessviz.losses import CustomLoss
 from hessviz.matfree import lockstep
 from hessviz.matfree.block import layer_nodes
-from hessviz.matfree.tape import Tape
+from hessviz.matfree.tape import Tape, output_seed
 from hessviz.ops.base import Maybe, Node
 from hessviz.terms import SWEEP_RULES
 
@@ -120,10 +120,7 @@ class Checkpoints:
             dX = [d[nodes[0][-1].output] for d in dvals]
             if tapes is not None:
                 kept = tapes, dvals
-        dbar = [
-            loss.product(dZ) if seed_curvature and dZ is not None else None
-            for loss, dZ in zip(self.losses, dX)
-        ]
+        dbar = [output_seed(loss.product, dZ, seed_curvature) for loss, dZ in zip(self.losses, dX)]
         out: dict[str, Maybe] = {}
         for i in reversed(range(lowest, N)):  # 2. reverse: the products, layer by layer
             if kept is not None:  # i = N − 1

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from hessviz.matfree.tape import Tape, collect, needs
+from hessviz.matfree.tape import Tape, collect, needs, output_seed
 from hessviz.ops.base import Maybe, Node, add
 from hessviz.ops.linear import Linear
 from hessviz.terms import SWEEP_RULES
@@ -147,11 +147,7 @@ def seeds(
     tapes: Sequence[Tape], dvals: Sequence[dict[str, Maybe]], seed_curvature: bool
 ) -> list[dict[str, Maybe]]:
     """Each tape's seed ``Z̄̇ = ∇²_Z ℓ · Ż`` at its output (``None``: zero, or the term has none)."""
-    out = []
-    for t, d in zip(tapes, dvals):
-        dZ = d[t.output]
-        out.append({t.output: t.loss_hvp(dZ) if seed_curvature and dZ is not None else None})
-    return out
+    return [{t.output: output_seed(t.loss_hvp, d[t.output], seed_curvature)} for t, d in zip(tapes, dvals)]
 
 
 def sweep(

@@ -66,6 +66,13 @@ class LayerSpan:
     steps: tuple[StepNodes, ...] = ()
 
 
+def output_seed(loss_hvp: Callable[[Tensor], Tensor], dZ: Maybe, seed_curvature: bool) -> Maybe:
+    """The reverse sweep's seed at the output, ``Z̄̇ = ∇²_Z ℓ · Ż`` (``loss_hvp(dZ)``), for a term
+    that seeds the loss's curvature (:data:`hessviz.terms.SWEEP_RULES`); ``None`` (zero) for one
+    that does not, or when ``Ż`` is zero."""
+    return loss_hvp(dZ) if seed_curvature and dZ is not None else None
+
+
 def collect(
     out: dict[str, Maybe],
     written: set[str],
@@ -276,7 +283,7 @@ class Tape:
         seed_curvature, second = SWEEP_RULES[term]
         dvals = self.tangents(self.whole, {}, dparams)
         dZ = dvals[self.output]
-        seed = self.loss_hvp(dZ) if seed_curvature and dZ is not None else None
+        seed = output_seed(self.loss_hvp, dZ, seed_curvature)
         return self.adjoint_tangents(
             self.whole,
             dvals,
