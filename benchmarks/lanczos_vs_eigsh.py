@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from benchmarks import peers
-from benchmarks.matfree import interleaved
-from benchmarks.matfree_spectra import real_case
+from hessviz.bench import peers
+from hessviz.bench.matfree import interleaved
+from hessviz.bench.matfree_spectra import real_case
 from hessviz.matfree import spectral
 
 torch.set_num_threads(1)

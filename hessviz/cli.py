@@ -11,7 +11,7 @@ Examples::
     hessviz verify --norm post --activation gelu --loss ce   # closed form vs autograd table
     hessviz spectrum --norm post -L 32 -d 384 --heads 12 --d-k 32 --d-ff 1536 --out-proj \\
         --bias --ln-affine --activation gelu --top 5 --density   # spectrum.json + .html
-    hessviz bench                                # benchmarks/RESULTS.md, MATFREE.md, PRETRAINED.md
+    hessviz bench --out benchmarks               # RESULTS.md, MATFREE.md, PRETRAINED.md there
     hessviz reproduce --quick --out reproduce-out            # the papers' claims, measured
 """
 
@@ -302,7 +302,8 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     spectrum_figure(report, f"{args.term} Hessian: {run.title}, P = {res.size:,}").write_html(
-        out.with_suffix(".html"), include_plotlyjs="cdn"
+        out.with_suffix(".html"),
+        include_plotlyjs=True,  # plotly.js inside: the page reads offline
     )
     for which in ("top", "bottom"):
         if which in report:
@@ -342,41 +343,23 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-CHECKOUT = Path(__file__).resolve().parents[1]
-"""The folder above this ``hessviz`` package: in a source checkout, where ``benchmarks/`` is."""
-
-
-def _checkout_benchmarks() -> None:
-    """Make the checkout's ``benchmarks`` package importable, or say in one line why there is none.
-
-    The benchmarks are no part of the library (an installed wheel has none): ``hessviz bench``
-    runs those of the source checkout this ``hessviz`` was installed from (``pip install -e .``)."""
-    if not (CHECKOUT / "benchmarks" / "__init__.py").is_file():
-        raise hv.InputError(
-            f"the benchmarks are the source checkout's benchmarks/, and {CHECKOUT} has none: "
-            f"clone the repository, pip install -e . there and run hessviz bench in it"
-        )
-    if str(CHECKOUT) not in sys.path:
-        sys.path.insert(0, str(CHECKOUT))
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    _checkout_benchmarks()
+    out.mkdir(parents=True, exist_ok=True)
     if "dense" in args.suite:
-        from benchmarks import dense
+        from hessviz.bench import dense
 
         dense.main(
             out=out / "RESULTS.md", seq_lens=tuple(args.seq_lens), repeats=args.repeats, threads=args.threads
         )
     if "matfree" in args.suite:
-        from benchmarks import matfree, matfree_spectra
+        from hessviz.bench import matfree, matfree_spectra
 
         matfree.main(out=out / "MATFREE.md", repeats=max(args.repeats, 7), threads=args.threads)
         matfree_spectra.main(out / "MATFREE.md", threads=args.threads, repeats=max(args.repeats, 5))
         print(f"wrote {out / 'MATFREE.md'}")
     if "pretrained" in args.suite:
-        from benchmarks import pretrained
+        from hessviz.bench import pretrained
 
         text = pretrained.main(repeats=max(args.repeats, 5), threads=args.threads)
         (out / "PRETRAINED.md").write_text(f"# Pretrained layers\n\n{text}\n")
@@ -387,12 +370,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from hessviz.experiments import reproduce
 
+    printed = False
     if args.smollm2:
         from hessviz.experiments import smollm2
 
-        claims = smollm2.main(quick=args.quick, out=Path(args.out))
+        claims = smollm2.main(Path(args.out), quick=args.quick)
     elif args.scheduler is None:
-        claims = reproduce(Path(args.out), quick=args.quick)
+        claims, printed = (
+            reproduce(Path(args.out), quick=args.quick, log=lambda s: print(s, flush=True)),
+            True,
+        )
     else:
         try:
             from distributed import Client
@@ -406,10 +393,25 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             ) from None
         with client:
             claims = reproduce(Path(args.out), quick=args.quick, executor=client.get_executor())
-    for c in claims:
+    for c in [] if printed else claims:
         print(f"{c['id']:<12} holds={c['holds']!s:<8} {c['claim']}")
     print(f"wrote {Path(args.out) / 'claims.json'} and {Path(args.out) / 'report.md'}")
     return 0
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    missing = [m for m in ("streamlit", "pandas", "pyarrow") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise hv.InputError(
+            f"the app needs {', '.join(missing)}, which are not installed: pip install 'hessviz[app]'"
+        )
+    if args.profile:
+        os.environ["HESSVIZ_PROFILE"] = args.profile
+    from hessviz.app import serve
+
+    return serve.run(args.streamlit)
 
 
 def cmd_lesson(args: argparse.Namespace) -> int:
@@ -482,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="closed form vs the strongest autograd, side by side; writes "
         "benchmarks/RESULTS.md, MATFREE.md and PRETRAINED.md",
     )
-    p.add_argument("--out", default="benchmarks", help="folder of the result files (default benchmarks)")
+    p.add_argument("--out", default=".", help="folder of the result files (default: the working directory)")
     p.add_argument(
         "--suite",
         nargs="+",
@@ -498,8 +500,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("reproduce", help="measure the papers' claims; writes claims.json and report.md")
-    p.add_argument("--quick", action="store_true", help="small grids, under a minute")
-    p.add_argument("--out", default="reproduce-out")
+    p.add_argument("--quick", action="store_true", help="fewer seeds, points and steps (minutes, not hours)")
+    p.add_argument(
+        "--out",
+        default="reproduce-out",
+        help="the report's folder, written after every claim (default: reproduce-out, in the working dir)",
+    )
     p.add_argument(
         "--smollm2",
         action="store_true",
@@ -514,6 +520,22 @@ def build_parser() -> argparse.ArgumentParser:
         "cluster extra; the workers must import hessviz)",
     )
     p.set_defaults(func=cmd_reproduce)
+
+    p = sub.add_parser(
+        "app",
+        help="serve the app (Streamlit) from the installed package",
+        description="Serve the app on http://127.0.0.1:8501 (loopback) until interrupted. Every other "
+        "option is Streamlit's, passed through: --server.port 8600, --server.address 0.0.0.0 (another "
+        "address: set --profile hosted for a public link).",
+        epilog="Needs the app's extra: pip install 'hessviz[app]'.",
+    )
+    p.add_argument(
+        "--profile",
+        choices=("local", "hosted"),
+        default=None,
+        help="the server's limits (default: $HESSVIZ_PROFILE, else local); hosted for a public link",
+    )
+    p.set_defaults(func=cmd_app, streamlit=[])
 
     p = sub.add_parser(
         "lesson",
@@ -540,12 +562,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "app":  # only `hessviz app` passes options on (to Streamlit)
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        args.streamlit = extra
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is caught below, not at exit
+        return code
     except HessvizError as err:
         print(f"hessviz {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `hessviz models | head -3`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141  # 128 + SIGPIPE, as a shell reports a command killed by a closed pipe
 
 
 if __name__ == "__main__":

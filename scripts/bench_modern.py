@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import dense, matfree
+from hessviz.bench import dense, matfree
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import hessviz as hv
-from benchmarks import peers
-from benchmarks.matfree_spectra import real_case
+from hessviz.bench import peers
+from hessviz.bench.matfree_spectra import real_case
 from hessviz.matfree import spectral
 
 L = int(sys.argv[1]) if len(sys.argv) > 1 else 24

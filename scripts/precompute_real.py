@@ -1,7 +1,7 @@
-"""Precompute the Real model page's default views into ``assets/real_views.npz``.
+"""Precompute the Real model page's default views into ``hessviz/data/real_views.npz``.
 
 For each bundled model present here (all-MiniLM-L6-v2 needs the ``models`` extra; the
-pydoc pair is in ``assets/models/``): the default text, the default layer, the synthetic
+pydoc pair is in ``hessviz/data/models/``): the default text, the default layer, the synthetic
 loss with target seed 0, and for every head the attention, the exact window of ``W_Q[h]``,
 ``W_K[h]`` and ``W_V[h]`` (default rows, full term), the gradient norms (by weight and by
 head) and the per-block curvature of every weight. Everything goes through the app's own cache functions, the
@@ -10,7 +10,7 @@ file's manifest records the command, the versions and the seconds of each entry.
 
 Run from the repository root, at build time (a few minutes on one core)::
 
-    python scripts/precompute_real.py [--out assets/real_views.npz] [--models NAME ...]
+    python scripts/precompute_real.py [--out hessviz/data/real_views.npz] [--models NAME ...]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None, help="the file (default: assets/real_views.npz)")
+    parser.add_argument("--out", type=Path, default=None, help="default: the package's")
     parser.add_argument("--models", nargs="*", default=None, help="models (default: every bundled one here)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the app's default is 1)")
     args = parser.parse_args()

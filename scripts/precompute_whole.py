@@ -1,7 +1,7 @@
 """Precompute the Whole model page's default tables (every part of each bundled pydoc model on the
-default text) into ``assets/whole_tables.json``, which the page (and the hosted profile) reads first.
+default text) into ``hessviz/data/whole_tables.json``, which the page (and the hosted profile) reads first.
 
-    PYTHONPATH=. OMP_NUM_THREADS=1 python scripts/precompute_whole.py [--out assets/whole_tables.json]
+    PYTHONPATH=. OMP_NUM_THREADS=1 python scripts/precompute_whole.py [--out hessviz/data/whole_tables.json]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ and its LM-head transform; GPT-2's final ``ln_f``), so each is a standard checkp
 ``transformers`` and :func:`hessviz.load_layer` both open. Loss: next-token cross-entropy.
 
 Run (about 13 minutes for 1200 steps, the two models side by side on one thread each; it
-writes ``assets/models/pydoc-{postln,preln}`` with ``model.safetensors``, ``config.json``,
+writes ``hessviz/data/models/pydoc-{postln,preln}`` with ``model.safetensors``, ``config.json``,
 ``tokenizer.json`` and ``train.log``)::
 
     nice -n 19 python scripts/train_pair.py --steps 1200
@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "assets" / "models"
+OUT = ROOT / "hessviz" / "data" / "models"
 VOCAB, D, LAYERS, HEADS, D_FF, POSITIONS = 1024, 128, 4, 4, 512, 64
 KV_HEADS, D_FF_GATED = 2, 352
 """pydoc-llama: key/value heads and the SwiGLU width (3 · 128 · 352 ≈ 2 · 128 · 512 weights)."""

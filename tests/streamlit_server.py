@@ -68,10 +68,16 @@ def browser_cpu_seconds() -> float:
 class Server:
     """``streamlit run app.py`` on 127.0.0.1 (``env`` added to this environment), logging to
     ``.pytest_cache/<log>``; its CPU time and memory come from /proc. The port is ``port``, else
-    ``HESSVIZ_TEST_PORT`` (machines shared by several test runs give each its own), else a free one."""
+    ``HESSVIZ_TEST_PORT`` (machines shared by several test runs give each its own), else a free one.
+    ``command`` serves another way (``[".../bin/hessviz", "app"]``, from ``cwd``), given the port."""
 
     def __init__(
-        self, env: dict[str, str] | None = None, log: str = "streamlit_test.log", port: int | None = None
+        self,
+        env: dict[str, str] | None = None,
+        log: str = "streamlit_test.log",
+        port: int | None = None,
+        command: list[str] | None = None,
+        cwd: Path = ROOT,
     ):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -82,7 +88,9 @@ class Server:
         self.log_path = ROOT / ".pytest_cache" / log
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [
+            [*command, "--server.port", str(self.port)]
+            if command
+            else [
                 sys.executable,
                 "-m",
                 "streamlit",
@@ -97,7 +105,7 @@ class Server:
                 "--browser.gatherUsageStats",
                 "false",
             ],
-            cwd=ROOT,
+            cwd=cwd,
             env={**os.environ, **(env or {})},
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -15,13 +15,16 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from hessviz.app.registry import PAGES  # noqa: E402
+
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 SMALL = {"L": "4", "d": "8", "dk": "4", "dff": "8"}
 
 
 def run_page(script: str, **query: str) -> AppTest:
+    """The app routed to ``script`` (``pages/spectrum.py``: a page of :data:`PAGES`) with ``query``."""
     at = AppTest.from_file(APP, default_timeout=180)
-    at.switch_page(script)
+    at.switch_page(str(PAGES / Path(script).name))
     for k, v in query.items():
         at.query_params[k] = v
     at.run()
@@ -47,13 +50,13 @@ def caption(at: AppTest) -> str:
 
 
 def test_every_file_in_pages_is_a_registered_page_at_its_name():
-    """A cold server (and AppTest) first routes ``/spectrum`` to ``pages/spectrum.py`` by the
-    file's name, and :func:`hessviz.app.controls._through_app` reruns it through ``app.py`` at the
-    same url path: the two must agree, file by file."""
-    from hessviz.app.registry import ALL_PAGES
+    """A cold server whose script has ``pages/`` beside it (``hessviz app``'s
+    ``hessviz/app/streamlit_app.py``) first routes ``/spectrum`` to ``pages/spectrum.py`` by the
+    file's name, and :func:`hessviz.app.controls._through_app` reruns it through the app's script at
+    the same url path: the two must agree, file by file."""
+    from hessviz.app.registry import ALL_PAGES, PAGES
 
-    root = Path(APP).parent
-    files = sorted(p.name for p in (root / "pages").glob("*.py"))
+    files = sorted(p.name for p in PAGES.glob("*.py") if p.name != "__init__.py")
     assert files == sorted(Path(s.script).name for s in ALL_PAGES)
     assert [s.url_path for s in ALL_PAGES] == [Path(s.script).stem for s in ALL_PAGES]
 
@@ -586,7 +589,7 @@ def assert_same_numbers(a, b, rtol: float, where: str = "data") -> None:
 
 
 def test_committed_precomputed_views_match_a_fresh_computation():
-    """The committed assets/real_views.npz holds the default views of this code: pydoc-preln's
+    """The committed hessviz/data/real_views.npz holds the default views of this code: pydoc-preln's
     attention and window of W_Q[1], recomputed here."""
     from hessviz.app import cache
     from hessviz.app import real_model as rm

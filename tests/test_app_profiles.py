@@ -31,6 +31,7 @@ import torch
 import hessviz as hv
 from hessviz import cost, spectra
 from hessviz.app import budget, cache, gates, profiles, progress, runlog, state
+from hessviz.app.registry import PAGES
 from tests.page_timing import WATCH, count_received, exceptions, rerendered, settled, stats
 from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, require_chromium
 
@@ -651,7 +652,7 @@ def test_hostile_url_is_clamped_or_refused_with_an_escaped_line(query, caption, 
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page("pages/hessian_map.py")
+    at.switch_page(str(PAGES / "hessian_map.py"))
     for k, v in {"d": "8", "dff": "8", **query}.items():
         at.query_params[k] = v
     at.run()
@@ -668,7 +669,7 @@ def test_page_control_keeps_allowed_values_of_a_repeated_key():
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page("pages/spectrum.py")
+    at.switch_page(str(PAGES / "spectrum.py"))
     for k, v in {**SMALL, "spec_terms": ["outer", "<b>x</b>", "full"]}.items():
         at.query_params[k] = v
     at.run()

@@ -1,5 +1,5 @@
 """The Whole model page (``pages/whole_model.py``) under ``streamlit.testing.v1.AppTest``, its
-precomputed default tables (``assets/whole_tables.json``) and the pieces of
+precomputed default tables (``hessviz/data/whole_tables.json``) and the pieces of
 :mod:`hessviz.app.whole_model`.
 
 The default view of every model is drawn from the file (no computation); a live table runs on a

@@ -2,9 +2,9 @@
 
 import pathlib
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
+from hessviz.app.registry import PAGES
 from hessviz.experiments import CLAIM_IDS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def _run(page: str, **query) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)  # routed as the app runs it
-    at.switch_page(f"pages/{page}.py")
+    at.switch_page(str(PAGES / f"{page}.py"))
     for k, v in query.items():
         at.query_params[k] = v
     at.run()
@@ -45,8 +45,6 @@ def test_optimization_page_training_view():
 
 def test_optimization_page_protocol_view():
     """The committed protocol runs: fine-tuning curves per model beside the random-block ones."""
-    if not (ROOT / "assets" / "claims" / "data" / "optimizers_protocol.npz").exists():
-        pytest.skip("assets/claims/data/optimizers_protocol.npz not generated (hessviz reproduce)")
     at = _run("optimization", opt_view="protocol")
     assert len(at.get("plotly_chart")) == 2
     before = _metrics(at)
@@ -92,8 +90,6 @@ def test_bounds_page_views():
 
 
 def test_claims_page_table_and_filter():
-    if not (ROOT / "assets" / "claims" / "claims.json").exists():
-        pytest.skip("assets/claims/claims.json not generated (run hessviz reproduce --out assets/claims)")
     at = _run("claims")
     full = at.dataframe[0].value
     assert len(full) == len(CLAIM_IDS)

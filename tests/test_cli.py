@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from benchmarks import dense
+from hessviz.bench import dense
 from hessviz.cli import main
 
 
@@ -71,16 +71,6 @@ def test_bench_runs_side_by_side_on_a_small_case(tmp_path):
     assert all(r.ours > 0 and all(t > 0 for t in r.baselines.values()) for r in rows)
     table = dense.render(rows, "## t")
     assert "autograd.functional.jacobian" in table and "×" in table
-
-
-def test_bench_outside_a_checkout_says_so_in_one_line(tmp_path, monkeypatch, capsys):
-    """The benchmarks are the checkout's ``benchmarks/``, no part of an installed hessviz."""
-    from hessviz import cli
-
-    monkeypatch.setattr(cli, "CHECKOUT", tmp_path)
-    assert main(["bench", "--suite", "dense"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "benchmarks/" in err and str(tmp_path) in err and "Traceback" not in err
 
 
 def test_a_llama_style_block_from_the_command_line(tmp_path, capsys):

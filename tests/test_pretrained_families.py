@@ -483,7 +483,8 @@ def test_cli_lists_models_and_families(capsys):
 
 
 def test_bundled_pydoc_llama_is_its_llama_checkpoint():
-    """``pydoc-llama`` (assets/models/) opens by name and is the LlamaForCausalLM ``transformers`` reads."""
+    """``pydoc-llama`` (``hessviz/data/models/``) opens by name and is the LlamaForCausalLM ``transformers``
+    reads."""
     text = "def add(a, b):\n    return a + b"
     info = pt.model_info("pydoc-llama")
     assert (info.model_type, info.n_layers, info.block.kv_heads, info.block.mlp) == ("llama", 4, 2, "gated")
@@ -506,7 +507,7 @@ def test_bundled_pydoc_llama_is_its_llama_checkpoint():
 
 
 def test_the_pairs_layers_differ_only_in_the_placement():
-    """What assets/models/README.md says of the pair: inside a layer, only ``norm`` differs."""
+    """What hessviz/data/models/README.md says of the pair: inside a layer, only ``norm`` differs."""
     post, _ = hv.load_layer("pydoc-postln", layer=0)
     pre, _ = hv.load_layer("pydoc-preln", layer=0)
     assert (post.norm, pre.norm) == ("post", "pre")

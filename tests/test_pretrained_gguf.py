@@ -96,7 +96,7 @@ def test_logits_and_whole_model_products_match_double_backward(pair):
 def test_app_pages_show_smollm2_within_the_hosted_limits(monkeypatch):
     """Real model: SmolLM2's default view is drawn from the precomputed file, every head included,
     without loading the model's layers; Whole model: SmolLM2 is offered and its table is read from
-    assets/claims/smollm2 (computed once, hours of one core for a live one), nothing computed."""
+    hessviz/data/claims/smollm2 (computed once, hours of one core for a live one), nothing computed."""
     from hessviz.app import cache, profiles
     from tests.test_app_pages import run_page, titles
 

@@ -1,5 +1,5 @@
 """The SmolLM2 claims (hessviz.experiments.smollm2): the unembedding block's closed form against
-autograd, the stored table's and claims' consistency (read from assets/claims/smollm2, never
+autograd, the stored table's and claims' consistency (read from hessviz/data/claims/smollm2, never
 recomputed here: the table is tens of minutes of two cores), and the app's reading of them."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_the_stored_table_is_complete_where_it_says_and_agrees_with_the_gradient
 
 def test_the_stored_claims_are_those_of_the_stored_table(stored):
     table, _ = stored
-    records = {r["id"]: r for r in json.loads((sm.OUT / "claims.json").read_text())}
+    records = {r["id"]: r for r in json.loads((sm.st.STORED / "claims.json").read_text())}
     assert list(records) == [c.id for c in sm.CLAIMS]
     means = sm.type_means({n: r["top"] for n, r in sm.weight_rows(table).items()})
     for ty, v in means.items():

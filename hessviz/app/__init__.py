@@ -1,6 +1,6 @@
 """The Streamlit layer of hessviz: the only package that imports ``streamlit``.
 
-A page is a short script in ``pages/`` that reads widgets, calls hessviz and draws
+A page is a short script in ``hessviz/app/pages/`` that reads widgets, calls hessviz and draws
 figures from :mod:`hessviz.plots`. The shared pieces live here::
 
     import streamlit as st
@@ -31,7 +31,8 @@ listed here, so the list cannot go stale); they carry over from page to page. Pa
 URL under their own ``key`` too and appear in the sidebar's "link to this view"; pick page keys
 that do not clash with the shared ones (prefix them, e.g. ``opt_lr``).
 Lesson links add ``hide=`` (keys, or ``sidebar``) and ``present=1``. The rules are
-:mod:`hessviz.app.address`; ``app.py`` starts each run with :func:`begin_run` and :func:`open_page`.
+:mod:`hessviz.app.address`; :func:`hessviz.app.main.main` starts each run with :func:`begin_run`
+and :func:`open_page`.
 
 Every cache is in :mod:`hessviz.app.cache` (``term``, ``block_norms``, ``spectrum``,
 ``verify``, the matrix-free ``matfree_spectrum`` and ``block_table``, the sweeps, the claim
@@ -47,12 +48,15 @@ page's ``whole_table``, which reads the precomputed default tables first,
 library gives neutral costs per computation (:mod:`hessviz.cost`) and never names a page.
 The page list (titles, icons, URL paths) is :mod:`hessviz.app.registry`.
 
-Importing this package also imports everything the pages need (:data:`PRELOAD`), so that
-``app.py`` loads them once, under the import lock, before any page runs.
+Importing this package imports nothing heavy: the modules without Streamlit (the lesson pages'
+builder :mod:`hessviz.app.lesson_page`, the caches, the budget) work in an install without the
+``app`` extra, and the names above load on first use. :func:`preload` imports everything the pages
+need (:data:`PRELOAD`) once, under a lock, before any page runs (:func:`hessviz.app.main.main`).
 """
 
 import gc
 import importlib
+import threading
 
 PRELOAD = (
     "numpy",
@@ -65,86 +69,85 @@ PRELOAD = (
     "plotly.io",
     "hessviz.plots",
     "hessviz.experiments.report",
+    "hessviz.app.controls",
+    "hessviz.app.ui",
 )
 """Modules imported once at startup: concurrent first imports of pandas from several script
 threads raised ``partially initialized module 'pandas' has no attribute 'Series'``."""
-for _name in PRELOAD:
-    importlib.import_module(_name)
+_PRELOADED = threading.Lock()
+_preloaded = False
 
-from hessviz.app import address, cache, controls, progress, registry, state  # noqa: E402
 
-# A full garbage collection walks every object the process holds: with torch, scipy, pandas and
-# plotly loaded that is ~300,000 objects (its time: benchmarks/APP.md), with the GIL held.
-# Streamlit ran one after every script run (``runner.postScriptGC``, now off in
-# .streamlit/config.toml: with thirty sessions connected even the rest cost 10-25 ms per run), and
-# Python's own collections of the oldest generation still do. What is loaded now lives as long as
-# the process: collect once and move it out of the collector's sight (``gc.freeze``); later
-# collections walk only what the sessions create, and still free their cycles.
-gc.collect()
-gc.freeze()
-from hessviz.app.controls import (  # noqa: E402
-    begin_run,
-    choice,
-    lesson,
-    link_only,
-    multichoice,
-    open_page,
-    select,
-    sidebar,
-    slider,
-    text,
-)
-from hessviz.app.state import DEFAULTS, SHARED_KEYS, View, device, device_label  # noqa: E402
-from hessviz.app.ui import (  # noqa: E402
-    afford,
-    chart,
-    csv_bytes,
-    downloads,
-    explain,
-    figure_html,
-    guard,
-    header,
-    long_note,
-    npz_bytes,
-    size_advice,
-    table,
-    verdict,
-)
+def preload() -> None:
+    """Import :data:`PRELOAD` once per process, then freeze what is loaded out of the collector's sight.
 
-__all__ = [
-    "DEFAULTS",
-    "PRELOAD",
-    "SHARED_KEYS",
-    "View",
-    "address",
-    "afford",
-    "begin_run",
-    "cache",
-    "chart",
-    "choice",
-    "controls",
-    "csv_bytes",
-    "device",
-    "device_label",
-    "downloads",
-    "explain",
-    "figure_html",
-    "guard",
-    "header",
-    "lesson",
-    "link_only",
-    "long_note",
-    "multichoice",
-    "npz_bytes",
-    "open_page",
-    "progress",
-    "registry",
-    "select",
-    "sidebar",
-    "size_advice",
-    "slider",
-    "state",
-    "table",
-    "text",
-    "verdict",
-]
+    A full garbage collection walks every object the process holds: with torch, scipy, pandas and
+    plotly loaded that is ~300,000 objects (its time: benchmarks/APP.md), with the GIL held.
+    Streamlit ran one after every script run (``runner.postScriptGC``, off in the app's
+    ``config.toml``: with thirty sessions connected even the rest cost 10-25 ms per run), and
+    Python's own collections of the oldest generation still do. What is loaded now lives as long as
+    the process: collect once and move it out of the collector's sight (``gc.freeze``); later
+    collections walk only what the sessions create, and still free their cycles."""
+    global _preloaded
+    with _PRELOADED:
+        if _preloaded:
+            return
+        for name in PRELOAD:
+            importlib.import_module(name)
+        gc.collect()
+        gc.freeze()
+        _preloaded = True
+
+
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "begin_run",
+            "choice",
+            "lesson",
+            "link_only",
+            "multichoice",
+            "open_page",
+            "select",
+            "sidebar",
+            "slider",
+            "text",
+        ),
+        "hessviz.app.controls",
+    ),
+    **dict.fromkeys(("DEFAULTS", "SHARED_KEYS", "View", "device", "device_label"), "hessviz.app.state"),
+    **dict.fromkeys(
+        (
+            "afford",
+            "chart",
+            "csv_bytes",
+            "downloads",
+            "explain",
+            "figure_html",
+            "guard",
+            "header",
+            "long_note",
+            "npz_bytes",
+            "size_advice",
+            "table",
+            "verdict",
+        ),
+        "hessviz.app.ui",
+    ),
+}
+"""The names pages use as ``hva.<name>``, and the module each lives in (loaded on first use)."""
+_SUBMODULES = ("address", "cache", "controls", "progress", "registry", "state")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"hessviz.app.{name}")
+    else:
+        raise AttributeError(f"module 'hessviz.app' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+__all__ = ["PRELOAD", "preload", *_SUBMODULES, *_LAZY]

@@ -172,7 +172,7 @@ def _nav(where) -> None:
             st.markdown(f"**{section}**")
             for p in pages:
                 st.page_link(
-                    p.script,
+                    str(p.path),
                     label=p.title,
                     icon=p.icon,
                     query_params=address.link_params(here.nav_query(p.url_path)),

@@ -24,10 +24,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import streamlit as st
-from streamlit import runtime
-from streamlit.runtime.scriptrunner import get_script_run_ctx
-
 from hessviz.app import budget
 
 _local = threading.local()
@@ -39,6 +35,9 @@ class Cancelled(Exception):
 
 def session_alive() -> bool:
     """False once this script run's browser session has disconnected (True outside a server)."""
+    from streamlit import runtime  # Streamlit only where a page guards a computation (it draws)
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
     if not runtime.exists():
         return True
     ctx = get_script_run_ctx()
@@ -78,6 +77,8 @@ class Status:
 
     def __init__(self, what: str):
         self.what = what
+        import streamlit as st
+
         self.slot = st.empty()
         self._shown = ""
         self._last = 0.0

@@ -1,18 +1,22 @@
 """The page registry: every page of the app, its script, title, icon and URL path.
 
-``app.py`` builds ``st.navigation`` from :data:`SECTIONS`; the browser test and the
+:func:`hessviz.app.main.main` builds ``st.navigation`` from :data:`SECTIONS`; the browser test and the
 Learn page read the same list, so a page is declared once, here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+PAGES = Path(__file__).resolve().parent / "pages"
+"""The folder of the page scripts, inside the package (an install serves the same pages as a checkout)."""
 
 
 @dataclass(frozen=True)
 class PageSpec:
     script: str
-    """Path relative to the repository root, e.g. ``pages/spectrum.py``."""
+    """The page's script in :data:`PAGES`, e.g. ``spectrum.py``."""
     title: str
     icon: str
     url_path: str
@@ -20,10 +24,15 @@ class PageSpec:
     summary: str
     default: bool = False
 
+    @property
+    def path(self) -> Path:
+        """The page script's absolute path (what ``st.Page`` runs)."""
+        return PAGES / self.script
+
 
 EXPLORE = (
     PageSpec(
-        "pages/hessian_map.py",
+        "hessian_map.py",
         "Hessian map",
         ":material/grid_on:",
         "hessian_map",
@@ -31,83 +40,81 @@ EXPLORE = (
         default=True,
     ),
     PageSpec(
-        "pages/spectrum.py",
+        "spectrum.py",
         "Spectrum",
         ":material/equalizer:",
         "spectrum",
         "eigenvalues of each term and how many are negative",
     ),
     PageSpec(
-        "pages/heterogeneity.py",
+        "heterogeneity.py",
         "Heterogeneity",
         ":material/bar_chart:",
         "heterogeneity",
         "top eigenvalue and trace of every weight's and every head's Hessian block, matrix-free",
     ),
     PageSpec(
-        "pages/real_model.py",
+        "real_model.py",
         "Real model",
         ":material/psychology:",
         "real_model",
         "a pretrained layer on your text: attention, a head's exact Hessian, per-block curvature",
     ),
     PageSpec(
-        "pages/whole_model.py",
+        "whole_model.py",
         "Whole model",
         ":material/account_tree:",
         "whole_model",
         "a whole pretrained model under its own objective: curvature and gradient of every tensor",
     ),
     PageSpec(
-        "pages/depth.py",
+        "depth.py",
         "Depth",
         ":material/layers:",
         "depth",
         "stacks of blocks: the Hessian layer by layer, Post-LN and Pre-LN side by side",
     ),
     PageSpec(
-        "pages/scaling.py",
+        "scaling.py",
         "Scaling laws",
         ":material/show_chart:",
         "scaling",
         "block norms against ‖X‖₂, L and d on log–log axes, with fitted slopes",
     ),
     PageSpec(
-        "pages/verify.py",
+        "verify.py",
         "Verify & speed",
         ":material/verified:",
         "verify",
         "closed form against autograd: relative error and timings",
     ),
-    PageSpec(
-        "pages/learn.py", "Learn", ":material/school:", "learn", "equations, papers, and a classroom tour"
-    ),
+    PageSpec("learn.py", "Learn", ":material/school:", "learn", "equations, papers, and a classroom tour"),
 )
 
 CLAIMS = (
     PageSpec(
-        "pages/optimization.py",
+        "optimization.py",
         "Optimization lens",
         ":material/trending_down:",
         "optimization",
         "what the curvature means for training",
     ),
     PageSpec(
-        "pages/layernorm_collapse.py",
+        "layernorm_collapse.py",
         "LayerNorm collapse",
         ":material/compress:",
         "layernorm_collapse",
         "LayerNorm curvature as row variance collapses",
     ),
     PageSpec(
-        "pages/bounds.py",
+        "bounds.py",
         "Spectral bounds",
         ":material/vertical_align_top:",
         "bounds",
         "bounds on block spectral norms against the exact values",
     ),
     PageSpec(
-        "pages/claims.py",
+        "claims.py",
         "Claims",
         ":material/fact_check:",
         "claims",

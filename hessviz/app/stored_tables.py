@@ -1,4 +1,4 @@
-"""SmolLM2-135M's stored per-tensor table (``assets/claims/smollm2/``) as the app's pages draw it.
+"""SmolLM2-135M's stored per-tensor table (``hessviz/data/claims/smollm2/``) as the app's pages draw it.
 
 Its table is not computed by the server (hours of one core for every weight of 30 layers at
 d = 576): :mod:`hessviz.experiments.smollm2_table` computed it once, on a fixed text, and the Whole
@@ -22,8 +22,9 @@ import math
 from pathlib import Path
 
 from hessviz.errors import InputError
+from hessviz.resources import data
 
-DIR = Path(__file__).resolve().parents[2] / "assets" / "claims" / "smollm2"
+DIR = data("claims", "smollm2")
 MODELS = {"smollm2-135m": DIR}
 """Bundled models whose table is stored rather than computed, and where."""
 WEIGHTS = "every weight"

@@ -32,9 +32,10 @@ import torch
 
 from hessviz.cost import Cost
 from hessviz.matfree.estimates import lanczos_products
+from hessviz.resources import data
 from hessviz.whole.objective import objective_of
 
-FILE = Path(__file__).resolve().parents[2] / "assets" / "whole_tables.json"
+FILE = data("whole_tables.json")
 """The precomputed default tables (``scripts/precompute_whole.py``)."""
 MODELS = ("pydoc-llama", "pydoc-preln", "pydoc-postln")
 """The models the page offers with precomputed default tables: the bundled ones trained here (small

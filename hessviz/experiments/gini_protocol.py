@@ -35,7 +35,7 @@ Here, the same on the bundled models and :mod:`hessviz.experiments.docstring_tas
 Where it differs (said in the report): models of 0.9 M (pydoc) and 22 M (MiniLM) weights instead
 of RoBERTa's 125 M, :data:`BATCH` sequences of 24 tokens instead of 32 of 128, a docstring task
 instead of GLUE, Lanczos instead of power iteration, fewer batches; the pydoc pair differ in more
-than the placement (assets/models/README.md).
+than the placement (hessviz/data/models/README.md).
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         "stays as it was. Where this still differs from the paper: 0.9 M / 22 M weights instead of 125 M, "
         f"{BATCH} × 24 tokens per batch instead of 32 × 128, a docstring task instead of GLUE, Lanczos "
         f"(tolerance {TOL:g}) instead of power iteration, a few batches instead of every batch of an epoch; "
-        "the pydoc pair differ in more than the LayerNorm placement (assets/models/README.md)."
+        "the pydoc pair differ in more than the LayerNorm placement (hessviz/data/models/README.md)."
     )
     per = d["per_model"]
     figs = {

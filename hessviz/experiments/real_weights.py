@@ -6,7 +6,7 @@ measured on layers of real models, each on its real input (the hidden state of a
 entering the layer), side by side:
 
 * **all-MiniLM-L6-v2** (Post-LN BERT, trained; the ``models`` extra), layers 0 and 5;
-* **pydoc-postln** and **pydoc-preln**, the matched pair trained here (``assets/models/``),
+* **pydoc-postln** and **pydoc-preln**, the matched pair trained here (``hessviz/data/models/``),
   layers 0 and 3;
 * **random initialisation** of each of these layers (:func:`hessviz.init_params` for the same
   config, on the same real input).
@@ -21,8 +21,9 @@ reads ``Λ_G/Λ_P > 1`` as a case where SignSGD's (and Adam's) complexity bound 
 
 The loss is the layer's MSE against a seeded random target (the same synthetic target as the
 block claim), on each layer separately: the models' own objectives through the stack come with
-the depth work (custom losses). ``python -m hessviz.experiments.real_weights`` writes
-``assets/claims/real_weights/`` with the report machinery
+the depth work (custom losses). ``python -m hessviz.experiments.real_weights [--out DIR]`` writes
+``DIR`` (default ``real_weights/`` in the working directory; the package's stored run is
+``hessviz/data/claims/real_weights/``) with the report machinery
 (:func:`hessviz.experiments.report.write_report`).
 """
 
@@ -75,7 +76,8 @@ OWN_OBJECTIVE = {
 """Models with their own objective here, and the other sentence of each text (a paraphrase): MiniLM's
 sentence-similarity loss ``1 − cos`` of mean-pooled embeddings, on its last layer (kind ``own``)."""
 QUICK_TEXTS = 1
-OUT = pathlib.Path(__file__).resolve().parents[2] / "assets" / "claims" / "real_weights"
+OUT = pathlib.Path("real_weights")
+"""The default folder of a run, relative to the working directory (nothing is written into the package)."""
 
 
 def block_norm(res: hv.HessianResult, name: str, tol: float = 1e-4) -> float:
@@ -276,5 +278,7 @@ def main(quick: bool = False, out: pathlib.Path = OUT) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for entry in main(quick="--quick" in sys.argv):
+    args = sys.argv[1:]
+    out = pathlib.Path(args[args.index("--out") + 1]) if "--out" in args else OUT
+    for entry in main(quick="--quick" in args, out=out):
         print(entry["id"], entry["holds"], entry["note"])

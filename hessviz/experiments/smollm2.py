@@ -1,7 +1,7 @@
 r"""Three claims on a real LLM, SmolLM2-135M (the bundled GGUF file), beside the pydoc models.
 
 * ``smollm2_table``: its per-tensor table under its own next-token loss
-  (:mod:`hessviz.experiments.smollm2_table`, stored in ``assets/claims/smollm2/table.json``): the
+  (:mod:`hessviz.experiments.smollm2_table`, stored in ``hessviz/data/claims/smollm2/table.json``): the
   top eigenvalues of the weights' diagonal blocks spread over orders of magnitude (Zhang et al.'s
   block heterogeneity).
 * ``sharpness_ordering``: Wang et al.'s sharpness disparity, ``S(Emb) ≪ S(QK) < S(FFN) < S(VO) ≪
@@ -12,10 +12,10 @@ r"""Three claims on a real LLM, SmolLM2-135M (the bundled GGUF file), beside the
   models from a table computed here.
 * ``gini_smollm2``: Tomihari & Sato's Gini of gradient norms at the protocol of
   :mod:`hessviz.experiments.gini_protocol` (its 22 tensors, a fresh linear head, the docstring task),
-  on SmolLM2, set beside the committed pydoc and MiniLM numbers (``assets/claims/claims.json``).
+  on SmolLM2, set beside the committed pydoc and MiniLM numbers (``hessviz/data/claims/claims.json``).
 
 ``python -m hessviz.experiments.smollm2`` (or ``hessviz reproduce --smollm2``) writes
-``assets/claims/smollm2/`` (``claims.json``, ``report.md``, ``data/``, ``figures/``) with the report
+``hessviz/data/claims/smollm2/`` (``claims.json``, ``report.md``, ``data/``, ``figures/``) with the report
 machinery (:func:`hessviz.experiments.report.write_report`), from the stored table; the table itself
 is computed once by :mod:`hessviz.experiments.smollm2_table` (tens of minutes on two cores).
 """
@@ -35,9 +35,9 @@ from hessviz import plots
 from hessviz.experiments import smollm2_table as st
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.fitting import gini
+from hessviz.resources import cache_dir, data
 
-OUT = st.HERE
-COMMITTED = OUT.parent / "claims.json"
+COMMITTED = data("claims", "claims.json")
 """The committed ``hessviz reproduce`` records (the pydoc and MiniLM Gini of ``gini_protocol``)."""
 WANG = (
     "Wang, Zhou, Zhang, Weinan E, Wu, 'The Sharpness Disparity Principle in Transformers for "
@@ -473,21 +473,31 @@ SEEDS = (0, 1)
 GINI_BATCHES = 1
 
 
-GINI_FILE = OUT / "gini_gradients.json"
-"""The protocol's gradient norms per batch, stored as they are computed (minutes each on two shared cores)."""
+GINI_FILE = st.STORED / "gini_gradients.json"
+"""The protocol's gradient norms per batch, as stored with the package (minutes each on two shared cores)."""
 
 
 def gini_gradients(
-    plan: tuple[tuple[int, int], ...], path: pathlib.Path = GINI_FILE, log=lambda s: None
+    plan: tuple[tuple[int, int], ...],
+    path: pathlib.Path = GINI_FILE,
+    log=lambda s: None,
+    cache: pathlib.Path | None = None,
 ) -> dict[str, list[float]]:
     """``{"seed,batch": the 22 gradient norms}`` of :func:`hessviz.experiments.gini_protocol.gradient_norms`
-    on SmolLM2 (float64) for each ``(seed, batch index)`` of ``plan``; stored batches are read back from
-    ``path``, new ones computed and added."""
+    on SmolLM2 (float64) for each ``(seed, batch index)`` of ``plan``. Stored batches are read back from
+    ``path`` (the package's, read-only) and from ``cache`` (default: ``gini_gradients.json`` in
+    :func:`hessviz.resources.cache_dir`); new ones are computed and added to ``cache`` only."""
     import hessviz as hv
     from hessviz.experiments import gini_protocol as gp
     from hessviz.experiments.docstring_task import build
 
-    done = json.loads(path.read_text()) if path.is_file() else {"batch": gp.BATCH, "grads": {}, "seconds": {}}
+    cache = cache or cache_dir() / path.name
+    done = {"batch": gp.BATCH, "grads": {}, "seconds": {}}
+    for stored in (path, cache):
+        if stored.is_file():
+            got = json.loads(stored.read_text())
+            done["grads"] |= got["grads"]
+            done["seconds"] |= got["seconds"]
     todo = [(s, b) for s, b in plan if f"{s},{b}" not in done["grads"]]
     if todo:
         task, model = build(), hv.load_model(st.MODEL)
@@ -496,7 +506,8 @@ def gini_gradients(
             ids, labels = task.batches(st.MODEL, gp.BATCH, s)[b]
             done["grads"][f"{s},{b}"] = gp.gradient_norms(model, ids, labels, s).tolist()
             done["seconds"][f"{s},{b}"] = time.perf_counter() - t
-            path.write_text(json.dumps(done, indent=1) + "\n")
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(done, indent=1) + "\n")
             log(f"seed {s} batch {b}: {done['seconds'][f'{s},{b}']:.0f} s")
     return {f"{s},{b}": done["grads"][f"{s},{b}"] for s, b in plan} | {
         "_seconds": [done["seconds"][f"{s},{b}"] for s, b in plan]
@@ -600,7 +611,7 @@ GINI_SMOLLM2 = Claim(
 CLAIMS = (SMOLLM2_TABLE, SHARPNESS, GINI_SMOLLM2)
 
 
-def main(quick: bool = False, out: pathlib.Path = OUT, ids: tuple[str, ...] | None = None) -> list[dict]:
+def main(out: pathlib.Path, quick: bool = False, ids: tuple[str, ...] | None = None) -> list[dict]:
     """Run the claims ``ids`` (default all three); write ``out`` (claims.json, report.md, data, figures)."""
     from hessviz.experiments.report import write_report
 
@@ -630,5 +641,5 @@ if __name__ == "__main__":
     if "--gini-gradients" in sys.argv:  # compute (or resume) the Gini's batches alone
         gini_gradients(tuple((s, b) for s in SEEDS for b in range(GINI_BATCHES)), log=print)
         sys.exit(0)
-    for entry in main(quick="--quick" in sys.argv):
+    for entry in main(pathlib.Path("reproduce-smollm2"), quick="--quick" in sys.argv):
         print(entry["id"], entry["holds"], entry["note"])

@@ -35,9 +35,12 @@ import time
 
 import torch
 
-HERE = pathlib.Path(__file__).resolve().parents[2] / "assets" / "claims" / "smollm2"
-TABLE = HERE / "table.json"
-"""Where the stored table lives (read by the claims and the app)."""
+from hessviz.resources import data
+
+STORED = data("claims", "smollm2")
+"""The package's stored results of SmolLM2 (read-only: runs write where ``--out`` says)."""
+TABLE = STORED / "table.json"
+"""The stored table (read by the claims and the app)."""
 
 SOURCES_OF_TEXT = (
     (
@@ -102,7 +105,7 @@ def _save(path: pathlib.Path, state: dict) -> None:
 
 
 def run(
-    path: pathlib.Path = TABLE,
+    path: pathlib.Path,
     budget: float = 2400.0,
     log=print,
     heads_after: int = 30,
@@ -188,11 +191,11 @@ def run(
     return state
 
 
-GRADIENTS = HERE / "gradients.json"
+GRADIENTS = STORED / "gradients.json"
 """Every weight's and every head's gradient norm on the same tokens (one backward: all 30 layers)."""
 
 
-def gradients(path: pathlib.Path = GRADIENTS) -> dict:
+def gradients(path: pathlib.Path) -> dict:
     """``‖∂ℓ/∂t‖`` of every layer weight and every head slice of :data:`HEADED` (the gradient column
     of the table for every layer, whatever part of the eigenvalue column a run reached), written to
     ``path``."""
@@ -223,7 +226,13 @@ def gradients(path: pathlib.Path = GRADIENTS) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=pathlib.Path, default=TABLE)
+    ap.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=None,
+        help="the JSON file to write or resume (default: table.json, or gradients.json with --gradients, "
+        "in the working directory)",
+    )
     ap.add_argument("--budget", type=float, default=2400.0, help="seconds; per-head layers stop after it")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gradients", action="store_true", help="only the gradient norms (gradients.json)")
@@ -237,11 +246,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.gradients:
-        state = gradients()
+        state = gradients(args.out or pathlib.Path(GRADIENTS.name))
         print(f"{len(state['grad'])} gradient norms in {state['seconds']:.0f} s", flush=True)
         return
     run(
-        args.out,
+        args.out or pathlib.Path(TABLE.name),
         args.budget,
         log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True),
         heads_after=args.heads_after,

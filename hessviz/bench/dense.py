@@ -332,7 +332,7 @@ def head_slice(dtype: torch.dtype, device: torch.device, threads: int) -> Row:
     import sys
 
     name = str(dtype).removeprefix("torch.")
-    code = f"from benchmarks.dense import _slice_child; _slice_child({name!r}, {str(device)!r}, {threads})"
+    code = f"from hessviz.bench.dense import _slice_child; _slice_child({name!r}, {str(device)!r}, {threads})"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -25,7 +25,7 @@ timed call.
 
 ``rows(...)`` returns dicts; ``markdown(rows)`` renders them; ``python -m
 benchmarks.matfree`` writes ``benchmarks/MATFREE.md``; ``hessviz bench --suite matfree``
-adds the real-layer section of :mod:`benchmarks.matfree_spectra` (``python -m benchmarks.matfree_spectra``
+adds the real-layer section of :mod:`hessviz.bench.matfree_spectra` (``python -m benchmarks.matfree_spectra``
 alone rewrites just that section).
 """
 
@@ -324,16 +324,11 @@ def cuda_peak_memory(kind: str, method: str, seq_len: int, device: str) -> dict:
 def peak_memory(spec: dict) -> dict:
     """``_child(spec)`` in a fresh interpreter."""
     code = (
-        "import json, sys; from benchmarks.matfree import _child; "
+        "import json, sys; from hessviz.bench.matfree import _child; "
         "print(json.dumps(_child(json.loads(sys.argv[1]))))"
     )
-    checkout = str(Path(__file__).resolve().parents[1])  # benchmarks/ and hessviz/
     out = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=os.environ | {"PYTHONPATH": checkout},
+        [sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -1,7 +1,6 @@
 """Claims: the papers' statements, each with the numbers we measured and a link to the page that shows it."""
 
 import json
-import pathlib
 
 import streamlit as st
 
@@ -9,9 +8,9 @@ from hessviz import app as hva
 from hessviz.app.claim_links import link
 from hessviz.experiments import CLAIM_IDS
 from hessviz.experiments.report import headline
+from hessviz.resources import data
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-COMMITTED = ROOT / "assets" / "claims" / "claims.json"
+COMMITTED = data("claims", "claims.json")
 HOLDS = {True: "✓ holds", False: "✗ does not hold", "partly": "◐ partly"}
 
 view = hva.sidebar()
@@ -19,7 +18,7 @@ hva.header("The papers' claims, measured", view)
 hva.explain(
     "Each row is one statement from Petrov et al. (full-block Hessian), Ormaniec et al. (self-attention "
     "Hessian) or Tomihari & Sato (gradient heterogeneity), measured with hessviz's exact Hessians over seeds "
-    "and configurations. The numbers come from `hessviz reproduce --out assets/claims` (committed with the "
+    "and configurations. The numbers come from `hessviz reproduce` (committed with the "
     "app); *holds* is our verdict, and the note says where our numbers differ from the paper's. Slopes are "
     "log–log least-squares fits with 95 % intervals over seeds.",
     r"\|H\|\propto x^{s}\ \Longleftrightarrow\ \log\|H\| = s\log x + c",
@@ -30,11 +29,11 @@ records = None
 source = ""
 if COMMITTED.exists():
     records = hva.cache.claims_file(str(COMMITTED), COMMITTED.stat().st_mtime)
-    source = f"`{COMMITTED.relative_to(ROOT)}` (full run)"
+    source = "`hessviz/data/claims/claims.json`, the full run shipped with hessviz"
 else:
     st.info(
-        "No committed report found (`assets/claims/claims.json`). Run `hessviz reproduce --out "
-        "assets/claims`, or compute a quick version here (about a minute).",
+        "No stored report found (`hessviz/data/claims/claims.json`: reinstall hessviz). Run `hessviz "
+        "reproduce`, or compute a quick version here (about a minute).",
         icon=":material/info:",
     )
     if st.button("Run the quick reproduction", icon=":material/play_arrow:"):

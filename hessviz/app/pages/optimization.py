@@ -1,7 +1,6 @@
 """Optimization lens: gradient heterogeneity (Gini, Λ_G, Λ_P) and SGD / SignSGD / Adam, Post vs Pre-LN."""
 
 import json
-import pathlib
 
 import numpy as np
 import streamlit as st
@@ -11,6 +10,7 @@ from hessviz import app as hva
 from hessviz import plots
 from hessviz.app import stored_tables
 from hessviz.experiments import optimizers, optimizers_protocol
+from hessviz.resources import data
 
 view = hva.sidebar()
 hva.header("Optimization lens", view)
@@ -36,7 +36,7 @@ mode = hva.choice(
 )
 PLACEMENTS = ("post", "pre")
 NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
-CLAIMS = pathlib.Path(__file__).resolve().parent.parent / "assets" / "claims"
+CLAIMS = data("claims")
 
 
 if mode == "gradients":
@@ -98,8 +98,8 @@ elif mode == "protocol":
     npz, committed = CLAIMS / "data" / "optimizers_protocol.npz", CLAIMS / "claims.json"
     if not npz.exists() or not committed.exists():
         st.info(
-            "No committed protocol run (`assets/claims/data/optimizers_protocol.npz`). Run `hessviz "
-            "reproduce --out assets/claims`."
+            "No stored protocol run (`hessviz/data/claims/data/optimizers_protocol.npz`): reinstall hessviz, "
+            "or run `hessviz reproduce` for a report of your own."
         )
         st.stop()
     with np.load(npz) as f:
@@ -130,9 +130,7 @@ elif mode == "protocol":
             rec = None
             st.error(f"**The stored claims of {source} cannot be read.** {err}", icon=":material/block:")
         if rec is None:
-            st.info(
-                f"No stored Gini for {source} (`hessviz reproduce --smollm2 --out assets/claims/smollm2`)."
-            )
+            st.info(f"No stored Gini for {source} (`hessviz reproduce --smollm2`).")
             st.stop()
         sm = rec["measured"]
         models = [source] + [k[len("committed_gini_") :] for k in sm if k.startswith("committed_gini_")]

@@ -88,7 +88,7 @@ def _reference_states(model, ids: list[int], device: torch.device) -> tuple[torc
 
 def _timed(fn, repeats: int, device: torch.device) -> tuple[float, float]:
     """``(median of the warm runs, the cold first run)``."""
-    from benchmarks.dense import run_times
+    from hessviz.bench.dense import run_times
 
     times = run_times(fn, 1 + repeats, device)
     return statistics.median(times[1:]), times[0]
@@ -98,7 +98,7 @@ def load_row(repeats: int, device: torch.device, has_transformers: bool, model: 
     """Loading one layer, against reading the whole checkpoint."""
     from safetensors.torch import load_file
 
-    from benchmarks.dense import Row, median_time
+    from hessviz.bench.dense import Row, median_time
 
     path = open_source(model).folder / "model.safetensors"
     ours, cold = _timed(lambda: load.load_layer(model, LAYER, device=device), repeats, device)
@@ -126,7 +126,7 @@ def hidden_states_row(
     repeats: int, device: torch.device, has_transformers: bool, tokens: int = TOKENS, model: str = MODEL
 ):
     """All hidden states of a ``tokens``-token text (64), from the folder."""
-    from benchmarks.dense import Row, median_time
+    from hessviz.bench.dense import Row, median_time
 
     ids = text_ids(tokens, model)
     ours, cold = _timed(lambda: load.hidden_states(model, ids, device=device), repeats, device)
@@ -177,7 +177,7 @@ def _real_layer(
 
 def head_slice_row(device: torch.device, model: str = MODEL):
     """The dense ``W_Q[0]``–``W_Q[0]`` block (MiniLM: 12,288 weights) of a real layer, 32 tokens."""
-    from benchmarks.dense import Row, run_times
+    from hessviz.bench.dense import Row, run_times
 
     res = _real_layer(SLICE_TOKENS, device, (SLICE,), model=model)
     held = {}
@@ -231,7 +231,7 @@ def top5_row(device: torch.device, tokens: int = TOKENS, model: str = MODEL):
     autograd."""
     import numpy as np
 
-    from benchmarks.dense import Row, run_times
+    from hessviz.bench.dense import Row, run_times
     from hessviz.matfree import eigenpairs
 
     found = {}
@@ -276,7 +276,7 @@ def rows(
 
 
 def main(repeats: int = 5, threads: int = 2, models: tuple[str, ...] = MODELS) -> str:
-    from benchmarks.dense import render
+    from hessviz.bench.dense import render
 
     torch.set_num_threads(threads)
     sections = []

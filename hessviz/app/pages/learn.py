@@ -73,7 +73,7 @@ with story, st.container(border=True):
     st.markdown(f"**What to notice.** {words}")
     p = spec(stop.page)
     st.page_link(
-        p.script,
+        str(p.path),
         label=f"Open the full page: {p.title}",
         icon=p.icon,
         query_params=hva.address.link_params({**stop.query(), **hva.lesson().query()}),

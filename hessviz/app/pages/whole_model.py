@@ -28,7 +28,7 @@ hva.explain(
 
 models = [m for m in wm.MODELS + wm.LARGE_MODELS if m in pretrained.available_models()]
 if not models:
-    st.error("No bundled pydoc model is installed here (assets/models).", icon=":material/block:")
+    st.error("No bundled pydoc model is installed here (hessviz/data/models).", icon=":material/block:")
     st.stop()
 c1, c2 = st.columns([2, 3])
 model = hva.select(

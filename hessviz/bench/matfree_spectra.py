@@ -6,7 +6,7 @@ process:
 
 * ``top5``: the 5 largest eigenvalues by the torch core (:func:`hessviz.matfree.eigenpairs`),
   by scipy ``eigsh`` on the same closed-form products, and by the peers of
-  :mod:`benchmarks.peers` (scipy ``eigsh`` / hessian-eigenthings' Lanczos / PyHessian on
+  :mod:`hessviz.bench.peers` (scipy ``eigsh`` / hessian-eigenthings' Lanczos / PyHessian on
   kept-graph double backward). Each: seconds, products, the largest relative difference from a
   tight reference (the torch core at ``tol = 1e-11``, its true residuals shown) and the peak
   resident memory over the set-up;
@@ -41,8 +41,8 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from benchmarks import peers
-from benchmarks.matfree import _reset_peak, _rss_mib, _sync, interleaved
+from hessviz.bench import peers
+from hessviz.bench.matfree import _reset_peak, _rss_mib, _sync, interleaved
 from hessviz.matfree import spectral
 
 MODEL, LAYER = "all-MiniLM-L6-v2", 3
