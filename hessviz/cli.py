@@ -384,7 +384,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         try:
             from distributed import Client
         except ImportError:
-            raise hv.InputError("--scheduler needs Dask's distributed: pip install -e '.[cluster]'") from None
+            raise hv.InputError("--scheduler needs Dask's distributed: pip install 'hessviz[cluster]'") from None
         try:
             client = Client(args.scheduler, timeout=10)
         except (OSError, TimeoutError, ValueError) as e:
@@ -533,7 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile",
         choices=("local", "hosted"),
         default=None,
-        help="the server's limits (default: $HESSVIZ_PROFILE, else local); hosted for a public link",
+        help="the server's limits (default: $HESSVIZ_PROFILE, else local on loopback and hosted on any "
+        "other address)",
     )
     p.set_defaults(func=cmd_app, streamlit=[])
 

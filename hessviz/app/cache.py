@@ -45,10 +45,11 @@ from hessviz.matfree import estimates
 from hessviz.pretrained import explore, loss_keys, precomputed
 from hessviz.verify import compare
 
-if profiles.profile_name() == "hosted":
+LIMITS = profiles.limits_from_env(address=profiles.served_address())
+"""The limits of this server (``HESSVIZ_PROFILE``, else by the address it serves), read once when the
+app starts."""
+if LIMITS.profile == "hosted":
     gates.tune_allocator()
-LIMITS = profiles.limits_from_env()
-"""The limits of this server (``HESSVIZ_PROFILE``), read once when the app starts."""
 LEDGER = gates.Ledger(LIMITS.results_bytes, LIMITS.process_bytes)
 GATE = gates.Gate(LIMITS.heavy)
 _AUTOGRAD = threading.Lock()

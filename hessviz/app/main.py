@@ -39,6 +39,8 @@ def main() -> None:
     from hessviz import app as hva
 
     hva.preload()  # every module the pages need, once, under a lock, before any page runs
+    if hva.cache.LIMITS.profile == "hosted" and st.get_option("client.showErrorDetails") != "none":
+        st.set_option("client.showErrorDetails", "none")  # a visitor never sees a trace with server paths
     from hessviz.app import styles, warm
     from hessviz.app.registry import SECTIONS
     from hessviz.app.runlog import timed

