@@ -384,7 +384,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         try:
             from distributed import Client
         except ImportError:
-            raise hv.InputError("--scheduler needs Dask's distributed: pip install 'hessviz[cluster]'") from None
+            raise hv.InputError(
+                "--scheduler needs Dask's distributed: pip install 'hessviz[cluster]'"
+            ) from None
         try:
             client = Client(args.scheduler, timeout=10)
         except (OSError, TimeoutError, ValueError) as e:

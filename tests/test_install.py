@@ -92,7 +92,8 @@ def test_the_wheel_carries_its_data_and_states_its_requirements(dist):
     for f in ("claims/claims.json", "claims/smollm2/table.json", "real_views.npz", "whole_tables.json"):
         assert f"hessviz/data/{f}" in names
     assert {"hessviz/app/config.toml", "hessviz/app/streamlit_app.py", "hessviz/bench/dense.py"} <= names
-    assert len([n for n in names if n.startswith("hessviz/app/pages/") and n.endswith(".py")]) == 14  # + __init__
+    pages = [n for n in names if n.startswith("hessviz/app/pages/") and n.endswith(".py")]
+    assert len(pages) == 14  # thirteen pages and the package's __init__
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "assets/"))]
     requires = [line.split(": ", 1)[1] for line in meta.splitlines() if line.startswith("Requires-Dist: ")]
     core = [r for r in requires if "extra ==" not in r]

@@ -139,8 +139,7 @@ def _gguf():
         import gguf
     except ImportError:
         raise CheckpointError(
-            "reading a GGUF file needs the gguf package: pip install gguf (or "
-            "pip install 'hessviz[models]')"
+            "reading a GGUF file needs the gguf package: pip install gguf (or pip install 'hessviz[models]')"
         ) from None
     return gguf
 
