@@ -184,10 +184,9 @@ def test_hessviz_app_serves_every_page_from_the_install(venv, dist):
     )
     try:
         srv.wait_healthy(timeout=120)
-        listening = subprocess.run(
-            ["ss", "-ltnH", f"sport = :{srv.port}"], capture_output=True, text=True
-        ).stdout
-        assert "127.0.0.1" in listening and "0.0.0.0" not in listening and "[::]" not in listening
+        sockets = subprocess.run(["ss", "-ltnH", f"sport = :{srv.port}"], capture_output=True, text=True)
+        local = {line.split()[3].rsplit(":", 1)[0] for line in sockets.stdout.splitlines()}
+        assert local == {"127.0.0.1"}, f"hessviz app listens on {local}, not on loopback alone"
         with chromium() as browser:
             page = browser.new_page(viewport={"width": 1280, "height": 720})
             for spec in ALL_PAGES:
@@ -198,4 +197,4 @@ def test_hessviz_app_serves_every_page_from_the_install(venv, dist):
                 assert page.query_selector(wanted), spec.url_path
     finally:
         srv.stop()
-    assert "Traceback" not in srv.log_text()
+    assert "Traceback" not in srv.log_path.read_text(errors="replace")
