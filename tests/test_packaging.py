@@ -107,3 +107,20 @@ def test_the_dockerfile_installs_the_wheel_and_runs_hessviz_app():
         assert needed not in ignored
     assert "docs" in ignored and "!docs/package.md" in ignored  # the readme the build reads
     assert PYPROJECT["project"]["readme"]["file"] == "docs/package.md"
+
+
+def test_the_profile_follows_the_served_address_and_a_public_local_is_logged(caplog):
+    """Unset, the profile is ``local`` on loopback only; any other address (Streamlit's default binds
+    every interface) gets ``hosted``; ``HESSVIZ_PROFILE=local`` there is honoured, with a warning."""
+    from hessviz.app import profiles
+
+    assert [profiles.profile_name({}, a) for a in ("127.0.0.1", "::1", "localhost")] == ["local"] * 3
+    assert [profiles.profile_name({}, a) for a in (None, "", "0.0.0.0", "::", "192.168.1.4")] == ["hosted"] * 5
+    with caplog.at_level("WARNING", logger="hessviz.app"):
+        assert profiles.profile_name({"HESSVIZ_PROFILE": "local"}, "0.0.0.0") == "local"
+    assert "HESSVIZ_PROFILE=local on 0.0.0.0" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hessviz.app"):
+        assert profiles.profile_name({"HESSVIZ_PROFILE": "local"}, "127.0.0.1") == "local"
+    assert caplog.text == ""
+    assert profiles.served_address() == "127.0.0.1"  # no server in this process
