@@ -114,8 +114,8 @@ def profile_name(env: dict[str, str] | None = None, address: str | None = "127.0
         raise ValueError(f"HESSVIZ_PROFILE must be one of {', '.join(PROFILES)}, got {name!r}")
     if name == "local" and public:
         logging.getLogger("hessviz.app").warning(
-            "hessviz: warning: HESSVIZ_PROFILE=local on %s: every visitor who reaches this address may read server "
-            "paths and use the workstation's limits (docs/hosting.md, the threat model)",
+            "hessviz: warning: HESSVIZ_PROFILE=local on %s: every visitor who reaches this address may "
+            "read server paths and use the workstation's limits (docs/hosting.md, the threat model)",
             address or "every interface",
         )
     return name
