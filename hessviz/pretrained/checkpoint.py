@@ -14,7 +14,6 @@ again and the cache never grows past :data:`CACHE_SIZE` folders.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +24,7 @@ from safetensors import safe_open
 from torch import Tensor
 
 from hessviz.errors import CheckpointError
+from hessviz.pretrained.bounded import CONFIG_BYTES, INDEX_BYTES, read_json, shown
 from hessviz.resources import data
 
 CONFIG_FILE = "config.json"
@@ -160,25 +160,53 @@ def _file_state(path: Path) -> tuple[str, int, int]:
     return str(path), st.st_size, st.st_mtime_ns
 
 
+def _shard_names(folder: Path, index: Path) -> list[str]:
+    """The shard files ``index``'s ``weight_map`` names, checked before any of them is touched: an
+    object of ``tensor name -> file name``, each file name a bare ``*.safetensors`` name in ``folder``
+    (no separator, no ``..``, not absolute), so an index can never reach a file outside its folder.
+    (A shard that is itself a symlink is followed, as ``model.safetensors`` is: the Hugging Face cache
+    keeps every file of a snapshot as a symlink into its ``blobs/``; the folder's owner made it.)"""
+    where = f"source {str(folder)!r}: {SAFETENSORS_INDEX}"
+    content = read_json(index, INDEX_BYTES)
+    weight_map = content.get("weight_map") if isinstance(content, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        got = (
+            f"a JSON {type(content).__name__}"
+            if not isinstance(content, dict)
+            else f"weight_map = {shown(weight_map)}"
+        )
+        raise CheckpointError(
+            f"{where} must be an object whose weight_map is a non-empty object (tensor name -> "
+            f"shard file), got {got}"
+        )
+    names = set()
+    for tensor, name in weight_map.items():
+        if not isinstance(name, str):
+            raise CheckpointError(
+                f"{where}: weight_map[{shown(tensor)}] must be a shard file name, got {shown(name)}"
+            )
+        names.add(name)
+    for name in sorted(names):
+        if not name.endswith(".safetensors") or Path(name).name != name or "\\" in name or "\0" in name:
+            raise CheckpointError(
+                f"{where} names the shard {shown(name)}; a shard must be a *.safetensors file in the "
+                "folder itself (a bare file name: no path, no '..'), and nothing outside is opened"
+            )
+    return sorted(names)
+
+
 def _weight_files(folder: Path) -> tuple[Path, ...]:
     """The safetensors files of ``folder``; :class:`CheckpointError` if there are none."""
     single, index = folder / SAFETENSORS_FILE, folder / SAFETENSORS_INDEX
     if single.is_file():
         return (single,)
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(
-                f"source {str(folder)!r}: {SAFETENSORS_INDEX} is not a safetensors "
-                f"index with a weight_map ({e})"
-            ) from None
-        files = tuple(folder / f for f in sorted(set(weight_map.values())))
+        files = tuple(folder / f for f in _shard_names(folder, index))
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise CheckpointError(
-                f"source {str(folder)!r}: {SAFETENSORS_INDEX} lists shards that are "
-                f"not in the folder: {', '.join(missing)}"
+                f"source {str(folder)!r}: {SAFETENSORS_INDEX} lists {len(missing)} shard(s) that are "
+                f"not in the folder: {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''}"
             )
         return files
     pickles = [f for f in PICKLE_FILES if (folder / f).is_file()]
@@ -197,10 +225,7 @@ def _weight_files(folder: Path) -> tuple[Path, ...]:
 @lru_cache(maxsize=CACHE_SIZE)
 def _read_config(state: tuple[str, int, int]) -> dict:
     path = state[0]
-    try:
-        config = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"source: {path} is not a readable JSON file ({e})") from None
+    config = read_json(Path(path), CONFIG_BYTES)
     if not isinstance(config, dict):
         raise CheckpointError(f"source: {path} must hold a JSON object, got {type(config).__name__}")
     return config

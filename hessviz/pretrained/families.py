@@ -51,7 +51,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hessviz.config import BlockConfig
-from hessviz.errors import CheckpointError
+from hessviz.errors import CheckpointError, ConfigError
+from hessviz.pretrained.bounded import shown
 from hessviz.pretrained.checkpoint import Checkpoint
 
 HF_ACTIVATIONS = {
@@ -64,6 +65,9 @@ HF_ACTIVATIONS = {
     "swish": "silu",
 }
 """Hugging Face activation name -> hessviz activation (only exact equivalents)."""
+MAX_POSITIONS = 1 << 24
+"""The most positions a config may claim (16,777,216; today's longest contexts are ~1M): a bound on a
+number that no tensor checks in a rotary model, so no arithmetic on it runs away."""
 
 
 @dataclass(frozen=True)
@@ -122,25 +126,43 @@ def _table(**pairs: tuple[Source, Source]) -> dict[str, Source]:
 
 def _get(config: dict, key: str, kind: type, default: object = None, minimum: float = 1) -> object:
     """``config[key]`` (or ``default`` when absent or null), checked to be a ``kind`` ``>= minimum``
-    (an int is a float too)."""
+    (an int is a float too; a number must be finite as a float)."""
     value = config.get(key)
     value = default if value is None else value
     if value is None:
-        raise CheckpointError(f"config.json: {key} is missing; a {config.get('model_type')} config needs it")
-    kinds = (int, float) if kind is float else (kind,)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
         raise CheckpointError(
-            f"config.json: {key} must be {'an integer' if kind is int else 'a number'} "
-            f">= {minimum:g}, got {value!r}"
+            f"config.json: {key} is missing; a {shown(config.get('model_type'))} config needs it"
         )
+    kinds = (int, float) if kind is float else (kind,)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or value < minimum
+        or (kind is float and not value < 1e308)  # finite: not NaN, not inf, no float(10**400) overflow
+    ):
+        raise CheckpointError(
+            f"config.json: {key} must be {'an integer' if kind is int else 'a finite number'} "
+            f">= {minimum:g}, got {shown(value)}"
+        )
+    return value
+
+
+def _flag(config: dict, key: str, default: bool) -> bool:
+    """``config[key]`` as a JSON ``true``/``false`` (``default`` when absent or null): a string such as
+    ``"false"`` would be truthy, a silent wrong layer."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise CheckpointError(f"config.json: {key} must be true or false, got {shown(value)}")
     return value
 
 
 def _activation(config: dict, key: str, default: str) -> str:
     name = config.get(key, default)
-    if name not in HF_ACTIVATIONS:
+    if not isinstance(name, str) or name not in HF_ACTIVATIONS:
         raise CheckpointError(
-            f"config.json: {key} = {name!r} is not supported; hessviz has "
+            f"config.json: {key} = {shown(name)} is not supported; hessviz has "
             f"{', '.join(map(repr, HF_ACTIVATIONS))}"
         )
     return HF_ACTIVATIONS[name]
@@ -152,7 +174,7 @@ def _refuse(config: dict, flags: dict[str, object]) -> None:
         value = config.get(key, allowed)
         if value != allowed:
             raise CheckpointError(
-                f"config.json: {key} = {value!r} is not supported (hessviz computes "
+                f"config.json: {key} = {shown(value)} is not supported (hessviz computes "
                 f"the standard layer, {key} = {allowed!r})"
             )
 
@@ -165,7 +187,7 @@ def _prefix(ckpt: Checkpoint, anchor: str) -> str:
         raise CheckpointError(
             f"source {ckpt.name!r}: no tensor named {anchor!r} (with any prefix); the "
             f"weights do not match config.json's model_type "
-            f"{ckpt.config.get('model_type')!r}"
+            f"{shown(ckpt.config.get('model_type'))}"
         )
     return hits[0][: -len(anchor)]
 
@@ -195,10 +217,53 @@ class Family:
     def __init__(self, ckpt: Checkpoint):
         self.ckpt = ckpt
         self.config = ckpt.config
-        self.block = self.block_config()
+        try:
+            self.block = self.block_config()
+        except ConfigError as e:  # a config whose values make no block: the file's fault, named so
+            if isinstance(e, CheckpointError):
+                raise
+            raise CheckpointError(f"config.json describes no block hessviz computes: {e}") from None
         self.n_layers: int = _get(self.config, self.layers_key, int)
         self.vocab_size: int = _get(self.config, self.vocab_key, int)
+        self._check_sizes()
         self.prefix = _prefix(ckpt, self.anchor)
+        self._check_lazy_keys()
+
+    def _check_lazy_keys(self) -> None:
+        """Read now the keys that are otherwise read on first use (the sliding window, the head's
+        ``tie_word_embeddings`` …), so a value of the wrong type fails at opening, not halfway through."""
+        self.check_length(0)
+        if self.has_head():
+            self.head()
+
+    def _check_sizes(self) -> None:
+        """Refuse sizes no tensor backs, before anything loops or allocates by them: every width is at
+        most the largest dimension of any tensor present, the layers at most the tensors (each layer has
+        its own), the positions at most :data:`MAX_POSITIONS`. (Each tensor's exact shape is checked
+        again before it is read, :meth:`Checkpoint.require`.)"""
+        tensors, b = self.ckpt.tensors, self.block
+        largest = max((max(shape) for _, shape in tensors.values() if shape), default=0)
+        for what, value in (
+            ("hidden size", b.d_model),
+            ("feed-forward width", b.d_ff),
+            ("heads × head width", b.n_heads * b.d_k),
+            ("vocabulary size", self.vocab_size),
+        ):
+            if value > largest:
+                raise CheckpointError(
+                    f"config.json: the {what} {value} is larger than every dimension of every tensor "
+                    f"in the weights (the largest is {largest}); the config does not describe them"
+                )
+        if self.n_layers > len(tensors):
+            raise CheckpointError(
+                f"config.json: {self.layers_key} = {self.n_layers}, but the weights hold only "
+                f"{len(tensors)} tensors (each layer has its own); the config does not describe them"
+            )
+        if self.max_positions > MAX_POSITIONS:
+            raise CheckpointError(
+                f"config.json: {self.positions_key} = {self.max_positions} is beyond the "
+                f"{MAX_POSITIONS} positions hessviz reads"
+            )
 
     @property
     def max_positions(self) -> int:
@@ -314,7 +379,7 @@ class Bert(Family):
             out_proj=True,
             bias=True,
             ln_affine=True,
-            causal=bool(c.get("is_decoder", False)),
+            causal=_flag(c, "is_decoder", False),
         )
 
     @property
@@ -472,12 +537,12 @@ def _rope(config: dict, default_factor: float = 1.0) -> tuple[float, float]:
         if not isinstance(table, dict) or any(isinstance(v, dict) for v in table.values()):
             raise CheckpointError(
                 f"config.json: {key} must be one object of rope settings (hessviz computes "
-                f"one rotation for every layer), got {table!r}"
+                f"one rotation for every layer), got {shown(table)}"
             )
         kind = table.get("rope_type", table.get("type", "default"))
         if kind != "default":
             raise CheckpointError(
-                f"config.json: {key} with rope_type {kind!r} is not supported; hessviz "
+                f"config.json: {key} with rope_type {shown(kind)} is not supported; hessviz "
                 "computes the plain rotation (rope_type 'default', no scaling)"
             )
     theta = params.get("rope_theta", config.get("rope_theta", config.get("rotary_emb_base", 10000.0)))
@@ -505,7 +570,7 @@ def _refuse_set(config: dict, keys: tuple[str, ...]) -> None:
     for key in keys:
         if config.get(key) not in (None, False, 0):
             raise CheckpointError(
-                f"config.json: {key} = {config[key]!r} is not supported (it changes the "
+                f"config.json: {key} = {shown(config[key])} is not supported (it changes the "
                 "layer's math; hessviz computes the layer without it)"
             )
 
@@ -542,7 +607,7 @@ class Llama(Family):
 
     def biases(self) -> dict[str, bool]:
         c = self.config
-        attention, mlp = bool(c.get("attention_bias", False)), bool(c.get("mlp_bias", False))
+        attention, mlp = _flag(c, "attention_bias", False), _flag(c, "mlp_bias", False)
         return {"Q": attention, "K": attention, "V": attention, "O": attention, "G": mlp, "1": mlp, "2": mlp}
 
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
@@ -584,11 +649,13 @@ class Llama(Family):
         """A sliding window, where the config turns one on (Mistral's ``sliding_window``; Qwen's
         with ``use_sliding_window``; any ``layer_types`` entry ``sliding_attention``)."""
         c = self.config
-        w = c.get("sliding_window")
+        w, kinds = c.get("sliding_window"), c.get("layer_types") or []
+        if not isinstance(kinds, list):
+            raise CheckpointError(f"config.json: layer_types must be a list, got {shown(kinds)}")
         on = (
             self.config.get("model_type") == "mistral"
-            or bool(c.get("use_sliding_window"))
-            or "sliding_attention" in (c.get("layer_types") or ())
+            or _flag(c, "use_sliding_window", False)
+            or "sliding_attention" in kinds
         )
         return ("sliding_window", _get(c, "sliding_window", int)) if on and w is not None else None
 
@@ -622,7 +689,7 @@ class Llama(Family):
         return self.read_rows(self._embedding, ids, dtype)
 
     def _unembedding(self, untied: str) -> str:
-        tied = self.config.get("tie_word_embeddings", self.tied_default)
+        tied = _flag(self.config, "tie_word_embeddings", self.tied_default)
         return self._embedding if tied else untied
 
     def head(self) -> Head:
@@ -678,13 +745,13 @@ class GPTNeoX(Family):
         d, heads = _get(c, "hidden_size", int), _get(c, "num_attention_heads", int)
         d_k = _heads(c, d, "num_attention_heads", None)
         theta, factor = _rope(c, default_factor=0.25)
-        bias = True if c.get("attention_bias", True) else ("1", "2")
+        bias = True if _flag(c, "attention_bias", True) else ("1", "2")
         return BlockConfig(
             seq_len=self.max_positions if seq_len is None else seq_len,
             d_model=d,
             d_k=d_k,
             d_ff=_get(c, "intermediate_size", int),
-            norm="parallel" if c.get("use_parallel_residual", True) else "pre",
+            norm="parallel" if _flag(c, "use_parallel_residual", True) else "pre",
             activation=_activation(c, "hidden_act", "gelu"),
             ln_eps=float(_get(c, "layer_norm_eps", float, 1e-5, minimum=0)),
             n_heads=heads,
@@ -726,7 +793,7 @@ class GPTNeoX(Family):
 
     def head(self) -> Head:
         norm = f"{self.prefix}final_layer_norm."
-        tied = self.config.get("tie_word_embeddings", False)
+        tied = _flag(self.config, "tie_word_embeddings", False)
         return Head(
             norm + "weight", norm + "bias", f"{self.prefix}embed_in.weight" if tied else "embed_out.weight"
         )
@@ -749,7 +816,7 @@ class OPT(Family):
         d = _get(c, "hidden_size", int)
         if c.get("word_embed_proj_dim", d) != d:
             raise CheckpointError(
-                f"config.json: word_embed_proj_dim = {c['word_embed_proj_dim']} differs "
+                f"config.json: word_embed_proj_dim = {shown(c['word_embed_proj_dim'])} differs "
                 f"from hidden_size = {d}, so the model has project_in/project_out maps "
                 "around its layers; hessviz does not support them"
             )
@@ -760,12 +827,12 @@ class OPT(Family):
             d_model=d,
             d_k=_heads(c, d, "num_attention_heads", None),
             d_ff=_get(c, "ffn_dim", int),
-            norm="pre" if c.get("do_layer_norm_before", True) else "post",
+            norm="pre" if _flag(c, "do_layer_norm_before", True) else "post",
             activation=_activation(c, "activation_function", "relu"),
             ln_eps=1e-5,
             n_heads=heads,
             out_proj=True,
-            bias=bool(c.get("enable_bias", True)),
+            bias=_flag(c, "enable_bias", True),
             ln_affine=True,
             causal=True,
         )
@@ -799,8 +866,8 @@ class OPT(Family):
 
     def head(self) -> Head:
         norm = f"{self.prefix}final_layer_norm."
-        final = self.config.get("do_layer_norm_before", True)
-        tied = self.config.get("tie_word_embeddings", True)
+        final = _flag(self.config, "do_layer_norm_before", True)
+        tied = _flag(self.config, "tie_word_embeddings", True)
         return Head(
             norm + "weight" if final else None,
             norm + "bias" if final else None,
@@ -819,6 +886,6 @@ def family_of(ckpt: Checkpoint) -> Family:
         if model_type in family.model_types:
             return family(ckpt)
     raise CheckpointError(
-        f"config.json: model_type {model_type!r} is not supported; hessviz loads "
+        f"config.json: model_type {shown(model_type)} is not supported; hessviz loads "
         f"{', '.join(map(repr, SUPPORTED))} checkpoints"
     )

@@ -23,8 +23,10 @@ file never sits in memory twice.
   special tokens. A SentencePiece vocabulary (``"llama"``) is refused for texts: pass token ids.
 
 Anything else (a truncated file, an unknown tensor type, another architecture, a key that changes
-the math: rope scaling, a sliding window, experts, soft-capping, a partial rotary width) is a
-:class:`~hessviz.errors.CheckpointError` naming it; an error inside ``gguf`` never escapes as is.
+the math: rope scaling, a sliding window, experts, soft-capping, a partial rotary width, a size of the
+wrong type) is a :class:`~hessviz.errors.CheckpointError` naming it; an error inside ``gguf`` never escapes
+as is. The header is walked within bounds before ``gguf`` parses it (:mod:`hessviz.pretrained.gguf_header`),
+so a damaged or hostile header is refused in bounded time and memory.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import CheckpointError
+from hessviz.pretrained.bounded import shown
 from hessviz.pretrained.checkpoint import CACHE_SIZE, Checkpoint
+from hessviz.pretrained.gguf_header import check_header
 
 MAGIC = b"GGUF"
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
@@ -176,6 +180,10 @@ def _open_file(state: tuple[str, int, int]) -> _Opened:
         )
     gguf = _gguf()
     try:
+        check_header(path, size, {int(k): v for k, v in gguf.GGML_QUANT_SIZES.items()})
+    except OSError as e:
+        raise CheckpointError(f"source {path!r} cannot be read ({e.strerror or e})") from None
+    try:
         reader = gguf.GGUFReader(path, "r")
     except Exception as e:  # truncated header, unknown type id, bad version …
         raise CheckpointError(
@@ -216,40 +224,37 @@ def _open_file(state: tuple[str, int, int]) -> _Opened:
 def _config(path: str, metadata: dict, tensors: dict) -> dict:
     """A Hugging Face ``config.json`` dict from the file's metadata; refuses what is not computed."""
     arch = metadata.get("general.architecture")
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise CheckpointError(
-            f"source {path!r}: GGUF key general.architecture = {arch!r} is not supported; "
+            f"source {path!r}: GGUF key general.architecture = {shown(arch)} is not supported; "
             f"hessviz reads {', '.join(map(repr, ARCHITECTURES))} files"
         )
     for key in _REFUSED_KEYS:
         full = f"{arch}.{key}"
         if full in metadata and metadata[full] not in _NEUTRAL.get(key, ()):
             raise CheckpointError(
-                f"source {path!r}: GGUF key {full} = {metadata[full]!r} is not supported "
+                f"source {path!r}: GGUF key {full} = {shown(metadata[full])} is not supported "
                 "(it changes the layer's math; hessviz computes the layer without it)"
             )
 
-    def get(key: str, default: object = None) -> object:
+    def get(key: str, default: object = None, kind: type = int) -> object:
+        """``{arch}.{key}`` (or ``default``), one ``kind`` (an integer is a number too): a value the
+        same for every layer, never a per-layer array, a string or a boolean."""
         value = metadata.get(f"{arch}.{key}", default)
         if value is None:
             raise CheckpointError(
                 f"source {path!r}: GGUF key {arch}.{key} is missing; a {arch} file needs it"
             )
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+            raise CheckpointError(
+                f"source {path!r}: GGUF key {arch}.{key} must be one "
+                f"{'integer' if kind is int else 'number'} (the same for every layer), got {shown(value)}"
+            )
         return value
 
     d, heads = get("embedding_length"), get("attention.head_count")
-    if not isinstance(heads, int):
-        raise CheckpointError(
-            f"source {path!r}: GGUF key {arch}.attention.head_count must be one integer "
-            f"(the same for every layer), got {heads!r}"
-        )
     kv = get("attention.head_count_kv", heads)
-    if not isinstance(kv, int):
-        raise CheckpointError(
-            f"source {path!r}: GGUF key {arch}.attention.head_count_kv must be one integer "
-            f"(the same for every layer), got {kv!r}"
-        )
-    d_k = get("attention.key_length", d // heads if isinstance(d, int) and heads else None)
+    d_k = get("attention.key_length", d // heads if heads else None)
     d_v = get("attention.value_length", d_k)
     if d_v != d_k:
         raise CheckpointError(
@@ -273,8 +278,8 @@ def _config(path: str, metadata: dict, tensors: dict) -> dict:
         "num_attention_heads": heads,
         "num_key_value_heads": kv,
         "head_dim": d_k,
-        "rms_norm_eps": get("attention.layer_norm_rms_epsilon"),
-        "rope_theta": float(get("rope.freq_base", 10000.0)),
+        "rms_norm_eps": get("attention.layer_norm_rms_epsilon", kind=float),
+        "rope_theta": float(get("rope.freq_base", 10000.0, kind=float)),
         "max_position_embeddings": get("context_length"),
         "vocab_size": vocab,
         "hidden_act": "silu",
@@ -363,13 +368,23 @@ class GGUFCheckpoint(Checkpoint):
         return "tokenizer.ggml.tokens" in self.opened.vocab
 
 
-def _field(opened: _Opened, key: str, path: str) -> list:
+def _field(opened: _Opened, key: str, path: str, item: type = str, default: list | None = None) -> list:
+    """The vocabulary array ``key``, checked to be an array of ``item`` (``default`` when absent, or
+    :class:`CheckpointError` when that is None)."""
     if key not in opened.vocab:
+        if default is not None:
+            return default
         raise CheckpointError(
             f"source {path!r}: GGUF key {key} is missing, so a text cannot be tokenised; "
             "pass token ids instead of a text"
         )
-    return opened.vocab[key]
+    values = opened.vocab[key]
+    if not isinstance(values, list) or any(isinstance(v, bool) or not isinstance(v, item) for v in values):
+        raise CheckpointError(
+            f"source {path!r}: GGUF key {key} must be an array of "
+            f"{'strings' if item is str else 'integers'}, got {shown(values)}"
+        )
+    return values
 
 
 @lru_cache(maxsize=2)
@@ -385,29 +400,41 @@ def _tokenizer(state: tuple[str, int, int]):
     kind = opened.metadata.get("tokenizer.ggml.model")
     if kind != "gpt2":
         raise CheckpointError(
-            f"source {path!r}: GGUF key tokenizer.ggml.model = {kind!r} is not supported "
+            f"source {path!r}: GGUF key tokenizer.ggml.model = {shown(kind)} is not supported "
             "for texts (hessviz builds byte-level BPE tokenizers, 'gpt2'); pass token ids"
         )
     tokens = _field(opened, "tokenizer.ggml.tokens", path)
     merges = [tuple(m.split(" ")) for m in _field(opened, "tokenizer.ggml.merges", path)]
-    types = opened.vocab.get("tokenizer.ggml.token_type", [])
+    bad = next((i for i, m in enumerate(merges) if len(m) != 2), None)
+    if bad is not None:
+        raise CheckpointError(
+            f"source {path!r}: GGUF key tokenizer.ggml.merges item {bad} is "
+            f"{shown(' '.join(merges[bad]))}, not two tokens joined by one space"
+        )
+    types = _field(opened, "tokenizer.ggml.token_type", path, int, default=[])
     spelling = _bytes_to_unicode()
     alphabet = set(spelling.values())
     vocab = {
         (t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8"))): i
         for i, t in enumerate(tokens)
     }
-    tok = Tokenizer(
-        BPE(
-            vocab=vocab,
-            merges=merges,
-            dropout=None,
-            continuing_subword_prefix="",
-            end_of_word_suffix="",
-            fuse_unk=False,
+    try:
+        tok = Tokenizer(
+            BPE(
+                vocab=vocab,
+                merges=merges,
+                dropout=None,
+                continuing_subword_prefix="",
+                end_of_word_suffix="",
+                fuse_unk=False,
+            )
         )
-    )
-    split = SPLITS.get(opened.metadata.get("tokenizer.ggml.pre"))
+    except Exception as e:  # tokenizers raises a bare Exception (a merge of a token not in the vocabulary)
+        raise CheckpointError(
+            f"source {path!r}: the GGUF vocabulary and merges make no BPE tokenizer ({str(e)[:200]})"
+        ) from None
+    pre = opened.metadata.get("tokenizer.ggml.pre")
+    split = SPLITS.get(pre) if isinstance(pre, str) else None
     tok.pre_tokenizer = (
         pre_tokenizers.ByteLevel(add_prefix_space=False)
         if split is None

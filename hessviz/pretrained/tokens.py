@@ -22,12 +22,29 @@ from hessviz.pretrained.checkpoint import CACHE_SIZE, Checkpoint
 TOKENIZER_FILE = "tokenizer.json"
 
 
+TOKENIZER_BYTES = 64 << 20
+"""The largest ``tokenizer.json`` read (real ones: 0.7 MB for BERT, 7 to 35 MB for 150k–260k vocabularies)."""
+
+
 @lru_cache(maxsize=CACHE_SIZE)
 def _load(state: tuple[str, int, int]) -> Tokenizer:
+    """The tokenizer of the file ``state`` names, read with a bounded ``read`` (``tokenizers``' own JSON
+    parser refuses nesting past 128 levels, so depth needs no scan of ours)."""
+    path = state[0]
     try:
-        tokenizer = Tokenizer.from_file(state[0])
+        with open(path, "rb") as f:
+            data = f.read(TOKENIZER_BYTES + 1)
+    except OSError as e:
+        raise CheckpointError(f"source: {path} cannot be read ({e.strerror or e})") from None
+    if len(data) > TOKENIZER_BYTES:
+        raise CheckpointError(
+            f"source: {path} is larger than {TOKENIZER_BYTES >> 20} MiB, far beyond any real "
+            "tokenizer.json; hessviz refuses to parse it"
+        )
+    try:
+        tokenizer = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # tokenizers raises a bare Exception on a bad file
-        raise CheckpointError(f"source: {state[0]} is not a readable tokenizer.json ({e})") from None
+        raise CheckpointError(f"source: {path} is not a readable tokenizer.json ({str(e)[:200]})") from None
     tokenizer.no_padding()
     tokenizer.no_truncation()
     return tokenizer
