@@ -172,14 +172,6 @@ def test_a_lesson_page_works_offline_in_chromium(pages):
     assert not blocked, f"the page asked the network for {blocked}"
 
 
-def test_the_app_makes_a_lesson_page_once_for_every_visitor(pages):
-    """The "Download as a page" buttons' file: built on the first click, then shared from the store."""
-    url = LESSONS["scaling"]
-    first = lesson_page.cached(url)
-    assert first.startswith(b"<!DOCTYPE html>") and b"Scaling laws" in first
-    assert lesson_page.cached(url) is first
-
-
 def test_sweep_points_computed_ahead_are_the_ones_the_page_reads():
     """``hessviz lesson --workers``: the points computed on other workers are stored under the keys the
     page's sweep reads, with the same values, so drawing computes none again."""

@@ -14,7 +14,6 @@ control (a page may stop early, after which no Streamlit call goes through), onl
 from __future__ import annotations
 
 import contextlib
-import html
 from collections.abc import Callable, Sequence
 
 import streamlit as st
@@ -463,8 +462,11 @@ def _lesson_panel() -> None:
 
 def lesson_download(link: str, key: str, where=None) -> None:
     """ "Download as a page": the lesson link ``link`` (``page?query``) as one self-contained HTML file
-    that needs no server (:mod:`hessviz.app.lesson_page`). Made only when clicked, then cached for
-    every visitor (:func:`hessviz.app.lesson_page.cached`); a page it cannot make is one line."""
+    that needs no server (:mod:`hessviz.app.lesson_page`), made in the app as
+    :mod:`hessviz.app.lesson_build` makes it: priced first and offered only when the server affords it
+    (else its one line), made on a click in a builder process with a progress bar, under the
+    heavy-slot gate, then kept in the server's store for every visitor of the link. The panel is a
+    fragment: a click reruns it alone, not the page."""
     from hessviz.app import lesson_page
 
     where = where or st
@@ -472,25 +474,54 @@ def lesson_download(link: str, key: str, where=None) -> None:
     if page not in lesson_page.PAGES:
         where.caption(f"(A page of its own, offline: offered for {', '.join(lesson_page.PAGES)}.)")
         return
+    with where.container():
+        _lesson_page_panel(link, key)
 
-    def data() -> bytes:
+
+@st.fragment
+def _lesson_page_panel(link: str, key: str) -> None:
+    from hessviz.app import budget, lesson_build, progress
+
+    try:
+        verdict = lesson_build.verdict(link, cache.LIMITS)
+    except hv.HessvizError as err:
+        st.caption(f"(No lesson page for this link: {err})")
+        return
+    if not verdict.ok:
+        st.caption(f"(Not offered as a page on this server: {verdict.message})")
+        return
+    page = link.split("?", 1)[0]
+    if lesson_build.built(link) is None:
+        slot = st.empty()  # the button, then the progress of the page it makes
+        if not slot.button(
+            f"Make it a page ({budget.about(verdict.cost.seconds)})",
+            key=f"{key}_make",
+            icon=":material/build:",
+            help="this view as one HTML file that opens without the app or a network (plotly.js "
+            f"inline, a few controls baked in): {verdict.cost.what}, made once for every visitor",
+        ):
+            return
+        slot.empty()
+        status = progress.open_status("the lesson page")  # its queue place and progress bar
         try:
-            return lesson_page.cached(link)
-        except hv.HessvizError as err:  # the file then says why, in one line
-            why = f"No lesson page for /{html.escape(link)}: {html.escape(str(err))}"
-            return f"<!DOCTYPE html><p>{why}</p>".encode()
-
-    where.download_button(
+            lesson_build.make(link)
+        except progress.Cancelled:
+            st.stop()  # nobody is watching
+        except hv.HessvizError as err:  # over its limits, or a page it cannot make: one line
+            st.warning(f"**The lesson page was not made.** {err}", icon=":material/block:")
+            return
+        finally:
+            progress.close_status(status)
+    st.download_button(
         "Download as a page",
-        data,
+        lambda: lesson_build.download(link),
         f"lesson_{page}.html",
         "text/html",
         key=key,
         on_click="ignore",
         icon=":material/download:",
         help="this view as one HTML file that opens without the app or a network "
-        "(plotly.js inline, a few controls baked in); made when you click, up to a "
-        "minute",
+        "(plotly.js inline, a few controls baked in)",
     )
 
 

@@ -37,10 +37,11 @@ import plotly.graph_objects as go
 
 import hessviz as hv
 from hessviz import plots, sweeps
-from hessviz.app import address, registry, state, views
+from hessviz.app import address, budget, registry, state, views
 from hessviz.app.address import Address
 from hessviz.app.settings import EPS_GRID
 from hessviz.app.state import View
+from hessviz.cost import Cost
 from hessviz.memory import format_bytes
 from hessviz.spectra import DENSE_LIMIT
 from hessviz.terms import NAMES
@@ -121,6 +122,13 @@ class LessonSpec:
     def covers(self, s: Settled, baked: list[Baked]) -> str:
         raise NotImplementedError
 
+    def cost(self, view: View, values: dict[str, object]) -> Cost:
+        """What :meth:`draw` computes for one combination, priced as its page prices the view
+        (:func:`hessviz.app.budget.cost`), before anything runs; raises what :meth:`draw` would
+        raise for a combination the block cannot take (:mod:`hessviz.app.lesson_build` prices a
+        build as the sum of these)."""
+        raise NotImplementedError
+
     def points(self, view: View, values: dict[str, object]) -> list[tuple]:
         """The sweep points :meth:`draw` reads (:func:`hessviz.app.cache.prime_sweep_points` computes
         them ahead, on several processes); none by default."""
@@ -181,9 +189,13 @@ class ScalingLesson(LessonSpec):
             out.append(Baked("sc_axis", "Sweep over", axes, tuple(sweeps.AXES[a] for a in axes)))
         return out
 
-    def draw(self, view: View, values: dict[str, object]) -> Drawn:
+    @staticmethod
+    def _offered(view: View, values: dict[str, object]) -> None:
         if values["sc_blk"] not in views.scaling_pairs(view):
             raise LessonError(f"the block {values['sc_blk']} is not in a {view.cfg.norm} block")
+
+    def draw(self, view: View, values: dict[str, object]) -> Drawn:
+        self._offered(view, values)
         r = views.scaling(view, values["sc_axis"], values["sc_blk"], values["sc_seeds"], values["sc_layer"])
         lines = [f"Fit regime: {views.FIT_REGIME[values['sc_axis']]}"]
         outer = r.fits.get("outer")
@@ -194,6 +206,11 @@ class ScalingLesson(LessonSpec):
         if line:
             lines.append(line)
         return Drawn([("sweep", r.figure), ("side_by_side", r.side_figure)], lines)
+
+    def cost(self, view: View, values: dict[str, object]) -> Cost:
+        self._offered(view, values)
+        price = views.scaling_price(view, values["sc_axis"], values["sc_blk"], values["sc_seeds"])
+        return budget.cost("sweep", price.pop("cfg"), **price)
 
     def points(self, view: View, values: dict[str, object]) -> list[tuple]:
         if values["sc_blk"] not in views.scaling_pairs(view):
@@ -241,14 +258,22 @@ class SpectrumLesson(LessonSpec):
             out.append(Baked("loss", state.APP_SETTINGS["loss"].label, losses, losses))
         return out
 
-    def draw(self, view: View, values: dict[str, object]) -> Drawn:
+    @staticmethod
+    def _offered(view: View) -> None:
         if view.num_params > DENSE_LIMIT:
             raise LessonError(f"P = {view.num_params:,} is above the dense limit {DENSE_LIMIT:,}")
+
+    def draw(self, view: View, values: dict[str, object]) -> Drawn:
+        self._offered(view)
         r = views.spectrum(view, values["spec_terms"])
         return Drawn(
             [("sorted", r.sorted_figure), ("histogram", r.histogram), ("block_norms", r.bars)],
             [views.spectrum_line(r)],
         )
+
+    def cost(self, view: View, values: dict[str, object]) -> Cost:
+        self._offered(view)
+        return budget.cost("spectrum", view.cfg, dense_limit=DENSE_LIMIT, k=views.SPECTRUM_K)
 
     def covers(self, s: Settled, baked: list[Baked]) -> str:
         return (
@@ -293,6 +318,18 @@ class CollapseLesson(LessonSpec):
             r = views.block_collapse(view, values["lnc_decades"], values["lnc_seeds"], whole=False)
         slopes = ", ".join(f"{k} {v}" for k, v in r.slopes.items())
         return Drawn([("collapse", r.figure)], [f"Slopes: {slopes}"])
+
+    LN_POINT_S = 1e-3
+    """Seconds per (σ, seed) point of LayerNorm alone on an 8 × 16 input (measured 0.25 ms with the
+    figure's 0.1 s spread over 26 points), growing like L·d³ (a row's d × d² Hessian) past it."""
+
+    def cost(self, view: View, values: dict[str, object]) -> Cost:
+        points = (3 * values["lnc_decades"] + 1) * values["lnc_seeds"]
+        if values["lnc_view"] != "layernorm":  # the page's own price of the W_Q–W_Q block alone
+            return budget.cost("ln_collapse", view.with_values(norm="post").cfg, points=points, whole=0)
+        L, d = view.cfg.seq_len, view.cfg.d_model
+        each = self.LN_POINT_S * max(1.0, L * d**3 / (8 * 16**3))
+        return Cost(points * each, 8 * 4 * L * d**3, f"LayerNorm alone ({points} points)")
 
     def covers(self, s: Settled, baked: list[Baked]) -> str:
         d = s.values["lnc_decades"]
@@ -658,27 +695,6 @@ _SCRIPT = r"""
   show();
 })();
 """
-
-
-LESSON_SECONDS = 60.0
-"""Core-seconds a lesson page may take to make (``hessviz lesson``'s bound on 2 cores): a heavy slot."""
-
-
-def cached(url: str) -> bytes:
-    """The lesson page of ``url`` in the app: made once per server when a visitor asks for it (a
-    download button's click), as one heavy computation, and shared by every visitor after
-    (:data:`hessviz.app.cache.STORE`). Raises :class:`LessonError` for a URL the app does not offer."""
-    from hessviz.app import cache
-
-    page, query = split_url(url)
-    canonical = f"{page}?{address.encode_query(dict(sorted(query.items())))}"
-    return cache.STORE.get(
-        ("lesson_page", canonical),
-        lambda: build(url).encode(),
-        LIMIT_BYTES,
-        "the lesson page",
-        LESSON_SECONDS,
-    )
 
 
 def write(

@@ -352,9 +352,13 @@ def chart(
 ) -> None:
     """Draw ``fig`` in the app's light or dark theme, and its download buttons under it. In
     presentation mode a figure is at most :data:`PRESENT_HEIGHT` pixels tall, so that it fits a
-    projector's 720 rows under the title (:data:`EMBEDDED_HEIGHT` in the tour's frame)."""
+    projector's 720 rows under the title (:data:`EMBEDDED_HEIGHT` in the tour's frame).
+
+    ``fig`` is never changed: a page's figures are shared by every visitor from the server's store
+    (:func:`hessviz.app.cache.view`), so one laid out in another theme is copied before it is themed."""
     where = container or st
-    plots.apply_theme(fig, "host")
+    if getattr(fig, "_hessviz_theme", None) != "host":
+        fig = plots.apply_theme(go.Figure(fig), "host")
     if controls.lesson().present:
         tall = height or fig.layout.height or PRESENT_HEIGHT
         height = min(tall, EMBEDDED_HEIGHT if st.context.is_embedded else PRESENT_HEIGHT)
