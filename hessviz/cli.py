@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,9 +31,11 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz import spectra
+from hessviz import cost, spectra
 from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS, Setting
 from hessviz.errors import HessvizError
+from hessviz.memory import check_fits, format_bytes, memory_limit
+from hessviz.tasks import usable_cores
 from hessviz.terms import TERMS
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -135,25 +138,81 @@ class Setup:
     provenance: dict
 
 
-def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str) -> Setup:
-    """Layer ``--layer`` of ``--model`` on ``--text`` / ``--ids`` (:func:`hessviz.layer_for_text`)."""
+Price = Callable[[hv.BlockConfig, tuple[str, ...] | None, int], int]
+"""``(cfg, names, itemsize) -> bytes``: the peak of a command's whole run on a block (:mod:`hessviz.cost`)."""
+
+BLOCK_ADVICE = "lower -L, -d, --d-k, --d-ff or --heads, or pass fewer names in --wrt"
+MODEL_ADVICE = "use a shorter --text (or fewer --ids), or pass fewer names in --wrt"
+
+
+def _guard(
+    args: argparse.Namespace,
+    cfg: hv.BlockConfig,
+    price: Price,
+    device: str,
+    *,
+    before: int = 0,
+    beside: int = 0,
+) -> None:
+    """Refuse the whole run, before anything of its size is allocated, when its estimated peak is over
+    the memory limit (:func:`hessviz.memory.memory_limit`: ``HESSVIZ_MEMORY_LIMIT``, else half of
+    the free memory): ``price`` of the block and the names of ``--wrt`` (the forward tape, the terms
+    or the products, :mod:`hessviz.cost`), with ``beside`` bytes that stay alive through it (a
+    model's LM head) and ``before`` bytes that are freed before it starts (a model's hidden states).
+    The library checks each dense term again when it computes it; this check comes first, so a long
+    input is refused in the time it takes to read the flags, not after its tape (``L²`` per head)
+    has filled the memory. The limit is on what the run allocates, beyond the few hundred MiB of
+    Python, torch and hessviz themselves."""
+    try:
+        memory_limit(device)
+    except ValueError as e:  # HESSVIZ_MEMORY_LIMIT=1PB: parse_bytes's plain ValueError
+        raise hv.InputError(f"HESSVIZ_MEMORY_LIMIT: {e}") from None
+    names = cfg.sort_names(tuple(args.wrt)) if args.wrt else None
+    itemsize = torch.empty((), dtype=DTYPES[args.dtype]).element_size()
+    run = price(cfg, names, itemsize)
+    P = cfg.num_params if names is None else sum(cfg.param_size(n) for n in names)
+    check_fits(
+        f"this run at L = {cfg.seq_len:,} tokens and P = {P:,} weights (its forward tape "
+        f"alone {format_bytes(cost.tape_bytes(cfg, itemsize))})",
+        max(before, run + beside),
+        device,
+        MODEL_ADVICE if args.model is not None else BLOCK_ADVICE,
+    )
+
+
+def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str, price: Price) -> Setup:
+    """Layer ``--layer`` of ``--model`` on ``--text`` / ``--ids`` (:func:`hessviz.layer_for_text`),
+    once the run on its tokens is known to fit (:func:`_guard`: the block and the token count come
+    from the checkpoint's config and its tokenizer, nothing of the text's size is computed first)."""
     from hessviz import pretrained
     from hessviz.pretrained import objectives
 
     if (args.text is None) == (args.ids is None):
         raise hv.InputError("--model needs exactly one of --text and --ids (the tokens entering the layer)")
     given = args.text if args.text is not None else args.ids
-    cfg, params, X = hv.layer_for_text(args.model, given, args.layer, dtype=dtype, device=device)
-    cfg = dataclasses.replace(cfg, loss=args.loss)
     info = pretrained.model_info(args.model)
+    ids = pretrained.token_ids(args.model, given)
+    if args.objective == "next-token" and args.layer != info.n_layers - 1:
+        raise hv.ConfigError(
+            f"--objective next-token is the model's loss on its last hidden states: "
+            f"use --layer {info.n_layers - 1}"
+        )
+    planned = dataclasses.replace(info.block, seq_len=len(ids), loss=args.loss)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    _guard(
+        args,
+        planned,
+        price,
+        device,
+        before=cost.hidden_states_bytes(planned, info.vocab_size, itemsize),
+        beside=cost.next_token_bytes(planned, info.vocab_size, itemsize)
+        if args.objective == "next-token"
+        else 0,
+    )
+    cfg, params, X = hv.layer_for_text(args.model, ids, args.layer, dtype=dtype, device=device)
+    cfg = dataclasses.replace(cfg, loss=args.loss)
     Y, custom = None, None
     if args.objective == "next-token":
-        if args.layer != info.n_layers - 1:
-            raise hv.ConfigError(
-                f"--objective next-token is the model's loss on its last hidden states: "
-                f"use --layer {info.n_layers - 1}"
-            )
-        ids = pretrained.token_ids(args.model, given)
         Z = hv.forward(cfg, params, X)
         custom = objectives.next_token_loss(Z, ids, objectives.lm_head(args.model, dtype)).custom_loss()
     else:
@@ -164,25 +223,53 @@ def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str) -> S
         "folder": info.folder,
         "layer": args.layer,
         "objective": args.objective,
-        "ids": pretrained.token_ids(args.model, given),
+        "ids": ids,
     }
     return Setup(cfg, params, X, Y, custom, tuple(args.wrt) if args.wrt else None, title, provenance)
 
 
-def _setup(args: argparse.Namespace) -> Setup:
+def _setup(args: argparse.Namespace, price: Price) -> Setup:
+    """The block, its weights and its input, built once the command's whole run (``price``) is known
+    to fit the memory limit (:func:`_guard`)."""
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = DTYPES[args.dtype]
     if args.model is not None:
-        return _model_setup(args, dtype, device)
+        return _model_setup(args, dtype, device, price)
     if args.text is not None or args.ids is not None or args.objective != "synthetic":
         raise hv.InputError(
             "--text, --ids and --objective need --model (a checkpoint folder or a bundled model)"
         )
     cfg = hv.BlockConfig(**{s.name: getattr(args, s.name) for s in BLOCK_SETTINGS})
+    _guard(args, cfg, price, device)
     params = hv.init_params(cfg, seed=args.seed, dtype=dtype, device=device)
     X, Y = hv.sample_inputs(cfg, seed=args.seed, input_norm=args.input_norm, dtype=dtype, device=device)
     wrt = tuple(args.wrt) if args.wrt else None
     return Setup(cfg, params, X, Y, None, wrt, cfg.describe(args.input_norm), {"input_norm": args.input_norm})
+
+
+def _check_out(out: Path, targets: tuple[Path, ...], *, force: bool | None, create: bool) -> None:
+    """Refuse an ``--out`` the command could not write, before any work: a target that is a folder,
+    one that exists (unless ``force``; ``None``: the command overwrites its outputs), a folder that
+    does not exist (``create``: the nearest existing one above it, where the missing ones will be
+    made), is not a folder or is not writable. Each an :class:`~hessviz.errors.InputError`, one line."""
+    try:
+        for target in targets:
+            if target.is_dir():
+                raise hv.InputError(f"--out {target} is a folder: give the path of the file to write")
+            if force is False and target.exists():
+                raise hv.InputError(f"--out {target} exists: pass --force to overwrite it")
+        folder = out.parent
+        if create:
+            while not folder.exists() and folder != folder.parent:
+                folder = folder.parent
+        if not folder.exists():
+            raise hv.InputError(f"--out {out}: the folder {folder} does not exist")
+        if not folder.is_dir():
+            raise hv.InputError(f"--out {out}: {folder} is not a folder")
+    except OSError as e:  # a path that cannot even be looked at (permissions, a name too long)
+        raise hv.InputError(f"--out {out}: {e.strerror or e}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise hv.InputError(f"--out {out}: the folder {folder} is not writable")
 
 
 def summarize(res: hv.HessianResult, terms: tuple[str, ...]) -> dict:
@@ -204,14 +291,15 @@ def summarize(res: hv.HessianResult, terms: tuple[str, ...]) -> dict:
 
 
 def cmd_compute(args: argparse.Namespace) -> int:
-    run = _setup(args)
+    terms = tuple(dict.fromkeys(args.terms))
+    out = Path(args.out)
+    _check_out(out, (out.with_suffix(".npz"), out.with_suffix(".json")), force=None, create=True)
+    run = _setup(args, lambda cfg, names, itemsize: cost.dense_terms_bytes(cfg, names, len(terms), itemsize))
     cfg, X = run.cfg, run.X
-    terms = tuple(args.terms)
     start = time.perf_counter()
     res = hv.hessian(cfg, run.params, X, run.Y, wrt=run.wrt, loss=run.custom)
     arrays = {t: res.term(t).cpu().numpy() for t in terms}
     seconds = time.perf_counter() - start
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(
         out.with_suffix(".npz"),
@@ -248,7 +336,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from hessviz.verify import compare
 
-    run = _setup(args)
+    run = _setup(args, cost.comparison_bytes)
     if run.custom is not None:
         raise hv.InputError(
             "verify compares against autograd of the block's own loss: use --objective "
@@ -273,7 +361,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_spectrum(args: argparse.Namespace) -> int:
     from hessviz.matfree.report import spectrum_figure, spectrum_report
 
-    run = _setup(args)
+    out = Path(args.out)
+    _check_out(out, (out.with_suffix(".json"), out.with_suffix(".html")), force=None, create=True)
+    run = _setup(
+        args,
+        lambda cfg, names, itemsize: cost.spectrum_report_bytes(
+            cfg,
+            names,
+            top=args.top,
+            bottom=args.bottom,
+            density=args.density,
+            probes=args.probes,
+            steps=args.steps,
+            trace=args.trace,
+            blocks=args.blocks,
+            itemsize=itemsize,
+        ),
+    )
     cfg, X = run.cfg, run.X
     res = hv.hessian(cfg, run.params, X, run.Y, wrt=run.wrt, loss=run.custom)
     print(f"{run.title}: P = {res.size:,}", file=sys.stderr)
@@ -298,7 +402,6 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
     if sys.stderr.isatty():
         print(file=sys.stderr)
     report |= {"config": cfg.values(), **run.provenance, "device": str(X.device)}
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     spectrum_figure(report, f"{args.term} Hessian: {run.title}, P = {res.size:,}").write_html(
@@ -420,6 +523,8 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     import logging
 
     logging.getLogger("streamlit").setLevel(logging.ERROR)  # "no script run context": not run by Streamlit
+    out = Path(args.out)
+    _check_out(out, (out,), force=args.force, create=False)  # before the build, not after it
     from hessviz.app import lesson_page
 
     start = time.perf_counter()
@@ -552,16 +657,43 @@ def build_parser() -> argparse.ArgumentParser:
         "nothing is written. See docs/classroom.md.",
     )
     p.add_argument("url", help="the lesson link, e.g. '/scaling?norm=attention&hide=norm,L'")
-    p.add_argument("--out", required=True, help="the HTML file to write (written whole or not at all)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the HTML file to write (written whole or not at all), in a folder that exists; an existing "
+        "file only with --force",
+    )
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument(
         "--workers",
         type=int,
-        default=min(4, os.cpu_count() or 1),
-        help="processes computing the sweep points (default: the cores, at most 4)",
+        default=min(4, usable_cores()),
+        help="processes computing the sweep points (default: the cores this process may use, at most 4)",
     )
     p.set_defaults(func=cmd_lesson)
     return parser
+
+
+ALLOCATOR_WORDS = ("not enough memory", "can't allocate memory", "out of memory", "DefaultCPUAllocator")
+"""What torch's allocators say when an allocation fails (``RuntimeError``, ``torch.OutOfMemoryError``)."""
+
+
+def out_of_memory(err: BaseException) -> str:
+    """One line for an allocation that failed although the estimate said the run fits (``""`` when
+    ``err`` is something else): Python's ``MemoryError`` (numpy's too), or the ``RuntimeError`` of
+    torch's allocators, whose text (``[enforce fail at alloc_cpu.cpp:127] err == 0.
+    DefaultCPUAllocator: can't allocate memory: you tried to allocate 80000000000 bytes. …``) is kept
+    from the allocator's name on."""
+    text = " ".join(str(err).split())
+    if not isinstance(err, MemoryError) and not any(w.lower() in text.lower() for w in ALLOCATOR_WORDS):
+        return ""
+    if "DefaultCPUAllocator" in text:  # c10's "[enforce fail at file:line] condition." before it
+        text = text[text.index("DefaultCPUAllocator") :]
+    return (
+        f"out of memory ({text[:200] or type(err).__name__}); set HESSVIZ_MEMORY_LIMIT below the free "
+        f"memory to have such a run refused before it starts, or make it smaller"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -577,6 +709,11 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except HessvizError as err:
         print(f"hessviz {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as err:
+        if not out_of_memory(err):
+            raise
+        print(f"hessviz {args.command}: error: {out_of_memory(err)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `hessviz models | head -3`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit

@@ -18,6 +18,9 @@ The coefficients were measured on one core of the 2-vCPU development machine:
 * a closed-form product of ``k`` columns ``MV_CALL_S + k (MV_COL_S + MV_S · work)``
   (:func:`matvec_cost`), on a real layer ``REAL_PRODUCT_S · L · P`` per column
   (:func:`real_window_cost`, :func:`real_table_cost`: calibrated on MiniLM);
+* the whole run of a command, in bytes, the forward tape first: ``TAPE_SQUARES · H L²`` numbers per
+  layer before any term or product (:func:`tape_bytes`, :func:`dense_terms_bytes`,
+  :func:`spectrum_report_bytes`, :func:`comparison_bytes`; what ``hessviz compute`` checks first);
 * a sweep point at least ``POINT_S``; in a stack of ``N`` blocks the curvature carried down through
   the ``N − 1`` blocks above the first, one ``2 L d``-column product each, more
   (:func:`sweep_point_cost`).
@@ -249,7 +252,14 @@ def matvec_cost(cfg: BlockConfig, columns: int = 1, calls: int = 1, column_s: fl
 def matvec_bytes(cfg: BlockConfig, columns: int = 1) -> int:
     """Working memory of one product: the tape (activations, ``H`` attention maps) and the
     columns in and out, O(P + L²·H + L·d_ff) per column."""
-    return 4 * _tape_column(cfg) + columns * (3 * 8 * cfg.num_params + 2 * _tape_column(cfg))
+    return 4 * _tape_column(cfg) + product_bytes(cfg, columns)
+
+
+def product_bytes(cfg: BlockConfig, columns: int = 1) -> int:
+    """Bytes of one product of ``columns`` columns beyond the tape it sweeps: the columns in and out
+    and a work vector (``3 P``) and the tangents of every node (``2 ×`` :func:`_tape_column`) per
+    column, float64."""
+    return columns * (3 * 8 * cfg.num_params + 2 * _tape_column(cfg))
 
 
 def _tape_column(cfg: BlockConfig) -> int:
@@ -345,3 +355,138 @@ def real_table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: in
         f"the table of {len(blocks)} blocks ({columns:,} products)",
         columns,
     )
+
+
+# ----------------------------------------------------------------------------- whole runs, the tape first
+
+TAPE_SQUARES = 7
+"""``(L, L)`` arrays per head and layer that the tape of :func:`tape_bytes` holds at its peak."""
+FORWARD_SQUARES = 3
+"""… and that one plain forward pass holds (:func:`forward_bytes`)."""
+
+
+def _token_numbers(cfg: BlockConfig) -> int:
+    """Numbers per token of one layer's activations: the residual stream and LayerNorm values
+    (``8 d``), the FFN's pre- and post-activation twice (``4 d_ff``, twice that gated) and each
+    head's queries, keys, values and outputs (``4 H (d_k + d_v)``)."""
+    ffn = cfg.d_ff * (2 if cfg.mlp == "gated" else 1)
+    return 8 * cfg.d_model + 4 * ffn + 4 * cfg.n_heads * (cfg.d_k + cfg.value_width)
+
+
+def forward_bytes(cfg: BlockConfig, itemsize: int = 8) -> int:
+    """Peak bytes of one plain forward pass of one layer (``hv.forward``; a model's hidden states,
+    one layer after the other): per head the scores, the weights and one ``(L, L)`` array in flight,
+    and the activations per token. Measured: 2.1 ``H L²`` numbers above the activations (``L = 3000,
+    H = 1`` and ``L = 2000, H = 4``), against :data:`FORWARD_SQUARES` here."""
+    L = cfg.seq_len
+    return itemsize * (FORWARD_SQUARES * cfg.n_heads * L * L + L * _token_numbers(cfg))
+
+
+def tape_bytes(cfg: BlockConfig, itemsize: int = 8) -> int:
+    """Peak bytes of the forward tape that ``hv.hessian`` builds before any term or product is
+    asked for (:class:`hessviz.matfree.tape.Tape`: one forward pass keeping every value, and the
+    first-order sweep): per head and layer the attention weights ``A`` and, after the sweep,
+    ``Ā``, ``S̄``, ``Ā − r``, ``c S̄`` and ``c S̄ᵀ``, six ``(L, L)`` arrays, and one in flight
+    (:data:`TAPE_SQUARES`); and the activations per token. Measured 6.1-6.4 ``H L²`` numbers at
+    ``L = 2000-3000`` (default block, ``H = 1`` and ``4``). At ``L = 12,000`` tokens of one head this
+    is 7.5 GiB, before any term: ``L²`` is what makes a long input expensive, not ``P``.
+
+    >>> cfg = BlockConfig(seq_len=12_000)
+    >>> round(tape_bytes(cfg) / 2**30, 1), round(tape_bytes(cfg, 4) / 2**30, 1)
+    (7.5, 3.8)
+    """
+    L = cfg.seq_len
+    return itemsize * cfg.n_layers * (TAPE_SQUARES * cfg.n_heads * L * L + L * _token_numbers(cfg))
+
+
+def _size(cfg: BlockConfig, names: tuple[str, ...] | None) -> int:
+    return cfg.num_params if names is None else sum(cfg.param_size(n) for n in names)
+
+
+def dense_terms_bytes(
+    cfg: BlockConfig, names: tuple[str, ...] | None = None, terms: int = 3, itemsize: int = 8
+) -> int:
+    """Peak bytes of ``hv.hessian(…, wrt=names)`` with ``terms`` dense ``(P', P')`` terms read and
+    kept, and every eigenvalue of each: the tape (:func:`tape_bytes`), then the larger of the last
+    term computed beside the ``terms − 1`` kept (:func:`hessviz.api.hessian_bytes`, the library's own
+    guard on one term) and the ``terms`` kept with an eigendecomposition's float64 copy and work
+    (``2 P'²``)."""
+    from hessviz.api import hessian_bytes
+
+    names = cfg.param_names if names is None else names
+    P = _size(cfg, names)
+    kept = P * P * itemsize
+    one = hessian_bytes(cfg, names, itemsize, "closed_form")
+    return tape_bytes(cfg, itemsize) + max(one + (terms - 1) * kept, terms * kept + 16 * P * P)
+
+
+AUTOGRAD_PEAK = 1.3
+"""What :func:`hessviz.verify.compare` holds at its peak over the count of :func:`comparison_bytes`
+without it: measured 10.2 GiB and 8.9 GiB beyond start-up (``hessviz verify -L 300``, and the
+``pydoc-llama`` example of ``docs/cli.md``, ``P' = 8192``) where that count gives 8.9 and 7.6 GiB."""
+
+
+def comparison_bytes(cfg: BlockConfig, names: tuple[str, ...] | None = None, itemsize: int = 8) -> int:
+    """Peak bytes of :func:`hessviz.verify.compare` (one timed run each): the tape, both methods'
+    three terms with autograd's working memory (:func:`hessviz.api.hessian_bytes`, its vmapped
+    tangents ``P' L (L + 3d + 2 d_ff + H d_k)`` numbers, times :data:`AUTOGRAD_PEAK`) and then,
+    beside the six terms, the two Jacobians ``(L d, P')`` of twice that each (``hv.jacobian``'s own
+    guard)."""
+    from hessviz.api import hessian_bytes
+
+    names = cfg.param_names if names is None else names
+    P, Ld = _size(cfg, names), cfg.seq_len * cfg.d_model
+    autograd = AUTOGRAD_PEAK * hessian_bytes(cfg, names, itemsize, "autograd")
+    terms = int(autograd) + 6 * P * P * itemsize
+    return tape_bytes(cfg, itemsize) + max(terms, 6 * P * P * itemsize + 4 * Ld * P * itemsize)
+
+
+def spectrum_report_bytes(
+    cfg: BlockConfig,
+    names: tuple[str, ...] | None = None,
+    *,
+    top: int = 5,
+    bottom: int = 0,
+    density: bool = False,
+    probes: int = 10,
+    steps: int = 80,
+    trace: int = 0,
+    blocks: bool = False,
+    itemsize: int = 8,
+) -> int:
+    """Peak bytes of ``hv.hessian`` and :func:`hessviz.matfree.report.spectrum_report` with these
+    arguments: the tape, and the largest of its stages, each a product (:func:`product_bytes`) and
+    the vectors it keeps: Lanczos ``max(2k+1, 20) + 2`` vectors of ``P'`` for ``top`` and ``bottom``,
+    SLQ a basis of ``steps`` vectors per probe in a group (:func:`slq_group`), Hutch++ its sketch
+    and probes (``P'`` unit vectors when ``trace ≥ P'``), the block table
+    :func:`block_table_cost`'s bytes (which count a tape of their own: an over-estimate)."""
+    P = _size(cfg, names)
+    scale = itemsize / 8
+    stages = [product_bytes(cfg, 1) + 8 * P * (max(2 * k + 1, 20) + 2) for k in (top, bottom) if k]
+    if density:
+        group = slq_group(P, probes, steps)
+        stages.append(product_bytes(cfg, group) + 8 * P * group * (min(steps, P) + 2))
+    if trace:
+        columns = min(trace, BATCH)
+        stages.append(product_bytes(cfg, columns) + (16 * P * P if trace >= P else 8 * P * 3 * trace))
+    if blocks:
+        stages.append(block_table_cost(cfg).bytes)
+    return tape_bytes(cfg, itemsize) + int(scale * max(stages, default=0))
+
+
+def hidden_states_bytes(cfg: BlockConfig, vocab: int, itemsize: int = 8) -> int:
+    """Peak bytes of the hidden state entering a layer of a real model
+    (:func:`hessviz.pretrained.layer_for_text`): the token embedding table ``(V, d)``, one layer's
+    weights and one plain forward pass (:func:`forward_bytes`), one layer after the other."""
+    return itemsize * (vocab * cfg.d_model + cfg.num_params) + forward_bytes(cfg, itemsize)
+
+
+def next_token_bytes(cfg: BlockConfig, vocab: int, itemsize: int = 8) -> int:
+    """Bytes of the next-token objective at ``Z`` (:class:`hessviz.losses.NextToken`): the LM head
+    ``(V, d)`` and, up to :data:`~hessviz.losses.next_token.TOKEN_WISE_MAX_D` features, the
+    token-wise curvature ``(L, d, d)``; its logits go in chunks sized to the memory limit."""
+    from hessviz.losses.next_token import TOKEN_WISE_MAX_D
+
+    d = cfg.d_model
+    curvature = cfg.seq_len * d * d if d <= TOKEN_WISE_MAX_D else 0
+    return itemsize * (vocab * d + curvature)

@@ -32,6 +32,7 @@ import hessviz as hv
 from hessviz import cost, spectra
 from hessviz.app import budget, cache, gates, profiles, progress, runlog, state
 from hessviz.app.registry import PAGES
+from hessviz.tasks import usable_cores
 from tests.page_timing import WATCH, count_received, exceptions, rerendered, settled, stats
 from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, require_chromium
 
@@ -48,7 +49,7 @@ HOSTED = profiles.limits_from_env(
 def test_hosted_profile_limits_come_from_one_setting():
     assert HOSTED.profile == "hosted"
     assert HOSTED.results_bytes == (800 - 400 - 128) * 2**20  # ceiling − baseline − headroom
-    assert HOSTED.heavy == (os.cpu_count() or 1)
+    assert HOSTED.heavy == usable_cores()  # affinity and the cgroup's quota (tests/test_cli_guard.py)
     local = profiles.limits_from_env({})
     assert local.profile == "local" and local.max_seconds > HOSTED.max_seconds
     raised = profiles.limits_from_env(

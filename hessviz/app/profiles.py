@@ -16,9 +16,9 @@ profile         for                        limits
 Each limit can be raised (or lowered) on its own with an environment variable:
 ``HESSVIZ_MEMORY_LIMIT`` (the process ceiling in the hosted profile, e.g. ``2GiB``),
 ``HESSVIZ_MAX_SECONDS`` (estimated core-seconds per view), ``HESSVIZ_HEAVY`` (heavy
-computations at once, default one per core) and ``HESSVIZ_DOWNLOAD_LIMIT``. What a view costs
-is :mod:`hessviz.app.budget`; the server-wide gates that hold these limits are
-:mod:`hessviz.app.gates`.
+computations at once, default one per core the process may use: :func:`hessviz.tasks.usable_cores`)
+and ``HESSVIZ_DOWNLOAD_LIMIT``. What a view costs is :mod:`hessviz.app.budget`; the server-wide
+gates that hold these limits are :mod:`hessviz.app.gates`.
 
 >>> lim = limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=0)
 >>> lim.profile, lim.max_seconds, lim.process_bytes == 800 * 2**20
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from hessviz.app.gates import rss_bytes
 from hessviz.memory import memory_limit, parse_bytes
+from hessviz.tasks import usable_cores
 
 PROFILES = ("local", "hosted")
 HOSTED_PROCESS_BYTES = 800 * 2**20
@@ -134,7 +135,7 @@ def limits_from_env(
     """
     env = os.environ if env is None else env
     name = profile_name(env, address)
-    cores = os.cpu_count() or 1
+    cores = usable_cores()  # affinity and the cgroup's quota, not every core of the machine
     heavy = int(env.get("HESSVIZ_HEAVY", "0") or 0) or cores
     if name == "hosted":
         ceiling = (
