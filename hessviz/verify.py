@@ -8,6 +8,18 @@ otherwise show a meaningless relative error of 1. Likewise a block is never comp
 scale below :data:`BLOCK_FLOOR` of the whole reference Hessian: a key bias's blocks are exactly
 zero (softmax ignores a shift of a score row), and autograd gives them only as round-off of
 the whole, ``~1e-17 ‖H‖``.
+
+Nor is a result compared below the size of the numbers it is computed from, its *rounding
+scale* (:func:`rounding_scale`): in some blocks everything cancels. A Post-LN block of width
+d = 2 normalises every token to ±1 whatever the weights, so its gradients and its whole Hessian
+are zero, and both methods return only their round-off (``~1e-14``): relative to itself that
+round-off is an error of 1, relative to the numbers that cancelled it is ``~1e-16``. The scale is
+measured, not guessed: the closed form is run once more in float32, and its departure from the
+float64 result, over float32's unit round-off, is the size of what the result was computed from
+(the whole Hessian's size, for :data:`BLOCK_FLOOR`, is the larger of its norm and that scale; the
+Jacobian and the gradient, cheap, are run in float32 both ways, as a closed form can cancel exactly
+where autograd leaves round-off). A formula that is wrong is wrong in both precisions, so the scale
+does not grow with the error and a wrong block is still seen.
 """
 
 from __future__ import annotations
@@ -25,6 +37,20 @@ from hessviz.terms import TERMS
 
 BLOCK_FLOOR = 1e-6
 """The smallest scale, relative to the whole reference ``full`` Hessian, a block's error is taken at."""
+
+
+ROUNDING = float(torch.finfo(torch.float32).eps)
+"""float32's unit round-off, ``2⁻²³``: what a float32 result's departure from the float64 one is
+divided by to give its rounding scale."""
+
+
+def rounding_scale(single: Tensor, double: Tensor) -> float:
+    """``‖single − double‖_F / ε₃₂``: the size of the numbers a float64 result ``double`` was computed
+    from, read off the same computation in float32 (``single``). A result whose terms cancel has a
+    rounding scale far above its own norm; one that does not, about its own norm. 0 when the float32
+    result is not finite (it overflowed): no scale is then claimed."""
+    gap = float(torch.linalg.norm(single.to(double.dtype) - double))
+    return gap / ROUNDING if np.isfinite(gap) else 0.0
 
 
 def relative_error(a: Tensor, b: Tensor, scale: Tensor | None = None, floor: float = 0.0) -> float:
@@ -81,6 +107,36 @@ class Comparison:
         return out
 
 
+def _flat(g: dict[str, Tensor]) -> Tensor:
+    return torch.cat([v.reshape(-1) for v in g.values()])
+
+
+def _single(params: dict[str, Tensor], X: Tensor, Y: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor]:
+    """The inputs in float32 (class indices stay integers)."""
+    return {k: v.float() for k, v in params.items()}, X.float(), Y.float() if Y.is_floating_point() else Y
+
+
+def _both_ways(fn, cfg, params, X, Y, wrt) -> float:
+    """The relative error of ``fn`` (the Jacobian or the gradient) closed form against autograd, at
+    the larger rounding scale of the two (each method run once more in float32: a closed form that
+    cancels exactly, such as LayerNorm's Jacobian at d = 2, leaves the round-off to autograd)."""
+    p32, X32, Y32 = _single(params, X, Y)
+    out = {}
+    for method in ("closed_form", "autograd"):
+        double, single = fn(cfg, params, X, Y, wrt, method), fn(cfg, p32, X32, Y32, wrt, method)
+        out[method] = (double, rounding_scale(single, double))
+    (closed, s1), (ref, s2) = out["closed_form"], out["autograd"]
+    return relative_error(closed, ref, floor=max(s1, s2))
+
+
+def _jacobian(cfg, params, X, Y, wrt, method: str) -> Tensor:
+    return hv.jacobian(cfg, params, X, wrt, method=method)
+
+
+def _gradient(cfg, params, X, Y, wrt, method: str) -> Tensor:
+    return _flat(hv.gradient(cfg, params, X, Y, wrt, method=method))
+
+
 def _timed_terms(
     cfg, params, X, Y, wrt, method: str, repeats: int
 ) -> tuple[hv.HessianResult, dict[str, Tensor], float]:
@@ -105,28 +161,28 @@ def compare(
     *,
     repeats: int = 1,
 ) -> Comparison:
-    """Compute every term both ways (timing each ``repeats`` times) and compare."""
+    """Compute every term both ways (timing each ``repeats`` times) and compare: each error is
+    relative to the reference, its full term, :data:`BLOCK_FLOOR` of the whole and the result's
+    :func:`rounding_scale`, whichever is largest."""
     res, closed, t_closed = _timed_terms(cfg, params, X, Y, wrt, "closed_form", repeats)
     _, ref, t_ref = _timed_terms(cfg, params, X, Y, wrt, "autograd", repeats)
+    single = hv.hessian(cfg, *_single(params, X, Y), wrt=wrt).terms()
     offsets, names = res.offsets, res.names
     blocks, whole = {}, {}
-    floor = BLOCK_FLOOR * float(torch.linalg.norm(ref["full"]))
+    scale = {term: rounding_scale(single[term], closed[term]) for term in TERMS}
+    floor = BLOCK_FLOOR * max(float(torch.linalg.norm(ref["full"])), scale["full"])
     for term in TERMS:
         err = np.zeros((len(names), len(names)))
         for i, a in enumerate(names):
             for j, b in enumerate(names):
                 rows, cols = offsets[a], offsets[b]
+                at = max(floor, rounding_scale(single[term][rows, cols], closed[term][rows, cols]))
                 err[i, j] = relative_error(
-                    closed[term][rows, cols], ref[term][rows, cols], ref["full"][rows, cols], floor
+                    closed[term][rows, cols], ref[term][rows, cols], ref["full"][rows, cols], at
                 )
         blocks[term] = err
-        whole[term] = relative_error(closed[term], ref[term], ref["full"])
-    whole["jacobian"] = relative_error(
-        hv.jacobian(cfg, params, X, wrt), hv.jacobian(cfg, params, X, wrt, method="autograd")
-    )
-    g, g_ref = hv.gradient(cfg, params, X, Y, wrt), hv.gradient(cfg, params, X, Y, wrt, method="autograd")
-    whole["gradient"] = relative_error(
-        torch.cat([v.reshape(-1) for v in g.values()]), torch.cat([v.reshape(-1) for v in g_ref.values()])
-    )
+        whole[term] = relative_error(closed[term], ref[term], ref["full"], scale[term])
+    whole["jacobian"] = _both_ways(_jacobian, cfg, params, X, Y, wrt)
+    whole["gradient"] = _both_ways(_gradient, cfg, params, X, Y, wrt)
     whole["forward"] = relative_error(hv.forward(cfg, params, X), torch_forward(cfg, params, X))
     return Comparison(names, blocks, whole, {"closed_form": t_closed, "autograd": t_ref})

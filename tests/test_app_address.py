@@ -44,7 +44,7 @@ def test_page_keys_are_settled_by_their_control_and_remembered_per_page():
     addr.open("scaling")
     settle = lambda texts: state.settle("sc_seeds", texts, 3, int_range=(1, 8))  # noqa: E731
     assert addr.page_value("sc_seeds", 3, settle) == 8
-    assert addr.notes == ["`sc_seeds=99` is out of range 1 … 8: used sc_seeds = 8."]
+    assert addr.notes == ["sc_seeds=99 is out of range 1 … 8: used sc_seeds = 8."]
     assert addr.write() == {"sc_axis": ["L"], "sc_seeds": ["8"]}  # sc_axis kept until its control reads it
     visit(addr, "spectrum", "")
     assert "sc_seeds" not in addr.write()  # another page: its own keys only
@@ -56,9 +56,9 @@ def test_values_the_app_does_not_offer_get_one_line_each():
     addr = Address()
     visit(addr, "spectrum", "wo=1&seed=-5&L=abc&norm=<b>x</b>&hide=norm,nothing")
     notes = " ".join(addr.notes)
-    assert "`wo=1` read as wo = true." in notes
-    assert "`seed=-5` is out of range 0 … 9999: used seed = 0." in notes
-    assert "`L=abc` is not an integer" in notes and "`norm=<b>x</b>` is not one of" in notes
+    assert "wo=1 read as wo = true." in notes
+    assert "seed=-5 is out of range 0 … 9999: used seed = 0." in notes
+    assert "L=abc is not an integer" in notes and "norm=<b>x</b> is not one of" in notes  # plain text
     assert "nothing" in notes and addr.lesson.hide == frozenset({"norm"})
     assert addr.shared["wo"] is True and addr.shared["seed"] == 0
 

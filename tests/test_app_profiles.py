@@ -35,6 +35,7 @@ from hessviz.app.registry import PAGES
 from hessviz.tasks import usable_cores
 from tests.page_timing import WATCH, count_received, exceptions, rerendered, settled, stats
 from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, require_chromium
+from tests.test_app_pages import drawn
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -630,7 +631,7 @@ def test_outer_spectrum_from_its_range_matches_dense():
 # ----------------------------------------------------------------------------- hostile URLs (AppTest)
 
 HOSTILE = [  # query, what the caption must then say, what the one-line note must mention
-    ({"L": "100000"}, "L = 64", "`L=100000` is out of range"),
+    ({"L": "100000"}, "L = 64", "L=100000 is out of range"),
     ({"L": ["4", "16"]}, "L = 16", "given 2 times"),
     ({"L": "nan"}, "L = 8", "is not an integer"),
     ({"d": "inf"}, "d = 16", "is not an integer"),
@@ -639,7 +640,7 @@ HOSTILE = [  # query, what the caption must then say, what the one-line note mus
     ({"xnorm": "1e9"}, "‖X‖₂ = 100", "nearest"),
     ({"eps": "-1"}, "Post-LN", "nearest"),
     ({"seed": "-3"}, "seed 0", "out of range"),
-    ({"norm": "<script>alert(1)</script>"}, "Post-LN", "`norm=<script>alert(1)</script>`"),
+    ({"norm": "<script>alert(1)</script>"}, "Post-LN", "norm=<script>alert(1)</script> is not one of"),
     ({"act": "x" * 10_000}, "ReLU", "…"),
     ({"term": "<img src=x onerror=alert(1)>"}, "Post-LN", "is not one of full, outer, functional"),
     ({"blk": "W_Q,W_X`"}, "Post-LN", "is not one of"),
@@ -660,10 +661,10 @@ def test_hostile_url_is_clamped_or_refused_with_an_escaped_line(query, caption, 
     assert not at.exception, [e.value for e in at.exception]
     assert caption in at.main.get("caption")[0].value
     notes = [w.value for w in at.warning]
-    assert any(note in n for n in notes), notes
-    for n in notes:  # every URL text is inside a code span, and short
+    assert any(note in drawn(n) for n in notes), notes
+    for n in notes:  # every line is plain text (each Markdown character escaped), and short
         for line in n.split("  \n"):
-            assert line.count("`") % 2 == 0 and len(line) < 300, line
+            assert state.plain(drawn(line)) == line and len(drawn(line)) < 300, line
 
 
 def test_page_control_keeps_allowed_values_of_a_repeated_key():
@@ -675,7 +676,7 @@ def test_page_control_keeps_allowed_values_of_a_repeated_key():
         at.query_params[k] = v
     at.run()
     assert not at.exception
-    assert any("ignored them" in w.value for w in at.warning)
+    assert any("ignored them" in w.value for w in at.warning)  # plain text: no Markdown in the words
     sorted_plot = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert [t["name"] for t in sorted_plot["data"]] == ["full", "outer"]
 

@@ -21,13 +21,13 @@ from hessviz import pretrained  # noqa: E402
 from hessviz.app import whole_model as wm  # noqa: E402
 from hessviz.errors import InputError  # noqa: E402
 from hessviz.whole.table import tensor_table  # noqa: E402
-from tests.test_app_pages import figures, run_page, titles  # noqa: E402
+from tests.test_app_pages import drawn, figures, run_page, titles  # noqa: E402
 
 PAGE = "pages/whole_model.py"
 
 
 def shown(at) -> str:
-    return " ".join(m.value for m in [*at.warning, *at.info, *at.error])
+    return drawn(" ".join(m.value for m in [*at.warning, *at.info, *at.error]))
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def test_the_hosted_profile_refuses_a_live_table_and_keeps_the_text(hosted):
 def test_a_bad_text_gets_one_message_and_stays(text, message):
     at = run_page(PAGE, wm_text=text)
     assert not at.get("plotly_chart") and len(at.error) == 1
-    assert message in at.error[0].value
+    assert message in drawn(at.error[0].value)
     assert at.text_area(key="wm_text").value == text
 
 

@@ -115,7 +115,9 @@ _LAZY = {
         ),
         "hessviz.app.controls",
     ),
-    **dict.fromkeys(("DEFAULTS", "SHARED_KEYS", "View", "device", "device_label"), "hessviz.app.state"),
+    **dict.fromkeys(
+        ("DEFAULTS", "SHARED_KEYS", "View", "device", "device_label", "plain"), "hessviz.app.state"
+    ),
     **dict.fromkeys(
         (
             "afford",

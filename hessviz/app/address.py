@@ -9,8 +9,9 @@ browser's Back/Forward, and ends with :meth:`Address.query`, the one query the r
 - **A new address** (the first run, a pasted or shared link, a tour or lesson link, Back and
   Forward) describes a whole view: every shared control takes its value from the URL, or its
   default when the URL does not name it, and each page control of the page opened does the same
-  when it is drawn. A value the app does not offer gets one escaped line saying what was used
-  (:func:`hessviz.app.state.settle_shared`).
+  when it is drawn. A value the app does not offer gets one line saying what was used
+  (:func:`hessviz.app.state.settle_shared`), plain text that the page draws through
+  :func:`hessviz.app.state.plain`.
 - **The same address** (a control moved, which sends back the query the last run wrote) keeps
   what the session holds. So does a link to another page without a query: the shared controls
   carry over to the next page, and each page's own controls are remembered for when the visitor
@@ -79,7 +80,7 @@ class Lesson:
     >>> sorted(lesson.hide), lesson.present, notes
     (['L', 'norm'], True, [])
     >>> Lesson.from_query({"hide": ["norm,bogus"]})[1]
-    ['`hide` names bogus, which no control has: ignored it.']
+    ['hide names bogus, which no control has: ignored it.']
     """
 
     hide: frozenset[str] = frozenset()
@@ -95,7 +96,7 @@ class Lesson:
         known = [w for w in words if w == SIDEBAR or w in state.APP_SETTINGS or w in page_keys or "_" in w]
         unknown = [w for w in words if w not in known]
         if unknown:
-            notes.append(f"`hide` names {state.shown(', '.join(unknown))}, which no control has: ignored it.")
+            notes.append(f"hide names {state.shown(', '.join(unknown))}, which no control has: ignored it.")
         present = False
         texts = query.get("present", [])
         if texts:
@@ -103,7 +104,7 @@ class Lesson:
             if word in ("1", "true", "yes", "on"):
                 present = True
             elif word not in ("0", "false", "no", "off"):
-                notes.append(f"`present={state.shown(texts[-1])}` is not 1 or 0: used present = 0.")
+                notes.append(f"present={state.shown(texts[-1])} is not 1 or 0: used present = 0.")
         return cls(frozenset(known), present), notes
 
     def query(self) -> Query:

@@ -195,13 +195,14 @@ def sync() -> None:
 
 
 def _show_notes() -> None:
-    """Draw this run's notes in their place at the top of the page, when there are new ones."""
+    """Draw this run's notes in their place at the top of the page, when there are new ones: plain
+    text, one per line (a note repeats what the URL or a text box held)."""
     slot = st.session_state.get(_NOTES)
     notes = tuple(dict.fromkeys(current().notes))
     if slot is None or not notes or st.session_state.get(_NOTED) == (st.session_state.get(_RUN), notes):
         return
     st.session_state[_NOTED] = (st.session_state.get(_RUN), notes)
-    slot.warning("  \n".join(notes), icon=":material/link_off:")
+    slot.warning("  \n".join(map(state.plain, notes)), icon=":material/link_off:")
 
 
 def lesson() -> Lesson:
@@ -226,7 +227,7 @@ def _typed_int(key: str, lo: int, hi: int) -> None:
     value, note = state.settle(key, [text], kept, int_range=(lo, hi))
     if note is not None:
         if value == kept:  # not a number at all: nothing to clamp
-            note = f"{key}: `{state.shown(text)}` is not an integer in {lo} … {hi}: kept {key} = {kept}."
+            note = f"{key}: {state.shown(text)} is not an integer in {lo} … {hi}: kept {key} = {kept}."
         st.session_state.setdefault(_TYPED, []).append(note)
     st.session_state[key] = str(value)
 
@@ -324,7 +325,9 @@ def sidebar(*, stacks: bool = False) -> View:
     try:
         view = View.from_values(values)
     except hv.HessvizError as err:
-        st.error(f"**These controls do not describe a valid block.** {err}", icon=":material/block:")
+        st.error(
+            f"**These controls do not describe a valid block.** {state.plain(err)}", icon=":material/block:"
+        )
         st.stop()
     st.session_state[_VIEW] = view
     if lesson.sidebar:
@@ -540,7 +543,8 @@ def _page_control(
     """One page control: its value from the address (settled), its widget started from it, and
     what the visitor chooses recorded. A control the lesson hides is not drawn: a caption shows
     its value instead. ``fit`` maps a value the control no longer offers (its options or range
-    changed with another control, e.g. a model without that loss) to one it does."""
+    changed with another control, e.g. a model without that loss) to one it does. The caption
+    repeats the link's value (a text box's whole text) as plain text."""
     here = current()
     value = here.page_value(key, default, settle)
     if fit is not None:
@@ -551,7 +555,7 @@ def _page_control(
                 st.session_state[key] = fit(held)
     if here.lesson.hides(key):
         shown = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-        (container or st).caption(f"{label}: **{shown}** (fixed by this lesson link)")
+        (container or st).caption(f"{label}: **{state.plain(shown)}** (fixed by this lesson link)")
         return value
     _start(key, list(value) if isinstance(value, (list, tuple)) else value)
     value = draw()
@@ -565,7 +569,7 @@ def _fitted(label: str, value: object, fit: Callable[[object], object]) -> objec
     """``fit(value)``, with a line naming the control by its ``label`` when that is not ``value``."""
     now = fit(value)
     if now != value:
-        current().notes.append(f"{label}: `{state.shown(str(value))}` is not offered here: used {now}.")
+        current().notes.append(f"{label}: {state.shown(str(value))} is not offered here: used {now}.")
     return now
 
 

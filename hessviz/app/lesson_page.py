@@ -138,7 +138,7 @@ class LessonSpec:
 def _choice(here: Address, key: str, options: Sequence[str], default: str) -> str:
     value = here.page_value(key, default, lambda t: state.settle(key, t, default, options=tuple(options)))
     if value not in options:
-        here.notes.append(f"`{key}`: {state.shown(str(value))} is not offered here: used {default}.")
+        here.notes.append(f"{key}: {state.shown(str(value))} is not offered here: used {default}.")
         return default
     return value
 
@@ -547,10 +547,31 @@ def _fixed(s: Settled, baked: list[Baked]) -> str:
     return ", ".join(f"{k} = {state.APP_SETTINGS[k].format(s.shared[k])}" for k in hidden)
 
 
+_SCRIPT_SAFE = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
+def script_json(data: object) -> str:
+    r"""``data`` as JSON to embed in an HTML ``<script>`` element: ``<``, ``>`` and ``&`` written as
+    ``\u003c``, ``\u003e`` and ``\u0026`` (and the line separators U+2028, U+2029 escaped too).
+
+    A lesson URL is the visitor's text and lands in the data (``url``, a refused view's line): a
+    ``</script>`` there would end the element, and a ``<!--`` followed by ``<script`` puts the
+    browser's parser in a state where the element's own ``</script>`` no longer ends it, which
+    blanked the page. The characters occur only inside JSON strings, where the escapes mean the
+    same characters: ``JSON.parse`` reads back exactly ``data``.
+
+    >>> print(script_json({"url": "/a?x=<!--<script>&y=1"}))
+    {"url":"/a?x=\u003c!--\u003cscript\u003e\u0026y=1"}
+    """
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.translate(_SCRIPT_SAFE)
+
+
 def _page(spec: LessonSpec, s: Settled, baked: list[Baked], data: dict, plotly_js: str) -> str:
     p = registry.spec(spec.page)
-    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    payload = payload.replace("</", "<\\/")
+    payload = script_json(data)
     controls = []
     for i, b in enumerate(baked):
         if b.slider:

@@ -45,16 +45,17 @@ entries, 9× the bytes of the others in MiniLM: computed live; its time: ``bench
 
 def folder_problem(folder: str) -> str:
     """What is wrong with a checkpoint folder typed on the Real model page, in one line naming the
-    path ("" when it holds a config and weights; the library reads and checks them).
+    path ("" when it holds a config and weights; the library reads and checks them). Plain text: the
+    page draws it through :func:`hessviz.app.state.plain`.
 
     >>> folder_problem("/nonexistent/x")
-    '`/nonexistent/x` is not a folder on this server (models are never downloaded).'
+    '/nonexistent/x is not a folder on this server (models are never downloaded).'
     """
     from hessviz.app.state import shown
 
     path = Path(folder).expanduser()
     if not path.is_dir():
-        return f"`{shown(folder)}` is not a folder on this server (models are never downloaded)."
+        return f"{shown(folder)} is not a folder on this server (models are never downloaded)."
     absent = [
         f
         for f, there in (
@@ -64,7 +65,7 @@ def folder_problem(folder: str) -> str:
         if not there
     ]
     if absent:
-        return f"`{shown(folder)}` has no {' and no '.join(absent)}: it is not a checkpoint folder."
+        return f"{shown(folder)} has no {' and no '.join(absent)}: it is not a checkpoint folder."
     return ""
 
 

@@ -10,6 +10,7 @@ example ``L`` is ``seq_len`` in 1 … 64, ``norm`` one of post | pre | none | at
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -151,17 +152,51 @@ def parse_value(key: str, text: str) -> object:
     return value
 
 
-# ----------------------------------------------------------------------------- hostile URLs
+# ----------------------------------------------------------------------------- a visitor's text
 
 SHOWN_CHARS = 40
 """How much of a refused URL value a message repeats."""
 
 
 def shown(text: str) -> str:
-    """``text`` safe to repeat inside a Markdown code span: at most :data:`SHOWN_CHARS` characters,
-    no backticks and no control characters (a code span shows HTML and Markdown literally)."""
-    clean = "".join(c if c.isprintable() and c != "`" else "?" for c in str(text))
+    """A refused URL value as a message repeats it: at most :data:`SHOWN_CHARS` characters, each
+    control character (a line break, a tab, a direction override) as ``?``. Still the visitor's
+    text: the app draws a message through :func:`plain`, never as Markdown."""
+    clean = "".join(c if c.isprintable() else "?" for c in str(text))
     return clean if len(clean) <= SHOWN_CHARS else clean[:SHOWN_CHARS] + "…"
+
+
+_MARKUP = re.compile(r"[!-/:-@\[-`{-~]")
+"""Every ASCII punctuation character: the ones CommonMark lets a backslash escape."""
+_JOINED = re.compile(r"(?<=[:@])(?=\S)|(?<=www)(?=\.)", re.IGNORECASE)
+"""Where a word joiner goes: after a colon or an at sign that a character follows, between ``www``
+and its dot."""
+
+
+def plain(text: object) -> str:
+    r"""``text`` as Markdown that Streamlit draws as these very characters: the one way a visitor's
+    text (a URL value, a text box, a message that repeats either) enters ``st.markdown``,
+    ``st.caption``, ``st.warning``, ``st.error`` and the like.
+
+    - Every ASCII punctuation character gets a backslash, which CommonMark reads as that character
+      and nothing else: no link ``[a](b)``, image ``![a](b)``, emphasis, code span, HTML tag or
+      entity, math ``$…$`` or Streamlit directive ``:red[…]`` can form, and Streamlit's raw
+      ``:material/…:`` rewrite finds no match.
+    - A line break or other control character becomes a space, so the text stays inside its line:
+      no heading, list, quote, table or code block can start.
+    - Streamlit's renderer then rewrites the text it has parsed, where escapes no longer count: GFM
+      links a bare ``https://…``, ``www.…`` or ``a@b.c`` (seen in Chromium), and shortcodes become
+      the Streamlit logo (``:streamlit:``), an icon (``:material_home:``) or an emoji. A colon or an
+      at sign before a character, and ``www`` before its dot, get an invisible word joiner (U+2060),
+      which none of those patterns matches.
+
+    >>> print(plain("[Log in](https://x.example) <b>hi</b> **1**").replace("\u2060", "|"))
+    \[Log in\]\(https\:|\/\/x\.example\) \<b\>hi\<\/b\> \*\*1\*\*
+    >>> print(plain("a\n# b :streamlit: www.x.org a@b.c").replace("\u2060", "|"))
+    a \# b \:|streamlit\: www|\.x\.org a\@|b\.c
+    """
+    one_line = "".join(c if c.isprintable() else " " for c in str(text))
+    return _MARKUP.sub(lambda m: "\\" + m.group(), _JOINED.sub("\u2060", one_line))
 
 
 def nearest_on_grid(value: float, grid: tuple[float, ...]) -> float:
@@ -189,15 +224,15 @@ def settle(
     A value out of ``int_range`` is clamped to it, a number off ``grid`` goes to the nearest grid
     value, anything else that is not allowed (not a number, NaN, ∞, not one of ``options``) falls
     back to ``default``. A key given several times uses the last (``multi`` keys keep all their
-    allowed values). ``parse`` checks one text first (raises ``ValueError``). Notes repeat the
-    URL text through :func:`shown`, so they are safe to draw as Markdown.
+    allowed values). ``parse`` checks one text first (raises ``ValueError``). A note is plain text
+    that repeats the URL's text cut by :func:`shown`: the app draws it through :func:`plain`.
 
     >>> settle("L", ["100000"], 8, int_range=(1, 64))
-    (64, '`L=100000` is out of range 1 … 64: used L = 64.')
+    (64, 'L=100000 is out of range 1 … 64: used L = 64.')
     >>> settle("L", ["4", "16"], 8, int_range=(1, 64))
-    (16, '`L` was given 2 times (4, 16): used the last, L = 16.')
+    (16, 'L was given 2 times (4, 16): used the last, L = 16.')
     >>> settle("xnorm", ["nan"], 1.0, grid=(0.1, 1.0, 10.0))
-    (1.0, '`xnorm=nan` is not a finite number: used the default, xnorm = 1.')
+    (1.0, 'xnorm=nan is not a finite number: used the default, xnorm = 1.')
     """
     if not texts:
         return default, None
@@ -207,18 +242,18 @@ def settle(
         bad = [t for t in texts if t not in allowed]
         if not bad:
             return allowed, None
-        note = f"`{key}` has values that are not options ({shown(', '.join(bad))}): ignored them."
+        note = f"{key} has values that are not options ({shown(', '.join(bad))}): ignored them."
         return allowed or list(default), note
     note = None
     if len(texts) > 1:
-        note = f"`{key}` was given {len(texts)} times ({shown(', '.join(texts))}): used the last, "
+        note = f"{key} was given {len(texts)} times ({shown(', '.join(texts))}): used the last, "
     text = texts[-1]
     try:
         value = parse(text) if parse is not None else _parse_plain(text, options, int_range, grid)
         return value, None if note is None else f"{note}{key} = {fmt(value)}."
     except ValueError:
         pass
-    head = f"`{key}={shown(text)}`"
+    head = f"{key}={shown(text)}"
     if options is not None:
         return default, f"{head} is not one of {', '.join(options)}: used the default, {key} = {default}."
     try:
@@ -272,11 +307,10 @@ def settle_shared(key: str, texts: list[str]) -> tuple[object, str | None]:
     if s.kind is bool and texts:
         if note is not None and value is s.default:
             note = (
-                f"`{key}={shown(texts[-1])}` is not true or false: used the default, "
-                f"{key} = {s.format(value)}."
+                f"{key}={shown(texts[-1])} is not true or false: used the default, {key} = {s.format(value)}."
             )
         elif note is None and texts[-1] != s.format(value):  # wo=1, wo=yes: say how it was read
-            note = f"`{key}={shown(texts[-1])}` read as {key} = {s.format(value)}."
+            note = f"{key}={shown(texts[-1])} read as {key} = {s.format(value)}."
     return value, note
 
 

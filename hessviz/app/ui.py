@@ -14,7 +14,7 @@ import streamlit as st
 
 import hessviz as hv
 from hessviz import plots
-from hessviz.app import budget, cache, controls, progress
+from hessviz.app import budget, cache, controls, progress, state
 from hessviz.app.state import View
 from hessviz.memory import format_bytes
 
@@ -80,8 +80,10 @@ def explain(text: str, *formulas: str) -> None:
 @contextlib.contextmanager
 def guard(what: str = "this computation") -> Iterator[progress.Status]:
     """Compute inside: a hessviz error (bad size, bad input, over budget) becomes a message and
-    stops the page, never a traceback. Yields the :class:`~hessviz.app.progress.Status` that
-    shows the queue place and progress; the computation stops when the visitor leaves."""
+    stops the page, never a traceback. The error's own words are drawn as plain text: a message
+    may repeat a visitor's text (a loss key's sentence, a folder typed). Yields the
+    :class:`~hessviz.app.progress.Status` that shows the queue place and progress; the
+    computation stops when the visitor leaves."""
     status = progress.open_status(what)
     try:
         yield status
@@ -89,11 +91,12 @@ def guard(what: str = "this computation") -> Iterator[progress.Status]:
         st.stop()  # nobody is watching: drop the run quietly
     except hv.SizeError as err:
         st.error(
-            f"**{what[0].upper() + what[1:]} is too large for this server.** {err}", icon=":material/memory:"
+            f"**{what[0].upper() + what[1:]} is too large for this server.** {state.plain(err)}",
+            icon=":material/memory:",
         )
         st.stop()
     except hv.HessvizError as err:
-        st.error(f"**Cannot compute {what}.** {err}", icon=":material/block:")
+        st.error(f"**Cannot compute {what}.** {state.plain(err)}", icon=":material/block:")
         st.stop()
     except MemoryError:
         st.error(

@@ -48,7 +48,9 @@ if source != SIDEBAR:
         stored = stored_tables.load(source)
         records = stored_tables.claims(source)
     except hv.HessvizError as err:
-        st.error(f"**The stored table of {source} cannot be read.** {err}", icon=":material/block:")
+        st.error(
+            f"**The stored table of {source} cannot be read.** {hva.plain(err)}", icon=":material/block:"
+        )
         st.stop()
     stack = wm.stack_config(info)
     top.caption(info.describe())

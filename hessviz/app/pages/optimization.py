@@ -128,7 +128,9 @@ elif mode == "protocol":
             rec = stored_tables.claims(source).get("gini_smollm2")
         except hv.HessvizError as err:
             rec = None
-            st.error(f"**The stored claims of {source} cannot be read.** {err}", icon=":material/block:")
+            st.error(
+                f"**The stored claims of {source} cannot be read.** {hva.plain(err)}", icon=":material/block:"
+            )
         if rec is None:
             st.info(f"No stored Gini for {source} (`hessviz reproduce --smollm2`).")
             st.stop()

@@ -69,11 +69,11 @@ if model == FOLDER:
         st.stop()
     missing = rm.folder_problem(model)
     if missing:
-        st.warning(f"**Checkpoint folder:** {missing}", icon=":material/folder_off:")
+        st.warning(f"**Checkpoint folder:** {hva.plain(missing)}", icon=":material/folder_off:")
         st.stop()
 with hva.guard("the model"):
     info = pretrained.model_info(model)
-st.caption(info.describe())
+st.caption(hva.plain(info.describe()))  # a folder's model is named by its config
 text = hva.text(
     "Text",
     "rm_text",
@@ -97,9 +97,10 @@ loss_name = hva.choice(
         "sentence similarity: 1 − cos of the mean-pooled embedding and another "
         "sentence's ("
         + (
-            f"{info.name}'s training objective"
+            f"{hva.plain(info.name)}'s training objective"
             if embedder
-            else f"the objective of sentence embedders such as MiniLM; {info.name} was not trained on it"
+            else f"the objective of sentence embedders such as MiniLM; {hva.plain(info.name)} was not "
+            "trained on it"
         )
         + ")"
         if objective == loss_keys.SIMILARITY
@@ -157,7 +158,7 @@ elif objective == loss_keys.SIMILARITY:
         (
             "the model's own objective"
             if embedder
-            else f"a sentence-embedding objective (not the one {info.name} was trained on)"
+            else f"a sentence-embedding objective (not the one {hva.plain(info.name)} was trained on)"
         )
         + ", ℓ = 1 − cos(m, e) with m the mean of the last hidden states over the tokens and e that of "
         "the other sentence (fixed); its Hessian in Z couples every pair of tokens"

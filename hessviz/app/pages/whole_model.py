@@ -48,7 +48,9 @@ if model in stored_tables.MODELS:  # its table is read from assets/, never compu
     try:
         stored = stored_tables.load(model)
     except hv.HessvizError as err:
-        st.error(f"**The stored table of {info.name} cannot be read.** {err}", icon=":material/block:")
+        st.error(
+            f"**The stored table of {info.name} cannot be read.** {hva.plain(err)}", icon=":material/block:"
+        )
         st.stop()
     c2.caption(
         f"Text (fixed: the table is precomputed): the first {stored['tokens']} tokens of "
@@ -67,7 +69,7 @@ else:
     try:
         ids = pretrained.token_ids(model, text)
     except hv.HessvizError as err:  # too many tokens for the model's positions, a text it cannot read
-        st.error(f"**The text does not fit {info.name}.** {err}", icon=":material/block:")
+        st.error(f"**The text does not fit {info.name}.** {hva.plain(err)}", icon=":material/block:")
         st.stop()
     least = 2
     if not least <= len(ids) <= info.max_positions:
