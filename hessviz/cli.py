@@ -1,9 +1,9 @@
-"""Command line: ``hessviz compute | verify | spectrum | models | bench | reproduce`` (``python -m hessviz``).
+"""Command line: ``hessviz compute | verify | spectrum | models | bench | reproduce | lesson | app``.
 
 Examples::
 
     hessviz models                                           # bundled models and supported families
-    hessviz verify --model pydoc-llama --layer 1 --text "def add(a, b):" --wrt "W_Q[0]" "W_K[0]"
+    hessviz verify --model pydoc-llama --layer 1 --text "def add(a, b):" --wrt "W_Q[0]"
     hessviz spectrum --model ~/models/SmolLM-135M --layer 3 --text "The cat sat" --top 5
     hessviz compute --model pydoc-preln --layer 3 --ids 5 81 2 17 --objective next-token --wrt W_O
 
