@@ -150,11 +150,11 @@ def autograd_cost(cfg: BlockConfig) -> float:
 
 def compare_cost(cfg: BlockConfig, repeats: int = 2) -> Cost:
     """:func:`hessviz.verify.compare`: both methods, three terms each, ``repeats`` timed runs, and
-    the closed form's three terms once more in float32 (the rounding scale)."""
+    the closed form's three terms once more in float32 (the rounding scale), one at a time."""
     from hessviz.api import hessian_bytes
 
     P = cfg.num_params
-    need = hessian_bytes(cfg, cfg.param_names, 8, "autograd") + (3 + 3 * repeats) * 8 * P * P + 3 * 4 * P * P
+    need = hessian_bytes(cfg, cfg.param_names, 8, "autograd") + (3 + 3 * repeats) * 8 * P * P + 4 * P * P
     return Cost(
         repeats * 3 * (term_cost(cfg).seconds + autograd_cost(cfg)) + 3 * term_cost(cfg).seconds,
         need,

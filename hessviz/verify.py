@@ -166,17 +166,26 @@ def compare(
     :func:`rounding_scale`, whichever is largest."""
     res, closed, t_closed = _timed_terms(cfg, params, X, Y, wrt, "closed_form", repeats)
     _, ref, t_ref = _timed_terms(cfg, params, X, Y, wrt, "autograd", repeats)
-    single = hv.hessian(cfg, *_single(params, X, Y), wrt=wrt).terms()
     offsets, names = res.offsets, res.names
+    p32, X32, Y32 = _single(params, X, Y)
+    scale, block_scale = {}, {}
+    for term in TERMS:  # one float32 term alive at a time (4 P² bytes), its scales read and it dropped
+        s = hv.hessian(cfg, p32, X32, Y32, wrt=wrt).term(term)
+        scale[term] = rounding_scale(s, closed[term])
+        block_scale[term] = {
+            (a, b): rounding_scale(s[offsets[a], offsets[b]], closed[term][offsets[a], offsets[b]])
+            for a in names
+            for b in names
+        }
+        del s
     blocks, whole = {}, {}
-    scale = {term: rounding_scale(single[term], closed[term]) for term in TERMS}
     floor = BLOCK_FLOOR * max(float(torch.linalg.norm(ref["full"])), scale["full"])
     for term in TERMS:
         err = np.zeros((len(names), len(names)))
         for i, a in enumerate(names):
             for j, b in enumerate(names):
                 rows, cols = offsets[a], offsets[b]
-                at = max(floor, rounding_scale(single[term][rows, cols], closed[term][rows, cols]))
+                at = max(floor, block_scale[term][a, b])
                 err[i, j] = relative_error(
                     closed[term][rows, cols], ref[term][rows, cols], ref["full"][rows, cols], at
                 )

@@ -10,7 +10,7 @@ from hessviz.app import presets, state
 from hessviz.app.state import View
 
 pytest.importorskip("streamlit")
-from tests.test_app_pages import SMALL, array, caption, figures, run_page  # noqa: E402
+from tests.test_app_pages import SMALL, array, caption, drawn, figures, run_page  # noqa: E402
 
 LLAMA_URL = {
     "norm": "pre",
@@ -136,6 +136,6 @@ def test_a_preset_button_sets_the_controls_and_the_address():
 def test_the_real_model_page_draws_pydoc_llama_under_its_own_next_token_loss():
     at = run_page("pages/real_model.py", rm_model="pydoc-llama", rm_loss="next token", rm_layer="1")
     assert "next-token loss" in at.info[0].value and "final norm and its LM head" in at.info[0].value
-    words = " ".join(c.value for c in at.main.get("caption"))
+    words = drawn(" ".join(c.value for c in at.main.get("caption")))
     assert "Llama (Pre-RMSNorm)" in words and "2 key/value" in words and "layer 3 is drawn" in words
     assert len(at.get("plotly_chart")) >= 3

@@ -517,7 +517,7 @@ def test_the_pairs_layers_differ_only_in_the_placement():
 def test_real_model_page_opens_pydoc_llama_and_its_grouped_heads():
     """The Real model page lists pydoc-llama and draws a key head of a grouped-query layer: query
     head 3 reads key/value head 1, so the slice drawn is ``W_K[1]``."""
-    from tests.test_app_pages import run_page, titles
+    from tests.test_app_pages import drawn, run_page, titles
 
     at = run_page(
         "pages/real_model.py",
@@ -530,7 +530,7 @@ def test_real_model_page_opens_pydoc_llama_and_its_grouped_heads():
     )
     assert not at.error, [e.value for e in at.error]
     assert "pydoc-llama" in at.selectbox(key="rm_model").options
-    assert "2 key/value" in " ".join(c.value for c in at.main.get("caption"))
+    assert "2 key/value" in drawn(" ".join(c.value for c in at.main.get("caption")))
     assert any("Hessian of W_K[1], rows 0…0 (32 × 32)" in t for t in titles(at))
     from hessviz import plots
     from tests.test_app_pages import figures

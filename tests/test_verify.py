@@ -48,6 +48,9 @@ class _Wrong:
         terms["full"] = terms["full"] + wrong
         return terms
 
+    def term(self, name: str) -> torch.Tensor:
+        return self.terms()[name]
+
 
 @pytest.mark.parametrize("d_model", [2, 8], ids=["cancelled", "ordinary"])
 def test_a_wrong_block_is_still_seen(monkeypatch, d_model):

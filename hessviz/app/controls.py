@@ -488,10 +488,10 @@ def _lesson_page_panel(link: str, key: str) -> None:
     try:
         verdict = lesson_build.verdict(link, cache.LIMITS)
     except hv.HessvizError as err:
-        st.caption(f"(No lesson page for this link: {err})")
+        st.caption(f"(No lesson page for this link: {state.plain(err)})")
         return
     if not verdict.ok:
-        st.caption(f"(Not offered as a page on this server: {verdict.message})")
+        st.caption(f"(Not offered as a page on this server: {state.plain(verdict.message)})")
         return
     page = link.split("?", 1)[0]
     if lesson_build.built(link) is None:
@@ -511,7 +511,7 @@ def _lesson_page_panel(link: str, key: str) -> None:
         except progress.Cancelled:
             st.stop()  # nobody is watching
         except hv.HessvizError as err:  # over its limits, or a page it cannot make: one line
-            st.warning(f"**The lesson page was not made.** {err}", icon=":material/block:")
+            st.warning(f"**The lesson page was not made.** {state.plain(err)}", icon=":material/block:")
             return
         finally:
             progress.close_status(status)
