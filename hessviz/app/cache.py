@@ -36,7 +36,7 @@ import torch
 
 import hessviz as hv
 from hessviz import cost, spectra, sweeps
-from hessviz.app import budget, gates, profiles, runlog, whole_model
+from hessviz.app import admission, budget, gates, profiles, runlog, whole_model
 from hessviz.app.progress import current
 from hessviz.app.state import View, device
 from hessviz.experiments import bounds as bounds_exp
@@ -251,6 +251,9 @@ _MISSING = object()
 
 
 STORE = Store(LEDGER, budget.WORK_FACTOR * LIMITS.max_seconds, LIMITS.profile)
+DOOR = admission.Door(LIMITS.runs, LIMITS.process_bytes, make_room=STORE.evict)
+"""Script runs admitted at once, each charged its figures and its session's state against the
+process ceiling (:mod:`hessviz.app.admission`; :func:`hessviz.app.main.main` asks it first)."""
 
 
 def clear() -> None:
