@@ -463,16 +463,174 @@ def test_evicting_collects_the_cycles_that_still_hold_an_evicted_result():
             gc.enable()
 
 
-def test_ledger_nested_reservation_does_not_wait_and_small_results_outlive_large():
+def test_ledger_nested_reservation_is_checked_and_small_results_outlive_large():
+    """A nested reservation counts with its thread's others: one that would pass the capacity is
+    refused (issue 43: in flight reached 279 MiB against 100 MiB), one that fits is added and
+    given back when it ends, and a thread that holds memory never queues for a slot."""
     ledger = gates.Ledger(100)
-    with ledger.reserve(80, "a spectrum"), ledger.reserve(50, "its term"):  # would deadlock if it waited
-        assert ledger.in_flight == 130
-    assert ledger.in_flight == 0
+    with ledger.reserve(80, "a spectrum"):
+        with pytest.raises(hv.SizeError, match="inside another computation"):
+            with ledger.reserve(50, "its term"):
+                pass
+        with ledger.reserve(15, "its summary"):
+            assert ledger.in_flight == 95
+        assert ledger.in_flight == 80
+        with pytest.raises(gates.Retry) as retry:
+            with gates.Gate(1).slot():  # a slot, then memory: never the other way round
+                pass
+        assert retry.value.slot
+    assert ledger.in_flight == 0 and not ledger.holding() and not gates.holding_memory()
     store = cache.Store(gates.Ledger(10 * 2**20))
     store.get(("small",), lambda: np.zeros(8), 64, "a sweep point")
     for k in range(3):
         store.get(("big", k), lambda: np.zeros(2**19), 4 * 2**20, "a term")  # 4 MiB each
     assert ("small",) in store and ("big", 0) not in store  # the oldest large one went first
+
+
+def _threads(*targets, timeout: float = 30.0) -> list[str]:
+    """Run ``targets`` in threads and join them with ``timeout``: the problems, with a deadlock
+    (a thread still alive) reported as one rather than hanging the test."""
+    problems: list[str] = []
+
+    def run(target):
+        try:
+            target()
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            problems.append(repr(err))
+
+    threads = [threading.Thread(target=run, args=(t,), daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [f"{t.name} still waiting after {timeout:g} s: a deadlock" for t in threads if t.is_alive()]
+    return problems + stuck
+
+
+def test_nested_ledger_reservations_from_many_visitors_never_pass_capacity():
+    """Issue 43, item 3: six visitors each compute a result (40 MiB) whose computation needs another
+    (40 MiB) under a 100 MiB capacity. Nested reservations used to skip the check (in flight reached
+    279 MiB against 100); now one such pair fits at a time, the others wait without holding memory
+    (:class:`hessviz.app.gates.Retry`), and everyone gets their result."""
+    mib = 2**20
+    ledger = gates.Ledger(100 * mib)
+    store = cache.Store(ledger)
+    seen: list[int] = []
+
+    def inner(i: int) -> np.ndarray:
+        seen.append(ledger.in_flight)
+        time.sleep(0.05)
+        seen.append(ledger.in_flight)
+        return np.full(4, float(i))
+
+    def visitor(i: int) -> None:
+        def outer() -> np.ndarray:
+            seen.append(ledger.in_flight)
+            return 2 * store.get(("inner", i), lambda: inner(i), 40 * mib, "the inner result", seconds=0.0)
+
+        value = store.get(("outer", i), outer, 40 * mib, "the outer result", seconds=0.0)
+        assert value.tolist() == [2.0 * i] * 4
+
+    assert not _threads(*(lambda i=i: visitor(i) for i in range(6)))
+    assert max(seen) <= ledger.capacity, f"in flight reached {max(seen) / mib:.0f} MiB"
+    assert max(seen) == 80 * mib and ledger.in_flight == 0  # a pair held both, and all was given back
+
+
+@pytest.mark.parametrize("first", ["memory", "slot"])
+def test_gate_and_ledger_from_two_visitors_in_both_orders_complete(monkeypatch, first):
+    """Issue 43, item 3: visitor A holds 50 of 100 MiB for a light result whose computation turns
+    out to need a heavy one (a slot and 50 MiB more), while visitor B holds the only slot and asks
+    for 60 MiB. The gate and the ledger were taken in opposite orders and the two waited for each
+    other forever; now A, holding memory, does not queue for the slot: it gives its memory back and
+    starts again, a slot first. Either may arrive first; both finish (a deadlock fails at the
+    join's timeout instead of hanging)."""
+    mib = 2**20
+    monkeypatch.setattr(cache, "GATE", gates.Gate(1))
+    ledger = gates.Ledger(100 * mib)
+    store = cache.Store(ledger)
+    a_holds, b_holds = threading.Event(), threading.Event()
+    out: dict[str, object] = {}
+
+    def heavy(name: str, value: float, nbytes: int) -> np.ndarray:
+        return store.get((name,), lambda: np.full(2, value), nbytes, name, seconds=2 * budget.LIGHT_SECONDS)
+
+    def a() -> None:
+        if first == "slot":
+            assert b_holds.wait(10)
+        attempts = []
+
+        def light() -> np.ndarray:
+            attempts.append(ledger.in_flight)
+            a_holds.set()
+            if first == "memory":
+                assert b_holds.wait(10)
+            return heavy("a's heavy part", 1.0, 50 * mib) + 1
+
+        out["a"] = store.get(("a's light view",), light, 50 * mib, "a light view", seconds=0.0).tolist()
+        out["a attempts"] = len(attempts)
+
+    def b() -> None:
+        if first == "memory":
+            assert a_holds.wait(10)
+        with cache.GATE.slot():
+            b_holds.set()
+            if first == "slot":
+                assert a_holds.wait(10)
+            out["b"] = heavy("b's heavy view", 3.0, 60 * mib).tolist()
+
+    assert not _threads(a, b, timeout=30.0)
+    assert out["a"] == [2.0, 2.0] and out["b"] == [3.0, 3.0]
+    assert out["a attempts"] == 2  # A gave its memory back once, and started again with the slot
+    assert ledger.in_flight == 0 and cache.GATE.running == 0 and cache.GATE.waiting == 0
+
+
+class _SaysWhenWaiting(_LeavesAfter):
+    """A page status that sets ``event`` when it is told to wait (and never leaves)."""
+
+    def __init__(self, event: threading.Event):
+        super().__init__(10**9)
+        self.event = event
+
+    def waiting(self, place: int) -> None:
+        self.event.set()
+
+
+def test_visitors_holding_memory_wait_only_for_a_result_that_is_computing():
+    """Visitors A and C each hold 30 of 100 MiB for a result whose computation needs the same term
+    (50 MiB), which visitor B asks for first and must wait for memory for. B used to register the
+    term as its own before waiting: A and C then waited for B's term while B waited for their
+    memory. B now registers once it holds its memory, so A and C, finding nobody computing the
+    term, try to compute it themselves (or start over without their memory), and all three finish.
+    All light (no slot), so that memory alone decides."""
+    mib = 2**20
+    ledger = gates.Ledger(100 * mib)
+    store = cache.Store(ledger)
+    holds = {"a": threading.Event(), "c": threading.Event()}
+    b_waits = threading.Event()
+    out: dict[str, list[float]] = {}
+
+    def term() -> np.ndarray:
+        return store.get(("term",), lambda: np.ones(2), 50 * mib, "the term", seconds=0.0)
+
+    def outer(name: str) -> None:
+        def compute() -> np.ndarray:
+            holds[name].set()
+            assert b_waits.wait(10)
+            return term() * 5
+
+        out[name] = store.get(("result", name), compute, 30 * mib, "a result", seconds=0.0).tolist()
+
+    def b() -> None:
+        assert all(e.wait(10) for e in holds.values())
+        progress._local.status = _SaysWhenWaiting(b_waits)
+        try:
+            out["b"] = term().tolist()
+        finally:
+            progress._local.status = None
+
+    assert not _threads(lambda: outer("a"), lambda: outer("c"), b, timeout=30.0)
+    assert out == {"a": [5.0, 5.0], "c": [5.0, 5.0], "b": [1.0, 1.0]} and ledger.in_flight == 0
 
 
 def test_ledger_keeps_the_cache_while_work_in_flight_leaves_no_room():

@@ -36,7 +36,7 @@ import torch
 
 import hessviz as hv
 from hessviz import cost, spectra, sweeps
-from hessviz.app import budget, gates, profiles, runlog, whole_model
+from hessviz.app import admission, budget, gates, profiles, runlog, whole_model
 from hessviz.app.progress import current
 from hessviz.app.state import View, device
 from hessviz.experiments import bounds as bounds_exp
@@ -159,52 +159,102 @@ class Store:
     ) -> object:
         """The cached value of ``key``, or ``compute()`` it holding ``reserve`` bytes and, when its
         estimated work ``seconds`` (core-seconds) is not under :data:`hessviz.app.budget.LIGHT_SECONDS`,
-        a heavy slot of :data:`GATE`."""
+        a heavy slot of :data:`GATE`.
+
+        A slot first, then memory (:mod:`hessviz.app.gates`), and only then is the computation
+        registered as this thread's, so that visitors who ask for the same result wait for one that
+        is computing, never for one that is itself waiting. A computation nested in this one that
+        would have to wait raises :class:`~hessviz.app.gates.Retry`; the outermost one (the one
+        that holds no memory before it) gives its slot and memory back and starts again, with a
+        slot if one was asked for and with the memory of everything nested in it at once."""
         status = current()
+        heavy, total = seconds >= budget.LIGHT_SECONDS, int(reserve)
+        while True:
+            hit = self._shared(key, status)
+            if hit is not _MISSING:
+                return hit
+            outermost = not self.ledger.holding()
+            try:
+                value = self._compute(key, compute, reserve, what, seconds, heavy, total, status)
+            except gates.Retry as retry:
+                if not outermost:
+                    raise
+                heavy, total = heavy or retry.slot, max(total, retry.nbytes)
+                continue
+            if value is not _MISSING:
+                return value
+
+    def _shared(self, key: tuple, status) -> object:
+        """The cached value of ``key``, after waiting for another visitor who computes it; or
+        ``_MISSING`` when nobody does."""
         while True:
             with self._lock:
                 if key in self._items:
                     self._items.move_to_end(key)
                     return self._items[key][0]
                 event = self._computing.get(key)
-                mine = event is None
-                if mine:
-                    event = self._computing[key] = threading.Event()
-            if mine:
-                break
+            if event is None:
+                return _MISSING
             while not event.wait(0.25):  # another visitor computes it: wait, or give up if we leave
                 status.waiting(0)
+
+    def _compute(
+        self,
+        key: tuple,
+        compute: Callable[[], object],
+        reserve: int,
+        what: str,
+        seconds: float,
+        heavy: bool,
+        total: int,
+        status,
+    ) -> object:
+        """Compute ``key`` under a slot (``heavy``) and a reservation of ``reserve`` bytes (``total``
+        with what nests in it), store it and return it; ``_MISSING`` when another visitor started
+        it while this one waited for its slot or memory (the caller then waits for theirs)."""
         try:
-            heavy = seconds >= budget.LIGHT_SECONDS
             slot = status.hold(GATE) if heavy else contextlib.nullcontext()
-            with slot, self.ledger.reserve(reserve, what, status.waiting):
-                status.checkpoint()
-                start, t0, cpu0 = time.time(), time.perf_counter(), time.thread_time()
-                depth = getattr(self._depth, "n", 0)
-                self._depth.n = depth + 1
+            with slot, self.ledger.reserve(reserve, what, status.waiting, total=total):
+                with self._lock:
+                    if key in self._items or key in self._computing:
+                        return _MISSING
+                    self._computing[key] = threading.Event()
                 try:
-                    value = _readonly(compute())
+                    status.checkpoint()
+                    start, t0, cpu0 = time.time(), time.perf_counter(), time.thread_time()
+                    depth = getattr(self._depth, "n", 0)
+                    self._depth.n = depth + 1
+                    try:
+                        value = _readonly(compute())
+                    finally:
+                        self._depth.n = depth
+                    if depth == 0 and math.isfinite(seconds):
+                        status.charge(time.thread_time() - cpu0, self.work_limit, self.profile)
+                    runlog.computed(key, start, time.perf_counter() - t0, heavy)
+                    size = nbytes(value)
+                    with self._lock:
+                        self._items[key] = (value, size)
+                    self.ledger.add_cached(size)
                 finally:
-                    self._depth.n = depth
-                if depth == 0 and math.isfinite(seconds):
-                    status.charge(time.thread_time() - cpu0, self.work_limit, self.profile)
-                runlog.computed(key, start, time.perf_counter() - t0, heavy)
-            size = nbytes(value)
-            with self._lock:
-                self._items[key] = (value, size)
-            self.ledger.add_cached(size)
+                    with self._lock:
+                        self._computing.pop(key).set()
             if self.ledger.cached + self.ledger.in_flight > self.ledger.capacity:
                 self.evict(self.ledger.cached + self.ledger.in_flight - self.ledger.capacity)
             if self.ledger.in_flight == 0 and self.ledger.process_over() > 0:  # measured, over the ceiling
                 self.evict(self.ledger.process_over())
             return value
         finally:
-            with self._lock:
-                self._computing.pop(key).set()
             gates.trim_memory()  # the computation's temporaries go back to the system
 
 
+_MISSING = object()
+"""Not in the store (:meth:`Store._shared`), or started by another visitor (:meth:`Store._compute`)."""
+
+
 STORE = Store(LEDGER, budget.WORK_FACTOR * LIMITS.max_seconds, LIMITS.profile)
+DOOR = admission.Door(LIMITS.runs, LIMITS.process_bytes, make_room=STORE.evict)
+"""Script runs admitted at once, each charged its figures and its session's state against the
+process ceiling (:mod:`hessviz.app.admission`; :func:`hessviz.app.main.main` asks it first)."""
 
 
 def clear() -> None:

@@ -8,6 +8,15 @@ process's resident memory and keeps it, with the reservation, under that ceiling
 arrival order and are told their place. Both take a ``waiting`` callback that may raise
 to abandon the wait (the visitor left or moved a control).
 
+One order, so that no two visitors wait for each other: **a slot, then memory**. A thread that
+holds memory never waits, neither for a slot nor for more memory: a computation nested in another
+(a spectrum's term, a view's figures built from a result evicted meanwhile) that needs a slot it
+does not hold, or more memory than fits now, raises :class:`Retry`. Its outermost computation
+(:meth:`hessviz.app.cache.Store.get`) then gives everything back and asks again, a slot first if
+one is needed, for the memory of the whole computation at once. Waiting threads therefore hold no
+memory, and every thread that holds memory is computing; the ceiling holds for nested
+reservations too, since every reservation is checked against it.
+
 >>> gate = Gate(1)
 >>> with gate.slot():
 ...     gate.running
@@ -73,11 +82,38 @@ Waiting = Callable[[int], None]
 """Called about every 0.25 s while waiting with the place in line (1 = next); may raise to give up."""
 
 
+_memory = threading.local()
+"""``_memory.reservations``: the outermost reservations this thread holds, over every ledger."""
+
+
+def holding_memory() -> bool:
+    """Whether this thread holds a reservation of any :class:`Ledger` (it is inside a computation)."""
+    return getattr(_memory, "reservations", 0) > 0
+
+
+class Retry(BaseException):  # noqa: N818 - a signal to the outermost computation, not an error
+    """A thread that holds memory asked for what it would have to wait for: a heavy slot it does not
+    hold (``slot``), or more memory than fits now (``nbytes``, all its reservations together).
+
+    Raised instead of waiting, because a thread waiting while it holds memory is how two visitors
+    end up waiting for each other (one holds the memory the other needs, the other the slot the
+    first one needs). Its outermost computation catches it, gives everything back and asks again,
+    a slot first, for ``nbytes`` at once. A :class:`BaseException`, like ``KeyboardInterrupt``, so
+    that no ``except Exception`` in the library between the two swallows it.
+    """
+
+    def __init__(self, nbytes: int = 0, slot: bool = False):
+        super().__init__(f"retry with {nbytes} bytes" + (" and a heavy slot" if slot else ""))
+        self.nbytes, self.slot = int(nbytes), bool(slot)
+
+
 class Gate:
     """At most ``slots`` heavy computations at once, first come first served.
 
     Re-entrant per thread: a computation that needs another (a spectrum needs the term)
-    does not queue behind itself.
+    does not queue behind itself. A thread that holds memory (a reservation of any
+    :class:`Ledger`, :func:`holding_memory`) does not queue for a slot either: it raises
+    :class:`Retry` (a slot, then memory, never the other way round).
     """
 
     def __init__(self, slots: int):
@@ -95,9 +131,15 @@ class Gate:
     def waiting(self) -> int:
         return len(self._queue)
 
+    def held(self) -> bool:
+        """Whether this thread holds a slot."""
+        return getattr(self._local, "depth", 0) > 0
+
     @contextmanager
     def slot(self, waiting: Waiting | None = None, poll: float = 0.25) -> Iterator[None]:
         depth = getattr(self._local, "depth", 0)
+        if not depth and holding_memory():
+            raise Retry(slot=True)
         if depth:
             self._local.depth = depth + 1
             try:
@@ -192,52 +234,112 @@ class Ledger:
         rss = self.rss()
         return rss + nbytes + PROCESS_SLACK_BYTES - self.ceiling if rss else 0
 
-    def _must_wait(self, nbytes: int) -> bool:
+    def holding(self) -> bool:
+        """Whether this thread holds a reservation (it is inside a computation)."""
+        return getattr(self._local, "depth", 0) > 0
+
+    def _must_wait(self, nbytes: int, mine: int = 0) -> bool:
         """Over the accounted capacity, or over the measured ceiling while others' computations
-        (which will free memory) are in flight: the cache is evicted for the ceiling only once
-        nothing else is computing, since what is in flight is part of what was measured (evicting
-        then emptied the cache and every visitor's next view was computed again)."""
-        return self._over(nbytes) > 0 or (self.process_over(nbytes) > 0 and self._in_flight > 0)
+        (which will free memory; ``mine``: what this thread holds already) are in flight: the cache
+        is evicted for the ceiling only once nothing else is computing, since what is in flight is
+        part of what was measured (evicting then emptied the cache and every visitor's next view
+        was computed again)."""
+        return self._over(nbytes) > 0 or (self.process_over(nbytes) > 0 and self._in_flight > mine)
+
+    def _make_room(self, nbytes: int, mine: int = 0) -> None:
+        """Evict cached results where that makes room for ``nbytes``: for the capacity when the
+        computations in flight leave room once the cache is emptied (else this would only empty
+        it), for the measured ceiling when no other computation is in flight."""
+        over = self._over(nbytes)
+        if over > 0 and self._in_flight + nbytes <= self.capacity:
+            self.evict(over)
+        if self._cached > 0 and self._in_flight == mine and self.process_over(nbytes) > 0:
+            self.evict(self.process_over(nbytes))
+
+    def _refuse(self, nbytes: int, what: str) -> SizeError:
+        return SizeError(
+            f"{what} needs about {format_bytes(nbytes)}; this server keeps at most "
+            f"{format_bytes(self.capacity)} of results for all visitors",
+            needed_bytes=nbytes,
+            limit_bytes=self.capacity,
+        )
 
     @contextmanager
     def reserve(
-        self, nbytes: int, what: str, waiting: Waiting | None = None, poll: float = 0.25
+        self,
+        nbytes: int,
+        what: str,
+        waiting: Waiting | None = None,
+        poll: float = 0.25,
+        total: int = 0,
     ) -> Iterator[None]:
         """Hold ``nbytes`` while computing; evict cached results first, then wait for others.
 
         Cached results are evicted only when that makes room: while the computations in flight
         leave less than ``nbytes`` even with an empty cache, this waits for them and keeps the
         cache (emptying it then freed nothing that helped, and every visitor's next view was
-        computed again). A thread that already holds a reservation (a spectrum computing its
-        term) does not wait: two visitors each waiting for the other's memory would wait forever.
+        computed again).
+
+        The outermost reservation of a thread holds ``max(nbytes, total)``: ``total`` is what the
+        whole computation needs with the ones nested in it, when a first attempt found out
+        (:class:`Retry`). A nested reservation (a spectrum computing its term) is counted with the
+        thread's others, and checked like any: it is drawn from what the thread holds, or added to
+        it when that fits now (evicting cached results as above), or else it raises
+        :class:`Retry` with the bytes of all of them, never waiting while it holds memory. What a
+        nested reservation added is given back when it ends.
         """
         nbytes = int(nbytes)
         if nbytes > self.capacity:
-            raise SizeError(
-                f"{what} needs about {format_bytes(nbytes)}; this server keeps at most "
-                f"{format_bytes(self.capacity)} of results for all visitors",
-                needed_bytes=nbytes,
-                limit_bytes=self.capacity,
-            )
-        nested = getattr(self._local, "depth", 0) > 0
+            raise self._refuse(nbytes, what)
+        if self.holding():
+            yield from self._nested(nbytes, what)
+            return
+        hold = max(nbytes, int(total))
+        if hold > self.capacity:
+            raise self._refuse(hold, what)
         while True:
-            over = self._over(nbytes)
-            if over > 0 and (nested or self._in_flight + nbytes <= self.capacity):
-                self.evict(over)
-            if self._cached > 0 and (nested or self._in_flight == 0) and self.process_over(nbytes) > 0:
-                self.evict(self.process_over(nbytes))  # others' work in flight: wait for it first
+            self._make_room(hold)
             with self._lock:
-                if nested or not self._must_wait(nbytes):
-                    self._in_flight += nbytes
+                if not self._must_wait(hold):
+                    self._in_flight += hold
                     break
                 self._lock.wait(poll)
             if waiting is not None:
                 waiting(0)
-        self._local.depth = getattr(self._local, "depth", 0) + 1
+        self._local.held, self._local.base, self._local.used = hold, hold, nbytes
+        self._local.depth = 1
+        _memory.reservations = getattr(_memory, "reservations", 0) + 1
         try:
             yield
         finally:
-            self._local.depth -= 1
+            _memory.reservations -= 1
             with self._lock:
-                self._in_flight -= nbytes
+                self._in_flight -= self._local.held
+                self._local.held = self._local.base = self._local.used = self._local.depth = 0
                 self._lock.notify_all()
+
+    def _nested(self, nbytes: int, what: str) -> Iterator[None]:
+        """A reservation inside another of this thread (see :meth:`reserve`)."""
+        local = self._local
+        need = local.used + nbytes
+        if need > self.capacity:
+            raise self._refuse(need, f"{what}, inside another computation,")
+        if need > local.held:
+            extra = need - local.held
+            self._make_room(extra, local.held)
+            with self._lock:
+                if self._must_wait(extra, local.held):
+                    raise Retry(need)
+                self._in_flight += extra
+                local.held = need
+        local.used, local.depth = need, local.depth + 1
+        try:
+            yield
+        finally:
+            local.used, local.depth = local.used - nbytes, local.depth - 1
+            keep = max(local.base, local.used)
+            with self._lock:
+                if local.held > keep:
+                    self._in_flight -= local.held - keep
+                    local.held = keep
+                    self._lock.notify_all()

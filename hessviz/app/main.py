@@ -41,7 +41,7 @@ def main() -> None:
     hva.preload()  # every module the pages need, once, under a lock, before any page runs
     if hva.cache.LIMITS.profile == "hosted" and st.get_option("client.showErrorDetails") != "none":
         st.set_option("client.showErrorDetails", "none")  # a visitor never sees a trace with server paths
-    from hessviz.app import styles, warm
+    from hessviz.app import admission, cache, styles, warm
     from hessviz.app.registry import SECTIONS
     from hessviz.app.runlog import timed
     from hessviz.plots import drawn_in
@@ -65,10 +65,14 @@ def main() -> None:
         },
         position="hidden",
     )  # hva.open_page draws the links, each carrying the view
-    hva.open_page(nav.url_path or "hessian_map")
-    # Figures are laid out in Streamlit's theme from the start (hva.chart shows them in it; a light
-    # template first, replaced there, cost 20-50 ms of CPU per figure). HESSVIZ_RUN_LOG=1: one line
-    # per run (hessviz.app.runlog).
-    # warm.serving: while any run is in progress, the background warmer (hessviz.app.warm) waits.
-    with timed(nav.url_path or "hessian_map"), drawn_in("host"), warm.serving():
-        nav.run()
+    # HESSVIZ_RUN_LOG=1: one line per run (hessviz.app.runlog), its wait to be admitted included.
+    # admission.admit: the run waits in line for the server (a bounded number of runs at once, each
+    # charged its figures and its session's state against the memory limit), or draws the short
+    # "the class is full" page and stops, before anything else is drawn.
+    with timed(nav.url_path or "hessian_map"), admission.admit(cache.DOOR):
+        hva.open_page(nav.url_path or "hessian_map")
+        # Figures are laid out in Streamlit's theme from the start (hva.chart shows them in it; a
+        # light template first, replaced there, cost 20-50 ms of CPU per figure).
+        # warm.serving: while any run is in progress, the background warmer (hessviz.app.warm) waits.
+        with drawn_in("host"), warm.serving():
+            nav.run()

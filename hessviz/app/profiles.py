@@ -16,9 +16,10 @@ profile         for                        limits
 Each limit can be raised (or lowered) on its own with an environment variable:
 ``HESSVIZ_MEMORY_LIMIT`` (the process ceiling in the hosted profile, e.g. ``2GiB``),
 ``HESSVIZ_MAX_SECONDS`` (estimated core-seconds per view), ``HESSVIZ_HEAVY`` (heavy
-computations at once, default one per core the process may use: :func:`hessviz.tasks.usable_cores`)
-and ``HESSVIZ_DOWNLOAD_LIMIT``. What a view costs is :mod:`hessviz.app.budget`; the server-wide
-gates that hold these limits are :mod:`hessviz.app.gates`.
+computations at once, default one per core the process may use: :func:`hessviz.tasks.usable_cores`),
+``HESSVIZ_RUNS`` (script runs at once, hosted: default two per core, :mod:`hessviz.app.admission`) and
+``HESSVIZ_DOWNLOAD_LIMIT``. What a view costs is :mod:`hessviz.app.budget`; the server-wide gates that
+hold these limits are :mod:`hessviz.app.gates`.
 
 >>> lim = limits_from_env({"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=0)
 >>> lim.profile, lim.max_seconds, lim.process_bytes == 800 * 2**20
@@ -43,6 +44,9 @@ HOSTED_PROCESS_BYTES = 800 * 2**20
 HEADROOM_BYTES = 128 * 2**20
 """Kept free under the ceiling for what no ledger counts: Streamlit's sessions, figures, transient copies."""
 MIN_RESULTS_BYTES = 64 * 2**20
+RUNS_PER_CORE = 2
+"""Script runs admitted at once per core in the hosted profile: runs share the cores (and Python's
+lock) anyway, so more at once only hold more figures in memory and finish later, all together."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class Limits:
     process_bytes: int | None = None
     """The ceiling of the whole process's resident memory (hosted: ``HESSVIZ_MEMORY_LIMIT``), which
     the :class:`Ledger` keeps to by measuring it; None (local) leaves only ``results_bytes``."""
+    runs: int | None = None
+    """Script runs admitted at once (others wait in line, :mod:`hessviz.app.admission`); None
+    (local) admits every run at once."""
 
 
 def is_loopback(address: str | None) -> bool:
@@ -146,9 +153,11 @@ def limits_from_env(
         base = rss_bytes() if baseline_bytes is None else baseline_bytes
         results = max(MIN_RESULTS_BYTES, ceiling - base - HEADROOM_BYTES)
         seconds, download, repeats = 4.0, 32 * 2**20, 1
+        runs = int(env.get("HESSVIZ_RUNS", "0") or 0) or RUNS_PER_CORE * cores
     else:
         results = memory_limit("cpu")
         seconds, download, repeats = 120.0, 1 << 30, 2
+        runs = int(env.get("HESSVIZ_RUNS", "0") or 0) or None
     if env.get("HESSVIZ_MAX_SECONDS"):
         seconds = float(env["HESSVIZ_MAX_SECONDS"])
         if not seconds > 0:
@@ -163,4 +172,5 @@ def limits_from_env(
         int(download),
         repeats,
         int(ceiling) if name == "hosted" else None,
+        None if runs is None else max(1, runs),
     )
