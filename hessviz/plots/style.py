@@ -95,6 +95,17 @@ def visible(text: str) -> str:
     return re.sub(r"<[^>]*>", "", text)
 
 
+def signed(value: float, digits: int = 2) -> str:
+    """``value`` to ``digits`` decimals with a true minus sign (U+2212), the way every figure, page
+    and story prints a fitted slope, so that a story's ``−0.05`` is its chart's ``−0.05``.
+
+    >>> signed(-0.049), signed(5.982), signed(-0.001)
+    ('−0.05', '5.98', '0.00')
+    """
+    text = f"{value:.{digits}f}"
+    return text[1:] if float(text) == 0 else text.replace("-", "−")
+
+
 def text_width(text: str, size: float) -> float:
     """Estimated drawn width in pixels of ``text`` (HTML allowed; its longest line) at font ``size``."""
     lines = re.split(r"<br\s*/?>", text)
