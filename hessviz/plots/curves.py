@@ -347,11 +347,14 @@ def scatter_figure(
     logx: bool = True,
     logy: bool = True,
     diagonal: bool = False,
+    level: tuple[float, str] | None = None,
     hover: Mapping[str, Sequence[str]] | None = None,
     height: int = 520,
     theme: str = "light",
 ) -> go.Figure:
-    """``points`` name -> ``(x, y)`` arrays as markers; ``diagonal`` draws ``y = x``."""
+    """``points`` name -> ``(x, y)`` arrays as markers; ``diagonal`` draws ``y = x``; ``level``
+    ``(y, name)`` draws the horizontal line ``y`` across the points' x range, named in the legend
+    (a ratio's 1: which side of it a point falls on is the verdict)."""
     fig = go.Figure()
     lo, hi = np.inf, -np.inf
     for i, (name, (x, y)) in enumerate(points.items()):
@@ -376,6 +379,18 @@ def scatter_figure(
                 y=[lo, hi],
                 mode="lines",
                 name="y = x",
+                line={"color": GUIDE_COLOR, "dash": "dash"},
+            )
+        )
+    xs = [np.asarray(x, dtype=float) for x, _ in points.values()]
+    xs = np.concatenate(xs) if xs else np.zeros(0)
+    if level is not None and xs.size and np.isfinite(xs).any():
+        fig.add_trace(
+            go.Scatter(
+                x=[np.nanmin(xs), np.nanmax(xs)],
+                y=[level[0]] * 2,
+                mode="lines",
+                name=level[1],
                 line={"color": GUIDE_COLOR, "dash": "dash"},
             )
         )

@@ -17,7 +17,7 @@ hva.explain(
     "sidebar's LayerNorm ε) tames a single LayerNorm near σ ≈ √ε: its curvature peaks there and fades "
     "again below it, because the denominator √(σ² + ε) stops shrinking; in the Post-LN block the second "
     "LayerNorm undoes the first one's rescaling, and the cap comes only near σ ≈ ε.",
-    r"\mathrm{LN}(z)=\frac{z-\bar z}{\sqrt{\operatorname{var} z+\varepsilon}},\qquad"
+    r"\mathrm{LN}(z)=\frac{z-\operatorname{mean}(z)}{\sqrt{\operatorname{var}(z)+\varepsilon}},\qquad"
     r"\|J_{LN}\|_2\le\frac{1}{\sigma_{\min}}+\frac{\|X\|_2^2}{\sqrt n\,\sigma_{\min}^3},\qquad"
     r"\|H_{LN}\|_2\le\frac{\|X\|_2}{\sigma_{\min}^3}\Big(1+\sqrt{\tfrac mn}\Big)+"
     r"\frac{\|X\|_2^2}{\sqrt n\,\sigma_{\min}^3}+\frac{3\|X\|_2^3}{n\,\sigma_{\min}^5}",

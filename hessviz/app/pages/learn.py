@@ -102,7 +102,7 @@ st.latex(
     r"{\sqrt{d_k}}\Big)\, X W_V, \qquad \mathrm{FFN}(Z) = \varphi(Z W_1)\, W_2"
 )
 st.latex(
-    r"\mathrm{LN}(z) = \frac{z - \bar z}{\sqrt{\operatorname{var}(z) + \varepsilon}}"
+    r"\mathrm{LN}(z) = \frac{z - \operatorname{mean}(z)}{\sqrt{\operatorname{var}(z) + \varepsilon}}"
     r"\quad\text{(row by row)}"
 )
 st.markdown("Where the LayerNorm sits is the *placement*:")

@@ -1,0 +1,67 @@
+"""The smaller defects a teacher's walk through the app found (issue 44, item 7), each checked
+on the page it was seen on (:class:`streamlit.testing.v1.AppTest`) or on the figure that draws it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hessviz import plots
+from hessviz.app.state import View
+from tests.test_app_pages import SMALL, figures, run_page
+from tests.test_tour_truth import array
+
+
+def _table(at, header: str) -> list[list[str]]:
+    """The rows of the Markdown table whose header line starts with ``header``, cell by cell."""
+    text = next(m.value for m in at.markdown if m.value.startswith(header))
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()[2:]]
+
+
+def test_the_slope_table_says_none_where_no_theory_gives_an_exponent():
+    """Post-LN's outer slope (4.00) stood alone under 'slope (theory)', as if 4 were a theory."""
+    at = run_page("pages/scaling.py", norm="post", sc_seeds="1", **SMALL)
+    rows = {r[0]: r for r in _table(at, "| term | fitted slope | theory |")}
+    assert set(rows) == {"outer", "functional", "full"}
+    assert all(r[2] == "none" for r in rows.values()), rows
+    at = run_page("pages/scaling.py", norm="attention", sc_seeds="1", **SMALL)
+    rows = {r[0]: r for r in _table(at, "| term | fitted slope | theory |")}
+    assert rows["outer"][2] == "6" and abs(float(rows["outer"][1].replace("−", "-")) - 6) < 0.5
+
+
+def test_bounds_use_one_ratio_convention_and_draw_the_line_at_one():
+    """The table divided bound by exact (below 1: violated) and the chart exact by bound, with no
+    line at 1: both are bound / exact now, and the chart draws the 1."""
+    at = run_page("pages/bounds.py", bd_cases="10", **SMALL)
+    columns = list(at.dataframe[0].value.columns)
+    ratios = [c for c in columns if "/" in c]
+    assert ratios and all(c.endswith(" / exact") for c in ratios), columns
+    ratio = next(f for f in figures(at) if "bound / exact" in f["layout"]["yaxis"]["title"]["text"])
+    line = [t for t in ratio["data"] if t.get("mode") == "lines"]
+    assert len(line) == 1 and np.all(array(line[0]["y"]) == 1.0) and "violated" in line[0]["name"]
+    xs = np.concatenate([array(t["x"]) for t in ratio["data"] if t.get("mode") == "markers"])
+    assert array(line[0]["x"]).min() <= xs.min() and array(line[0]["x"]).max() >= xs.max()
+    for t in ratio["data"]:  # every corrected bound holds: its points lie on or above the line
+        if t.get("mode") == "markers" and t["name"] == "corrected":
+            assert np.all(array(t["y"]) >= 1 - 1e-9)
+
+
+def test_the_layernorm_formula_draws_its_mean_without_a_thin_accent():
+    """z̄'s bar was one device pixel at 100 % zoom and vanished: the mean is written out."""
+    for page in ("pages/learn.py", "pages/layernorm_collapse.py"):
+        at = run_page(page, **SMALL)
+        bodies = [e.value for e in at.get("latex")]
+        ln = [b for b in bodies if r"\mathrm{LN}(z)" in b]
+        assert ln, page
+        assert all(r"\bar" not in b and r"\operatorname{mean}(z)" in b for b in ln), ln
+
+
+def test_every_weight_of_the_default_block_is_named_on_the_hessian_map():
+    """On the default block W_K (128 of 1,536 rows, between W_Q and W_V) had no label: its name did
+    not fit beside theirs on a phone, so it was named in the hover only. It is drawn under the map."""
+    at = run_page("pages/hessian_map.py")
+    heat = figures(at)[0]
+    named = list(heat["layout"]["xaxis"]["ticktext"]) + [
+        a["text"] for a in heat["layout"].get("annotations", []) if a.get("name") == "block label"
+    ]
+    for w in View.from_values({}).cfg.param_names:
+        assert plots.style.pretty(w) in named, (w, named)
