@@ -65,3 +65,16 @@ def test_every_weight_of_the_default_block_is_named_on_the_hessian_map():
     ]
     for w in View.from_values({}).cfg.param_names:
         assert plots.style.pretty(w) in named, (w, named)
+
+
+def test_a_lesson_page_never_calls_the_swept_setting_fixed(tmp_path):
+    """A lesson over a sweep in L that hides L said 'Fixed by this lesson: L = 4, d = 4'."""
+    from hessviz.app import lesson_page
+
+    out = tmp_path / "l.html"
+    lesson_page.write(
+        "/scaling?norm=attention&L=4&d=4&dk=2&dff=8&sc_seeds=1&sc_axis=L&hide=L,d,sc_axis,sc_blk", out
+    )
+    text = out.read_text()
+    line = next(seg for seg in text.split("<") if "Fixed by this lesson" in seg)
+    assert "Fixed by this lesson: d = 4." in line, line  # the hidden d is fixed, the swept L is not
