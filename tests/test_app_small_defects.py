@@ -78,3 +78,16 @@ def test_a_lesson_page_never_calls_the_swept_setting_fixed(tmp_path):
     text = out.read_text()
     line = next(seg for seg in text.split("<") if "Fixed by this lesson" in seg)
     assert "Fixed by this lesson: d = 4." in line, line  # the hidden d is fixed, the swept L is not
+
+
+def test_the_layer_slider_keeps_its_layer_when_the_model_changes():
+    """A model with another number of layers is a new slider to Streamlit, which started it at 0,
+    while the fresh link of the same view opens layer 3: both open the layer the slider held."""
+    at = run_page("pages/real_model.py")
+    assert at.slider(key="rm_layer").value == 3
+    at.selectbox(key="rm_model").set_value("smollm2-135m").run()
+    assert not at.exception
+    moved = at.slider(key="rm_layer")
+    assert moved.max == 29 and moved.value == 3
+    fresh = run_page("pages/real_model.py", **{k: at.query_params[k] for k in at.query_params})
+    assert fresh.slider(key="rm_layer").value == moved.value
