@@ -91,3 +91,32 @@ def test_the_layer_slider_keeps_its_layer_when_the_model_changes():
     assert moved.max == 29 and moved.value == 3
     fresh = run_page("pages/real_model.py", **{k: at.query_params[k] for k in at.query_params})
     assert fresh.slider(key="rm_layer").value == moved.value
+
+
+def test_the_apps_error_lines_start_with_a_capital(monkeypatch):
+    """The app's one-line errors repeat the library's words, which start in lower case ('… is too
+    large for this server. the weights of smollm2-135m needs …'): drawn, they start a sentence."""
+    import hessviz as hv
+    from hessviz.app import cache, state
+
+    def refuse(*args, **kwargs):
+        raise hv.SizeError("the block norms need about 9 GiB", needed_bytes=9 * 2**30, limit_bytes=2**30)
+
+    monkeypatch.setattr(cache, "block_norms", refuse)
+    at = run_page("pages/learn.py", **SMALL)
+    (line,) = [e.value for e in at.error]
+    assert line.endswith("** The block norms need about 9 GiB"), line
+    assert state.sentence("d_model must be >= 2") == "d_model must be >= 2"  # a name keeps its case
+
+
+def test_the_claims_header_does_not_read_as_the_claims_configuration():
+    """The sidebar's block was described under the Claims title, and its controls changed only that
+    line: it read as the configuration of the stored claims, which it is not."""
+    at = run_page("pages/claims.py", **SMALL)
+    view = View.from_values({**View.from_values({}).values, **{k: int(v) for k, v in SMALL.items()}})
+    header = [c.value for c in at.main.get("caption")][0]
+    assert "not on the sidebar's block" in header and view.describe() not in header
+    before = at.dataframe[0].value.to_dict()
+    at.slider(key="d").set_value(6).run()
+    assert not at.exception and [c.value for c in at.main.get("caption")][0] == header
+    assert at.dataframe[0].value.to_dict() == before

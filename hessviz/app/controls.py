@@ -326,7 +326,8 @@ def sidebar(*, stacks: bool = False) -> View:
         view = View.from_values(values)
     except hv.HessvizError as err:
         st.error(
-            f"**These controls do not describe a valid block.** {state.plain(err)}", icon=":material/block:"
+            f"**These controls do not describe a valid block.** {state.plain(state.sentence(err))}",
+            icon=":material/block:",
         )
         st.stop()
     st.session_state[_VIEW] = view
@@ -511,7 +512,7 @@ def _lesson_page_panel(link: str, key: str) -> None:
         except progress.Cancelled:
             st.stop()  # nobody is watching
         except hv.HessvizError as err:  # over its limits, or a page it cannot make: one line
-            st.warning(f"**The lesson page was not made.** {err}", icon=":material/block:")
+            st.warning(f"**The lesson page was not made.** {state.sentence(err)}", icon=":material/block:")
             return
         finally:
             progress.close_status(status)
