@@ -120,3 +120,17 @@ def test_the_claims_header_does_not_read_as_the_claims_configuration():
     at.slider(key="d").set_value(6).run()
     assert not at.exception and [c.value for c in at.main.get("caption")][0] == header
     assert at.dataframe[0].value.to_dict() == before
+
+
+def test_a_trace_within_its_error_of_zero_is_not_drawn_as_a_positive_bar_on_a_log_axis():
+    """Hutch++ gave a block 0.021 ± 0.173, drawn as a positive bar on a log axis."""
+    names = ["W_Q", "W_K", "W_V"]
+    fig = plots.block_spectrum_bars(
+        names, np.ones(3), np.array([0.021, 5.0, 3.0]), trace_errors=[0.173, 0.1, 0]
+    )
+    bars = fig.data[1]
+    assert fig.layout.yaxis2.type != "log"  # the error bar crosses 0 where one can see it
+    assert list(bars.marker.pattern.shape) == ["/", "", ""]
+    assert "not significant" in bars.customdata[0] and "not significant" not in bars.customdata[1]
+    sure = plots.block_spectrum_bars(names, np.ones(3), np.array([1.0, 5.0, 3.0]), trace_errors=[0.1, 0.1, 0])
+    assert sure.layout.yaxis2.type == "log" and list(sure.data[1].marker.pattern.shape) == ["", "", ""]
