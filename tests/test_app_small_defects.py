@@ -134,3 +134,12 @@ def test_a_trace_within_its_error_of_zero_is_not_drawn_as_a_positive_bar_on_a_lo
     assert "not significant" in bars.customdata[0] and "not significant" not in bars.customdata[1]
     sure = plots.block_spectrum_bars(names, np.ones(3), np.array([1.0, 5.0, 3.0]), trace_errors=[0.1, 0.1, 0])
     assert sure.layout.yaxis2.type == "log" and list(sure.data[1].marker.pattern.shape) == ["", "", ""]
+
+
+def test_a_bar_panel_on_a_log_axis_has_a_tick_above_its_tallest_bar():
+    """The Real model's eigenvalue panel (λ_max up to 4e-3) had no tick above 10⁻³."""
+    top = np.array([1e-9, 3e-7, 2e-5, 4e-3, 1e-4, 2e-3])
+    fig = plots.block_spectrum_bars(["W_Q", "W_K", "W_V", "W_O", "W_1", "W_2"], top, np.ones(6))
+    ticks, (lo, hi) = fig.layout.yaxis.tickvals, fig.layout.yaxis.range
+    assert fig.layout.yaxis.type == "log" and max(ticks) >= top.max()
+    assert lo <= np.log10(top.min()) and hi >= np.log10(max(ticks))  # the tick is inside the axis
