@@ -4,6 +4,7 @@ on the page it was seen on (:class:`streamlit.testing.v1.AppTest`) or on the fig
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hessviz import plots
 from hessviz.app.state import View
@@ -143,3 +144,39 @@ def test_a_bar_panel_on_a_log_axis_has_a_tick_above_its_tallest_bar():
     ticks, (lo, hi) = fig.layout.yaxis.tickvals, fig.layout.yaxis.range
     assert fig.layout.yaxis.type == "log" and max(ticks) >= top.max()
     assert lo <= np.log10(top.min()) and hi >= np.log10(max(ticks))  # the tick is inside the axis
+
+
+def test_a_tour_step_asks_for_the_live_view_on_screen():
+    """On a phone Back / Next sit under the live view; after a step the page stayed where the button
+    was. A step (and only a step) adds the script that scrolls the live view up under the header."""
+    at = run_page("pages/learn.py", **SMALL)
+    assert not [h for h in at.get("html") if "scrollIntoView" in h.proto.body]
+    at.button(key="tour_next").click().run()
+    scripts = [h.proto.body for h in at.get("html") if "scrollIntoView" in h.proto.body]
+    assert len(scripts) == 1 and ".st-key-hv_live" in scripts[0] and "max-width: 640px" in scripts[0]
+    at.run()  # a rerun that is not a step leaves the scroll alone
+    assert not [h for h in at.get("html") if "scrollIntoView" in h.proto.body]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_next_on_a_phone_brings_the_live_view_on_screen():
+    """In Chromium at 390 × 844: scroll to Next, tap it; the new stop's live view is on screen."""
+    from tests.streamlit_server import chromium, require_chromium, running_server
+    from tests.test_browser import _settle
+
+    require_chromium()
+    with running_server("streamlit_tour_phone.log") as srv, chromium() as browser:
+        ctx = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
+        page = ctx.new_page()
+        page.goto(f"{srv.base}/learn")
+        _settle(page)
+        nxt = page.locator(".st-key-tour_next button")
+        nxt.scroll_into_view_if_needed()
+        nxt.click()
+        page.wait_for_selector("text=2. Pre-LN flattens it", timeout=60_000)
+        _settle(page)
+        page.wait_for_timeout(500)
+        box = page.locator(".st-key-hv_live").bounding_box()
+        assert box is not None and 0 <= box["y"] < 844 / 2, box
+        ctx.close()
