@@ -78,6 +78,9 @@ def test_a_scaling_stop_quotes_the_slope_its_chart_fits_and_where_its_curve_bend
         said = f"at ‖X‖₂ ≈ {bend:.2g}" if np.isfinite(bend) else f"up to ‖X‖₂ = {x.max():g}"
         assert said in story, (said, story)
         assert "‖X‖₂" in x_title(main)
+    if "five seeds" in stop.notice:  # the band it points at spans five seeds; the fit is flatter than −3
+        assert stop.params["sc_seeds"] == "5" and any(t.get("fill") == "toself" for t in main["data"])
+        assert "flatter than −3" in stop.notice and -3 < number(drawn) < 0
 
 
 def test_the_placement_stop_quotes_each_panel_title_to_its_precision():
