@@ -266,7 +266,8 @@ def slopes_line(result: Scaling) -> str:
     if not result.side_fits:
         return ""
     return "Slopes per placement (outer / functional / full): " + "; ".join(
-        f"{n}: " + " / ".join(f"{result.side_fits[n][t].slope:.2f}" for t in sweeps.TERMS) for n in PLACEMENTS
+        f"{n}: " + " / ".join(plots.signed(result.side_fits[n][t].slope) for t in sweeps.TERMS)
+        for n in PLACEMENTS
     )
 
 
