@@ -137,10 +137,10 @@ def test_scaling_renders_and_reacts():
     figs = figures(at)
     assert len(figs) == 2
     assert figs[0]["layout"]["xaxis"]["title"]["text"] == "input size ‖X‖₂"
-    table = next(m.value for m in at.markdown if m.value.startswith("| term | slope (theory) |"))
+    table = next(m.value for m in at.markdown if m.value.startswith("| term | fitted slope | theory |"))
     outer = next(line.split(" | ") for line in table.splitlines() if line.startswith("| outer "))
-    slope, theory = outer[1].rstrip(" |").split()  # | outer | 5.98 (6) |
-    assert theory == "(6)" and abs(float(slope) - 6.0) < 0.5
+    slope, theory = outer[1], outer[2].rstrip(" |")  # | outer | 5.98 | 6 |
+    assert theory == "6" and abs(float(slope) - 6.0) < 0.5
     at.segmented_control(key="sc_axis").set_value("L").run()
     assert not at.exception
     assert figures(at)[0]["layout"]["xaxis"]["title"]["text"] == "sequence length L"

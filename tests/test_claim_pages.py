@@ -57,7 +57,7 @@ def test_optimization_page_protocol_view():
 def test_layernorm_collapse_page_views():
     at = _run("layernorm_collapse", L="4", d="6", dk="3", dff="8")
     m = _metrics(at)
-    assert m["slope ‖J‖ (σ ≤ 1e-2)"] == "-1.00" and m["slope of H bound"] == "-5.00"
+    assert m["slope ‖J‖ (σ ≤ 1e-2)"] == "−1.00" and m["slope of H bound"] == "−5.00"  # a true minus
     at.segmented_control(key="lnc_view").set_value("block").run()
     assert not at.exception
     assert "slope ‖H_QQ‖ (σ ≤ 1e-2)" in _metrics(at)

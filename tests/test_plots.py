@@ -467,5 +467,5 @@ def test_side_by_side_panel_titles_put_the_slope_on_its_own_line():
     sw = _sweep({"outer": np.stack([x**6, 2 * x**6])})
     fits = {"attention": sweeps.fits(sw, "attention", ("W_Q", "W_Q"), terms=("outer",))}
     fig = plots.side_by_side({"attention": sw, "pre": sw}, stat="median", fits=fits)
-    assert fig.layout.annotations[0].text == "attention alone<br>outer slope 6.0"
+    assert fig.layout.annotations[0].text == "attention alone<br>outer slope 6.00"
     assert [ax.title.text for ax in fig.select_xaxes()].count(None) == 1  # one x title for two panels

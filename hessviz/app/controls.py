@@ -326,7 +326,8 @@ def sidebar(*, stacks: bool = False) -> View:
         view = View.from_values(values)
     except hv.HessvizError as err:
         st.error(
-            f"**These controls do not describe a valid block.** {state.plain(err)}", icon=":material/block:"
+            f"**These controls do not describe a valid block.** {state.plain(state.sentence(err))}",
+            icon=":material/block:",
         )
         st.stop()
     st.session_state[_VIEW] = view
@@ -511,7 +512,10 @@ def _lesson_page_panel(link: str, key: str) -> None:
         except progress.Cancelled:
             st.stop()  # nobody is watching
         except hv.HessvizError as err:  # over its limits, or a page it cannot make: one line
-            st.warning(f"**The lesson page was not made.** {state.plain(err)}", icon=":material/block:")
+            st.warning(
+                f"**The lesson page was not made.** {state.plain(state.sentence(err))}",
+                icon=":material/block:",
+            )
             return
         finally:
             progress.close_status(status)
@@ -529,6 +533,10 @@ def _lesson_page_panel(link: str, key: str) -> None:
 
 
 # ----------------------------------------------------------------------------- page controls
+
+
+_RANGE = "__range"
+"""Suffix of the session key that remembers a page slider's range (see :func:`slider`)."""
 
 
 def _page_control(
@@ -640,8 +648,16 @@ def select(
 def slider(
     label: str, lo: int, hi: int, key: str, default: int, *, help: str | None = None, container=None
 ) -> int:
-    """A page integer slider kept in the URL under ``key``."""
+    """A page integer slider kept in the URL under ``key``.
+
+    A slider whose range changes (the Layer slider when the model changes) is a new widget to
+    Streamlit, which would start it at ``lo``; it keeps the value it held instead (moved into the
+    new range), as the view's link says and as a fresh visit of that link opens it."""
     where = container or st
+    span = f"{key}{_RANGE}"
+    if st.session_state.get(span, (lo, hi)) != (lo, hi) and key in st.session_state:
+        st.session_state[key] = int(min(max(int(st.session_state[key]), lo), hi))
+    st.session_state[span] = (lo, hi)
     return _page_control(
         key,
         default,

@@ -122,6 +122,11 @@ class LessonSpec:
     def covers(self, s: Settled, baked: list[Baked]) -> str:
         raise NotImplementedError
 
+    def swept(self, s: Settled, baked: list[Baked]) -> set[str]:
+        """The shared settings a chart of the page runs along its x axis (none by default): the
+        header never calls them fixed (a sweep in L is not 'Fixed: L = 8')."""
+        return set()
+
     def cost(self, view: View, values: dict[str, object]) -> Cost:
         """What :meth:`draw` computes for one combination, priced as its page prices the view
         (:func:`hessviz.app.budget.cost`), before anything runs; raises what :meth:`draw` would
@@ -228,6 +233,9 @@ class ScalingLesson(LessonSpec):
         ]
         return "This lesson page covers " + " and ".join(parts) + _baked_words(baked) + "."
 
+    def swept(self, s: Settled, baked: list[Baked]) -> set[str]:
+        return set(next((b.values for b in baked if b.key == "sc_axis"), (s.values["sc_axis"],)))
+
 
 class SpectrumLesson(LessonSpec):
     """The Spectrum page's dense view: baked are the placement and the loss."""
@@ -333,7 +341,8 @@ class CollapseLesson(LessonSpec):
 
     def covers(self, s: Settled, baked: list[Baked]) -> str:
         d = s.values["lnc_decades"]
-        text = f"This lesson page covers σ_min from 1 down to 1e-{d} (along the chart's x axis)"
+        x = "σ" if s.values["lnc_view"] == "layernorm" else "σ_min"  # as the chart's x axis is titled
+        text = f"This lesson page covers {x} from 1 down to 1e-{d} (along the chart's x axis)"
         text += _baked_words(baked)
         if s.values["lnc_view"] == "layernorm":
             text += "; the Post-LN block view (lnc_view=block) is a page of its own"
@@ -540,9 +549,10 @@ def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = Non
     return text
 
 
-def _fixed(s: Settled, baked: list[Baked]) -> str:
-    """The shared controls this page does not bake, with their values (the header's second line)."""
-    keys = {b.key for b in baked}
+def _fixed(s: Settled, baked: list[Baked], swept: set[str] = frozenset()) -> str:
+    """The shared controls this page neither bakes nor sweeps along a chart's x axis (``swept``),
+    with their values (the header's second line)."""
+    keys = {b.key for b in baked} | set(swept)
     hidden = [k for k in state.APP_SETTINGS if k not in keys and s.lesson.hides(k)]
     return ", ".join(f"{k} = {state.APP_SETTINGS[k].format(s.shared[k])}" for k in hidden)
 
@@ -588,7 +598,7 @@ def _page(spec: LessonSpec, s: Settled, baked: list[Baked], data: dict, plotly_j
             )
         legend = f"<legend>{html.escape(b.label)}</legend>"
         controls.append(f'<fieldset data-control="{i}">{legend}{inner}</fieldset>')
-    fixed = _fixed(s, baked)
+    fixed = _fixed(s, baked, spec.swept(s, baked))
     n_views = len(data["views"])
     return _TEMPLATE.format(
         title=html.escape(f"{p.title}: a hessviz lesson"),

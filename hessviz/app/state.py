@@ -173,6 +173,19 @@ _JOINED = re.compile(r"(?<=[:@])(?=\S)|(?<=www)(?=\.)", re.IGNORECASE)
 and its dot."""
 
 
+def sentence(text: object) -> str:
+    """``text`` (an error's words) as the start of a sentence: its first word capitalised when it is
+    an ordinary lower-case word. A name the visitor types or reads as it is (``d_model``, ``eps:``,
+    ``mlp='gated'``, ``smollm2-135m``) keeps its case.
+
+    >>> sentence("the weights of smollm2-135m need about 810 MiB"), sentence("d_model must be >= 2")
+    ('The weights of smollm2-135m need about 810 MiB', 'd_model must be >= 2')
+    """
+    text = str(text)
+    word = text.split(" ", 1)[0]
+    return text[:1].upper() + text[1:] if word.isalpha() and word.islower() else text
+
+
 def plain(text: object) -> str:
     r"""``text`` as Markdown that Streamlit draws as these very characters: the one way a visitor's
     text (a URL value, a text box, a message that repeats either) enters ``st.markdown``,

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hessviz import plots
 from hessviz.app import cache, views
 from hessviz.app.address import Query, encode_query
 from hessviz.app.state import SHARED_KEYS, View, parse_value
+from hessviz.fitting import center
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,8 @@ class Stop:
 
 
 def _signed(value: float) -> str:
-    """Two decimals with a true minus sign, as the story prints a slope: ``−2.58``."""
-    return f"{value:.2f}".replace("-", "−")
+    """Two decimals with a true minus sign, as the story and its chart print a slope: ``−2.58``."""
+    return plots.signed(value)
 
 
 def _seeds(stop: Stop) -> list[int]:
@@ -131,7 +133,7 @@ def spectrum_facts(stop: Stop) -> dict[str, str]:
         spec = {t: cache.spectrum(key, t, k=SPECTRUM_K, dense_limit=DENSE_LIMIT) for t in ("outer", "full")}
         out[prefix + "outer"] = f"{spec['outer']['negative_count']:,}"
         out[prefix + "full"] = f"{spec['full']['negative_count']:,}"
-        out[prefix + "mass"] = f"{100 * spec['full']['negative_mass']:.0f} %"
+        out[prefix + "mass"] = f"{100 * spec['full']['negative_mass']:.1f} %"  # as the page's line
     return out
 
 
@@ -141,27 +143,25 @@ LN_DECADES = 4
 
 
 def layernorm_facts(stop: Stop) -> dict[str, str]:
-    """The LayerNorm-alone chart: the fitted slope of ‖H_LN‖ for σ ≤ 1e-2 at the stop's ε, and
-    ‖H_LN‖ at the smallest σ with and without the variant's ε."""
-    from hessviz.experiments.ln_collapse import sigma_axis
-    from hessviz.fitting import center, pooled_power_law_fit
+    """The LayerNorm-alone chart (:func:`hessviz.app.views.layernorm_collapse`, the page's own
+    figure data) at the stop's ε and at each variant's: the fitted slope of ‖H_LN‖ for σ ≤ 1e-2,
+    ‖H_LN‖ at the smallest σ, and the curve's peak and where it lies.
 
-    sig = np.logspace(0, -LN_DECADES, 3 * LN_DECADES + 1)
+    With ε = 0 the curve rises to the grid's end (``σ⁻²``). With ε > 0 LayerNorm's denominator is
+    ``√(σ² + ε)``: the Hessian's terms go like ``σ/(σ² + ε)^{3/2}``, which peak near ``σ ≈ √ε``
+    and fall again, linearly in σ, below it; the story says which of the two the chart shows."""
     out = {}
     for prefix, changes in (("", {}), *((v.name + "_", v.params) for v in stop.variants)):
         view = stop.view(**changes)
-        r = cache.ln_sweep(
-            tuple(sig),
-            view.cfg.ln_eps,
-            view.cfg.seq_len,
-            view.cfg.d_model,
-            tuple(range(view.seed, view.seed + LN_SEEDS)),
-        )
-        x = sigma_axis(r)
-        h = center(r["H"], "geomean")
-        out[prefix + "slope"] = _signed(pooled_power_law_fit(x, r["H"], hi=1e-2, n_boot=0).slope)
+        drawn = views.layernorm_collapse(view, LN_DECADES, LN_SEEDS)
+        x, h = drawn.x, center(drawn.curves[views.LN_HESSIAN], "geomean")
+        top = int(np.argmax(h))
+        out[prefix + "slope"] = drawn.slopes[views.LN_HESSIAN_SLOPE]
         out[prefix + "at_min"] = f"{h[np.argmin(x)]:.2g}"
+        out[prefix + "peak"] = f"{h[top]:.2g}"
+        out[prefix + "peak_at"] = f"{x[top]:.2g}"
         out[prefix + "eps"] = f"{view.cfg.ln_eps:g}"
+        out[prefix + "root_eps"] = f"{np.sqrt(view.cfg.ln_eps):.2g}"
     out["sigma_min"] = f"{10.0**-LN_DECADES:g}"
     return out
 
@@ -221,8 +221,10 @@ TOUR: tuple[Stop, ...] = (
         "standard deviation σ, so its Jacobian grows like 1/σ and its second derivative like 1/σ² "
         "as the row flattens. Notice ‖H_LN‖₂ exploding with ε = {eps}: fitted slope **{slope}** for "
         "σ ≤ 0.01, reaching {at_min} at σ = {sigma_min}. Now switch the live view to ε = {capped_eps} "
-        "(the *LayerNorm ε* choice above it): the curve levels off near σ ≈ √ε and ends at "
-        "{capped_at_min}.",
+        "(the *LayerNorm ε* choice above it): the curve follows the ε = 0 line until σ nears √ε = "
+        "{capped_root_eps}, peaks at {capped_peak} at σ = {capped_peak_at}, then falls to "
+        "{capped_at_min} at σ = {sigma_min}. ε removes the singularity: once σ² is small against ε the "
+        "denominator √(σ² + ε) stops shrinking, and the curvature fades with the row's own size.",
         layernorm_facts,
         (Variant("capped", "ε = 1e-06", {"eps": "1e-06"}),),
         ("LayerNorm ε", "ε = 0"),

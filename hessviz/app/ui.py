@@ -91,16 +91,16 @@ def guard(what: str = "this computation") -> Iterator[progress.Status]:
         st.stop()  # nobody is watching: drop the run quietly
     except hv.SizeError as err:
         st.error(
-            f"**{what[0].upper() + what[1:]} is too large for this server.** {state.plain(err)}",
+            f"**{state.sentence(what)} is too large for this server.** {state.plain(state.sentence(err))}",
             icon=":material/memory:",
         )
         st.stop()
     except hv.HessvizError as err:
-        st.error(f"**Cannot compute {what}.** {state.plain(err)}", icon=":material/block:")
+        st.error(f"**Cannot compute {what}.** {state.plain(state.sentence(err))}", icon=":material/block:")
         st.stop()
     except MemoryError:
         st.error(
-            f"**{what[0].upper() + what[1:]} ran out of memory.** Lower d, d_ff or L.",
+            f"**{state.sentence(what)} ran out of memory.** Lower d, d_ff or L.",
             icon=":material/memory:",
         )
         st.stop()
@@ -149,7 +149,7 @@ def afford(
     if not stop:
         st.caption(f"(Not drawn here: {verdict.message})")
         return False
-    st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
+    st.warning(f"**Too much for this server.** {state.sentence(verdict.message)}", icon=":material/speed:")
     st.stop()
     return False
 

@@ -266,7 +266,8 @@ def slopes_line(result: Scaling) -> str:
     if not result.side_fits:
         return ""
     return "Slopes per placement (outer / functional / full): " + "; ".join(
-        f"{n}: " + " / ".join(f"{result.side_fits[n][t].slope:.2f}" for t in sweeps.TERMS) for n in PLACEMENTS
+        f"{n}: " + " / ".join(plots.signed(result.side_fits[n][t].slope) for t in sweeps.TERMS)
+        for n in PLACEMENTS
     )
 
 
@@ -327,10 +328,15 @@ def sigma_grid(decades: int) -> np.ndarray:
     return np.logspace(0, -decades, 3 * decades + 1)
 
 
+LN_HESSIAN = "‖H_LN‖₂ exact"
+LN_HESSIAN_SLOPE = "‖H‖"
+"""The LayerNorm-alone view's curve of ‖H_LN‖₂ and the label of its slope (the tour quotes both)."""
+
+
 def slope(x, Y) -> str:
-    """The pooled power-law slope of ``Y`` over ``σ ≤ 1e-2``, or ``–``."""
+    """The pooled power-law slope of ``Y`` over ``σ ≤ 1e-2`` (two decimals, a true minus), or ``–``."""
     try:
-        return f"{pooled_power_law_fit(x, Y, hi=1e-2, n_boot=0).slope:.2f}"
+        return plots.signed(pooled_power_law_fit(x, Y, hi=1e-2, n_boot=0).slope)
     except ValueError:  # fewer than two points with σ ≤ 1e-2
         return "–"
 
@@ -347,14 +353,18 @@ class Collapse:
 
 
 def layernorm_collapse(view: View, decades: int, n_seeds: int) -> Collapse:
-    """LayerNorm alone on the view's ``(L, d)`` input: ‖J‖ and ‖H‖ of the collapsing row, with bounds."""
+    """LayerNorm alone on the view's ``(L, d)`` input: ‖J‖ and ‖H‖ of the collapsing row, with bounds.
+
+    The x axis is σ, the standard deviation the collapsing row is given (the grid), not LayerNorm's
+    denominator √(σ² + ε): with ε > 0 that one stops at √ε, and every point below σ ≈ √ε would be
+    drawn on top of each other at the left edge."""
     eps, L, d = view.cfg.ln_eps, view.cfg.seq_len, view.cfg.d_model
     seeds = tuple(range(view.seed, view.seed + n_seeds))
     r = cache.ln_sweep(tuple(sigma_grid(decades)), eps, L, d, seeds)
-    x = sigma_axis(r)
+    x = np.asarray(r["sigma"], dtype=float)
     curves = {
         "‖J_LN‖₂ exact": r["J"],
-        "‖H_LN‖₂ exact": r["H"],
+        LN_HESSIAN: r["H"],
         "‖J_LN‖₂ bound": r["J_bound"],
         "‖H_LN‖₂ bound": r["H_bound"],
     }
@@ -363,12 +373,12 @@ def layernorm_collapse(view: View, decades: int, n_seeds: int) -> Collapse:
         curves,
         stat="geomean",
         title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
-        x_title="σ_min (std of the collapsing row)",
+        x_title="σ (std of the collapsing row)",
         y_title="spectral norm",
     )
     slopes = {
         "‖J‖ (σ ≤ 1e-2)": slope(x, r["J"]),
-        "‖H‖": slope(x, r["H"]),
+        LN_HESSIAN_SLOPE: slope(x, r["H"]),
         "of J bound": slope(x, r["J_bound"]),
         "of H bound": slope(x, r["H_bound"]),
     }

@@ -58,6 +58,7 @@ from hessviz.plots.style import (
     drawn_in,
     placement_name,
     pretty,
+    signed,
 )
 
 __all__ = [
@@ -84,6 +85,7 @@ __all__ = [
     "hessian_heatmap",
     "placement_name",
     "pretty",
+    "signed",
     "reduce_blocks",
     "reduce_segments",
     "reduction_factor",

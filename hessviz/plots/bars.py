@@ -134,7 +134,11 @@ def block_spectrum_bars(
 ) -> go.Figure:
     """Per diagonal block ``H[b, b]`` (every weight, or every head ``W_Q[h]``): its top eigenvalue
     (upper panel) and its trace with error bars where estimated (lower panel). Heads of one weight
-    share its colour. A panel is on a log axis when all its values are positive."""
+    share its colour. A panel is on a log axis when all its values are positive; the trace panel
+    only when every trace is positive beyond two standard errors. A trace within two standard
+    errors of 0 (Hutch++ gives 0.021 ± 0.173) is not significant: on a log axis it would read as
+    a positive curvature, so the panel stays linear, its error bar crosses 0, the bar is hatched
+    and its hover says so."""
     from plotly.subplots import make_subplots
 
     top, trace = np.asarray(top, dtype=np.float64), np.asarray(trace, dtype=np.float64)
@@ -160,25 +164,33 @@ def block_spectrum_bars(
         row=1,
         col=1,
     )
-    err = (
-        None
-        if trace_errors is None
-        else {"type": "data", "array": np.asarray(trace_errors, dtype=np.float64), "visible": True}
-    )
+    se = np.zeros_like(trace) if trace_errors is None else np.asarray(trace_errors, dtype=np.float64)
+    err = None if trace_errors is None else {"type": "data", "array": se, "visible": True}
+    vague = np.abs(trace) <= 2 * se  # not told apart from 0 by the estimate
     fig.add_trace(
         go.Bar(
             x=labels,
             y=trace,
-            marker={"color": colors},
+            marker={
+                "color": colors,
+                "opacity": np.where(vague, 0.45, 1.0),
+                "pattern": {"shape": ["/" if v else "" for v in vague]},
+            },
             name="trace",
             showlegend=False,
             error_y=err,
-            hovertemplate="%{x}<br>trace = %{y:.4g}<extra></extra>",
+            customdata=[
+                f" ± {e:.2g}: not significant (within 2 standard errors of 0)"
+                if v
+                else (f" ± {e:.2g}" if e else "")
+                for v, e in zip(vague, se)
+            ],
+            hovertemplate="%{x}<br>trace = %{y:.4g}%{customdata}<extra></extra>",
         ),
         row=2,
         col=1,
     )
-    for row, values in ((1, top), (2, trace)):
-        if values.size and np.all(values > 0):
+    for row, low in ((1, top), (2, trace - 2 * se)):
+        if low.size and np.all(low > 0):
             fig.update_yaxes(type="log", row=row, col=1)
     return layout(fig, title or "Per-block curvature", height, theme=theme)

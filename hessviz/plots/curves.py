@@ -32,6 +32,7 @@ from hessviz.plots.style import (
     layout,
     placement_name,
     rgba,
+    signed,
     text_width,
 )
 
@@ -48,9 +49,9 @@ class Guide:
 
 def _fit_label(f: RangeFit) -> str:
     fit = f.fit
-    text = f" · slope {fit.slope:.2f}"
+    text = f" · slope {signed(fit.slope)}"
     if fit.ci[0] != fit.ci[1]:
-        text += f" [{fit.ci[0]:.2f}, {fit.ci[1]:.2f}]"
+        text += f" [{signed(fit.ci[0])}, {signed(fit.ci[1])}]"
     return text + (f" (theory {f.expected:g})" if f.expected is not None else "")
 
 
@@ -292,10 +293,11 @@ def side_by_side(
 
 
 def _panel_title(name: str, fits: Mapping[str, RangeFit] | None) -> str:
-    """The placement on one line, its fitted outer slope on the next (``Post-LN<br>outer slope 4.0``)."""
+    """The placement on one line, its fitted outer slope on the next (``Post-LN<br>outer slope 4.02``),
+    to the two decimals the page's table and the tour's story print."""
     label = placement_name(name)
     if fits and "outer" in fits and np.isfinite(fits["outer"].slope):
-        label += f"<br>outer slope {fits['outer'].slope:.1f}"
+        label += f"<br>outer slope {signed(fits['outer'].slope)}"
     return label
 
 
@@ -345,11 +347,14 @@ def scatter_figure(
     logx: bool = True,
     logy: bool = True,
     diagonal: bool = False,
+    level: tuple[float, str] | None = None,
     hover: Mapping[str, Sequence[str]] | None = None,
     height: int = 520,
     theme: str = "light",
 ) -> go.Figure:
-    """``points`` name -> ``(x, y)`` arrays as markers; ``diagonal`` draws ``y = x``."""
+    """``points`` name -> ``(x, y)`` arrays as markers; ``diagonal`` draws ``y = x``; ``level``
+    ``(y, name)`` draws the horizontal line ``y`` across the points' x range, named in the legend
+    (a ratio's 1: which side of it a point falls on is the verdict)."""
     fig = go.Figure()
     lo, hi = np.inf, -np.inf
     for i, (name, (x, y)) in enumerate(points.items()):
@@ -374,6 +379,18 @@ def scatter_figure(
                 y=[lo, hi],
                 mode="lines",
                 name="y = x",
+                line={"color": GUIDE_COLOR, "dash": "dash"},
+            )
+        )
+    xs = [np.asarray(x, dtype=float) for x, _ in points.values()]
+    xs = np.concatenate(xs) if xs else np.zeros(0)
+    if level is not None and xs.size and np.isfinite(xs).any():
+        fig.add_trace(
+            go.Scatter(
+                x=[np.nanmin(xs), np.nanmax(xs)],
+                y=[level[0]] * 2,
+                mode="lines",
+                name=level[1],
                 line={"color": GUIDE_COLOR, "dash": "dash"},
             )
         )

@@ -144,6 +144,7 @@ def hessian_heatmap(
     stood = spaced_labels(centers, [1.3 * small] * len(names), n, widths)
     upright = len(stood) > len(flat)  # side by side fewer fit: stand the x labels up
     keep = stood if upright else flat
+    under = _labels_under(fig, centers, texts, keep, n, widths, small)
     centers, names = [centers[i] for i in keep], [names[i] for i in keep]
     axis = {
         "tickmode": "array",
@@ -170,6 +171,7 @@ def hessian_heatmap(
             yref="paper",
             x=0,
             y=-0.02,
+            yshift=-1.4 * small if under else 0,  # below the names drawn under the map
             xanchor="left",
             yanchor="top",
             showarrow=False,
@@ -177,8 +179,43 @@ def hessian_heatmap(
             bgcolor="rgba(255,200,0,0.25)",
         )
     layout(fig, title, height, theme=theme)
-    fig.update_layout(margin={"b": 130 if factor > 1 else 30})
+    fig.update_layout(margin={"b": (130 if factor > 1 else 30) + (int(1.4 * small) if under else 0)})
     return fig
+
+
+def _labels_under(
+    fig: go.Figure,
+    centers: Sequence[int],
+    texts: Sequence[str],
+    keep: Sequence[int],
+    n: int,
+    widths: Sequence[float],
+    size: int,
+) -> list[int]:
+    """Name under the map the blocks whose labels do not fit on the top axis beside their
+    neighbours (W_K between W_Q and W_V on a phone): a second row, spaced the same way
+    (:func:`spaced_labels`), so every block that can be named on a phone is named on the figure,
+    not only in the hover. Returns the indices named there."""
+    rest = [i for i in range(len(centers)) if i not in keep]
+    if not rest:
+        return []
+    fits = spaced_labels(
+        [centers[i] for i in rest], [text_width(texts[i], size) for i in rest], n, [widths[i] for i in rest]
+    )
+    under = [rest[j] for j in fits]
+    for i in under:
+        fig.add_annotation(
+            text=texts[i],
+            x=centers[i],
+            y=n - 0.5,  # the map's lower edge (the y axis runs downwards)
+            xref="x",
+            yref="y",
+            yanchor="top",
+            showarrow=False,
+            font={"size": size},
+            name="block label",
+        )
+    return under
 
 
 def spaced_labels(

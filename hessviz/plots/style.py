@@ -95,6 +95,17 @@ def visible(text: str) -> str:
     return re.sub(r"<[^>]*>", "", text)
 
 
+def signed(value: float, digits: int = 2) -> str:
+    """``value`` to ``digits`` decimals with a true minus sign (U+2212), the way every figure, page
+    and story prints a fitted slope, so that a story's ``−0.05`` is its chart's ``−0.05``.
+
+    >>> signed(-0.049), signed(5.982), signed(-0.001)
+    ('−0.05', '5.98', '0.00')
+    """
+    text = f"{value:.{digits}f}"
+    return text[1:] if float(text) == 0 else text.replace("-", "−")
+
+
 def text_width(text: str, size: float) -> float:
     """Estimated drawn width in pixels of ``text`` (HTML allowed; its longest line) at font ``size``."""
     lines = re.split(r"<br\s*/?>", text)
@@ -290,11 +301,13 @@ def power_label(value: float) -> str:
     return sign + (f"{m * 10**k:g}" if k in (0, 1) else f"{m}×{power}")
 
 
-def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]] | None:
+def log_ticks(lo: float, hi: float, *, cover: bool = False) -> tuple[list[float], list[str]] | None:
     """Tick values and labels for a log axis over the data range ``[lo, hi]``: 1-2-5 steps within
     two decades (``0.1, 0.2, 0.5, 1, 2, 5, 10``), 1-3 steps within three and a half, else powers
     of ten (every k-th, 1 among them). One notation per axis: plain numbers when every label is
     between 0.001 and 10⁴, else powers of ten for all. None when fewer than two ticks fall in range.
+    With ``cover`` the last tick is the first step at or above ``hi`` (the thinned powers counted
+    down from it), so the tallest bar's value can be read against a tick above it.
 
     >>> log_ticks(2, 64)[1]
     ['2', '5', '10', '20', '50']
@@ -302,18 +315,21 @@ def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]] | None:
     ['10⁻⁴', '10⁻³', '10⁻²', '10⁻¹', '1']
     >>> log_ticks(1e-15, 10.0)[1]
     ['10⁻¹⁵', '10⁻¹²', '10⁻⁹', '10⁻⁶', '10⁻³', '1']
+    >>> log_ticks(1e-9, 4e-3, cover=True)[1]
+    ['10⁻⁸', '10⁻⁶', '10⁻⁴', '10⁻²']
     """
     if not (np.isfinite(lo) and np.isfinite(hi) and 0 < lo < hi):
         return None
     decades = math.log10(hi / lo)
     steps = (1, 2, 5) if decades <= 2 else (1, 3) if decades <= 3.5 else (1,)
     first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    vals = [
-        m * 10.0**k for k in range(first, last + 1) for m in steps if lo / 1.001 <= m * 10.0**k <= hi * 1.001
-    ]
+    grid = [m * 10.0**k for k in range(first, last + 2) for m in steps]
+    top = next(v for v in grid if v >= hi / 1.001) if cover else hi * 1.001
+    vals = [v for v in grid if lo / 1.001 <= v <= max(top, hi * 1.001)]
     if steps == (1,) and len(vals) > 6:
         every = math.ceil(len(vals) / 6)
-        vals = [v for v in vals if round(math.log10(v)) % every == 0]  # 1 among them
+        anchor = round(math.log10(top)) if cover else 0  # the tick above the data, else 1
+        vals = [v for v in vals if (round(math.log10(v)) - anchor) % every == 0]
     if len(vals) < 2:
         return None
     plain = all(1e-3 <= v < 1e4 for v in vals)
@@ -352,10 +368,18 @@ def readable_ticks(fig: go.Figure) -> go.Figure:
             if axis.exponentformat is None:
                 axis.exponentformat = "power"
             continue
-        data = _axis_data(fig, match[1], match[1] + match[2])
-        ticks = log_ticks(float(data.min()), float(data.max())) if data.size else None
+        ref = match[1] + match[2]
+        data = _axis_data(fig, match[1], ref)
+        bars = any(
+            t.type == "bar" and (getattr(t, match[1] + "axis", None) or match[1]) == ref for t in fig.data
+        )
+        ticks = log_ticks(float(data.min()), float(data.max()), cover=bars) if data.size else None
         if ticks is not None:
             axis.tickvals, axis.ticktext = ticks
+            if bars and axis.range is None:  # bars: the axis reaches the tick above the tallest
+                bottom, top = math.log10(min(data.min(), ticks[0][0])), math.log10(ticks[0][-1])
+                pad = 0.04 * max(top - bottom, 1.0)
+                axis.range = [bottom - pad, top + pad]
     return fig
 
 

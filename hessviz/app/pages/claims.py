@@ -13,8 +13,16 @@ from hessviz.resources import data
 COMMITTED = data("claims", "claims.json")
 HOLDS = {True: "✓ holds", False: "✗ does not hold", "partly": "◐ partly"}
 
-view = hva.sidebar()
-hva.header("The papers' claims, measured", view)
+CONFIGURATION = (
+    "Measured once, by `hessviz reproduce`, on each claim's own blocks, sizes and seeds (its note and "
+    "numbers name them), not on the sidebar's block: the sidebar does not change this page. Each "
+    "*open page* link opens the view that shows its claim."
+)
+"""What the header says in place of a block: the claims are not the sidebar's configuration."""
+
+hva.sidebar()  # kept for the links and the other pages; it describes no block of this page
+with hva.header("The papers' claims, measured"):
+    st.caption(CONFIGURATION)
 hva.explain(
     "Each row is one statement from Petrov et al. (full-block Hessian), Ormaniec et al. (self-attention "
     "Hessian) or Tomihari & Sato (gradient heterogeneity), measured with hessviz's exact Hessians over seeds "

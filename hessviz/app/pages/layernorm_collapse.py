@@ -14,9 +14,10 @@ hva.explain(
     "derivatives blow up. Without ε LayerNorm is scale invariant, so its Jacobian grows exactly like 1/σ "
     "and its Hessian like 1/σ²; the bounds of Petrov et al. (with ‖X‖₂ held fixed) grow like 1/σ³ and 1/σ⁵. "
     "Here one row of the input keeps its direction while its σ shrinks, the other rows stay put. ε (the "
-    "sidebar's LayerNorm ε) caps a single LayerNorm near σ ≈ √ε; in the Post-LN block the second LayerNorm "
-    "undoes the first one's rescaling, and the cap comes only near σ ≈ ε.",
-    r"\mathrm{LN}(z)=\frac{z-\bar z}{\sqrt{\operatorname{var} z+\varepsilon}},\qquad"
+    "sidebar's LayerNorm ε) tames a single LayerNorm near σ ≈ √ε: its curvature peaks there and fades "
+    "again below it, because the denominator √(σ² + ε) stops shrinking; in the Post-LN block the second "
+    "LayerNorm undoes the first one's rescaling, and the cap comes only near σ ≈ ε.",
+    r"\mathrm{LN}(z)=\frac{z-\operatorname{mean}(z)}{\sqrt{\operatorname{var}(z)+\varepsilon}},\qquad"
     r"\|J_{LN}\|_2\le\frac{1}{\sigma_{\min}}+\frac{\|X\|_2^2}{\sqrt n\,\sigma_{\min}^3},\qquad"
     r"\|H_{LN}\|_2\le\frac{\|X\|_2}{\sigma_{\min}^3}\Big(1+\sqrt{\tfrac mn}\Big)+"
     r"\frac{\|X\|_2^2}{\sqrt n\,\sigma_{\min}^3}+\frac{3\|X\|_2^3}{n\,\sigma_{\min}^5}",
@@ -42,18 +43,18 @@ if d < 2:
     st.stop()
 
 
-def _draw(name: str, result: views.Collapse) -> None:
-    """The figure, its slopes above it and the CSV of the curves' centres."""
+def _draw(name: str, result: views.Collapse, x_name: str) -> None:
+    """The figure, its slopes above it and the CSV of the curves' centres (``x_name``: the x axis)."""
     for col, (label, value) in zip(st.columns(len(result.slopes)), result.slopes.items()):
         col.metric(f"slope {label}", value)
     centres = {k: center(v, "geomean") for k, v in result.curves.items()}
-    hva.chart(result.figure, name, csv=lambda: {"sigma_min": result.x, **centres})
+    hva.chart(result.figure, name, csv=lambda: {x_name: result.x, **centres})
 
 
 if mode == "layernorm":
     with hva.guard("the LayerNorm sweep"):
         result = views.layernorm_collapse(view, decades, n_seeds)
-    _draw("layernorm_collapse", result)
+    _draw("layernorm_collapse", result, "sigma")
     r = result.result
     viol = violations(r["J"], r["J_bound_rownorm"]) + violations(r["H"], r["H_bound_rownorm"])
     st.caption(
@@ -78,4 +79,4 @@ else:
         )
     with hva.guard("the Post-LN sweep"):
         result = views.block_collapse(view, decades, n_seeds, whole)
-    _draw("block_collapse", result)
+    _draw("block_collapse", result, "sigma_min")

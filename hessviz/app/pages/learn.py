@@ -15,8 +15,25 @@ tour.markdown("#### Classroom tour")
 stops = [str(i) for i in range(1, len(TOUR) + 1)]
 
 
+STEPPED = "tour_stepped"
+"""Set by Back / Next: the run they start brings the live view back on screen (on a phone)."""
+SHOW_LIVE = """<script>
+setTimeout(() => {
+  const live = document.querySelector(".st-key-hv_live");
+  if (live && window.matchMedia("(max-width: 640px)").matches) {
+    live.style.scrollMarginTop = "64px";
+    live.scrollIntoView({block: "start"});
+  }
+}, 60);
+</script>"""
+"""On a phone the live view sits above the story, whose Back / Next are under it: after a step
+the page would stay where the button was, the new stop's live view off screen above. This puts
+the live view's top under Streamlit's header bar (64 px) on a screen 640 px wide or less."""
+
+
 def go(to: int) -> None:
     st.session_state["tour"] = str(min(max(to, 1), len(TOUR)))
+    st.session_state[STEPPED] = True
 
 
 live, story = tour.columns([3, 2], gap="medium")  # on a phone the live view comes first
@@ -66,6 +83,8 @@ with live, st.container(key="hv_live"):  # the stop's own page, live, without it
     st.iframe(
         hva.controls.app_root() + stop.link(**shown, embed="true", hide="sidebar", present="1"), height=560
     )
+    if st.session_state.pop(STEPPED, False):
+        st.html(SHOW_LIVE, unsafe_allow_javascript=True)
 with story, st.container(border=True):
     st.markdown(f"#### {at}. {stop.title}")
     with hva.guard("the numbers of this stop"), st.spinner("Reading the live view's numbers…"):
@@ -102,7 +121,7 @@ st.latex(
     r"{\sqrt{d_k}}\Big)\, X W_V, \qquad \mathrm{FFN}(Z) = \varphi(Z W_1)\, W_2"
 )
 st.latex(
-    r"\mathrm{LN}(z) = \frac{z - \bar z}{\sqrt{\operatorname{var}(z) + \varepsilon}}"
+    r"\mathrm{LN}(z) = \frac{z - \operatorname{mean}(z)}{\sqrt{\operatorname{var}(z) + \varepsilon}}"
     r"\quad\text{(row by row)}"
 )
 st.markdown("Where the LayerNorm sits is the *placement*:")

@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz import sweeps
+from hessviz import plots, sweeps
 from hessviz.app import budget, views, warm
 from hessviz.experiments.depth import factor_per_layer
 
@@ -101,17 +101,17 @@ with right:
         st.markdown("**Fitted slope vs theory**")
         rows = []
         for t in sweeps.TERMS:
-            f = fits[t]
-            slope = f"{f.slope:.2f}" if np.isfinite(f.slope) else "—"
-            theory = "" if f.expected is None else f" ({f.expected:g})"
-            rows.append({"term": t, "slope (theory)": slope + theory})
+            f = fits[t]  # the theory's column says so where the theory gives no exponent
+            slope = plots.signed(f.slope) if np.isfinite(f.slope) else "—"
+            theory = "none" if f.expected is None else plots.signed(f.expected, 0)
+            rows.append({"term": t, "fitted slope": slope, "theory": theory})
         hva.table(rows)
         th = fits["outer"].expected
         if th is not None and np.isfinite(fits["outer"].slope):
             gap = fits["outer"].slope - th
             st.markdown(
-                f"Outer: fitted **{fits['outer'].slope:.2f}** against the theory's **{th:g}** "
-                f"(difference {gap:+.2f})."
+                f"Outer: fitted **{plots.signed(fits['outer'].slope)}** against the theory's "
+                f"**{plots.signed(th, 0)}** (difference {'+' if gap >= 0 else ''}{plots.signed(gap)})."
             )
         else:
             st.caption(
