@@ -27,6 +27,7 @@ page runs in the slow tier. The browser test renders notes and a hidden text box
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
 from collections.abc import Iterator
@@ -215,13 +216,22 @@ def test_plain_is_read_back_by_commonmark_as_the_same_characters():
 
 
 def test_no_page_asks_streamlit_for_raw_html():
-    """``unsafe_allow_html`` nowhere; ``st.html`` once, for the style rules, which read only the
-    lesson's two flags (never its words)."""
+    """``unsafe_allow_html`` nowhere; ``st.html`` twice: the style rules, which read only the lesson's
+    two flags (never its words), and the Learn page's constant script that scrolls the live view
+    into place on a phone (no value of the visitor's in it)."""
     from hessviz.app import styles
 
     sources = {p.name: p.read_text() for p in Path(state.__file__).parent.rglob("*.py")}
     assert not [n for n, s in sources.items() if "unsafe_allow_html" in s]
-    assert [n for n, s in sources.items() if "st.html(" in s] == ["styles.py"]
+    assert sorted(n for n, s in sources.items() if "st.html(" in s) == ["learn.py", "styles.py"]
+    learn = sources["learn.py"]
+    assert learn.count("st.html(") == 1 and "st.html(SHOW_LIVE," in learn
+    assigned = [
+        n.value
+        for n in ast.walk(ast.parse(learn))
+        if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["SHOW_LIVE"]
+    ]
+    assert len(assigned) == 1 and isinstance(assigned[0], ast.Constant)  # a literal: nothing interpolated
     hostile = address.Lesson(frozenset({HTML, MARKS, address.SIDEBAR}), present=True)
     assert styles.css(hostile) == styles.css(address.Lesson(frozenset({address.SIDEBAR}), present=True))
 
