@@ -156,6 +156,23 @@ def test_an_install_without_extras_computes_and_loads_no_app_stack(venv):
     assert "Plotly" in page and '<script src="http' not in page, "the lesson page must read offline"
 
 
+def test_reproduce_quick_writes_its_report_from_the_install(venv):
+    """The papers' claims, measured from an install (the protocols read the bundled models and the
+    stored runs from the package), written where ``--out`` says and nowhere in the package."""
+    site = venv.python("import hessviz, pathlib; print(pathlib.Path(hessviz.__file__).parent)").stdout.strip()
+    before = sorted(p.relative_to(site) for p in Path(site).rglob("*") if "__pycache__" not in p.parts)
+    out = venv.hessviz("reproduce", "--quick", "--out", "claims", timeout=900)
+    claims = json.loads((venv.work / "claims" / "claims.json").read_text())
+    assert [c["id"] for c in claims] and all(c["holds"] in (True, False, "partly") for c in claims)
+    assert (venv.work / "claims" / "report.md").read_text().startswith("# hessviz")
+    assert "skipped" not in out.stdout, out.stdout  # every model the claims need ships in the wheel
+    figures = list((venv.work / "claims" / "figures").glob("*.html"))
+    assert figures and (venv.work / "claims" / "figures" / "plotly.min.js").is_file()
+    assert all('src="plotly.min.js"' in f.read_text() for f in figures[:3]), "figures must read offline"
+    after = sorted(p.relative_to(site) for p in Path(site).rglob("*") if "__pycache__" not in p.parts)
+    assert after == before, "reproduce wrote into the installed package"
+
+
 def test_every_command_answers_from_the_install(venv):
     for command in ("", "compute", "verify", "spectrum", "models", "bench", "reproduce", "app", "lesson"):
         out = venv.hessviz(*([command] if command else []), "--help")
