@@ -43,6 +43,7 @@ from hessviz.app.settings import EPS_GRID
 from hessviz.app.state import View
 from hessviz.cost import Cost
 from hessviz.memory import format_bytes
+from hessviz.plots import modebar
 from hessviz.spectra import DENSE_LIMIT
 from hessviz.terms import NAMES
 
@@ -528,6 +529,7 @@ def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = Non
         "views": views_out,
         "figures": [json.loads(t) for t in figures],
         "template": template,
+        "config": modebar.config(f"hessviz-{spec.page}"),
     }
     text = _page(spec, s, baked, data, plotly_js)
     if len(text.encode()) > limit:
@@ -606,6 +608,7 @@ def _page(spec: LessonSpec, s: Settled, baked: list[Baked], data: dict, plotly_j
         plotly=plotly_js.replace("</script", "<\\/script"),
         payload=payload,
         script=_SCRIPT,
+        toolbar=modebar.TOUCH_CSS.strip(),
     )
 
 
@@ -635,6 +638,7 @@ output {{ margin-left: 8px; font-variant-numeric: tabular-nums; }}
 #error {{ color: #a00; }}
 #lines p {{ margin: 2px 0; font-size: 0.9rem; }}
 footer {{ font-size: 0.8rem; color: #666; margin-top: 10px; overflow-wrap: anywhere; }}
+{toolbar}
 </style>
 <script>{plotly}</script>
 </head><body>
@@ -695,7 +699,7 @@ _SCRIPT = r"""
       if (div.dataset.figure === String(k)) return Promise.resolve();
       div.dataset.figure = String(k);
       const f = L.figures[k];
-      return Plotly.react(div, f.data, layout(f), {responsive: true, displaylogo: false});
+      return Plotly.react(div, f.data, layout(f), Object.assign({responsive: true}, L.config));
     });
     Promise.all(done).then(() => {
       window.lessonRedraws += 1; window.lessonLastRedrawMs = performance.now() - t0;

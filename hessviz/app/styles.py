@@ -10,6 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from hessviz.app.address import Lesson
+from hessviz.plots import modebar
 
 BASE = """
 [data-testid="stMainBlockContainer"] { padding-top: 64px; padding-bottom: 2rem; }
@@ -51,14 +52,9 @@ Only the drawing order changes; every page keeps its own script order."""
 NARROW = f"@media (max-width: 640px) {{ {CHART_FIRST} }}"
 """On a phone the chart comes first on every page, lesson link or not."""
 
-TOOLBAR = """
-@media (hover: none), (pointer: coarse), (max-width: 640px) {
-  .js-plotly-plot .modebar-container { display: none !important; }
-}
-"""
+TOOLBAR = modebar.TOUCH_CSS
 """Plotly's mode bar sits over the figure's title; a touch screen shows it all the time (there is
-no hover to hide it), so on a touch or narrow screen it is not drawn. Zoom and pan work by touch
-without it; the downloads under each chart replace its camera button."""
+no hover to hide it), so on a touch or narrow screen it is not drawn (:mod:`hessviz.plots.modebar`)."""
 
 PRESENT = """
 html { font-size: 18px; }

@@ -17,6 +17,7 @@ from hessviz import plots
 from hessviz.app import budget, cache, controls, progress, state
 from hessviz.app.state import View
 from hessviz.memory import format_bytes
+from hessviz.plots import modebar
 
 # ----------------------------------------------------------------------------- page furniture
 
@@ -321,20 +322,6 @@ def downloads(
         )
 
 
-MODEBAR_REMOVED = [
-    "select2d",
-    "lasso2d",
-    "zoomIn2d",
-    "zoomOut2d",
-    "autoScale2d",
-    "toggleSpikelines",
-    "hoverClosestCartesian",
-    "hoverCompareCartesian",
-]
-"""Mode-bar buttons the charts do without (selection, the ± zoom and hover modes): a short bar
-covers less of a figure's title while the pointer is over it (on a touch or narrow screen
-:mod:`hessviz.app.styles` hides the bar)."""
-
 PRESENT_HEIGHT = 360
 """Pixels: the tallest figure in presentation mode."""
 
@@ -370,10 +357,6 @@ def chart(
             fig,
             key=f"chart_{key or name}",
             height=height or "content",
-            config={
-                "displaylogo": False,
-                "toImageButtonOptions": {"filename": name},
-                "modeBarButtonsToRemove": MODEBAR_REMOVED,
-            },
+            config=modebar.config(name),
         )
         downloads(name, fig, csv=csv, npz=npz, key=key)
