@@ -9,6 +9,7 @@ aborted), moves each baked control and checks that the chart's data changed; scr
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,28 @@ def test_the_app_draws_its_charts_with_the_same_config():
     assert configs and all(
         {k: v for k, v in c.items() if k != "toImageButtonOptions"} == modebar.config() for c in configs
     ), configs
+
+
+def test_a_lesson_pages_file_name_carries_its_view():
+    """One name per view whatever the link's order, another for any other setting; only safe
+    characters; never longer than NAME_CHARS (issue 44 item 6)."""
+    name = lesson_page.file_name
+    assert name("/spectrum?norm=post&d=16") == "hessviz-spectrum-d-16-norm-post.html"
+    assert name("http://h:8501/spectrum?d=16&norm=post&present=1") == name("/spectrum?norm=post&d=16")
+    views = [
+        "/spectrum?norm=post&d=16",
+        "/spectrum?norm=pre&d=16",
+        "/spectrum?norm=post&d=16&hide=loss",
+        "/scaling?norm=post&d=16",
+        "/scaling?sc_blk=W_Q,W_K",
+        "/scaling?sc_blk=W_K,W_Q",
+    ]
+    assert len({name(v) for v in views}) == len(views)
+    hostile = name("/scaling?x_a=</script><!--\"'&zz=../../etc/passwd\u2028%00" + "&k_y=" + "v" * 300)
+    assert re.fullmatch(r"hessviz-scaling-[A-Za-z0-9._-]+\.html", hostile), hostile
+    assert len(hostile) == lesson_page.NAME_CHARS and "/" not in hostile
+    long, longer = name("/scaling?k_y=" + "v" * 300), name("/scaling?k_y=" + "v" * 301)
+    assert long != longer and len(long) == len(longer) == lesson_page.NAME_CHARS, "a cut name ends in a hash"
 
 
 def test_a_hostile_lesson_url_is_escaped_for_the_script_element(pages):

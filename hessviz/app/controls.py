@@ -483,7 +483,7 @@ def lesson_download(link: str, key: str, where=None) -> None:
 
 @st.fragment
 def _lesson_page_panel(link: str, key: str) -> None:
-    from hessviz.app import budget, lesson_build, progress
+    from hessviz.app import budget, lesson_build, lesson_page, progress
 
     try:
         verdict = lesson_build.verdict(link, cache.LIMITS)
@@ -493,8 +493,8 @@ def _lesson_page_panel(link: str, key: str) -> None:
     if not verdict.ok:
         st.caption(f"(Not offered as a page on this server: {verdict.message})")
         return
-    page = link.split("?", 1)[0]
-    if lesson_build.built(link) is None:
+    made = lesson_build.built(link)
+    if made is None:
         slot = st.empty()  # the button, then the progress of the page it makes
         if not slot.button(
             f"Make it a page ({budget.about(verdict.cost.seconds)})",
@@ -507,7 +507,7 @@ def _lesson_page_panel(link: str, key: str) -> None:
         slot.empty()
         status = progress.open_status("the lesson page")  # its queue place and progress bar
         try:
-            lesson_build.make(link)
+            made = lesson_build.make(link)
         except progress.Cancelled:
             st.stop()  # nobody is watching
         except hv.HessvizError as err:  # over its limits, or a page it cannot make: one line
@@ -515,10 +515,10 @@ def _lesson_page_panel(link: str, key: str) -> None:
             return
         finally:
             progress.close_status(status)
-    st.download_button(
+    st.download_button(  # the bytes it was drawn with: never a build, never a file saying "gone"
         "Download as a page",
-        lambda: lesson_build.download(link),
-        f"lesson_{page}.html",
+        lambda: made,
+        lesson_page.file_name(link),
         "text/html",
         key=key,
         on_click="ignore",

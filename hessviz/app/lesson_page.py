@@ -21,11 +21,13 @@ Pages offered: :data:`PAGES` (every page a tour stop uses, :mod:`hessviz.app.tou
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import itertools
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -366,6 +368,35 @@ def split_url(url: str) -> tuple[str, address.Query]:
     parts = urlsplit(url.strip())
     path = parts.path.strip("/").rsplit("/", 1)[-1] if parts.path.strip("/") else ""
     return path or next(p.url_path for p in registry.ALL_PAGES if p.default), address.parse_query(parts.query)
+
+
+NAME_CHARS = 120
+"""The longest file name :func:`file_name` gives (most file systems take 255 bytes)."""
+
+
+def file_name(url: str) -> str:
+    """The file name of the lesson page of ``url``: its page and every key and value of its query (the
+    shared controls in the app's order, then the page's, then ``hide``), so that two downloads of
+    different views never share a name, and two links to one view give one name. Only letters,
+    digits, ``.`` and ``_`` are kept, anything else becomes ``-``; a name longer than
+    :data:`NAME_CHARS` is cut and ends in a hash of every key and value (still one name per view).
+
+    >>> file_name("/spectrum?norm=post&d=16")
+    'hessviz-spectrum-d-16-norm-post.html'
+    >>> file_name("http://localhost:8501/scaling?sc_blk=W_Q%2CW_K&hide=norm,sc_axis&present=1")
+    'hessviz-scaling-sc_blk-W_Q-W_K-hide-norm-sc_axis.html'
+    >>> file_name("/scaling?x=../../etc/passwd")
+    'hessviz-scaling-x-..-..-etc-passwd.html'
+    """
+    page, query = split_url(url)
+    order = list(state.APP_SETTINGS)
+    keys = sorted(query, key=lambda k: (0, order.index(k), k) if k in order else (1 + (k == "hide"), 0, k))
+    words = [page] + [w for k in keys if k != "present" for w in (k, *query[k])]
+    stem = re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._]", "-", "-".join(["hessviz", *words]))).strip("-.")
+    if len(stem) + len(".html") > NAME_CHARS:
+        digest = hashlib.sha256("\n".join(words).encode()).hexdigest()[:10]
+        stem = stem[: NAME_CHARS - len(".html") - len(digest) - 1].rstrip("-.") + "-" + digest
+    return stem + ".html"
 
 
 def settle(url: str) -> tuple[LessonSpec, Settled]:
