@@ -24,6 +24,7 @@ BASE = """
 { max-width: none !important; height: auto !important; white-space: normal !important;
   overflow: visible !important; text-overflow: clip !important; }
 @media (max-width: 640px) {
+  .st-key-hv_present_hint { display: none; }
   [data-testid="stMainBlockContainer"] { padding: 56px 0.75rem 2rem 0.75rem; }
   [data-testid="stMarkdownContainer"] .katex-display { font-size: 0.78em; overflow: auto hidden; }
   [data-testid="stMainBlockContainer"] h1 { font-size: 1.5rem; }
@@ -33,7 +34,7 @@ BASE = """
 a metric's label and value and a multiselect's chips wrap instead of ending in "…" ("64 (of…",
 "norm (LayerN…"); a small table (:func:`hessviz.app.ui.table`) fits its column;
 narrower margins on a phone, where display math is set smaller and scrolls sideways rather than
-being cut off."""
+being cut off, and no line about presentation mode (the chart comes first there already)."""
 
 _TOP = '[data-testid="stMainBlockContainer"] > [data-testid="stVerticalBlock"] > '
 _CHART = '[class*="st-key-chart_"], .st-key-hv_live'
