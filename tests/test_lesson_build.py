@@ -44,14 +44,19 @@ def no_builder(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", _refuse)
 
 
-@pytest.fixture
-def forget():
-    """Drop the lesson pages a test made from the server-wide store."""
-    yield
+def forget_pages() -> None:
+    """Drop every lesson page from the server-wide store."""
     with cache.STORE._lock:
         gone = [k for k in cache.STORE._items if k[0] == "lesson_page"]
         freed = sum(cache.STORE._items.pop(k)[1] for k in gone)
     cache.LEDGER.add_cached(-freed)
+
+
+@pytest.fixture
+def forget():
+    """Drop the lesson pages a test made from the server-wide store."""
+    yield
+    forget_pages()
 
 
 def _gone(pid: int) -> bool:
@@ -178,10 +183,10 @@ def test_a_build_is_cancelled_when_its_session_goes(monkeypatch, forget):
     assert cache.GATE.running == 0 and cache.LEDGER.in_flight == in_flight
 
 
-def test_a_download_never_builds_and_answers_beside_a_running_build(monkeypatch, forget):
-    """The builder starts from the visitor's script thread; the download callable (run by Streamlit on
-    its shared executor, here ``asyncio.to_thread``) only looks the page up, even while a build of the
-    same link holds a heavy slot."""
+def test_a_look_up_never_builds_and_answers_beside_a_running_build(monkeypatch, forget):
+    """The builder starts from the visitor's script thread; a look-up of the page (the panel's, on any
+    thread, here Streamlit's shared executor through ``asyncio.to_thread``) only reads the store, even
+    while a build of the same link holds a heavy slot."""
     threads = []
     real = subprocess.Popen
 
@@ -212,8 +217,8 @@ def test_a_download_never_builds_and_answers_beside_a_running_build(monkeypatch,
                 break
             script.join(0.05)
         builder = lesson_build.BUILDS["building"]
-        got = asyncio.run(asyncio.to_thread(lesson_build.download, LONG))
-        assert got == lesson_build.GONE.encode(), "not made yet: a line, not a build"
+        got = asyncio.run(asyncio.to_thread(lesson_build.built, LONG))
+        assert got is None, "not made yet: no page, hence no download button, and no build"
         assert builder.poll() is None and cache.GATE.running == 1, "the build was still running"
     finally:
         leave.set()
@@ -235,7 +240,7 @@ def test_a_page_is_made_once_for_every_visitor(monkeypatch, forget):
     assert steps[0] == (0, 3, "Making the lesson page: view 1 of 3"), "the page shows its progress"
     monkeypatch.setattr(subprocess, "Popen", _refuse)
     assert lesson_build.make(SMALL, cache.LIMITS, session="student") is first
-    assert lesson_build.download(SMALL) is first
+    assert lesson_build.built(SMALL) is first
 
 
 def test_a_shared_figure_is_never_changed_by_a_lesson_build_or_a_page_that_draws_it():
@@ -285,11 +290,27 @@ def test_the_app_offers_a_page_only_where_the_server_affords_it(monkeypatch, for
     at = run_page("pages/scaling.py", hide="norm", **small)
     make = at.button(key="_hv_lesson_page_make")
     assert make.label.startswith("Make it a page (about ") and not _page_download(at)
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    offered = []  # what each download button will hand the browser: (its callable, its file name)
+    add = MediaFileManager.add_deferred
+    monkeypatch.setattr(
+        MediaFileManager,
+        "add_deferred",
+        lambda self, data, mime, coords, file_name=None, **kw: (
+            offered.append((data, file_name)),
+            add(self, data, mime, coords, file_name, **kw),
+        )[1],
+    )
     make.click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert len(_page_download(at)) == 1
     made = [v for k, v in cache.STORE.items() if k[0] == "lesson_page"]
     assert len(made) == 1 and made[0].startswith(b"<!DOCTYPE html>"), "made once, kept in the store"
+    data, name = next((d, n) for d, n in offered if n and n.startswith("hessviz-scaling"))
+    assert name == "hessviz-scaling-L-4-d-4-dk-2-dff-8-norm-attention-sc_axis-L-sc_seeds-1-hide-norm.html"
+    forget_pages()  # the page leaves the server's memory before the teacher clicks
+    assert data() == made[0], "the button hands over the page it was drawn with, never a line saying 'gone'"
 
 
 @pytest.mark.browser
@@ -311,6 +332,7 @@ def test_a_teacher_makes_and_downloads_the_page_in_chromium(tmp_path):
         assert page.locator(".stPlotlyChart").count() >= 2, "the charts stay while the page is made"
         with page.expect_download(timeout=60_000) as got:
             button.click()
+        assert got.value.suggested_filename == lesson_page.file_name(f"/scaling?{query}")
         path = tmp_path / "lesson.html"
         got.value.save_as(path)
         text = path.read_text()

@@ -9,6 +9,7 @@ aborted), moves each baked control and checks that the chart's data changed; scr
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hessviz.app import lesson_page
+from hessviz.plots import modebar
 from tests.streamlit_server import ARGS, CHROMIUM, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +85,51 @@ def test_a_lesson_page_draws_what_the_page_draws(pages):
     assert page["data"][0]["y"] == lesson_page.compact(list(r.figure.data[0].y))
 
 
+def test_a_lesson_page_trims_its_mode_bar_like_the_app(pages):
+    """No "Share chart…" (plotly.js 3 uploads the figure to Plotly Cloud unless told not to), no logo,
+    the app's short bar; and no bar at all on a touch or narrow screen (issue 44 item 5)."""
+    text = pages["scaling"].read_text()
+    config = _data(pages["scaling"])["config"]
+    assert config == modebar.config("hessviz-scaling")
+    assert config["showSendToCloud"] is False and config["displaylogo"] is False
+    assert "sendChartToCloud" in config["modeBarButtonsToRemove"]
+    assert "L.config" in text, "the script draws with the page's config"
+    assert modebar.TOUCH_CSS.strip() in text.split("</style>", 1)[0], "the touch rule is in the page's style"
+
+
+def test_the_app_draws_its_charts_with_the_same_config():
+    pytest.importorskip("streamlit")
+    from tests.test_app_pages import run_page
+
+    at = run_page("pages/layernorm_collapse.py", lnc_seeds="1", lnc_decades="2")
+    configs = [json.loads(c.proto.config) for c in at.get("plotly_chart")]
+    assert configs and all(
+        {k: v for k, v in c.items() if k != "toImageButtonOptions"} == modebar.config() for c in configs
+    ), configs
+
+
+def test_a_lesson_pages_file_name_carries_its_view():
+    """One name per view whatever the link's order, another for any other setting; only safe
+    characters; never longer than NAME_CHARS (issue 44 item 6)."""
+    name = lesson_page.file_name
+    assert name("/spectrum?norm=post&d=16") == "hessviz-spectrum-d-16-norm-post.html"
+    assert name("http://h:8501/spectrum?d=16&norm=post&present=1") == name("/spectrum?norm=post&d=16")
+    views = [
+        "/spectrum?norm=post&d=16",
+        "/spectrum?norm=pre&d=16",
+        "/spectrum?norm=post&d=16&hide=loss",
+        "/scaling?norm=post&d=16",
+        "/scaling?sc_blk=W_Q,W_K",
+        "/scaling?sc_blk=W_K,W_Q",
+    ]
+    assert len({name(v) for v in views}) == len(views)
+    hostile = name("/scaling?x_a=</script><!--\"'&zz=../../etc/passwd\u2028%00" + "&k_y=" + "v" * 300)
+    assert re.fullmatch(r"hessviz-scaling-[A-Za-z0-9._-]+\.html", hostile), hostile
+    assert len(hostile) == lesson_page.NAME_CHARS and "/" not in hostile
+    long, longer = name("/scaling?k_y=" + "v" * 300), name("/scaling?k_y=" + "v" * 301)
+    assert long != longer and len(long) == len(longer) == lesson_page.NAME_CHARS, "a cut name ends in a hash"
+
+
 def test_a_hostile_lesson_url_is_escaped_for_the_script_element(pages):
     """``<!--<script`` in a lesson link blanked the page: its data sat in a ``<script>`` element with
     only ``</`` escaped. Now no ``<``, ``>`` or ``&`` of the data is written as itself, the page has
@@ -148,6 +195,12 @@ def test_a_grid_over_the_size_limit_names_the_control_to_fix(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+MODEBAR_SHOWN = (
+    "() => [...document.querySelectorAll('.modebar-container')]"
+    ".filter(e => getComputedStyle(e).display !== 'none').length"
+)
+"""How many charts draw a mode bar (a phone's touch screen: none)."""
+
 CHART_DATA = (
     "() => JSON.stringify([...document.querySelectorAll('.chart')].map(c => c.data.map(t => [t.x, t.y])))"
 )
@@ -184,6 +237,10 @@ def test_a_lesson_page_works_offline_in_chromium(pages):
                 assert top < h, f"{name} at {size}: the first chart starts at {top:.0f} px, below the fold"
                 if name != "hostile":  # drawn like the scaling page: no picture of its own
                     page.screenshot(path=str(SHOTS / f"lesson_{name}_{size}.png"))
+                page.locator("#chart0").hover()
+                bars = page.evaluate(MODEBAR_SHOWN)
+                assert (bars == 0) if size == "phone" else (bars >= 1), f"{name} at {size}: {bars} mode bars"
+                assert page.locator('[data-title^="Share chart"]').count() == 0, "no upload to Plotly Cloud"
                 for i, control in enumerate(_data(path)["controls"]):
                     before = page.evaluate(CHART_DATA)
                     drawn = page.evaluate("window.lessonRedraws")

@@ -30,6 +30,8 @@ _ADDRESS = "_hv_address"
 _VIEW = "_hv_view"
 _LINK = "_hv_link_slot"
 _NOTES = "_hv_notes_slot"
+_HINT = "_hv_present_slot"
+_HINTED = "_hv_present_drawn"
 _LINKED = "_hv_link_drawn"
 _NOTED = "_hv_notes_drawn"
 _TYPED = "_hv_typed_notes"
@@ -94,7 +96,7 @@ def begin_run() -> Lesson:
     the visitor just moved in the shared controls, and return the lesson flags (the page config
     and the navigation depend on them)."""
     st.session_state[_RUN] = object()
-    st.session_state[_LINK] = st.session_state[_NOTES] = None  # places drawn by the last run are gone
+    st.session_state[_LINK] = st.session_state[_NOTES] = st.session_state[_HINT] = None  # last run's places
     here = current()
     query, history = _browser_query()
     here.arrive(query, history=history)
@@ -192,6 +194,35 @@ def sync() -> None:
     if st.session_state.get(_LINKED) != drawn and st.session_state.get(_LINK) is not None:
         st.session_state[_LINKED] = drawn
         _show_link()
+    if st.session_state.get(_HINTED) != drawn and st.session_state.get(_HINT) is not None:
+        st.session_state[_HINTED] = drawn
+        _show_present_hint()
+
+
+PRESENT_HINT = (
+    "On a projector: [this view in presentation mode]({link}) puts the chart first, in larger type."
+)
+"""The header's one line outside presentation mode (``present=1``): at 1280×720 the explanation and
+the controls push most pages' first chart below the fold, and the link is the way to it."""
+
+
+def present_hint() -> None:
+    """In the page's header (:func:`hessviz.app.ui.header`), outside presentation mode and outside
+    another page's frame: :data:`PRESENT_HINT`, its link this view with ``present=1``, kept up to date
+    by :func:`sync` as the page's controls settle (a phone, whose chart comes first, does not show it:
+    :mod:`hessviz.app.styles`)."""
+    here = current()
+    if here.lesson.present or st.context.is_embedded:
+        return
+    st.session_state[_HINT] = st.container(key="hv_present_hint").empty()
+    st.session_state[_HINTED] = None
+    _show_present_hint()
+
+
+def _show_present_hint() -> None:
+    here = current()
+    link = view_link(here.query(Lesson(here.lesson.hide, True)))
+    st.session_state[_HINT].caption(PRESENT_HINT.format(link=link))
 
 
 def _show_notes() -> None:
@@ -484,7 +515,7 @@ def lesson_download(link: str, key: str, where=None) -> None:
 
 @st.fragment
 def _lesson_page_panel(link: str, key: str) -> None:
-    from hessviz.app import budget, lesson_build, progress
+    from hessviz.app import budget, lesson_build, lesson_page, progress
 
     try:
         verdict = lesson_build.verdict(link, cache.LIMITS)
@@ -494,8 +525,8 @@ def _lesson_page_panel(link: str, key: str) -> None:
     if not verdict.ok:
         st.caption(f"(Not offered as a page on this server: {state.plain(verdict.message)})")
         return
-    page = link.split("?", 1)[0]
-    if lesson_build.built(link) is None:
+    made = lesson_build.built(link)
+    if made is None:
         slot = st.empty()  # the button, then the progress of the page it makes
         if not slot.button(
             f"Make it a page ({budget.about(verdict.cost.seconds)})",
@@ -508,7 +539,7 @@ def _lesson_page_panel(link: str, key: str) -> None:
         slot.empty()
         status = progress.open_status("the lesson page")  # its queue place and progress bar
         try:
-            lesson_build.make(link)
+            made = lesson_build.make(link)
         except progress.Cancelled:
             st.stop()  # nobody is watching
         except hv.HessvizError as err:  # over its limits, or a page it cannot make: one line
@@ -519,10 +550,10 @@ def _lesson_page_panel(link: str, key: str) -> None:
             return
         finally:
             progress.close_status(status)
-    st.download_button(
+    st.download_button(  # the bytes it was drawn with: never a build, never a file saying "gone"
         "Download as a page",
-        lambda: lesson_build.download(link),
-        f"lesson_{page}.html",
+        lambda: made,
+        lesson_page.file_name(link),
         "text/html",
         key=key,
         on_click="ignore",

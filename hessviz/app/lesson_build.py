@@ -20,9 +20,11 @@ one click can ask for many views. In the app it is treated as one more heavy com
   with its parent thread (``PR_SET_PDEATHSIG``). Its progress lines become the page's progress bar;
   between them the script thread asks whether the visitor is still there, and kills the builder
   when not (:class:`hessviz.app.progress.Cancelled`) or when a wall-clock bound passes.
-* **Downloaded without work** (:func:`download`). The download button only reads the made page from
-  the store: Streamlit runs a download's callable on the event loop's shared executor, so the callable
-  never computes.
+* **Downloaded without work, and never an error file.** The download button is drawn only once the
+  page is made (:func:`built`), and its callable (Streamlit runs it on the event loop's shared
+  executor) returns the very bytes the button was drawn with: it never computes, and a page that
+  has left the store since is still the page, not a line saying so. The file is named after the
+  view (:func:`hessviz.app.lesson_page.file_name`).
 
 The command line (``hessviz lesson``) makes its page in its own process already and calls
 :func:`hessviz.app.lesson_page.write` directly.
@@ -371,15 +373,3 @@ def built(url: str) -> bytes | None:
         return cache.STORE.peek(store_key(url))
     except hv.HessvizError:
         return None
-
-
-GONE = (
-    "<!DOCTYPE html><meta charset='utf-8'><title>hessviz lesson</title><p>This lesson page has left the "
-    "server's memory since it was made: make it again in the app, or with the hessviz lesson command.</p>"
-)
-
-
-def download(url: str) -> bytes:
-    """The bytes of the download button (Streamlit runs it on its shared executor): the made page
-    from the store, else a one-line page saying so. A look-up, never a build."""
-    return built(url) or GONE.encode()

@@ -21,11 +21,13 @@ Pages offered: :data:`PAGES` (every page a tour stop uses, :mod:`hessviz.app.tou
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import itertools
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ from hessviz.app.settings import EPS_GRID
 from hessviz.app.state import View
 from hessviz.cost import Cost
 from hessviz.memory import format_bytes
+from hessviz.plots import modebar
 from hessviz.spectra import DENSE_LIMIT
 from hessviz.terms import NAMES
 
@@ -376,6 +379,35 @@ def split_url(url: str) -> tuple[str, address.Query]:
     return path or next(p.url_path for p in registry.ALL_PAGES if p.default), address.parse_query(parts.query)
 
 
+NAME_CHARS = 120
+"""The longest file name :func:`file_name` gives (most file systems take 255 bytes)."""
+
+
+def file_name(url: str) -> str:
+    """The file name of the lesson page of ``url``: its page and every key and value of its query (the
+    shared controls in the app's order, then the page's, then ``hide``), so that two downloads of
+    different views never share a name, and two links to one view give one name. Only letters,
+    digits, ``.`` and ``_`` are kept, anything else becomes ``-``; a name longer than
+    :data:`NAME_CHARS` is cut and ends in a hash of every key and value (still one name per view).
+
+    >>> file_name("/spectrum?norm=post&d=16")
+    'hessviz-spectrum-d-16-norm-post.html'
+    >>> file_name("http://localhost:8501/scaling?sc_blk=W_Q%2CW_K&hide=norm,sc_axis&present=1")
+    'hessviz-scaling-sc_blk-W_Q-W_K-hide-norm-sc_axis.html'
+    >>> file_name("/scaling?x=../../etc/passwd")
+    'hessviz-scaling-x-..-..-etc-passwd.html'
+    """
+    page, query = split_url(url)
+    order = list(state.APP_SETTINGS)
+    keys = sorted(query, key=lambda k: (0, order.index(k), k) if k in order else (1 + (k == "hide"), 0, k))
+    words = [page] + [w for k in keys if k != "present" for w in (k, *query[k])]
+    stem = re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._]", "-", "-".join(["hessviz", *words]))).strip("-.")
+    if len(stem) + len(".html") > NAME_CHARS:
+        digest = hashlib.sha256("\n".join(words).encode()).hexdigest()[:10]
+        stem = stem[: NAME_CHARS - len(".html") - len(digest) - 1].rstrip("-.") + "-" + digest
+    return stem + ".html"
+
+
 def settle(url: str) -> tuple[LessonSpec, Settled]:
     """The page and values of the lesson URL, as the app settles them; :class:`LessonError` with the
     app's line for anything it does not offer."""
@@ -537,6 +569,7 @@ def build(url: str, *, limit: int = LIMIT_BYTES, progress: Progress | None = Non
         "views": views_out,
         "figures": [json.loads(t) for t in figures],
         "template": template,
+        "config": modebar.config(f"hessviz-{spec.page}"),
     }
     text = _page(spec, s, baked, data, plotly_js)
     if len(text.encode()) > limit:
@@ -616,6 +649,7 @@ def _page(spec: LessonSpec, s: Settled, baked: list[Baked], data: dict, plotly_j
         plotly=plotly_js.replace("</script", "<\\/script"),
         payload=payload,
         script=_SCRIPT,
+        toolbar=modebar.TOUCH_CSS.strip(),
     )
 
 
@@ -645,6 +679,7 @@ output {{ margin-left: 8px; font-variant-numeric: tabular-nums; }}
 #error {{ color: #a00; }}
 #lines p {{ margin: 2px 0; font-size: 0.9rem; }}
 footer {{ font-size: 0.8rem; color: #666; margin-top: 10px; overflow-wrap: anywhere; }}
+{toolbar}
 </style>
 <script>{plotly}</script>
 </head><body>
@@ -705,7 +740,7 @@ _SCRIPT = r"""
       if (div.dataset.figure === String(k)) return Promise.resolve();
       div.dataset.figure = String(k);
       const f = L.figures[k];
-      return Plotly.react(div, f.data, layout(f), {responsive: true, displaylogo: false});
+      return Plotly.react(div, f.data, layout(f), Object.assign({responsive: true}, L.config));
     });
     Promise.all(done).then(() => {
       window.lessonRedraws += 1; window.lessonLastRedrawMs = performance.now() - t0;

@@ -10,6 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from hessviz.app.address import Lesson
+from hessviz.plots import modebar
 
 BASE = """
 [data-testid="stMainBlockContainer"] { padding-top: 64px; padding-bottom: 2rem; }
@@ -23,6 +24,7 @@ BASE = """
 { max-width: none !important; height: auto !important; white-space: normal !important;
   overflow: visible !important; text-overflow: clip !important; }
 @media (max-width: 640px) {
+  .st-key-hv_present_hint { display: none; }
   [data-testid="stMainBlockContainer"] { padding: 56px 0.75rem 2rem 0.75rem; }
   [data-testid="stMarkdownContainer"] .katex-display { font-size: 0.78em; overflow: auto hidden; }
   [data-testid="stMainBlockContainer"] h1 { font-size: 1.5rem; }
@@ -32,7 +34,7 @@ BASE = """
 a metric's label and value and a multiselect's chips wrap instead of ending in "…" ("64 (of…",
 "norm (LayerN…"); a small table (:func:`hessviz.app.ui.table`) fits its column;
 narrower margins on a phone, where display math is set smaller and scrolls sideways rather than
-being cut off."""
+being cut off, and no line about presentation mode (the chart comes first there already)."""
 
 _TOP = '[data-testid="stMainBlockContainer"] > [data-testid="stVerticalBlock"] > '
 _CHART = '[class*="st-key-chart_"], .st-key-hv_live'
@@ -51,14 +53,9 @@ Only the drawing order changes; every page keeps its own script order."""
 NARROW = f"@media (max-width: 640px) {{ {CHART_FIRST} }}"
 """On a phone the chart comes first on every page, lesson link or not."""
 
-TOOLBAR = """
-@media (hover: none), (pointer: coarse), (max-width: 640px) {
-  .js-plotly-plot .modebar-container { display: none !important; }
-}
-"""
+TOOLBAR = modebar.TOUCH_CSS
 """Plotly's mode bar sits over the figure's title; a touch screen shows it all the time (there is
-no hover to hide it), so on a touch or narrow screen it is not drawn. Zoom and pan work by touch
-without it; the downloads under each chart replace its camera button."""
+no hover to hide it), so on a touch or narrow screen it is not drawn (:mod:`hessviz.plots.modebar`)."""
 
 PRESENT = """
 html { font-size: 18px; }

@@ -17,6 +17,7 @@ from hessviz import plots
 from hessviz.app import budget, cache, controls, progress, state
 from hessviz.app.state import View
 from hessviz.memory import format_bytes
+from hessviz.plots import modebar
 
 # ----------------------------------------------------------------------------- page furniture
 
@@ -26,12 +27,14 @@ def header(title: str, view: View | None = None, *, icon: str | None = None):
     none for the pages of a pretrained model, ``view=None``). Both sit in one container (key
     ``hv_header``) that :mod:`hessviz.app.styles` keeps on top when it lifts the first chart above
     the rest of the page; it is returned, so that a page that learns what it shows later (a model
-    chosen further down) can write its caption there."""
+    chosen further down) can write its caption there. Under it, outside presentation mode, one line
+    links this view with ``present=1`` (:func:`hessviz.app.controls.present_hint`)."""
     box = st.container(key="hv_header", gap="small")
     with box:
         st.title(f"{icon + ' ' if icon else ''}{title}")
         if view is not None:
             st.caption(view.describe())
+    controls.present_hint()  # under the header's captions, those a page writes later too
     return box
 
 
@@ -321,22 +324,11 @@ def downloads(
         )
 
 
-MODEBAR_REMOVED = [
-    "select2d",
-    "lasso2d",
-    "zoomIn2d",
-    "zoomOut2d",
-    "autoScale2d",
-    "toggleSpikelines",
-    "hoverClosestCartesian",
-    "hoverCompareCartesian",
-]
-"""Mode-bar buttons the charts do without (selection, the ± zoom and hover modes): a short bar
-covers less of a figure's title while the pointer is over it (on a touch or narrow screen
-:mod:`hessviz.app.styles` hides the bar)."""
-
-PRESENT_HEIGHT = 360
-"""Pixels: the tallest figure in presentation mode."""
+PRESENT_HEIGHT = 560
+"""Pixels: the tallest figure in presentation mode. A page's first chart starts 142 px down at
+1280×720 (99 px without the block's caption), so the whole chart is on a projector's first screen;
+and the heatmaps a page opens with get at least 300 px (at 360 px the Hessian map was 130 px wide and
+the Real model's attention map 85 px tall: issue 44)."""
 
 EMBEDDED_HEIGHT = 440
 """Pixels: the tallest figure in presentation mode inside another page's frame (the Learn page's
@@ -370,10 +362,6 @@ def chart(
             fig,
             key=f"chart_{key or name}",
             height=height or "content",
-            config={
-                "displaylogo": False,
-                "toImageButtonOptions": {"filename": name},
-                "modeBarButtonsToRemove": MODEBAR_REMOVED,
-            },
+            config=modebar.config(name),
         )
         downloads(name, fig, csv=csv, npz=npz, key=key)

@@ -483,6 +483,7 @@ def attention_map(
         tickfont={"size": FONT_SIZE - 4},
     )
     fig = layout(fig, title or "Attention weights", height, theme=theme)
+    fig.update_layout(margin={"b": 20})  # the keys are read at the top: no axis below to make room for
     return fig.update_xaxes(tickfont={"size": FONT_SIZE - 4}).update_yaxes(tickfont={"size": FONT_SIZE - 4})
 
 
@@ -495,11 +496,18 @@ def error_matrix(
     *,
     title: str | None = "Relative error, closed form vs autograd",
     height: int = 440,
+    wide: bool = False,
     theme: str = "light",
 ) -> go.Figure:
-    """One panel per term: ``log10`` relative error of every block pair, value in each cell."""
+    """One panel per term: ``log10`` relative error of every block pair, value in each cell.
+
+    ``wide``: drawn for a wide screen only (presentation mode, ``present=1``): narrower gaps between
+    the panels and a narrower left margin (the block names are short and written once), so that at
+    1280 px each panel is 300 px wide; on a phone the panels' tick labels would then touch."""
     terms = list(errors)
-    fig = make_subplots(rows=1, cols=len(terms), subplot_titles=terms, horizontal_spacing=0.06)
+    fig = make_subplots(
+        rows=1, cols=len(terms), subplot_titles=terms, horizontal_spacing=0.015 if wide else 0.06
+    )
     ticks = [pretty(n) for n in names]
     allv = np.concatenate([np.asarray(e).ravel() for e in errors.values()])
     floor = 1e-17
@@ -534,7 +542,11 @@ def error_matrix(
             col=k,
         )
         fig.update_yaxes(autorange="reversed", showticklabels=k == 1, row=1, col=k)  # rows named once
+        if k > 1:
+            fig.update_yaxes(ticks="", row=1, col=k)  # and no tick marks in the gaps
         fig.update_xaxes(side="bottom", row=1, col=k)
     fig.update_annotations(font={"size": FONT_SIZE - 2})
     fig = layout(fig, title, height, theme=theme)
+    if wide:
+        fig.update_layout(margin={"l": 40})
     return fig.update_xaxes(tickfont={"size": FONT_SIZE - 4}).update_yaxes(tickfont={"size": FONT_SIZE - 4})

@@ -51,7 +51,7 @@ else:
         icon=":material/error:",
     )
 
-efig = plots.error_matrix(rel, names)
+efig = plots.error_matrix(rel, names, wide=hva.controls.lesson().present)  # 300 px panels on a projector
 hva.chart(
     efig,
     "verify_relative_error",
