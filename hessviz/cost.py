@@ -331,31 +331,95 @@ def window_bytes(cfg: BlockConfig, name: str, size: int) -> int:
     return 8 * size * size + 2 * (3 * 8 * WINDOW_CHUNK * n + 2 * BATCH * _tape_column(cfg))
 
 
-def real_window_cost(cfg: BlockConfig, name: str, size: int) -> Cost:
-    """:func:`hessviz.pretrained.explore.slice_window` for ``size`` entries of ``name``: ``size`` columns."""
+def real_window_cost(cfg: BlockConfig, name: str, size: int, vocab: int = 0) -> Cost:
+    """:func:`hessviz.pretrained.explore.slice_window` for ``size`` entries of ``name``: ``size`` columns,
+    and with ``vocab`` (a model's own next-token loss through its LM head) the head's work
+    (:func:`head_cost`)."""
+    head = head_cost(cfg, vocab, size)
     return Cost(
-        real_product_seconds(cfg, size),
-        window_bytes(cfg, name, size),
-        f"the exact Hessian block of {size:,} entries ({size:,} products)",
+        real_product_seconds(cfg, size) + head.seconds,
+        window_bytes(cfg, name, size) + head.bytes,
+        f"the exact Hessian block of {size:,} entries ({size:,} products{head.what})",
         size,
     )
 
 
-def real_table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: int) -> Cost:
+def real_table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: int, vocab: int = 0) -> Cost:
     """:func:`hessviz.pretrained.explore.curvature_table` for ``blocks`` (``(name, size)``): per
     block ≤ ``EXACT_BLOCK`` entries its size in columns, per larger block Lanczos
-    (:func:`lanczos_products` single products) and ``samples`` Hutch++ columns.
+    (:func:`lanczos_products` single products) and ``samples`` Hutch++ columns; with ``vocab``, the LM
+    head's work (:func:`head_cost`).
     Memory: the layer's result (about 8 vectors of ``P``) and 24 vectors of the largest block (the
     Lanczos basis, Hutch++'s sketch), 8 bytes each: MiniLM's layer at 23 tokens peaked 140 MiB above
     its inputs for the attention weights (estimate 142 MB) and 150 MiB for the FFN (227 MB)."""
     columns = sum(n if n <= EXACT_BLOCK else lanczos_products(1) + samples for _, n in blocks)
     largest = max((n for _, n in blocks), default=0)
+    head = head_cost(cfg, vocab, columns)
     return Cost(
-        real_product_seconds(cfg, columns),
-        8 * (8 * cfg.num_params + 24 * largest),
-        f"the table of {len(blocks)} blocks ({columns:,} products)",
+        real_product_seconds(cfg, columns) + head.seconds,
+        8 * (8 * cfg.num_params + 24 * largest) + head.bytes,
+        f"the table of {len(blocks)} blocks ({columns:,} products{head.what})",
         columns,
     )
+
+
+def real_gradient_cost(cfg: BlockConfig, vocab: int = 0) -> Cost:
+    """:func:`hessviz.pretrained.explore.gradient_blocks`: one closed-form gradient of the layer
+    (about one product column) and, with ``vocab``, the head's value and gradient (no curvature)."""
+    head = head_cost(cfg, vocab, 0)
+    return Cost(
+        real_product_seconds(cfg, 1) + head.seconds,
+        8 * 4 * cfg.num_params + head.bytes,
+        f"the gradient of the layer{head.what}",
+    )
+
+
+SETUP_S = 1.5e-8
+"""Seconds per weight of a real model's layers to read them (float64) and run a text through them
+(SmolLM2-135M's 106 M layer weights: 1.4 s; :func:`real_setup_seconds`)."""
+
+
+def real_setup_seconds(weights: int) -> float:
+    """Reading ``weights`` layer weights and running a text through them, the first time a model and a
+    text are drawn (all layers kept, or read one at a time and dropped: the same work)."""
+    return SETUP_S * weights
+
+
+HEAD_S = 2e-11
+"""Seconds per multiply-add of a next-token head's work on one core (``benchmarks/real_llm_estimates.py``
+measures it on SmolLM2-135M; ``benchmarks/REAL_LLM.md``)."""
+
+
+def head_blocks(cfg: BlockConfig, columns: int) -> bool:
+    """Does a computation of ``columns`` product columns under a next-token head take the head's
+    token-wise curvature as ``(L, d, d)`` blocks (built once: ``L V d²``) rather than its product
+    (``2 L V d`` per column)? The blocks pay off past ``d / 2`` columns."""
+    return 2 * columns > cfg.d_model
+
+
+def head_cost(cfg: BlockConfig, vocab: int, columns: int) -> Cost:
+    """The LM head's share of a real layer's computation under the model's own next-token loss
+    (:class:`hessviz.losses.NextToken` with a vocabulary of ``vocab``; 0: no head, no cost): the
+    value and gradient (``2 L V d``), then the curvature of ``columns`` columns, as blocks or as
+    products (:func:`head_blocks`). The SmolLM2 view the issue timed (49,152 tokens × a 400-character
+    text) spent minutes here while the estimate left it out. Bytes: the token-wise blocks, or the
+    logits of a chunk of positions for a product of :data:`BATCH` columns (at most
+    :data:`HEAD_CHUNK_BYTES`); the head ``(V, d)`` itself is held once per model, not per view."""
+    if not vocab:
+        return Cost(0.0, 0, "")
+    L, d = cfg.seq_len, cfg.d_model
+    blocks = head_blocks(cfg, columns)
+    curvature = L * vocab * d * d if blocks else 2 * L * vocab * d * columns
+    return Cost(
+        HEAD_S * (2 * L * vocab * d + curvature),
+        8 * L * d * d if blocks else min(HEAD_CHUNK_BYTES, 8 * L * vocab * (2 * BATCH + 3)),
+        f" and the LM head of {vocab:,} tokens",
+    )
+
+
+HEAD_CHUNK_BYTES = 64 << 20
+"""The most bytes one chunk of a next-token head's logits takes (:func:`head_cost`; the head sizes its
+chunks to a share of the memory guard's limit, :func:`hessviz.losses.next_token.default_chunk`)."""
 
 
 # ----------------------------------------------------------------------------- whole runs, the tape first

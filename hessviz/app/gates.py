@@ -214,7 +214,7 @@ class Ledger:
         nbytes = int(nbytes)
         if nbytes > self.capacity:
             raise SizeError(
-                f"{what} needs about {format_bytes(nbytes)}; this server keeps at most "
+                f"{what} would take about {format_bytes(nbytes)}; this server keeps at most "
                 f"{format_bytes(self.capacity)} of results for all visitors",
                 needed_bytes=nbytes,
                 limit_bytes=self.capacity,

@@ -77,13 +77,27 @@ def explain(text: str, *formulas: str) -> None:
                 row.latex(part)
 
 
+def sentence(text: object) -> str:
+    """``text`` as a sentence: its first letter upper case, a full stop at its end.
+
+    >>> sentence("the weights of m need about 810 MiB; this server keeps 373 MiB")
+    'The weights of m need about 810 MiB; this server keeps 373 MiB.'
+    """
+    words = str(text).strip()
+    if not words:
+        return ""
+    words = words[0].upper() + words[1:]
+    return words if words[-1] in ".!?)" else words + "."
+
+
 @contextlib.contextmanager
-def guard(what: str = "this computation") -> Iterator[progress.Status]:
+def guard(what: str = "this computation", advice: str = "") -> Iterator[progress.Status]:
     """Compute inside: a hessviz error (bad size, bad input, over budget) becomes a message and
-    stops the page, never a traceback. The error's own words are drawn as plain text: a message
-    may repeat a visitor's text (a loss key's sentence, a folder typed). Yields the
-    :class:`~hessviz.app.progress.Status` that shows the queue place and progress; the
-    computation stops when the visitor leaves."""
+    stops the page, never a traceback. The error's own words are drawn as plain text (a sentence:
+    :func:`sentence`): a message may repeat a visitor's text (a loss key's sentence, a folder typed).
+    ``advice``: what the visitor can change when it is too large or too slow (the page's own words;
+    without it, the size controls). Yields the :class:`~hessviz.app.progress.Status` that shows the
+    queue place and progress; the computation stops when the visitor leaves."""
     status = progress.open_status(what)
     try:
         yield status
@@ -91,16 +105,23 @@ def guard(what: str = "this computation") -> Iterator[progress.Status]:
         st.stop()  # nobody is watching: drop the run quietly
     except hv.SizeError as err:
         st.error(
-            f"**{what[0].upper() + what[1:]} is too large for this server.** {state.plain(err)}",
+            f"**Too large for this server: {what}.** {state.plain(sentence(err))}"
+            + (f" {advice}" if advice else ""),
             icon=":material/memory:",
         )
         st.stop()
+    except budget.OverBudget as err:
+        st.error(
+            f"**Stopped: {what}.** {state.plain(sentence(err))}" + (f" {advice}" if advice else ""),
+            icon=":material/speed:",
+        )
+        st.stop()
     except hv.HessvizError as err:
-        st.error(f"**Cannot compute {what}.** {state.plain(err)}", icon=":material/block:")
+        st.error(f"**Cannot compute {what}.** {state.plain(sentence(err))}", icon=":material/block:")
         st.stop()
     except MemoryError:
         st.error(
-            f"**{what[0].upper() + what[1:]} ran out of memory.** Lower d, d_ff or L.",
+            f"**Out of memory: {what}.** " + (advice or "Lower d, d_ff or L."),
             icon=":material/memory:",
         )
         st.stop()

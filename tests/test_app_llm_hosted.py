@@ -1,0 +1,63 @@
+"""SmolLM2 on a student's own text on the hosted profile (issue 44, items 1 and 2).
+
+Real model: the page computes a view that fits the hosted profile (4 s a view, 800 MiB for the whole
+process) for a short typed text, reading the model's 30 layers one at a time and keeping only the layer
+drawn; a view that does not fit says what to change, and the change it names draws the view. Every
+stage runs under a spinner or a bar. No test here asserts a time: the estimates' accuracy is
+``benchmarks/real_llm_estimates.py``'s business (``benchmarks/REAL_LLM.md``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("streamlit")
+from hessviz import pretrained  # noqa: E402
+from tests.test_app_pages import run_page  # noqa: E402
+
+MODEL = "smollm2-135m"
+pytestmark = pytest.mark.skipif(MODEL not in pretrained.available_models(), reason="SmolLM2 not installed")
+SHORT = "The cat sat on the mat."
+
+
+@pytest.fixture
+def hosted(monkeypatch):
+    """The hosted profile's limits (4 s per view, 800 MiB for the process, 400 MiB of it taken by the
+    server as the other hosted tests assume), and an empty store bounded by them."""
+    from hessviz.app import cache, gates, profiles
+
+    lim = profiles.limits_from_env(
+        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=400 << 20
+    )
+    ledger = gates.Ledger(lim.results_bytes)
+    monkeypatch.setattr(cache, "LIMITS", lim)
+    monkeypatch.setattr(cache, "LEDGER", ledger)
+    monkeypatch.setattr(cache, "STORE", cache.Store(ledger, 3 * lim.max_seconds, lim.profile))
+    monkeypatch.setattr(cache, "PRECOMPUTED", None)
+    return cache
+
+
+def said(at) -> str:
+    return " ".join(m.value for m in [*at.warning, *at.info, *at.error, *at.caption])
+
+
+def test_hosted_real_model_draws_smollm2_on_a_short_text_keeping_one_layer(hosted):
+    at = run_page("pages/real_model.py", rm_model=MODEL, rm_text=SHORT)
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.get("plotly_chart")) >= 3, said(at)  # attention, the Hessian block, gradients, …
+    assert "read one at a time" in said(at)
+    kept = [k for k, _ in hosted.STORE.items()]
+    assert not [k for k in kept if k[0] == "real_stack"]  # the 810 MiB stack was never held
+    assert [k for k in kept if k[0] == "real_layer"] == [("real_layer", MODEL, 3)]
+
+
+def test_hosted_real_model_next_token_draws_or_names_a_change_that_works(hosted):
+    at = run_page("pages/real_model.py", rm_model=MODEL, rm_text=SHORT, rm_loss="next token")
+    assert not at.error, [e.value for e in at.error]
+    warnings = [w.value for w in at.warning]
+    assert not any("is too large" in w or w[:1].islower() for w in warnings)
+    if warnings:  # the advice names the synthetic loss: it draws every view
+        assert "Loss = synthetic" in warnings[0]
+        at = run_page("pages/real_model.py", rm_model=MODEL, rm_text=SHORT, rm_loss="synthetic")
+        assert not at.warning and not at.error
+    assert at.get("plotly_chart")
