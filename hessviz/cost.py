@@ -68,10 +68,18 @@ TABLE_LANCZOS_PRODUCTS = 20
 """Products a block's top eigenvalue takes in :func:`hessviz.matfree.block_table`, as it runs (13-15
 measured on the paper's blocks; :func:`lanczos_products` is the bound that sizes memory)."""
 REORTH_S = 1e-9  # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
-REAL_PRODUCT_S = 2.1e-10
-"""Seconds per product column per ``L · P`` on one core of a real layer, calibrated on MiniLM's layer 3.
-The generic :func:`matvec_cost` is calibrated on the paper's blocks and over-estimates a real layer's
-batched products (both calibrations: ``benchmarks/COST.md``)."""
+REAL_PRODUCT_S = 1.4e-10
+"""Seconds per product column per ``L · P`` on one core of a real layer: 2.1e-10 on MiniLM's layer 3
+(``benchmarks/COST.md``), 0.8-1.5e-10 on SmolLM2-135M's last layer (``benchmarks/REAL_LLM.md``); the
+value between keeps both within 2×. The generic :func:`matvec_cost` is calibrated on the paper's blocks
+and over-estimates a real layer's batched products."""
+REAL_LANCZOS_PRODUCTS = 10
+"""Products a real layer's block takes for its top eigenvalue in
+:func:`hessviz.pretrained.explore.curvature_table`, as it runs (SmolLM2: 134 products for 9 blocks
+with 6 Hutch++ samples each)."""
+GRADIENT_S = 0.04
+"""Seconds of a real layer's closed-form gradient besides its one product column (its forward pass and
+the block norms; SmolLM2's last layer: 0.04-0.05 s)."""
 
 
 @dataclass(frozen=True)
@@ -347,18 +355,18 @@ def real_window_cost(cfg: BlockConfig, name: str, size: int, vocab: int = 0) -> 
 def real_table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: int, vocab: int = 0) -> Cost:
     """:func:`hessviz.pretrained.explore.curvature_table` for ``blocks`` (``(name, size)``): per
     block ≤ ``EXACT_BLOCK`` entries its size in columns, per larger block Lanczos
-    (:func:`lanczos_products` single products) and ``samples`` Hutch++ columns; with ``vocab``, the LM
-    head's work (:func:`head_cost`).
+    (:data:`REAL_LANCZOS_PRODUCTS` single products, as it runs) and ``samples`` Hutch++ columns; with
+    ``vocab``, the LM head's work (:func:`head_cost`).
     Memory: the layer's result (about 8 vectors of ``P``) and 24 vectors of the largest block (the
     Lanczos basis, Hutch++'s sketch), 8 bytes each: MiniLM's layer at 23 tokens peaked 140 MiB above
     its inputs for the attention weights (estimate 142 MB) and 150 MiB for the FFN (227 MB)."""
-    columns = sum(n if n <= EXACT_BLOCK else lanczos_products(1) + samples for _, n in blocks)
+    columns = sum(n if n <= EXACT_BLOCK else REAL_LANCZOS_PRODUCTS + samples for _, n in blocks)
     largest = max((n for _, n in blocks), default=0)
     head = head_cost(cfg, vocab, columns)
     return Cost(
         real_product_seconds(cfg, columns) + head.seconds,
         8 * (8 * cfg.num_params + 24 * largest) + head.bytes,
-        f"the table of {len(blocks)} blocks ({columns:,} products{head.what})",
+        f"the table of {len(blocks)} blocks (about {columns:,} products{head.what})",
         columns,
     )
 
@@ -368,7 +376,7 @@ def real_gradient_cost(cfg: BlockConfig, vocab: int = 0) -> Cost:
     (about one product column) and, with ``vocab``, the head's value and gradient (no curvature)."""
     head = head_cost(cfg, vocab, 0)
     return Cost(
-        real_product_seconds(cfg, 1) + head.seconds,
+        GRADIENT_S + real_product_seconds(cfg, 1) + head.seconds,
         8 * 4 * cfg.num_params + head.bytes,
         f"the gradient of the layer{head.what}",
     )
@@ -385,16 +393,20 @@ def real_setup_seconds(weights: int) -> float:
     return SETUP_S * weights
 
 
-HEAD_S = 2e-11
-"""Seconds per multiply-add of a next-token head's work on one core (``benchmarks/real_llm_estimates.py``
-measures it on SmolLM2-135M; ``benchmarks/REAL_LLM.md``)."""
+HEAD_S = 3e-11
+"""Seconds per multiply-add of a next-token head's products on one core (SmolLM2-135M: 3.0-3.1e-11,
+``benchmarks/real_llm_estimates.py``, ``benchmarks/REAL_LLM.md``)."""
+HEAD_BLOCKS_S = 3.9e-11
+"""… of building its token-wise ``(L, d, d)`` blocks (an einsum: 13.3 s for SmolLM2 at 21 tokens)."""
+HEAD_FIXED_S = 0.1
+"""Seconds of placing the head at the last hidden states besides its value and gradient (SmolLM2)."""
 
 
 def head_blocks(cfg: BlockConfig, columns: int) -> bool:
     """Does a computation of ``columns`` product columns under a next-token head take the head's
-    token-wise curvature as ``(L, d, d)`` blocks (built once: ``L V d²``) rather than its product
-    (``2 L V d`` per column)? The blocks pay off past ``d / 2`` columns."""
-    return 2 * columns > cfg.d_model
+    token-wise curvature as ``(L, d, d)`` blocks (built once: ``HEAD_BLOCKS_S · L V d²``) rather than
+    its product (``HEAD_S · 2 L V d`` per column)? The blocks pay off past about ``0.65 d`` columns."""
+    return 2 * HEAD_S * columns > HEAD_BLOCKS_S * cfg.d_model
 
 
 def head_cost(cfg: BlockConfig, vocab: int, columns: int) -> Cost:
@@ -409,9 +421,9 @@ def head_cost(cfg: BlockConfig, vocab: int, columns: int) -> Cost:
         return Cost(0.0, 0, "")
     L, d = cfg.seq_len, cfg.d_model
     blocks = head_blocks(cfg, columns)
-    curvature = L * vocab * d * d if blocks else 2 * L * vocab * d * columns
+    curvature = HEAD_BLOCKS_S * L * vocab * d * d if blocks else HEAD_S * 2 * L * vocab * d * columns
     return Cost(
-        HEAD_S * (2 * L * vocab * d + curvature),
+        HEAD_FIXED_S + HEAD_S * 2 * L * vocab * d + curvature,
         8 * L * d * d if blocks else min(HEAD_CHUNK_BYTES, 8 * L * vocab * (2 * BATCH + 3)),
         f" and the LM head of {vocab:,} tokens",
     )

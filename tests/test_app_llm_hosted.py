@@ -61,3 +61,53 @@ def test_hosted_real_model_next_token_draws_or_names_a_change_that_works(hosted)
         at = run_page("pages/real_model.py", rm_model=MODEL, rm_text=SHORT, rm_loss="synthetic")
         assert not at.warning and not at.error
     assert at.get("plotly_chart")
+
+
+# ----------------------------------------------------------------------------- in Chromium
+
+SHOWN = (
+    '() => [...document.querySelectorAll(\'[data-testid="stSpinner"], [data-testid="stProgress"],'
+    ' [data-testid="stStatusWidget"]\')].some(e => e.offsetParent !== null || e.getClientRects().length)'
+)
+"""Is a spinner, a progress bar or Streamlit's running indicator on screen?"""
+STATE = (
+    "() => { const a = document.querySelector('[data-testid=\"stApp\"]');"
+    " return a ? a.getAttribute('data-test-script-state') : null; }"
+)
+SILENT_MAX = 2.0
+"""Seconds a run may go on with nothing on screen saying that it works (issue 44: 338 s)."""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_smollm2_next_token_view_shows_work_all_along_on_a_phone():
+    """SmolLM2's next-token view on a short text, on the hosted profile and a phone's screen: the page
+    ends with its charts and no refusal, and while it runs a spinner, a bar or Streamlit's indicator is
+    on screen: no stretch over :data:`SILENT_MAX` seconds without one (polled every 0.2 s; a stretch is
+    counted in polls, so a slow poll on a busy machine does not make one). Bounded: 240 s."""
+    import time
+    from urllib.parse import quote
+
+    from tests.streamlit_server import chromium, require_chromium, running_server
+
+    require_chromium()
+    env = {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB", "OMP_NUM_THREADS": "1"}
+    query = f"rm_model={MODEL}&rm_loss=next+token&rm_text={quote(SHORT)}"
+    with running_server("streamlit_llm_test.log", env) as srv, chromium() as b:
+        ctx = b.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+        page = ctx.new_page()
+        page.goto(f"{srv.base}/real_model?{query}")
+        page.wait_for_function(f"({STATE})() === 'running'", timeout=60_000)
+        silent, longest, deadline = 0, 0, time.monotonic() + 240
+        while page.evaluate(STATE) == "running" and time.monotonic() < deadline:
+            silent = 0 if page.evaluate(SHOWN) else silent + 1
+            longest = max(longest, silent)
+            page.wait_for_timeout(200)
+        assert page.evaluate(STATE) == "notRunning", "still running after 240 s"
+        assert longest * 0.2 <= SILENT_MAX, f"{longest * 0.2:.1f} s with nothing on screen saying it works"
+        assert page.query_selector_all('[data-testid="stException"]') == []
+        errors = [e.inner_text() for e in page.query_selector_all('[data-testid="stAlertContentError"]')]
+        assert errors == []
+        assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") >= 3
+        assert page.get_by_text("next-token loss", exact=False).count() >= 1
+        ctx.close()

@@ -71,7 +71,7 @@ if model == FOLDER:
     if missing:
         st.warning(f"**Checkpoint folder:** {hva.plain(missing)}", icon=":material/folder_off:")
         st.stop()
-with hva.guard("the model"):
+with st.spinner("Reading the model's configuration and tokenizer…"), hva.guard("the model"):
     info = pretrained.model_info(model)
 st.caption(hva.plain(info.describe()))  # a folder's model is named by its config
 text = hva.text(
