@@ -13,11 +13,11 @@ call; the estimate is the one the page shows and the budget checks (:mod:`hessvi
 under the synthetic loss and the model's own next-token loss (its LM head: 49,152 tokens), on texts
 of a few and about twenty tokens (``--long`` adds the 400-character text of the issue, about ninety;
 a stage estimated past ``--max-seconds`` is skipped). ``--whole`` adds the Whole model page's live tables
-of the pydoc models. Prints a table of estimate,
-measured CPU and their ratio; the ratios should lie within 2× (``benchmarks/REAL_LLM.md``). A timing,
-not a test::
+of the pydoc models, ``--stack`` a Scaling / Depth sweep point of stacks of 1-4 blocks. Prints a table of
+estimate, measured CPU and their ratio; the ratios should lie within 2× (``benchmarks/REAL_LLM.md``).
+A timing, not a test::
 
-    OMP_NUM_THREADS=1 python benchmarks/real_llm_estimates.py [--long] [--max-seconds 60]
+    OMP_NUM_THREADS=1 python benchmarks/real_llm_estimates.py [--long] [--whole] [--stack] [--max-seconds 60]
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=rm.FEWEST_SAMPLES)
     ap.add_argument("--long", action="store_true", help="also the 400-character text of the issue")
     ap.add_argument("--whole", action="store_true", help="also the Whole model page's pydoc tables")
+    ap.add_argument("--stack", action="store_true", help="also a sweep point of stacks of 1-4 blocks")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="skip a stage estimated over this")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -107,9 +108,29 @@ def main() -> None:
                 print(f"  skipped: {label} table under {lname} (estimate {est:.0f} s)")
     if args.whole:
         rows += whole_rows(texts)
+    if args.stack:
+        rows += stack_rows()
     print(f"\n{'text':8} {'L':>4} {'stage':28} {'loss':11} {'estimate s':>10} {'CPU s':>8} {'ratio':>6}")
     for label, L, stage, lname, est, cpu in rows:
         print(f"{label:8} {L:4d} {stage:28} {lname:11} {est:10.2f} {cpu:8.2f} {est / max(cpu, 1e-3):6.2f}")
+
+
+def stack_rows() -> list[tuple]:
+    """One Scaling / Depth sweep point (``W_Q, W_Q``, 128 entries) of stacks of 1-4 of the app's default
+    block, the mean of three seeds, against :func:`hessviz.cost.sweep_point_cost`."""
+    import dataclasses
+
+    from hessviz import sweeps
+    from hessviz.app.state import View
+
+    block = View.from_values({}).cfg
+    rows = []
+    for n in (1, 2, 3, 4):
+        c = dataclasses.replace(block, n_layers=n)
+        sweeps.point(c, 1.0, 0, ("W_Q", "W_Q"))  # warm
+        cpu = sum(measured(sweeps.point, c, 1.0, s, ("W_Q", "W_Q")) for s in (1, 2, 3)) / 3
+        rows.append(("-", c.seq_len, f"sweep point, {n} blocks", "mse", cost.sweep_point_cost(c, 128), cpu))
+    return rows
 
 
 def whole_rows(texts: dict[str, str]) -> list[tuple]:

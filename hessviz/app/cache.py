@@ -821,15 +821,15 @@ name a model's own objective (:func:`hessviz.pretrained.loss_keys.parse_loss`, o
 
 
 def real_inputs(
-    model: str, layer: int, text: str, seed: int, loss: str = SYNTHETIC, columns: int = 0
+    model: str, layer: int, text: str, seed: int, loss: str = SYNTHETIC, blocks: bool = False
 ) -> tuple:
     """``(cfg, params, X, Y, custom)`` of layer ``layer`` on ``text``: ``cfg.seq_len`` is the text's
     length, ``X`` the hidden state entering the layer. With ``loss = "synthetic"``, ``Y`` is the app's
     synthetic target (seeded :func:`hessviz.sample_inputs` for the layer's loss, ``mse``:
     ``Y ~ N(0, 1)``) and ``custom`` is None; otherwise ``Y`` is None and ``custom`` the model's own
     objective at the layer's output as a :class:`hessviz.CustomLoss` (the last layer only), its
-    curvature as token-wise blocks only where the ``columns`` products to come pay for building them
-    (:func:`hessviz.cost.head_blocks`; a gradient, ``columns = 0``, builds none)."""
+    curvature as token-wise blocks only with ``blocks`` (where the products to come pay for building
+    them, :func:`hessviz.cost.head_blocks`; a gradient builds none), else as its product."""
     from hessviz import pretrained
 
     cfg, params = real_layer(model, layer)
@@ -853,7 +853,7 @@ def real_inputs(
         lambda other: _tensor(real_states(model, other)["states"][-1]).to(device()),
         lambda: real_head(model),
     )
-    return cfg, params, X, None, obj.custom_loss(cost.head_blocks(cfg, columns))
+    return cfg, params, X, None, obj.custom_loss(blocks)
 
 
 def real_head(model: str):
@@ -926,8 +926,12 @@ def real_window(
     """``(size, size)``: the exact Hessian block of entries ``start …`` of the head slice ``name``
     (:func:`hessviz.pretrained.explore.window`, closed-form products)."""
 
+    cfg = real_config(model, text)
+    vocab = head_vocab(model, loss)
+    blocks = cost.head_blocks(cfg, vocab, size, cost.product_calls(size))
+
     def compute() -> dict:
-        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss, size)
+        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss, blocks)
         return {
             "B": explore.window(
                 cfg,
@@ -944,7 +948,7 @@ def real_window(
         }
 
     key = window_key(model, layer, text, seed, name, start, size, term_name, loss)
-    c = cost.real_window_cost(real_config(model, text), name, size, head_vocab(model, loss))
+    c = cost.real_window_cost(cfg, name, size, vocab)
     return _real(key, compute, c.bytes, f"the Hessian block of {name}", c.seconds)["B"]
 
 
@@ -987,10 +991,12 @@ def real_block_table(
 
     cfg = real_config(model, text)
     sized = [(b, cfg.param_size(cfg.sort_names((b,))[0])) for b in blocks]
-    c = cost.real_table_cost(cfg, sized, samples, head_vocab(model, loss))
+    vocab = head_vocab(model, loss)
+    c = cost.real_table_cost(cfg, sized, samples, vocab)
+    head_blocks = cost.head_blocks(cfg, vocab, c.products, cost.table_calls(sized, samples))
 
     def compute() -> dict:
-        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss, c.products)
+        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss, head_blocks)
         return explore.curvature_table(
             cfg,
             params,
