@@ -63,6 +63,34 @@ def test_hosted_real_model_next_token_draws_or_names_a_change_that_works(hosted)
     assert at.get("plotly_chart")
 
 
+def test_the_work_bound_stops_a_computation_while_it_runs():
+    """The bound counts the CPU of the computation still running (:meth:`Status.begin`): the first
+    checkpoint past it stops the view, not the end of the computation (issue 44: 427 s of CPU under a
+    bound of 360 s), and nothing half-done is cached. Here a bound of 0.05 s and 0.2 s of real work
+    before the first checkpoint."""
+    import time
+
+    import numpy as np
+
+    from hessviz.app import budget, cache, gates, progress
+
+    def compute() -> np.ndarray:
+        t0, a = time.thread_time(), np.random.default_rng(0).standard_normal((120, 120))
+        while time.thread_time() - t0 < 0.2:
+            np.linalg.eigvalsh(a + a.T)
+        progress.current().checkpoint()
+        return np.ones(2)
+
+    store = cache.Store(gates.Ledger(2**20), work_limit=0.05, profile="test")
+    status = progress.open_status("the test view")
+    try:
+        with pytest.raises(budget.OverBudget, match="The test view was stopped after"):
+            store.get(("running",), compute, 64, "a result", seconds=1.0)
+    finally:
+        progress.close_status(status)
+    assert ("running",) not in store
+
+
 @pytest.mark.parametrize(
     "page, query", [("pages/scaling.py", {"sc_axis": "layers"}), ("pages/depth.py", {"layers": "3"})]
 )

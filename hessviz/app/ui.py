@@ -111,10 +111,8 @@ def guard(what: str = "this computation", advice: str = "") -> Iterator[progress
         )
         st.stop()
     except budget.OverBudget as err:
-        st.error(
-            f"**Stopped: {what}.** {state.plain(sentence(err))}" + (f" {advice}" if advice else ""),
-            icon=":material/speed:",
-        )
+        words = f"{getattr(err, 'stopped', err)} {advice}" if advice else str(err)
+        st.error(f"**Stopped: {what}.** {state.plain(sentence(words))}", icon=":material/speed:")
         st.stop()
     except hv.HessvizError as err:
         st.error(f"**Cannot compute {what}.** {state.plain(sentence(err))}", icon=":material/block:")

@@ -15,8 +15,8 @@ under the model's own objective (:func:`objective_of`):
 Two *parts* are drawn: :data:`WEIGHTS` (every layer weight, one row each) and, for a headed weight
 ``w``, every ``l{i}.w[h]`` (one row per layer and head). :func:`table` computes one part;
 :func:`precompute` computes the default text's parts of each model and writes them to
-:data:`FILE` (``scripts/precompute_whole.py``), which the page reads first (the hosted profile
-cannot afford a live table: tens of seconds of one core).
+:data:`FILE` (``scripts/precompute_whole.py``), which the page reads first; another text's table is
+computed live when it fits the server's budget (:func:`table_cost`: a short text fits the hosted 4 s).
 """
 
 from __future__ import annotations

@@ -275,7 +275,10 @@ else:
             icon=":material/speed:",
         )
     hva.long_note(verdict.cost)
-    with st.spinner(f"Computing {size:,} columns of the Hessian of {name}…"), hva.guard("the Hessian block"):
+    with (
+        st.spinner(f"Computing {size:,} columns of the Hessian of {name}…"),
+        hva.guard("the Hessian block", advice=f"Choose fewer rows of {name}, or {rm.shorter(vocab)}."),
+    ):
         B = hva.cache.real_window(model, layer, text, seed, name, start, size, term, loss_key)
     whole = cfg.param_shapes[weight]
     index = cfg.head_indices(name).numpy()[start : start + size]
@@ -311,7 +314,10 @@ by = hva.choice(
 by_head = by == "heads"
 gcost = cost.real_gradient_cost(cfg, vocab)
 hva.long_note(gcost)
-with st.spinner("Computing the gradient of the layer…"), hva.guard("the gradient"):
+with (
+    st.spinner("Computing the gradient of the layer…"),
+    hva.guard("the gradient", advice=f"Choose {rm.shorter(vocab)}."),
+):
     grads = hva.cache.real_gradients(model, layer, text, seed, by_head, loss_key)
 summary = explore.gradient_summary(grads["norms"])
 g = summary["gini"]
@@ -382,7 +388,12 @@ st.caption(
     else "Precomputed (or computed before on this server): drawn at once."
 )
 hva.long_note(verdict.cost)
-with st.spinner(f"Computing the curvature of {len(blocks)} blocks…"), hva.guard("the block table"):
+with (
+    st.spinner(f"Computing the curvature of {len(blocks)} blocks…"),
+    hva.guard(
+        "the block table", advice=f"Choose one part of the layer, fewer products, or {rm.shorter(vocab)}."
+    ),
+):
     table = hva.cache.real_block_table(model, layer, text, seed, "full", blocks, used, loss_key)
 tfig = plots.block_spectrum_bars(
     table["names"],
