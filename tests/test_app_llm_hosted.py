@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 from hessviz import pretrained  # noqa: E402
-from tests.test_app_pages import run_page  # noqa: E402
+from tests.test_app_pages import run_page, titles  # noqa: E402
 
 MODEL = "smollm2-135m"
 pytestmark = pytest.mark.skipif(MODEL not in pretrained.available_models(), reason="SmolLM2 not installed")
@@ -61,6 +61,31 @@ def test_hosted_real_model_next_token_draws_or_names_a_change_that_works(hosted)
         at = run_page("pages/real_model.py", rm_model=MODEL, rm_text=SHORT, rm_loss="synthetic")
         assert not at.warning and not at.error
     assert at.get("plotly_chart")
+
+
+def test_a_window_that_does_not_fit_names_the_change_that_draws_it(hosted, monkeypatch):
+    """A server whose budget holds one row of ``W_Q[0]`` under the synthetic loss but not under the
+    next-token loss (its LM head): the refusal names the synthetic loss, in a sentence, and that change
+    draws the window."""
+    import dataclasses
+
+    from hessviz import cost
+
+    cfg = hosted.real_config(MODEL, SHORT)
+    cols = cfg.shape_of("W_Q[0]")[1]
+    synthetic = cost.real_window_cost(cfg, "W_Q[0]", cols).seconds
+    own = cost.real_window_cost(cfg, "W_Q[0]", cols, pretrained.model_info(MODEL).vocab_size).seconds
+    assert synthetic < own
+    monkeypatch.setattr(
+        hosted, "LIMITS", dataclasses.replace(hosted.LIMITS, max_seconds=(synthetic + own) / 2)
+    )
+    at = run_page("pages/real_model.py", rm_model=MODEL, rm_text=SHORT, rm_loss="next token")
+    refusal = at.warning[0].value
+    assert "Too much for this server" in refusal and "Choose a shorter text, or Loss = synthetic" in refusal
+    assert not any("Hessian of W_Q[0]" in t for t in titles(at))
+    at.segmented_control(key="rm_loss").set_value("synthetic").run()
+    assert not at.exception
+    assert any("Hessian of W_Q[0]" in t for t in titles(at)), titles(at)
 
 
 def test_the_work_bound_stops_a_computation_while_it_runs():
