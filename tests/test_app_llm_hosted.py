@@ -63,6 +63,17 @@ def test_hosted_real_model_next_token_draws_or_names_a_change_that_works(hosted)
     assert at.get("plotly_chart")
 
 
+def test_whole_model_sends_a_students_text_to_the_view_that_computes_it(hosted):
+    """SmolLM2's whole-model table is stored (one fixed text); the page names where a typed text is
+    computed, and that link's view draws the model's next-token loss on the hosted profile."""
+    at = run_page("pages/whole_model.py", wm_model=MODEL)
+    link = [m.value for m in at.markdown if "On your own text" in m.value]
+    assert link and f"real_model?rm_model={MODEL}&rm_loss=next+token" in link[0]
+    at = run_page("pages/real_model.py", rm_model=MODEL, rm_loss="next token", rm_text=SHORT)
+    assert "next-token loss" in at.info[0].value and not at.error
+    assert any("Hessian of W_Q[0]" in t for t in titles(at))
+
+
 def test_a_window_that_does_not_fit_names_the_change_that_draws_it(hosted, monkeypatch):
     """A server whose budget holds one row of ``W_Q[0]`` under the synthetic loss but not under the
     next-token loss (its LM head): the refusal names the synthetic loss, in a sentence, and that change

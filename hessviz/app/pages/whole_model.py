@@ -12,6 +12,9 @@ from hessviz.app import budget, stored_tables
 from hessviz.app import whole_model as wm
 from hessviz.memory import format_bytes
 
+OWN_TEXT = "real_model?rm_model={model}&rm_loss=next+token"
+"""The Real model page on a stored-table model's last layer under its next-token loss, where a typed text
+is computed (the whole model's table on a new text is hours of one core)."""
 STAT_LABELS = {"top": "λ_max(H[t, t])", "trace": "tr H[t, t]", "grad_norm": "‖∂ℓ/∂t‖_F"}
 
 hva.link_only()
@@ -121,6 +124,11 @@ if stored is not None:
         "**Precomputed, not live** (a table of every weight of 30 layers is hours of one core): "
         + stored_tables.describe(stored),
         icon=":material/functions:",
+    )
+    st.markdown(
+        f"**On your own text:** the Real model page computes {info.name}'s last layer on any short text "
+        "under this same next-token loss, on every server: its gradient per block, a window of its exact "
+        f"Hessian and its per-block curvature ([open it]({OWN_TEXT.format(model=model)}))."
     )
     st.subheader("Every weight of every layer")
     table = stored_tables.part(stored, stack, stored_tables.WEIGHTS)
