@@ -43,7 +43,7 @@ model = hva.select(
     help="the small models trained here on Python's help text (4 layers, d = 128), and "
     "SmolLM2-135M from its GGUF file (30 layers, d = 576)",
 )
-with hva.guard("the model"):
+with st.spinner("Reading the model's configuration and tokenizer…"), hva.guard("the model"):
     info = pretrained.model_info(model)
 c1.caption(info.describe())
 stored = None
