@@ -68,10 +68,18 @@ TABLE_LANCZOS_PRODUCTS = 20
 """Products a block's top eigenvalue takes in :func:`hessviz.matfree.block_table`, as it runs (13-15
 measured on the paper's blocks; :func:`lanczos_products` is the bound that sizes memory)."""
 REORTH_S = 1e-9  # SLQ full reorthogonalisation: REORTH_S · steps² · P per probe
-REAL_PRODUCT_S = 2.1e-10
-"""Seconds per product column per ``L · P`` on one core of a real layer, calibrated on MiniLM's layer 3.
-The generic :func:`matvec_cost` is calibrated on the paper's blocks and over-estimates a real layer's
-batched products (both calibrations: ``benchmarks/COST.md``)."""
+REAL_PRODUCT_S = 1.2e-10
+"""Seconds per product column per ``L · P`` on one core of a real layer: 2.1e-10 on MiniLM's layer 3
+(``benchmarks/COST.md``), 0.6-1.5e-10 on SmolLM2-135M's last layer, less on longer texts
+(``benchmarks/REAL_LLM.md``); the value between keeps both within 2×. The generic :func:`matvec_cost` is
+calibrated on the paper's blocks and over-estimates a real layer's batched products."""
+REAL_LANCZOS_PRODUCTS = 10
+"""Products a real layer's block takes for its top eigenvalue in
+:func:`hessviz.pretrained.explore.curvature_table`, as it runs (SmolLM2: 134 products for 9 blocks
+with 6 Hutch++ samples each)."""
+GRADIENT_S = 0.04
+"""Seconds of a real layer's closed-form gradient besides its one product column (its forward pass and
+the block norms; SmolLM2's last layer: 0.04-0.05 s)."""
 
 
 @dataclass(frozen=True)
@@ -185,8 +193,18 @@ def sweep_point_cost(cfg: BlockConfig, weight_count: int) -> float:
         + 3 * norm_cost(weight_count, weight_count)
     )
     if cfg.is_stack:
-        per += (cfg.n_layers - 1) * matvec_cost(cfg.block, columns=2 * cfg.seq_len * cfg.d_model)
+        per += (
+            STACK_CARRY * (cfg.n_layers - 1) * matvec_cost(cfg.block, columns=2 * cfg.seq_len * cfg.d_model)
+        )
     return per
+
+
+STACK_CARRY = 0.2
+"""The share of :func:`matvec_cost`'s ``2 L d`` columns that carrying a stack's curvature down one block
+costs as :func:`hessviz.sweeps.point` runs it (the columns go through in one batched map): 0.02 s per
+block above the first at the app's default block against 0.1 s estimated before, which refused the
+hosted Scaling page's layers axis and Depth's three layers at their default sizes (issue 44).
+Measured by ``benchmarks/real_llm_estimates.py --stack`` (``benchmarks/REAL_LLM.md``)."""
 
 
 def attention_case_cost(cfg: BlockConfig) -> Cost:
@@ -331,31 +349,130 @@ def window_bytes(cfg: BlockConfig, name: str, size: int) -> int:
     return 8 * size * size + 2 * (3 * 8 * WINDOW_CHUNK * n + 2 * BATCH * _tape_column(cfg))
 
 
-def real_window_cost(cfg: BlockConfig, name: str, size: int) -> Cost:
-    """:func:`hessviz.pretrained.explore.slice_window` for ``size`` entries of ``name``: ``size`` columns."""
+def real_window_cost(cfg: BlockConfig, name: str, size: int, vocab: int = 0) -> Cost:
+    """:func:`hessviz.pretrained.explore.slice_window` for ``size`` entries of ``name``: ``size`` columns,
+    and with ``vocab`` (a model's own next-token loss through its LM head) the head's work
+    (:func:`head_cost`)."""
+    head = head_cost(cfg, vocab, size)
     return Cost(
-        real_product_seconds(cfg, size),
-        window_bytes(cfg, name, size),
-        f"the exact Hessian block of {size:,} entries ({size:,} products)",
+        real_product_seconds(cfg, size) + head.seconds,
+        window_bytes(cfg, name, size) + head.bytes,
+        f"the exact Hessian block of {size:,} entries ({size:,} products{head.what})",
         size,
     )
 
 
-def real_table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: int) -> Cost:
+def real_table_cost(cfg: BlockConfig, blocks: list[tuple[str, int]], samples: int, vocab: int = 0) -> Cost:
     """:func:`hessviz.pretrained.explore.curvature_table` for ``blocks`` (``(name, size)``): per
     block ≤ ``EXACT_BLOCK`` entries its size in columns, per larger block Lanczos
-    (:func:`lanczos_products` single products) and ``samples`` Hutch++ columns.
+    (:data:`REAL_LANCZOS_PRODUCTS` single products, as it runs) and ``samples`` Hutch++ columns; with
+    ``vocab``, the LM head's work (:func:`head_cost`).
     Memory: the layer's result (about 8 vectors of ``P``) and 24 vectors of the largest block (the
     Lanczos basis, Hutch++'s sketch), 8 bytes each: MiniLM's layer at 23 tokens peaked 140 MiB above
     its inputs for the attention weights (estimate 142 MB) and 150 MiB for the FFN (227 MB)."""
-    columns = sum(n if n <= EXACT_BLOCK else lanczos_products(1) + samples for _, n in blocks)
+    columns = sum(n if n <= EXACT_BLOCK else REAL_LANCZOS_PRODUCTS + samples for _, n in blocks)
     largest = max((n for _, n in blocks), default=0)
+    head = head_cost(cfg, vocab, columns, table_calls(blocks, samples))
     return Cost(
-        real_product_seconds(cfg, columns),
-        8 * (8 * cfg.num_params + 24 * largest),
-        f"the table of {len(blocks)} blocks ({columns:,} products)",
+        real_product_seconds(cfg, columns) + head.seconds,
+        8 * (8 * cfg.num_params + 24 * largest) + head.bytes,
+        f"the table of {len(blocks)} blocks (about {columns:,} products{head.what})",
         columns,
     )
+
+
+def real_gradient_cost(cfg: BlockConfig, vocab: int = 0) -> Cost:
+    """:func:`hessviz.pretrained.explore.gradient_blocks`: one closed-form gradient of the layer
+    (about one product column) and, with ``vocab``, the head's value and gradient (no curvature)."""
+    head = head_cost(cfg, vocab, 0)
+    return Cost(
+        GRADIENT_S + real_product_seconds(cfg, 1) + head.seconds,
+        8 * 4 * cfg.num_params + head.bytes,
+        f"the gradient of the layer{head.what}",
+    )
+
+
+SETUP_S = 1.5e-8
+"""Seconds per weight of a real model's layers to read them (float64) and run a text through them
+(SmolLM2-135M's 106 M layer weights: 1.4 s; :func:`real_setup_seconds`)."""
+
+
+def real_setup_seconds(weights: int) -> float:
+    """Reading ``weights`` layer weights and running a text through them, the first time a model and a
+    text are drawn (all layers kept, or read one at a time and dropped: the same work)."""
+    return SETUP_S * weights
+
+
+HEAD_S = 2.6e-11
+"""Seconds per multiply-add of a next-token head's products on one core (SmolLM2-135M,
+``benchmarks/real_llm_estimates.py``, ``benchmarks/REAL_LLM.md``)."""
+HEAD_CALL_S = 1.4e-9
+"""… and per entry of the head ``(V, d)`` for each product call, whatever its columns: a call reads the
+head twice (the logits, then back through it), 0.04 s for SmolLM2's 28 M entries in float64, so a
+Lanczos run's single products cost 3-4× the flops' time per column."""
+HEAD_BLOCKS_S = 3.9e-11
+"""… of building its token-wise ``(L, d, d)`` blocks (an einsum: 13.3 s for SmolLM2 at 21 tokens)."""
+HEAD_FIXED_S = 0.1
+"""Seconds of placing the head at the last hidden states besides its value and gradient (SmolLM2)."""
+
+
+def product_calls(columns: int) -> int:
+    """Product calls for ``columns`` columns taken :data:`BATCH` at a time (a window's)."""
+    return -(-columns // BATCH)
+
+
+def table_calls(blocks: list[tuple[str, int]], samples: int) -> int:
+    """Product calls of a real layer's curvature table: an exact block's columns :data:`BATCH` at a time,
+    a large block's Lanczos one at a time and its Hutch++ samples :data:`BATCH` at a time."""
+    return sum(
+        product_calls(n) if n <= EXACT_BLOCK else REAL_LANCZOS_PRODUCTS + product_calls(samples)
+        for _, n in blocks
+    )
+
+
+def _head_seconds(cfg: BlockConfig, vocab: int, columns: int, calls: int) -> tuple[float, float]:
+    """``(as products, as blocks)``: seconds of a head's curvature for ``columns`` columns in ``calls``."""
+    L, d = cfg.seq_len, cfg.d_model
+    products = HEAD_CALL_S * vocab * d * calls + HEAD_S * 2 * L * vocab * d * columns
+    return products, HEAD_BLOCKS_S * L * vocab * d * d
+
+
+def head_blocks(cfg: BlockConfig, vocab: int, columns: int, calls: int) -> bool:
+    """Does a computation of ``columns`` product columns in ``calls`` calls under a next-token head take
+    the head's token-wise curvature as ``(L, d, d)`` blocks (built once: ``HEAD_BLOCKS_S · L V d²``)
+    rather than its product (``HEAD_CALL_S · V d`` per call and ``HEAD_S · 2 L V d`` per column)?
+    Whichever is estimated cheaper; no columns (a gradient) build no blocks."""
+    if not columns:
+        return False
+    products, blocks = _head_seconds(cfg, vocab, columns, calls)
+    return blocks < products
+
+
+def head_cost(cfg: BlockConfig, vocab: int, columns: int, calls: int | None = None) -> Cost:
+    """The LM head's share of a real layer's computation under the model's own next-token loss
+    (:class:`hessviz.losses.NextToken` with a vocabulary of ``vocab``; 0: no head, no cost): the
+    value and gradient (``2 L V d``), then the curvature of ``columns`` columns in ``calls`` calls
+    (default :func:`product_calls`), as blocks or as products (:func:`head_blocks`). The SmolLM2 view
+    the issue timed (49,152 tokens × a 400-character text) spent minutes here while the estimate left
+    it out. Bytes: the token-wise blocks, or the logits of a chunk of positions for a product of
+    :data:`BATCH` columns (at most :data:`HEAD_CHUNK_BYTES`); the head ``(V, d)`` itself is held once
+    per model, not per view."""
+    if not vocab:
+        return Cost(0.0, 0, "")
+    L, d = cfg.seq_len, cfg.d_model
+    calls = product_calls(columns) if calls is None else calls
+    blocks = head_blocks(cfg, vocab, columns, calls)
+    curvature = min(_head_seconds(cfg, vocab, columns, calls)) if columns else 0.0
+    return Cost(
+        HEAD_FIXED_S + HEAD_S * 2 * L * vocab * d + curvature,
+        8 * L * d * d if blocks else min(HEAD_CHUNK_BYTES, 8 * L * vocab * (2 * BATCH + 3)),
+        f" and the LM head of {vocab:,} tokens",
+    )
+
+
+HEAD_CHUNK_BYTES = 64 << 20
+"""The most bytes one chunk of a next-token head's logits takes (:func:`head_cost`; the head sizes its
+chunks to a share of the memory guard's limit, :func:`hessviz.losses.next_token.default_chunk`)."""
 
 
 # ----------------------------------------------------------------------------- whole runs, the tape first

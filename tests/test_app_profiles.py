@@ -170,9 +170,10 @@ def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
 
 def test_the_depth_pages_default_view_is_affordable_when_hosted():
     """The Depth page prices each of its points at its own stack depth (2 placements × 2 seeds × the
-    2-block profile and stacks of 1…4 blocks: 3.4 s estimated, 2.6 s of CPU measured on one core,
-    ``hessviz.cost.sweep_point_cost``), not every point at the deepest stack (7.3 s, refused): the
-    default view is drawn on the hosted profile; five seeds are still refused, saying what to lower."""
+    2-block profile and stacks of 1…4 blocks, ``hessviz.cost.sweep_point_cost``), not every point at the
+    deepest stack: the default view is drawn on the hosted profile; twenty seeds are refused, saying
+    what to lower. (The carried curvature is priced as it runs, ``hessviz.cost.STACK_CARRY``: 0.8 s
+    estimated for the default view; ``/depth?layers=3`` ran 1.25 s of CPU for the whole page, issue 44.)"""
     from hessviz import sweeps
 
     view = state.View.from_values({})
@@ -184,9 +185,9 @@ def test_the_depth_pages_default_view_is_affordable_when_hosted():
     assert budget.check(default, HOSTED, one).ok
     deep = view.with_values(norm="post", layers=sweeps.DEFAULT_GRIDS["layers"][-1]).cfg
     deepest = budget.cost("sweep", deep, points=len(points), weight_count=weight_count)
-    assert default.seconds < deepest.seconds and not budget.check(deepest, HOSTED, one).ok
-    five = budget.check(budget.cost("depth", one, depth=2, seeds=5, weight_count=weight_count), HOSTED, one)
-    assert not five.ok and "this server allows" in five.reason
+    assert default.seconds < deepest.seconds
+    many = budget.check(budget.cost("depth", one, depth=2, seeds=20, weight_count=weight_count), HOSTED, one)
+    assert not many.ok and "this server allows" in many.reason
 
 
 def test_a_view_stops_once_its_computations_pass_the_work_bound():
@@ -237,6 +238,9 @@ class _LeavesAfter:
 
     def hold(self, gate):
         return gate.slot()
+
+    def begin(self, limit: float, profile: str = "") -> None:
+        pass
 
     def charge(self, seconds: float, limit: float, profile: str = "") -> None:
         pass

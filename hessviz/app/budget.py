@@ -197,12 +197,16 @@ class OverBudget(HessvizError):
 
 
 def over_budget(what: str, used: float, lim_seconds: float, profile: str) -> OverBudget:
-    """The one-line refusal of a view stopped by the work bound (``used``: CPU seconds spent)."""
-    return OverBudget(
+    """The one-line refusal of a view stopped by the work bound (``used``: CPU seconds spent). Its
+    ``stopped`` attribute is the sentence without the generic advice, for a page that names its own
+    controls (:func:`hessviz.app.ui.guard`'s ``advice``)."""
+    stopped = (
         f"{what[0].upper() + what[1:]} was stopped after {used:,.1f} s of computation: this "
-        f"server allows about {lim_seconds:g} s per view ({profile} profile). What was "
-        "computed is kept; lower d, d_ff or L, choose a smaller block, or use fewer seeds."
+        f"server allows about {lim_seconds:g} s per view ({profile} profile). What was computed is kept."
     )
+    err = OverBudget(f"{stopped[:-1]}; lower d, d_ff or L, choose a smaller block, or use fewer seeds.")
+    err.stopped = stopped
+    return err
 
 
 @dataclass(frozen=True)

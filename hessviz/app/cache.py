@@ -224,12 +224,14 @@ class Store:
                     start, t0, cpu0 = time.time(), time.perf_counter(), time.thread_time()
                     depth = getattr(self._depth, "n", 0)
                     self._depth.n = depth + 1
+                    if depth == 0 and math.isfinite(seconds):
+                        status.begin(self.work_limit, self.profile)  # the guard counts from here
                     try:
                         value = _readonly(compute())
                     finally:
                         self._depth.n = depth
-                    if depth == 0 and math.isfinite(seconds):
-                        status.charge(time.thread_time() - cpu0, self.work_limit, self.profile)
+                        if depth == 0 and math.isfinite(seconds):
+                            status.charge(time.thread_time() - cpu0, self.work_limit, self.profile)
                     runlog.computed(key, start, time.perf_counter() - t0, heavy)
                     size = nbytes(value)
                     with self._lock:
@@ -740,12 +742,48 @@ def _precomputed(key: tuple) -> dict | None:
     return None if PRECOMPUTED is None else precomputed.lookup(key, PRECOMPUTED)
 
 
-def _real(key: tuple, compute: Callable[[], dict], reserve: int, what: str) -> dict:
-    """The precomputed entry of ``key``, or the cached (or computed) one."""
+def _real(
+    key: tuple, compute: Callable[[], dict], reserve: int, what: str, seconds: float = math.inf
+) -> dict:
+    """The precomputed entry of ``key``, or the cached (or computed) one (``seconds``: its estimate, for
+    the gate and the work bound)."""
     hit = _precomputed(key)
     if hit is not None:
         return hit
-    return STORE.get(("real",) + key, compute, reserve, what)
+    return STORE.get(("real",) + key, compute, reserve, what, seconds)
+
+
+def head_vocab(model: str, loss: str) -> int:
+    """The vocabulary of ``model``'s LM head when ``loss`` is its next-token loss (the head's work enters
+    every estimate, :func:`hessviz.cost.head_cost`), else 0."""
+    from hessviz import pretrained
+
+    return pretrained.model_info(model).vocab_size if loss == loss_keys.NEXT_TOKEN else 0
+
+
+def stack_bytes(model: str) -> int:
+    """Bytes of every layer of ``model`` in float64 (what :func:`real_stack` holds)."""
+    from hessviz import pretrained
+
+    info = pretrained.model_info(model)
+    return info.n_layers * info.block.num_params * 8
+
+
+def stack_fits(model: str) -> bool:
+    """Are all of ``model``'s layers kept in memory (:func:`real_stack`, within half of this server's
+    results)? If not (SmolLM2's 810 MiB on the hosted profile), its layers are read one at a time for
+    the hidden states and only the layer drawn is kept (:func:`real_layer`)."""
+    return stack_bytes(model) <= LEDGER.capacity // 2
+
+
+def real_setup_seconds(model: str, text: str) -> float:
+    """Estimated seconds to read ``model``'s layers and run ``text`` through them (0 once done)."""
+    if ("real_states", model, text) in STORE:
+        return 0.0
+    from hessviz import pretrained
+
+    info = pretrained.model_info(model)
+    return cost.real_setup_seconds(info.n_layers * info.block.num_params)
 
 
 def real_ready(key: tuple) -> bool:
@@ -767,9 +805,23 @@ def real_stack(model: str) -> list:
     def compute() -> list:
         return pretrained.load_model(model, device=device())
 
+    return STORE.get(("real_stack", model), compute, stack_bytes(model), f"the weights of {model}")
+
+
+def real_layer(model: str, layer: int) -> tuple:
+    """``(cfg, params)`` of one layer of ``model``: from :func:`real_stack` where it fits this server,
+    else read alone (float64) and kept by itself."""
+    from hessviz import pretrained
+
+    if stack_fits(model):
+        return real_stack(model)[layer]
     info = pretrained.model_info(model)
-    weights = info.n_layers * info.block.num_params * 8
-    return STORE.get(("real_stack", model), compute, weights, f"the weights of {model}")
+    return STORE.get(
+        ("real_layer", model, int(layer)),
+        lambda: pretrained.load_layer(model, layer, device=device()),
+        8 * info.block.num_params,
+        f"layer {layer} of {model}",
+    )
 
 
 def real_states(model: str, text: str) -> dict:
@@ -779,7 +831,8 @@ def real_states(model: str, text: str) -> dict:
 
     def compute() -> dict:
         ids = pretrained.token_ids(model, text)
-        states = pretrained.hidden_states(model, ids, layers=real_stack(model), device=device())
+        layers = real_stack(model) if stack_fits(model) else None  # else read one layer at a time
+        states = pretrained.hidden_states(model, ids, layers=layers, device=device())
         return {
             "ids": np.array(ids),
             "tokens": pretrained.token_strings(model, ids),
@@ -787,7 +840,9 @@ def real_states(model: str, text: str) -> dict:
         }
 
     info = pretrained.model_info(model)
-    size = (info.n_layers + 1) * info.max_positions * info.d_model * 8
+    size = (info.n_layers + 1) * len(real_tokens(model, text)) * info.d_model * 8
+    if not stack_fits(model):  # read one layer at a time: the layer being read and its forward pass
+        size += 8 * info.block.num_params + cost.forward_bytes(real_config(model, text))
     return STORE.get(("real_states", model, text), compute, size, f"the hidden states of the text in {model}")
 
 
@@ -815,13 +870,19 @@ SYNTHETIC = loss_keys.SYNTHETIC
 name a model's own objective (:func:`hessviz.pretrained.loss_keys.parse_loss`, on the last layer)."""
 
 
-def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHETIC) -> tuple:
+def real_inputs(
+    model: str, layer: int, text: str, seed: int, loss: str = SYNTHETIC, blocks: bool = False
+) -> tuple:
     """``(cfg, params, X, Y, custom)`` of layer ``layer`` on ``text``: ``cfg.seq_len`` is the text's
     length, ``X`` the hidden state entering the layer. With ``loss = "synthetic"``, ``Y`` is the app's
     synthetic target (seeded :func:`hessviz.sample_inputs` for the layer's loss, ``mse``:
     ``Y ~ N(0, 1)``) and ``custom`` is None; otherwise ``Y`` is None and ``custom`` the model's own
-    objective at the layer's output as a :class:`hessviz.CustomLoss` (the last layer only)."""
-    cfg, params = real_stack(model)[layer]
+    objective at the layer's output as a :class:`hessviz.CustomLoss` (the last layer only), its
+    curvature as token-wise blocks only with ``blocks`` (where the products to come pay for building
+    them, :func:`hessviz.cost.head_blocks`; a gradient builds none), else as its product."""
+    from hessviz import pretrained
+
+    cfg, params = real_layer(model, layer)
     states = real_states(model, text)
     X = _tensor(states["states"][layer]).to(device())
     cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
@@ -829,10 +890,10 @@ def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHE
     if not choice.own:
         _, Y = hv.sample_inputs(cfg, seed=seed, device=device())
         return cfg, params, X, Y, None
-    if layer != len(real_stack(model)) - 1:
+    last = pretrained.model_info(model).n_layers - 1
+    if layer != last:
         raise hv.ConfigError(
-            f"loss {choice.kind!r} is the model's objective on its last hidden "
-            f"states: choose layer {len(real_stack(model)) - 1}"
+            f"loss {choice.kind!r} is the model's objective on its last hidden states: choose layer {last}"
         )
     Z = _tensor(states["states"][layer + 1]).to(device())
     obj = loss_keys.objective_at(
@@ -842,7 +903,7 @@ def real_inputs(model: str, layer: int, text: str, seed: int, loss: str = SYNTHE
         lambda other: _tensor(real_states(model, other)["states"][-1]).to(device()),
         lambda: real_head(model),
     )
-    return cfg, params, X, None, obj.custom_loss()
+    return cfg, params, X, None, obj.custom_loss(blocks)
 
 
 def real_head(model: str):
@@ -915,8 +976,12 @@ def real_window(
     """``(size, size)``: the exact Hessian block of entries ``start …`` of the head slice ``name``
     (:func:`hessviz.pretrained.explore.window`, closed-form products)."""
 
+    cfg = real_config(model, text)
+    vocab = head_vocab(model, loss)
+    blocks = cost.head_blocks(cfg, vocab, size, cost.product_calls(size))
+
     def compute() -> dict:
-        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
+        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss, blocks)
         return {
             "B": explore.window(
                 cfg,
@@ -933,8 +998,8 @@ def real_window(
         }
 
     key = window_key(model, layer, text, seed, name, start, size, term_name, loss)
-    reserve = cost.window_bytes(real_config(model, text), name, size)
-    return _real(key, compute, reserve, f"the Hessian block of {name}")["B"]
+    c = cost.real_window_cost(cfg, name, size, vocab)
+    return _real(key, compute, c.bytes, f"the Hessian block of {name}", c.seconds)["B"]
 
 
 def table_key(
@@ -974,8 +1039,14 @@ def real_block_table(
     """:func:`hessviz.pretrained.explore.curvature_table` of the real layer: top eigenvalue and
     trace of each diagonal block in ``blocks``, matrix-free (probes from :data:`TABLE_SEED`)."""
 
+    cfg = real_config(model, text)
+    sized = [(b, cfg.param_size(cfg.sort_names((b,))[0])) for b in blocks]
+    vocab = head_vocab(model, loss)
+    c = cost.real_table_cost(cfg, sized, samples, vocab)
+    head_blocks = cost.head_blocks(cfg, vocab, c.products, cost.table_calls(sized, samples))
+
     def compute() -> dict:
-        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
+        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss, head_blocks)
         return explore.curvature_table(
             cfg,
             params,
@@ -990,7 +1061,7 @@ def real_block_table(
         )
 
     key = table_key(model, layer, text, seed, term_name, blocks, samples, loss)
-    return _real(key, compute, 1 << 16, f"the heterogeneity table of layer {layer}")
+    return _real(key, compute, c.bytes, f"the heterogeneity table of layer {layer}", c.seconds)
 
 
 def real_gradients(
@@ -1004,7 +1075,8 @@ def real_gradients(
         return {"names": names, "norms": norms, "sizes": sizes}
 
     key = ("gradients", model, text, int(layer), loss, target_seed(loss, seed), bool(by_head))
-    return _real(key, compute, 1 << 14, f"the gradient norms of layer {layer}")
+    c = cost.real_gradient_cost(real_config(model, text), head_vocab(model, loss))
+    return _real(key, compute, c.bytes, f"the gradient norms of layer {layer}", c.seconds)
 
 
 # ----------------------------------------------------------------------------- whole models

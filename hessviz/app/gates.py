@@ -258,7 +258,7 @@ class Ledger:
 
     def _refuse(self, nbytes: int, what: str) -> SizeError:
         return SizeError(
-            f"{what} needs about {format_bytes(nbytes)}; this server keeps at most "
+            f"{what} would take about {format_bytes(nbytes)}; this server keeps at most "
             f"{format_bytes(self.capacity)} of results for all visitors",
             needed_bytes=nbytes,
             limit_bytes=self.capacity,

@@ -34,6 +34,9 @@ def _threads() -> None:
 
 def main() -> None:
     """One run of the app (Streamlit calls the script, the script calls this)."""
+    from hessviz.app import running
+
+    running.show()  # first: a cold server's first run imports for seconds before it draws anything
     st.secrets.load_if_toml_exists()  # root-level secrets (HESSVIZ_PROFILE = "hosted") become env vars
     _threads()
     from hessviz import app as hva

@@ -86,6 +86,8 @@ class Status:
         self._holding = False
         self.work, self.work_limit, self.profile = 0.0, math.inf, ""
         """CPU seconds this run's computations used (:meth:`charge`), and the bound on them."""
+        self._since: float | None = None
+        """Thread CPU clock when the computation now running began (:meth:`begin`), else None."""
 
     def hold(self, gate) -> contextlib.AbstractContextManager:
         """Take a slot of ``gate`` at the first computation and keep it until the guard ends, so a
@@ -95,17 +97,31 @@ class Status:
             self._holding = True
         return contextlib.nullcontext()
 
+    def begin(self, limit: float, profile: str = "") -> None:
+        """A charged computation starts: from now on :meth:`checkpoint` counts the CPU it has used so
+        far, so a computation that runs past ``limit`` stops at its next progress step, not after it
+        ends (the SmolLM2 view of issue 44 ran 427 s of CPU under a 360 s bound)."""
+        self._since = time.thread_time()
+        self.work_limit, self.profile = limit, profile
+
+    def used(self) -> float:
+        """CPU seconds of this run's computations, the one running included."""
+        return self.work + (0.0 if self._since is None else time.thread_time() - self._since)
+
     def charge(self, seconds: float, limit: float, profile: str = "") -> None:
-        """Add ``seconds`` of CPU that this run's computations used; the next :meth:`checkpoint`
-        raises :class:`hessviz.app.budget.OverBudget` once they are over ``limit``."""
+        """Add ``seconds`` of CPU that this run's computations used (the one :meth:`begin` started
+        ends); the next :meth:`checkpoint` raises :class:`hessviz.app.budget.OverBudget` once they are
+        over ``limit``."""
         self.work += seconds
+        self._since = None
         self.work_limit, self.profile = limit, profile
 
     def checkpoint(self) -> None:
         if not session_alive():
             raise Cancelled(self.what)
-        if self.work > self.work_limit:
-            raise budget.over_budget(self.what, self.work, self.work_limit / budget.WORK_FACTOR, self.profile)
+        used = self.used()
+        if used > self.work_limit:
+            raise budget.over_budget(self.what, used, self.work_limit / budget.WORK_FACTOR, self.profile)
 
     def _show(self, kind: str, text: str, value: float | None = None) -> None:
         now = time.monotonic()
@@ -149,6 +165,9 @@ class _Quiet:
     what = "this computation"
 
     def checkpoint(self) -> None:
+        pass
+
+    def begin(self, limit: float, profile: str = "") -> None:
         pass
 
     def charge(self, seconds: float, limit: float, profile: str = "") -> None:

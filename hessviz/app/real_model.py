@@ -107,21 +107,34 @@ def _free(what: str) -> budget.Verdict:
     return budget.Verdict(True, cost.Cost(0.0, 0, what), "", "")
 
 
+def shorter(vocab: int) -> str:
+    """The changes that lower every view's work on this page, the one that always works last: a shorter
+    text, and under a next-token loss (``vocab``: its head's tokens) the synthetic loss, which has no
+    LM head."""
+    return "a shorter text, or Loss = synthetic (no LM head)" if vocab else "a shorter text"
+
+
 def window_rows(
-    cfg: BlockConfig, name: str, n_rows: int, lim: Limits, ready: Callable[[int], bool] = lambda rows: False
+    cfg: BlockConfig,
+    name: str,
+    n_rows: int,
+    lim: Limits,
+    ready: Callable[[int], bool] = lambda rows: False,
+    vocab: int = 0,
 ) -> tuple[int, budget.Verdict]:
     """``(rows, verdict)``: ``n_rows`` when a window of that many rows of ``name`` is ``ready``
     (precomputed or cached) or fits ``lim``, else the most rows that do (the verdict is that of the
-    rows returned; not ok when not even one row fits)."""
+    rows returned; not ok when not even one row fits: its advice then names only what can help,
+    a shorter text or the synthetic loss). ``vocab``: the LM head's tokens under a next-token loss."""
     cols = cfg.shape_of(name)[1]
     for k in [n_rows] + [k for k in reversed(row_counts(*cfg.shape_of(name))) if k < n_rows]:
         if ready(k):
             return k, _free(f"the exact Hessian block of {k * cols:,} entries (at hand)")
         verdict = budget.check(
-            cost.real_window_cost(cfg, name, k * cols),
+            cost.real_window_cost(cfg, name, k * cols, vocab),
             lim,
             cfg,
-            f"choose fewer rows of {name}, or a shorter text",
+            f"Choose {shorter(vocab)}." if k == 1 else f"Choose fewer rows of {name}, or {shorter(vocab)}.",
         )
         if verdict.ok:
             return k, verdict
@@ -135,11 +148,13 @@ def reduced_table(
     samples: int,
     lim: Limits,
     ready: Callable[[tuple[str, ...], int], bool] = lambda blocks, samples: False,
+    vocab: int = 0,
 ) -> tuple[str, int, budget.Verdict]:
     """``(part, samples, verdict)``: the chosen part and products when they are ``ready`` or fit
     ``lim``, else the first smaller choice that does: fewer products (:data:`FEWEST_SAMPLES`), then
     each single part of the layer (:data:`hessviz.pretrained.explore.PARTS`). Not ok (with the
-    verdict on the choice) when nothing fits."""
+    verdict on the choice) when nothing fits: none of those is then worth naming, and its advice is
+    what is left (:func:`shorter`). ``vocab``: the LM head's tokens under a next-token loss."""
     tries = [(part, samples), (part, FEWEST_SAMPLES)]
     tries += [(p, s) for p in explore.PARTS[1:] if p != part for s in (samples, FEWEST_SAMPLES)]
     first = None
@@ -150,10 +165,7 @@ def reduced_table(
         if ready(tuple(n for n, _ in blocks), s):
             return p, s, _free(f"the table of {len(blocks)} blocks (at hand)")
         verdict = budget.check(
-            cost.real_table_cost(cfg, blocks, s),
-            lim,
-            cfg,
-            "choose blocks = weights, one part of the layer, fewer products, or a shorter text",
+            cost.real_table_cost(cfg, blocks, s, vocab), lim, cfg, f"Choose {shorter(vocab)}."
         )
         first = first or (part, samples, verdict)
         if verdict.ok:

@@ -174,16 +174,19 @@ and its dot."""
 
 
 def sentence(text: object) -> str:
-    """``text`` (an error's words) as the start of a sentence: its first word capitalised when it is
-    an ordinary lower-case word. A name the visitor types or reads as it is (``d_model``, ``eps:``,
-    ``mlp='gated'``, ``smollm2-135m``) keeps its case.
+    """``text`` (an error's words) as a sentence: its first word capitalised when it is an ordinary
+    lower-case word, and a full stop at its end. A name the visitor types or reads as it is
+    (``d_model``, ``eps:``, ``mlp='gated'``, ``smollm2-135m``) keeps its case.
 
     >>> sentence("the weights of smollm2-135m need about 810 MiB"), sentence("d_model must be >= 2")
-    ('The weights of smollm2-135m need about 810 MiB', 'd_model must be >= 2')
+    ('The weights of smollm2-135m need about 810 MiB.', 'd_model must be >= 2.')
     """
-    text = str(text)
+    text = str(text).strip()
+    if not text:
+        return ""
     word = text.split(" ", 1)[0]
-    return text[:1].upper() + text[1:] if word.isalpha() and word.islower() else text
+    text = text[:1].upper() + text[1:] if word.isalpha() and word.islower() else text
+    return text if text[-1] in ".!?)" else text + "."
 
 
 def plain(text: object) -> str:

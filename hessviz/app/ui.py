@@ -81,12 +81,13 @@ def explain(text: str, *formulas: str) -> None:
 
 
 @contextlib.contextmanager
-def guard(what: str = "this computation") -> Iterator[progress.Status]:
+def guard(what: str = "this computation", advice: str = "") -> Iterator[progress.Status]:
     """Compute inside: a hessviz error (bad size, bad input, over budget) becomes a message and
-    stops the page, never a traceback. The error's own words are drawn as plain text: a message
-    may repeat a visitor's text (a loss key's sentence, a folder typed). Yields the
-    :class:`~hessviz.app.progress.Status` that shows the queue place and progress; the
-    computation stops when the visitor leaves."""
+    stops the page, never a traceback. The error's own words are drawn as plain text (a sentence:
+    :func:`hessviz.app.state.sentence`): a message may repeat a visitor's text (a loss key's sentence, a folder typed).
+    ``advice``: what the visitor can change when it is too large or too slow (the page's own words;
+    without it, the size controls). Yields the :class:`~hessviz.app.progress.Status` that shows the
+    queue place and progress; the computation stops when the visitor leaves."""
     status = progress.open_status(what)
     try:
         yield status
@@ -94,16 +95,21 @@ def guard(what: str = "this computation") -> Iterator[progress.Status]:
         st.stop()  # nobody is watching: drop the run quietly
     except hv.SizeError as err:
         st.error(
-            f"**{state.sentence(what)} is too large for this server.** {state.plain(state.sentence(err))}",
+            f"**Too large for this server: {what}.** {state.plain(state.sentence(err))}"
+            + (f" {advice}" if advice else ""),
             icon=":material/memory:",
         )
+        st.stop()
+    except budget.OverBudget as err:
+        words = f"{getattr(err, 'stopped', err)} {advice}" if advice else str(err)
+        st.error(f"**Stopped: {what}.** {state.plain(state.sentence(words))}", icon=":material/speed:")
         st.stop()
     except hv.HessvizError as err:
         st.error(f"**Cannot compute {what}.** {state.plain(state.sentence(err))}", icon=":material/block:")
         st.stop()
     except MemoryError:
         st.error(
-            f"**{state.sentence(what)} ran out of memory.** Lower d, d_ff or L.",
+            f"**Out of memory: {what}.** " + (advice or "Lower d, d_ff or L."),
             icon=":material/memory:",
         )
         st.stop()

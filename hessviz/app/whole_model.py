@@ -15,8 +15,8 @@ under the model's own objective (:func:`objective_of`):
 Two *parts* are drawn: :data:`WEIGHTS` (every layer weight, one row each) and, for a headed weight
 ``w``, every ``l{i}.w[h]`` (one row per layer and head). :func:`table` computes one part;
 :func:`precompute` computes the default text's parts of each model and writes them to
-:data:`FILE` (``scripts/precompute_whole.py``), which the page reads first (the hosted profile
-cannot afford a live table: tens of seconds of one core).
+:data:`FILE` (``scripts/precompute_whole.py``), which the page reads first; another text's table is
+computed live when it fits the server's budget (:func:`table_cost`: a short text fits the hosted 4 s).
 """
 
 from __future__ import annotations
@@ -56,9 +56,16 @@ EXACT = 256
 SEED = 0
 STATS = {"top eigenvalue": "top", "trace": "trace", "gradient norm": "grad_norm"}
 """What the bars show, in words -> the table's column."""
-WHOLE_PRODUCT_S = 1.0e-9
-"""Seconds per product column per ``L · P_stack`` (``P_stack``: every layer weight of the model) on one
-core, calibrated on pydoc-llama's table of its 36 weights (``benchmarks/COST.md``)."""
+WHOLE_COLUMN_S = 1.2e-3
+WHOLE_PRODUCT_S = 8e-11
+"""A product column through the whole model costs ``WHOLE_COLUMN_S + WHOLE_PRODUCT_S · L · P_stack``
+seconds on one core (``P_stack``: every layer weight); calibrated on the pydoc models' tables at 6 and
+21 tokens (``benchmarks/real_llm_estimates.py --whole``, ``benchmarks/REAL_LLM.md``). The former
+``1e-9 · L · P_stack`` was 9-35× the measured CPU, and refused every typed text on the hosted profile."""
+WHOLE_LANCZOS = 13
+"""Products a large block's top eigenvalue takes in the table as it runs (9-18 measured)."""
+EXACT_COLUMN_SHARE = 0.4
+"""An exact small block's column costs this share of a product column (they go in batches)."""
 
 
 def over_budget_advice(profile: str) -> str:
@@ -102,13 +109,17 @@ def headed(cfg) -> tuple[str, ...]:
 
 def table_cost(cfg, names: Sequence[str], L: int) -> Cost:
     """Core-seconds and bytes of the table of ``names`` at ``L`` tokens: per block up to :data:`EXACT`
-    entries its size in columns, else Lanczos (``k = 1``) and :data:`SAMPLES` Hutch++ columns, each
-    ``WHOLE_PRODUCT_S · L · P_stack`` s. Memory: the tape of every layer (~12 vectors of ``L d`` and
-    ``L²`` per head) and 24 vectors of the largest block."""
+    entries its size in columns (:data:`EXACT_COLUMN_SHARE` of a column's cost each), else
+    :data:`WHOLE_LANCZOS` Lanczos and :data:`SAMPLES` Hutch++ columns, each column
+    ``WHOLE_COLUMN_S + WHOLE_PRODUCT_S · L · P_stack`` s. The products counted (``products``) bound
+    Lanczos by :func:`~hessviz.matfree.estimates.lanczos_products`, as memory is sized. Memory: the tape
+    of every layer (~12 vectors of ``L d`` and ``L²`` per head) and 24 vectors of the largest block."""
     sizes = [cfg.param_size(n) for n in names]
     columns = sum(n if n <= EXACT else lanczos_products(1) + SAMPLES for n in sizes)
+    exact = sum(n for n in sizes if n <= EXACT)
+    large = sum(WHOLE_LANCZOS + SAMPLES for n in sizes if n > EXACT)
     P = cfg.num_params
-    seconds = WHOLE_PRODUCT_S * columns * L * P
+    seconds = (WHOLE_COLUMN_S + WHOLE_PRODUCT_S * L * P) * (large + EXACT_COLUMN_SHARE * exact)
     tape = cfg.n_layers * 12 * L * (cfg.d_model + cfg.d_ff + cfg.n_heads * L)
     return Cost(
         seconds,

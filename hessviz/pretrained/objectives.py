@@ -91,9 +91,12 @@ class Objective(Loss):
         """``(L·d, L·d)``: the token-wise blocks put on the diagonal, or the dense Hessian as is."""
         return torch.block_diag(*self.hess) if self.token_wise else self.hess
 
-    def custom_loss(self) -> CustomLoss:
-        """``hv.CustomLoss``: token-wise blocks as a tensor, a coupling Hessian as its product."""
-        return CustomLoss(self.grad, self.hess if self.token_wise else self.product)
+    def custom_loss(self, blocks: bool = True) -> CustomLoss:
+        """``hv.CustomLoss``: token-wise blocks as a tensor, a coupling Hessian as its product.
+        ``blocks=False`` hands over the product even where blocks exist: a gradient needs no
+        curvature, and a few product columns through a large head (``O(L V d)`` each) cost less than
+        building the blocks (``O(L V d²)``, SmolLM2's 49,152 × 576² per token)."""
+        return CustomLoss(self.grad, self.hess if self.token_wise and blocks else self.product)
 
 
 def mean_pooled(Z: Tensor) -> Tensor:

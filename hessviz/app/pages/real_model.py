@@ -5,7 +5,7 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz import plots, pretrained
+from hessviz import cost, plots, pretrained
 from hessviz.app import real_model as rm
 from hessviz.matfree.estimates import block_spread
 from hessviz.matfree.spectral import EXACT_BLOCK
@@ -71,7 +71,7 @@ if model == FOLDER:
     if missing:
         st.warning(f"**Checkpoint folder:** {hva.plain(missing)}", icon=":material/folder_off:")
         st.stop()
-with hva.guard("the model"):
+with st.spinner("Reading the model's configuration and tokenizer…"), hva.guard("the model"):
     info = pretrained.model_info(model)
 st.caption(hva.plain(info.describe()))  # a folder's model is named by its config
 text = hva.text(
@@ -144,7 +144,23 @@ if objective == loss_keys.SIMILARITY and own:
     )
 loss_key = loss_keys.loss_key(loss_name, other)
 
-with st.spinner("Reading the model and running the text…"), hva.guard("the hidden states"):
+vocab = hva.cache.head_vocab(model, loss_key)
+streamed = not hva.cache.stack_fits(model)
+hva.long_note(
+    cost.Cost(
+        hva.cache.real_setup_seconds(model, text),
+        0,
+        f"reading the {info.n_layers} layers of {info.name} and running the text through them",
+    )
+)
+with (
+    st.spinner(
+        f"Reading the {info.n_layers} layers of {info.name}"
+        + (" one at a time" if streamed else "")
+        + " and running the text…"
+    ),
+    hva.guard("the hidden states", advice=f"Choose another model, or {rm.shorter(0)}."),
+):
     cfg = hva.cache.real_config(model, text)
     attention = hva.cache.real_attention(model, layer, text)
 tokens, L = [t.translate(SHOWN) for t in hva.cache.real_tokens(model, text)], cfg.seq_len
@@ -170,7 +186,13 @@ else:
     )
 st.info(
     f"**Loss drawn:** {drawn}. The text is **{L} tokens** long; the layer has P = {cfg.num_params:,} "
-    "weights.",
+    "weights."
+    + (
+        f" This server keeps only the layer drawn: {info.name}'s {info.n_layers} layers "
+        f"({format_bytes(hva.cache.stack_bytes(model))} in float64) were read one at a time to run the text."
+        if streamed
+        else ""
+    ),
     icon=":material/functions:",
 )
 
@@ -239,7 +261,7 @@ def window_ready(k: int) -> bool:
     return hva.cache.real_ready(key)
 
 
-n_rows, verdict = rm.window_rows(cfg, name, asked, hva.cache.LIMITS, window_ready)
+n_rows, verdict = rm.window_rows(cfg, name, asked, hva.cache.LIMITS, window_ready, vocab)
 first = min(first, rows - n_rows)
 start, size = first * cols, n_rows * cols
 if not verdict.ok:
@@ -253,7 +275,10 @@ else:
             icon=":material/speed:",
         )
     hva.long_note(verdict.cost)
-    with st.spinner(f"Computing {size:,} columns of the Hessian of {name}…"), hva.guard("the Hessian block"):
+    with (
+        st.spinner(f"Computing {size:,} columns of the Hessian of {name}…"),
+        hva.guard("the Hessian block", advice=f"Choose fewer rows of {name}, or {rm.shorter(vocab)}."),
+    ):
         B = hva.cache.real_window(model, layer, text, seed, name, start, size, term, loss_key)
     whole = cfg.param_shapes[weight]
     index = cfg.head_indices(name).numpy()[start : start + size]
@@ -287,7 +312,12 @@ by = hva.choice(
     "biases is its own block",
 )
 by_head = by == "heads"
-with hva.guard("the gradient"):
+gcost = cost.real_gradient_cost(cfg, vocab)
+hva.long_note(gcost)
+with (
+    st.spinner("Computing the gradient of the layer…"),
+    hva.guard("the gradient", advice=f"Choose {rm.shorter(vocab)}."),
+):
     grads = hva.cache.real_gradients(model, layer, text, seed, by_head, loss_key)
 summary = explore.gradient_summary(grads["norms"])
 g = summary["gini"]
@@ -339,6 +369,7 @@ part, used, verdict = rm.reduced_table(
     samples,
     hva.cache.LIMITS,
     lambda b, s: hva.cache.real_ready(hva.cache.table_key(model, layer, text, seed, "full", b, s, loss_key)),
+    vocab,
 )
 if not verdict.ok:
     st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
@@ -357,7 +388,12 @@ st.caption(
     else "Precomputed (or computed before on this server): drawn at once."
 )
 hva.long_note(verdict.cost)
-with hva.guard("the block table"):
+with (
+    st.spinner(f"Computing the curvature of {len(blocks)} blocks…"),
+    hva.guard(
+        "the block table", advice=f"Choose one part of the layer, fewer products, or {rm.shorter(vocab)}."
+    ),
+):
     table = hva.cache.real_block_table(model, layer, text, seed, "full", blocks, used, loss_key)
 tfig = plots.block_spectrum_bars(
     table["names"],

@@ -12,6 +12,9 @@ from hessviz.app import budget, stored_tables
 from hessviz.app import whole_model as wm
 from hessviz.memory import format_bytes
 
+OWN_TEXT = "real_model?rm_model={model}&rm_loss=next+token"
+"""The Real model page on a stored-table model's last layer under its next-token loss, where a typed text
+is computed (the whole model's table on a new text is hours of one core)."""
 STAT_LABELS = {"top": "λ_max(H[t, t])", "trace": "tr H[t, t]", "grad_norm": "‖∂ℓ/∂t‖_F"}
 
 hva.link_only()
@@ -40,7 +43,7 @@ model = hva.select(
     help="the small models trained here on Python's help text (4 layers, d = 128), and "
     "SmolLM2-135M from its GGUF file (30 layers, d = 576)",
 )
-with hva.guard("the model"):
+with st.spinner("Reading the model's configuration and tokenizer…"), hva.guard("the model"):
     info = pretrained.model_info(model)
 c1.caption(info.describe())
 stored = None
@@ -122,6 +125,11 @@ if stored is not None:
         + stored_tables.describe(stored),
         icon=":material/functions:",
     )
+    st.markdown(
+        f"**On your own text:** the Real model page computes {info.name}'s last layer on any short text "
+        "under this same next-token loss, on every server: its gradient per block, a window of its exact "
+        f"Hessian and its per-block curvature ([open it]({OWN_TEXT.format(model=model)}))."
+    )
     st.subheader("Every weight of every layer")
     table = stored_tables.part(stored, stack, stored_tables.WEIGHTS)
     if stat == "trace":
@@ -158,8 +166,10 @@ if stored is not None:
     st.stop()
 
 
-def afford(part: str, names: tuple[str, ...]) -> float:
-    """The estimated seconds of a table not at hand, or stop the page when this server cannot afford it."""
+def afford(part: str, names: tuple[str, ...]) -> float | None:
+    """The estimated seconds of a table not at hand, or None (with a line saying why and what to change)
+    when this server cannot afford it: the page then draws the other part if that one fits (the
+    per-head table of one weight is the cheaper, about a third of every weight's)."""
     if hva.cache.whole_ready(model, text, part):
         return 0.0
     c = wm.table_cost(stack, names, len(ids))
@@ -167,10 +177,18 @@ def afford(part: str, names: tuple[str, ...]) -> float:
     verdict = budget.check(c, hva.cache.LIMITS, advice=advice)
     if not verdict.ok:
         st.warning(f"**Too much for this server.** {verdict.message}", icon=":material/speed:")
-        st.stop()
+        return None
     st.caption(f"Estimated work: about {c.seconds:.2g} s and {format_bytes(c.bytes)}.")
     hva.long_note(c)
     return c.seconds
+
+
+def objective_line(t: dict) -> None:
+    st.info(
+        f"**Objective:** {t['objective']}. {t['tokens']} tokens, ℓ = {t['value']:.4g}; "
+        f"{len(t['names'])} tensors, P = {sum(t['size']):,} weights.",
+        icon=":material/functions:",
+    )
 
 
 stack = wm.stack_config(info)  # every layer as one stack (no weights read)
@@ -178,38 +196,39 @@ stack = wm.stack_config(info)  # every layer as one stack (no weights read)
 # ----------------------------------------------------------------------------- every weight
 st.subheader("Every weight of every layer")
 names = wm.tensors(stack, wm.WEIGHTS)
-seconds = afford(wm.WEIGHTS, names)
-with st.spinner("Computing the table of every weight…"), hva.guard("the whole-model table"):
-    table = hva.cache.whole_table(model, text, wm.WEIGHTS, seconds)
-st.info(
-    f"**Objective:** {table['objective']}. {table['tokens']} tokens, ℓ = {table['value']:.4g}; "
-    f"{len(table['names'])} tensors, P = {sum(table['size']):,} weights.",
-    icon=":material/functions:",
-)
-
-
-wfig = bars(table, f"{info.name}: {stat_name} per weight")
-hva.chart(
-    wfig,
-    f"whole_{model}_{stat}",
-    csv=lambda: {k: table[k] for k in ("names", "size", "top", "trace", "trace_se", "grad_norm", "exact")},
-)
-exact = wm.exact_count(table)
-st.caption(
-    f"One bar per layer and weight ({table['matvecs']:,} products"
-    + (f", {table['seconds']:.2g} s" if table["seconds"] else "")
-    + f"). {exact} small blocks "
-    "(≤ 256 entries: the norms' γ and β, the biases) are exact; the others' top eigenvalue is "
-    "Lanczos's and their trace a Hutch++ estimate from "
-    f"{wm.SAMPLES} products. A log axis when every value is positive and they span more than 30×."
-)
+seconds, table = afford(wm.WEIGHTS, names), None
+if seconds is not None:
+    with st.spinner("Computing the table of every weight…"), hva.guard("the whole-model table"):
+        table = hva.cache.whole_table(model, text, wm.WEIGHTS, seconds)
+    objective_line(table)
+    wfig = bars(table, f"{info.name}: {stat_name} per weight")
+    hva.chart(
+        wfig,
+        f"whole_{model}_{stat}",
+        csv=lambda: {
+            k: table[k] for k in ("names", "size", "top", "trace", "trace_se", "grad_norm", "exact")
+        },
+    )
+    exact = wm.exact_count(table)
+    st.caption(
+        f"One bar per layer and weight ({table['matvecs']:,} products"
+        + (f", {table['seconds']:.2g} s" if table["seconds"] else "")
+        + f"). {exact} small blocks "
+        "(≤ 256 entries: the norms' γ and β, the biases) are exact; the others' top eigenvalue is "
+        "Lanczos's and their trace a Hutch++ estimate from "
+        f"{wm.SAMPLES} products. A log axis when every value is positive and they span more than 30×."
+    )
 
 # ----------------------------------------------------------------------------- every head of one weight
 st.subheader(f"Every head of {weight}")
 hnames = wm.tensors(stack, weight)
 seconds = afford(weight, hnames)
+if seconds is None:
+    st.stop()
 with st.spinner(f"Computing the table of every head of {weight}…"), hva.guard("the per-head table"):
     heads = hva.cache.whole_table(model, text, weight, seconds)
+if table is None:  # every weight's table is over this server's budget: the objective is said here
+    objective_line(heads)
 hfig = bars(heads, f"{info.name}: {stat_name} per head of {weight}")
 hva.chart(
     hfig,
