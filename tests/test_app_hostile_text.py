@@ -223,14 +223,15 @@ def test_plain_is_read_back_by_commonmark_as_the_same_characters():
 
 
 def test_no_page_asks_streamlit_for_raw_html():
-    """``unsafe_allow_html`` nowhere; ``st.html`` twice: the style rules, which read only the lesson's
-    two flags (never its words), and the Learn page's constant script that scrolls the live view
-    into place on a phone (no value of the visitor's in it)."""
+    """``unsafe_allow_html`` nowhere; ``st.html`` three times: the style rules, which read only the
+    lesson's two flags (never its words), the running badge's constant style, and the Learn page's
+    constant script that scrolls the live view into place on a phone (no value of the visitor's in them)."""
     from hessviz.app import styles
 
     sources = {p.name: p.read_text() for p in Path(state.__file__).parent.rglob("*.py")}
     assert not [n for n, s in sources.items() if "unsafe_allow_html" in s]
-    assert sorted(n for n, s in sources.items() if "st.html(" in s) == ["learn.py", "styles.py"]
+    assert sorted(n for n, s in sources.items() if "st.html(" in s) == ["learn.py", "running.py", "styles.py"]
+    assert 'st.html(f"<style>{RUNNING}</style>")' in sources["running.py"]  # a constant style rule
     learn = sources["learn.py"]
     assert learn.count("st.html(") == 1 and "st.html(SHOW_LIVE," in learn
     assigned = [

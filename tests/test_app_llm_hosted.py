@@ -51,16 +51,23 @@ def test_hosted_real_model_draws_smollm2_on_a_short_text_keeping_one_layer(hoste
     assert [k for k in kept if k[0] == "real_layer"] == [("real_layer", MODEL, 3)]
 
 
+def _drawn_or_refused_with_advice_that_works(at) -> None:
+    """The next-token view drew, or its refusal (the budget's warning, or the memory ledger's line:
+    the window and the 226 MiB LM head together pass the hosted results budget) names the synthetic
+    loss, and that change draws every view."""
+    refusals = [w.value for w in at.warning] + [e.value for e in at.error]
+    assert not any("is too large" in w or w[:1].islower() for w in refusals), refusals
+    if refusals:
+        assert "Loss = synthetic" in refusals[0], refusals
+        at = run_page("pages/real_model.py", rm_model=MODEL, rm_text=SHORT, rm_loss="synthetic")
+        assert not at.warning and not at.error, [e.value for e in at.error]
+    assert at.get("plotly_chart")
+
+
 def test_hosted_real_model_next_token_draws_or_names_a_change_that_works(hosted):
     at = run_page("pages/real_model.py", rm_model=MODEL, rm_text=SHORT, rm_loss="next token")
-    assert not at.error, [e.value for e in at.error]
-    warnings = [w.value for w in at.warning]
-    assert not any("is too large" in w or w[:1].islower() for w in warnings)
-    if warnings:  # the advice names the synthetic loss: it draws every view
-        assert "Loss = synthetic" in warnings[0]
-        at = run_page("pages/real_model.py", rm_model=MODEL, rm_text=SHORT, rm_loss="synthetic")
-        assert not at.warning and not at.error
-    assert at.get("plotly_chart")
+    assert "next-token loss" in at.info[0].value
+    _drawn_or_refused_with_advice_that_works(at)
 
 
 def test_whole_model_sends_a_students_text_to_the_view_that_computes_it(hosted):
@@ -70,8 +77,8 @@ def test_whole_model_sends_a_students_text_to_the_view_that_computes_it(hosted):
     link = [m.value for m in at.markdown if "On your own text" in m.value]
     assert link and f"real_model?rm_model={MODEL}&rm_loss=next+token" in link[0]
     at = run_page("pages/real_model.py", rm_model=MODEL, rm_loss="next token", rm_text=SHORT)
-    assert "next-token loss" in at.info[0].value and not at.error
-    assert any("Hessian of W_Q[0]" in t for t in titles(at))
+    assert "next-token loss" in at.info[0].value
+    _drawn_or_refused_with_advice_that_works(at)
 
 
 def test_a_window_that_does_not_fit_names_the_change_that_draws_it(hosted, monkeypatch):

@@ -106,8 +106,8 @@ def test_the_apps_error_lines_start_with_a_capital(monkeypatch):
     monkeypatch.setattr(cache, "block_norms", refuse)
     at = run_page("pages/learn.py", **SMALL)
     (line,) = [e.value for e in at.error]
-    assert line.endswith("** The block norms need about 9 GiB"), line
-    assert state.sentence("d_model must be >= 2") == "d_model must be >= 2"  # a name keeps its case
+    assert line.endswith("** The block norms need about 9 GiB\\."), line  # a sentence, its full stop escaped
+    assert state.sentence("d_model must be >= 2") == "d_model must be >= 2."  # a name keeps its case
 
 
 def test_the_claims_header_does_not_read_as_the_claims_configuration():

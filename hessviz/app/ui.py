@@ -84,7 +84,8 @@ def explain(text: str, *formulas: str) -> None:
 def guard(what: str = "this computation", advice: str = "") -> Iterator[progress.Status]:
     """Compute inside: a hessviz error (bad size, bad input, over budget) becomes a message and
     stops the page, never a traceback. The error's own words are drawn as plain text (a sentence:
-    :func:`hessviz.app.state.sentence`): a message may repeat a visitor's text (a loss key's sentence, a folder typed).
+    :func:`hessviz.app.state.sentence`): a message may repeat a visitor's text (a loss key's
+    sentence, a folder typed).
     ``advice``: what the visitor can change when it is too large or too slow (the page's own words;
     without it, the size controls). Yields the :class:`~hessviz.app.progress.Status` that shows the
     queue place and progress; the computation stops when the visitor leaves."""
