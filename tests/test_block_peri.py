@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 import hessviz as hv
 from hessviz import reference
+from hessviz.config import parse_name
 from hessviz.errors import InputError
 from hessviz.terms import NAMES
 from tests.helpers import assert_close
@@ -196,3 +197,20 @@ def test_describe_and_cli_offer_peri():
 
     assert "peri" in NORMS and "peri" in next(s for s in SETTINGS if s.name == "norm").choices
     assert hv.BlockConfig(norm="peri", norm_type="rmsnorm").describe().startswith("Peri-LN block")
+
+
+def test_head_slices_and_a_subset_beside_the_output_norms():
+    """``wrt`` mixing head slices, an output norm's γ/β and a feed-forward weight, in any order: the
+    sub-block of the whole Hessian, and a block computed alone."""
+    cfg = hv.BlockConfig(norm="peri", **{**REAL, "activation": "silu", "mlp": "gated"})
+    params, X, Y = _setup(cfg, seed=6)
+    whole = hv.hessian(cfg, params, X, Y)
+    wrt = ("ln2_out_beta", "W_K[1]", "ln1_out_gamma", "W_G", "W_Q[2]")
+    res = hv.hessian(cfg, params, X, Y, wrt=wrt)
+    assert res.names == ("W_Q[2]", "W_K[1]", "ln1_out_gamma", "W_G", "ln2_out_beta")
+    idx = torch.cat([whole.offsets[parse_name(n).base].start + cfg.head_indices(n) for n in res.names])
+    floor = 1e-14 * float(torch.linalg.norm(whole.full))
+    for term in NAMES:
+        assert_close(res.term(term), whole.term(term)[idx][:, idx], 1e-12, f"wrt {term}", atol=floor)
+        alone = hv.hessian(cfg, params, X, Y, wrt=wrt).block("W_K[1]", "ln2_out_beta", term)
+        assert_close(alone, res.term(term)[res.offsets["W_K[1]"], res.offsets["ln2_out_beta"]], 1e-12, term)
