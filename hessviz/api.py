@@ -198,7 +198,7 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
     heads = len({u.ref[2] for u in us if u.ref[2] is not None})
     ffn = cfg.d_ff * (2 if cfg.mlp == "gated" else 1)  # the gate doubles the FFN factors
     working = L * d * (8 * d + 4 * ffn) + 4 * heads * L * L * (d + cfg.d_k)
-    if cfg.norm in ("pre", "parallel") and cfg.ln_affine and any(u.ref[0] == "ln1" for u in us):
+    if cfg.norm in ("pre", "parallel", "peri") and cfg.ln_affine and any(u.ref[0] == "ln1" for u in us):
         working += 2 * d * (P + 8 * L * L + 4 * L * d)  # tangents along ∂X/∂(γ, β)
     if method == "autograd":  # vmapped tangents of every activation
         working += 6 * P * L * (L + 3 * d + 2 * cfg.d_ff + cfg.n_heads * cfg.d_k)

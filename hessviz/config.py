@@ -44,7 +44,9 @@ import torch
 from hessviz.errors import ConfigError
 from hessviz.ops.activations import ACTIVATIONS as _ACTIVATION_OPS
 
-NORMS = ("post", "pre", "none", "attention", "parallel")
+NORMS = ("post", "pre", "none", "attention", "parallel", "peri")
+NORMED = ("post", "pre", "parallel", "peri")
+"""The placements with a LayerNorm (or RMSNorm): where ``ln_eps``, ``ln_affine`` and ``norm_type`` matter."""
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLPS = ("plain", "gated")
 BIAS_LETTERS: dict[str, str] = {
@@ -69,6 +71,7 @@ NORM_TITLES = {
     "none": "Block without LN",
     "attention": "Self-attention alone",
     "parallel": "Parallel block",
+    "peri": "Peri-LN block",
 }
 ACTIVATION_TITLES = {name: op.title for name, op in _ACTIVATION_OPS.items()}
 LOSS_TITLES = {"mse": "MSE", "ce": "cross-entropy"}
@@ -203,6 +206,7 @@ KV_HEADED = ("W_K", "W_V", "b_K", "b_V")
 _ATTENTION_ORDER = ("W_Q", "b_Q", "q_norm_gamma", "W_K", "b_K", "k_norm_gamma", "W_V", "b_V", "W_O", "b_O")
 _FFN_ORDER = ("W_G", "b_G", "W_1", "b_1", "W_2", "b_2")
 _LN1, _LN2 = ("ln1_gamma", "ln1_beta"), ("ln2_gamma", "ln2_beta")
+_LN1_OUT, _LN2_OUT = ("ln1_out_gamma", "ln1_out_beta"), ("ln2_out_gamma", "ln2_out_beta")
 _NAME = re.compile(r"^(?P<base>(l\d+\.)?[A-Za-z_][A-Za-z0-9_]*)(\[(?P<head>-?\d+)\])?$")
 _LAYER = re.compile(r"^l(?P<layer>\d+)\.(?P<local>.+)$")
 
@@ -249,7 +253,8 @@ class BlockConfig:
     ``norm`` places the LayerNorm: ``post`` ``Z = LN(Z1 + FFN(Z1)), Z1 = LN(X + SA(X))``;
     ``pre`` ``Z = Z1 + FFN(LN(Z1)), Z1 = X + SA(LN(X))``; ``none`` without LayerNorm;
     ``attention`` the single self-attention layer ``Z = SA(X)``; ``parallel``
-    ``Z = X + SA(LN(X)) + FFN(LN(X))`` (``MODEL.md`` part 3, with the other fields of that part).
+    ``Z = X + SA(LN(X)) + FFN(LN(X))`` (``MODEL.md`` part 3, with the other fields of that part);
+    ``peri`` ``Z1 = X + LN(SA(LN(X))), Z = Z1 + LN(FFN(LN(Z1)))``, four norms (``MODEL.md`` part 5).
     The defaults are the papers' block: one head, no ``W_O``, no biases, LayerNorm without scale
     and shift.
     """
@@ -263,7 +268,7 @@ class BlockConfig:
         "post: LN after each residual sum; pre: LN before attention and FFN; none: "
         "residuals without LN; attention: the single self-attention layer "
         "SA(X) = softmax(X W_Q W_Kᵀ Xᵀ/√d_k) X W_V; parallel: X + SA(LN(X)) + FFN(LN(X)) "
-        "(GPT-NeoX).",
+        "(GPT-NeoX); peri: LN on each sublayer's input and output, X + LN(SA(LN(X))) (Gemma 2 and 3).",
         choices=NORMS,
     )
     activation: str = setting(
@@ -296,7 +301,7 @@ class BlockConfig:
         "tuple naming the projections that have one, from Q, K, V, O, G, 1, 2 (Qwen2: Q,K,V)",
         members=tuple(BIAS_LETTERS),
     )
-    ln_affine: bool = setting(False, "learnable LayerNorm scale γ and shift β in both LayerNorms")
+    ln_affine: bool = setting(False, "learnable LayerNorm scale γ and shift β in every LayerNorm")
     causal: bool = setting(False, "token t attends to tokens s ≤ t only")
     n_layers: int = setting(
         1,
@@ -374,7 +379,8 @@ class BlockConfig:
             raise ConfigError("mlp='gated' needs the feed-forward branch: norm must not be 'attention'")
         if self.ln_affine and not self.uses_layernorm:
             raise ConfigError(
-                f"ln_affine needs a LayerNorm: norm must be 'post', 'pre' or 'parallel', got {self.norm!r}"
+                "ln_affine needs a LayerNorm: norm must be 'post', 'pre', 'parallel' or 'peri', "
+                f"got {self.norm!r}"
             )
         if isinstance(self.bias, tuple):
             self._check_bias_tuple()
@@ -471,7 +477,7 @@ class BlockConfig:
 
     @property
     def uses_layernorm(self) -> bool:
-        return self.norm in ("post", "pre", "parallel")
+        return self.norm in NORMED
 
     @property
     def has_ffn(self) -> bool:
@@ -521,13 +527,16 @@ class BlockConfig:
         if self.mlp == "gated":
             keep.add("W_G")
         if self.ln_affine:
-            keep |= {"ln1_gamma", "ln2_gamma"} | (set() if self.norm_type == "rmsnorm" else set(_LN1 + _LN2))
+            norms = _LN1 + _LN2 + (_LN1_OUT + _LN2_OUT if self.norm == "peri" else ())
+            keep |= {n for n in norms if self.norm_type == "layernorm" or n.endswith("_gamma")}
         if self.qk_norm:
             keep |= {"q_norm_gamma", "k_norm_gamma"}
         if self.norm == "attention":
             order = _ATTENTION_ORDER
         elif self.norm in ("pre", "parallel"):
             order = _LN1 + _ATTENTION_ORDER + _LN2 + _FFN_ORDER
+        elif self.norm == "peri":
+            order = _LN1 + _ATTENTION_ORDER + _LN1_OUT + _LN2 + _FFN_ORDER + _LN2_OUT
         else:
             order = _ATTENTION_ORDER + _LN1 + _FFN_ORDER + _LN2
         return tuple(n for n in order if n in keep)
@@ -562,6 +571,10 @@ class BlockConfig:
             "ln1_beta": (d,),
             "ln2_gamma": (d,),
             "ln2_beta": (d,),
+            "ln1_out_gamma": (d,),
+            "ln1_out_beta": (d,),
+            "ln2_out_gamma": (d,),
+            "ln2_out_beta": (d,),
         }
         if self.is_stack:
             one = self.block._shape_table

@@ -4,8 +4,8 @@ A recipe is the block's forward pass as a list of :class:`Step` over named value
 from ``X``; the last step's output is ``Z``. Four operations:
 
 * ``attention``: ``SA(x)``, the multi-head self-attention with its weights;
-* ``norm``: ``ln1(x)`` or ``ln2(x)``, a LayerNorm or an RMSNorm (``cfg.norm_type``; ``γ, β`` of
-  that name when ``ln_affine``, ``γ`` alone for RMSNorm);
+* ``norm``: ``ln1(x)``, ``ln2(x)`` (``peri`` also ``ln1_out``, ``ln2_out``), a LayerNorm or an
+  RMSNorm (``cfg.norm_type``; ``γ, β`` of that name when ``ln_affine``, ``γ`` alone for RMSNorm);
 * ``ffn``: ``FFN(x) = φ(x W_1 + b_1) W_2 + b_2``, or the gated ``(φ(x W_G + b_G) ⊙ (x W_1 + b_1)) W_2 + b_2``
   (``cfg.mlp``);
 * ``add``: ``a + b``, a residual sum.
@@ -18,6 +18,7 @@ pre      ``X + SA(ln1(X))``                   ``Z1 + FFN(ln2(Z1))``
 none     ``X + SA(X)``                        ``Z1 + FFN(Z1)``
 attention —                                   ``SA(X)``
 parallel  —                                   ``X + SA(ln1(X)) + FFN(ln2(X))`` (GPT-NeoX)
+peri     ``X + ln1_out(SA(ln1(X)))``          ``Z1 + ln2_out(FFN(ln2(Z1)))`` (Gemma 2, 3)
 ======== ==================================== ==========================================
 
 The tape (:func:`hessviz.matfree.block.build`) is the one reader of a recipe: it appends one group
@@ -39,7 +40,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Step:
-    """``out = op(*inputs)``; ``which`` names a norm's weights (``"ln1"``, ``"ln2"``)."""
+    """``out = op(*inputs)``; ``which`` names a norm's weights (``"ln1"``, ``"ln2"``, ``"ln1_out"`` …:
+    ``{which}_gamma``, ``{which}_beta``)."""
 
     op: str
     out: str
@@ -89,6 +91,16 @@ PLACEMENTS: dict[str, tuple[Step, ...]] = {
         ffn("F", "X_ln2"),
         add("R", "X", "SA"),
         add("Z", "R", "F"),
+    ),
+    "peri": (
+        norm("X_ln", "X", "ln1"),
+        attention("SA", "X_ln"),
+        norm("SA_ln", "SA", "ln1_out"),
+        add("Z1", "X", "SA_ln"),
+        norm("Z1_ln", "Z1", "ln2"),
+        ffn("F", "Z1_ln"),
+        norm("F_ln", "F", "ln2_out"),
+        add("Z", "Z1", "F_ln"),
     ),
 }
 """``cfg.norm`` -> its forward recipe."""

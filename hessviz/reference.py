@@ -19,8 +19,8 @@ from hessviz.losses import CustomLoss, Loss, block_loss
 
 
 def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
-    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 to 3); a stack
-    applies its blocks in layer order, each with its own weights."""
+    """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 to 3, and part 5's
+    ``peri``); a stack applies its blocks in layer order, each with its own weights."""
     if not cfg.is_stack:
         return _block_forward(cfg, params, X)
     for layer in range(cfg.n_layers):
@@ -110,6 +110,9 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
     if cfg.norm == "pre":
         z1 = X + sa(ln(X, "ln1"))
         return z1 + ffn(ln(z1, "ln2"))
+    if cfg.norm == "peri":
+        z1 = X + ln(sa(ln(X, "ln1")), "ln1_out")
+        return z1 + ln(ffn(ln(z1, "ln2")), "ln2_out")
     z1 = X + sa(X)
     return z1 + ffn(z1)
 

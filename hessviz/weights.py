@@ -35,6 +35,8 @@ WEIGHT_MAP: dict[str, tuple[str, str]] = {
     "b_O": ("attention", "out.bias"),
     "ln1_gamma": ("ln1", "gamma"),
     "ln1_beta": ("ln1", "beta"),
+    "ln1_out_gamma": ("ln1_out", "gamma"),
+    "ln1_out_beta": ("ln1_out", "beta"),
     "W_G": ("ffn", "gate.weight"),
     "b_G": ("ffn", "gate.bias"),
     "W_1": ("ffn", "fc1.weight"),
@@ -43,6 +45,8 @@ WEIGHT_MAP: dict[str, tuple[str, str]] = {
     "b_2": ("ffn", "fc2.bias"),
     "ln2_gamma": ("ln2", "gamma"),
     "ln2_beta": ("ln2", "beta"),
+    "ln2_out_gamma": ("ln2_out", "gamma"),
+    "ln2_out_beta": ("ln2_out", "beta"),
 }
 """global name -> (component, local name)."""
 

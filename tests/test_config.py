@@ -85,7 +85,15 @@ def test_url_round_trip_of_a_real_layer_view():
 
 @pytest.mark.parametrize(
     "key, text",
-    [("L", "100000"), ("L", "nan"), ("wo", "maybe"), ("xnorm", "3"), ("norm", "<script>"), ("heads", "9")],
+    [
+        ("L", "100000"),
+        ("L", "nan"),
+        ("wo", "maybe"),
+        ("xnorm", "3"),
+        ("norm", "<script>"),
+        ("norm", "peri"),
+        ("heads", "9"),
+    ],
 )
 def test_url_values_the_app_does_not_offer_are_refused(key, text):
     with pytest.raises(ValueError, match=f"^{key}"):

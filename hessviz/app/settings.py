@@ -37,6 +37,9 @@ XNORM_GRID: tuple[float, ...] = (
     100.0,
 )
 """The input sizes ``‖X‖₂`` the app offers."""
+APP_NORMS: tuple[str, ...] = tuple(n for n in config.NORMS if n != "peri")
+"""The placements the app offers: the library's but ``peri`` (``MODEL.md`` part 5), which the app's
+pages, sweeps, links and lessons do not carry yet (``hessviz compute --norm peri`` does)."""
 EPS_GRID: tuple[float, ...] = (0.0, 1e-12, 1e-9, 1e-6, 1e-5, 1e-3, 1e-2, 0.1, 1.0)
 """The LayerNorm ``ε`` values the app offers."""
 
@@ -86,7 +89,7 @@ SHOWN: dict[str, dict[str, object]] = {
     "d_model": _shown("d", "Model width d", section="size", app_range=(1, 64)),
     "d_k": _shown("dk", "Key width d_k", section="size", app_range=(1, 64)),
     "d_ff": _shown("dff", "FFN width d_ff", section="size", app_range=(1, 256), relevant=_has_ffn),
-    "norm": _shown("norm", "LayerNorm placement"),
+    "norm": _shown("norm", "LayerNorm placement", choices=APP_NORMS),
     "activation": _shown("act", "Activation φ", relevant=_has_ffn),
     "loss": _shown("loss", "Loss"),
     "ln_eps": _shown("eps", "LayerNorm ε", section="input", grid=EPS_GRID, relevant=_has_layernorm),
@@ -108,7 +111,7 @@ SHOWN: dict[str, dict[str, object]] = {
 
 
 def _app_setting(s: Setting) -> AppSetting:
-    return AppSetting(**{f.name: getattr(s, f.name) for f in dataclasses.fields(Setting)}, **SHOWN[s.name])
+    return AppSetting(**({f.name: getattr(s, f.name) for f in dataclasses.fields(Setting)} | SHOWN[s.name]))
 
 
 SETTINGS: tuple[AppSetting, ...] = tuple(_app_setting(s) for s in config.SETTINGS if s.name in SHOWN)

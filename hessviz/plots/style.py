@@ -131,7 +131,8 @@ def wrap(text: str, width: int = TITLE_CHARS) -> str:
 
 def pretty(name: str) -> str:
     """A weight's name with its subscript in HTML: ``W_Q -> W<sub>Q</sub>``,
-    ``b_O[1] -> b<sub>O</sub>[1]`` (a head slice keeps its index), ``ln1_gamma -> γ<sub>1</sub>``;
+    ``b_O[1] -> b<sub>O</sub>[1]`` (a head slice keeps its index), ``ln1_gamma -> γ<sub>1</sub>``,
+    ``ln2_out_beta -> β<sub>2,out</sub>``;
     in a stack the layer prefix stays, ``l1.W_Q -> l1.W<sub>Q</sub>``; anything else unchanged."""
     layer, dot, local = name.partition(".")
     if dot and layer[:1] == "l" and layer[1:].isdigit():
@@ -140,6 +141,9 @@ def pretty(name: str) -> str:
     head = bracket + rest
     if base.startswith("ln") and "_" in base and base[2:].split("_")[0].isdigit():
         layer, _, which = base[2:].partition("_")
+        out, _, after = which.partition("_")  # Peri-LN's output norms: ln1_out_gamma
+        if out == "out" and after in _LN_PRETTY:
+            return f"{_LN_PRETTY[after]}<sub>{layer},out</sub>{head}"
         if which in _LN_PRETTY:
             return f"{_LN_PRETTY[which]}<sub>{layer}</sub>{head}"
     letter, underscore, sub = base.partition("_")

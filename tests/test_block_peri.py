@@ -1,0 +1,216 @@
+"""The Peri-LN placement, ``norm="peri"`` (``MODEL.md`` part 5): ``Z1 = X + ln1_out(SA(ln1(X)))``,
+``Z = Z1 + ln2_out(FFN(ln2(Z1)))``.
+
+Each block — the paper block, a real layer (γ/β, biases, heads, ``W_O``) and a modern one (gated MLP,
+RoPE, QK-norm, grouped key/value heads, causal), each with LayerNorm and with RMSNorm — against the
+autograd reference in float64: ``full`` against reverse over reverse (``jacrev`` of ``grad``: no
+forward-over-reverse through a norm), ``outer`` against ``Jᵀ ∇²ℓ J`` from ``jacrev``, ``functional``
+against their difference; the forward pass, the Jacobian and the gradient; the matrix-free products
+against the dense ``full``; a stack of two Peri-LN blocks. The reference forward
+(:func:`hessviz.reference.torch_forward`) is written from ``F.layer_norm`` and the RMS formula, apart
+from the recipe the engines read; one test checks it by hand against the contract's two lines.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hessviz as hv
+from hessviz import reference
+from hessviz.config import parse_name
+from hessviz.errors import InputError
+from hessviz.terms import NAMES
+from tests.helpers import assert_close
+
+F64 = torch.float64
+RTOL = 1e-11
+
+PAPER = dict(seq_len=4, d_model=5, d_k=3, d_ff=6)
+REAL = dict(
+    seq_len=3,
+    d_model=6,
+    d_k=2,
+    d_ff=4,
+    n_heads=3,
+    out_proj=True,
+    bias=True,
+    ln_affine=True,
+    activation="gelu",
+    loss="ce",
+    ln_eps=1e-3,
+)
+MODERN = dict(
+    seq_len=4,
+    d_model=4,
+    d_k=2,
+    d_ff=3,
+    n_heads=4,
+    n_kv_heads=2,
+    out_proj=True,
+    mlp="gated",
+    activation="gelu_tanh",
+    rope=True,
+    qk_norm=True,
+    causal=True,
+    ln_affine=True,
+    bias=("Q", "K", "V"),
+    ln_eps=1e-6,
+)
+BLOCKS = {"paper": PAPER, "real": REAL, "modern": MODERN}
+CASES = [
+    pytest.param(
+        hv.BlockConfig(norm="peri", norm_type=nt, **fields),
+        id=f"{kind}-{nt}",
+    )
+    for kind, fields in BLOCKS.items()
+    for nt in ("layernorm", "rmsnorm")
+]
+
+
+def _setup(cfg: hv.BlockConfig, seed: int = 0, input_norm: float = 2.0):
+    params = hv.init_params(cfg, seed=seed)
+    X, Y = hv.sample_inputs(cfg, seed=seed + 1, input_norm=input_norm)
+    return params, X, Y
+
+
+def _references(cfg: hv.BlockConfig, params, X, Y) -> dict[str, torch.Tensor]:
+    """The three terms from autograd: ``full`` by reverse over reverse, ``outer`` from ``jacrev``."""
+    names = cfg.param_names
+    full = reference.full_hessian_rr(cfg, params, X, Y, names)
+    outer = reference.outer_hessian(cfg, params, X, Y, names)
+    return {"full": full, "outer": outer, "functional": full - outer}
+
+
+@pytest.mark.parametrize("cfg", CASES)
+def test_every_term_product_and_first_order_matches_autograd(cfg):
+    params, X, Y = _setup(cfg)
+    res = hv.hessian(cfg, params, X, Y)
+    ref = _references(cfg, params, X, Y)
+    floor = 1e-14 * float(torch.linalg.norm(ref["full"]))  # the reference's functional is full − outer
+    assert res.names == cfg.param_names
+    for term in NAMES:
+        assert_close(res.term(term), ref[term], RTOL, f"{cfg.describe()}: {term}", atol=floor)
+        for a in res.names:  # a block row computed alone
+            assert_close(
+                hv.hessian(cfg, params, X, Y).block(a, res.names[0], term),
+                ref[term][res.offsets[a], res.offsets[res.names[0]]],
+                RTOL,
+                f"block ({a}, {res.names[0]}) {term}",
+                atol=floor,
+            )
+    V = torch.randn(res.size, 3, dtype=F64, generator=torch.Generator().manual_seed(1))
+    for term in NAMES:
+        assert_close(res.matvec(V, term), ref[term] @ V, RTOL, f"{term} H V", atol=floor)
+    assert_close(hv.forward(cfg, params, X), reference.torch_forward(cfg, params, X), 1e-13, "forward")
+    assert_close(
+        hv.jacobian(cfg, params, X), reference.model_jacobian(cfg, params, X, cfg.param_names), RTOL, "J"
+    )
+    grads = hv.gradient(cfg, params, X, Y)
+    want = reference.gradient(cfg, params, X, Y, cfg.param_names)
+    for name, sl in cfg.offsets().items():
+        assert_close(grads[name].reshape(-1), want[sl], RTOL, f"gradient {name}", atol=1e-15)
+
+
+@pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
+def test_a_stack_of_two_peri_blocks_matches_autograd(norm_type):
+    cfg = hv.BlockConfig(
+        norm="peri", norm_type=norm_type, n_layers=2, seq_len=3, d_model=4, d_k=2, d_ff=3, ln_affine=True
+    )
+    params, X, Y = _setup(cfg, seed=2)
+    res = hv.hessian(cfg, params, X, Y)
+    ref = _references(cfg, params, X, Y)
+    floor = 1e-14 * float(torch.linalg.norm(ref["full"]))
+    assert res.names[0] == "l0.ln1_gamma" and res.names[-1] == "l1.ln2_out_" + (
+        "beta" if norm_type == "layernorm" else "gamma"
+    )
+    for term in NAMES:
+        assert_close(res.term(term), ref[term], RTOL, f"stack {term}", atol=floor)
+    V = torch.randn(res.size, 2, dtype=F64, generator=torch.Generator().manual_seed(2))
+    assert_close(res.matvec(V, "full"), ref["full"] @ V, RTOL, "stack H V", atol=floor)
+
+
+def test_theta_names_and_order_are_the_contracts():
+    attention = ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V", "W_O", "b_O")
+    ffn = ("W_1", "b_1", "W_2", "b_2")
+    ln = hv.BlockConfig(norm="peri", ln_affine=True, bias=True, out_proj=True)
+    assert ln.param_names == (
+        ("ln1_gamma", "ln1_beta")
+        + attention
+        + ("ln1_out_gamma", "ln1_out_beta", "ln2_gamma", "ln2_beta")
+        + ffn
+        + ("ln2_out_gamma", "ln2_out_beta")
+    )
+    rms = hv.BlockConfig(norm="peri", ln_affine=True, bias=True, out_proj=True, norm_type="rmsnorm")
+    assert rms.param_names == ("ln1_gamma",) + attention + ("ln1_out_gamma", "ln2_gamma") + ffn + (
+        "ln2_out_gamma",
+    )
+    paper = hv.BlockConfig(norm="peri")
+    assert paper.param_names == ("W_Q", "W_K", "W_V", "W_1", "W_2") and paper.uses_layernorm
+    assert ln.param_shapes["ln1_out_beta"] == (ln.d_model,) and ln.param_shapes["ln2_out_gamma"] == (
+        ln.d_model,
+    )
+    stack = hv.BlockConfig(norm="peri", ln_affine=True, n_layers=2)
+    assert stack.param_names[5:7] == ("l0.ln1_out_gamma", "l0.ln1_out_beta")
+    params = hv.init_params(ln, seed=0)  # γ = 1 + noise, β = noise: every norm of the sandwich
+    assert float((params["ln2_out_gamma"] - 1).abs().max()) < 0.5 and params["ln1_out_beta"].abs().max() < 0.5
+
+
+def test_reference_forward_is_the_contracts_two_lines():
+    """``torch_forward`` and ``hv.forward`` against the contract written out here by hand, with
+    ``F.layer_norm``'s own weight and bias and two heads joined by ``W_O``."""
+    cfg = hv.BlockConfig(norm="peri", ln_affine=True, bias=True, out_proj=True, n_heads=2, seq_len=5, d_k=3)
+    params, X, _ = _setup(cfg, seed=4)
+    p, L, H, dk = params, cfg.seq_len, cfg.n_heads, cfg.d_k
+
+    def ln(z, which):
+        return F.layer_norm(z, (z.shape[-1],), p[f"{which}_gamma"], p[f"{which}_beta"], eps=0.0)
+
+    def sa(x):
+        q, k, v = ((x @ p[f"W_{c}"] + p[f"b_{c}"]).reshape(L, H, dk).transpose(0, 1) for c in "QKV")
+        heads = torch.softmax(q @ k.transpose(1, 2) / dk**0.5, -1) @ v
+        return heads.transpose(0, 1).reshape(L, H * dk) @ p["W_O"] + p["b_O"]
+
+    z1 = X + ln(sa(ln(X, "ln1")), "ln1_out")
+    z = z1 + ln(torch.relu(ln(z1, "ln2") @ p["W_1"] + p["b_1"]) @ p["W_2"] + p["b_2"], "ln2_out")
+    assert_close(reference.torch_forward(cfg, params, X), z, 1e-13, "Z of the contract")
+    assert_close(hv.forward(cfg, params, X), z, 1e-13, "hv.forward")
+
+
+def test_a_zero_sublayer_output_with_eps_zero_is_a_clear_error_naming_the_norm():
+    """ReLU without biases: ``W_1 = 0`` makes ``FFN(·) = 0`` in every row, whose ``ln2_out`` is undefined
+    with ``ln_eps = 0``: an :class:`InputError` (a ``ValueError``) naming ``ln2_out`` and the rows."""
+    cfg = hv.BlockConfig(norm="peri", seq_len=3, d_model=4, d_k=2, d_ff=3)
+    params, X, Y = _setup(cfg)
+    params["W_1"] = torch.zeros_like(params["W_1"])
+    for run in (lambda: hv.forward(cfg, params, X), lambda: hv.hessian(cfg, params, X, Y).full):
+        with pytest.raises(InputError, match=r"ln2_out input F .* row\(s\) \[0, 1, 2\]"):
+            run()
+    assert issubclass(InputError, ValueError)
+    eps = hv.BlockConfig(**{**cfg.values(), "ln_eps": 1e-5})
+    assert torch.isfinite(hv.hessian(eps, params, X, Y).full).all()
+
+
+def test_describe_and_cli_offer_peri():
+    from hessviz.config import NORMS, SETTINGS
+
+    assert "peri" in NORMS and "peri" in next(s for s in SETTINGS if s.name == "norm").choices
+    assert hv.BlockConfig(norm="peri", norm_type="rmsnorm").describe().startswith("Peri-LN block")
+
+
+def test_head_slices_and_a_subset_beside_the_output_norms():
+    """``wrt`` mixing head slices, an output norm's γ/β and a feed-forward weight, in any order: the
+    sub-block of the whole Hessian, and a block computed alone."""
+    cfg = hv.BlockConfig(norm="peri", **{**REAL, "activation": "silu", "mlp": "gated"})
+    params, X, Y = _setup(cfg, seed=6)
+    whole = hv.hessian(cfg, params, X, Y)
+    wrt = ("ln2_out_beta", "W_K[1]", "ln1_out_gamma", "W_G", "W_Q[2]")
+    res = hv.hessian(cfg, params, X, Y, wrt=wrt)
+    assert res.names == ("W_Q[2]", "W_K[1]", "ln1_out_gamma", "W_G", "ln2_out_beta")
+    idx = torch.cat([whole.offsets[parse_name(n).base].start + cfg.head_indices(n) for n in res.names])
+    floor = 1e-14 * float(torch.linalg.norm(whole.full))
+    for term in NAMES:
+        assert_close(res.term(term), whole.term(term)[idx][:, idx], 1e-12, f"wrt {term}", atol=floor)
+        alone = hv.hessian(cfg, params, X, Y, wrt=wrt).block("W_K[1]", "ln2_out_beta", term)
+        assert_close(alone, res.term(term)[res.offsets["W_K[1]"], res.offsets["ln2_out_beta"]], 1e-12, term)
