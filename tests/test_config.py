@@ -91,13 +91,21 @@ def test_url_round_trip_of_a_real_layer_view():
         ("wo", "maybe"),
         ("xnorm", "3"),
         ("norm", "<script>"),
-        ("norm", "peri"),
+        ("norm", "sandwich"),
         ("heads", "9"),
     ],
 )
 def test_url_values_the_app_does_not_offer_are_refused(key, text):
     with pytest.raises(ValueError, match=f"^{key}"):
         state.parse_value(key, text)
+
+
+def test_the_app_offers_peri_ln_with_its_norm_controls():
+    """Peri-LN is a placement the app offers (``MODEL.md`` part 5), and its norms take the LayerNorm
+    controls (ε, γ/β, the norm type), settled like the other normed placements' (d = 1 with ε = 0)."""
+    view = state.View.from_values({"norm": state.parse_value("norm", "peri"), "affine": True})
+    assert view.cfg.norm == "peri" and "ln1_out_gamma" in view.cfg.param_names
+    assert state.View.from_values({"norm": "peri"}).describe().startswith("Peri-LN")
 
 
 def test_paper_block_names_and_numbers_are_unchanged():

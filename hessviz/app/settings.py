@@ -37,9 +37,8 @@ XNORM_GRID: tuple[float, ...] = (
     100.0,
 )
 """The input sizes ``‖X‖₂`` the app offers."""
-APP_NORMS: tuple[str, ...] = tuple(n for n in config.NORMS if n != "peri")
-"""The placements the app offers: the library's but ``peri`` (``MODEL.md`` part 5), which the app's
-pages, sweeps, links and lessons do not carry yet (``hessviz compute --norm peri`` does)."""
+APP_NORMS: tuple[str, ...] = config.NORMS
+"""The placements the app offers: every one of the library's, Peri-LN (``MODEL.md`` part 5) included."""
 EPS_GRID: tuple[float, ...] = (0.0, 1e-12, 1e-9, 1e-6, 1e-5, 1e-3, 1e-2, 0.1, 1.0)
 """The LayerNorm ``ε`` values the app offers."""
 
@@ -53,7 +52,7 @@ def _has_ffn(values: Mapping[str, object]) -> bool:
 
 
 def _has_layernorm(values: Mapping[str, object]) -> bool:
-    return values.get("norm") in ("post", "pre", "parallel")
+    return values.get("norm") in config.NORMED
 
 
 def _has_heads(values: Mapping[str, object]) -> bool:

@@ -21,7 +21,7 @@ import torch
 import hessviz as hv
 from hessviz.app import settings
 from hessviz.app.settings import SETTINGS, AppSetting
-from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS
+from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS, NORMED
 
 APP_SETTINGS: dict[str, AppSetting] = {s.url: s for s in SETTINGS}
 """URL key -> setting, for every control the app shows."""
@@ -357,7 +357,7 @@ def reconcile(values: dict[str, object]) -> tuple[dict[str, object], list[str]]:
         )
     d = int(out.get("d", DEFAULTS["d"]))
     norm = out.get("norm", DEFAULTS["norm"])
-    layernorm = norm in ("post", "pre", "parallel") and out.get("ntype", DEFAULTS["ntype"]) == "layernorm"
+    layernorm = norm in NORMED and out.get("ntype", DEFAULTS["ntype"]) == "layernorm"
     if d < 2 and layernorm and float(out.get("eps", DEFAULTS["eps"])) == 0:
         out["d"] = 2
         notes.append(
