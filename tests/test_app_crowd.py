@@ -225,7 +225,10 @@ def test_a_crowd_of_distinct_views_stays_under_the_memory_limit():
             runs = asyncio.run(_crowd(server.base, TABS))
             wall, cpu = time.perf_counter() - t0, server.cpu_seconds() - cpu0
             up = _healthy(server.base)
-            after = asyncio.run(_crowd(server.base, 1))[0]  # the server still serves a chart
+            for _ in range(3):  # the server still serves a chart (a loaded machine may first say "full")
+                after = asyncio.run(_crowd(server.base, 1))[0]
+                if isinstance(after, Run) and after.charts >= 2:
+                    break
         finished = [r for r in runs if isinstance(r, Run)]
         charted = [r for r in finished if r.charts >= 2]
         full = [r for r in finished if r.charts == 0 and _full(r)]

@@ -325,11 +325,16 @@ MARKUP = """() => {
   const links = 'a[href*="evil"]:not([data-testid="stPageLink-NavLink"]), a[href^="mailto:"], '
     + 'img[src*="evil"]';
   const inText = 'img, a, code, .katex, .stMarkdownColoredText, h1, h2, h3, ul, ol, li';
+  // the projector hint: a link to this very view on this server with present=1 (its query an encoded
+  // copy of the view's, the visitor's text included, which no browser reads as markup)
+  const own = (e) => e.tagName === 'A' && e.origin === location.origin
+    && new URL(e.href).searchParams.get('present') === '1'
+    && e.textContent === 'this view in presentation mode';
   const made = [
     ...document.querySelectorAll(links),
     ...[...document.querySelectorAll(text)].flatMap((t) => [...t.querySelectorAll(inText)]),
     ...[...document.querySelectorAll('strong, b')].filter((e) => ['bold', 'b'].includes(e.textContent)),
-  ];
+  ].filter((e) => !own(e));
   return made.map((e) => e.outerHTML);
 }"""
 """What the payload read as Markdown would make: a link or an image to the other host, a mail link,

@@ -179,7 +179,10 @@ def hessian_heatmap(
             bgcolor="rgba(255,200,0,0.25)",
         )
     layout(fig, title, height, theme=theme)
-    fig.update_layout(margin={"b": (130 if factor > 1 else 30) + (int(1.4 * small) if under else 0)})
+    # The row of names under the map: inside the reduced view's margin (its note, three lines, leaves
+    # room for it below the map), else added to the figure rather than taken from the map.
+    below = int(1.4 * small) if under and factor == 1 else 0
+    fig.update_layout(margin={"b": 130 if factor > 1 else 30 + below}, height=fig.layout.height + below)
     return fig
 
 
