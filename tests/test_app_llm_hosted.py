@@ -167,7 +167,8 @@ SILENT_MAX = 2.0
 @pytest.mark.slow
 def test_smollm2_next_token_view_shows_work_all_along_on_a_phone():
     """SmolLM2's next-token view on a short text, on the hosted profile and a phone's screen: the page
-    ends with its charts and no refusal, and while it runs a spinner, a bar, Streamlit's indicator or
+    ends with its charts, or with the window refused in a line naming the change that draws it, and
+    while it runs a spinner, a bar, Streamlit's indicator or
     the app's running badge is on screen: no stretch over :data:`SILENT_MAX` seconds without one
     (polled every 0.2 s; a stretch is counted in polls, so a slow poll on a busy machine does not make
     one). The stages' own spinners are seen too. The server is warmed by one run of the page first (its
@@ -202,8 +203,10 @@ def test_smollm2_next_token_view_shows_work_all_along_on_a_phone():
         )
         assert spinners > 0
         assert page.query_selector_all('[data-testid="stException"]') == []
+        # the window's Hessian with the 226 MiB LM head passes a 1 GB host's results budget: refused in
+        # one line that names the change that draws it (test_hosted_real_model_next_token_… follows it)
         errors = [e.inner_text() for e in page.query_selector_all('[data-testid="stAlertContentError"]')]
-        assert errors == []
-        assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") >= 3
+        assert all("Loss = synthetic" in e for e in errors), errors
+        assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") >= (1 if errors else 3)
         assert page.get_by_text("next-token loss", exact=False).count() >= 1
         ctx.close()
