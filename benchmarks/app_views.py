@@ -1,6 +1,6 @@
 """The slow app views of issue 33, before and after, side by side in one run (one torch thread, as
 the app runs): the spectral norm of a dense term (dense ``eigvalsh`` of the Gram matrix or of the
-symmetrised term, as before, against :func:`hessviz.spectra.matrix_norm`'s Lanczos), the LayerNorm-
+symmetrised term, as before, against :func:`hessviz.matfree.spectra.matrix_norm`'s Lanczos), the LayerNorm-
 collapse block view's points, and the Hessian map's heatmap reductions (``max |H|`` through a
 ``|H|`` temporary and tiles reduced down the rows first, as before, against now). Alternating,
 ``ROUNDS`` rounds (default 3); CPU seconds, medians and ratios, and the load average.
@@ -18,8 +18,8 @@ import torch
 
 import hessviz as hv
 from hessviz.experiments.ln_collapse import post_ln_inputs
+from hessviz.matfree.spectra import matrix_norm
 from hessviz.plots import scale
-from hessviz.spectra import matrix_norm
 
 torch.set_num_threads(1)
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3

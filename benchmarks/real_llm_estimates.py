@@ -2,7 +2,7 @@
 
 Each stage is called through the app's own cache functions (:mod:`hessviz.app.cache`, the code path
 of a live view, nothing precomputed), on one thread, and its thread CPU time is measured around the
-call; the estimate is the one the page shows and the budget checks (:mod:`hessviz.cost`). Stages:
+call; the estimate is the one the page shows and the budget checks (:mod:`hessviz.checks.cost`). Stages:
 
 * **setup**: reading the model's layers and running the text through them (the first view of a text);
 * **window**: the exact Hessian block of ``W_Q[0]`` (``--entries`` entries, 2 rows by default);
@@ -117,11 +117,11 @@ def main() -> None:
 
 def stack_rows() -> list[tuple]:
     """One Scaling / Depth sweep point (``W_Q, W_Q``, 128 entries) of stacks of 1-4 of the app's default
-    block, the mean of three seeds, against :func:`hessviz.cost.sweep_point_cost`."""
+    block, the mean of three seeds, against :func:`hessviz.checks.cost.sweep_point_cost`."""
     import dataclasses
 
-    from hessviz import sweeps
     from hessviz.app.state import View
+    from hessviz.laws import sweeps
 
     block = View.from_values({}).cfg
     rows = []

@@ -1,4 +1,4 @@
-"""Calibrate ``hessviz.cost.TERM_S``: one dense closed-form term's CPU on one thread, warm, against
+"""Calibrate ``hessviz.checks.cost.TERM_S``: one dense closed-form term's CPU on one thread, warm, against
 the cost model's shape ``P² (1 + L d/512)(1 + (H − 1)/5)`` (after the fixed per-pair work ``PAIR_S``).
 
     python benchmarks/term_cost.py
@@ -16,7 +16,7 @@ import time
 import torch
 
 import hessviz as hv
-from hessviz import cost
+from hessviz.checks import cost
 
 BLOCKS = (
     dict(seq_len=8, d_model=24, d_k=8, d_ff=48),
@@ -54,7 +54,7 @@ def term_seconds(cfg: hv.BlockConfig, repeats: int = 3) -> float:
 
 def main() -> None:
     torch.set_num_threads(1)
-    print(f"load average {os.getloadavg()[0]:.1f}; TERM_S in hessviz.cost: {cost.TERM_S:.2e}")
+    print(f"load average {os.getloadavg()[0]:.1f}; TERM_S in hessviz.checks.cost: {cost.TERM_S:.2e}")
     for kwargs in BLOCKS:
         cfg = hv.BlockConfig(**kwargs)
         P, L, d, H, n = cfg.num_params, cfg.seq_len, cfg.d_model, cfg.n_heads, len(cfg.param_names)

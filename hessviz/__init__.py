@@ -12,14 +12,14 @@ True
 """
 
 from hessviz.api import forward, gradient, hessian, jacobian, loss
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.block.inputs import init_params, sample_inputs
 from hessviz.errors import CheckpointError, ConfigError, HessvizError, InputError, SizeError
-from hessviz.inputs import init_params, sample_inputs
 from hessviz.losses import MSE, Classifier, CrossEntropy, CustomLoss, Loss, NextToken
-from hessviz.matfree.hessian_operator import HessianOperator
-from hessviz.memory import memory_limit, set_memory_limit
 from hessviz.pretrained import layer_for_text, layer_inputs, load_layer
+from hessviz.products.hessian_operator import HessianOperator
 from hessviz.result import HessianResult
+from hessviz.runtime.memory import memory_limit, set_memory_limit
 from hessviz.whole import Model, ModelHessian, load_model, model_hessian
 
 __version__ = "0.1.0"

@@ -12,20 +12,22 @@ import functools
 import torch
 from torch import Tensor
 
-from hessviz import assembly, memory, reference
-from hessviz.config import BlockConfig
+from hessviz import reference
+from hessviz.block.config import BlockConfig
+from hessviz.block.inputs import check_params, check_X, check_Y
+from hessviz.block.weights import units
+from hessviz.dense import assembly
+from hessviz.dense.record import fold, record
+from hessviz.dense.stack import StackHessian
 from hessviz.errors import ConfigError, InputError
-from hessviz.inputs import check_params, check_X, check_Y
 from hessviz.losses import CustomLoss, Loss, block_loss
-from hessviz.matfree.block import build, forward_nodes
-from hessviz.matfree.layout import Layout
-from hessviz.matfree.operator import MatrixFreeHessian
-from hessviz.matfree.tape import Tape
-from hessviz.memory import check_fits
-from hessviz.record import fold, record
+from hessviz.products.block import build, forward_nodes
+from hessviz.products.layout import Layout
+from hessviz.products.operator import MatrixFreeHessian
+from hessviz.products.tape import Tape
 from hessviz.result import SIZE_ADVICE, HessianResult
-from hessviz.stack import StackHessian
-from hessviz.weights import units
+from hessviz.runtime import memory
+from hessviz.runtime.memory import check_fits
 
 METHODS = ("closed_form", "autograd")
 
@@ -178,7 +180,7 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
     softmax-weighted values per head touched, and the input tangents of a Pre-LN ``ln1``).
     A stack adds, per layer with names in ``names``, that block's working memory, and, unless
     only the last layer is asked for, the ``(L·d, L·d)`` curvatures, the ``(L·d, P')`` Jacobians
-    and the ``L·d`` tangent columns of :mod:`hessviz.stack`."""
+    and the ``L·d`` tangent columns of :mod:`hessviz.dense.stack`."""
     if cfg.is_stack:
         by_layer: dict[int, list[str]] = {}
         for n in names:

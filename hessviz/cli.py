@@ -31,12 +31,13 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz import cost, spectra
-from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS, Setting
+from hessviz.block.config import BLOCK_SETTINGS, INPUT_SETTINGS, Setting
+from hessviz.block.terms import TERMS
+from hessviz.checks import cost
 from hessviz.errors import HessvizError
-from hessviz.memory import check_fits, format_bytes, memory_limit
-from hessviz.tasks import usable_cores
-from hessviz.terms import TERMS
+from hessviz.matfree import spectra
+from hessviz.runtime.memory import check_fits, format_bytes, memory_limit
+from hessviz.runtime.tasks import usable_cores
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 BENCH_SUITES = ("dense", "matfree", "pretrained")
@@ -44,7 +45,7 @@ OBJECTIVES = ("synthetic", "next-token")
 
 
 def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:
-    """One command-line option from its :class:`~hessviz.config.Setting`."""
+    """One command-line option from its :class:`~hessviz.block.config.Setting`."""
     help_ = f"{s.help} (default {s.format(s.default) if s.default is not None else 'none'})"
     if s.kind is bool and s.members:  # --bias, --bias Q,K,V, --no-bias
         group.add_argument(
@@ -139,7 +140,8 @@ class Setup:
 
 
 Price = Callable[[hv.BlockConfig, tuple[str, ...] | None, int], int]
-"""``(cfg, names, itemsize) -> bytes``: the peak of a command's whole run on a block (:mod:`hessviz.cost`)."""
+"""``(cfg, names, itemsize) -> bytes``: the peak of a command's whole run on a block
+(:mod:`hessviz.checks.cost`)."""
 
 BLOCK_ADVICE = "lower -L, -d, --d-k, --d-ff or --heads, or pass fewer names in --wrt"
 MODEL_ADVICE = "use a shorter --text (or fewer --ids), or pass fewer names in --wrt"
@@ -155,9 +157,9 @@ def _guard(
     beside: int = 0,
 ) -> None:
     """Refuse the whole run, before anything of its size is allocated, when its estimated peak is over
-    the memory limit (:func:`hessviz.memory.memory_limit`: ``HESSVIZ_MEMORY_LIMIT``, else half of
+    the memory limit (:func:`hessviz.runtime.memory.memory_limit`: ``HESSVIZ_MEMORY_LIMIT``, else half of
     the free memory): ``price`` of the block and the names of ``--wrt`` (the forward tape, the terms
-    or the products, :mod:`hessviz.cost`), with ``beside`` bytes that stay alive through it (a
+    or the products, :mod:`hessviz.checks.cost`), with ``beside`` bytes that stay alive through it (a
     model's LM head) and ``before`` bytes that are freed before it starts (a model's hidden states).
     The library checks each dense term again when it computes it; this check comes first, so a long
     input is refused in the time it takes to read the flags, not after its tape (``L²`` per head)
@@ -334,7 +336,7 @@ def cmd_compute(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from hessviz.verify import compare
+    from hessviz.checks.verify import compare
 
     run = _setup(args, cost.comparison_bytes)
     if run.custom is not None:

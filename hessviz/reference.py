@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hessviz.config import BlockConfig, layer_name, parse_name
+from hessviz.block.config import BlockConfig, layer_name, parse_name
 from hessviz.losses import CustomLoss, Loss, block_loss
 
 

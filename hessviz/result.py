@@ -2,10 +2,10 @@
 
 The three terms are three views of one computation: each is computed the first time
 it is read and cached; a single block can be computed alone. The computing is an
-*engine*'s (:class:`Engine`): :class:`~hessviz.assembly.DenseHessian` (one block, token-wise
-loss), :class:`~hessviz.stack.StackHessian` (stacks, coupling losses) or
+*engine*'s (:class:`Engine`): :class:`~hessviz.dense.assembly.DenseHessian` (one block, token-wise
+loss), :class:`~hessviz.dense.stack.StackHessian` (stacks, coupling losses) or
 :class:`~hessviz.reference.AutogradHessian`; the products are
-:class:`~hessviz.matfree.operator.MatrixFreeHessian`'s.
+:class:`~hessviz.products.operator.MatrixFreeHessian`'s.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import Tensor
 
-from hessviz import memory
-from hessviz.config import BlockConfig, parse_name
+from hessviz.block.config import BlockConfig, parse_name
+from hessviz.block.terms import NAMES, check_term
 from hessviz.errors import ConfigError
-from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator
-from hessviz.terms import NAMES, check_term
+from hessviz.products.hessian_operator import HessianOperator, ProductsOperator
+from hessviz.runtime import memory
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
 
-    from hessviz.matfree.operator import MatrixFreeHessian
+    from hessviz.products.operator import MatrixFreeHessian
 
 SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
 """What to do when a dense result is over the memory limit."""
@@ -167,7 +167,7 @@ class HessianResult:
         return self.products
 
     def operator(self, term: str = "full") -> HessianOperator:
-        """``term`` over :attr:`names` as a :class:`~hessviz.matfree.hessian_operator.HessianOperator`
+        """``term`` over :attr:`names` as a :class:`~hessviz.products.hessian_operator.HessianOperator`
         ``(P', P')``: ``op @ v``, ``op.block(a, b)`` (names or head slices of covered weights),
         ``op + op2``, ``c * op``, ``op.to_scipy()``, ``op.dense()``; the spectral tools of
         :mod:`hessviz.matfree` take it. No dense term is formed."""
@@ -184,7 +184,7 @@ class HessianResult:
     def matvec(self, v: Tensor, term: str = "full") -> Tensor:
         """``H v`` for ``v (P',)`` or ``(P', k)``, without forming ``H`` (``P'`` = :attr:`size`);
         ``v`` is cast to the products' dtype and device
-        (:meth:`~hessviz.matfree.operator.MatrixFreeHessian.matvec`)."""
+        (:meth:`~hessviz.products.operator.MatrixFreeHessian.matvec`)."""
         return self.operator(term) @ v
 
     def linear_operator(self, term: str = "full") -> LinearOperator:

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass
 
 import hessviz as hv
-from hessviz.config import ACTIVATIONS, LOSSES
+from hessviz.block.config import ACTIVATIONS, LOSSES
 
 NORMS = ("post", "pre", "none", "attention")
 """The placements of parts 1 and 2, drawn by :func:`random_cases` (part 3's ``parallel`` has its own

@@ -18,7 +18,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """One torch thread for the tests: their tensors are small, so a second thread buys nothing, and on
     a machine whose other core is busy it waits at every parallel region (measured in
     ``docs/development.md``: the fast tier took three times longer with two threads than with one on
-    the shared two-core machine). :mod:`hessviz.tasks` hands this count to process-pool workers."""
+    the shared two-core machine). :mod:`hessviz.runtime.tasks` hands this count to process-pool workers."""
     torch.set_num_threads(1)
 
 

@@ -117,10 +117,10 @@ def test_a_long_view_says_how_long():
 
 
 def test_lanczos_norm_equals_the_dense_one():
-    """:func:`hessviz.spectra.matrix_norm` past :data:`LANCZOS_NORM_MIN` (one eigenvalue by Lanczos)
+    """:func:`hessviz.matfree.spectra.matrix_norm` past :data:`LANCZOS_NORM_MIN` (one eigenvalue by Lanczos)
     against the dense route: a symmetric indefinite one with the all-ones vector in its null space
     (as LayerNorm's terms have; a start of ones would fail there), a wide and a tall one, and zero."""
-    from hessviz.spectra import LANCZOS_NORM_MIN, matrix_norm
+    from hessviz.matfree.spectra import LANCZOS_NORM_MIN, matrix_norm
 
     n = LANCZOS_NORM_MIN + 44
     g = torch.Generator().manual_seed(0)

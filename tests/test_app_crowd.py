@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from hessviz.app import admission, cache, runlog, serve
-from hessviz.memory import parse_bytes
+from hessviz.runtime.memory import parse_bytes
 from tests.st_client import Run, Visitor
 from tests.streamlit_server import Server
 from tests.test_app_load import TreeSampler

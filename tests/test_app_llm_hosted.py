@@ -87,7 +87,7 @@ def test_a_window_that_does_not_fit_names_the_change_that_draws_it(hosted, monke
     draws the window."""
     import dataclasses
 
-    from hessviz import cost
+    from hessviz.checks import cost
 
     cfg = hosted.real_config(MODEL, SHORT)
     cols = cfg.shape_of("W_Q[0]")[1]
@@ -138,7 +138,7 @@ def test_the_work_bound_stops_a_computation_while_it_runs():
     "page, query", [("pages/scaling.py", {"sc_axis": "layers"}), ("pages/depth.py", {"layers": "3"})]
 )
 def test_hosted_stack_views_are_drawn_at_their_default_sizes(hosted, page, query):
-    """The stack's carried curvature is priced as it runs (:data:`hessviz.cost.STACK_CARRY`): these
+    """The stack's carried curvature is priced as it runs (:data:`hessviz.checks.cost.STACK_CARRY`): these
     views were refused on the hosted profile at about 5 s against 4 s (issue 44, item 7)."""
     at = run_page(page, **query)
     assert not [w.value for w in at.warning if "Too much" in w.value]

@@ -43,7 +43,7 @@ import numpy as np
 import pytest
 
 from hessviz.app import profiles, runlog
-from hessviz.memory import parse_bytes
+from hessviz.runtime.memory import parse_bytes
 from tests.page_timing import WATCH, exceptions, rerendered
 from tests.st_client import Run, Visitor
 from tests.streamlit_server import ARGS, CHROMIUM, Server, require_chromium

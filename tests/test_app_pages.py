@@ -338,7 +338,7 @@ def test_depth_page_layer_matrix_profile_and_first_layer():
     assert any("of outer, layer by layer" in t for t in titles(at))
     # the first layer's block norm at N = 1 is the one-block Hessian's (no stack around it)
     import hessviz as hv
-    from hessviz.spectra import matrix_norm
+    from hessviz.matfree.spectra import matrix_norm
 
     first = [d for d in figures(at)[2]["data"] if d.get("mode") == "lines+markers"][0]
     cfg = hv.BlockConfig(seq_len=4, d_model=8, d_k=4, d_ff=8, norm="post")
@@ -521,9 +521,9 @@ def test_real_model_page_target_seed_recomputes_only_what_the_target_enters():
 def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
     """A server that allows less work than the chosen view draws the largest window and the part of the
     layer that fit, each with one line, instead of refusing."""
-    from hessviz import cost
     from hessviz.app import cache
     from hessviz.app.profiles import Limits
+    from hessviz.checks import cost
     from hessviz.pretrained import explore
 
     cfg = cache.real_config("pydoc-postln", "def add(a, b):")

@@ -29,10 +29,11 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz import cost, spectra
 from hessviz.app import budget, cache, gates, profiles, progress, runlog, state
 from hessviz.app.registry import PAGES
-from hessviz.tasks import usable_cores
+from hessviz.checks import cost
+from hessviz.matfree import spectra
+from hessviz.runtime.tasks import usable_cores
 from tests.page_timing import WATCH, count_received, exceptions, rerendered, settled, stats
 from tests.streamlit_server import ARGS, CHROMIUM, Server, browser_cpu_seconds, require_chromium
 from tests.test_app_pages import drawn
@@ -125,7 +126,7 @@ def test_matrix_free_views_are_affordable_past_the_dense_limit():
 def test_a_sweep_is_priced_at_its_costliest_grid_point(axis):
     """The Scaling page prices every point of a sweep at the grid's largest L or d: never less than
     the sum of each point's own cost, and for a sweep over L the same whatever the sidebar's L."""
-    from hessviz import sweeps
+    from hessviz.laws import sweeps
 
     grid, pair = sweeps.DEFAULT_GRIDS[axis], ("W_Q", "W_Q")
     for sidebar in ((2, 32, 32, 64), (64, 8, 4, 16)):
@@ -155,7 +156,7 @@ def test_a_sweep_is_priced_at_its_costliest_grid_point(axis):
 def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
     """``/scaling?sc_axis=L&sc_seeds=9&L=64&d=32&dk=32&dff=64`` (issue 16: ran 47 s): 8 seeds (the
     most offered), six lengths, four sweeps of a 1,024-weight block: refused before any work."""
-    from hessviz import sweeps
+    from hessviz.laws import sweeps
 
     cfg = state.View.from_values({"L": 64, "d": 32, "dk": 32, "dff": 64}).cfg
     grid = sweeps.DEFAULT_GRIDS["L"]
@@ -170,11 +171,12 @@ def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
 
 def test_the_depth_pages_default_view_is_affordable_when_hosted():
     """The Depth page prices each of its points at its own stack depth (2 placements × 2 seeds × the
-    2-block profile and stacks of 1…4 blocks, ``hessviz.cost.sweep_point_cost``), not every point at the
+    2-block profile and stacks of 1…4 blocks, ``hessviz.checks.cost.sweep_point_cost``), not every point at
+    the
     deepest stack: the default view is drawn on the hosted profile; twenty seeds are refused, saying
-    what to lower. (The carried curvature is priced as it runs, ``hessviz.cost.STACK_CARRY``: 0.8 s
+    what to lower. (The carried curvature is priced as it runs, ``hessviz.checks.cost.STACK_CARRY``: 0.8 s
     estimated for the default view; ``/depth?layers=3`` ran 1.25 s of CPU for the whole page, issue 44.)"""
-    from hessviz import sweeps
+    from hessviz.laws import sweeps
 
     view = state.View.from_values({})
     one = view.with_values(norm="post", layers=1).cfg

@@ -1,6 +1,6 @@
 """The classroom tour's stories quote their live views (issue 33): the numbers a story prints are
 the fitted slope and the curve the stop's page draws, computed here a second way (straight from
-:mod:`hessviz.sweeps` and :mod:`hessviz.experiments.ln_collapse`, not through the app's cache).
+:mod:`hessviz.laws.sweeps` and :mod:`hessviz.experiments.ln_collapse`, not through the app's cache).
 The browser test (``tests/test_browser_tour.py``) checks every stop's bold numbers against the text
 of its live view."""
 
@@ -10,10 +10,10 @@ import string
 
 import numpy as np
 
-from hessviz import sweeps
 from hessviz.app.tour import TOUR
 from hessviz.experiments.ln_collapse import ln_sweep, sigma_axis
-from hessviz.fitting import pooled_power_law_fit
+from hessviz.laws import sweeps
+from hessviz.laws.fitting import pooled_power_law_fit
 
 
 def _fields(notice: str) -> set[str]:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import hessviz as hv
+from hessviz.block.terms import NAMES
 from hessviz.reference import torch_forward
-from hessviz.terms import NAMES
 from tests.cases import ALL, GRID, Case, tiered
 from tests.helpers import assert_close
 

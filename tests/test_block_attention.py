@@ -20,7 +20,7 @@ import torch
 
 import hessviz as hv
 from hessviz import reference
-from hessviz.config import ACTIVATIONS, LOSSES, parse_name
+from hessviz.block.config import ACTIVATIONS, LOSSES, parse_name
 from hessviz.errors import ConfigError
 from tests.cases import tiered
 from tests.helpers import assert_close

@@ -23,8 +23,8 @@ import torch
 
 import hessviz as hv
 from hessviz import reference
+from hessviz.block.terms import NAMES
 from hessviz.ops import layernorm
-from hessviz.terms import NAMES
 from tests.cases import tiered
 from tests.helpers import assert_close
 from tests.test_block_real_layers import assert_blocks_close
@@ -59,8 +59,8 @@ def _draw(rng: random.Random, **fixed) -> hv.BlockConfig:
         d_k=rng.randint(1, 2),
         d_ff=rng.randint(2, 4),
         norm=norm,
-        activation=rng.choice(hv.config.ACTIVATIONS),
-        loss=rng.choice(hv.config.LOSSES),
+        activation=rng.choice(hv.block.config.ACTIVATIONS),
+        loss=rng.choice(hv.block.config.LOSSES),
         n_heads=H,
         out_proj=wo,
         bias=bias,
@@ -189,10 +189,10 @@ def test_head_slices_and_blocks_alone(cfg):
     """Head slices beside the new weights in ``wrt``; every block of two names computed alone."""
     params, X, Y = _setup(cfg, seed=5)
     rng = random.Random(cfg.d_model)
-    headed = [n for n in cfg.param_names if n in hv.config.HEADED]
+    headed = [n for n in cfg.param_names if n in hv.block.config.HEADED]
     wrt = tuple(
         rng.sample([s for n in headed for s in cfg.head_names(n)], 4)
-        + [n for n in cfg.param_names if n not in hv.config.HEADED and rng.random() < 0.7]
+        + [n for n in cfg.param_names if n not in hv.block.config.HEADED and rng.random() < 0.7]
     )
     res = hv.hessian(cfg, params, X, Y, wrt=wrt)
     ref = hv.hessian(cfg, params, X, Y, wrt=wrt, method="autograd")
@@ -565,7 +565,7 @@ def test_names_and_theta_order():
 
 
 def test_a_bias_tuple_reads_from_text():
-    s = next(s for s in hv.config.BLOCK_SETTINGS if s.name == "bias")
+    s = next(s for s in hv.block.config.BLOCK_SETTINGS if s.name == "bias")
     assert s.parse("Q,K,V") == ("Q", "K", "V") and s.parse("true") is True and s.format(("Q", "K")) == "Q,K"
     with pytest.raises(ValueError, match="bias"):
         s.parse("Q,X")

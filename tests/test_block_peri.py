@@ -19,9 +19,9 @@ import torch.nn.functional as F
 
 import hessviz as hv
 from hessviz import reference
-from hessviz.config import parse_name
+from hessviz.block.config import parse_name
+from hessviz.block.terms import NAMES
 from hessviz.errors import InputError
-from hessviz.terms import NAMES
 from tests.helpers import assert_close
 
 F64 = torch.float64
@@ -193,7 +193,7 @@ def test_a_zero_sublayer_output_with_eps_zero_is_a_clear_error_naming_the_norm()
 
 
 def test_describe_and_cli_offer_peri():
-    from hessviz.config import NORMS, SETTINGS
+    from hessviz.block.config import NORMS, SETTINGS
 
     assert "peri" in NORMS and "peri" in next(s for s in SETTINGS if s.name == "norm").choices
     assert hv.BlockConfig(norm="peri", norm_type="rmsnorm").describe().startswith("Peri-LN block")

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz.config import ACTIVATIONS, LOSSES
-from hessviz.terms import NAMES
+from hessviz.block.config import ACTIVATIONS, LOSSES
+from hessviz.block.terms import NAMES
 from tests.cases import tiered
 from tests.helpers import assert_close
 
@@ -160,7 +160,7 @@ def test_head_slices_in_wrt_and_block(cfg):
         wrt = []
         for name in cfg.param_names:
             draw = rng.random()
-            if name in hv.config.HEADED and draw < 0.5:
+            if name in hv.block.config.HEADED and draw < 0.5:
                 wrt += rng.sample(cfg.head_names(name), rng.randint(1, cfg.n_heads))
             elif draw < 0.7:
                 wrt.append(name)

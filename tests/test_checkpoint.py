@@ -1,4 +1,4 @@
-"""``hv.model_hessian(..., checkpoint=True)`` (:mod:`hessviz.matfree.checkpoint`): each layer rebuilt
+"""``hv.model_hessian(..., checkpoint=True)`` (:mod:`hessviz.products.checkpoint`): each layer rebuilt
 per product from its input, against the products of the whole tape kept, in float64.
 
 Three-layer models, so that a layer has one below and one above it: GPT-2 (LayerNorm, GELU,

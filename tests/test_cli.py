@@ -161,7 +161,7 @@ def test_verify_passes_blocks_that_are_exactly_zero(capsys):
 def test_relative_error_still_sees_a_wrong_small_block():
     import torch
 
-    from hessviz.verify import relative_error
+    from hessviz.checks.verify import relative_error
 
     ref = torch.full((3, 3), 1e-5)
     assert relative_error(torch.zeros(3, 3), ref, floor=1e-6) > 0.09  # a 100 % error in a small block

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from hessviz import cost
+from hessviz.block.config import BlockConfig
+from hessviz.checks import cost
 from hessviz.cli import main, out_of_memory
-from hessviz.config import BlockConfig
-from hessviz.memory import parse_bytes
 from hessviz.pretrained import available_models
-from hessviz.tasks import cgroup_cores, usable_cores
+from hessviz.runtime.memory import parse_bytes
+from hessviz.runtime.tasks import cgroup_cores, usable_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = "1GiB"
@@ -166,7 +166,7 @@ SLACK = 16 << 20
 )
 def test_the_tape_estimate_bounds_the_tape_built(sizes):
     """``hv.hessian`` builds its tape before any term: the growth of a child's peak resident size is
-    under :func:`hessviz.cost.tape_bytes` (with :data:`SLACK` for what a first call imports and the
+    under :func:`hessviz.checks.cost.tape_bytes` (with :data:`SLACK` for what a first call imports and the
     allocator keeps) and not far below it (an estimate, not a blanket)."""
     run = subprocess.run(
         [sys.executable, "-c", TAPE_PROBE, json.dumps(sizes)],
@@ -312,7 +312,7 @@ def test_a_quota_under_one_core_still_gives_one(tmp_path):
 def test_affinity_counts_like_taskset():
     """``taskset -c 0``: the process may run on one CPU, whatever ``os.cpu_count()`` says."""
     probe = (
-        "import os; from hessviz.tasks import usable_cores; from hessviz.cli import build_parser; "
+        "import os; from hessviz.runtime.tasks import usable_cores; from hessviz.cli import build_parser; "
         "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
         "args = build_parser().parse_args(['lesson', '/x', '--out', 'y']); "
         "print(usable_cores(), args.workers, os.cpu_count())"

@@ -12,8 +12,8 @@ import hessviz as hv
 from hessviz import reference
 from hessviz.app import settings as app_settings
 from hessviz.app import state
+from hessviz.block.config import BLOCK_SETTINGS, SETTINGS, parse_name
 from hessviz.cli import build_parser
-from hessviz.config import BLOCK_SETTINGS, SETTINGS, parse_name
 
 
 def test_every_block_field_has_one_setting():
@@ -25,8 +25,8 @@ def test_every_block_field_has_one_setting():
 
 def test_the_library_settings_know_no_app():
     """URL keys, labels, sidebar sections and the app's ranges live in ``hessviz/app/settings.py``:
-    each names a library setting, and the library's :class:`~hessviz.config.Setting` has none."""
-    from hessviz.config import Setting
+    each names a library setting, and the library's :class:`~hessviz.block.config.Setting` has none."""
+    from hessviz.block.config import Setting
 
     app_only = {f.name for f in dataclasses.fields(app_settings.AppSetting)} - {
         f.name for f in dataclasses.fields(Setting)

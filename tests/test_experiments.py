@@ -9,7 +9,7 @@ import torch
 
 import hessviz as hv
 from hessviz.experiments import CLAIM_IDS, bounds, heterogeneity, ln_collapse, reproduce
-from hessviz.fitting import bend_point, gini, power_law_fit, slope_over_seeds, t_interval
+from hessviz.laws.fitting import bend_point, gini, power_law_fit, slope_over_seeds, t_interval
 
 # ------------------------------------------------------------------ fits
 
@@ -193,7 +193,7 @@ def test_claims_on_an_executor_are_the_in_process_numbers(claims_once):
 
 def test_a_shared_key_value_head_is_the_sum_over_its_readers():
     from hessviz.experiments import modern
-    from hessviz.sweeps import seeded_inputs
+    from hessviz.laws.sweeps import seeded_inputs
 
     cfg = hv.BlockConfig(
         seq_len=5,

@@ -9,7 +9,7 @@ import pytest
 
 import hessviz as hv
 from hessviz.experiments import real_weights as rw
-from hessviz.spectra import matrix_norm
+from hessviz.matfree.spectra import matrix_norm
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import torch
 import hessviz as hv
 from hessviz import matfree
 from hessviz.errors import ConfigError, SizeError
-from hessviz.matfree.hessian_operator import DenseOperator, HessianOperator, ProductsOperator
+from hessviz.products.hessian_operator import DenseOperator, HessianOperator, ProductsOperator
 
 TOL = 1e-12
 CFG = hv.BlockConfig(

@@ -8,15 +8,17 @@ The graph is read from the source (``ast``), not by importing: an edge ``a -> b`
 
 The layers, bottom to top (:data:`LAYERS`; a *unit* is a subpackage, or a module of the root):
 
-1. **base**: errors, memory guard, tasks, term names, placements, Kronecker factors, fitting;
-2. **core**, the math: ``ops`` (both faces of every operation), ``chain``, ``contributions``,
-   ``config``, ``weights``, ``inputs``, ``losses`` and the autograd ``reference``;
-3. **products**: ``matfree`` (the tape, the one forward pass; the product engines, the spectral tools);
-4. **dense**: ``record`` (the fold of the tape's nodes) and ``assembly`` (the dense terms);
-5. **api**: ``api`` (``hv.hessian``, …), ``result``, ``stack``, ``spectra``;
+1. **base**: ``errors``, ``resources`` (the package's data) and ``runtime`` (the memory guard, huge-page
+   buffers, the worker pool);
+2. **core**, the math: ``ops`` (both faces of every operation, their Kronecker factors and pieces),
+   ``block`` (the configuration, placements, weights, inputs, term names), ``losses`` and the autograd
+   ``reference``;
+3. **products**: ``products`` (the tape, the one forward pass; the product engines; the operator type);
+4. **dense**: ``dense`` (the chain, the fold of the tape's nodes, the dense terms, stacks);
+5. **api**: ``api`` (``hv.hessian``, …), ``result`` and ``matfree`` (Lanczos, SLQ, traces, spectra);
 6. **readers**: ``pretrained`` and ``whole`` (real models, on the api);
 7. **facade**: the root ``hessviz/__init__.py`` (``import hessviz as hv``): nothing below imports it;
-8. **tools** on the public API: ``sweeps``, ``verify``, ``cost``, ``plots``;
+8. **tools** on the public API: ``laws`` (sweeps and fits), ``checks`` (cost and verify), ``plots``;
 9. **experiments**: the claims;
 10. **bench**: the suites of ``hessviz bench`` (closed form against the strongest baselines);
 11. **interfaces**: ``app``, ``cli``, ``__main__``.
@@ -118,38 +120,14 @@ def test_no_import_circles():
 # ----------------------------------------------------------------------------- layers
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "base",
-        (
-            "hessviz.errors",
-            "hessviz.memory",
-            "hessviz.tasks",
-            "hessviz.terms",
-            "hessviz.placements",
-            "hessviz.kron",
-            "hessviz.fitting",
-            "hessviz.resources",
-        ),
-    ),
-    (
-        "core",
-        (
-            "hessviz.ops",
-            "hessviz.chain",
-            "hessviz.contributions",
-            "hessviz.config",
-            "hessviz.weights",
-            "hessviz.inputs",
-            "hessviz.losses",
-            "hessviz.reference",
-        ),
-    ),
-    ("products", ("hessviz.matfree",)),
-    ("dense", ("hessviz.record", "hessviz.assembly")),
-    ("api", ("hessviz.api", "hessviz.result", "hessviz.stack", "hessviz.spectra")),
+    ("base", ("hessviz.errors", "hessviz.resources", "hessviz.runtime")),
+    ("core", ("hessviz.ops", "hessviz.block", "hessviz.losses", "hessviz.reference")),
+    ("products", ("hessviz.products",)),
+    ("dense", ("hessviz.dense",)),
+    ("api", ("hessviz.api", "hessviz.result", "hessviz.matfree")),
     ("readers", ("hessviz.pretrained", "hessviz.whole")),
     ("facade", ("hessviz",)),
-    ("tools", ("hessviz.sweeps", "hessviz.verify", "hessviz.cost", "hessviz.plots")),
+    ("tools", ("hessviz.laws", "hessviz.checks", "hessviz.plots")),
     ("experiments", ("hessviz.experiments",)),
     ("bench", ("hessviz.bench",)),
     ("interfaces", ("hessviz.app", "hessviz.cli", "hessviz.__main__")),
@@ -207,15 +185,15 @@ def test_no_arrow_runs_up_a_layer():
 
 
 def test_the_layer_checks_see_an_arrow_up():
-    """The rules above are not vacuous: a made-up arrow from the products to the api, or from a reader
+    """The rules above are not vacuous: a made-up arrow from the spectral tools to the api, or from a reader
     to the facade, is found; the collapse keeps a package-level circle that no module-level one shows."""
     layers = (("low", ("hessviz.matfree",)), ("high", ("hessviz.api", "hessviz")))
     assert _upward({"hessviz.matfree": {"hessviz.api"}, "hessviz.api": {"hessviz.matfree"}}, layers) == {
         "hessviz.matfree": ["hessviz.api"]
     }
-    modules = {"hessviz.ops.linear": {"hessviz.chain"}, "hessviz.chain": {"hessviz.ops.base"}}
+    modules = {"hessviz.ops.linear": {"hessviz.dense.chain"}, "hessviz.dense.chain": {"hessviz.ops.base"}}
     assert _cycles(modules) == []
-    assert _cycles(_unit_edges(modules)) == [["hessviz.chain", "hessviz.ops"]]
+    assert _cycles(_unit_edges(modules)) == [["hessviz.dense", "hessviz.ops"]]
     assert _unit("hessviz.pretrained.explore") == "hessviz.pretrained"
     assert _unit("hessviz") == "hessviz"
     edges = _unit_edges(_edges(_modules()))
@@ -307,7 +285,7 @@ def test_the_checks_see_an_arrow_up():
     import inside a function counts (``hessviz reproduce`` imports the claims in its command), and a
     relative import is resolved."""
     edges = _edges(_modules())
-    assert any(t.startswith("hessviz.cost") for t in edges["hessviz.app.budget"])
+    assert any(t.startswith("hessviz.checks.cost") for t in edges["hessviz.app.budget"])
     assert any(t.startswith("hessviz.experiments") for t in edges["hessviz.cli"])
     relative = ast.parse("from ..kron import Factored\nfrom . import base").body
     assert [_absolute(n, "hessviz.ops") for n in relative] == ["hessviz.kron", "hessviz.ops"]
@@ -348,12 +326,12 @@ def _compared_strings(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_no_module_outside_the_app_branches_on_a_page_name():
     """The pages' names and the budget's kinds of view are the app's: the library's cost estimates
-    are per computation (``hessviz/cost.py`` holds none of them at all), and no module outside
+    are per computation (``hessviz/checks/cost.py`` holds none of them at all), and no module outside
     ``hessviz/app/`` compares a value with one (claim ids and CLI commands that share a word with a
     page are names of their own and are not compared with)."""
     names = _page_names()
     assert {"map", "learn", "heterogeneity", "spectrum"} <= names
-    cost = _tree(ROOT / "cost.py")
+    cost = _tree(ROOT / "checks" / "cost.py")
     assert not [n.value for n in ast.walk(cost) if isinstance(n, ast.Constant) and n.value in names]
     hits = {}
     for path in ROOT.rglob("*.py"):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz import kron
-from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
+from hessviz.ops import kron
+from hessviz.ops.kron import LEFT, RIGHT, Factored, KronTerm
 
 L, N_OUT = 5, 3
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz.matfree import lanczos, memory, spectral
+from hessviz.matfree import lanczos, spectral
+from hessviz.runtime import pages
 
 
 def _symmetric(n: int, seed: int) -> torch.Tensor:
@@ -347,7 +348,7 @@ def test_cuda_products_replay_as_graphs_bit_identically(monkeypatch):
     """On a GPU the second product of a kind is recorded as a CUDA graph and later ones replayed:
     single, batched and into a basis row, each bit-identical to the products run as usual
     (``HESSVIZ_CUDA_GRAPHS=0``), and so is a whole top-4 and SLQ run; a head-slice block too."""
-    from hessviz.matfree import graphs
+    from hessviz.products import graphs
 
     cfg, params, X, Y = _case_inputs()
     on_gpu = ({n: w.cuda() for n, w in params.items()}, X.cuda(), Y.cuda())
@@ -420,16 +421,16 @@ def test_whole_weight_products_are_written_in_place(case):
 
 
 def test_large_buffers_are_plain_tensors():
-    """:func:`memory.empty` above the huge-page threshold is an ordinary contiguous tensor of the
+    """:func:`pages.empty` above the huge-page threshold is an ordinary contiguous tensor of the
     asked shape, dtype and device (the advice changes the mapping only)."""
     like = torch.zeros(1, dtype=torch.float64)
-    n = memory.HUGE_FROM // 8 + 12345
-    t = memory.empty((3, n), like)
+    n = pages.HUGE_FROM // 8 + 12345
+    t = pages.empty((3, n), like)
     assert t.shape == (3, n) and t.dtype == torch.float64 and t.is_contiguous()
     src = torch.randn(3, n, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
     t.copy_(src)
     assert torch.equal(t, src)
-    assert memory.empty((2, 3), like.float()).dtype == torch.float32
+    assert pages.empty((2, 3), like.float()).dtype == torch.float32
 
 
 def test_products_kept_at_the_point_repeat_exactly(case):
@@ -497,9 +498,9 @@ def test_torch_core_reports_progress_and_cancels(case):
 
 
 def test_dense_extremes_use_the_torch_core():
-    """:func:`hessviz.spectra.eigenvalues` past ``dense_limit``: the ``k`` largest and smallest of a
+    """:func:`hessviz.matfree.spectra.eigenvalues` past ``dense_limit``: the ``k`` largest and smallest of a
     dense ``H`` by the torch core, equal to ``eigvalsh``'s."""
-    from hessviz import spectra
+    from hessviz.matfree import spectra
 
     A = _symmetric(150, 5)
     spec = spectra.eigenvalues(A, k=4, dense_limit=100)

@@ -264,8 +264,8 @@ def test_sweep_points_computed_ahead_are_the_ones_the_page_reads():
     import concurrent.futures as cf
 
     from hessviz import app as hva
-    from hessviz import sweeps
     from hessviz.app import cache, views
+    from hessviz.laws import sweeps
 
     view = hva.View.from_values({"norm": "pre", "L": 3, "d": 4, "dk": 2, "dff": 4, "seed": 7})
     points = views.scaling_points(view, "L", "W_K,W_K", 1)

@@ -156,6 +156,6 @@ def test_strings_become_objects_in_one_place():
 
 
 def test_the_chunk_is_sized_for_one_product_sweep():
-    from hessviz.matfree.operator import BATCH
+    from hessviz.products.operator import BATCH
 
     assert PRODUCT_COLUMNS == BATCH

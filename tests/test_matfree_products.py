@@ -12,8 +12,8 @@ import torch
 
 import hessviz as hv
 from hessviz import reference
+from hessviz.block.terms import NAMES
 from hessviz.matfree import spectral
-from hessviz.terms import NAMES
 from tests.cases import GRID
 from tests.helpers import assert_close
 
@@ -191,7 +191,7 @@ def test_cuda_products_match_cpu(cfg):
 def test_cuda_minilm_matches_autograd():
     """The MiniLM-sized layer (P = 1.77M) on CUDA: every term against the autograd products."""
     from hessviz.bench.matfree import minilm_case
-    from hessviz.matfree.autograd import AutogradProducts
+    from hessviz.products.autograd import AutogradProducts
 
     cfg, params, X, Y = minilm_case(32, device="cuda")
     res = hv.hessian(cfg, params, X, Y)

@@ -9,7 +9,8 @@ import plotly.graph_objects as go
 import pytest
 
 import hessviz as hv
-from hessviz import plots, sweeps
+from hessviz import plots
+from hessviz.laws import sweeps
 
 OFFSETS = {"W_Q": slice(0, 4), "W_K": slice(4, 8), "W_V": slice(8, 24)}
 

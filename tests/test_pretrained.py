@@ -20,9 +20,9 @@ from safetensors.torch import load_file, save_file
 import hessviz as hv
 import hessviz.whole
 from hessviz import pretrained as pt
+from hessviz.block.terms import NAMES
 from hessviz.errors import CheckpointError, ConfigError, InputError
 from hessviz.resources import data
-from hessviz.terms import NAMES
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")

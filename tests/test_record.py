@@ -1,4 +1,4 @@
-"""The dense engine's reading of a block (:mod:`hessviz.record`): one forward pass, folded.
+"""The dense engine's reading of a block (:mod:`hessviz.dense.record`): one forward pass, folded.
 
 ``hv.hessian`` runs the block once, as the tape's nodes; the dense engine folds over the nodes each
 step of the recipe appended, reading their values. These tests count what runs: each operation's
@@ -114,7 +114,7 @@ def test_the_folded_block_equals_the_tape_and_autograd():
         causal=True,
     )
     params, X, Y = _setup(cfg)
-    from hessviz.record import record
+    from hessviz.dense.record import record
 
     rec = record(cfg, params, X)
     assert_close(rec.Z, hv.forward(cfg, params, X), 0.0, "Z")

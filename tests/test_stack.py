@@ -14,7 +14,7 @@ import torch
 
 import hessviz as hv
 from hessviz import reference
-from hessviz.terms import NAMES
+from hessviz.block.terms import NAMES
 from tests.cases import tiered
 from tests.helpers import assert_close
 
@@ -370,7 +370,7 @@ def test_a_random_symmetric_token_coupling_curvature():
 
 
 def test_the_boundary_curvature_is_one_interface_for_both_kinds():
-    from hessviz.stack import Boundary
+    from hessviz.dense.stack import Boundary
 
     gen = torch.Generator().manual_seed(0)
     L, d = 3, 2

@@ -17,9 +17,9 @@ import pytest
 from hessviz.app import views
 from hessviz.app.tour import LN_DECADES, TOUR, Stop, scaling_facts
 from hessviz.experiments.scaling import BEND_TOL
-from hessviz.fitting import bend_point
+from hessviz.laws.fitting import bend_point
+from hessviz.matfree.spectra import negative_summary
 from hessviz.plots import PLACEMENT_NAMES
-from hessviz.spectra import negative_summary
 from tests.test_app_pages import figures, run_page
 
 SLOPE = r"slope ([−\d.]+)"

@@ -1,4 +1,4 @@
-"""``hessviz.verify.compare``: closed form against autograd, each error at the result's own scale.
+"""``hessviz.checks.verify.compare``: closed form against autograd, each error at the result's own scale.
 
 A view whose gradients cancel (a Post-LN block of width 2 normalises every token to ±1, so no weight
 moves the output) has a Hessian of pure round-off in both methods: it agrees, at the size of the
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz import verify
+from hessviz.checks import verify
 
 SMALL = dict(seq_len=4, d_k=4, d_ff=8)
 

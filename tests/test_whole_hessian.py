@@ -20,7 +20,7 @@ import hessviz as hv
 from hessviz import matfree
 from hessviz.errors import ConfigError, InputError, ModelRangeError
 from hessviz.pretrained import load as pl
-from hessviz.tasks import shipped
+from hessviz.runtime.tasks import shipped
 from hessviz.whole.table import tensor_table
 from tests.test_pretrained import randomise
 
@@ -639,7 +639,7 @@ def test_tensor_table_to_a_stated_eigenvalue_accuracy(folders):
 @pytest.mark.parametrize("term", ["full", "outer"])
 def test_the_batch_swept_in_lockstep_is_the_sum_of_the_sequences_sweeps(folders, term):
     """One lockstep sweep of a batch's tapes (its linear maps on the stacked rows,
-    :mod:`hessviz.matfree.lockstep`) gives the products of the per-sequence sweeps, every weight and
+    :mod:`hessviz.products.lockstep`) gives the products of the per-sequence sweeps, every weight and
     a head slice among the names, two columns at once, written into a given ``out``."""
     res = hv.model_hessian(hv.load_model(folders["gpt2"]), IDS, wrt=None)
     mf = res.products

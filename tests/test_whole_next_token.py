@@ -63,7 +63,7 @@ def test_float32_is_exact_to_its_floor():
 
 
 def test_default_chunk_follows_the_memory_guard():
-    from hessviz import memory
+    from hessviz.runtime import memory
 
     memory.set_memory_limit("64MiB")
     try:

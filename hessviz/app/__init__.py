@@ -11,7 +11,7 @@ figures from :mod:`hessviz.plots`. The shared pieces live here::
     hva.header("My page", view)              # title + the block in words ("Post-LN block, L = 8, …")
     hva.explain("What is drawn, for a student.", r"H = H_o + H_f")
     hva.afford(view, "map")                  # ask the budget; over it: what to change, and stop
-    term = hva.choice("Term", NAMES, key="term", default="full")   # from hessviz.terms import NAMES
+    term = hva.choice("Term", NAMES, key="term", default="full")   # from hessviz.block.terms import NAMES
     with hva.guard("the Hessian"):           # errors -> message; queue place, progress, cancellation
         H = hva.cache.term(view.key, term)   # cached, read-only numpy (P, P)
     fig = plots.hessian_heatmap(H, hva.cache.offsets(view.key))
@@ -45,7 +45,7 @@ page's ``whole_table``, which reads the precomputed default tables first,
 :mod:`hessviz.app.gates`; pages define none. :func:`verdict` asks the budget
 (:mod:`hessviz.app.budget`) without drawing (to choose between a dense and a matrix-free method);
 :func:`afford` asks and refuses. The app's policy (profiles, budget, gates) lives here only: the
-library gives neutral costs per computation (:mod:`hessviz.cost`) and never names a page.
+library gives neutral costs per computation (:mod:`hessviz.checks.cost`) and never names a page.
 The page list (titles, icons, URL paths) is :mod:`hessviz.app.registry`.
 
 Importing this package imports nothing heavy: the modules without Streamlit (the lesson pages'

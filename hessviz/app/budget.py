@@ -2,7 +2,7 @@ r"""What one view of a page costs, and whether this server can afford it (numeri
 
 **Cost of a view.** :func:`cost` composes, for one kind of view (:data:`KINDS`, the pages'
 views), the library's neutral estimates of the computations the view runs
-(:mod:`hessviz.cost`: core-seconds, peak bytes, products) from the block's sizes alone,
+(:mod:`hessviz.checks.cost`: core-seconds, peak bytes, products) from the block's sizes alone,
 before anything is allocated. :func:`check` compares a cost with the server's limits
 (:class:`hessviz.app.profiles.Limits`) and, when it is over, says which control to lower
 (:class:`Verdict`). An estimate can miss: the app also stops a view's computations once they
@@ -24,12 +24,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hessviz import cost as costs
 from hessviz.app.profiles import Limits
-from hessviz.config import ATTENTION_PARAMS, BlockConfig
-from hessviz.cost import Cost
+from hessviz.block.config import ATTENTION_PARAMS, BlockConfig
+from hessviz.checks import cost as costs
+from hessviz.checks.cost import Cost
 from hessviz.errors import HessvizError
-from hessviz.memory import format_bytes
+from hessviz.runtime.memory import format_bytes
 
 KINDS = (
     "map",
@@ -59,7 +59,7 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
 
     ``extra``: ``seeds``, ``points`` (sweeps, σ grid), ``cases`` (random studies),
     ``steps`` (training), ``whole`` (LayerNorm collapse: whole-matrix norms, 0 or 1),
-    ``dense_limit`` and ``k`` (spectrum: as passed to :func:`hessviz.spectra.eigenvalues`),
+    ``dense_limit`` and ``k`` (spectrum: as passed to :func:`hessviz.matfree.spectra.eigenvalues`),
     ``weight_count`` (sweep: the entries of the largest swept weight), ``repeats`` (verify: timed runs),
     ``k``, ``probes``, ``steps``, ``terms``, ``group_bytes`` (matrix-free spectrum),
     ``samples``, ``by_head`` (heterogeneity table), ``depth``, ``seeds``, ``weight_count`` (the Depth
@@ -80,7 +80,7 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
             f"the decomposition (three dense terms of P = {P:,})",
         )
     if kind == "spectrum":  # three terms held; eigvalsh needs a symmetric copy and its workspace
-        from hessviz.spectra import DENSE_LIMIT
+        from hessviz.matfree.spectra import DENSE_LIMIT
 
         limit, k = int(extra.get("dense_limit", DENSE_LIMIT)), int(extra.get("k", 64))
         eig = 2 * costs.eig_cost(P, limit, k) + costs.eig_cost(P, limit, k, rank=cfg.seq_len * cfg.d_model)
@@ -142,10 +142,10 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
 def depth_points(cfg: BlockConfig, depth: int, seeds: int) -> list[BlockConfig]:
     """The stacks the Depth page computes a point of, one per point: for Post-LN and Pre-LN and each
     seed, every layer of a ``depth``-block stack, then the first layer of stacks of
-    ``hessviz.sweeps.DEFAULT_GRIDS["layers"]`` blocks."""
+    ``hessviz.laws.sweeps.DEFAULT_GRIDS["layers"]`` blocks."""
     import dataclasses
 
-    from hessviz.sweeps import DEFAULT_GRIDS
+    from hessviz.laws.sweeps import DEFAULT_GRIDS
 
     out = []
     for norm in ("post", "pre"):

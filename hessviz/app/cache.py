@@ -14,7 +14,7 @@ one computation. Long computations run in chunks and call
 or moves a control. :func:`clear` empties everything (the sidebar's button).
 
 Each function here is a key, a call of the library and a store: what is computed (and the
-statistics drawn) is the library's; the reserve and the seconds come from :mod:`hessviz.cost`.
+statistics drawn) is the library's; the reserve and the seconds come from :mod:`hessviz.checks.cost`.
 """
 
 from __future__ import annotations
@@ -35,15 +35,16 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz import cost, spectra, sweeps
 from hessviz.app import admission, budget, gates, profiles, runlog, whole_model
 from hessviz.app.progress import current
 from hessviz.app.state import View, device
+from hessviz.checks import cost
+from hessviz.checks.verify import compare
 from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
-from hessviz.matfree import estimates
+from hessviz.laws import sweeps
+from hessviz.matfree import estimates, spectra
 from hessviz.pretrained import explore, loss_keys, precomputed
-from hessviz.verify import compare
 
 LIMITS = profiles.limits_from_env(address=profiles.served_address())
 """The limits of this server (``HESSVIZ_PROFILE``, else by the address it serves), read once when the
@@ -341,7 +342,8 @@ def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra
     """Eigenvalues of one term: ``values`` (ascending), ``partial``, ``size``, ``method``, negatives.
 
     The outer term ``JᵀAJ`` has rank at most ``L·d`` (``J`` is ``(L d, P)``), so past the
-    dense limit all its eigenvalues come from its range (:func:`hessviz.spectra.low_rank_eigenvalues`).
+    dense limit all its eigenvalues come from its range
+    (:func:`hessviz.matfree.spectra.low_rank_eigenvalues`).
     """
     cfg = _view(key).cfg
     rank = cfg.seq_len * cfg.d_model if term_name == "outer" else None
@@ -373,7 +375,7 @@ def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra
 
 
 def verify(key: tuple, nonce: int = 0) -> dict:
-    """:func:`hessviz.verify.compare` of the view: per block and term the relative error,
+    """:func:`hessviz.checks.verify.compare` of the view: per block and term the relative error,
     and the wall time of all three terms per method (best of ``LIMITS.timing_repeats``).
     ``nonce`` only forces a fresh measurement. One comparison at a time in the process
     (torch.func's forward-mode state is per process, not per thread)."""
@@ -415,7 +417,8 @@ def sweep_point(
     kind: str = "spectral",
     layer: int = 0,
 ) -> dict[str, float]:
-    """:func:`hessviz.sweeps.point` (of layer ``layer`` in a stack), cached per point (a few floats each)."""
+    """:func:`hessviz.laws.sweeps.point` (of layer ``layer`` in a stack), cached per point (a few
+    floats each)."""
     weight_count = max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
     return STORE.get(
         _sweep_key(cfg, input_norm, seed, pair, kind, layer),
@@ -430,7 +433,7 @@ def prime_sweep_points(calls: list[tuple], executor) -> int:
     """Compute the points ``(cfg, input_norm, seed, pair, kind, layer)`` of ``calls`` that the store
     does not hold yet as tasks on ``executor`` (a process pool: ``hessviz lesson`` on several cores),
     and store them where :func:`sweep_point` finds them. Returns how many were computed."""
-    from hessviz.tasks import run_tasks
+    from hessviz.runtime.tasks import run_tasks
 
     missing = {}
     for c in calls:
@@ -755,7 +758,7 @@ def _real(
 
 def head_vocab(model: str, loss: str) -> int:
     """The vocabulary of ``model``'s LM head when ``loss`` is its next-token loss (the head's work enters
-    every estimate, :func:`hessviz.cost.head_cost`), else 0."""
+    every estimate, :func:`hessviz.checks.cost.head_cost`), else 0."""
     from hessviz import pretrained
 
     return pretrained.model_info(model).vocab_size if loss == loss_keys.NEXT_TOKEN else 0
@@ -879,7 +882,7 @@ def real_inputs(
     ``Y ~ N(0, 1)``) and ``custom`` is None; otherwise ``Y`` is None and ``custom`` the model's own
     objective at the layer's output as a :class:`hessviz.CustomLoss` (the last layer only), its
     curvature as token-wise blocks only with ``blocks`` (where the products to come pay for building
-    them, :func:`hessviz.cost.head_blocks`; a gradient builds none), else as its product."""
+    them, :func:`hessviz.checks.cost.head_blocks`; a gradient builds none), else as its product."""
     from hessviz import pretrained
 
     cfg, params = real_layer(model, layer)

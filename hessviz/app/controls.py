@@ -23,8 +23,8 @@ from hessviz.app import address, cache, presets, registry, state
 from hessviz.app.address import Address, Lesson
 from hessviz.app.settings import SECTIONS, SETTINGS, AppSetting
 from hessviz.app.state import View
-from hessviz.config import SETTINGS as LIBRARY_SETTINGS
-from hessviz.memory import format_bytes
+from hessviz.block.config import SETTINGS as LIBRARY_SETTINGS
+from hessviz.runtime.memory import format_bytes
 
 _ADDRESS = "_hv_address"
 _VIEW = "_hv_view"

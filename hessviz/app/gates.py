@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from hessviz.errors import SizeError
-from hessviz.memory import format_bytes
+from hessviz.runtime.memory import format_bytes
 
 
 def rss_bytes() -> int:

@@ -52,7 +52,7 @@ from pathlib import Path
 import hessviz as hv
 from hessviz.app import address, budget, cache, lesson_page, progress
 from hessviz.app.profiles import Limits
-from hessviz.cost import Cost
+from hessviz.checks.cost import Cost
 
 START_SECONDS = 2.0
 """CPU seconds a builder spends before its first view: Python, torch, scipy and plotly imported

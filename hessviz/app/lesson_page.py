@@ -38,16 +38,17 @@ import numpy as np
 import plotly.graph_objects as go
 
 import hessviz as hv
-from hessviz import plots, sweeps
+from hessviz import plots
 from hessviz.app import address, budget, registry, state, views
 from hessviz.app.address import Address
 from hessviz.app.settings import EPS_GRID
 from hessviz.app.state import View
-from hessviz.cost import Cost
-from hessviz.memory import format_bytes
+from hessviz.block.terms import NAMES
+from hessviz.checks.cost import Cost
+from hessviz.laws import sweeps
+from hessviz.matfree.spectra import DENSE_LIMIT
 from hessviz.plots import modebar
-from hessviz.spectra import DENSE_LIMIT
-from hessviz.terms import NAMES
+from hessviz.runtime.memory import format_bytes
 
 LIMIT_BYTES = 8 << 20
 """The largest lesson page written."""

@@ -16,7 +16,7 @@ profile         for                        limits
 Each limit can be raised (or lowered) on its own with an environment variable:
 ``HESSVIZ_MEMORY_LIMIT`` (the process ceiling in the hosted profile, e.g. ``2GiB``),
 ``HESSVIZ_MAX_SECONDS`` (estimated core-seconds per view), ``HESSVIZ_HEAVY`` (heavy
-computations at once, default one per core the process may use: :func:`hessviz.tasks.usable_cores`),
+computations at once, default one per core the process may use: :func:`hessviz.runtime.tasks.usable_cores`),
 ``HESSVIZ_RUNS`` (script runs at once, hosted: default two per core, :mod:`hessviz.app.admission`) and
 ``HESSVIZ_DOWNLOAD_LIMIT``. What a view costs is :mod:`hessviz.app.budget`; the server-wide gates that
 hold these limits are :mod:`hessviz.app.gates`.
@@ -35,8 +35,8 @@ import sys
 from dataclasses import dataclass
 
 from hessviz.app.gates import rss_bytes
-from hessviz.memory import memory_limit, parse_bytes
-from hessviz.tasks import usable_cores
+from hessviz.runtime.memory import memory_limit, parse_bytes
+from hessviz.runtime.tasks import usable_cores
 
 PROFILES = ("local", "hosted")
 HOSTED_PROCESS_BYTES = 800 * 2**20

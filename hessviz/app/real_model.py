@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hessviz import cost
 from hessviz.app import budget, cache
 from hessviz.app.profiles import Limits
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.checks import cost
 from hessviz.pretrained import explore, precomputed
 
 DEFAULT_TEXT = (
@@ -84,7 +84,7 @@ def default_layer(n_layers: int) -> int:
 def slice_name(cfg: BlockConfig, weight: str, head: int) -> str:
     """The slice of ``weight`` that query head ``head`` uses: ``W_K[g]`` / ``W_V[g]`` of the key/value
     head it reads, ``g = head // (n_heads / n_kv_heads)`` (grouped-query attention), else ``weight[head]``."""
-    from hessviz.config import KV_HEADED
+    from hessviz.block.config import KV_HEADED
 
     if weight in KV_HEADED:
         head //= cfg.kv_group

@@ -1,6 +1,6 @@
 """How the app shows the library's settings: URL keys, labels, sidebar sections, ranges and grids.
 
-The library's table (:data:`hessviz.config.SETTINGS`: each setting's kind, default, bounds, help
+The library's table (:data:`hessviz.block.config.SETTINGS`: each setting's kind, default, bounds, help
 text and command-line flags) knows no app. This one adds, for every setting the app offers, what
 the sidebar and the URL need (:class:`AppSetting`); a setting it does not list (``d_v``,
 ``rope_theta``, ``rotary_dim``) keeps its default in the app.
@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from hessviz import config
-from hessviz.config import Setting
+from hessviz.block import config
+from hessviz.block.config import Setting
 
 XNORM_GRID: tuple[float, ...] = (
     0.001,
@@ -61,7 +61,7 @@ def _has_heads(values: Mapping[str, object]) -> bool:
 
 @dataclass(frozen=True)
 class AppSetting(Setting):
-    """A :class:`hessviz.config.Setting` as the app shows it.
+    """A :class:`hessviz.block.config.Setting` as the app shows it.
 
     ``url`` is its key in the address and ``label`` its control's name. The app offers ints in
     ``app_range`` and floats on ``grid``; ``relevant`` says, from the other values (by field name),

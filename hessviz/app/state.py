@@ -21,7 +21,7 @@ import torch
 import hessviz as hv
 from hessviz.app import settings
 from hessviz.app.settings import SETTINGS, AppSetting
-from hessviz.config import BLOCK_SETTINGS, INPUT_SETTINGS, NORMED
+from hessviz.block.config import BLOCK_SETTINGS, INPUT_SETTINGS, NORMED
 
 APP_SETTINGS: dict[str, AppSetting] = {s.url: s for s in SETTINGS}
 """URL key -> setting, for every control the app shows."""

@@ -22,7 +22,7 @@ from hessviz import plots
 from hessviz.app import cache, views
 from hessviz.app.address import Query, encode_query
 from hessviz.app.state import SHARED_KEYS, View, parse_value
-from hessviz.fitting import center
+from hessviz.laws.fitting import center
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ SPECTRUM_K = 64
 def spectrum_facts(stop: Stop) -> dict[str, str]:
     """Negative eigenvalues of the outer and full terms and the full term's negative mass, for the
     stop's loss and for each variant's (``ce_…`` for cross-entropy)."""
-    from hessviz.spectra import DENSE_LIMIT
+    from hessviz.matfree.spectra import DENSE_LIMIT
 
     out = {}
     for prefix, changes in (("", {}), *((v.name + "_", v.params) for v in stop.variants)):

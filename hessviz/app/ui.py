@@ -16,8 +16,8 @@ import hessviz as hv
 from hessviz import plots
 from hessviz.app import budget, cache, controls, progress, state
 from hessviz.app.state import View
-from hessviz.memory import format_bytes
 from hessviz.plots import modebar
+from hessviz.runtime.memory import format_bytes
 
 # ----------------------------------------------------------------------------- page furniture
 

@@ -15,15 +15,16 @@ from dataclasses import dataclass
 import numpy as np
 
 import hessviz as hv
-from hessviz import plots, sweeps
+from hessviz import plots
 from hessviz.app import budget, cache, settings, state, warm
 from hessviz.app.address import Lesson
 from hessviz.app.state import View
+from hessviz.block.terms import NAMES
 from hessviz.experiments.ln_collapse import sigma_axis
 from hessviz.experiments.scaling import BEND_TOL
-from hessviz.fitting import bend_point, pooled_power_law_fit
-from hessviz.spectra import DENSE_LIMIT
-from hessviz.terms import NAMES
+from hessviz.laws import sweeps
+from hessviz.laws.fitting import bend_point, pooled_power_law_fit
+from hessviz.matfree.spectra import DENSE_LIMIT
 
 # ----------------------------------------------------------------------------- scaling
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hessviz.cost import Cost
+from hessviz.checks.cost import Cost
 from hessviz.matfree.estimates import lanczos_products
 from hessviz.resources import data
 from hessviz.whole.objective import objective_of

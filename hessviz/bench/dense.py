@@ -22,7 +22,7 @@ Cases
   autograd (``jacrev`` of ``grad``) and the memory floor;
 * the full Hessian of a 2-layer and a 4-layer Pre-LN stack (``L = 16, d = 16, d_k = 8,
   d_ff = 32``, ``P = 3072`` and ``6144``, every block within and across layers) against
-  ``torch.func.hessian`` and the memory floor (:mod:`hessviz.stack`);
+  ``torch.func.hessian`` and the memory floor (:mod:`hessviz.dense.stack`);
 * one head's slice ``W_Q[3]``–``W_Q[3]`` of a MiniLM-sized layer (``12288 × 12288``) in float32
   and float64: time and peak memory (in a fresh process), checked on sampled rows against
   autograd Hessian-vector products, and ``torch.func.hessian`` of the slice where it fits.
@@ -44,11 +44,12 @@ import torch
 import torch.nn.functional as F
 
 import hessviz as hv
-from hessviz import memory, reference
+from hessviz import reference
+from hessviz.checks.verify import relative_error
 from hessviz.ops import layernorm
 from hessviz.ops.ffn import FeedForward
 from hessviz.ops.relu import ReLU
-from hessviz.verify import relative_error
+from hessviz.runtime import memory
 
 D_MODEL, D_K, D_FF = 32, 16, 64
 

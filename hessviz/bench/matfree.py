@@ -5,7 +5,7 @@ The layer is MiniLM-sized (all-MiniLM-L6-v2's shape): Post-LN, 12 heads of 32, `
 ``P = 1,774,464``. Rows, each side by side with the strongest baseline we have:
 
 * ``hvp``: ``res.matvec(v)`` against PyHessian's double backward over per-weight leaves
-  (:class:`~hessviz.matfree.autograd.AutogradProducts`), and the largest relative
+  (:class:`~hessviz.products.autograd.AutogradProducts`), and the largest relative
   difference ``max|Δ| / max|ref|`` between the two;
 * ``ggn``: ``res.matvec(v, "outer")`` against ``curvlinops.GGNLinearOperator`` (when
   installed) and against the autograd JVP-then-VJP product;
@@ -117,7 +117,7 @@ def _per_call_hvp(cfg, params, X, Y):
 def smollm_hvp_row(seq_len: int = 64, repeats: int = 7, device: str = "cpu") -> dict:
     """``res.matvec(v)`` of the SmolLM2-sized layer against double backward with the gradient's graph
     kept across products (PyHessian's way) and against double backward per call."""
-    from hessviz.matfree.autograd import AutogradProducts
+    from hessviz.products.autograd import AutogradProducts
 
     cfg, params, X, Y = smollm_case(seq_len, device=device)
     v = torch.randn(cfg.num_params, generator=torch.Generator().manual_seed(1), dtype=X.dtype).to(X.device)
@@ -205,7 +205,7 @@ def _methods(
     kind: str, cfg, params, X, Y, v: torch.Tensor, only: str | None = None
 ) -> dict[str, Callable[[], torch.Tensor]]:
     """The competing products of one row, each ``() -> (P,)``; ``only`` builds just that one."""
-    from hessviz.matfree.autograd import AutogradProducts
+    from hessviz.products.autograd import AutogradProducts
 
     def wanted(name: str) -> bool:
         return only is None or only == name

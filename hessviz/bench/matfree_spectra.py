@@ -22,7 +22,7 @@ there, and CUDA is synchronised before each clock is read. Peak memory is, on th
 size's high-water mark (``VmHWM``) after a reset (:func:`benchmarks.matfree._reset_peak`) minus
 the resident size then, and on CUDA the allocator's peak over what was allocated before, in this
 process. The machine is shared: rows print the load average and the medians of interleaved rounds.
-On a GPU the closed-form products are replayed as CUDA graphs (:mod:`hessviz.matfree.graphs`), as
+On a GPU the closed-form products are replayed as CUDA graphs (:mod:`hessviz.products.graphs`), as
 every caller gets them; the product row shows the product launched as usual beside them.
 
 A machine without the MiniLM checkpoint (a GPU machine without network) runs the rows on the same

@@ -2,7 +2,7 @@
 
 Every peer gets the strongest product it can use, so the row compares eigensolvers and products,
 not set-up: double backward on a gradient whose graph is **kept** across products (PyHessian's
-way, :class:`~hessviz.matfree.autograd.AutogradProducts`), unless said otherwise.
+way, :class:`~hessviz.products.autograd.AutogradProducts`), unless said otherwise.
 
 * :func:`scipy_top`: scipy ``eigsh`` (ARPACK; what curvlinops' ``HessianLinearOperator`` is handed
   to) on those products, ``which="LA"``, the same ``tol``;
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hessviz.matfree.autograd import AutogradProducts
+from hessviz.products.autograd import AutogradProducts
 
 
 class Counted:

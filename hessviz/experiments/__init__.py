@@ -6,7 +6,7 @@ report); one module per claim family: :mod:`~hessviz.experiments.scaling` (``xno
 ``placement``, ``seqlen``), :mod:`~hessviz.experiments.nonconvex`,
 :mod:`~hessviz.experiments.ln_collapse`, :mod:`~hessviz.experiments.bounds`,
 :mod:`~hessviz.experiments.heterogeneity` (``gini``), :mod:`~hessviz.experiments.optimizers`.
-Fits live in :mod:`hessviz.fitting`, sweeps in :mod:`hessviz.sweeps`, figures in
+Fits live in :mod:`hessviz.laws.fitting`, sweeps in :mod:`hessviz.laws.sweeps`, figures in
 :mod:`hessviz.plots`: the app uses the same ones.
 """
 

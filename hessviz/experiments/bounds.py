@@ -45,7 +45,7 @@ from hessviz.experiments.common import (
     violations,
 )
 from hessviz.experiments.ln_collapse import ln_norms, paper_ln_bounds
-from hessviz.spectra import matrix_norm
+from hessviz.matfree.spectra import matrix_norm
 
 VERSIONS = ("main", "appendix", "corrected")
 BLOCKS = ("VV", "QQ", "VQ", "QK")

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 import hessviz as hv
+from hessviz.matfree.spectra import matrix_norm
 from hessviz.matfree.spectral import Progress
-from hessviz.spectra import matrix_norm
 
 __all__ = ["Progress"]  # re-exported: the studies' progress callbacks (hessviz.matfree's convention)
 
@@ -191,8 +191,8 @@ def unit_entry_norm(cfg: hv.BlockConfig) -> float:
 
 def softmax_jacobian_norm(cfg: hv.BlockConfig, params: dict, X: torch.Tensor) -> float:
     """``max_t ‖diag(a_t) − a_t a_tᵀ‖₂`` of the attention rows (``1/L`` when uniform, ``≤ 1/2``)."""
+    from hessviz.dense.record import record
     from hessviz.ops import softmax
-    from hessviz.record import record
 
     A = record(cfg, params, X).attention.A
     return float(torch.linalg.matrix_norm(softmax.jacobian(A), ord=2).max())

@@ -29,9 +29,9 @@ import numpy as np
 import hessviz as hv
 from hessviz import plots
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade, unit_entry_norm
-from hessviz.fitting import t_interval
-from hessviz.spectra import matrix_norm
-from hessviz.sweeps import Sweep, block_norms_measure, in_layer, seeded_inputs, sweep
+from hessviz.laws.fitting import t_interval
+from hessviz.laws.sweeps import Sweep, block_norms_measure, in_layer, seeded_inputs, sweep
+from hessviz.matfree.spectra import matrix_norm
 
 PLACEMENTS = ("post", "pre")
 CURVES = (

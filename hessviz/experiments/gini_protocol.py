@@ -51,7 +51,7 @@ import hessviz as hv
 from hessviz import plots
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.experiments.docstring_task import MODULES, build
-from hessviz.fitting import gini, t_interval
+from hessviz.laws.fitting import gini, t_interval
 from hessviz.losses import HEAD_W
 from hessviz.pretrained.checkpoint import available_models
 from hessviz.whole.table import tensor_table

@@ -35,9 +35,9 @@ from torch import Tensor
 import hessviz as hv
 from hessviz import plots
 from hessviz.experiments.common import SLOPE_TOL, SOURCES, Claim, Measurement, Verdict, grade
+from hessviz.laws.sweeps import Sweep
 from hessviz.losses import CustomLoss
 from hessviz.ops import layernorm
-from hessviz.sweeps import Sweep
 
 DIGITS = 5
 VOCAB = 12
@@ -126,7 +126,7 @@ def block_norms(
     W_U = torch.randn(d, VOCAB, generator=gen, dtype=torch.float64) / d**0.5
     ids = addition_batch(batch, gen)
     names = [
-        hv.config.layer_name(i, w) if n_layers > 1 else w for i in range(n_layers) for w in ("W_Q", "W_V")
+        hv.block.config.layer_name(i, w) if n_layers > 1 else w for i in range(n_layers) for w in ("W_Q", "W_V")
     ]
     total: dict[str, Tensor] = {}
     for b in range(batch):
@@ -141,7 +141,7 @@ def block_norms(
     out = {}
     for key, B in total.items():
         n, t = key.split("|")
-        layer, local = hv.config.split_layer(n)
+        layer, local = hv.block.config.split_layer(n)
         out[f"l{layer or 0}_{local}_{t}"] = float(torch.linalg.norm(B))
     return out
 

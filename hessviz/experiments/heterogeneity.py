@@ -23,8 +23,8 @@ import torch
 import hessviz as hv
 from hessviz import plots
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade, unit_entry_norm
-from hessviz.fitting import gini, spearman, t_interval
-from hessviz.spectra import matrix_norm
+from hessviz.laws.fitting import gini, spearman, t_interval
+from hessviz.matfree.spectra import matrix_norm
 
 PAPER_GINI = {"post": 0.941, "pre": 0.880}
 

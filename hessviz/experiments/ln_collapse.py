@@ -28,6 +28,8 @@ import torch
 
 import hessviz as hv
 from hessviz import plots
+from hessviz.block.terms import NAMES
+from hessviz.dense.record import attention
 from hessviz.experiments.common import (
     SLOPE_TOL,
     SOURCES,
@@ -38,11 +40,9 @@ from hessviz.experiments.common import (
     grade,
     violations,
 )
-from hessviz.fitting import center, pooled_power_law_fit
+from hessviz.laws.fitting import center, pooled_power_law_fit
+from hessviz.matfree.spectra import matrix_norm
 from hessviz.ops import layernorm
-from hessviz.record import attention
-from hessviz.spectra import matrix_norm
-from hessviz.terms import NAMES
 
 
 def ln_norms(z: torch.Tensor, eps: float = 0.0) -> tuple[float, float]:

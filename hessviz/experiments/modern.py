@@ -35,10 +35,11 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz import plots, terms
+from hessviz import plots
+from hessviz.block import terms
 from hessviz.experiments.common import SLOPE_TOL, SOURCES, Claim, Measurement, Verdict, grade
-from hessviz.spectra import matrix_norm
-from hessviz.sweeps import Sweep, block_norms_measure, seeded_inputs, sweep
+from hessviz.laws.sweeps import Sweep, block_norms_measure, seeded_inputs, sweep
+from hessviz.matfree.spectra import matrix_norm
 
 SMALL_NORM_RANGE = (0.01, 0.1)
 NORMS = (("pre", "layernorm"), ("pre", "rmsnorm"), ("post", "layernorm"), ("post", "rmsnorm"))

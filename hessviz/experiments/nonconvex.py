@@ -1,7 +1,7 @@
 r"""Claim 4: ``H_outer = Jᵀ(∇²_Z ℓ)J`` is positive semi-definite, ``H_full`` is not.
 
 For each placement and input norm we compute all eigenvalues of the outer, functional and
-full terms and summarise the negative ones (:func:`hessviz.spectra.negative_summary`):
+full terms and summarise the negative ones (:func:`hessviz.matfree.spectra.negative_summary`):
 their share ``#{λ < 0}/P`` and their mass ``Σ_{λ<0}|λ| / Σ|λ|``, with a tolerance
 ``NEGATIVE_RTOL · max|λ|`` (:data:`~hessviz.experiments.common.NEGATIVE_RTOL`) so that
 round-off does not count as curvature.
@@ -13,10 +13,10 @@ import numpy as np
 
 import hessviz as hv
 from hessviz import plots
+from hessviz.block.terms import PARTS_FIRST
 from hessviz.experiments.common import NEGATIVE_RTOL, SOURCES, Claim, Measurement, Verdict, grade
-from hessviz.spectra import eigenvalues, negative_summary
-from hessviz.sweeps import seeded_inputs
-from hessviz.terms import PARTS_FIRST
+from hessviz.laws.sweeps import seeded_inputs
+from hessviz.matfree.spectra import eigenvalues, negative_summary
 
 PLACEMENTS = ("attention", "none", "post", "pre")
 TERMS = PARTS_FIRST

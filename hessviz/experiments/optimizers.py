@@ -29,7 +29,7 @@ from hessviz.experiments.common import (
     grade,
     unit_entry_norm,
 )
-from hessviz.fitting import center, gini, spearman, t_interval
+from hessviz.laws.fitting import center, gini, spearman, t_interval
 
 OPTIMIZERS = ("SGD", "SignSGD", "Adam")
 GRIDS = {"SGD": (0.3, 1.0, 3.0, 10.0), "SignSGD": (1e-4, 3e-4, 1e-3, 3e-3), "Adam": (3e-3, 1e-2, 3e-2, 1e-1)}

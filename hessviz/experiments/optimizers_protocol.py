@@ -47,7 +47,7 @@ from hessviz import plots
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.experiments.docstring_task import build
 from hessviz.experiments.gini_protocol import head
-from hessviz.fitting import t_interval
+from hessviz.laws.fitting import t_interval
 from hessviz.reference import torch_forward, torch_norm
 
 OPTIMIZERS = ("SGD", "SGD+m", "SignSGD", "SignSGD+m", "Adam")

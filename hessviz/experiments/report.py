@@ -16,7 +16,7 @@ import numpy as np
 
 from hessviz.errors import CheckpointError
 from hessviz.experiments.common import CLAIM_IDS, Claim, ClaimResult
-from hessviz.tasks import run_tasks
+from hessviz.runtime.tasks import run_tasks
 
 HEADLINES = {
     "xnorm6": ("slope_attention_QQ_outer", "slope_attention_QQ_functional", "slope_attention_VV_outer"),
@@ -128,7 +128,7 @@ def run_claims(
 
     Without ``executor`` they run here, in order. With one (any :class:`concurrent.futures.Executor`:
     a process pool, a Dask ``distributed`` client's ``get_executor()``) each claim is one task
-    (:func:`hessviz.tasks.run_tasks`: under this process's torch thread count, all submitted at
+    (:func:`hessviz.runtime.tasks.run_tasks`: under this process's torch thread count, all submitted at
     once); the results come back in the order of ``ids``, with the numbers of the in-process run to
     the bit (every claim seeds its own draws) but for the wall-clock readings some claims record
     (``seconds…``)."""

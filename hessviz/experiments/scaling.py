@@ -7,7 +7,7 @@ r"""Claims 1–3: how Hessian blocks scale with the input norm, the placement an
 * ``seqlen``: at fixed ``‖X‖₂`` the ``W_Q`` terms decay like ``1/L³`` (from ``‖∂A/∂T‖ ≤ 1/L``
   squared and the ``1/L`` of the loss).
 
-Every sweep is a :class:`hessviz.sweeps.Sweep` (``values[key]`` is ``(seeds, len(grid))``)
+Every sweep is a :class:`hessviz.laws.sweeps.Sweep` (``values[key]`` is ``(seeds, len(grid))``)
 of the spectral norms of :data:`DEFAULT_CURVES`-like blocks; the curves' centre is the
 geometric mean over seeds, and slopes are fitted per seed (95 % t-interval over seeds).
 """
@@ -19,8 +19,8 @@ import numpy as np
 import hessviz as hv
 from hessviz import plots
 from hessviz.experiments.common import SLOPE_TOL, SOURCES, Claim, Measurement, Verdict, grade
-from hessviz.fitting import RangeFit, bend_point, local_slopes
-from hessviz.sweeps import Curve, Sweep, block_norms_measure, seeded_inputs, sweep
+from hessviz.laws.fitting import RangeFit, bend_point, local_slopes
+from hessviz.laws.sweeps import Curve, Sweep, block_norms_measure, seeded_inputs, sweep
 
 DEFAULT_CURVES: tuple[Curve, ...] = (
     ("W_Q", "W_Q", "outer"),

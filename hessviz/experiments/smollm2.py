@@ -34,7 +34,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh
 from hessviz import plots
 from hessviz.experiments import smollm2_table as st
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
-from hessviz.fitting import gini
+from hessviz.laws.fitting import gini
 from hessviz.resources import cache_dir, data
 
 COMMITTED = data("claims", "claims.json")

@@ -35,7 +35,7 @@ def block_loss(kind: str, target: Tensor | Loss) -> Loss:
     """The loss of a block: ``kind`` (``cfg.loss``) against the target ``target`` (``MSE(Y)``,
     ``CrossEntropy(y)``), or ``target`` itself when it is already a :class:`Loss` (a custom loss).
     The one place a loss's name becomes an object; the target is checked before it
-    (:func:`hessviz.inputs.check_Y`)."""
+    (:func:`hessviz.block.inputs.check_Y`)."""
     if isinstance(target, Loss):
         return target
     if kind not in BLOCK_LOSSES:

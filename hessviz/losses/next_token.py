@@ -34,7 +34,7 @@ second derivative are the :class:`hessviz.ops.layernorm.LayerNorm` node's own ru
 every product recompute ``s`` a ``chunk`` of positions at a time, so at most ``chunk × V`` logits
 (and ``k × chunk × V`` product terms) live at once, not ``L × V`` (nor ``B·L·V`` over a batch:
 a whole model's batch is swept one sequence at a time). :func:`default_chunk` sizes the chunk from
-the memory guard (:func:`hessviz.memory.memory_limit`). Each position's row is computed alone, so
+the memory guard (:func:`hessviz.runtime.memory.memory_limit`). Each position's row is computed alone, so
 any chunk gives the same numbers up to the matmul kernels' blocking (``tests/test_whole_next_token.py``).
 """
 
@@ -49,9 +49,9 @@ from torch import Tensor
 from hessviz.errors import InputError
 from hessviz.losses.base import Loss, unplaced
 from hessviz.losses.custom import CustomLoss
-from hessviz.memory import memory_limit
 from hessviz.ops import layernorm
 from hessviz.ops.layernorm import LayerNorm
+from hessviz.runtime.memory import memory_limit
 
 NORM_TYPES = ("layernorm", "rmsnorm")
 
@@ -98,7 +98,7 @@ product of 8 columns took 8.8 s in chunks of 256 and 9.4 s in one chunk of 1024,
 3,605 MiB of heap; chunks of 64 were as fast at 8 columns and slower at 1."""
 
 PRODUCT_COLUMNS = 8
-"""Columns of one product call that a chunk is sized for: :data:`hessviz.matfree.operator.BATCH`
+"""Columns of one product call that a chunk is sized for: :data:`hessviz.products.operator.BATCH`
 (kept equal by ``tests/test_losses.py``; imported from there it would close an import circle)."""
 
 TOKEN_WISE_MAX_D = 256

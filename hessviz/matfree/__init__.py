@@ -1,4 +1,5 @@
-"""Matrix-free Hessian products and the spectral tools built on them.
+"""Matrix-free linear algebra on Hessian operators: Lanczos, stochastic Lanczos quadrature, traces,
+per-block tables and the spectra of dense matrices (the products themselves: :mod:`hessviz.products`).
 
 >>> import torch
 >>> import hessviz as hv

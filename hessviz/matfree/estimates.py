@@ -9,7 +9,7 @@ stochastic Lanczos quadrature (:func:`grouped_density`), with the per-probe esti
   groups of :func:`slq_group` that fit ``group_bytes`` (one at least), group ``i`` seeded
   ``seed + i``, so the same arguments give the same numbers whatever machine runs them.
 * **Round-off is not curvature.** A node counts as negative below ``−ROUND_OFF · max|θ|``
-  (:data:`ROUND_OFF`, the rule of :func:`hessviz.spectra.negative_summary`).
+  (:data:`ROUND_OFF`, the rule of :func:`hessviz.matfree.spectra.negative_summary`).
 * **Flat blocks.** A block table's block is flat when its top eigenvalue is at most
   ``ROUND_OFF · max_b |λ_max|`` (:func:`flat_blocks`); :func:`block_spread` leaves those out.
 * **The outer term's bottom.** ``JᵀAJ ⪰ 0`` has rank at most ``L·d``: when ``L·d + k < P`` its

@@ -110,8 +110,8 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import ConfigError
-from hessviz.matfree import memory
 from hessviz.matfree.probes import rademacher
+from hessviz.runtime import pages
 
 Apply = Callable[[Tensor], Tensor]
 
@@ -599,7 +599,7 @@ def extremes(
     is an answer"); when the locked rows leave no room they are cut to the ``k`` wanted, which counts
     as a restart."""
     m, reorth = _check(n, k, which, tol, ncv, bound, like, reorth)
-    Q = memory.empty((m + 1, n), like)
+    Q = pages.empty((m + 1, n), like)
     T = torch.zeros(m, m, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
     q = start_vector(start, rademacher(n, 1, gen, like)[0])
@@ -817,7 +817,7 @@ def tridiagonal(
     # Every vector lives in one buffer allocated once, and the products write straight into the
     # next row (apply_into): the basis (each probe's rows contiguous, one spare), or three rows a
     # probe used in turn. The step's vector work is in place: no (k, n) temporary to fault in.
-    Q = memory.empty((k, steps + 1, n) if keep_basis else (3, k, n), v0)
+    Q = pages.empty((k, steps + 1, n) if keep_basis else (3, k, n), v0)
 
     def row(i: int) -> Tensor:
         return Q[:, i] if keep_basis else Q[i % 3]

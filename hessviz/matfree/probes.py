@@ -14,7 +14,7 @@ import functools
 import torch
 from torch import Tensor
 
-from hessviz.matfree import memory
+from hessviz.runtime import pages
 
 
 def rademacher(n: int, count: int, gen: torch.Generator, like: Tensor) -> Tensor:
@@ -23,12 +23,12 @@ def rademacher(n: int, count: int, gen: torch.Generator, like: Tensor) -> Tensor
     Eight signs per random byte: ``gen`` (on the host, so a seed gives the same probes on every
     device) draws ``⌈n/8⌉`` bytes a probe, which travel to the device and become signs there by a
     lookup in :func:`_sign_table` (bit ``i`` of the byte: ``+1`` set, ``−1`` clear), written into
-    one huge-page buffer (:func:`memory.empty`): an eighth of the draws, and no conversion per entry
+    one huge-page buffer (:func:`pages.empty`): an eighth of the draws, and no conversion per entry
     as ``randint(0, 2)`` and ``.to(float64)`` took (both timed on MiniLM's 30 probes:
     ``benchmarks/MATFREE_NOTES.md``)."""
     width = -(-n // 8)
     packed = torch.randint(0, 256, (count * width,), generator=gen, dtype=torch.uint8)
-    V = memory.empty((count, width * 8), like)
+    V = pages.empty((count, width * 8), like)
     torch.index_select(
         _sign_table(like.dtype, like.device), 0, packed.to(like.device, torch.int32), out=V.view(-1, 8)
     )

@@ -1,6 +1,6 @@
 r"""Spectra and traces from products alone: Lanczos eigenpairs, SLQ densities, Hutch++ traces.
 
-Every tool takes a :class:`~hessviz.matfree.hessian_operator.HessianOperator` (``res.operator(term)``;
+Every tool takes a :class:`~hessviz.products.hessian_operator.HessianOperator` (``res.operator(term)``;
 ``names`` then in its own spelling), or a result (``hv.hessian``'s, ``hv.model_hessian``'s: anything
 with ``products``) and a ``term`` (default ``"full"``); a ``seed`` (same seed, same numbers) and a
 ``progress`` callback ``progress(done, total, message)`` called after each batch of products (``total`` is
@@ -38,14 +38,14 @@ import torch
 from scipy.sparse.linalg import LinearOperator, eigsh
 from torch import Tensor
 
+from hessviz.block.terms import check_term
 from hessviz.errors import ConfigError
-from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator, head_blocks, scipy_view
 from hessviz.matfree.lanczos import REORTH, check_bound, extremes, start_vector, tridiagonal
-from hessviz.matfree.operator import BATCH
 from hessviz.matfree.probes import rademacher
-from hessviz.memory import memory_limit
-from hessviz.tasks import built, run_tasks
-from hessviz.terms import check_term
+from hessviz.products.hessian_operator import HessianOperator, ProductsOperator, head_blocks, scipy_view
+from hessviz.products.operator import BATCH
+from hessviz.runtime.memory import memory_limit
+from hessviz.runtime.tasks import built, run_tasks
 
 Progress = Callable[[int, int | None, str], None]
 
@@ -340,7 +340,7 @@ def density(
     at a time there). :func:`hessviz.matfree.lanczos.tridiagonal` says what each costs.
 
     ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask client's
-    ``get_executor()``); each group is one task (:func:`hessviz.tasks.run_tasks`) on the result
+    ``get_executor()``); each group is one task (:func:`hessviz.runtime.tasks.run_tasks`) on the result
     rebuilt from ``res.problem`` (:func:`hessviz.model_hessian`'s results have one; a worker builds
     it once), under this process's torch thread count, so pass a ``group`` that gives every worker
     a share (``group=1``: one probe a task). The probes are this process's draws, so the density is

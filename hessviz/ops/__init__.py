@@ -5,8 +5,8 @@ Conventions, stated once for every operation (cf. BackPACK's ``basederivatives.p
 * **Shapes.** ``L`` tokens, ``d`` features; a token-wise operation maps each row
   ``x_t (n_in)`` of ``X (L, n_in)`` to ``y_t (n_out)`` on its own. Weights are matrices
   ``(rows, cols)`` (a vector is the row ``(1, n)``) flattened row-major (``vec_r``).
-* **Dense face** (read by the Kronecker-factored assembler, :mod:`hessviz.assembly`,
-  through the chain rule of :mod:`hessviz.chain`):
+* **Dense face** (read by the Kronecker-factored assembler, :mod:`hessviz.dense.assembly`,
+  through the chain rule of :mod:`hessviz.dense.chain`):
 
   - the value;
   - the input Jacobian per token ``∂y_t/∂x_t``, ``(L, n_out, n_in)`` (a
@@ -15,12 +15,12 @@ Conventions, stated once for every operation (cf. BackPACK's ``basederivatives.p
     ``(L, n_in, n_in)``, for an upstream gradient ``g (L, n_out)`` (the ``contract`` of a
     ``TokenMap``; ``None`` for an operation linear in its input). It is what the
     functional term needs, BackPACK's ``residual_mat_prod``;
-  - for its weights (by *local* name, ``gamma``, ``fc1.weight``; :mod:`hessviz.weights` says
-    which global name each one is): ``∂y_t/∂θ`` factored (:class:`~hessviz.kron.Factored`,
+  - for its weights (by *local* name, ``gamma``, ``fc1.weight``; :mod:`hessviz.block.weights` says
+    which global name each one is): ``∂y_t/∂θ`` factored (:class:`~hessviz.ops.kron.Factored`,
     output index ``y``), the mixed ``∂²(gᵀy)/∂x ∂θ`` and the pieces of ``∂²(gᵀy)/∂θ ∂θ'``
     (a :class:`~hessviz.ops.base.Stage`).
 
-* **Node face** (read by the product sweep, :mod:`hessviz.matfree.tape`): a
+* **Node face** (read by the product sweep, :mod:`hessviz.products.tape`): a
   :class:`~hessviz.ops.base.Node` ``y = f(x_1, …, x_m; θ)`` with unbatched primals ``(L, n)``
   and tangents that carry a leading batch axis ``k``:
 

@@ -1,7 +1,7 @@
 """The activation table: ``activation`` setting -> its :class:`~hessviz.ops.elementwise.Elementwise`.
 
 A new elementwise activation is one file in :mod:`hessviz.ops` and one entry here; the settings
-(:data:`hessviz.config.ACTIVATIONS`), both engines and the titles read this table. (The autograd
+(:data:`hessviz.block.config.ACTIVATIONS`), both engines and the titles read this table. (The autograd
 reference, :mod:`hessviz.reference`, writes its own ``φ`` with stock torch ops, on purpose.)
 """
 

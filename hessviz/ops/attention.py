@@ -99,11 +99,11 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.contributions import Dense, Diagonal, Piece, Ref, Sandwich
-from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops import batched as bt
 from hessviz.ops import score, softmax
 from hessviz.ops.base import Maybe, Node, Stage, add, eye, ones
+from hessviz.ops.contributions import Dense, Diagonal, Piece, Ref, Sandwich
+from hessviz.ops.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops.linear import Linear
 from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.rotary import Rotary
@@ -211,7 +211,7 @@ class MultiHeadAttention:
     ):
         self.X, self.weights, self.n_heads, self.causal, self.name = X, weights, n_heads, causal, name
         self.core = core
-        """The node face's core run on the same input by a tape (:func:`hessviz.record.fold`): its
+        """The node face's core run on the same input by a tape (:func:`hessviz.dense.record.fold`): its
         ``Q``, ``K``, ``V`` and ``A`` are read, not computed a second time."""
         self.input_stage = input_stage
         self.kv_heads = n_heads if kv_heads is None else kv_heads

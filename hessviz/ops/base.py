@@ -23,8 +23,8 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from hessviz.contributions import Piece, Ref
-from hessviz.kron import Factored
+from hessviz.ops.contributions import Piece, Ref
+from hessviz.ops.kron import Factored
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,9 @@ class Stage:
     * ``functional(g)``: the pieces of ``∂²(Σ_t g_tᵀ y_t)/∂θ ∂θ'``.
 
     The gradients themselves come from the product engine's first reverse sweep
-    (:attr:`hessviz.matfree.tape.Tape.gradients`), not from here.
+    (:attr:`hessviz.products.tape.Tape.gradients`), not from here.
 
-    Parameters are addressed by :data:`~hessviz.contributions.Ref`; the block's weight
+    Parameters are addressed by :data:`~hessviz.ops.contributions.Ref`; the block's weight
     table says which global name each one is.
     """
 
@@ -133,7 +133,7 @@ def add(*terms: Maybe) -> Maybe:
 
 
 class Node:
-    """One step ``y = f(inputs; params)`` of a tape (:mod:`hessviz.matfree.tape`): value names
+    """One step ``y = f(inputs; params)`` of a tape (:mod:`hessviz.products.tape`): value names
     ``inputs``, ``output`` and the parameter names ``params``; ``y`` is the primal output."""
 
     inputs: tuple[str, ...] = ()
@@ -146,7 +146,7 @@ class Node:
     product is written once, in place)."""
     defers_params: bool = False
     """``True`` when ``adjoint(gy, params=False)`` skips the parameter adjoints (weight-sized) and
-    :meth:`parameter_adjoint` gives them when asked (:attr:`hessviz.matfree.tape.Tape.gradients`)."""
+    :meth:`parameter_adjoint` gives them when asked (:attr:`hessviz.products.tape.Tape.gradients`)."""
 
     def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
         """``ẏ`` from the input tangents ``dx`` and parameter tangents ``dp`` (``k`` leading)."""

@@ -40,10 +40,10 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.contributions import Diagonal
-from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops.base import Lazy, Stage, TokenMap, eye, ones
+from hessviz.ops.contributions import Diagonal
 from hessviz.ops.elementwise import Elementwise
+from hessviz.ops.kron import LEFT, RIGHT, Factored, KronTerm
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,8 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
-from hessviz.kron import Factored
 from hessviz.ops.base import Lazy, Maybe, Node, Stage, TokenMap, add, eye, ones, plain
+from hessviz.ops.kron import Factored
 
 
 @dataclass(frozen=True)

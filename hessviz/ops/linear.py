@@ -70,7 +70,7 @@ class Linear(Node):
 
     def stacked(self, nodes: list[Linear], adjoints: bool) -> Linear:
         """The same map on the rows of ``nodes`` stacked (the same node of ``B`` sequences' tapes:
-        :mod:`hessviz.matfree.lockstep`): ``x`` is ``(B L, n)``, and with ``adjoints`` ``ȳ`` too.
+        :mod:`hessviz.products.lockstep`): ``x`` is ``(B L, n)``, and with ``adjoints`` ``ȳ`` too.
         Its :meth:`tangent` and :meth:`adjoint_tangent` on stacked tangents are those of the
         ``B`` nodes, with the weights' products summed over the sequences in one GEMM."""
         if len(nodes) == 1:

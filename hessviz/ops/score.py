@@ -26,8 +26,8 @@ import math
 import torch
 from torch import Tensor
 
-from hessviz.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops.base import ones
+from hessviz.ops.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops.rotary import Rotary
 
 

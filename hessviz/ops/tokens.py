@@ -5,7 +5,8 @@ A loss whose gradient and curvature in ``Z`` vanish outside the tokens ``R`` (a 
 ``[CLS]`` or on the last token: ``R = {0}`` or ``{L − 1}``) gives a Hessian that the other tokens do
 not touch, ``H = Jᵀ N J + Σ_i g_i ∇²Z_i`` with ``g`` and ``N`` zero there. After the last layer's
 attention, where every step is token-wise, the product sweep then needs the tokens ``R`` only
-(:func:`hessviz.matfree.block.build`, ``only_read_tokens``): on MiniLM with a ``[CLS]`` head that is a quarter
+(:func:`hessviz.products.block.build`, ``only_read_tokens``): on MiniLM with a ``[CLS]`` head that is a
+quarter
 of the last layer's work instead of all of it (the projections of ``K`` and ``V`` stay whole).
 
 Node face: a linear map, so no second-order part,

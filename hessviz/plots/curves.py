@@ -2,7 +2,7 @@
 
 Every curve is measured once per seed, an array ``(n_seeds, n)`` (a ``(n,)`` array is one
 seed). :func:`band_plot` draws its centre, a named statistic over seeds
-(:func:`hessviz.fitting.center`: ``"median"`` or ``"geomean"``), and the band from the
+(:func:`hessviz.laws.fitting.center`: ``"median"`` or ``"geomean"``), and the band from the
 minimum to the maximum over seeds. The other curve figures are :func:`band_plot` with a
 given layout: one sweep (:func:`sweep_plot`), one curve per sweep (:func:`compare_plot`),
 one panel per placement (:func:`side_by_side`), training losses (:func:`training_curves`).
@@ -23,7 +23,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from hessviz.fitting import RangeFit, center
+from hessviz.laws.fitting import RangeFit, center
 from hessviz.plots.style import (
     FONT_SIZE,
     GUIDE_COLOR,
@@ -176,7 +176,7 @@ def _logx(sweep) -> bool:
 
 
 def _x_title(sweep) -> str:
-    from hessviz.sweeps import AXES
+    from hessviz.laws.sweeps import AXES
 
     return AXES.get(sweep.axis, sweep.axis)
 
@@ -194,7 +194,7 @@ def sweep_plot(
     height: int = 520,
     theme: str = "light",
 ) -> go.Figure:
-    """The curves ``keys`` (all by default) of one :class:`hessviz.sweeps.Sweep` on log–log axes."""
+    """The curves ``keys`` (all by default) of one :class:`hessviz.laws.sweeps.Sweep` on log–log axes."""
     keys = list(sweep.values) if keys is None else list(keys)
     return band_plot(
         sweep.grid,

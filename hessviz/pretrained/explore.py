@@ -11,7 +11,7 @@ r"""What the "Real model" page draws for one layer of a real model on one text (
   features ``i … i+m−1`` × the head's ``d_k`` columns;
 * :func:`gradient_blocks` ``(cfg, params, X, Y, by_head) -> (names, norms, sizes)``: ``‖g_b‖_F``
   of every weight (or every head of a weight with heads) from the closed-form gradient, for
-  the Gini coefficient :func:`hessviz.fitting.gini`;
+  the Gini coefficient :func:`hessviz.laws.fitting.gradient_summary`;
 * :func:`window` the same block from the layer's inputs, as numpy; :func:`window_summary` its
   eigenvalues in four numbers;
 * :func:`curvature_table` ``(cfg, params, X, Y, custom, blocks, samples) -> dict``: top
@@ -32,12 +32,12 @@ import torch
 from torch import Tensor
 
 from hessviz.api import gradient, hessian
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.dense.record import record
 from hessviz.errors import ConfigError
 from hessviz.losses import CustomLoss
 from hessviz.matfree.estimates import block_list
 from hessviz.matfree.spectral import EXACT_BLOCK, block_table
-from hessviz.record import record
 from hessviz.result import HessianResult
 
 Progress = Callable[[int, int | None, str], None]
@@ -137,16 +137,6 @@ def part_blocks(cfg: BlockConfig, by_head: bool, part: str = "every block") -> l
     weights = {w for ws in _WEIGHTS.values() for w in ws}
     keep = (lambda base: base in _WEIGHTS[part]) if part in _WEIGHTS else (lambda base: base not in weights)
     return [(n, size) for n, size in blocks if keep(n.partition("[")[0])]
-
-
-def gradient_summary(norms: np.ndarray) -> dict[str, float | bool]:
-    """``gini``: the Gini coefficient of the block gradient norms (:func:`hessviz.fitting.gini`; 0: all
-    blocks equal, near 1: a few blocks carry the gradient); ``positive``: every norm is above 0 (a
-    log axis can draw them)."""
-    from hessviz.fitting import gini
-
-    norms = np.asarray(norms, dtype=float)
-    return {"gini": float(gini(norms)), "positive": bool(np.all(norms > 0))}
 
 
 def curvature_table(

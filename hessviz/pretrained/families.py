@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
 from hessviz.errors import CheckpointError, ConfigError
 from hessviz.pretrained.bounded import shown
 from hessviz.pretrained.checkpoint import Checkpoint

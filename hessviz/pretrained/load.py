@@ -26,9 +26,9 @@ import torch
 from torch import Tensor
 
 from hessviz.api import forward
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.block.inputs import FLOAT_DTYPES
 from hessviz.errors import ConfigError, InputError, ModelRangeError
-from hessviz.inputs import FLOAT_DTYPES
 from hessviz.pretrained import tokens
 from hessviz.pretrained.families import Family, family_of
 from hessviz.pretrained.module_source import encoder_layer

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
 from hessviz.errors import CheckpointError
 from hessviz.pretrained.checkpoint import Checkpoint
 

@@ -36,19 +36,20 @@ from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
 from hessviz.api import _tape_gradient, forward, hessian, hessian_bytes
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.block.terms import check_term
+from hessviz.dense.stack import StackHessian
 from hessviz.errors import ConfigError, InputError
 from hessviz.losses import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, CustomLoss, HeadTerms, LMHead
-from hessviz.matfree import graphs, lockstep, memory
-from hessviz.matfree.block import build_at_output
-from hessviz.matfree.checkpoint import Checkpoints
-from hessviz.matfree.hessian_operator import HessianOperator, ProductsOperator
-from hessviz.matfree.layout import Layout
-from hessviz.matfree.operator import BATCH, MatrixFreeHessian, sweep_in_batches
-from hessviz.matfree.tape import Tape
+from hessviz.products import graphs, lockstep
+from hessviz.products.block import build_at_output
+from hessviz.products.checkpoint import Checkpoints
+from hessviz.products.hessian_operator import HessianOperator, ProductsOperator
+from hessviz.products.layout import Layout
+from hessviz.products.operator import BATCH, MatrixFreeHessian, sweep_in_batches
+from hessviz.products.tape import Tape
 from hessviz.result import HessianResult
-from hessviz.stack import StackHessian
-from hessviz.terms import check_term
+from hessviz.runtime import pages
 from hessviz.whole.model import Model
 from hessviz.whole.objective import Objective, as_objective
 from hessviz.whole.objective import name as objective_name
@@ -77,7 +78,7 @@ class BatchProducts(MatrixFreeHessian):
     ``P'``-sized vector), then summed over the ranks of ``ranks`` (:mod:`hessviz.whole.ranks`;
     ``B`` counts every rank's sequences).
 
-    Answers what :class:`~hessviz.matfree.operator.MatrixFreeHessian` does (``layout``,
+    Answers what :class:`~hessviz.products.operator.MatrixFreeHessian` does (``layout``,
     ``product``, ``matvec``, ``linear_operator``) for the stack ``cfg``, and for a classifier's
     ``head.W`` / ``head.b`` among the names (``terms``: each sequence's
     :class:`~hessviz.losses.HeadTerms`; ``head``: the classifier's ``W (d, C)``, ``None``
@@ -139,7 +140,7 @@ class BatchProducts(MatrixFreeHessian):
         else:  # every sequence's product scaled and added into one (k, P') output, in place
             total = self._zero(V, rows, out) if not self.parts else out
             if total is None:
-                total = memory.empty((V.shape[0], rows.size), V)
+                total = pages.empty((V.shape[0], rows.size), V)
             if self.parts and (self.checkpoints is not None or self._lockstep(V)):
                 self._lockstep_product(V, term, rows.stack, cols.stack, total)
             else:
@@ -149,7 +150,7 @@ class BatchProducts(MatrixFreeHessian):
         return self.ranks.all_reduce_(total)
 
     def _lockstep(self, V: Tensor) -> bool:
-        """Whether the sequences' sweeps can run as one (:mod:`hessviz.matfree.lockstep`): hand-written
+        """Whether the sequences' sweeps can run as one (:mod:`hessviz.products.lockstep`): hand-written
         tapes of the same nodes, and no CUDA-graph replay to keep (a GPU's per-sequence replays)."""
         if len(self.parts) < 2 or any(p.method != "closed_form" for p in self.parts):
             return False
@@ -161,8 +162,8 @@ class BatchProducts(MatrixFreeHessian):
 
     def _lockstep_product(self, V: Tensor, term: str, rows: Layout, cols: Layout, out: Tensor) -> None:
         """``out = (1/B) Σ_β H_β V`` over this rank's sequences in one lockstep sweep per ``BATCH``
-        columns (:func:`hessviz.matfree.lockstep.sweep`; checkpointed,
-        :meth:`hessviz.matfree.checkpoint.Checkpoints.sweep`)."""
+        columns (:func:`hessviz.products.lockstep.sweep`; checkpointed,
+        :meth:`hessviz.products.checkpoint.Checkpoints.sweep`)."""
         if self.checkpoints is not None:
             swept = self.checkpoints.sweep
         else:
@@ -239,7 +240,7 @@ class Problem:
         rank's, ``sequences`` in all (default: these alone). Over several ranks its ``value`` is this
         rank's share until :func:`model_hessian` sums it (after every rank has built its part).
         With :attr:`checkpoint` (a stack), the sequences keep their layers' inputs only and each
-        product rebuilds the layers (:class:`~hessviz.matfree.checkpoint.Checkpoints`)."""
+        product rebuilds the layers (:class:`~hessviz.products.checkpoint.Checkpoints`)."""
         parts, values, terms = [], [], []
         points = None
         if self.checkpoint and self.cfg.is_stack:
@@ -267,7 +268,7 @@ class Problem:
         """Sequence ``b``'s :class:`HessianResult`, objective value and head terms.
 
         A stack is built from one forward pass of nodes
-        (:func:`~hessviz.matfree.block.build_at_output`): its ``Z`` gives the objective and its
+        (:func:`~hessviz.products.block.build_at_output`): its ``Z`` gives the objective and its
         nodes the tape, with no dense-path forward and no second check of the model's weights
         (checked once when loaded). A one-layer model goes through ``hv.hessian`` (whose dense
         engine it may take)."""
@@ -364,7 +365,7 @@ class ModelHessian:
         return None if names is None else _internal(self.cfg, names)
 
     def operator(self, term: str = "full") -> HessianOperator:
-        """``term`` over :attr:`names` as a :class:`~hessviz.matfree.hessian_operator.HessianOperator`
+        """``term`` over :attr:`names` as a :class:`~hessviz.products.hessian_operator.HessianOperator`
         ``(P', P')``, its names and blocks in the public spelling (``l{i}.W_Q[h]``, ``head.W``)."""
         check_term(term)
         names = self.public_names
@@ -580,7 +581,7 @@ def model_hessian(
 
     ``checkpoint=True`` keeps of each sequence only its layers' inputs and their outputs' adjoints,
     and every product and gradient rebuilds one layer at a time
-    (:mod:`hessviz.matfree.checkpoint`): the memory of one layer's activations instead of every
+    (:mod:`hessviz.products.checkpoint`): the memory of one layer's activations instead of every
     layer's (at GPT-2 small's size, ≈ 2.2 MB per token → ≈ 0.2), for ≈ 1.8× the time per product.
     The same numbers either way. (The dense terms and a classifier head's rows build the whole
     tape when asked.)

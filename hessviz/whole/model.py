@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from hessviz.config import BlockConfig, layer_name
+from hessviz.block.config import BlockConfig, layer_name
 from hessviz.errors import CheckpointError, InputError, ModelRangeError
 from hessviz.losses import Classifier, LMHead
 from hessviz.pretrained import load

@@ -15,7 +15,7 @@ alone) and ``‖∂ℓ/∂t‖`` (the mean over the sequences).
 
 ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask ``distributed``
 client's ``client.get_executor()``); at most ``tasks`` tasks of several tensors each, by
-:func:`hessviz.tasks.run_tasks`, which sends the picklable :class:`~hessviz.whole.hessian.Problem`
+:func:`hessviz.runtime.tasks.run_tasks`, which sends the picklable :class:`~hessviz.whole.hessian.Problem`
 (scattered to a Dask cluster's workers once; a worker builds its Hessian once and keeps the last one)
 and runs them under this process's torch thread count. Without one the rows run here, one after another, on
 ``res`` itself. Same ``seed``, same numbers to the bit either way (every random draw is seeded
@@ -36,7 +36,7 @@ from hessviz.errors import ConfigError, InputError
 from hessviz.losses import HEAD_NAMES
 from hessviz.matfree.lanczos import check_bound
 from hessviz.matfree.spectral import BlockStats, BlockTable, Progress, block_table, eigenpairs
-from hessviz.tasks import built, run_tasks
+from hessviz.runtime.tasks import built, run_tasks
 from hessviz.whole.hessian import ModelHessian, Problem, _public
 
 

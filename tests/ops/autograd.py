@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from hessviz.assembly import write_block
-from hessviz.contributions import Piece, Ref
+from hessviz.dense.assembly import write_block
+from hessviz.ops.contributions import Piece, Ref
 from tests.helpers import assert_close
 
 Maybe = Tensor | None

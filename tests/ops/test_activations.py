@@ -1,6 +1,6 @@
 """The activation table (:mod:`hessviz.ops.activations`): one row per ``activation`` setting."""
 
-from hessviz import config
+from hessviz.block import config
 from hessviz.ops import activations
 from hessviz.ops.elementwise import Elementwise
 

@@ -4,12 +4,13 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz import plots, sweeps
+from hessviz import plots
 from hessviz.app import budget
+from hessviz.block.terms import NAMES
 from hessviz.experiments.depth import diagonal_share, factor_per_layer
-from hessviz.terms import NAMES
+from hessviz.laws import sweeps
 
-TERMS = NAMES  # full, outer, functional (hessviz.terms)
+TERMS = NAMES  # full, outer, functional (hessviz.block.terms)
 PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_O,W_O", "W_1,W_1", "W_2,W_2")
 SIDES = ("post", "pre")
 DEPTHS = sweeps.DEFAULT_GRIDS["layers"]

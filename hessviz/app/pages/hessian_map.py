@@ -5,10 +5,10 @@ import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots
-from hessviz.config import HEADED
-from hessviz.terms import NAMES
+from hessviz.block.config import HEADED
+from hessviz.block.terms import NAMES
 
-TERMS = NAMES  # full, outer, functional (hessviz.terms)
+TERMS = NAMES  # full, outer, functional (hessviz.block.terms)
 KINDS = {"spectral": "spectral ‖·‖₂", "fro": "Frobenius ‖·‖_F"}  # URL value -> words
 
 view = hva.sidebar(stacks=True)

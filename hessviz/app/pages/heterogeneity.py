@@ -9,12 +9,12 @@ from hessviz import app as hva
 from hessviz import plots, pretrained
 from hessviz.app import stored_tables
 from hessviz.app import whole_model as wm
+from hessviz.block.terms import NAMES
 from hessviz.matfree.estimates import block_spread
 from hessviz.matfree.spectral import EXACT_BLOCK
-from hessviz.memory import format_bytes
-from hessviz.terms import NAMES
+from hessviz.runtime.memory import format_bytes
 
-TERMS = NAMES  # full, outer, functional (hessviz.terms)
+TERMS = NAMES  # full, outer, functional (hessviz.block.terms)
 BY = {"heads": "every head", "weights": "every weight"}
 
 view = hva.sidebar()

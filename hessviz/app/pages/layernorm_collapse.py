@@ -5,7 +5,7 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz.app import views
 from hessviz.experiments.common import violations
-from hessviz.fitting import center
+from hessviz.laws.fitting import center
 
 view = hva.sidebar()
 hva.header("LayerNorm collapse", view)

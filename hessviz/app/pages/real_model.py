@@ -5,18 +5,20 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz import cost, plots, pretrained
+from hessviz import plots, pretrained
 from hessviz.app import real_model as rm
+from hessviz.block.terms import NAMES
+from hessviz.checks import cost
+from hessviz.laws import fitting
 from hessviz.matfree.estimates import block_spread
 from hessviz.matfree.spectral import EXACT_BLOCK
-from hessviz.memory import format_bytes
 from hessviz.pretrained import explore, loss_keys
-from hessviz.terms import NAMES
+from hessviz.runtime.memory import format_bytes
 
 FOLDER = "a local folder…"  # a local server opens a checkpoint folder typed here; the hosted profile never
 #                             does (no uploads, no paths)
 WEIGHTS = ("W_Q", "W_K", "W_V", "W_O")
-TERMS = NAMES  # full, outer, functional (hessviz.terms)
+TERMS = NAMES  # full, outer, functional (hessviz.block.terms)
 BY = {"weights": "every weight", "heads": "every head"}
 SHOWN = str.maketrans({"Ġ": "␣", "Ċ": "↵", "ĉ": "⇥"})  # byte-level BPE marks (GPT-2, the pydoc pair)
 
@@ -319,7 +321,7 @@ with (
     hva.guard("the gradient", advice=f"Choose {rm.shorter(vocab)}."),
 ):
     grads = hva.cache.real_gradients(model, layer, text, seed, by_head, loss_key)
-summary = explore.gradient_summary(grads["norms"])
+summary = fitting.gradient_summary(grads["norms"])
 g = summary["gini"]
 gfig = plots.grouped_bars(
     [plots.pretty(n) for n in grads["names"]],

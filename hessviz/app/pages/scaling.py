@@ -4,9 +4,10 @@ import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
-from hessviz import plots, sweeps
+from hessviz import plots
 from hessviz.app import budget, views, warm
 from hessviz.experiments.depth import factor_per_layer
+from hessviz.laws import sweeps
 
 view = hva.sidebar(stacks=True)
 hva.header("Scaling laws", view)

@@ -6,11 +6,11 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import plots
 from hessviz.app import views
-from hessviz.memory import format_bytes
-from hessviz.spectra import DENSE_LIMIT
-from hessviz.terms import NAMES
+from hessviz.block.terms import NAMES
+from hessviz.matfree.spectra import DENSE_LIMIT
+from hessviz.runtime.memory import format_bytes
 
-TERMS = NAMES  # full, outer, functional (hessviz.terms)
+TERMS = NAMES  # full, outer, functional (hessviz.block.terms)
 METHODS = ("auto", "dense", "matrix-free")
 K = views.SPECTRUM_K
 

@@ -10,7 +10,7 @@ from hessviz import app as hva
 from hessviz import plots, pretrained
 from hessviz.app import budget, stored_tables
 from hessviz.app import whole_model as wm
-from hessviz.memory import format_bytes
+from hessviz.runtime.memory import format_bytes
 
 OWN_TEXT = "real_model?rm_model={model}&rm_loss=next+token"
 """The Real model page on a stored-table model's last layer under its next-token loss, where a typed text

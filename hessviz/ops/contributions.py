@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from hessviz.kron import Factored, Middle
+from hessviz.ops.kron import Factored, Middle
 
 Ref = tuple[str, str, int | None]
 """A parameter unit as its component knows it: ``(component, local name, head)``,
@@ -30,7 +30,7 @@ e.g. ``("attention", "query.weight", 3)`` or ``("ffn", "fc1.bias", None)``."""
 
 @dataclass(frozen=True)
 class Sandwich:
-    """``Σ_t Ja_tᵀ N_t Jb_t`` for the block ``(a, b)``; ``N`` a :data:`~hessviz.kron.Middle`."""
+    """``Σ_t Ja_tᵀ N_t Jb_t`` for the block ``(a, b)``; ``N`` a :data:`~hessviz.ops.kron.Middle`."""
 
     a: Ref
     b: Ref

@@ -14,7 +14,7 @@ point is the usual case:
 :func:`block_norms_measure` gives the spectral norms of Hessian blocks ``H[a, b]`` of each
 term, computing only those blocks.
 
-Statistics over seeds are named, never implied (:data:`hessviz.fitting.STATISTICS`):
+Statistics over seeds are named, never implied (:data:`hessviz.laws.fitting.STATISTICS`):
 
 * ``"median"``: the median over seeds (robust to one odd seed), with the ``band``
   ``min..max`` over seeds; the app draws these;
@@ -51,14 +51,14 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz.config import layer_name
-from hessviz.fitting import PowerLawFit, RangeFit, center, power_law_fit, slope_over_seeds
-from hessviz.spectra import matrix_norm
-from hessviz.tasks import run_tasks
-from hessviz.terms import PARTS_FIRST
+from hessviz.block.config import layer_name
+from hessviz.block.terms import PARTS_FIRST
+from hessviz.laws.fitting import PowerLawFit, RangeFit, center, power_law_fit, slope_over_seeds
+from hessviz.matfree.spectra import matrix_norm
+from hessviz.runtime.tasks import run_tasks
 
 TERMS = PARTS_FIRST
-"""The terms, parts first (:data:`hessviz.terms.PARTS_FIRST`)."""
+"""The terms, parts first (:data:`hessviz.block.terms.PARTS_FIRST`)."""
 AXES = {
     "xnorm": "input size ‖X‖₂",
     "L": "sequence length L",
@@ -338,7 +338,7 @@ def sweep(
     stops the sweep and propagates to the caller; nothing partial is returned.
 
     ``executor``: any :class:`concurrent.futures.Executor` (a process pool, a Dask client's
-    ``get_executor()``), one task per point by :func:`hessviz.tasks.run_tasks`, under this
+    ``get_executor()``), one task per point by :func:`hessviz.runtime.tasks.run_tasks`, under this
     process's torch thread count, so the values are the in-process ones to the bit; ``measure``
     must then pickle (:class:`BlockNorms` does; Dask also takes closures), and ``progress`` is
     called as each point's result arrives, in order.

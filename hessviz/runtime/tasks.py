@@ -23,7 +23,7 @@ import torch
 
 from hessviz.errors import InputError
 
-WORKER_CHECK = "hessviz.tasks:__name__"
+WORKER_CHECK = "hessviz.runtime.tasks:__name__"
 
 CLOSED = "executor is closed (shut down), it takes no tasks: {}"
 

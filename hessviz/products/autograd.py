@@ -6,7 +6,7 @@ backward pass, ``H v = ∇(gᵀ v)``. The Gauss–Newton product is a JVP (the d
 ``J v = ∂/∂u (Jᵀ u)ᵀ v``) followed by ``∇²_Z ℓ`` and a VJP, all on the retained graph;
 ``functional = full − outer``.
 
-:class:`AutogradProducts` answers the same ``sweep`` as :class:`~hessviz.matfree.tape.Tape`.
+:class:`AutogradProducts` answers the same ``sweep`` as :class:`~hessviz.products.tape.Tape`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from hessviz import reference
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
 from hessviz.losses import Loss, block_loss
 
 

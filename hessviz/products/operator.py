@@ -1,7 +1,7 @@
 r"""Hessian products without the matrix: ``V ↦ H V`` for any term, weights and head slices.
 
 :class:`MatrixFreeHessian` runs the forward pass and the first-order reverse sweep once
-(:func:`hessviz.matfree.block.build`); each product is then one tangent-forward and one
+(:func:`hessviz.products.block.build`); each product is then one tangent-forward and one
 tangent-reverse sweep (:meth:`Tape.sweep`), batched over the columns of ``V``.
 
 **State kept at the point.** Everything that does not depend on ``v`` is computed once, when
@@ -30,15 +30,16 @@ import torch
 from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.block.terms import check_term
 from hessviz.errors import InputError
-from hessviz.matfree import graphs, memory
-from hessviz.matfree.autograd import AutogradProducts
-from hessviz.matfree.block import build
-from hessviz.matfree.hessian_operator import ProductsOperator
-from hessviz.matfree.layout import Layout
-from hessviz.matfree.tape import Tape
-from hessviz.terms import check_term
+from hessviz.products import graphs
+from hessviz.products.autograd import AutogradProducts
+from hessviz.products.block import build
+from hessviz.products.hessian_operator import ProductsOperator
+from hessviz.products.layout import Layout
+from hessviz.products.tape import Tape
+from hessviz.runtime import pages
 
 BATCH = 8
 """Product columns per sweep. On the bench layer (MiniLM, L = 24, 1 thread) 4 or 8 columns cost
@@ -73,7 +74,7 @@ class MatrixFreeHessian:
     """Products with the Hessian of ``cfg``'s loss in ``names`` (arguments validated by the API).
 
     ``method="closed_form"`` sweeps the hand-written tape; ``"autograd"`` answers the same
-    calls with :class:`~hessviz.matfree.autograd.AutogradProducts` (the reference).
+    calls with :class:`~hessviz.products.autograd.AutogradProducts` (the reference).
     """
 
     def __init__(
@@ -90,7 +91,7 @@ class MatrixFreeHessian:
         self.matvecs = 0
         """Product columns computed so far (what Lanczos and Hutchinson count)."""
         self.replay = True
-        """On a GPU, replay repeated products as CUDA graphs (:mod:`hessviz.matfree.graphs`)."""
+        """On a GPU, replay repeated products as CUDA graphs (:mod:`hessviz.products.graphs`)."""
 
     @cached_property
     def tape(self) -> Tape | AutogradProducts:
@@ -102,7 +103,8 @@ class MatrixFreeHessian:
     def sweep_tape(self) -> Tape | AutogradProducts:
         """The tape the products sweep: :attr:`tape`, or, when the loss reads some tokens only (a
         ``[CLS]`` classifier's :class:`~hessviz.losses.CustomLoss`), the tape whose last layer
-        runs on those tokens after its attention (:func:`~hessviz.matfree.block.build`, ``only_read_tokens``):
+        runs on those tokens after its attention
+        (:func:`~hessviz.products.block.build`, ``only_read_tokens``):
         the same products and gradients, for less work."""
         if self.method == "autograd" or getattr(self.Y, "read_tokens", None) is None:
             return self.tape
@@ -124,14 +126,14 @@ class MatrixFreeHessian:
     ) -> Tensor:
         """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``.
 
-        The result is allocated once (:func:`hessviz.matfree.memory.empty`), or is ``out`` (a
+        The result is allocated once (:func:`hessviz.runtime.pages.empty`), or is ``out`` (a
         ``(k, |rows|)`` tensor with unit-stride rows: a Lanczos basis row), and each whole
         weight's product is written straight into its columns (``Layout.destinations``): no
         weight-sized temporary, no gather copy, no concatenation of the sweeps. ``alpha``,
         ``accumulate`` (``out`` required): ``out ← (out if accumulate else 0) + alpha · H V``, the
         weights' products added by their GEMMs in place (a batch's sequences summed into one
         vector). On a GPU, a product repeated at this point is replayed as a CUDA graph
-        (:mod:`hessviz.matfree.graphs`) and then scaled and added."""
+        (:mod:`hessviz.products.graphs`) and then scaled and added."""
         if out is not None and (out.shape != (V.shape[0], rows.size) or out.stride(-1) != 1):
             raise InputError(
                 f"out must be a ({V.shape[0]}, {rows.size}) tensor with unit-stride rows, "
@@ -171,7 +173,7 @@ class MatrixFreeHessian:
     ) -> Tensor:
         """:meth:`product`, swept: ``BATCH`` columns at a time through :attr:`sweep_tape`."""
         if out is None:
-            out = memory.empty((V.shape[0], rows.size), V)
+            out = pages.empty((V.shape[0], rows.size), V)
 
         def sweep(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
             return self.sweep_tape.sweep(dparams, term, wanted, into, alpha, accumulate)
@@ -181,7 +183,7 @@ class MatrixFreeHessian:
     def operator(
         self, term: str = "full", rows: Sequence[str] | None = None, cols: Sequence[str] | None = None
     ) -> ProductsOperator:
-        """``H[rows, cols]`` of ``term`` as a :class:`~hessviz.matfree.hessian_operator.HessianOperator`
+        """``H[rows, cols]`` of ``term`` as a :class:`~hessviz.products.hessian_operator.HessianOperator`
         (names as ``cfg`` spells them; default: every name of this object)."""
         check_term(term)
         rows = self.names if rows is None else tuple(rows)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from hessviz.contributions import Piece, Ref, Sandwich
-from hessviz.kron import Factored
 from hessviz.ops.base import Lazy, Stage, TokenMap
+from hessviz.ops.contributions import Piece, Ref, Sandwich
+from hessviz.ops.kron import Factored
 from hessviz.ops.residual import residual
 
 

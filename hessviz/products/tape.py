@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from hessviz.block.placements import Step
+from hessviz.block.terms import SWEEP_RULES
 from hessviz.ops.base import Maybe, Node, add
-from hessviz.placements import Step
-from hessviz.terms import SWEEP_RULES
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class StepNodes:
 class LayerSpan:
     """One block of a stack on the tape: its input and output values, its nodes
     ``nodes[start:stop]`` and, step by step of its recipe, the nodes each step appended (the
-    dense engine folds over them: :func:`hessviz.record.fold`)."""
+    dense engine folds over them: :func:`hessviz.dense.record.fold`)."""
 
     input: str
     output: str
@@ -68,7 +68,7 @@ class LayerSpan:
 
 def output_seed(loss_hvp: Callable[[Tensor], Tensor], dZ: Maybe, seed_curvature: bool) -> Maybe:
     """The reverse sweep's seed at the output, ``Z̄̇ = ∇²_Z ℓ · Ż`` (``loss_hvp(dZ)``), for a term
-    that seeds the loss's curvature (:data:`hessviz.terms.SWEEP_RULES`); ``None`` (zero) for one
+    that seeds the loss's curvature (:data:`hessviz.block.terms.SWEEP_RULES`); ``None`` (zero) for one
     that does not, or when ``Ż`` is zero."""
     return loss_hvp(dZ) if seed_curvature and dZ is not None else None
 

@@ -4,7 +4,7 @@ r"""Where each entry of ``θ'`` lives: whole weights and head slices inside thei
 head slice. The sweep works on whole weights: :meth:`Layout.scatter` turns ``V (k, P')`` into
 per-weight tangents (zero outside the slices), and :meth:`Layout.gather` reads ``(k, P')`` back
 from per-weight products. A head slice is found inside its whole weight by the head's
-:class:`~hessviz.weights.Unit`, the strided view the dense assembler writes its blocks through:
+:class:`~hessviz.block.weights.Unit`, the strided view the dense assembler writes its blocks through:
 one head-slicing mechanism for both engines.
 """
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from hessviz.config import BlockConfig, parse_name
-from hessviz.weights import Unit, units_of
+from hessviz.block.config import BlockConfig, parse_name
+from hessviz.block.weights import Unit, units_of
 
 
 @dataclass(frozen=True)

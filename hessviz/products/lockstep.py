@@ -1,7 +1,7 @@
 r"""A batch's products in one sweep: the tapes of ``B`` sequences swept node by node, side by side.
 
 A whole model's product is ``(1/B) Σ_β H_β V`` (:mod:`hessviz.whole.hessian`), each ``H_β V`` a
-sweep of sequence ``β``'s tape (:meth:`~hessviz.matfree.tape.Tape.sweep`). The tapes have the
+sweep of sequence ``β``'s tape (:meth:`~hessviz.products.tape.Tape.sweep`). The tapes have the
 same nodes (same names, same weights), only their values differ. A linear map is token-wise: its
 ``B`` nodes are one map on the ``B·L`` stacked rows (:meth:`~hessviz.ops.linear.Linear.stacked`),
 so running the tapes in lockstep turns ``B`` sets of GEMMs into one:
@@ -14,7 +14,7 @@ so running the tapes in lockstep turns ``B`` sets of GEMMs into one:
 the weight's product of the whole batch written once, scaled by ``alpha`` (``1/B``), into its
 place in the output; every other node (attention, norms, activations) runs per sequence as in
 :meth:`Tape.adjoint_tangents`, and its parameter products are summed over the sequences. The
-rules and the skipping of zero tangents are :class:`~hessviz.matfree.tape.Tape`'s; only the order
+rules and the skipping of zero tangents are :class:`~hessviz.products.tape.Tape`'s; only the order
 of the floating-point sums differs from ``B`` separate sweeps.
 """
 
@@ -25,10 +25,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from hessviz.matfree.tape import Tape, collect, needs, output_seed
+from hessviz.block.terms import SWEEP_RULES
 from hessviz.ops.base import Maybe, Node, add
 from hessviz.ops.linear import Linear
-from hessviz.terms import SWEEP_RULES
+from hessviz.products.tape import Tape, collect, needs, output_seed
 
 
 def same_nodes(tapes: Sequence[Tape]) -> bool:
@@ -97,7 +97,7 @@ def adjoint_tangents(
 
     ``seeds[β]`` holds tape ``β``'s adjoint tangents of its outputs. A product written into its view
     of ``into`` is already ``alpha Σ_β θ̄̇_β`` (the returned entry is that view); every other entry
-    is the unscaled sum (:meth:`~hessviz.matfree.layout.Layout.gather` scales it)."""
+    is the unscaled sum (:meth:`~hessviz.products.layout.Layout.gather` scales it)."""
     B, first = len(tapes), tapes[0]
     nodes = [t.nodes for t in tapes]
     dbars = [dict(s) for s in seeds]
@@ -161,7 +161,7 @@ def sweep(
     """``Σ_β θ̄̇_β`` of the ``wanted`` parameters over the tapes (:meth:`Tape.sweep` of each,
     summed), the tangents ``dparams (k, *shape)`` shared. A product written into its view of
     ``into`` is already ``alpha Σ_β θ̄̇_β`` (the returned entry is that view); every other entry
-    is the unscaled sum (:meth:`~hessviz.matfree.layout.Layout.gather` scales it)."""
+    is the unscaled sum (:meth:`~hessviz.products.layout.Layout.gather` scales it)."""
     seed_curvature, second = SWEEP_RULES[term]
     dvals = tangents([t.nodes for t in tapes], [{} for _ in tapes], dparams)
     return adjoint_tangents(

@@ -1,8 +1,9 @@
 r"""The closed-form Hessian of the loss in the weights, assembled unit by unit.
 
-The fold of the tape's forward pass (:func:`hessviz.record.fold`) gives the attention and the token-wise rest
+The fold of the tape's forward pass (:func:`hessviz.dense.record.fold`) gives the attention and the
+token-wise rest
 of the block ``T: SA → Z``. The loss gradient ``g_Z`` and Hessian ``N_Z`` in ``Z`` are pulled
-back through ``T`` (:mod:`hessviz.chain`) to ``g_SA`` and ``N_SA = J_Tᵀ N_Z J_T + Q_T(g_Z)``,
+back through ``T`` (:mod:`hessviz.dense.chain`) to ``g_SA`` and ``N_SA = J_Tᵀ N_Z J_T + Q_T(g_Z)``,
 each split into its outer and functional part. With ``J^a`` the Jacobian of ``SA`` in an
 attention unit (or an input parameter of the attention) and ``J^q`` that of ``Z`` in a
 parameter of ``T``, every block is one recipe:
@@ -16,14 +17,14 @@ and, for a parameter ``β`` of the branch ``B`` on ``X`` (``Z = T(SA) + B(X)``, 
 ``FFN(ln2(X))``, Jacobian ``J^β``), ``H_{ββ'} = Σ_t J^{β⊤}_t N^Z_t J^{β'}_t + ∂²_{ββ'}(g_Zᵀ B)``,
 ``H_{aβ} = Σ_t J^{a⊤}_t J_{T,t}^⊤ N^Z_t J^β_t`` and ``H_{qβ} = Σ_t J^{q⊤}_t N^Z_t J^β_t``
 (:func:`_branch_contributions`: no second derivative of ``Z`` pairs ``β`` with another weight);
-a list of :class:`~hessviz.contributions.Sandwich` (GEMMs over tokens of Kronecker-factored
-Jacobians), :class:`~hessviz.contributions.Diagonal` and
-:class:`~hessviz.contributions.Dense` pieces. ``outer``, ``functional`` and ``full`` are the
-same recipe with the weights of :data:`hessviz.terms.TERMS`: the outer weight keeps the
+a list of :class:`~hessviz.ops.contributions.Sandwich` (GEMMs over tokens of Kronecker-factored
+Jacobians), :class:`~hessviz.ops.contributions.Diagonal` and
+:class:`~hessviz.ops.contributions.Dense` pieces. ``outer``, ``functional`` and ``full`` are the
+same recipe with the weights of :data:`hessviz.block.terms.TERMS`: the outer weight keeps the
 loss Hessian ``N_Z`` (and everything it reaches through Jacobians), the functional weight
 keeps every second derivative of the model (``Q_T``, the mixed terms, the attention's own).
 
-Pieces are addressed by the components' references; :mod:`hessviz.weights` places each
+Pieces are addressed by the components' references; :mod:`hessviz.block.weights` places each
 unit's block in the matrix (a head of a whole weight is a strided view of it).
 """
 
@@ -36,15 +37,15 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz import memory
-from hessviz.chain import TokenCurvature
-from hessviz.config import BlockConfig
-from hessviz.contributions import Piece, Ref, Sandwich
-from hessviz.kron import Factored, MiddleCache, sandwich_into
+from hessviz.block.config import BlockConfig
+from hessviz.block.terms import PARTS_FIRST, TERMS, check_term
+from hessviz.block.weights import Unit, units, units_of
+from hessviz.dense.chain import TokenCurvature
+from hessviz.dense.record import BlockRecord
 from hessviz.losses import Loss
-from hessviz.record import BlockRecord
-from hessviz.terms import PARTS_FIRST, TERMS, check_term
-from hessviz.weights import Unit, units, units_of
+from hessviz.ops.contributions import Piece, Ref, Sandwich
+from hessviz.ops.kron import Factored, MiddleCache, sandwich_into
+from hessviz.runtime import memory
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piec
 def _branch_contributions(
     cur: Curvature, refs: tuple[Ref, ...], J_sa: dict[Ref, Factored], stg: list[Ref], co: float, cf: float
 ) -> list[Piece]:
-    """The pieces of the branch ``B`` on ``X`` (``Z = T(SA) + B(X)``, :mod:`hessviz.record`) whose
+    """The pieces of the branch ``B`` on ``X`` (``Z = T(SA) + B(X)``, :mod:`hessviz.dense.record`) whose
     units are in ``refs``: its own block ``Σ_t J^{B⊤} N^Z J^B + ∂²_{θ_B}(g_Zᵀ B)``, and its pairs with
     the attention's and ``T``'s weights, which meet it only through the loss curvature
     (``Σ_t J^{a⊤} J_T^⊤ N^Z J^B``, ``Σ_t J^{q⊤} N^Z J^B``): ``Z`` is a sum of two functions of

@@ -212,3 +212,11 @@ def pooled_power_law_fit(x, Y, lo: float = -np.inf, hi: float = np.inf, *, n_boo
     Y = np.atleast_2d(np.asarray(Y, dtype=float))
     m = (x >= lo) & (x <= hi) & np.isfinite(Y).all(axis=0)
     return power_law_fit(np.tile(x[m], Y.shape[0]), Y[:, m].ravel(), n_boot=n_boot)
+
+
+def gradient_summary(norms: np.ndarray) -> dict[str, float | bool]:
+    """``gini``: the Gini coefficient of the block gradient norms (:func:`hessviz.laws.fitting.gini`; 0: all
+    blocks equal, near 1: a few blocks carry the gradient); ``positive``: every norm is above 0 (a
+    log axis can draw them)."""
+    norms = np.asarray(norms, dtype=float)
+    return {"gini": float(gini(norms)), "positive": bool(np.all(norms > 0))}

@@ -7,7 +7,7 @@ times at one point, on inputs of one shape, so :class:`Replays` captures the pro
 as a CUDA graph (``torch.cuda.CUDAGraph``) and then replays them: the input is copied into the
 graph's own buffer, the graph runs, and the answer is copied out (two device copies of ``k P``
 entries, microseconds). The tape the product sweeps is fixed at the point (a cached property of
-:class:`~hessviz.matfree.operator.MatrixFreeHessian`, freed with it), so the captured kernels read
+:class:`~hessviz.products.operator.MatrixFreeHessian`, freed with it), so the captured kernels read
 the same memory on every replay; the graphs are kept on the same object and freed with it.
 
 * The first product of each kind (term, rows, columns, ``k``, dtype) runs as usual; the second is

@@ -3,8 +3,8 @@
 Operations address their parameters by local names (``query.weight``, ``fc1.bias``,
 ``gamma``), as BackPACK modules do; :data:`WEIGHT_MAP` is the only place that says which
 global name (``W_Q``, ``b_1``, ``ln2_gamma``) is which component's which local parameter.
-The dense forward record (:mod:`hessviz.record`) hands each operation its weights through this
-table, and the assembler (:mod:`hessviz.assembly`) translates the component references
+The dense forward record (:mod:`hessviz.dense.record`) hands each operation its weights through this
+table, and the assembler (:mod:`hessviz.dense.assembly`) translates the component references
 back to rows and columns of the Hessian through it. A new weight is a new row here.
 
 A *unit* is what the engine computes alone: a whole unheaded weight, or one head of a
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from hessviz.config import HEADED, BlockConfig, layer_name, parse_name
-from hessviz.contributions import Ref
+from hessviz.block.config import HEADED, BlockConfig, layer_name, parse_name
+from hessviz.ops.contributions import Ref
 
 WEIGHT_MAP: dict[str, tuple[str, str]] = {
     "W_Q": ("attention", "query.weight"),

@@ -21,9 +21,9 @@ parallel  —                                   ``X + SA(ln1(X)) + FFN(ln2(X))``
 peri     ``X + ln1_out(SA(ln1(X)))``          ``Z1 + ln2_out(FFN(ln2(Z1)))`` (Gemma 2, 3)
 ======== ==================================== ==========================================
 
-The tape (:func:`hessviz.matfree.block.build`) is the one reader of a recipe: it appends one group
+The tape (:func:`hessviz.products.block.build`) is the one reader of a recipe: it appends one group
 of nodes per step and keeps, per layer, which step appended which nodes. The dense engine
-(:func:`hessviz.record.fold`) folds over those steps as
+(:func:`hessviz.dense.record.fold`) folds over those steps as
 ``SA = attention(X_a)``, ``Z = T(SA) + B(X)`` with ``T`` and ``B`` token-wise: a norm before the
 attention is attention's input (its ``γ, β`` are input parameters), every step after it
 composes ``T``, and ``a + b`` with ``b`` a branch of ``a`` is the residual ``a ↦ a + branch(a)``.

@@ -1,4 +1,4 @@
-r"""The block as a tape of nodes: the recipe of :mod:`hessviz.placements` (which the dense
+r"""The block as a tape of nodes: the recipe of :mod:`hessviz.block.placements` (which the dense
 engine reads too), one group of nodes per step.
 
 A step ``attention`` is ``SA(x) = O(x) W_O + b_O`` (or ``O(x)`` without ``out_proj``), three
@@ -21,9 +21,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.block.placements import PLACEMENTS, where
 from hessviz.losses import CustomLoss, Loss, block_loss
-from hessviz.matfree.tape import LayerSpan, StepNodes, Tape
 from hessviz.ops import activations, rotary
 from hessviz.ops.attention import AttentionCore
 from hessviz.ops.base import Node
@@ -33,7 +33,7 @@ from hessviz.ops.linear import Linear
 from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.residual import Residual
 from hessviz.ops.tokens import Tokens
-from hessviz.placements import PLACEMENTS, where
+from hessviz.products.tape import LayerSpan, StepNodes, Tape
 
 
 class _Builder:
@@ -92,7 +92,7 @@ def _block(
     b: _Builder, cfg: BlockConfig, X: str, tokens: Tensor | None = None
 ) -> tuple[str, tuple[StepNodes, ...]]:
     """Append one block's nodes on the input value ``X``, step by step of its recipe
-    (:data:`hessviz.placements.PLACEMENTS`): the name of its output, and the nodes of each step.
+    (:data:`hessviz.block.placements.PLACEMENTS`): the name of its output, and the nodes of each step.
 
     ``tokens``: only these tokens of the output are wanted. Every step after the attention is
     token-wise, so from the attention core's output on each value a later step reads is cut to
@@ -208,7 +208,7 @@ def layer_nodes(
     """Layer ``layer`` of the stack ``cfg`` alone as nodes on its input ``X (L, d)``, the value
     named ``"X"``: ``(nodes, values by name, name of its output)``, the nodes those of the same
     layer in :func:`build` (same names, same weights). A checkpointed sweep rebuilds a layer from
-    its input with it (:mod:`hessviz.matfree.checkpoint`)."""
+    its input with it (:mod:`hessviz.products.checkpoint`)."""
     b = _Builder(params, X, fused)
     b.prefix = f"l{layer}." if cfg.is_stack else ""
     out, _ = _block(b, cfg.block, "X")
@@ -219,7 +219,7 @@ def forward_nodes(
     cfg: BlockConfig, params: dict[str, Tensor], X: Tensor
 ) -> tuple[dict[str, Tensor], str, list[LayerSpan]]:
     """The forward pass alone, as nodes (no loss, no reverse sweep): the values by name, the name of
-    ``Z`` and each layer's span with its steps (:func:`hessviz.record.fold` reads them)."""
+    ``Z`` and each layer's span with its steps (:func:`hessviz.dense.record.fold` reads them)."""
     b, x, layers = _forward(cfg, params, X, None)
     return b.values, x, layers
 

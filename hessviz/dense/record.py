@@ -1,9 +1,9 @@
 r"""The dense engine's reading of a block: the nodes a tape ran, folded as ``SA = attention(X_a)``,
 ``Z = T(SA) + B(X)``.
 
-There is one forward pass and one reading of the recipe: :func:`hessviz.matfree.block.build` runs
-the steps of :data:`hessviz.placements.PLACEMENTS` as nodes and records, per layer, the nodes each
-step appended (:class:`~hessviz.matfree.tape.StepNodes`). :func:`fold` walks those steps and turns
+There is one forward pass and one reading of the recipe: :func:`hessviz.products.block.build` runs
+the steps of :data:`hessviz.block.placements.PLACEMENTS` as nodes and records, per layer, the nodes each
+step appended (:class:`~hessviz.products.tape.StepNodes`). :func:`fold` walks those steps and turns
 their nodes into the dense faces of the same operations, seeded with the values the nodes hold (the
 attention reads the core's ``Q``, ``K``, ``V`` and ``A``; a norm its state; the feed-forward branch its
 hidden units): nothing is computed twice. It returns a :class:`BlockRecord`: the attention (with, in
@@ -21,15 +21,15 @@ where ``T`` and ``B`` are token-wise: each step after the attention is one more 
 unchanged, and ``a + b`` with ``b`` a branch of ``a`` is the residual stage ``a ↦ a + b(a)``.
 Steps on ``X`` that the attention does not read compose ``B``, which the recipe's last step
 adds (so nothing maps ``B``'s output further). Operations receive their weights by local name
-through :data:`hessviz.weights.WEIGHT_MAP`.
+through :data:`hessviz.block.weights.WEIGHT_MAP`.
 
 The block's input ``X`` is a constant of the block, and ``θ_B`` (``ln2``'s ``γ, β`` and the
 feed-forward weights of a parallel block) enter ``Z`` only through ``B``, while every other
 weight enters only through ``T(SA)``: every second derivative of ``Z`` between ``θ_B`` and
 another weight is exactly zero, and those pairs meet only through the loss curvature,
-``Σ_t J^{a⊤}_t J_{T,t}^⊤ N^Z_t J^{B}_t`` (:mod:`hessviz.assembly`). In a stack, where ``X`` is the
+``Σ_t J^{a⊤}_t J_{T,t}^⊤ N^Z_t J^{B}_t`` (:mod:`hessviz.dense.assembly`). In a stack, where ``X`` is the
 previous layer's output, the cross terms through ``X`` (``∂²B/∂X ∂θ_B`` included) are the
-stack engine's (:mod:`hessviz.stack`), from the node face.
+stack engine's (:mod:`hessviz.dense.stack`), from the node face.
 """
 
 from __future__ import annotations
@@ -40,19 +40,19 @@ from functools import cached_property
 
 from torch import Tensor
 
-from hessviz.chain import compose_stages, residual_stage
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.block.placements import Step
+from hessviz.block.weights import component_weights
+from hessviz.dense.chain import compose_stages, residual_stage
 from hessviz.errors import ConfigError
-from hessviz.matfree.block import forward_nodes
-from hessviz.matfree.tape import LayerSpan
 from hessviz.ops import activations, layernorm, rotary
 from hessviz.ops.attention import AttentionCore, MultiHeadAttention
 from hessviz.ops.base import Node, Stage
 from hessviz.ops.ffn import FeedForward
 from hessviz.ops.gated import GatedFeedForward
 from hessviz.ops.layernorm import LayerNorm
-from hessviz.placements import Step
-from hessviz.weights import component_weights
+from hessviz.products.block import forward_nodes
+from hessviz.products.tape import LayerSpan
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class _After:
 
 
 def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecord:
-    """Run the block of ``cfg`` on ``X (L, d)`` (its nodes, :func:`~hessviz.matfree.block.forward_nodes`)
+    """Run the block of ``cfg`` on ``X (L, d)`` (its nodes, :func:`~hessviz.products.block.forward_nodes`)
     and fold them; raises on a zero-variance LayerNorm row."""
     values, _, layers = forward_nodes(cfg, params, X)
     return fold(cfg, params, values, layers[0])

@@ -1,17 +1,17 @@
 r"""A batch's products with each layer's tape rebuilt when a sweep reaches it: the memory of one layer.
 
-A stack's tape (:mod:`hessviz.matfree.block`) keeps, for every layer, its values, first-order
+A stack's tape (:mod:`hessviz.products.block`) keeps, for every layer, its values, first-order
 adjoints and node factors (GELU's ``φ'``, the attention weights ``A``, LayerNorm's ``1/σ`` …):
 about 2.2 MB per token at GPT-2 small's size, 1.1 GiB for ``4 × 128`` tokens, 2.4× the weights.
 Checkpointed, a sequence keeps only, for each layer ``i`` of ``N``, its input ``X_i (L, d)`` and the
 first-order adjoint of its output ``Ḡ_{i+1} = ∂ℓ/∂X_{i+1} (L, d)``, and a product rebuilds each
-layer from them (:func:`~hessviz.matfree.block.layer_nodes`), the ``B`` sequences side by side
-(:mod:`hessviz.matfree.lockstep`):
+layer from them (:func:`~hessviz.products.block.layer_nodes`), the ``B`` sequences side by side
+(:mod:`hessviz.products.lockstep`):
 
 1. **forward**, ``i = 0 … N−1``: layer ``i``'s nodes from ``X_i``, their tangents from ``Ẋ_i``
    and the weights' ``θ̇``; ``Ẋ_{i+1} (k, L, d)`` is kept, then ``Ż = Ẋ_N`` seeds
-   ``Z̄̇ = ∇²_Z ℓ · Ż`` (:data:`hessviz.terms.SWEEP_RULES`);
-2. **reverse**, ``i = N−1 … 0``: layer ``i``'s :class:`~hessviz.matfree.tape.Tape` from ``X_i``
+   ``Z̄̇ = ∇²_Z ℓ · Ż`` (:data:`hessviz.block.terms.SWEEP_RULES`);
+2. **reverse**, ``i = N−1 … 0``: layer ``i``'s :class:`~hessviz.products.tape.Tape` from ``X_i``
    with its first-order sweep seeded by ``Ḡ_{i+1}``, its tangents again from ``Ẋ_i``, and the
    tangent of its reverse sweep from ``X̄̇_{i+1}``: the products of layer ``i``'s weights and
    ``X̄̇_i``.
@@ -33,16 +33,16 @@ from collections.abc import Callable, Sequence
 
 from torch import Tensor
 
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.block.terms import SWEEP_RULES
 from hessviz.losses import CustomLoss
-from hessviz.matfree import lockstep
-from hessviz.matfree.block import layer_nodes
-from hessviz.matfree.tape import Tape, output_seed
 from hessviz.ops.base import Maybe, Node
-from hessviz.terms import SWEEP_RULES
+from hessviz.products import lockstep
+from hessviz.products.block import layer_nodes
+from hessviz.products.tape import Tape, output_seed
 
 INPUT = "X"
-"""The name of a rebuilt layer's input value (:func:`~hessviz.matfree.block.layer_nodes`)."""
+"""The name of a rebuilt layer's input value (:func:`~hessviz.products.block.layer_nodes`)."""
 
 
 def _no_loss(dZ: Tensor) -> Tensor:
@@ -103,7 +103,7 @@ class Checkpoints:
         into: dict[str, Tensor],
         alpha: float,
     ) -> dict[str, Maybe]:
-        """``Σ_β θ̄̇_β`` of the ``wanted`` weights, as :func:`hessviz.matfree.lockstep.sweep` gives it
+        """``Σ_β θ̄̇_β`` of the ``wanted`` weights, as :func:`hessviz.products.lockstep.sweep` gives it
         for the whole tapes (``into``, ``alpha``: the same), each layer rebuilt (see the module)."""
         seed_curvature, second = SWEEP_RULES[term]
         N, B = self.layers, len(self.inputs)

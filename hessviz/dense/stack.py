@@ -19,12 +19,12 @@ second derivative of the model after the boundary). It starts at ``Z`` as
 Attention mixes tokens, so below the last block ``C_b`` and ``F_b`` couple every pair of tokens:
 they are dense ``(L·d × L·d)``. At ``Z`` the curvature of the built-in losses (and of a
 token-wise :class:`~hessviz.losses.CustomLoss`) is block diagonal, ``(L, d, d)``
-(:class:`~hessviz.chain.TokenCurvature`); a dense custom loss is ``(L·d × L·d)`` already. Both
+(:class:`~hessviz.dense.chain.TokenCurvature`); a dense custom loss is ``(L·d × L·d)`` already. Both
 kinds are one thing here, a :class:`Boundary`: a gradient and a curvature that multiplies a
 tangent of the boundary value (:meth:`Boundary.times`) and sandwiches a Jacobian
 (:meth:`Boundary.sandwich`), per term.
 
-With the term weights ``(co, cf)`` of :data:`hessviz.terms.TERMS` and ``S_b = co·C_b + cf·F_b``,
+With the term weights ``(co, cf)`` of :data:`hessviz.block.terms.TERMS` and ``S_b = co·C_b + cf·F_b``,
 every block of ``H`` is
 
 .. math::
@@ -39,15 +39,15 @@ every block of ``H`` is
 How each piece is computed:
 
 * ``M_b``, ``S_{b−1}`` and ``A_b``: one sweep of block ``b``'s nodes on the matrix-free tape
-  (:meth:`~hessviz.matfree.tape.Tape.tangents`, :meth:`~hessviz.matfree.tape.Tape.adjoint_tangents`,
+  (:meth:`~hessviz.products.tape.Tape.tangents`, :meth:`~hessviz.products.tape.Tape.adjoint_tangents`,
   the hand-written forward-over-reverse rules of every node) with the identity as the ``L·d``
   tangent columns of ``X_{b−1}``, the adjoint-tangent seed ``S_b Ż_b`` at the block's output,
   and the second-order parts on iff ``cf ≠ 0``: the forward tangents are the columns of ``A_b``,
   the input adjoint tangents those of ``S_{b−1}``, the weight adjoint tangents those of ``M_b``.
   The first-order adjoints in the tape are ``∂ℓ/∂·`` of the whole stack, so ``G_b`` is built in.
-* ``J_b``: the one-block Jacobian (:func:`hessviz.assembly.dense_jacobian`).
+* ``J_b``: the one-block Jacobian (:func:`hessviz.dense.assembly.dense_jacobian`).
 * ``T_b^{θθ}(G_b)``: the one-block dense engine's functional term with ``G_b`` as the loss
-  gradient (:func:`hessviz.assembly.assemble`, zero loss curvature).
+  gradient (:func:`hessviz.dense.assembly.assemble`, zero loss curvature).
 * The last block with a token-wise curvature at ``Z``: the one-block engine unchanged, every
   term (so a stack's last layer, and one block, keep their speed).
 
@@ -68,15 +68,16 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz import assembly, memory
-from hessviz.chain import TokenCurvature
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
+from hessviz.block.terms import PARTS_FIRST, TERMS, check_term
+from hessviz.block.weights import layer_params
+from hessviz.dense import assembly
+from hessviz.dense.chain import TokenCurvature
+from hessviz.dense.record import BlockRecord, fold
 from hessviz.losses import Loss
-from hessviz.matfree.layout import Layout
-from hessviz.matfree.tape import Tape
-from hessviz.record import BlockRecord, fold
-from hessviz.terms import PARTS_FIRST, TERMS, check_term
-from hessviz.weights import layer_params
+from hessviz.products.layout import Layout
+from hessviz.products.tape import Tape
+from hessviz.runtime import memory
 
 
 def memo(method):

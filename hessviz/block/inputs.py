@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
 from hessviz.errors import InputError
 
 FLOAT_DTYPES = (torch.float32, torch.float64)

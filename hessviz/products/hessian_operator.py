@@ -13,7 +13,7 @@ The engines:
 
 * :class:`ProductsOperator`: the closed-form products of a result, one tangent-forward and one
   tangent-reverse sweep per column (``hv.hessian``'s
-  :class:`~hessviz.matfree.operator.MatrixFreeHessian`, the autograd reference through the same
+  :class:`~hessviz.products.operator.MatrixFreeHessian`, the autograd reference through the same
   class, and ``hv.model_hessian``'s :class:`~hessviz.whole.hessian.BatchProducts`). A block is
   the same sweep with the tangent on ``b`` and the product read on ``a``: ``O(|a| + |b|)`` work
   beyond the sweep, nothing of size ``P × P``.
@@ -41,9 +41,9 @@ import torch
 from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
-from hessviz import memory as host_memory
 from hessviz.errors import ConfigError, InputError
-from hessviz.matfree import memory
+from hessviz.runtime import memory as host_memory
+from hessviz.runtime import pages
 
 Names = tuple[str, ...]
 
@@ -68,7 +68,7 @@ def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v"
     vector = v.ndim == 1
     V = v.to(dtype=like.dtype, device=like.device).reshape(size, -1).T
     if not V.is_contiguous():  # (P, k) C-contiguous: one copy into (k, P) rows
-        V = memory.empty(tuple(V.shape), like).copy_(V)
+        V = pages.empty(tuple(V.shape), like).copy_(V)
     return V, vector
 
 
@@ -240,7 +240,7 @@ class HessianOperator:
             self.device,
             "take blocks with op.block(a, b), or products with op @ v",
         )
-        out = memory.empty((n, m), self.like)
+        out = pages.empty((n, m), self.like)
         eye = torch.eye(n, dtype=self.dtype, device=self.device)
         for first in range(0, n, DENSE_COLUMNS):
             self.apply(eye[first : first + DENSE_COLUMNS], out=out[first : first + DENSE_COLUMNS])
@@ -255,7 +255,7 @@ class HessianOperator:
 
 class ProductsOperator(HessianOperator):
     """``term`` of the products ``products`` (anything with ``layout(names)`` and
-    ``product(V, term, rows, cols, out=)``: a :class:`~hessviz.matfree.operator.MatrixFreeHessian`
+    ``product(V, term, rows, cols, out=)``: a :class:`~hessviz.products.operator.MatrixFreeHessian`
     or a :class:`~hessviz.whole.hessian.BatchProducts`) on the layouts of ``rows`` × ``cols``.
 
     ``resolve`` turns names as the result spells them into the products' own spelling, checked

@@ -11,9 +11,9 @@ term            ``outer``  ``functional``  what it keeps
 ``functional``  0          1               ``Σ_i (∂ℓ/∂Z_i) ∇²Z_i``: the model's second derivatives
 ==============  =========  ==============  ===========================================
 
-Both engines read this table: the dense assembler (:mod:`hessviz.assembly`,
-:mod:`hessviz.stack`) weighs the two parts with ``(outer, functional)``; the product sweep
-(:mod:`hessviz.matfree.tape`) seeds the loss curvature when ``outer`` is on and keeps the
+Both engines read this table: the dense assembler (:mod:`hessviz.dense.assembly`,
+:mod:`hessviz.dense.stack`) weighs the two parts with ``(outer, functional)``; the product sweep
+(:mod:`hessviz.products.tape`) seeds the loss curvature when ``outer`` is on and keeps the
 second-order parts of every node when ``functional`` is on (:data:`SWEEP_RULES`).
 """
 

@@ -10,7 +10,7 @@ The coefficients were measured on one core of the 2-vCPU development machine:
 * a dense ``(P, P)`` float64 term costs ``8 P²`` bytes and ``TERM_S · P² · (1 + L d / 512) ·
   (1 + (H − 1)/5)`` s plus ``PAIR_S`` per block pair (:func:`term_cost`);
 * a dense symmetric eigendecomposition ``≈ EIG_S · P³`` s (:func:`eig_cost`, with the branches of
-  :func:`hessviz.spectra.eigenvalues`);
+  :func:`hessviz.matfree.spectra.eigenvalues`);
 * the spectral norm of an ``m × n`` block (Gram matrix, then ``eigvalsh``)
   ``≈ NORM_S · min(m,n)² (m+n)`` s, or by Lanczos past a few hundred rows and columns
   ``≈ LANCZOS_NORM_S · m n`` s (:func:`norm_cost`, :func:`block_norms_cost`);
@@ -40,10 +40,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hessviz.config import BlockConfig
+from hessviz.block.config import BlockConfig
 from hessviz.matfree.estimates import block_list, lanczos_products, slq_group
-from hessviz.matfree.operator import BATCH
 from hessviz.matfree.spectral import EXACT_BLOCK
+from hessviz.products.operator import BATCH
 
 EIG_S = 5e-11  # dense eigvalsh of n × n: EIG_S · n³ seconds
 EIGSH_S = 3e-9  # Lanczos extremes (k largest and k smallest, ~7k products with H): EIGSH_S · n² · 2k
@@ -118,10 +118,10 @@ def term_cost(cfg: BlockConfig) -> Cost:
 
 
 def norm_cost(m: int, n: int, symmetric: bool = True) -> float:
-    """Seconds for :func:`hessviz.spectra.matrix_norm` of an ``m × n`` matrix on the CPU (same
+    """Seconds for :func:`hessviz.matfree.spectra.matrix_norm` of an ``m × n`` matrix on the CPU (same
     branches): a dense eigendecomposition of the smaller Gram matrix, or Lanczos from
-    :data:`hessviz.spectra.LANCZOS_NORM_MIN` on (calibration: ``benchmarks/COST.md``)."""
-    from hessviz.spectra import LANCZOS_NORM_MIN
+    :data:`hessviz.matfree.spectra.LANCZOS_NORM_MIN` on (calibration: ``benchmarks/COST.md``)."""
+    from hessviz.matfree.spectra import LANCZOS_NORM_MIN
 
     if min(m, n) >= LANCZOS_NORM_MIN:
         return LANCZOS_NORM_S * m * n * (1.0 if symmetric and m == n else 2.5)
@@ -142,7 +142,7 @@ def dense_eig_cost(n: int) -> float:
 
 
 def eig_cost(n: int, dense_limit: int, k: int, rank: int | None = None) -> float:
-    """Seconds for :func:`hessviz.spectra.eigenvalues` with these arguments (same branches)."""
+    """Seconds for :func:`hessviz.matfree.spectra.eigenvalues` with these arguments (same branches)."""
     if rank is not None and n > dense_limit and 2 * (rank + 10) <= n:
         return RANGE_S * n * n * (rank + 10)
     if n <= dense_limit or 2 * k >= n - 1:
@@ -157,7 +157,7 @@ def autograd_cost(cfg: BlockConfig) -> float:
 
 
 def compare_cost(cfg: BlockConfig, repeats: int = 2) -> Cost:
-    """:func:`hessviz.verify.compare`: both methods, three terms each, ``repeats`` timed runs, and
+    """:func:`hessviz.checks.verify.compare`: both methods, three terms each, ``repeats`` timed runs, and
     the closed form's three terms once more in float32 (the rounding scale), one at a time."""
     from hessviz.api import hessian_bytes
 
@@ -181,7 +181,8 @@ def stack_work(cfg: BlockConfig) -> float:
 
 
 def sweep_point_cost(cfg: BlockConfig, weight_count: int) -> float:
-    """Seconds of :func:`hessviz.sweeps.point` for a pair of weights of up to ``weight_count`` entries each.
+    """Seconds of :func:`hessviz.laws.sweeps.point` for a pair of weights of up to ``weight_count`` entries
+    each.
 
     In a stack of ``N`` blocks the curvature is carried down through the ``N − 1`` blocks above the
     first, ``(L d)``-column maps through each: ``(N − 1) · matvec_cost(cfg.block, 2 L d)``. The
@@ -201,7 +202,7 @@ def sweep_point_cost(cfg: BlockConfig, weight_count: int) -> float:
 
 STACK_CARRY = 0.2
 """The share of :func:`matvec_cost`'s ``2 L d`` columns that carrying a stack's curvature down one block
-costs as :func:`hessviz.sweeps.point` runs it (the columns go through in one batched map): 0.02 s per
+costs as :func:`hessviz.laws.sweeps.point` runs it (the columns go through in one batched map): 0.02 s per
 block above the first at the app's default block against 0.1 s estimated before, which refused the
 hosted Scaling page's layers axis and Depth's three layers at their default sizes (issue 44).
 Measured by ``benchmarks/real_llm_estimates.py --stack`` (``benchmarks/REAL_LLM.md``)."""
@@ -502,7 +503,7 @@ def forward_bytes(cfg: BlockConfig, itemsize: int = 8) -> int:
 
 def tape_bytes(cfg: BlockConfig, itemsize: int = 8) -> int:
     """Peak bytes of the forward tape that ``hv.hessian`` builds before any term or product is
-    asked for (:class:`hessviz.matfree.tape.Tape`: one forward pass keeping every value, and the
+    asked for (:class:`hessviz.products.tape.Tape`: one forward pass keeping every value, and the
     first-order sweep): per head and layer the attention weights ``A`` and, after the sweep,
     ``Ā``, ``S̄``, ``Ā − r``, ``c S̄`` and ``c S̄ᵀ``, six ``(L, L)`` arrays, and one in flight
     (:data:`TAPE_SQUARES`); and the activations per token. Measured 6.1-6.4 ``H L²`` numbers at
@@ -539,13 +540,13 @@ def dense_terms_bytes(
 
 
 AUTOGRAD_PEAK = 1.3
-"""What :func:`hessviz.verify.compare` holds at its peak over the count of :func:`comparison_bytes`
+"""What :func:`hessviz.checks.verify.compare` holds at its peak over the count of :func:`comparison_bytes`
 without it: measured 10.2 GiB and 8.9 GiB beyond start-up (``hessviz verify -L 300``, and the
 ``pydoc-llama`` example of ``docs/cli.md``, ``P' = 8192``) where that count gives 8.9 and 7.6 GiB."""
 
 
 def comparison_bytes(cfg: BlockConfig, names: tuple[str, ...] | None = None, itemsize: int = 8) -> int:
-    """Peak bytes of :func:`hessviz.verify.compare` (one timed run each): the tape, both methods'
+    """Peak bytes of :func:`hessviz.checks.verify.compare` (one timed run each): the tape, both methods'
     three terms with autograd's working memory (:func:`hessviz.api.hessian_bytes`, its vmapped
     tangents ``P' L (L + 3d + 2 d_ff + H d_k)`` numbers, times :data:`AUTOGRAD_PEAK`) and then,
     beside the six terms, the two Jacobians ``(L d, P')`` of twice that each (``hv.jacobian``'s own

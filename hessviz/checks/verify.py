@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 
 import hessviz as hv
+from hessviz.block.terms import TERMS
 from hessviz.reference import torch_forward
-from hessviz.terms import TERMS
 
 BLOCK_FLOOR = 1e-6
 """The smallest scale, relative to the whole reference ``full`` Hessian, a block's error is taken at."""
