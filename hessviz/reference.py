@@ -25,7 +25,8 @@ def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Ten
     if not cfg.is_stack:
         return _block_forward(cfg, params, X)
     for layer in range(cfg.n_layers):
-        X = _block_forward(cfg.layer(layer), {n: params[layer_name(layer, n)] for n in cfg.block.param_names}, X)
+        weights = {n: params[layer_name(layer, n)] for n in cfg.block.param_names}
+        X = _block_forward(cfg.layer(layer), weights, X)
     return X
 
 

@@ -329,7 +329,8 @@ class BlockConfig:
     )
     rope_theta: float | tuple[float, ...] = setting(
         10000.0,
-        "the base of the rotary frequencies ω_i = θ^(−2i/rotary_dim); > 0 (in a stack also one value per layer)",
+        "the base of the rotary frequencies ω_i = θ^(−2i/rotary_dim); > 0 "
+        "(in a stack also one value per layer)",
         kind=float,
         minimum=0.0,
     )
@@ -586,7 +587,9 @@ class BlockConfig:
     def layer(self, i: int) -> BlockConfig:
         """Layer ``i``'s own block (``n_layers = 1``, its own ``window`` and ``rope_theta``)."""
         if not 0 <= i < self.n_layers:
-            raise ConfigError(f"layer must be in [0, {self.n_layers - 1}] (n_layers = {self.n_layers}), got {i}")
+            raise ConfigError(
+                f"layer must be in [0, {self.n_layers - 1}] (n_layers = {self.n_layers}), got {i}"
+            )
         return self if self.n_layers == 1 else self._layers[i]
 
     @cached_property

@@ -400,7 +400,9 @@ class MultiHeadAttention:
             ones_ = ones(self.X.shape[0], self.X)
             inputs = {"query.weight": self.X, "query.bias": ones_, "key.weight": self.X, "key.bias": ones_}
             pieces += [
-                Dense(ref[a], ref[b], score.rotary_mixed(inputs[a], inputs[b], gS, self.rotary, dk, self.scale))
+                Dense(
+                    ref[a], ref[b], score.rotary_mixed(inputs[a], inputs[b], gS, self.rotary, dk, self.scale)
+                )
                 for a in side
                 if a.startswith("query.")
                 for b in side

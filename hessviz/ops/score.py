@@ -96,7 +96,9 @@ def rotary_jacobian(
     return out
 
 
-def rotary_mixed(U: Tensor, V: Tensor, G: Tensor, rot: Rotary, d_k: int, scale: float | None = None) -> Tensor:
+def rotary_mixed(
+    U: Tensor, V: Tensor, G: Tensor, rot: Rotary, d_k: int, scale: float | None = None
+) -> Tensor:
     r"""``Σ_tr G_tr ∂²S_tr/∂(U-side query weight)∂(V-side key weight)`` with rotary positions:
     ``(Σ_tr G_tr U[t,i] V[r,j] (P_t P_rᵀ)[m,n])/√d_k``, returned as the block ``(i, m, j, n)``.
     ``U``, ``V`` are ``X`` for a weight and ``1 (L, 1)`` for a bias."""

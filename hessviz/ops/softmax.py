@@ -17,7 +17,9 @@ import torch
 from torch import Tensor
 
 
-def mask(L: int, causal: bool, window: int | None = None, device: torch.device | None = None) -> Tensor | None:
+def mask(
+    L: int, causal: bool, window: int | None = None, device: torch.device | None = None
+) -> Tensor | None:
     """The entries ``(t, s)`` of an ``(L, L)`` score matrix that row ``t`` does not see (``True``), or
     ``None`` when it sees every column: with ``causal`` the future ``s > t``, with a ``window`` also
     ``s ≤ t − window`` (token ``t`` attends to ``t − window < s ≤ t``)."""
