@@ -53,6 +53,15 @@ the rotation folds into its factors (:func:`~hessviz.ops.score.rotary_jacobian`,
 node rules below (a tangent sweep along each unit's entries gives its Jacobian, the adjoint tangent
 its functional blocks), exactly, at the cost of one batched sweep per unit.
 
+Score scale, sliding window, soft-capping (``MODEL.md`` part 5). ``1/√d_k`` is ``c = attn_scale`` where
+one is given; a ``window`` widens the causal mask (``−∞`` also for ``s ≤ t − window``: masked entries
+have ``A = 0``, so no rule changes); ``softcap`` puts ``S = c_s·tanh(S₀/c_s)`` between the bilinear score
+``S₀`` and the mask (:mod:`~hessviz.ops.softcap`): on the dense face its ``y'`` multiplies the softmax
+side (``Mᵀ Σ_t diag(y'_t)``), the score-side curvature is
+:class:`~hessviz.ops.softcap.CappedCurvature` and the bilinear term is contracted with ``∂/∂S₀``;
+``b_K`` then acts (its row shift passes the cap unevenly). On the node face ``Ṡ = y' Ṡ₀``,
+``S̄₀ = y' S̄`` and ``S̄̇₀ = y' S̄̇ + y'' S̄ Ṡ₀``.
+
 Node face (:class:`AttentionCore`): the core ``[Q K V] ↦ O = concat_h softmax(Q_h K_hᵀ c + M) V_h``;
 the projections around it are :class:`~hessviz.ops.linear.Linear` nodes.
 
