@@ -114,7 +114,7 @@ def test_scores_far_beyond_the_cap():
     k = (Xa @ params["W_K"] + params["b_K"]).unflatten(-1, (2, -1)).transpose(0, 1)
     raw = q @ k.transpose(-1, -2) * cfg.attn_scale
     assert float(raw.abs().max()) > 20 * cfg.softcap  # tanh saturated: y' below 1e-16 there
-    d1 = record.attention(cfg, params, Xa).cap.d1  # y' the engines use, down to 1e-64 here
+    d1 = record.attention(cfg, params, Xa).core.cap.d1  # y' the engines use, down to 1e-64 here
     assert_close(d1, torch.cosh(raw / cfg.softcap).square().reciprocal(), 1e-10, "y'")
     _check_terms(cfg, params, X, Y)
 
