@@ -43,7 +43,8 @@ from hessviz.runtime.tasks import usable_cores
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 BENCH_SUITES = ("dense", "matfree", "pretrained")
 OBJECTIVES = (names.SYNTHETIC, names.NEXT_TOKEN)
-"""``--objective``: a key of :mod:`hessviz.losses.names` (its other spellings, ``next-token``, are read too)."""
+"""``--objective``: keys of :mod:`hessviz.losses.names` (its other spellings, ``next-token``, are read
+too)."""
 
 
 def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:

@@ -43,8 +43,8 @@ from hessviz.checks.verify import compare
 from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
 from hessviz.laws import sweeps
-from hessviz.matfree import estimates, spectra
 from hessviz.losses import mean_pooled, names
+from hessviz.matfree import estimates, spectra
 from hessviz.pretrained import explore, precomputed
 
 LIMITS = profiles.limits_from_env(address=profiles.served_address())
@@ -896,10 +896,13 @@ def real_inputs(
     last = pretrained.model_info(model).n_layers - 1
     if layer != last:
         raise hv.ConfigError(
-            f"loss {names.kind(loss)!r} is the model's objective on its last hidden states: choose layer {last}"
+            f"loss {names.kind(loss)!r} is the model's objective on its last hidden states: "
+            f"choose layer {last}"
         )
     Z = _tensor(states["states"][layer + 1]).to(device())
-    obj = names.objective(loss, lambda other: mean_pooled(_tensor(real_states(model, other)["states"][-1]).to(device())))
+    obj = names.objective(
+        loss, lambda other: mean_pooled(_tensor(real_states(model, other)["states"][-1]).to(device()))
+    )
     at = obj.at_text(Z, states["ids"].tolist(), real_head(model) if obj.reads_head else None)
     return cfg, params, X, None, at.custom_loss(blocks)
 

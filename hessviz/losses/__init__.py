@@ -29,6 +29,7 @@ from hessviz.losses.cross_entropy import CrossEntropy
 from hessviz.losses.custom import CustomLoss
 from hessviz.losses.mse import MSE
 from hessviz.losses.next_token import LMHead, NextToken
+from hessviz.losses.objective import ModelObjective
 
 BLOCK_LOSSES: dict[str, type[Loss]] = {"mse": MSE, "ce": CrossEntropy}
 """``cfg.loss`` -> the loss it names, built from the target."""
@@ -69,6 +70,7 @@ __all__ = [
     "LMHead",
     "Loss",
     "MSE",
+    "ModelObjective",
     "NextToken",
     "block_loss",
     "gradient",

@@ -22,14 +22,11 @@ A loss is either defined by what it is measured against (``MSE(Y)``, ``CrossEntr
 ``product(dZ)``            ``N Ż`` for ``Ż (k, L, d)``, ``(k, L, d)``, without forming ``N``
 ``dense_hessian()``        ``N``, ``(L·d, L·d)``
 ``reference_value(Z')``    ``ℓ(Z')`` in torch's own functions, what the autograd reference differentiates
-``custom_loss(blocks)``    ``g`` and ``N`` as the :class:`~hessviz.losses.CustomLoss` the stack's
-                           products take: the blocks, or the product
 =========================  =====================================================================
 
-A model's own objective (``NextToken()``, ``Classifier(…)``, ``Cosine(e)``) is placed at one text's
-last hidden states by :meth:`Loss.at_text`, which hands it what it may read besides ``Z`` (the token
-ids, the model's head, the text's index in a batch); :meth:`Loss.sequence_terms` is what a whole
-model's Hessian takes of it there. A name (``"next_token"``) becomes one of these objects in one
+A model's own objective (``NextToken()``, ``Classifier(…)``, ``Cosine(e)``) is a loss with a little
+more, :class:`hessviz.losses.objective.ModelObjective`: placed at one text, handed over as a
+:class:`~hessviz.losses.CustomLoss`. A name (``"next_token"``) becomes one of these objects in one
 place, :mod:`hessviz.losses.names`.
 """
 
@@ -37,15 +34,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
-
-if TYPE_CHECKING:
-    from hessviz.losses.custom import CustomLoss
 
 
 class Loss(ABC):
@@ -63,11 +56,6 @@ class Loss(ABC):
     read_tokens: Tensor | None = None
     """The tokens outside which ``g`` and ``N`` are exactly zero, when known and not all (``None``:
     every token is read). :class:`~hessviz.losses.custom.CustomLoss` knows its own."""
-    reads_head: bool = False
-    """Whether :meth:`at_text` reads the model's LM head (the unembedding), not only its final norm."""
-    head_terms: object = None
-    """What the Hessian needs when the loss has parameters of its own (a classifier's ``W``, ``b``:
-    :class:`~hessviz.losses.classifier.HeadTerms`); ``None``: it has none."""
 
     @property
     def token_wise(self) -> bool:
@@ -99,38 +87,6 @@ class Loss(ABC):
     def reference_value(self, Z: Tensor) -> Tensor:
         """``ℓ(Z')`` at another point ``Z'``, for the autograd reference to differentiate."""
         return self.at(Z).value
-
-    @property
-    def prefers_blocks(self) -> bool:
-        """Whether :meth:`custom_loss` hands a token-wise curvature over as its ``(L, d, d)`` blocks
-        when not told (rather than as :meth:`product`)."""
-        return True
-
-    def custom_loss(self, blocks: bool | None = None) -> CustomLoss:
-        """``g`` and ``N`` at the point as ``hv.CustomLoss(grad, N)``: ``N`` as the token-wise blocks
-        (:meth:`token_curvature`) when the loss is token-wise and ``blocks`` (``None``:
-        :attr:`prefers_blocks`), else as :meth:`product`. ``blocks=False`` suits a gradient (it needs no
-        curvature) and a few product columns through a large head (``O(L V d)`` each against
-        ``O(L V d²)`` for the blocks)."""
-        from hessviz.losses.custom import CustomLoss
-
-        use = self.prefers_blocks if blocks is None else blocks
-        return CustomLoss(self.grad, self.token_curvature() if self.token_wise and use else self.product)
-
-    def at_text(self, Z: Tensor, ids: Tensor, head: object = None, index: int = 0) -> Loss:
-        """This objective at one text's last hidden states ``Z (L, d)``, given its token ``ids (L,)``,
-        the model's ``head`` (an :class:`~hessviz.losses.next_token.LMHead`, or ``None``) and the
-        text's ``index`` in a batch; a loss that reads none of them is :meth:`at` ``Z``."""
-        return self.at(Z)
-
-    def sequence_terms(
-        self, Z: Tensor, ids: Tensor, index: int, head: object = None
-    ) -> tuple[CustomLoss, Tensor, object]:
-        """As a whole model's objective, at sequence ``index`` (:meth:`at_text`): its curvature as a
-        :class:`~hessviz.losses.CustomLoss` (:meth:`custom_loss`), its value and its
-        :attr:`head_terms`."""
-        at = self.at_text(Z, ids, head, index)
-        return at.custom_loss(), at.value, at.head_terms
 
 
 @dataclass(frozen=True, eq=False)

@@ -33,16 +33,17 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
-from hessviz.losses.base import Loss, unplaced
+from hessviz.losses.base import unplaced
 from hessviz.losses.custom import CustomLoss
 from hessviz.losses.next_token import LMHead
+from hessviz.losses.objective import ModelObjective
 from hessviz.ops import layernorm
 
 POOLINGS = ("cls", "mean", "last")
 
 
 @dataclass(frozen=True, eq=False)
-class Classifier(Loss):
+class Classifier(ModelObjective):
     """A classification head on the pooled last hidden state: ``softmax(pool(h) W + b)``.
 
     ``W (d, C)`` and ``b (C,)`` floating, ``labels (B,)`` integers in ``[0, C)`` (one per

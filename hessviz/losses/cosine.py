@@ -24,6 +24,7 @@ from torch import Tensor
 
 from hessviz.errors import InputError
 from hessviz.losses.base import TargetLoss, check_Z
+from hessviz.losses.objective import ModelObjective
 
 
 def mean_pooled(Z: Tensor) -> Tensor:
@@ -32,7 +33,7 @@ def mean_pooled(Z: Tensor) -> Tensor:
 
 
 @dataclass(frozen=True, eq=False)
-class Cosine(TargetLoss):
+class Cosine(TargetLoss, ModelObjective):
     """``1 − cos(mean_pooled(Z), other)`` against the other sentence's fixed embedding
     ``target (d,)`` (``Cosine(other)``); :meth:`at` places it at ``Z``. Checked when built and
     when placed: an :class:`InputError` naming ``other`` or ``Z``."""

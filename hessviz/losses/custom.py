@@ -91,10 +91,6 @@ class CustomLoss(Loss):
         """Its second-order model at ``Z'`` (:meth:`model`)."""
         return self.model(Z)
 
-    def custom_loss(self, blocks: bool | None = None) -> CustomLoss:
-        """Itself: its curvature stays in the form it was given (``blocks`` is not read)."""
-        return self
-
     @property
     def kind(self) -> str:
         """``"token"`` ``(L, d, d)``, ``"dense"`` ``(L·d, L·d)`` or ``"operator"`` (a callable)."""

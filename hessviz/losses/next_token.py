@@ -47,7 +47,8 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
-from hessviz.losses.base import Loss, check_Z, unplaced
+from hessviz.losses.base import check_Z, unplaced
+from hessviz.losses.objective import ModelObjective
 from hessviz.ops import layernorm
 from hessviz.ops.layernorm import LayerNorm
 from hessviz.runtime.memory import memory_limit
@@ -130,7 +131,7 @@ def _token_ids(ids: Sequence[int] | Tensor, vocab: int, device: torch.device) ->
     return ids
 
 
-class NextToken(Loss):
+class NextToken(ModelObjective):
     """The next-token cross-entropy of one sequence ``Z (L, d)``, ``ids (L,)``, through ``head``
     (module docstring), in chunks of ``chunk`` positions (``None``: :func:`default_chunk`): built
     at its point, with ``value``, ``grad (L, d)``, :meth:`token_curvature` and :meth:`product`.
@@ -306,4 +307,3 @@ class NextToken(Loss):
             J = layernorm.jacobian(st)
             N[self.positions] = J @ Nr @ J + layernorm.contract_hessian(st, self.norm.gn)
         return N
-

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from hessviz.losses import LMHead, mean_pooled
 
+
 def lm_head(source: str | os.PathLike, dtype: torch.dtype = torch.float64) -> LMHead:
     """The next-token head of the decoder checkpoint ``source``: its final norm (LayerNorm or
     RMSNorm, ``None`` where it has none) and its unembedding (the token embedding when tied);
@@ -45,7 +46,8 @@ def lm_head(source: str | os.PathLike, dtype: torch.dtype = torch.float64) -> LM
 
 
 def sentence_embedding(source: str | os.PathLike, text: str, dtype: torch.dtype = torch.float64) -> Tensor:
-    """``(d,)``: the mean-pooled last hidden state of ``text`` (the other sentence of :class:`~hessviz.losses.Cosine`)."""
+    """``(d,)``: the mean-pooled last hidden state of ``text`` (the other sentence of
+    :class:`~hessviz.losses.Cosine`)."""
     from hessviz.pretrained.load import hidden_states
 
     return mean_pooled(hidden_states(source, text, dtype=dtype)[-1])

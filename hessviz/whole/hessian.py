@@ -41,6 +41,8 @@ from hessviz.block.terms import check_term
 from hessviz.dense.stack import StackHessian
 from hessviz.errors import ConfigError, InputError
 from hessviz.losses import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, CustomLoss, HeadTerms, LMHead, Loss
+from hessviz.losses.names import name as objective_name
+from hessviz.losses.names import whole_objective
 from hessviz.products import graphs, lockstep
 from hessviz.products.block import build_at_output
 from hessviz.products.checkpoint import Checkpoints
@@ -51,8 +53,6 @@ from hessviz.products.tape import Tape
 from hessviz.result import HessianResult
 from hessviz.runtime import pages
 from hessviz.whole.model import Model
-from hessviz.losses.names import name as objective_name
-from hessviz.losses.names import whole_objective
 from hessviz.whole.ranks import ONE, Ranks, agree, all_succeeded, ranks
 
 

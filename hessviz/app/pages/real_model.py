@@ -10,9 +10,9 @@ from hessviz.app import real_model as rm
 from hessviz.block.terms import NAMES
 from hessviz.checks import cost
 from hessviz.laws import fitting
+from hessviz.losses import names
 from hessviz.matfree.estimates import block_spread
 from hessviz.matfree.spectral import EXACT_BLOCK
-from hessviz.losses import names
 from hessviz.pretrained import explore, loss_keys
 from hessviz.runtime.memory import format_bytes
 
