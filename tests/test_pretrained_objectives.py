@@ -177,3 +177,21 @@ def test_one_vocabulary_names_every_objective():
         names.whole_objective("synthetic")
     own = [loss_keys.own_objective(t) for t in ("bert", "gpt2", "t5")]
     assert own == [loss_keys.SIMILARITY, loss_keys.NEXT, None]
+
+
+def test_no_module_but_the_names_compares_a_spelling_of_next_token():
+    """The app, the CLI and ``hessviz/whole/`` hold loss objects or keys, and ask
+    :mod:`hessviz.losses.names` what a string names: no other module compares a string with
+    ``next_token``, ``next-token`` or ``next token``."""
+    import ast
+
+    from tests.test_imports import ROOT, _compared_strings
+
+    spellings = {names.NEXT_TOKEN, *names.SPELLINGS}
+    found = {
+        str(p.relative_to(ROOT)): hits
+        for p in ROOT.rglob("*.py")
+        if p.name != "names.py"
+        and (hits := [line for line, s in _compared_strings(ast.parse(p.read_text())) if s in spellings])
+    }
+    assert found == {}

@@ -112,6 +112,6 @@ def whole_objective(spelling: object) -> NextToken | Classifier:
     )
 
 
-def name(loss: Loss) -> str:
+def name(loss: NextToken | Classifier) -> str:
     """A whole model's objective in a few words: ``next_token`` or ``Classifier(pooling)``."""
     return f"Classifier({loss.pooling})" if isinstance(loss, Classifier) else NEXT_TOKEN
