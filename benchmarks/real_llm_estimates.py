@@ -37,6 +37,7 @@ import torch  # noqa: E402
 from hessviz import cost  # noqa: E402
 from hessviz.app import cache  # noqa: E402
 from hessviz.app import real_model as rm  # noqa: E402
+from hessviz.losses import names  # noqa: E402
 from hessviz.pretrained import explore  # noqa: E402
 
 MODEL = "smollm2-135m"
@@ -50,7 +51,7 @@ TEXTS = {
         "awake all night, writing the weather in a log book and listening for ships in trouble."
     ),
 }
-LOSSES = {"synthetic": cache.SYNTHETIC, "next token": "next-token"}
+LOSSES = {"synthetic": cache.SYNTHETIC, "next token": names.NEXT_TOKEN}
 
 
 def measured(fn, *args) -> float:

@@ -5,7 +5,7 @@ Examples::
     hessviz models                                           # bundled models and supported families
     hessviz verify --model pydoc-llama --layer 1 --text "def add(a, b):" --wrt "W_Q[0]"
     hessviz spectrum --model ~/models/SmolLM-135M --layer 3 --text "The cat sat" --top 5
-    hessviz compute --model pydoc-preln --layer 3 --ids 5 81 2 17 --objective next-token --wrt W_O
+    hessviz compute --model pydoc-preln --layer 3 --ids 5 81 2 17 --objective next_token --wrt W_O
 
     hessviz compute --norm pre -L 8 -d 16 --out out/pre      # out/pre.npz + out/pre.json
     hessviz verify --norm post --activation gelu --loss ce   # closed form vs autograd table
@@ -35,13 +35,16 @@ from hessviz.block.config import BLOCK_SETTINGS, INPUT_SETTINGS, Setting
 from hessviz.block.terms import TERMS
 from hessviz.checks import cost
 from hessviz.errors import HessvizError
+from hessviz.losses import names
 from hessviz.matfree import spectra
 from hessviz.runtime.memory import check_fits, format_bytes, memory_limit
 from hessviz.runtime.tasks import usable_cores
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 BENCH_SUITES = ("dense", "matfree", "pretrained")
-OBJECTIVES = ("synthetic", "next-token")
+OBJECTIVES = (names.SYNTHETIC, names.NEXT_TOKEN)
+"""``--objective``: keys of :mod:`hessviz.losses.names` (its other spellings, ``next-token``, are read
+too)."""
 
 
 def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:
@@ -116,9 +119,10 @@ def _add_block_args(p: argparse.ArgumentParser) -> None:
     )
     model.add_argument(
         "--objective",
+        type=names.canonical,
         choices=OBJECTIVES,
-        default="synthetic",
-        help="synthetic: --loss against the seeded target; next-token: the model's own "
+        default=names.SYNTHETIC,
+        help="synthetic: --loss against the seeded target; next_token: the model's own "
         "cross-entropy through its final norm and LM head (decoders, last layer)",
     )
 
@@ -194,9 +198,10 @@ def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str, pric
     given = args.text if args.text is not None else args.ids
     info = pretrained.model_info(args.model)
     ids = pretrained.token_ids(args.model, given)
-    if args.objective == "next-token" and args.layer != info.n_layers - 1:
+    objective = names.objective(args.objective)
+    if objective is not None and args.layer != info.n_layers - 1:
         raise hv.ConfigError(
-            f"--objective next-token is the model's loss on its last hidden states: "
+            f"--objective {args.objective} is the model's loss on its last hidden states: "
             f"use --layer {info.n_layers - 1}"
         )
     planned = dataclasses.replace(info.block, seq_len=len(ids), loss=args.loss)
@@ -207,16 +212,15 @@ def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str, pric
         price,
         device,
         before=cost.hidden_states_bytes(planned, info.vocab_size, itemsize),
-        beside=cost.next_token_bytes(planned, info.vocab_size, itemsize)
-        if args.objective == "next-token"
-        else 0,
+        beside=0 if objective is None else cost.next_token_bytes(planned, info.vocab_size, itemsize),
     )
     cfg, params, X = hv.layer_for_text(args.model, ids, args.layer, dtype=dtype, device=device)
     cfg = dataclasses.replace(cfg, loss=args.loss)
     Y, custom = None, None
-    if args.objective == "next-token":
+    if objective is not None:
         Z = hv.forward(cfg, params, X)
-        custom = objectives.next_token_loss(Z, ids, objectives.lm_head(args.model, dtype)).custom_loss()
+        head = objectives.lm_head(args.model, dtype)
+        custom = objective.at_text(Z, ids, head).custom_loss(blocks=True)
     else:
         _, Y = hv.sample_inputs(cfg, seed=args.seed, dtype=dtype, device=device)
     title = f"{info.name} layer {args.layer} ({info.family}), {cfg.describe()}, {args.objective} objective"
@@ -237,7 +241,7 @@ def _setup(args: argparse.Namespace, price: Price) -> Setup:
     dtype = DTYPES[args.dtype]
     if args.model is not None:
         return _model_setup(args, dtype, device, price)
-    if args.text is not None or args.ids is not None or args.objective != "synthetic":
+    if args.text is not None or args.ids is not None or args.objective != names.SYNTHETIC:
         raise hv.InputError(
             "--text, --ids and --objective need --model (a checkpoint folder or a bundled model)"
         )
@@ -342,7 +346,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if run.custom is not None:
         raise hv.InputError(
             "verify compares against autograd of the block's own loss: use --objective "
-            "synthetic (compute and spectrum take next-token)"
+            "synthetic (compute and spectrum take next_token)"
         )
     tol = args.tol if args.tol is not None else (1e-10 if args.dtype == "float64" else 1e-4)
     result = compare(run.cfg, run.params, run.X, run.Y, run.wrt)

@@ -43,8 +43,9 @@ from hessviz.checks.verify import compare
 from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
 from hessviz.laws import sweeps
+from hessviz.losses import mean_pooled, names
 from hessviz.matfree import estimates, spectra
-from hessviz.pretrained import explore, loss_keys, precomputed
+from hessviz.pretrained import explore, precomputed
 
 LIMITS = profiles.limits_from_env(address=profiles.served_address())
 """The limits of this server (``HESSVIZ_PROFILE``, else by the address it serves), read once when the
@@ -761,7 +762,7 @@ def head_vocab(model: str, loss: str) -> int:
     every estimate, :func:`hessviz.checks.cost.head_cost`), else 0."""
     from hessviz import pretrained
 
-    return pretrained.model_info(model).vocab_size if loss == loss_keys.NEXT_TOKEN else 0
+    return pretrained.model_info(model).vocab_size if names.kind(loss) == names.NEXT_TOKEN else 0
 
 
 def stack_bytes(model: str) -> int:
@@ -868,9 +869,9 @@ def real_config(model: str, text: str) -> hv.BlockConfig:
     return dataclasses.replace(pretrained.model_info(model).block, seq_len=len(real_tokens(model, text)))
 
 
-SYNTHETIC = loss_keys.SYNTHETIC
-"""The loss key of the app's synthetic target; ``"cosine:<other sentence>"`` and ``"next-token"``
-name a model's own objective (:func:`hessviz.pretrained.loss_keys.parse_loss`, on the last layer)."""
+SYNTHETIC = names.SYNTHETIC
+"""The loss key of the app's synthetic target; ``"cosine:<other sentence>"`` and ``"next_token"``
+name a model's own objective (:mod:`hessviz.losses.names`, on the last layer)."""
 
 
 def real_inputs(
@@ -889,24 +890,21 @@ def real_inputs(
     states = real_states(model, text)
     X = _tensor(states["states"][layer]).to(device())
     cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
-    choice = loss_keys.parse_loss(loss)
-    if not choice.own:
+    if not names.own(loss):
         _, Y = hv.sample_inputs(cfg, seed=seed, device=device())
         return cfg, params, X, Y, None
     last = pretrained.model_info(model).n_layers - 1
     if layer != last:
         raise hv.ConfigError(
-            f"loss {choice.kind!r} is the model's objective on its last hidden states: choose layer {last}"
+            f"loss {names.kind(loss)!r} is the model's objective on its last hidden states: "
+            f"choose layer {last}"
         )
     Z = _tensor(states["states"][layer + 1]).to(device())
-    obj = loss_keys.objective_at(
-        choice,
-        Z,
-        states["ids"].tolist(),
-        lambda other: _tensor(real_states(model, other)["states"][-1]).to(device()),
-        lambda: real_head(model),
+    obj = names.objective(
+        loss, lambda other: mean_pooled(_tensor(real_states(model, other)["states"][-1]).to(device()))
     )
-    return cfg, params, X, None, obj.custom_loss(blocks)
+    at = obj.at_text(Z, states["ids"].tolist(), real_head(model) if obj.reads_head else None)
+    return cfg, params, X, None, at.custom_loss(blocks)
 
 
 def real_head(model: str):

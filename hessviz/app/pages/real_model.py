@@ -10,6 +10,7 @@ from hessviz.app import real_model as rm
 from hessviz.block.terms import NAMES
 from hessviz.checks import cost
 from hessviz.laws import fitting
+from hessviz.losses import names
 from hessviz.matfree.estimates import block_spread
 from hessviz.matfree.spectral import EXACT_BLOCK
 from hessviz.pretrained import explore, loss_keys
@@ -144,7 +145,7 @@ if objective == loss_keys.SIMILARITY and own:
         rm.MAX_CHARS,
         help="the loss is 1 − cos(mean-pooled embedding of the text, that of this sentence)",
     )
-loss_key = loss_keys.loss_key(loss_name, other)
+loss_key = names.key(loss_name, other)
 
 vocab = hva.cache.head_vocab(model, loss_key)
 streamed = not hva.cache.stack_fits(model)
