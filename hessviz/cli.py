@@ -11,8 +11,10 @@ Examples::
     hessviz verify --norm post --activation gelu --loss ce   # closed form vs autograd table
     hessviz spectrum --norm post -L 32 -d 384 --heads 12 --d-k 32 --d-ff 1536 --out-proj \\
         --bias --ln-affine --activation gelu --top 5 --density   # spectrum.json + .html
-    hessviz bench --out benchmarks               # RESULTS.md, MATFREE.md, PRETRAINED.md there
+    hessviz bench --out benchmarks               # RESULTS.md, MATFREE.md, PRETRAINED.md, BUDGET.md there
     hessviz reproduce --quick --out reproduce-out            # the papers' claims, measured
+    hessviz lesson "http://localhost:8501/spectrum?norm=post" --out spectrum.html   # reads offline
+    hessviz app                                              # the app (needs hessviz[app])
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from hessviz.runtime.memory import check_fits, format_bytes, memory_limit
 from hessviz.runtime.tasks import usable_cores
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
-BENCH_SUITES = ("dense", "matfree", "pretrained")
+BENCH_SUITES = ("dense", "matfree", "pretrained", "budget")
 OBJECTIVES = ("synthetic", "next-token")
 
 
@@ -469,6 +471,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         text = pretrained.main(repeats=max(args.repeats, 5), threads=args.threads)
         (out / "PRETRAINED.md").write_text(f"# Pretrained layers\n\n{text}\n")
         print(f"wrote {out / 'PRETRAINED.md'}")
+    if "budget" in args.suite:
+        from hessviz.app import budget_bench
+
+        text = budget_bench.main(repeats=args.repeats)
+        (out / "BUDGET.md").write_text(f"# The app budget's estimates against measured CPU\n\n{text}\n")
+        print(f"wrote {out / 'BUDGET.md'}")
     return 0
 
 
@@ -601,7 +609,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(BENCH_SUITES),
         help="dense Hessians (RESULTS.md, ~8 min), matrix-free products and spectra "
         "(MATFREE.md, ~20 min), pretrained layers: loading, hidden states, a head slice's "
-        "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min); default all",
+        "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min), the app budget's "
+        "estimates against measured CPU (BUDGET.md, ~30 s); default all",
     )
     p.add_argument("--seq-lens", type=int, nargs="+", default=[16, 32, 64])
     p.add_argument("--repeats", type=int, default=3, help="timed warm runs per case (median)")
