@@ -70,6 +70,7 @@ PRELOAD = (
     "hessviz.plots",
     "hessviz.experiments.report",
     "hessviz.app.controls",
+    "hessviz.app.page_controls",
     "hessviz.app.ui",
 )
 """Modules imported once at startup: concurrent first imports of pandas from several script
@@ -101,20 +102,10 @@ def preload() -> None:
 
 _LAZY = {
     **dict.fromkeys(
-        (
-            "begin_run",
-            "choice",
-            "lesson",
-            "link_only",
-            "multichoice",
-            "open_page",
-            "select",
-            "sidebar",
-            "slider",
-            "text",
-        ),
+        ("begin_run", "lesson", "link_only", "open_page", "sidebar"),
         "hessviz.app.controls",
     ),
+    **dict.fromkeys(("choice", "multichoice", "select", "slider", "text"), "hessviz.app.page_controls"),
     **dict.fromkeys(
         ("DEFAULTS", "SHARED_KEYS", "View", "device", "device_label", "plain"), "hessviz.app.state"
     ),
