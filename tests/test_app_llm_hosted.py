@@ -89,7 +89,9 @@ def test_a_window_that_does_not_fit_names_the_change_that_draws_it(hosted, monke
 
     from hessviz.checks import cost
 
-    cfg = hosted.real_config(MODEL, SHORT)
+    from hessviz.app import real_cache
+
+    cfg = real_cache.real_config(MODEL, SHORT)
     cols = cfg.shape_of("W_Q[0]")[1]
     synthetic = cost.real_window_cost(cfg, "W_Q[0]", cols).seconds
     own = cost.real_window_cost(cfg, "W_Q[0]", cols, pretrained.model_info(MODEL).vocab_size).seconds

@@ -283,20 +283,32 @@ def stored(
     * a value found before the store: ``first(key_without_prefix, **a)`` (a precomputed file; None
       when it has none), returned as it is;
     * ``field``: the call returns ``value[field]`` of the stored dict (the precomputed files hold
-      dicts)."""
+      dicts).
+
+    The wrapper's ``key_of(*args, **kwargs)`` is the key of a call, without ``prefix`` (what a page asks
+    :func:`hessviz.app.real_cache.real_ready` about before it draws)."""
 
     def wrap(fn: Callable[..., object]) -> Callable[..., object]:
         signature = inspect.signature(fn)
-        coerce = {
-            n: _COERCE[p.annotation] for n, p in signature.parameters.items() if p.annotation in _COERCE
+        words = {
+            n: p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+            for n, p in signature.parameters.items()
         }
+        coerce = {n: _COERCE[w] for n, w in words.items() if w in _COERCE}
         name = kind or fn.__name__
+
+        def arguments(args: tuple, kwargs: dict) -> dict[str, object]:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return {n: coerce[n](v) if n in coerce else v for n, v in bound.arguments.items()}
+
+        def key_of(*args: object, **kwargs: object) -> tuple:
+            a = arguments(args, kwargs)
+            return key(**a) if key else (name, *a.values())
 
         @functools.wraps(fn)
         def wrapper(*args: object, **kwargs: object) -> object:
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            a = {n: coerce[n](v) if n in coerce else v for n, v in bound.arguments.items()}
+            a = arguments(args, kwargs)
             k = key(**a) if key else (name, *a.values())
             value = first(k, **a) if first else None
             if value is None:
@@ -306,6 +318,7 @@ def stored(
                 value = STORE.get(prefix + k, functools.partial(fn, **a), reserve, label, seconds)
             return value if field is None else value[field]
 
+        wrapper.key_of = key_of
         return wrapper
 
     return wrap
@@ -447,18 +460,9 @@ def _sweep_price(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple,
     return cost.Cost(cost.sweep_point_cost(cfg, weight_count), 8 * 4 * weight_count**2, "a sweep point")
 
 
-@stored(_sweep_price, "a sweep point", key=_sweep_key)
-def sweep_point(
-    cfg: hv.BlockConfig,
-    input_norm: float,
-    seed: int,
-    pair: tuple[str, str],
-    kind: str = "spectral",
-    layer: int = 0,
-) -> dict[str, float]:
-    """:func:`hessviz.laws.sweeps.point` (of layer ``layer`` in a stack), cached per point (a few
-    floats each)."""
-    return sweeps.point(cfg, input_norm, seed, tuple(pair), kind, layer)
+sweep_point = stored(_sweep_price, "a sweep point", key=_sweep_key)(sweeps.point)
+""":func:`hessviz.laws.sweeps.point` ``(cfg, input_norm, seed, pair, kind="spectral", layer=0)`` (of layer
+``layer`` in a stack), cached per point (a few floats each)."""
 
 
 def prime_sweep_points(calls: list[tuple], executor) -> int:

@@ -53,6 +53,12 @@ def target_seed(loss: str, seed: int) -> int | None:
     return int(seed) if loss == SYNTHETIC else None
 
 
+def result_key(kind: str, model: str, text: str, layer: int, loss: str, seed: int, *rest: object) -> tuple:
+    """The key of a result that depends on the loss: ``(kind, model, text, layer, loss, the target's
+    seed or None, *rest)`` (:mod:`hessviz.pretrained.precomputed`'s layout)."""
+    return (kind, model, text, int(layer), loss, target_seed(loss, seed), *rest)
+
+
 # ----------------------------------------------------------------------------- a model's weights and states
 
 
@@ -242,32 +248,6 @@ def real_attention(model: str, layer: int, text: str) -> np.ndarray:
     return {"A": explore.attention_pattern(cfg, params, X).cpu().numpy()}
 
 
-def window_key(
-    model: str,
-    layer: int,
-    text: str,
-    seed: int,
-    name: str,
-    start: int,
-    size: int,
-    term_name: str = "full",
-    loss: str = SYNTHETIC,
-) -> tuple:
-    """The key of :func:`real_window`'s result."""
-    return (
-        "window",
-        model,
-        text,
-        int(layer),
-        loss,
-        target_seed(loss, seed),
-        name,
-        int(start),
-        int(size),
-        term_name,
-    )
-
-
 def _window_blocks(model: str, text: str, size: int, loss: str) -> bool:
     """Whether the window's products pay for the head's token-wise blocks
     (:func:`hessviz.checks.cost.head_blocks`)."""
@@ -279,7 +259,9 @@ def _window_blocks(model: str, text: str, size: int, loss: str) -> bool:
         real_config(model, text), name, size, head_vocab(model, loss)
     ),
     "the Hessian block of {name}",
-    key=window_key,
+    key=lambda model, layer, text, seed, name, start, size, term_name, loss: result_key(
+        "window", model, text, layer, loss, seed, name, start, size, term_name
+    ),
     field="B",
 )
 def real_window(
@@ -301,28 +283,8 @@ def real_window(
     return {"B": explore.window(cfg, params, X, Y, custom, name, start, size, term_name, progress=reporter)}
 
 
-def table_key(
-    model: str,
-    layer: int,
-    text: str,
-    seed: int,
-    term_name: str,
-    blocks: tuple[str, ...],
-    samples: int,
-    loss: str = SYNTHETIC,
-) -> tuple:
-    """The key of :func:`real_block_table`'s result."""
-    return (
-        "table",
-        model,
-        text,
-        int(layer),
-        loss,
-        target_seed(loss, seed),
-        term_name,
-        tuple(blocks),
-        int(samples),
-    )
+window_key = real_window.key_of
+"""The key of :func:`real_window`'s result, from the same arguments."""
 
 
 def _table_cost(model: str, text: str, blocks: tuple[str, ...], samples: int, loss: str):
@@ -339,7 +301,9 @@ def _table_cost(model: str, text: str, blocks: tuple[str, ...], samples: int, lo
         model, text, blocks, samples, loss
     )[0],
     "the heterogeneity table of layer {layer}",
-    key=table_key,
+    key=lambda model, layer, text, seed, term_name, blocks, samples, loss: result_key(
+        "table", model, text, layer, loss, seed, term_name, tuple(blocks), samples
+    ),
 )
 def real_block_table(
     model: str,
@@ -369,19 +333,17 @@ def real_block_table(
     )
 
 
+table_key = real_block_table.key_of
+"""The key of :func:`real_block_table`'s result, from the same arguments."""
+
+
 @real(
     lambda model, layer, text, seed, by_head, loss: cost.real_gradient_cost(
         real_config(model, text), head_vocab(model, loss)
     ),
     "the gradient norms of layer {layer}",
-    key=lambda model, layer, text, seed, by_head, loss: (
-        "gradients",
-        model,
-        text,
-        layer,
-        loss,
-        target_seed(loss, seed),
-        by_head,
+    key=lambda model, layer, text, seed, by_head, loss: result_key(
+        "gradients", model, text, layer, loss, seed, by_head
     ),
 )
 def real_gradients(
