@@ -353,7 +353,9 @@ def test_gate_queues_in_arrival_order_and_reports_places():
         threads[-1].start()
         while gate.waiting < len(threads) - 1:
             time.sleep(0.01)
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10  # each waiter has told its place at least once (no timing read)
+    while not (places["b"] and places["c"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
     release.set()
     for t in threads:
         t.join(10)
