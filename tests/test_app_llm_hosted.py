@@ -87,9 +87,8 @@ def test_a_window_that_does_not_fit_names_the_change_that_draws_it(hosted, monke
     draws the window."""
     import dataclasses
 
-    from hessviz.checks import cost
-
     from hessviz.app import real_cache
+    from hessviz.checks import cost
 
     cfg = real_cache.real_config(MODEL, SHORT)
     cols = cfg.shape_of("W_Q[0]")[1]

@@ -302,14 +302,16 @@ def stored(
             bound.apply_defaults()
             return {n: coerce[n](v) if n in coerce else v for n, v in bound.arguments.items()}
 
-        def key_of(*args: object, **kwargs: object) -> tuple:
-            a = arguments(args, kwargs)
+        def key_from(a: dict[str, object]) -> tuple:
             return key(**a) if key else (name, *a.values())
+
+        def key_of(*args: object, **kwargs: object) -> tuple:
+            return key_from(arguments(args, kwargs))
 
         @functools.wraps(fn)
         def wrapper(*args: object, **kwargs: object) -> object:
             a = arguments(args, kwargs)
-            k = key(**a) if key else (name, *a.values())
+            k = key_from(a)
             value = first(k, **a) if first else None
             if value is None:
                 p = price(**a) if callable(price) else price
