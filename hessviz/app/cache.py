@@ -254,8 +254,7 @@ def as_tensor(a: np.ndarray) -> torch.Tensor:
 # ----------------------------------------------------------------------------- the store wrapper, once
 
 _COERCE = {"int": int, "float": float, "bool": bool}
-"""Arguments annotated with these types enter a key (and the computation) as that type: ``3`` and
-``np.int64(3)`` name one result."""
+"""Arguments so annotated enter a key as that type: ``3`` and ``np.int64(3)`` name one result."""
 
 
 def stored(
@@ -280,13 +279,10 @@ def stored(
     * the reservation and the estimate: ``price(**a)`` (or ``price`` itself) is a number of bytes
       (no estimate: ``seconds = inf``) or a :class:`hessviz.checks.cost.Cost` (``bytes``, ``seconds``);
     * the label: ``what.format(**a)``, or ``what(**a)``;
-    * a value found before the store: ``first(key_without_prefix, **a)`` (a precomputed file; None
-      when it has none), returned as it is;
-    * ``field``: the call returns ``value[field]`` of the stored dict (the precomputed files hold
-      dicts).
+    * a value found before the store: ``first(key_without_prefix, **a)`` (a precomputed file), unless None;
+    * ``field``: the call returns ``value[field]`` of the stored dict (as the precomputed files hold).
 
-    The wrapper's ``key_of(*args, **kwargs)`` is the key of a call, without ``prefix`` (what a page asks
-    :func:`hessviz.app.real_cache.real_ready` about before it draws)."""
+    ``wrapper.key_of(*args, **kwargs)`` is a call's key without ``prefix`` (for ``real_ready``)."""
 
     def wrap(fn: Callable[..., object]) -> Callable[..., object]:
         signature = inspect.signature(fn)
