@@ -130,11 +130,10 @@ def _lanczos_norm(apply, n: int, which: str) -> float | None:
     matrix): the caller falls back to the dense route."""
     import scipy.sparse.linalg as sla
 
-    op = sla.LinearOperator(
-        (n, n),
-        matvec=lambda v: apply(torch.from_numpy(np.ascontiguousarray(v).ravel())).numpy(),
-        dtype=np.float64,
-    )  # torch's products: its threads, not BLAS's own
+    from hessviz.products.hessian_operator import scipy_view
+
+    like = torch.empty(0, dtype=torch.float64)
+    op = scipy_view((n, n), lambda V: torch.stack([apply(v) for v in V]), like)  # torch's threads, not BLAS's
     start = np.random.default_rng(0).standard_normal(n)  # not ones: often a null vector of LayerNorm's
     try:
         vals = sla.eigsh(op, k=1, which=which, v0=start, tol=0, return_eigenvectors=False)

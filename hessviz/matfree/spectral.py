@@ -42,7 +42,7 @@ from hessviz.block.terms import check_term
 from hessviz.errors import ConfigError
 from hessviz.matfree.lanczos import REORTH, check_bound, extremes, start_vector, tridiagonal
 from hessviz.matfree.probes import rademacher
-from hessviz.products.hessian_operator import HessianOperator, ProductsOperator, head_blocks, scipy_view
+from hessviz.products.hessian_operator import HessianOperator, head_blocks, scipy_view
 from hessviz.products.operator import BATCH
 from hessviz.runtime.memory import memory_limit
 from hessviz.runtime.tasks import built, run_tasks
@@ -74,7 +74,7 @@ def _operator(
     mf = getattr(res, "products", None)
     if mf is None:
         raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
-    return ProductsOperator(
+    return mf.engine(
         mf,
         term,
         mf.names if rows is None else tuple(rows),
