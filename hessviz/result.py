@@ -16,7 +16,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, final
 
 import numpy as np
-
 import torch
 from torch import Tensor
 
@@ -56,7 +55,8 @@ class OperatorResult(ABC):
 
     @abstractmethod
     def operator(self, term: str = "full") -> HessianOperator:
-        """``term`` over the result's names as a :class:`~hessviz.products.hessian_operator.HessianOperator`."""
+        """``term`` over the result's names as a
+        :class:`~hessviz.products.hessian_operator.HessianOperator`."""
 
     @final
     def matvec(

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz import reference
-from hessviz import matfree
+from hessviz import matfree, reference
 from hessviz.errors import ConfigError, SizeError
 from hessviz.products.autograd import AutogradOperator
 from hessviz.products.hessian_operator import DenseOperator, HessianOperator, ProductsOperator
@@ -126,7 +125,8 @@ def test_bad_uses_get_one_clear_error(res):
 
 class DoubleBackward(ProductsOperator):
     """A new engine in one subclass with one method: ``H V`` by double backward through the autograd
-    reference (``hv.reference``'s forward and loss), at the point of a result's products; names, head slices, blocks,
+    reference (``hv.reference``'s forward and loss), at the point of a result's products; names,
+    head slices, blocks,
     transposes and the count of products come from :class:`ProductsOperator`."""
 
     def _matmat(self, V, out=None):

@@ -417,7 +417,7 @@ def test_whole_weight_products_are_written_in_place(case):
     for name in ("W_Q", "W_O", "W_1", "W_2"):
         assert prods[name].data_ptr() == into[name].data_ptr() and prods[name].stride() == into[name].stride()
     torch.testing.assert_close(lay.gather(prods, 3, V, out=out), lay.gather(prods, 3, V), rtol=0, atol=0)
-    torch.testing.assert_close(out, mf.product(V, "full", lay, lay), rtol=0, atol=0)
+    torch.testing.assert_close(out, mf.operator().apply(V), rtol=0, atol=0)
 
 
 def test_large_buffers_are_plain_tensors():

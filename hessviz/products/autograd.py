@@ -41,7 +41,7 @@ class AutogradProducts:
             loss = reference.torch_loss(cfg, self.Z, Y)
             self.grads = torch.autograd.grad(loss, self.leaves, create_graph=True)
         self.loss_hvp = block_loss(cfg.loss, Y).at(self.Z.detach()).product
-        self._u = None
+        self._u: tuple[Tensor, tuple[Tensor, ...]] | None = None
 
     def _tangents(self, dparams: dict[str, Tensor], j: int) -> list[Tensor]:
         return [

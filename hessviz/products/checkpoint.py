@@ -38,8 +38,8 @@ from hessviz.block.config import BlockConfig
 from hessviz.block.terms import SWEEP_RULES
 from hessviz.losses import CustomLoss
 from hessviz.ops.base import Maybe, Node
-from hessviz.products.block import layer_nodes
 from hessviz.products import tape as sweeps
+from hessviz.products.block import layer_nodes
 from hessviz.products.tape import Tape, output_seed
 
 INPUT = "X"
@@ -73,9 +73,9 @@ class Checkpoints:
             for seq, (_, values, out) in zip(self.inputs, self._nodes(i)):
                 seq.append(values[out])
         self.losses = [loss_at(b, seq.pop()) for b, seq in enumerate(self.inputs)]
-        self.adjoints: list[list[Tensor]] = [[None] * self.layers for _ in self.inputs]
-        """``adjoints[β][i]``: ``Ḡ_{i+1} = ∂ℓ/∂`` (layer ``i``'s output) of sequence ``β``."""
         g = [loss.grad for loss in self.losses]
+        self.adjoints: list[list[Tensor]] = [[gi] * self.layers for gi in g]  # each entry set below
+        """``adjoints[β][i]``: ``Ḡ_{i+1} = ∂ℓ/∂`` (layer ``i``'s output) of sequence ``β``."""
         for i in reversed(range(self.layers)):
             for seq, gi in zip(self.adjoints, g):
                 seq[i] = gi

@@ -366,7 +366,7 @@ class DenseOperator(HessianOperator):
         if matrix.ndim != 2:
             raise InputError(f"matrix must be 2-D, got shape {tuple(matrix.shape)}")
         self.matrix, self.sizes = matrix, sizes
-        super().__init__(rows, cols, tuple(matrix.shape), matrix.dtype, matrix.device, term)
+        super().__init__(rows, cols, (matrix.shape[0], matrix.shape[1]), matrix.dtype, matrix.device, term)
 
     def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
         return torch.matmul(V, self.matrix.T, out=out)
@@ -386,14 +386,16 @@ class DenseOperator(HessianOperator):
         )
 
     def _index(self, side: Names, names: Names) -> Tensor:
+        sizes = self.sizes
+        assert sizes is not None  # _block refuses an operator without sizes
         starts, at = {}, 0
         for name in side:
             starts[name] = at
-            at += self.sizes[name]
+            at += sizes[name]
         unknown = [n for n in names if n not in starts]
         if unknown:
             raise ConfigError(f"name {unknown[0]!r} is not among this operator's names {side}")
-        return torch.cat([torch.arange(starts[n], starts[n] + self.sizes[n]) for n in names]).to(self.device)
+        return torch.cat([torch.arange(starts[n], starts[n] + sizes[n]) for n in names]).to(self.device)
 
     def _transpose(self) -> HessianOperator:
         if self.rows == self.cols:
@@ -419,7 +421,7 @@ class SumOperator(HessianOperator):
 
     def __init__(self, parts: Sequence[HessianOperator]):
         flat = tuple(q for p in parts for q in (p.parts if isinstance(p, SumOperator) else (p,)))
-        self.parts = flat
+        self.parts: tuple[HessianOperator, ...] = flat
         first = flat[0]
         super().__init__(
             first.rows, first.cols, first.shape, first.dtype, first.device, " + ".join(p.term for p in flat)

@@ -12,7 +12,8 @@ so running the tapes in lockstep turns ``B`` sets of GEMMs into one:
     \text{ over } 2 B L \text{ rows},
 
 the weight's product of the whole batch written once, scaled by ``alpha`` (``1/B``), into its
-place in the output; every other node (attention, norms, activations) runs per sequence, and its parameter products
+place in the output; every other node (attention, norms, activations) runs per sequence, and its
+parameter products
 are summed over the sequences. The loop is the tape's own (:func:`hessviz.products.tape.sweep`, written
 once over ``B ≥ 1`` tapes): this module only checks that the tapes can share it and names the
 batch's sweep. Only the order of the floating-point sums differs from ``B`` separate sweeps.

@@ -1,6 +1,7 @@
 r"""Hessian products without the matrix: ``V ↦ H V`` for any term, weights and head slices.
 
-:class:`MatrixFreeHessian` is the products' state at a point (:class:`~hessviz.products.hessian_operator.Products`):
+:class:`MatrixFreeHessian` is the products' state at a point
+(:class:`~hessviz.products.hessian_operator.Products`):
 it runs the forward pass and the first-order reverse sweep once, when first asked
 (:func:`hessviz.products.block.build`). :class:`TapeOperator`, the closed-form engine, makes each
 product one tangent-forward and one tangent-reverse sweep (:func:`hessviz.products.tape.sweep`),

@@ -90,10 +90,12 @@ def collect(
     for i, (name, g) in enumerate(zip(params, products)):
         if name not in wanted or g is None:
             continue
-        if dest is not None and dest[i] is not None and g.data_ptr() == dest[i].data_ptr():
+        view = None if dest is None else dest[i]
+        if view is not None and g.data_ptr() == view.data_ptr():
             written.add(name)
-        if name in written and out.get(name) is not None and out[name] is not g:
-            out[name].add_(g, alpha=alpha)  # a later term, into the view
+        before = out.get(name)
+        if name in written and before is not None and before is not g:
+            before.add_(g, alpha=alpha)  # a later term, into the view
         else:
             out[name] = add(out.get(name), g)
 
@@ -129,7 +131,9 @@ class Gradients(Mapping):
         node = self.tape._deferred.get(name)
         if node is None:
             return self.tape._small[name]
-        return node.parameter_adjoint(self.tape.adjoints[node.output], node.params.index(name))
+        g = node.parameter_adjoint(self.tape.adjoints[node.output], node.params.index(name))
+        assert g is not None  # a deferred node's weights have a gradient
+        return g
 
     def __iter__(self) -> Iterator[str]:
         yield from self.tape._small
@@ -175,7 +179,7 @@ class Tape:
                 continue
             self.adjoints[node.output] = gy
             if node.defers_params:
-                gx, gp = node.adjoint(gy, params=False)
+                gx, gp = node.adjoint(gy, params=False)  # type: ignore[call-arg]  # a deferring node's own face
                 self._deferred |= dict.fromkeys(node.params, node)
             else:
                 gx, gp = node.adjoint(gy)
@@ -263,7 +267,7 @@ def _cat(pieces: list[Maybe]) -> Maybe:
     """``B`` tangents ``(k, L, n)`` as ``(k, B L, n)`` (``None`` when they are zero; one: itself)."""
     if pieces[0] is None or len(pieces) == 1:
         return pieces[0]
-    return torch.cat(pieces, dim=1)
+    return torch.cat([p for p in pieces if p is not None], dim=1)
 
 
 def _split(t: Maybe, B: int) -> list[Maybe]:
@@ -271,6 +275,16 @@ def _split(t: Maybe, B: int) -> list[Maybe]:
     if t is None:
         return [None] * B
     return [t] if B == 1 else list(t.chunk(B, dim=1))
+
+
+def _linear(nodes: Sequence[Sequence[Node]], i: int) -> list[Linear]:
+    """Node ``i`` of every lane, a linear map in each (the lanes have the same nodes)."""
+    out: list[Linear] = []
+    for lane in nodes:
+        node = lane[i]
+        assert isinstance(node, Linear)
+        out.append(node)
+    return out
 
 
 def tangents(
@@ -289,7 +303,7 @@ def tangents(
         dp = [dparams.get(p) for p in node.params]
         if isinstance(node, Linear):
             dx = _cat([d.get(node.inputs[0]) for d in dvals])
-            y = node.stacked([n[i] for n in nodes], adjoints=False).tangent([dx], dp)
+            y = node.stacked(_linear(nodes, i), adjoints=False).tangent([dx], dp)
             for d, piece in zip(dvals, _split(y, B)):
                 d[node.output] = piece
         else:
@@ -317,7 +331,8 @@ def adjoint_tangents(
     ``seeds[β]`` holds tape ``β``'s adjoint tangents of its outputs (``None`` for zero); ``second``
     keeps the second-order parts. The first-order adjoints are the tapes' (``∂ℓ/∂·`` of the loss).
     ``into`` maps parameters to ``(k, *shape)`` views that a node which ``writes_into`` may fill in
-    place (the first node to produce that parameter's product only): a linear map, run once on the lanes' stacked
+    place (the first node to produce that parameter's product only): a linear map, run once on the
+    lanes' stacked
     rows: with ``Σ_β θ̄̇_β``, or, given ``alpha`` / ``accumulate``, with
     ``(into if accumulate else 0) + alpha Σ_β θ̄̇_β``; the returned entry is then that view. Every
     other entry is the unscaled sum (:meth:`~hessviz.products.layout.Layout.gather` scales it).
@@ -341,20 +356,22 @@ def adjoint_tangents(
             continue
         need_x, need_p = needed
         dest = None
+        dgxs: list[Sequence[Maybe]]
+        dgp: list[Maybe]
         if isinstance(node, Linear):
             dest = [into.get(p) if p not in out else None for p in node.params]
-            (dgx,), dgp = node.stacked([n[i] for n in nodes], adjoints=True).adjoint_tangent(
+            (dgx,), dgp = node.stacked(_linear(nodes, i), adjoints=True).adjoint_tangent(
                 _cat(dgys), [_cat([dx[0] for dx in dxs])], dp, second, need_x, need_p, dest=dest, **scale
             )
-            dgxs: list[Sequence[Maybe]] = [[g] for g in _split(dgx, B)]
+            dgxs = [[g] for g in _split(dgx, B)]
         else:
-            dgxs, dgp = [], [None] * len(node.params)
+            dgxs, dgp = [], [None for _ in node.params]
             for n, dgy, dx in zip(nodes, dgys, dxs):
                 gx, gp = n[i].adjoint_tangent(dgy, dx, dp, second, need_x, need_p)
                 dgxs.append(gx)
                 dgp = [add(a, b) for a, b in zip(dgp, gp)]
-        for db, gx in zip(dbars, dgxs):
-            for name, g in zip(node.inputs, gx):
+        for db, lane in zip(dbars, dgxs):
+            for name, g in zip(node.inputs, lane):
                 db[name] = add(db.get(name), g)
         collect(out, written, node.params, dgp, dest, wanted_set, alpha)
     return out, [{name: db.get(name) for name in wanted_inputs} for db in dbars]
