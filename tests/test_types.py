@@ -1,5 +1,5 @@
 """The engine layer type-checks: ``mypy`` (the ``[test]`` extra; settings in ``pyproject.toml``) on
-``hessviz/products``, where every engine, the sweep and the
+``hessviz/products`` (and the spectral modules of ``hessviz/matfree``), where every engine, the sweep and the
 :class:`~hessviz.products.hessian_operator.Products`
 interface live. A class that overrides a ``@final`` method of its parent, an engine that forgets an
 argument of ``_matmat`` or a sweep that returns the wrong type fails here."""
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("hessviz/products",)
+PACKAGES = ("hessviz/products", "hessviz/matfree/spectral.py", "hessviz/matfree/spectra.py")
 
 
 def test_the_engine_packages_type_check():

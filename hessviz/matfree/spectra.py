@@ -163,8 +163,8 @@ def matrix_norm(M: Tensor, kind: str = "spectral", *, symmetric: bool = False) -
         if symmetric:  # symmetric to round-off (a Hessian term): no symmetrised copy
             got = _lanczos_norm(lambda v: A @ v, A.shape[0], "LM")
         else:
-            gram = (lambda v: A.T @ (A @ v)) if A.shape[1] <= A.shape[0] else (lambda v: A @ (A.T @ v))
-            got = _lanczos_norm(gram, min(A.shape), "LA")
+            ata = (lambda v: A.T @ (A @ v)) if A.shape[1] <= A.shape[0] else (lambda v: A @ (A.T @ v))
+            got = _lanczos_norm(ata, min(A.shape), "LA")
             got = None if got is None else float(np.sqrt(got))
         if got is not None:
             return got

@@ -42,7 +42,7 @@ from hessviz.block.terms import check_term
 from hessviz.errors import ConfigError
 from hessviz.matfree.lanczos import REORTH, check_bound, extremes, start_vector, tridiagonal
 from hessviz.matfree.probes import rademacher
-from hessviz.products.hessian_operator import HessianOperator, head_blocks, scipy_view
+from hessviz.products.hessian_operator import HessianOperator, ProductsOperator, head_blocks, scipy_view
 from hessviz.products.operator import BATCH
 from hessviz.runtime.memory import memory_limit
 from hessviz.runtime.tasks import built, run_tasks
@@ -384,7 +384,9 @@ def density(
                     f"spectral density (SLQ): group {i + 1} of {len(firsts)}",
                 )
 
-        inner = ops.op.resolve(ops.op.rows)  # the names as the worker's products spell them
+        op = ops.op
+        assert isinstance(op, ProductsOperator) and source is not None  # a model's, checked above
+        inner = op.resolve(op.rows)  # the names as the worker's products spell them
         calls = [(ops.term, inner, V[f : f + group].cpu(), steps, reorth) for f in firsts]
         runs = [
             ab
@@ -548,7 +550,8 @@ def block_table(
     whole = _operator(res, term, None, None)
     blocks = block_names(whole, by_head) if blocks is None else tuple(blocks)
     start = time.perf_counter()
-    rows, done = [], 0
+    rows: list[BlockStats] = []
+    done = 0
 
     def step(d: int, total: int | None, message: str) -> None:
         if progress is not None:
