@@ -95,6 +95,7 @@ def check_out(V: Tensor, rows: Layout, out: Tensor | None) -> Tensor:
     return out
 
 
+@final
 class MatrixFreeHessian:
     """The products' state at the point ``(params, X, Y)`` of ``cfg``'s loss, in ``names``
     (arguments validated by the API): a :class:`~hessviz.products.hessian_operator.Products`.

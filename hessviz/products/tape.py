@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -301,9 +302,12 @@ def tangents(
     dvals: list[dict[str, Maybe]] = [dict(d) for d in dinputs]
     for i, node in enumerate(nodes[0]):
         dp = [dparams.get(p) for p in node.params]
-        if isinstance(node, Linear):
+        if B == 1:  # one tape: each node as it is
+            d = dvals[0]
+            d[node.output] = node.tangent([d.get(x) for x in node.inputs], dp)
+        elif node.writes_into:
             dx = _cat([d.get(node.inputs[0]) for d in dvals])
-            y = node.stacked(_linear(nodes, i), adjoints=False).tangent([dx], dp)
+            y = cast(Linear, node).stacked(_linear(nodes, i), adjoints=False).tangent([dx], dp)
             for d, piece in zip(dvals, _split(y, B)):
                 d[node.output] = piece
         else:
@@ -358,12 +362,17 @@ def adjoint_tangents(
         dest = None
         dgxs: list[Sequence[Maybe]]
         dgp: list[Maybe]
-        if isinstance(node, Linear):
+        if node.writes_into:  # a linear map: once, on the lanes' stacked rows (one lane: itself)
             dest = [into.get(p) if p not in out else None for p in node.params]
-            (dgx,), dgp = node.stacked(_linear(nodes, i), adjoints=True).adjoint_tangent(
+            lin = cast(Linear, node)
+            lin = lin if B == 1 else lin.stacked(_linear(nodes, i), adjoints=True)
+            dgx, dgp = lin.adjoint_tangent(
                 _cat(dgys), [_cat([dx[0] for dx in dxs])], dp, second, need_x, need_p, dest=dest, **scale
             )
-            dgxs = [[g] for g in _split(dgx, B)]
+            dgxs = [dgx] if B == 1 else [[g] for g in _split(dgx[0], B)]
+        elif B == 1:  # one tape: its node's products as they are
+            gx, dgp = node.adjoint_tangent(dgys[0], dxs[0], dp, second, need_x, need_p)
+            dgxs = [gx]
         else:
             dgxs, dgp = [], [None for _ in node.params]
             for n, dgy, dx in zip(nodes, dgys, dxs):

@@ -139,6 +139,7 @@ class BatchOperator(ProductsOperator):
         sweep_in_batches(V, out, rows, cols, sweep, batch.weight)
 
 
+@final
 class BatchProducts:
     """A whole model's products at its point (a :class:`~hessviz.products.hessian_operator.Products`):
     the per-sequence states ``parts`` of the stack ``cfg`` (each a
