@@ -4,8 +4,9 @@ The three terms are three views of one computation: each is computed the first t
 it is read and cached; a single block can be computed alone. The computing is an
 *engine*'s (:class:`Engine`): :class:`~hessviz.dense.assembly.DenseHessian` (one block, token-wise
 loss), :class:`~hessviz.dense.stack.StackHessian` (stacks, coupling losses) or
-:class:`~hessviz.reference.AutogradHessian`; the products are
-:class:`~hessviz.products.operator.MatrixFreeHessian`'s.
+:class:`~hessviz.reference.AutogradHessian`; the products are the operator of the products' engine
+(:meth:`HessianResult.operator`), with ``matvec``, ``linear_operator`` and ``block_operator`` over it
+written once (:class:`OperatorResult`).
 """
 
 from __future__ import annotations
