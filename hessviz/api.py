@@ -8,6 +8,8 @@ results are on the device and in the dtype of ``params``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -21,15 +23,15 @@ from hessviz.dense.record import fold, record
 from hessviz.dense.stack import StackHessian
 from hessviz.errors import ConfigError, InputError
 from hessviz.losses import CustomLoss, Loss, block_loss
+from hessviz.products.autograd import AutogradOperator
 from hessviz.products.block import build, forward_nodes
+from hessviz.products.hessian_operator import ProductsOperator
 from hessviz.products.layout import Layout
-from hessviz.products.operator import MatrixFreeHessian
+from hessviz.products.operator import MatrixFreeHessian, TapeOperator
 from hessviz.products.tape import Tape
-from hessviz.result import SIZE_ADVICE, HessianResult
-from hessviz.runtime import memory
+from hessviz.result import SIZE_ADVICE, Engine, HessianResult
+from hessviz.runtime import pages
 from hessviz.runtime.memory import check_fits
-
-METHODS = ("closed_form", "autograd")
 
 
 def _prepare(
@@ -114,8 +116,13 @@ def jacobian(
         X.device,
         SIZE_ADVICE,
     )
-    if method == "autograd":
-        return reference.model_jacobian(cfg, params, X, names)
+    return METHODS[method].jacobian(cfg, params, X, names)
+
+
+def _closed_form_jacobian(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, names: tuple[str, ...]
+) -> Tensor:
+    """The closed-form Jacobian: a stack's tape swept along the unit vectors, a block's dense fold."""
     if cfg.is_stack:
         return _tape_jacobian(cfg, build(cfg, params, X, None), names)
     return assembly.dense_jacobian(cfg, record(cfg, params, X), names)
@@ -126,7 +133,7 @@ def _tape_jacobian(cfg: BlockConfig, tape: Tape, names: tuple[str, ...], chunk: 
     of ``θ'``, ``chunk`` columns per sweep."""
     Z = tape.values[tape.output]
     layout = Layout(cfg, names)
-    out = memory.empty(Z.numel(), layout.size, dtype=Z.dtype, device=Z.device)
+    out = pages.empty((Z.numel(), layout.size), Z)
     eye = torch.eye(layout.size, dtype=Z.dtype, device=Z.device)
     for start in range(0, layout.size, chunk):
         cols = eye[start : start + chunk]
@@ -149,9 +156,19 @@ def gradient(
     :class:`~hessviz.losses.CustomLoss` in place of ``Y``."""
     params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
-    if _check_method(method) == "autograd":
-        flat = reference.gradient(cfg, params, X, Y, names)
-        return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
+    return METHODS[_check_method(method)].gradient(cfg, params, X, Y, names)
+
+
+def _autograd_gradient(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Loss, names: tuple[str, ...]
+) -> dict[str, Tensor]:
+    flat = reference.gradient(cfg, params, X, Y, names)
+    return {n: flat[sl].reshape(cfg.shape_of(n)) for n, sl in cfg.offsets(names).items()}
+
+
+def _closed_form_gradient(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Loss, names: tuple[str, ...]
+) -> dict[str, Tensor]:
     return _tape_gradient(cfg, build(cfg, params, X, Y), names)  # the tape's first-order sweep
 
 
@@ -166,6 +183,46 @@ def _tape_gradient(
         tape.gradients, 1, tape.seed_gradient, None if out is None else out[None]
     )[0]
     return {n: flat[cols].reshape(cfg.shape_of(n)) for n, cols in cfg.offsets(names).items()}
+
+
+def _closed_form_dense(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Loss, products: MatrixFreeHessian
+) -> Engine:
+    """The closed form's dense engine: a stack's or a coupling loss's (the whole tape built when a
+    dense term is asked for), else the one-block fold over the tape's nodes."""
+    if cfg.is_stack or not Y.token_wise:
+        _ = products.sweep_tape  # its forward pass validates now; the whole tape is built for a dense term
+        return StackHessian(cfg, params, functools.partial(getattr, products, "tape"), Y)
+    tape = products.tape  # one forward pass, the tape's (it validates LayerNorm rows now): the products
+    return assembly.DenseHessian(cfg, fold(cfg, params, tape.values, tape.layers[0]), Y, X)  # sweep it too
+
+
+def _autograd_dense(
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Loss, products: MatrixFreeHessian
+) -> Engine:
+    return reference.AutogradHessian(cfg, params, X, Y)
+
+
+@dataclass(frozen=True)
+class Method:
+    """What one ``method=`` string stands for: the products' engine class, the dense engine, the
+    Jacobian and gradient, and whether its dense terms hold vmapped tangents (their working memory)."""
+
+    products: type[ProductsOperator]
+    dense: Callable[[BlockConfig, dict[str, Tensor], Tensor, Loss, MatrixFreeHessian], Engine]
+    jacobian: Callable[[BlockConfig, dict[str, Tensor], Tensor, tuple[str, ...]], Tensor]
+    gradient: Callable[[BlockConfig, dict[str, Tensor], Tensor, Loss, tuple[str, ...]], dict[str, Tensor]]
+    vmapped: bool
+
+
+METHODS: dict[str, Method] = {
+    "closed_form": Method(
+        TapeOperator, _closed_form_dense, _closed_form_jacobian, _closed_form_gradient, False
+    ),
+    "autograd": Method(AutogradOperator, _autograd_dense, reference.model_jacobian, _autograd_gradient, True),
+}
+"""The one place a ``method=`` string (``MODEL.md`` part 1 keeps ``method="autograd"``) becomes
+classes: an engine is chosen by its class everywhere below."""
 
 
 def _check_method(method: str) -> str:
@@ -202,7 +259,7 @@ def hessian_bytes(cfg: BlockConfig, names: tuple[str, ...], itemsize: int, metho
     working = L * d * (8 * d + 4 * ffn) + 4 * heads * L * L * (d + cfg.d_k)
     if cfg.norm in ("pre", "parallel", "peri") and cfg.ln_affine and any(u.ref[0] == "ln1" for u in us):
         working += 2 * d * (P + 8 * L * L + 4 * L * d)  # tangents along ∂X/∂(γ, β)
-    if method == "autograd":  # vmapped tangents of every activation
+    if METHODS[method].vmapped:  # vmapped tangents of every activation
         working += 6 * P * L * (L + 3 * d + 2 * cfg.d_ff + cfg.n_heads * cfg.d_k)
     return (P * P + largest_block + working) * itemsize
 
@@ -226,16 +283,9 @@ def hessian(
     """
     params, X, Y = _prepare_target(cfg, params, X, Y, loss)
     names = _check_wrt(cfg, wrt)
-    method = _check_method(method)
-    products = MatrixFreeHessian(cfg, params, X, Y, names, method)
-    if method == "autograd":
-        engine = reference.AutogradHessian(cfg, params, X, Y)
-    elif cfg.is_stack or not Y.token_wise:
-        _ = products.sweep_tape  # its forward pass validates now; the whole tape is built for a dense term
-        engine = StackHessian(cfg, params, functools.partial(getattr, products, "tape"), Y)
-    else:  # one forward pass, the tape's (it validates LayerNorm rows now): the products sweep it,
-        tape = products.tape  # the dense engine folds over its nodes (stages built when first asked)
-        engine = assembly.DenseHessian(cfg, fold(cfg, params, tape.values, tape.layers[0]), Y, X)
+    chosen = METHODS[_check_method(method)]
+    products = MatrixFreeHessian(cfg, params, X, Y, names, chosen.products)
+    engine = chosen.dense(cfg, params, X, Y, products)
     return HessianResult(
         cfg,
         names,

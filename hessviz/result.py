@@ -4,23 +4,28 @@ The three terms are three views of one computation: each is computed the first t
 it is read and cached; a single block can be computed alone. The computing is an
 *engine*'s (:class:`Engine`): :class:`~hessviz.dense.assembly.DenseHessian` (one block, token-wise
 loss), :class:`~hessviz.dense.stack.StackHessian` (stacks, coupling losses) or
-:class:`~hessviz.reference.AutogradHessian`; the products are
-:class:`~hessviz.products.operator.MatrixFreeHessian`'s.
+:class:`~hessviz.reference.AutogradHessian`; the products are the operator of the products' engine
+(:meth:`HessianResult.operator`), with ``matvec``, ``linear_operator`` and ``block_operator`` over it
+written once (:class:`OperatorResult`).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, final
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig, parse_name
 from hessviz.block.terms import NAMES, check_term
 from hessviz.errors import ConfigError
-from hessviz.products.hessian_operator import HessianOperator, ProductsOperator
-from hessviz.runtime import memory
+from hessviz.products.hessian_operator import HessianOperator
+from hessviz.runtime import pages
+from hessviz.runtime.memory import check_fits
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
@@ -44,7 +49,54 @@ class Engine(Protocol):
         """The ``(|a|, |b|)`` block of two names or head slices alone; ``None``: read it from the term."""
 
 
-class HessianResult:
+class OperatorResult(ABC):
+    """A result that holds its products as an operator: :meth:`operator` is its one way in, and the
+    conveniences of ``MODEL.md`` (``res.matvec``, ``res.linear_operator``, ``res.block_operator``) are
+    written here, once, over it (:class:`HessianResult` and :class:`~hessviz.whole.hessian.ModelHessian`)."""
+
+    @abstractmethod
+    def operator(self, term: str = "full") -> HessianOperator:
+        """``term`` over the result's names as a
+        :class:`~hessviz.products.hessian_operator.HessianOperator`."""
+
+    @final
+    def matvec(
+        self,
+        v: Tensor | np.ndarray,
+        term: str = "full",
+        rows: Sequence[str] | str | None = None,
+        cols: Sequence[str] | str | None = None,
+    ) -> Tensor:
+        """``H v`` for ``v (P',)`` or ``(P', k)`` (the same shape back), without forming ``H``;
+        ``rows`` / ``cols`` restrict to a block ``H[rows, cols]`` (``P'`` of ``cols``).
+
+        ``v`` is **cast** to the products' dtype and device (a float32 ``v`` on a float64 result is
+        promoted, a float64 ``v`` on float32 products rounded, a CPU ``v`` copied to the GPU);
+        anything but a floating-point tensor or array is refused. A ``(P', k)`` ``v`` in either
+        memory layout is swept ``k`` columns at a time as contiguous ``(k, P')`` rows (a
+        C-contiguous ``v`` is copied once into that layout); the result is ``(P', k)``."""
+        op = self.operator(term)
+        if rows is not None or cols is not None:
+            op = op.block(op.rows if rows is None else rows, op.cols if cols is None else cols)
+        return op @ v
+
+    @final
+    def linear_operator(self, term: str = "full") -> LinearOperator:
+        """The ``(P', P')`` term as a float64 ``scipy.sparse.linalg.LinearOperator``."""
+        return self.operator(term).to_scipy()
+
+    @final
+    def block_operator(
+        self, a: Sequence[str] | str, b: Sequence[str] | str | None = None, term: str = "full"
+    ) -> LinearOperator:
+        """The block ``H[a, b]`` (``b`` defaults to ``a``: a diagonal block) as a float64
+        ``LinearOperator`` (names or head slices covered by the result); ``(|a|, |b|)``,
+        ``rmatvec`` is ``H[b, a]``."""
+        return self.operator(term).block(a, b).to_scipy()
+
+
+@final
+class HessianResult(OperatorResult):
     """The Hessian of the loss in the weights ``names``; each term computed when first read.
 
     ``full``, ``outer`` and ``functional`` are ``(P', P')`` tensors with
@@ -98,11 +150,9 @@ class HessianResult:
         if name not in self._terms:
             if name == "full" and {"outer", "functional"} <= self._terms.keys():
                 outer, functional = self._terms["outer"], self._terms["functional"]
-                self._terms[name] = torch.add(
-                    outer, functional, out=memory.empty(*outer.shape, dtype=outer.dtype, device=outer.device)
-                )
+                self._terms[name] = torch.add(outer, functional, out=pages.empty(tuple(outer.shape), outer))
             else:
-                memory.check_fits(
+                check_fits(
                     f"a dense Hessian term ({self.size} x {self.size}, {self.method})",
                     self.dense_bytes,
                     self._device,
@@ -161,18 +211,18 @@ class HessianResult:
 
     # ------------------------------------------------------------------ matrix-free products
 
-    def _matrix_free(self) -> MatrixFreeHessian:
-        if self.products is None:
-            raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
-        return self.products
-
     def operator(self, term: str = "full") -> HessianOperator:
         """``term`` over :attr:`names` as a :class:`~hessviz.products.hessian_operator.HessianOperator`
-        ``(P', P')``: ``op @ v``, ``op.block(a, b)`` (names or head slices of covered weights),
-        ``op + op2``, ``c * op``, ``op.to_scipy()``, ``op.dense()``; the spectral tools of
-        :mod:`hessviz.matfree` take it. No dense term is formed."""
+        ``(P', P')`` of the products' engine (the closed form's
+        :class:`~hessviz.products.operator.TapeOperator`, or the autograd reference's
+        :class:`~hessviz.products.autograd.AutogradOperator`): ``op @ v``, ``op.block(a, b)`` (names or
+        head slices of covered weights), ``op + op2``, ``c * op``, ``op.to_scipy()``, ``op.dense()``;
+        the spectral tools of :mod:`hessviz.matfree` take it. No dense term is formed."""
         check_term(term)
-        return ProductsOperator(self._matrix_free(), term, self.names, self.names, self._covered, source=self)
+        if self.products is None:
+            raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
+        mf = self.products
+        return mf.engine(mf, term, self.names, self.names, self._covered, source=self)
 
     def _covered(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """``names`` checked: each a name of this result or a head slice of one (for a block)."""
@@ -180,20 +230,3 @@ class HessianResult:
             if parse_name(self.cfg.check_name(name)).base not in self.names:
                 self._check_covered(name)
         return names
-
-    def matvec(self, v: Tensor, term: str = "full") -> Tensor:
-        """``H v`` for ``v (P',)`` or ``(P', k)``, without forming ``H`` (``P'`` = :attr:`size`);
-        ``v`` is cast to the products' dtype and device
-        (:meth:`~hessviz.products.operator.MatrixFreeHessian.matvec`)."""
-        return self.operator(term) @ v
-
-    def linear_operator(self, term: str = "full") -> LinearOperator:
-        """The ``(P', P')`` term as a float64 ``scipy.sparse.linalg.LinearOperator``."""
-        return self.operator(term).to_scipy()
-
-    def block_operator(
-        self, a: str | tuple[str, ...], b: str | tuple[str, ...], term: str = "full"
-    ) -> LinearOperator:
-        """The block ``H[a, b]`` as a ``LinearOperator`` (``a``, ``b``: names or head slices,
-        each covered by this result); ``(|a|, |b|)``, ``rmatvec`` is ``H[b, a]``."""
-        return self.operator(term).block(a, b).to_scipy()

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz import matfree
+from hessviz import matfree, reference
 from hessviz.errors import ConfigError, SizeError
+from hessviz.products.autograd import AutogradOperator
 from hessviz.products.hessian_operator import DenseOperator, HessianOperator, ProductsOperator
+from hessviz.products.operator import MatrixFreeHessian, TapeOperator
 
 TOL = 1e-12
 CFG = hv.BlockConfig(
@@ -75,7 +77,8 @@ def test_the_autograd_reference_is_the_same_type(res):
     params = hv.init_params(CFG, seed=1)
     X, Y = hv.sample_inputs(CFG, seed=1)
     ref = hv.hessian(CFG, params, X, Y, wrt=WRT, method="autograd").operator()
-    assert type(ref) is type(res.operator()) is ProductsOperator
+    assert isinstance(ref, HessianOperator) and isinstance(res.operator(), HessianOperator)
+    assert type(ref) is AutogradOperator and type(res.operator()) is TapeOperator  # chosen by class
     assert close(ref.block("W_Q[2]", "W_1").dense(), res.block("W_Q[2]", "W_1"))
 
 
@@ -120,37 +123,53 @@ def test_bad_uses_get_one_clear_error(res):
         hv.set_memory_limit(limit)
 
 
-class DoubleBackward(HessianOperator):
-    """A new engine in one method: ``H V`` by double backward through the autograd reference
-    (``hv.reference``'s loss), the Hessian of ``cfg``'s loss in ``names`` at one point."""
-
-    def __init__(self, cfg, params, X, Y, names):
-        self.point = {n: p.detach().clone().requires_grad_(n in names) for n, p in params.items()}
-        self.names = names
-        self.loss = hv.loss(cfg, self.point, X, Y)
-        self.grads = torch.autograd.grad(self.loss, [self.point[n] for n in names], create_graph=True)
-        size = sum(self.point[n].numel() for n in names)
-        super().__init__(names, names, (size, size), torch.float64, "cpu", "full")
+class DoubleBackward(ProductsOperator):
+    """A new engine in one subclass with one method: ``H V`` by double backward through the autograd
+    reference (``hv.reference``'s forward and loss), at the point of a result's products; names,
+    head slices, blocks,
+    transposes and the count of products come from :class:`ProductsOperator`."""
 
     def _matmat(self, V, out=None):
+        point = self.products
+        leaves, grads = point.kept(DoubleBackward, lambda: self._graph(point))
+        dparams = self.col_layout.scatter(V)
+        names = point.cfg.param_names
         rows = []
-        for v in V:
-            pieces = v.split([self.point[n].numel() for n in self.names])
-            dot = sum((g * p.view_as(g)).sum() for g, p in zip(self.grads, pieces))
-            hv_ = torch.autograd.grad(dot, [self.point[n] for n in self.names], retain_graph=True)
-            rows.append(torch.cat([h.reshape(-1) for h in hv_]))
-        return torch.stack(rows)
+        for j in range(V.shape[0]):
+            tangents = [dparams[n][j] if n in dparams else torch.zeros_like(w) for n, w in zip(names, leaves)]
+            rows.append(torch.autograd.grad(grads, leaves, grad_outputs=tangents, retain_graph=True))
+        prods = {n: torch.stack([r[i] for r in rows]) for i, n in enumerate(names)}
+        return self.row_layout.gather(prods, V.shape[0], V, out)
+
+    @staticmethod
+    def _graph(point):
+        with torch.enable_grad():
+            leaves = [point.params[n].detach().clone().requires_grad_() for n in point.cfg.param_names]
+            Z = reference.torch_forward(point.cfg, dict(zip(point.cfg.param_names, leaves)), point.X)
+            loss = reference.torch_loss(point.cfg, Z, point.Y)
+            return leaves, torch.autograd.grad(loss, leaves, create_graph=True)
 
 
 def test_a_new_engine_is_one_subclass_with_one_matmat(res):
+    """The toy engine above is the whole of a new engine: a point's products take it by its class."""
     params = hv.init_params(CFG, seed=1)
     X, Y = hv.sample_inputs(CFG, seed=1)
-    engine = DoubleBackward(CFG, params, X, Y, ("W_V", "W_1"))
-    block = res.operator().block(("W_V", "W_1"))
-    assert close(engine.dense(), block.dense())
-    top = matfree.top_eigenvalues(engine, k=2, solver="torch")
-    assert np.allclose(top, matfree.top_eigenvalues(block, k=2, solver="torch"), rtol=1e-9)
-    assert close((engine - block).dense(), torch.zeros(engine.shape, dtype=torch.float64))
+    ref = hv.hessian(CFG, params, X, Y, wrt=WRT)
+    point = MatrixFreeHessian(CFG, ref.products.params, ref.products.X, ref.products.Y, WRT, DoubleBackward)
+    engine = point.operator().block(("W_V[1]", "W_1"), ("W_V", "W_1"))
+    assert type(engine) is DoubleBackward and engine.rows == ("W_V[1]", "W_1")
+    block = ref.operator().block(("W_V[1]", "W_1"), ("W_V", "W_1"))
+    assert close(engine.dense(), block.dense()) and close(engine.T.dense(), block.dense().T)
+    assert point.matvecs == engine.shape[1] + engine.shape[0]
+    square = point.operator().block(("W_V", "W_1"))
+    top = matfree.top_eigenvalues(square, k=2, solver="torch")
+    assert np.allclose(
+        top, matfree.top_eigenvalues(ref.operator().block(("W_V", "W_1")), k=2, solver="torch"), rtol=1e-9
+    )
+    assert close(
+        (square - ref.operator().block(("W_V", "W_1"))).dense(),
+        torch.zeros(square.shape, dtype=torch.float64),
+    )
 
 
 def test_dense_operator_blocks_by_name(res):

@@ -361,14 +361,14 @@ def test_cuda_products_replay_as_graphs_bit_identically(monkeypatch):
 
     def run(res):
         out = [res.matvec(v, term) for v in vs for term in ("full", "outer")]
-        out += [res.matvec(V), res.matvec(V), res.products.matvec(W, "full", rows=rows, cols=cols)]
-        out += [res.products.matvec(W, "full", rows=rows, cols=cols)]
+        out += [res.matvec(V), res.matvec(V), res.matvec(W, "full", rows=rows, cols=cols)]
+        out += [res.matvec(W, "full", rows=rows, cols=cols)]
         top = spectral.eigenpairs(res, "full", 4, "top", solver="torch")
         dens = spectral.density(res, "full", probes=3, steps=30, seed=0)
         return out, top, dens
 
     got, top, dens = run(replayed)
-    recorded = replayed.products._replays._graphs
+    recorded = replayed.products.kept(graphs.Replays, graphs.Replays)._graphs
     assert sum(r is not None for r in recorded.values()) >= 4, recorded.keys()
     monkeypatch.setenv(graphs.ENV, "0")
     want, top0, dens0 = run(hv.hessian(cfg, *on_gpu))
@@ -397,9 +397,9 @@ def test_batched_products_equal_looped(case, layout):
     n = res.products.layout(cols).size
     W = torch.randn(n, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     W = W if layout == "C" else W.T.contiguous().T
-    batched = res.products.matvec(W, "full", rows=rows, cols=cols)
+    batched = res.matvec(W, "full", rows=rows, cols=cols)
     looped = torch.stack(
-        [res.products.matvec(W[:, i].contiguous(), "full", rows=rows, cols=cols) for i in range(5)], 1
+        [res.matvec(W[:, i].contiguous(), "full", rows=rows, cols=cols) for i in range(5)], 1
     )
     torch.testing.assert_close(batched, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
 
@@ -417,7 +417,7 @@ def test_whole_weight_products_are_written_in_place(case):
     for name in ("W_Q", "W_O", "W_1", "W_2"):
         assert prods[name].data_ptr() == into[name].data_ptr() and prods[name].stride() == into[name].stride()
     torch.testing.assert_close(lay.gather(prods, 3, V, out=out), lay.gather(prods, 3, V), rtol=0, atol=0)
-    torch.testing.assert_close(out, mf.product(V, "full", lay, lay), rtol=0, atol=0)
+    torch.testing.assert_close(out, mf.operator().apply(V), rtol=0, atol=0)
 
 
 def test_large_buffers_are_plain_tensors():

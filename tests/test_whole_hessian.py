@@ -643,15 +643,15 @@ def test_the_batch_swept_in_lockstep_is_the_sum_of_the_sequences_sweeps(folders,
     a head slice among the names, two columns at once, written into a given ``out``."""
     res = hv.model_hessian(hv.load_model(folders["gpt2"]), IDS, wrt=None)
     mf = res.products
-    assert len(mf.parts) >= 2 and mf._lockstep(mf.X)
+    assert len(mf.parts) >= 2 and mf.lockstep(mf.X)
     V = torch.randn(2, res.size, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-    layout = mf.layout()
-    ours = mf.product(V, term, layout, layout, out=torch.full((2, res.size), float("nan"), dtype=V.dtype))
-    each = sum(p.product(V, term, layout.stack, layout.stack) for p in mf.parts) / len(mf.parts)
+    ours = mf.engine(mf, term, mf.names, mf.names).apply(
+        V, out=torch.full((2, res.size), float("nan"), dtype=V.dtype)
+    )
+    each = sum(p.operator(term).apply(V) for p in mf.parts) / len(mf.parts)
     assert relative(ours, each) <= 1e-12
     sliced = res.operator(term).block(["l0.W_Q[1]", "l1.ln2_gamma"])
     v = torch.randn(sliced.shape[1], generator=torch.Generator().manual_seed(6), dtype=torch.float64)
     inner = res._names(["l0.W_Q[1]", "l1.ln2_gamma"])
-    rows = mf.layout(inner)
-    alone = sum(p.product(v[None], term, rows.stack, rows.stack) for p in mf.parts)[0] / len(mf.parts)
+    alone = sum(p.operator(term, inner).apply(v[None]) for p in mf.parts)[0] / len(mf.parts)
     assert relative(sliced @ v, alone) <= 1e-12

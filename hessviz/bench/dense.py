@@ -49,7 +49,7 @@ from hessviz.checks.verify import relative_error
 from hessviz.ops import layernorm
 from hessviz.ops.ffn import FeedForward
 from hessviz.ops.relu import ReLU
-from hessviz.runtime import memory
+from hessviz.runtime import memory, pages
 
 D_MODEL, D_K, D_FF = 32, 16, 64
 
@@ -229,7 +229,7 @@ def hessian_row(
         warmup=2,
     )
     floor_ours = median_time(
-        lambda: memory.empty(P, P, dtype=torch.float64, device=device).fill_(1.0),
+        lambda: pages.empty((P, P), torch.empty(0, dtype=torch.float64, device=device)).fill_(1.0),
         max(repeats, 7),
         device,
         warmup=2,

@@ -219,11 +219,10 @@ def head_slice_row(device: torch.device, model: str = MODEL):
 
 def _columns(res, n: int) -> torch.Tensor:
     """``(n, SAMPLED)``: the first :data:`SAMPLED` columns of the slice's block, ``H e_j``."""
-    mf = res.products
-    layout = mf.layout((SLICE,))
-    E = mf.X.new_zeros(SAMPLED, n)
+    op = res.operator("full").block(SLICE)
+    E = torch.zeros(SAMPLED, n, dtype=op.dtype, device=op.device)
     E[torch.arange(SAMPLED), torch.arange(SAMPLED)] = 1.0
-    return mf.product(E, "full", layout, layout).T
+    return op.apply(E).T
 
 
 def top5_row(device: torch.device, tokens: int = TOKENS, model: str = MODEL):

@@ -45,7 +45,7 @@ from hessviz.dense.record import BlockRecord
 from hessviz.losses import Loss
 from hessviz.ops.contributions import Piece, Ref, Sandwich
 from hessviz.ops.kron import Factored, MiddleCache, sandwich_into
-from hessviz.runtime import memory
+from hessviz.runtime import pages
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def dense_jacobian(cfg: BlockConfig, rec: BlockRecord, names: tuple[str, ...]) -
     """``∂ vec_r(Z)/∂θ'`` of one block, ``(L*d, P')``: each unit's factored Jacobian, chained to
     ``Z``, written into its columns."""
     L, d = rec.Z.shape
-    out = memory.empty(L * d, sum(cfg.param_size(n) for n in names), dtype=rec.Z.dtype, device=rec.Z.device)
+    out = pages.empty((L * d, sum(cfg.param_size(n) for n in names)), rec.Z)
     offsets = cfg.offsets(names)
     us = units(cfg, names)
     at_sa = attention_jacobians(rec, tuple(u.ref for u in us))
@@ -197,7 +197,7 @@ def assemble(
     pieces = _by_pair(contributions(cur, tuple(order), term), order)
     offsets = cfg.offsets(names)
     size = sum(cfg.param_size(n) for n in names)
-    H = memory.empty(size, size, dtype=like.dtype, device=like.device) if out is None else out
+    H = pages.empty((size, size), like) if out is None else out
     cache = MiddleCache()
     for i, a in enumerate(us):
         for b in us[i:]:

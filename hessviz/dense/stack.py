@@ -77,7 +77,7 @@ from hessviz.dense.record import BlockRecord, fold
 from hessviz.losses import Loss
 from hessviz.products.layout import Layout
 from hessviz.products.tape import Tape
-from hessviz.runtime import memory
+from hessviz.runtime import pages
 
 
 def memo(method):
@@ -266,7 +266,7 @@ class StackHessian:
         local = tuple(self.cfg.layer_of(n)[1] for n in names)
         if out is None:
             size = sum(self.cfg.param_size(n) for n in names)
-            out = memory.empty(size, size, dtype=self.like.dtype, device=self.like.device)
+            out = pages.empty((size, size), self.like)
         rec = self.record(b)
         if b == self.N - 1 and self.token_wise:  # the one-block engine unchanged
             cur = assembly.pulled(rec, TokenCurvature(self.gradient(b), self.loss_curvature))
@@ -305,7 +305,7 @@ class StackHessian:
         offsets = self.cfg.offsets(names)
         span = {b: slice(offsets[ns[0]].start, offsets[ns[-1]].stop) for b, ns in by_layer.items()}
         size = sum(self.cfg.param_size(n) for n in names)
-        H = memory.empty(size, size, dtype=self.like.dtype, device=self.like.device)
+        H = pages.empty((size, size), self.like)
         layers = sorted(by_layer)
         for i, b in enumerate(layers):
             self.diagonal(b, tuple(by_layer[b]), term, H[span[b], span[b]])

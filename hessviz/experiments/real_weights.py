@@ -84,7 +84,7 @@ OUT = pathlib.Path("real_weights")
 def block_norm(res: hv.HessianResult, name: str, tol: float = 1e-4) -> float:
     """``‖H_bb‖₂``: the largest ``|λ|`` of the diagonal block ``name`` of the full Hessian, by
     Lanczos on closed-form products (exact ``eigvalsh`` of the block when it is small)."""
-    op = res.products.linear_operator("full", rows=(name,), cols=(name,))
+    op = res.block_operator(name)
     n = op.shape[0]
     if n <= 64:
         H = op.matmat(np.eye(n))

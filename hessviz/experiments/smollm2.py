@@ -29,12 +29,13 @@ import time
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import LinearOperator, eigsh
+from scipy.sparse.linalg import eigsh
 
 from hessviz import plots
 from hessviz.experiments import smollm2_table as st
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.laws.fitting import gini
+from hessviz.products.hessian_operator import scipy_view
 from hessviz.resources import cache_dir, data
 
 COMMITTED = data("claims", "claims.json")
@@ -141,15 +142,15 @@ def unembedding_top(h: torch.Tensor, p: torch.Tensor, w: torch.Tensor, tol: floa
     C = h @ Q  # (T, r)
     V, r = p.shape[1], Q.shape[1]
 
-    def apply(x: np.ndarray) -> np.ndarray:
-        W = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).reshape(V, r)
+    def apply(x: torch.Tensor) -> torch.Tensor:
+        W = x.reshape(V, r)
         u = W @ C.T  # (V, T): W c_t
         Au = p.T * u - p.T * (p.T * u).sum(0, keepdim=True)  # A_t u_t
-        return ((Au * w) @ C).reshape(-1).numpy()
+        return ((Au * w) @ C).reshape(-1)
 
-    op = LinearOperator((V * r, V * r), matvec=apply, dtype=np.float64)
+    op = scipy_view((V * r, V * r), lambda X: torch.stack([apply(x) for x in X]), h)
     if V * r <= 64:
-        dense = np.stack([apply(e) for e in np.eye(V * r)], 1)
+        dense = torch.stack([apply(e) for e in torch.eye(V * r, dtype=torch.float64)], 1).numpy()
         return float(np.linalg.eigvalsh(0.5 * (dense + dense.T))[-1])
     v0 = np.random.default_rng(0).standard_normal(V * r)
     return float(eigsh(op, k=1, which="LA", v0=v0, tol=tol, return_eigenvectors=False)[0])

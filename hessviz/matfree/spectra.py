@@ -130,11 +130,10 @@ def _lanczos_norm(apply, n: int, which: str) -> float | None:
     matrix): the caller falls back to the dense route."""
     import scipy.sparse.linalg as sla
 
-    op = sla.LinearOperator(
-        (n, n),
-        matvec=lambda v: apply(torch.from_numpy(np.ascontiguousarray(v).ravel())).numpy(),
-        dtype=np.float64,
-    )  # torch's products: its threads, not BLAS's own
+    from hessviz.products.hessian_operator import scipy_view
+
+    like = torch.empty(0, dtype=torch.float64)
+    op = scipy_view((n, n), lambda V: torch.stack([apply(v) for v in V]), like)  # torch's threads, not BLAS's
     start = np.random.default_rng(0).standard_normal(n)  # not ones: often a null vector of LayerNorm's
     try:
         vals = sla.eigsh(op, k=1, which=which, v0=start, tol=0, return_eigenvectors=False)
@@ -164,8 +163,8 @@ def matrix_norm(M: Tensor, kind: str = "spectral", *, symmetric: bool = False) -
         if symmetric:  # symmetric to round-off (a Hessian term): no symmetrised copy
             got = _lanczos_norm(lambda v: A @ v, A.shape[0], "LM")
         else:
-            gram = (lambda v: A.T @ (A @ v)) if A.shape[1] <= A.shape[0] else (lambda v: A @ (A.T @ v))
-            got = _lanczos_norm(gram, min(A.shape), "LA")
+            ata = (lambda v: A.T @ (A @ v)) if A.shape[1] <= A.shape[0] else (lambda v: A @ (A.T @ v))
+            got = _lanczos_norm(ata, min(A.shape), "LA")
             got = None if got is None else float(np.sqrt(got))
         if got is not None:
             return got

@@ -74,7 +74,7 @@ def _operator(
     mf = getattr(res, "products", None)
     if mf is None:
         raise ConfigError("this result has no matrix-free products; compute it with hv.hessian")
-    return ProductsOperator(
+    return mf.engine(
         mf,
         term,
         mf.names if rows is None else tuple(rows),
@@ -384,7 +384,9 @@ def density(
                     f"spectral density (SLQ): group {i + 1} of {len(firsts)}",
                 )
 
-        inner = ops.op.resolve(ops.op.rows)  # the names as the worker's products spell them
+        op = ops.op
+        assert isinstance(op, ProductsOperator) and source is not None  # a model's, checked above
+        inner = op.resolve(op.rows)  # the names as the worker's products spell them
         calls = [(ops.term, inner, V[f : f + group].cpu(), steps, reorth) for f in firsts]
         runs = [
             ab
@@ -548,7 +550,8 @@ def block_table(
     whole = _operator(res, term, None, None)
     blocks = block_names(whole, by_head) if blocks is None else tuple(blocks)
     start = time.perf_counter()
-    rows, done = [], 0
+    rows: list[BlockStats] = []
+    done = 0
 
     def step(d: int, total: int | None, message: str) -> None:
         if progress is not None:

@@ -6,12 +6,18 @@ backward pass, ``H v = ∇(gᵀ v)``. The Gauss–Newton product is a JVP (the d
 ``J v = ∂/∂u (Jᵀ u)ᵀ v``) followed by ``∇²_Z ℓ`` and a VJP, all on the retained graph;
 ``functional = full − outer``.
 
-:class:`AutogradProducts` answers the same ``sweep`` as :class:`~hessviz.products.tape.Tape`.
+:class:`AutogradProducts` is that state at a point, kept by the point
+(:meth:`~hessviz.products.operator.MatrixFreeHessian.kept`) and answering the same ``sweep`` as
+:class:`~hessviz.products.tape.Tape`; :class:`AutogradOperator` is the engine: one subclass of
+:class:`~hessviz.products.hessian_operator.ProductsOperator` with one ``_matmat``, batched by the
+same loop as the closed form (:func:`~hessviz.products.operator.sweep_in_batches`). It is what
+``hv.hessian(..., method="autograd")`` gives as ``res.operator()``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import final
 
 import torch
 from torch import Tensor
@@ -19,6 +25,9 @@ from torch import Tensor
 from hessviz import reference
 from hessviz.block.config import BlockConfig
 from hessviz.losses import Loss, block_loss
+from hessviz.products.hessian_operator import ProductsOperator
+from hessviz.products.layout import Layout
+from hessviz.products.operator import MatrixFreeHessian, check_out, sweep_in_batches
 
 
 class AutogradProducts:
@@ -32,7 +41,7 @@ class AutogradProducts:
             loss = reference.torch_loss(cfg, self.Z, Y)
             self.grads = torch.autograd.grad(loss, self.leaves, create_graph=True)
         self.loss_hvp = block_loss(cfg.loss, Y).at(self.Z.detach()).product
-        self._u = None
+        self._u: tuple[Tensor, tuple[Tensor, ...]] | None = None
 
     def _tangents(self, dparams: dict[str, Tensor], j: int) -> list[Tensor]:
         return [
@@ -76,3 +85,25 @@ class AutogradProducts:
             else:
                 cols.append(tuple(a - b for a, b in zip(self.hvp(v), self.ggn_vp(v))))
         return {n: torch.stack([c[i] for c in cols]) for i, n in enumerate(self.names) if n in wanted}
+
+
+@final
+class AutogradOperator(ProductsOperator):
+    """The autograd engine: the products of :class:`AutogradProducts`, kept at the point, swept
+    ``BATCH`` columns at a time and gathered by the layouts like the closed form's."""
+
+    products: MatrixFreeHessian
+    row_layout: Layout
+    col_layout: Layout
+
+    def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        p = self.products
+        graph = p.kept(AutogradProducts, lambda: AutogradProducts(p.cfg, p.params, p.X, p.Y))
+        term = self.term
+
+        def sweep(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
+            return graph.sweep(dparams, term, wanted)
+
+        return sweep_in_batches(
+            V, check_out(V, self.row_layout, out), self.row_layout, self.col_layout, sweep
+        )

@@ -6,7 +6,8 @@ about 2.2 MB per token at GPT-2 small's size, 1.1 GiB for ``4 × 128`` tokens, 2
 Checkpointed, a sequence keeps only, for each layer ``i`` of ``N``, its input ``X_i (L, d)`` and the
 first-order adjoint of its output ``Ḡ_{i+1} = ∂ℓ/∂X_{i+1} (L, d)``, and a product rebuilds each
 layer from them (:func:`~hessviz.products.block.layer_nodes`), the ``B`` sequences side by side
-(:mod:`hessviz.products.lockstep`):
+(:func:`hessviz.products.tape.tangents` and
+:func:`~hessviz.products.tape.adjoint_tangents`, the tape's own loop over ``B`` lanes):
 
 1. **forward**, ``i = 0 … N−1``: layer ``i``'s nodes from ``X_i``, their tangents from ``Ẋ_i``
    and the weights' ``θ̇``; ``Ẋ_{i+1} (k, L, d)`` is kept, then ``Ż = Ẋ_N`` seeds
@@ -37,7 +38,7 @@ from hessviz.block.config import BlockConfig
 from hessviz.block.terms import SWEEP_RULES
 from hessviz.losses import CustomLoss
 from hessviz.ops.base import Maybe, Node
-from hessviz.products import lockstep
+from hessviz.products import tape as sweeps
 from hessviz.products.block import layer_nodes
 from hessviz.products.tape import Tape, output_seed
 
@@ -72,9 +73,9 @@ class Checkpoints:
             for seq, (_, values, out) in zip(self.inputs, self._nodes(i)):
                 seq.append(values[out])
         self.losses = [loss_at(b, seq.pop()) for b, seq in enumerate(self.inputs)]
-        self.adjoints: list[list[Tensor]] = [[None] * self.layers for _ in self.inputs]
-        """``adjoints[β][i]``: ``Ḡ_{i+1} = ∂ℓ/∂`` (layer ``i``'s output) of sequence ``β``."""
         g = [loss.grad for loss in self.losses]
+        self.adjoints: list[list[Tensor]] = [[gi] * self.layers for gi in g]  # each entry set below
+        """``adjoints[β][i]``: ``Ḡ_{i+1} = ∂ℓ/∂`` (layer ``i``'s output) of sequence ``β``."""
         for i in reversed(range(self.layers)):
             for seq, gi in zip(self.adjoints, g):
                 seq[i] = gi
@@ -116,7 +117,7 @@ class Checkpoints:
             tangents_in[i] = dX
             tapes = self.tapes(i) if i == N - 1 else None
             nodes = [n for n, _, _ in self._nodes(i)] if tapes is None else [t.nodes for t in tapes]
-            dvals = lockstep.tangents(nodes, [{INPUT: d} for d in dX], dparams)
+            dvals = sweeps.tangents(nodes, [{INPUT: d} for d in dX], dparams)
             dX = [d[nodes[0][-1].output] for d in dvals]
             if tapes is not None:
                 kept = tapes, dvals
@@ -128,14 +129,14 @@ class Checkpoints:
             else:
                 tapes = self.tapes(i)
                 dvals = (
-                    lockstep.tangents([t.nodes for t in tapes], [{INPUT: d} for d in tangents_in[i]], dparams)
+                    sweeps.tangents([t.nodes for t in tapes], [{INPUT: d} for d in tangents_in[i]], dparams)
                     if i >= first
                     else [{} for _ in tapes]
                 )
             seeds = [{t.output: d} for t, d in zip(tapes, dbar)]
             inputs = (INPUT,) if i > lowest else ()
-            got, dins = lockstep.adjoint_tangents(
-                tapes, dvals, dparams, seeds, second, wanted, into, alpha, wanted_inputs=inputs
+            got, dins = sweeps.adjoint_tangents(
+                tapes, tapes[0].whole, dvals, dparams, seeds, second, wanted, inputs, into, alpha
             )
             out |= got
             dbar = [d.get(INPUT) for d in dins]

@@ -9,16 +9,22 @@ so a Lanczos basis row can be a product's own buffer). Everything else is writte
 ``op.T``, :meth:`~HessianOperator.to_scipy`, :meth:`~HessianOperator.to_curvlinops`,
 :meth:`~HessianOperator.dense`; and :mod:`hessviz.matfree`'s spectral tools take any operator.
 
-The engines:
+Every class is abstract or final (as equinox has it): no class overrides a concrete method of
+its parent. :class:`HessianOperator` is abstract; :class:`ProductsOperator` is the abstract engine
+over a point's :class:`Products` (names, layouts, blocks and transposes written once: an engine
+writes its ``_matmat`` and nothing else); the rest are final:
 
-* :class:`ProductsOperator`: the closed-form products of a result, one tangent-forward and one
-  tangent-reverse sweep per column (``hv.hessian``'s
-  :class:`~hessviz.products.operator.MatrixFreeHessian`, the autograd reference through the same
-  class, and ``hv.model_hessian``'s :class:`~hessviz.whole.hessian.BatchProducts`). A block is
-  the same sweep with the tangent on ``b`` and the product read on ``a``: ``O(|a| + |b|)`` work
-  beyond the sweep, nothing of size ``P × P``.
-* :class:`DenseOperator`: a ``(m, n)`` matrix already formed (a dense term), ``V ↦ V Mᵀ``.
+* :class:`~hessviz.products.operator.TapeOperator`: the closed-form products, one tangent-forward
+  and one tangent-reverse sweep of the tape per column (``hv.hessian``);
+* :class:`~hessviz.products.autograd.AutogradOperator`: the autograd reference (double backward on a
+  kept graph; ``hv.hessian(..., method="autograd")``);
+* :class:`~hessviz.whole.hessian.BatchOperator`: a whole model's ``(1/B) Σ_β H_β V``
+  (``hv.model_hessian``);
+* :class:`DenseOperator`: a ``(m, n)`` matrix already formed (a dense term), ``V ↦ V Mᵀ``;
 * :class:`SumOperator` and :class:`ScaledOperator`: ``Σ_i op_i`` and ``c · op``.
+
+A block of a products engine is the same sweep with the tangent on ``b`` and the product read on
+``a``: ``O(|a| + |b|)`` work beyond the sweep, nothing of size ``P × P``.
 
 >>> import torch, hessviz as hv
 >>> cfg = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=6, n_heads=2, out_proj=True)
@@ -33,8 +39,10 @@ True
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from numbers import Real
+from typing import Any, Protocol, final
 
 import numpy as np
 import torch
@@ -100,11 +108,18 @@ def _names(x: str | Sequence[str]) -> Names:
     return (x,) if isinstance(x, str) else tuple(x)
 
 
-class HessianOperator:
+class Tally(Protocol):
+    """What counts product columns (a point's :class:`Products`: what Lanczos and Hutchinson count)."""
+
+    matvecs: int
+
+
+class HessianOperator(ABC):
     """The ``(m, n)`` operator of one Hessian term (or block) on ``θ'``; an engine writes :meth:`_matmat`.
 
     ``rows`` and ``cols`` are the names along each side (in the result's own spelling, in θ order);
-    ``term`` says what it is (``"full"``, ``"outer"``, ``"functional"`` or an expression of them).
+    ``term`` says what it is (``"full"``, ``"outer"``, ``"functional"`` or an expression of them);
+    ``tally``, when given, counts the product columns :meth:`apply` computes.
     """
 
     def __init__(
@@ -115,36 +130,44 @@ class HessianOperator:
         dtype: torch.dtype,
         device: torch.device | str,
         term: str,
+        tally: Tally | None = None,
     ):
         self.rows, self.cols, self.term = rows, cols, term
         self.shape = (int(shape[0]), int(shape[1]))
         self.dtype, self.device = dtype, torch.device(device)
+        self.tally = tally
 
-    # ------------------------------------------------------------------ what an engine writes
+    # ------------------------------------------------------------------ what a subclass writes
 
+    @abstractmethod
     def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
         """``V (k, n) ↦ (k, m)``: the product of each row of ``V`` (``V`` has this operator's dtype
         and device, unit-stride rows). ``out``, when given, is a ``(k, m)`` tensor with unit-stride
         rows the engine may write the result into (and return); an engine may also ignore it."""
-        raise NotImplementedError(f"{type(self).__name__} must implement _matmat")
 
+    @abstractmethod
     def _block(self, rows: Names, cols: Names) -> HessianOperator:
-        """The sub-operator of names ``rows × cols`` (engines with names override this)."""
-        raise ConfigError(f"a {type(self).__name__} has no named blocks")
+        """The sub-operator of names ``rows × cols``."""
 
+    @abstractmethod
     def _transpose(self) -> HessianOperator:
         """``opᵀ``. A Hessian is symmetric: a diagonal operator is its own transpose, and an
-        engine's off-diagonal block ``H[a, b]`` transposes to ``H[b, a]``."""
-        if self.rows == self.cols:
-            return self
-        raise ConfigError(f"a {type(self).__name__} block has no transpose")
+        off-diagonal block ``H[a, b]`` transposes to ``H[b, a]``."""
+
+    @abstractmethod
+    def block_names(self, by_head: bool = True) -> Names:
+        """The diagonal blocks a per-block table reads (:func:`hessviz.matfree.block_table`): each
+        name of :attr:`rows` (an engine with heads splits each headed weight into its heads)."""
 
     # ------------------------------------------------------------------ written once for all
 
+    @final
     def apply(self, V: Tensor, out: Tensor | None = None) -> Tensor:
         """``V (k, n) ↦ (k, m)`` in the rows layout, written into ``out`` when given (what the
         spectral tools call; ``op @ v`` is the column-vector face of the same product)."""
         result = self._matmat(V, out)
+        if self.tally is not None:
+            self.tally.matvecs += V.shape[0]
         if out is not None and result is not out:
             return out.copy_(result)
         return result
@@ -169,11 +192,6 @@ class HessianOperator:
         if not rows or not cols:
             raise ConfigError("block needs at least one name on each side, e.g. op.block('W_Q', 'W_V')")
         return self._block(rows, cols)
-
-    def block_names(self, by_head: bool = True) -> Names:
-        """The diagonal blocks a per-block table reads (:func:`hessviz.matfree.block_table`): each
-        name of :attr:`rows` (an engine with heads splits each headed weight into its heads)."""
-        return self.rows
 
     @property
     def T(self) -> HessianOperator:  # noqa: N802 - the name every linear-algebra library uses
@@ -253,10 +271,36 @@ class HessianOperator:
         )
 
 
+class Columns(Protocol):
+    """The columns of ``θ'`` for some names (a :class:`~hessviz.products.layout.Layout`, or a whole
+    model's :class:`~hessviz.whole.hessian.WholeLayout`): the names in order and the entries in all."""
+
+    names: Names
+    size: int
+
+
+class Products(Protocol):
+    """The products' state at one point (the typed interface every engine reads): a block's
+    :class:`~hessviz.products.operator.MatrixFreeHessian` or a whole model's
+    :class:`~hessviz.whole.hessian.BatchProducts`. ``cfg`` spells the names; ``names`` are those
+    covered; ``X`` gives the dtype and device; ``matvecs`` counts product columns; ``engine`` is
+    the :class:`ProductsOperator` class its products are (the engine is chosen by its class);
+    ``layout(names)`` the columns of some of the names (default: all), as the engine reads them."""
+
+    cfg: Any
+    names: Names
+    X: Tensor
+    matvecs: int
+    engine: type[ProductsOperator]
+
+    def layout(self, names: Sequence[str] | None = None) -> Any: ...
+
+
 class ProductsOperator(HessianOperator):
-    """``term`` of the products ``products`` (anything with ``layout(names)`` and
-    ``product(V, term, rows, cols, out=)``: a :class:`~hessviz.products.operator.MatrixFreeHessian`
-    or a :class:`~hessviz.whole.hessian.BatchProducts`) on the layouts of ``rows`` × ``cols``.
+    """The abstract engine: ``term`` of the products at the point ``products`` on the layouts of
+    ``rows`` × ``cols``. A subclass writes :meth:`_matmat`, reading :attr:`products` (its state at
+    the point), :attr:`term`, :attr:`row_layout` and :attr:`col_layout`; its blocks, transposes,
+    per-head block names and the count of products are written here, once.
 
     ``resolve`` turns names as the result spells them into the products' own spelling, checked
     (a one-layer model's ``l0.W_Q`` is the block's ``W_Q``), and ``spell`` turns them back: the
@@ -265,7 +309,7 @@ class ProductsOperator(HessianOperator):
 
     def __init__(
         self,
-        products,
+        products: Products,
         term: str,
         rows: Names,
         cols: Names,
@@ -284,26 +328,28 @@ class ProductsOperator(HessianOperator):
             like.dtype,
             like.device,
             term,
+            products,
         )
 
-    def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
-        return self.products.product(V, self.term, self.row_layout, self.col_layout, out=out)
-
+    @final
     def block_names(self, by_head: bool = True) -> Names:
         inner = head_blocks(self.products.cfg, self.row_layout.names, by_head)
         return tuple(map(self.spell, inner))
 
+    @final
     def _block(self, rows: Names, cols: Names) -> HessianOperator:
-        return ProductsOperator(self.products, self.term, rows, cols, self.resolve, self.spell, self.source)
+        return type(self)(self.products, self.term, rows, cols, self.resolve, self.spell, self.source)
 
+    @final
     def _transpose(self) -> HessianOperator:
         if self.rows == self.cols:
             return self
-        return ProductsOperator(
+        return type(self)(
             self.products, self.term, self.cols, self.rows, self.resolve, self.spell, self.source
         )
 
 
+@final
 class DenseOperator(HessianOperator):
     """A formed ``(m, n)`` matrix ``M`` (a dense term) as an operator: ``V ↦ V Mᵀ``. Its blocks are
     the matrix's own rows and columns, by ``rows`` and ``cols`` (whole names only)."""
@@ -320,10 +366,13 @@ class DenseOperator(HessianOperator):
         if matrix.ndim != 2:
             raise InputError(f"matrix must be 2-D, got shape {tuple(matrix.shape)}")
         self.matrix, self.sizes = matrix, sizes
-        super().__init__(rows, cols, tuple(matrix.shape), matrix.dtype, matrix.device, term)
+        super().__init__(rows, cols, (matrix.shape[0], matrix.shape[1]), matrix.dtype, matrix.device, term)
 
     def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
         return torch.matmul(V, self.matrix.T, out=out)
+
+    def block_names(self, by_head: bool = True) -> Names:
+        return self.rows
 
     def _block(self, rows: Names, cols: Names) -> HessianOperator:
         if self.sizes is None:
@@ -337,14 +386,16 @@ class DenseOperator(HessianOperator):
         )
 
     def _index(self, side: Names, names: Names) -> Tensor:
+        sizes = self.sizes
+        assert sizes is not None  # _block refuses an operator without sizes
         starts, at = {}, 0
         for name in side:
             starts[name] = at
-            at += self.sizes[name]
+            at += sizes[name]
         unknown = [n for n in names if n not in starts]
         if unknown:
             raise ConfigError(f"name {unknown[0]!r} is not among this operator's names {side}")
-        return torch.cat([torch.arange(starts[n], starts[n] + self.sizes[n]) for n in names]).to(self.device)
+        return torch.cat([torch.arange(starts[n], starts[n] + sizes[n]) for n in names]).to(self.device)
 
     def _transpose(self) -> HessianOperator:
         if self.rows == self.cols:
@@ -364,12 +415,13 @@ def head_blocks(cfg, names: Names, by_head: bool = True) -> Names:
     return tuple(out)
 
 
+@final
 class SumOperator(HessianOperator):
     """``Σ_i op_i`` of operators over the same names: each part's product, summed in order."""
 
     def __init__(self, parts: Sequence[HessianOperator]):
         flat = tuple(q for p in parts for q in (p.parts if isinstance(p, SumOperator) else (p,)))
-        self.parts = flat
+        self.parts: tuple[HessianOperator, ...] = flat
         first = flat[0]
         super().__init__(
             first.rows, first.cols, first.shape, first.dtype, first.device, " + ".join(p.term for p in flat)
@@ -391,6 +443,7 @@ class SumOperator(HessianOperator):
         return self if self.rows == self.cols else SumOperator([p.T for p in self.parts])
 
 
+@final
 class ScaledOperator(HessianOperator):
     """``c · op``."""
 

@@ -1,8 +1,11 @@
 r"""Hessian products without the matrix: ``V ↦ H V`` for any term, weights and head slices.
 
-:class:`MatrixFreeHessian` runs the forward pass and the first-order reverse sweep once
-(:func:`hessviz.products.block.build`); each product is then one tangent-forward and one
-tangent-reverse sweep (:meth:`Tape.sweep`), batched over the columns of ``V``.
+:class:`MatrixFreeHessian` is the products' state at a point
+(:class:`~hessviz.products.hessian_operator.Products`):
+it runs the forward pass and the first-order reverse sweep once, when first asked
+(:func:`hessviz.products.block.build`). :class:`TapeOperator`, the closed-form engine, makes each
+product one tangent-forward and one tangent-reverse sweep (:func:`hessviz.products.tape.sweep`),
+batched over the columns of ``V`` (:func:`sweep_in_batches`, the one batching loop of every engine).
 
 **State kept at the point.** Everything that does not depend on ``v`` is computed once, when
 the tape is first built (a cached property of this object, so it is freed with the result): the
@@ -17,26 +20,26 @@ Memory per product column: the tangents of every activation, ``O(L d + H L² + L
 plus ``O(P)`` for the weight tangents. Nothing of size ``P × P`` or ``(L, d, d)`` is formed.
 
 A block ``H[a, b]`` (rows ``a``, columns ``b``, each a tuple of names) is the same sweep
-with the tangent on ``b`` only and the product read on ``a`` only: ``block_operator``.
+with the tangent on ``b`` only and the product read on ``a`` only: ``op.block(a, b)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from functools import cached_property
+from typing import Protocol, TypeVar, final
 
-import numpy as np
 import torch
-from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig
 from hessviz.block.terms import check_term
 from hessviz.errors import InputError
+from hessviz.losses import Loss
+from hessviz.ops.base import Maybe
 from hessviz.products import graphs
-from hessviz.products.autograd import AutogradProducts
 from hessviz.products.block import build
-from hessviz.products.hessian_operator import ProductsOperator
+from hessviz.products.hessian_operator import Names, ProductsOperator
 from hessviz.products.layout import Layout
 from hessviz.products.tape import Tape
 from hessviz.runtime import pages
@@ -46,13 +49,24 @@ BATCH = 8
 ≈ 0.8× a single product per column and 16 more than 8 (their weight tangents, 16 × 14 MiB, no
 longer share the cache), so wider batches are swept 8 columns at a time."""
 
+T = TypeVar("T")
+
+
+class Sweep(Protocol):
+    """One sweep of ``k`` product columns: ``(dparams, wanted, into) ↦ θ̄̇ of wanted`` (a tape's,
+    a batch's in lockstep, a checkpointed batch's or autograd's, with the term and scale bound)."""
+
+    def __call__(
+        self, dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]
+    ) -> dict[str, Maybe]: ...
+
 
 def sweep_in_batches(
     V: Tensor,
     out: Tensor,
     rows: Layout,
     cols: Layout,
-    sweep: Callable[[dict[str, Tensor], tuple[str, ...], dict[str, Tensor]], dict[str, Tensor | None]],
+    sweep: Sweep,
     alpha: float = 1.0,
     accumulate: bool = False,
 ) -> Tensor:
@@ -70,143 +84,127 @@ def sweep_in_batches(
     return out
 
 
-class MatrixFreeHessian:
-    """Products with the Hessian of ``cfg``'s loss in ``names`` (arguments validated by the API).
+def check_out(V: Tensor, rows: Layout, out: Tensor | None) -> Tensor:
+    """``out`` checked (a ``(k, |rows|)`` tensor with unit-stride rows), or a fresh huge-page one."""
+    if out is None:
+        return pages.empty((V.shape[0], rows.size), V)
+    if out.shape != (V.shape[0], rows.size) or out.stride(-1) != 1:
+        raise InputError(
+            f"out must be a ({V.shape[0]}, {rows.size}) tensor with unit-stride rows, got {tuple(out.shape)}"
+        )
+    return out
 
-    ``method="closed_form"`` sweeps the hand-written tape; ``"autograd"`` answers the same
-    calls with :class:`~hessviz.products.autograd.AutogradProducts` (the reference).
-    """
+
+@final
+class MatrixFreeHessian:
+    """The products' state at the point ``(params, X, Y)`` of ``cfg``'s loss, in ``names``
+    (arguments validated by the API): a :class:`~hessviz.products.hessian_operator.Products`.
+
+    ``engine`` is the :class:`~hessviz.products.hessian_operator.ProductsOperator` class whose
+    products :meth:`operator` gives (:class:`TapeOperator`, the closed form, by default); the tape
+    and whatever an engine keeps at the point (:meth:`kept`) are built when first asked."""
 
     def __init__(
         self,
         cfg: BlockConfig,
         params: dict[str, Tensor],
         X: Tensor,
-        Y: Tensor,
-        names: tuple[str, ...],
-        method: str = "closed_form",
+        Y: Loss,
+        names: Names,
+        engine: type[ProductsOperator] | None = None,
     ):
         self.cfg, self.params, self.X, self.Y, self.names = cfg, params, X, Y, names
-        self.method = method
+        self.engine: type[ProductsOperator] = TapeOperator if engine is None else engine
         self.matvecs = 0
         """Product columns computed so far (what Lanczos and Hutchinson count)."""
         self.replay = True
         """On a GPU, replay repeated products as CUDA graphs (:mod:`hessviz.products.graphs`)."""
+        self._kept: dict[Hashable, object] = {}
 
     @cached_property
-    def tape(self) -> Tape | AutogradProducts:
-        if self.method == "autograd":
-            return AutogradProducts(self.cfg, self.params, self.X, self.Y)
+    def tape(self) -> Tape:
+        """The closed-form tape at the point (every token): the dense engines fold over it."""
         return build(self.cfg, self.params, self.X, self.Y)
 
     @cached_property
-    def sweep_tape(self) -> Tape | AutogradProducts:
+    def sweep_tape(self) -> Tape:
         """The tape the products sweep: :attr:`tape`, or, when the loss reads some tokens only (a
         ``[CLS]`` classifier's :class:`~hessviz.losses.CustomLoss`), the tape whose last layer
         runs on those tokens after its attention
         (:func:`~hessviz.products.block.build`, ``only_read_tokens``):
         the same products and gradients, for less work."""
-        if self.method == "autograd" or getattr(self.Y, "read_tokens", None) is None:
+        if getattr(self.Y, "read_tokens", None) is None:
             return self.tape
         return build(self.cfg, self.params, self.X, self.Y, only_read_tokens=True)
+
+    def kept(self, key: Hashable, make: Callable[[], T]) -> T:
+        """What an engine keeps at this point under ``key`` (made by ``make()`` when first asked,
+        then the same object: an autograd engine's retained graph, a replay's recorded graphs)."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]  # type: ignore[return-value]
 
     def layout(self, names: Sequence[str] | None = None) -> Layout:
         names = self.names if names is None else self.cfg.sort_names(tuple(names))
         return Layout(self.cfg, names)
 
-    def product(
-        self,
-        V: Tensor,
-        term: str,
-        rows: Layout,
-        cols: Layout,
-        out: Tensor | None = None,
-        alpha: float = 1.0,
-        accumulate: bool = False,
-    ) -> Tensor:
-        """``(k, |cols|) -> (k, |rows|)``: ``H[rows, cols] Vᵀ``, transposed, in sweeps of ``BATCH``.
+    def operator(
+        self, term: str = "full", rows: Names | None = None, cols: Names | None = None
+    ) -> ProductsOperator:
+        """``H[rows, cols]`` of ``term`` as this point's engine (names as ``cfg`` spells them;
+        default: every name of this object)."""
+        check_term(term)
+        rows = self.names if rows is None else tuple(rows)
+        return self.engine(self, term, rows, rows if cols is None else tuple(cols))
 
-        The result is allocated once (:func:`hessviz.runtime.pages.empty`), or is ``out`` (a
-        ``(k, |rows|)`` tensor with unit-stride rows: a Lanczos basis row), and each whole
-        weight's product is written straight into its columns (``Layout.destinations``): no
-        weight-sized temporary, no gather copy, no concatenation of the sweeps. ``alpha``,
-        ``accumulate`` (``out`` required): ``out ← (out if accumulate else 0) + alpha · H V``, the
-        weights' products added by their GEMMs in place (a batch's sequences summed into one
-        vector). On a GPU, a product repeated at this point is replayed as a CUDA graph
-        (:mod:`hessviz.products.graphs`) and then scaled and added."""
-        if out is not None and (out.shape != (V.shape[0], rows.size) or out.stride(-1) != 1):
-            raise InputError(
-                f"out must be a ({V.shape[0]}, {rows.size}) tensor with unit-stride rows, "
-                f"got {tuple(out.shape)}"
-            )
+
+@final
+class TapeOperator(ProductsOperator):
+    """The closed-form engine: ``H[rows, cols] Vᵀ``, transposed, swept ``BATCH`` columns at a time
+    through the tape (:func:`sweep_in_batches`, :meth:`Tape.sweep`).
+
+    The result is allocated once (:func:`hessviz.runtime.pages.empty`), or is ``out`` (a
+    ``(k, |rows|)`` tensor with unit-stride rows: a Lanczos basis row), and each whole weight's
+    product is written straight into its columns (``Layout.destinations``): no weight-sized
+    temporary, no gather copy, no concatenation of the sweeps. On a GPU, a product repeated at
+    this point is replayed as a CUDA graph (:mod:`hessviz.products.graphs`)."""
+
+    products: MatrixFreeHessian
+    row_layout: Layout
+    col_layout: Layout
+
+    def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        return self.scaled(V, out)
+
+    def scaled(
+        self, V: Tensor, out: Tensor | None = None, alpha: float = 1.0, accumulate: bool = False
+    ) -> Tensor:
+        """:meth:`_matmat` with ``out ← (out if accumulate else 0) + alpha · H V`` (``out`` required
+        when ``alpha ≠ 1`` or ``accumulate``): the weights' products added by their GEMMs in place
+        (a batch's sequences summed into one vector, :class:`~hessviz.whole.hessian.BatchOperator`).
+        A replayed product is scaled and added after its replay. Counts nothing: :meth:`apply` does."""
+        point, rows, cols = self.products, self.row_layout, self.col_layout
+        if out is not None:
+            check_out(V, rows, out)
         scaled = alpha != 1.0 or accumulate
         if scaled and out is None:
             raise InputError("a scaled or accumulated product needs out")
-        if self.replay and self.method == "closed_form" and graphs.enabled(V):
-            got = self._replays(
-                (term, rows.names, cols.names),
-                V,
-                lambda W: self._sweep(W, term, rows, cols),
-                None if scaled else out,
-            )
+        if point.replay and graphs.enabled(V):
+            replays = point.kept(graphs.Replays, graphs.Replays)
+            got = replays((self.term, rows.names, cols.names), V, self._sweep, None if scaled else out)
             if scaled:
-                got = out.add_(got, alpha=alpha) if accumulate else torch.mul(got, alpha, out=out)
-            out = got
-        else:
-            out = self._sweep(V, term, rows, cols, out, alpha, accumulate)
-        self.matvecs += V.shape[0]
-        return out
-
-    @cached_property
-    def _replays(self) -> graphs.Replays:
-        return graphs.Replays()
+                assert out is not None
+                return out.add_(got, alpha=alpha) if accumulate else torch.mul(got, alpha, out=out)
+            return got
+        return self._sweep(V, out, alpha, accumulate)
 
     def _sweep(
-        self,
-        V: Tensor,
-        term: str,
-        rows: Layout,
-        cols: Layout,
-        out: Tensor | None = None,
-        alpha: float = 1.0,
-        accumulate: bool = False,
+        self, V: Tensor, out: Tensor | None = None, alpha: float = 1.0, accumulate: bool = False
     ) -> Tensor:
-        """:meth:`product`, swept: ``BATCH`` columns at a time through :attr:`sweep_tape`."""
-        if out is None:
-            out = pages.empty((V.shape[0], rows.size), V)
+        tape, term = self.products.sweep_tape, self.term
 
         def sweep(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
-            return self.sweep_tape.sweep(dparams, term, wanted, into, alpha, accumulate)
+            return tape.sweep(dparams, term, wanted, into, alpha, accumulate)
 
-        return sweep_in_batches(V, out, rows, cols, sweep, alpha, accumulate)
-
-    def operator(
-        self, term: str = "full", rows: Sequence[str] | None = None, cols: Sequence[str] | None = None
-    ) -> ProductsOperator:
-        """``H[rows, cols]`` of ``term`` as a :class:`~hessviz.products.hessian_operator.HessianOperator`
-        (names as ``cfg`` spells them; default: every name of this object)."""
-        check_term(term)
-        rows = self.names if rows is None else tuple(rows)
-        return ProductsOperator(self, term, rows, rows if cols is None else tuple(cols))
-
-    def matvec(
-        self,
-        v: Tensor | np.ndarray,
-        term: str = "full",
-        rows: Sequence[str] | None = None,
-        cols: Sequence[str] | None = None,
-    ) -> Tensor:
-        """``H v`` for ``v (P',)`` or ``(P', k)`` (same shape back; ``P'`` of ``cols``).
-
-        ``v`` is **cast** to the products' dtype and device (a float32 ``v`` on a float64 result is
-        promoted, a float64 ``v`` on float32 products rounded, a CPU ``v`` copied to the GPU);
-        anything but a floating-point tensor or array is refused. A ``(P', k)`` ``v`` in either
-        memory layout is swept ``k`` columns at a time as contiguous ``(k, P')`` rows (a
-        C-contiguous ``v`` is copied once into that layout); the result is ``(P', k)``, F-contiguous."""
-        return self.operator(term, rows, cols) @ v
-
-    def linear_operator(
-        self, term: str = "full", rows: Sequence[str] | None = None, cols: Sequence[str] | None = None
-    ) -> LinearOperator:
-        """``H[rows, cols]`` as a float64 scipy ``LinearOperator`` (``rmatvec`` is ``H[cols, rows]``)."""
-        return self.operator(term, rows, cols).to_scipy()
+        out = check_out(V, self.row_layout, out)
+        return sweep_in_batches(V, out, self.row_layout, self.col_layout, sweep, alpha, accumulate)

@@ -34,12 +34,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
+import torch
 from torch import Tensor
 
 from hessviz.block.placements import Step
 from hessviz.block.terms import SWEEP_RULES
 from hessviz.ops.base import Along, Maybe, Node, add
+from hessviz.ops.linear import Linear
 
 
 @dataclass(frozen=True)
@@ -88,10 +91,12 @@ def collect(
     for i, (name, g) in enumerate(zip(params, products)):
         if name not in wanted or g is None:
             continue
-        if dest is not None and dest[i] is not None and g.data_ptr() == dest[i].data_ptr():
+        view = None if dest is None else dest[i]
+        if view is not None and g.data_ptr() == view.data_ptr():
             written.add(name)
-        if name in written and out.get(name) is not None and out[name] is not g:
-            out[name].add_(g, alpha=alpha)  # a later term, into the view
+        before = out.get(name)
+        if name in written and before is not None and before is not g:
+            before.add_(g, alpha=alpha)  # a later term, into the view
         else:
             out[name] = add(out.get(name), g)
 
@@ -127,7 +132,9 @@ class Gradients(Mapping):
         node = self.tape._deferred.get(name)
         if node is None:
             return self.tape._small[name]
-        return node.parameter_adjoint(self.tape.adjoints[node.output], node.params.index(name))
+        g = node.parameter_adjoint(self.tape.adjoints[node.output], node.params.index(name))
+        assert g is not None  # a deferred node's weights have a gradient
+        return g
 
     def __iter__(self) -> Iterator[str]:
         yield from self.tape._small
@@ -173,7 +180,7 @@ class Tape:
                 continue
             self.adjoints[node.output] = gy
             if node.defers_params:
-                gx, gp = node.adjoint(gy, params=False)
+                gx, gp = node.adjoint(gy, params=False)  # type: ignore[call-arg]  # a deferring node's own face
                 self._deferred |= dict.fromkeys(node.params, node)
             else:
                 gx, gp = node.adjoint(gy)
@@ -208,13 +215,9 @@ class Tape:
         self, span: LayerSpan, dinputs: dict[str, Tensor], dparams: dict[str, Tensor]
     ) -> dict[str, Maybe]:
         """Forward tangents (JVP) of every value of ``span``'s nodes from the tangents ``dinputs``
-        of the values they read from outside and ``dparams`` of the weights (``k`` leading)."""
-        dvals: dict[str, Maybe] = dict(dinputs)
-        for node in self.nodes[span.start : span.stop]:
-            dvals[node.output] = node.tangent(
-                [dvals.get(n) for n in node.inputs], [dparams.get(p) for p in node.params]
-            )
-        return dvals
+        of the values they read from outside and ``dparams`` of the weights (``k`` leading):
+        :func:`tangents` of this one tape."""
+        return tangents([self.nodes[span.start : span.stop]], [dinputs], dparams)[0]
 
     def adjoint_tangents(
         self,
@@ -229,39 +232,12 @@ class Tape:
         alpha: float = 1.0,
         accumulate: bool = False,
     ) -> tuple[dict[str, Maybe], dict[str, Maybe]]:
-        """The tangent of the reverse sweep over ``span``: ``(θ̄̇ of wanted, x̄̇ of wanted_inputs)``.
-
-        ``seeds`` holds the adjoint tangents of the outputs (``None`` for zero); ``second`` keeps
-        the second-order parts. The first-order adjoints are the tape's (``∂ℓ/∂·`` of the loss).
-        ``into`` maps parameters to ``(k, *shape)`` views that a node which ``writes_into`` may
-        fill in place (the first node to produce that parameter's product only): with ``θ̄̇``, or,
-        given ``alpha`` / ``accumulate``, with ``(into if accumulate else 0) + alpha θ̄̇`` (a
-        batch's sequences summed into one product); the returned entry is then that view."""
-        into = into or {}
-        scaled = alpha != 1.0 or accumulate
-        written: set[str] = set()  # products written into their `into` view (scaled if `scaled`)
-        wanted_set = set(wanted) | set(wanted_inputs)
-        upstream = self._closure(span, frozenset(wanted_inputs))
-        dbars: dict[str, Maybe] = dict(seeds)
-        out: dict[str, Maybe] = {}
-        for node in reversed(self.nodes[span.start : span.stop]):
-            dgy = dbars.pop(node.output, None)
-            dx = [dvals.get(n) for n in node.inputs]
-            dp = [dparams.get(p) for p in node.params]
-            needed = needs(node, dgy, dx, dp, second, upstream, wanted_set)
-            if needed is None:
-                continue
-            along, dest = Along(dgy, dx, dp, second, *needed), None
-            if node.writes_into:
-                dest = [into.get(p) if p not in out else None for p in node.params]
-                scale = {"alpha": alpha, "beta": float(accumulate)} if scaled else {}
-                dgx, dgp = node.adjoint_tangent(along, dest=dest, **scale)
-            else:
-                dgx, dgp = node.adjoint_tangent(along)
-            for name, g in zip(node.inputs, dgx):
-                dbars[name] = add(dbars.get(name), g)
-            collect(out, written, node.params, dgp, dest, wanted_set, alpha)
-        return out, {name: dbars.get(name) for name in wanted_inputs}
+        """The tangent of the reverse sweep over ``span``: ``(θ̄̇ of wanted, x̄̇ of wanted_inputs)``
+        (:func:`adjoint_tangents` of this one tape)."""
+        out, (dins,) = adjoint_tangents(
+            [self], span, [dvals], dparams, [seeds], second, wanted, wanted_inputs, into, alpha, accumulate
+        )
+        return out, dins
 
     def sweep(
         self,
@@ -277,20 +253,172 @@ class Tape:
         ``dparams`` maps a parameter name to its tangent of shape ``(k, *shape)``; missing
         names have zero tangent. Returns ``name -> (k, *shape)`` (``None`` when exactly 0);
         a product may be the view of ``into`` it was written into, scaled by ``alpha`` and added
-        to it when ``accumulate`` (:meth:`adjoint_tangents`).
+        to it when ``accumulate`` (:func:`adjoint_tangents`): :func:`sweep` of this one tape.
         """
-        seed_curvature, second = SWEEP_RULES[term]
-        dvals = self.tangents(self.whole, {}, dparams)
-        dZ = dvals[self.output]
-        seed = output_seed(self.loss_hvp, dZ, seed_curvature)
-        return self.adjoint_tangents(
-            self.whole,
-            dvals,
-            dparams,
-            {self.output: seed},
-            second,
-            wanted,
-            into=into,
-            alpha=alpha,
-            accumulate=accumulate,
-        )[0]
+        return sweep([self], dparams, term, wanted, into, alpha, accumulate)
+
+
+# ----------------------------------------------------------------------------- the one sweep loop
+# Written once over ``B ≥ 1`` tapes of the same nodes ("lanes": the sequences of a batch, side by
+# side). One tape is ``B = 1``; :mod:`hessviz.products.lockstep` and :mod:`hessviz.products.checkpoint`
+# call these with several.
+
+
+def _cat(pieces: list[Maybe]) -> Maybe:
+    """``B`` tangents ``(k, L, n)`` as ``(k, B L, n)`` (``None`` when they are zero; one: itself)."""
+    if pieces[0] is None or len(pieces) == 1:
+        return pieces[0]
+    return torch.cat([p for p in pieces if p is not None], dim=1)
+
+
+def _split(t: Maybe, B: int) -> list[Maybe]:
+    """``(k, B L, n) -> B`` views ``(k, L, n)`` (one: itself)."""
+    if t is None:
+        return [None] * B
+    return [t] if B == 1 else list(t.chunk(B, dim=1))
+
+
+def _linear(nodes: Sequence[Sequence[Node]], i: int) -> list[Linear]:
+    """Node ``i`` of every lane, a linear map in each (the lanes have the same nodes)."""
+    out: list[Linear] = []
+    for lane in nodes:
+        node = lane[i]
+        assert isinstance(node, Linear)
+        out.append(node)
+    return out
+
+
+def tangents(
+    nodes: Sequence[Sequence[Node]],
+    dinputs: Sequence[Mapping[str, Maybe]],
+    dparams: Mapping[str, Tensor],
+) -> list[dict[str, Maybe]]:
+    """Forward tangents of every value of ``B`` lanes' nodes, ``nodes[β]`` those of lane ``β`` (the
+    same nodes across ``β``, their values differ), from the tangents ``dinputs[β]`` of the values
+    they read from outside and the weights' shared ``dparams (k, *shape)``. A node that
+    is a linear map (token-wise) runs once on the ``B·L`` stacked rows
+    (:meth:`~hessviz.ops.linear.Linear.stacked`; itself for one lane); every other node per lane."""
+    B = len(nodes)
+    dvals: list[dict[str, Maybe]] = [dict(d) for d in dinputs]
+    for i, node in enumerate(nodes[0]):
+        dp = [dparams.get(p) for p in node.params]
+        if B == 1:  # one tape: each node as it is
+            d = dvals[0]
+            d[node.output] = node.tangent([d.get(x) for x in node.inputs], dp)
+        elif node.writes_into:
+            dx = _cat([d.get(node.inputs[0]) for d in dvals])
+            y = cast(Linear, node).stacked(_linear(nodes, i), adjoints=False).tangent([dx], dp)
+            for d, piece in zip(dvals, _split(y, B)):
+                d[node.output] = piece
+        else:
+            for n, d in zip(nodes, dvals):
+                d[node.output] = n[i].tangent([d.get(x) for x in node.inputs], dp)
+    return dvals
+
+
+def adjoint_tangents(
+    tapes: Sequence[Tape],
+    span: LayerSpan,
+    dvals: Sequence[Mapping[str, Maybe]],
+    dparams: Mapping[str, Tensor],
+    seeds: Sequence[Mapping[str, Maybe]],
+    second: bool,
+    wanted: Sequence[str],
+    wanted_inputs: Sequence[str] = (),
+    into: Mapping[str, Tensor] | None = None,
+    alpha: float = 1.0,
+    accumulate: bool = False,
+) -> tuple[dict[str, Maybe], list[dict[str, Maybe]]]:
+    """The tangent of the reverse sweep over ``span`` of ``B`` tapes of the same nodes:
+    ``(Σ_β θ̄̇_β of wanted, per tape x̄̇ of wanted_inputs)``.
+
+    ``seeds[β]`` holds tape ``β``'s adjoint tangents of its outputs (``None`` for zero); ``second``
+    keeps the second-order parts. The first-order adjoints are the tapes' (``∂ℓ/∂·`` of the loss).
+    ``into`` maps parameters to ``(k, *shape)`` views that a node which ``writes_into`` may fill in
+    place (the first node to produce that parameter's product only): a linear map, run once on the
+    lanes' stacked
+    rows: with ``Σ_β θ̄̇_β``, or, given ``alpha`` / ``accumulate``, with
+    ``(into if accumulate else 0) + alpha Σ_β θ̄̇_β``; the returned entry is then that view. Every
+    other entry is the unscaled sum (:meth:`~hessviz.products.layout.Layout.gather` scales it).
+    Every other node runs per lane and its parameter products are summed over the lanes."""
+    B, first = len(tapes), tapes[0]
+    nodes = [t.nodes for t in tapes]
+    into = into or {}
+    scale = {"alpha": alpha, "beta": float(accumulate)} if alpha != 1.0 or accumulate else {}
+    written: set[str] = set()  # products written into their `into` view (scaled if `scale`)
+    wanted_set = set(wanted) | set(wanted_inputs)
+    upstream = first._closure(span, frozenset(wanted_inputs))
+    dbars = [dict(s) for s in seeds]
+    out: dict[str, Maybe] = {}
+    for i in reversed(range(span.start, span.stop)):
+        node = first.nodes[i]
+        dgys = [db.pop(node.output, None) for db in dbars]
+        dp = [dparams.get(p) for p in node.params]
+        dxs = [[d.get(x) for x in node.inputs] for d in dvals]
+        needed = needs(node, dgys[0], dxs[0], dp, second, upstream, wanted_set)  # the same for every lane
+        if needed is None:
+            continue
+        need_x, need_p = needed
+        dest = None
+        dgxs: list[Sequence[Maybe]]
+        dgp: list[Maybe]
+        if node.writes_into:  # a linear map: once, on the lanes' stacked rows (one lane: itself)
+            dest = [into.get(p) if p not in out else None for p in node.params]
+            lin = cast(Linear, node)
+            lin = lin if B == 1 else lin.stacked(_linear(nodes, i), adjoints=True)
+            dgx, dgp = lin.adjoint_tangent(
+                Along(_cat(dgys), [_cat([dx[0] for dx in dxs])], dp, second, need_x, need_p),
+                dest=dest,
+                **scale,
+            )
+            dgxs = [dgx] if B == 1 else [[g] for g in _split(dgx[0], B)]
+        elif B == 1:  # one tape: its node's products as they are
+            gx, dgp = node.adjoint_tangent(Along(dgys[0], dxs[0], dp, second, need_x, need_p))
+            dgxs = [gx]
+        else:
+            dgxs, dgp = [], [None for _ in node.params]
+            for n, dgy, dx in zip(nodes, dgys, dxs):
+                gx, gp = n[i].adjoint_tangent(Along(dgy, dx, dp, second, need_x, need_p))
+                dgxs.append(gx)
+                dgp = [add(a, b) for a, b in zip(dgp, gp)]
+        for db, lane in zip(dbars, dgxs):
+            for name, g in zip(node.inputs, lane):
+                db[name] = add(db.get(name), g)
+        collect(out, written, node.params, dgp, dest, wanted_set, alpha)
+    return out, [{name: db.get(name) for name in wanted_inputs} for db in dbars]
+
+
+def seeds(
+    tapes: Sequence[Tape], dvals: Sequence[Mapping[str, Maybe]], seed_curvature: bool
+) -> list[dict[str, Maybe]]:
+    """Each tape's seed ``Z̄̇ = ∇²_Z ℓ · Ż`` at its output (``None``: zero, or the term has none)."""
+    return [{t.output: output_seed(t.loss_hvp, d[t.output], seed_curvature)} for t, d in zip(tapes, dvals)]
+
+
+def sweep(
+    tapes: Sequence[Tape],
+    dparams: Mapping[str, Tensor],
+    term: str,
+    wanted: Sequence[str],
+    into: Mapping[str, Tensor] | None = None,
+    alpha: float = 1.0,
+    accumulate: bool = False,
+) -> dict[str, Maybe]:
+    """The sweep: ``Σ_β θ̄̇_β`` of the ``wanted`` parameters over ``B`` tapes of the same nodes (one
+    tape: its ``θ̄̇``), the tangents ``dparams (k, *shape)`` shared: the forward tangents of the whole
+    tapes, the seed of ``term`` (:data:`hessviz.block.terms.SWEEP_RULES`), the tangent of the
+    reverse sweep (:func:`adjoint_tangents`; ``into``, ``alpha``, ``accumulate`` as there)."""
+    seed_curvature, second = SWEEP_RULES[term]
+    dvals = tangents([t.nodes for t in tapes], [{} for _ in tapes], dparams)
+    return adjoint_tangents(
+        tapes,
+        tapes[0].whole,
+        dvals,
+        dparams,
+        seeds(tapes, dvals, seed_curvature),
+        second,
+        wanted,
+        into=into,
+        alpha=alpha,
+        accumulate=accumulate,
+    )[0]

@@ -8,7 +8,6 @@ environment variable ``HESSVIZ_MEMORY_LIMIT`` (bytes, or a number with a unit su
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 
@@ -97,28 +96,3 @@ def check_fits(what: str, needed: int, device: torch.device | str, advice: str) 
             needed_bytes=needed,
             limit_bytes=limit,
         )
-
-
-HUGE_PAGE_MIN_BYTES = 64 << 20
-
-
-def empty(rows: int, cols: int, *, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
-    """An uninitialised ``(rows, cols)`` tensor; large CPU ones are backed by huge pages.
-
-    A fresh dense Hessian is hundreds of MB, and on the CPU the kernel's 4 KiB page
-    faults cost more than writing it. An anonymous mapping advised ``MADV_HUGEPAGE``
-    faults in 2 MiB pages instead, 512 times fewer faults (timings:
-    ``benchmarks/MATFREE_NOTES.md``); where that is not available this is plain
-    ``torch.empty``. The tensor keeps the mapping alive.
-    """
-    device = torch.device(device)
-    nbytes = rows * cols * torch.empty((), dtype=dtype).element_size()
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if device.type != "cpu" or advice is None or nbytes < HUGE_PAGE_MIN_BYTES:
-        return torch.empty(rows, cols, dtype=dtype, device=device)
-    try:
-        buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        buffer.madvise(advice)
-    except (OSError, ValueError):
-        return torch.empty(rows, cols, dtype=dtype, device=device)
-    return torch.frombuffer(buffer, dtype=dtype).view(rows, cols)

@@ -1,4 +1,7 @@
-r"""Large product buffers without a page fault per 4 KiB: transparent huge pages where the kernel offers them.
+r"""Large buffers without a page fault per 4 KiB: transparent huge pages where the kernel offers them.
+
+The one allocator of large buffers: product columns, Lanczos bases, probes and the dense terms
+(a fresh dense Hessian is hundreds of MB, and there too the 4 KiB faults cost more than writing it).
 
 A product column of a MiniLM layer is ``P = 1.77 M`` float64 entries, 14 MiB. A fresh buffer of
 that size is a fresh ``mmap`` (glibc serves allocations above its threshold that way and returns

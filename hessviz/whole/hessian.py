@@ -15,8 +15,9 @@ loss=hv.CustomLoss(∇_Z ℓ_β, ∇²_Z ℓ_β))`` with the objective's closed 
 The terms split at ``Z``: ``outer`` carries the objective's curvature in ``Z`` (final norm and head
 included), ``functional`` the layers' second derivatives.
 
-:class:`ModelHessian` answers ``names``, ``size``, ``matvec``, ``linear_operator``,
-``block_operator``, ``gradient``, and the spectral tools of :mod:`hessviz.matfree`
+:class:`ModelHessian` answers ``names``, ``size``, ``operator`` (a :class:`BatchOperator`; ``matvec``,
+``linear_operator`` and ``block_operator`` over it, :class:`~hessviz.result.OperatorResult`),
+``gradient``, and the spectral tools of :mod:`hessviz.matfree`
 (``top_eigenvalues``, ``eigenpairs``, ``density``, ``trace``, ``block_table``) take it as they
 take a one-block result: they read its ``cfg``, ``names`` and ``products``.
 """
@@ -29,10 +30,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import final
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
 from hessviz.api import _tape_gradient, forward, hessian, hessian_bytes
@@ -48,9 +49,9 @@ from hessviz.products.block import build_at_output
 from hessviz.products.checkpoint import Checkpoints
 from hessviz.products.hessian_operator import HessianOperator, ProductsOperator
 from hessviz.products.layout import Layout
-from hessviz.products.operator import BATCH, MatrixFreeHessian, sweep_in_batches
+from hessviz.products.operator import BATCH, MatrixFreeHessian, TapeOperator, sweep_in_batches
 from hessviz.products.tape import Tape
-from hessviz.result import HessianResult
+from hessviz.result import HessianResult, OperatorResult
 from hessviz.runtime import pages
 from hessviz.whole.model import Model
 from hessviz.whole.ranks import ONE, Ranks, agree, all_succeeded, ranks
@@ -72,18 +73,84 @@ class WholeLayout:
         self.size = start
 
 
-class BatchProducts(MatrixFreeHessian):
-    """``(1/B) Σ_β H_β V``: the per-sequence products of ``parts``, each scaled and added into
-    one output in order (the weights' products by their GEMMs, in place: no per-sequence
-    ``P'``-sized vector), then summed over the ranks of ``ranks`` (:mod:`hessviz.whole.ranks`;
-    ``B`` counts every rank's sequences).
+@final
+class BatchOperator(ProductsOperator):
+    """A whole model's engine, ``(k, |cols|) -> (k, |rows|)``: ``(1/B) Σ_β H_β V``, the per-sequence
+    products scaled and added into one output in order (the weights' products by their GEMMs, in
+    place: no per-sequence ``P'``-sized vector; in one lockstep or checkpointed sweep when the
+    tapes allow), then summed over the ranks. With the head's weights among the names, the ``full``
+    term only (:func:`head_product`)."""
 
-    Answers what :class:`~hessviz.products.operator.MatrixFreeHessian` does (``layout``,
-    ``product``, ``matvec``, ``linear_operator``) for the stack ``cfg``, and for a classifier's
-    ``head.W`` / ``head.b`` among the names (``terms``: each sequence's
-    :class:`~hessviz.losses.HeadTerms`; ``head``: the classifier's ``W (d, C)``, ``None``
-    for ``"next_token"``; the ``full`` term only). ``like`` gives the dtype and device (a rank
-    without sequences has no ``X``)."""
+    products: BatchProducts
+    row_layout: WholeLayout
+    col_layout: WholeLayout
+
+    def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
+        batch, term, rows, cols = self.products, self.term, self.row_layout, self.col_layout
+        if rows.heads or cols.heads:
+            if term != "full":
+                named = ", ".join(dict.fromkeys(rows.heads + cols.heads))
+                raise ConfigError(
+                    f"term {term!r} with the head's weights ({named}): "
+                    "the outer/functional split is at Z, which the head's weights are not "
+                    "behind; use term='full'"
+                )
+            total = None
+            for part, terms in zip(batch.parts, batch.terms):
+                p = (
+                    torch.cat([head_product(part, terms, c, rows, cols) for c in V.split(BATCH)])
+                    if V.shape[0]
+                    else V.new_zeros(0, rows.size)
+                )
+                total = p.mul_(batch.weight) if total is None else total.add_(p, alpha=batch.weight)
+            total = _zero(V, rows, out) if total is None else total if out is None else out.copy_(total)
+        else:  # every sequence's product scaled and added into one (k, P') output, in place
+            total = _zero(V, rows, out) if not batch.parts else out
+            if total is None:
+                total = pages.empty((V.shape[0], rows.size), V)
+            if batch.parts and (batch.checkpoints is not None or batch.lockstep(V)):
+                self._lockstep(V, rows.stack, cols.stack, total)
+            else:
+                for b, one in enumerate(self._sequences):
+                    one.scaled(V, total, batch.weight, accumulate=b > 0)
+            for part in batch.parts:
+                part.matvecs += V.shape[0]
+        return batch.ranks.all_reduce_(total)
+
+    @cached_property
+    def _sequences(self) -> list[TapeOperator]:
+        """Each sequence's closed-form engine on this operator's layer rows and columns."""
+        rows, cols = self.row_layout.stack.names, self.col_layout.stack.names
+        return [TapeOperator(part, self.term, rows, cols) for part in self.products.parts]
+
+    def _lockstep(self, V: Tensor, rows: Layout, cols: Layout, out: Tensor) -> None:
+        """``out = (1/B) Σ_β H_β V`` over this rank's sequences in one lockstep sweep per ``BATCH``
+        columns (:func:`hessviz.products.lockstep.sweep`; checkpointed,
+        :meth:`hessviz.products.checkpoint.Checkpoints.sweep`)."""
+        batch, term = self.products, self.term
+        if batch.checkpoints is not None:
+            swept = batch.checkpoints.sweep
+        else:
+            swept = functools.partial(lockstep.sweep, [p.sweep_tape for p in batch.parts])
+
+        def sweep(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
+            return swept(dparams, term, wanted, into, batch.weight)
+
+        sweep_in_batches(V, out, rows, cols, sweep, batch.weight)
+
+
+@final
+class BatchProducts:
+    """A whole model's products at its point (a :class:`~hessviz.products.hessian_operator.Products`):
+    the per-sequence states ``parts`` of the stack ``cfg`` (each a
+    :class:`~hessviz.products.operator.MatrixFreeHessian`), the names (a classifier's ``head.W`` /
+    ``head.b`` among them: ``terms``, each sequence's :class:`~hessviz.losses.HeadTerms`; ``head``,
+    the classifier's ``W (d, C)``, ``None`` for ``"next_token"``), the weight ``1/B`` (``B`` counts
+    every rank's sequences), the ranks ``ranks`` (:mod:`hessviz.whole.ranks`) and, checkpointed, the
+    :class:`~hessviz.products.checkpoint.Checkpoints`. Its engine is :class:`BatchOperator`. ``like``
+    gives the dtype and device (a rank without sequences has no ``X``)."""
+
+    engine = BatchOperator
 
     def __init__(
         self,
@@ -92,7 +159,7 @@ class BatchProducts(MatrixFreeHessian):
         names: tuple[str, ...],
         terms: list[HeadTerms | None] | None = None,
         *,
-        like: Tensor | None = None,
+        like: Tensor,
         head: Tensor | None = None,
         sequences: int | None = None,
         ranks: Ranks = ONE,
@@ -102,7 +169,8 @@ class BatchProducts(MatrixFreeHessian):
         self.checkpoints = checkpoints
         self.terms = terms or [None] * len(parts)
         self.X = parts[0].X if parts else like
-        self.head = head if head is not None or not parts or self.terms[0] is None else self.terms[0].W
+        first = self.terms[0] if parts else None
+        self.head = head if head is not None or first is None else first.W
         self.weight = 1.0 / (len(parts) if sequences is None else sequences)
         self.ranks = ranks
         self.matvecs = 0
@@ -115,44 +183,10 @@ class BatchProducts(MatrixFreeHessian):
         shapes = {} if self.head is None else {HEAD_W: tuple(self.head.shape), HEAD_B: (self.head.shape[1],)}
         return WholeLayout(Layout(self.cfg, self.cfg.sort_names(stack)), heads, shapes)
 
-    def product(
-        self, V: Tensor, term: str, rows: WholeLayout, cols: WholeLayout, out: Tensor | None = None
-    ) -> Tensor:
-        """``(k, |cols|) -> (k, |rows|)``: the weighted sum of the sequences' products, the first
-        written into ``out`` when given (:meth:`MatrixFreeHessian.product`)."""
-        if rows.heads or cols.heads:
-            if term != "full":
-                named = ", ".join(dict.fromkeys(rows.heads + cols.heads))
-                raise ConfigError(
-                    f"term {term!r} with the head's weights ({named}): "
-                    "the outer/functional split is at Z, which the head's weights are not "
-                    "behind; use term='full'"
-                )
-            total = None
-            for part, terms in zip(self.parts, self.terms):
-                p = (
-                    torch.cat([head_product(part, terms, c, rows, cols) for c in V.split(BATCH)])
-                    if V.shape[0]
-                    else V.new_zeros(0, rows.size)
-                )
-                total = p.mul_(self.weight) if total is None else total.add_(p, alpha=self.weight)
-            total = self._zero(V, rows, out) if total is None else total if out is None else out.copy_(total)
-        else:  # every sequence's product scaled and added into one (k, P') output, in place
-            total = self._zero(V, rows, out) if not self.parts else out
-            if total is None:
-                total = pages.empty((V.shape[0], rows.size), V)
-            if self.parts and (self.checkpoints is not None or self._lockstep(V)):
-                self._lockstep_product(V, term, rows.stack, cols.stack, total)
-            else:
-                for b, part in enumerate(self.parts):
-                    part.product(V, term, rows.stack, cols.stack, total, self.weight, accumulate=b > 0)
-        self.matvecs += V.shape[0]
-        return self.ranks.all_reduce_(total)
-
-    def _lockstep(self, V: Tensor) -> bool:
-        """Whether the sequences' sweeps can run as one (:mod:`hessviz.products.lockstep`): hand-written
-        tapes of the same nodes, and no CUDA-graph replay to keep (a GPU's per-sequence replays)."""
-        if len(self.parts) < 2 or any(p.method != "closed_form" for p in self.parts):
+    def lockstep(self, V: Tensor) -> bool:
+        """Whether the sequences' sweeps can run as one (:mod:`hessviz.products.lockstep`): tapes of
+        the same nodes, and no CUDA-graph replay to keep (a GPU's per-sequence replays)."""
+        if len(self.parts) < 2:
             return False
         if any(p.replay for p in self.parts) and graphs.enabled(V):
             return False
@@ -160,27 +194,10 @@ class BatchProducts(MatrixFreeHessian):
             self._same_nodes = lockstep.same_nodes([p.sweep_tape for p in self.parts])
         return self._same_nodes
 
-    def _lockstep_product(self, V: Tensor, term: str, rows: Layout, cols: Layout, out: Tensor) -> None:
-        """``out = (1/B) Σ_β H_β V`` over this rank's sequences in one lockstep sweep per ``BATCH``
-        columns (:func:`hessviz.products.lockstep.sweep`; checkpointed,
-        :meth:`hessviz.products.checkpoint.Checkpoints.sweep`)."""
-        if self.checkpoints is not None:
-            swept = self.checkpoints.sweep
-        else:
-            tapes = [p.sweep_tape for p in self.parts]
-            swept = functools.partial(lockstep.sweep, tapes)
 
-        def sweep(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
-            return swept(dparams, term, wanted, into, self.weight)
-
-        sweep_in_batches(V, out, rows, cols, sweep, self.weight)
-        for p in self.parts:
-            p.matvecs += V.shape[0]
-
-    @staticmethod
-    def _zero(V: Tensor, rows: WholeLayout, out: Tensor | None) -> Tensor:
-        """The product of a rank without sequences: zeros, ``(k, |rows|)`` (into ``out`` when given)."""
-        return V.new_zeros(V.shape[0], rows.size) if out is None else out.zero_()
+def _zero(V: Tensor, rows: WholeLayout, out: Tensor | None) -> Tensor:
+    """The product of a rank without sequences: zeros, ``(k, |rows|)`` (into ``out`` when given)."""
+    return V.new_zeros(V.shape[0], rows.size) if out is None else out.zero_()
 
 
 def head_product(
@@ -312,7 +329,8 @@ class Problem:
         )
 
 
-class ModelHessian:
+@final
+class ModelHessian(OperatorResult):
     """Products with the Hessian of a whole model's objective in ``names`` (see the module docstring).
 
     ``names`` are the public names (``l{i}.W_Q[h]``); ``cfg`` and ``products`` are the stack's own
@@ -369,7 +387,7 @@ class ModelHessian:
         ``(P', P')``, its names and blocks in the public spelling (``l{i}.W_Q[h]``, ``head.W``)."""
         check_term(term)
         names = self.public_names
-        return ProductsOperator(
+        return BatchOperator(
             self.products,
             term,
             names,
@@ -378,29 +396,6 @@ class ModelHessian:
             functools.partial(_public, self.cfg),
             source=self,
         )
-
-    def matvec(
-        self,
-        v: Tensor | np.ndarray,
-        term: str = "full",
-        rows: Sequence[str] | None = None,
-        cols: Sequence[str] | None = None,
-    ) -> Tensor:
-        """``H v`` for ``v (P',)`` or ``(P', k)``; ``rows``/``cols`` restrict to a block."""
-        op = self.operator(term)
-        if rows is not None or cols is not None:
-            op = op.block(op.rows if rows is None else rows, op.cols if cols is None else cols)
-        return op @ v
-
-    def linear_operator(self, term: str = "full") -> LinearOperator:
-        """``term`` over ``names`` as a float64 scipy ``LinearOperator``."""
-        return self.operator(term).to_scipy()
-
-    def block_operator(
-        self, rows: Sequence[str] | str, cols: Sequence[str] | str | None = None, term: str = "full"
-    ) -> LinearOperator:
-        """``H[rows, cols]`` (``cols`` defaults to ``rows``: a diagonal block) as a ``LinearOperator``."""
-        return self.operator(term).block(rows, cols).to_scipy()
 
     def gradient(self, names: Sequence[str] | str | None = None) -> dict[str, Tensor]:
         """``∂ℓ/∂W`` per name (public names; default ``names``), the mean over the sequences."""
