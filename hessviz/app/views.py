@@ -19,6 +19,7 @@ from hessviz import plots
 from hessviz.app import budget, cache, settings, state, warm
 from hessviz.app.address import Lesson
 from hessviz.app.state import View
+from hessviz.block.config import NORMED
 from hessviz.block.terms import NAMES
 from hessviz.experiments.ln_collapse import sigma_axis
 from hessviz.experiments.scaling import BEND_TOL
@@ -42,8 +43,8 @@ SCALING_PAIRS = (
     "q_norm_gamma,q_norm_gamma",
     "ln1_gamma,ln1_gamma",
 )
-PLACEMENTS = ("attention", "post", "pre")
-"""The placements of the Scaling page's side-by-side chart."""
+PLACEMENTS = ("attention", "post", "pre", "peri")
+"""The placements of the Scaling page's side-by-side chart (Peri-LN, ``MODEL.md`` part 5, beside the rest)."""
 FIT_REGIME = {
     "xnorm": "‖X‖₂ ≤ 1.",
     "L": "L ≥ 4.",
@@ -70,7 +71,7 @@ def scaling_pairs(view: View) -> tuple[str, ...]:
 
 def placed(view: View, norm: str) -> View:
     """The view's block with LayerNorm placed at ``norm`` (no γ/β where there is no LayerNorm)."""
-    return view.with_values(norm=norm, affine=view.cfg.ln_affine and norm in ("post", "pre"))
+    return view.with_values(norm=norm, affine=view.cfg.ln_affine and norm in NORMED)
 
 
 @dataclass

@@ -33,7 +33,7 @@ from hessviz.laws.fitting import t_interval
 from hessviz.laws.sweeps import Sweep, block_norms_measure, in_layer, seeded_inputs, sweep
 from hessviz.matfree.spectra import matrix_norm
 
-PLACEMENTS = ("post", "pre")
+PLACEMENTS = ("post", "pre", "peri")
 CURVES = (
     ("W_Q", "W_Q", "outer"),
     ("W_Q", "W_Q", "functional"),

@@ -45,7 +45,9 @@ PLUS, EQUALS = 10, 11
 LENGTH = 3 * DIGITS + 3
 ANSWER = DIGITS + 1
 LN_EPS = 1e-5
-PLACEMENTS = ("none", "pre")
+PLACEMENTS = ("none", "pre", "peri")
+FINAL_NORM = ("pre", "peri")
+"""The placements whose model ends in a final LayerNorm before ``W_U`` (TransformerLens; Gemma)."""
 REFERENCE = {("W_Q", "outer"): 6.0, ("W_Q", "functional"): 5.0, ("W_V", "outer"): 2.0}
 """The paper's reference slopes in σ."""
 FIT_RANGE = (0.01, 0.1)
@@ -126,14 +128,20 @@ def block_norms(
     W_U = torch.randn(d, VOCAB, generator=gen, dtype=torch.float64) / d**0.5
     ids = addition_batch(batch, gen)
     names = [
-        hv.block.config.layer_name(i, w) if n_layers > 1 else w for i in range(n_layers) for w in ("W_Q", "W_V")
+        hv.block.config.layer_name(i, w) if n_layers > 1 else w
+        for i in range(n_layers)
+        for w in ("W_Q", "W_V")
     ]
     total: dict[str, Tensor] = {}
     for b in range(batch):
         X = E[ids[b]] + P
         Z = hv.forward(cfg, params, X)
         res = hv.hessian(
-            cfg, params, X, loss=answer_loss(Z, ids[b], W_U, norm == "pre", 1.0 / batch), wrt=tuple(names)
+            cfg,
+            params,
+            X,
+            loss=answer_loss(Z, ids[b], W_U, norm in FINAL_NORM, 1.0 / batch),
+            wrt=tuple(names),
         )
         for n in names:
             for t in TERMS:

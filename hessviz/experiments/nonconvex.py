@@ -18,7 +18,7 @@ from hessviz.experiments.common import NEGATIVE_RTOL, SOURCES, Claim, Measuremen
 from hessviz.laws.sweeps import seeded_inputs
 from hessviz.matfree.spectra import eigenvalues, negative_summary
 
-PLACEMENTS = ("attention", "none", "post", "pre")
+PLACEMENTS = ("attention", "none", "post", "pre", "peri")
 TERMS = PARTS_FIRST
 
 
@@ -81,6 +81,8 @@ def measure_nonconvex(quick: bool = False) -> Measurement:
         measured[f"full_negative_share_{pl}"] = float(g["share"]["full"][i].mean())
         measured[f"full_negative_mass_{pl}"] = float(g["mass"]["full"][i].mean())
         measured[f"full_negative_mass_{pl}_by_norm"] = g["mass"]["full"][i].mean(axis=1).tolist()
+        measured[f"functional_negative_share_{pl}"] = float(g["share"]["functional"][i].mean())
+        measured[f"functional_negative_mass_{pl}"] = float(g["mass"]["functional"][i].mean())
     measured["norms"] = list(norms)
     measured["fraction_of_cases_full_indefinite"] = float((g["share"]["full"] > 0).mean())
     data = {"norms": np.asarray(norms)}

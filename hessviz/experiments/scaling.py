@@ -166,7 +166,7 @@ def report_xnorm6(ms: Measurement, v: Verdict) -> tuple[str, dict]:
 # ----------------------------------------------------------------------------------------------
 # placement
 
-PLACEMENTS = ("attention", "none", "post", "pre")
+PLACEMENTS = ("attention", "none", "post", "pre", "peri")
 MID_NORM_RANGE = (0.3, 3.0)
 
 
