@@ -271,3 +271,40 @@ def test_head_slices_and_a_subset_beside_the_output_norms():
         assert_close(res.term(term), whole.term(term)[idx][:, idx], 1e-12, f"wrt {term}", atol=floor)
         alone = hv.hessian(cfg, params, X, Y, wrt=wrt).block("W_K[1]", "ln2_out_beta", term)
         assert_close(alone, res.term(term)[res.offsets["W_K[1]"], res.offsets["ln2_out_beta"]], 1e-12, term)
+
+
+@pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
+def test_an_output_norm_makes_its_sublayers_weights_scale_invariant_so_the_functional_term_is_indefinite(
+    norm_type,
+):
+    """Why Peri-LN's full Hessian carries more negative curvature (claim ``nonconvex``): with
+    ``ln_eps = 0`` the output norm divides out the scale of its sublayer's output, and that output is
+    positively homogeneous of degree 1 in ``W_V`` (attention is linear in it), in ``W_2`` and, through
+    ReLU, in ``W_1``. So ``ℓ(c W) = ℓ(W)`` for ``c > 0``; differentiating, ``J w = 0`` (``Z`` does not
+    move along ``w``, ``vec W`` in θ), ``gᵀ w = 0`` and ``H w = −g_W``, the gradient's ``W`` block alone
+    (from ``c ∇_W ℓ(c W) = ∇_W ℓ(W)`` and ``∇_θ' ℓ(c W) = ∇_θ' ℓ(W)`` at ``c = 1``). Hence
+    ``H_outer w = 0`` and ``H_functional w = −g_W``: on the plane of ``w`` and ``g_W`` the Hessian reads
+    ``[[0, −‖g_W‖²], [−‖g_W‖², ·]]``, whose determinant is negative: an eigenvalue below zero for each
+    such weight, all from the functional term. Pre-LN has none (its sublayer output joins the residual unnormalised); ``W_Q``, ``W_K``
+    (softmax) are not homogeneous."""
+    cfg = hv.BlockConfig(norm="peri", norm_type=norm_type, seq_len=4, d_model=5, d_k=3, d_ff=6)
+    params, X, Y = _setup(cfg, seed=7)
+    res, grads = hv.hessian(cfg, params, X, Y), hv.gradient(cfg, params, X, Y)
+    scale = float(torch.linalg.norm(res.full))
+    for name in cfg.param_names:
+        w, g = torch.zeros(res.size, dtype=F64), torch.zeros(res.size, dtype=F64)
+        w[res.offsets[name]], g[res.offsets[name]] = params[name].reshape(-1), grads[name].reshape(-1)
+        homogeneous = name in ("W_V", "W_1", "W_2")
+        gap = float(torch.linalg.norm(res.full @ w + g)) / float(torch.linalg.norm(g))
+        assert (gap < 1e-10) is homogeneous, (name, gap)
+        if homogeneous:
+            assert float(torch.linalg.norm(res.outer @ w)) < 1e-12 * scale * float(torch.linalg.norm(w))
+            assert_close(res.functional @ w, -g, 1e-10, f"H_functional w = −g for {name}")
+            assert abs(float(g @ w)) < 1e-12 * float(torch.linalg.norm(g) * torch.linalg.norm(w))
+            plane = torch.stack([w / torch.linalg.norm(w), g / torch.linalg.norm(g)], 1)
+            assert float(torch.linalg.eigvalsh(plane.T @ res.full @ plane)[0]) < 0
+    pre = hv.BlockConfig(**{**cfg.values(), "norm": "pre"})
+    res, grads = hv.hessian(pre, params, X, Y), hv.gradient(pre, params, X, Y)
+    w, g = torch.zeros(res.size, dtype=F64), torch.zeros(res.size, dtype=F64)
+    w[res.offsets["W_2"]], g[res.offsets["W_2"]] = params["W_2"].reshape(-1), grads["W_2"].reshape(-1)
+    assert float(torch.linalg.norm(res.full @ w + g)) > 1e-3 * float(torch.linalg.norm(g))

@@ -171,7 +171,7 @@ def scaling(
     progress: Callable[[float, str], None] | None = None,
 ) -> Scaling:
     """Sweep the ``pair_s`` block (``"W_Q,W_Q"``) over ``axis`` for ``n_seeds`` seeds, and the same
-    for the three :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point. The sweeps
+    for each of the :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point. The sweeps
     read cached points; the fits and figures are made once per view and the whole result is kept
     (:func:`hessviz.app.cache.view`), so the view's next visitor reads it in one look-up."""
     key = scaling_key(view, axis, pair_s, n_seeds, layer)
@@ -190,8 +190,10 @@ def scaling(
 
     spair = side_pair(pair)
     main = run(view, view.cfg.describe(), pair, 0.0, 0.4)
+    share = 0.6 / len(PLACEMENTS)
     side = {
-        norm: run(placed(view, norm), norm, spair, 0.4 + 0.2 * k, 0.2) for k, norm in enumerate(PLACEMENTS)
+        norm: run(placed(view, norm), norm, spair, 0.4 + share * k, share)
+        for k, norm in enumerate(PLACEMENTS)
     }
 
     def made() -> Scaling:  # once per view, for every visitor of a lesson link

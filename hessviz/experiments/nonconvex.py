@@ -65,6 +65,22 @@ def spectrum_grid(
     return out
 
 
+PERI_WHY = (
+    "Non-convex share of the functional term (negative eigenvalues / P; their mass): Post-LN "
+    "{functional_negative_share_post:.2f}; {functional_negative_mass_post:.2f}, Pre-LN "
+    "{functional_negative_share_pre:.2f}; {functional_negative_mass_pre:.2f}, Peri-LN "
+    "{functional_negative_share_peri:.2f}; {functional_negative_mass_peri:.2f}. Why Peri-LN carries the "
+    "most: with ε = 0 each output norm divides out the scale of its sublayer's output, which is "
+    "homogeneous of degree 1 in W_V, in W_2 and (through ReLU) in W_1, so the loss does not change "
+    "along w = vec W: J w = 0 and H w = −g_W (differentiate c ∇_W ℓ(cW) = ∇_W ℓ(W) at c = 1), so "
+    "H_outer w = 0 and H_functional w = −g_W; on the plane of w and g_W the Hessian reads "
+    "[[0, −‖g_W‖²], [−‖g_W‖², ·]], whose determinant is negative: one more negative eigenvalue per such "
+    "weight, all in the functional term (tests/test_block_peri.py checks H w = −g_W). Pre-LN adds its "
+    "sublayer outputs unnormalised and has no such direction."
+)
+"""Why Peri-LN's functional term is the most indefinite: a sentence of the claim's note (``str.format``
+of the measured numbers)."""
+
 INDEFINITE_SHARE = 0.9
 """The full Hessian is "not PSD" in general when it is indefinite in more than this share of cases."""
 
@@ -120,7 +136,8 @@ def report_nonconvex(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         + ". Negative mass from the smallest to the largest ‖X‖₂: "
         + "; ".join(f"{pl} {mass[pl][0]:.2f} → {mass[pl][-1]:.2f}" for pl in pls)
         + ". The outer term alone never has a negative eigenvalue, so all negative curvature comes from "
-        "the functional term (softmax, LayerNorm and the bilinear score)."
+        "the functional term (softmax, LayerNorm and the bilinear score). "
+        + (PERI_WHY.format(**ms.numbers) if "functional_negative_mass_peri" in ms.numbers else "")
     )
     mid = len(norms) // 2
     figs = {
