@@ -285,8 +285,8 @@ def test_an_output_norm_makes_its_sublayers_weights_scale_invariant_so_the_funct
     (from ``c ∇_W ℓ(c W) = ∇_W ℓ(W)`` and ``∇_θ' ℓ(c W) = ∇_θ' ℓ(W)`` at ``c = 1``). Hence
     ``H_outer w = 0`` and ``H_functional w = −g_W``: on the plane of ``w`` and ``g_W`` the Hessian reads
     ``[[0, −‖g_W‖²], [−‖g_W‖², ·]]``, whose determinant is negative: an eigenvalue below zero for each
-    such weight, all from the functional term. Pre-LN has none (its sublayer output joins the residual unnormalised); ``W_Q``, ``W_K``
-    (softmax) are not homogeneous."""
+    such weight, all from the functional term. Pre-LN has none (its sublayer output joins the residual
+    unnormalised); ``W_Q``, ``W_K`` (softmax) are not homogeneous."""
     cfg = hv.BlockConfig(norm="peri", norm_type=norm_type, seq_len=4, d_model=5, d_k=3, d_ff=6)
     params, X, Y = _setup(cfg, seed=7)
     res, grads = hv.hessian(cfg, params, X, Y), hv.gradient(cfg, params, X, Y)
