@@ -257,7 +257,7 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         + (
             f"Peri-LN (a norm before and after each sublayer, a final LayerNorm as Gemma has): W_Q outer "
             f"{row('peri', 'W_Q', 'outer')}; W_Q functional {row('peri', 'W_Q', 'functional')}; W_V outer "
-            f"{row('peri', 'W_V', 'outer')}. " + PERI_WHY
+            f"{row('peri', 'W_V', 'outer')}. " + PERI_WHY + " "
             if any(k.startswith("slope_peri_") for k in m)
             else ""
         )

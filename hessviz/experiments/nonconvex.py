@@ -69,8 +69,9 @@ PERI_WHY = (
     "Non-convex share of the functional term (negative eigenvalues / P; their mass): Post-LN "
     "{functional_negative_share_post:.2f}; {functional_negative_mass_post:.2f}, Pre-LN "
     "{functional_negative_share_pre:.2f}; {functional_negative_mass_pre:.2f}, Peri-LN "
-    "{functional_negative_share_peri:.2f}; {functional_negative_mass_peri:.2f}. Why Peri-LN carries the "
-    "most: with ε = 0 each output norm divides out the scale of its sublayer's output, which is "
+    "{functional_negative_share_peri:.2f}; {functional_negative_mass_peri:.2f}. Peri-LN's full Hessian "
+    "has {peri_rank} negative mass of the placements here. Why Peri-LN has more than Pre-LN: with ε = 0 "
+    "each output norm divides out the scale of its sublayer's output, which is "
     "homogeneous of degree 1 in W_V, in W_2 and (through ReLU) in W_1, so the loss does not change "
     "along w = vec W: J w = 0 and H w = −g_W (differentiate c ∇_W ℓ(cW) = ∇_W ℓ(W) at c = 1), so "
     "H_outer w = 0 and H_functional w = −g_W; on the plane of w and g_W the Hessian reads "
@@ -80,6 +81,16 @@ PERI_WHY = (
 )
 """Why Peri-LN's functional term is the most indefinite: a sentence of the claim's note (``str.format``
 of the measured numbers)."""
+
+
+def _rank(m: dict) -> str:
+    """``"the largest"``, ``"the 2nd largest"``, …: Peri-LN's place by the full term's negative mass."""
+    masses = sorted(
+        (m[k] for k in m if k.startswith("full_negative_mass_") and "_by_" not in k), reverse=True
+    )
+    at = masses.index(m["full_negative_mass_peri"]) + 1
+    return "the largest" if at == 1 else f"the {at}{'nd' if at == 2 else 'rd' if at == 3 else 'th'} largest"
+
 
 INDEFINITE_SHARE = 0.9
 """The full Hessian is "not PSD" in general when it is indefinite in more than this share of cases."""
@@ -137,7 +148,11 @@ def report_nonconvex(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         + "; ".join(f"{pl} {mass[pl][0]:.2f} → {mass[pl][-1]:.2f}" for pl in pls)
         + ". The outer term alone never has a negative eigenvalue, so all negative curvature comes from "
         "the functional term (softmax, LayerNorm and the bilinear score). "
-        + (PERI_WHY.format(**ms.numbers) if "functional_negative_mass_peri" in ms.numbers else "")
+        + (
+            PERI_WHY.format(**ms.numbers, peri_rank=_rank(ms.numbers))
+            if "full_negative_mass_peri" in ms.numbers
+            else ""
+        )
     )
     mid = len(norms) // 2
     figs = {
