@@ -16,25 +16,42 @@ from torch import Tensor
 
 from hessviz.block.config import BlockConfig, layer_name, parse_name
 from hessviz.losses import CustomLoss, Loss, block_loss
+from hessviz.ops.layernorm import refuse_undefined
 
 
-def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
+def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, *, check: bool = True) -> Tensor:
     """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 to 3, and part 5's
     ``peri``, ``attn_scale``, ``window``, ``softcap``); a stack applies its blocks in layer order, each
-    with its own weights and its own config (:meth:`~hessviz.block.config.BlockConfig.layer`)."""
+    with its own weights and its own config (:meth:`~hessviz.block.config.BlockConfig.layer`).
+
+    With ``ln_eps = 0`` a norm whose input row is constant (RMSNorm: zero), such as a Peri-LN output
+    norm after a ReLU sublayer that is zero in a row, divides by ``σ = 0``: ``check`` raises
+    :class:`~hessviz.errors.InputError` naming the norm (``l1.ln2_out``) and the rows instead of a NaN.
+    The check reads values, so a caller inside a ``torch.func`` transform passes ``check=False``
+    (having checked the point eagerly, as :func:`loss_of_theta` and :func:`model_jacobian` do)."""
     if not cfg.is_stack:
-        return _block_forward(cfg, params, X)
+        return _block_forward(cfg, params, X, "" if check else None)
     for layer in range(cfg.n_layers):
         weights = {n: params[layer_name(layer, n)] for n in cfg.block.param_names}
-        X = _block_forward(cfg.layer(layer), weights, X)
+        X = _block_forward(cfg.layer(layer), weights, X, layer_name(layer, "") if check else None)
     return X
 
 
 def torch_norm(
-    z: Tensor, norm_type: str, eps: float, gamma: Tensor | None = None, beta: Tensor | None = None
+    z: Tensor,
+    norm_type: str,
+    eps: float,
+    gamma: Tensor | None = None,
+    beta: Tensor | None = None,
+    where: str | None = None,
 ) -> Tensor:
     """The reference LayerNorm (``norm_type="layernorm"``) or RMSNorm (``"rmsnorm"``) of ``z (…, d)``
-    over its last axis, then ``· γ + β`` where given."""
+    over its last axis, then ``· γ + β`` where given. With ``where`` (the norm's name) and ``eps = 0``, a
+    row where ``σ = 0`` raises :class:`~hessviz.errors.InputError` naming ``where`` and the rows."""
+    if where is not None and eps == 0:
+        rms = norm_type == "rmsnorm"
+        var = (z * z).mean(-1, keepdim=True) if rms else z.var(-1, correction=0, keepdim=True)
+        refuse_undefined(var.detach(), f"{where} input", centre=not rms)
     # γ and β applied by hand: torch.func.hessian (forward over reverse) through
     # F.layer_norm(weight=γ) gives a wrong, asymmetric γ Hessian in torch 2.13
     # (reverse over reverse agrees with this form); tests/test_block_real_layers.py checks it
@@ -46,13 +63,16 @@ def torch_norm(
     return out if beta is None else out + beta
 
 
-def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
+def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, prefix: str | None) -> Tensor:
+    """One block; ``prefix`` (``""``, ``"l1."``) names its norms in the refusal of a row with ``σ = 0``,
+    ``None`` checks nothing (inside a ``torch.func`` transform)."""
     eps, L = cfg.ln_eps, X.shape[0]
     H, dk, dv = cfg.n_heads, cfg.d_k, cfg.value_width
     p = params.get
 
     def ln(z: Tensor, which: str) -> Tensor:
-        return torch_norm(z, cfg.norm_type, eps, p(f"{which}_gamma"), p(f"{which}_beta"))
+        where = None if prefix is None else prefix + which
+        return torch_norm(z, cfg.norm_type, eps, p(f"{which}_gamma"), p(f"{which}_beta"), where)
 
     def linear(x: Tensor, w: str, b: str) -> Tensor:
         out = x @ params[w]
@@ -161,9 +181,10 @@ def loss_of_theta(
 ) -> Callable[[Tensor], Tensor]:
     """``θ' ↦ ℓ``: the loss as a function of the flattened weights ``names`` (others fixed)."""
     _materialize(Y)
+    torch_forward(cfg, params, X)  # refuses a norm row with σ = 0 now, outside the transforms
 
     def f(theta: Tensor) -> Tensor:
-        return torch_loss(cfg, torch_forward(cfg, _unflatten(cfg, names, theta, params), X), Y)
+        return torch_loss(cfg, torch_forward(cfg, _unflatten(cfg, names, theta, params), X, check=False), Y)
 
     return f
 
@@ -171,8 +192,10 @@ def loss_of_theta(
 def model_jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, names: tuple[str, ...]) -> Tensor:
     """``∂ vec_r(Z)/∂θ``, ``(L*d, P')``, by ``torch.func.jacrev``."""
 
+    torch_forward(cfg, params, X)  # refuses a norm row with σ = 0 now, outside the transforms
+
     def f(theta: Tensor) -> Tensor:
-        return torch_forward(cfg, _unflatten(cfg, names, theta, params), X).reshape(-1)
+        return torch_forward(cfg, _unflatten(cfg, names, theta, params), X, check=False).reshape(-1)
 
     return torch.func.jacrev(f)(flatten(cfg, params, names))
 

@@ -102,3 +102,24 @@ def test_a_page_link_carries_the_view_that_page_will_write():
     visit(addr, "hessian_map", "L=6&term=outer")
     assert addr.page_value("term", "full", lambda texts: (texts[-1], None)) == "outer"
     assert addr.write() == back
+
+
+def test_a_peri_link_round_trips_across_pages_and_into_a_view():
+    """``norm=peri`` (MODEL.md part 5) is a value the app offers: a link to it opens Peri-LN with
+    RMSNorm, keeps it across pages and Back, writes it back unchanged, and the view built from it is
+    the library's Peri-LN block; a misspelt placement gets the app's line, not a view."""
+    addr = Address()
+    written = visit(addr, "scaling", "norm=peri&ntype=rmsnorm&L=6")
+    assert addr.shared["norm"] == "peri" and written["norm"] == ["peri"] and not addr.notes
+    visit(addr, "depth", "")
+    assert addr.shared["norm"] == "peri" and addr.nav_query("optimization")["norm"] == ["peri"]
+    visit(addr, "scaling", "norm=peri&ntype=rmsnorm&L=6", history=True)
+    assert addr.write() == written
+    view = state.View.from_values(addr.shared)
+    assert view.cfg.norm == "peri" and view.cfg.norm_type == "rmsnorm" and view.cfg.seq_len == 6
+    assert view.cfg.describe().startswith("Peri-LN block") and view.values["norm"] == "peri"
+    assert "peri" in state.APP_SETTINGS["norm"].choices
+    assert state.format_value("norm", "peri") == "peri"
+    bad = Address()
+    visit(bad, "scaling", "norm=perii")
+    assert any("norm=perii is not one of" in n and "peri" in n for n in bad.notes)

@@ -332,7 +332,8 @@ def test_depth_page_layer_matrix_profile_and_first_layer():
     norms = array(fig["data"][0]["customdata"])
     assert norms.shape == (3, 3) and np.allclose(norms, norms.T) and (norms > 0).all()
     profile = [d for d in figures(at)[1]["data"] if d.get("mode") == "lines+markers"]
-    assert [array(d["y"]).size for d in profile] == [3, 3]  # Post-LN and Pre-LN, one point per layer
+    assert [array(d["y"]).size for d in profile] == [3, 3, 3]  # Post-LN, Pre-LN, Peri-LN: a point per layer
+    assert [d["name"] for d in profile] == ["Post-LN", "Pre-LN", "Peri-LN"]
     at.segmented_control(key="dp_term").set_value("outer").run()
     assert not at.exception
     assert any("of outer, layer by layer" in t for t in titles(at))

@@ -13,6 +13,8 @@ from the recipe the engines read; one test checks it by hand against the contrac
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -178,18 +180,73 @@ def test_reference_forward_is_the_contracts_two_lines():
     assert_close(hv.forward(cfg, params, X), z, 1e-13, "hv.forward")
 
 
-def test_a_zero_sublayer_output_with_eps_zero_is_a_clear_error_naming_the_norm():
-    """ReLU without biases: ``W_1 = 0`` makes ``FFN(·) = 0`` in every row, whose ``ln2_out`` is undefined
-    with ``ln_eps = 0``: an :class:`InputError` (a ``ValueError``) naming ``ln2_out`` and the rows."""
-    cfg = hv.BlockConfig(norm="peri", seq_len=3, d_model=4, d_k=2, d_ff=3)
+def _every_path(cfg: hv.BlockConfig, params, X, Y) -> dict:
+    """Each way to a number at this point: the closed form dense, by products (``H V``, the operator, a
+    block by products), first order, and the autograd reference (forward, reverse over reverse, the
+    autograd engine)."""
+    V = torch.ones(sum(p.numel() for p in params.values()), 2, dtype=F64)
+    names = cfg.param_names
+    return {
+        "forward": lambda: hv.forward(cfg, params, X),
+        "dense": lambda: hv.hessian(cfg, params, X, Y).full,
+        "H V": lambda: hv.hessian(cfg, params, X, Y).matvec(V),
+        "operator": lambda: hv.hessian(cfg, params, X, Y).operator("functional") @ V,
+        "gradient": lambda: hv.gradient(cfg, params, X, Y),
+        "reference forward": lambda: reference.torch_forward(cfg, params, X),
+        "reference full": lambda: reference.full_hessian_rr(cfg, params, X, Y, names),
+        "reference outer": lambda: reference.outer_hessian(cfg, params, X, Y, names),
+        "autograd engine": lambda: hv.hessian(cfg, params, X, Y, method="autograd").full,
+    }
+
+
+@pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
+def test_a_zero_sublayer_output_with_eps_zero_is_a_clear_error_naming_the_norm(norm_type):
+    """ReLU without biases: ``W_1``'s columns ``−z₀ + c u``, with ``z₀`` the row 0 of ``ln2(Z1)`` and
+    ``u ⟂ z₀``, make row 0 of ``FFN = ReLU(ln2(Z1) W_1) W_2`` exactly zero (its pre-activations are
+    ``−‖z₀‖² < 0``) and not row 1 (``c`` makes its pre-activations positive). ``ln2_out`` then divides
+    by ``σ = 0`` with ``ln_eps = 0``: every path (closed form dense and by products, the gradient, the
+    autograd reference) raises an :class:`InputError`, a ``ValueError``, naming ``ln2_out`` and the
+    zero rows, never a NaN; with ``ln_eps > 0`` the same point is finite everywhere."""
+    cfg = hv.BlockConfig(norm="peri", norm_type=norm_type, seq_len=3, d_model=4, d_k=2, d_ff=3)
     params, X, Y = _setup(cfg)
-    params["W_1"] = torch.zeros_like(params["W_1"])
-    for run in (lambda: hv.forward(cfg, params, X), lambda: hv.hessian(cfg, params, X, Y).full):
-        with pytest.raises(InputError, match=r"ln2_out input F .* row\(s\) \[0, 1, 2\]"):
+
+    def ln(z):
+        return {"layernorm": F.layer_norm, "rmsnorm": F.rms_norm}[norm_type](z, (z.shape[-1],))
+
+    # the default ε of F.layer_norm and F.rms_norm moves z₀ by ~1e-6 relative: only signs matter below
+    attention = hv.BlockConfig(norm="attention", seq_len=3, d_model=4, d_k=2, d_ff=3)
+    sa = hv.forward(attention, {n: params[n] for n in attention.param_names}, ln(X))
+    z = ln(X + ln(sa))
+    u = z[1] - (z[1] @ z[0]) / (z[0] @ z[0]) * z[0]
+    column = -z[0] + 2 * (abs(float(z[1] @ z[0])) + 1) / float(u @ u) * u
+    params["W_1"] = column[:, None].expand(-1, cfg.d_ff).clone()
+    pre_activation = ln(X + ln(sa)) @ params["W_1"]
+    rows = torch.nonzero((pre_activation <= 0).all(-1)).flatten().tolist()  # FFN's zero rows
+    assert rows[0] == 0 and 1 not in rows
+    what = "zero variance" if norm_type == "layernorm" else "only zeros"
+    for path, run in _every_path(cfg, params, X, Y).items():
+        with pytest.raises(
+            InputError, match=rf"the ln2_out input .*{what} in row\(s\) {re.escape(str(rows))}:"
+        ) as err:
             run()
+        assert "ln_eps = 0" in str(err.value), path
     assert issubclass(InputError, ValueError)
     eps = hv.BlockConfig(**{**cfg.values(), "ln_eps": 1e-5})
-    assert torch.isfinite(hv.hessian(eps, params, X, Y).full).all()
+    for path, run in _every_path(eps, params, X, Y).items():
+        out = run()
+        values = out.values() if isinstance(out, dict) else [out]
+        assert all(bool(torch.isfinite(v).all()) for v in values), path
+
+
+def test_a_zero_attention_output_in_a_stack_names_the_layers_norm():
+    """``W_V = 0`` in layer 1 makes that layer's attention output zero in every row: ``l1.ln1_out`` and
+    rows 0, 1, 2, in the closed form and in the reference alike (GELU: no feed-forward row is zero)."""
+    cfg = hv.BlockConfig(norm="peri", n_layers=2, seq_len=3, d_model=4, d_k=2, d_ff=3, activation="gelu")
+    params, X, Y = _setup(cfg, seed=5)
+    params["l1.W_V"] = torch.zeros_like(params["l1.W_V"])
+    for run in _every_path(cfg, params, X, Y).values():
+        with pytest.raises(InputError, match=r"the l1\.ln1_out input .* row\(s\) \[0, 1, 2\]"):
+            run()
 
 
 def test_describe_and_cli_offer_peri():
@@ -214,3 +271,40 @@ def test_head_slices_and_a_subset_beside_the_output_norms():
         assert_close(res.term(term), whole.term(term)[idx][:, idx], 1e-12, f"wrt {term}", atol=floor)
         alone = hv.hessian(cfg, params, X, Y, wrt=wrt).block("W_K[1]", "ln2_out_beta", term)
         assert_close(alone, res.term(term)[res.offsets["W_K[1]"], res.offsets["ln2_out_beta"]], 1e-12, term)
+
+
+@pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
+def test_an_output_norm_makes_its_sublayers_weights_scale_invariant_so_the_functional_term_is_indefinite(
+    norm_type,
+):
+    """Why Peri-LN's full Hessian carries more negative curvature (claim ``nonconvex``): with
+    ``ln_eps = 0`` the output norm divides out the scale of its sublayer's output, and that output is
+    positively homogeneous of degree 1 in ``W_V`` (attention is linear in it), in ``W_2`` and, through
+    ReLU, in ``W_1``. So ``ℓ(c W) = ℓ(W)`` for ``c > 0``; differentiating, ``J w = 0`` (``Z`` does not
+    move along ``w``, ``vec W`` in θ), ``gᵀ w = 0`` and ``H w = −g_W``, the gradient's ``W`` block alone
+    (from ``c ∇_W ℓ(c W) = ∇_W ℓ(W)`` and ``∇_θ' ℓ(c W) = ∇_θ' ℓ(W)`` at ``c = 1``). Hence
+    ``H_outer w = 0`` and ``H_functional w = −g_W``: on the plane of ``w`` and ``g_W`` the Hessian reads
+    ``[[0, −‖g_W‖²], [−‖g_W‖², ·]]``, whose determinant is negative: an eigenvalue below zero for each
+    such weight, all from the functional term. Pre-LN has none (its sublayer output joins the residual
+    unnormalised); ``W_Q``, ``W_K`` (softmax) are not homogeneous."""
+    cfg = hv.BlockConfig(norm="peri", norm_type=norm_type, seq_len=4, d_model=5, d_k=3, d_ff=6)
+    params, X, Y = _setup(cfg, seed=7)
+    res, grads = hv.hessian(cfg, params, X, Y), hv.gradient(cfg, params, X, Y)
+    scale = float(torch.linalg.norm(res.full))
+    for name in cfg.param_names:
+        w, g = torch.zeros(res.size, dtype=F64), torch.zeros(res.size, dtype=F64)
+        w[res.offsets[name]], g[res.offsets[name]] = params[name].reshape(-1), grads[name].reshape(-1)
+        homogeneous = name in ("W_V", "W_1", "W_2")
+        gap = float(torch.linalg.norm(res.full @ w + g)) / float(torch.linalg.norm(g))
+        assert (gap < 1e-10) is homogeneous, (name, gap)
+        if homogeneous:
+            assert float(torch.linalg.norm(res.outer @ w)) < 1e-12 * scale * float(torch.linalg.norm(w))
+            assert_close(res.functional @ w, -g, 1e-10, f"H_functional w = −g for {name}")
+            assert abs(float(g @ w)) < 1e-12 * float(torch.linalg.norm(g) * torch.linalg.norm(w))
+            plane = torch.stack([w / torch.linalg.norm(w), g / torch.linalg.norm(g)], 1)
+            assert float(torch.linalg.eigvalsh(plane.T @ res.full @ plane)[0]) < 0
+    pre = hv.BlockConfig(**{**cfg.values(), "norm": "pre"})
+    res, grads = hv.hessian(pre, params, X, Y), hv.gradient(pre, params, X, Y)
+    w, g = torch.zeros(res.size, dtype=F64), torch.zeros(res.size, dtype=F64)
+    w[res.offsets["W_2"]], g[res.offsets["W_2"]] = params["W_2"].reshape(-1), grads["W_2"].reshape(-1)
+    assert float(torch.linalg.norm(res.full @ w + g)) > 1e-3 * float(torch.linalg.norm(g))

@@ -53,7 +53,12 @@ TOOLBARS_SHOWN = (
 )
 """How many charts show plotly's mode bar (none on a touch screen: it would sit over the titles)."""
 
-EXPECTED = {"attention": "Self-attention alone", "pre": "Pre-LN block", "post": "Post-LN block"}
+EXPECTED = {
+    "attention": "Self-attention alone",
+    "pre": "Pre-LN block",
+    "post": "Post-LN block",
+    "peri": "Peri-LN block",
+}
 
 
 @pytest.mark.parametrize("index", range(len(TOUR)), ids=[s.page + str(i + 1) for i, s in enumerate(TOUR)])

@@ -166,3 +166,26 @@ def test_relative_error_still_sees_a_wrong_small_block():
     ref = torch.full((3, 3), 1e-5)
     assert relative_error(torch.zeros(3, 3), ref, floor=1e-6) > 0.09  # a 100 % error in a small block
     assert relative_error(torch.zeros(3, 3), torch.full((3, 3), 1e-17), floor=1e-6) < 1e-10
+
+
+def test_norm_peri_from_the_command_line(tmp_path, capsys):
+    """``--norm peri`` (MODEL.md part 5): ``compute`` writes the Peri-LN block's terms, whose θ with
+    ``--ln-affine`` has the output norms' γ/β in the contract's order, and ``verify`` passes it."""
+    out = tmp_path / "peri"
+    flags = ["--norm", "peri", "-L", "3", "-d", "4", "--d-k", "2", "--d-ff", "3", "--ln-eps", "1e-5"]
+    assert main(["compute", *flags, "--ln-affine", "--out", str(out)]) == 0
+    summary = json.loads(out.with_suffix(".json").read_text())
+    assert summary["names"] == [
+        "ln1_gamma", "ln1_beta", "W_Q", "W_K", "W_V", "ln1_out_gamma", "ln1_out_beta",
+        "ln2_gamma", "ln2_beta", "W_1", "W_2", "ln2_out_gamma", "ln2_out_beta",
+    ]  # fmt: skip
+    data = np.load(out.with_suffix(".npz"))
+    np.testing.assert_allclose(data["outer"] + data["functional"], data["full"], atol=1e-13)
+    capsys.readouterr()
+    assert main(["verify", *flags]) == 0
+    text = capsys.readouterr().out
+    assert "Peri-LN" in text and "OK" in text
+    run = subprocess.run(
+        [sys.executable, "-m", "hessviz", "compute", "--norm", "perii"], capture_output=True, text=True
+    )
+    assert run.returncode != 0 and "peri" in run.stderr and "Traceback" not in run.stderr

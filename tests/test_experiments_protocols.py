@@ -70,11 +70,18 @@ def test_the_classifier_block_and_gradient_are_their_autograd():
     torch.testing.assert_close(H, torch.func.hessian(loss)(W.ravel()), rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("source", ["pydoc-postln", "pydoc-llama"])
+@pytest.mark.parametrize("source", ["pydoc-postln", "pydoc-llama", gp.PERI])
 def test_the_protocols_gradient_norms_are_autograds(source):
     """The closed-form per-tensor gradients (hv.model_hessian) of the Classifier objective, and the
-    pooled state of the head's block, against autograd through the reference forward."""
-    model = hv.load_model(source)
+    pooled state of the head's block, against autograd through the reference forward; also for the
+    Peri-LN variant of pydoc-preln, a whole model whose every layer is ``norm="peri"``."""
+    if source == gp.PERI:
+        model = gp.peri_variant(hv.load_model(gp.PAIR[1]))
+        assert model.cfg.norm == "peri" and all(c.norm == "peri" for c, _ in model)
+        assert model.params["l1.ln2_out_gamma"].eq(1).all() and model.params["l1.ln1_out_beta"].eq(0).all()
+        source = gp.PAIR[1]  # its tokenizer and batches
+    else:
+        model = hv.load_model(source)
     ids, labels = dt.build().batches(source, 2, seed=0)[0]
     ids = ids[:, :10]
     got = gp.gradient_norms(model, ids, labels, seed=0)

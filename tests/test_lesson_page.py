@@ -60,7 +60,8 @@ def test_a_lesson_page_is_self_contained_and_bakes_the_open_controls(pages):
     data = _data(pages["scaling"])
     keys = [c["key"] for c in data["controls"]]
     assert keys == ["norm"], "sc_axis and sc_blk are hidden by the link: not baked"
-    assert len(data["views"]) == 3
+    assert len(data["views"]) == 4  # attention alone (the link's), Post-LN, Pre-LN, Peri-LN
+    assert data["views"]["3"]["describe"].startswith("Peri-LN block")
     assert "This lesson page covers sequence length L from 2 to 64" in text
     first = data["views"]["0"]
     assert first["describe"].startswith("Self-attention alone") and len(first["figures"]) == 2

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hessviz.app import views
-from hessviz.app.tour import LN_DECADES, TOUR, Stop, scaling_facts
+from hessviz.app.tour import LN_DECADES, TOUR, Stop, scaling_facts, side_facts
 from hessviz.experiments.scaling import BEND_TOL
 from hessviz.laws.fitting import bend_point
 from hessviz.matfree.spectra import negative_summary
@@ -83,18 +83,36 @@ def test_a_scaling_stop_quotes_the_slope_its_chart_fits_and_where_its_curve_bend
         assert "flatter than −3" in stop.notice and -3 < number(drawn) < 0
 
 
-def test_the_placement_stop_quotes_each_panel_title_to_its_precision():
-    """Stop 2 once said −0.05 where its panel said -0.0."""
-    stop = TOUR[1]
+@pytest.mark.parametrize("at", [i for i, s in enumerate(TOUR) if s.facts is side_facts])
+def test_a_placement_stop_quotes_each_panel_title_to_its_precision(at):
+    """Stop 2 once said −0.05 where its panel said -0.0. The side-by-side chart draws every placement
+    of :data:`views.PLACEMENTS` (Peri-LN among them); each one a story names is quoted as drawn."""
+    stop = TOUR[at]
     side = _live(stop, {})[1]
     panels = {
         a["text"].split("<br>")[0]: a["text"] for a in side["layout"]["annotations"] if "<br>" in a["text"]
     }
+    assert set(panels) >= {PLACEMENT_NAMES[n] for n in views.PLACEMENTS}, panels
     story, facts = stop.story(), stop.numbers()
-    for norm in views.PLACEMENTS:
+    named = [n for n in views.PLACEMENTS if "{" + n + "}" in stop.notice]
+    assert len(named) >= 3, named
+    for norm in named:
         drawn = re.search(SLOPE, panels[PLACEMENT_NAMES[norm]]).group(1)
         assert facts[norm] == drawn and drawn in story, (norm, drawn, story)
         assert re.fullmatch(r"−?\d+\.\d\d", drawn), drawn  # two decimals, a true minus
+
+
+def test_the_peri_stop_sets_peri_beside_post_and_pre_and_its_words_hold():
+    """The Peri-LN stop: its own view is the Peri-LN block, its story quotes Post-LN, Pre-LN and
+    Peri-LN, and says Peri-LN stays flat "as in Pre-LN" while Post-LN climbs: the drawn slopes agree
+    (|slope| < 0.5 for both, Post-LN above 1). The chain-rule reason it gives is checked exactly in
+    ``tests/test_block_peri.py`` and measured in the claim ``placement``."""
+    [stop] = [s for s in TOUR if s.params.get("norm") == "peri"]
+    assert stop.view().cfg.norm == "peri" and stop.view().cfg.describe().startswith("Peri-LN block")
+    facts = {k: number(v) for k, v in stop.numbers().items()}
+    assert all("{" + n + "}" in stop.notice for n in ("post", "pre", "peri"))
+    assert abs(facts["peri"]) < 0.5 and abs(facts["pre"]) < 0.5 and facts["post"] > 1, facts
+    assert "flat" in stop.notice and "as in Pre-LN" in stop.notice
 
 
 def test_the_spectrum_stop_counts_the_eigenvalues_its_chart_draws_in_each_loss():

@@ -110,8 +110,8 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
         if steps:
             tr = costs.training_cost(cfg, steps, extra.get("seeds", 1) * 2)
             return Cost(tr.seconds, tr.bytes, f"the training runs ({int(steps)} steps of P = {P:,})")
-        d = costs.diagonal_blocks_cost(cfg)
-        return Cost(2 * d.seconds, 2 * d.bytes, f"the heterogeneity ({d.what})")
+        d, n = costs.diagonal_blocks_cost(cfg), len(HETEROGENEITY_SIDES)
+        return Cost(n * d.seconds, n * d.bytes, f"the heterogeneity ({d.what})")
     if kind == "spectrum_matfree":  # per term: top-k and bottom-k by Lanczos, an SLQ density
         k, probes, steps = int(extra.get("k", 5)), int(extra.get("probes", 4)), int(extra.get("steps", 30))
         terms = int(extra.get("terms", 3))
@@ -139,8 +139,14 @@ def cost(kind: str, cfg: BlockConfig, **extra: float) -> Cost:
     raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
+DEPTH_SIDES = ("post", "pre", "peri")
+"""The placements the Depth page sets side by side."""
+HETEROGENEITY_SIDES = ("post", "pre", "peri")
+"""The placements the Optimization page's gradient view sets side by side."""
+
+
 def depth_points(cfg: BlockConfig, depth: int, seeds: int) -> list[BlockConfig]:
-    """The stacks the Depth page computes a point of, one per point: for Post-LN and Pre-LN and each
+    """The stacks the Depth page computes a point of, one per point: for each of :data:`DEPTH_SIDES` and each
     seed, every layer of a ``depth``-block stack, then the first layer of stacks of
     ``hessviz.laws.sweeps.DEFAULT_GRIDS["layers"]`` blocks."""
     import dataclasses
@@ -148,7 +154,7 @@ def depth_points(cfg: BlockConfig, depth: int, seeds: int) -> list[BlockConfig]:
     from hessviz.laws.sweeps import DEFAULT_GRIDS
 
     out = []
-    for norm in ("post", "pre"):
+    for norm in DEPTH_SIDES:
         placed = dataclasses.replace(cfg.block, norm=norm)
         stacks = [depth] * depth + [int(n) for n in DEFAULT_GRIDS["layers"]]
         out += [dataclasses.replace(placed, n_layers=n) for n in stacks for _ in range(seeds)]

@@ -164,15 +164,15 @@ def _first(link: object, others: Sequence, limit: int) -> tuple:
 
 
 def _placement(link: str) -> Baked:
-    """The LayerNorm placement as a baked control: the link's own first, then the three the Scaling
-    page sets side by side."""
-    norms = _first(link, views.PLACEMENTS, 4)
+    """The LayerNorm placement as a baked control: the link's own first, then the ones the Scaling
+    page sets side by side (attention alone, Post-LN, Pre-LN, Peri-LN)."""
+    norms = _first(link, views.PLACEMENTS, len(views.PLACEMENTS) + 1)
     return Baked("norm", state.APP_SETTINGS["norm"].label, norms, norms)
 
 
 class ScalingLesson(LessonSpec):
     """The Scaling page: the sweep's own axis is covered by each chart; baked are the placement
-    (attention, Post-LN, Pre-LN), up to three blocks and the axis (‖X‖₂ and L, the two the theory
+    (attention, Post-LN, Pre-LN, Peri-LN), up to three blocks and the axis (‖X‖₂ and L, the two the theory
     gives an exponent for)."""
 
     page = "scaling"

@@ -1,4 +1,4 @@
-"""The classroom tour: five stops, each a page of the app with its settings and what to notice.
+"""The classroom tour: six stops, each a page of the app with its settings and what to notice.
 
 The Learn page steps through them (Back / Next, the story beside a live view of the stop); each
 stop is also a plain link a teacher can paste into slides (:meth:`Stop.query`), and the browser
@@ -228,6 +228,20 @@ TOUR: tuple[Stop, ...] = (
         layernorm_facts,
         (Variant("capped", "ε = 1e-06", {"eps": "1e-06"}),),
         ("LayerNorm ε", "ε = 0"),
+    ),
+    Stop(
+        "Peri-LN: a norm on both sides",
+        "scaling",
+        {"norm": "peri", "sc_axis": "xnorm", "sc_blk": "W_Q,W_Q"},
+        "Peri-LN, the placement of Gemma 2 and 3, puts a LayerNorm on both sides of each sublayer: "
+        "Z₁ = X + LN(SA(LN(X))). Same sweep as the second stop; scroll to the side-by-side chart. The "
+        "outer W_Q–W_Q block of the Peri-LN block has slope **{peri}**, beside Post-LN's {post} and "
+        "Pre-LN's {pre}. Follow the chain rule from W_Q to the output: the attention sees LN(X), "
+        "which does not depend on ‖X‖₂, and the norm after it divides out the scale of the "
+        "attention's output, so no factor on the path carries ‖X‖₂ and the curvature stays flat, as "
+        "in Pre-LN. What the second norm adds: each sublayer joins the residual stream with rows of "
+        "unit scale, whatever its weights.",
+        side_facts,
     ),
 )
 """The tour, in the order a 20-minute lesson takes it."""

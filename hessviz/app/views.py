@@ -19,6 +19,7 @@ from hessviz import plots
 from hessviz.app import budget, cache, settings, state, warm
 from hessviz.app.address import Lesson
 from hessviz.app.state import View
+from hessviz.block.config import NORMED
 from hessviz.block.terms import NAMES
 from hessviz.experiments.ln_collapse import sigma_axis
 from hessviz.experiments.scaling import BEND_TOL
@@ -42,8 +43,8 @@ SCALING_PAIRS = (
     "q_norm_gamma,q_norm_gamma",
     "ln1_gamma,ln1_gamma",
 )
-PLACEMENTS = ("attention", "post", "pre")
-"""The placements of the Scaling page's side-by-side chart."""
+PLACEMENTS = ("attention", "post", "pre", "peri")
+"""The placements of the Scaling page's side-by-side chart (Peri-LN, ``MODEL.md`` part 5, beside the rest)."""
 FIT_REGIME = {
     "xnorm": "‖X‖₂ ≤ 1.",
     "L": "L ≥ 4.",
@@ -70,7 +71,7 @@ def scaling_pairs(view: View) -> tuple[str, ...]:
 
 def placed(view: View, norm: str) -> View:
     """The view's block with LayerNorm placed at ``norm`` (no γ/β where there is no LayerNorm)."""
-    return view.with_values(norm=norm, affine=view.cfg.ln_affine and norm in ("post", "pre"))
+    return view.with_values(norm=norm, affine=view.cfg.ln_affine and norm in NORMED)
 
 
 @dataclass
@@ -170,7 +171,7 @@ def scaling(
     progress: Callable[[float, str], None] | None = None,
 ) -> Scaling:
     """Sweep the ``pair_s`` block (``"W_Q,W_Q"``) over ``axis`` for ``n_seeds`` seeds, and the same
-    for the three :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point. The sweeps
+    for each of the :data:`PLACEMENTS`; ``progress(fraction, text)`` after each point. The sweeps
     read cached points; the fits and figures are made once per view and the whole result is kept
     (:func:`hessviz.app.cache.view`), so the view's next visitor reads it in one look-up."""
     key = scaling_key(view, axis, pair_s, n_seeds, layer)
@@ -189,8 +190,10 @@ def scaling(
 
     spair = side_pair(pair)
     main = run(view, view.cfg.describe(), pair, 0.0, 0.4)
+    share = 0.6 / len(PLACEMENTS)
     side = {
-        norm: run(placed(view, norm), norm, spair, 0.4 + 0.2 * k, 0.2) for k, norm in enumerate(PLACEMENTS)
+        norm: run(placed(view, norm), norm, spair, 0.4 + share * k, share)
+        for k, norm in enumerate(PLACEMENTS)
     }
 
     def made() -> Scaling:  # once per view, for every visitor of a lesson link

@@ -40,6 +40,7 @@ than the placement (hessviz/data/models/README.md).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ from torch import Tensor
 
 import hessviz as hv
 from hessviz import plots
+from hessviz.block.config import layer_name
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.experiments.docstring_task import MODULES, build
 from hessviz.laws.fitting import gini, t_interval
@@ -63,6 +65,8 @@ PAPER_GINI = {"post": 0.941, "pre": 0.880}
 MODELS = ("pydoc-postln", "pydoc-preln", "pydoc-llama", "all-MiniLM-L6-v2")
 PAIR = ("pydoc-postln", "pydoc-preln")
 MINILM = "all-MiniLM-L6-v2"
+PERI = "pydoc-preln+peri"
+"""The Peri-LN variant of ``pydoc-preln`` (:func:`peri_variant`): its Gini sits beside the pair's."""
 BATCH = 4
 TOL = 1e-2
 HEAD_STD = 0.02
@@ -161,6 +165,52 @@ class Plan:
     eig_seeds: int
 
 
+def peri_variant(model: hv.Model) -> hv.Model:
+    """``model`` (a Pre-LN stack) as Peri-LN (``MODEL.md`` part 5): the same trained weights, and after
+    each sublayer an output norm of the model's own kind with ``γ = 1``, ``β = 0`` (untrained: the
+    norm that Peri-LN adds, at the initialisation Gemma and Kim et al. start from)."""
+    params, layers = {}, []
+    for i, (cfg, weights) in enumerate(model.layers):
+        peri = dataclasses.replace(cfg, norm="peri")
+        extra = {f"{w}_gamma": torch.ones(cfg.d_model, dtype=model.dtype) for w in ("ln1_out", "ln2_out")}
+        extra.update(
+            {f"{w}_beta": torch.zeros(cfg.d_model, dtype=model.dtype) for w in ("ln1_out", "ln2_out")}
+        )
+        own = {n: {**weights, **extra}[n] for n in peri.param_names}
+        layers.append((peri, own))
+        params.update({layer_name(i, n): v for n, v in own.items()})
+    cfg = dataclasses.replace(model.cfg, norm="peri")
+    return dataclasses.replace(model, source=PERI, cfg=cfg, params=params, layers=layers)
+
+
+def peri_rows(task, plan: dict[str, Plan], per_model: dict) -> tuple[dict, dict]:
+    """The Peri-LN variant of ``pydoc-preln`` on the very batches of the pair (one tokenizer): its Gini
+    (mean [min, max]) and the paired differences against Pre-LN and Post-LN with 95 % t-intervals."""
+    pl = plan[PAIR[1]]
+    model = peri_variant(hv.load_model(PAIR[1]))
+    t = time.perf_counter()
+    grads = np.stack(
+        [
+            gradient_norms(model, ids, labels, s)
+            for s in pl.seeds
+            for ids, labels in task.batches(PAIR[1], BATCH, s)[: pl.grad_batches]
+        ]
+    )
+    g = np.array([gini(x) for x in grads])
+    measured = {
+        f"gini_{PERI}": float(g.mean()),
+        f"gini_band_{PERI}": [float(g.min()), float(g.max())],
+        f"seconds_per_gradient_batch_{PERI}": (time.perf_counter() - t) / len(grads),
+    }
+    for other, key in ((PAIR[1], "gini_peri_minus_pre_pair"), (PAIR[0], "gini_post_minus_peri_pair")):
+        diff = per_model[other]["gini"] - g if other == PAIR[0] else g - per_model[other]["gini"]
+        md, lo, hi = t_interval(diff)
+        measured[key], measured[f"{key}_ci"] = md, [lo, hi]
+    names = tensors(model.cfg.n_layers) + (HEAD,)
+    per_model[PERI] = {"gini": g, "grad": grads, "names": names, "plan": Plan(pl.seeds, pl.grad_batches, 0)}
+    return measured, {f"{PERI}_grad": grads, f"{PERI}_names": np.array(names)}
+
+
 def _settings(quick: bool) -> dict[str, Plan]:
     """``model -> Plan`` for the models present (MiniLM when installed)."""
     present = set(available_models())
@@ -230,9 +280,30 @@ def measure(quick: bool = False, progress=None) -> Measurement:
     measured["gini_post_minus_pre_pair"] = md
     measured["gini_post_minus_pre_pair_ci"] = [lo, hi]
     measured["gini_post_minus_pre_pair_min"] = float(np.min(pair))
+    if PAIR[1] in per_model:
+        more, arrays = peri_rows(task, plan, per_model)
+        measured.update(more)
+        data.update(arrays)
+        plan = {**plan, PERI: per_model[PERI]["plan"]}
     measured["paper_gini_post_roberta"] = PAPER_GINI["post"]
     measured["paper_gini_pre"] = PAPER_GINI["pre"]
     return Measurement(measured, data, {"per_model": per_model, "plan": plan, "task": task})
+
+
+PERI_WHY = (
+    "Beside them, Peri-LN: pydoc-preln with an output norm (γ = 1, β = 0) after each sublayer, on the same "
+    "batches: Gini {gini_pydoc_preln_peri:.3f}; Peri minus Pre {gini_peri_minus_pre_pair:+.3f} (95% "
+    "interval [{gini_peri_minus_pre_pair_ci[0]:+.3f}, {gini_peri_minus_pre_pair_ci[1]:+.3f}]), Post minus "
+    "Peri {gini_post_minus_peri_pair:+.3f} ([{gini_post_minus_peri_pair_ci[0]:+.3f}, "
+    "{gini_post_minus_peri_pair_ci[1]:+.3f}]). Why the gradients change, by the chain rule: every weight "
+    "of a sublayer now reaches the loss through its output norm's Jacobian (Π − y yᵀ/n)/σ, which "
+    "divides that sublayer's gradient by σ, the scale of its output rows, and removes the component "
+    "along y; the trained sublayers' output scales differ, so the 22 gradient norms are rescaled "
+    "unevenly, and the norm's γ = 1 leaves every sublayer's branch at unit scale. The variant's "
+    "output norms are not trained: it shows what the placement alone does to these weights. "
+)
+"""The Peri-LN variant's sentence of the note (``str.format`` of the measured numbers, keys with
+``_`` for ``-`` and ``+``)."""
 
 
 def judge(m: dict) -> Verdict:
@@ -295,7 +366,12 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         f"Gini: mean [min, max] over batches and seeds; Λ: median [min, max]: {rows}.{missing} Post-LN minus "
         f"Pre-LN Gini on the same batches: {m['gini_post_minus_pre_pair']:+.3f} (95% interval "
         f"[{m['gini_post_minus_pre_pair_ci'][0]:+.3f}, {m['gini_post_minus_pre_pair_ci'][1]:+.3f}]). "
-        f"The paper: Gini 0.941 (RoBERTa, Post-LN) vs 0.880 (Pre-LN). The synthetic-target row (claim "
+        + (
+            PERI_WHY.format(**{k.replace("-", "_").replace("+", "_"): v for k, v in m.items()})
+            if PERI in d["plan"]
+            else ""
+        )
+        + f"The paper: Gini 0.941 (RoBERTa, Post-LN) vs 0.880 (Pre-LN). The synthetic-target row (claim "
         "`gini`: one block at initialisation against a random MSE target) is a different protocol and "
         "stays as it was. Where this still differs from the paper: 0.9 M / 22 M weights instead of 125 M, "
         f"{BATCH} × 24 tokens per batch instead of 32 × 128, a docstring task instead of GLUE, Lanczos "

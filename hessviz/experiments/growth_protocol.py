@@ -45,7 +45,9 @@ PLUS, EQUALS = 10, 11
 LENGTH = 3 * DIGITS + 3
 ANSWER = DIGITS + 1
 LN_EPS = 1e-5
-PLACEMENTS = ("none", "pre")
+PLACEMENTS = ("none", "pre", "peri")
+FINAL_NORM = ("pre", "peri")
+"""The placements whose model ends in a final LayerNorm before ``W_U`` (TransformerLens; Gemma)."""
 REFERENCE = {("W_Q", "outer"): 6.0, ("W_Q", "functional"): 5.0, ("W_V", "outer"): 2.0}
 """The paper's reference slopes in σ."""
 FIT_RANGE = (0.01, 0.1)
@@ -135,7 +137,11 @@ def block_norms(
         X = E[ids[b]] + P
         Z = hv.forward(cfg, params, X)
         res = hv.hessian(
-            cfg, params, X, loss=answer_loss(Z, ids[b], W_U, norm == "pre", 1.0 / batch), wrt=tuple(names)
+            cfg,
+            params,
+            X,
+            loss=answer_loss(Z, ids[b], W_U, norm in FINAL_NORM, 1.0 / batch),
+            wrt=tuple(names),
         )
         for n in names:
             for t in TERMS:
@@ -195,6 +201,18 @@ def _gaps(m: dict, norm: str) -> dict[str, float]:
     return out
 
 
+PERI_WHY = (
+    "Why Peri-LN is flat, from the chain of Jacobians: the embeddings enter as X = σ·(E + P); ln1 "
+    "removes σ from every row, so layer 0's attention, its output norm ln1_out and their Jacobians do "
+    "not depend on σ, and ln1_out returns rows of unit scale, so Z1 = X + ln1_out(·) tends to a σ-free "
+    "stream as σ → 0; every later norm (ln2, the next layers' ln1, the final LayerNorm) sees that "
+    "stream, and every output norm divides out its sublayer's scale. So ∂Z/∂W and ∂²Z/∂W² lose σ "
+    "on the fitted range, where the paper's σ⁶, σ⁵ and σ² came from the powers of X in the scores "
+    "and in V. Pre-LN is flat for the first reason alone; Peri-LN's output norms also keep the "
+    "branches at unit scale, so the residual stream does not grow with the sublayers' weights."
+)
+"""Why Peri-LN's slopes are zero: a sentence of the note."""
+
 FLAT = 1.0
 """Pre-LN removes the growth when every one of its slopes is below this in magnitude (the laws are 2–6)."""
 
@@ -235,7 +253,15 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         f"{row('none', 'W_Q', 'outer')}; W_Q functional {row('none', 'W_Q', 'functional')}; W_V outer "
         f"{row('none', 'W_V', 'outer')} (paper: 6, 5, 2). Pre-LN: W_Q outer {row('pre', 'W_Q', 'outer')}; "
         f"W_V outer {row('pre', 'W_V', 'outer')}: the attention of every layer sees LN of the residual "
-        "stream, which does not depend on σ. Where this differs from the paper: d = 16 instead of 128 "
+        "stream, which does not depend on σ. "
+        + (
+            f"Peri-LN (a norm before and after each sublayer, a final LayerNorm as Gemma has): W_Q outer "
+            f"{row('peri', 'W_Q', 'outer')}; W_Q functional {row('peri', 'W_Q', 'functional')}; W_V outer "
+            f"{row('peri', 'W_V', 'outer')}. " + PERI_WHY + " "
+            if any(k.startswith("slope_peri_") for k in m)
+            else ""
+        )
+        + "Where this differs from the paper: d = 16 instead of 128 "
         "(exact dense blocks), hessviz's N(0, 1/fan_in) weights, fewer seeds, σ points and sequences, no "
         "linear-attention variant; the paper estimates ‖·‖_F² by Hutchinson, here the norms are exact."
     )
@@ -249,6 +275,21 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
             y_title="‖H‖_F",
             keys=[f"l{i}_W_Q_outer" for i in range(deepest)] + [f"l{i}_W_V_outer" for i in range(deepest)],
             title=f"No LayerNorm, {deepest} layers: W_Q and W_V outer blocks vs σ",
+        ),
+        **(
+            {
+                "growth_protocol_peri": plots.sweep_plot(
+                    sweeps[f"peri_{deepest}"],
+                    stat="median",
+                    x_title="σ (embeddings)",
+                    y_title="‖H‖_F",
+                    keys=[f"l{i}_W_Q_outer" for i in range(deepest)]
+                    + [f"l{i}_W_V_outer" for i in range(deepest)],
+                    title=f"Peri-LN, {deepest} layers: W_Q and W_V outer blocks vs σ",
+                )
+            }
+            if f"peri_{deepest}" in sweeps
+            else {}
         ),
         "growth_protocol_pre": plots.sweep_plot(
             sweeps[f"pre_{deepest}"],

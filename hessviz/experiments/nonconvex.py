@@ -18,7 +18,7 @@ from hessviz.experiments.common import NEGATIVE_RTOL, SOURCES, Claim, Measuremen
 from hessviz.laws.sweeps import seeded_inputs
 from hessviz.matfree.spectra import eigenvalues, negative_summary
 
-PLACEMENTS = ("attention", "none", "post", "pre")
+PLACEMENTS = ("attention", "none", "post", "pre", "peri")
 TERMS = PARTS_FIRST
 
 
@@ -65,6 +65,33 @@ def spectrum_grid(
     return out
 
 
+PERI_WHY = (
+    "Non-convex share of the functional term (negative eigenvalues / P; their mass): Post-LN "
+    "{functional_negative_share_post:.2f}; {functional_negative_mass_post:.2f}, Pre-LN "
+    "{functional_negative_share_pre:.2f}; {functional_negative_mass_pre:.2f}, Peri-LN "
+    "{functional_negative_share_peri:.2f}; {functional_negative_mass_peri:.2f}. Peri-LN's full Hessian "
+    "has {peri_rank} negative mass of the placements here. Why Peri-LN has more than Pre-LN: with ε = 0 "
+    "each output norm divides out the scale of its sublayer's output, which is "
+    "homogeneous of degree 1 in W_V, in W_2 and (through ReLU) in W_1, so the loss does not change "
+    "along w = vec W: J w = 0 and H w = −g_W (differentiate c ∇_W ℓ(cW) = ∇_W ℓ(W) at c = 1), so "
+    "H_outer w = 0 and H_functional w = −g_W; on the plane of w and g_W the Hessian reads "
+    "[[0, −‖g_W‖²], [−‖g_W‖², ·]], whose determinant is negative: one more negative eigenvalue per such "
+    "weight, all in the functional term (tests/test_block_peri.py checks H w = −g_W). Pre-LN adds its "
+    "sublayer outputs unnormalised and has no such direction."
+)
+"""Why Peri-LN's functional term is the most indefinite: a sentence of the claim's note (``str.format``
+of the measured numbers)."""
+
+
+def _rank(m: dict) -> str:
+    """``"the largest"``, ``"the 2nd largest"``, …: Peri-LN's place by the full term's negative mass."""
+    masses = sorted(
+        (m[k] for k in m if k.startswith("full_negative_mass_") and "_by_" not in k), reverse=True
+    )
+    at = masses.index(m["full_negative_mass_peri"]) + 1
+    return "the largest" if at == 1 else f"the {at}{'nd' if at == 2 else 'rd' if at == 3 else 'th'} largest"
+
+
 INDEFINITE_SHARE = 0.9
 """The full Hessian is "not PSD" in general when it is indefinite in more than this share of cases."""
 
@@ -81,6 +108,8 @@ def measure_nonconvex(quick: bool = False) -> Measurement:
         measured[f"full_negative_share_{pl}"] = float(g["share"]["full"][i].mean())
         measured[f"full_negative_mass_{pl}"] = float(g["mass"]["full"][i].mean())
         measured[f"full_negative_mass_{pl}_by_norm"] = g["mass"]["full"][i].mean(axis=1).tolist()
+        measured[f"functional_negative_share_{pl}"] = float(g["share"]["functional"][i].mean())
+        measured[f"functional_negative_mass_{pl}"] = float(g["mass"]["functional"][i].mean())
     measured["norms"] = list(norms)
     measured["fraction_of_cases_full_indefinite"] = float((g["share"]["full"] > 0).mean())
     data = {"norms": np.asarray(norms)}
@@ -118,7 +147,12 @@ def report_nonconvex(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         + ". Negative mass from the smallest to the largest ‖X‖₂: "
         + "; ".join(f"{pl} {mass[pl][0]:.2f} → {mass[pl][-1]:.2f}" for pl in pls)
         + ". The outer term alone never has a negative eigenvalue, so all negative curvature comes from "
-        "the functional term (softmax, LayerNorm and the bilinear score)."
+        "the functional term (softmax, LayerNorm and the bilinear score). "
+        + (
+            PERI_WHY.format(**ms.numbers, peri_rank=_rank(ms.numbers))
+            if "full_negative_mass_peri" in ms.numbers
+            else ""
+        )
     )
     mid = len(norms) // 2
     figs = {

@@ -166,7 +166,7 @@ def report_xnorm6(ms: Measurement, v: Verdict) -> tuple[str, dict]:
 # ----------------------------------------------------------------------------------------------
 # placement
 
-PLACEMENTS = ("attention", "none", "post", "pre")
+PLACEMENTS = ("attention", "none", "post", "pre", "peri")
 MID_NORM_RANGE = (0.3, 3.0)
 
 
@@ -204,6 +204,15 @@ def judge_placement(m: dict) -> Verdict:
     return grade(flat_pre and between, True, rule)
 
 
+PERI_WHY = (
+    "Peri-LN is flat too, by the chain of Jacobians: ∂Z/∂W_Q = (I + J_FFN-branch(Z1)) · J_ln1_out(SA) · "
+    "∂SA/∂W_Q, where SA's input ln1(X) and so ∂SA/∂W_Q and J_ln1_out (1/σ of SA's rows) do not depend on "
+    "‖X‖; ‖X‖ enters only through Z1 = X + ln1_out(SA) in ln2's Jacobian, whose 1/σ(Z1) is ‖X‖-free as "
+    "‖X‖ → 0 (Z1 → ln1_out(SA), of unit row scale) and falls like 1/‖X‖ only once X dominates Z1."
+)
+"""Why the Peri-LN slope is zero: a sentence of the ``placement`` claim's note."""
+
+
 def report_placement(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     m = ms.numbers
     s = {n: m[f"slope_{n}_QQ_outer_small"] for n in PLACEMENTS}
@@ -211,10 +220,13 @@ def report_placement(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         f"W_Q–W_Q outer block, L = 8, d = 16, d_k = 8, d_ff = 32, ReLU, MSE, "
         f"{len(ms.detail['seeds'])} seeds; "
         f"slopes on ‖X‖₂ ∈ [0.01, 0.1] (and [0.3, 3]). Attention alone {s['attention']:.2f}, no LN "
-        f"{s['none']:.2f}, Post-LN {s['post']:.2f}, Pre-LN {s['pre']:.3f}. "
+        f"{s['none']:.2f}, Post-LN {s['post']:.2f}, Pre-LN {s['pre']:.3f}, Peri-LN {s['peri']:.3f} "
+        f"(on [0.3, 3]: Pre-LN {m['slope_pre_QQ_outer_mid']:.3f}, "
+        f"Peri-LN {m['slope_peri_QQ_outer_mid']:.3f}). "
         "Pre-LN is flat over the whole range "
         f"(the attention sees LN(X), which does not depend on ‖X‖); Post-LN lies between: the first "
-        "LayerNorm divides by the row scale of X + SA(X) ∝ ‖X‖, removing two powers from the outer term."
+        "LayerNorm divides by the row scale of X + SA(X) ∝ ‖X‖, removing two powers from the outer term. "
+        + PERI_WHY
     )
     figs = {
         "placement": plots.compare_plot(

@@ -75,6 +75,21 @@ class LayerNormState:
         return self.centered / self.sigma
 
 
+def refuse_undefined(var: Tensor, where: str, centre: bool = True) -> None:
+    """Raise :class:`~hessviz.errors.InputError` naming ``where`` and the rows (of ``var (..., 1)``,
+    the variance, or for RMSNorm the mean square, of each row) where a norm with ``ε = 0`` divides by
+    zero: ``σ = 0`` there, so the output and every derivative are undefined, never a NaN."""
+    tiny = torch.finfo(var.dtype).tiny
+    if bool(var.min() <= tiny):
+        rows = torch.nonzero(var.squeeze(-1) <= tiny).flatten().tolist()
+        what, fix = ("zero variance", "not constant") if centre else ("only zeros", "not zero")
+        raise InputError(
+            f"ln_eps = 0 but the {where} has {what} in row(s) {rows[:8]}: "
+            f"{'LayerNorm' if centre else 'RMSNorm'} is not differentiable there; use an input whose "
+            f"rows are {fix}, or set ln_eps > 0"
+        )
+
+
 def value(
     z: Tensor, eps: float, *, where: str = "LayerNorm input", centre: bool = True
 ) -> tuple[Tensor, LayerNormState]:
@@ -88,14 +103,8 @@ def value(
         c = z - mean
     else:
         var, c = (z * z).mean(-1, keepdim=True), z
-    if eps == 0 and bool(var.min() <= torch.finfo(z.dtype).tiny):
-        rows = torch.nonzero(var.squeeze(-1) <= torch.finfo(z.dtype).tiny).flatten().tolist()
-        what, fix = ("zero variance", "not constant") if centre else ("only zeros", "not zero")
-        raise InputError(
-            f"ln_eps = 0 but the {where} has {what} in row(s) {rows[:8]}: "
-            f"{'LayerNorm' if centre else 'RMSNorm'} is not differentiable there; use an input whose "
-            f"rows are {fix}, or set ln_eps > 0"
-        )
+    if eps == 0:
+        refuse_undefined(var, where, centre)
     st = LayerNormState(c, torch.sqrt(var + eps) if eps else torch.sqrt(var), centre)
     return st.output, st
 

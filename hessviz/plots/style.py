@@ -57,6 +57,7 @@ PLACEMENT_COLORS = {
     "pre": "#ffa15a",
     "none": "#19d3f3",
     "parallel": "#00cc96",
+    "peri": "#ff6692",
 }
 PLACEMENT_NAMES = {
     "attention": "attention alone",
@@ -64,6 +65,7 @@ PLACEMENT_NAMES = {
     "pre": "Pre-LN",
     "none": "no LN",
     "parallel": "parallel",
+    "peri": "Peri-LN",
 }
 PALETTE = ("#636efa", "#ef553b", "#00a676", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880")
 GUIDE_COLOR = "#999999"

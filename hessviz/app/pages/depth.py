@@ -1,4 +1,4 @@
-"""Depth: the Hessian of a stack of blocks, layer by layer, Post-LN and Pre-LN side by side."""
+"""Depth: the Hessian of a stack of blocks, layer by layer, Post-LN, Pre-LN and Peri-LN side by side."""
 
 import numpy as np
 import streamlit as st
@@ -12,7 +12,7 @@ from hessviz.laws import sweeps
 
 TERMS = NAMES  # full, outer, functional (hessviz.block.terms)
 PAIRS = ("W_Q,W_Q", "W_K,W_K", "W_V,W_V", "W_Q,W_K", "W_O,W_O", "W_1,W_1", "W_2,W_2")
-SIDES = ("post", "pre")
+SIDES = budget.DEPTH_SIDES
 DEPTHS = sweeps.DEFAULT_GRIDS["layers"]
 SEEDS_MAX = 5
 
@@ -154,7 +154,7 @@ with hva.guard("the depth views"):
     firsts = {n: first_layer(n) for n in SIDES}
 bar.empty()
 
-st.subheader(f"Curvature per layer of a {depth}-block stack, Post-LN and Pre-LN")
+st.subheader(f"Curvature per layer of a {depth}-block stack, Post-LN, Pre-LN and Peri-LN")
 fig = plots.band_plot(
     np.arange(depth),
     {n: profiles[n][term] for n in SIDES},
@@ -211,6 +211,7 @@ st.markdown(
     "In Post-LN every path from the loss back to the first layer crosses both LayerNorm Jacobians "
     "of every later block, which the papers' argument expects to change the first layer's curvature "
     "more than Pre-LN's identity path does. But the stack ends without a LayerNorm, so Pre-LN's "
-    "residual stream, and with it the curvature, grows with depth. The claim row `depth` (Claims "
-    "page) measures both across seeds."
+    "residual stream, and with it the curvature, grows with depth. Peri-LN normalises each block's "
+    "output before adding it, so each block adds a branch of unit row scale. The claim row `depth` "
+    "(Claims page) measures the three across seeds."
 )

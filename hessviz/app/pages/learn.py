@@ -44,7 +44,7 @@ with story:
             stops,
             key="tour",
             default="1",
-            help="five stops for a 20-minute lesson; each is also a plain link for slides",
+            help="six stops for a 20-minute lesson; each is also a plain link for slides",
         )
     )
     steps = st.container(horizontal=True, gap="small")

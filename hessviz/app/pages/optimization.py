@@ -8,7 +8,7 @@ import streamlit as st
 import hessviz as hv
 from hessviz import app as hva
 from hessviz import plots
-from hessviz.app import stored_tables
+from hessviz.app import budget, stored_tables
 from hessviz.experiments import optimizers, optimizers_protocol
 from hessviz.resources import data
 
@@ -19,7 +19,8 @@ hva.explain(
     "across parameter blocks (gradient heterogeneity), and blocks with large gradients also have large "
     "curvature. SGD's iteration count is governed by the gradient-weighted curvature Λ_G, a sign-based "
     "method's (SignSGD, Adam) by the size-weighted Λ_P. Post-LN is said to amplify the heterogeneity. "
-    "Here both placements are computed side by side for the sidebar's sizes and seed; a block is either "
+    "Here Post-LN, Pre-LN and Peri-LN are computed side by side for the sidebar's sizes and seed (the "
+    "training runs compare Post-LN and Pre-LN, as the paper does); a block is either "
     "one weight matrix or one output unit (a column of a weight matrix).",
     r"G=\frac{\sum_i\sum_j |x_i-x_j|}{2n^2\bar x},\ x_b=\|g_b\|,\qquad"
     r"\Lambda_G=\frac{\sum_b \|g_b\|^2\|H_{bb}\|_2}{\sum_b\|g_b\|^2},\qquad"
@@ -34,8 +35,10 @@ mode = hva.choice(
     help="gradients: heterogeneity at the sidebar's point; training: SGD / SignSGD / Adam; protocol: the "
     "report's fine-tuning of the bundled models on a real task (the paper's protocol), precomputed",
 )
-PLACEMENTS = ("post", "pre")
-NAMES = {"post": "Post-LN", "pre": "Pre-LN"}
+PLACEMENTS = budget.HETEROGENEITY_SIDES
+TRAINED = ("post", "pre")
+"""The placements the training runs compare (the paper's pair)."""
+NAMES = {pl: plots.placement_name(pl) for pl in PLACEMENTS}
 CLAIMS = data("claims")
 
 
@@ -52,7 +55,7 @@ if mode == "gradients":
     with hva.guard("the gradient heterogeneity"):
         for pl in PLACEMENTS:
             res[pl] = hva.cache.heterogeneity_of(view.with_values(norm=pl).key, part)
-    cols = st.columns(2)
+    cols = st.columns(len(PLACEMENTS))
     for c, pl in zip(cols, PLACEMENTS):
         r = res[pl]
         c.subheader(NAMES[pl])
@@ -225,8 +228,8 @@ else:
         tr = hva.cache.training(
             c.seq_len, c.d_model, c.d_k, c.d_ff, seeds, steps, (float(lr_sgd), float(lr_sign), float(lr_adam))
         )
-    cols = st.columns(2)
-    for col, pl in zip(cols, PLACEMENTS):
+    cols = st.columns(len(TRAINED))
+    for col, pl in zip(cols, TRAINED):
         summary = optimizers.runs_summary(tr[pl])
         fig = plots.training_curves(
             {o: tr[pl][o] for o in optimizers.OPTIMIZERS},

@@ -120,12 +120,13 @@ with right:
                 "(set LayerNorm placement to *attention*, sweep ‖X‖₂ or L)."
             )
 
-st.subheader("Attention alone, Post-LN and Pre-LN side by side")
+st.subheader("Attention alone, Post-LN, Pre-LN and Peri-LN side by side")
 st.markdown(
-    "The same sweep for the three placements (block "
+    "The same sweep for the four placements (block "
     f"{side_pair[0]}–{side_pair[1]}). LayerNorm rescales what reaches attention: with Pre-LN the "
     "attention input is normalised, so the block hardly changes with ‖X‖₂ and the steep ‖X‖⁶ curve "
-    "of attention alone flattens."
+    "of attention alone flattens. Peri-LN normalises the input too, and also each sublayer's output "
+    "before it joins the residual stream."
 )
 hva.chart(sfig, f"scaling_side_by_side_{axis}", csv=lambda: sweeps.long_table(side))
 if by_depth:
