@@ -40,7 +40,7 @@ from hessviz.runtime.memory import check_fits, format_bytes, memory_limit
 from hessviz.runtime.tasks import usable_cores
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
-BENCH_SUITES = ("dense", "matfree", "pretrained")
+BENCH_SUITES = ("dense", "matfree", "pretrained", "llm")
 OBJECTIVES = ("synthetic", "next-token")
 
 
@@ -469,6 +469,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         text = pretrained.main(repeats=max(args.repeats, 5), threads=args.threads)
         (out / "PRETRAINED.md").write_text(f"# Pretrained layers\n\n{text}\n")
         print(f"wrote {out / 'PRETRAINED.md'}")
+    if "llm" in args.suite:
+        from hessviz.bench import llm
+
+        text = llm.main(tuple(args.llm_lengths), quick=args.quick, threads=args.threads)
+        (out / "LLM.md").write_text(f"# A real LLM's products against autograd's\n\n{text}")
+        print(text, end="")
+        print(f"wrote {out / 'LLM.md'}")
     return 0
 
 
@@ -591,7 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "bench",
         help="closed form vs the strongest autograd, side by side; writes "
-        "benchmarks/RESULTS.md, MATFREE.md and PRETRAINED.md",
+        "benchmarks/RESULTS.md, MATFREE.md, PRETRAINED.md and LLM.md",
     )
     p.add_argument("--out", default=".", help="folder of the result files (default: the working directory)")
     p.add_argument(
@@ -601,9 +608,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(BENCH_SUITES),
         help="dense Hessians (RESULTS.md, ~8 min), matrix-free products and spectra "
         "(MATFREE.md, ~20 min), pretrained layers: loading, hidden states, a head slice's "
-        "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min); default all",
+        "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min), a real LLM's products, "
+        "columns, traces and per-tensor table against kept-graph autograd (LLM.md, SmolLM2-135M); "
+        "default all",
     )
     p.add_argument("--seq-lens", type=int, nargs="+", default=[16, 32, 64])
+    p.add_argument(
+        "--llm-lengths",
+        type=int,
+        nargs="+",
+        default=[16, 64, 256],
+        help="token counts of the llm suite's whole-model products (SmolLM2-135M; default 16 64 256)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="llm suite: the first length, one round, few columns (a check)"
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed warm runs per case (median)")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=cmd_bench)
