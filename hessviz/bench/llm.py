@@ -46,8 +46,9 @@ TEXT = (
     "Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, "
     "and nothing particular to interest me on shore, I thought I would sail about a little and see the "
     "watery part of the world. It was the best of times, it was the worst of times, it was the age of "
-    "wisdom, it was the age of foolishness, it was the epoch of belief, it was the epoch of incredulity."
-)
+    "wisdom, it was the age of foolishness, it was the epoch of belief, it was the epoch of incredulity. "
+) * 3
+"""Three public-domain openings (170 tokens), three times over: enough for ``L = 256``."""
 WRT = ("l0.W_Q", "l3.ln2_gamma", "l3.W_2")
 """The product of issue 47: a layer-0 attention weight, a norm gain and an MLP weight (1.2 M entries)."""
 TABLE = ("l29.ln1_gamma", "l29.W_O", "l29.ln2_gamma", "l29.W_2")
