@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hessviz.errors import InputError
+from hessviz.losses import next_token as losses_next_token
 from hessviz.pretrained import objectives as ob
 from hessviz.whole import next_token as nt
 
@@ -40,7 +41,12 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm", "none"])
 @pytest.mark.parametrize("chunk", [1, 3, 4, 10, 64])
-def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk):
+@pytest.mark.parametrize("keep", [True, False])
+def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk, keep, monkeypatch):
+    """``keep``: the softmax kept from the point for the products (small ``L' V``), or recomputed
+    with the logits in each product (``KEEP_PROBABILITIES = 0``): the same numbers either way."""
+    if not keep:
+        monkeypatch.setattr(losses_next_token, "KEEP_PROBABILITIES", 0)
     Z, ids, dZ = inputs()
     ref = ob.next_token_loss(Z, ids, head(kind))
     got = nt.NextToken(Z, ids, head(kind), chunk=chunk)
@@ -50,6 +56,7 @@ def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk):
     assert rel(got.product(dZ), want) <= 1e-13
     assert got.product(dZ)[:, -1].abs().max() == 0  # the last position has no target
     assert rel(got.blocks(), ref.hess) <= 1e-13  # the token-wise form of small widths
+    assert (got.kept is not None) == keep
 
 
 def test_float32_is_exact_to_its_floor():
