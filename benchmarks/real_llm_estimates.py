@@ -34,9 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from hessviz import cost  # noqa: E402
-from hessviz.app import cache  # noqa: E402
+from hessviz.app import cache, real_cache  # noqa: E402
 from hessviz.app import real_model as rm  # noqa: E402
+from hessviz.checks import cost  # noqa: E402
+from hessviz.losses import names  # noqa: E402
 from hessviz.pretrained import explore  # noqa: E402
 
 MODEL = "smollm2-135m"
@@ -50,7 +51,7 @@ TEXTS = {
         "awake all night, writing the weather in a log book and listening for ships in trouble."
     ),
 }
-LOSSES = {"synthetic": cache.SYNTHETIC, "next token": "next-token"}
+LOSSES = {"synthetic": real_cache.SYNTHETIC, "next token": names.NEXT_TOKEN}
 
 
 def measured(fn, *args) -> float:
@@ -70,30 +71,30 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=60.0, help="skip a stage estimated over this")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    cache.PRECOMPUTED = None
+    real_cache.PRECOMPUTED = None
     texts = {k: v for k, v in TEXTS.items() if args.long or k != "long"}
     rows = []
     info = __import__("hessviz").pretrained.model_info(MODEL)
     layer = info.n_layers - 1
-    kept = cache.stack_fits(MODEL)
+    kept = real_cache.stack_fits(MODEL)
     print(f"{MODEL}: layer {layer}, torch threads {torch.get_num_threads()}, stack kept: {kept}")
     for label, text in texts.items():
         cache.clear()
-        cfg = cache.real_config(MODEL, text)
-        est = cache.real_setup_seconds(MODEL, text)
-        rows.append((label, cfg.seq_len, "setup", "-", est, measured(cache.real_states, MODEL, text)))
+        cfg = real_cache.real_config(MODEL, text)
+        est = real_cache.real_setup_seconds(MODEL, text)
+        rows.append((label, cfg.seq_len, "setup", "-", est, measured(real_cache.real_states, MODEL, text)))
         for lname, loss in LOSSES.items():
-            vocab = cache.head_vocab(MODEL, loss)
+            vocab = real_cache.head_vocab(MODEL, loss)
             if vocab:
-                cache.real_head(MODEL)  # read once per model (not a view's work)
+                real_cache.real_head(MODEL)  # read once per model (not a view's work)
             est = cost.real_window_cost(cfg, "W_Q[0]", args.entries, vocab).seconds
             if est <= args.max_seconds:
                 cpu = measured(
-                    cache.real_window, MODEL, layer, text, 0, "W_Q[0]", 0, args.entries, "full", loss
+                    real_cache.real_window, MODEL, layer, text, 0, "W_Q[0]", 0, args.entries, "full", loss
                 )
                 rows.append((label, cfg.seq_len, f"window {args.entries}", lname, est, cpu))
             est = cost.real_gradient_cost(cfg, vocab).seconds
-            cpu = measured(cache.real_gradients, MODEL, layer, text, 0, False, loss)
+            cpu = measured(real_cache.real_gradients, MODEL, layer, text, 0, False, loss)
             rows.append((label, cfg.seq_len, "gradient", lname, est, cpu))
             lim = cache.profiles.limits_from_env({"HESSVIZ_PROFILE": "local"})
             part, samples, verdict = rm.reduced_table(
@@ -102,7 +103,9 @@ def main() -> None:
             blocks = tuple(n for n, _ in explore.part_blocks(cfg, False, part))
             est = verdict.cost.seconds
             if verdict.ok and est <= args.max_seconds:
-                cpu = measured(cache.real_block_table, MODEL, layer, text, 0, "full", blocks, samples, loss)
+                cpu = measured(
+                    real_cache.real_block_table, MODEL, layer, text, 0, "full", blocks, samples, loss
+                )
                 rows.append((label, cfg.seq_len, f"table {part}/{samples}", lname, est, cpu))
             else:
                 print(f"  skipped: {label} table under {lname} (estimate {est:.0f} s)")

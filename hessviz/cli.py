@@ -5,14 +5,16 @@ Examples::
     hessviz models                                           # bundled models and supported families
     hessviz verify --model pydoc-llama --layer 1 --text "def add(a, b):" --wrt "W_Q[0]"
     hessviz spectrum --model ~/models/SmolLM-135M --layer 3 --text "The cat sat" --top 5
-    hessviz compute --model pydoc-preln --layer 3 --ids 5 81 2 17 --objective next-token --wrt W_O
+    hessviz compute --model pydoc-preln --layer 3 --ids 5 81 2 17 --objective next_token --wrt W_O
 
     hessviz compute --norm pre -L 8 -d 16 --out out/pre      # out/pre.npz + out/pre.json
     hessviz verify --norm post --activation gelu --loss ce   # closed form vs autograd table
     hessviz spectrum --norm post -L 32 -d 384 --heads 12 --d-k 32 --d-ff 1536 --out-proj \\
         --bias --ln-affine --activation gelu --top 5 --density   # spectrum.json + .html
-    hessviz bench --out benchmarks               # RESULTS.md, MATFREE.md, PRETRAINED.md there
+    hessviz bench --out benchmarks               # RESULTS.md, MATFREE.md, PRETRAINED.md, BUDGET.md, LLM.md
     hessviz reproduce --quick --out reproduce-out            # the papers' claims, measured
+    hessviz lesson "http://localhost:8501/spectrum?norm=post" --out spectrum.html   # reads offline
+    hessviz app                                              # the app (needs hessviz[app])
 """
 
 from __future__ import annotations
@@ -23,163 +25,21 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz.block.config import BLOCK_SETTINGS, INPUT_SETTINGS, Setting
+from hessviz.block.config import BLOCK_SETTINGS
 from hessviz.block.terms import TERMS
 from hessviz.checks import cost
+from hessviz.commands.guard import Price, Setup, check_out, guard
+from hessviz.commands.options import DTYPES, add_block_args
 from hessviz.errors import HessvizError
+from hessviz.losses import names
 from hessviz.matfree import spectra
-from hessviz.runtime.memory import check_fits, format_bytes, memory_limit
 from hessviz.runtime.tasks import usable_cores
-
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
-BENCH_SUITES = ("dense", "matfree", "pretrained", "llm")
-OBJECTIVES = ("synthetic", "next-token")
-
-
-def _add_setting(group: argparse._ArgumentGroup, s: Setting) -> None:
-    """One command-line option from its :class:`~hessviz.block.config.Setting`."""
-    help_ = f"{s.help} (default {s.format(s.default) if s.default is not None else 'none'})"
-    if s.kind is bool and s.members:  # --bias, --bias Q,K,V, --no-bias
-        group.add_argument(
-            *s.flags,
-            dest=s.name,
-            nargs="?",
-            const=True,
-            type=_parser(s),
-            default=s.default,
-            metavar=",".join(s.members),
-            help=s.help,
-        )
-        group.add_argument(f"--no-{s.flag[2:]}", dest=s.name, action="store_const", const=False)
-    elif s.kind is bool:
-        group.add_argument(
-            *s.flags, dest=s.name, action=argparse.BooleanOptionalAction, default=s.default, help=s.help
-        )
-    elif s.choices:
-        group.add_argument(*s.flags, dest=s.name, choices=s.choices, default=s.default, help=help_)
-    else:
-        group.add_argument(
-            *s.flags, dest=s.name, type=_parser(s), default=s.default, metavar=s.name.upper(), help=help_
-        )
-
-
-def _parser(s: Setting):
-    """``text -> value`` of ``s`` for argparse: a bad word is argparse's error, naming the field."""
-
-    def parse(text: str) -> object:
-        try:
-            return s.parse(text)
-        except HessvizError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-
-    return parse
-
-
-def _add_block_args(p: argparse.ArgumentParser) -> None:
-    block = p.add_argument_group("block")
-    for s in BLOCK_SETTINGS:
-        _add_setting(block, s)
-    given = p.add_argument_group("input")
-    for s in INPUT_SETTINGS:
-        _add_setting(given, s)
-    given.add_argument(
-        "--wrt",
-        nargs="+",
-        default=None,
-        metavar="NAME",
-        help="parameters to differentiate (default: all), e.g. --wrt W_Q W_K or a head slice W_Q[0]",
-    )
-    given.add_argument("--dtype", choices=DTYPES, default="float64")
-    given.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    model = p.add_argument_group(
-        "real model (then the block and X come from the checkpoint; the block "
-        "flags other than --loss are not read)"
-    )
-    model.add_argument(
-        "--model",
-        default=None,
-        metavar="SOURCE",
-        help="a local Hugging Face checkpoint folder or a bundled model (hessviz models)",
-    )
-    model.add_argument("--layer", type=int, default=0, help="the layer of the model (default 0)")
-    model.add_argument("--text", default=None, help="the text whose hidden states enter the layer")
-    model.add_argument(
-        "--ids", type=int, nargs="+", default=None, metavar="ID", help="token ids instead of a text"
-    )
-    model.add_argument(
-        "--objective",
-        choices=OBJECTIVES,
-        default="synthetic",
-        help="synthetic: --loss against the seeded target; next-token: the model's own "
-        "cross-entropy through its final norm and LM head (decoders, last layer)",
-    )
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What a command computes on: the block, its weights, its input, the target or the model's own
-    objective (``custom``), the names, a line that says what it is, and where it comes from
-    (``provenance``: the model, layer, objective and tokens, written into the report)."""
-
-    cfg: hv.BlockConfig
-    params: dict[str, torch.Tensor]
-    X: torch.Tensor
-    Y: torch.Tensor | None
-    custom: hv.CustomLoss | None
-    wrt: tuple[str, ...] | None
-    title: str
-    provenance: dict
-
-
-Price = Callable[[hv.BlockConfig, tuple[str, ...] | None, int], int]
-"""``(cfg, names, itemsize) -> bytes``: the peak of a command's whole run on a block
-(:mod:`hessviz.checks.cost`)."""
-
-BLOCK_ADVICE = "lower -L, -d, --d-k, --d-ff or --heads, or pass fewer names in --wrt"
-MODEL_ADVICE = "use a shorter --text (or fewer --ids), or pass fewer names in --wrt"
-
-
-def _guard(
-    args: argparse.Namespace,
-    cfg: hv.BlockConfig,
-    price: Price,
-    device: str,
-    *,
-    before: int = 0,
-    beside: int = 0,
-) -> None:
-    """Refuse the whole run, before anything of its size is allocated, when its estimated peak is over
-    the memory limit (:func:`hessviz.runtime.memory.memory_limit`: ``HESSVIZ_MEMORY_LIMIT``, else half of
-    the free memory): ``price`` of the block and the names of ``--wrt`` (the forward tape, the terms
-    or the products, :mod:`hessviz.checks.cost`), with ``beside`` bytes that stay alive through it (a
-    model's LM head) and ``before`` bytes that are freed before it starts (a model's hidden states).
-    The library checks each dense term again when it computes it; this check comes first, so a long
-    input is refused in the time it takes to read the flags, not after its tape (``L²`` per head)
-    has filled the memory. The limit is on what the run allocates, beyond the few hundred MiB of
-    Python, torch and hessviz themselves."""
-    try:
-        memory_limit(device)
-    except ValueError as e:  # HESSVIZ_MEMORY_LIMIT=1PB: parse_bytes's plain ValueError
-        raise hv.InputError(f"HESSVIZ_MEMORY_LIMIT: {e}") from None
-    names = cfg.sort_names(tuple(args.wrt)) if args.wrt else None
-    itemsize = torch.empty((), dtype=DTYPES[args.dtype]).element_size()
-    run = price(cfg, names, itemsize)
-    P = cfg.num_params if names is None else sum(cfg.param_size(n) for n in names)
-    check_fits(
-        f"this run at L = {cfg.seq_len:,} tokens and P = {P:,} weights (its forward tape "
-        f"alone {format_bytes(cost.tape_bytes(cfg, itemsize))})",
-        max(before, run + beside),
-        device,
-        MODEL_ADVICE if args.model is not None else BLOCK_ADVICE,
-    )
 
 
 def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str, price: Price) -> Setup:
@@ -194,29 +54,29 @@ def _model_setup(args: argparse.Namespace, dtype: torch.dtype, device: str, pric
     given = args.text if args.text is not None else args.ids
     info = pretrained.model_info(args.model)
     ids = pretrained.token_ids(args.model, given)
-    if args.objective == "next-token" and args.layer != info.n_layers - 1:
+    objective = names.objective(args.objective)
+    if objective is not None and args.layer != info.n_layers - 1:
         raise hv.ConfigError(
-            f"--objective next-token is the model's loss on its last hidden states: "
+            f"--objective {args.objective} is the model's loss on its last hidden states: "
             f"use --layer {info.n_layers - 1}"
         )
     planned = dataclasses.replace(info.block, seq_len=len(ids), loss=args.loss)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    _guard(
+    guard(
         args,
         planned,
         price,
         device,
         before=cost.hidden_states_bytes(planned, info.vocab_size, itemsize),
-        beside=cost.next_token_bytes(planned, info.vocab_size, itemsize)
-        if args.objective == "next-token"
-        else 0,
+        beside=0 if objective is None else cost.next_token_bytes(planned, info.vocab_size, itemsize),
     )
     cfg, params, X = hv.layer_for_text(args.model, ids, args.layer, dtype=dtype, device=device)
     cfg = dataclasses.replace(cfg, loss=args.loss)
     Y, custom = None, None
-    if args.objective == "next-token":
+    if objective is not None:
         Z = hv.forward(cfg, params, X)
-        custom = objectives.next_token_loss(Z, ids, objectives.lm_head(args.model, dtype)).custom_loss()
+        head = objectives.lm_head(args.model, dtype)
+        custom = objective.at_text(Z, ids, head).custom_loss(blocks=True)
     else:
         _, Y = hv.sample_inputs(cfg, seed=args.seed, dtype=dtype, device=device)
     title = f"{info.name} layer {args.layer} ({info.family}), {cfg.describe()}, {args.objective} objective"
@@ -237,41 +97,19 @@ def _setup(args: argparse.Namespace, price: Price) -> Setup:
     dtype = DTYPES[args.dtype]
     if args.model is not None:
         return _model_setup(args, dtype, device, price)
-    if args.text is not None or args.ids is not None or args.objective != "synthetic":
+    if args.text is not None or args.ids is not None or args.objective != names.SYNTHETIC:
         raise hv.InputError(
             "--text, --ids and --objective need --model (a checkpoint folder or a bundled model)"
         )
     cfg = hv.BlockConfig(**{s.name: getattr(args, s.name) for s in BLOCK_SETTINGS})
-    _guard(args, cfg, price, device)
+    guard(args, cfg, price, device)
     params = hv.init_params(cfg, seed=args.seed, dtype=dtype, device=device)
     X, Y = hv.sample_inputs(cfg, seed=args.seed, input_norm=args.input_norm, dtype=dtype, device=device)
     wrt = tuple(args.wrt) if args.wrt else None
     return Setup(cfg, params, X, Y, None, wrt, cfg.describe(args.input_norm), {"input_norm": args.input_norm})
 
 
-def _check_out(out: Path, targets: tuple[Path, ...], *, force: bool | None, create: bool) -> None:
-    """Refuse an ``--out`` the command could not write, before any work: a target that is a folder,
-    one that exists (unless ``force``; ``None``: the command overwrites its outputs), a folder that
-    does not exist (``create``: the nearest existing one above it, where the missing ones will be
-    made), is not a folder or is not writable. Each an :class:`~hessviz.errors.InputError`, one line."""
-    try:
-        for target in targets:
-            if target.is_dir():
-                raise hv.InputError(f"--out {target} is a folder: give the path of the file to write")
-            if force is False and target.exists():
-                raise hv.InputError(f"--out {target} exists: pass --force to overwrite it")
-        folder = out.parent
-        if create:
-            while not folder.exists() and folder != folder.parent:
-                folder = folder.parent
-        if not folder.exists():
-            raise hv.InputError(f"--out {out}: the folder {folder} does not exist")
-        if not folder.is_dir():
-            raise hv.InputError(f"--out {out}: {folder} is not a folder")
-    except OSError as e:  # a path that cannot even be looked at (permissions, a name too long)
-        raise hv.InputError(f"--out {out}: {e.strerror or e}") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise hv.InputError(f"--out {out}: the folder {folder} is not writable")
+BENCH_SUITES = ("dense", "matfree", "pretrained", "budget", "llm")
 
 
 def summarize(res: hv.HessianResult, terms: tuple[str, ...]) -> dict:
@@ -295,7 +133,7 @@ def summarize(res: hv.HessianResult, terms: tuple[str, ...]) -> dict:
 def cmd_compute(args: argparse.Namespace) -> int:
     terms = tuple(dict.fromkeys(args.terms))
     out = Path(args.out)
-    _check_out(out, (out.with_suffix(".npz"), out.with_suffix(".json")), force=None, create=True)
+    check_out(out, (out.with_suffix(".npz"), out.with_suffix(".json")), force=None, create=True)
     run = _setup(args, lambda cfg, names, itemsize: cost.dense_terms_bytes(cfg, names, len(terms), itemsize))
     cfg, X = run.cfg, run.X
     start = time.perf_counter()
@@ -342,7 +180,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if run.custom is not None:
         raise hv.InputError(
             "verify compares against autograd of the block's own loss: use --objective "
-            "synthetic (compute and spectrum take next-token)"
+            "synthetic (compute and spectrum take next_token)"
         )
     tol = args.tol if args.tol is not None else (1e-10 if args.dtype == "float64" else 1e-4)
     result = compare(run.cfg, run.params, run.X, run.Y, run.wrt)
@@ -364,7 +202,7 @@ def cmd_spectrum(args: argparse.Namespace) -> int:
     from hessviz.matfree.report import spectrum_figure, spectrum_report
 
     out = Path(args.out)
-    _check_out(out, (out.with_suffix(".json"), out.with_suffix(".html")), force=None, create=True)
+    check_out(out, (out.with_suffix(".json"), out.with_suffix(".html")), force=None, create=True)
     run = _setup(
         args,
         lambda cfg, names, itemsize: cost.spectrum_report_bytes(
@@ -469,6 +307,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         text = pretrained.main(repeats=max(args.repeats, 5), threads=args.threads)
         (out / "PRETRAINED.md").write_text(f"# Pretrained layers\n\n{text}\n")
         print(f"wrote {out / 'PRETRAINED.md'}")
+    if "budget" in args.suite:
+        from hessviz.app import budget_bench
+
+        text = budget_bench.main(repeats=args.repeats)
+        (out / "BUDGET.md").write_text(f"# The app budget's estimates against measured CPU\n\n{text}\n")
+        print(f"wrote {out / 'BUDGET.md'}")
     if "llm" in args.suite:
         from hessviz.bench import llm
 
@@ -533,7 +377,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
 
     logging.getLogger("streamlit").setLevel(logging.ERROR)  # "no script run context": not run by Streamlit
     out = Path(args.out)
-    _check_out(out, (out,), force=args.force, create=False)  # before the build, not after it
+    check_out(out, (out,), force=args.force, create=False)  # before the build, not after it
     from hessviz.app import lesson_page
 
     start = time.perf_counter()
@@ -559,13 +403,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("compute", help="Hessian terms to .npz and a JSON summary")
-    _add_block_args(p)
+    add_block_args(p)
     p.add_argument("--terms", nargs="+", choices=tuple(TERMS), default=list(TERMS))
     p.add_argument("--out", default="out/hessian", help="output path prefix (default out/hessian)")
     p.set_defaults(func=cmd_compute)
 
     p = sub.add_parser("verify", help="closed form vs autograd, relative error per block and term")
-    _add_block_args(p)
+    add_block_args(p)
     p.add_argument("--tol", type=float, default=None, help="fail above this (default 1e-10 in float64)")
     p.set_defaults(func=cmd_verify)
 
@@ -574,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="matrix-free spectrum at any size: Lanczos eigenvalues, SLQ density, "
         "trace; writes JSON and an HTML figure",
     )
-    _add_block_args(p)
+    add_block_args(p)
     p.add_argument("--term", choices=tuple(TERMS), default="full")
     p.add_argument("--top", type=int, default=5, help="largest eigenvalues by Lanczos (default 5)")
     p.add_argument("--bottom", type=int, default=0, help="smallest eigenvalues by Lanczos (default 0)")
@@ -598,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "bench",
         help="closed form vs the strongest autograd, side by side; writes "
-        "benchmarks/RESULTS.md, MATFREE.md, PRETRAINED.md and LLM.md",
+        "benchmarks/RESULTS.md, MATFREE.md, PRETRAINED.md, BUDGET.md and LLM.md",
     )
     p.add_argument("--out", default=".", help="folder of the result files (default: the working directory)")
     p.add_argument(
@@ -608,9 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(BENCH_SUITES),
         help="dense Hessians (RESULTS.md, ~8 min), matrix-free products and spectra "
         "(MATFREE.md, ~20 min), pretrained layers: loading, hidden states, a head slice's "
-        "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min), a real LLM's products, "
-        "columns, traces and per-tensor table against kept-graph autograd (LLM.md, SmolLM2-135M); "
-        "default all",
+        "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min), the app budget's "
+        "estimates against measured CPU (BUDGET.md, ~30 s), a real LLM's products, columns, traces and "
+        "per-tensor table against kept-graph autograd (LLM.md, SmolLM2-135M); default all",
     )
     p.add_argument("--seq-lens", type=int, nargs="+", default=[16, 32, 64])
     p.add_argument(

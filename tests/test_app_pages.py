@@ -502,31 +502,31 @@ def test_real_model_page_every_weight_and_row_sequence():
 
 
 def test_real_model_page_target_seed_recomputes_only_what_the_target_enters():
-    from hessviz.app import cache
+    from hessviz.app import real_cache
 
     at = run_page("pages/real_model.py", **PYDOC)
-    attention = cache.real_attention("pydoc-postln", 3, "def add(a, b):")
-    before = set(cache.real_results())
+    attention = real_cache.real_attention("pydoc-postln", 3, "def add(a, b):")
+    before = set(real_cache.real_results())
     at.slider(key="rm_seed").set_value(7).run()
-    new = set(cache.real_results()) - before
+    new = set(real_cache.real_results()) - before
     assert {k[0] for k in new} == {"window", "gradients", "table"}  # not the attention, not tokens
-    assert cache.real_attention("pydoc-postln", 3, "def add(a, b):") is attention
+    assert real_cache.real_attention("pydoc-postln", 3, "def add(a, b):") is attention
     own = run_page("pages/real_model.py", **{**PYDOC, "rm_loss": "sentence similarity"})
-    before = set(cache.real_results())
+    before = set(real_cache.real_results())
     own.slider(key="rm_seed").set_value(9).run()
     assert not own.exception
-    assert set(cache.real_results()) == before  # the own loss has no target
+    assert set(real_cache.real_results()) == before  # the own loss has no target
 
 
 def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
     """A server that allows less work than the chosen view draws the largest window and the part of the
     layer that fit, each with one line, instead of refusing."""
-    from hessviz.app import cache
+    from hessviz.app import cache, real_cache
     from hessviz.app.profiles import Limits
     from hessviz.checks import cost
     from hessviz.pretrained import explore
 
-    cfg = cache.real_config("pydoc-postln", "def add(a, b):")
+    cfg = real_cache.real_config("pydoc-postln", "def add(a, b):")
     ffn = cost.real_table_cost(cfg, explore.part_blocks(cfg, False, "FFN"), 6).seconds  # the cheapest part
     tight = Limits("hosted", cache.LIMITS.results_bytes, 1.01 * ffn, 1, 1 << 20, 1)
     monkeypatch.setattr(cache, "LIMITS", tight)
@@ -553,20 +553,20 @@ def test_real_model_page_reduces_a_view_over_the_budget(monkeypatch):
 def test_real_model_page_draws_a_precomputed_view_as_a_fresh_one(tmp_path, monkeypatch):
     """Precompute a short text's default view, draw the page from it (no model is loaded), then
     draw it computed afresh: every figure is the same."""
-    from hessviz.app import cache
+    from hessviz.app import cache, real_cache
     from hessviz.app import real_model as rm
 
     text = "x = 1"
     path = tmp_path / "views.npz"
     rm.precompute(["pydoc-postln"], path, text=text, say=lambda _: None)
-    monkeypatch.setattr(cache, "PRECOMPUTED", path)
+    monkeypatch.setattr(real_cache, "PRECOMPUTED", path)
     cache.clear()
     query = dict(rm_model="pydoc-postln", rm_text=text)
     at = run_page("pages/real_model.py", **query)
     assert not [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]  # nothing computed live
     stored = figures(at)
     assert len(stored) == 4
-    monkeypatch.setattr(cache, "PRECOMPUTED", None)
+    monkeypatch.setattr(real_cache, "PRECOMPUTED", None)
     cache.clear()
     fresh = figures(run_page("pages/real_model.py", **query))
     assert [k for k, _ in cache.STORE.items() if k[0] == "real_stack"]
@@ -606,7 +606,7 @@ def assert_same_numbers(a, b, rtol: float, where: str = "data") -> None:
 def test_committed_precomputed_views_match_a_fresh_computation():
     """The committed hessviz/data/real_views.npz holds the default views of this code: pydoc-preln's
     attention and window of W_Q[1], recomputed here."""
-    from hessviz.app import cache
+    from hessviz.app import real_cache
     from hessviz.app import real_model as rm
     from hessviz.pretrained import precomputed
 
@@ -621,17 +621,17 @@ def test_committed_precomputed_views_match_a_fresh_computation():
     ]
     assert sorted(k[0] for k in keys) == ["attention", "window"]
     fresh = {
-        "attention": lambda k: cache.real_attention(model, layer, text),
-        "window": lambda k: cache.real_window(model, layer, text, *k[5:]),
+        "attention": lambda k: real_cache.real_attention(model, layer, text),
+        "window": lambda k: real_cache.real_window(model, layer, text, *k[5:]),
     }
-    saved = cache.PRECOMPUTED
+    saved = real_cache.PRECOMPUTED
     try:
-        cache.PRECOMPUTED = None
+        real_cache.PRECOMPUTED = None
         for k in keys:
             stored = next(iter(entries[k].values()))
             np.testing.assert_allclose(fresh[k[0]](k), stored, rtol=1e-9, atol=1e-12 * np.abs(stored).max())
     finally:
-        cache.PRECOMPUTED = saved
+        real_cache.PRECOMPUTED = saved
 
 
 def test_real_model_page_on_the_hosted_profile_draws_the_precomputed_default(monkeypatch):

@@ -91,7 +91,14 @@ def test_the_wheel_carries_its_data_and_states_its_requirements(dist):
             assert f"hessviz/data/models/{model}/{f}" in names
     for f in ("claims/claims.json", "claims/smollm2/table.json", "real_views.npz", "whole_tables.json"):
         assert f"hessviz/data/{f}" in names
-    assert {"hessviz/app/config.toml", "hessviz/app/streamlit_app.py", "hessviz/bench/dense.py"} <= names
+    assert {
+        "hessviz/app/config.toml",
+        "hessviz/app/streamlit_app.py",
+        "hessviz/bench/dense.py",
+        "hessviz/app/templates/lesson.html",
+        "hessviz/app/templates/lesson.css",
+        "hessviz/app/templates/lesson.js",
+    } <= names
     pages = [n for n in names if n.startswith("hessviz/app/pages/") and n.endswith(".py")]
     assert len(pages) == 14  # thirteen pages and the package's __init__
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "assets/"))]

@@ -122,7 +122,7 @@ def _three_term_run(spectrum: torch.Tensor, steps: int, reorthogonalise: bool):
     for j in range(steps):
         w = spectrum * Q[j]
         alpha = float(Q[j] @ w)
-        lanczos._three_term_(w, Q, j, alpha, beta)
+        lanczos.three_term_(w, Q, j, alpha, beta)
         T[j, j] = alpha
         if j:
             T[j - 1, j] = beta

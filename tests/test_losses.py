@@ -108,7 +108,7 @@ def test_next_token_and_last_token_match_autograd(norm_type):
         return F.cross_entropy(_final_norm(head, z[:-1]) @ head.embedding.T, ids[1:])
 
     check_against_autograd(hv.NextToken(Z, ids, head, chunk=2), next_token, Z)
-    last = hv.NextToken.last_token(Z, 4, head)
+    last = hv.NextToken(Z, head=head, target=4)
 
     def last_token(z):
         return F.cross_entropy(_final_norm(head, z[-1:]) @ head.embedding.T, torch.tensor([4]))

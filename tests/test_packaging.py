@@ -125,3 +125,16 @@ def test_the_profile_follows_the_served_address_and_a_public_local_is_logged(cap
         assert profiles.profile_name({"HESSVIZ_PROFILE": "local"}, "127.0.0.1") == "local"
     assert caplog.text == ""
     assert profiles.served_address() == "127.0.0.1"  # no server in this process
+
+
+def test_the_lesson_page_templates_ship_as_package_data():
+    """The lesson page's HTML, CSS and JavaScript are files of ``hessviz/app/templates/``, which
+    ``MANIFEST.in`` grafts into the sdist and the wheel, read through :mod:`importlib.resources`."""
+    from hessviz.app import lesson_page
+
+    shipped = (ROOT / "MANIFEST.in").read_text().splitlines()
+    assert "graft hessviz/app/templates" in shipped
+    for name in ("lesson.html", "lesson.css", "lesson.js"):
+        assert (ROOT / "hessviz" / "app" / "templates" / name).is_file()
+        assert lesson_page.template_text(name).strip()
+    assert "{css}{toolbar}" in lesson_page.template_text("lesson.html")

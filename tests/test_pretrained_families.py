@@ -266,7 +266,7 @@ def test_next_token_objective_matches_the_models_head(folders, family):
     folder, tol = folders[family], FAMILIES[family][2]
     model = reference(folder, family)
     Z = pt.hidden_states(folder, IDS)[-1]
-    obj = ob.next_token_loss(Z, IDS, ob.lm_head(folder))
+    obj = hv.NextToken(Z, IDS, ob.lm_head(folder))
     head, targets = final_head(model), torch.tensor(IDS[1:])
 
     def f(Z: torch.Tensor) -> torch.Tensor:
@@ -423,8 +423,8 @@ def test_cli_takes_a_model(folders, tmp_path, capsys):
     summary = json.loads(out.with_suffix(".json").read_text())
     assert summary["model"] == "llama" and summary["ids"] == IDS[:4] and summary["names"] == ["W_O[0]"]
     cfg, params, X = hv.layer_for_text(folder, IDS[:4], layer=N_LAYERS - 1)
-    obj = ob.next_token_loss(hv.forward(cfg, params, X), IDS[:4], ob.lm_head(folder))
-    want = hv.hessian(cfg, params, X, wrt=("W_O[0]",), loss=obj.custom_loss()).full
+    obj = hv.NextToken(hv.forward(cfg, params, X), IDS[:4], ob.lm_head(folder))
+    want = hv.hessian(cfg, params, X, wrt=("W_O[0]",), loss=obj.custom_loss(blocks=True)).full
     got = torch.from_numpy(np.load(out.with_suffix(".npz"))["full"])
     assert (got - want).abs().max().item() <= 1e-12 * max(1.0, want.abs().max().item())
     assert (
@@ -499,7 +499,7 @@ def test_bundled_pydoc_llama_is_its_llama_checkpoint():
     for i in range(info.n_layers):
         assert scaled_error(states[i], inputs[i]) <= LOOSE
         assert scaled_error(states[i + 1], outputs[i]) <= LOOSE
-    obj = ob.next_token_loss(states[-1], ids, ob.lm_head("pydoc-llama"))
+    obj = hv.NextToken(states[-1], ids, ob.lm_head("pydoc-llama"))
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0]
     ref = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:]))

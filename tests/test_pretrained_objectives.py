@@ -1,5 +1,7 @@
-"""Real objectives in ``Z`` (hessviz.pretrained.objectives): closed form against autograd, and the
-GPT-2 head read from a tiny checkpoint against ``GPT2LMHeadModel``'s own loss."""
+"""Real models' objectives in ``Z`` (hessviz.losses' Cosine and NextToken, with what
+hessviz.pretrained.objectives reads): closed form against autograd, the GPT-2 head read from a tiny
+checkpoint against ``GPT2LMHeadModel``'s own loss, and the one vocabulary of their names
+(hessviz.losses.names)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from torch.func import grad, hessian
 
 from hessviz import pretrained as pt
 from hessviz.errors import CheckpointError, InputError
+from hessviz.losses import Cosine, LMHead, Loss, NextToken, names
 from hessviz.pretrained import objectives as ob
 
 L, D, V = 5, 6, 11
@@ -16,9 +19,9 @@ V_SIZE = V
 TOL = 1e-10
 
 
-def random_head(seed: int = 0) -> ob.LMHead:
+def random_head(seed: int = 0) -> LMHead:
     g = torch.Generator().manual_seed(seed)
-    return ob.LMHead(
+    return LMHead(
         1 + 0.3 * torch.randn(D, generator=g, dtype=torch.float64),
         0.2 * torch.randn(D, generator=g, dtype=torch.float64),
         1e-5,
@@ -26,7 +29,7 @@ def random_head(seed: int = 0) -> ob.LMHead:
     )
 
 
-def head_loss(head: ob.LMHead, targets: torch.Tensor, weights: torch.Tensor):
+def head_loss(head: LMHead, targets: torch.Tensor, weights: torch.Tensor):
     """The same loss written with torch ops, for autograd."""
 
     def f(Z: torch.Tensor) -> torch.Tensor:
@@ -37,20 +40,20 @@ def head_loss(head: ob.LMHead, targets: torch.Tensor, weights: torch.Tensor):
     return f
 
 
-def check(obj: ob.Objective, f, Z: torch.Tensor) -> None:
+def check(obj: Loss, f, Z: torch.Tensor) -> None:
     assert abs(obj.value.item() - f(Z).item()) <= TOL
     assert (obj.grad - grad(f)(Z)).abs().max().item() <= TOL
     ref = hessian(f)(Z).reshape(L * D, L * D)
     err = (obj.dense_hessian() - ref).abs().max().item()
-    assert err <= TOL * max(1.0, ref.abs().max().item()), f"{obj.name}: Hessian error {err:.2e}"
+    assert err <= TOL * max(1.0, ref.abs().max().item()), f"{obj!r}: Hessian error {err:.2e}"
 
 
 def test_cosine_loss_matches_autograd():
     g = torch.Generator().manual_seed(1)
     Z = torch.randn(L, D, generator=g, dtype=torch.float64)
     other = torch.randn(D, generator=g, dtype=torch.float64)
-    obj = ob.cosine_loss(Z, other)
-    assert not obj.token_wise and obj.hess.shape == (L * D, L * D)
+    obj = Cosine(other).at(Z)
+    assert not obj.token_wise and obj.dense_hessian().shape == (L * D, L * D)
     check(obj, lambda Z: 1 - torch.nn.functional.cosine_similarity(Z.mean(0), other, dim=0), Z)
 
 
@@ -59,28 +62,30 @@ def test_next_token_and_last_token_losses_match_autograd():
     Z = torch.randn(L, D, generator=g, dtype=torch.float64)
     ids = torch.randint(0, V, (L,), generator=g)
     head = random_head()
-    obj = ob.next_token_loss(Z, ids, head)
-    assert obj.token_wise and obj.hess.shape == (L, D, D)
+    obj = NextToken(Z, ids, head)
+    assert obj.token_wise and obj.token_curvature().shape == (L, D, D)
     w = torch.full((L,), 1 / (L - 1), dtype=torch.float64)
     w[-1] = 0
     check(obj, head_loss(head, torch.cat([ids[1:], ids[:1]]), w), Z)
-    last = ob.last_token_loss(Z, 7, head)
+    last = NextToken(Z, head=head, target=7)
     w = torch.zeros(L, dtype=torch.float64)
     w[-1] = 1
     check(last, head_loss(head, torch.full((L,), 7), w), Z)
-    assert last.hess[:-1].abs().max().item() == 0.0
+    assert last.token_curvature()[:-1].abs().max().item() == 0.0
 
 
 def test_bad_inputs_are_named():
     Z, head = torch.zeros(L, D, dtype=torch.float64) + 1.0, random_head()
     with pytest.raises(InputError, match="other"):
-        ob.cosine_loss(Z, torch.zeros(D, dtype=torch.float64))
+        Cosine(torch.zeros(D, dtype=torch.float64)).at(Z)
     with pytest.raises(InputError, match="ids"):
-        ob.next_token_loss(Z, [1, 2], head)
+        NextToken(Z, [1, 2], head)
     with pytest.raises(InputError, match="token ids"):
-        ob.last_token_loss(Z, V, head)
+        NextToken(Z, head=head, target=V)
     with pytest.raises(InputError, match="Z"):
-        ob.cosine_loss(torch.zeros(D), torch.ones(D))
+        Cosine(torch.ones(D)).at(torch.zeros(D))
+    with pytest.raises(InputError, match="mean-pooled embedding is zero"):
+        Cosine(torch.ones(D)).at(torch.zeros(L, D))
 
 
 def test_gpt2_head_gives_transformers_loss(tmp_path):
@@ -90,7 +95,7 @@ def test_gpt2_head_gives_transformers_loss(tmp_path):
     folder = build(tmp_path / "gpt2", "gpt2")
     ids = pt.token_ids(folder, TEXT)
     Z = pt.hidden_states(folder, ids)[-1]
-    ours = ob.next_token_loss(Z, ids, ob.lm_head(folder)).value
+    ours = NextToken(Z, ids, ob.lm_head(folder)).value
     model = transformers.GPT2LMHeadModel.from_pretrained(
         folder, dtype=torch.float64, local_files_only=True
     ).eval()
@@ -107,8 +112,8 @@ def test_products_are_the_hessians():
     Z = torch.randn(L, D, generator=g, dtype=torch.float64)
     V = torch.randn(3, L, D, generator=g, dtype=torch.float64)
     for obj in (
-        ob.cosine_loss(Z, torch.randn(D, generator=g, dtype=torch.float64)),
-        ob.next_token_loss(Z, torch.randint(0, V_SIZE, (L,), generator=g), random_head()),
+        Cosine(torch.randn(D, generator=g, dtype=torch.float64)).at(Z),
+        NextToken(Z, torch.randint(0, V_SIZE, (L,), generator=g), random_head()),
     ):
         dense = obj.dense_hessian() @ V.reshape(3, -1).T
         assert (obj.product(V).reshape(3, -1) - dense.T).abs().max().item() <= TOL
@@ -128,7 +133,7 @@ def test_cosine_objective_through_a_real_layer_matches_autograd():
     X = pt.layer_inputs(model, text, last)
     cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
     other = ob.sentence_embedding(model, "import sys")
-    obj = ob.cosine_loss(hv.forward(cfg, params, X), other)
+    obj = Cosine(other).at(hv.forward(cfg, params, X))
     name, idx = "b_V[1]", cfg.head_indices("b_V[1]")
     ours = hv.hessian(cfg, params, X, loss=obj.custom_loss(), wrt=(name,)).full
 
@@ -142,20 +147,51 @@ def test_cosine_objective_through_a_real_layer_matches_autograd():
     assert (ours - ref).abs().max().item() <= 1e-9 * ref.abs().max().item()
 
 
-def test_the_loss_key_protocol_is_the_librarys():
-    """``synthetic``, ``next-token`` and ``cosine:<sentence>``: named by the library, read back by
-    it, and anything else refused naming ``loss``; the families' own objectives are one table."""
+def test_one_vocabulary_names_every_objective():
+    """``synthetic``, ``next_token`` and ``cosine:<sentence>``: the app's words, the CLI's and old
+    links' ``next-token`` and ``model_hessian``'s ``next_token`` are read in one place
+    (:mod:`hessviz.losses.names`); anything else is refused naming ``loss``; the families' own
+    objectives are one table."""
     from hessviz.errors import ConfigError
-    from hessviz.pretrained import loss_keys as ob
+    from hessviz.pretrained import loss_keys
 
-    assert ob.loss_key(ob.SIMILARITY, "A ship.") == "cosine:A ship."
-    assert ob.parse_loss(ob.loss_key(ob.SIMILARITY, "A ship.")) == ob.LossChoice("cosine", "A ship.")
-    assert ob.parse_loss("cosine:") == ob.LossChoice("cosine", "")
-    assert ob.parse_loss(ob.loss_key(ob.NEXT)).own and not ob.parse_loss(ob.loss_key("synthetic")).own
-    for bad in ("cosine", "next token", "mse", ""):
+    assert names.key(loss_keys.SIMILARITY, "A ship.") == "cosine:A ship."
+    assert names.key("cosine:A ship.") == "cosine:A ship." and names.key("cosine:") == "cosine:"
+    for spelling in ("next_token", "next-token", "next token", loss_keys.NEXT):
+        assert names.key(spelling) == "next_token" and names.own(spelling)
+        assert isinstance(names.objective(spelling), NextToken) and names.objective(spelling).Z is None
+        assert isinstance(names.whole_objective(spelling), NextToken)
+    assert names.key("synthetic") == "synthetic" and not names.own("synthetic")
+    assert names.objective("synthetic") is None
+    other = torch.ones(D, dtype=torch.float64)
+    got = names.objective("cosine:A ship.", lambda sentence: other if sentence == "A ship." else None)
+    assert isinstance(got, Cosine) and got.target is other
+    for bad in ("cosine", "next", "mse", ""):
         with pytest.raises(ConfigError, match="loss must be"):
-            ob.parse_loss(bad)
+            names.objective(bad)
     with pytest.raises(ConfigError, match="loss must be"):
-        ob.loss_key("similarity")
-    own = [ob.own_objective(t) for t in ("bert", "gpt2", "t5")]
-    assert own == [ob.SIMILARITY, ob.NEXT, None]
+        names.key("similarity")
+    with pytest.raises(ConfigError, match="embed"):
+        names.objective("cosine:A ship.")
+    with pytest.raises(InputError, match="objective must be 'next_token'"):
+        names.whole_objective("synthetic")
+    own = [loss_keys.own_objective(t) for t in ("bert", "gpt2", "t5")]
+    assert own == [loss_keys.SIMILARITY, loss_keys.NEXT, None]
+
+
+def test_no_module_but_the_names_compares_a_spelling_of_next_token():
+    """The app, the CLI and ``hessviz/whole/`` hold loss objects or keys, and ask
+    :mod:`hessviz.losses.names` what a string names: no other module compares a string with
+    ``next_token``, ``next-token`` or ``next token``."""
+    import ast
+
+    from tests.test_imports import ROOT, _compared_strings
+
+    spellings = {names.NEXT_TOKEN, *names.SPELLINGS}
+    found = {
+        str(p.relative_to(ROOT)): hits
+        for p in ROOT.rglob("*.py")
+        if p.name != "names.py"
+        and (hits := [line for line, s in _compared_strings(ast.parse(p.read_text())) if s in spellings])
+    }
+    assert found == {}

@@ -334,7 +334,7 @@ def test_the_next_token_objective_is_an_object(folders):
 
 def test_only_the_entry_reads_the_objectives_name():
     """No module of ``hessviz/whole/`` compares anything with ``"next_token"``: the name is looked up
-    once (:data:`hessviz.whole.objective.NAMED`) and the code below holds the object."""
+    once (:func:`hessviz.losses.names.whole_objective`) and the code below holds the object."""
     import ast
 
     from tests.test_imports import ROOT, _compared_strings

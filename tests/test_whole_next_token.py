@@ -1,5 +1,5 @@
-"""The chunked next-token objective (hessviz.whole.next_token) against the unchunked token-wise one
-(hessviz.pretrained.objectives.next_token_loss): value, gradient and curvature products, for a
+"""The chunked next-token objective (hessviz.losses.next_token) against itself in one chunk, its
+curvature built as token-wise blocks: value, gradient and curvature products, for a
 LayerNorm, an RMSNorm and a norm-less head, at chunk sizes that do not divide the token count."""
 
 from __future__ import annotations
@@ -8,21 +8,19 @@ import pytest
 import torch
 
 from hessviz.errors import InputError
-from hessviz.losses import next_token as losses_next_token
-from hessviz.pretrained import objectives as ob
-from hessviz.whole import next_token as nt
+from hessviz.losses import next_token as nt
 
 L, D, V = 11, 6, 37
 
 
-def head(kind: str, dtype=torch.float64) -> ob.LMHead:
+def head(kind: str, dtype=torch.float64) -> nt.LMHead:
     g = torch.Generator().manual_seed(3)
     gamma = 1 + 0.3 * torch.randn(D, generator=g, dtype=torch.float64)
     beta = 0.2 * torch.randn(D, generator=g, dtype=torch.float64)
     E = torch.randn(V, D, generator=g, dtype=torch.float64)
     if kind == "none":
-        return ob.LMHead(None, None, 0.0, E.to(dtype))
-    return ob.LMHead(
+        return nt.LMHead(None, None, 0.0, E.to(dtype))
+    return nt.LMHead(
         gamma.to(dtype), beta.to(dtype) if kind == "layernorm" else None, 1e-5, E.to(dtype), kind
     )
 
@@ -46,16 +44,17 @@ def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk, keep, monkey
     """``keep``: the softmax kept from the point for the products (small ``L' V``), or recomputed
     with the logits in each product (``KEEP_PROBABILITIES = 0``): the same numbers either way."""
     if not keep:
-        monkeypatch.setattr(losses_next_token, "KEEP_PROBABILITIES", 0)
+        monkeypatch.setattr(nt, "KEEP_PROBABILITIES", 0)
     Z, ids, dZ = inputs()
-    ref = ob.next_token_loss(Z, ids, head(kind))
+    ref = nt.NextToken(Z, ids, head(kind))
+    blocks = ref.token_curvature()
     got = nt.NextToken(Z, ids, head(kind), chunk=chunk)
     assert abs(float(got.value - ref.value)) <= 1e-14 * abs(float(ref.value))
     assert rel(got.grad, ref.grad) <= 1e-14
-    want = torch.einsum("tij,ktj->kti", ref.hess, dZ)
+    want = torch.einsum("tij,ktj->kti", blocks, dZ)
     assert rel(got.product(dZ), want) <= 1e-13
     assert got.product(dZ)[:, -1].abs().max() == 0  # the last position has no target
-    assert rel(got.blocks(), ref.hess) <= 1e-13  # the token-wise form of small widths
+    assert rel(got.token_curvature(), blocks) <= 1e-13  # the token-wise form of small widths
     assert (got.kept is not None) == keep
 
 

@@ -36,12 +36,12 @@ and :func:`open_page`.
 
 Every cache is in :mod:`hessviz.app.cache` (``term``, ``block_norms``, ``spectrum``,
 ``verify``, the matrix-free ``matfree_spectrum`` and ``block_table``, the sweeps, the claim
-pages' studies, and the Real model page's ``real_stack``, ``real_states``, ``real_tokens``,
-``real_config``, ``real_attention``, ``real_window``, ``real_gradients`` and ``real_block_table``,
-which read the precomputed default views first, :mod:`hessviz.app.real_model`; the Whole model
-page's ``whole_table``, which reads the precomputed default tables first,
-:mod:`hessviz.app.whole_model`): one server-wide store bounded by bytes under the limits of
-:mod:`hessviz.app.profiles`, held by the gates of
+pages' studies; and in :mod:`hessviz.app.real_cache` the Real model page's ``real_stack``,
+``real_states``, ``real_tokens``, ``real_config``, ``real_attention``, ``real_window``,
+``real_gradients`` and ``real_block_table``, which read the precomputed default views first,
+:mod:`hessviz.app.real_model`, and the Whole model page's ``whole_table``, which reads the
+precomputed default tables first, :mod:`hessviz.app.whole_model`): one server-wide store
+bounded by bytes under the limits of :mod:`hessviz.app.profiles`, held by the gates of
 :mod:`hessviz.app.gates`; pages define none. :func:`verdict` asks the budget
 (:mod:`hessviz.app.budget`) without drawing (to choose between a dense and a matrix-free method);
 :func:`afford` asks and refuses. The app's policy (profiles, budget, gates) lives here only: the
@@ -70,6 +70,7 @@ PRELOAD = (
     "hessviz.plots",
     "hessviz.experiments.report",
     "hessviz.app.controls",
+    "hessviz.app.page_controls",
     "hessviz.app.ui",
 )
 """Modules imported once at startup: concurrent first imports of pandas from several script
@@ -101,20 +102,10 @@ def preload() -> None:
 
 _LAZY = {
     **dict.fromkeys(
-        (
-            "begin_run",
-            "choice",
-            "lesson",
-            "link_only",
-            "multichoice",
-            "open_page",
-            "select",
-            "sidebar",
-            "slider",
-            "text",
-        ),
+        ("begin_run", "lesson", "link_only", "open_page", "sidebar"),
         "hessviz.app.controls",
     ),
+    **dict.fromkeys(("choice", "multichoice", "select", "slider", "text"), "hessviz.app.page_controls"),
     **dict.fromkeys(
         ("DEFAULTS", "SHARED_KEYS", "View", "device", "device_label", "plain"), "hessviz.app.state"
     ),
@@ -138,7 +129,7 @@ _LAZY = {
     ),
 }
 """The names pages use as ``hva.<name>``, and the module each lives in (loaded on first use)."""
-_SUBMODULES = ("address", "cache", "controls", "progress", "registry", "state")
+_SUBMODULES = ("address", "cache", "controls", "progress", "real_cache", "registry", "state")
 
 
 def __getattr__(name: str):

@@ -13,8 +13,11 @@ one computation. Long computations run in chunks and call
 :func:`hessviz.app.progress.current` between them, so they stop when the visitor leaves
 or moves a control. :func:`clear` empties everything (the sidebar's button).
 
-Each function here is a key, a call of the library and a store: what is computed (and the
-statistics drawn) is the library's; the reserve and the seconds come from :mod:`hessviz.checks.cost`.
+Each function here is a call of the library, stored by :func:`stored`: the decorator writes its
+key (the function's name and arguments), reservation, estimate and label once for all of them;
+what is computed (and the statistics drawn) is the library's, the reserve and the seconds come
+from :mod:`hessviz.checks.cost`. The Real model and Whole model pages' results, stored the same
+way, are :mod:`hessviz.app.real_cache`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import gc
+import inspect
 import math
 import tempfile
 import threading
@@ -35,16 +40,17 @@ import numpy as np
 import torch
 
 import hessviz as hv
-from hessviz.app import admission, budget, gates, profiles, runlog, whole_model
+from hessviz.app import admission, budget, gates, profiles, progress, runlog
 from hessviz.app.progress import current
-from hessviz.app.state import View, device
+from hessviz.app.sizes import nbytes, readonly
+from hessviz.app.state import View
 from hessviz.checks import cost
 from hessviz.checks.verify import compare
 from hessviz.experiments import bounds as bounds_exp
 from hessviz.experiments import heterogeneity, ln_collapse, optimizers
 from hessviz.laws import sweeps
 from hessviz.matfree import estimates, spectra
-from hessviz.pretrained import explore, loss_keys, precomputed
+from hessviz.pretrained import explore
 
 LIMITS = profiles.limits_from_env(address=profiles.served_address())
 """The limits of this server (``HESSVIZ_PROFILE``, else by the address it serves), read once when the
@@ -55,37 +61,6 @@ LEDGER = gates.Ledger(LIMITS.results_bytes, LIMITS.process_bytes)
 GATE = gates.Gate(LIMITS.heavy)
 _AUTOGRAD = threading.Lock()
 """torch.func's forward-mode state is per process, not per thread: one autograd reference at a time."""
-
-
-def nbytes(value: object) -> int:
-    """Bytes held by a result (arrays counted by their buffers; small objects ~64 bytes)."""
-    if isinstance(value, np.ndarray):
-        return int(value.nbytes) + 112
-    if isinstance(value, torch.Tensor):
-        return int(value.numel() * value.element_size()) + 112
-    if isinstance(value, dict):
-        return 64 + sum(nbytes(k) + nbytes(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return 64 + sum(nbytes(v) for v in value)
-    if isinstance(value, str | bytes):
-        return 49 + len(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return 64 + sum(nbytes(getattr(value, f.name)) for f in dataclasses.fields(value))
-    if hasattr(value, "to_plotly_json"):  # a plotly figure: its data and layout as dicts and lists
-        return 64 + nbytes(value.to_plotly_json())
-    return 64
-
-
-def _readonly(value):
-    if isinstance(value, np.ndarray):
-        value.flags.writeable = False
-    elif isinstance(value, dict):
-        for v in value.values():
-            _readonly(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _readonly(v)
-    return value
 
 
 class Store:
@@ -228,7 +203,7 @@ class Store:
                     if depth == 0 and math.isfinite(seconds):
                         status.begin(self.work_limit, self.profile)  # the guard counts from here
                     try:
-                        value = _readonly(compute())
+                        value = readonly(compute())
                     finally:
                         self._depth.n = depth
                         if depth == 0 and math.isfinite(seconds):
@@ -269,28 +244,96 @@ def _view(key: tuple) -> View:
     return View.from_values(dict(key))
 
 
-def _tensor(a: np.ndarray) -> torch.Tensor:
+def as_tensor(a: np.ndarray) -> torch.Tensor:
     """A read-only view of a cached array as a tensor, without a copy (the callers only read it)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
         return torch.from_numpy(a)
 
 
+# ----------------------------------------------------------------------------- the store wrapper, once
+
+_COERCE = {"int": int, "float": float, "bool": bool}
+"""Arguments so annotated enter a key as that type: ``3`` and ``np.int64(3)`` name one result."""
+
+
+def stored(
+    price: int | Callable[..., object],
+    what: str | Callable[..., str],
+    *,
+    kind: str | None = None,
+    key: Callable[..., tuple] | None = None,
+    first: Callable[..., object] | None = None,
+    prefix: tuple = (),
+    field: str | None = None,
+) -> Callable[[Callable[..., object]], Callable[..., object]]:
+    """A function of the app whose result lives in :data:`STORE`: the decorated function is the
+    computation, and this decorator writes, once for all of them, its key, reservation, estimate and
+    label, and the :meth:`Store.get` that computes or finds it.
+
+    The call's arguments ``a`` (bound to the signature, defaults filled in, ``int``/``float``/``bool``
+    annotations applied) give:
+
+    * the key: ``prefix + (kind, *a.values())`` (``kind`` defaults to the function's name), or
+      ``prefix + key(**a)``;
+    * the reservation and the estimate: ``price(**a)`` (or ``price`` itself) is a number of bytes
+      (no estimate: ``seconds = inf``) or a :class:`hessviz.checks.cost.Cost` (``bytes``, ``seconds``);
+    * the label: ``what.format(**a)``, or ``what(**a)``;
+    * a value found before the store: ``first(key_without_prefix, **a)`` (a precomputed file), unless None;
+    * ``field``: the call returns ``value[field]`` of the stored dict (as the precomputed files hold).
+
+    ``wrapper.key_of(*args, **kwargs)`` is a call's key without ``prefix`` (for ``real_ready``)."""
+
+    def wrap(fn: Callable[..., object]) -> Callable[..., object]:
+        signature = inspect.signature(fn)
+        words = {
+            n: p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+            for n, p in signature.parameters.items()
+        }
+        coerce = {n: _COERCE[w] for n, w in words.items() if w in _COERCE}
+        name = kind or fn.__name__
+
+        def arguments(args: tuple, kwargs: dict) -> dict[str, object]:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return {n: coerce[n](v) if n in coerce else v for n, v in bound.arguments.items()}
+
+        def key_from(a: dict[str, object]) -> tuple:
+            return key(**a) if key else (name, *a.values())
+
+        def key_of(*args: object, **kwargs: object) -> tuple:
+            return key_from(arguments(args, kwargs))
+
+        @functools.wraps(fn)
+        def wrapper(*args: object, **kwargs: object) -> object:
+            a = arguments(args, kwargs)
+            k = key_from(a)
+            value = first(k, **a) if first else None
+            if value is None:
+                p = price(**a) if callable(price) else price
+                reserve, seconds = (p, math.inf) if isinstance(p, int) else (p.bytes, p.seconds)
+                label = what(**a) if callable(what) else what.format(**a)
+                value = STORE.get(prefix + k, functools.partial(fn, **a), reserve, label, seconds)
+            return value if field is None else value[field]
+
+        wrapper.key_of = key_of
+        return wrapper
+
+    return wrap
+
+
 # ----------------------------------------------------------------------------- Hessian terms
 
 
+@stored(
+    lambda key, term: cost.term_cost(_view(key).cfg),
+    lambda key, term: f"the {term} Hessian (P = {_view(key).num_params:,})",
+)
 def term(key: tuple, term: str) -> np.ndarray:
     """The dense ``(P, P)`` Hessian term ``full``/``outer``/``functional`` of the view."""
     view = _view(key)
-
-    def compute() -> np.ndarray:
-        params, X, Y = view.inputs
-        return hv.hessian(view.cfg, params, X, Y).term(term).detach().cpu().numpy()
-
-    c = cost.term_cost(view.cfg)
-    return STORE.get(
-        ("term", key, term), compute, c.bytes, f"the {term} Hessian (P = {view.num_params:,})", c.seconds
-    )
+    params, X, Y = view.inputs
+    return hv.hessian(view.cfg, params, X, Y).term(term).detach().cpu().numpy()
 
 
 def view(key: tuple, build: Callable[[], object]) -> object:
@@ -322,22 +365,32 @@ def offsets(key: tuple) -> dict[str, slice]:
     return _view(key).cfg.offsets()
 
 
+def _largest_block(spans: dict[str, slice]) -> int:
+    return max(s.stop - s.start for s in spans.values())
+
+
+@stored(
+    lambda key, term_name, kind: cost.Cost(
+        cost.block_norms_cost(_view(key).cfg), 2 * 8 * _largest_block(offsets(key)) ** 2, "block norms"
+    ),
+    "the block norms",
+)
 def block_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarray:
     """``(n, n)`` spectral (``"spectral"``) or Frobenius (``"fro"``) norms of every block pair."""
-    largest = max(s.stop - s.start for s in offsets(key).values())
-
-    def compute() -> np.ndarray:
-        return spectra.block_norm_matrix(_tensor(term(key, term_name)), offsets(key), kind)
-
-    return STORE.get(
-        ("block_norms", key, term_name, kind),
-        compute,
-        2 * 8 * largest**2,
-        "the block norms",
-        cost.block_norms_cost(_view(key).cfg),
-    )
+    return spectra.block_norm_matrix(as_tensor(term(key, term_name)), offsets(key), kind)
 
 
+def _outer_rank(cfg: hv.BlockConfig, term_name: str) -> int | None:
+    return cfg.seq_len * cfg.d_model if term_name == "outer" else None
+
+
+def _spectrum_price(key: tuple, term_name: str, k: int, dense_limit: int) -> cost.Cost:
+    cfg = _view(key).cfg
+    seconds = cost.eig_cost(cfg.num_params, dense_limit, k, _outer_rank(cfg, term_name))
+    return cost.Cost(seconds, 2 * 8 * cfg.num_params**2, "eigenvalues")
+
+
+@stored(_spectrum_price, "the eigenvalues of the {term_name} term")
 def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra.DENSE_LIMIT) -> dict:
     """Eigenvalues of one term: ``values`` (ascending), ``partial``, ``size``, ``method``, negatives.
 
@@ -345,58 +398,45 @@ def spectrum(key: tuple, term_name: str, k: int = 64, dense_limit: int = spectra
     dense limit all its eigenvalues come from its range
     (:func:`hessviz.matfree.spectra.low_rank_eigenvalues`).
     """
-    cfg = _view(key).cfg
-    rank = cfg.seq_len * cfg.d_model if term_name == "outer" else None
-
-    def compute() -> dict:
-        H = term(key, term_name)
-        spec = spectra.eigenvalues(_tensor(H), k=k, dense_limit=dense_limit, rank=rank)
-        neg = spectra.negative_summary(spec)
-        return {
-            "values": spec.values,
-            "partial": spec.partial,
-            "size": spec.size,
-            "method": spec.method,
-            "negative_count": neg.count,
-            "negative_share": neg.share,
-            "negative_mass": neg.mass,
-            "min": neg.min_eigenvalue,
-            "max": neg.max_eigenvalue,
-            "tolerance": neg.tolerance,
-        }
-
-    return STORE.get(
-        ("spectrum", key, term_name, k, dense_limit),
-        compute,
-        2 * 8 * cfg.num_params**2,
-        f"the eigenvalues of the {term_name} term",
-        cost.eig_cost(cfg.num_params, dense_limit, k, rank),
-    )
+    rank = _outer_rank(_view(key).cfg, term_name)
+    spec = spectra.eigenvalues(as_tensor(term(key, term_name)), k=k, dense_limit=dense_limit, rank=rank)
+    neg = spectra.negative_summary(spec)
+    return {
+        "values": spec.values,
+        "partial": spec.partial,
+        "size": spec.size,
+        "method": spec.method,
+        "negative_count": neg.count,
+        "negative_share": neg.share,
+        "negative_mass": neg.mass,
+        "min": neg.min_eigenvalue,
+        "max": neg.max_eigenvalue,
+        "tolerance": neg.tolerance,
+    }
 
 
+@stored(
+    lambda key, nonce: cost.compare_cost(_view(key).cfg, LIMITS.timing_repeats),
+    "the comparison with autograd",
+)
 def verify(key: tuple, nonce: int = 0) -> dict:
     """:func:`hessviz.checks.verify.compare` of the view: per block and term the relative error,
     and the wall time of all three terms per method (best of ``LIMITS.timing_repeats``).
     ``nonce`` only forces a fresh measurement. One comparison at a time in the process
     (torch.func's forward-mode state is per process, not per thread)."""
     view = _view(key)
-
-    def compute() -> dict:
-        params, X, Y = view.inputs
-        with _AUTOGRAD:
-            out = compare(view.cfg, params, X, Y, repeats=LIMITS.timing_repeats)
-        return {
-            "names": out.names,
-            "rel_err": out.block_errors,
-            "times": out.seconds,
-            "whole": out.whole_errors,
-            "worst": out.worst_block,
-            "agrees": out.agrees,
-            "speedup": out.speedup,
-        }
-
-    c = cost.compare_cost(view.cfg, LIMITS.timing_repeats)
-    return STORE.get(("verify", key, nonce), compute, c.bytes, "the comparison with autograd", c.seconds)
+    params, X, Y = view.inputs
+    with _AUTOGRAD:
+        out = compare(view.cfg, params, X, Y, repeats=LIMITS.timing_repeats)
+    return {
+        "names": out.names,
+        "rel_err": out.block_errors,
+        "times": out.seconds,
+        "whole": out.whole_errors,
+        "worst": out.worst_block,
+        "agrees": out.agrees,
+        "speedup": out.speedup,
+    }
 
 
 # ----------------------------------------------------------------------------- sweeps
@@ -409,24 +449,18 @@ def _sweep_key(
     return ("sweep_point", fields, float(input_norm), int(seed), tuple(pair), kind, int(layer))
 
 
-def sweep_point(
-    cfg: hv.BlockConfig,
-    input_norm: float,
-    seed: int,
-    pair: tuple[str, str],
-    kind: str = "spectral",
-    layer: int = 0,
-) -> dict[str, float]:
-    """:func:`hessviz.laws.sweeps.point` (of layer ``layer`` in a stack), cached per point (a few
-    floats each)."""
-    weight_count = max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
-    return STORE.get(
-        _sweep_key(cfg, input_norm, seed, pair, kind, layer),
-        lambda: sweeps.point(cfg, float(input_norm), int(seed), tuple(pair), kind, layer),
-        8 * 4 * weight_count * weight_count,
-        "a sweep point",
-        cost.sweep_point_cost(cfg, weight_count),
-    )
+def _sweep_weights(cfg: hv.BlockConfig, pair: tuple[str, str], layer: int) -> int:
+    return max(cfg.param_size(sweeps.in_layer(cfg, n, layer)) for n in pair)
+
+
+def _sweep_price(cfg: hv.BlockConfig, input_norm: float, seed: int, pair: tuple, kind: str, layer: int):
+    weight_count = _sweep_weights(cfg, pair, layer)
+    return cost.Cost(cost.sweep_point_cost(cfg, weight_count), 8 * 4 * weight_count**2, "a sweep point")
+
+
+sweep_point = stored(_sweep_price, "a sweep point", key=_sweep_key)(sweeps.point)
+""":func:`hessviz.laws.sweeps.point` ``(cfg, input_norm, seed, pair, kind="spectral", layer=0)`` (of layer
+``layer`` in a stack), cached per point (a few floats each)."""
 
 
 def prime_sweep_points(calls: list[tuple], executor) -> int:
@@ -448,102 +482,90 @@ def prime_sweep_points(calls: list[tuple], executor) -> int:
     return len(missing)
 
 
-def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarray:
-    """``(N, N)`` norms of the layer-by-layer blocks ``H[θ_i, θ_j]`` of a stack's term (each
-    layer's weights are contiguous in θ): how close the stack's Hessian is to block-diagonal."""
+def _layer_spans(key: tuple) -> dict[str, slice]:
+    """``"layer i" -> slice`` of a stack's layer ``i`` in θ (each layer's weights are contiguous)."""
     cfg = _view(key).cfg
     offs = cfg.offsets()
     spans = {}
     for i in range(cfg.n_layers):
         names = cfg.layer_names(i)
         spans[f"layer {i}"] = slice(offs[names[0]].start, offs[names[-1]].stop)
-    largest = max(s.stop - s.start for s in spans.values())
+    return spans
 
-    def compute() -> np.ndarray:
-        return spectra.block_norm_matrix(_tensor(term(key, term_name)), spans, kind)
 
-    return STORE.get(
-        ("layer_norms", key, term_name, kind),
-        compute,
-        2 * 8 * largest**2,
-        "the layer-by-layer block norms",
-        cfg.n_layers**2 * cost.norm_cost(largest, largest),
-    )
+def _layer_norms_price(key: tuple, term_name: str, kind: str) -> cost.Cost:
+    largest = _largest_block(_layer_spans(key))
+    seconds = _view(key).cfg.n_layers ** 2 * cost.norm_cost(largest, largest)
+    return cost.Cost(seconds, 2 * 8 * largest**2, "layer norms")
+
+
+@stored(_layer_norms_price, "the layer-by-layer block norms")
+def layer_norms(key: tuple, term_name: str, kind: str = "spectral") -> np.ndarray:
+    """``(N, N)`` norms of the layer-by-layer blocks ``H[θ_i, θ_j]`` of a stack's term (each
+    layer's weights are contiguous in θ): how close the stack's Hessian is to block-diagonal."""
+    return spectra.block_norm_matrix(as_tensor(term(key, term_name)), _layer_spans(key), kind)
 
 
 # ----------------------------------------------------------------------------- claim pages
 
 
+@stored(lambda key: cost.attention_case_cost(_view(key).cfg), "the attention bounds")
 def bounds_here(key: tuple) -> dict:
     """:func:`hessviz.experiments.bounds.case_row` for the attention-only block of the view."""
     view = _view(key)
-
-    def compute() -> dict:
-        params, X, Y = view.inputs
-        return bounds_exp.case_row(view.cfg, params, X, Y, {"L": view.cfg.seq_len})
-
-    c = cost.attention_case_cost(view.cfg)
-    return STORE.get(("bounds_here", key), compute, c.bytes, "the attention bounds", c.seconds)
+    params, X, Y = view.inputs
+    return bounds_exp.case_row(view.cfg, params, X, Y, {"L": view.cfg.seq_len})
 
 
+@stored(lambda n, seed: cost.Cost(cost.CASE_S * n, 1 << 20, "the random study"), "the random study")
 def bounds_study(n: int, seed: int) -> dict:
     """:func:`hessviz.experiments.bounds.attention_bound_study`, progress after each configuration."""
-    return STORE.get(
-        ("bounds_study", int(n), int(seed)),
-        lambda: bounds_exp.attention_bound_study(n, seed, progress=current().step),
-        1 << 20,
-        "the random study",
-        cost.CASE_S * n,
-    )
+    return bounds_exp.attention_bound_study(n, seed, progress=current().step)
 
 
+@stored(1 << 20, "the LayerNorm study")
 def ln_bounds_study(n: int, seed: int) -> dict:
     """:func:`hessviz.experiments.bounds.ln_bound_study` (tiny matrices: one chunk)."""
-    return STORE.get(
-        ("ln_bounds_study", int(n), int(seed)),
-        lambda: bounds_exp.ln_bound_study(n, seed),
-        1 << 20,
-        "the LayerNorm study",
-    )
+    return bounds_exp.ln_bound_study(n, seed)
 
 
+@stored(1 << 20, "the LayerNorm sweep")
 def ln_sweep(sig: tuple, eps: float, m: int, n: int, seeds: tuple) -> dict:
     """:func:`hessviz.experiments.ln_collapse.ln_sweep`, progress after each seed."""
-    return STORE.get(
-        ("ln_sweep", sig, eps, m, n, seeds),
-        lambda: ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=seeds, progress=current().step),
-        1 << 20,
-        "the LayerNorm sweep",
+    return ln_collapse.ln_sweep(np.asarray(sig), eps, m=m, n=n, seeds=seeds, progress=current().step)
+
+
+def _ln_point_cfg(L: int, d: int, dk: int, dff: int, eps: float) -> hv.BlockConfig:
+    return hv.BlockConfig(seq_len=L, d_model=d, d_k=dk, d_ff=dff, norm="post", ln_eps=eps)
+
+
+@stored(
+    lambda x, eps, seed, L, d, dk, dff, xnorm, whole: cost.ln_point_cost(
+        _ln_point_cfg(L, d, dk, dff, eps), whole
+    ),
+    "a σ point of the Post-LN sweep",
+)
+def ln_block_point(
+    x: float, eps: float, seed: int, L: int, d: int, dk: int, dff: int, xnorm: float, whole: bool
+) -> dict:
+    """One point (one σ, one seed) of :func:`hessviz.experiments.ln_collapse.block_sweep`."""
+    return ln_collapse.block_sweep(
+        [x], eps, (seed,), seq_len=L, d_model=d, d_k=dk, d_ff=dff, input_norm=xnorm, whole=whole
     )
 
 
 def ln_block_sweep(
     sig: tuple, eps: float, seeds: tuple, L: int, d: int, dk: int, dff: int, xnorm: float, whole: bool
 ) -> dict:
-    """:func:`hessviz.experiments.ln_collapse.block_sweep`, cached point by point (one seed, one σ) with
-    progress after each: another seed count or another number of decades (σ = 10^(−k/3), so the
-    grids nest) computes only the points it adds. Its arrays are ``(len(seeds), len(sig))``."""
-    cfg = hv.BlockConfig(seq_len=L, d_model=d, d_k=dk, d_ff=dff, norm="post", ln_eps=eps)
-    each = cost.ln_point_cost(cfg, whole)
+    """:func:`hessviz.experiments.ln_collapse.block_sweep`, cached point by point (one seed, one σ,
+    :func:`ln_block_point`) with progress after each: another seed count or another number of
+    decades (σ = 10^(−k/3), so the grids nest) computes only the points it adds. Its arrays are
+    ``(len(seeds), len(sig))``."""
     status, total = current(), len(seeds) * len(sig)
-
-    def point(x: float, seed: int) -> dict:
-        return ln_collapse.block_sweep(
-            [x], eps, (seed,), seq_len=L, d_model=d, d_k=dk, d_ff=dff, input_norm=xnorm, whole=whole
-        )
-
     points = []
     for i, seed in enumerate(seeds):
         for j, x in enumerate(sig):
-            points.append(
-                STORE.get(
-                    ("ln_block_point", float(x), eps, seed, L, d, dk, dff, xnorm, whole),
-                    lambda x=float(x), seed=seed: point(x, seed),
-                    each.bytes,
-                    "a σ point of the Post-LN sweep",
-                    each.seconds,
-                )
-            )
+            points.append(ln_block_point(float(x), eps, seed, L, d, dk, dff, xnorm, whole))
             done = i * len(sig) + j + 1
             status.step(done, total, f"Post-LN blocks: {done}/{total}")
     out = {
@@ -554,75 +576,65 @@ def ln_block_sweep(
     return {**out, "sigma": np.asarray(sig, dtype=float)}
 
 
+@stored(
+    lambda key, part: cost.term_cost(_view(key).cfg).bytes * 2,
+    "the gradient heterogeneity",
+    kind="heterogeneity",
+)
 def heterogeneity_of(key: tuple, part: str) -> dict:
     """:func:`hessviz.experiments.heterogeneity.block_heterogeneity` of the view."""
     view = _view(key)
-
-    def compute() -> dict:
-        params, X, Y = view.inputs
-        h = heterogeneity.block_heterogeneity(view.cfg, params, X, Y, part)
-        return {
-            "names": h.names,
-            "grad": h.grad_norms,
-            "hess": h.hess_norms,
-            "sizes": h.sizes,
-            "gini": h.gini,
-            "lambda_G": h.lambda_G,
-            "lambda_P": h.lambda_P,
-            "corr": h.correlation,
-        }
-
-    return STORE.get(
-        ("heterogeneity", key, part),
-        compute,
-        cost.term_cost(view.cfg).bytes * 2,
-        "the gradient heterogeneity",
-    )
+    params, X, Y = view.inputs
+    h = heterogeneity.block_heterogeneity(view.cfg, params, X, Y, part)
+    return {
+        "names": h.names,
+        "grad": h.grad_norms,
+        "hess": h.hess_norms,
+        "sizes": h.sizes,
+        "gini": h.gini,
+        "lambda_G": h.lambda_G,
+        "lambda_P": h.lambda_P,
+        "corr": h.correlation,
+    }
 
 
+@stored(16 << 20, "the training runs")
 def training(L: int, d: int, dk: int, dff: int, seeds: tuple, steps: int, lrs: tuple) -> dict:
     """:func:`hessviz.experiments.optimizers.optimizer_study` with one learning rate per optimizer,
     one (placement, seed) per chunk: ``{placement: {"gini": (seeds,), optimizer: (seeds, steps + 1)}}``."""
-
-    def compute() -> dict:
-        grids = {o: (lr,) for o, lr in zip(optimizers.OPTIMIZERS, lrs)}
-        study = optimizers.optimizer_study(
-            seeds,
-            steps,
-            grids,
-            ("post", "pre"),
-            seq_len=L,
-            d_model=d,
-            d_k=dk,
-            d_ff=dff,
-            progress=current().step,
-        )
-        return {
-            pl: {"gini": r["gini"], **{o: r["curves"][o][grids[o][0]] for o in optimizers.OPTIMIZERS}}
-            for pl, r in study.items()
-        }
-
-    return STORE.get(("training", L, d, dk, dff, seeds, steps, lrs), compute, 16 << 20, "the training runs")
+    grids = {o: (lr,) for o, lr in zip(optimizers.OPTIMIZERS, lrs)}
+    study = optimizers.optimizer_study(
+        seeds,
+        steps,
+        grids,
+        ("post", "pre"),
+        seq_len=L,
+        d_model=d,
+        d_k=dk,
+        d_ff=dff,
+        progress=current().step,
+    )
+    return {
+        pl: {"gini": r["gini"], **{o: r["curves"][o][grids[o][0]] for o in optimizers.OPTIMIZERS}}
+        for pl, r in study.items()
+    }
 
 
+@stored(1 << 20, "the claims")
 def claims_file(path: str, mtime: float) -> list[dict]:
     """The committed ``claims.json`` (keyed by its modification time)."""
     import json
 
-    return STORE.get(
-        ("claims_file", path, mtime), lambda: json.loads(Path(path).read_text()), 1 << 20, "the claims"
-    )
+    return json.loads(Path(path).read_text())
 
 
+@stored(64 << 20, "the quick reproduction")
 def claims_quick(nonce: int) -> list[dict]:
     """A quick ``hessviz reproduce`` run in a temporary directory."""
     from hessviz.experiments.report import reproduce
 
-    def compute() -> list[dict]:
-        with tempfile.TemporaryDirectory() as tmp:
-            return reproduce(Path(tmp), quick=True)
-
-    return STORE.get(("claims_quick", nonce), compute, 64 << 20, "the quick reproduction")
+    with tempfile.TemporaryDirectory() as tmp:
+        return reproduce(Path(tmp), quick=True)
 
 
 # ----------------------------------------------------------------------------- matrix-free views
@@ -631,63 +643,40 @@ SLQ_GROUP_BYTES = estimates.GROUP_BYTES
 """Lanczos bases held at once by the SLQ density (probes run in groups that fit; one at least)."""
 
 
-class _Reporter:
-    """A :mod:`hessviz.matfree` progress callback drawing one stage of a page's progress bar.
-
-    ``progress(done, total, message)`` from the library (``total`` None when unknown: then
-    ``expected`` products) becomes :meth:`~hessviz.app.progress.Status.step` of the guarded
-    computation, at most five times a second; the step raises when the visitor has left or
-    moved a control (Streamlit's rerun), which cancels the library's loop.
-    """
-
-    def __init__(self, stage: int, stages: int, expected: int, label: str):
-        self.stage, self.stages, self.expected, self.label = stage, stages, max(1, expected), label
-        self._last = 0.0
-
-    def __call__(self, done: int, total: int | None, message: str) -> None:
-        now = time.monotonic()
-        status = current()
-        if now - self._last < 0.2:
-            status.checkpoint()
-            return
-        self._last = now
-        frac = min(1.0, done / (total or self.expected))
-        status.step(int(1000 * (self.stage + frac)), 1000 * self.stages, f"{self.label}: {message}")
-
-
 def _result(view: View):
     """``hv.hessian`` of the view without any dense term (products only)."""
     params, X, Y = view.inputs
     return hv.hessian(view.cfg, params, X, Y)
 
 
+@stored(
+    lambda key, term_name, k, probes, steps, seed: (
+        cost.matfree_spectrum_cost(_view(key).cfg, k, probes, steps, SLQ_GROUP_BYTES).bytes
+    ),
+    "the matrix-free spectrum of the {term_name} term",
+)
 def matfree_spectrum(key: tuple, term_name: str, k: int, probes: int, steps: int, seed: int = 0) -> dict:
     """:func:`hessviz.matfree.estimates.term_spectrum` of one term of the view: Lanczos extremes and
     the SLQ density (probes in groups that fit :data:`SLQ_GROUP_BYTES`) with its per-probe
     summaries. No dense term is formed."""
-    view = _view(key)
-
-    def compute() -> dict:
-        return estimates.term_spectrum(
-            _result(view),
-            term_name,
-            k,
-            probes,
-            steps,
-            seed=seed,
-            group_bytes=SLQ_GROUP_BYTES,
-            progress=_Reporter(0, 1, 1, "Matrix-free spectrum"),
-        )
-
-    c = cost.matfree_spectrum_cost(view.cfg, k, probes, steps, SLQ_GROUP_BYTES)
-    return STORE.get(
-        ("matfree_spectrum", key, term_name, k, probes, steps, seed),
-        compute,
-        c.bytes,
-        f"the matrix-free spectrum of the {term_name} term",
+    return estimates.term_spectrum(
+        _result(_view(key)),
+        term_name,
+        k,
+        probes,
+        steps,
+        seed=seed,
+        group_bytes=SLQ_GROUP_BYTES,
+        progress=progress.Reporter(0, 1, 1, "Matrix-free spectrum"),
     )
 
 
+@stored(
+    lambda key, term_name, by_head, samples, seed: (
+        cost.block_table_cost(_view(key).cfg, samples, by_head).bytes
+    ),
+    "the heterogeneity table of the {term_name} term",
+)
 def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int = 30, seed: int = 0) -> dict:
     """:func:`hessviz.matfree.block_table`: per block (every weight, or every head) the top
     eigenvalue and the trace of ``H[b, b]``; exact for blocks up to
@@ -697,425 +686,14 @@ def block_table(key: tuple, term_name: str, by_head: bool = True, samples: int =
 
     view = _view(key)
     blocks = estimates.block_list(view.cfg, by_head)
-
-    def compute() -> dict:
-        res = _result(view)
-        t = matfree.block_table(
-            res,
-            term_name,
-            [b for b, _ in blocks],
-            trace_samples=samples,
-            exact_limit=matfree.spectral.EXACT_BLOCK,
-            seed=seed,
-            bound="value",
-            progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"),
-        )
-        return explore.table_arrays(t)
-
-    c = cost.block_table_cost(view.cfg, samples, by_head)
-    return STORE.get(
-        ("block_table", key, term_name, by_head, samples, seed),
-        compute,
-        c.bytes,
-        f"the heterogeneity table of the {term_name} term",
-    )
-
-
-# ----------------------------------------------------------------------------- real models
-#
-# Each result of the Real model page has a key of plain values that names exactly what it
-# depends on (:mod:`hessviz.pretrained.precomputed`): the attention does not depend on the
-# loss or the target seed, nothing under a model's own loss depends on the seed (its key holds
-# ``None``), and the Hutch++ probes of the block table have their own fixed seed, so a change
-# of target seed recomputes only what the target enters. A key found in the precomputed file
-# (:data:`PRECOMPUTED`) is read from it without loading the model.
-
-PRECOMPUTED: Path | None = precomputed.FILE
-"""The precomputed views the Real model page reads first (None: compute everything)."""
-TABLE_SEED = 0
-"""Seed of the block table's Lanczos start and Hutch++ probes (not the target's)."""
-
-
-def target_seed(loss: str, seed: int) -> int | None:
-    """The seed a result under ``loss`` depends on: the synthetic target's, or None (a model's own loss)."""
-    return int(seed) if loss == SYNTHETIC else None
-
-
-def _precomputed(key: tuple) -> dict | None:
-    return None if PRECOMPUTED is None else precomputed.lookup(key, PRECOMPUTED)
-
-
-def _real(
-    key: tuple, compute: Callable[[], dict], reserve: int, what: str, seconds: float = math.inf
-) -> dict:
-    """The precomputed entry of ``key``, or the cached (or computed) one (``seconds``: its estimate, for
-    the gate and the work bound)."""
-    hit = _precomputed(key)
-    if hit is not None:
-        return hit
-    return STORE.get(("real",) + key, compute, reserve, what, seconds)
-
-
-def head_vocab(model: str, loss: str) -> int:
-    """The vocabulary of ``model``'s LM head when ``loss`` is its next-token loss (the head's work enters
-    every estimate, :func:`hessviz.checks.cost.head_cost`), else 0."""
-    from hessviz import pretrained
-
-    return pretrained.model_info(model).vocab_size if loss == loss_keys.NEXT_TOKEN else 0
-
-
-def stack_bytes(model: str) -> int:
-    """Bytes of every layer of ``model`` in float64 (what :func:`real_stack` holds)."""
-    from hessviz import pretrained
-
-    info = pretrained.model_info(model)
-    return info.n_layers * info.block.num_params * 8
-
-
-def stack_fits(model: str) -> bool:
-    """Are all of ``model``'s layers kept in memory (:func:`real_stack`, within half of this server's
-    results)? If not (SmolLM2's 810 MiB on the hosted profile), its layers are read one at a time for
-    the hidden states and only the layer drawn is kept (:func:`real_layer`)."""
-    return stack_bytes(model) <= LEDGER.capacity // 2
-
-
-def real_setup_seconds(model: str, text: str) -> float:
-    """Estimated seconds to read ``model``'s layers and run ``text`` through them (0 once done)."""
-    if ("real_states", model, text) in STORE:
-        return 0.0
-    from hessviz import pretrained
-
-    info = pretrained.model_info(model)
-    return cost.real_setup_seconds(info.n_layers * info.block.num_params)
-
-
-def real_ready(key: tuple) -> bool:
-    """Is the result of ``key`` (:func:`window_key`, :func:`table_key`) precomputed or cached, so that
-    drawing it costs no work (a server's budget need not be asked)?"""
-    return ("real",) + key in STORE or _precomputed(key) is not None
-
-
-def real_results() -> dict[tuple, dict]:
-    """Every Real model result in the store now, by its key (what ``scripts/precompute_real.py`` saves)."""
-    return {k[1:]: v for k, v in STORE.items() if k[0] == "real"}
-
-
-def real_stack(model: str) -> list:
-    """Every layer of the checkpoint ``model`` (:func:`hessviz.pretrained.load_model`, float64, on
-    the app's device), read once per server and shared by every visitor and text."""
-    from hessviz import pretrained
-
-    def compute() -> list:
-        return pretrained.load_model(model, device=device())
-
-    return STORE.get(("real_stack", model), compute, stack_bytes(model), f"the weights of {model}")
-
-
-def real_layer(model: str, layer: int) -> tuple:
-    """``(cfg, params)`` of one layer of ``model``: from :func:`real_stack` where it fits this server,
-    else read alone (float64) and kept by itself."""
-    from hessviz import pretrained
-
-    if stack_fits(model):
-        return real_stack(model)[layer]
-    info = pretrained.model_info(model)
-    return STORE.get(
-        ("real_layer", model, int(layer)),
-        lambda: pretrained.load_layer(model, layer, device=device()),
-        8 * info.block.num_params,
-        f"layer {layer} of {model}",
-    )
-
-
-def real_states(model: str, text: str) -> dict:
-    """``{"ids", "tokens", "states"}`` of ``text`` in ``model``: its token ids and strings and every
-    hidden state ``X_0 … X_n`` (``(n+1, L, d)`` numpy), from the layers in :func:`real_stack`."""
-    from hessviz import pretrained
-
-    def compute() -> dict:
-        ids = pretrained.token_ids(model, text)
-        layers = real_stack(model) if stack_fits(model) else None  # else read one layer at a time
-        states = pretrained.hidden_states(model, ids, layers=layers, device=device())
-        return {
-            "ids": np.array(ids),
-            "tokens": pretrained.token_strings(model, ids),
-            "states": torch.stack(states).cpu().numpy(),
-        }
-
-    info = pretrained.model_info(model)
-    size = (info.n_layers + 1) * len(real_tokens(model, text)) * info.d_model * 8
-    if not stack_fits(model):  # read one layer at a time: the layer being read and its forward pass
-        size += 8 * info.block.num_params + cost.forward_bytes(real_config(model, text))
-    return STORE.get(("real_states", model, text), compute, size, f"the hidden states of the text in {model}")
-
-
-def real_tokens(model: str, text: str) -> list[str]:
-    """The tokens of ``text`` in ``model`` as its tokenizer writes them (no weights read)."""
-    from hessviz import pretrained
-
-    return _real(
-        ("tokens", model, text),
-        lambda: {"tokens": pretrained.token_strings(model, text)},
-        1 << 12,
-        "the tokens",
-    )["tokens"]
-
-
-def real_config(model: str, text: str) -> hv.BlockConfig:
-    """A layer of ``model`` as a block whose ``seq_len`` is the length of ``text`` (no weights read)."""
-    from hessviz import pretrained
-
-    return dataclasses.replace(pretrained.model_info(model).block, seq_len=len(real_tokens(model, text)))
-
-
-SYNTHETIC = loss_keys.SYNTHETIC
-"""The loss key of the app's synthetic target; ``"cosine:<other sentence>"`` and ``"next-token"``
-name a model's own objective (:func:`hessviz.pretrained.loss_keys.parse_loss`, on the last layer)."""
-
-
-def real_inputs(
-    model: str, layer: int, text: str, seed: int, loss: str = SYNTHETIC, blocks: bool = False
-) -> tuple:
-    """``(cfg, params, X, Y, custom)`` of layer ``layer`` on ``text``: ``cfg.seq_len`` is the text's
-    length, ``X`` the hidden state entering the layer. With ``loss = "synthetic"``, ``Y`` is the app's
-    synthetic target (seeded :func:`hessviz.sample_inputs` for the layer's loss, ``mse``:
-    ``Y ~ N(0, 1)``) and ``custom`` is None; otherwise ``Y`` is None and ``custom`` the model's own
-    objective at the layer's output as a :class:`hessviz.CustomLoss` (the last layer only), its
-    curvature as token-wise blocks only with ``blocks`` (where the products to come pay for building
-    them, :func:`hessviz.checks.cost.head_blocks`; a gradient builds none), else as its product."""
-    from hessviz import pretrained
-
-    cfg, params = real_layer(model, layer)
-    states = real_states(model, text)
-    X = _tensor(states["states"][layer]).to(device())
-    cfg = dataclasses.replace(cfg, seq_len=X.shape[0])
-    choice = loss_keys.parse_loss(loss)
-    if not choice.own:
-        _, Y = hv.sample_inputs(cfg, seed=seed, device=device())
-        return cfg, params, X, Y, None
-    last = pretrained.model_info(model).n_layers - 1
-    if layer != last:
-        raise hv.ConfigError(
-            f"loss {choice.kind!r} is the model's objective on its last hidden states: choose layer {last}"
-        )
-    Z = _tensor(states["states"][layer + 1]).to(device())
-    obj = loss_keys.objective_at(
-        choice,
-        Z,
-        states["ids"].tolist(),
-        lambda other: _tensor(real_states(model, other)["states"][-1]).to(device()),
-        lambda: real_head(model),
-    )
-    return cfg, params, X, None, obj.custom_loss(blocks)
-
-
-def real_head(model: str):
-    """GPT-2's output head of ``model`` (``ln_f`` and the tied embedding), read once."""
-    from hessviz import pretrained
-    from hessviz.pretrained import objectives
-
-    info = pretrained.model_info(model)
-    return STORE.get(
-        ("real_head", model),
-        lambda: objectives.lm_head(model),
-        8 * info.vocab_size * info.d_model,
-        f"the output head of {model}",
-    )
-
-
-def real_attention(model: str, layer: int, text: str) -> np.ndarray:
-    """``(H, L, L)`` attention weights of every head of the layer on the text (no loss, no seed)."""
-
-    def compute() -> dict:
-        cfg, params, X, _, _ = real_inputs(model, layer, text, 0)
-        return {"A": explore.attention_pattern(cfg, params, X).cpu().numpy()}
-
-    cfg = real_config(model, text)
-    return _real(
-        ("attention", model, text, int(layer)),
-        compute,
-        8 * cfg.n_heads * cfg.seq_len**2,
-        "the attention pattern",
-    )["A"]
-
-
-def window_key(
-    model: str,
-    layer: int,
-    text: str,
-    seed: int,
-    name: str,
-    start: int,
-    size: int,
-    term_name: str = "full",
-    loss: str = SYNTHETIC,
-) -> tuple:
-    """The key of :func:`real_window`'s result."""
-    return (
-        "window",
-        model,
-        text,
-        int(layer),
-        loss,
-        target_seed(loss, seed),
-        name,
-        int(start),
-        int(size),
+    t = matfree.block_table(
+        _result(view),
         term_name,
+        [b for b, _ in blocks],
+        trace_samples=samples,
+        exact_limit=matfree.spectral.EXACT_BLOCK,
+        seed=seed,
+        bound="value",
+        progress=progress.Reporter(0, 1, len(blocks), f"{term_name} blocks"),
     )
-
-
-def real_window(
-    model: str,
-    layer: int,
-    text: str,
-    seed: int,
-    name: str,
-    start: int,
-    size: int,
-    term_name: str = "full",
-    loss: str = SYNTHETIC,
-) -> np.ndarray:
-    """``(size, size)``: the exact Hessian block of entries ``start …`` of the head slice ``name``
-    (:func:`hessviz.pretrained.explore.window`, closed-form products)."""
-
-    cfg = real_config(model, text)
-    vocab = head_vocab(model, loss)
-    blocks = cost.head_blocks(cfg, vocab, size, cost.product_calls(size))
-
-    def compute() -> dict:
-        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss, blocks)
-        return {
-            "B": explore.window(
-                cfg,
-                params,
-                X,
-                Y,
-                custom,
-                name,
-                start,
-                size,
-                term_name,
-                progress=_Reporter(0, 1, size, f"{name} block"),
-            )
-        }
-
-    key = window_key(model, layer, text, seed, name, start, size, term_name, loss)
-    c = cost.real_window_cost(cfg, name, size, vocab)
-    return _real(key, compute, c.bytes, f"the Hessian block of {name}", c.seconds)["B"]
-
-
-def table_key(
-    model: str,
-    layer: int,
-    text: str,
-    seed: int,
-    term_name: str,
-    blocks: tuple[str, ...],
-    samples: int,
-    loss: str = SYNTHETIC,
-) -> tuple:
-    """The key of :func:`real_block_table`'s result."""
-    return (
-        "table",
-        model,
-        text,
-        int(layer),
-        loss,
-        target_seed(loss, seed),
-        term_name,
-        tuple(blocks),
-        int(samples),
-    )
-
-
-def real_block_table(
-    model: str,
-    layer: int,
-    text: str,
-    seed: int,
-    term_name: str,
-    blocks: tuple[str, ...],
-    samples: int,
-    loss: str = SYNTHETIC,
-) -> dict:
-    """:func:`hessviz.pretrained.explore.curvature_table` of the real layer: top eigenvalue and
-    trace of each diagonal block in ``blocks``, matrix-free (probes from :data:`TABLE_SEED`)."""
-
-    cfg = real_config(model, text)
-    sized = [(b, cfg.param_size(cfg.sort_names((b,))[0])) for b in blocks]
-    vocab = head_vocab(model, loss)
-    c = cost.real_table_cost(cfg, sized, samples, vocab)
-    head_blocks = cost.head_blocks(cfg, vocab, c.products, cost.table_calls(sized, samples))
-
-    def compute() -> dict:
-        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss, head_blocks)
-        return explore.curvature_table(
-            cfg,
-            params,
-            X,
-            Y,
-            custom,
-            list(blocks),
-            samples,
-            term_name,
-            seed=TABLE_SEED,
-            progress=_Reporter(0, 1, len(blocks), f"{term_name} blocks"),
-        )
-
-    key = table_key(model, layer, text, seed, term_name, blocks, samples, loss)
-    return _real(key, compute, c.bytes, f"the heterogeneity table of layer {layer}", c.seconds)
-
-
-def real_gradients(
-    model: str, layer: int, text: str, seed: int, by_head: bool, loss: str = SYNTHETIC
-) -> dict:
-    """``{"names", "norms", "sizes"}``: ``‖g_b‖_F`` of every block of the real layer (closed form)."""
-
-    def compute() -> dict:
-        cfg, params, X, Y, custom = real_inputs(model, layer, text, seed, loss)
-        names, norms, sizes = explore.gradient_blocks(cfg, params, X, Y, by_head, custom)
-        return {"names": names, "norms": norms, "sizes": sizes}
-
-    key = ("gradients", model, text, int(layer), loss, target_seed(loss, seed), bool(by_head))
-    c = cost.real_gradient_cost(real_config(model, text), head_vocab(model, loss))
-    return _real(key, compute, c.bytes, f"the gradient norms of layer {layer}", c.seconds)
-
-
-# ----------------------------------------------------------------------------- whole models
-
-WHOLE_PRECOMPUTED: Path | None = whole_model.FILE
-"""The precomputed tables the Whole model page reads first (None: compute everything)."""
-
-
-def whole_key(model: str, text: str, part: str) -> tuple:
-    """The store's key of :func:`whole_table`'s result."""
-    return ("whole", whole_model.key(model, text, part))
-
-
-def whole_ready(model: str, text: str, part: str) -> bool:
-    """Is the table precomputed or cached (drawing it costs no work)?"""
-    return (
-        whole_key(model, text, part) in STORE
-        or whole_model.lookup(model, text, part, WHOLE_PRECOMPUTED) is not None
-    )
-
-
-def whole_table(model: str, text: str, part: str, seconds: float = math.inf) -> dict:
-    """:func:`hessviz.app.whole_model.table`: the per-tensor table of the whole ``model`` on ``text``
-    under its own objective, ``part`` every weight or every head of one weight; the precomputed entry
-    when there is one, else computed (``seconds``: its estimate, for the gate and the work bound) with a
-    progress bar, and stopped when the visitor leaves or moves a control."""
-    hit = whole_model.lookup(model, text, part, WHOLE_PRECOMPUTED)
-    if hit is not None:
-        return hit
-    label = "every weight" if part == whole_model.WEIGHTS else f"every head of {part}"
-    return STORE.get(
-        whole_key(model, text, part),
-        lambda: whole_model.table(
-            model, text, part, progress=_Reporter(0, 1, 1, f"Whole-model table, {label}")
-        ),
-        1 << 24,
-        f"the whole-model table of {model}",
-        seconds,
-    )
+    return explore.table_arrays(t)

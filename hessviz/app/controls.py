@@ -3,7 +3,9 @@
 The rules (what a URL asks, what carries over to the next page) are :mod:`hessviz.app.address`;
 this module is their Streamlit side. ``app.py`` calls :func:`begin_run` and :func:`open_page`
 first in every run; then pages call :func:`sidebar` (or :func:`link_only`) and the page
-controls :func:`choice`, :func:`multichoice`, :func:`select`, :func:`slider` and :func:`text`.
+controls :func:`~hessviz.app.page_controls.choice`, ``multichoice``, ``select``, ``slider`` and
+``text`` (:mod:`hessviz.app.page_controls`, built on :func:`current`, :func:`start_widget`,
+:func:`show_notes` and :func:`sync` here).
 
 A control's widget starts from the address whenever the run arrived at a new one or at another
 page (or the widget is new); otherwise the widget holds what the visitor chose, and that is
@@ -14,7 +16,7 @@ control (a page may stop early, after which no Streamlit call goes through), onl
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import streamlit as st
 
@@ -34,7 +36,7 @@ _HINT = "_hv_present_slot"
 _HINTED = "_hv_present_drawn"
 _LINKED = "_hv_link_drawn"
 _NOTED = "_hv_notes_drawn"
-_TYPED = "_hv_typed_notes"
+TYPED_NOTES = "_hv_typed_notes"
 _RUN = "_hv_run"
 _DRAWN = "_hv_sidebar_run"
 
@@ -100,7 +102,7 @@ def begin_run() -> Lesson:
     here = current()
     query, history = _browser_query()
     here.arrive(query, history=history)
-    here.notes = st.session_state.pop(_TYPED, []) + here.notes
+    here.notes = st.session_state.pop(TYPED_NOTES, []) + here.notes
     if not here.fresh:
         for key, s in state.APP_SETTINGS.items():
             if key in st.session_state:
@@ -161,7 +163,7 @@ def open_page(url_path: str) -> None:
     if here.lesson.sidebar:
         _nav(st.sidebar)
     st.session_state[_NOTES] = st.empty()
-    _show_notes()
+    show_notes()
     sync()
 
 
@@ -225,7 +227,7 @@ def _show_present_hint() -> None:
     st.session_state[_HINT].caption(PRESENT_HINT.format(link=link))
 
 
-def _show_notes() -> None:
+def show_notes() -> None:
     """Draw this run's notes in their place at the top of the page, when there are new ones: plain
     text, one per line (a note repeats what the URL or a text box held)."""
     slot = st.session_state.get(_NOTES)
@@ -243,7 +245,7 @@ def lesson() -> Lesson:
 # ----------------------------------------------------------------------------- the shared sidebar
 
 
-def _start(key: str, value: object) -> None:
+def start_widget(key: str, value: object) -> None:
     """Let the widget ``key`` start from ``value`` when the view came from the address."""
     here = current()
     if here.fresh or here.moved or key not in st.session_state:
@@ -259,7 +261,7 @@ def _typed_int(key: str, lo: int, hi: int) -> None:
     if note is not None:
         if value == kept:  # not a number at all: nothing to clamp
             note = f"{key}: {state.shown(text)} is not an integer in {lo} … {hi}: kept {key} = {kept}."
-        st.session_state.setdefault(_TYPED, []).append(note)
+        st.session_state.setdefault(TYPED_NOTES, []).append(note)
     st.session_state[key] = str(value)
 
 
@@ -268,21 +270,21 @@ def _control(where, s: AppSetting, value: object, disabled: bool) -> object:
     key = s.url
     common = {"key": key, "help": s.help, "disabled": disabled}
     if s.choices:
-        _start(key, value)
+        start_widget(key, value)
         return where.segmented_control(s.label, s.choices, required=True, **common)
     if s.members:  # the biases: one pill per projection the block has
         offered = state.bias_letters(current().shared)
         if isinstance(st.session_state.get(key), list):  # W_O or the gate may have gone
             st.session_state[key] = [b for b in st.session_state[key] if b in offered]
-        _start(key, _bias_pills(value, offered))
+        start_widget(key, _bias_pills(value, offered))
         held = where.pills(s.label, offered, selection_mode="multi", format_func=lambda b: f"b_{b}", **common)
         return _bias_value(held or [], offered)
     if s.kind is bool:
-        _start(key, value)
+        start_widget(key, value)
         return where.toggle(s.label, **common)
     if s.optional and s.app_range is not None:  # None reads "as many as the heads"
         lo, hi = s.app_range
-        _start(key, value)
+        start_widget(key, value)
         return where.select_slider(
             s.label,
             [None, *range(lo, hi + 1)],
@@ -290,17 +292,17 @@ def _control(where, s: AppSetting, value: object, disabled: bool) -> object:
             **common,
         )
     if s.grid is not None:
-        _start(key, value)
+        start_widget(key, value)
         return where.select_slider(s.label, s.grid, format_func=lambda v: f"{v:g}", **common)
     lo, hi = s.app_range
     if _typed(s):  # a bad entry is put back with a note
-        _start(key, str(value))
+        start_widget(key, str(value))
         text = where.text_input(
             f"{s.label} ({lo} … {hi})", on_change=_typed_int, args=(key, lo, hi), **common
         )
         value, _ = state.settle(key, [str(text)], value, int_range=(lo, hi))
         return value
-    _start(key, value)
+    start_widget(key, value)
     return where.slider(s.label, lo, hi, **common)
 
 
@@ -561,186 +563,3 @@ def _lesson_page_panel(link: str, key: str) -> None:
         help="this view as one HTML file that opens without the app or a network "
         "(plotly.js inline, a few controls baked in)",
     )
-
-
-# ----------------------------------------------------------------------------- page controls
-
-
-_RANGE = "__range"
-"""Suffix of the session key that remembers a page slider's range (see :func:`slider`)."""
-
-
-def _page_control(
-    key: str,
-    default: object,
-    settle: Callable[[list[str]], tuple[object, str | None]],
-    draw: Callable[[], object],
-    label: str,
-    container=None,
-    fit: Callable[[object], object] | None = None,
-) -> object:
-    """One page control: its value from the address (settled), its widget started from it, and
-    what the visitor chooses recorded. A control the lesson hides is not drawn: a caption shows
-    its value instead. ``fit`` maps a value the control no longer offers (its options or range
-    changed with another control, e.g. a model without that loss) to one it does. The caption
-    repeats the link's value (a text box's whole text) as plain text."""
-    here = current()
-    value = here.page_value(key, default, settle)
-    if fit is not None:
-        value = _fitted(label, value, fit)
-        if key in st.session_state:  # what the widget held, before it is drawn
-            held = st.session_state[key]
-            if _fitted(label, held, fit) != held:
-                st.session_state[key] = fit(held)
-    if here.lesson.hides(key):
-        shown = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
-        (container or st).caption(f"{label}: **{state.plain(shown)}** (fixed by this lesson link)")
-        return value
-    _start(key, list(value) if isinstance(value, (list, tuple)) else value)
-    value = draw()
-    here.choose(key, value)
-    _show_notes()
-    sync()
-    return value
-
-
-def _fitted(label: str, value: object, fit: Callable[[object], object]) -> object:
-    """``fit(value)``, with a line naming the control by its ``label`` when that is not ``value``."""
-    now = fit(value)
-    if now != value:
-        current().notes.append(f"{label}: {state.shown(str(value))} is not offered here: used {now}.")
-    return now
-
-
-def choice(
-    label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None, container=None
-) -> str:
-    """A page control (button row) kept in the URL under ``key`` and in the view link.
-
-    The buttons show the options themselves, which are also the URL values (``term=outer``).
-    """
-    where = container or st
-    return _page_control(
-        key,
-        default,
-        lambda texts: state.settle(key, texts, default, options=tuple(options)),
-        lambda: where.segmented_control(label, options, required=True, key=key, help=help),
-        label,
-        where,
-        fit=lambda v: v if v in options else default,
-    )
-
-
-def multichoice(
-    label: str,
-    options: Sequence[str],
-    key: str,
-    default: Sequence[str],
-    *,
-    help: str | None = None,
-    container=None,
-) -> list[str]:
-    """A page multi-selection (pills) kept in the URL as a repeated key; returns the selected
-    options in the order of ``options`` (none when the visitor turned every pill off: the page says
-    what to pick; an address without the key gives ``default``)."""
-    where = container or st
-    ordered = [o for o in options if o in default]
-
-    def draw() -> list[str]:
-        picked = where.pills(label, options, selection_mode="multi", key=key, help=help) or []
-        return [o for o in options if o in picked]
-
-    return _page_control(
-        key,
-        ordered,
-        lambda texts: state.settle(key, texts, ordered, options=tuple(options), multi=True),
-        draw,
-        label,
-        where,
-    )
-
-
-def select(
-    label: str, options: Sequence[str], key: str, default: str, *, help: str | None = None, container=None
-) -> str:
-    """A page selectbox kept in the URL under ``key``; the options are the URL values."""
-    where = container or st
-    return _page_control(
-        key,
-        default,
-        lambda texts: state.settle(key, texts, default, options=tuple(options)),
-        lambda: where.selectbox(label, options, key=key, help=help),
-        label,
-        where,
-        fit=lambda v: v if v in options else default,
-    )
-
-
-def slider(
-    label: str, lo: int, hi: int, key: str, default: int, *, help: str | None = None, container=None
-) -> int:
-    """A page integer slider kept in the URL under ``key``.
-
-    A slider whose range changes (the Layer slider when the model changes) is a new widget to
-    Streamlit, which would start it at ``lo``; it keeps the value it held instead (moved into the
-    new range), as the view's link says and as a fresh visit of that link opens it."""
-    where = container or st
-    span = f"{key}{_RANGE}"
-    if st.session_state.get(span, (lo, hi)) != (lo, hi) and key in st.session_state:
-        st.session_state[key] = int(min(max(int(st.session_state[key]), lo), hi))
-    st.session_state[span] = (lo, hi)
-    return _page_control(
-        key,
-        default,
-        lambda texts: state.settle(key, texts, default, int_range=(lo, hi)),
-        lambda: where.slider(label, lo, hi, key=key, help=help),
-        label,
-        where,
-        fit=lambda v: int(min(max(int(v), lo), hi)),
-    )  # a range that shrank (fewer layers)
-
-
-def text(
-    label: str, key: str, default: str, max_chars: int, *, help: str | None = None, container=None
-) -> str:
-    """A page text box kept in the URL under ``key``. A text longer than ``max_chars`` is cut to it
-    and an empty or blank one falls back to ``default``, each with one line naming the box by its
-    ``label``; a box emptied by the visitor is given the default text back, and a longer paste is
-    cut in the box itself, so the box always shows the text drawn. The widget takes any length (a
-    browser's ``maxlength`` dropped a long paste without a word) and the server cuts it."""
-    where = container or st
-
-    def settle(texts: list[str]) -> tuple[str, str | None]:
-        return _text_value(label, texts[-1], default, max_chars)
-
-    def typed() -> None:
-        used, note = _text_value(label, str(st.session_state.get(key) or ""), default, max_chars)
-        if note is not None:
-            st.session_state[key] = used
-            st.session_state.setdefault(_TYPED, []).append(note)
-
-    value = _page_control(
-        key,
-        default,
-        settle,
-        lambda: where.text_area(label, key=key, help=help, height=80, on_change=typed),
-        label,
-        where,
-    )
-    return _text_value(label, str(value or ""), default, max_chars)[0]
-
-
-def _text_value(label: str, text: str, default: str, max_chars: int) -> tuple[str, str | None]:
-    """The text used for the box ``label``: the default when blank, cut at ``max_chars``; and a note.
-
-    >>> _text_value("Text", "x" * 5000, "d", 400)[1]
-    'Text: the text was 5,000 characters long, more than the 400 this box takes: cut to its first 400.'
-    """
-    if not text.strip():
-        return default, f"{label}: the box is empty, so the default text is drawn."
-    if len(text) > max_chars:
-        return text[:max_chars], (
-            f"{label}: the text was {len(text):,} characters long, more than the "
-            f"{max_chars:,} this box takes: cut to its first {max_chars:,}."
-        )
-    return text, None

@@ -21,6 +21,7 @@ Pages offered: :data:`PAGES` (every page a tour stop uses, :mod:`hessviz.app.tou
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import html
 import itertools
@@ -31,6 +32,7 @@ import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -613,6 +615,15 @@ def script_json(data: object) -> str:
     return text.translate(_SCRIPT_SAFE)
 
 
+@functools.cache
+def template_text(name: str) -> str:
+    """The text of ``hessviz/app/templates/<name>``, shipped as package data (``MANIFEST.in``) and read
+    through :mod:`importlib.resources`: ``lesson.html`` (a :meth:`str.format` text whose fields
+    :func:`_page` fills), ``lesson.css`` and ``lesson.js`` (the page's style and its script, which
+    shows the view of the chosen controls from the embedded ``lesson-data``)."""
+    return resources.files("hessviz.app").joinpath("templates", name).read_text(encoding="utf-8")
+
+
 def _page(spec: LessonSpec, s: Settled, baked: list[Baked], data: dict, plotly_js: str) -> str:
     p = registry.spec(spec.page)
     payload = script_json(data)
@@ -634,7 +645,7 @@ def _page(spec: LessonSpec, s: Settled, baked: list[Baked], data: dict, plotly_j
         controls.append(f'<fieldset data-control="{i}">{legend}{inner}</fieldset>')
     fixed = _fixed(s, baked, spec.swept(s, baked))
     n_views = len(data["views"])
-    return _TEMPLATE.format(
+    return template_text("lesson.html").format(
         title=html.escape(f"{p.title}: a hessviz lesson"),
         heading=html.escape(p.title),
         summary=html.escape(p.summary[:1].upper() + p.summary[1:] + "."),
@@ -649,119 +660,10 @@ def _page(spec: LessonSpec, s: Settled, baked: list[Baked], data: dict, plotly_j
         url=html.escape(s.page + ("?" + address.encode_query(s.query) if s.query else "")),
         plotly=plotly_js.replace("</script", "<\\/script"),
         payload=payload,
-        script=_SCRIPT,
+        css=template_text("lesson.css"),
+        script=template_text("lesson.js"),
         toolbar=modebar.TOUCH_CSS.strip(),
     )
-
-
-_TEMPLATE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
-<style>
-body {{ font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1400px;
-  padding: 8px 14px; color: #1f2330; background: #fff; }}
-h1 {{ font-size: 1.5rem; margin: 4px 0; }}
-header p {{ margin: 2px 0; font-size: 0.9rem; color: #444; }}
-#describe {{ font-weight: 600; color: #1f2330; }}
-#controls {{ display: flex; flex-wrap: wrap; gap: 6px 16px; margin: 6px 0; }}
-fieldset {{ border: 1px solid #ccd; border-radius: 8px; padding: 2px 8px 6px; margin: 0; }}
-legend {{ font-size: 0.85rem; color: #444; }}
-fieldset label {{ display: inline-block; margin: 2px; }}
-fieldset label input {{ position: absolute; opacity: 0; }}
-fieldset label span {{ display: inline-block; padding: 4px 10px; border: 1px solid #99a; border-radius: 14px;
-  cursor: pointer; font-size: 0.9rem; }}
-fieldset label input:checked + span {{ background: #ff4b4b; color: #fff; border-color: #ff4b4b; }}
-fieldset label input:focus-visible + span {{ outline: 2px solid #1f77b4; }}
-input[type=range] {{ width: 200px; vertical-align: middle; }}
-output {{ margin-left: 8px; font-variant-numeric: tabular-nums; }}
-.charts {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 560px), 1fr)); gap: 8px; }}
-.chart {{ width: 100%; min-height: 300px; }}
-#error {{ color: #a00; }}
-#lines p {{ margin: 2px 0; font-size: 0.9rem; }}
-footer {{ font-size: 0.8rem; color: #666; margin-top: 10px; overflow-wrap: anywhere; }}
-{toolbar}
-</style>
-<script>{plotly}</script>
-</head><body>
-<header><h1>{heading}</h1>
-<p id="describe"></p>
-<p>{summary} {covers}</p>
-<p>{fixed} This page holds {views}, computed when it was made: it needs no server and no network.</p>
-</header>
-<form id="controls" onsubmit="return false">{controls}</form>
-<p id="error" hidden></p>
-<main class="charts" id="charts"></main>
-<section id="lines"></section>
-<footer>Made by <code>hessviz lesson</code> from the lesson link <code>/{url}</code>.</footer>
-<script id="lesson-data" type="application/json">{payload}</script>
-<script>{script}</script>
-</body></html>
-"""
-
-_SCRIPT = r"""
-(function () {
-  const L = JSON.parse(document.getElementById('lesson-data').textContent);
-  const state = L.controls.map(() => 0);
-  const charts = document.getElementById('charts');
-  const phone = () => window.innerWidth < 700;
-  window.lessonRedraws = 0;
-  function layout(f) {
-    const l = Object.assign({}, f.layout, {template: L.template, autosize: true});
-    if (phone()) {      // the figures' own legend sits at the bottom of the chart: keep it, narrow the sides
-      l.height = Math.min(l.height || 460, 460);
-      l.margin = Object.assign({}, l.margin || {}, {l: 55, r: 10});
-      l.legend = Object.assign({}, l.legend || {}, {font: {size: 12}});
-    }
-    return l;
-  }
-  function show() {
-    const t0 = performance.now();
-    const v = L.views[state.join('|')];
-    const err = document.getElementById('error');
-    const lines = document.getElementById('lines');
-    if (!v || v.error) {
-      err.hidden = false; err.textContent = v ? v.error : 'Not in this lesson page.';
-      return;
-    }
-    err.hidden = true;
-    document.getElementById('describe').textContent = v.describe;
-    lines.innerHTML = '';
-    v.lines.forEach((t) => {
-      const p = document.createElement('p'); p.textContent = t; lines.appendChild(p);
-    });
-    v.figures.forEach((f, i) => {      // every chart's place first: the grid then sizes them all
-      if (!document.getElementById('chart' + i)) {
-        const div = document.createElement('div'); div.id = 'chart' + i; div.className = 'chart';
-        charts.appendChild(div);
-      }
-    });
-    const done = v.figures.map((k, i) => {    // a chart whose figure did not change is left as it is
-      const div = document.getElementById('chart' + i);
-      if (div.dataset.figure === String(k)) return Promise.resolve();
-      div.dataset.figure = String(k);
-      const f = L.figures[k];
-      return Plotly.react(div, f.data, layout(f), Object.assign({responsive: true}, L.config));
-    });
-    Promise.all(done).then(() => {
-      window.lessonRedraws += 1; window.lessonLastRedrawMs = performance.now() - t0;
-    });
-  }
-  L.controls.forEach((c, i) => {
-    if (c.slider) {
-      const input = document.getElementById('c' + i);
-      input.addEventListener('input', () => {
-        state[i] = +input.value; document.getElementById('o' + i).textContent = c.texts[state[i]]; show();
-      });
-    } else {
-      document.querySelectorAll('fieldset[data-control="' + i + '"] input').forEach((input) => {
-        input.addEventListener('change', () => { state[i] = +input.value; show(); });
-      });
-    }
-  });
-  show();
-})();
-"""
 
 
 def write(

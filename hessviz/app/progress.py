@@ -200,3 +200,27 @@ def close_status(status: Status) -> None:
     if getattr(_local, "status", None) is status:
         _local.status = None
     status.slot.empty()
+
+
+class Reporter:
+    """A :mod:`hessviz.matfree` progress callback drawing one stage of a page's progress bar.
+
+    ``progress(done, total, message)`` from the library (``total`` None when unknown: then
+    ``expected`` products) becomes :meth:`~hessviz.app.progress.Status.step` of the guarded
+    computation, at most five times a second; the step raises when the visitor has left or
+    moved a control (Streamlit's rerun), which cancels the library's loop.
+    """
+
+    def __init__(self, stage: int, stages: int, expected: int, label: str):
+        self.stage, self.stages, self.expected, self.label = stage, stages, max(1, expected), label
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int | None, message: str) -> None:
+        now = time.monotonic()
+        status = current()
+        if now - self._last < 0.2:
+            status.checkpoint()
+            return
+        self._last = now
+        frac = min(1.0, done / (total or self.expected))
+        status.step(int(1000 * (self.stage + frac)), 1000 * self.stages, f"{self.label}: {message}")

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hessviz.app import budget, cache
+from hessviz.app import budget, cache, real_cache
 from hessviz.app.profiles import Limits
 from hessviz.block.config import BlockConfig
 from hessviz.checks import cost
@@ -180,8 +180,8 @@ def default_views(model: str, text: str = DEFAULT_TEXT, say: Callable[[str], Non
     from hessviz import pretrained
 
     info = pretrained.model_info(model)
-    layer, seed, loss = default_layer(info.n_layers), 0, cache.SYNTHETIC
-    cfg = cache.real_config(model, text)
+    layer, seed, loss = default_layer(info.n_layers), 0, real_cache.SYNTHETIC
+    cfg = real_cache.real_config(model, text)
     seconds = {}
 
     def timed(what: str, fn: Callable[[], object]) -> None:
@@ -190,7 +190,7 @@ def default_views(model: str, text: str = DEFAULT_TEXT, say: Callable[[str], Non
         seconds[what] = round(time.perf_counter() - t, 2)
         say(f"  {model} {what}: {seconds[what]:.2f} s")
 
-    timed("attention", lambda: cache.real_attention(model, layer, text))
+    timed("attention", lambda: real_cache.real_attention(model, layer, text))
     for h in range(info.n_heads):
         for weight in PRECOMPUTED_WEIGHTS:
             name = f"{weight}[{h}]"
@@ -200,18 +200,19 @@ def default_views(model: str, text: str = DEFAULT_TEXT, say: Callable[[str], Non
             size = default_rows(rows, cols) * cols
             timed(
                 f"window {name}",
-                lambda name=name, size=size: cache.real_window(
+                lambda name=name, size=size: real_cache.real_window(
                     model, layer, text, seed, name, 0, size, DEFAULT_TERM, loss
                 ),
             )
     for by_head in (False, True):
         timed(
             f"gradients by_head={by_head}",
-            lambda b=by_head: cache.real_gradients(model, layer, text, seed, b, loss),
+            lambda b=by_head: real_cache.real_gradients(model, layer, text, seed, b, loss),
         )
     blocks = tuple(n for n, _ in explore.part_blocks(cfg, False, DEFAULT_PART))
     timed(
-        "table", lambda: cache.real_block_table(model, layer, text, seed, DEFAULT_TERM, blocks, SAMPLES, loss)
+        "table",
+        lambda: real_cache.real_block_table(model, layer, text, seed, DEFAULT_TERM, blocks, SAMPLES, loss),
     )
     return seconds
 
@@ -229,14 +230,14 @@ def precompute(
 
     import hessviz
 
-    saved = cache.PRECOMPUTED
-    cache.PRECOMPUTED = None
+    saved = real_cache.PRECOMPUTED
+    real_cache.PRECOMPUTED = None
     cache.clear()
     try:
         seconds = {m: default_views(m, text, say=say) for m in models}
-        entries = cache.real_results()
+        entries = real_cache.real_results()
     finally:
-        cache.PRECOMPUTED = saved
+        real_cache.PRECOMPUTED = saved
     made = {
         "command": command,
         "models": list(models),

@@ -1,4 +1,5 @@
-"""The block configuration, its settings table, and the conventions every module shares.
+"""The block configuration: the dataclass, its choices and its checks, and the conventions every
+module shares.
 
 Conventions (fixed once, here)
 ------------------------------
@@ -24,23 +25,43 @@ Conventions (fixed once, here)
 * ``J = ∂ vec_r(Z) / ∂θ`` has shape ``(L*d, P)``; its row ``t*d + j`` is output
   feature ``j`` of token ``t``.
 
-Every user-facing setting is declared once, as a :class:`Setting` in the metadata of its
-:class:`BlockConfig` field (or in :data:`INPUT_SETTINGS` for the input): its type, bounds,
-help text and CLI flags. The command line reads :data:`SETTINGS`; the app adds how it shows
+Every user-facing setting is declared once, as a :class:`~hessviz.block.settings.Setting` in the
+metadata of its :class:`BlockConfig` field (or in :data:`INPUT_SETTINGS` for the input): its type,
+bounds, help text and CLI flags. The command line reads :data:`SETTINGS`; the app adds how it shows
 each one (URL key, label, range) in :mod:`hessviz.app.settings`.
+
+The module is one of three: the settings table is :mod:`hessviz.block.settings`, the names and
+θ order (:class:`~hessviz.block.names.ThetaNames`, a base of :class:`BlockConfig`, and
+:func:`~hessviz.block.names.parse_name`) are :mod:`hessviz.block.names`; their names are imported
+here too, so ``from hessviz.block.config import parse_name, Setting`` keeps working.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import NamedTuple
 
-import torch
-
+from hessviz.block.names import (  # noqa: F401  (names documented here too)
+    ATTENTION_PARAMS,
+    FFN_PARAMS,
+    HEADED,
+    KV_HEADED,
+    ParamRef,
+    ThetaNames,
+    layer_name,
+    parse_name,
+    split_layer,
+)
+from hessviz.block.settings import (  # noqa: F401  (names documented here too)
+    FALSE_WORDS,
+    INPUT_SETTINGS,
+    TRUE_WORDS,
+    Setting,
+    setting,
+    settings_of,
+)
 from hessviz.errors import ConfigError
 from hessviz.ops.activations import ACTIVATIONS as _ACTIVATION_OPS
 
@@ -49,6 +70,9 @@ NORMED = ("post", "pre", "parallel", "peri")
 """The placements with a LayerNorm (or RMSNorm): where ``ln_eps``, ``ln_affine`` and ``norm_type`` matter."""
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLPS = ("plain", "gated")
+PER_LAYER = ("window", "rope_theta")
+"""The fields the layers of a stack may hold one value each of (a tuple of ``n_layers`` values;
+Gemma 3's local and global layers, ``MODEL.md`` part 5)."""
 BIAS_LETTERS: dict[str, str] = {
     "Q": "b_Q",
     "K": "b_K",
@@ -62,8 +86,6 @@ BIAS_LETTERS: dict[str, str] = {
 ACTIVATIONS = tuple(_ACTIVATION_OPS)
 """The ``activation`` choices: the rows of :data:`hessviz.ops.activations.ACTIVATIONS`."""
 LOSSES = ("mse", "ce")
-ATTENTION_PARAMS = ("W_Q", "W_K", "W_V")
-FFN_PARAMS = ("W_1", "W_2")
 
 NORM_TITLES = {
     "post": "Post-LN block",
@@ -76,178 +98,11 @@ NORM_TITLES = {
 ACTIVATION_TITLES = {name: op.title for name, op in _ACTIVATION_OPS.items()}
 LOSS_TITLES = {"mse": "MSE", "ce": "cross-entropy"}
 
-TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
-# ----------------------------------------------------------------------------- the settings table
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One user-facing setting: what it is, where it may range, and how it is spelled.
-
-    ``kind`` is ``int``, ``float``, ``str`` (one of ``choices``) or ``bool``; ``minimum`` is
-    the library's lower bound (ints and floats), ``optional`` allows ``None``; ``short`` and
-    ``alias`` are more command-line flags. ``members``: a ``bool`` setting that may also be a
-    tuple of these words (``bias``), written ``Q,K,V`` on the command line (or in a URL).
-    How the app shows a setting is :class:`hessviz.app.settings.AppSetting`.
-    """
-
-    help: str
-    kind: type
-    default: object
-    minimum: float | None = None
-    choices: tuple[str, ...] | None = None
-    optional: bool = False
-    short: str | None = None
-    alias: str | None = None
-    members: tuple[str, ...] | None = None
-    name: str = ""
-
-    @property
-    def flag(self) -> str:
-        """The long command-line flag, ``--d-model`` for ``d_model``."""
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        return tuple(f for f in (self.short, self.flag, self.alias) if f)
-
-    def check(self, value: object) -> object:
-        """``value`` if allowed, else :class:`ConfigError` naming the field and what is allowed."""
-        if value is None and self.optional:
-            return None
-        if self.kind is bool and self.members and isinstance(value, tuple):
-            unknown = [v for v in value if v not in self.members]
-            if unknown or len(set(value)) != len(value):
-                raise ConfigError(
-                    f"{self.name} must be True, False or a tuple of distinct names from "
-                    f"{self.members}, got {value!r}"
-                )
-        elif self.kind is bool:
-            if not isinstance(value, bool):
-                raise ConfigError(
-                    f"{self.name} must be True or False"
-                    f"{' or a tuple of ' + ', '.join(self.members) if self.members else ''}"
-                    f", got {value!r}"
-                )
-        elif self.kind is int:
-            if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
-                raise ConfigError(
-                    f"{self.name} must be an integer >= {self.minimum:g}"
-                    f"{' or None' if self.optional else ''}, got {value!r}"
-                )
-        elif self.kind is float:
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value < self.minimum
-            ):
-                raise ConfigError(f"{self.name} must be a finite number >= {self.minimum:g}, got {value!r}")
-        elif value not in self.choices:
-            raise ConfigError(
-                f"{self.name} must be one of {', '.join(map(repr, self.choices))}, got {value!r}"
-            )
-        return value
-
-    def parse(self, text: str) -> object:
-        """The value written as ``text`` (a URL or command-line word), checked; ``ValueError``
-        (a :class:`ConfigError`) naming the field when it is not allowed."""
-        if not isinstance(text, str):
-            raise ConfigError(f"{self.name} must be given as text, got {type(text).__name__}")
-        word = text.strip()
-        if self.optional and word.lower() in ("", "none"):
-            return None
-        if self.kind is bool and self.members and word.lower() not in TRUE_WORDS + FALSE_WORDS:
-            return self.check(tuple(w.strip() for w in word.split(",") if w.strip()))
-        try:
-            value: object
-            if self.kind is bool:
-                if word.lower() not in TRUE_WORDS + FALSE_WORDS:
-                    raise ValueError(word)
-                value = word.lower() in TRUE_WORDS
-            elif self.kind is int:
-                value = int(word)
-            elif self.kind is float:
-                value = float(word)
-            else:
-                value = word
-        except ValueError:
-            kinds = {bool: "true or false", int: "an integer", float: "a number"}
-            raise ConfigError(f"{self.name} must be {kinds[self.kind]}, got {text[:40]!r}") from None
-        return self.check(value)
-
-    def format(self, value: object) -> str:
-        """How ``value`` is written in a URL: ``1.0 -> "1"``, ``True -> "true"``."""
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, tuple):
-            return ",".join(value)
-        if isinstance(value, float):
-            return f"{value:g}"
-        return str(value)
-
-
-def setting(default: object, help: str, kind: type | None = None, **spec: object):
-    """A :class:`BlockConfig` field whose :class:`Setting` lives in its metadata."""
-    kind = kind or type(default)
-    return field(default=default, metadata={"setting": Setting(help, kind, default, **spec)})
-
-
-# ----------------------------------------------------------------------------- parameter names
-
-HEADED: dict[str, int] = {"W_Q": 1, "W_K": 1, "W_V": 1, "W_O": 0, "b_Q": 0, "b_K": 0, "b_V": 0}
-"""Parameters that are split by head, and the axis that holds the heads."""
-
-KV_HEADED = ("W_K", "W_V", "b_K", "b_V")
-"""The headed parameters whose heads are the key/value heads (``n_kv_heads`` of them)."""
-
-_ATTENTION_ORDER = ("W_Q", "b_Q", "q_norm_gamma", "W_K", "b_K", "k_norm_gamma", "W_V", "b_V", "W_O", "b_O")
-_FFN_ORDER = ("W_G", "b_G", "W_1", "b_1", "W_2", "b_2")
-_LN1, _LN2 = ("ln1_gamma", "ln1_beta"), ("ln2_gamma", "ln2_beta")
-_LN1_OUT, _LN2_OUT = ("ln1_out_gamma", "ln1_out_beta"), ("ln2_out_gamma", "ln2_out_beta")
-_NAME = re.compile(r"^(?P<base>(l\d+\.)?[A-Za-z_][A-Za-z0-9_]*)(\[(?P<head>-?\d+)\])?$")
-_LAYER = re.compile(r"^l(?P<layer>\d+)\.(?P<local>.+)$")
-
-
-class ParamRef(NamedTuple):
-    """A parameter name split into its base weight and head (``None`` for the whole weight);
-    in a stack the base keeps its layer prefix (``"l1.W_Q[2]" -> ("l1.W_Q", 2)``)."""
-
-    base: str
-    head: int | None
-
-
-def parse_name(name: str) -> ParamRef:
-    """``"W_Q[3]" -> ParamRef("W_Q", 3)``, ``"W_1" -> ParamRef("W_1", None)``,
-    ``"l1.W_Q[2]" -> ParamRef("l1.W_Q", 2)``."""
-    m = _NAME.match(name) if isinstance(name, str) else None
-    if m is None:
-        raise ConfigError(
-            f"parameter name must be a weight name such as 'W_Q' or a head slice such as "
-            f"'W_Q[0]' (in a stack prefixed by its layer, 'l1.W_Q'), got {name!r}"
-        )
-    head = m.group("head")
-    return ParamRef(m.group("base"), None if head is None else int(head))
-
-
-def split_layer(name: str) -> tuple[int | None, str]:
-    """``"l1.W_Q[2]" -> (1, "W_Q[2]")``; a name without a layer prefix -> ``(None, name)``."""
-    m = _LAYER.match(name)
-    return (None, name) if m is None else (int(m.group("layer")), m.group("local"))
-
-
-def layer_name(layer: int, local: str) -> str:
-    """``(1, "W_Q[2]") -> "l1.W_Q[2]"``."""
-    return f"l{layer}.{local}"
-
-
 # ----------------------------------------------------------------------------- the block
 
 
 @dataclass(frozen=True)
-class BlockConfig:
+class BlockConfig(ThetaNames):
     """One Transformer block, as fixed by ``MODEL.md`` (parts 1 and 2).
 
     ``norm`` places the LayerNorm: ``post`` ``Z = LN(Z1 + FFN(Z1)), Z1 = LN(X + SA(X))``;
@@ -324,8 +179,12 @@ class BlockConfig:
         "rotate each head's q and k by the token's "
         "position before the score (Hugging Face's rotate_half layout)",
     )
-    rope_theta: float = setting(
-        10000.0, "the base of the rotary frequencies ω_i = θ^(−2i/rotary_dim); > 0", kind=float, minimum=0.0
+    rope_theta: float | tuple[float, ...] = setting(
+        10000.0,
+        "the base of the rotary frequencies ω_i = θ^(−2i/rotary_dim); > 0 "
+        "(in a stack also one value per layer)",
+        kind=float,
+        minimum=0.0,
     )
     rotary_dim: int | None = setting(
         None,
@@ -352,11 +211,36 @@ class BlockConfig:
         choices=MLPS,
     )
 
+    attn_scale: float | None = setting(
+        None,
+        "the factor on the score q·k (default 1/√d_k; Gemma: query_pre_attn_scalar^(−1/2)); > 0",
+        kind=float,
+        minimum=0.0,
+        optional=True,
+    )
+    window: int | tuple[int | None, ...] | None = setting(
+        None,
+        "sliding-window attention (needs causal): token t attends to tokens s with t − window < s ≤ t; "
+        "in a stack also one value per layer (None: global attention)",
+        kind=int,
+        minimum=1,
+        optional=True,
+    )
+    softcap: float | None = setting(
+        None,
+        "attention soft-capping: S ← c·tanh(S/c) before the mask and the softmax (Gemma 2); > 0",
+        kind=float,
+        minimum=0.0,
+        optional=True,
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.bias, list):
             object.__setattr__(self, "bias", tuple(self.bias))
+        per_layer = self._check_per_layer()
         for s in BLOCK_SETTINGS:
-            s.check(getattr(self, s.name))
+            if s.name not in per_layer:
+                s.check(getattr(self, s.name))
         if self.loss == "ce" and self.d_model < 2:
             raise ConfigError("d_model must be >= 2 with loss='ce' (the classes are the d_model features)")
         if self.uses_layernorm and self.norm_type == "layernorm" and self.d_model < 2 and self.ln_eps == 0:
@@ -385,8 +269,44 @@ class BlockConfig:
         if isinstance(self.bias, tuple):
             self._check_bias_tuple()
 
+    def _check_per_layer(self) -> tuple[str, ...]:
+        """The fields given one value per layer (a tuple, :data:`PER_LAYER`), each element checked
+        by its setting; a tuple whose values are all equal is stored as that one value, so a config
+        has one spelling. :class:`ConfigError` for a tuple outside a stack or of the wrong length."""
+        given = []
+        for name in PER_LAYER:
+            value = getattr(self, name)
+            if isinstance(value, list):
+                value = tuple(value)
+                object.__setattr__(self, name, value)
+            if not isinstance(value, tuple):
+                continue
+            if len(value) != self.n_layers:
+                raise ConfigError(
+                    f"{name} given per layer must have n_layers = {self.n_layers} values, got {len(value)}"
+                    + (" (a single block takes one value)" if self.n_layers == 1 else "")
+                )
+            setting_ = next(s for s in BLOCK_SETTINGS if s.name == name)
+            for v in value:
+                setting_.check(v)
+            if len(set(value)) == 1:
+                object.__setattr__(self, name, value[0])
+            else:
+                given.append(name)
+        return tuple(given)
+
     def _check_attention_fields(self) -> None:
-        """Grouped-query heads and rotary positions (``MODEL.md`` part 3)."""
+        """Grouped-query heads and rotary positions (``MODEL.md`` part 3); the score's scale, the
+        sliding window and soft-capping (part 5)."""
+        for name in ("attn_scale", "softcap"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"{name} must be a number > 0 or None, got {value!r}")
+        if any(w is not None for w in self.layer_values("window")) and not self.causal:
+            raise ConfigError(
+                f"window = {self.window!r} needs causal=True (token t attends to t − window < s ≤ t); "
+                "a window on bidirectional attention is not defined here: set causal or leave window = None"
+            )
         if self.n_kv_heads is not None:
             if not self.out_proj:
                 raise ConfigError(
@@ -398,7 +318,7 @@ class BlockConfig:
                     f"n_kv_heads = {self.n_kv_heads} must divide n_heads = {self.n_heads} "
                     "(each key/value head is read by n_heads / n_kv_heads query heads)"
                 )
-        if not self.rope_theta > 0:
+        if not all(theta > 0 for theta in self.layer_values("rope_theta")):
             raise ConfigError(
                 f"rope_theta must be > 0 (the base of the rotary frequencies), got {self.rope_theta!r}"
             )
@@ -504,221 +424,70 @@ class BlockConfig:
             and not self.rope
             and not self.qk_norm
             and self.n_kv_heads is None
+            and self.attn_scale is None
+            and self.window is None
+            and self.softcap is None
         )
 
     @cached_property
     def block(self) -> BlockConfig:
-        """One block of this stack (``n_layers = 1``): its names carry no layer prefix."""
-        return self if self.n_layers == 1 else dataclasses.replace(self, n_layers=1)
+        """One block of this stack (``n_layers = 1``): its names carry no layer prefix. Its shapes and
+        names are every layer's; where layers differ in :data:`PER_LAYER` fields it is layer 0
+        (:meth:`layer` gives each layer's own)."""
+        return self.layer(0)
+
+    def layer(self, i: int) -> BlockConfig:
+        """Layer ``i``'s own block (``n_layers = 1``, its own ``window`` and ``rope_theta``)."""
+        if not 0 <= i < self.n_layers:
+            raise ConfigError(
+                f"layer must be in [0, {self.n_layers - 1}] (n_layers = {self.n_layers}), got {i}"
+            )
+        return self if self.n_layers == 1 else self._layers[i]
+
+    @cached_property
+    def _layers(self) -> tuple[BlockConfig, ...]:
+        values = {name: self.layer_values(name) for name in PER_LAYER}
+        return tuple(
+            dataclasses.replace(self, n_layers=1, **{name: v[i] for name, v in values.items()})
+            for i in range(self.n_layers)
+        )
+
+    def layer_values(self, name: str) -> tuple:
+        """The value of a :data:`PER_LAYER` field for each layer, ``(v_0, …, v_{N−1})``."""
+        value = getattr(self, name)
+        return value if isinstance(value, tuple) else (value,) * self.n_layers
+
+    @classmethod
+    def stack_of(cls, layers: list[BlockConfig] | tuple[BlockConfig, ...]) -> BlockConfig:
+        """One stack config from each layer's own block (``hv.load_layer``'s): the layers must agree in
+        every field but :data:`PER_LAYER` (given then one value per layer), else :class:`ConfigError`."""
+        if not layers:
+            raise ConfigError("a stack needs at least one layer config")
+        first = layers[0]
+        for i, c in enumerate(layers):
+            if c.n_layers != 1:
+                raise ConfigError(f"stack_of takes one-block configs, layer {i} has n_layers = {c.n_layers}")
+            other = {
+                f.name
+                for f in dataclasses.fields(cls)
+                if f.name not in PER_LAYER and getattr(c, f.name) != getattr(first, f.name)
+            }
+            if other:
+                raise ConfigError(
+                    f"layers of one stack may differ only in {', '.join(PER_LAYER)}; layer {i} differs "
+                    f"from layer 0 in {', '.join(sorted(other))}"
+                )
+        own = {name: tuple(getattr(c, name) for c in layers) for name in PER_LAYER}
+        return dataclasses.replace(first, n_layers=len(layers), **own)
+
+    @property
+    def score_scale(self) -> float:
+        """The factor on ``q·k``: ``attn_scale``, or ``1/√d_k`` when it is ``None``."""
+        return 1.0 / math.sqrt(self.d_k) if self.attn_scale is None else float(self.attn_scale)
 
     @property
     def is_stack(self) -> bool:
         return self.n_layers > 1
-
-    @property
-    def param_names(self) -> tuple[str, ...]:
-        """Whole parameter names in θ order (the order the forward pass first uses them);
-        layer by layer with the prefix ``l{i}.`` in a stack."""
-        if self.is_stack:
-            return tuple(layer_name(i, n) for i in range(self.n_layers) for n in self.block.param_names)
-        keep = {"W_Q", "W_K", "W_V", "W_1", "W_2"} | set(self.biases)
-        if self.out_proj:
-            keep.add("W_O")
-        if self.mlp == "gated":
-            keep.add("W_G")
-        if self.ln_affine:
-            norms = _LN1 + _LN2 + (_LN1_OUT + _LN2_OUT if self.norm == "peri" else ())
-            keep |= {n for n in norms if self.norm_type == "layernorm" or n.endswith("_gamma")}
-        if self.qk_norm:
-            keep |= {"q_norm_gamma", "k_norm_gamma"}
-        if self.norm == "attention":
-            order = _ATTENTION_ORDER
-        elif self.norm in ("pre", "parallel"):
-            order = _LN1 + _ATTENTION_ORDER + _LN2 + _FFN_ORDER
-        elif self.norm == "peri":
-            order = _LN1 + _ATTENTION_ORDER + _LN1_OUT + _LN2 + _FFN_ORDER + _LN2_OUT
-        else:
-            order = _ATTENTION_ORDER + _LN1 + _FFN_ORDER + _LN2
-        return tuple(n for n in order if n in keep)
-
-    @property
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """``name -> shape`` in θ order: matrices ``(rows, cols)``, biases and γ/β ``(n,)``."""
-        return dict(self._shape_table)
-
-    @cached_property
-    def _shape_table(self) -> dict[str, tuple[int, ...]]:
-        d, H, dk, dv, dff = self.d_model, self.n_heads, self.d_k, self.value_width, self.d_ff
-        G = self.kv_heads
-        shapes = {
-            "W_Q": (d, H * dk),
-            "b_Q": (H * dk,),
-            "W_K": (d, G * dk),
-            "b_K": (G * dk,),
-            "W_V": (d, G * dv),
-            "b_V": (G * dv,),
-            "W_O": (H * dv, d),
-            "b_O": (d,),
-            "q_norm_gamma": (dk,),
-            "k_norm_gamma": (dk,),
-            "W_G": (d, dff),
-            "b_G": (dff,),
-            "W_1": (d, dff),
-            "b_1": (dff,),
-            "W_2": (dff, d),
-            "b_2": (d,),
-            "ln1_gamma": (d,),
-            "ln1_beta": (d,),
-            "ln2_gamma": (d,),
-            "ln2_beta": (d,),
-            "ln1_out_gamma": (d,),
-            "ln1_out_beta": (d,),
-            "ln2_out_gamma": (d,),
-            "ln2_out_beta": (d,),
-        }
-        if self.is_stack:
-            one = self.block._shape_table
-            return {layer_name(i, n): s for i in range(self.n_layers) for n, s in one.items()}
-        return {n: shapes[n] for n in self.param_names}
-
-    @property
-    def num_params(self) -> int:
-        """``P``, the length of θ."""
-        return sum(math.prod(s) for s in self.param_shapes.values())
-
-    # ------------------------------------------------------------------ names and head slices
-
-    def layer_names(self, layer: int) -> tuple[str, ...]:
-        """The whole names of layer ``layer``, in θ order (prefixed in a stack)."""
-        return tuple(n for n in self.param_names if self.layer_of(n)[0] == layer)
-
-    def layer_of(self, name: str) -> tuple[int, str]:
-        """``(layer, name inside its block)``: ``"l1.W_Q[2]" -> (1, "W_Q[2]")``; ``(0, name)`` for
-        one block. Checked: a layer beyond the stack is a :class:`ConfigError` naming ``n_layers``."""
-        layer, local = split_layer(name) if isinstance(name, str) else (None, name)
-        if not self.is_stack:
-            if layer is not None:
-                raise ConfigError(
-                    f"parameter name {name!r} has a layer prefix but n_layers = 1: the names "
-                    f"of one block carry none ({', '.join(self.param_names)})"
-                )
-            return 0, name
-        if layer is None:
-            parse_name(name)
-            raise ConfigError(
-                f"parameter name {name!r} needs its layer prefix with n_layers = "
-                f"{self.n_layers}: 'l0.{name}' … 'l{self.n_layers - 1}.{name}'"
-            )
-        if name != layer_name(layer, local):
-            raise ConfigError(
-                f"layer index in {name!r} must be written without leading zeros: {layer_name(layer, local)!r}"
-            )
-        if layer >= self.n_layers:
-            raise ConfigError(
-                f"layer index in {name!r} must be in [0, {self.n_layers - 1}] "
-                f"(n_layers = {self.n_layers}), got {layer}"
-            )
-        return layer, local
-
-    def check_name(self, name: str) -> str:
-        """``name`` if it is a parameter of this block or a head slice of one, else :class:`ConfigError`."""
-        if self.is_stack:
-            layer, local = self.layer_of(name)
-            try:
-                self.block.check_name(local)
-            except ConfigError as err:
-                raise ConfigError(
-                    f"{err} (in {name!r}: layer {layer} of n_layers = {self.n_layers})"
-                ) from None
-            return name
-        self.layer_of(name)
-        base, head = parse_name(name)
-        if base not in self._shape_table:
-            raise ConfigError(
-                f"parameter name must be one of {', '.join(self.param_names)} for norm={self.norm!r} "
-                f"(or a head slice such as 'W_Q[0]'), got {name!r}"
-            )
-        if head is not None:
-            if base not in HEADED:
-                headed = ", ".join(n for n in self.param_names if n in HEADED)
-                raise ConfigError(
-                    f"{base} has no heads, so {name!r} is not a parameter; head slices exist for {headed}"
-                )
-            count = self.heads_of(base)
-            field_name = "n_kv_heads" if base in KV_HEADED and self.n_kv_heads is not None else "n_heads"
-            if not 0 <= head < count:
-                raise ConfigError(
-                    f"head index in {name!r} must be in [0, {count - 1}] ({field_name} = {count}), got {head}"
-                )
-        return name
-
-    def shape_of(self, name: str) -> tuple[int, ...]:
-        """Shape of a whole parameter or of one head's slice: ``W_Q[h] (d, d_k)``, ``W_O[h] (d_v, d)``."""
-        if self.is_stack:
-            return self.block.shape_of(self.layer_of(name)[1])
-        base, head = parse_name(self.check_name(name))
-        shape = list(self.param_shapes[base])
-        if head is not None:
-            shape[HEADED[base]] //= self.heads_of(base)
-        return tuple(shape)
-
-    def param_size(self, name: str) -> int:
-        return math.prod(self.shape_of(name))
-
-    def head_indices(self, name: str) -> torch.Tensor:
-        """Positions of ``name``'s entries inside ``vec_r`` of its whole weight, in the slice's
-        own ``vec_r`` order (``arange`` for a whole name); int64 on the CPU."""
-        if self.is_stack:
-            return self.block.head_indices(self.layer_of(name)[1])
-        base, head = parse_name(self.check_name(name))
-        shape = self.param_shapes[base]
-        full = torch.arange(math.prod(shape)).reshape(shape)
-        if head is None:
-            return full.reshape(-1)
-        axis = HEADED[base]
-        width = shape[axis] // self.heads_of(base)
-        return full.narrow(axis, head * width, width).reshape(-1)
-
-    def is_headed(self, name: str) -> bool:
-        """Whether ``name`` (a whole weight, ``"W_Q"`` or ``"l1.W_Q"``) is split by head."""
-        return parse_name(self.layer_of(name)[1]).base in HEADED
-
-    def head_names(self, base: str) -> tuple[str, ...]:
-        """``("W_Q[0]", …, "W_Q[H-1]")`` for a weight with heads (``"l1.W_Q[0]"`` … in a stack)."""
-        if self.is_stack:
-            layer, local = self.layer_of(base)
-            return tuple(layer_name(layer, n) for n in self.block.head_names(local))
-        self.check_name(base)
-        if base not in HEADED:
-            raise ConfigError(
-                f"{base} has no heads; head slices exist for "
-                f"{', '.join(n for n in self.param_names if n in HEADED)}"
-            )
-        return tuple(f"{base}[{h}]" for h in range(self.heads_of(base)))
-
-    def sort_names(self, names: tuple[str, ...] | list[str] | str) -> tuple[str, ...]:
-        """``names`` checked and put in θ order (a slice at its weight's place, by head);
-        :class:`ConfigError` on a repeat or on a weight given both whole and sliced."""
-        names = (names,) if isinstance(names, str) else tuple(names)
-        refs = {n: parse_name(self.check_name(n)) for n in names}
-        if len(refs) != len(names):
-            raise ConfigError(f"wrt must not repeat a name, got {names}")
-        whole = {r.base for r in refs.values() if r.head is None}
-        for n, r in refs.items():
-            if r.head is not None and r.base in whole:
-                raise ConfigError(f"wrt names {r.base!r} whole and its slice {n!r}; give one or the other")
-        order = self.param_names
-        return tuple(sorted(names, key=lambda n: (order.index(refs[n].base), refs[n].head or 0)))
-
-    def offsets(self, names: tuple[str, ...] | None = None) -> dict[str, slice]:
-        """``name -> slice`` of that parameter inside θ restricted to ``names`` (in the given order)."""
-        names = self.param_names if names is None else names
-        out, start = {}, 0
-        for n in names:
-            size = self.param_size(n)
-            out[n] = slice(start, start + size)
-            start += size
-        return out
 
     # ------------------------------------------------------------------ words
 
@@ -759,6 +528,17 @@ class BlockConfig:
             parts.append(
                 "RoPE" + (f" on {self.rotary_width} of {self.d_k}" if self.rotary_width < self.d_k else "")
             )
+        if self.attn_scale is not None:
+            parts.append(f"score scale {self.attn_scale:g}")
+        if self.window is not None:
+            windows = self.layer_values("window")
+            parts.append(
+                f"window {self.window}"
+                if not isinstance(self.window, tuple)
+                else "windows " + ",".join("global" if w is None else str(w) for w in windows)
+            )
+        if self.softcap is not None:
+            parts.append(f"softcap {self.softcap:g}")
         parts.append(LOSS_TITLES[self.loss])
         if self.uses_layernorm and self.ln_eps:
             parts.append(f"ε = {self.ln_eps:g}")
@@ -771,28 +551,8 @@ class BlockConfig:
         return {s.name: getattr(self, s.name) for s in BLOCK_SETTINGS}
 
 
-def _settings_of(cls: type) -> tuple[Setting, ...]:
-    return tuple(
-        dataclasses.replace(f.metadata["setting"], name=f.name)
-        for f in dataclasses.fields(cls)
-        if "setting" in f.metadata
-    )
-
-
-BLOCK_SETTINGS: tuple[Setting, ...] = _settings_of(BlockConfig)
+BLOCK_SETTINGS: tuple[Setting, ...] = settings_of(BlockConfig)
 """One :class:`Setting` per :class:`BlockConfig` field, in field order."""
-
-INPUT_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "the spectral norm (largest singular value) of the input X",
-        float,
-        1.0,
-        minimum=0.0,
-        name="input_norm",
-    ),
-    Setting("draws the weights W ~ N(0, 1/fan_in), X and the target", int, 0, minimum=0, name="seed"),
-)
-"""The input's settings (not part of the block): its spectral norm and the seed."""
 
 SETTINGS: tuple[Setting, ...] = BLOCK_SETTINGS + INPUT_SETTINGS
 """Every user-facing setting; the CLI is built from this table (the app: :mod:`hessviz.app.settings`)."""

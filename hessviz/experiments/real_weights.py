@@ -43,6 +43,7 @@ from hessviz import plots
 from hessviz import pretrained as pt
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict
 from hessviz.experiments.heterogeneity import PAPER_GINI, Heterogeneity, grade_gini_and_lambda
+from hessviz.losses import Cosine
 from hessviz.pretrained import objectives
 
 BLOCKS = ("W_Q", "W_K", "W_V", "W_O", "W_1", "W_2", "ln1_gamma", "ln1_beta", "ln2_gamma", "ln2_beta")
@@ -140,7 +141,7 @@ def model_heterogeneity(model: str, text: str, seed: int = 0) -> dict[str, Heter
         cfg, params = stack[last]
         cfg = dataclasses.replace(cfg, seq_len=states[last].shape[0])
         other = objectives.sentence_embedding(model, OWN_OBJECTIVE[model][text])
-        loss = objectives.cosine_loss(states[-1], other).custom_loss()
+        loss = Cosine(other).at(states[-1]).custom_loss()
         out["own"] = [layer_heterogeneity(cfg, params, states[last], seed, f"l{last}.", loss)]
     return {k: joined(v) for k, v in out.items()}
 

@@ -6,13 +6,15 @@ r"""Every loss hessviz differentiates, as objects with one interface (:class:`Lo
 :class:`CustomLoss`      a loss given by its gradient and curvature in ``Z`` (may couple tokens)
 :class:`NextToken`       a decoder's next-token cross-entropy through its final norm and LM head
 :class:`Classifier`      a classification head on a pooled last hidden state
+:class:`Cosine`          ``1 − cos`` of the mean-pooled ``Z`` and another sentence's embedding
 =======================  ==========================================================================
 
 At a point ``Z (L, d)`` each gives its ``value``, its gradient ``grad (L, d)``, its token curvature
 ``token_curvature() (L, d, d)`` (the Gauss–Newton middle factor ``N = ∇²_Z ℓ`` block by block, when
 the loss is a sum over tokens: ``token_wise``) and the product ``product(dZ)``, ``N Ż`` for
 ``Ż (k, L, d)``: :mod:`hessviz.losses.base`. A block's ``cfg.loss`` string becomes an object in one
-place, :func:`block_loss`.
+place, :func:`block_loss`; a model's objective's name (``"next_token"``, ``"cosine:<sentence>"``) in
+one place too, :mod:`hessviz.losses.names`, for the app, the CLI and ``hv.model_hessian``.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from torch import Tensor
 from hessviz.errors import ConfigError
 from hessviz.losses.base import Loss
 from hessviz.losses.classifier import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, HeadTerms
+from hessviz.losses.cosine import Cosine, mean_pooled
 from hessviz.losses.cross_entropy import CrossEntropy
 from hessviz.losses.custom import CustomLoss
 from hessviz.losses.mse import MSE
 from hessviz.losses.next_token import LMHead, NextToken
+from hessviz.losses.objective import ModelObjective
 
 BLOCK_LOSSES: dict[str, type[Loss]] = {"mse": MSE, "ce": CrossEntropy}
 """``cfg.loss`` -> the loss it names, built from the target."""
@@ -59,14 +63,17 @@ __all__ = [
     "HEAD_NAMES",
     "HEAD_W",
     "Classifier",
+    "Cosine",
     "CrossEntropy",
     "CustomLoss",
     "HeadTerms",
     "LMHead",
     "Loss",
     "MSE",
+    "ModelObjective",
     "NextToken",
     "block_loss",
     "gradient",
     "hessian",
+    "mean_pooled",
 ]

@@ -23,6 +23,11 @@ A loss is either defined by what it is measured against (``MSE(Y)``, ``CrossEntr
 ``dense_hessian()``        ``N``, ``(L·d, L·d)``
 ``reference_value(Z')``    ``ℓ(Z')`` in torch's own functions, what the autograd reference differentiates
 =========================  =====================================================================
+
+A model's own objective (``NextToken()``, ``Classifier(…)``, ``Cosine(e)``) is a loss with a little
+more, :class:`hessviz.losses.objective.ModelObjective`: placed at one text, handed over as a
+:class:`~hessviz.losses.CustomLoss`. A name (``"next_token"``) becomes one of these objects in one
+place, :mod:`hessviz.losses.names`.
 """
 
 from __future__ import annotations
@@ -106,3 +111,10 @@ class TargetLoss(Loss):
 def unplaced(loss: Loss, what: str) -> InputError:
     """The error of asking a loss that has no point yet for ``what``."""
     return InputError(f"{type(loss).__name__} has no point yet: its {what} is taken at Z, use .at(Z)")
+
+
+def check_Z(Z: Tensor) -> Tensor:
+    """``Z``, when it is a floating ``(L, d)`` tensor with ``L ≥ 1``; else an :class:`InputError`."""
+    if not isinstance(Z, Tensor) or Z.dim() != 2 or Z.shape[0] < 1 or not Z.is_floating_point():
+        raise InputError(f"Z must be a floating (L, d) tensor, got {getattr(Z, 'shape', type(Z).__name__)}")
+    return Z

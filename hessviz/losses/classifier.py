@@ -33,16 +33,17 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
-from hessviz.losses.base import Loss, unplaced
+from hessviz.losses.base import unplaced
 from hessviz.losses.custom import CustomLoss
 from hessviz.losses.next_token import LMHead
+from hessviz.losses.objective import ModelObjective
 from hessviz.ops import layernorm
 
 POOLINGS = ("cls", "mean", "last")
 
 
 @dataclass(frozen=True, eq=False)
-class Classifier(Loss):
+class Classifier(ModelObjective):
     """A classification head on the pooled last hidden state: ``softmax(pool(h) W + b)``.
 
     ``W (d, C)`` and ``b (C,)`` floating, ``labels (B,)`` integers in ``[0, C)`` (one per
@@ -117,14 +118,10 @@ class Classifier(Loss):
             )
         return replace(self, Z=Z, index=index, norm=norm)
 
-    def sequence_terms(
-        self, Z: Tensor, ids: Tensor, index: int, head: LMHead | None
-    ) -> tuple[CustomLoss, Tensor, HeadTerms]:
+    def at_text(self, Z: Tensor, ids: Tensor, head: LMHead | None = None, index: int = 0) -> Classifier:
         """As a whole model's objective, at sequence ``index`` (last hidden states ``Z (L, d)``, through
-        the model's final norm in ``head``; its ``ids`` are not read): its curvature as a
-        :class:`CustomLoss`, its value, and its :class:`HeadTerms`."""
-        at = self.at(Z, index, head)
-        return at.custom_loss(), at.value, at.head_terms
+        the model's final norm in ``head``; its ``ids`` are not read): :meth:`at`."""
+        return self.at(Z, index, head)
 
     @cached_property
     def _closed_form(self) -> tuple[CustomLoss, Tensor, HeadTerms]:
@@ -159,10 +156,6 @@ class Classifier(Loss):
     def head_terms(self) -> HeadTerms:
         """What the Hessian needs of this sequence when ``W`` and ``b`` are parameters."""
         return self._closed_form[2]
-
-    def custom_loss(self) -> CustomLoss:
-        """The gradient and curvature at ``Z`` as the :class:`CustomLoss` the stack's products take."""
-        return self._closed_form[0]
 
     def sequence(self, Z: Tensor, label: int, norm: LMHead | None) -> tuple[CustomLoss, Tensor, HeadTerms]:
         """The curvature (a :class:`CustomLoss`), the value and the :class:`HeadTerms` (``W``, ``b`` as

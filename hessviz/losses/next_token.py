@@ -21,7 +21,7 @@ is a sum over positions: ``N`` is token-wise, and positions that predict nothing
 
 * **next token** (:class:`NextToken`): positions ``0 … L−2`` predict ``ids[1:]``, ``w = 1/(L−1)``:
   the mean, as ``transformers``' ``…ForCausalLM(labels=ids)`` computes it;
-* **last token** (:meth:`NextToken.last_token`): position ``L−1`` predicts a target the caller names
+* **last token** (``NextToken(Z, head=head, target=y)``): position ``L−1`` predicts a target the caller names
   (the token after the text), ``w = 1``.
 
 :meth:`NextToken.product` costs ``O(k L V d)`` and never forms ``(L, d, d)``;
@@ -47,9 +47,10 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
-from hessviz.losses.base import Loss, unplaced
-from hessviz.losses.custom import CustomLoss
+from hessviz.losses.base import check_Z, unplaced
+from hessviz.losses.objective import ModelObjective
 from hessviz.ops import layernorm
+from hessviz.ops.base import Along
 from hessviz.ops.layernorm import LayerNorm
 from hessviz.runtime.memory import memory_limit
 
@@ -124,13 +125,6 @@ def default_chunk(
     return int(max(1, min(MAX_CHUNK, memory_limit(device) // CHUNK_SHARE // per_token)))
 
 
-def check_Z(Z: Tensor) -> Tensor:
-    """``Z``, when it is a floating ``(L, d)`` tensor with ``L ≥ 1``; else an :class:`InputError`."""
-    if not isinstance(Z, Tensor) or Z.dim() != 2 or Z.shape[0] < 1 or not Z.is_floating_point():
-        raise InputError(f"Z must be a floating (L, d) tensor, got {getattr(Z, 'shape', type(Z).__name__)}")
-    return Z
-
-
 def check_chunk(chunk: object) -> None:
     """``chunk`` is ``None`` or a positive number of tokens."""
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
@@ -144,15 +138,18 @@ def _token_ids(ids: Sequence[int] | Tensor, vocab: int, device: torch.device) ->
     return ids
 
 
-class NextToken(Loss):
+class NextToken(ModelObjective):
     """The next-token cross-entropy of one sequence ``Z (L, d)``, ``ids (L,)``, through ``head``
     (module docstring), in chunks of ``chunk`` positions (``None``: :func:`default_chunk`): built
     at its point, with ``value``, ``grad (L, d)``, :meth:`token_curvature` and :meth:`product`.
-    :meth:`last_token` is the same loss at the last position alone.
+    With ``target`` (and no ``ids``) it is the last token's loss alone: position ``L−1`` predicting
+    ``target``, ``−log p_{L−1}(target)``.
 
     ``NextToken()`` (no point; ``chunk`` may be given) is a whole model's objective,
-    ``hv.model_hessian(model, ids, objective=hv.NextToken())`` (the string ``"next_token"`` is the same):
-    :meth:`sequence_terms` places it at each sequence's last hidden states."""
+    ``hv.model_hessian(model, ids, objective=hv.NextToken())`` (the string ``"next_token"`` names it,
+    :mod:`hessviz.losses.names`): :meth:`at_text` places it at each sequence's last hidden states."""
+
+    reads_head = True
 
     def __init__(
         self,
@@ -160,32 +157,30 @@ class NextToken(Loss):
         ids: Sequence[int] | Tensor | None = None,
         head: LMHead | None = None,
         chunk: int | None = None,
+        *,
+        target: int | None = None,
     ):
         if Z is None:
-            if ids is not None or head is not None:
-                raise InputError("NextToken: Z, ids and head come together (or none: the objective alone)")
+            if ids is not None or head is not None or target is not None:
+                raise InputError(
+                    "NextToken: Z, ids (or target) and head come together (or none: the objective alone)"
+                )
             check_chunk(chunk)
             self.Z, self._chunk = None, chunk
             return
-        if ids is None or head is None:
-            raise InputError("NextToken at a point needs its ids and the model's head with Z")
+        if head is None or (ids is None) == (target is None):
+            raise InputError("NextToken at a point needs the model's head and either ids or a target with Z")
         L, d = check_Z(Z).shape
         head.check(d)
+        vocab = head.embedding.shape[0]
+        if target is not None:
+            self._place(Z, slice(L - 1, L), _token_ids([target], vocab, Z.device), 1.0, head, chunk)
+            return
         ids = torch.as_tensor(ids, dtype=torch.int64, device=Z.device)
         if ids.shape != (L,) or L < 2:
             raise InputError(f"ids must be the text's {L} token ids (at least 2), got {tuple(ids.shape)}")
-        ids = _token_ids(ids, head.embedding.shape[0], Z.device)
+        ids = _token_ids(ids, vocab, Z.device)
         self._place(Z, slice(0, L - 1), ids[1:], 1.0 / (L - 1), head, chunk)
-
-    @classmethod
-    def last_token(cls, Z: Tensor, target: int, head: LMHead, chunk: int | None = None) -> NextToken:
-        """``−log p_{L−1}(target)``: the cross-entropy of the last position predicting ``target``."""
-        L, d = check_Z(Z).shape
-        head.check(d)
-        out = cls.__new__(cls)
-        target_ids = _token_ids([target], head.embedding.shape[0], Z.device)
-        out._place(Z, slice(L - 1, L), target_ids, 1.0, head, chunk)
-        return out
 
     def _place(
         self, Z: Tensor, positions: slice, targets: Tensor, weight: float, head: LMHead, chunk: int | None
@@ -248,14 +243,9 @@ class NextToken(Loss):
         where = "" if self.Z is None else f"at Z {tuple(self.Z.shape)}" + ", " * bool(chunk)
         return f"NextToken({where}{chunk})"
 
-    def sequence_terms(
-        self, Z: Tensor, ids: Tensor, index: int, head: LMHead | None
-    ) -> tuple[CustomLoss, Tensor, None]:
-        """As a whole model's objective, at sequence ``index`` (its ``ids (L,)`` and last hidden states
-        ``Z (L, d)``, through the model's ``head``): its curvature as a :class:`CustomLoss`, its value,
-        and no head terms (the LM head is not a parameter)."""
-        at = NextToken(Z, ids, head, self._chunk)
-        return at.custom_loss(), at.value, None
+    def at_text(self, Z: Tensor, ids: Tensor, head: LMHead | None = None, index: int = 0) -> NextToken:
+        """This objective at one text: ``NextToken(Z, ids, head, chunk)``."""
+        return NextToken(Z, ids, head, self._chunk)
 
     def at(self, Z: Tensor) -> NextToken:
         """The same positions and targets at another ``Z``."""
@@ -298,7 +288,7 @@ class NextToken(Loss):
             out[:, self.positions] = dgh
         else:
             out[:, self.positions] = self.norm.adjoint_tangent(
-                dgh, [dz], [None] * nparams, True, [True], [False] * nparams
+                Along(dgh, [dz], [None] * nparams, True, [True], [False] * nparams)
             )[0][0]
         return out
 
@@ -332,11 +322,3 @@ class NextToken(Loss):
             J = layernorm.jacobian(st)
             N[self.positions] = J @ Nr @ J + layernorm.contract_hessian(st, self.norm.gn)
         return N
-
-    blocks = token_curvature
-    """The name the chunking tests use."""
-
-    def custom_loss(self) -> CustomLoss:
-        """``hv.CustomLoss(grad, blocks or product)``: what the stack's products take
-        (:attr:`prefers_blocks`)."""
-        return CustomLoss(self.grad, self.token_curvature() if self.prefers_blocks else self.product)

@@ -10,7 +10,7 @@ own embeddings ``X0_β`` through the same weights). For ``"next_token"`` this is
 
 and each ``H_β`` is the existing stack machinery: ``hv.hessian(stack cfg, params, X0_β,
 loss=hv.CustomLoss(∇_Z ℓ_β, ∇²_Z ℓ_β))`` with the objective's closed form in ``Z``
-(:mod:`hessviz.whole.objective`). A product ``H V`` is the ``B`` per-sequence matrix-free products
+(:mod:`hessviz.losses`). A product ``H V`` is the ``B`` per-sequence matrix-free products
 (one tape sweep each), summed in order with weight ``1/B``; nothing of size ``P × P`` is formed.
 The terms split at ``Z``: ``outer`` carries the objective's curvature in ``Z`` (final norm and head
 included), ``functional`` the layers' second derivatives.
@@ -40,7 +40,9 @@ from hessviz.block.config import BlockConfig
 from hessviz.block.terms import check_term
 from hessviz.dense.stack import StackHessian
 from hessviz.errors import ConfigError, InputError
-from hessviz.losses import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, CustomLoss, HeadTerms, LMHead
+from hessviz.losses import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, CustomLoss, HeadTerms, LMHead, Loss
+from hessviz.losses.names import name as objective_name
+from hessviz.losses.names import whole_objective
 from hessviz.products import graphs, lockstep
 from hessviz.products.block import build_at_output
 from hessviz.products.checkpoint import Checkpoints
@@ -51,8 +53,6 @@ from hessviz.products.tape import Tape
 from hessviz.result import HessianResult
 from hessviz.runtime import pages
 from hessviz.whole.model import Model
-from hessviz.whole.objective import Objective, as_objective
-from hessviz.whole.objective import name as objective_name
 from hessviz.whole.ranks import ONE, Ranks, agree, all_succeeded, ranks
 
 
@@ -225,7 +225,7 @@ class Problem:
     params: dict[str, Tensor] = field(repr=False)
     ids: Tensor
     X0: list[Tensor] = field(repr=False)
-    objective: Objective
+    objective: Loss
     head: LMHead | None = field(repr=False)
     names: tuple[str, ...]
     token: str = field(default_factory=lambda: uuid.uuid4().hex, repr=False)
@@ -520,20 +520,20 @@ def _internal(cfg: BlockConfig, names: Sequence[str] | str) -> tuple[str, ...]:
 def problem(
     model: Model,
     ids: object,
-    objective: str | Objective = "next_token",
+    objective: str | Loss = "next_token",
     wrt: Sequence[str] | str | None = None,
     empty: bool = False,
     checkpoint: bool = False,
 ) -> Problem:
     """The checked inputs of :func:`model_hessian`, embeddings computed; ``empty``: ``ids`` of shape
     ``(0, L)`` (a rank without sequences) are allowed; ``checkpoint``: :attr:`Problem.checkpoint`.
-    The objective becomes an object here, once (:func:`~hessviz.whole.objective.as_objective`):
+    The objective becomes an object here, once (:func:`~hessviz.losses.names.whole_objective`):
     nothing below reads the string."""
     if not isinstance(model, Model):
         raise InputError(f"model must be hv.load_model(source)'s Model, got {type(model).__name__}")
     if not isinstance(checkpoint, bool):
         raise InputError(f"checkpoint must be True or False, got {checkpoint!r}")
-    objective = as_objective(objective)
+    objective = whole_objective(objective)
     need = 1 if isinstance(objective, Classifier) else 2
     if (
         empty
@@ -570,7 +570,7 @@ def problem(
 def model_hessian(
     model: Model,
     ids: object,
-    objective: str | Objective = "next_token",
+    objective: str | Loss = "next_token",
     wrt: Sequence[str] | str | None = None,
     group: object | None = None,
     checkpoint: bool = False,
@@ -624,7 +624,7 @@ def model_hessian(
     return res
 
 
-def describe(objective: Objective) -> str:
+def describe(objective: Loss) -> str:
     """The objective as the ranks compare it: its name, or a classifier's pooling, shape and a digest
     of its ``W`` and ``b`` (not its labels: each rank has its own)."""
     if not isinstance(objective, Classifier):

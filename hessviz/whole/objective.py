@@ -1,40 +1,17 @@
-"""A whole model's objective: :func:`as_objective` turns ``"next_token"`` into :class:`NextToken` once,
-at :func:`hessviz.model_hessian`'s entry; :func:`objective_of` is a loaded model's own objective on a text.
+"""A loaded model's own objective on a text: :func:`objective_of`.
 
 The objectives themselves live in :mod:`hessviz.losses` (:class:`~hessviz.losses.NextToken`,
-:class:`~hessviz.losses.Classifier`). Each places itself at one sequence's last hidden states
-(``sequence_terms(Z, ids, index, head)``) and hands the stack machinery its gradient and curvature as a
-:class:`~hessviz.losses.CustomLoss`, its value and, for a classifier, its head terms.
+:class:`~hessviz.losses.Classifier`), and a name becomes one of them in one place,
+:func:`hessviz.losses.names.whole_objective`, at :func:`hessviz.model_hessian`'s entry. Each places
+itself at one sequence's last hidden states (``sequence_terms(Z, ids, index, head)``) and hands the
+stack machinery its gradient and curvature as a :class:`~hessviz.losses.CustomLoss`, its value and,
+for a classifier, its head terms.
 """
 
 from __future__ import annotations
 
 from hessviz.errors import InputError
 from hessviz.losses import Classifier, NextToken
-
-Objective = NextToken | Classifier
-"""A whole model's objective, as an object."""
-
-NAMED = {"next_token": NextToken}
-"""The objectives a string names (``MODEL.md`` part 3 keeps ``objective="next_token"``)."""
-
-
-def as_objective(objective: object) -> Objective:
-    """``objective`` as an object: ``"next_token"`` is ``NextToken()``; an ``hv.NextToken()`` without
-    a point or an ``hv.Classifier`` is itself. Anything else is an :class:`InputError` naming it."""
-    if isinstance(objective, str) and objective in NAMED:
-        return NAMED[objective]()
-    if isinstance(objective, Classifier) or (isinstance(objective, NextToken) and objective.Z is None):
-        return objective
-    raise InputError(
-        "objective must be 'next_token', hv.NextToken() or an hv.Classifier(W, b, labels, pooling), "
-        f"got {objective!r}"
-    )
-
-
-def name(objective: Objective) -> str:
-    """The objective in a few words: ``next_token`` or ``Classifier(pooling)``."""
-    return f"Classifier({objective.pooling})" if isinstance(objective, Classifier) else "next_token"
 
 
 def objective_of(model, ids: list[int]) -> tuple[object, list[int], str]:

@@ -10,6 +10,7 @@ from hessviz.app import real_model as rm
 from hessviz.block.terms import NAMES
 from hessviz.checks import cost
 from hessviz.laws import fitting
+from hessviz.losses import names
 from hessviz.matfree.estimates import block_spread
 from hessviz.matfree.spectral import EXACT_BLOCK
 from hessviz.pretrained import explore, loss_keys
@@ -144,13 +145,13 @@ if objective == loss_keys.SIMILARITY and own:
         rm.MAX_CHARS,
         help="the loss is 1 − cos(mean-pooled embedding of the text, that of this sentence)",
     )
-loss_key = loss_keys.loss_key(loss_name, other)
+loss_key = names.key(loss_name, other)
 
-vocab = hva.cache.head_vocab(model, loss_key)
-streamed = not hva.cache.stack_fits(model)
+vocab = hva.real_cache.head_vocab(model, loss_key)
+streamed = not hva.real_cache.stack_fits(model)
 hva.long_note(
     cost.Cost(
-        hva.cache.real_setup_seconds(model, text),
+        hva.real_cache.real_setup_seconds(model, text),
         0,
         f"reading the {info.n_layers} layers of {info.name} and running the text through them",
     )
@@ -163,9 +164,9 @@ with (
     ),
     hva.guard("the hidden states", advice=f"Choose another model, or {rm.shorter(0)}."),
 ):
-    cfg = hva.cache.real_config(model, text)
-    attention = hva.cache.real_attention(model, layer, text)
-tokens, L = [t.translate(SHOWN) for t in hva.cache.real_tokens(model, text)], cfg.seq_len
+    cfg = hva.real_cache.real_config(model, text)
+    attention = hva.real_cache.real_attention(model, layer, text)
+tokens, L = [t.translate(SHOWN) for t in hva.real_cache.real_tokens(model, text)], cfg.seq_len
 if not own:
     drawn = (
         f"mean squared error of the layer's output Z ({L} × {info.d_model}) against a synthetic target "
@@ -191,7 +192,8 @@ st.info(
     "weights."
     + (
         f" This server keeps only the layer drawn: {info.name}'s {info.n_layers} layers "
-        f"({format_bytes(hva.cache.stack_bytes(model))} in float64) were read one at a time to run the text."
+        f"({format_bytes(hva.real_cache.stack_bytes(model))} in float64) were read one at a time "
+        "to run the text."
         if streamed
         else ""
     ),
@@ -259,8 +261,8 @@ first = hva.slider(
 
 def window_ready(k: int) -> bool:
     at = min(first, rows - k) * cols
-    key = hva.cache.window_key(model, layer, text, seed, name, at, k * cols, term, loss_key)
-    return hva.cache.real_ready(key)
+    key = hva.real_cache.window_key(model, layer, text, seed, name, at, k * cols, term, loss_key)
+    return hva.real_cache.real_ready(key)
 
 
 n_rows, verdict = rm.window_rows(cfg, name, asked, hva.cache.LIMITS, window_ready, vocab)
@@ -281,7 +283,7 @@ else:
         st.spinner(f"Computing {size:,} columns of the Hessian of {name}…"),
         hva.guard("the Hessian block", advice=f"Choose fewer rows of {name}, or {rm.shorter(vocab)}."),
     ):
-        B = hva.cache.real_window(model, layer, text, seed, name, start, size, term, loss_key)
+        B = hva.real_cache.real_window(model, layer, text, seed, name, start, size, term, loss_key)
     whole = cfg.param_shapes[weight]
     index = cfg.head_indices(name).numpy()[start : start + size]
     hfig = plots.block_heatmap(
@@ -320,7 +322,7 @@ with (
     st.spinner("Computing the gradient of the layer…"),
     hva.guard("the gradient", advice=f"Choose {rm.shorter(vocab)}."),
 ):
-    grads = hva.cache.real_gradients(model, layer, text, seed, by_head, loss_key)
+    grads = hva.real_cache.real_gradients(model, layer, text, seed, by_head, loss_key)
 summary = fitting.gradient_summary(grads["norms"])
 g = summary["gini"]
 gfig = plots.grouped_bars(
@@ -370,7 +372,9 @@ part, used, verdict = rm.reduced_table(
     part_asked,
     samples,
     hva.cache.LIMITS,
-    lambda b, s: hva.cache.real_ready(hva.cache.table_key(model, layer, text, seed, "full", b, s, loss_key)),
+    lambda b, s: hva.real_cache.real_ready(
+        hva.real_cache.table_key(model, layer, text, seed, "full", b, s, loss_key)
+    ),
     vocab,
 )
 if not verdict.ok:
@@ -396,7 +400,7 @@ with (
         "the block table", advice=f"Choose one part of the layer, fewer products, or {rm.shorter(vocab)}."
     ),
 ):
-    table = hva.cache.real_block_table(model, layer, text, seed, "full", blocks, used, loss_key)
+    table = hva.real_cache.real_block_table(model, layer, text, seed, "full", blocks, used, loss_key)
 tfig = plots.block_spectrum_bars(
     table["names"],
     table["top"],

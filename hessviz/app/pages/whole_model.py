@@ -170,7 +170,7 @@ def afford(part: str, names: tuple[str, ...]) -> float | None:
     """The estimated seconds of a table not at hand, or None (with a line saying why and what to change)
     when this server cannot afford it: the page then draws the other part if that one fits (the
     per-head table of one weight is the cheaper, about a third of every weight's)."""
-    if hva.cache.whole_ready(model, text, part):
+    if hva.real_cache.whole_ready(model, text, part):
         return 0.0
     c = wm.table_cost(stack, names, len(ids))
     advice = wm.over_budget_advice(hva.cache.LIMITS.profile)
@@ -199,7 +199,7 @@ names = wm.tensors(stack, wm.WEIGHTS)
 seconds, table = afford(wm.WEIGHTS, names), None
 if seconds is not None:
     with st.spinner("Computing the table of every weight…"), hva.guard("the whole-model table"):
-        table = hva.cache.whole_table(model, text, wm.WEIGHTS, seconds)
+        table = hva.real_cache.whole_table(model, text, wm.WEIGHTS, seconds)
     objective_line(table)
     wfig = bars(table, f"{info.name}: {stat_name} per weight")
     hva.chart(
@@ -226,7 +226,7 @@ seconds = afford(weight, hnames)
 if seconds is None:
     st.stop()
 with st.spinner(f"Computing the table of every head of {weight}…"), hva.guard("the per-head table"):
-    heads = hva.cache.whole_table(model, text, weight, seconds)
+    heads = hva.real_cache.whole_table(model, text, weight, seconds)
 if table is None:  # every weight's table is over this server's budget: the objective is said here
     objective_line(heads)
 hfig = bars(heads, f"{info.name}: {stat_name} per head of {weight}")
