@@ -263,6 +263,14 @@ class Detached:
         return npz_bytes(arrays)
 
 
+DOWNLOADS = {
+    "html": ("Figure (HTML)", "text/html", ":material/download:"),
+    "csv": ("Data (CSV)", "text/csv", ":material/table:"),
+    "npz": ("Data (NPZ)", "application/octet-stream", ":material/data_array:"),
+}
+"""File ending -> the download button's label, MIME type and icon."""
+
+
 def downloads(
     name: str,
     fig: go.Figure | None = None,
@@ -281,41 +289,27 @@ def downloads(
     """
     key = key or name
     row = st.container(horizontal=True, gap="small", wrap=True)
-    if fig is not None:
+
+    def button(ext: str, data: Callable[[], bytes], **extra) -> None:
+        label, mime, icon = DOWNLOADS[ext]
         row.download_button(
-            "Figure (HTML)",
-            lambda: figure_html(fig),
-            f"{name}.html",
-            "text/html",
-            key=f"dl_html_{key}",
-            on_click="ignore",
-            icon=":material/download:",
+            label, data, f"{name}.{ext}", mime, key=f"dl_{ext}_{key}", on_click="ignore", icon=icon, **extra
         )
+
+    if fig is not None:
+        button("html", lambda: figure_html(fig))
     if csv is not None:
         columns = {
             k: np.array(v, copy=True) if isinstance(v, np.ndarray) else list(v) for k, v in csv().items()
         }
-        row.download_button(
-            "Data (CSV)",
-            lambda: csv_bytes(columns),
-            f"{name}.csv",
-            "text/csv",
-            key=f"dl_csv_{key}",
-            on_click="ignore",
-            icon=":material/table:",
-        )
+        button("csv", lambda: csv_bytes(columns))
     if npz is not None:
         held = Detached(npz())
         limit = cache.LIMITS.download_bytes
         too_big = held.nbytes > limit
-        row.download_button(
-            "Data (NPZ)",
+        button(
+            "npz",
             held.npz,
-            f"{name}.npz",
-            "application/octet-stream",
-            key=f"dl_npz_{key}",
-            on_click="ignore",
-            icon=":material/data_array:",
             disabled=too_big,
             help=(
                 f"{format_bytes(held.nbytes)}: over this server's download limit of "
