@@ -112,6 +112,7 @@ _LAZY = {
     **dict.fromkeys(
         (
             "afford",
+            "block_columns",
             "chart",
             "csv_bytes",
             "downloads",

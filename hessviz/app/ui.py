@@ -263,6 +263,20 @@ class Detached:
         return npz_bytes(arrays)
 
 
+def block_columns(blocks: np.ndarray | dict[str, np.ndarray], names: Sequence[str], value: str) -> dict:
+    """The CSV columns of an ``(n, n)`` matrix of blocks, one line per block: ``row`` and ``col`` (of
+    ``names``) and ``value``; a dict of such matrices (term -> matrix) adds a first column ``term``."""
+    rows, cols = [a for a in names for _ in names], [b for _ in names for b in names]
+    if not isinstance(blocks, dict):
+        return {"row": rows, "col": cols, value: np.asarray(blocks).ravel()}
+    return {
+        "term": [t for t in blocks for _ in rows],
+        "row": rows * len(blocks),
+        "col": cols * len(blocks),
+        value: np.concatenate([np.asarray(m).ravel() for m in blocks.values()]),
+    }
+
+
 DOWNLOADS = {
     "html": ("Figure (HTML)", "text/html", ":material/download:"),
     "csv": ("Data (CSV)", "text/csv", ":material/table:"),

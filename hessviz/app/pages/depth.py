@@ -76,11 +76,7 @@ elif hva.afford(view, "map", stop=False):
         hva.chart(
             lfig,
             f"depth_layer_norms_{term}",
-            csv=lambda: {
-                "row": [a for a in labels for _ in labels],
-                "col": [b for _ in labels for b in labels],
-                "norm": norms.ravel(),
-            },
+            csv=lambda: hva.block_columns(norms, labels, "norm"),
         )
     with right:
         share = diagonal_share(norms)

@@ -83,11 +83,7 @@ with right:
     hva.chart(
         nfig,
         f"block_norms_{term}_{kind}",
-        csv=lambda: {
-            "row": [a for a in names for _ in names],
-            "col": [b for _ in names for b in names],
-            "norm": norms.ravel(),
-        },
+        csv=lambda: hva.block_columns(norms, names, "norm"),
     )
     st.markdown(
         f"The largest block is **{names[norms.argmax() // len(names)]} × "

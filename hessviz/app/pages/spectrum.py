@@ -309,10 +309,5 @@ names = view.cfg.param_names
 hva.chart(
     result.bars,
     "block_spectral_norms",
-    csv=lambda: {
-        "term": [t for t in TERMS for a in names for b in names],
-        "row": [a for t in TERMS for a in names for b in names],
-        "col": [b for t in TERMS for a in names for b in names],
-        "spectral_norm": np.concatenate([norms[t].ravel() for t in TERMS]),
-    },
+    csv=lambda: hva.block_columns({t: norms[t] for t in TERMS}, names, "spectral_norm"),
 )

@@ -1,6 +1,5 @@
 """Verify & speed: the closed form against autograd, block by block, and both timings."""
 
-import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
@@ -55,12 +54,7 @@ efig = plots.error_matrix(rel, names, wide=hva.controls.lesson().present)  # 300
 hva.chart(
     efig,
     "verify_relative_error",
-    csv=lambda: {
-        "term": [t for t in rel for _ in names for _ in names],
-        "row": [a for t in rel for a in names for _ in names],
-        "col": [b for t in rel for _ in names for b in names],
-        "relative_error": np.concatenate([rel[t].ravel() for t in rel]),
-    },
+    csv=lambda: hva.block_columns(rel, names, "relative_error"),
 )
 tfig = plots.timing_bars(
     times,
