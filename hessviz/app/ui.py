@@ -80,6 +80,17 @@ def explain(text: str, *formulas: str) -> None:
                 row.latex(part)
 
 
+def page(title: str, text: str, *formulas: str, stacks: bool = False) -> View:
+    """The opening of a page on the sidebar's block: the shared controls
+    (:func:`hessviz.app.controls.sidebar`; ``stacks``, whether the page draws stacks of layers), the
+    title with the block in words (:func:`header`) and the explanation (:func:`explain`). Returns the
+    view."""
+    view = controls.sidebar(stacks=stacks)
+    header(title, view)
+    explain(text, *formulas)
+    return view
+
+
 @contextlib.contextmanager
 def guard(what: str = "this computation", advice: str = "") -> Iterator[progress.Status]:
     """Compute inside: a hessviz error (bad size, bad input, over budget) becomes a message and

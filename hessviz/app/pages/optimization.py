@@ -12,9 +12,8 @@ from hessviz.app import stored_tables
 from hessviz.experiments import optimizers, optimizers_protocol
 from hessviz.resources import data
 
-view = hva.sidebar()
-hva.header("Optimization lens", view)
-hva.explain(
+view = hva.page(
+    "Optimization lens",
     "Tomihari & Sato argue that SGD struggles on Transformers because the gradient is very uneven "
     "across parameter blocks (gradient heterogeneity), and blocks with large gradients also have large "
     "curvature. SGD's iteration count is governed by the gradient-weighted curvature Λ_G, a sign-based "

@@ -5,9 +5,8 @@ import streamlit as st
 from hessviz import app as hva
 from hessviz import plots
 
-view = hva.sidebar()
-hva.header("Verify & speed", view)
-hva.explain(
+view = hva.page(
+    "Verify & speed",
     "hessviz computes the Hessian from explicit derivative formulas of each piece of the block "
     "(softmax, LayerNorm, the activation, the bilinear attention score, the residual sums), "
     "composed with the second-order chain rule. Here the same Hessian is computed a second, "
