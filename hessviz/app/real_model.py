@@ -225,6 +225,8 @@ def precompute(
 ) -> int:
     """The default views of ``models`` on ``text`` (:func:`default_views`) saved to ``path``; returns
     its bytes. Nothing is read from an earlier file: every entry is computed here."""
+    import hessviz
+
     saved = real_cache.PRECOMPUTED
     real_cache.PRECOMPUTED = None
     cache.clear()
@@ -233,4 +235,6 @@ def precompute(
         entries = real_cache.real_results()
     finally:
         real_cache.PRECOMPUTED = saved
-    return precomputed.save(path, entries, precomputed.made(command, models, text, seconds))
+    return precomputed.save(
+        path, entries, precomputed.made(hessviz.__version__, command, models, text, seconds)
+    )

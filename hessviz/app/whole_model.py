@@ -211,6 +211,8 @@ def precompute(
 ) -> int:
     """Every part of each of ``models`` on ``text`` (:func:`table`), written to ``path`` as JSON; returns
     its bytes. Nothing is read from an earlier file."""
+    import hessviz
+
     entries, seconds = {}, {}
     for m in models:
         for p in parts(m):
@@ -218,7 +220,9 @@ def precompute(
             entries[key(m, text, p)] = table(m, text, p)
             seconds[f"{m} {p}"] = round(time.perf_counter() - t0, 2)
             say(f"  {m} {p}: {seconds[f'{m} {p}']:.2f} s")
-    made = precomputed.made(command, models, text, seconds, samples=SAMPLES, exact=EXACT, seed=SEED)
+    made = precomputed.made(
+        hessviz.__version__, command, models, text, seconds, samples=SAMPLES, exact=EXACT, seed=SEED
+    )
     data = json.dumps({"made": made, "entries": entries}, indent=0, sort_keys=True)
     Path(path).write_text(data + "\n")
     return len(data) + 1

@@ -54,16 +54,15 @@ def _tuple(key: list) -> Key:
     return tuple(_tuple(k) if isinstance(k, list) else k for k in key)
 
 
-def made(command: str, models: Sequence[str], text: str, seconds: dict, **settings) -> dict:
+def made(version: str, command: str, models: Sequence[str], text: str, seconds: dict, **settings) -> dict:
     """How a precomputed file was made, for its ``"made"`` record: the script's ``command`` line, the
     ``models``, the ``text``, the ``settings`` that shaped the entries, the ``seconds`` each took, the
-    versions of hessviz, torch and Python, torch's thread count and the date (UTC)."""
+    versions of hessviz (``version``: the caller's ``hessviz.__version__``, a layer above this one),
+    torch and Python, torch's thread count and the date (UTC)."""
     import platform
     import time
 
     import torch
-
-    import hessviz
 
     return {
         "command": command,
@@ -71,7 +70,7 @@ def made(command: str, models: Sequence[str], text: str, seconds: dict, **settin
         "text": text,
         **settings,
         "seconds": seconds,
-        "hessviz": hessviz.__version__,
+        "hessviz": version,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),
