@@ -170,19 +170,19 @@ def test_the_issue_sweep_url_is_refused_on_the_hosted_profile():
 
 
 def test_the_depth_pages_default_view_is_affordable_when_hosted():
-    """The Depth page prices each of its points at its own stack depth (2 placements × 2 seeds × the
-    2-block profile and stacks of 1…4 blocks, ``hessviz.checks.cost.sweep_point_cost``), not every point at
-    the
-    deepest stack: the default view is drawn on the hosted profile; twenty seeds are refused, saying
-    what to lower. (The carried curvature is priced as it runs, ``hessviz.checks.cost.STACK_CARRY``: 0.8 s
-    estimated for the default view; ``/depth?layers=3`` ran 1.25 s of CPU for the whole page, issue 44.)"""
+    """The Depth page prices each of its points at its own stack depth (3 placements, Post, Pre and
+    Peri, × 2 seeds × the 2-block profile and stacks of 1…4 blocks,
+    ``hessviz.checks.cost.sweep_point_cost``), not every point at the deepest stack: the default view is
+    drawn on the hosted profile; twenty seeds are refused, saying what to lower. (The carried curvature
+    is priced as it runs, ``hessviz.checks.cost.STACK_CARRY``: 0.8 s estimated for the default view;
+    ``/depth?layers=3`` ran 1.25 s of CPU for the whole page, issue 44.)"""
     from hessviz.laws import sweeps
 
     view = state.View.from_values({})
     one = view.with_values(norm="post", layers=1).cfg
     weight_count = one.param_size("W_Q")
     points = budget.depth_points(one, 2, 2)
-    assert sorted(p.n_layers for p in points) == sorted([2] * 8 + [1, 2, 3, 4] * 4)
+    assert sorted(p.n_layers for p in points) == sorted([2] * 12 + [1, 2, 3, 4] * 6)
     default = budget.cost("depth", one, depth=2, seeds=2, weight_count=weight_count)
     assert budget.check(default, HOSTED, one).ok
     deep = view.with_values(norm="post", layers=sweeps.DEFAULT_GRIDS["layers"][-1]).cfg

@@ -7,9 +7,11 @@ figures from :mod:`hessviz.plots`. The shared pieces live here::
     from hessviz import app as hva
     from hessviz import plots
 
-    view = hva.sidebar()                     # shared controls, bound to the URL; returns a View
-    hva.header("My page", view)              # title + the block in words ("Post-LN block, L = 8, …")
-    hva.explain("What is drawn, for a student.", r"H = H_o + H_f")
+    view = hva.page(                         # shared controls (bound to the URL), the title + the
+        "My page",                           # block in words ("Post-LN block, L = 8, …"), then what
+        "What is drawn, for a student.",     # is drawn, for a student, and its formulas; a View
+        r"H = H_o + H_f",
+    )
     hva.afford(view, "map")                  # ask the budget; over it: what to change, and stop
     term = hva.choice("Term", NAMES, key="term", default="full")   # from hessviz.block.terms import NAMES
     with hva.guard("the Hessian"):           # errors -> message; queue place, progress, cancellation
@@ -21,8 +23,10 @@ figures from :mod:`hessviz.plots`. The shared pieces live here::
 ``input_norm``, ``seed``, ``inputs`` (``params, X, Y`` on the app's device), ``key``
 (the hashable cache key), ``describe()`` and ``with_values(norm="pre", …)``.
 
-A page that does not use the block's shared controls (the Real model page) calls
-:func:`link_only` instead of :func:`sidebar`; :func:`text` is a URL-bound text box.
+:func:`page` is :func:`sidebar`, :func:`header` and :func:`explain` in turn; a page whose caption
+is written later (Heterogeneity) calls them itself. A page that does not use the block's shared
+controls (the Real model page) calls :func:`link_only` instead of :func:`sidebar`; :func:`text` is a
+URL-bound text box.
 
 Shared URL keys: :data:`hessviz.app.state.SHARED_KEYS`, the ``url`` of every setting of
 :data:`hessviz.app.settings.SETTINGS` (the block's fields the app offers, ``xnorm`` and ``seed``; not
@@ -112,6 +116,7 @@ _LAZY = {
     **dict.fromkeys(
         (
             "afford",
+            "block_columns",
             "chart",
             "csv_bytes",
             "downloads",
@@ -121,6 +126,7 @@ _LAZY = {
             "header",
             "long_note",
             "npz_bytes",
+            "page",
             "size_advice",
             "table",
             "verdict",

@@ -28,13 +28,11 @@ Without a ceiling and a count (the local profile, one visitor) every run is admi
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator
 
-from hessviz.app.gates import PROCESS_SLACK_BYTES, rss_bytes
+from hessviz.app.gates import PROCESS_SLACK_BYTES, Line, rss_bytes
 
 RUN_BYTES = 32 * 2**20
 """Charged to a script run while it runs: the results it holds (a result the store evicts while a
@@ -60,7 +58,7 @@ class Full(Exception):
     """The server cannot take this script run now (its memory or its line is full)."""
 
 
-class Door:
+class Door(Line):
     """At most ``runs`` script runs at once (None: any number), first come first served, each charged
     its cost against the process ``ceiling`` (None: not measured); see the module's docstring.
 
@@ -78,21 +76,11 @@ class Door:
         self.runs = None if runs is None else max(1, int(runs))
         self.ceiling = None if ceiling is None else int(ceiling)
         self.rss, self.make_room, self.wait_s = rss, make_room, wait_s
-        self._cv = threading.Condition()
-        self._queue: collections.deque[object] = collections.deque()
-        self._running = 0
+        super().__init__()
         self._charged = 0
         self.refused = 0
         """Runs refused so far (:class:`Full`)."""
         self._room_at = -1.0
-
-    @property
-    def running(self) -> int:
-        return self._running
-
-    @property
-    def waiting(self) -> int:
-        return len(self._queue)
 
     @property
     def charged(self) -> int:
@@ -117,40 +105,13 @@ class Door:
         """Hold a place for one script run charged ``nbytes``; wait in line for it (``waiting(place)``
         about every ``poll`` s, 1 = next; it may raise to give up), or raise :class:`Full`."""
         nbytes = int(nbytes)
-        ticket = object()
         start = time.monotonic()
-        with self._cv:
-            self._queue.append(ticket)
         try:
-            while True:
-                with self._cv:
-                    first = self._queue[0] is ticket
-                    over = self.over(nbytes) if first and self._line_free() else 0
-                    if first and self._line_free() and over <= 0:
-                        self._queue.popleft()
-                        self._running += 1
-                        self._charged += nbytes
-                        self._cv.notify_all()
-                        break
-                    place, in_flight = self._queue.index(ticket) + 1, self._running
-                if over > 0 and in_flight == 0:  # nothing in flight will give memory back: make room now
-                    if time.monotonic() - self._room_at > ROOM_EVERY_S and self.make_room(over) > 0:
-                        continue  # cached results went: measure again
-                    self._room_at = time.monotonic()  # nothing left to evict (or just found so)
-                    if self.over(nbytes) > 0:
-                        raise Full("the server's memory is full with the sessions it has")
-                    continue
-                if time.monotonic() - start > self.wait_s:
-                    raise Full(f"waited {self.wait_s:g} s in line")
-                with self._cv:
-                    self._cv.wait(poll)
-                if waiting is not None:
-                    waiting(place)
-        except BaseException as err:
+            with self._ticket() as ticket:
+                self._admit(ticket, nbytes, start, waiting, poll)
+        except Full:
             with self._cv:
-                self._queue.remove(ticket)
-                self.refused += isinstance(err, Full)
-                self._cv.notify_all()
+                self.refused += 1
             raise
         try:
             yield
@@ -159,6 +120,35 @@ class Door:
                 self._running -= 1
                 self._charged -= nbytes
                 self._cv.notify_all()
+
+    def _admit(
+        self, ticket: object, nbytes: int, start: float, waiting: Callable[[int], None] | None, poll: float
+    ) -> None:
+        """Wait until ``ticket`` is first, the line has room and ``nbytes`` fits; or raise :class:`Full`."""
+        while True:
+            with self._cv:
+                first = self._queue[0] is ticket
+                over = self.over(nbytes) if first and self._line_free() else 0
+                if first and self._line_free() and over <= 0:
+                    self._queue.popleft()
+                    self._running += 1
+                    self._charged += nbytes
+                    self._cv.notify_all()
+                    return
+                place, in_flight = self._queue.index(ticket) + 1, self._running
+            if over > 0 and in_flight == 0:  # nothing in flight will give memory back: make room now
+                if time.monotonic() - self._room_at > ROOM_EVERY_S and self.make_room(over) > 0:
+                    continue  # cached results went: measure again
+                self._room_at = time.monotonic()  # nothing left to evict (or just found so)
+                if self.over(nbytes) > 0:
+                    raise Full("the server's memory is full with the sessions it has")
+                continue
+            if time.monotonic() - start > self.wait_s:
+                raise Full(f"waited {self.wait_s:g} s in line")
+            with self._cv:
+                self._cv.wait(poll)
+            if waiting is not None:
+                waiting(place)
 
 
 _SESSION_KEY = "_hessviz_admitted"

@@ -107,7 +107,43 @@ class Retry(BaseException):  # noqa: N818 - a signal to the outermost computatio
         self.nbytes, self.slot = int(nbytes), bool(slot)
 
 
-class Gate:
+class Line:
+    """A first-come-first-served line under one condition ``_cv``: the tickets waiting (``_queue``,
+    :attr:`waiting` long) and the count admitted (``_running``). What :class:`Gate` (heavy
+    computations) and :class:`hessviz.app.admission.Door` (script runs) share; each admits by its own
+    rule, the first ticket in line only."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._queue: collections.deque[object] = collections.deque()
+        self._running = 0
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    @contextmanager
+    def _ticket(self) -> Iterator[object]:
+        """A ticket at the end of the line, held while the caller waits; if the wait raises (given up,
+        refused), the ticket leaves the line and the others are woken."""
+        ticket = object()
+        with self._cv:
+            self._queue.append(ticket)
+        try:
+            yield ticket
+        except BaseException:
+            with self._cv:
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
+                self._cv.notify_all()
+            raise
+
+
+class Gate(Line):
     """At most ``slots`` heavy computations at once, first come first served.
 
     Re-entrant per thread: a computation that needs another (a spectrum needs the term)
@@ -117,19 +153,9 @@ class Gate:
     """
 
     def __init__(self, slots: int):
+        super().__init__()
         self.slots = max(1, int(slots))
-        self._cv = threading.Condition()
-        self._queue: collections.deque[object] = collections.deque()
-        self._running = 0
         self._local = threading.local()
-
-    @property
-    def running(self) -> int:
-        return self._running
-
-    @property
-    def waiting(self) -> int:
-        return len(self._queue)
 
     def held(self) -> bool:
         """Whether this thread holds a slot."""
@@ -147,10 +173,7 @@ class Gate:
             finally:
                 self._local.depth = depth
             return
-        ticket = object()
-        with self._cv:
-            self._queue.append(ticket)
-        try:
+        with self._ticket() as ticket:
             while True:
                 with self._cv:
                     if self._running < self.slots and self._queue[0] is ticket:
@@ -161,12 +184,6 @@ class Gate:
                     self._cv.wait(poll)
                 if waiting is not None:
                     waiting(place)
-        except BaseException:
-            with self._cv:
-                if ticket in self._queue:
-                    self._queue.remove(ticket)
-                self._cv.notify_all()
-            raise
         self._local.depth = 1
         try:
             yield

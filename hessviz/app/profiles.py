@@ -95,9 +95,10 @@ def served_address() -> str | None:
     """The address this process's Streamlit server binds (``server.address``; ``None``: every interface).
 
     Outside a running server (the command line, a test's ``AppTest``, a notebook) nothing is served, and
-    the answer is loopback. A server has imported Streamlit before it runs the app, so a process without
-    it loaded serves nothing (and this never imports it)."""
-    if "streamlit" not in sys.modules:
+    the answer is loopback. A server is started by Streamlit's bootstrap (``streamlit run``, ``hessviz
+    app``), which it has imported before it runs the app; an ``AppTest`` has a runtime but no bootstrap
+    and no server, so a process without the bootstrap loaded serves nothing (and this never imports it)."""
+    if "streamlit.web.bootstrap" not in sys.modules:
         return "127.0.0.1"
     from streamlit import config, runtime
 

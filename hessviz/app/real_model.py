@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -226,8 +225,6 @@ def precompute(
 ) -> int:
     """The default views of ``models`` on ``text`` (:func:`default_views`) saved to ``path``; returns
     its bytes. Nothing is read from an earlier file: every entry is computed here."""
-    import torch
-
     import hessviz
 
     saved = real_cache.PRECOMPUTED
@@ -238,15 +235,6 @@ def precompute(
         entries = real_cache.real_results()
     finally:
         real_cache.PRECOMPUTED = saved
-    made = {
-        "command": command,
-        "models": list(models),
-        "text": text,
-        "seconds": seconds,
-        "hessviz": hessviz.__version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
-    return precomputed.save(path, entries, made)
+    return precomputed.save(
+        path, entries, precomputed.made(hessviz.__version__, command, models, text, seconds)
+    )

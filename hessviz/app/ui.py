@@ -80,6 +80,17 @@ def explain(text: str, *formulas: str) -> None:
                 row.latex(part)
 
 
+def page(title: str, text: str, *formulas: str, stacks: bool = False) -> View:
+    """The opening of a page on the sidebar's block: the shared controls
+    (:func:`hessviz.app.controls.sidebar`; ``stacks``, whether the page draws stacks of layers), the
+    title with the block in words (:func:`header`) and the explanation (:func:`explain`). Returns the
+    view."""
+    view = controls.sidebar(stacks=stacks)
+    header(title, view)
+    explain(text, *formulas)
+    return view
+
+
 @contextlib.contextmanager
 def guard(what: str = "this computation", advice: str = "") -> Iterator[progress.Status]:
     """Compute inside: a hessviz error (bad size, bad input, over budget) becomes a message and
@@ -263,6 +274,28 @@ class Detached:
         return npz_bytes(arrays)
 
 
+def block_columns(blocks: np.ndarray | dict[str, np.ndarray], names: Sequence[str], value: str) -> dict:
+    """The CSV columns of an ``(n, n)`` matrix of blocks, one line per block: ``row`` and ``col`` (of
+    ``names``) and ``value``; a dict of such matrices (term -> matrix) adds a first column ``term``."""
+    rows, cols = [a for a in names for _ in names], [b for _ in names for b in names]
+    if not isinstance(blocks, dict):
+        return {"row": rows, "col": cols, value: np.asarray(blocks).ravel()}
+    return {
+        "term": [t for t in blocks for _ in rows],
+        "row": rows * len(blocks),
+        "col": cols * len(blocks),
+        value: np.concatenate([np.asarray(m).ravel() for m in blocks.values()]),
+    }
+
+
+DOWNLOADS = {
+    "html": ("Figure (HTML)", "text/html", ":material/download:"),
+    "csv": ("Data (CSV)", "text/csv", ":material/table:"),
+    "npz": ("Data (NPZ)", "application/octet-stream", ":material/data_array:"),
+}
+"""File ending -> the download button's label, MIME type and icon."""
+
+
 def downloads(
     name: str,
     fig: go.Figure | None = None,
@@ -281,41 +314,27 @@ def downloads(
     """
     key = key or name
     row = st.container(horizontal=True, gap="small", wrap=True)
-    if fig is not None:
+
+    def button(ext: str, data: Callable[[], bytes], **extra) -> None:
+        label, mime, icon = DOWNLOADS[ext]
         row.download_button(
-            "Figure (HTML)",
-            lambda: figure_html(fig),
-            f"{name}.html",
-            "text/html",
-            key=f"dl_html_{key}",
-            on_click="ignore",
-            icon=":material/download:",
+            label, data, f"{name}.{ext}", mime, key=f"dl_{ext}_{key}", on_click="ignore", icon=icon, **extra
         )
+
+    if fig is not None:
+        button("html", lambda: figure_html(fig))
     if csv is not None:
         columns = {
             k: np.array(v, copy=True) if isinstance(v, np.ndarray) else list(v) for k, v in csv().items()
         }
-        row.download_button(
-            "Data (CSV)",
-            lambda: csv_bytes(columns),
-            f"{name}.csv",
-            "text/csv",
-            key=f"dl_csv_{key}",
-            on_click="ignore",
-            icon=":material/table:",
-        )
+        button("csv", lambda: csv_bytes(columns))
     if npz is not None:
         held = Detached(npz())
         limit = cache.LIMITS.download_bytes
         too_big = held.nbytes > limit
-        row.download_button(
-            "Data (NPZ)",
+        button(
+            "npz",
             held.npz,
-            f"{name}.npz",
-            "application/octet-stream",
-            key=f"dl_npz_{key}",
-            on_click="ignore",
-            icon=":material/data_array:",
             disabled=too_big,
             help=(
                 f"{format_bytes(held.nbytes)}: over this server's download limit of "

@@ -372,13 +372,11 @@ def layernorm_collapse(view: View, decades: int, n_seeds: int) -> Collapse:
         "‖J_LN‖₂ bound": r["J_bound"],
         "‖H_LN‖₂ bound": r["H_bound"],
     }
-    fig = plots.band_plot(
+    fig = plots.collapse_plot(
         x,
         curves,
-        stat="geomean",
         title=f"LayerNorm alone on a {L} × {d} input, ε = {eps:g}",
         x_title="σ (std of the collapsing row)",
-        y_title="spectral norm",
     )
     slopes = {
         "‖J‖ (σ ≤ 1e-2)": slope(x, r["J"]),
@@ -401,14 +399,12 @@ def block_collapse(view: View, decades: int, n_seeds: int, whole: bool) -> Colla
     x = sigma_axis(r)
     keys = ("full", "outer", "functional", "QQ_full") if whole else ("QQ_full",)
     curves = {f"‖H_{k}‖₂": r[k] for k in keys}
-    fig = plots.band_plot(
+    fig = plots.collapse_plot(
         x,
         curves,
-        stat="geomean",
         title=f"Post-LN block (L = {L}, d = {d}), ε = {eps:g}",
         x_title="σ_min of the first LayerNorm's input",
-        y_title="spectral norm",
-        guides=[plots.Guide(-2.0, next(iter(curves)), -1, "σ⁻² guide")],
+        guide=True,
     )
     slopes = {"‖H_QQ‖ (σ ≤ 1e-2)": slope(x, r["QQ_full"])}
     if whole:

@@ -22,7 +22,6 @@ computed live when it fits the server's budget (:func:`table_cost`: a short text
 from __future__ import annotations
 
 import json
-import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ import torch
 
 from hessviz.checks.cost import Cost
 from hessviz.matfree.estimates import lanczos_products
+from hessviz.pretrained import precomputed
 from hessviz.resources import data
 from hessviz.whole.objective import objective_of
 
@@ -220,20 +220,9 @@ def precompute(
             entries[key(m, text, p)] = table(m, text, p)
             seconds[f"{m} {p}"] = round(time.perf_counter() - t0, 2)
             say(f"  {m} {p}: {seconds[f'{m} {p}']:.2f} s")
-    made = {
-        "command": command,
-        "models": list(models),
-        "text": text,
-        "samples": SAMPLES,
-        "exact": EXACT,
-        "seed": SEED,
-        "seconds": seconds,
-        "hessviz": hessviz.__version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
+    made = precomputed.made(
+        hessviz.__version__, command, models, text, seconds, samples=SAMPLES, exact=EXACT, seed=SEED
+    )
     data = json.dumps({"made": made, "entries": entries}, indent=0, sort_keys=True)
     Path(path).write_text(data + "\n")
     return len(data) + 1

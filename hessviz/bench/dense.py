@@ -45,6 +45,8 @@ import torch.nn.functional as F
 
 import hessviz as hv
 from hessviz import reference
+from hessviz.bench import layers
+from hessviz.bench.layers import REAL_LAYER
 from hessviz.checks.verify import relative_error
 from hessviz.ops import layernorm
 from hessviz.ops.ffn import FeedForward
@@ -101,30 +103,17 @@ def full_block(L: int, repeats: int, device: torch.device, with_functional_api: 
     )
 
 
-REAL_LAYER = hv.BlockConfig(
-    seq_len=64,
-    d_model=32,
-    d_k=8,
-    d_ff=64,
-    n_heads=4,
-    out_proj=True,
-    bias=True,
-    ln_affine=True,
-    norm="post",
-    activation="gelu",
-    loss="mse",
-)
-"""The issue's real-layer case: Post-LN, 4 heads, W_O, biases, γ/β, GELU."""
+def _layer_row(cfg: hv.BlockConfig, case: str, repeats: int, device: torch.device, **options) -> Row:
+    """:func:`hessian_row` of ``cfg`` without the functional-API baseline, ``P`` named after ``case``;
+    ``options`` go on to :func:`hessian_row`."""
+    return hessian_row(
+        cfg, f"{case}, P = {cfg.num_params}", repeats, device, with_functional_api=False, **options
+    )
 
 
 def real_layer(repeats: int, device: torch.device) -> Row:
-    cfg = REAL_LAYER
-    return hessian_row(
-        cfg,
-        f"full-block Hessian of a real layer ({cfg.describe()}), P = {cfg.num_params}",
-        repeats,
-        device,
-        with_functional_api=False,
+    return _layer_row(
+        REAL_LAYER, f"full-block Hessian of a real layer ({REAL_LAYER.describe()})", repeats, device
     )
 
 
@@ -134,13 +123,7 @@ STACK = hv.BlockConfig(seq_len=16, d_model=16, d_k=8, d_ff=32, norm="pre", activ
 
 def stack(n_layers: int, repeats: int, device: torch.device) -> Row:
     cfg = dataclasses.replace(STACK, n_layers=n_layers)
-    return hessian_row(
-        cfg,
-        f"full Hessian of a {n_layers}-layer Pre-LN stack, P = {cfg.num_params}",
-        repeats,
-        device,
-        with_functional_api=False,
-    )
+    return _layer_row(cfg, f"full Hessian of a {n_layers}-layer Pre-LN stack", repeats, device)
 
 
 LLAMA_LAYER = hv.BlockConfig(
@@ -166,13 +149,11 @@ heads, causal; L = 64, d = 32, d_k = 8, d_ff = 64."""
 
 
 def llama_layer(repeats: int, device: torch.device) -> Row:
-    cfg = LLAMA_LAYER
-    return hessian_row(
-        cfg,
-        f"full Hessian of a Llama-style layer ({cfg.describe()}), P = {cfg.num_params}",
+    return _layer_row(
+        LLAMA_LAYER,
+        f"full Hessian of a Llama-style layer ({LLAMA_LAYER.describe()})",
         repeats,
         device,
-        with_functional_api=False,
         reverse_over_reverse=True,
         closed_repeats=max(repeats, 2),
         baseline_warmup=0,
@@ -247,20 +228,7 @@ def hessian_row(
     )
 
 
-MINILM = hv.BlockConfig(
-    seq_len=128,
-    d_model=384,
-    d_k=32,
-    d_ff=1536,
-    n_heads=12,
-    out_proj=True,
-    bias=True,
-    ln_affine=True,
-    norm="post",
-    activation="gelu",
-    loss="mse",
-    ln_eps=1e-12,
-)
+MINILM = hv.BlockConfig(seq_len=128, **layers.MINILM)
 """A MiniLM-sized layer (all-MiniLM-L6-v2's shape): d = 384, 12 heads of 32, d_ff = 1536."""
 SLICE = "W_Q[3]"
 

@@ -44,20 +44,7 @@ from pathlib import Path
 import torch
 
 import hessviz as hv
-
-MINILM = {
-    "d_model": 384,
-    "d_k": 32,
-    "n_heads": 12,
-    "d_ff": 1536,
-    "out_proj": True,
-    "bias": True,
-    "ln_affine": True,
-    "activation": "gelu",
-    "norm": "post",
-    "ln_eps": 1e-12,
-    "loss": "mse",
-}
+from hessviz.bench.layers import MINILM
 
 
 def minilm_case(seq_len: int, seed: int = 0, device: str = "cpu"):

@@ -59,6 +59,7 @@ from hessviz.block.settings import (  # noqa: F401  (names documented here too)
     INPUT_SETTINGS,
     TRUE_WORDS,
     Setting,
+    optional,
     setting,
     settings_of,
 )
@@ -147,9 +148,7 @@ class BlockConfig(ThetaNames):
         alias="--heads",
     )
     out_proj: bool = setting(False, "SA(X) = concat_h(A_h V_h) W_O (+ b_O); required with more than one head")
-    d_v: int | None = setting(
-        None, "value width of one head (default: d_k with W_O, d without)", kind=int, minimum=1, optional=True
-    )
+    d_v: int | None = optional(int, 1, "value width of one head (default: d_k with W_O, d without)")
     bias: bool | tuple[str, ...] = setting(
         False,
         "a bias on every linear map: b_Q, b_K, b_V, b_O, (b_G,) b_1, b_2; or a "
@@ -165,14 +164,12 @@ class BlockConfig(ThetaNames):
         minimum=1,
         alias="--layers",
     )
-    n_kv_heads: int | None = setting(
-        None,
+    n_kv_heads: int | None = optional(
+        int,
+        1,
         "grouped-query attention: W_K, W_V "
         "have this many heads; query head h reads key/value head "
         "h // (n_heads / n_kv_heads) (default: n_heads; 1 is multi-query)",
-        kind=int,
-        minimum=1,
-        optional=True,
     )
     rope: bool = setting(
         False,
@@ -186,12 +183,8 @@ class BlockConfig(ThetaNames):
         kind=float,
         minimum=0.0,
     )
-    rotary_dim: int | None = setting(
-        None,
-        "rotate only the first rotary_dim features of each head (even, ≤ d_k; default d_k)",
-        kind=int,
-        minimum=1,
-        optional=True,
+    rotary_dim: int | None = optional(
+        int, 1, "rotate only the first rotary_dim features of each head (even, ≤ d_k; default d_k)"
     )
     qk_norm: bool = setting(
         False,
@@ -211,27 +204,17 @@ class BlockConfig(ThetaNames):
         choices=MLPS,
     )
 
-    attn_scale: float | None = setting(
-        None,
-        "the factor on the score q·k (default 1/√d_k; Gemma: query_pre_attn_scalar^(−1/2)); > 0",
-        kind=float,
-        minimum=0.0,
-        optional=True,
+    attn_scale: float | None = optional(
+        float, 0.0, "the factor on the score q·k (default 1/√d_k; Gemma: query_pre_attn_scalar^(−1/2)); > 0"
     )
-    window: int | tuple[int | None, ...] | None = setting(
-        None,
+    window: int | tuple[int | None, ...] | None = optional(
+        int,
+        1,
         "sliding-window attention (needs causal): token t attends to tokens s with t − window < s ≤ t; "
         "in a stack also one value per layer (None: global attention)",
-        kind=int,
-        minimum=1,
-        optional=True,
     )
-    softcap: float | None = setting(
-        None,
-        "attention soft-capping: S ← c·tanh(S/c) before the mask and the softmax (Gemma 2); > 0",
-        kind=float,
-        minimum=0.0,
-        optional=True,
+    softcap: float | None = optional(
+        float, 0.0, "attention soft-capping: S ← c·tanh(S/c) before the mask and the softmax (Gemma 2); > 0"
     )
 
     def __post_init__(self) -> None:

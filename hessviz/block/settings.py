@@ -133,6 +133,12 @@ def setting(default: object, help: str, kind: type | None = None, **spec: object
     return field(default=default, metadata={"setting": Setting(help, kind, default, **spec)})
 
 
+def optional(kind: type, minimum: float, help: str):
+    """A :class:`BlockConfig` field that is None by default (the block's own rule, named in ``help``,
+    applies) or a ``kind`` of at least ``minimum`` (for a float: above it)."""
+    return setting(None, help, kind=kind, minimum=minimum, optional=True)
+
+
 def settings_of(cls: type) -> tuple[Setting, ...]:
     """The :class:`Setting` of each field of the dataclass ``cls`` that has one, in field order,
     each named after its field."""

@@ -262,10 +262,20 @@ def judge_ln_collapse(m: dict) -> Verdict:
     return grade(valid and rates and exact_rates, valid and collapse, rule)
 
 
+CAPS = {1e-5: "1e-5", 1e-3: "1e-3"}
+"""The ε > 0 of the sweeps beside ε = 0, as the figures name them."""
+
+
+def _curves(runs: dict[float, dict], at_zero: dict[str, str], key: str, name: str) -> dict[str, np.ndarray]:
+    """A figure's curves: ``label -> runs[0][field]`` for each of ``at_zero``, then the field ``key`` at
+    each ε of :data:`CAPS`, labelled ``"{name}, ε = …"``."""
+    curves = {label: runs[0.0][field] for label, field in at_zero.items()}
+    return curves | {f"{name}, ε = {text}": runs[eps][key] for eps, text in CAPS.items()}
+
+
 def report_ln_collapse(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     m, d = ms.numbers, ms.detail
     ln, blk, deep = d["ln"], d["blk"], d["deep"]
-    base, b0 = ln[0.0], blk[0.0]
     viol_std, viol_row = int(m["bound_violations_sigma_as_std"]), int(m["bound_violations_sigma_as_rownorm"])
     ratio = m["hessian_bound_over_true_at_smallest_sigma"]
     note = (
@@ -296,37 +306,32 @@ def report_ln_collapse(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         "(Hessian), "
         "not the σ⁻³/σ⁻⁵ of the bounds."
     )
-    first = "‖H_full‖₂, ε = 0"
     figs = {
-        "ln_collapse_layernorm": plots.band_plot(
+        "ln_collapse_layernorm": plots.collapse_plot(
             d["smin"],
-            {
-                "‖J_LN‖₂ exact": base["J"],
-                "‖H_LN‖₂ exact": base["H"],
-                "‖J_LN‖₂ bound": base["J_bound"],
-                "‖H_LN‖₂ bound": base["H_bound"],
-                "‖H_LN‖₂ exact, ε = 1e-5": ln[1e-5]["H"],
-                "‖H_LN‖₂ exact, ε = 1e-3": ln[1e-3]["H"],
-            },
-            stat="geomean",
+            _curves(
+                ln,
+                {
+                    "‖J_LN‖₂ exact": "J",
+                    "‖H_LN‖₂ exact": "H",
+                    "‖J_LN‖₂ bound": "J_bound",
+                    "‖H_LN‖₂ bound": "H_bound",
+                },
+                "H",
+                "‖H_LN‖₂ exact",
+            ),
             title="LayerNorm alone: norms vs the collapsing row's σ",
-            x_title="σ_min",
-            y_title="spectral norm",
         ),
-        "ln_collapse_block": plots.band_plot(
+        "ln_collapse_block": plots.collapse_plot(
             d["bsig"],
-            {
-                first: b0["full"],
-                "‖H_outer‖₂, ε = 0": b0["outer"],
-                "‖H_functional‖₂, ε = 0": b0["functional"],
-                "‖H_full‖₂, ε = 1e-5": blk[1e-5]["full"],
-                "‖H_full‖₂, ε = 1e-3": blk[1e-3]["full"],
-            },
-            stat="geomean",
+            _curves(
+                blk,
+                {f"‖H_{k}‖₂, ε = 0": k for k in ("full", "outer", "functional")},
+                "full",
+                "‖H_full‖₂",
+            ),
             title="Post-LN block Hessian vs σ_min of the first LayerNorm input",
-            x_title="σ_min",
-            y_title="spectral norm",
-            guides=[plots.Guide(-2.0, first, -1, "σ⁻² guide")],
+            guide=True,
         ),
     }
     return note, figs

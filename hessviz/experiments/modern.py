@@ -202,23 +202,22 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         + ", ".join(f"{m[k]:.1%} is query head {k.rsplit('_', 1)[1]}'s own block" for k in readers)
         + f" and {m['outer_trace_share_cross']:.1%} comes from the two heads' cross terms."
     )
+
+    def outer(sweeps, pair: str, title: str):
+        """The outer block ``W_{pair[0]}–W_{pair[1]}`` of each sweep against ‖X‖₂ (medians over seeds)."""
+        a, b = pair
+        return plots.compare_plot(
+            sweeps,
+            f"{pair}_outer",
+            stat="median",
+            x_title="‖X‖₂",
+            y_title=f"‖H[W_{a}, W_{b}]‖₂ (outer)",
+            title=title,
+        )
+
     figs = {
-        "modern_rmsnorm": plots.compare_plot(
-            d["sweeps"],
-            "QQ_outer",
-            stat="median",
-            x_title="‖X‖₂",
-            y_title="‖H[W_Q, W_Q]‖₂ (outer)",
-            title="W_Q–W_Q outer block vs ‖X‖₂: LayerNorm and RMSNorm",
-        ),
-        "modern_rope": plots.compare_plot(
-            d["rope_sweeps"],
-            "QK_outer",
-            stat="median",
-            x_title="‖X‖₂",
-            y_title="‖H[W_Q, W_K]‖₂ (outer)",
-            title="Attention alone: W_Q–W_K outer, with and without RoPE",
-        ),
+        "modern_rmsnorm": outer(d["sweeps"], "QQ", "W_Q–W_Q outer block vs ‖X‖₂: LayerNorm and RMSNorm"),
+        "modern_rope": outer(d["rope_sweeps"], "QK", "Attention alone: W_Q–W_K outer, with and without RoPE"),
     }
     return note, figs
 

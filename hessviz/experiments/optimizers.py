@@ -20,15 +20,7 @@ import torch
 
 import hessviz as hv
 from hessviz import plots
-from hessviz.experiments.common import (
-    SOURCES,
-    Claim,
-    Measurement,
-    Progress,
-    Verdict,
-    grade,
-    unit_entry_norm,
-)
+from hessviz.experiments.common import SOURCES, Claim, Measurement, Progress, Verdict, grade, unit_entry_norm
 from hessviz.laws.fitting import center, gini, spearman, t_interval
 
 OPTIMIZERS = ("SGD", "SignSGD", "Adam")

@@ -23,6 +23,7 @@ from hessviz.plots.bars import (
 from hessviz.plots.curves import (
     Guide,
     band_plot,
+    collapse_plot,
     compare_plot,
     scatter_figure,
     side_by_side,
@@ -72,6 +73,7 @@ __all__ = [
     "apply_theme",
     "attention_map",
     "band_plot",
+    "collapse_plot",
     "block_heatmap",
     "block_norm_bars",
     "block_norm_matrix",

@@ -170,6 +170,31 @@ def band_plot(
     return layout(fig, title, height, theme=theme)
 
 
+def collapse_plot(
+    x,
+    curves: Mapping[str, np.ndarray],
+    *,
+    title: str | None,
+    x_title: str = "σ_min",
+    guide: bool = False,
+    theme: str = "light",
+) -> go.Figure:
+    """Spectral norms ``name -> (n_seeds, n)`` against the σ of a collapsing LayerNorm input row on
+    log–log axes: the geometric mean over the seeds and the min–max band (:func:`band_plot`);
+    ``guide`` draws the law σ⁻² through the last point of the first curve."""
+    first = next(iter(curves))
+    return band_plot(
+        x,
+        curves,
+        stat="geomean",
+        title=title,
+        x_title=x_title,
+        y_title="spectral norm",
+        guides=[Guide(-2.0, first, -1, "σ⁻² guide")] if guide else (),
+        theme=theme,
+    )
+
+
 def _logx(sweep) -> bool:
     """Log axes for the power laws in ‖X‖₂, L and d; a linear axis for the depth of a stack."""
     return sweep.axis != "layers"

@@ -15,6 +15,14 @@ from hessviz.plots.scale import symlog, symlog_threshold, symlog_ticks
 from hessviz.plots.style import TERM_COLORS, layout
 
 
+def _pooled(spectra: dict[str, np.ndarray]) -> tuple[np.ndarray, float, tuple[list, list]]:
+    """Every term's eigenvalues in one array (a zero when there are none), the symlog threshold ``c`` of
+    that pool and its ticks ``(values, labels)``: all terms of a figure share one symlog axis."""
+    allv = np.concatenate([np.asarray(v) for v in spectra.values()]) if spectra else np.zeros(1)
+    c = symlog_threshold(allv, 6.0)
+    return allv, c, symlog_ticks(float(np.max(np.abs(allv))) if allv.size else 0.0, c)
+
+
 def spectrum_sorted(
     spectra: dict[str, np.ndarray],
     *,
@@ -24,9 +32,8 @@ def spectrum_sorted(
     theme: str = "light",
 ) -> go.Figure:
     """Eigenvalues of each term in ascending order, symmetric-log y axis via ``asinh``-free symlog."""
+    _, c, (tv, tt) = _pooled(spectra)
     fig = go.Figure()
-    allv = np.concatenate([np.asarray(v) for v in spectra.values()]) if spectra else np.zeros(1)
-    c = symlog_threshold(allv, 6.0)
     for term, vals in spectra.items():
         vals = np.sort(np.asarray(vals, dtype=np.float64))
         part = bool(partial and partial.get(term))
@@ -41,7 +48,6 @@ def spectrum_sorted(
                 hovertemplate=f"{term}<br>index %{{x}}<br>λ = %{{customdata:.4g}}<extra></extra>",
             )
         )
-    tv, tt = symlog_ticks(float(np.max(np.abs(allv))) if allv.size else 0.0, c)
     fig.update_yaxes(
         tickvals=tv, ticktext=tt, title={"text": "eigenvalue λ (symlog)"}, zeroline=True, zerolinewidth=2
     )
@@ -58,12 +64,11 @@ def spectrum_histogram(
     theme: str = "light",
 ) -> go.Figure:
     """Histogram of each term's eigenvalues on a symmetric-log axis (counts on a log axis)."""
-    fig = go.Figure()
-    allv = np.concatenate([np.asarray(v) for v in spectra.values()]) if spectra else np.zeros(1)
-    c = symlog_threshold(allv, 6.0)
+    allv, c, (tv, tt) = _pooled(spectra)
     s = symlog(allv, c)
     lo, hi = (float(s.min()), float(s.max())) if s.size else (-1.0, 1.0)
     edges = np.linspace(lo, hi if hi > lo else lo + 1, bins + 1)
+    fig = go.Figure()
     for term, vals in spectra.items():
         counts, _ = np.histogram(symlog(np.asarray(vals, dtype=np.float64), c), edges)
         mids = 0.5 * (edges[1:] + edges[:-1])
@@ -81,7 +86,6 @@ def spectrum_histogram(
                 f"%{{customdata[1]:.3g}}]<extra></extra>",
             )
         )
-    tv, tt = symlog_ticks(float(np.max(np.abs(allv))) if allv.size else 0.0, c)
     fig.update_xaxes(tickvals=tv, ticktext=tt, title={"text": "eigenvalue λ (symlog)"}, tickangle=-45)
     fig.update_yaxes(type="log", title={"text": "count"})
     fig.update_layout(barmode="overlay")

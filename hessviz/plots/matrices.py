@@ -48,6 +48,19 @@ NOTE_CHARS = 44
 # ----------------------------------------------------------------------------- Hessian heatmaps
 
 
+def _matrix_axes(
+    fig: go.Figure, *, square: bool = True, x: dict | None = None, y: dict | None = None
+) -> None:
+    """Axes that read a matrix as it is printed: columns along the top, rows downwards, no grid, square
+    cells (``square``: the y axis scales with the x axis, within the plot's domain); ``x`` and ``y`` add
+    to (or replace) each axis's settings."""
+    fig.update_xaxes({"side": "top", "showgrid": False, **(x or {})})
+    square_y = {"scaleanchor": "x"} if square else {}
+    fig.update_yaxes(
+        {"autorange": "reversed", "showgrid": False, **square_y, "constrain": "domain", **(y or {})}
+    )
+
+
 def _axis_labels(labels: list[tuple], axis: str) -> list[str]:
     word = "row" if axis == "y" else "col"
     out = []
@@ -153,12 +166,10 @@ def hessian_heatmap(
         "showgrid": False,
         "tickfont": {"size": small},
     }
-    fig.update_xaxes(**axis, side="top", constrain="domain", tickangle=-90 if upright else 0)
-    fig.update_yaxes(
-        **{**axis, "tickvals": [ylab[i] for i in centers]},
-        autorange="reversed",
-        scaleanchor="x",
-        constrain="domain",
+    _matrix_axes(
+        fig,
+        x={**axis, "constrain": "domain", "tickangle": -90 if upright else 0},
+        y={**axis, "tickvals": [ylab[i] for i in centers]},
     )
     if factor > 1:
         fig.add_annotation(
@@ -337,20 +348,15 @@ def block_heatmap(
     )
     hover = f"block {row_name} × {col_name}<br>%{{y}}<br>%{{x}}<br>H = %{{customdata:.4g}}<extra></extra>"
     fig = go.Figure(_symlog_heatmap(B, R, decades, xlab, ylab, hover))
-    fig.update_xaxes(
-        showticklabels=False,
-        showgrid=False,
-        title={"text": f"{pretty(col_name)} (columns)"},
-        side="top",
-        constrain="domain",
-    )
-    fig.update_yaxes(
-        showticklabels=False,
-        showgrid=False,
-        title={"text": f"{pretty(row_name)} (rows)"},
-        autorange="reversed",
-        constrain="domain",
-        scaleanchor="x" if m == n else None,
+    _matrix_axes(
+        fig,
+        square=m == n,
+        x={
+            "showticklabels": False,
+            "title": {"text": f"{pretty(col_name)} (columns)"},
+            "constrain": "domain",
+        },
+        y={"showticklabels": False, "title": {"text": f"{pretty(row_name)} (rows)"}},
     )
     if factor > 1:
         note = wrap(
@@ -411,6 +417,14 @@ def cell_font(
     return size if size >= MIN_CELL_FONT else None
 
 
+def _square_heatmap(z: np.ndarray, labels: list[str], *, axes: dict | None = None, **trace) -> go.Figure:
+    """An ``(n, n)`` matrix ``z`` on the sequential colour scale, ``labels`` on both axes, read as printed
+    (:func:`_matrix_axes`, with ``axes``); ``trace`` goes to the ``go.Heatmap``."""
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, colorscale=SEQUENTIAL, **trace))
+    _matrix_axes(fig, **(axes or {}))
+    return fig
+
+
 def block_norm_matrix(
     norms: np.ndarray,
     names: Sequence[str],
@@ -430,23 +444,16 @@ def block_norm_matrix(
     text = [[short_number(v) for v in row] for row in norms]
     size = cell_font(len(names), [s for row in text for s in row], height=height)
     label = {"spectral": "‖·‖₂", "fro": "‖·‖_F"}.get(kind, kind)
-    ticks = [pretty(n) for n in names]
-    fig = go.Figure(
-        go.Heatmap(
-            z=Z,
-            x=ticks,
-            y=ticks,
-            text=text,
-            texttemplate="%{text}" if size else None,
-            textfont={"size": size or MIN_CELL_FONT},
-            customdata=norms,
-            colorscale=SEQUENTIAL,
-            colorbar={"title": {"text": f"log₁₀ {label}"}},
-            hovertemplate=f"block %{{y}} × %{{x}}<br>{label} = %{{customdata:.4g}}<extra></extra>",
-        )
+    fig = _square_heatmap(
+        Z,
+        [pretty(n) for n in names],
+        text=text,
+        texttemplate="%{text}" if size else None,
+        textfont={"size": size or MIN_CELL_FONT},
+        customdata=norms,
+        colorbar={"title": {"text": f"log₁₀ {label}"}},
+        hovertemplate=f"block %{{y}} × %{{x}}<br>{label} = %{{customdata:.4g}}<extra></extra>",
     )
-    fig.update_xaxes(side="top", showgrid=False)
-    fig.update_yaxes(autorange="reversed", showgrid=False, scaleanchor="x", constrain="domain")
     return layout(fig, title or f"Block norms {label}", height, theme=theme)
 
 
@@ -457,33 +464,18 @@ def attention_map(
     columns (the key tokens); both axes are labelled with the tokens, ``#i`` added so that
     repeated tokens stay distinct."""
     A = np.asarray(A, dtype=np.float64)
-    labels = [f"{t} #{i}" for i, t in enumerate(tokens)]
-    fig = go.Figure(
-        go.Heatmap(
-            z=A,
-            x=labels,
-            y=labels,
-            colorscale=SEQUENTIAL,
-            zmin=0.0,
-            zmax=float(A.max()) if A.size else 1.0,
-            colorbar={"title": {"text": "weight"}},
-            hovertemplate="query %{y}<br>key %{x}<br>weight = %{z:.3f}<extra></extra>",
-        )
-    )
-    fig.update_xaxes(
-        side="top",
-        showgrid=False,
-        tickangle=-90,
-        title={"text": "key (attended to)"},
-        tickfont={"size": FONT_SIZE - 4},
-    )
-    fig.update_yaxes(
-        autorange="reversed",
-        showgrid=False,
-        scaleanchor="x",
-        constrain="domain",
-        title={"text": "query"},
-        tickfont={"size": FONT_SIZE - 4},
+    small = {"size": FONT_SIZE - 4}
+    fig = _square_heatmap(
+        A,
+        [f"{t} #{i}" for i, t in enumerate(tokens)],
+        axes={
+            "x": {"tickangle": -90, "title": {"text": "key (attended to)"}, "tickfont": small},
+            "y": {"title": {"text": "query"}, "tickfont": small},
+        },
+        zmin=0.0,
+        zmax=float(A.max()) if A.size else 1.0,
+        colorbar={"title": {"text": "weight"}},
+        hovertemplate="query %{y}<br>key %{x}<br>weight = %{z:.3f}<extra></extra>",
     )
     fig = layout(fig, title or "Attention weights", height, theme=theme)
     fig.update_layout(margin={"b": 20})  # the keys are read at the top: no axis below to make room for

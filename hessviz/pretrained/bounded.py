@@ -1,6 +1,7 @@
 """A checkpoint's JSON files read within bounds, and values shown in messages within bounds.
 
-A checkpoint folder is data someone else wrote; reading it must fail closed. :func:`read_json` refuses,
+A checkpoint folder is data someone else wrote; reading it must fail closed. :func:`read_bytes` (any
+bounded file, ``tokenizer.json`` too) and :func:`read_json` refuse,
 with one :class:`~hessviz.errors.CheckpointError` naming the file:
 
 * a file larger than its cap (``config.json`` :data:`CONFIG_BYTES`, the shard index :data:`INDEX_BYTES`),
@@ -77,8 +78,10 @@ def _finite(text: str) -> float:
     return value
 
 
-def read_json(path: Path, max_bytes: int) -> object:
-    """The JSON value in ``path``, read within the bounds above."""
+def read_bytes(path: Path | str, max_bytes: int, kind: str = "one") -> bytes:
+    """The bytes of ``path``, read with a bounded ``read`` of at most ``max_bytes + 1`` bytes: a file
+    larger than ``max_bytes`` (or one that grows past it while read) is refused; ``kind`` names the real
+    files it is compared with in that message (``"tokenizer.json"``)."""
     try:
         with open(path, "rb") as f:
             data = f.read(max_bytes + 1)
@@ -86,9 +89,15 @@ def read_json(path: Path, max_bytes: int) -> object:
         raise CheckpointError(f"source: {path} cannot be read ({e.strerror or e})") from None
     if len(data) > max_bytes:
         raise CheckpointError(
-            f"source: {path} is larger than {max_bytes >> 20} MiB, far beyond any real one; "
+            f"source: {path} is larger than {max_bytes >> 20} MiB, far beyond any real {kind}; "
             "hessviz refuses to parse it"
         )
+    return data
+
+
+def read_json(path: Path, max_bytes: int) -> object:
+    """The JSON value in ``path``, read within the bounds above."""
+    data = read_bytes(path, max_bytes)
     levels = depth(data)
     if levels > MAX_DEPTH:
         raise CheckpointError(

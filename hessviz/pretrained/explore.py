@@ -74,15 +74,15 @@ def slice_window(
     """``(size, size)``: ``H[S, S]`` for entries ``start … start+size−1`` of ``name`` (a weight or a
     head slice that ``res`` was computed for), from ``size`` closed-form products ``H e_j``."""
     start, size = check_window(res.cfg, name, start, size)
-    mf = res.products
-    layout = mf.layout((name,))
-    window = torch.arange(start, start + size, device=mf.X.device)
+    op = res.operator(term).block(name, name)
+    like = op.like
+    window = torch.arange(start, start + size, device=like.device)
     columns = []
     for first in range(0, size, WINDOW_CHUNK):
         idx = window[first : first + WINDOW_CHUNK]
-        E = mf.X.new_zeros(idx.numel(), layout.size)
+        E = like.new_zeros(idx.numel(), op.shape[1])
         E[torch.arange(idx.numel()), idx] = 1.0
-        columns.append(mf.product(E, term, layout, layout)[:, window])
+        columns.append(op.apply(E)[:, window])
         if progress is not None:
             progress(first + idx.numel(), size, f"{first + idx.numel()} of {size} products")
     return torch.cat(columns).T

@@ -29,7 +29,7 @@ statistics under them are then the same numbers as a fresh computation's); a man
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -52,6 +52,30 @@ def _plain(key: Iterable) -> list:
 
 def _tuple(key: list) -> Key:
     return tuple(_tuple(k) if isinstance(k, list) else k for k in key)
+
+
+def made(version: str, command: str, models: Sequence[str], text: str, seconds: dict, **settings) -> dict:
+    """How a precomputed file was made, for its ``"made"`` record: the script's ``command`` line, the
+    ``models``, the ``text``, the ``settings`` that shaped the entries, the ``seconds`` each took, the
+    versions of hessviz (``version``: the caller's ``hessviz.__version__``, a layer above this one),
+    torch and Python, torch's thread count and the date (UTC)."""
+    import platform
+    import time
+
+    import torch
+
+    return {
+        "command": command,
+        "models": list(models),
+        "text": text,
+        **settings,
+        "seconds": seconds,
+        "hessviz": version,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 def save(path: Path, entries: dict[Key, Entry], made: dict) -> int:

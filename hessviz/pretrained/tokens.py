@@ -17,6 +17,7 @@ import torch
 from tokenizers import Tokenizer
 
 from hessviz.errors import CheckpointError, InputError, ModelRangeError
+from hessviz.pretrained.bounded import read_bytes
 from hessviz.pretrained.checkpoint import CACHE_SIZE, Checkpoint
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -31,16 +32,7 @@ def _load(state: tuple[str, int, int]) -> Tokenizer:
     """The tokenizer of the file ``state`` names, read with a bounded ``read`` (``tokenizers``' own JSON
     parser refuses nesting past 128 levels, so depth needs no scan of ours)."""
     path = state[0]
-    try:
-        with open(path, "rb") as f:
-            data = f.read(TOKENIZER_BYTES + 1)
-    except OSError as e:
-        raise CheckpointError(f"source: {path} cannot be read ({e.strerror or e})") from None
-    if len(data) > TOKENIZER_BYTES:
-        raise CheckpointError(
-            f"source: {path} is larger than {TOKENIZER_BYTES >> 20} MiB, far beyond any real "
-            "tokenizer.json; hessviz refuses to parse it"
-        )
+    data = read_bytes(path, TOKENIZER_BYTES, TOKENIZER_FILE)
     try:
         tokenizer = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # tokenizers raises a bare Exception on a bad file

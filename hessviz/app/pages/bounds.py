@@ -9,9 +9,8 @@ from hessviz import plots
 from hessviz.experiments import bounds
 from hessviz.experiments.common import violations
 
-view = hva.sidebar()
-hva.header("Spectral-norm bounds", view)
-hva.explain(
+view = hva.page(
+    "Spectral-norm bounds",
     "Petrov et al. bound the spectral norm of the self-attention Hessian by three times the largest of four "
     "block terms (each an outer plus a functional part), in the norms of X, the weights and the target. "
     "The paper prints the constants twice: the main-text theorem (8, 4, …) and the end of its proof (2, 2, "

@@ -16,9 +16,8 @@ SIDES = budget.DEPTH_SIDES
 DEPTHS = sweeps.DEFAULT_GRIDS["layers"]
 SEEDS_MAX = 5
 
-view = hva.sidebar(stacks=True)
-hva.header("Depth", view)
-hva.explain(
+view = hva.page(
+    "Depth",
     "A Transformer is a stack of blocks, each with its own weights, and the loss sits after the last "
     "one. The curvature that reaches an earlier block has passed through every later block, whose "
     "attention mixes the tokens: it couples every pair of tokens. hessviz carries a gradient **G** and "
@@ -30,6 +29,7 @@ hva.explain(
     r"H_{\theta_b\theta_b} = J_b^\top (C_b + F_b) J_b + T_b^{\theta\theta}(G_b),\qquad "
     r"H_{\theta_b\theta_a} = \big(J_b^\top (C_b + F_b) A_b + T_b^{\theta X}(G_b)\big)\,"
     r"\frac{\partial X_{b-1}}{\partial \theta_a}",
+    stacks=True,
 )
 
 cfg = view.cfg
@@ -76,11 +76,7 @@ elif hva.afford(view, "map", stop=False):
         hva.chart(
             lfig,
             f"depth_layer_norms_{term}",
-            csv=lambda: {
-                "row": [a for a in labels for _ in labels],
-                "col": [b for _ in labels for b in labels],
-                "norm": norms.ravel(),
-            },
+            csv=lambda: hva.block_columns(norms, labels, "norm"),
         )
     with right:
         share = diagonal_share(norms)

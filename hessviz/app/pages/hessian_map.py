@@ -11,9 +11,8 @@ from hessviz.block.terms import NAMES
 TERMS = NAMES  # full, outer, functional (hessviz.block.terms)
 KINDS = {"spectral": "spectral ‖·‖₂", "fro": "Frobenius ‖·‖_F"}  # URL value -> words
 
-view = hva.sidebar(stacks=True)
-hva.header("Hessian map", view)
-hva.explain(
+view = hva.page(
+    "Hessian map",
     "Each pixel is one second derivative of the loss: row *a* and column *b* are two weights "
     "of the block, in the order the forward pass uses them, and the colour is how the slope in *a* changes "
     "when *b* moves. Red is positive, blue negative, white zero; the colour scale is logarithmic on "
@@ -25,6 +24,7 @@ hva.explain(
     r"+ \underbrace{\textstyle\sum_i \frac{\partial \ell}{\partial Z_i}\,"
     r"\nabla_\theta^2 Z_i}_{\text{functional}},"
     r"\qquad J = \frac{\partial\, \mathrm{vec}_r Z}{\partial \theta}",
+    stacks=True,
 )
 hva.afford(view, "map")
 
@@ -83,11 +83,7 @@ with right:
     hva.chart(
         nfig,
         f"block_norms_{term}_{kind}",
-        csv=lambda: {
-            "row": [a for a in names for _ in names],
-            "col": [b for _ in names for b in names],
-            "norm": norms.ravel(),
-        },
+        csv=lambda: hva.block_columns(norms, names, "norm"),
     )
     st.markdown(
         f"The largest block is **{names[norms.argmax() // len(names)]} × "

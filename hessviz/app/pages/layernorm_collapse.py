@@ -7,9 +7,8 @@ from hessviz.app import views
 from hessviz.experiments.common import violations
 from hessviz.laws.fitting import center
 
-view = hva.sidebar()
-hva.header("LayerNorm collapse", view)
-hva.explain(
+view = hva.page(
+    "LayerNorm collapse",
     "LayerNorm divides each row by its standard deviation σ. When one row's variance collapses, its "
     "derivatives blow up. Without ε LayerNorm is scale invariant, so its Jacobian grows exactly like 1/σ "
     "and its Hessian like 1/σ²; the bounds of Petrov et al. (with ‖X‖₂ held fixed) grow like 1/σ³ and 1/σ⁵. "

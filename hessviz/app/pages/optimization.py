@@ -12,9 +12,16 @@ from hessviz.app import budget, stored_tables
 from hessviz.experiments import optimizers, optimizers_protocol
 from hessviz.resources import data
 
-view = hva.sidebar()
-hva.header("Optimization lens", view)
-hva.explain(
+LEARNING_RATES = (
+    ("SGD", "sgd", ("0.3", "1", "3", "10"), "1"),
+    ("SignSGD", "sign", ("0.0001", "0.0003", "0.001", "0.003"), "0.001"),
+    ("Adam", "adam", ("0.003", "0.01", "0.03", "0.1"), "0.03"),
+)
+"""The teacher task's optimizers, in the order the training takes their rates: name, URL key
+(``opt_lr_…``), the grid offered and its default."""
+
+view = hva.page(
+    "Optimization lens",
     "Tomihari & Sato argue that SGD struggles on Transformers because the gradient is very uneven "
     "across parameter blocks (gradient heterogeneity), and blocks with large gradients also have large "
     "curvature. SGD's iteration count is governed by the gradient-weighted curvature Λ_G, a sign-based "
@@ -198,23 +205,11 @@ else:
     c1, c2, c3 = st.columns(3)
     steps = hva.slider("Steps", 10, 300, key="opt_steps", default=60, container=c1)
     n_seeds = hva.slider("Seeds", 1, 3, key="opt_seeds", default=1, container=c2)
-    lr_sgd = hva.select(
-        "SGD learning rate", ("0.3", "1", "3", "10"), key="opt_lr_sgd", default="1", container=c3
-    )
-    c4, c5 = st.columns(2)
-    lr_sign = hva.select(
-        "SignSGD learning rate",
-        ("0.0001", "0.0003", "0.001", "0.003"),
-        key="opt_lr_sign",
-        default="0.001",
-        container=c4,
-    )
-    lr_adam = hva.select(
-        "Adam learning rate",
-        ("0.003", "0.01", "0.03", "0.1"),
-        key="opt_lr_adam",
-        default="0.03",
-        container=c5,
+    lrs = tuple(
+        float(
+            hva.select(f"{name} learning rate", grid, key=f"opt_lr_{key}", default=default, container=where)
+        )
+        for (name, key, grid, default), where in zip(LEARNING_RATES, (c3, *st.columns(2)))
     )
     st.caption(
         "Teacher–student regression: the block (sidebar sizes, ReLU, MSE) learns the outputs of the same "
@@ -225,9 +220,7 @@ else:
     c = view.cfg
     hva.afford(view.with_values(norm="post"), "optimization", steps=steps, seeds=n_seeds)
     with hva.guard("the training runs"):
-        tr = hva.cache.training(
-            c.seq_len, c.d_model, c.d_k, c.d_ff, seeds, steps, (float(lr_sgd), float(lr_sign), float(lr_adam))
-        )
+        tr = hva.cache.training(c.seq_len, c.d_model, c.d_k, c.d_ff, seeds, steps, lrs)
     cols = st.columns(len(TRAINED))
     for col, pl in zip(cols, TRAINED):
         summary = optimizers.runs_summary(tr[pl])

@@ -9,9 +9,8 @@ from hessviz.app import budget, views, warm
 from hessviz.experiments.depth import factor_per_layer
 from hessviz.laws import sweeps
 
-view = hva.sidebar(stacks=True)
-hva.header("Scaling laws", view)
-hva.explain(
+view = hva.page(
+    "Scaling laws",
     "How big is each block of the Hessian, and how does it grow with the input? A power law "
     "‖H‖ ∝ x^s is a straight line of slope *s* on log–log axes. For self-attention alone the theory "
     "predicts that the outer W_Q–W_Q block grows like ‖X‖₂⁶ while softmax is still nearly uniform "
@@ -21,6 +20,7 @@ hva.explain(
     r"\|H_{W_Q W_Q}^{\text{outer}}\|_2 \;\propto\; \|X\|_2^{6},\qquad"
     r"\|H_{W_Q W_Q}^{\text{outer}}\|_2 \;\propto\; L^{-3}\ \text{at fixed}\ \|X\|_2,\qquad"
     r"\log_{10}\|H\| \approx s\,\log_{10} x + c",
+    stacks=True,
 )
 
 c1, c2, c3, c4 = st.columns([3, 3, 2, 2])

@@ -179,9 +179,8 @@ def spectrum_matrix_free(view, shown: list[str], why: str) -> None:
     )
 
 
-view = hva.sidebar(stacks=True)
-hva.header("Spectrum", view)
-hva.explain(
+view = hva.page(
+    "Spectrum",
     "A symmetric matrix has real eigenvalues λ; each one is the curvature of the loss along one "
     "direction of weight space. Positive: the loss bends up (a bowl), negative: it bends down (a "
     "saddle). The **outer** (Gauss–Newton) part is JᵀAJ with A the Hessian of a convex loss in the "
@@ -192,6 +191,7 @@ hva.explain(
     r"H v_i = \lambda_i v_i,\qquad "
     r"\text{negative mass} = \frac{\sum_{\lambda_i<0} |\lambda_i|}{\sum_i |\lambda_i|},\qquad "
     r"H_{\text{outer}} = J^\top \nabla_Z^2\ell\, J \succeq 0",
+    stacks=True,
 )
 P = view.num_params
 c1, c2 = st.columns([2, 3])
@@ -309,10 +309,5 @@ names = view.cfg.param_names
 hva.chart(
     result.bars,
     "block_spectral_norms",
-    csv=lambda: {
-        "term": [t for t in TERMS for a in names for b in names],
-        "row": [a for t in TERMS for a in names for b in names],
-        "col": [b for t in TERMS for a in names for b in names],
-        "spectral_norm": np.concatenate([norms[t].ravel() for t in TERMS]),
-    },
+    csv=lambda: hva.block_columns({t: norms[t] for t in TERMS}, names, "spectral_norm"),
 )

@@ -1,14 +1,12 @@
 """Verify & speed: the closed form against autograd, block by block, and both timings."""
 
-import numpy as np
 import streamlit as st
 
 from hessviz import app as hva
 from hessviz import plots
 
-view = hva.sidebar()
-hva.header("Verify & speed", view)
-hva.explain(
+view = hva.page(
+    "Verify & speed",
     "hessviz computes the Hessian from explicit derivative formulas of each piece of the block "
     "(softmax, LayerNorm, the activation, the bilinear attention score, the residual sums), "
     "composed with the second-order chain rule. Here the same Hessian is computed a second, "
@@ -55,12 +53,7 @@ efig = plots.error_matrix(rel, names, wide=hva.controls.lesson().present)  # 300
 hva.chart(
     efig,
     "verify_relative_error",
-    csv=lambda: {
-        "term": [t for t in rel for _ in names for _ in names],
-        "row": [a for t in rel for a in names for _ in names],
-        "col": [b for t in rel for _ in names for b in names],
-        "relative_error": np.concatenate([rel[t].ravel() for t in rel]),
-    },
+    csv=lambda: hva.block_columns(rel, names, "relative_error"),
 )
 tfig = plots.timing_bars(
     times,
