@@ -156,6 +156,12 @@ def _prefix(ckpt: Checkpoint, anchor: str) -> str:
     return hits[0][: -len(anchor)]
 
 
+def _descendants(cls: type) -> list[type]:
+    """Every subclass of ``cls``, depth first in definition order (the families, without importing
+    the package that lists them: it imports this module)."""
+    return [d for sub in cls.__subclasses__() for d in (sub, *_descendants(sub))]
+
+
 @dataclass(frozen=True)
 class Head:
     """Where a decoder's output head is stored: the final norm's ``γ`` (and ``β`` for a LayerNorm)
@@ -268,9 +274,7 @@ class Family:
 
     def head(self) -> Head:
         """The final norm and the LM head; :class:`CheckpointError` for a family without one."""
-        from hessviz.pretrained.families import FAMILIES
-
-        decoders = (t for f in FAMILIES if f.has_head() for t in f.model_types)
+        decoders = dict.fromkeys(t for f in _descendants(Family) if f.has_head() for t in f.model_types)
         raise CheckpointError(
             f"source {self.ckpt.name!r} is a {self.title} model: hessviz reads the "
             "next-token head (final norm and unembedding) of decoder families only "
