@@ -20,11 +20,13 @@ from hessviz.losses import CustomLoss, Loss, block_loss
 
 def torch_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Tensor:
     """``Z (L, d)`` from stock torch ops, for every block of ``MODEL.md`` (parts 1 to 3, and part 5's
-    ``peri``); a stack applies its blocks in layer order, each with its own weights."""
+    ``peri``, ``attn_scale``, ``window``, ``softcap``); a stack applies its blocks in layer order, each
+    with its own weights and its own config (:meth:`~hessviz.block.config.BlockConfig.layer`)."""
     if not cfg.is_stack:
         return _block_forward(cfg, params, X)
     for layer in range(cfg.n_layers):
-        X = _block_forward(cfg.block, {n: params[layer_name(layer, n)] for n in cfg.block.param_names}, X)
+        weights = {n: params[layer_name(layer, n)] for n in cfg.block.param_names}
+        X = _block_forward(cfg.layer(layer), weights, X)
     return X
 
 
@@ -82,9 +84,13 @@ def _block_forward(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> Te
             q, k = rms(q, "q_norm_gamma"), rms(k, "k_norm_gamma")
         if cfg.rope:
             q, k = rotate(q), rotate(k)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(dk)
+        scores = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(dk) if cfg.attn_scale is None else cfg.attn_scale)
+        if cfg.softcap is not None:
+            scores = cfg.softcap * torch.tanh(scores / cfg.softcap)
         if cfg.causal:
             future = torch.ones(L, L, dtype=torch.bool, device=X.device).triu(1)
+            if cfg.window is not None:  # t − window < s ≤ t
+                future |= torch.ones(L, L, dtype=torch.bool, device=X.device).tril(-cfg.window)
             scores = scores.masked_fill(future, float("-inf"))
         out = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(L, H * dv)
         return linear(out, "W_O", "b_O") if cfg.out_proj else out

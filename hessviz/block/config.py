@@ -49,6 +49,9 @@ NORMED = ("post", "pre", "parallel", "peri")
 """The placements with a LayerNorm (or RMSNorm): where ``ln_eps``, ``ln_affine`` and ``norm_type`` matter."""
 NORM_TYPES = ("layernorm", "rmsnorm")
 MLPS = ("plain", "gated")
+PER_LAYER = ("window", "rope_theta")
+"""The fields the layers of a stack may hold one value each of (a tuple of ``n_layers`` values;
+Gemma 3's local and global layers, ``MODEL.md`` part 5)."""
 BIAS_LETTERS: dict[str, str] = {
     "Q": "b_Q",
     "K": "b_K",
@@ -324,8 +327,12 @@ class BlockConfig:
         "rotate each head's q and k by the token's "
         "position before the score (Hugging Face's rotate_half layout)",
     )
-    rope_theta: float = setting(
-        10000.0, "the base of the rotary frequencies ω_i = θ^(−2i/rotary_dim); > 0", kind=float, minimum=0.0
+    rope_theta: float | tuple[float, ...] = setting(
+        10000.0,
+        "the base of the rotary frequencies ω_i = θ^(−2i/rotary_dim); > 0 "
+        "(in a stack also one value per layer)",
+        kind=float,
+        minimum=0.0,
     )
     rotary_dim: int | None = setting(
         None,
@@ -352,11 +359,36 @@ class BlockConfig:
         choices=MLPS,
     )
 
+    attn_scale: float | None = setting(
+        None,
+        "the factor on the score q·k (default 1/√d_k; Gemma: query_pre_attn_scalar^(−1/2)); > 0",
+        kind=float,
+        minimum=0.0,
+        optional=True,
+    )
+    window: int | tuple[int | None, ...] | None = setting(
+        None,
+        "sliding-window attention (needs causal): token t attends to tokens s with t − window < s ≤ t; "
+        "in a stack also one value per layer (None: global attention)",
+        kind=int,
+        minimum=1,
+        optional=True,
+    )
+    softcap: float | None = setting(
+        None,
+        "attention soft-capping: S ← c·tanh(S/c) before the mask and the softmax (Gemma 2); > 0",
+        kind=float,
+        minimum=0.0,
+        optional=True,
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.bias, list):
             object.__setattr__(self, "bias", tuple(self.bias))
+        per_layer = self._check_per_layer()
         for s in BLOCK_SETTINGS:
-            s.check(getattr(self, s.name))
+            if s.name not in per_layer:
+                s.check(getattr(self, s.name))
         if self.loss == "ce" and self.d_model < 2:
             raise ConfigError("d_model must be >= 2 with loss='ce' (the classes are the d_model features)")
         if self.uses_layernorm and self.norm_type == "layernorm" and self.d_model < 2 and self.ln_eps == 0:
@@ -385,8 +417,44 @@ class BlockConfig:
         if isinstance(self.bias, tuple):
             self._check_bias_tuple()
 
+    def _check_per_layer(self) -> tuple[str, ...]:
+        """The fields given one value per layer (a tuple, :data:`PER_LAYER`), each element checked
+        by its setting; a tuple whose values are all equal is stored as that one value, so a config
+        has one spelling. :class:`ConfigError` for a tuple outside a stack or of the wrong length."""
+        given = []
+        for name in PER_LAYER:
+            value = getattr(self, name)
+            if isinstance(value, list):
+                value = tuple(value)
+                object.__setattr__(self, name, value)
+            if not isinstance(value, tuple):
+                continue
+            if len(value) != self.n_layers:
+                raise ConfigError(
+                    f"{name} given per layer must have n_layers = {self.n_layers} values, got {len(value)}"
+                    + (" (a single block takes one value)" if self.n_layers == 1 else "")
+                )
+            setting_ = next(s for s in BLOCK_SETTINGS if s.name == name)
+            for v in value:
+                setting_.check(v)
+            if len(set(value)) == 1:
+                object.__setattr__(self, name, value[0])
+            else:
+                given.append(name)
+        return tuple(given)
+
     def _check_attention_fields(self) -> None:
-        """Grouped-query heads and rotary positions (``MODEL.md`` part 3)."""
+        """Grouped-query heads and rotary positions (``MODEL.md`` part 3); the score's scale, the
+        sliding window and soft-capping (part 5)."""
+        for name in ("attn_scale", "softcap"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"{name} must be a number > 0 or None, got {value!r}")
+        if any(w is not None for w in self.layer_values("window")) and not self.causal:
+            raise ConfigError(
+                f"window = {self.window!r} needs causal=True (token t attends to t − window < s ≤ t); "
+                "a window on bidirectional attention is not defined here: set causal or leave window = None"
+            )
         if self.n_kv_heads is not None:
             if not self.out_proj:
                 raise ConfigError(
@@ -398,7 +466,7 @@ class BlockConfig:
                     f"n_kv_heads = {self.n_kv_heads} must divide n_heads = {self.n_heads} "
                     "(each key/value head is read by n_heads / n_kv_heads query heads)"
                 )
-        if not self.rope_theta > 0:
+        if not all(theta > 0 for theta in self.layer_values("rope_theta")):
             raise ConfigError(
                 f"rope_theta must be > 0 (the base of the rotary frequencies), got {self.rope_theta!r}"
             )
@@ -504,12 +572,66 @@ class BlockConfig:
             and not self.rope
             and not self.qk_norm
             and self.n_kv_heads is None
+            and self.attn_scale is None
+            and self.window is None
+            and self.softcap is None
         )
 
     @cached_property
     def block(self) -> BlockConfig:
-        """One block of this stack (``n_layers = 1``): its names carry no layer prefix."""
-        return self if self.n_layers == 1 else dataclasses.replace(self, n_layers=1)
+        """One block of this stack (``n_layers = 1``): its names carry no layer prefix. Its shapes and
+        names are every layer's; where layers differ in :data:`PER_LAYER` fields it is layer 0
+        (:meth:`layer` gives each layer's own)."""
+        return self.layer(0)
+
+    def layer(self, i: int) -> BlockConfig:
+        """Layer ``i``'s own block (``n_layers = 1``, its own ``window`` and ``rope_theta``)."""
+        if not 0 <= i < self.n_layers:
+            raise ConfigError(
+                f"layer must be in [0, {self.n_layers - 1}] (n_layers = {self.n_layers}), got {i}"
+            )
+        return self if self.n_layers == 1 else self._layers[i]
+
+    @cached_property
+    def _layers(self) -> tuple[BlockConfig, ...]:
+        values = {name: self.layer_values(name) for name in PER_LAYER}
+        return tuple(
+            dataclasses.replace(self, n_layers=1, **{name: v[i] for name, v in values.items()})
+            for i in range(self.n_layers)
+        )
+
+    def layer_values(self, name: str) -> tuple:
+        """The value of a :data:`PER_LAYER` field for each layer, ``(v_0, …, v_{N−1})``."""
+        value = getattr(self, name)
+        return value if isinstance(value, tuple) else (value,) * self.n_layers
+
+    @classmethod
+    def stack_of(cls, layers: list[BlockConfig] | tuple[BlockConfig, ...]) -> BlockConfig:
+        """One stack config from each layer's own block (``hv.load_layer``'s): the layers must agree in
+        every field but :data:`PER_LAYER` (given then one value per layer), else :class:`ConfigError`."""
+        if not layers:
+            raise ConfigError("a stack needs at least one layer config")
+        first = layers[0]
+        for i, c in enumerate(layers):
+            if c.n_layers != 1:
+                raise ConfigError(f"stack_of takes one-block configs, layer {i} has n_layers = {c.n_layers}")
+            other = {
+                f.name
+                for f in dataclasses.fields(cls)
+                if f.name not in PER_LAYER and getattr(c, f.name) != getattr(first, f.name)
+            }
+            if other:
+                raise ConfigError(
+                    f"layers of one stack may differ only in {', '.join(PER_LAYER)}; layer {i} differs "
+                    f"from layer 0 in {', '.join(sorted(other))}"
+                )
+        own = {name: tuple(getattr(c, name) for c in layers) for name in PER_LAYER}
+        return dataclasses.replace(first, n_layers=len(layers), **own)
+
+    @property
+    def score_scale(self) -> float:
+        """The factor on ``q·k``: ``attn_scale``, or ``1/√d_k`` when it is ``None``."""
+        return 1.0 / math.sqrt(self.d_k) if self.attn_scale is None else float(self.attn_scale)
 
     @property
     def is_stack(self) -> bool:
@@ -759,6 +881,17 @@ class BlockConfig:
             parts.append(
                 "RoPE" + (f" on {self.rotary_width} of {self.d_k}" if self.rotary_width < self.d_k else "")
             )
+        if self.attn_scale is not None:
+            parts.append(f"score scale {self.attn_scale:g}")
+        if self.window is not None:
+            windows = self.layer_values("window")
+            parts.append(
+                f"window {self.window}"
+                if not isinstance(self.window, tuple)
+                else "windows " + ",".join("global" if w is None else str(w) for w in windows)
+            )
+        if self.softcap is not None:
+            parts.append(f"softcap {self.softcap:g}")
         parts.append(LOSS_TITLES[self.loss])
         if self.uses_layernorm and self.ln_eps:
             parts.append(f"ε = {self.ln_eps:g}")

@@ -125,6 +125,9 @@ def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor) -> MultiH
         kv_heads=cfg.kv_heads,
         rotary=rot,
         qk_eps=cfg.ln_eps if cfg.qk_norm else None,
+        scale=cfg.score_scale,
+        window=cfg.window,
+        softcap=cfg.softcap,
     )
 
 
@@ -148,6 +151,9 @@ def _attention(
         rotary=core.rotary,
         qk_eps=cfg.ln_eps if cfg.qk_norm else None,
         core=core,
+        scale=cfg.score_scale,
+        window=cfg.window,
+        softcap=cfg.softcap,
     )
 
 

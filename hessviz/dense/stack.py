@@ -181,7 +181,7 @@ class StackHessian:
     def record(self, b: int) -> BlockRecord:
         """Layer ``b`` read by the dense engine from the tape's nodes (stages built when asked)."""
         return fold(
-            self.cfg.block, layer_params(self.cfg, self.params, b), self.tape.values, self.tape.layers[b]
+            self.cfg.layer(b), layer_params(self.cfg, self.params, b), self.tape.values, self.tape.layers[b]
         )
 
     def gradient(self, b: int) -> Tensor:
@@ -199,7 +199,7 @@ class StackHessian:
     @memo
     def jacobian(self, b: int, local: tuple[str, ...]) -> Tensor:
         """``J_b (L·d, P_b')`` for block-local names of layer ``b``."""
-        return assembly.dense_jacobian(self.cfg.block, self.record(b), local)
+        return assembly.dense_jacobian(self.cfg.layer(b), self.record(b), local)
 
     def input_tangents(self, b: int) -> dict[str, Tensor | None]:
         """Forward tangents of every value of layer ``b`` along the identity on ``X_{b−1}``:
@@ -270,13 +270,13 @@ class StackHessian:
         rec = self.record(b)
         if b == self.N - 1 and self.token_wise:  # the one-block engine unchanged
             cur = assembly.pulled(rec, TokenCurvature(self.gradient(b), self.loss_curvature))
-            return assembly.assemble(self.cfg.block, local, cur, term, self.like, out)
+            return assembly.assemble(self.cfg.layer(b), local, cur, term, self.like, out)
         outside = self.boundary(b, term)
         if cf:  # T_b^{θθ}(G_b): the functional term
             G = outside.g  # with G_b as the loss gradient
             L, d = G.shape
             cur = assembly.pulled(rec, TokenCurvature(G, G.new_zeros(L, d, d)))
-            assembly.assemble(self.cfg.block, local, cur, "functional", self.like, out)
+            assembly.assemble(self.cfg.layer(b), local, cur, "functional", self.like, out)
         sizes = [self.cfg.param_size(n) for n in names]
         outside.sandwich_into(out, self.jacobian(b, local), sizes, accumulate=bool(cf))
         return out

@@ -92,7 +92,6 @@ one; the two softmax terms of ``S̄̇`` share one row sum,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -107,6 +106,7 @@ from hessviz.ops.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops.linear import Linear
 from hessviz.ops.qknorm import QKNorm
 from hessviz.ops.rotary import Rotary
+from hessviz.ops.softcap import CappedCurvature, Softcap
 
 HEAD_AXES = {
     "query.weight": 1,
@@ -158,6 +158,10 @@ class _Head:
     rotary: Rotary | None = None
     key_bias: bool = False
     """``Q``, ``K`` are the rotated rows when ``rotary``; ``key_bias``: ``b_K`` acts (it does with rope)."""
+    scale: float | None = None
+    """The factor on ``q·k`` (``None``: ``1/√d_k``)."""
+    cap: Softcap | None = None
+    """Soft-capping at this head's raw scores: ``y'``, ``y''`` enter the score side."""
 
     @cached_property
     def O(self) -> Tensor:  # noqa: E743 (the papers' name for the head output A V)
@@ -171,7 +175,8 @@ class _Head:
     def through_softmax(self, M: Tensor) -> Tensor:
         """``Mᵀ Σ_t`` per token for ``M (L, n)``: ``(L, n, L)``."""
         L = self.A.shape[0]
-        return softmax.apply_jacobian(self.A, M.expand(L, L, M.shape[-1])).transpose(-1, -2)
+        out = softmax.apply_jacobian(self.A, M.expand(L, L, M.shape[-1])).transpose(-1, -2)
+        return out if self.cap is None else out * self.cap.d1.unsqueeze(-2)  # Mᵀ Σ_t diag(y'_t)
 
     @cached_property
     def MtSigma(self) -> Tensor:
@@ -181,8 +186,8 @@ class _Head:
     def score_jacobian(self) -> dict[str, Factored]:
         """``∂S_t/∂θ`` for the score-side parameters, output size ``L`` per token."""
         if self.rotary is not None:
-            return score.rotary_jacobian(self.X, self.Q, self.K, self.rotary, self.key_bias)
-        return score.jacobian(self.X, self.Q, self.K)
+            return score.rotary_jacobian(self.X, self.Q, self.K, self.rotary, self.key_bias, self.scale)
+        return score.jacobian(self.X, self.Q, self.K, self.scale)
 
 
 class MultiHeadAttention:
@@ -208,8 +213,13 @@ class MultiHeadAttention:
         rotary: Rotary | None = None,
         qk_eps: float | None = None,
         core: AttentionCore | None = None,
+        scale: float | None = None,
+        window: int | None = None,
+        softcap: float | None = None,
     ):
         self.X, self.weights, self.n_heads, self.causal, self.name = X, weights, n_heads, causal, name
+        self.window, self.softcap = window, softcap
+        """The sliding window (with ``causal``) and the soft-cap ``c`` on the scores (``MODEL.md`` part 5)."""
         self.core = core
         """The node face's core run on the same input by a tape (:func:`hessviz.dense.record.fold`): its
         ``Q``, ``K``, ``V`` and ``A`` are read, not computed a second time."""
@@ -223,7 +233,7 @@ class MultiHeadAttention:
         self.out_proj = "out.weight" in weights
         self.split = {k: split_heads(k, w, self.count(k)) for k, w in weights.items() if k in HEAD_AXES}
         self.d_k = self.split["query.weight"].shape[-1]
-        self.scale = 1.0 / math.sqrt(self.d_k)
+        self.scale = score.factor(self.d_k, scale)
         self.score_side = SCORE_SIDE + (("key.bias",) if rotary is not None and "key.bias" in weights else ())
 
     def count(self, local: str) -> int:
@@ -255,14 +265,28 @@ class MultiHeadAttention:
         return Q, K
 
     @cached_property
+    def cap(self) -> Softcap | None:
+        """Soft-capping at the raw scores ``S₀ = c Q Kᵀ (H, L, L)``; ``None`` without it."""
+        if self.softcap is None:
+            return None
+        if self.core is not None:
+            return self.core.cap
+        return Softcap.at(self._raw_scores, self.softcap)
+
+    @cached_property
+    def _raw_scores(self) -> Tensor:
+        Q, K = self._qk
+        if self.group > 1:
+            K = K.repeat_interleave(self.group, dim=0)
+        return (Q @ K.transpose(-1, -2)) * self.scale
+
+    @cached_property
     def A(self) -> Tensor:
         """``(H, L, L)`` attention weights."""
         if self.core is not None:
             return self.core.A
-        Q, K = self._qk
-        if self.group > 1:
-            K = K.repeat_interleave(self.group, dim=0)
-        return softmax.value((Q @ K.transpose(-1, -2)) * self.scale, self.causal)
+        S = self._raw_scores if self.cap is None else self.cap.y
+        return softmax.value(S, self.causal, self.window)
 
     @cached_property
     def heads(self) -> list[_Head]:
@@ -270,6 +294,7 @@ class MultiHeadAttention:
         (Q, K), V = self._qk, self._project("value") if self.core is None else self.core.V[:: self.group]
         W_O = self.split.get("out.weight")
         key_bias = "key.bias" in self.score_side
+        cap = self.cap
         return [
             _Head(
                 self.X,
@@ -280,6 +305,8 @@ class MultiHeadAttention:
                 None if W_O is None else W_O[h],
                 self.rotary,
                 key_bias,
+                self.scale,
+                None if cap is None else Softcap(cap.y[h], cap.d1[h], cap.d2[h]),
             )
             for h in range(self.n_heads)
         ]
@@ -361,6 +388,9 @@ class MultiHeadAttention:
         gO = g if head.W_O is None else g @ head.W_O.T  # (L, d_v)
         C = softmax.contract_hessian_factored(head.A, gO @ head.V.T)  # softmax curvature, (a, w)
         gS = C.w  # ∂/∂S = Σ_t G^A_t, (L, L)
+        if head.cap is not None:  # through the cap: y' on each side, y'' ⊙ ∂/∂S on the diagonal
+            C = CappedCurvature(C, head.cap.d1, gS * head.cap.d2)
+            gS = head.cap.adjoint(gS)  # ∂/∂S₀
         JS = head.score_jacobian
         side = [k for k in self.score_side if ref[k] in wanted and k in self.weights]
         pieces: list[Piece] = [
@@ -370,7 +400,9 @@ class MultiHeadAttention:
             ones_ = ones(self.X.shape[0], self.X)
             inputs = {"query.weight": self.X, "query.bias": ones_, "key.weight": self.X, "key.bias": ones_}
             pieces += [
-                Dense(ref[a], ref[b], score.rotary_mixed(inputs[a], inputs[b], gS, self.rotary, dk))
+                Dense(
+                    ref[a], ref[b], score.rotary_mixed(inputs[a], inputs[b], gS, self.rotary, dk, self.scale)
+                )
                 for a in side
                 if a.startswith("query.")
                 for b in side
@@ -383,7 +415,7 @@ class MultiHeadAttention:
                         ref["query.weight"],
                         ref["key.weight"],
                         (1, 3),
-                        score.contract_mixed(self.X, gS, dk)[:, :, None].expand(d, d, dk),
+                        score.contract_mixed(self.X, gS, dk, self.scale)[:, :, None].expand(d, d, dk),
                     )
                 )
             if "query.bias" in side:  # the same with x_t = 1
@@ -503,6 +535,9 @@ class MultiHeadAttention:
                 self.causal,
                 self.kv_heads,
                 self.rotary,
+                scale=self.scale,
+                window=self.window,
+                softcap=self.softcap,
             )
         )
         if self.out_proj:
@@ -628,7 +663,10 @@ def _T(t: Tensor) -> Tensor:
 
 
 class AttentionCore(Node):
-    """``output = O (L, H d_v)`` from ``input = [Q K V]``; ``heads``, ``d_k``, ``d_v``, ``causal``."""
+    """``output = O (L, H d_v)`` from ``input = [Q K V]``; ``heads``, ``d_k``, ``d_v``, ``causal``;
+    ``scale`` the factor on ``q·k`` (``None``: ``1/√d_k``), ``window`` the sliding window (with
+    ``causal``), ``softcap`` the cap ``c`` on the raw scores (:mod:`~hessviz.ops.softcap`:
+    ``S = c·tanh(S₀/c)``, its ``y'``, ``y''`` enter the rules between ``S₀`` and the softmax)."""
 
     def __init__(
         self,
@@ -641,14 +679,20 @@ class AttentionCore(Node):
         causal: bool,
         kv_heads: int | None = None,
         rotary: Rotary | None = None,
+        *,
+        scale: float | None = None,
+        window: int | None = None,
+        softcap: float | None = None,
     ):
         self.output, self.inputs, self.params = output, (input,), ()
         self.H, self.d_k, self.d_v = heads, d_k, d_v
         self.G = heads if kv_heads is None else kv_heads
         self.rotary = rotary
-        self.c = 1.0 / math.sqrt(d_k)
+        self.c = score.factor(d_k, scale)
         self.Q, self.K, self.V = self._heads(qkv)
-        self.A = softmax.value(self.c * (self.Q @ _T(self.K)), causal)  # (H, L, L)
+        S = self.c * (self.Q @ _T(self.K))
+        self.cap = None if softcap is None else Softcap.at(S, softcap)
+        self.A = softmax.value(S if self.cap is None else self.cap.y, causal, window)  # (H, L, L)
         self.y = self._concat(self.A @ self.V)
         self.cK, self.cKT, self.cQ = self.c * self.K, self.c * _T(self.K), self.c * self.Q
 
@@ -682,27 +726,30 @@ class AttentionCore(Node):
         """``(..., n, L, w) -> (..., L, n w)``."""
         return o.transpose(-2, -3).flatten(-2)
 
-    def _tangents(self, dqkv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``(Q̇, K̇, V̇, Ȧ)``; kept from the forward sweep for the reverse one (same ``dqkv``)."""
+    def _tangents(self, dqkv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """``(Q̇, K̇, V̇, Ȧ, Ṡ₀)``; kept from the forward sweep for the reverse one (same ``dqkv``)."""
         cached = getattr(self, "_cache", None)
         if cached is not None and cached[0] is dqkv:
             return cached[1]
         dQ, dK, dV = self._heads(dqkv)
-        dS = dQ @ self.cKT + self.cQ @ _T(dK)  # c(Q̇ Kᵀ + Q K̇ᵀ)
-        out = dQ, dK, dV, softmax.vjp(self.A, dS)
+        dS0 = dQ @ self.cKT + self.cQ @ _T(dK)  # c(Q̇ Kᵀ + Q K̇ᵀ)
+        dS = dS0 if self.cap is None else self.cap.tangent(dS0)
+        out = dQ, dK, dV, softmax.vjp(self.A, dS), dS0
         self._cache = (dqkv, out)
         return out
 
     def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
         if dx[0] is None:
             return None
-        _, _, dV, dA = self._tangents(dx[0])
+        _, _, dV, dA, _ = self._tangents(dx[0])
         return self._concat(dA @ self.V + bt.primal_times_heads(self.A, dV))  # Ȧ V + A V̇
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         self.gO = gy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)  # (H, L, d_v)
         self.gA = self.gO @ _T(self.V)
         self.gS, self.gA_r = softmax.vjp_centered(self.A, self.gA)  # A ⊙ (Ā − r), Ā − r
+        if self.cap is not None:  # S̄₀ = y' ⊙ S̄; the cap's second-order rule reads S̄
+            self.gS_capped, self.gS = self.gS, self.cap.adjoint(self.gS)
         gQ = self.c * self.gS @ self.K
         gK = self.c * _T(self.gS) @ self.Q
         gV = _T(self.A) @ self.gO
@@ -726,7 +773,7 @@ class AttentionCore(Node):
             dgA = dgO @ _T(self.V)  # Ō̇ Vᵀ
             dgV = _T(self.A) @ dgO  # Aᵀ Ō̇
         if second:
-            dQ, dK, dV, dA = self._tangents(dx[0])
+            dQ, dK, dV, dA, dS0 = self._tangents(dx[0])
         self._cache = None  # the forward sweep's, done with
         if second:
             dgA = add(dgA, self.gO @ _T(dV))  # [Ō V̇ᵀ]
@@ -737,6 +784,8 @@ class AttentionCore(Node):
             dgS = torch.addcmul(dA * self.gA_r, self.A, inner)
         elif dgA is not None:
             dgS = softmax.vjp(self.A, dgA)
+        if self.cap is not None and (dgS is not None or second):  # y' ⊙ S̄̇ + [y'' ⊙ S̄ ⊙ Ṡ₀]
+            dgS = self.cap.adjoint_tangent(dgS, self.gS_capped, dS0 if second else None)
         if dgS is not None:
             dgQ = dgS @ self.cK  # c S̄̇ K
             dgK = _T(dgS) @ self.cQ  # c S̄̇ᵀ Q

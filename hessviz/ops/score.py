@@ -1,5 +1,8 @@
 r"""The bilinear attention score ``S = Q Kᵀ / sqrt(d_k)``, ``Q = X W_Q + b_Q``, ``K = X W_K + b_K``.
 
+Every function takes the factor on ``q·k`` as ``scale`` (``BlockConfig.attn_scale``; ``None``:
+``1/sqrt(d_k)``, written so below).
+
 Row ``t`` is token ``t``'s scores over the tokens ``r``: ``S_tr = q_t · k_r / sqrt(d_k)``.
 Per token ``t`` (output index ``r``), in the local names of :mod:`hessviz.ops.attention`:
 
@@ -31,16 +34,21 @@ from hessviz.ops.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops.rotary import Rotary
 
 
-def value(Q: Tensor, K: Tensor) -> Tensor:
+def factor(d_k: int, scale: float | None = None) -> float:
+    """The factor on ``q·k``: ``scale``, or ``1/sqrt(d_k)`` when it is ``None``."""
+    return 1.0 / math.sqrt(d_k) if scale is None else scale
+
+
+def value(Q: Tensor, K: Tensor, scale: float | None = None) -> Tensor:
     """``(L, d_k), (L, d_k) -> (L, L)``."""
-    return Q @ K.T / math.sqrt(Q.shape[-1])
+    return Q @ K.T * factor(Q.shape[-1], scale)
 
 
-def jacobian(X: Tensor, Q: Tensor, K: Tensor) -> dict[str, Factored]:
+def jacobian(X: Tensor, Q: Tensor, K: Tensor, scale: float | None = None) -> dict[str, Factored]:
     """Factored ``∂S_t/∂θ`` for ``query.weight``, ``query.bias``, ``key.weight``, output size
     ``L`` per token."""
     L, dk = Q.shape
-    scale = 1.0 / math.sqrt(dk)
+    scale = factor(dk, scale)
     K_scaled = (K * scale).expand(L, L, dk)
     return {
         "query.weight": Factored((KronTerm(LEFT, X, K_scaled),)),
@@ -49,12 +57,14 @@ def jacobian(X: Tensor, Q: Tensor, K: Tensor) -> dict[str, Factored]:
     }
 
 
-def contract_mixed(X: Tensor, G: Tensor, d_k: int) -> Tensor:
+def contract_mixed(X: Tensor, G: Tensor, d_k: int, scale: float | None = None) -> Tensor:
     """``(XᵀGX)/sqrt(d_k)``, ``(d, d)``: the W_Q–W_K block is this ``⊗ I_{d_k}``."""
-    return X.T @ G @ X / math.sqrt(d_k)
+    return X.T @ G @ X * factor(d_k, scale)
 
 
-def rotary_jacobian(X: Tensor, Q: Tensor, K: Tensor, rot: Rotary, key_bias: bool) -> dict[str, Factored]:
+def rotary_jacobian(
+    X: Tensor, Q: Tensor, K: Tensor, rot: Rotary, key_bias: bool, scale: float | None = None
+) -> dict[str, Factored]:
     r"""``∂S_t/∂θ`` with rotary positions: ``S_tr = q̂_t·k̂_r/√d_k``, ``q̂_t = q_t P_t``, ``k̂_r = k_r P_r``
     (``Q``, ``K`` the rotated rows). The rotation folds into the factors:
 
@@ -68,7 +78,7 @@ def rotary_jacobian(X: Tensor, Q: Tensor, K: Tensor, rot: Rotary, key_bias: bool
     ``b_K`` no longer cancels in the softmax (``rot_r(b_K)`` changes with ``r``):
     ``∂S_tr/∂b_K = q̂_t P_rᵀ/√d_k``, one left term with a per-token matrix."""
     L, dk = Q.shape
-    scale = 1.0 / math.sqrt(dk)
+    scale = factor(dk, scale)
     Kt = rot.apply_T(K[:, None, :].expand(L, L, dk)).transpose(0, 1) * scale  # [t, r] = rot_tᵀ(k̂_r)/√d_k
     out = {
         "query.weight": Factored((KronTerm(LEFT, X, Kt),)),
@@ -86,10 +96,12 @@ def rotary_jacobian(X: Tensor, Q: Tensor, K: Tensor, rot: Rotary, key_bias: bool
     return out
 
 
-def rotary_mixed(U: Tensor, V: Tensor, G: Tensor, rot: Rotary, d_k: int) -> Tensor:
+def rotary_mixed(
+    U: Tensor, V: Tensor, G: Tensor, rot: Rotary, d_k: int, scale: float | None = None
+) -> Tensor:
     r"""``Σ_tr G_tr ∂²S_tr/∂(U-side query weight)∂(V-side key weight)`` with rotary positions:
     ``(Σ_tr G_tr U[t,i] V[r,j] (P_t P_rᵀ)[m,n])/√d_k``, returned as the block ``(i, m, j, n)``.
     ``U``, ``V`` are ``X`` for a weight and ``1 (L, 1)`` for a bias."""
     weighted = G[:, :, None, None] * rot.relative  # (L, L, d_k, d_k)
     keyed = torch.einsum("rj,trmn->tjmn", V, weighted)  # one contraction at a time:
-    return torch.einsum("ti,tjmn->imjn", U, keyed) / math.sqrt(d_k)  # O(L² d d_k²) + O(L d² d_k²)
+    return torch.einsum("ti,tjmn->imjn", U, keyed) * factor(d_k, scale)  # O(L² d d_k²) + O(L d² d_k²)

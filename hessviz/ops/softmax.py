@@ -17,12 +17,30 @@ import torch
 from torch import Tensor
 
 
-def value(s: Tensor, causal: bool = False) -> Tensor:
+def mask(
+    L: int, causal: bool, window: int | None = None, device: torch.device | None = None
+) -> Tensor | None:
+    """The entries ``(t, s)`` of an ``(L, L)`` score matrix that row ``t`` does not see (``True``), or
+    ``None`` when it sees every column: with ``causal`` the future ``s > t``, with a ``window`` also
+    ``s ≤ t − window`` (token ``t`` attends to ``t − window < s ≤ t``)."""
+    if not causal:
+        if window is not None:
+            raise ValueError(f"a window ({window}) needs the causal mask: t − window < s ≤ t")
+        return None
+    hidden = torch.ones(L, L, dtype=torch.bool, device=device).triu(1)
+    if window is not None and window < L:
+        hidden |= torch.ones(L, L, dtype=torch.bool, device=device).tril(-window)
+    return hidden
+
+
+def value(s: Tensor, causal: bool = False, window: int | None = None) -> Tensor:
     """``(..., n) -> (..., n)``, row by row. With ``causal`` the scores are ``(..., L, L)`` and
-    row ``t`` sees columns ``s ≤ t`` only (the rest are ``−∞`` before the softmax)."""
-    if causal:
-        L = s.shape[-1]
-        s = s.masked_fill(torch.ones(L, L, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    row ``t`` sees columns ``s ≤ t`` only, with a ``window`` ``t − window < s ≤ t`` (the rest are
+    ``−∞`` before the softmax, :func:`mask`). Masked entries have ``a = 0``, so every derivative
+    rule below is zero there: the mask needs no rule of its own."""
+    hidden = mask(s.shape[-1], causal, window, s.device)
+    if hidden is not None:
+        s = s.masked_fill(hidden, float("-inf"))
     return torch.softmax(s, dim=-1)
 
 

@@ -134,7 +134,18 @@ def _block(
         core = "O" if cfg.out_proj else out + "[all]" * (tokens is not None)
         o = b.add(
             AttentionCore(
-                b.prefix + core, qkv, xv, cfg.n_heads, cfg.d_k, cfg.value_width, cfg.causal, cfg.kv_heads, rot
+                b.prefix + core,
+                qkv,
+                xv,
+                cfg.n_heads,
+                cfg.d_k,
+                cfg.value_width,
+                cfg.causal,
+                cfg.kv_heads,
+                rot,
+                scale=cfg.score_scale,
+                window=cfg.window,
+                softcap=cfg.softcap,
             )
         )
         if tokens is not None:
@@ -192,7 +203,7 @@ def _forward(
     for layer in range(cfg.n_layers):
         b.prefix = f"l{layer}." if cfg.is_stack else ""
         first = len(b.nodes)
-        out, steps = _block(b, cfg.block, x, read if layer == cfg.n_layers - 1 else None)
+        out, steps = _block(b, cfg.layer(layer), x, read if layer == cfg.n_layers - 1 else None)
         layers.append(LayerSpan(x, out, first, len(b.nodes), steps))
         x = out
     return b, x, layers
@@ -211,7 +222,7 @@ def layer_nodes(
     its input with it (:mod:`hessviz.products.checkpoint`)."""
     b = _Builder(params, X, fused)
     b.prefix = f"l{layer}." if cfg.is_stack else ""
-    out, _ = _block(b, cfg.block, "X")
+    out, _ = _block(b, cfg.layer(layer), "X")
     return b.nodes, b.values, out
 
 
