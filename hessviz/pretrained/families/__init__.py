@@ -24,9 +24,21 @@ from hessviz.pretrained.bounded import shown
 from hessviz.pretrained.checkpoint import Checkpoint
 from hessviz.pretrained.families.base import HF_ACTIVATIONS, MAX_POSITIONS, Family, Head, Source
 from hessviz.pretrained.families.classic import GPT2, OPT, Bert, GPTNeoX
+from hessviz.pretrained.families.gemma import Gemma2, Gemma3
 from hessviz.pretrained.families.llama import Llama, Mistral, Qwen2, Qwen3
 
-FAMILIES: tuple[type[Family], ...] = (Bert, GPT2, Llama, Mistral, Qwen2, Qwen3, GPTNeoX, OPT)
+FAMILIES: tuple[type[Family], ...] = (
+    Bert,
+    GPT2,
+    Llama,
+    Mistral,
+    Qwen2,
+    Qwen3,
+    GPTNeoX,
+    OPT,
+    Gemma3,
+    Gemma2,
+)
 SUPPORTED = tuple(t for f in FAMILIES for t in f.model_types)
 
 
@@ -51,6 +63,8 @@ __all__ = [
     "OPT",
     "Bert",
     "Family",
+    "Gemma2",
+    "Gemma3",
     "GPTNeoX",
     "Head",
     "Llama",

@@ -9,6 +9,7 @@ are transposed on loading (:class:`Source` ``transpose``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +51,9 @@ class Source:
     transpose: bool = False
     part: tuple[int, int] | None = None
     groups: int = 1
+    shift: float = 0.0
+    """Added to the stored value in the working dtype: Gemma's norms scale by ``1 + w`` (``shift = 1``),
+    and hessviz's ``γ`` is that scale."""
 
     def stored_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The checkpoint tensor's shape that holds a hessviz weight of ``shape``."""
@@ -66,7 +70,8 @@ class Source:
             k, n = self.part
             lead, width = view.shape[:-1], view.shape[-1] // (n * self.groups)
             view = view.reshape(*lead, self.groups, n, width)[..., k, :].reshape(*lead, self.groups * width)
-        return torch.empty(view.shape, dtype=dtype).copy_(view)
+        out = torch.empty(view.shape, dtype=dtype).copy_(view)
+        return out.add_(self.shift) if self.shift else out
 
 
 def _linear(prefix: str) -> tuple[Source, Source]:
@@ -172,6 +177,10 @@ class Head:
     beta: str | None
     unembedding: str
     norm_type: str = "layernorm"
+    shift: float = 0.0
+    """Added to the stored final-norm weight: ``γ = shift + w`` (Gemma: ``1 + w``)."""
+    softcap: float | None = None
+    """Final-logit soft-capping ``c·tanh(logits/c)`` (Gemma 2's ``final_logit_softcapping``)."""
 
 
 class Family:
@@ -258,6 +267,15 @@ class Family:
 
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
         raise NotImplementedError
+
+    def layer_block(self, layer: int, seq_len: int | None = None) -> BlockConfig:
+        """Layer ``layer``'s own block (``seq_len`` tokens, else the model's positions): :attr:`block`,
+        except in families whose layers differ in ``window`` and ``rope_theta`` (Gemma)."""
+        return self.block if seq_len is None else dataclasses.replace(self.block, seq_len=seq_len)
+
+    def stack(self, seq_len: int | None = None) -> BlockConfig:
+        """Every layer as one stack config (:meth:`~hessviz.BlockConfig.stack_of` of :meth:`layer_block`)."""
+        return BlockConfig.stack_of([self.layer_block(i, seq_len) for i in range(self.n_layers)])
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
         """``hessviz name -> Source`` of layer ``layer``, full checkpoint keys (a table may hold
