@@ -157,7 +157,8 @@ class _Head:
     W_O: Tensor | None
     rotary: Rotary | None = None
     key_bias: bool = False
-    """``Q``, ``K`` are the rotated rows when ``rotary``; ``key_bias``: ``b_K`` acts (it does with rope)."""
+    """``Q``, ``K`` are the rotated rows when ``rotary``; ``key_bias``: ``b_K`` acts (it does with rope
+    and with soft-capping)."""
     scale: float | None = None
     """The factor on ``q·k`` (``None``: ``1/√d_k``)."""
     cap: Softcap | None = None
@@ -187,7 +188,7 @@ class _Head:
         """``∂S_t/∂θ`` for the score-side parameters, output size ``L`` per token."""
         if self.rotary is not None:
             return score.rotary_jacobian(self.X, self.Q, self.K, self.rotary, self.key_bias, self.scale)
-        return score.jacobian(self.X, self.Q, self.K, self.scale)
+        return score.jacobian(self.X, self.Q, self.K, self.scale, self.key_bias)
 
 
 class MultiHeadAttention:
@@ -234,7 +235,8 @@ class MultiHeadAttention:
         self.split = {k: split_heads(k, w, self.count(k)) for k, w in weights.items() if k in HEAD_AXES}
         self.d_k = self.split["query.weight"].shape[-1]
         self.scale = score.factor(self.d_k, scale)
-        self.score_side = SCORE_SIDE + (("key.bias",) if rotary is not None and "key.bias" in weights else ())
+        acts = (rotary is not None or softcap is not None) and "key.bias" in weights  # b_K no longer cancels
+        self.score_side = SCORE_SIDE + (("key.bias",) if acts else ())
 
     def count(self, local: str) -> int:
         """Heads of a headed local parameter: the key/value ones have ``kv_heads``."""
@@ -408,7 +410,19 @@ class MultiHeadAttention:
                 for b in side
                 if b.startswith("key.")
             ]
-        elif "key.weight" in side:  # the bilinear score
+        elif (
+            "key.bias" in side
+        ):  # capped: b_K acts, its row shift ∂S₀_tr/∂b_K = c q_t (rows of S̄₀ need not sum to 0)
+            rows = gS.sum(-1)  # Σ_r ∂/∂S₀_tr
+            values = {"query.weight": self.X.T @ rows, "query.bias": rows.sum()[None]}
+            pieces += [
+                Diagonal(
+                    ref[a], ref["key.bias"], (1, 3), (self.scale * values[a])[:, None, None].expand(-1, 1, dk)
+                )
+                for a in side
+                if a.startswith("query.")
+            ]
+        if self.rotary is None and "key.weight" in side:  # the bilinear score
             if "query.weight" in side:
                 pieces.append(
                     Diagonal(

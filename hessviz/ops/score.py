@@ -44,17 +44,23 @@ def value(Q: Tensor, K: Tensor, scale: float | None = None) -> Tensor:
     return Q @ K.T * factor(Q.shape[-1], scale)
 
 
-def jacobian(X: Tensor, Q: Tensor, K: Tensor, scale: float | None = None) -> dict[str, Factored]:
+def jacobian(
+    X: Tensor, Q: Tensor, K: Tensor, scale: float | None = None, key_bias: bool = False
+) -> dict[str, Factored]:
     """Factored ``∂S_t/∂θ`` for ``query.weight``, ``query.bias``, ``key.weight``, output size
-    ``L`` per token."""
+    ``L`` per token; with ``key_bias`` also ``key.bias`` (``∂S_tr/∂b_K = q_t/√d_k`` for every ``r``:
+    needed where a later map does not ignore a row shift, the soft-cap)."""
     L, dk = Q.shape
     scale = factor(dk, scale)
     K_scaled = (K * scale).expand(L, L, dk)
-    return {
+    out = {
         "query.weight": Factored((KronTerm(LEFT, X, K_scaled),)),
         "query.bias": Factored((KronTerm(LEFT, ones(L, X), K_scaled),)),
         "key.weight": Factored((KronTerm(RIGHT, Q, (X * scale).expand(L, L, X.shape[1])),)),
     }
+    if key_bias:
+        out["key.bias"] = Factored((KronTerm(LEFT, ones(L, X), (Q * scale)[:, None, :].expand(L, L, dk)),))
+    return out
 
 
 def contract_mixed(X: Tensor, G: Tensor, d_k: int, scale: float | None = None) -> Tensor:

@@ -14,7 +14,6 @@ keep working.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,8 +34,10 @@ class Model(Sequence):
     """A loaded checkpoint.
 
     ``cfg``: the stack of ``n_layers`` blocks (``seq_len`` the model's positions; fitted to
-    the ids by :func:`hessviz.model_hessian`); ``params``: every layer weight by its stack name
-    (``l{i}.W_Q``; the bare block names for a one-layer model, as ``BlockConfig`` spells them);
+    the ids by :func:`hessviz.model_hessian`), each layer's own ``window`` and ``rope_theta`` kept
+    (``cfg.layer(i)``, :meth:`~hessviz.block.config.BlockConfig.stack_of`); ``params``: every layer
+    weight by its stack name (``l{i}.W_Q``; the bare block names for a one-layer model, as
+    ``BlockConfig`` spells them);
     ``head``: the final norm and the LM head of a decoder, ``None`` for an encoder (BERT);
     ``family``: the checkpoint's reader (the embeddings ``ids -> X0`` come from it).
     """
@@ -158,7 +159,7 @@ def load_model(source: load.Source, *, dtype: torch.dtype = torch.float64) -> Mo
     (``"next_token"`` is refused; :meth:`Model.classifier` reads a ``…ForSequenceClassification``'s head)."""
     fam = load._open(source)
     pairs = load.load_model(source, dtype=dtype)
-    cfg = dataclasses.replace(fam.block, n_layers=len(pairs))
+    cfg = BlockConfig.stack_of([c for c, _ in pairs])  # layers may differ in window and rope_theta
     if len(pairs) == 1:
         params = dict(pairs[0][1])
     else:

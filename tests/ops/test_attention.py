@@ -1,6 +1,7 @@
 """Multi-head attention (:mod:`hessviz.ops.attention`): the dense face (:class:`MultiHeadAttention`: output,
 each unit's Jacobian, every block of the functional term, over heads, grouped key/value heads, rotary
-positions, QK-norm and LayerNorm parameters before it) and the node face (:class:`AttentionCore`,
+positions, QK-norm, LayerNorm parameters before it, and ``MODEL.md`` part 5's score scale, sliding window
+and soft-capping) and the node face (:class:`AttentionCore`,
 ``[Q K V] ↦ O``), against a stock-torch attention by autograd, reverse over reverse."""
 
 import math
@@ -33,10 +34,14 @@ class Case:
     rotary: int = 0
     qk_eps: float | None = None
     input_ln: bool = False
+    scale: float | None = None
+    window: int | None = None
+    softcap: float | None = None
 
     def __str__(self):
         flags = [k for k in ("causal", "biases", "out_proj", "input_ln") if getattr(self, k)]
         flags += [f"rope{self.rotary}"] * bool(self.rotary) + ["qknorm"] * (self.qk_eps is not None)
+        flags += [f"{k}{getattr(self, k):g}" for k in ("scale", "window", "softcap") if getattr(self, k)]
         return f"L{self.L}d{self.d}H{self.heads}G{self.kv_heads}dk{self.d_k}dv{self.d_v}-" + "-".join(flags)
 
 
@@ -47,12 +52,19 @@ DENSE = [
     Case(d_k=4, rotary=2, causal=True),  # partial rotary: b_K acts
     Case(L=2, heads=2, kv_heads=1, d_k=2, rotary=2, qk_eps=1e-6, biases=False),  # Qwen3: QK-norm + rope
     Case(L=2, d=3, heads=1, kv_heads=1, d_k=2, d_v=3, input_ln=True),  # LayerNorm parameters before
+    Case(L=5, causal=True, window=2, scale=0.8),  # a window shorter than the text
+    Case(L=4, heads=4, kv_heads=2, d_k=1, d_v=1, softcap=1.5, scale=1.5),  # capped, GQA: b_K acts
+    Case(L=5, d_k=4, rotary=4, causal=True, window=3, softcap=1.0, scale=1.2),  # rope, b_K acts, capped
+    Case(L=4, heads=2, kv_heads=1, rotary=2, qk_eps=1e-6, biases=False, causal=True, window=2, softcap=0.5),
+    Case(L=3, d=3, heads=1, kv_heads=1, d_k=2, d_v=3, input_ln=True, softcap=0.7, causal=True, window=2),
 ]
 CORE = [
     Case(),
     Case(causal=True, heads=4, kv_heads=2, d_k=1, d_v=3),
     Case(L=5, d_k=4, rotary=4, causal=True),
     Case(L=1, heads=1, kv_heads=1, d_k=2, d_v=1),
+    Case(L=5, causal=True, window=2, softcap=0.5, scale=2.5, heads=4, kv_heads=2, d_k=2, d_v=1),
+    Case(L=4, d_k=4, rotary=4, softcap=3.0),
 ]
 
 
@@ -91,9 +103,13 @@ def core(c: Case, qkv, gq=None, gk=None):
     if c.rotary:
         q, k = rope.rotate(q, c.rotary, THETA), rope.rotate(k, c.rotary, THETA)
     k, v = (t.repeat_interleave(c.heads // c.kv_heads, 0) for t in (k, v))
-    s = q @ k.transpose(-1, -2) / math.sqrt(c.d_k)
+    s = q @ k.transpose(-1, -2) * (1 / math.sqrt(c.d_k) if c.scale is None else c.scale)
+    if c.softcap is not None:
+        s = c.softcap * torch.tanh(s / c.softcap)
     if c.causal:
-        s = s.masked_fill(torch.ones(c.L, c.L, dtype=torch.bool).triu(1), -torch.inf)
+        t, r = torch.arange(c.L)[:, None], torch.arange(c.L)[None, :]
+        hidden = (r > t) | (r <= t - c.window) if c.window is not None else r > t  # t − w < s ≤ t
+        s = s.masked_fill(hidden, -torch.inf)
     return (torch.softmax(s, -1) @ v).transpose(0, 1).flatten(-2)
 
 
@@ -135,7 +151,17 @@ def test_dense_face(rng, rtol, c):
         X = Z
     rot = Rotary(c.L, c.d_k, c.rotary, THETA, X) if c.rotary else None
     mha = MultiHeadAttention(
-        X, w, c.heads, causal=c.causal, input_stage=stage, kv_heads=c.kv_heads, rotary=rot, qk_eps=c.qk_eps
+        X,
+        w,
+        c.heads,
+        causal=c.causal,
+        input_stage=stage,
+        kv_heads=c.kv_heads,
+        rotary=rot,
+        qk_eps=c.qk_eps,
+        scale=c.scale,
+        window=c.window,
+        softcap=c.softcap,
     )
     units = {r: (ln[r[1]] if r[0] == "ln1" else unit(w, r, mha.count)) for r in mha.units}
     assert set(joined({r: t for r, t in units.items() if r[0] != "ln1"})) == set(w)
@@ -152,7 +178,7 @@ def test_dense_face(rng, rtol, c):
         got = mha.jacobian(r)
         ref = J.reshape(c.L, c.d, -1)
         if got is None:
-            assert float(ref.abs().max()) < 1e-14, f"∂SA/∂{r} is not zero"  # b_K: the softmax ignores it
+            assert float(ref.abs().max()) < 1e-13, f"∂SA/∂{r} is not zero"  # b_K: the softmax ignores it
         else:
             assert_close(got.dense(), ref, rtol, f"∂SA/∂{r}")
     g = randn(rng, c.L, c.d)
@@ -163,5 +189,18 @@ def test_dense_face(rng, rtol, c):
 def test_node_face(rng, rtol, c):
     qkv = randn(rng, c.L, (c.heads + c.kv_heads) * c.d_k + c.kv_heads * c.d_v, scale=1.5)
     rot = Rotary(c.L, c.d_k, c.rotary, THETA, qkv) if c.rotary else None
-    node = AttentionCore("O", "QKV", qkv, c.heads, c.d_k, c.d_v, c.causal, c.kv_heads, rot)
+    node = AttentionCore(
+        "O",
+        "QKV",
+        qkv,
+        c.heads,
+        c.d_k,
+        c.d_v,
+        c.causal,
+        c.kv_heads,
+        rot,
+        scale=c.scale,
+        window=c.window,
+        softcap=c.softcap,
+    )
     check_node(node, lambda t: core(c, t), [qkv], [], rng, rtol, k=3, what=str(c))

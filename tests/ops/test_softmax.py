@@ -50,3 +50,20 @@ def test_causal_mask(rng, rtol):
         rtol,
         "causal softmax",
     )
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 9])
+def test_sliding_window_mask(rng, rtol, window):
+    """With a window row ``t`` sees ``t − window < s ≤ t``; a window as long as the text is the causal
+    mask; a window needs the causal mask."""
+    L = 6
+    s = randn(rng, L, L)
+    a = softmax.value(s, causal=True, window=window)
+    t, r = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    seen = (r <= t) & (r > t - window)
+    assert torch.equal(a != 0, seen)
+    assert_close(a, torch.softmax(s.masked_fill(~seen, -torch.inf), -1), rtol, f"window {window}")
+    if window >= L:
+        assert softmax.mask(L, True, window).equal(softmax.mask(L, True))
+    with pytest.raises(ValueError, match="causal"):
+        softmax.value(s, causal=False, window=window)
