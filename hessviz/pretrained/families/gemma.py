@@ -45,18 +45,8 @@ from torch import Tensor
 from hessviz.block.config import BlockConfig
 from hessviz.errors import CheckpointError
 from hessviz.pretrained.bounded import shown
-from hessviz.pretrained.families.base import (
-    Family,
-    Head,
-    Source,
-    _activation,
-    _bias,
-    _flag,
-    _get,
-    _heads,
-    _linear,
-    _table,
-)
+from hessviz.pretrained.families.base import Head, Source, _activation, _bias, _flag, _get, _heads
+from hessviz.pretrained.families.llama import Llama, projections
 
 LAYER_KINDS = ("sliding_attention", "full_attention")
 """``layer_types`` entries: a local (sliding-window) layer and a global one."""
@@ -75,7 +65,7 @@ def _theta(table: object, where: str) -> float:
     return float(_get(table, "rope_theta", float, 10000.0, minimum=1e-12))
 
 
-class Gemma3(Family):
+class Gemma3(Llama):
     """Gemma 3 (text): Peri-RMSNorm with ``1 + w`` scales, GeGLU (tanh), QK-norm, rotary positions with
     a local and a global base, sliding-window and global layers, grouped-query heads, ``√d`` embeddings,
     tied 262,144-token head."""
@@ -83,8 +73,6 @@ class Gemma3(Family):
     model_types = ("gemma3_text",)
     title = "Gemma 3"
     blurb = "Peri-RMSNorm (1 + w), GeGLU, QK-norm, local/global RoPE and windows, √d embeddings"
-    anchor = "embed_tokens.weight"
-    layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
     qk_norm = True
     soft_capped = False
     pattern_key, pattern_default = "sliding_window_pattern", 6
@@ -209,35 +197,24 @@ class Gemma3(Family):
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
         p = f"{self.prefix}layers.{layer}."
-        a, m = p + "self_attn.", p + "mlp."
 
         def norm(key: str) -> Source:
-            return Source(key + ".weight", shift=1.0)
+            return Source(p + key + ".weight", shift=1.0)
 
         return {
-            "ln1_gamma": norm(p + "input_layernorm"),
-            "ln1_out_gamma": norm(p + "post_attention_layernorm"),
-            "ln2_gamma": norm(p + "pre_feedforward_layernorm"),
-            "ln2_out_gamma": norm(p + "post_feedforward_layernorm"),
-            "q_norm_gamma": norm(a + "q_norm"),
-            "k_norm_gamma": norm(a + "k_norm"),
-            **_table(
-                W_Q=_linear(a + "q_proj"),
-                W_K=_linear(a + "k_proj"),
-                W_V=_linear(a + "v_proj"),
-                W_O=_linear(a + "o_proj"),
-                W_G=_linear(m + "gate_proj"),
-                W_1=_linear(m + "up_proj"),
-                W_2=_linear(m + "down_proj"),
-            ),
+            "ln1_gamma": norm("input_layernorm"),
+            "ln1_out_gamma": norm("post_attention_layernorm"),
+            "ln2_gamma": norm("pre_feedforward_layernorm"),
+            "ln2_out_gamma": norm("post_feedforward_layernorm"),
+            "q_norm_gamma": norm("self_attn.q_norm"),
+            "k_norm_gamma": norm("self_attn.k_norm"),
+            **projections(p),
         }
 
     @property
-    def _embedding(self) -> str:
-        return f"{self.prefix}embed_tokens.weight"
-
-    def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {self._embedding: (self.vocab_size, self.block.d_model)}
+    def window(self) -> tuple[str, int] | None:
+        """``None``: Gemma's sliding windows are computed (each layer's ``window``), so no text is limited."""
+        return None
 
     def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
         """``√d · E[ids]``, the scale ``√d`` rounded once in ``dtype``."""

@@ -32,6 +32,21 @@ from hessviz.pretrained.families.base import (
 )
 
 
+def projections(p: str) -> dict[str, Source]:
+    """The rows of the attention and gated feed-forward projections of the layer whose tensors start with
+    ``p``: ``self_attn.{q,k,v,o}_proj`` and ``mlp.{gate,up,down}_proj`` (weights and biases)."""
+    a, m = p + "self_attn.", p + "mlp."
+    return _table(
+        W_Q=_linear(a + "q_proj"),
+        W_K=_linear(a + "k_proj"),
+        W_V=_linear(a + "v_proj"),
+        W_O=_linear(a + "o_proj"),
+        W_G=_linear(m + "gate_proj"),
+        W_1=_linear(m + "up_proj"),
+        W_2=_linear(m + "down_proj"),
+    )
+
+
 class Llama(Family):
     """Llama (SmolLM, TinyLlama): Pre-RMSNorm, SwiGLU (``gate_proj``, ``up_proj``, ``down_proj``),
     rotary positions, grouped-query attention, causal, no biases unless ``attention_bias`` /
@@ -102,21 +117,12 @@ class Llama(Family):
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
         p = f"{self.prefix}layers.{layer}."
-        a, m = p + "self_attn.", p + "mlp."
         return {
             "ln1_gamma": Source(p + "input_layernorm.weight"),
             "ln2_gamma": Source(p + "post_attention_layernorm.weight"),
-            "q_norm_gamma": Source(a + "q_norm.weight"),
-            "k_norm_gamma": Source(a + "k_norm.weight"),
-            **_table(
-                W_Q=_linear(a + "q_proj"),
-                W_K=_linear(a + "k_proj"),
-                W_V=_linear(a + "v_proj"),
-                W_O=_linear(a + "o_proj"),
-                W_G=_linear(m + "gate_proj"),
-                W_1=_linear(m + "up_proj"),
-                W_2=_linear(m + "down_proj"),
-            ),
+            "q_norm_gamma": Source(p + "self_attn.q_norm.weight"),
+            "k_norm_gamma": Source(p + "self_attn.k_norm.weight"),
+            **projections(p),
         }
 
     @property
