@@ -114,7 +114,7 @@ def test_scores_far_beyond_the_cap():
     k = (Xa @ params["W_K"] + params["b_K"]).unflatten(-1, (2, -1)).transpose(0, 1)
     raw = q @ k.transpose(-1, -2) * cfg.attn_scale
     assert float(raw.abs().max()) > 20 * cfg.softcap  # tanh saturated: y' below 1e-16 there
-    d1 = record.attention(cfg, params, Xa).cap.d1  # y' the engines use, down to 1e-64 here
+    d1 = record.attention(cfg, params, Xa).core.cap.d1  # y' the engines use, down to 1e-64 here
     assert_close(d1, torch.cosh(raw / cfg.softcap).square().reciprocal(), 1e-10, "y'")
     _check_terms(cfg, params, X, Y)
 
@@ -180,9 +180,11 @@ def test_a_window_as_long_as_the_text_is_global_attention():
     assert not torch.allclose(hv.forward(short, params, X), hv.forward(cfg, params, X))
 
 
-def test_a_whole_model_with_per_layer_windows_matches_autograd(tmp_path):
-    """``hv.model_hessian`` on a GPT-2 folder whose stack is given windows ``(2, None)``: the
-    next-token products against double backward of the reference forward with the same windows."""
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["kept", "checkpointed"])
+def test_a_whole_model_with_per_layer_windows_matches_autograd(tmp_path, checkpoint):
+    """``hv.model_hessian`` on a GPT-2 folder whose stack is given windows ``(2, None)`` and a cap: the
+    next-token products (with every layer kept, and rebuilt from its input) against double backward of
+    the reference forward with the same windows."""
     transformers = pytest.importorskip("transformers")
     from tests.test_pretrained import randomise
 
@@ -195,9 +197,10 @@ def test_a_whole_model_with_per_layer_windows_matches_autograd(tmp_path):
     stack = hv.BlockConfig.stack_of(
         [dataclasses.replace(c, window=w, softcap=2.0) for (c, _), w in zip(model, (2, None))]
     )
+    plain = hv.model_hessian(model, torch.tensor([[3, 17, 5, 29, 11, 2, 8]]), wrt=("l0.W_Q",)).value
     model = dataclasses.replace(model, cfg=stack)
     ids = torch.tensor([[3, 17, 5, 29, 11, 2, 8], [7, 1, 22, 9, 14, 4, 0]])
-    res = hv.model_hessian(model, ids, wrt=("l0.W_Q", "l0.W_K", "l1.W_V", "l1.W_1"))
+    res = hv.model_hessian(model, ids, wrt=("l0.W_Q", "l0.W_K", "l1.W_V", "l1.W_1"), checkpoint=checkpoint)
     cfg, head = res.cfg, model.head
     X0 = model.embed(ids)
     names = res.names
@@ -215,6 +218,8 @@ def test_a_whole_model_with_per_layer_windows_matches_autograd(tmp_path):
 
     theta = reference.flatten(cfg, model.params, names)
     assert abs(float(res.value) - float(loss(theta))) <= 1e-12 * abs(float(res.value))
+    windowed = hv.model_hessian(model, ids[:1], wrt=("l0.W_Q",)).value
+    assert abs(float(windowed) - float(plain)) > 1e-6  # the windows and the cap change the model
     gen = torch.Generator().manual_seed(0)
     for _ in range(2):
         v = torch.randn(res.size, generator=gen, dtype=F64)

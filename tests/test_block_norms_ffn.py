@@ -25,6 +25,7 @@ import hessviz as hv
 from hessviz import reference
 from hessviz.block.terms import NAMES
 from hessviz.ops import layernorm
+from hessviz.ops.base import Along
 from tests.cases import tiered
 from tests.helpers import assert_close
 from tests.test_block_real_layers import assert_blocks_close
@@ -319,7 +320,7 @@ def test_rmsnorm_node_on_a_per_head_view_with_a_shared_gamma():
     dq, dg = torch.randn(2, L, H * dk, dtype=F64, generator=gen), torch.randn(2, dk, dtype=F64, generator=gen)
     dy = node.tangent([dq.reshape(2, L * H, dk)], [dg])
     dgy = (C * C).reshape(L * H, dk) * dy  # the read-out's curvature along ẏ
-    (dgq,), (dgg,) = node.adjoint_tangent(dgy, [dq.reshape(2, L * H, dk)], [dg], True, [True], [True])
+    (dgq,), (dgg,) = node.adjoint_tangent(Along(dgy, [dq.reshape(2, L * H, dk)], [dg]))
     for k in range(2):
         hq, hg = torch.func.jvp(
             lambda a, b: torch.func.grad(loss, argnums=(0, 1))(a, b), (q, gamma), (dq[k], dg[k])

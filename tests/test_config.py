@@ -33,7 +33,7 @@ def test_the_library_settings_know_no_app():
     }
     assert {"url", "label", "app_range", "grid", "section", "relevant"} <= app_only
     assert set(app_settings.SHOWN) <= {s.name for s in SETTINGS}
-    assert not hasattr(hv.config, "SECTIONS") and not hasattr(hv.config, "EPS_GRID")
+    assert not hasattr(hv.block.config, "SECTIONS") and not hasattr(hv.block.config, "EPS_GRID")
 
 
 def test_cli_reads_every_setting():

@@ -3,9 +3,10 @@
 ``hv.hessian`` runs the block once, as the tape's nodes; the dense engine folds over the nodes each
 step of the recipe appended, reading their values. These tests count what runs: each operation's
 forward once per layer whatever is asked afterwards (dense terms and products alike), no forward of
-the dense attention's own, and, for a block of attention weights, no parameter part (Jacobians,
-mixed or functional pieces) of a LayerNorm or feed-forward stage. The counts are checked to move
-when a block does need those parts, so the spies cannot pass vacuously.
+the dense attention's own (its forward is the nodes': one chain of them per layer), and, for a block
+of attention weights, no parameter part (Jacobians, mixed or functional pieces) of a LayerNorm or
+feed-forward stage. The counts are checked to move when a block does need those parts, so the spies
+cannot pass vacuously.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ import pytest
 import torch
 
 import hessviz as hv
-from hessviz.ops import attention, base, layernorm
+from hessviz.ops import attention, attention_core, base, layernorm
 from hessviz.ops.ffn import FeedForward
+from hessviz.products import block
 from tests.helpers import assert_close
 
 
 @pytest.fixture
 def spy(monkeypatch) -> Counter:
-    """Counts: each forward of the attention core, of a norm and of the dense attention's own
-    projections; each parameter Jacobian read from a stage (by component), each feed-forward
+    """Counts: each forward of the attention core, of a norm and of the attention's node chain
+    (:func:`hessviz.ops.attention_core.chain`, the tape's or the dense face's own); each parameter
+    Jacobian read from a stage (by component), each feed-forward
     mixed or functional piece."""
     seen: Counter = Counter()
 
@@ -36,14 +39,12 @@ def spy(monkeypatch) -> Counter:
         return wrapped
 
     monkeypatch.setattr(
-        attention.AttentionCore, "__init__", counting("core", attention.AttentionCore.__init__)
+        attention_core.AttentionCore, "__init__", counting("core", attention_core.AttentionCore.__init__)
     )
     monkeypatch.setattr(layernorm, "value", counting("norm", layernorm.value))
-    monkeypatch.setattr(
-        attention.MultiHeadAttention,
-        "_project",
-        counting("projection", attention.MultiHeadAttention._project),
-    )
+    monkeypatch.setattr(attention_core, "chain", counting("chain", attention_core.chain))
+    monkeypatch.setattr(block, "chain", counting("chain", block.chain))
+    monkeypatch.setattr(attention, "chain", counting("chain", attention.chain))
     monkeypatch.setattr(FeedForward, "mixed", counting("ffn mixed", FeedForward.mixed))
     monkeypatch.setattr(FeedForward, "functional", counting("ffn functional", FeedForward.functional))
     real_read = base.Lazy.__getitem__
@@ -71,7 +72,7 @@ def test_one_forward_pass_serves_the_dense_terms_and_the_products(spy, norm):
     v = torch.randn(cfg.num_params, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     assert_close(res.matvec(v), H @ v, 1e-12, "H v")
     assert spy["core"] == 1 and spy["norm"] == 2
-    assert spy["projection"] == 0  # the dense attention read the core's Q, K, V and A
+    assert spy["chain"] == 1  # the tape's: the dense attention read its Q, K, V, A and SA
 
 
 def test_a_stack_is_folded_layer_by_layer_from_its_one_tape(spy):
@@ -79,7 +80,7 @@ def test_a_stack_is_folded_layer_by_layer_from_its_one_tape(spy):
     params, X, Y = _setup(cfg)
     res = hv.hessian(cfg, params, X, Y)
     H = res.full
-    assert spy["core"] == 3 and spy["norm"] == 6 and spy["projection"] == 0
+    assert spy["core"] == 3 and spy["norm"] == 6 and spy["chain"] == 3
     assert_close(H, hv.hessian(cfg, params, X, Y, method="autograd").full, 1e-10, "stack H")
 
 

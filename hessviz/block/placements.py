@@ -22,8 +22,9 @@ peri     ``X + ln1_out(SA(ln1(X)))``          ``Z1 + ln2_out(FFN(ln2(Z1)))`` (Ge
 ======== ==================================== ==========================================
 
 The tape (:func:`hessviz.products.block.build`) is the one reader of a recipe: it appends one group
-of nodes per step and keeps, per layer, which step appended which nodes. The dense engine
-(:func:`hessviz.dense.record.fold`) folds over those steps as
+of nodes per step, by the step's rule in :data:`hessviz.products.block.STEP_RULES`, and keeps, per
+layer, which step appended which nodes. The dense engine (:func:`hessviz.dense.record.fold`, a rule
+per op in :data:`hessviz.dense.record.FOLD_RULES`) folds over those steps and their tape values as
 ``SA = attention(X_a)``, ``Z = T(SA) + B(X)`` with ``T`` and ``B`` token-wise: a norm before the
 attention is attention's input (its ``γ, β`` are input parameters), every step after it
 composes ``T``, and ``a + b`` with ``b`` a branch of ``a`` is the residual ``a ↦ a + branch(a)``.

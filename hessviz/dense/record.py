@@ -41,18 +41,16 @@ from functools import cached_property
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig
-from hessviz.block.placements import Step
 from hessviz.block.weights import component_weights
 from hessviz.dense.chain import compose_stages, residual_stage
 from hessviz.errors import ConfigError
 from hessviz.ops import activations, layernorm, rotary
-from hessviz.ops.attention import AttentionCore, MultiHeadAttention
+from hessviz.ops.attention import MultiHeadAttention
 from hessviz.ops.base import Node, Stage
 from hessviz.ops.ffn import FeedForward
 from hessviz.ops.gated import GatedFeedForward
-from hessviz.ops.layernorm import LayerNorm
 from hessviz.products.block import forward_nodes
-from hessviz.products.tape import LayerSpan
+from hessviz.products.tape import LayerSpan, StepNodes
 
 
 @dataclass(frozen=True)
@@ -82,15 +80,6 @@ class BlockRecord:
         return None if self.build_branch is None else self.build_branch()
 
 
-def _layernorm(
-    cfg: BlockConfig, params: dict[str, Tensor], which: str, node: LayerNorm
-) -> Callable[[], Stage]:
-    """A builder of the stage of the norm the tape ran as ``node``: ``γ ⊙ n + β`` when affine, ``n``
-    otherwise (an RMSNorm when ``cfg.norm_type`` says so: no centring, no ``β``)."""
-    w = component_weights(cfg, params, which)
-    return lambda: layernorm.stage(node.state, which, w.get("gamma"), w.get("beta"))
-
-
 def _ffn(cfg: BlockConfig, params: dict[str, Tensor], Y: Tensor, nodes: tuple[Node, ...]) -> FeedForward:
     """The feed-forward branch on ``Y`` that the tape ran as ``Linear``, the activation (or the gated
     unit), ``Linear``: its dense face, seeded with the values the nodes hold."""
@@ -113,34 +102,17 @@ def _ffn(cfg: BlockConfig, params: dict[str, Tensor], Y: Tensor, nodes: tuple[No
     return FeedForward(*args).seeded(H=up.y, hidden=unit.y, output=down.y)
 
 
-def attention(cfg: BlockConfig, params: dict[str, Tensor], Xa: Tensor) -> MultiHeadAttention:
-    """The block's attention on any input ``Xa (L, d)`` (not a tape's), computing its own forward
-    values; ``.output`` is ``SA(Xa)``."""
-    rot = rotary.for_config(Xa.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, Xa)
-    return MultiHeadAttention(
-        Xa,
-        component_weights(cfg, params, "attention"),
-        cfg.n_heads,
-        causal=cfg.causal,
-        kv_heads=cfg.kv_heads,
-        rotary=rot,
-        qk_eps=cfg.ln_eps if cfg.qk_norm else None,
-        scale=cfg.score_scale,
-        window=cfg.window,
-        softcap=cfg.softcap,
-    )
-
-
-def _attention(
+def attention(
     cfg: BlockConfig,
     params: dict[str, Tensor],
     Xa: Tensor,
-    nodes: tuple[Node, ...],
-    input_stage: Stage | None,
+    ran: tuple[Node, ...] | None = None,
+    input_stage: Stage | None = None,
 ) -> MultiHeadAttention:
-    """The block's attention on its input ``Xa (L, d)``, reading the forward values of the core the
-    tape ran (``nodes``: the projection, QK-norm, the core, the output projection)."""
-    core = next(n for n in nodes if isinstance(n, AttentionCore))
+    """The block's attention on its input ``Xa (L, d)``; ``.output`` is ``SA(Xa)``. ``ran``: the nodes a
+    tape ran for it on ``Xa`` (the projection, QK-norm, the core, the output projection), whose forward
+    values it reads; without them it runs those nodes itself. ``input_stage``: the parameterised
+    token-wise map that made ``Xa`` (an affine ``ln1``)."""
     return MultiHeadAttention(
         Xa,
         component_weights(cfg, params, "attention"),
@@ -148,9 +120,9 @@ def _attention(
         causal=cfg.causal,
         input_stage=input_stage,
         kv_heads=cfg.kv_heads,
-        rotary=core.rotary,
+        rotary=rotary.for_config(Xa.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, Xa),
         qk_eps=cfg.ln_eps if cfg.qk_norm else None,
-        core=core,
+        ran=ran,
         scale=cfg.score_scale,
         window=cfg.window,
         softcap=cfg.softcap,
@@ -162,7 +134,6 @@ class _After:
     """A value after the attention: ``step`` (``None`` for the identity) maps ``base`` to it
     (``base`` ``None``: ``SA`` itself)."""
 
-    value: Tensor
     base: str | None
     step: Callable[[], Stage] | None
 
@@ -174,91 +145,110 @@ def record(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor) -> BlockRecor
     return fold(cfg, params, values, layers[0])
 
 
-def fold(
-    cfg: BlockConfig, params: dict[str, Tensor], values: dict[str, Tensor], span: LayerSpan
-) -> BlockRecord:
-    """The dense engine's reading of one block that a tape ran (``span``, its values in ``values``;
-    ``params`` by the block's own names): step by step, the nodes each step appended become the
-    attention, a stage of ``T`` or of the branch ``B``. Nothing is computed twice: every forward value
-    is the tape's, and the stages' Jacobians are built when first asked for."""
-    before: dict[str, tuple[Tensor, list[Callable[[], Stage]]]] = {
-        "X": (values[span.input], [])
-    }  # no SA in them
-    after: dict[str, _After] = {}
-    sa: MultiHeadAttention | None = None
-    branch: Callable[[], Stage | None] | None = None
-    last = span.steps[-1].step
+class _Fold:
+    """The state of :func:`fold` over the tape values of one block: ``before`` (values on ``X`` that
+    the attention does not feed: the stages from ``X`` to each), ``after`` (values after the
+    attention), the attention and the branch ``B``."""
 
-    def path(name: str, start: str | None) -> list[Callable[[], Stage]]:
+    def __init__(
+        self, cfg: BlockConfig, params: dict[str, Tensor], values: dict[str, Tensor], span: LayerSpan
+    ):
+        self.cfg, self.params, self.values = cfg, params, values
+        self.before: dict[str, list[Callable[[], Stage]]] = {span.input: []}
+        self.after: dict[str, _After] = {}
+        self.sa: MultiHeadAttention | None = None
+        self.branch: Callable[[], Stage | None] | None = None
+        self.last = span.steps[-1]
+
+    def refuse(self, why: str) -> ConfigError:
+        return ConfigError(f"the dense engine cannot read norm={self.cfg.norm!r}: {why}")
+
+    def path(self, name: str, start: str | None) -> list[Callable[[], Stage]]:
         """The stages from the value ``start`` (``None``: ``SA``) to ``name``, innermost first."""
         steps: list[Callable[[], Stage]] = []
         while name != start:
-            v = after[name]
+            v = self.after[name]
             if v.step is not None:
                 steps.append(v.step)
             name = v.base
             if name is None and start is not None:
-                raise ConfigError(
-                    f"the dense engine cannot read norm={cfg.norm!r}: a branch does not start at {start}"
-                )
+                raise self.refuse(f"a branch does not start at {start}")
         return steps[::-1]
 
-    def composed(steps: list[Callable[[], Stage]]) -> Callable[[], Stage | None]:
-        def build() -> Stage | None:
-            out = None
-            for make in steps:
-                out = make() if out is None else compose_stages(out, make())
-            return out
-
-        return build
-
-    for done in span.steps:
-        step, x, y = done.step, done.step.inputs[0], values[done.output]
-        if step.op == "attention":
-            Xa, steps = before[x]
-            input_stage = composed(steps)() if steps and cfg.ln_affine else None
-            sa = _attention(cfg, params, Xa, done.nodes, input_stage)
-            after[step.out] = _After(y, None, None)
-        elif step.op == "norm" and x in before:  # on X: attention's input, or the branch B
-            before[step.out] = (y, before[x][1] + [_layernorm(cfg, params, step.which, done.nodes[-1])])
-        elif step.op == "ffn" and x in before:  # on X beside the attention: the branch B
-            before[step.out] = (y, before[x][1] + [_ffn(cfg, params, before[x][0], done.nodes).stage])
-        elif step.op == "norm":
-            after[step.out] = _After(y, x, _layernorm(cfg, params, step.which, done.nodes[-1]))
-        elif step.op == "ffn":
-            after[step.out] = _After(y, x, _ffn(cfg, params, after[x].value, done.nodes).stage)
-        elif (on_x := _branch_on_x(step, before, after)) is not None:  # T(SA) + B(X)
-            if step is not last or branch is not None:
-                raise ConfigError(
-                    f"the dense engine cannot read norm={cfg.norm!r}: a branch on X must "
-                    "be added once, by the last step"
-                )
-            a, b = on_x
-            branch = composed(before[b][1])
-            after[step.out] = _After(y, a, None)
+    def token_wise(self, done: StepNodes, stage: Callable[[], Stage]) -> None:
+        """A token-wise step: a stage of ``B`` (or of the attention's input) on ``X``, else of ``T``."""
+        x = done.inputs[0]
+        if x in self.before:
+            self.before[done.output] = self.before[x] + [stage]
         else:
-            after[step.out] = _add(step, y, before, after, path, composed)
-    if sa is None:
-        raise ConfigError(f"the dense engine cannot read {cfg.norm!r}: its recipe has no attention")
-    return BlockRecord(sa, composed(path(last.out, None)), after[last.out].value, branch)
+            self.after[done.output] = _After(x, stage)
+
+    def attention(self, done: StepNodes) -> None:
+        x = done.inputs[0]
+        steps = self.before[x]
+        input_stage = _composed(steps)() if steps and self.cfg.ln_affine else None
+        self.sa = attention(self.cfg, self.params, self.values[x], done.nodes, input_stage)
+        self.after[done.output] = _After(None, None)
+
+    def norm(self, done: StepNodes) -> None:
+        which, node = done.step.which, done.nodes[-1]
+        w = component_weights(self.cfg, self.params, which)
+        self.token_wise(done, lambda: layernorm.stage(node.state, which, w.get("gamma"), w.get("beta")))
+
+    def ffn(self, done: StepNodes) -> None:
+        self.token_wise(done, _ffn(self.cfg, self.params, self.values[done.inputs[0]], done.nodes).stage)
+
+    def add(self, done: StepNodes) -> None:
+        """``y = a + b``: the constant plus a value after the attention is that value (``X + SA``); a
+        value after the attention plus a parameterised value on ``X`` is ``T(SA) + B(X)`` (once, by the
+        last step); a value plus a branch of it is the residual stage ``a ↦ a + branch(a)``."""
+        a, b = done.inputs
+        if a in self.before and not self.before[a] and b in self.after:
+            self.after[done.output] = _After(b, None)
+            return
+        for s, t in (done.inputs, done.inputs[::-1]):
+            if s in self.after and t in self.before and self.before[t]:  # T(SA) + B(X)
+                if done is not self.last or self.branch is not None:
+                    raise self.refuse("a branch on X must be added once, by the last step")
+                self.branch = _composed(self.before[t])
+                self.after[done.output] = _After(s, None)
+                return
+        branch = _composed(self.path(b, a))
+        self.after[done.output] = _After(a, lambda: residual_stage(branch()))
 
 
-def _branch_on_x(step: Step, before: dict, after: dict[str, _After]) -> tuple[str, str] | None:
-    """``(a, b)`` when ``step`` is ``a + b`` (either order) with ``a`` after the attention and ``b``
-    a parameterised value on ``X`` (a branch ``B(X)``); ``None`` otherwise."""
-    if step.op != "add":
-        return None
-    for a, b in (step.inputs, step.inputs[::-1]):
-        if a in after and b in before and before[b][1]:
-            return a, b
-    return None
+FOLD_RULES: dict[str, Callable[[_Fold, StepNodes], None]] = {
+    "attention": _Fold.attention,
+    "norm": _Fold.norm,
+    "ffn": _Fold.ffn,
+    "add": _Fold.add,
+}
+"""A step's ``op`` -> how the fold reads the nodes it appended (the tape's table of the same ops is
+:data:`hessviz.products.block.STEP_RULES`)."""
 
 
-def _add(step: Step, y: Tensor, before: dict, after: dict[str, _After], path, composed) -> _After:
-    """``y = a + b``: the constant plus a value after the attention is that value (``X + SA``); a
-    value plus a branch of it is the residual stage ``a ↦ a + branch(a)``."""
-    a, b = step.inputs
-    if a in before and b in after:
-        return _After(y, b, None)
-    branch = composed(path(b, a))
-    return _After(y, a, lambda: residual_stage(branch()))
+def _composed(steps: list[Callable[[], Stage]]) -> Callable[[], Stage | None]:
+    def build() -> Stage | None:
+        out = None
+        for make in steps:
+            out = make() if out is None else compose_stages(out, make())
+        return out
+
+    return build
+
+
+def fold(
+    cfg: BlockConfig, params: dict[str, Tensor], values: dict[str, Tensor], span: LayerSpan
+) -> BlockRecord:
+    """The dense engine's reading of one block that a tape ran (``span``, its values in ``values``;
+    ``params`` by the block's own names): step by step, by its rule in :data:`FOLD_RULES`, the nodes
+    each step appended and the tape values it read and wrote become the attention, a stage of ``T`` or
+    of the branch ``B``. Nothing is computed twice: every forward value is the tape's, and the stages'
+    Jacobians are built when first asked for."""
+    f = _Fold(cfg, params, values, span)
+    for done in span.steps:
+        FOLD_RULES[done.step.op](f, done)
+    if f.sa is None:
+        raise f.refuse("its recipe has no attention")
+    out = f.last.output
+    return BlockRecord(f.sa, _composed(f.path(out, None)), values[out], f.branch)

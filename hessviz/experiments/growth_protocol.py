@@ -126,7 +126,9 @@ def block_norms(
     W_U = torch.randn(d, VOCAB, generator=gen, dtype=torch.float64) / d**0.5
     ids = addition_batch(batch, gen)
     names = [
-        hv.block.config.layer_name(i, w) if n_layers > 1 else w for i in range(n_layers) for w in ("W_Q", "W_V")
+        hv.block.config.layer_name(i, w) if n_layers > 1 else w
+        for i in range(n_layers)
+        for w in ("W_Q", "W_V")
     ]
     total: dict[str, Tensor] = {}
     for b in range(batch):

@@ -56,6 +56,7 @@ from hessviz.errors import InputError
 from hessviz.losses.base import Loss, unplaced
 from hessviz.losses.custom import CustomLoss
 from hessviz.ops import layernorm
+from hessviz.ops.base import Along
 from hessviz.ops.layernorm import LayerNorm
 from hessviz.runtime.memory import memory_limit
 
@@ -331,7 +332,7 @@ class NextToken(Loss):
             out[:, self.positions] = dgh
         else:
             out[:, self.positions] = self.norm.adjoint_tangent(
-                dgh, [dz], [None] * nparams, True, [True], [False] * nparams
+                Along(dgh, [dz], [None] * nparams, True, [True], [False] * nparams)
             )[0][0]
         return out
 

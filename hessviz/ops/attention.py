@@ -53,54 +53,31 @@ the rotation folds into its factors (:func:`~hessviz.ops.score.rotary_jacobian`,
 node rules below (a tangent sweep along each unit's entries gives its Jacobian, the adjoint tangent
 its functional blocks), exactly, at the cost of one batched sweep per unit.
 
-Node face (:class:`AttentionCore`): the core ``[Q K V] ↦ O = concat_h softmax(Q_h K_hᵀ c + M) V_h``;
-the projections around it are :class:`~hessviz.ops.linear.Linear` nodes.
+Score scale, sliding window, soft-capping (``MODEL.md`` part 5). ``1/√d_k`` is ``c = attn_scale`` where
+one is given; a ``window`` widens the causal mask (masked entries have ``A = 0``, so no rule changes);
+``softcap`` puts ``S = c_s·tanh(S₀/c_s)`` between the bilinear score ``S₀`` and the mask
+(:mod:`~hessviz.ops.softcap`): its ``y'`` multiplies the softmax side (``Mᵀ Σ_t diag(y'_t)``), the
+score-side curvature is :class:`~hessviz.ops.softcap.CappedCurvature` and the bilinear term is
+contracted with ``∂/∂S₀ = y' ⊙ ∂/∂S``; ``b_K`` then acts (its row shift passes the cap unevenly).
 
-The input is the fused projection ``[Q K V] (L, H d_k + G d_k + G d_v)``; inside, each key/value
-head is repeated for its query heads and ``q``, ``k`` are rotated (their adjoints rotated back by
-``rotᵀ`` and summed over the readers of a key/value head); per head
-``S = c Q Kᵀ + M`` (``c = 1/√d_k``, ``M`` the causal mask, ``−∞`` above the diagonal),
-``A = softmax_row(S)``, ``O = A V``. Everything is ``(H, L, L)`` or ``(H, L, ·)`` per
-product; no ``(L, L, L)`` tensor is formed.
-
-Softmax, with ``r = rowsum(A ⊙ Ā)``:
-
-.. math::
-    \dot A = A ⊙ (\dot S − \text{rowsum}(A ⊙ \dot S)), \qquad \bar S = A ⊙ (\bar A − r),
-
-    \dot{\bar S} = A ⊙ (\dot{\bar A} − \text{rowsum}(A ⊙ \dot{\bar A}))
-      + [\dot A ⊙ (\bar A − r) − A ⊙ \text{rowsum}(\dot A ⊙ \bar A)].
-
-Masked entries have ``A = 0``, so every rule above is zero there: the mask needs no
-rule of its own. The bilinear score and the value product:
-
-.. math::
-    \dot S = c(\dot Q K^\top + Q \dot K^\top),\quad
-    \bar Q = c \bar S K,\ \bar K = c \bar S^\top Q,\quad
-    \dot{\bar Q} = c(\dot{\bar S} K + [\bar S \dot K]),\
-    \dot{\bar K} = c(\dot{\bar S}^\top Q + [\bar S^\top \dot Q]),
-
-    \dot O = \dot A V + A \dot V,\quad \bar A = \bar O V^\top,\ \bar V = A^\top \bar O,\quad
-    \dot{\bar A} = \dot{\bar O} V^\top + [\bar O \dot V^\top],\
-    \dot{\bar V} = A^\top \dot{\bar O} + [\dot A^\top \bar O].
-
-The factors that do not depend on the product (``cK``, ``cQ``, ``c S̄``, ``Ā − r``) are
-formed once; the tangents ``(Q̇, K̇, V̇, Ȧ)`` of the forward sweep are kept for the reverse
-one; the two softmax terms of ``S̄̇`` share one row sum,
-``S̄̇ = A ⊙ (Ā̇ − rowsum(A ⊙ Ā̇ + Ȧ ⊙ Ā)) + Ȧ ⊙ (Ā − r)``.
+Node face: :mod:`hessviz.ops.attention_core` (:class:`~hessviz.ops.attention_core.AttentionCore`,
+the core ``[Q K V] ↦ O``, and :func:`~hessviz.ops.attention_core.chain`, the nodes of the whole
+attention). The dense face reads its forward values (``Q``, ``K``, ``V``, ``A``, ``O``, ``SA``) from
+those nodes: the forward is written once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import torch
 from torch import Tensor
 
-from hessviz.ops import batched as bt
 from hessviz.ops import score, softmax
-from hessviz.ops.base import Maybe, Node, Stage, add, eye, ones
+from hessviz.ops.attention_core import AttentionCore, chain
+from hessviz.ops.base import Along, Node, Stage, eye, ones
 from hessviz.ops.contributions import Dense, Diagonal, Piece, Ref, Sandwich
 from hessviz.ops.kron import LEFT, RIGHT, Factored, KronTerm
 from hessviz.ops.linear import Linear
@@ -154,6 +131,7 @@ class _Head:
     K: Tensor
     V: Tensor
     A: Tensor
+    O: Tensor  # noqa: E741 (the papers' name for the head output A V)
     W_O: Tensor | None
     rotary: Rotary | None = None
     key_bias: bool = False
@@ -163,10 +141,6 @@ class _Head:
     """The factor on ``q·k`` (``None``: ``1/√d_k``)."""
     cap: Softcap | None = None
     """Soft-capping at this head's raw scores: ``y'``, ``y''`` enter the score side."""
-
-    @cached_property
-    def O(self) -> Tensor:  # noqa: E743 (the papers' name for the head output A V)
-        return self.A @ self.V
 
     @cached_property
     def M(self) -> Tensor:
@@ -198,7 +172,8 @@ class MultiHeadAttention:
     the token-wise map that produced ``X`` from a weight-free input, when it has parameters.
     ``kv_heads`` (``G``, default ``n_heads``): the key/value heads, query head ``h`` reading
     ``h // (n_heads/G)``, whose units collect the terms of every query head that reads them;
-    ``rotary``: the rotary positions applied to each head's ``q`` and ``k``.
+    ``rotary``: the rotary positions applied to each head's ``q`` and ``k``; ``scale``, ``window``,
+    ``softcap``: the score's factor, the sliding window and the soft-cap (``MODEL.md`` part 5).
     """
 
     def __init__(
@@ -213,17 +188,16 @@ class MultiHeadAttention:
         kv_heads: int | None = None,
         rotary: Rotary | None = None,
         qk_eps: float | None = None,
-        core: AttentionCore | None = None,
+        ran: Sequence[Node] | None = None,
         scale: float | None = None,
         window: int | None = None,
         softcap: float | None = None,
     ):
         self.X, self.weights, self.n_heads, self.causal, self.name = X, weights, n_heads, causal, name
         self.window, self.softcap = window, softcap
-        """The sliding window (with ``causal``) and the soft-cap ``c`` on the scores (``MODEL.md`` part 5)."""
-        self.core = core
-        """The node face's core run on the same input by a tape (:func:`hessviz.dense.record.fold`): its
-        ``Q``, ``K``, ``V`` and ``A`` are read, not computed a second time."""
+        self._ran = None if ran is None else tuple(ran)
+        """The nodes a tape ran for this attention on the same input (:func:`hessviz.dense.record.fold`):
+        their values are read, not computed a second time."""
         self.input_stage = input_stage
         self.kv_heads = n_heads if kv_heads is None else kv_heads
         self.group = n_heads // self.kv_heads
@@ -249,61 +223,38 @@ class MultiHeadAttention:
             for local in HEAD_AXES
         }
 
-    # ---- forward ---------------------------------------------------------------------
-    def _project(self, kind: str) -> Tensor:
-        """``X W + b`` for every head, ``(H, L, width)``."""
-        out = self.X @ self.split[f"{kind}.weight"]
-        bias = self.split.get(f"{kind}.bias")
-        return out if bias is None else out + bias
+    # ---- forward: read from the nodes ---------------------------------------------------
+    @cached_property
+    def ran(self) -> tuple[Node, ...]:
+        """The attention's nodes (:func:`~hessviz.ops.attention_core.chain`) whose forward values the
+        dense face reads: the tape's, when it ran this attention, else :attr:`_nodes`."""
+        return self._ran if self._ran is not None else self._nodes
 
     @cached_property
-    def _qk(self) -> tuple[Tensor, Tensor]:
-        """``Q (H, L, d_k)`` and ``K (G, L, d_k)``, rotated when there are rotary positions."""
-        if self.core is not None:  # the core repeats key head g for its readers g·group, …
-            return self.core.Q, self.core.K[:: self.group]
-        Q, K = self._project("query"), self._project("key")
-        if self.rotary is not None:
-            Q, K = self.rotary.apply(Q), self.rotary.apply(K)
-        return Q, K
-
-    @cached_property
-    def cap(self) -> Softcap | None:
-        """Soft-capping at the raw scores ``S₀ = c Q Kᵀ (H, L, L)``; ``None`` without it."""
-        if self.softcap is None:
-            return None
-        if self.core is not None:
-            return self.core.cap
-        return Softcap.at(self._raw_scores, self.softcap)
-
-    @cached_property
-    def _raw_scores(self) -> Tensor:
-        Q, K = self._qk
-        if self.group > 1:
-            K = K.repeat_interleave(self.group, dim=0)
-        return (Q @ K.transpose(-1, -2)) * self.scale
+    def core(self) -> AttentionCore:
+        """The core among :attr:`ran`: ``Q``, ``K``, ``V`` (each key/value head repeated for its
+        readers), ``A`` and ``O``."""
+        return next(n for n in self.ran if isinstance(n, AttentionCore))
 
     @cached_property
     def A(self) -> Tensor:
         """``(H, L, L)`` attention weights."""
-        if self.core is not None:
-            return self.core.A
-        S = self._raw_scores if self.cap is None else self.cap.y
-        return softmax.value(S, self.causal, self.window)
+        return self.core.A
 
     @cached_property
     def heads(self) -> list[_Head]:
         """One per query head ``h``, with the key/value head ``h // group`` it reads."""
-        (Q, K), V = self._qk, self._project("value") if self.core is None else self.core.V[:: self.group]
-        W_O = self.split.get("out.weight")
-        key_bias = "key.bias" in self.score_side
-        cap = self.cap
+        c, W_O = self.core, self.split.get("out.weight")
+        O = c.y.unflatten(-1, (self.n_heads, -1)).transpose(0, 1)  # (H, L, d_v)
+        key_bias, cap = "key.bias" in self.score_side, c.cap
         return [
             _Head(
                 self.X,
-                Q[h],
-                K[h // self.group],
-                V[h // self.group],
-                self.A[h],
+                c.Q[h],
+                c.K[h],
+                c.V[h],
+                c.A[h],
+                O[h],
                 None if W_O is None else W_O[h],
                 self.rotary,
                 key_bias,
@@ -313,16 +264,10 @@ class MultiHeadAttention:
             for h in range(self.n_heads)
         ]
 
-    @cached_property
+    @property
     def output(self) -> Tensor:
         """``SA (L, d)``."""
-        if self.qk_eps is not None:
-            return self._nodes[-1].y
-        if not self.out_proj:
-            return self.heads[0].O
-        out = sum(head.O @ head.W_O for head in self.heads)
-        bias = self.weights.get("out.bias")
-        return out if bias is None else out + bias
+        return self.ran[-1].y
 
     # ---- parameter units -------------------------------------------------------------
     @cached_property
@@ -511,60 +456,40 @@ class MultiHeadAttention:
 
     @cached_property
     def _nodes(self) -> tuple[Node, ...]:
-        """The same attention as the node face, a chain: ``[Q K V]`` projection, the QK-norm (when
-        there is one), the core, the output projection (when there is one)."""
-        w, kinds = self.weights, ("query", "key", "value")
-        qkv = Linear(
-            "QKV",
-            "X",
-            self.X,
-            [(f"{k}.weight", w[f"{k}.weight"]) for k in kinds],
-            [(f"{k}.bias", w[f"{k}.bias"]) if f"{k}.bias" in w else None for k in kinds],
-        )
-        d_v = self.split["value.weight"].shape[-1]
-        chain: list[Node] = [qkv]
-        if self.qk_eps is not None:
-            chain.append(
-                QKNorm(
-                    "QKVn",
-                    "QKV",
-                    qkv.y,
-                    self.n_heads,
-                    self.kv_heads,
-                    self.d_k,
-                    d_v,
-                    self.qk_eps,
-                    (("query.norm", w["query.norm"]), ("key.norm", w["key.norm"])),
-                    self.name,
-                )
+        """The attention as nodes with the local parameter names (:func:`~hessviz.ops.attention_core.chain`:
+        ``[Q K V]`` projection, QK-norm when there is one, the core, the output projection when there is
+        one): its forward, and the node rules of :meth:`_tangents`."""
+        w = self.weights
+
+        def linear(out: str, x: str, xv: Tensor, weights: list[str], biases: list[str]) -> Node:
+            return Linear(
+                out, x, xv, [(k, w[k]) for k in weights], [(k, w[k]) if k in w else None for k in biases]
             )
-        chain.append(
-            AttentionCore(
-                "O",
-                chain[-1].output,
-                chain[-1].y,
+
+        def qk_norm(out: str, qkv: Node) -> Node:
+            norms = (("query.norm", w["query.norm"]), ("key.norm", w["key.norm"]))
+            d_v = self.split["value.weight"].shape[-1]
+            args = (self.n_heads, self.kv_heads, self.d_k, d_v, self.qk_eps, norms, self.name)
+            return QKNorm(out, qkv.output, qkv.y, *args)
+
+        return tuple(
+            chain(
+                "X",
+                self.X,
+                linear,
                 self.n_heads,
-                self.d_k,
-                d_v,
-                self.causal,
                 self.kv_heads,
+                self.d_k,
+                self.split["value.weight"].shape[-1],
+                self.causal,
                 self.rotary,
+                None if self.qk_eps is None else qk_norm,
+                self.out_proj,
                 scale=self.scale,
                 window=self.window,
                 softcap=self.softcap,
             )
         )
-        if self.out_proj:
-            chain.append(
-                Linear(
-                    "SA",
-                    "O",
-                    chain[-1].y,
-                    [("out.weight", w["out.weight"])],
-                    [("out.bias", w["out.bias"]) if "out.bias" in w else None],
-                )
-            )
-        return tuple(chain)
 
     def _tangents(self, g: Tensor | None, D: Tensor | None, dp: dict[str, Tensor] | None = None) -> dict:
         r"""Directional derivatives along input directions ``D (n, L, d)`` and weight directions ``dp``
@@ -588,9 +513,7 @@ class MultiHeadAttention:
             g_x = node.adjoint(g_x)[0][0]
         dg, whole = None, {}
         for node, t_in in zip(reversed(self._nodes), reversed(inputs)):
-            dgx, dgp = node.adjoint_tangent(
-                dg, [t_in], weight_tangents(node), True, [True], [True] * len(node.params)
-            )
+            dgx, dgp = node.adjoint_tangent(Along(dg, [t_in], weight_tangents(node)))
             dg = dgx[0]
             whole.update(zip(node.params, dgp))
         result |= {"gradient": g_x, "input": dg}
@@ -666,154 +589,3 @@ class MultiHeadAttention:
                     values = tangent[b].reshape(*self._unit_shape(a), *tangent[b].shape[1:])
                     pieces.append(Dense(a, b, values))
         return pieces
-
-
-def _rowsum(t: Tensor) -> Tensor:
-    return t.sum(-1, keepdim=True)
-
-
-def _T(t: Tensor) -> Tensor:
-    return t.transpose(-1, -2)
-
-
-class AttentionCore(Node):
-    """``output = O (L, H d_v)`` from ``input = [Q K V]``; ``heads``, ``d_k``, ``d_v``, ``causal``;
-    ``scale`` the factor on ``q·k`` (``None``: ``1/√d_k``), ``window`` the sliding window (with
-    ``causal``), ``softcap`` the cap ``c`` on the raw scores (:mod:`~hessviz.ops.softcap`:
-    ``S = c·tanh(S₀/c)``, its ``y'``, ``y''`` enter the rules between ``S₀`` and the softmax)."""
-
-    def __init__(
-        self,
-        output: str,
-        input: str,
-        qkv: Tensor,
-        heads: int,
-        d_k: int,
-        d_v: int,
-        causal: bool,
-        kv_heads: int | None = None,
-        rotary: Rotary | None = None,
-        *,
-        scale: float | None = None,
-        window: int | None = None,
-        softcap: float | None = None,
-    ):
-        self.output, self.inputs, self.params = output, (input,), ()
-        self.H, self.d_k, self.d_v = heads, d_k, d_v
-        self.G = heads if kv_heads is None else kv_heads
-        self.rotary = rotary
-        self.c = score.factor(d_k, scale)
-        self.Q, self.K, self.V = self._heads(qkv)
-        S = self.c * (self.Q @ _T(self.K))
-        self.cap = None if softcap is None else Softcap.at(S, softcap)
-        self.A = softmax.value(S if self.cap is None else self.cap.y, causal, window)  # (H, L, L)
-        self.y = self._concat(self.A @ self.V)
-        self.cK, self.cKT, self.cQ = self.c * self.K, self.c * _T(self.K), self.c * self.Q
-
-    def _heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``(..., L, H d_k + G d_k + G d_v) -> 3 × (..., H, L, ·)``: each key/value head repeated for
-        the query heads that read it, ``q`` and ``k`` rotated when there are rotary positions."""
-        q, k, v = torch.split(qkv, (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v), dim=-1)
-        split = lambda t, n, w: t.unflatten(-1, (n, w)).transpose(-2, -3)  # noqa: E731
-        q, k, v = split(q, self.H, self.d_k), split(k, self.G, self.d_k), split(v, self.G, self.d_v)
-        k, v = self._expand(k), self._expand(v)
-        if self.rotary is not None:
-            q, k = self.rotary.apply(q), self.rotary.apply(k)
-        return q, k, v
-
-    def _expand(self, t: Tensor) -> Tensor:
-        """``(..., G, L, w) -> (..., H, L, w)``: query head ``h`` reads key/value head ``h // (H/G)``."""
-        return t if self.G == self.H else t.repeat_interleave(self.H // self.G, dim=-3)
-
-    def _gather(self, gQ: Maybe, gK: Maybe, gV: Maybe) -> tuple[Maybe, Maybe, Maybe]:
-        """The adjoint of :meth:`_heads` on per-head gradients: ``rotᵀ`` on ``Q̄, K̄``, each key/value
-        head summing the gradients of the query heads that read it; ``(..., H or G, L, ·)``."""
-        if self.rotary is not None:
-            gQ = None if gQ is None else self.rotary.apply_T(gQ)
-            gK = None if gK is None else self.rotary.apply_T(gK)
-        if self.G != self.H:
-            group = self.H // self.G
-            gK, gV = (None if t is None else t.unflatten(-3, (self.G, group)).sum(-3) for t in (gK, gV))
-        return gQ, gK, gV
-
-    def _concat(self, o: Tensor) -> Tensor:
-        """``(..., n, L, w) -> (..., L, n w)``."""
-        return o.transpose(-2, -3).flatten(-2)
-
-    def _tangents(self, dqkv: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """``(Q̇, K̇, V̇, Ȧ, Ṡ₀)``; kept from the forward sweep for the reverse one (same ``dqkv``)."""
-        cached = getattr(self, "_cache", None)
-        if cached is not None and cached[0] is dqkv:
-            return cached[1]
-        dQ, dK, dV = self._heads(dqkv)
-        dS0 = dQ @ self.cKT + self.cQ @ _T(dK)  # c(Q̇ Kᵀ + Q K̇ᵀ)
-        dS = dS0 if self.cap is None else self.cap.tangent(dS0)
-        out = dQ, dK, dV, softmax.vjp(self.A, dS), dS0
-        self._cache = (dqkv, out)
-        return out
-
-    def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
-        if dx[0] is None:
-            return None
-        _, _, dV, dA, _ = self._tangents(dx[0])
-        return self._concat(dA @ self.V + bt.primal_times_heads(self.A, dV))  # Ȧ V + A V̇
-
-    def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
-        self.gO = gy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)  # (H, L, d_v)
-        self.gA = self.gO @ _T(self.V)
-        self.gS, self.gA_r = softmax.vjp_centered(self.A, self.gA)  # A ⊙ (Ā − r), Ā − r
-        if self.cap is not None:  # S̄₀ = y' ⊙ S̄; the cap's second-order rule reads S̄
-            self.gS_capped, self.gS = self.gS, self.cap.adjoint(self.gS)
-        gQ = self.c * self.gS @ self.K
-        gK = self.c * _T(self.gS) @ self.Q
-        gV = _T(self.A) @ self.gO
-        # v-independent factors of the second-order rules, formed once
-        self.cgS, self.cgST = self.c * self.gS, self.c * _T(self.gS)
-        return [torch.cat([self._concat(t) for t in self._gather(gQ, gK, gV)], -1)], []
-
-    def adjoint_tangent(
-        self,
-        dgy: Maybe,
-        dx: list[Maybe],
-        dp: list[Maybe],
-        second: bool,
-        need_x: list[bool],
-        need_p: list[bool],
-    ) -> tuple[list[Maybe], list[Maybe]]:
-        second = second and dx[0] is not None
-        dgA = dgV = dgS = dgQ = dgK = None
-        if dgy is not None:
-            dgO = dgy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)
-            dgA = dgO @ _T(self.V)  # Ō̇ Vᵀ
-            dgV = _T(self.A) @ dgO  # Aᵀ Ō̇
-        if second:
-            dQ, dK, dV, dA, dS0 = self._tangents(dx[0])
-        self._cache = None  # the forward sweep's, done with
-        if second:
-            dgA = add(dgA, self.gO @ _T(dV))  # [Ō V̇ᵀ]
-            dgV = add(dgV, _T(dA) @ self.gO)  # [Ȧᵀ Ō]
-            # A ⊙ (Ā̇ − rowsum(A ⊙ Ā̇ + Ȧ ⊙ Ā)) + Ȧ ⊙ (Ā − r): the softmax rule and its tangent
-            t = dA * self.gA if dgA is None else torch.addcmul(dA * self.gA, self.A, dgA)
-            inner = -_rowsum(t) if dgA is None else dgA - _rowsum(t)
-            dgS = torch.addcmul(dA * self.gA_r, self.A, inner)
-        elif dgA is not None:
-            dgS = softmax.vjp(self.A, dgA)
-        if self.cap is not None and (dgS is not None or second):  # y' ⊙ S̄̇ + [y'' ⊙ S̄ ⊙ Ṡ₀]
-            dgS = self.cap.adjoint_tangent(dgS, self.gS_capped, dS0 if second else None)
-        if dgS is not None:
-            dgQ = dgS @ self.cK  # c S̄̇ K
-            dgK = _T(dgS) @ self.cQ  # c S̄̇ᵀ Q
-        if second:
-            dgQ = add(dgQ, bt.primal_times_heads(self.cgS, dK))  # [c S̄ K̇]
-            dgK = add(dgK, bt.primal_times_heads(self.cgST, dQ))  # [c S̄ᵀ Q̇]
-        parts = self._gather(dgQ, dgK, dgV)
-        if all(p is None for p in parts):
-            return [None], []
-        like = next(p for p in parts if p is not None)
-        batch = like.shape[:-3]
-        L = self.A.shape[-1]
-        widths = (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v)
-        full = [
-            self._concat(p) if p is not None else like.new_zeros(*batch, L, w) for p, w in zip(parts, widths)
-        ]
-        return [torch.cat(full, -1)], []

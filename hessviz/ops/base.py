@@ -16,7 +16,7 @@ to know, per token,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -132,6 +132,40 @@ def add(*terms: Maybe) -> Maybe:
     return out
 
 
+@dataclass(frozen=True)
+class Along:
+    r"""The direction of :meth:`Node.adjoint_tangent`, one argument for every node: the tangent of
+    the reverse sweep is taken along ``(ȳ̇, ẋ, θ̇)``.
+
+    * ``dgy``: ``ȳ̇``, the adjoint tangent of the node's output, ``(k, *y.shape)`` (``None``: zero);
+    * ``dx``, ``dp``: the forward tangents ``ẋ_i`` of its inputs and ``θ̇`` of its parameters, in
+      the order of ``Node.inputs`` and ``Node.params`` (``None``: zero);
+    * ``second``: keep the second-order part ``[Σ_j (∂_j∂_i f)[ẋ_j] + (∂_θ∂_i f)[θ̇]]ᵀ ȳ`` (off for
+      the Gauss–Newton term, :data:`hessviz.block.terms.SWEEP_RULES`);
+    * ``need_x``, ``need_p``: which adjoint tangents the sweep reads (the others may be returned as
+      ``None``); left out, all of them.
+    """
+
+    dgy: Maybe
+    dx: Sequence[Maybe]
+    dp: Sequence[Maybe] = ()
+    second: bool = True
+    need_x: Sequence[bool] = None  # type: ignore[assignment]  (filled in: all True)
+    need_p: Sequence[bool] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.need_x is None:
+            object.__setattr__(self, "need_x", [True] * len(self.dx))
+        if self.need_p is None:
+            object.__setattr__(self, "need_p", [True] * len(self.dp))
+
+    @property
+    def second_dx(self) -> Maybe:
+        """``ẋ`` of a node with one input, ``None`` unless ``second`` (the tangent that only the
+        second-order part reads)."""
+        return self.dx[0] if self.second else None
+
+
 class Node:
     """One step ``y = f(inputs; params)`` of a tape (:mod:`hessviz.products.tape`): value names
     ``inputs``, ``output`` and the parameter names ``params``; ``y`` is the primal output."""
@@ -160,15 +194,7 @@ class Node:
         """``θ̄`` of parameter ``i`` from ``ȳ`` (entry ``i`` of what :meth:`adjoint` returns second)."""
         return self.adjoint(gy)[1][i]
 
-    def adjoint_tangent(
-        self,
-        dgy: Maybe,
-        dx: list[Maybe],
-        dp: list[Maybe],
-        second: bool,
-        need_x: list[bool],
-        need_p: list[bool],
-    ) -> tuple[list[Maybe], list[Maybe]]:
-        """``(x̄̇, θ̄̇)`` from ``ȳ̇`` and the tangents; the second-order part only when ``second``;
-        entries not in ``need_x``/``need_p`` may be ``None``."""
+    def adjoint_tangent(self, a: Along) -> tuple[list[Maybe], list[Maybe]]:
+        """``(x̄̇, θ̄̇)`` from ``ȳ̇`` and the tangents (``a``, an :class:`Along`); the second-order part
+        only when ``a.second``; entries not in ``a.need_x``/``a.need_p`` may be ``None``."""
         raise NotImplementedError

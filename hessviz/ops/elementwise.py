@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from hessviz.ops.base import Maybe, Node, add
+from hessviz.ops.base import Along, Maybe, Node, add
 
 
 class Elementwise(Node):
@@ -67,16 +67,8 @@ class Elementwise(Node):
         self.curv = None if self.hessian_is_zero else self.d2f(self.u) * gy  # φ''(u) ȳ
         return [self.dphi * gy], []
 
-    def adjoint_tangent(
-        self,
-        dgy: Maybe,
-        dx: list[Maybe],
-        dp: list[Maybe],
-        second: bool,
-        need_x: list[bool],
-        need_p: list[bool],
-    ) -> tuple[list[Maybe], list[Maybe]]:
-        out = None if dgy is None else self.dphi * dgy
-        if second and self.curv is not None and dx[0] is not None:
-            out = add(out, self.curv * dx[0])
+    def adjoint_tangent(self, a: Along) -> tuple[list[Maybe], list[Maybe]]:
+        out = None if a.dgy is None else self.dphi * a.dgy
+        if self.curv is not None and a.second_dx is not None:
+            out = add(out, self.curv * a.second_dx)
         return [out], []

@@ -52,7 +52,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.ops.base import Lazy, Maybe, Node, Stage, TokenMap, add
+from hessviz.ops.base import Along, Lazy, Maybe, Node, Stage, TokenMap, add
 from hessviz.ops.contributions import Diagonal
 from hessviz.ops.elementwise import Elementwise
 from hessviz.ops.ffn import FeedForward
@@ -217,19 +217,12 @@ class GatedUnit(Node):
         self.gy = gy
         return [torch.cat([self.psi_h * gy, self.p * gy], dim=-1)], []
 
-    def adjoint_tangent(
-        self,
-        dgy: Maybe,
-        dx: list[Maybe],
-        dp: list[Maybe],
-        second: bool,
-        need_x: list[bool],
-        need_p: list[bool],
-    ) -> tuple[list[Maybe], list[Maybe]]:
+    def adjoint_tangent(self, a: Along) -> tuple[list[Maybe], list[Maybe]]:
+        dgy = a.dgy
         dgu = None if dgy is None else self.psi_h * dgy
         dgh = None if dgy is None else self.p * dgy
-        if second and dx[0] is not None:
-            du, dh = dx[0].chunk(2, dim=-1)
+        if a.second_dx is not None:
+            du, dh = a.second_dx.chunk(2, dim=-1)
             gpsi = self.gy * self.psi
             dgu = add(dgu, gpsi * dh, None if self.psi2_h is None else self.gy * self.psi2_h * du)
             dgh = add(dgh, gpsi * du)

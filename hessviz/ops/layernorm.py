@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from hessviz.errors import InputError
-from hessviz.ops.base import Lazy, Maybe, Node, Stage, TokenMap, add, eye, ones, plain
+from hessviz.ops.base import Along, Lazy, Maybe, Node, Stage, TokenMap, add, eye, ones, plain
 from hessviz.ops.kron import Factored
 
 
@@ -261,23 +261,16 @@ class LayerNorm(Node):
         )
         return [self.gz], grads
 
-    def adjoint_tangent(
-        self,
-        dgy: Maybe,
-        dx: list[Maybe],
-        dp: list[Maybe],
-        second: bool,
-        need_x: list[bool],
-        need_p: list[bool],
-    ) -> tuple[list[Maybe], list[Maybe]]:
-        dgamma, _ = self._split(dp)
+    def adjoint_tangent(self, along: Along) -> tuple[list[Maybe], list[Maybe]]:
+        dgy, need_p = along.dgy, along.need_p
+        dgamma, _ = self._split(along.dp)
         dn = None
-        if second and dx[0] is not None:
-            dn, a = self._jvp_n(dx[0])
+        if along.second_dx is not None:
+            dn, a = self._jvp_n(along.second_dx)
         dgz = None
-        if need_x[0]:
+        if along.need_x[0]:
             dgn = None if dgy is None else self._scale(dgy)  # γ ȳ̇
-            if second and dgamma is not None:
+            if along.second and dgamma is not None:
                 dgn = add(dgn, dgamma[:, None, :] * self.gy)  # γ̇ ȳ
             dgz = None if dgn is None else self._jac(dgn)
             if dn is not None:  # (∂J[ż]) n̄

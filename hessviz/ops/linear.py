@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from hessviz.ops import batched as bt
-from hessviz.ops.base import Maybe, Node
+from hessviz.ops.base import Along, Maybe, Node
 
 
 class Linear(Node):
@@ -128,27 +128,23 @@ class Linear(Node):
 
     def adjoint_tangent(
         self,
-        dgy: Maybe,
-        dx: list[Maybe],
-        dp: list[Maybe],
-        second: bool,
-        need_x: list[bool],
-        need_p: list[bool],
+        a: Along,
         dest: list[Maybe] | None = None,
         alpha: float = 1.0,
         beta: float = 0.0,
     ) -> tuple[list[Maybe], list[Maybe]]:
         """The weights' products go into ``dest`` (when given) as ``beta dest + alpha Ẇ̄`` (the
         defaults: ``Ẇ̄``); a product without a destination is ``Ẇ̄``, unscaled."""
+        dgy, need_p = a.dgy, a.need_p
         nw = len(self.weight_names)
         dest = dest or [None] * len(self.params)
-        dW = dp[:nw] if second else [None] * nw
-        dx0 = dx[0] if second else None
+        dW = a.dp[:nw] if a.second else [None] * nw
+        dx0 = a.second_dx
         k = self._batch(dgy, dx0, *dW)
         if k is None:
             return [None], [None] * len(self.params)
         dgx = None
-        if need_x[0] and (dgy is not None or any(w is not None for w in dW)):
+        if a.need_x[0] and (dgy is not None or any(w is not None for w in dW)):
             dgx = (
                 bt.tangent_times(dgy, self.W.T)
                 if dgy is not None

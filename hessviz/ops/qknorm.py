@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hessviz.ops.base import Maybe, Node
+from hessviz.ops.base import Along, Maybe, Node
 from hessviz.ops.layernorm import RMSNorm
 
 
@@ -91,25 +91,19 @@ class QKNorm(Node):
             gp.append(gg)
         return [torch.cat(gx + [parts[2]], -1)], gp
 
-    def adjoint_tangent(
-        self,
-        dgy: Maybe,
-        dx: list[Maybe],
-        dp: list[Maybe],
-        second: bool,
-        need_x: list[bool],
-        need_p: list[bool],
-    ) -> tuple[list[Maybe], list[Maybe]]:
-        dg, t = self._split(dgy), self._split(dx[0])
+    def adjoint_tangent(self, a: Along) -> tuple[list[Maybe], list[Maybe]]:
+        dg, t = self._split(a.dgy), self._split(a.dx[0])
         gx, gp = [], []
-        for norm, g_, t_, p_, need in zip(self.norms, dg[:2], t[:2], dp, need_p):
+        for norm, g_, t_, p_, need in zip(self.norms, dg[:2], t[:2], a.dp, a.need_p):
             (gz,), (gg,) = norm.adjoint_tangent(
-                None if g_ is None else self._rows(g_),
-                [None if t_ is None else self._rows(t_)],
-                [p_],
-                second,
-                need_x,
-                [need],
+                Along(
+                    None if g_ is None else self._rows(g_),
+                    [None if t_ is None else self._rows(t_)],
+                    [p_],
+                    a.second,
+                    a.need_x,
+                    [need],
+                )
             )
             gx.append(None if gz is None else self._cols(gz))
             gp.append(gg)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from hessviz.ops.base import Maybe, Node, TokenMap, add, eye
+from hessviz.ops.base import Along, Maybe, Node, TokenMap, add, eye
 
 
 def residual(branch: TokenMap) -> TokenMap:
@@ -35,13 +35,5 @@ class Residual(Node):
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         return [gy, gy], []
 
-    def adjoint_tangent(
-        self,
-        dgy: Maybe,
-        dx: list[Maybe],
-        dp: list[Maybe],
-        second: bool,
-        need_x: list[bool],
-        need_p: list[bool],
-    ) -> tuple[list[Maybe], list[Maybe]]:
-        return [dgy if need_x[0] else None, dgy if need_x[1] else None], []
+    def adjoint_tangent(self, a: Along) -> tuple[list[Maybe], list[Maybe]]:
+        return [a.dgy if need else None for need in a.need_x], []

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from hessviz.ops.base import Maybe, Node
+from hessviz.ops.base import Along, Maybe, Node
 
 
 class Tokens(Node):
@@ -45,13 +45,5 @@ class Tokens(Node):
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         return [self._scatter(gy)], []
 
-    def adjoint_tangent(
-        self,
-        dgy: Maybe,
-        dx: list[Maybe],
-        dp: list[Maybe],
-        second: bool,
-        need_x: list[bool],
-        need_p: list[bool],
-    ) -> tuple[list[Maybe], list[Maybe]]:
-        return [None if dgy is None or not need_x[0] else self._scatter(dgy)], []
+    def adjoint_tangent(self, a: Along) -> tuple[list[Maybe], list[Maybe]]:
+        return [None if a.dgy is None or not a.need_x[0] else self._scatter(a.dgy)], []

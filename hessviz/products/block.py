@@ -22,10 +22,11 @@ import torch
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig
-from hessviz.block.placements import PLACEMENTS, where
+from hessviz.block.placements import PLACEMENTS, Step, where
+from hessviz.block.weights import GLOBAL_NAME
 from hessviz.losses import CustomLoss, Loss, block_loss
 from hessviz.ops import activations, rotary
-from hessviz.ops.attention import AttentionCore
+from hessviz.ops.attention_core import chain
 from hessviz.ops.base import Node
 from hessviz.ops.gated import GatedUnit
 from hessviz.ops.layernorm import LayerNorm
@@ -40,7 +41,8 @@ class _Builder:
     """Appends nodes and evaluates them, so the recipe below reads like a forward pass.
 
     ``prefix`` (``"l1."`` in a stack) is put in front of every value and parameter name the
-    recipe writes, so each layer has its own values and reads its own weights."""
+    recipe writes, so each layer has its own values and reads its own weights; ``cfg``, ``recipe``
+    and ``tokens`` are those of the block being appended (:func:`_block`)."""
 
     def __init__(
         self, params: dict[str, Tensor], X: Tensor, fused: dict[tuple[str, ...], Tensor] | None = None
@@ -49,6 +51,12 @@ class _Builder:
         self.prefix = ""
         self.fused = {} if fused is None else fused
         """weight names -> their concatenation ``[W_Q W_K W_V]`` (shared between builds)."""
+        self.cfg: BlockConfig
+        self.recipe: tuple[Step, ...] = ()
+        self.wanted: Tensor | None = None
+        """the tokens of the output that are wanted (``None``: all)"""
+        self.tokens: Tensor | None = None
+        """the tokens the next step reads: ``wanted`` once the attention is on the tape, else all"""
 
     def p(self, name: str) -> tuple[str, Tensor] | None:
         name = self.prefix + name
@@ -59,46 +67,120 @@ class _Builder:
         self.values[node.output] = node.y
         return node.output
 
-    def linear(self, out: str, x: str, weights: list[str], biases: list[str]) -> str:
+    def linear_node(self, out: str, x: str, xv: Tensor, weights: list[str], biases: list[str]) -> Linear:
+        """``x W + b`` named ``out`` (prefixed already), the weights by their unprefixed names."""
         named = [self.p(w) for w in weights]
         key = tuple(n for n, _ in named)
         if len(named) > 1 and key not in self.fused:
             self.fused[key] = torch.cat([w for _, w in named], dim=1)
-        return self.add(
-            Linear(
-                self.prefix + out, x, self.values[x], named, [self.p(b) for b in biases], self.fused.get(key)
-            )
-        )
+        return Linear(out, x, xv, named, [self.p(b) for b in biases], self.fused.get(key))
 
-    def layernorm(self, out: str, x: str, which: str, eps: float, where: str, centre: bool = True) -> str:
-        return self.add(
-            LayerNorm(
-                self.prefix + out,
-                x,
-                self.values[x],
-                eps,
-                self.p(f"{which}_gamma"),
-                self.p(f"{which}_beta"),
-                where=self.prefix + where,
-                centre=centre,
-            )
-        )
+    def linear(self, out: str, x: str, weights: list[str], biases: list[str]) -> str:
+        return self.add(self.linear_node(self.prefix + out, x, self.values[x], weights, biases))
 
-    def residual(self, out: str, a: str, b: str) -> str:
-        return self.add(Residual(self.prefix + out, a, b, self.values[a], self.values[b]))
+
+StepRule = Callable[[_Builder, Step, list[str]], str]
+"""How a step of the recipe goes onto the tape: ``(builder, step, its inputs' tape values) ->`` the
+tape value of its output."""
+
+
+def _attention(b: _Builder, step: Step, x: list[str]) -> str:
+    """``SA(x)``: the nodes of :func:`~hessviz.ops.attention_core.chain`, the weights by the block's
+    names. With ``b.wanted`` the core's output is cut to those tokens (a :class:`Tokens` node) before
+    the output projection, the step's output has those tokens alone, and so do the values every
+    later step reads."""
+    cfg, pre, out = b.cfg, b.prefix, step.out
+    X = b.values[x[0]]
+
+    def linear(name: str, inp: str, xv: Tensor, weights: list[str], biases: list[str]) -> Node:
+        to_global = lambda locals_: [GLOBAL_NAME["attention", k] for k in locals_]  # noqa: E731
+        return b.linear_node(name, inp, xv, to_global(weights), to_global(biases))
+
+    def qk_norm(name: str, qkv: Node) -> Node:
+        gammas = (b.p("q_norm_gamma"), b.p("k_norm_gamma"))
+        shape = (cfg.n_heads, cfg.kv_heads, cfg.d_k, cfg.value_width, cfg.ln_eps)
+        return QKNorm(name, qkv.output, qkv.y, *shape, gammas, where=pre + "attention")
+
+    def cut(core: Node) -> Node:
+        return Tokens(pre + ("O[tokens]" if cfg.out_proj else out), core.output, core.y, b.wanted)
+
+    core = "O" if cfg.out_proj else out + "[all]" * (b.wanted is not None)
+    nodes = chain(
+        x[0],
+        X,
+        linear,
+        cfg.n_heads,
+        cfg.kv_heads,
+        cfg.d_k,
+        cfg.value_width,
+        cfg.causal,
+        rotary.for_config(X.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, X),
+        qk_norm if cfg.qk_norm else None,
+        cfg.out_proj,
+        (pre + "QKV", pre + "QKVn", pre + core, pre + out),
+        None if b.wanted is None else cut,
+        scale=cfg.score_scale,
+        window=cfg.window,
+        softcap=cfg.softcap,
+    )
+    for node in nodes:
+        b.add(node)
+    b.tokens = b.wanted  # every later step reads the wanted tokens alone
+    return nodes[-1].output
+
+
+def _ffn(b: _Builder, step: Step, x: list[str]) -> str:
+    """``FFN(x)``: ``Linear``, the activation, ``Linear``; gated: the fused projection ``[W_G W_1]``,
+    :class:`GatedUnit`, ``Linear``."""
+    act = activations.get(b.cfg.activation)
+    if b.cfg.mlp == "gated":
+        uh = b.linear("U", x[0], ["W_G", "W_1"], ["b_G", "b_1"])
+        a = b.add(GatedUnit(b.prefix + "act", uh, b.values[uh], act))
+    else:
+        h = b.linear("U", x[0], ["W_1"], ["b_1"])
+        a = b.add(act(b.prefix + "act", h, b.values[h]))
+    return b.linear(step.out, a, ["W_2"], ["b_2"])
+
+
+def _norm(b: _Builder, step: Step, x: list[str]) -> str:
+    """``ln(x)``: a LayerNorm, or an RMSNorm (``cfg.norm_type``), with the weights ``{which}_gamma``,
+    ``{which}_beta`` when the block has them."""
+    return b.add(
+        LayerNorm(
+            b.prefix + step.out,
+            x[0],
+            b.values[x[0]],
+            b.cfg.ln_eps,
+            b.p(f"{step.which}_gamma"),
+            b.p(f"{step.which}_beta"),
+            where=b.prefix + where(b.recipe, step),
+            centre=b.cfg.norm_type == "layernorm",
+        )
+    )
+
+
+def _add(b: _Builder, step: Step, x: list[str]) -> str:
+    """``a + b``: a :class:`Residual` node."""
+    return b.add(Residual(b.prefix + step.out, x[0], x[1], b.values[x[0]], b.values[x[1]]))
+
+
+STEP_RULES: dict[str, StepRule] = {"attention": _attention, "ffn": _ffn, "norm": _norm, "add": _add}
+"""A step's ``op`` -> how it goes onto the tape (:data:`hessviz.block.placements.PLACEMENTS` names the
+ops); the dense engine's table of the same ops is :data:`hessviz.dense.record.FOLD_RULES`."""
 
 
 def _block(
     b: _Builder, cfg: BlockConfig, X: str, tokens: Tensor | None = None
 ) -> tuple[str, tuple[StepNodes, ...]]:
     """Append one block's nodes on the input value ``X``, step by step of its recipe
-    (:data:`hessviz.block.placements.PLACEMENTS`): the name of its output, and the nodes of each step.
+    (:data:`hessviz.block.placements.PLACEMENTS`, each step by its rule in :data:`STEP_RULES`): the
+    name of its output, and the nodes of each step.
 
     ``tokens``: only these tokens of the output are wanted. Every step after the attention is
     token-wise, so from the attention core's output on each value a later step reads is cut to
     those tokens (a :class:`~hessviz.ops.tokens.Tokens` node, once per value) and the rest of the block
     runs on them alone; the output has ``len(tokens)`` tokens."""
-    recipe = PLACEMENTS[cfg.norm]
+    b.cfg, b.recipe, b.wanted, b.tokens = cfg, PLACEMENTS[cfg.norm], tokens, None
     names = {"X": X}  # recipe value -> tape value
     short: set[str] = set()  # tape values already cut to `tokens`
     cut: dict[str, str] = {}
@@ -112,81 +194,15 @@ def _block(
             cut[t] = b.add(Tokens(t + "[tokens]", t, b.values[t], tokens))
         return cut[t]
 
-    def self_attention(x: str, out: str) -> str:
-        qkv = b.linear("QKV", x, ["W_Q", "W_K", "W_V"], ["b_Q", "b_K", "b_V"])
-        if cfg.qk_norm:
-            qkv = b.add(
-                QKNorm(
-                    b.prefix + "QKVn",
-                    qkv,
-                    b.values[qkv],
-                    cfg.n_heads,
-                    cfg.kv_heads,
-                    cfg.d_k,
-                    cfg.value_width,
-                    cfg.ln_eps,
-                    (b.p("q_norm_gamma"), b.p("k_norm_gamma")),
-                    where=b.prefix + "attention",
-                )
-            )
-        xv = b.values[qkv]
-        rot = rotary.for_config(xv.shape[0], cfg.d_k, cfg.rotary_width, cfg.rope_theta, xv)
-        core = "O" if cfg.out_proj else out + "[all]" * (tokens is not None)
-        o = b.add(
-            AttentionCore(
-                b.prefix + core,
-                qkv,
-                xv,
-                cfg.n_heads,
-                cfg.d_k,
-                cfg.value_width,
-                cfg.causal,
-                cfg.kv_heads,
-                rot,
-                scale=cfg.score_scale,
-                window=cfg.window,
-                softcap=cfg.softcap,
-            )
-        )
-        if tokens is not None:
-            o = b.add(Tokens(b.prefix + ("O[tokens]" if cfg.out_proj else out), o, b.values[o], tokens))
-        return b.linear(out, o, ["W_O"], ["b_O"]) if cfg.out_proj else o
-
-    def ffn(z: str, out: str) -> str:
-        act = activations.get(cfg.activation)
-        if cfg.mlp == "gated":
-            uh = b.linear("U", z, ["W_G", "W_1"], ["b_G", "b_1"])
-            a = b.add(GatedUnit(b.prefix + "act", uh, b.values[uh], act))
-        else:
-            h = b.linear("U", z, ["W_1"], ["b_1"])
-            a = b.add(act(b.prefix + "act", h, b.values[h]))
-        return b.linear(out, a, ["W_2"], ["b_2"])
-
-    attended = False
     steps: list[StepNodes] = []
-    for step in recipe:
+    for step in b.recipe:
         first = len(b.nodes)
-        x = [read(i) if attended else names[i] for i in step.inputs]
-        if step.op == "attention":
-            names[step.out] = self_attention(x[0], step.out)
-            attended = True
-        elif step.op == "ffn":
-            names[step.out] = ffn(x[0], step.out)
-        elif step.op == "norm":
-            names[step.out] = b.layernorm(
-                step.out,
-                x[0],
-                step.which,
-                cfg.ln_eps,
-                where(recipe, step),
-                centre=cfg.norm_type == "layernorm",
-            )
-        else:
-            names[step.out] = b.residual(step.out, *x)
+        x = [read(i) if b.tokens is not None else names[i] for i in step.inputs]
+        names[step.out] = STEP_RULES[step.op](b, step, x)
         steps.append(StepNodes(step, tuple(x), names[step.out], tuple(b.nodes[first:])))
-        if attended and tokens is not None:
+        if b.tokens is not None:
             short.add(names[step.out])
-    return names[recipe[-1].out], tuple(steps)
+    return names[b.recipe[-1].out], tuple(steps)
 
 
 def _forward(

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from hessviz.block.terms import SWEEP_RULES
-from hessviz.ops.base import Maybe, Node, add
+from hessviz.ops.base import Along, Maybe, Node, add
 from hessviz.ops.linear import Linear
 from hessviz.products.tape import Tape, collect, needs, output_seed
 
@@ -119,12 +119,7 @@ def adjoint_tangents(
             dest = [into.get(p) if p not in out else None for p in node.params]
             stacked = node.stacked([n[i] for n in nodes], adjoints=True)
             (dgx,), dgp = stacked.adjoint_tangent(
-                _cat(dgys),
-                [_cat([dx[0] for dx in dxs])],
-                dp,
-                second,
-                need_x,
-                need_p,
+                Along(_cat(dgys), [_cat([dx[0] for dx in dxs])], dp, second, need_x, need_p),
                 dest=dest,
                 **({"alpha": alpha} if scaled else {}),
             )
@@ -133,7 +128,7 @@ def adjoint_tangents(
             dest = None
             dgxs, dgp = [], [None] * len(node.params)
             for n, dgy, dx in zip(nodes, dgys, dxs):
-                gx, gp = n[i].adjoint_tangent(dgy, dx, dp, second, need_x, need_p)
+                gx, gp = n[i].adjoint_tangent(Along(dgy, dx, dp, second, need_x, need_p))
                 dgxs.append(gx)
                 dgp = [add(a, b) for a, b in zip(dgp, gp)]
         for db, gx in zip(dbars, dgxs):

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from hessviz.block.placements import Step
 from hessviz.block.terms import SWEEP_RULES
-from hessviz.ops.base import Maybe, Node, add
+from hessviz.ops.base import Along, Maybe, Node, add
 
 
 @dataclass(frozen=True)
@@ -251,14 +251,13 @@ class Tape:
             needed = needs(node, dgy, dx, dp, second, upstream, wanted_set)
             if needed is None:
                 continue
-            need_x, need_p = needed
-            dest = None
+            along, dest = Along(dgy, dx, dp, second, *needed), None
             if node.writes_into:
                 dest = [into.get(p) if p not in out else None for p in node.params]
                 scale = {"alpha": alpha, "beta": float(accumulate)} if scaled else {}
-                dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, need_x, need_p, dest=dest, **scale)
+                dgx, dgp = node.adjoint_tangent(along, dest=dest, **scale)
             else:
-                dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, need_x, need_p)
+                dgx, dgp = node.adjoint_tangent(along)
             for name, g in zip(node.inputs, dgx):
                 dbars[name] = add(dbars.get(name), g)
             collect(out, written, node.params, dgp, dest, wanted_set, alpha)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from hessviz.dense.assembly import write_block
+from hessviz.ops.base import Along
 from hessviz.ops.contributions import Piece, Ref
 from tests.helpers import assert_close
 
@@ -127,7 +128,6 @@ def check_node(
     """Every rule of ``node`` against ``f(*inputs, *params)``, with ``k`` tangents along the inputs
     (``"x"`` in ``moving``) and the parameters (``"p"``); the others are ``None``."""
     args = list(inputs) + list(params)
-    n_in = len(inputs)
     y = f(*args)
     assert_close(node.y, y, rtol, f"{what} value")
     dx = [randn(rng, k, *x.shape) if "x" in moving else None for x in inputs]
@@ -145,7 +145,7 @@ def check_node(
     for second in (False, True):
         first = [vjp(f, args, dgy[j]) for j in range(k)]
         curv = [hvp(f, args, gy, _pick(tangents, j)) if second else [0] * len(args) for j in range(k)]
-        dgx, dgp = node.adjoint_tangent(dgy, dx, dp, second, [True] * n_in, [True] * len(params))
+        dgx, dgp = node.adjoint_tangent(Along(dgy, dx, dp, second))
         for i, (name, got) in enumerate(zip(node.inputs + node.params, list(dgx) + list(dgp))):
             ref = _stack([first[j][i] + curv[j][i] for j in range(k)])
             assert_close(got, ref, rtol, f"{what} adjoint tangent {name} (second={second})")

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from hessviz.ops import layernorm
-from hessviz.ops.attention import HEAD_AXES, AttentionCore, MultiHeadAttention
+from hessviz.ops.attention import HEAD_AXES, MultiHeadAttention
+from hessviz.ops.attention_core import AttentionCore
 from hessviz.ops.rotary import Rotary
 from tests.helpers import assert_close
 from tests.ops import rope

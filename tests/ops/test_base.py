@@ -38,7 +38,7 @@ def test_node_is_an_interface():
     for call in (
         lambda: node.tangent([], []),
         lambda: node.adjoint(torch.zeros(1)),
-        lambda: node.adjoint_tangent(None, [], [], True, [], []),
+        lambda: node.adjoint_tangent(base.Along(None, [])),
     ):
         with pytest.raises(NotImplementedError):
             call()

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from hessviz.ops.activations import ACTIVATIONS
+from hessviz.ops.base import Along
 from hessviz.ops.gated import GatedFeedForward, GatedUnit
 from tests.helpers import assert_close
 from tests.ops.autograd import check_node, check_stage, randn
@@ -74,7 +75,7 @@ def test_node_without_tangent_or_adjoint(rng):
     node = GatedUnit("a", "uh", randn(rng, 2, 4), ACTIVATIONS["silu"])
     node.adjoint(randn(rng, 2, 2))
     assert node.tangent([None], []) is None
-    assert node.adjoint_tangent(None, [None], [], True, [True], []) == ([None], [])
+    assert node.adjoint_tangent(Along(None, [None])) == ([None], [])
     dgy = randn(rng, 1, 2, 2)
-    (out,), _ = node.adjoint_tangent(dgy, [None], [], True, [True], [])
+    (out,), _ = node.adjoint_tangent(Along(dgy, [None]))
     assert out.shape == (1, 2, 4) and torch.all(out != 0)

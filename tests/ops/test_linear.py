@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from hessviz.ops.base import Along
 from hessviz.ops.linear import Linear
 from tests.helpers import assert_close
 from tests.ops.autograd import check_node, hvp, randn, vjp
@@ -48,8 +49,8 @@ def test_adjoint_tangent_writes_into_dest(rng, rtol):
     node.adjoint(gy)
     whole = torch.zeros(k, x.shape[1], 7)  # one wide buffer, a column block per weight
     dest = [whole[..., 0:2], whole[..., 2:4], whole[..., 4:7], None, None]
-    _, dgp = node.adjoint_tangent(dgy, dx, dp, True, [True], [True] * len(params))
-    _, into = node.adjoint_tangent(dgy, dx, dp, True, [True], [True] * len(params), dest=dest)
+    _, dgp = node.adjoint_tangent(Along(dgy, dx, dp))
+    _, into = node.adjoint_tangent(Along(dgy, dx, dp), dest=dest)
     args = [x, *params]
     for i in range(3):
         assert into[i].data_ptr() == dest[i].data_ptr()

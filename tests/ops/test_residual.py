@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hessviz.ops.base import TokenMap
+from hessviz.ops.base import Along, TokenMap
 from hessviz.ops.residual import Residual, residual
 from tests.helpers import assert_close
 from tests.ops.autograd import check_node, randn
@@ -33,4 +33,4 @@ def test_node_one_side_zero(rng, rtol):
     assert node.tangent([da, None], []) is da
     assert node.tangent([None, None], []) is None
     dgy = randn(rng, 2, 3, 2)
-    assert node.adjoint_tangent(dgy, [None, None], [], True, [True, False], [])[0] == [dgy, None]
+    assert node.adjoint_tangent(Along(dgy, [None, None], [], True, [True, False]))[0] == [dgy, None]

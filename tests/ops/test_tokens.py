@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from hessviz.ops.base import Along
 from hessviz.ops.tokens import Tokens
 from tests.ops.autograd import check_node, randn
 
@@ -16,5 +17,5 @@ def test_node(rng, rtol, tokens):
 def test_unneeded_adjoint_tangent_is_none(rng):
     x = randn(rng, 5, 3)
     node = Tokens("y", "x", x, torch.tensor([0]))
-    assert node.adjoint_tangent(randn(rng, 2, 1, 3), [None], [], True, [False], []) == ([None], [])
+    assert node.adjoint_tangent(Along(randn(rng, 2, 1, 3), [None], [], True, [False], [])) == ([None], [])
     assert node.tangent([None], []) is None
