@@ -1,5 +1,5 @@
 """Real models: layers of pretrained checkpoints (BERT, GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX,
-OPT families: :mod:`hessviz.pretrained.families`), and their inputs.
+OPT, Gemma 2 and Gemma 3 families: :mod:`hessviz.pretrained.families`), and their inputs.
 
 ``source`` is a local Hugging Face checkpoint folder (``config.json`` + ``model.safetensors``,
 ``tokenizer.json`` for texts) or the name of a bundled model: ``"all-MiniLM-L6-v2"`` (from
