@@ -323,6 +323,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _claim_choice(args: argparse.Namespace) -> dict:
+    """``reproduce``'s ``ids`` and ``figures`` from ``--only`` and ``--no-figures``."""
+    from hessviz.experiments.common import CLAIM_IDS
+
+    return {"ids": tuple(args.only or CLAIM_IDS), "figures": not args.no_figures}
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from hessviz.experiments import reproduce
 
@@ -333,7 +340,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         claims = smollm2.main(Path(args.out), quick=args.quick)
     elif args.scheduler is None:
         claims, printed = (
-            reproduce(Path(args.out), quick=args.quick, log=lambda s: print(s, flush=True)),
+            reproduce(
+                Path(args.out), quick=args.quick, log=lambda s: print(s, flush=True), **_claim_choice(args)
+            ),
             True,
         )
     else:
@@ -350,7 +359,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                 f"--scheduler {args.scheduler}: no Dask scheduler answers there ({e})"
             ) from None
         with client:
-            claims = reproduce(Path(args.out), quick=args.quick, executor=client.get_executor())
+            claims = reproduce(
+                Path(args.out), quick=args.quick, executor=client.get_executor(), **_claim_choice(args)
+            )
     for c in [] if printed else claims:
         print(f"{c['id']:<12} holds={c['holds']!s:<8} {c['claim']}")
     print(f"wrote {Path(args.out) / 'claims.json'} and {Path(args.out) / 'report.md'}")
@@ -477,6 +488,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         default="reproduce-out",
         help="the report's folder, written after every claim (default: reproduce-out, in the working dir)",
+    )
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="CLAIM",
+        help="run these claims only (ids as in claims.json, e.g. gini_protocol depth); default: every claim",
+    )
+    p.add_argument(
+        "--no-figures",
+        action="store_true",
+        help="write no HTML figures (claims.json, report.md and data/ only; the app draws the figures)",
     )
     p.add_argument(
         "--smollm2",

@@ -168,6 +168,19 @@ def test_reproduce_quick(tmp_path, claims_once):
         assert f"figures/{f.name}" in report
 
 
+def test_reproduce_runs_the_claims_it_is_given_and_can_leave_the_figures_out(tmp_path, claims_once):
+    """``--only`` runs the named claims in the order given; ``--no-figures`` writes ``claims.json``,
+    ``report.md`` and ``data/`` but no HTML (the package's stored claims: the app draws them); an
+    unknown id is refused, naming the claims there are."""
+    with claims_once():
+        entries = reproduce(tmp_path, quick=True, ids=("depth", "xnorm6"), figures=False)
+    assert [r["id"] for r in entries] == ["depth", "xnorm6"]
+    assert not (tmp_path / "figures").exists() and "Figure:" not in (tmp_path / "report.md").read_text()
+    assert list((tmp_path / "data").glob("*.npz"))
+    with pytest.raises(hv.ConfigError, match="no claim nope: the claims are xnorm6"):
+        reproduce(tmp_path, quick=True, ids=("nope",))
+
+
 def test_claims_on_an_executor_are_the_in_process_numbers(claims_once):
     """Two worker processes (spawned: a fresh interpreter each, no state shared with this one) give
     every measured number of the in-process run to the bit, in the order asked."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hessviz.errors import CheckpointError
+from hessviz.errors import CheckpointError, ConfigError
 from hessviz.experiments.common import CLAIM_IDS, Claim, ClaimResult
 from hessviz.runtime.tasks import run_tasks
 
@@ -174,15 +174,18 @@ def write_report(
     basis: str = "Every number comes from the closed-form Hessians and gradients of hessviz, float64, CPU.",
     pending: tuple[str, ...] = (),
     skipped: dict[str, str] | None = None,
+    figures: bool = True,
 ) -> list[dict]:
     """Write ``claims.json``, ``report.md``, ``figures/*.html`` and ``data/<id>.npz``.
 
     Called after every claim while a run goes on, so a failure keeps what was done: ``pending``
     names the claims still to come, ``skipped`` the ones left out and why (one line each). The
     figures load plotly.js from ``figures/plotly.min.js``, written once beside them: the report
-    reads offline."""
+    reads offline. ``figures=False`` writes none (the package's stored claims: the app draws them from
+    ``data/``)."""
     out_dir = pathlib.Path(out_dir)
-    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
+    if figures:
+        (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     (out_dir / "data").mkdir(parents=True, exist_ok=True)
     entries = [r.entry() for r in results]
     (out_dir / "claims.json").write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
@@ -220,7 +223,7 @@ def write_report(
         ]
         lines += [f"- `{k}`: {_fmt(v)}" for k, v in rec["measured"].items()]
         lines += ["", f"**Verdict.** {_holds_text(r.holds)}: {r.rule}.", "", f"**Note.** {r.note}", ""]
-        for name, fig in r.figures.items():
+        for name, fig in r.figures.items() if figures else ():
             path = out_dir / "figures" / f"{name}.html"
             fig.write_html(str(path), include_plotlyjs="directory", full_html=True)
             lines.append(f"- Figure: [{name}](figures/{name}.html)")
@@ -239,8 +242,11 @@ def reproduce(
     quick: bool = False,
     executor: cf.Executor | None = None,
     log: Callable[[str], None] | None = None,
+    ids: tuple[str, ...] = CLAIM_IDS,
+    figures: bool = True,
 ) -> list[dict]:
-    """Run every claim and write ``out_dir/claims.json`` and ``out_dir/report.md`` (with figures).
+    """Run the claims ``ids`` (default: every claim) and write ``out_dir/claims.json`` and
+    ``out_dir/report.md`` (with figures, unless ``figures=False``).
 
     ``quick=True`` uses fewer seeds, points and steps (minutes); the full run takes longer on two
     CPU cores. Run here, the report is written again after every claim, so a failure or an
@@ -250,12 +256,15 @@ def reproduce(
     ``claims.json``.
     """
     out_dir, t = pathlib.Path(out_dir), time.perf_counter()
+    unknown = sorted(set(ids) - set(CLAIM_IDS))
+    if unknown:
+        raise ConfigError(f"no claim {', '.join(unknown)}: the claims are {', '.join(CLAIM_IDS)}")
     if executor is not None:
-        results = run_claims(quick, executor=executor)
-        return write_report(results, out_dir, quick, time.perf_counter() - t)
+        results = run_claims(quick, ids, executor=executor)
+        return write_report(results, out_dir, quick, time.perf_counter() - t, figures=figures)
     results, skipped = [], {}
-    entries = write_report(results, out_dir, quick, 0.0, pending=CLAIM_IDS)
-    for i, cid in enumerate(CLAIM_IDS):
+    entries = write_report(results, out_dir, quick, 0.0, pending=ids, figures=figures)
+    for i, cid in enumerate(ids):
         try:
             result = run_claim(cid, quick)
         except CheckpointError as e:  # a bundled model that is not installed here
@@ -266,8 +275,14 @@ def reproduce(
         results.append(result)
         if log:
             log(f"{cid:<20} holds={result.holds!s:<8} {result.seconds:6.1f} s  {result.claim}")
-        pending = CLAIM_IDS[i + 1 :]
+        pending = ids[i + 1 :]
         entries = write_report(
-            results, out_dir, quick, time.perf_counter() - t, pending=pending, skipped=skipped
+            results,
+            out_dir,
+            quick,
+            time.perf_counter() - t,
+            pending=pending,
+            skipped=skipped,
+            figures=figures,
         )
     return entries
