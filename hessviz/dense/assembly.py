@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import cached_property
+from typing import final
 
 import torch
 from torch import Tensor
@@ -41,6 +41,7 @@ from hessviz.block.config import BlockConfig
 from hessviz.block.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.block.weights import Unit, units, units_of
 from hessviz.dense.chain import TokenCurvature
+from hessviz.dense.engine import DenseEngine, memo
 from hessviz.dense.record import BlockRecord
 from hessviz.losses import Loss
 from hessviz.ops.contributions import Piece, Ref, Sandwich
@@ -231,27 +232,40 @@ def _theta_order(cfg: BlockConfig):
     return position.__getitem__
 
 
-class DenseHessian:
-    """The closed-form engine of one block under a token-wise loss: every term and block assembled
-    from the Kronecker-factored pieces of the forward record ``rec`` of ``X``.
+@final
+class DenseHessian(DenseEngine):
+    """The closed-form engine of one block under a token-wise loss: the term :attr:`term` in
+    ``names`` (and its blocks alone) assembled from the Kronecker-factored pieces of the forward
+    record ``rec`` of ``X``.
 
     The curvature pulled back to ``SA`` (:func:`backward`, ``O(L d³)``) is formed when a term or
-    block is first asked for, and shared by all of them."""
+    block is first asked for, and shared by the three terms (:func:`~hessviz.dense.engine.memo`)."""
 
     order = PARTS_FIRST
     """outer and functional are assembled, full is their sum."""
+    label = "closed_form"
 
-    def __init__(self, cfg: BlockConfig, rec: BlockRecord, loss: Loss, X: Tensor):
-        self.cfg, self.record, self.loss, self.X = cfg, rec, loss, X
+    def __init__(
+        self,
+        cfg: BlockConfig,
+        names: tuple[str, ...],
+        rec: BlockRecord,
+        loss: Loss,
+        X: Tensor,
+        needed: int,
+        term: str = "full",
+    ):
+        super().__init__(cfg, names, X, needed, term)
+        self.record, self.loss, self.X = rec, loss, X
 
-    @cached_property
+    @memo
     def curvature(self) -> Curvature:
         return backward(self.record, self.loss)
 
-    def term(self, names: tuple[str, ...], term: str) -> Tensor:
-        """The ``(P', P')`` term for ``names`` (checked, θ order): :func:`assemble`."""
-        return assemble(self.cfg, names, self.curvature, term, self.X)
+    def _form(self) -> Tensor:
+        """:func:`assemble`."""
+        return assemble(self.cfg, self.names, self.curvature(), self.term, self.X)
 
-    def block(self, a: str, b: str, term: str) -> Tensor:
-        """The ``(|a|, |b|)`` block of two names or head slices alone: :func:`assemble_block`."""
-        return assemble_block(self.cfg, a, b, self.curvature, term, self.X)
+    def _alone(self, a: str, b: str) -> Tensor:
+        """:func:`assemble_block`."""
+        return assemble_block(self.cfg, a, b, self.curvature(), self.term, self.X)

@@ -108,6 +108,25 @@ def _names(x: str | Sequence[str]) -> Names:
     return (x,) if isinstance(x, str) else tuple(x)
 
 
+def swept(op: HessianOperator) -> Tensor:
+    """``op``'s ``(m, n)`` matrix from ``n`` products in sweeps of :data:`DENSE_COLUMNS` columns, under
+    the memory guard (``hessviz.set_memory_limit``): the ``dense`` of every operator that has no
+    matrix formed (a products engine, a sum, a scaling)."""
+    m, n = op.shape
+    size = op.like.element_size()
+    host_memory.check_fits(
+        f"a dense operator ({m} x {n})",
+        (m * n + DENSE_COLUMNS * (m + n)) * size,
+        op.device,
+        "take blocks with op.block(a, b), or products with op @ v",
+    )
+    out = pages.empty((n, m), op.like)
+    eye = torch.eye(n, dtype=op.dtype, device=op.device)
+    for first in range(0, n, DENSE_COLUMNS):
+        op.apply(eye[first : first + DENSE_COLUMNS], out=out[first : first + DENSE_COLUMNS])
+    return out.T
+
+
 class Tally(Protocol):
     """What counts product columns (a point's :class:`Products`: what Lanczos and Hutchinson count)."""
 
@@ -247,22 +266,10 @@ class HessianOperator(ABC):
             ) from e
         return _curvlinops_view(PyTorchLinearOperator, self)
 
+    @abstractmethod
     def dense(self) -> Tensor:
-        """The ``(m, n)`` matrix, from ``n`` products in sweeps of columns, under the memory guard
-        (``hessviz.set_memory_limit``)."""
-        m, n = self.shape
-        size = self.like.element_size()
-        host_memory.check_fits(
-            f"a dense operator ({m} x {n})",
-            (m * n + DENSE_COLUMNS * (m + n)) * size,
-            self.device,
-            "take blocks with op.block(a, b), or products with op @ v",
-        )
-        out = pages.empty((n, m), self.like)
-        eye = torch.eye(n, dtype=self.dtype, device=self.device)
-        for first in range(0, n, DENSE_COLUMNS):
-            self.apply(eye[first : first + DENSE_COLUMNS], out=out[first : first + DENSE_COLUMNS])
-        return out.T
+        """The ``(m, n)`` matrix, under the memory guard (``hessviz.set_memory_limit``): a products
+        engine's from ``n`` products (:func:`swept`), a dense engine's the term it forms once."""
 
     def __repr__(self) -> str:
         return (
@@ -341,6 +348,10 @@ class ProductsOperator(HessianOperator):
         return type(self)(self.products, self.term, rows, cols, self.resolve, self.spell, self.source)
 
     @final
+    def dense(self) -> Tensor:
+        return swept(self)
+
+    @final
     def _transpose(self) -> HessianOperator:
         if self.rows == self.cols:
             return self
@@ -370,6 +381,10 @@ class DenseOperator(HessianOperator):
 
     def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
         return torch.matmul(V, self.matrix.T, out=out)
+
+    def dense(self) -> Tensor:
+        """The matrix itself (no product is taken)."""
+        return self.matrix
 
     def block_names(self, by_head: bool = True) -> Names:
         return self.rows
@@ -436,6 +451,9 @@ class SumOperator(HessianOperator):
     def _block(self, rows: Names, cols: Names) -> HessianOperator:
         return SumOperator([p.block(rows, cols) for p in self.parts])
 
+    def dense(self) -> Tensor:
+        return swept(self)
+
     def block_names(self, by_head: bool = True) -> Names:
         return self.parts[0].block_names(by_head)
 
@@ -456,6 +474,9 @@ class ScaledOperator(HessianOperator):
 
     def _block(self, rows: Names, cols: Names) -> HessianOperator:
         return ScaledOperator(self.op.block(rows, cols), self.c)
+
+    def dense(self) -> Tensor:
+        return swept(self)
 
     def block_names(self, by_head: bool = True) -> Names:
         return self.op.block_names(by_head)
