@@ -177,7 +177,7 @@ def flatten(cfg: BlockConfig, params: dict[str, Tensor], names: tuple[str, ...])
 
 
 def loss_of_theta(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss, names: tuple[str, ...]
 ) -> Callable[[Tensor], Tensor]:
     """``θ' ↦ ℓ``: the loss as a function of the flattened weights ``names`` (others fixed)."""
     _materialize(Y)
@@ -201,7 +201,7 @@ def model_jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, names
 
 
 def full_hessian(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss, names: tuple[str, ...]
 ) -> Tensor:
     """``∇²_θ ℓ`` by ``torch.func.hessian`` (forward-over-reverse)."""
     return torch.func.hessian(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))
@@ -217,7 +217,7 @@ def full_hessian_rr(
 
 
 def outer_hessian(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss, names: tuple[str, ...]
 ) -> Tensor:
     """``Jᵀ (∇²_Z ℓ) J`` with both factors from autograd."""
     _materialize(Y)

@@ -113,7 +113,7 @@ def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piec
         out += [Sandwich(a, b, J_sa[a], N_sa, J_sa[b]) for i, a in enumerate(att) for b in att[i:]]
         if cf:
             out += rec.attention.functional(cur.at_SA.g, tuple(att))
-    if stg:
+    if stg and T is not None:  # stg is empty without T
         J_t = T.jacobians
         if co:
             N_z = cur.at_Z.select(co, 0.0)
@@ -139,7 +139,7 @@ def _branch_contributions(
     disjoint weights of the constant ``X``, so no second derivative of the model couples them."""
     B = cur.record.branch
     brn = [r for r in refs if B is not None and r in B.jacobians]
-    if not brn:
+    if not brn or B is None:  # brn is empty without B
         return []
     J_b, T = B.jacobians, cur.record.stage
     out: list[Piece] = []
@@ -149,7 +149,8 @@ def _branch_contributions(
         if J_sa:
             across = N_z if T is None else T.map.jac.transpose(-1, -2) @ N_z  # J_Tᵀ N_Z
             out += [Sandwich(a, b, J_sa[a], across, J_b[b]) for a in J_sa for b in brn]
-        out += [Sandwich(a, b, T.jacobians[a], N_z, J_b[b]) for a in stg for b in brn]
+        if T is not None:  # stg is empty without T
+            out += [Sandwich(a, b, T.jacobians[a], N_z, J_b[b]) for a in stg for b in brn]
     if cf:
         out += B.functional(cur.at_Z.g)
     return out
@@ -161,7 +162,7 @@ def write_block(
     """Write the sum of ``pieces`` into the 4-d ``block`` (and its transpose into ``mirror``):
     the dense sandwiches summed slice by slice and written once, then the sparse pieces
     added; no piece (a zero block, e.g. two different heads' softmax terms) writes zeros."""
-    dense = [(c.Ja, c.N, c.Jb) for c in pieces if c.dense]
+    dense = [(c.Ja, c.N, c.Jb) for c in pieces if isinstance(c, Sandwich)]  # the dense pieces
     if dense:
         sandwich_into(block, dense, mirror, cache)
     else:
@@ -169,7 +170,7 @@ def write_block(
             if target is not None:
                 target.zero_()
     for piece in pieces:
-        if not piece.dense:
+        if not isinstance(piece, Sandwich):
             piece.add_to(block, mirror)
 
 

@@ -211,6 +211,7 @@ class StackHessian(DenseEngine):
     def A(self, b: int) -> Tensor:
         """``A_b = ∂X_b/∂X_{b−1}``, ``(L·d, L·d)``."""
         out = self.input_tangents(b)[self.tape.layers[b].output]
+        assert out is not None  # X_b reaches X_b through its residual or its attention
         return out.reshape(self.Ld, self.Ld).T
 
     # ------------------------------------------------------------------ the backward pass over blocks
