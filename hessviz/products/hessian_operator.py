@@ -4,10 +4,11 @@ A :class:`HessianOperator` is the linear map ``θ'_cols → θ'_rows`` of one te
 (``H``, or a block ``H[a, b]`` of it), with ``shape == (|rows|, |cols|)``. An *engine* is one
 subclass with one method, :meth:`HessianOperator._matmat`: ``V (k, n) ↦ (k, m)``, the products of
 ``k`` vectors given as the **rows** of ``V`` (each row unit-stride: the layout every sweep works in,
-so a Lanczos basis row can be a product's own buffer). Everything else is written once, here:
+so a Lanczos basis row can be a product's own buffer), and :meth:`HessianOperator.dense`, the
+matrix (:func:`swept` from products, or the formed term). Everything else is written once, here:
 ``op @ v`` for ``v (n,)`` or ``(n, k)``, :meth:`~HessianOperator.block`, ``op + op2``, ``c * op``,
-``op.T``, :meth:`~HessianOperator.to_scipy`, :meth:`~HessianOperator.to_curvlinops`,
-:meth:`~HessianOperator.dense`; and :mod:`hessviz.matfree`'s spectral tools take any operator.
+``op.T``, :meth:`~HessianOperator.to_scipy`, :meth:`~HessianOperator.to_curvlinops`; and
+:mod:`hessviz.matfree`'s spectral tools take any operator.
 
 Every class is abstract or final (as equinox has it): no class overrides a concrete method of
 its parent. :class:`HessianOperator` is abstract; :class:`ProductsOperator` is the abstract engine
@@ -20,7 +21,9 @@ writes its ``_matmat`` and nothing else); the rest are final:
   kept graph; ``hv.hessian(..., method="autograd")``);
 * :class:`~hessviz.whole.hessian.BatchOperator`: a whole model's ``(1/B) Σ_β H_β V``
   (``hv.model_hessian``);
-* :class:`DenseOperator`: a ``(m, n)`` matrix already formed (a dense term), ``V ↦ V Mᵀ``;
+* :class:`DenseOperator`: a ``(m, n)`` matrix already formed (a block of a dense term), ``V ↦ V Mᵀ``;
+* the dense engines, :class:`~hessviz.dense.engine.DenseEngine`'s final subclasses: one formed term of a
+  result, ``dense()`` the term (formed once), ``block`` computed alone where it can;
 * :class:`SumOperator` and :class:`ScaledOperator`: ``Σ_i op_i`` and ``c · op``.
 
 A block of a products engine is the same sweep with the tangent on ``b`` and the product read on
