@@ -11,7 +11,7 @@ Examples::
     hessviz verify --norm post --activation gelu --loss ce   # closed form vs autograd table
     hessviz spectrum --norm post -L 32 -d 384 --heads 12 --d-k 32 --d-ff 1536 --out-proj \\
         --bias --ln-affine --activation gelu --top 5 --density   # spectrum.json + .html
-    hessviz bench --out benchmarks               # RESULTS.md, MATFREE.md, PRETRAINED.md, BUDGET.md there
+    hessviz bench --out benchmarks               # RESULTS.md, MATFREE.md, PRETRAINED.md, BUDGET.md, LLM.md
     hessviz reproduce --quick --out reproduce-out            # the papers' claims, measured
     hessviz lesson "http://localhost:8501/spectrum?norm=post" --out spectrum.html   # reads offline
     hessviz app                                              # the app (needs hessviz[app])
@@ -109,7 +109,7 @@ def _setup(args: argparse.Namespace, price: Price) -> Setup:
     return Setup(cfg, params, X, Y, None, wrt, cfg.describe(args.input_norm), {"input_norm": args.input_norm})
 
 
-BENCH_SUITES = ("dense", "matfree", "pretrained", "budget")
+BENCH_SUITES = ("dense", "matfree", "pretrained", "budget", "llm")
 
 
 def summarize(res: hv.HessianResult, terms: tuple[str, ...]) -> dict:
@@ -313,6 +313,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         text = budget_bench.main(repeats=args.repeats)
         (out / "BUDGET.md").write_text(f"# The app budget's estimates against measured CPU\n\n{text}\n")
         print(f"wrote {out / 'BUDGET.md'}")
+    if "llm" in args.suite:
+        from hessviz.bench import llm
+
+        text = llm.main(tuple(args.llm_lengths), quick=args.quick, threads=args.threads)
+        (out / "LLM.md").write_text(f"# A real LLM's products against autograd's\n\n{text}")
+        print(text, end="")
+        print(f"wrote {out / 'LLM.md'}")
     return 0
 
 
@@ -435,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "bench",
         help="closed form vs the strongest autograd, side by side; writes "
-        "benchmarks/RESULTS.md, MATFREE.md and PRETRAINED.md",
+        "benchmarks/RESULTS.md, MATFREE.md, PRETRAINED.md, BUDGET.md and LLM.md",
     )
     p.add_argument("--out", default=".", help="folder of the result files (default: the working directory)")
     p.add_argument(
@@ -446,9 +453,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="dense Hessians (RESULTS.md, ~8 min), matrix-free products and spectra "
         "(MATFREE.md, ~20 min), pretrained layers: loading, hidden states, a head slice's "
         "dense Hessian, top-5 of a whole layer (PRETRAINED.md, ~5 min), the app budget's "
-        "estimates against measured CPU (BUDGET.md, ~30 s); default all",
+        "estimates against measured CPU (BUDGET.md, ~30 s), a real LLM's products, columns, traces and "
+        "per-tensor table against kept-graph autograd (LLM.md, SmolLM2-135M); default all",
     )
     p.add_argument("--seq-lens", type=int, nargs="+", default=[16, 32, 64])
+    p.add_argument(
+        "--llm-lengths",
+        type=int,
+        nargs="+",
+        default=[16, 64, 256],
+        help="token counts of the llm suite's whole-model products (SmolLM2-135M; default 16 64 256)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="llm suite: the first length, one round, few columns (a check)"
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed warm runs per case (median)")
     p.add_argument("--threads", type=int, default=2)
     p.set_defaults(func=cmd_bench)

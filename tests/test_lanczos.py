@@ -378,16 +378,34 @@ def test_cuda_products_replay_as_graphs_bit_identically(monkeypatch):
     assert np.array_equal(dens.all_nodes, dens0.all_nodes)
 
 
-@pytest.mark.parametrize("layout", ["C", "F"])
+def in_layout(V: torch.Tensor, layout: str) -> torch.Tensor:
+    """``V (n, k)`` with the same values in ``layout``: C- or F-contiguous, the transpose of rows of a
+    ``(k + 2, n)`` tensor, every other column of a ``(n, 2k)`` tensor, or float32 (cast on the way in)."""
+    if layout == "C":
+        return V.contiguous()
+    if layout == "F":
+        return V.T.contiguous().T
+    if layout == "transpose":  # rows 1..k of a (k + 2, n) tensor, transposed
+        W = torch.zeros(V.shape[1] + 2, V.shape[0], dtype=V.dtype)
+        W[1:-1] = V.T
+        return W[1:-1].T
+    if layout == "slice":
+        W = torch.zeros(V.shape[0], 2 * V.shape[1], dtype=V.dtype)
+        W[:, ::2] = V
+        return W[:, ::2]
+    return V.float()
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "transpose", "slice", "float32"])
 def test_batched_products_equal_looped(case, layout):
-    """``res.matvec(V)``, ``V (P, k)`` C- or F-contiguous, equals ``k`` single products to 1e-15
-    (each column runs the same GEMMs as alone), for whole weights and for head slices (whose
-    products are gathered by copy, not written in place)."""
+    """``res.matvec(V)``, ``V (P, k)`` in any layout (C- or F-contiguous, a transpose, a column
+    slice; float32 cast), equals ``k`` single products to 1e-15 (each column runs the same GEMMs as
+    alone), for whole weights and for head slices (whose products are gathered by copy, not written
+    in place). The columns are taken by one tiled copy (``hessviz.products.columns``), exact."""
     res, _ = case
     V = torch.randn(res.size, 7, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    if layout == "F":
-        V = V.T.contiguous().T
-    assert V.is_contiguous() == (layout == "C")
+    V = in_layout(V, layout)
+    assert V.is_contiguous() == (layout in ("C", "float32"))
     for term in ("full", "outer", "functional"):
         batched = res.matvec(V, term)
         looped = torch.stack([res.matvec(V[:, i].contiguous(), term) for i in range(7)], 1)
@@ -395,13 +413,30 @@ def test_batched_products_equal_looped(case, layout):
         torch.testing.assert_close(batched, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
     rows, cols = ["W_Q[1]", "W_1", "b_O"], ["W_K[0]", "W_2", "ln1_gamma"]
     n = res.products.layout(cols).size
-    W = torch.randn(n, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-    W = W if layout == "C" else W.T.contiguous().T
+    W = in_layout(torch.randn(n, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64), layout)
     batched = res.matvec(W, "full", rows=rows, cols=cols)
     looped = torch.stack(
         [res.matvec(W[:, i].contiguous(), "full", rows=rows, cols=cols) for i in range(5)], 1
     )
     torch.testing.assert_close(batched, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
+
+
+def test_columns_are_taken_without_a_copy_or_by_one_exact_tiled_copy(monkeypatch):
+    """``unit_rows``: unit-stride rows are handed back as they are (no copy); a transposed or sliced
+    block is copied in tiles (several here: the tile is shrunk) bit for bit, into ``out`` when given."""
+    from hessviz.products import columns
+    from hessviz.products.hessian_operator import as_columns
+
+    monkeypatch.setattr(columns, "TILE_BYTES", 64 * 8 * 3)  # 1 024-column tiles: 5 of them below
+    V = torch.randn(4100, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    F = V.T.contiguous()
+    same, _ = as_columns(F.T, 4100, V)
+    assert same.data_ptr() == F.data_ptr()  # a (k, n) tensor's transpose: a view
+    for block in (V, torch.cat([V, V], 1)[:, ::2]):
+        got, _ = as_columns(block, 4100, V)
+        assert got.stride(1) == 1 and torch.equal(got, block.T)
+    out = torch.empty(3, 4100, dtype=torch.float64)
+    assert columns.unit_rows(V.T, out) is out and torch.equal(out, V.T)
 
 
 def test_whole_weight_products_are_written_in_place(case):

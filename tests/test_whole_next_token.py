@@ -39,7 +39,12 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm", "none"])
 @pytest.mark.parametrize("chunk", [1, 3, 4, 10, 64])
-def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk):
+@pytest.mark.parametrize("keep", [True, False])
+def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk, keep, monkeypatch):
+    """``keep``: the softmax kept from the point for the products (small ``L' V``), or recomputed
+    with the logits in each product (``KEEP_PROBABILITIES = 0``): the same numbers either way."""
+    if not keep:
+        monkeypatch.setattr(nt, "KEEP_PROBABILITIES", 0)
     Z, ids, dZ = inputs()
     ref = nt.NextToken(Z, ids, head(kind))
     blocks = ref.token_curvature()
@@ -50,6 +55,7 @@ def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk):
     assert rel(got.product(dZ), want) <= 1e-13
     assert got.product(dZ)[:, -1].abs().max() == 0  # the last position has no target
     assert rel(got.token_curvature(), blocks) <= 1e-13  # the token-wise form of small widths
+    assert (got.kept is not None) == keep
 
 
 def test_float32_is_exact_to_its_floor():

@@ -98,6 +98,12 @@ small's vocabulary (``python benchmarks/next_token_memory.py``, L = 1024, float3
 product of 8 columns took 8.8 s in chunks of 256 and 9.4 s in one chunk of 1024, with 1,036 against
 3,605 MiB of heap; chunks of 64 were as fast at 8 columns and slower at 1."""
 
+KEEP_PROBABILITIES = 64 << 20
+"""Bytes of the softmax ``p (L', V)`` kept from the point for the products when it fits (SmolLM2's
+``V = 49,152`` in float64: up to 170 positions). A product then computes ``E ḣ`` alone instead of
+recomputing the logits ``h Eᵀ`` in the same GEMM, whose rows it doubled at one column (issue 47: the
+head was a third of a 16-token product's GEMM work against double backward's two GEMMs)."""
+
 PRODUCT_COLUMNS = 8
 """Columns of one product call that a chunk is sized for: :data:`hessviz.products.operator.BATCH`
 (kept equal by ``tests/test_losses.py``; imported from there it would close an import circle)."""
@@ -209,12 +215,16 @@ class NextToken(ModelObjective):
             self.h = self.norm.y
         value = Z.new_zeros(())
         gh = torch.empty_like(self.h)  # h̄ = w Eᵀ(p − e_y)
+        keep = self.h.shape[0] * E.shape[0] * Z.element_size() <= KEEP_PROBABILITIES
+        self.kept: list[Tensor] | None = [] if keep else None
         for c in self._chunks():
             s = self.h[c] @ self.E.T  # (c, V)
             lse = torch.logsumexp(s, -1)
             y = self.targets[c]
             value += (lse - s.gather(1, y[:, None]).squeeze(1)).sum()
             p = torch.exp(s.sub_(lse[:, None]))
+            if keep:
+                self.kept.append(p)
             torch.matmul(p, self.E, out=gh[c])
             gh[c] -= self.E[y]
         gh *= self.weight
@@ -260,11 +270,15 @@ class NextToken(ModelObjective):
         nparams = 0 if self.norm is None else len(self.norm.params)
         dh = dz if self.norm is None else self.norm.tangent([dz], [None] * nparams)
         dgh = torch.empty_like(dh)
-        for c in self._chunks():  # the logits h Eᵀ (recomputed: O(chunk · V) memory) and E ḣ, one GEMM
-            rows = torch.cat([self.h[c][None], dh[:, c]])  # (1 + k, c, d)
-            s = (rows.reshape(-1, self.d) @ self.E.T).view(1 + k, rows.shape[1], -1)
-            p = torch.softmax(s[0], -1)  # (c, V)
-            u = s[1:]  # (k, c, V): E ḣ
+        for i, c in enumerate(self._chunks()):
+            if self.kept is not None:  # p kept from the point: E ḣ alone, one GEMM
+                p = self.kept[i]
+                u = (dh[:, c].reshape(-1, self.d) @ self.E.T).view(k, p.shape[0], -1)
+            else:  # the logits h Eᵀ (recomputed: O(chunk · V) memory) and E ḣ, one GEMM
+                rows = torch.cat([self.h[c][None], dh[:, c]])  # (1 + k, c, d)
+                s = (rows.reshape(-1, self.d) @ self.E.T).view(1 + k, rows.shape[1], -1)
+                p = torch.softmax(s[0], -1)  # (c, V)
+                u = s[1:]  # (k, c, V): E ḣ
             u -= (u * p).sum(-1, keepdim=True)
             u *= p  # (diag p − ppᵀ) E ḣ
             dgh[:, c] = u @ self.E

@@ -17,8 +17,9 @@ from torch import Tensor
 from hessviz.runtime import pages
 
 
-def rademacher(n: int, count: int, gen: torch.Generator, like: Tensor) -> Tensor:
-    """``(count, n)`` entries ±1 from ``gen``, in the dtype and device of ``like``.
+def rademacher(n: int, count: int, gen: torch.Generator, like: Tensor, out: Tensor | None = None) -> Tensor:
+    """``(count, n)`` entries ±1 from ``gen``, in the dtype and device of ``like`` (written into
+    ``out``, a contiguous ``(count, n)`` tensor, when given: the same draws).
 
     Eight signs per random byte: ``gen`` (on the host, so a seed gives the same probes on every
     device) draws ``⌈n/8⌉`` bytes a probe, which travel to the device and become signs there by a
@@ -28,11 +29,14 @@ def rademacher(n: int, count: int, gen: torch.Generator, like: Tensor) -> Tensor
     ``benchmarks/MATFREE_NOTES.md``)."""
     width = -(-n // 8)
     packed = torch.randint(0, 256, (count * width,), generator=gen, dtype=torch.uint8)
-    V = pages.empty((count, width * 8), like)
+    direct = out is not None and width * 8 == n
+    V = out if direct else pages.empty((count, width * 8), like)
     torch.index_select(
         _sign_table(like.dtype, like.device), 0, packed.to(like.device, torch.int32), out=V.view(-1, 8)
     )
-    return V if width * 8 == n else V[:, :n].contiguous()
+    if direct or width * 8 == n:
+        return V
+    return V[:, :n].contiguous() if out is None else out.copy_(V[:, :n])
 
 
 @functools.lru_cache(maxsize=8)

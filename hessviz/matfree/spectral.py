@@ -42,6 +42,7 @@ from hessviz.block.terms import check_term
 from hessviz.errors import ConfigError
 from hessviz.matfree.lanczos import REORTH, check_bound, extremes, start_vector, tridiagonal
 from hessviz.matfree.probes import rademacher
+from hessviz.matfree.sketch import hutchpp
 from hessviz.products.hessian_operator import HessianOperator, ProductsOperator, head_blocks, scipy_view
 from hessviz.products.operator import BATCH
 from hessviz.runtime.memory import memory_limit
@@ -445,11 +446,12 @@ def trace(
 
     ``hutchinson``: ``(1/m) Σ vᵢᵀ H vᵢ``, Rademacher ``vᵢ``, ``stderr = std/√m``.
     ``hutch++``: ``m/3`` products sketch ``Q = orth(H S)``; ``tr(Qᵀ H Q)`` is exact and
-    Hutchinson with ``m/3`` probes handles ``(I − QQᵀ) H (I − QQᵀ)``. When ``samples ≥ P'``
-    the trace is exact, from ``P'`` unit vectors. A rank-deficient sketch (``H`` of rank below
-    ``m/3``, or zero) needs no guard: Householder QR returns orthonormal columns whatever the rank,
-    with ``range(HS) ⊆ range(Q)``, so the sketched part is exact and the rest 0 up to round-off (no
-    norm is divided by).
+    Hutchinson with ``m/3`` probes handles ``(I − QQᵀ) H (I − QQᵀ)``
+    (:func:`hessviz.matfree.sketch.hutchpp`: the basis from the sketch's Gram matrix, ``H Q`` and
+    the probes' products in one call). When ``samples ≥ P'`` the trace is exact, from ``P'`` unit
+    vectors. A rank-deficient sketch (``H`` of rank below ``m/3``, or zero) needs no guard: its
+    basis has fewer rows (directions at round-off are left out, and so are their products), with
+    ``range(HS) ⊆ range(Q)``, so the sketched part is exact and the rest 0 up to round-off.
     """
     if method not in ("hutchinson", "hutch++"):
         raise ConfigError(f"method must be 'hutchinson' or 'hutch++', got {method!r}")
@@ -474,16 +476,8 @@ def trace(
             method,
             ops.term,
         )
-    s = samples // 3
-    S = rademacher(n, s, gen, ops.like)
-    Q, _ = torch.linalg.qr(ops(S).T)  # (n, s) orthonormal
-    exact = torch.trace(Q.T @ ops(Q.T).T)
-    G = rademacher(n, samples - 2 * s, gen, ops.like)
-    G = G - (G @ Q) @ Q.T  # (I − QQᵀ) G
-    HG = ops(G)
-    quad = (HG * G).sum(1) - ((HG @ Q) * (G @ Q)).sum(1)
-    stderr = float(quad.std() / math.sqrt(quad.numel())) if quad.numel() > 1 else float("nan")
-    return TraceEstimate(float(exact + quad.mean()), stderr, ops.done, method, ops.term)
+    value, stderr = hutchpp(ops, n, samples, gen, ops.like)
+    return TraceEstimate(value, stderr, ops.done, method, ops.term)
 
 
 # ----------------------------------------------------------------------------- per block

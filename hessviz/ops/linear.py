@@ -50,14 +50,20 @@ class Linear(Node):
         edges = [0] + torch.tensor(self.widths).cumsum(0).tolist()
         self.cols = [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
         """the column block of each weight in ``W`` and ``y``."""
-        if W is None:
-            W = weights[0][1] if len(weights) == 1 else torch.cat([w for _, w in weights], dim=1)
+        self.blocks = [w for _, w in weights]
+        if W is None and len(weights) == 1:
+            W = weights[0][1]
+        elif W is None and x.device.type != "cpu":
+            W = torch.cat(self.blocks, dim=1)
         self.W = W
+        """the weights concatenated, or ``None`` on the CPU: there each block is its own GEMM
+        (:meth:`times_W`, :meth:`times_WT`), the same arithmetic without copying the weights at every
+        build (a third of a SmolLM2 tape's set-up, issue 47); a GPU keeps one launch."""
         self.weight_names = tuple(n for n, _ in weights)
         self.bias_names = tuple(b[0] for b in biases if b is not None)
         self.bias_of = [i for i, b in enumerate(biases) if b is not None]
         self.params = self.weight_names + self.bias_names
-        y = x @ self.W
+        y = self.times_W(x)
         if self.bias_names:
             b = torch.cat(
                 [
@@ -67,6 +73,26 @@ class Linear(Node):
             )
             y = y + b
         self.y = y
+
+    def times_W(self, a: Tensor) -> Tensor:
+        """``a W``: ``(…, n) -> (…, m)``, one GEMM per weight block into its columns when unfused."""
+        if self.W is not None:
+            return a @ self.W
+        rows = a.reshape(-1, a.shape[-1])
+        out = rows.new_empty(rows.shape[0], sum(self.widths))
+        for w, c in zip(self.blocks, self.cols):
+            out[:, c] = rows @ w
+        return out.reshape(*a.shape[:-1], out.shape[1])
+
+    def times_WT(self, a: Tensor) -> Tensor:
+        """``a Wᵀ``: ``(…, m) -> (…, n)``, the blocks' GEMMs accumulated when unfused."""
+        if self.W is not None:
+            return a @ self.W.T
+        rows = a.reshape(-1, a.shape[-1])
+        out = rows[:, self.cols[0]] @ self.blocks[0].T
+        for w, c in zip(self.blocks[1:], self.cols[1:]):
+            out.addmm_(rows[:, c], w.T)
+        return out.reshape(*a.shape[:-1], out.shape[1])
 
     def stacked(self, nodes: list[Linear], adjoints: bool) -> Linear:
         """The same map on the rows of ``nodes`` stacked (the same node of ``B`` sequences' tapes:
@@ -96,9 +122,9 @@ class Linear(Node):
         if k is None:
             return None
         out = (
-            bt.tangent_times(dx[0], self.W)
+            self.times_W(dx[0])
             if dx[0] is not None
-            else self.x.new_zeros(k, self.x.shape[0], self.W.shape[1])
+            else self.x.new_zeros(k, self.x.shape[0], sum(self.widths))
         )  # ẋ W
         for i, db in zip(self.bias_of, dp[nw:]):
             if db is not None:
@@ -113,10 +139,10 @@ class Linear(Node):
         ``None`` (:meth:`parameter_adjoint` gives them when asked)."""
         self.gy = gy
         if not params:
-            return [gy @ self.W.T], [None] * len(self.params)
+            return [self.times_WT(gy)], [None] * len(self.params)
         gW, gb = self.x.T @ gy, gy.sum(0)
         nw = len(self.weight_names)
-        return [gy @ self.W.T], self._split(gW, list(range(nw))) + self._split(gb, self.bias_of)
+        return [self.times_WT(gy)], self._split(gW, list(range(nw))) + self._split(gb, self.bias_of)
 
     def parameter_adjoint(self, gy: Tensor, i: int) -> Tensor:
         """Parameter ``i``'s adjoint alone: ``xᵀ ȳ_i`` for a weight, ``Σ_t ȳ_t`` over its columns
@@ -146,7 +172,7 @@ class Linear(Node):
         dgx = None
         if a.need_x[0] and (dgy is not None or any(w is not None for w in dW)):
             dgx = (
-                bt.tangent_times(dgy, self.W.T)
+                self.times_WT(dgy)
                 if dgy is not None
                 else self.x.new_zeros(k, self.x.shape[0], self.x.shape[1])
             )  # ȳ̇ Wᵀ

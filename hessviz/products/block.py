@@ -71,7 +71,7 @@ class _Builder:
         """``x W + b`` named ``out`` (prefixed already), the weights by their unprefixed names."""
         named = [self.p(w) for w in weights]
         key = tuple(n for n, _ in named)
-        if len(named) > 1 and key not in self.fused:
+        if len(named) > 1 and key not in self.fused and xv.device.type != "cpu":  # the CPU's: Linear.W
             self.fused[key] = torch.cat([w for _, w in named], dim=1)
         return Linear(out, x, xv, named, [self.p(b) for b in biases], self.fused.get(key))
 

@@ -53,6 +53,7 @@ from scipy.sparse.linalg import LinearOperator
 from torch import Tensor
 
 from hessviz.errors import ConfigError, InputError
+from hessviz.products.columns import unit_rows
 from hessviz.runtime import memory as host_memory
 from hessviz.runtime import pages
 
@@ -64,7 +65,10 @@ them in its own batches)."""
 
 
 def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v") -> tuple[Tensor, bool]:
-    """``v (size,)`` or ``(size, k)`` as a ``(k, size)`` tensor like ``like``; and whether it was 1-D."""
+    """``v (size,)`` or ``(size, k)`` as a ``(k, size)`` tensor like ``like`` with unit-stride rows; and
+    whether it was 1-D. A ``v`` whose columns are already unit-stride (F-contiguous, the transpose of a
+    ``(k, size)`` tensor) is a view; any other layout is copied once, in tiles
+    (:func:`hessviz.products.columns.unit_rows`, at the cost of a plain copy)."""
     if isinstance(v, np.ndarray):
         v = torch.from_numpy(np.ascontiguousarray(v))
     if not isinstance(v, Tensor):
@@ -77,10 +81,11 @@ def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v"
     if not v.is_floating_point():
         raise InputError(f"{field} must be a floating-point tensor, got {v.dtype}")
     vector = v.ndim == 1
-    V = v.to(dtype=like.dtype, device=like.device).reshape(size, -1).T
-    if not V.is_contiguous():  # (P, k) C-contiguous: one copy into (k, P) rows
-        V = pages.empty(tuple(V.shape), like).copy_(V)
-    return V, vector
+    V = v.to(device=like.device).reshape(size, -1).T  # a view on the CPU: (k, P) rows, any strides
+    if V.dtype == like.dtype and (V.stride(1) == 1 or V.shape[1] <= 1):
+        return V, vector  # F-contiguous, a (k, P) tensor's transpose, or one column: no copy
+    # C-contiguous (P, k), a column slice, another dtype: one tiled copy (and cast) into (k, P) rows
+    return unit_rows(V, pages.empty(tuple(V.shape), like)), vector
 
 
 def scipy_view(
@@ -509,7 +514,7 @@ def _curvlinops_view(base: type, op: HessianOperator):
 
         def _matmat(self, X: list[Tensor]) -> list[Tensor]:  # [(n, K)] -> [(m, K)]
             (M,) = X
-            return [self.inner.apply(M.T.contiguous()).T]
+            return [self.inner.apply(unit_rows(M.T)).T]
 
         def _adjoint(self):
             return _curvlinops_view(base, self.inner.T)

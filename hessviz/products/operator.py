@@ -39,6 +39,7 @@ from hessviz.losses import Loss
 from hessviz.ops.base import Maybe
 from hessviz.products import graphs
 from hessviz.products.block import build
+from hessviz.products.columns import unit_rows
 from hessviz.products.hessian_operator import Names, ProductsOperator
 from hessviz.products.layout import Layout
 from hessviz.products.tape import Tape
@@ -61,6 +62,13 @@ class Sweep(Protocol):
     ) -> dict[str, Maybe]: ...
 
 
+def chunks(k: int, batch: int = BATCH) -> list[tuple[int, int]]:
+    """``[start, stop)`` of ``⌈k / batch⌉`` chunks of ``k`` columns, as even as can be (sizes differ by
+    one at most): a lone narrow chunk (8 + 2) runs its sweep at a narrow chunk's higher cost a column."""
+    n = -(-k // batch)
+    return [(i * k // n, (i + 1) * k // n) for i in range(n)]
+
+
 def sweep_in_batches(
     V: Tensor,
     out: Tensor,
@@ -73,12 +81,11 @@ def sweep_in_batches(
     """``out (k, |rows|)`` from ``V (k, |cols|)``, ``BATCH`` rows of ``V`` at a time: each chunk's
     weight tangents scattered by ``cols``, swept by ``sweep(dparams, wanted, into)`` (the products of
     the ``wanted`` bases, a product written into its view of ``into`` where it can be), and gathered
-    by ``rows`` into the chunk's rows of ``out`` (``alpha``, ``accumulate``: as the sweep applied them)."""
-    for start in range(0, V.shape[0], BATCH):
-        chunk = V[start : start + BATCH]  # (k, P') rows: unit-stride weight tangents
-        if chunk.stride(-1) != 1:
-            chunk = chunk.contiguous()
-        part = out[start : start + BATCH]
+    by ``rows`` into the chunk's rows of ``out`` (``alpha``, ``accumulate``: as the sweep applied them).
+    The chunks are as even as ``BATCH`` allows (:func:`chunks`: 10 columns are 5 + 5, not 8 + 2)."""
+    for start, stop in chunks(V.shape[0]):
+        chunk = unit_rows(V[start:stop])  # (k, P') rows: unit-stride weight tangents
+        part = out[start:stop]
         prods = sweep(cols.scatter(chunk), rows.bases, rows.destinations(part))
         rows.gather(prods, chunk.shape[0], chunk, part, alpha, accumulate)
     return out
