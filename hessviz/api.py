@@ -19,6 +19,8 @@ from hessviz.block.config import BlockConfig
 from hessviz.block.inputs import check_params, check_X, check_Y
 from hessviz.block.weights import units
 from hessviz.dense import assembly
+from hessviz.dense.autograd import AutogradHessian
+from hessviz.dense.engine import SIZE_ADVICE, DenseEngine
 from hessviz.dense.record import fold, record
 from hessviz.dense.stack import StackHessian
 from hessviz.errors import ConfigError, InputError
@@ -29,7 +31,7 @@ from hessviz.products.hessian_operator import ProductsOperator
 from hessviz.products.layout import Layout
 from hessviz.products.operator import MatrixFreeHessian, TapeOperator
 from hessviz.products.tape import Tape
-from hessviz.result import SIZE_ADVICE, Engine, HessianResult
+from hessviz.result import HessianResult
 from hessviz.runtime import pages
 from hessviz.runtime.memory import check_fits
 
@@ -186,21 +188,23 @@ def _tape_gradient(
 
 
 def _closed_form_dense(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Loss, products: MatrixFreeHessian
-) -> Engine:
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Loss, products: MatrixFreeHessian, needed: int
+) -> DenseEngine:
     """The closed form's dense engine: a stack's or a coupling loss's (the whole tape built when a
     dense term is asked for), else the one-block fold over the tape's nodes."""
+    names = products.names
     if cfg.is_stack or not Y.token_wise:
         _ = products.sweep_tape  # its forward pass validates now; the whole tape is built for a dense term
-        return StackHessian(cfg, params, functools.partial(getattr, products, "tape"), Y)
+        return StackHessian(cfg, names, params, functools.partial(getattr, products, "tape"), Y, X, needed)
     tape = products.tape  # one forward pass, the tape's (it validates LayerNorm rows now): the products
-    return assembly.DenseHessian(cfg, fold(cfg, params, tape.values, tape.layers[0]), Y, X)  # sweep it too
+    rec = fold(cfg, params, tape.values, tape.layers[0])  # sweep it too
+    return assembly.DenseHessian(cfg, names, rec, Y, X, needed)
 
 
 def _autograd_dense(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Loss, products: MatrixFreeHessian
-) -> Engine:
-    return reference.AutogradHessian(cfg, params, X, Y)
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Loss, products: MatrixFreeHessian, needed: int
+) -> DenseEngine:
+    return AutogradHessian(cfg, products.names, params, X, Y, needed)
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,7 @@ class Method:
     Jacobian and gradient, and whether its dense terms hold vmapped tangents (their working memory)."""
 
     products: type[ProductsOperator]
-    dense: Callable[[BlockConfig, dict[str, Tensor], Tensor, Loss, MatrixFreeHessian], Engine]
+    dense: Callable[[BlockConfig, dict[str, Tensor], Tensor, Loss, MatrixFreeHessian, int], DenseEngine]
     jacobian: Callable[[BlockConfig, dict[str, Tensor], Tensor, tuple[str, ...]], Tensor]
     gradient: Callable[[BlockConfig, dict[str, Tensor], Tensor, Loss, tuple[str, ...]], dict[str, Tensor]]
     vmapped: bool
@@ -285,13 +289,5 @@ def hessian(
     names = _check_wrt(cfg, wrt)
     chosen = METHODS[_check_method(method)]
     products = MatrixFreeHessian(cfg, params, X, Y, names, chosen.products)
-    engine = chosen.dense(cfg, params, X, Y, products)
-    return HessianResult(
-        cfg,
-        names,
-        engine,
-        method=method,
-        products=products,
-        device=X.device,
-        dense_bytes=hessian_bytes(cfg, names, X.element_size(), method),
-    )
+    engine = chosen.dense(cfg, params, X, Y, products, hessian_bytes(cfg, names, X.element_size(), method))
+    return HessianResult(cfg, names, engine, method=method, products=products)

@@ -177,7 +177,7 @@ def flatten(cfg: BlockConfig, params: dict[str, Tensor], names: tuple[str, ...])
 
 
 def loss_of_theta(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss, names: tuple[str, ...]
 ) -> Callable[[Tensor], Tensor]:
     """``θ' ↦ ℓ``: the loss as a function of the flattened weights ``names`` (others fixed)."""
     _materialize(Y)
@@ -201,7 +201,7 @@ def model_jacobian(cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, names
 
 
 def full_hessian(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss, names: tuple[str, ...]
 ) -> Tensor:
     """``∇²_θ ℓ`` by ``torch.func.hessian`` (forward-over-reverse)."""
     return torch.func.hessian(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))
@@ -217,7 +217,7 @@ def full_hessian_rr(
 
 
 def outer_hessian(
-    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor, names: tuple[str, ...]
+    cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss, names: tuple[str, ...]
 ) -> Tensor:
     """``Jᵀ (∇²_Z ℓ) J`` with both factors from autograd."""
     _materialize(Y)
@@ -232,30 +232,3 @@ def gradient(
 ) -> Tensor:
     """``∇_θ ℓ`` by ``torch.func.grad``."""
     return torch.func.grad(loss_of_theta(cfg, params, X, Y, names))(flatten(cfg, params, names))
-
-
-class AutogradHessian:
-    """The autograd engine behind ``hv.hessian(..., method="autograd")``: ``full`` and ``outer`` by
-    ``torch.func``, ``functional = full − outer``; blocks are read from the terms."""
-
-    order = ("full", "outer", "functional")
-    """full and outer are computed, functional is their difference."""
-
-    def __init__(self, cfg: BlockConfig, params: dict[str, Tensor], X: Tensor, Y: Tensor | Loss):
-        self.cfg, self.params, self.X, self.Y = cfg, params, X, Y
-        self._parts: dict[tuple[tuple[str, ...], str], Tensor] = {}
-
-    def term(self, names: tuple[str, ...], term: str) -> Tensor:
-        """``(P', P')``; the ``full`` and ``outer`` it computes are kept for ``functional``."""
-        key = (names, term)
-        if key in self._parts:
-            return self._parts[key]
-        if term == "functional":
-            return self.term(names, "full") - self.term(names, "outer")
-        compute = full_hessian if term == "full" else outer_hessian
-        self._parts[key] = compute(self.cfg, self.params, self.X, self.Y, names)
-        return self._parts[key]
-
-    def block(self, a: str, b: str, term: str) -> None:
-        """``None``: autograd has no cheaper block than the term it is read from."""
-        return None

@@ -1,12 +1,14 @@
 """The result of a Hessian computation: ``full``, ``outer`` and ``functional`` as views.
 
 The three terms are three views of one computation: each is computed the first time
-it is read and cached; a single block can be computed alone. The computing is an
-*engine*'s (:class:`Engine`): :class:`~hessviz.dense.assembly.DenseHessian` (one block, token-wise
-loss), :class:`~hessviz.dense.stack.StackHessian` (stacks, coupling losses) or
-:class:`~hessviz.reference.AutogradHessian`; the products are the operator of the products' engine
-(:meth:`HessianResult.operator`), with ``matvec``, ``linear_operator`` and ``block_operator`` over it
-written once (:class:`OperatorResult`).
+it is read and cached; a single block can be computed alone. A :class:`HessianResult` holds
+operators: one :class:`~hessviz.dense.engine.DenseEngine` per term (the dense engine's:
+:class:`~hessviz.dense.assembly.DenseHessian` for one block under a token-wise loss,
+:class:`~hessviz.dense.stack.StackHessian` for stacks and coupling losses,
+:class:`~hessviz.dense.autograd.AutogradHessian` for the autograd reference), whose ``dense()`` is
+the term and whose ``block(a, b)`` a block; and the products' engine, whose operator
+:meth:`HessianResult.operator` gives (matrix-free), with ``matvec``, ``linear_operator`` and
+``block_operator`` over it written once (:class:`OperatorResult`).
 """
 
 from __future__ import annotations
@@ -14,39 +16,21 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol, final
+from typing import TYPE_CHECKING, final
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig, parse_name
 from hessviz.block.terms import NAMES, check_term
+from hessviz.dense.engine import DenseEngine
 from hessviz.errors import ConfigError
 from hessviz.products.hessian_operator import HessianOperator
-from hessviz.runtime import pages
-from hessviz.runtime.memory import check_fits
 
 if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator
 
     from hessviz.products.operator import MatrixFreeHessian
-
-SIZE_ADVICE = "lower seq_len, d_model, d_k or d_ff, or pass fewer names in wrt"
-"""What to do when a dense result is over the memory limit."""
-
-
-class Engine(Protocol):
-    """What computes the dense terms and blocks of a :class:`HessianResult`."""
-
-    order: tuple[str, ...]
-    """The cheapest order in which to compute all three terms."""
-
-    def term(self, names: tuple[str, ...], term: str) -> Tensor:
-        """The ``(P', P')`` term for ``names`` (checked, in θ order)."""
-
-    def block(self, a: str, b: str, term: str) -> Tensor | None:
-        """The ``(|a|, |b|)`` block of two names or head slices alone; ``None``: read it from the term."""
 
 
 class OperatorResult(ABC):
@@ -101,35 +85,31 @@ class HessianResult(OperatorResult):
 
     ``full``, ``outer`` and ``functional`` are ``(P', P')`` tensors with
     ``P' = Σ sizes of names``, rows and columns in θ order restricted to ``names``.
+    ``engine`` is the dense engine (any of its terms): the result holds one sibling per term.
     """
 
     def __init__(
         self,
         cfg: BlockConfig,
         names: tuple[str, ...],
-        engine: Engine,
+        engine: DenseEngine,
         *,
         method: str = "closed_form",
         products: MatrixFreeHessian | None = None,
-        dense_bytes: int = 0,
-        device: torch.device | str = "cpu",
     ):
         self.cfg = cfg
-        self.engine = engine
-        """Computes the dense terms and blocks: ``engine.term(names, term)``, ``engine.block(a, b, term)``."""
+        self.dense_terms: dict[str, DenseEngine] = {term: engine.sibling(term) for term in NAMES}
+        """The dense terms, one operator each (:class:`~hessviz.dense.engine.DenseEngine`): ``dense()``
+        is the term, ``block(a, b)`` a block (computed alone where the engine can)."""
         self.products = products
         """Matrix-free products (:mod:`hessviz.matfree`); no dense term is needed for them."""
         self.names = names
         self.method = method
-        self.dense_bytes = dense_bytes
-        """Estimated peak bytes of one dense term, checked against the memory limit before one is computed."""
-        self._device = device
-        self._terms: dict[str, Tensor] = {}
 
     def __repr__(self) -> str:
         return (
             f"HessianResult(method={self.method!r}, names={self.names}, P={self.size}, "
-            f"computed={sorted(self._terms)})"
+            f"computed={sorted(self.dense_terms['full'].formed)})"
         )
 
     @cached_property
@@ -146,26 +126,13 @@ class HessianResult(OperatorResult):
 
         ``full`` is ``outer + functional`` when both are already cached.
         """
-        check_term(name)
-        if name not in self._terms:
-            if name == "full" and {"outer", "functional"} <= self._terms.keys():
-                outer, functional = self._terms["outer"], self._terms["functional"]
-                self._terms[name] = torch.add(outer, functional, out=pages.empty(tuple(outer.shape), outer))
-            else:
-                check_fits(
-                    f"a dense Hessian term ({self.size} x {self.size}, {self.method})",
-                    self.dense_bytes,
-                    self._device,
-                    SIZE_ADVICE,
-                )
-                self._terms[name] = self.engine.term(self.names, name)
-        return self._terms[name]
+        return self.dense_terms[check_term(name)].dense()
 
     def terms(self) -> dict[str, Tensor]:
         """All three terms, computed in the cheapest order for the method."""
-        for name in self.engine.order:
+        for name in self.dense_terms["full"].order:
             self.term(name)
-        return {name: self._terms[name] for name in NAMES}
+        return {name: self.term(name) for name in NAMES}
 
     @property
     def full(self) -> Tensor:
@@ -179,35 +146,13 @@ class HessianResult(OperatorResult):
     def functional(self) -> Tensor:
         return self.term("functional")
 
-    def _check_covered(self, name: str) -> str:
-        """``name`` if it is one of ``names`` or a head slice of one of them."""
-        base = parse_name(self.cfg.check_name(name)).base
-        if name not in self.names and base not in self.names:
-            raise ConfigError(
-                f"parameter {name!r} is not in this result's names {self.names}; "
-                "compute the Hessian with it (or its whole weight) in wrt"
-            )
-        return name
-
-    def _index(self, name: str) -> slice | Tensor:
-        """Rows of ``name`` in the terms: its slice, or a head's entries inside its whole weight."""
-        if name in self.offsets:
-            return self.offsets[name]
-        whole = self.offsets[parse_name(name).base]
-        return self.cfg.head_indices(name) + whole.start
-
     def block(self, a: str, b: str, term: str = "full") -> Tensor:
         """The ``(|a|, |b|)`` block of ``term``; ``a`` and ``b`` may be head slices (``"W_Q[1]"``)
         of covered weights. Computed alone (only those units) when the term is not cached."""
-        self._check_covered(a)
-        self._check_covered(b)
-        check_term(term)
-        alone = None if term in self._terms else self.engine.block(a, b, term)
-        if alone is not None:
-            return alone
-        rows, cols = self._index(a), self._index(b)
-        matrix = self.term(term)
-        return matrix[rows][:, cols] if isinstance(cols, Tensor) else matrix[rows, cols]
+        full = self.dense_terms["full"]
+        full.covered(a)
+        full.covered(b)
+        return self.dense_terms[check_term(term)].block(a, b).dense()
 
     # ------------------------------------------------------------------ matrix-free products
 
@@ -228,5 +173,5 @@ class HessianResult(OperatorResult):
         """``names`` checked: each a name of this result or a head slice of one (for a block)."""
         for name in names:  # a head slice of a covered weight is covered
             if parse_name(self.cfg.check_name(name)).base not in self.names:
-                self._check_covered(name)
+                self.dense_terms["full"].covered(name)
         return names

@@ -5,12 +5,18 @@ result; and a new engine as one subclass with one ``_matmat`` (double backward t
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
 
 import hessviz as hv
 from hessviz import matfree, reference
+from hessviz.block.terms import NAMES as TERMS
+from hessviz.dense.assembly import DenseHessian
+from hessviz.dense.autograd import AutogradHessian
+from hessviz.dense.stack import StackHessian
 from hessviz.errors import ConfigError, SizeError
 from hessviz.products.autograd import AutogradOperator
 from hessviz.products.hessian_operator import DenseOperator, HessianOperator, ProductsOperator
@@ -80,6 +86,60 @@ def test_the_autograd_reference_is_the_same_type(res):
     assert isinstance(ref, HessianOperator) and isinstance(res.operator(), HessianOperator)
     assert type(ref) is AutogradOperator and type(res.operator()) is TapeOperator  # chosen by class
     assert close(ref.block("W_Q[2]", "W_1").dense(), res.block("W_Q[2]", "W_1"))
+
+
+def test_the_dense_terms_are_one_more_engine(res):
+    """A result holds its dense terms as operators: ``dense()`` is the term, ``@`` its product, a block
+    its block, and the spectral tools take them as they take the products."""
+    terms = res.dense_terms
+    assert all(type(terms[t]) is DenseHessian and terms[t].term == t for t in TERMS)
+    assert terms["full"].dense() is res.full and terms["outer"].dense() is res.outer  # formed once
+    V = torch.randn(res.size, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    assert close(terms["functional"] @ V, res.functional @ V)
+    assert close(terms["outer"].block("W_Q[1]", "W_1").dense(), res.block("W_Q[1]", "W_1", "outer"))
+    assert close((terms["outer"] + terms["functional"]).dense(), res.full)
+    top = matfree.top_eigenvalues(terms["full"], k=2, solver="torch")
+    assert np.allclose(top, matfree.top_eigenvalues(res.operator(), k=2, solver="torch"), rtol=1e-9)
+    with pytest.raises(ConfigError, match="not in this result's names"):
+        terms["full"].block("W_K", "W_1")
+    params = hv.init_params(CFG, seed=1)
+    X, Y = hv.sample_inputs(CFG, seed=1)
+    ref = hv.hessian(CFG, params, X, Y, wrt=("W_V", "W_1"), method="autograd")
+    assert type(ref.dense_terms["outer"]) is AutogradHessian
+    fresh = hv.hessian(CFG, params, X, Y, wrt=("W_V", "W_1"))
+    alone = fresh.dense_terms["functional"].block("W_V", "W_1").dense()  # computed alone: nothing formed
+    assert not fresh.dense_terms["full"].formed
+    assert close(alone, ref.block("W_V", "W_1", "functional"))
+    stack = hv.BlockConfig(seq_len=3, d_model=4, d_k=2, d_ff=3, n_layers=2)
+    sres = hv.hessian(stack, hv.init_params(stack, seed=0), *hv.sample_inputs(stack, seed=0), wrt=("l0.W_Q",))
+    assert type(sres.dense_terms["full"]) is StackHessian and sres.dense_terms["full"].dense() is sres.full
+
+
+def _operator_classes() -> list[type]:
+    seen, todo = [], [HessianOperator]
+    while todo:
+        cls = todo.pop()
+        seen.append(cls)
+        todo += cls.__subclasses__()
+    return seen
+
+
+def test_every_operator_class_is_abstract_or_final():
+    """As equinox has it: an operator class is abstract or ``@final``, and none overrides a concrete
+    method of a parent (abstract methods are implemented, ``__init__`` extends)."""
+    for cls in _operator_classes():
+        if cls.__module__.startswith("tests."):
+            continue  # the toy engines of this module
+        assert inspect.isabstract(cls) or getattr(cls, "__final__", False), f"{cls.__name__} is neither"
+        for name, value in vars(cls).items():
+            if name.startswith("__") or not callable(value) and not isinstance(value, property):
+                continue
+            for parent in cls.__mro__[1:]:
+                if name in vars(parent):
+                    inherited = vars(parent)[name]
+                    abstract = getattr(inherited, "__isabstractmethod__", False)
+                    assert abstract, f"{cls.__name__}.{name} overrides {parent.__name__}.{name}"
+                    break
 
 
 def test_spectral_tools_take_an_operator_and_agree_with_the_result(res):

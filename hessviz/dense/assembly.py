@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import cached_property
+from typing import final
 
 import torch
 from torch import Tensor
@@ -41,6 +41,7 @@ from hessviz.block.config import BlockConfig
 from hessviz.block.terms import PARTS_FIRST, TERMS, check_term
 from hessviz.block.weights import Unit, units, units_of
 from hessviz.dense.chain import TokenCurvature
+from hessviz.dense.engine import DenseEngine, memo
 from hessviz.dense.record import BlockRecord
 from hessviz.losses import Loss
 from hessviz.ops.contributions import Piece, Ref, Sandwich
@@ -112,7 +113,7 @@ def contributions(cur: Curvature, refs: tuple[Ref, ...], term: str) -> list[Piec
         out += [Sandwich(a, b, J_sa[a], N_sa, J_sa[b]) for i, a in enumerate(att) for b in att[i:]]
         if cf:
             out += rec.attention.functional(cur.at_SA.g, tuple(att))
-    if stg:
+    if stg and T is not None:  # stg is empty without T
         J_t = T.jacobians
         if co:
             N_z = cur.at_Z.select(co, 0.0)
@@ -138,7 +139,7 @@ def _branch_contributions(
     disjoint weights of the constant ``X``, so no second derivative of the model couples them."""
     B = cur.record.branch
     brn = [r for r in refs if B is not None and r in B.jacobians]
-    if not brn:
+    if not brn or B is None:  # brn is empty without B
         return []
     J_b, T = B.jacobians, cur.record.stage
     out: list[Piece] = []
@@ -148,7 +149,8 @@ def _branch_contributions(
         if J_sa:
             across = N_z if T is None else T.map.jac.transpose(-1, -2) @ N_z  # J_Tᵀ N_Z
             out += [Sandwich(a, b, J_sa[a], across, J_b[b]) for a in J_sa for b in brn]
-        out += [Sandwich(a, b, T.jacobians[a], N_z, J_b[b]) for a in stg for b in brn]
+        if T is not None:  # stg is empty without T
+            out += [Sandwich(a, b, T.jacobians[a], N_z, J_b[b]) for a in stg for b in brn]
     if cf:
         out += B.functional(cur.at_Z.g)
     return out
@@ -160,7 +162,7 @@ def write_block(
     """Write the sum of ``pieces`` into the 4-d ``block`` (and its transpose into ``mirror``):
     the dense sandwiches summed slice by slice and written once, then the sparse pieces
     added; no piece (a zero block, e.g. two different heads' softmax terms) writes zeros."""
-    dense = [(c.Ja, c.N, c.Jb) for c in pieces if c.dense]
+    dense = [(c.Ja, c.N, c.Jb) for c in pieces if isinstance(c, Sandwich)]  # the dense pieces
     if dense:
         sandwich_into(block, dense, mirror, cache)
     else:
@@ -168,7 +170,7 @@ def write_block(
             if target is not None:
                 target.zero_()
     for piece in pieces:
-        if not piece.dense:
+        if not isinstance(piece, Sandwich):
             piece.add_to(block, mirror)
 
 
@@ -231,27 +233,40 @@ def _theta_order(cfg: BlockConfig):
     return position.__getitem__
 
 
-class DenseHessian:
-    """The closed-form engine of one block under a token-wise loss: every term and block assembled
-    from the Kronecker-factored pieces of the forward record ``rec`` of ``X``.
+@final
+class DenseHessian(DenseEngine):
+    """The closed-form engine of one block under a token-wise loss: the term :attr:`term` in
+    ``names`` (and its blocks alone) assembled from the Kronecker-factored pieces of the forward
+    record ``rec`` of ``X``.
 
     The curvature pulled back to ``SA`` (:func:`backward`, ``O(L d³)``) is formed when a term or
-    block is first asked for, and shared by all of them."""
+    block is first asked for, and shared by the three terms (:func:`~hessviz.dense.engine.memo`)."""
 
     order = PARTS_FIRST
     """outer and functional are assembled, full is their sum."""
+    label = "closed_form"
 
-    def __init__(self, cfg: BlockConfig, rec: BlockRecord, loss: Loss, X: Tensor):
-        self.cfg, self.record, self.loss, self.X = cfg, rec, loss, X
+    def __init__(
+        self,
+        cfg: BlockConfig,
+        names: tuple[str, ...],
+        rec: BlockRecord,
+        loss: Loss,
+        X: Tensor,
+        needed: int,
+        term: str = "full",
+    ):
+        super().__init__(cfg, names, X, needed, term)
+        self.record, self.loss, self.X = rec, loss, X
 
-    @cached_property
+    @memo
     def curvature(self) -> Curvature:
         return backward(self.record, self.loss)
 
-    def term(self, names: tuple[str, ...], term: str) -> Tensor:
-        """The ``(P', P')`` term for ``names`` (checked, θ order): :func:`assemble`."""
-        return assemble(self.cfg, names, self.curvature, term, self.X)
+    def _form(self) -> Tensor:
+        """:func:`assemble`."""
+        return assemble(self.cfg, self.names, self.curvature(), self.term, self.X)
 
-    def block(self, a: str, b: str, term: str) -> Tensor:
-        """The ``(|a|, |b|)`` block of two names or head slices alone: :func:`assemble_block`."""
-        return assemble_block(self.cfg, a, b, self.curvature, term, self.X)
+    def _alone(self, a: str, b: str) -> Tensor:
+        """:func:`assemble_block`."""
+        return assemble_block(self.cfg, a, b, self.curvature(), self.term, self.X)

@@ -60,38 +60,25 @@ formed once and mirrored.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import final
 
 import torch
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig
-from hessviz.block.terms import PARTS_FIRST, TERMS, check_term
+from hessviz.block.terms import PARTS_FIRST, TERMS
 from hessviz.block.weights import layer_params
 from hessviz.dense import assembly
 from hessviz.dense.chain import TokenCurvature
+from hessviz.dense.engine import DenseEngine, memo
 from hessviz.dense.record import BlockRecord, fold
 from hessviz.losses import Loss
 from hessviz.products.layout import Layout
 from hessviz.products.tape import Tape
 from hessviz.runtime import pages
-
-
-def memo(method):
-    """Cache a method's results on its instance, by arguments (freed with the instance)."""
-
-    @functools.wraps(method)
-    def cached(self, *args):
-        table = self.__dict__.setdefault("_memo", {})
-        key = (method.__name__, args)
-        if key not in table:
-            table[key] = method(self, *args)
-        return table[key]
-
-    return cached
 
 
 @dataclass(frozen=True)
@@ -138,42 +125,53 @@ class Boundary:
             start += size
 
 
-class StackHessian:
-    """Dense terms and blocks of the Hessian of a stack (or of one block under a loss whose
-    curvature couples tokens), from the tape of its forward pass (see the module docstring).
+@final
+class StackHessian(DenseEngine):
+    """The dense term :attr:`term` in ``names`` (and its blocks alone) of the Hessian of a stack, or
+    of one block under a loss whose curvature couples tokens, from the tape of its forward pass (see
+    the module docstring).
 
     ``loss`` is the block's :class:`~hessviz.losses.Loss`, made once by the caller (``cfg.loss`` on its
-    target, or a checked :class:`CustomLoss`).
+    target, or a checked :class:`CustomLoss`); ``like`` gives the dtype and device. What one term
+    sweeps (the maps ``A_b``, the Jacobians, each term's boundaries) is kept for the others
+    (:func:`~hessviz.dense.engine.memo`).
     """
 
     order = PARTS_FIRST
     """outer and functional are computed, full is their sum."""
+    label = "closed_form"
 
     def __init__(
         self,
         cfg: BlockConfig,
+        names: tuple[str, ...],
         params: dict[str, Tensor],
         tape: Tape | Callable[[], Tape],
         loss: Loss,
+        like: Tensor,
+        needed: int,
+        term: str = "full",
     ):
-        self.cfg, self.params, self.loss = cfg, params, loss
+        super().__init__(cfg, names, like, needed, term)
+        self.params, self.loss = params, loss
         self._tape = tape
         self.N = cfg.n_layers
         self.token_wise = loss.token_wise
 
     @cached_property
     def tape(self) -> Tape:
-        """The whole tape, every token (given, or built on first use from the callable given)."""
+        """The whole tape, every token (given, or built on first use from the callable given: one
+        tape for the siblings, which the callable keeps)."""
         return self._tape() if callable(self._tape) else self._tape
 
     @cached_property
-    def like(self) -> Tensor:
+    def Z(self) -> Tensor:
         """``Z (L, d)``: the dtype, device and shape every dense piece takes."""
         return self.tape.values[self.tape.output]
 
     @cached_property
     def Ld(self) -> int:
-        return self.like.numel()
+        return self.Z.numel()
 
     # ------------------------------------------------------------------ one block at a time
 
@@ -188,7 +186,7 @@ class StackHessian:
         """``G_b = ∂ℓ/∂X_b``, at the output of layer ``b``."""
         return self.tape.adjoints[self.tape.layers[b].output]
 
-    @cached_property
+    @memo
     def loss_curvature(self) -> Tensor:
         """``∇²_Z ℓ``: ``(L, d, d)`` when token-wise, else ``(L·d, L·d)``."""
         Z = self.tape.values[self.tape.output]
@@ -206,13 +204,14 @@ class StackHessian:
         ``L·d`` columns (the columns of ``A_b`` at the output). Not kept: ``L·d`` times every
         activation of the block, recomputed per sweep rather than held by the result."""
         span = self.tape.layers[b]
-        eye = torch.eye(self.Ld, dtype=self.like.dtype, device=self.like.device)
-        return self.tape.tangents(span, {span.input: eye.reshape(self.Ld, *self.like.shape)}, {})
+        eye = torch.eye(self.Ld, dtype=self.Z.dtype, device=self.Z.device)
+        return self.tape.tangents(span, {span.input: eye.reshape(self.Ld, *self.Z.shape)}, {})
 
     @memo
     def A(self, b: int) -> Tensor:
         """``A_b = ∂X_b/∂X_{b−1}``, ``(L·d, L·d)``."""
         out = self.input_tangents(b)[self.tape.layers[b].output]
+        assert out is not None  # X_b reaches X_b through its residual or its attention
         return out.reshape(self.Ld, self.Ld).T
 
     # ------------------------------------------------------------------ the backward pass over blocks
@@ -222,7 +221,7 @@ class StackHessian:
         """The loss at the output of layer ``b`` for ``term``: ``S_b = co·C_b + cf·F_b``."""
         co, _ = TERMS[term]
         if b == self.N - 1:
-            return Boundary(self.gradient(b), self.loss_curvature if co else None)
+            return Boundary(self.gradient(b), self.loss_curvature() if co else None)
         return Boundary(self.gradient(b), self._sweep(term, b + 1)[0])
 
     def mixed(self, b: int, term: str) -> dict[str, Tensor]:
@@ -251,7 +250,7 @@ class StackHessian:
 
     def _rows_of_M(self, b: int, names: tuple[str, ...], term: str) -> Tensor:
         """``M_b`` restricted to ``names`` of layer ``b``: ``(P', L·d)``."""
-        return Layout(self.cfg, names).gather(self.mixed(b, term), self.Ld, self.like).T
+        return Layout(self.cfg, names).gather(self.mixed(b, term), self.Ld, self.Z).T
 
     @memo
     def K(self, a: int, names: tuple[str, ...], c: int) -> Tensor:
@@ -266,17 +265,17 @@ class StackHessian:
         local = tuple(self.cfg.layer_of(n)[1] for n in names)
         if out is None:
             size = sum(self.cfg.param_size(n) for n in names)
-            out = pages.empty((size, size), self.like)
+            out = pages.empty((size, size), self.Z)
         rec = self.record(b)
         if b == self.N - 1 and self.token_wise:  # the one-block engine unchanged
-            cur = assembly.pulled(rec, TokenCurvature(self.gradient(b), self.loss_curvature))
-            return assembly.assemble(self.cfg.layer(b), local, cur, term, self.like, out)
+            cur = assembly.pulled(rec, TokenCurvature(self.gradient(b), self.loss_curvature()))
+            return assembly.assemble(self.cfg.layer(b), local, cur, term, self.Z, out)
         outside = self.boundary(b, term)
         if cf:  # T_b^{θθ}(G_b): the functional term
             G = outside.g  # with G_b as the loss gradient
             L, d = G.shape
             cur = assembly.pulled(rec, TokenCurvature(G, G.new_zeros(L, d, d)))
-            assembly.assemble(self.cfg.layer(b), local, cur, "functional", self.like, out)
+            assembly.assemble(self.cfg.layer(b), local, cur, "functional", self.Z, out)
         sizes = [self.cfg.param_size(n) for n in names]
         outside.sandwich_into(out, self.jacobian(b, local), sizes, accumulate=bool(cf))
         return out
@@ -295,17 +294,16 @@ class StackHessian:
 
     # ------------------------------------------------------------------ the matrix
 
-    def term(self, names: tuple[str, ...], term: str) -> Tensor:
-        """The ``(P', P')`` term for ``names`` (checked, θ order): diagonal blocks per layer, each
-        cross block once and mirrored."""
-        check_term(term)
+    def _form(self) -> Tensor:
+        """The ``(P', P')`` term: diagonal blocks per layer, each cross block once and mirrored."""
+        names, term = self.names, self.term
         by_layer: dict[int, list[str]] = {}
         for n in names:
             by_layer.setdefault(self.cfg.layer_of(n)[0], []).append(n)
         offsets = self.cfg.offsets(names)
         span = {b: slice(offsets[ns[0]].start, offsets[ns[-1]].stop) for b, ns in by_layer.items()}
         size = sum(self.cfg.param_size(n) for n in names)
-        H = pages.empty((size, size), self.like)
+        H = pages.empty((size, size), self.Z)
         layers = sorted(by_layer)
         for i, b in enumerate(layers):
             self.diagonal(b, tuple(by_layer[b]), term, H[span[b], span[b]])
@@ -314,10 +312,10 @@ class StackHessian:
                 H[span[a], span[b]].copy_(block.T)
         return H
 
-    def block(self, a: str, b: str, term: str) -> Tensor:
+    def _alone(self, a: str, b: str) -> Tensor:
         """The ``(|a|, |b|)`` block of two names (or head slices): one diagonal block of their
         layer, or just the cross block of two layers."""
-        check_term(term)
+        term = self.term
         (la, _), (lb, _) = self.cfg.layer_of(a), self.cfg.layer_of(b)
         if la == lb:
             names = self.cfg.sort_names(tuple(dict.fromkeys((a, b))))

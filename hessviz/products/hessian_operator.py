@@ -4,10 +4,11 @@ A :class:`HessianOperator` is the linear map ``θ'_cols → θ'_rows`` of one te
 (``H``, or a block ``H[a, b]`` of it), with ``shape == (|rows|, |cols|)``. An *engine* is one
 subclass with one method, :meth:`HessianOperator._matmat`: ``V (k, n) ↦ (k, m)``, the products of
 ``k`` vectors given as the **rows** of ``V`` (each row unit-stride: the layout every sweep works in,
-so a Lanczos basis row can be a product's own buffer). Everything else is written once, here:
+so a Lanczos basis row can be a product's own buffer), and :meth:`HessianOperator.dense`, the
+matrix (:func:`swept` from products, or the formed term). Everything else is written once, here:
 ``op @ v`` for ``v (n,)`` or ``(n, k)``, :meth:`~HessianOperator.block`, ``op + op2``, ``c * op``,
-``op.T``, :meth:`~HessianOperator.to_scipy`, :meth:`~HessianOperator.to_curvlinops`,
-:meth:`~HessianOperator.dense`; and :mod:`hessviz.matfree`'s spectral tools take any operator.
+``op.T``, :meth:`~HessianOperator.to_scipy`, :meth:`~HessianOperator.to_curvlinops`; and
+:mod:`hessviz.matfree`'s spectral tools take any operator.
 
 Every class is abstract or final (as equinox has it): no class overrides a concrete method of
 its parent. :class:`HessianOperator` is abstract; :class:`ProductsOperator` is the abstract engine
@@ -20,7 +21,9 @@ writes its ``_matmat`` and nothing else); the rest are final:
   kept graph; ``hv.hessian(..., method="autograd")``);
 * :class:`~hessviz.whole.hessian.BatchOperator`: a whole model's ``(1/B) Σ_β H_β V``
   (``hv.model_hessian``);
-* :class:`DenseOperator`: a ``(m, n)`` matrix already formed (a dense term), ``V ↦ V Mᵀ``;
+* :class:`DenseOperator`: a ``(m, n)`` matrix already formed (a block of a dense term), ``V ↦ V Mᵀ``;
+* the dense engines, :class:`~hessviz.dense.engine.DenseEngine`'s final subclasses: one formed term of a
+  result, ``dense()`` the term (formed once), ``block`` computed alone where it can;
 * :class:`SumOperator` and :class:`ScaledOperator`: ``Σ_i op_i`` and ``c · op``.
 
 A block of a products engine is the same sweep with the tangent on ``b`` and the product read on
@@ -111,6 +114,25 @@ def scipy_view(
 
 def _names(x: str | Sequence[str]) -> Names:
     return (x,) if isinstance(x, str) else tuple(x)
+
+
+def swept(op: HessianOperator) -> Tensor:
+    """``op``'s ``(m, n)`` matrix from ``n`` products in sweeps of :data:`DENSE_COLUMNS` columns, under
+    the memory guard (``hessviz.set_memory_limit``): the ``dense`` of every operator that has no
+    matrix formed (a products engine, a sum, a scaling)."""
+    m, n = op.shape
+    size = op.like.element_size()
+    host_memory.check_fits(
+        f"a dense operator ({m} x {n})",
+        (m * n + DENSE_COLUMNS * (m + n)) * size,
+        op.device,
+        "take blocks with op.block(a, b), or products with op @ v",
+    )
+    out = pages.empty((n, m), op.like)
+    eye = torch.eye(n, dtype=op.dtype, device=op.device)
+    for first in range(0, n, DENSE_COLUMNS):
+        op.apply(eye[first : first + DENSE_COLUMNS], out=out[first : first + DENSE_COLUMNS])
+    return out.T
 
 
 class Tally(Protocol):
@@ -252,22 +274,10 @@ class HessianOperator(ABC):
             ) from e
         return _curvlinops_view(PyTorchLinearOperator, self)
 
+    @abstractmethod
     def dense(self) -> Tensor:
-        """The ``(m, n)`` matrix, from ``n`` products in sweeps of columns, under the memory guard
-        (``hessviz.set_memory_limit``)."""
-        m, n = self.shape
-        size = self.like.element_size()
-        host_memory.check_fits(
-            f"a dense operator ({m} x {n})",
-            (m * n + DENSE_COLUMNS * (m + n)) * size,
-            self.device,
-            "take blocks with op.block(a, b), or products with op @ v",
-        )
-        out = pages.empty((n, m), self.like)
-        eye = torch.eye(n, dtype=self.dtype, device=self.device)
-        for first in range(0, n, DENSE_COLUMNS):
-            self.apply(eye[first : first + DENSE_COLUMNS], out=out[first : first + DENSE_COLUMNS])
-        return out.T
+        """The ``(m, n)`` matrix, under the memory guard (``hessviz.set_memory_limit``): a products
+        engine's from ``n`` products (:func:`swept`), a dense engine's the term it forms once."""
 
     def __repr__(self) -> str:
         return (
@@ -346,6 +356,10 @@ class ProductsOperator(HessianOperator):
         return type(self)(self.products, self.term, rows, cols, self.resolve, self.spell, self.source)
 
     @final
+    def dense(self) -> Tensor:
+        return swept(self)
+
+    @final
     def _transpose(self) -> HessianOperator:
         if self.rows == self.cols:
             return self
@@ -375,6 +389,10 @@ class DenseOperator(HessianOperator):
 
     def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
         return torch.matmul(V, self.matrix.T, out=out)
+
+    def dense(self) -> Tensor:
+        """The matrix itself (no product is taken)."""
+        return self.matrix
 
     def block_names(self, by_head: bool = True) -> Names:
         return self.rows
@@ -441,6 +459,9 @@ class SumOperator(HessianOperator):
     def _block(self, rows: Names, cols: Names) -> HessianOperator:
         return SumOperator([p.block(rows, cols) for p in self.parts])
 
+    def dense(self) -> Tensor:
+        return swept(self)
+
     def block_names(self, by_head: bool = True) -> Names:
         return self.parts[0].block_names(by_head)
 
@@ -461,6 +482,9 @@ class ScaledOperator(HessianOperator):
 
     def _block(self, rows: Names, cols: Names) -> HessianOperator:
         return ScaledOperator(self.op.block(rows, cols), self.c)
+
+    def dense(self) -> Tensor:
+        return swept(self)
 
     def block_names(self, by_head: bool = True) -> Names:
         return self.op.block_names(by_head)

@@ -317,16 +317,10 @@ class Problem:
         products = MatrixFreeHessian(self.cfg, self.params, X0, loss, self._wrt)
         if tape is not None:
             products.__dict__["tape"] = tape  # the cached property, already built
-        engine = StackHessian(self.cfg, self.params, functools.partial(getattr, products, "tape"), loss)
-        return HessianResult(
-            self.cfg,
-            self._wrt,
-            engine,
-            method="closed_form",
-            products=products,
-            device=X0.device,
-            dense_bytes=hessian_bytes(self.cfg, self._wrt, X0.element_size(), "closed_form"),
-        )
+        needed = hessian_bytes(self.cfg, self._wrt, X0.element_size(), "closed_form")
+        tape_of = functools.partial(getattr, products, "tape")
+        engine = StackHessian(self.cfg, self._wrt, self.params, tape_of, loss, X0, needed)
+        return HessianResult(self.cfg, self._wrt, engine, method="closed_form", products=products)
 
 
 @final
