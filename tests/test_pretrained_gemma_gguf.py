@@ -110,9 +110,10 @@ def test_whole_model_products_match_double_backward(pair):
 
 
 def test_layer_zeros_dense_hessian_block(pair):
-    """Layer 0's dense Hessian in its key norm's weights (256 × 256), every row against double
-    backward through ``transformers``; symmetric. On the text's first 4 tokens: each of the 256 columns
-    crosses the 262,144-token head (the 8 tokens took 13 minutes of the whole file at load 14)."""
+    """Layer 0's dense Hessian in its key norm's weights (256 × 256), symmetric, and 32 of its rows (drawn
+    at random) against double backward through ``transformers``. On the text's first 4 tokens: each
+    of the 256 columns crosses the 262,144-token head (the 8 tokens took 13 minutes of the whole file at
+    load 14; every reference row, 3.5 minutes at load 11)."""
     model, reference, _, ids = pair
     ids = ids[:4]
     res = hv.model_hessian(model, ids, wrt=("l0.k_norm_gamma",))
@@ -120,8 +121,9 @@ def test_layer_zeros_dense_hessian_block(pair):
     params = dict(reference.named_parameters())
     w = params["model.layers.0.self_attn.k_norm.weight"]
     (g,) = torch.autograd.grad(ref.next_token_loss(reference, ids), w, create_graph=True)
-    rows = torch.stack([torch.autograd.grad(g[k], w, retain_graph=True)[0] for k in range(g.numel())])
-    assert float((H - rows).norm() / rows.norm()) <= ROUND_OFF
+    drawn = torch.randperm(g.numel(), generator=torch.Generator().manual_seed(0))[:32].tolist()
+    rows = torch.stack([torch.autograd.grad(g[k], w, retain_graph=True)[0] for k in drawn])
+    assert float((H[drawn] - rows).norm() / rows.norm()) <= ROUND_OFF
     assert float((H - H.T).norm() / H.norm()) <= 1e-12
 
 
