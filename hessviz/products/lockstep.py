@@ -38,4 +38,3 @@ def same_nodes(tapes: Sequence[Tape]) -> bool:
         )
         for t in tapes[1:]
     )
-

@@ -25,6 +25,7 @@ from hessviz.pretrained.families.base import (
     _get,
     _heads,
     _linear,
+    _projections,
     _refuse_set,
     _rope,
     _rotary_dim,
@@ -37,10 +38,7 @@ def projections(p: str) -> dict[str, Source]:
     ``p``: ``self_attn.{q,k,v,o}_proj`` and ``mlp.{gate,up,down}_proj`` (weights and biases)."""
     a, m = p + "self_attn.", p + "mlp."
     return _table(
-        W_Q=_linear(a + "q_proj"),
-        W_K=_linear(a + "k_proj"),
-        W_V=_linear(a + "v_proj"),
-        W_O=_linear(a + "o_proj"),
+        **_projections(a, "o_proj"),
         W_G=_linear(m + "gate_proj"),
         W_1=_linear(m + "up_proj"),
         W_2=_linear(m + "down_proj"),
