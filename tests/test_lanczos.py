@@ -442,13 +442,15 @@ def test_columns_are_taken_without_a_copy_or_by_one_exact_tiled_copy(monkeypatch
 def test_whole_weight_products_are_written_in_place(case):
     """The sweep writes each whole weight's product into its columns of the result
     (``Layout.destinations``): the product handed back *is* that view, so nothing is copied."""
+    from hessviz.products.tape import sweep
+
     res, _ = case
     mf = res.products
     lay = mf.layout()
     V = torch.randn(3, lay.size, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     out = torch.empty(3, lay.size, dtype=torch.float64)
     into = lay.destinations(out)
-    prods = mf.tape.sweep(lay.scatter(V), "full", lay.bases, into=into)
+    prods = sweep([mf.tape], lay.scatter(V), "full", lay.bases, into=into)
     for name in ("W_Q", "W_O", "W_1", "W_2"):
         assert prods[name].data_ptr() == into[name].data_ptr() and prods[name].stride() == into[name].stride()
     torch.testing.assert_close(lay.gather(prods, 3, V, out=out), lay.gather(prods, 3, V), rtol=0, atol=0)

@@ -267,38 +267,18 @@ def report(ms: Measurement, v: Verdict) -> tuple[str, dict]:
     )
     sweeps = d["sweeps"]
     deepest = max(depths)
+    keys = [f"l{i}_W_Q_outer" for i in range(deepest)] + [f"l{i}_W_V_outer" for i in range(deepest)]
     figs = {
-        "growth_protocol_none": plots.sweep_plot(
-            sweeps[f"none_{deepest}"],
+        f"growth_protocol_{norm}": plots.sweep_plot(
+            sweeps[f"{norm}_{deepest}"],
             stat="median",
             x_title="σ (embeddings)",
             y_title="‖H‖_F",
-            keys=[f"l{i}_W_Q_outer" for i in range(deepest)] + [f"l{i}_W_V_outer" for i in range(deepest)],
-            title=f"No LayerNorm, {deepest} layers: W_Q and W_V outer blocks vs σ",
-        ),
-        **(
-            {
-                "growth_protocol_peri": plots.sweep_plot(
-                    sweeps[f"peri_{deepest}"],
-                    stat="median",
-                    x_title="σ (embeddings)",
-                    y_title="‖H‖_F",
-                    keys=[f"l{i}_W_Q_outer" for i in range(deepest)]
-                    + [f"l{i}_W_V_outer" for i in range(deepest)],
-                    title=f"Peri-LN, {deepest} layers: W_Q and W_V outer blocks vs σ",
-                )
-            }
-            if f"peri_{deepest}" in sweeps
-            else {}
-        ),
-        "growth_protocol_pre": plots.sweep_plot(
-            sweeps[f"pre_{deepest}"],
-            stat="median",
-            x_title="σ (embeddings)",
-            y_title="‖H‖_F",
-            keys=[f"l{i}_W_Q_outer" for i in range(deepest)] + [f"l{i}_W_V_outer" for i in range(deepest)],
-            title=f"Pre-LN, {deepest} layers: W_Q and W_V outer blocks vs σ",
-        ),
+            keys=keys,
+            title=f"{label}, {deepest} layers: W_Q and W_V outer blocks vs σ",
+        )
+        for norm, label in (("none", "No LayerNorm"), ("peri", "Peri-LN"), ("pre", "Pre-LN"))
+        if norm != "peri" or f"peri_{deepest}" in sweeps  # Peri-LN only where it was run
     }
     return note, figs
 

@@ -203,17 +203,17 @@ class _Pairs(NamedTuple):
     """Whether *every* active Ritz pair passes: the active space is invariant to ``tol``."""
 
 
-def _ritz(
-    T: Tensor,
-    j: int,
-    beta: float,
-    k: int,
-    which: str,
-    tol: float,
-    eps: float,
-    bound: str = "residual",
-    locked: int = 0,
-) -> _Pairs:
+class StopTest(NamedTuple):
+    """The stopping test of :func:`passed`: the tolerance ``tol``, the dtype's ``eps``, the ``bound``
+    (``"residual"`` or ``"value"``) and the wanted end ``which``."""
+
+    tol: float
+    eps: float
+    bound: str = "residual"
+    which: str = "top"
+
+
+def _ritz(T: Tensor, j: int, beta: float, k: int, test: StopTest, locked: int = 0) -> _Pairs:
     """The Ritz pairs of the leading ``j × j`` of ``T`` (upper triangle filled), best first, and
     whether the first ``k`` pass the test of :func:`passed`.
 
@@ -224,26 +224,26 @@ def _ritz(
     values pass at once, and only once the active space's extreme has converged is it known that the
     complement holds nothing better (a fresh block's first Ritz value is an interior Rayleigh quotient)."""
     theta, Y = torch.linalg.eigh(symmetric(T, locked, j))
-    order = _wanted(theta, j - locked, which)
+    order = _wanted(theta, j - locked, test.which)
     theta, Y = theta[order], Y[:, order]
     est = beta * Y[-1].abs() if len(theta) else theta
     values = torch.diagonal(T)[:locked]
     scale = float(values.abs().max()) if locked else 0.0
 
     def every_pair() -> bool:  # implies ``done``: asked only then (or in the first k steps)
-        return passed(theta, est, len(theta), tol, eps, bound, which, scale)
+        return passed(theta, est, len(theta), test, scale)
 
     if not locked:
-        done = j > k and passed(theta, est, k, tol, eps, bound, which)
+        done = j > k and passed(theta, est, k, test)
         return _Pairs(theta, Y, est, done, theta, Y, (done or j <= k) and every_pair())
     every = torch.cat([values, theta])
     coords = torch.zeros(j, j, dtype=T.dtype)
     coords[range(locked), range(locked)] = 1.0
     coords[locked:, locked:] = Y
-    order = _wanted(every, j, which)
+    order = _wanted(every, j, test.which)
     wanted = int((order[:k] >= locked).sum())
     active = min(max(1, wanted), len(theta))
-    done = not len(theta) or passed(theta, est, active, tol, eps, bound, which, scale)
+    done = not len(theta) or passed(theta, est, active, test, scale)
     return _Pairs(
         every[order],
         coords[:, order],
@@ -287,16 +287,7 @@ def check_bound(bound: str) -> str:
     return bound
 
 
-def passed(
-    theta: Tensor,
-    est: Tensor,
-    k: int,
-    tol: float,
-    eps: float,
-    bound: str,
-    which: str = "top",
-    scale: float = 0.0,
-) -> bool:
+def passed(theta: Tensor, est: Tensor, k: int, test: StopTest, scale: float = 0.0) -> bool:
     """Whether the first ``k`` Ritz pairs pass the stopping test: ``bound="residual"``,
     ``‖H u_i − θ_i u_i‖ ≤ tol · |θ_i|``; ``"value"``, the eigenvalue's error bound
     :func:`value_error` ``≤ tol · |θ_i|``. ``|θ_i|`` is floored at ``ε^{2/3} · max|θ|`` as ARPACK
@@ -310,6 +301,7 @@ def passed(
     the Ritz values, which early in a run overstate the gap at the edge of a dense cluster (a
     Rademacher start stopped at the isolated end after 7 products, ``tests/test_lanczos.py``).
     ``scale``: a magnitude the floor is taken from as well (the locked eigenvalues, :func:`_ritz`)."""
+    tol, eps, bound, which = test
     floor = eps ** (2 / 3) * max(float(theta.abs().max()), scale)
     idx = torch.arange(k)
     if which == "magnitude" and theta.numel() > k:
@@ -386,6 +378,7 @@ def extremes(
     q = start_vector(start, rademacher(n, 1, gen, like)[0])
     Q[0] = q / norm(q)
     eps = torch.finfo(like.dtype).eps
+    test = StopTest(tol, eps, bound, which)
     closed = eps * math.sqrt(n)  # β ≤ ε₁ ‖T‖: the Krylov space is invariant (Simon's round-off term)
     omega = Orthogonality(m, n, eps) if reorth == "partial" else None
     j, begin, locked, matvecs, restarts, beta, size = 0, 0, 0, 0, 0, 0.0, 0.0
@@ -416,7 +409,7 @@ def extremes(
         whole = beta <= closed * size  # β at round-off: the Krylov space is invariant
         if not whole:
             w.div_(beta)
-            r = _ritz(T, j + 1, beta, k, which, tol, eps, bound, locked)
+            r = _ritz(T, j + 1, beta, k, test, locked)
             whole = r.settled  # or every Ritz pair of it passes: invariant to tol
             done = r.done and j + 1 > k  # the test each step, on the leading j + 1 of T
             if done and not whole:
@@ -429,17 +422,17 @@ def extremes(
             block = _lock_(T, Q, locked, j + 1, which, like)
             locked = j + 1
             if _answered(torch.diagonal(T)[:locked], block, k, which, tol, eps) or locked == n:
-                r, done = _ritz(T, locked, 0.0, k, which, tol, eps, bound, locked), True
+                r, done = _ritz(T, locked, 0.0, k, test, locked), True
                 break
             omega = None  # full reorthogonalisation from here
             if locked > m - 2:  # no room left: keep the wanted locked rows only
                 if restarts >= max_restarts:
-                    r, done = _ritz(T, locked, 0.0, k, which, tol, eps, bound, locked), False
+                    r, done = _ritz(T, locked, 0.0, k, test, locked), False
                     break
                 restarts += 1
                 locked = _compact_(T, Q, locked, k, which)
             if not _fresh_(Q, locked, gen, like):  # the locked rows span the space numerically
-                r, done = _ritz(T, locked, 0.0, k, which, tol, eps, bound, locked), True
+                r, done = _ritz(T, locked, 0.0, k, test, locked), True
                 break
             j = begin = locked
             beta = 0.0

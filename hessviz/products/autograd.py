@@ -63,17 +63,10 @@ class AutogradProducts:
         HJv = self.loss_hvp(Jv[None])[0]
         return torch.autograd.grad(self.Z, self.leaves, grad_outputs=HJv, retain_graph=True)
 
-    def sweep(
-        self,
-        dparams: dict[str, Tensor],
-        term: str,
-        wanted: Sequence[str],
-        into: dict[str, Tensor] | None = None,
-        alpha: float = 1.0,
-        accumulate: bool = False,
-    ) -> dict[str, Tensor]:
-        """As :meth:`Tape.sweep` (``into`` is not used: the products are gathered, scaled and
-        added, by the layout)."""
+    def sweep(self, dparams: dict[str, Tensor], term: str, wanted: Sequence[str]) -> dict[str, Tensor]:
+        """``name -> (k, *shape)`` products of ``term`` for the ``wanted`` parameters, the tangents
+        ``dparams (k, *shape)`` (as :func:`hessviz.products.tape.sweep`, but with no ``into``: the
+        products are gathered, scaled and added by the layout)."""
         k = next(iter(dparams.values())).shape[0]
         cols = []
         for j in range(k):

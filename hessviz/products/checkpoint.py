@@ -104,7 +104,7 @@ class Checkpoints:
         into: dict[str, Tensor],
         alpha: float,
     ) -> dict[str, Maybe]:
-        """``Σ_β θ̄̇_β`` of the ``wanted`` weights, as :func:`hessviz.products.lockstep.sweep` gives it
+        """``Σ_β θ̄̇_β`` of the ``wanted`` weights, as :func:`hessviz.products.tape.sweep` gives it
         for the whole tapes (``into``, ``alpha``: the same), each layer rebuilt (see the module)."""
         seed_curvature, second = SWEEP_RULES[term]
         N, B = self.layers, len(self.inputs)

@@ -1,7 +1,7 @@
 r"""A batch's products in one sweep: the tapes of ``B`` sequences swept node by node, side by side.
 
 A whole model's product is ``(1/B) Σ_β H_β V`` (:mod:`hessviz.whole.hessian`), each ``H_β V`` a
-sweep of sequence ``β``'s tape (:meth:`~hessviz.products.tape.Tape.sweep`). The tapes have the
+sweep of sequence ``β``'s tape (:func:`hessviz.products.tape.sweep` of one tape). The tapes have the
 same nodes (same names, same weights), only their values differ. A linear map is token-wise: its
 ``B`` nodes are one map on the ``B·L`` stacked rows (:meth:`~hessviz.ops.linear.Linear.stacked`),
 so running the tapes in lockstep turns ``B`` sets of GEMMs into one:
@@ -13,21 +13,17 @@ so running the tapes in lockstep turns ``B`` sets of GEMMs into one:
 
 the weight's product of the whole batch written once, scaled by ``alpha`` (``1/B``), into its
 place in the output; every other node (attention, norms, activations) runs per sequence, and its
-parameter products
-are summed over the sequences. The loop is the tape's own (:func:`hessviz.products.tape.sweep`, written
-once over ``B ≥ 1`` tapes): this module only checks that the tapes can share it and names the
-batch's sweep. Only the order of the floating-point sums differs from ``B`` separate sweeps.
+parameter products are summed over the sequences. The loop is the tape's own
+(:func:`hessviz.products.tape.sweep`, written once over ``B ≥ 1`` tapes, called with the batch's
+tapes): this module only checks that the tapes can share it (:func:`same_nodes`). Only the order
+of the floating-point sums differs from ``B`` separate sweeps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from torch import Tensor
-
-from hessviz.ops.base import Maybe
 from hessviz.products.tape import Tape
-from hessviz.products.tape import sweep as tape_sweep
 
 
 def same_nodes(tapes: Sequence[Tape]) -> bool:
@@ -42,19 +38,3 @@ def same_nodes(tapes: Sequence[Tape]) -> bool:
         )
         for t in tapes[1:]
     )
-
-
-def sweep(
-    tapes: Sequence[Tape],
-    dparams: Mapping[str, Tensor],
-    term: str,
-    wanted: Sequence[str],
-    into: Mapping[str, Tensor],
-    alpha: float,
-) -> dict[str, Maybe]:
-    """``Σ_β θ̄̇_β`` of the ``wanted`` parameters over the tapes (:meth:`Tape.sweep` of each,
-    summed), the tangents ``dparams (k, *shape)`` shared: :func:`hessviz.products.tape.sweep` of the
-    ``B`` tapes side by side. A product written into its view of ``into`` is already
-    ``alpha Σ_β θ̄̇_β`` (the returned entry is that view); every other entry is the unscaled sum
-    (:meth:`~hessviz.products.layout.Layout.gather` scales it)."""
-    return tape_sweep(tapes, dparams, term, wanted, into, alpha)

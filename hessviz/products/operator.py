@@ -42,7 +42,7 @@ from hessviz.products.block import build
 from hessviz.products.columns import unit_rows
 from hessviz.products.hessian_operator import Names, ProductsOperator
 from hessviz.products.layout import Layout
-from hessviz.products.tape import Tape
+from hessviz.products.tape import Tape, sweep
 from hessviz.runtime import pages
 
 BATCH = 8
@@ -168,7 +168,7 @@ class MatrixFreeHessian:
 @final
 class TapeOperator(ProductsOperator):
     """The closed-form engine: ``H[rows, cols] Vᵀ``, transposed, swept ``BATCH`` columns at a time
-    through the tape (:func:`sweep_in_batches`, :meth:`Tape.sweep`).
+    through the tape (:func:`sweep_in_batches`, :func:`hessviz.products.tape.sweep`).
 
     The result is allocated once (:func:`hessviz.runtime.pages.empty`), or is ``out`` (a
     ``(k, |rows|)`` tensor with unit-stride rows: a Lanczos basis row), and each whole weight's
@@ -210,8 +210,8 @@ class TapeOperator(ProductsOperator):
     ) -> Tensor:
         tape, term = self.products.sweep_tape, self.term
 
-        def sweep(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
-            return tape.sweep(dparams, term, wanted, into, alpha, accumulate)
+        def swept(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
+            return sweep([tape], dparams, term, wanted, into, alpha, accumulate)
 
         out = check_out(V, self.row_layout, out)
-        return sweep_in_batches(V, out, self.row_layout, self.col_layout, sweep, alpha, accumulate)
+        return sweep_in_batches(V, out, self.row_layout, self.col_layout, swept, alpha, accumulate)

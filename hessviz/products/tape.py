@@ -239,24 +239,6 @@ class Tape:
         )
         return out, dins
 
-    def sweep(
-        self,
-        dparams: dict[str, Tensor],
-        term: str,
-        wanted: Sequence[str],
-        into: dict[str, Tensor] | None = None,
-        alpha: float = 1.0,
-        accumulate: bool = False,
-    ) -> dict[str, Maybe]:
-        """``θ̄̇`` for the parameters ``wanted``, given tangents ``dparams`` (``k`` leading).
-
-        ``dparams`` maps a parameter name to its tangent of shape ``(k, *shape)``; missing
-        names have zero tangent. Returns ``name -> (k, *shape)`` (``None`` when exactly 0);
-        a product may be the view of ``into`` it was written into, scaled by ``alpha`` and added
-        to it when ``accumulate`` (:func:`adjoint_tangents`): :func:`sweep` of this one tape.
-        """
-        return sweep([self], dparams, term, wanted, into, alpha, accumulate)
-
 
 # ----------------------------------------------------------------------------- the one sweep loop
 # Written once over ``B ≥ 1`` tapes of the same nodes ("lanes": the sequences of a batch, side by

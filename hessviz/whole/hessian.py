@@ -45,6 +45,7 @@ from hessviz.losses import HEAD_B, HEAD_NAMES, HEAD_W, Classifier, CustomLoss, H
 from hessviz.losses.names import name as objective_name
 from hessviz.losses.names import whole_objective
 from hessviz.products import graphs, lockstep
+from hessviz.products import tape as sweeps
 from hessviz.products.block import build_at_output
 from hessviz.products.checkpoint import Checkpoints
 from hessviz.products.hessian_operator import HessianOperator, ProductsOperator
@@ -125,13 +126,13 @@ class BatchOperator(ProductsOperator):
 
     def _lockstep(self, V: Tensor, rows: Layout, cols: Layout, out: Tensor) -> None:
         """``out = (1/B) Σ_β H_β V`` over this rank's sequences in one lockstep sweep per ``BATCH``
-        columns (:func:`hessviz.products.lockstep.sweep`; checkpointed,
+        columns (:func:`hessviz.products.tape.sweep` of the tapes side by side; checkpointed,
         :meth:`hessviz.products.checkpoint.Checkpoints.sweep`)."""
         batch, term = self.products, self.term
         if batch.checkpoints is not None:
             swept = batch.checkpoints.sweep
         else:
-            swept = functools.partial(lockstep.sweep, [p.sweep_tape for p in batch.parts])
+            swept = functools.partial(sweeps.sweep, [p.sweep_tape for p in batch.parts])
 
         def sweep(dparams: dict[str, Tensor], wanted: tuple[str, ...], into: dict[str, Tensor]) -> dict:
             return swept(dparams, term, wanted, into, batch.weight)

@@ -82,6 +82,27 @@ def _norm(prefix: str) -> tuple[Source, Source]:
     return Source(f"{prefix}.weight"), Source(f"{prefix}.bias")
 
 
+def _packed(
+    weight: str, bias: str, transpose: bool = False, groups: int = 1
+) -> dict[str, tuple[Source, Source]]:
+    """``W_Q``, ``W_K``, ``W_V`` and their biases as the three blocks of one packed projection: the
+    tensors ``weight`` and ``bias``, block ``k`` of each (:class:`Source` ``part = (k, 3)``, ``groups``)."""
+    return {
+        name: (
+            Source(weight, transpose=transpose, part=(k, 3), groups=groups),
+            Source(bias, part=(k, 3), groups=groups),
+        )
+        for k, name in enumerate(("W_Q", "W_K", "W_V"))
+    }
+
+
+def _projections(prefix: str, out: str) -> dict[str, tuple[Source, Source]]:
+    """``W_Q``, ``W_K``, ``W_V``, ``W_O`` of an attention whose ``nn.Linear`` maps are
+    ``{prefix}q_proj``, ``k_proj``, ``v_proj`` and ``{prefix}{out}`` (OPT's ``out_proj``, Llama's
+    ``o_proj``)."""
+    return {f"W_{x}": _linear(prefix + key) for x, key in zip("QKVO", ("q_proj", "k_proj", "v_proj", out))}
+
+
 def _table(**pairs: tuple[Source, Source]) -> dict[str, Source]:
     """``W_Q=(weight, bias)`` -> ``{"W_Q": weight, "b_Q": bias}``; ``ln1=…`` -> ``ln1_gamma, ln1_beta``."""
     out = {}

@@ -35,6 +35,8 @@ from hessviz.pretrained.families.base import (
     _heads,
     _linear,
     _norm,
+    _packed,
+    _projections,
     _refuse,
     _rope,
     _rotary_dim,
@@ -56,14 +58,10 @@ class Bert(Family):
         c = self.config
         _refuse(c, {"position_embedding_type": "absolute", "add_cross_attention": False})
         d, heads = _get(c, "hidden_size", int), _get(c, "num_attention_heads", int)
-        if d % heads:
-            raise CheckpointError(
-                f"config.json: hidden_size = {d} must be a multiple of num_attention_heads = {heads}"
-            )
         return BlockConfig(
             seq_len=self.max_positions if seq_len is None else seq_len,
             d_model=d,
-            d_k=d // heads,
+            d_k=_heads(c, d, "num_attention_heads", None),
             d_ff=_get(c, "intermediate_size", int),
             norm="post",
             activation=_activation(c, "hidden_act", "gelu"),
@@ -142,7 +140,28 @@ class Bert(Family):
         return F.layer_norm(X, (X.shape[1],), ln[k["gamma"]], ln[k["beta"]], eps=self.block.ln_eps)
 
 
-class GPT2(Family):
+class _LearnedPositions(Family):
+    """A decoder whose embeddings are a token table plus a learned position table read at rows
+    ``t + OFFSET`` (GPT-2: ``wte + wpe``; OPT: ``embed_tokens + embed_positions``, offset 2)."""
+
+    tokens_key = positions_table_key = ""
+    OFFSET = 0
+
+    def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
+        d = self.block.d_model
+        return {
+            self.prefix + self.tokens_key: (self.vocab_size, d),
+            self.prefix + self.positions_table_key: (self.max_positions + self.OFFSET, d),
+        }
+
+    def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
+        positions = [t + self.OFFSET for t in range(len(ids))]
+        return self.read_rows(self.prefix + self.tokens_key, ids, dtype) + self.read_rows(
+            self.prefix + self.positions_table_key, positions, dtype
+        )
+
+
+class GPT2(_LearnedPositions):
     """GPT-2: Pre-LN, causal, GELU-tanh, ``Conv1D`` weights ``(in, out)``, packed ``c_attn``."""
 
     model_types = ("gpt2",)
@@ -150,6 +169,7 @@ class GPT2(Family):
     blurb = "Pre-LN, causal, GELU-tanh, biases, LayerNorm γ/β"
     anchor = "wte.weight"
     layers_key, positions_key, vocab_key = "n_layer", "n_positions", "vocab_size"
+    tokens_key, positions_table_key = "wte.weight", "wpe.weight"
 
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
         c = self.config
@@ -182,34 +202,16 @@ class GPT2(Family):
     def layer_sources(self, layer: int) -> dict[str, Source]:
         p = f"{self.prefix}h.{layer}."
 
-        def qkv(k: int) -> tuple[Source, Source]:
-            return Source(p + "attn.c_attn.weight", part=(k, 3)), Source(p + "attn.c_attn.bias", part=(k, 3))
-
         def conv1d(prefix: str) -> tuple[Source, Source]:
             return Source(prefix + ".weight"), Source(prefix + ".bias")
 
         return _table(
             ln1=_norm(p + "ln_1"),
-            W_Q=qkv(0),
-            W_K=qkv(1),
-            W_V=qkv(2),
+            **_packed(p + "attn.c_attn.weight", p + "attn.c_attn.bias"),
             W_O=conv1d(p + "attn.c_proj"),
             ln2=_norm(p + "ln_2"),
             W_1=conv1d(p + "mlp.c_fc"),
             W_2=conv1d(p + "mlp.c_proj"),
-        )
-
-    def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
-        d = self.block.d_model
-        return {
-            f"{self.prefix}wte.weight": (self.vocab_size, d),
-            f"{self.prefix}wpe.weight": (self.max_positions, d),
-        }
-
-    def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
-        self.ckpt.require(self.embedding_shapes())
-        return self.ckpt.read_rows(f"{self.prefix}wte.weight", ids, dtype) + self.ckpt.read_rows(
-            f"{self.prefix}wpe.weight", list(range(len(ids))), dtype
         )
 
     def head(self) -> Head:
@@ -253,19 +255,10 @@ class GPTNeoX(Family):
 
     def layer_sources(self, layer: int) -> dict[str, Source]:
         p = f"{self.prefix}layers.{layer}."
-        qkv, H = p + "attention.query_key_value", self.block.n_heads
-
-        def packed(k: int) -> tuple[Source, Source]:
-            return (
-                Source(qkv + ".weight", transpose=True, part=(k, 3), groups=H),
-                Source(qkv + ".bias", part=(k, 3), groups=H),
-            )
-
+        qkv = p + "attention.query_key_value"
         return _table(
             ln1=_norm(p + "input_layernorm"),
-            W_Q=packed(0),
-            W_K=packed(1),
-            W_V=packed(2),
+            **_packed(qkv + ".weight", qkv + ".bias", transpose=True, groups=self.block.n_heads),
             W_O=_linear(p + "attention.dense"),
             ln2=_norm(p + "post_attention_layernorm"),
             W_1=_linear(p + "mlp.dense_h_to_4h"),
@@ -286,7 +279,7 @@ class GPTNeoX(Family):
         )
 
 
-class OPT(Family):
+class OPT(_LearnedPositions):
     """OPT: Pre-LN (Post-LN when ``do_layer_norm_before`` is false), ReLU, biases, causal; learned
     positions read at ``t + 2`` (OPT's offset); ``project_in``/``project_out`` (a
     ``word_embed_proj_dim`` other than ``hidden_size``, OPT-350m) are refused."""
@@ -296,6 +289,7 @@ class OPT(Family):
     blurb = "Pre-LN (or Post-LN), ReLU, biases, learned positions (offset 2)"
     anchor = "embed_positions.weight"
     layers_key, positions_key, vocab_key = "num_hidden_layers", "max_position_embeddings", "vocab_size"
+    tokens_key, positions_table_key = "embed_tokens.weight", "embed_positions.weight"
     OFFSET = 2
 
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
@@ -328,27 +322,11 @@ class OPT(Family):
         p = f"{self.prefix}layers.{layer}."
         a = p + "self_attn."
         return _table(
-            W_Q=_linear(a + "q_proj"),
-            W_K=_linear(a + "k_proj"),
-            W_V=_linear(a + "v_proj"),
-            W_O=_linear(a + "out_proj"),
+            **_projections(a, "out_proj"),
             ln1=_norm(p + "self_attn_layer_norm"),
             W_1=_linear(p + "fc1"),
             W_2=_linear(p + "fc2"),
             ln2=_norm(p + "final_layer_norm"),
-        )
-
-    def embedding_shapes(self) -> dict[str, tuple[int, ...]]:
-        d = self.block.d_model
-        return {
-            f"{self.prefix}embed_tokens.weight": (self.vocab_size, d),
-            f"{self.prefix}embed_positions.weight": (self.max_positions + self.OFFSET, d),
-        }
-
-    def embed(self, ids: list[int], dtype: torch.dtype) -> Tensor:
-        positions = [t + self.OFFSET for t in range(len(ids))]
-        return self.read_rows(f"{self.prefix}embed_tokens.weight", ids, dtype) + self.read_rows(
-            f"{self.prefix}embed_positions.weight", positions, dtype
         )
 
     def head(self) -> Head:

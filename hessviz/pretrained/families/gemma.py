@@ -45,7 +45,7 @@ from torch import Tensor
 from hessviz.block.config import BlockConfig
 from hessviz.errors import CheckpointError
 from hessviz.pretrained.bounded import shown
-from hessviz.pretrained.families.base import Head, Source, _activation, _bias, _flag, _get, _heads
+from hessviz.pretrained.families.base import Head, Source, _flag, _get
 from hessviz.pretrained.families.llama import Llama, projections
 
 LAYER_KINDS = ("sliding_attention", "full_attention")
@@ -74,13 +74,22 @@ class Gemma3(Llama):
     title = "Gemma 3"
     blurb = "Peri-RMSNorm (1 + w), GeGLU, QK-norm, local/global RoPE and windows, √d embeddings"
     qk_norm = True
+    tied_default = True
+    placement = "peri"
+    activation_default = "gelu_pytorch_tanh"
     soft_capped = False
     pattern_key, pattern_default = "sliding_window_pattern", 6
 
+    def biases(self) -> dict[str, bool]:
+        """``attention_bias`` on Q, K, V, O."""
+        attention = _flag(self.config, "attention_bias", False)
+        return {"Q": attention, "K": attention, "V": attention, "O": attention}
+
     def _refuse_options(self) -> None:
+        """Refuse bidirectional attention, and (Gemma 3) soft-capping values."""
         c = self.config
         for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-            if c.get(key) is not None:
+            if not self.soft_capped and c.get(key) is not None:
                 raise CheckpointError(
                     f"config.json: {key} = {shown(c[key])} is not supported for {self.title} (its "
                     "layers have no soft-capping; a Gemma 2 checkpoint has model_type 'gemma2')"
@@ -91,41 +100,15 @@ class Gemma3(Llama):
                 "Gemma's causal layers)"
             )
 
-    def block_config(self, seq_len: int | None = None) -> BlockConfig:
-        c = self.config
-        self._refuse_options()
-        d = _get(c, "hidden_size", int)
-        heads = _get(c, "num_attention_heads", int)
-        d_k = _heads(c, d, "num_attention_heads", "head_dim")
-        kv = _get(c, "num_key_value_heads", int, heads)
-        if heads % kv:
-            raise CheckpointError(
-                f"config.json: num_key_value_heads = {kv} must divide num_attention_heads = {heads}"
-            )
-        scalar = _get(c, "query_pre_attn_scalar", float, 256, minimum=1e-12)
-        attention = _flag(c, "attention_bias", False)
-        return BlockConfig(
-            seq_len=self.max_positions if seq_len is None else seq_len,
-            d_model=d,
-            d_k=d_k,
-            d_ff=_get(c, "intermediate_size", int),
-            norm="peri",
-            norm_type="rmsnorm",
-            mlp="gated",
-            activation=_activation(c, self._activation_key, "gelu_pytorch_tanh"),
-            ln_eps=float(_get(c, "rms_norm_eps", float, 1e-6, minimum=0)),
-            n_heads=heads,
-            n_kv_heads=None if kv == heads else kv,
-            out_proj=True,
-            bias=_bias({"Q": attention, "K": attention, "V": attention, "O": attention}),
-            ln_affine=True,
-            causal=True,
-            rope=True,
-            qk_norm=self.qk_norm,
-            attn_scale=float(scalar) ** -0.5,
-            softcap=self._softcap("attn_logit_softcapping"),
+    def _attention_fields(self, d_k: int) -> dict[str, object]:
+        """The score's scale ``query_pre_attn_scalar^(−1/2)``, its soft-capping, and layer 0's window
+        and rotary base (:meth:`layer_block` sets each layer's)."""
+        scalar = _get(self.config, "query_pre_attn_scalar", float, 256, minimum=1e-12)
+        return {
+            "attn_scale": float(scalar) ** -0.5,
+            "softcap": self._softcap("attn_logit_softcapping"),
             **self._layer_fields(0),
-        )
+        }
 
     @property
     def _activation_key(self) -> str:
@@ -222,11 +205,10 @@ class Gemma3(Llama):
         return rows * torch.tensor(math.sqrt(self.block.d_model), dtype=dtype)
 
     def head(self) -> Head:
-        tied = _flag(self.config, "tie_word_embeddings", True)
         return Head(
             f"{self.prefix}norm.weight",
             None,
-            self._embedding if tied else "lm_head.weight",
+            self._unembedding("lm_head.weight"),
             "rmsnorm",
             shift=1.0,
             softcap=self._softcap("final_logit_softcapping"),
@@ -245,13 +227,6 @@ class Gemma2(Gemma3):
     soft_capped = True
     pattern_key, pattern_default = "sliding_window_pattern", 2
     rotates_locally = False
-
-    def _refuse_options(self) -> None:
-        if _flag(self.config, "use_bidirectional_attention", False):
-            raise CheckpointError(
-                "config.json: use_bidirectional_attention = true is not supported (hessviz computes "
-                "Gemma's causal layers)"
-            )
 
     def layer_kinds(self) -> tuple[str, ...]:
         c, n = self.config, _get(self.config, self.layers_key, int)

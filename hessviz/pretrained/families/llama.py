@@ -25,6 +25,7 @@ from hessviz.pretrained.families.base import (
     _get,
     _heads,
     _linear,
+    _projections,
     _refuse_set,
     _rope,
     _rotary_dim,
@@ -37,10 +38,7 @@ def projections(p: str) -> dict[str, Source]:
     ``p``: ``self_attn.{q,k,v,o}_proj`` and ``mlp.{gate,up,down}_proj`` (weights and biases)."""
     a, m = p + "self_attn.", p + "mlp."
     return _table(
-        W_Q=_linear(a + "q_proj"),
-        W_K=_linear(a + "k_proj"),
-        W_V=_linear(a + "v_proj"),
-        W_O=_linear(a + "o_proj"),
+        **_projections(a, "o_proj"),
         W_G=_linear(m + "gate_proj"),
         W_1=_linear(m + "up_proj"),
         W_2=_linear(m + "down_proj"),
@@ -60,15 +58,35 @@ class Llama(Family):
     head_dim_key: str | None = "head_dim"
     qk_norm = False
     tied_default = False
+    placement = "pre"
+    """Where the norms stand (``BlockConfig.norm``): Pre-RMSNorm; Gemma's Peri-RMSNorm."""
+    activation_default = "silu"
 
     def biases(self) -> dict[str, bool]:
         c = self.config
         attention, mlp = _flag(c, "attention_bias", False), _flag(c, "mlp_bias", False)
         return {"Q": attention, "K": attention, "V": attention, "O": attention, "G": mlp, "1": mlp, "2": mlp}
 
+    def _refuse_options(self) -> None:
+        """Refuse the options that change this family's layer beyond what hessviz computes."""
+        _refuse_set(self.config, ("attn_logit_softcapping", "final_logit_softcapping"))
+
+    @property
+    def _activation_key(self) -> str:
+        """The config key that names the feed-forward activation."""
+        return "hidden_act"
+
+    def _attention_fields(self, d_k: int) -> dict[str, object]:
+        """The block's rotary (and, in a subclass, scoring) fields: one rotation for every layer."""
+        theta, factor = _rope(self.config)
+        return {"rope_theta": theta, "rotary_dim": _rotary_dim(d_k, factor)}
+
     def block_config(self, seq_len: int | None = None) -> BlockConfig:
+        """The gated RMSNorm decoder layer that this family and its subclasses (Gemma too) share:
+        widths, grouped-query heads, ε and biases read alike; :attr:`placement`, the activation and
+        :meth:`_attention_fields` are each family's."""
         c = self.config
-        _refuse_set(c, ("attn_logit_softcapping", "final_logit_softcapping"))
+        self._refuse_options()
         d = _get(c, "hidden_size", int)
         heads = _get(c, "num_attention_heads", int)
         d_k = _heads(c, d, "num_attention_heads", self.head_dim_key)
@@ -77,16 +95,16 @@ class Llama(Family):
             raise CheckpointError(
                 f"config.json: num_key_value_heads = {kv} must divide num_attention_heads = {heads}"
             )
-        theta, factor = _rope(c)
+        fields = self._attention_fields(d_k)
         return BlockConfig(
             seq_len=self.max_positions if seq_len is None else seq_len,
             d_model=d,
             d_k=d_k,
             d_ff=_get(c, "intermediate_size", int),
-            norm="pre",
+            norm=self.placement,
             norm_type="rmsnorm",
             mlp="gated",
-            activation=_activation(c, "hidden_act", "silu"),
+            activation=_activation(c, self._activation_key, self.activation_default),
             ln_eps=float(_get(c, "rms_norm_eps", float, 1e-6, minimum=0)),
             n_heads=heads,
             n_kv_heads=None if kv == heads else kv,
@@ -95,9 +113,8 @@ class Llama(Family):
             ln_affine=True,
             causal=True,
             rope=True,
-            rope_theta=theta,
-            rotary_dim=_rotary_dim(d_k, factor),
             qk_norm=self.qk_norm,
+            **fields,
         )
 
     @property
