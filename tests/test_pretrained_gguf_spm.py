@@ -127,9 +127,16 @@ def refused(path: Path, match: str) -> str:
 
 
 def test_an_absurd_vocabulary_is_refused(tmp_path, monkeypatch):
-    """The bound is checked before any merge is derived (lowered here to keep the file tiny)."""
-    monkeypatch.setattr(gguf_spm, "MAX_VOCAB", len(PIECES) - 1)
-    refused(write_gemma_gguf(tmp_path / "big.gguf"), f"tokens holds {len(PIECES)} pieces, more than the")
+    """The bound is checked before any merge is derived, for a SentencePiece and a byte-level vocabulary
+    alike (lowered here to keep the files tiny)."""
+    from tests.test_loaders_fail_closed import V, write_llama_gguf
+
+    monkeypatch.setattr(gguf_spm, "MAX_VOCAB", V - 1)
+    refused(
+        write_gemma_gguf(tmp_path / "big.gguf"), f"tokens holds {len(PIECES)} tokens, more than the {V - 1}"
+    )
+    write_llama_gguf(tmp_path / "big-bpe.gguf")
+    refused(tmp_path / "big-bpe.gguf", f"tokens holds {V} tokens, more than the {V - 1}")
 
 
 @pytest.mark.parametrize(
@@ -141,6 +148,8 @@ def test_an_absurd_vocabulary_is_refused(tmp_path, monkeypatch):
         ({"bos_token_id": 9999}, r"bos_token_id = 9999 is not a token id in \[0, 270\]"),
         ({"add_space_prefix": True}, "add_space_prefix = true is not supported"),
         ({"add_bos_token": "yes"}, "add_bos_token must be true or false, got 'yes'"),
+        ({"pieces": PIECES + ["$A"], "bos_token_id": 271}, r"bos_token_id names no token .*\('\$A'\)"),
+        ({"add_eos_token": True, "eos_token_id": 5}, r"eos_token_id names no token .*\('  '\)"),
     ],
 )
 def test_a_bad_sentencepiece_vocabulary_is_one_error(tmp_path, change, match):

@@ -45,7 +45,7 @@ from hessviz.errors import CheckpointError
 from hessviz.pretrained.bounded import shown
 from hessviz.pretrained.checkpoint import CACHE_SIZE, Checkpoint
 from hessviz.pretrained.gguf_header import check_header
-from hessviz.pretrained.gguf_spm import MAX_VOCAB, sentencepiece_tokenizer
+from hessviz.pretrained.gguf_spm import check_size, sentencepiece_tokenizer
 
 MAGIC = b"GGUF"
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
@@ -440,14 +440,6 @@ def _field(opened: _Opened, key: str, path: str, item: type = str, default: list
     return values
 
 
-def _check_size(path: str, tokens: list) -> None:
-    if len(tokens) > MAX_VOCAB:
-        raise CheckpointError(
-            f"source {path!r}: GGUF key tokenizer.ggml.tokens holds {len(tokens)} tokens, more than "
-            f"the {MAX_VOCAB} hessviz reads (real vocabularies hold 32,000 to 262,144)"
-        )
-
-
 @lru_cache(maxsize=2)
 def _tokenizer(state: tuple[str, int, int]):
     """The file's tokenizer, as ``transformers``' GGUF conversion builds it: a SentencePiece
@@ -475,7 +467,7 @@ def _tokenizer(state: tuple[str, int, int]):
             "tokenizers); pass token ids"
         )
     tokens = _field(opened, "tokenizer.ggml.tokens", path)
-    _check_size(path, tokens)
+    check_size(path, tokens)
     merges = [tuple(m.split(" ")) for m in _field(opened, "tokenizer.ggml.merges", path)]
     bad = next((i for i, m in enumerate(merges) if len(m) != 2), None)
     if bad is not None:

@@ -45,7 +45,7 @@ from hessviz.pretrained.bounded import shown
 ARCHITECTURES = ("gemma3",)
 """The architectures whose SentencePiece vocabulary is built (Gemma's conventions above)."""
 MAX_VOCAB = 1 << 19
-"""Real SentencePiece vocabularies hold 32,000 (Llama 2) to 262,144 (Gemma 3) pieces."""
+"""Real vocabularies hold 32,000 (Llama 2) to 262,144 (Gemma 3) tokens."""
 MAX_PIECE = 256
 """Gemma 3's longest piece has 31 characters; a piece costs ``O(len²)`` to split."""
 SPACE = "\u2581"
@@ -67,14 +67,19 @@ def merges(pieces: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
+def check_size(path: str, tokens: list) -> None:
+    """Refuse a vocabulary (byte-level or SentencePiece) of more than :data:`MAX_VOCAB` tokens."""
+    if len(tokens) > MAX_VOCAB:
+        raise CheckpointError(
+            f"source {path!r}: GGUF key tokenizer.ggml.tokens holds {len(tokens)} tokens, more than the "
+            f"{MAX_VOCAB} hessviz reads (real vocabularies hold 32,000 to 262,144)"
+        )
+
+
 def _checked(path: str, tokens: list[str], types: list[int]) -> dict[str, int]:
     """``piece -> id`` of the respelled pieces, within the bounds above."""
     where = f"source {path!r}: GGUF key tokenizer.ggml"
-    if len(tokens) > MAX_VOCAB:
-        raise CheckpointError(
-            f"{where}.tokens holds {len(tokens)} pieces, more than the {MAX_VOCAB} hessviz reads "
-            "(real SentencePiece vocabularies hold 32,000 to 262,144)"
-        )
+    check_size(path, tokens)
     if types and len(types) != len(tokens):
         raise CheckpointError(
             f"{where}.token_type has {len(types)} items for {len(tokens)} tokens; it needs one per token"
@@ -149,35 +154,44 @@ def sentencepiece_tokenizer(path: str, metadata: dict, tokens: list[str], types:
         ) from None
     tok.normalizer = normalizers.Replace(" ", SPACE)
     tok.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
-    control = [AddedToken(t, normalized=False, special=True) for t, k in zip(tokens, types) if k == CONTROL]
-    if control:
-        tok.add_special_tokens(control)
-    user = [
-        AddedToken(t, normalized=False, special=False)
-        for t, k in zip(tokens, types)
-        if k == USER_DEFINED and respelled(t) == t
-    ]
-    if user:
-        tok.add_tokens(user)
-    ends = []
-    for key, on in (
-        ("bos_token_id", _flag(path, metadata, "add_bos_token", True)),
-        ("eos_token_id", _flag(path, metadata, "add_eos_token", False)),
-    ):
-        if not on:
-            ends.append(None)
-            continue
-        piece = _special(path, metadata, key, tokens)
-        if piece is None:
-            raise CheckpointError(
-                f"source {path!r}: the file asks for tokenizer.ggml.{key.replace('_id', '')} around a "
-                f"text but has no GGUF key tokenizer.ggml.{key}; pass token ids"
+    for kind, special in ((CONTROL, True), (USER_DEFINED, False)):
+        added = [
+            AddedToken(t, normalized=False, special=special)
+            for t, k in zip(tokens, types)
+            if k == kind and respelled(t) == t  # a respelled space run is reached by the merges
+        ]
+        if special:
+            tok.add_special_tokens(added)
+        else:
+            tok.add_tokens(added)
+    single = _ends(path, metadata, tokens)
+    if len(single) > 1:
+        try:
+            tok.post_processor = processors.TemplateProcessing(
+                single=single, special_tokens=[(t, vocab[t]) for t in single if t != "$A"]
             )
-        ends.append((piece, vocab[respelled(piece)]))
-    bos, eos = ends
-    if bos or eos:
-        single = " ".join([*([bos[0]] if bos else []), "$A", *([eos[0]] if eos else [])])
-        tok.post_processor = processors.TemplateProcessing(
-            single=single, special_tokens=[e for e in ends if e is not None]
-        )
+        except Exception as e:  # a piece the template cannot hold ("$A" itself)
+            raise CheckpointError(
+                f"source {path!r}: the GGUF special tokens {shown(single)} make no template ({str(e)[:200]})"
+            ) from None
     return tok
+
+
+def _ends(path: str, metadata: dict, tokens: list[str]) -> list[str]:
+    """The template of one text: ``["<bos>", "$A"]`` as ``add_bos_token`` (default true, as llama.cpp
+    and ``transformers`` take it for a SentencePiece vocabulary) and ``add_eos_token`` (default false)
+    say."""
+
+    def piece(key: str) -> str:
+        named = _special(path, metadata, f"{key}_token_id", tokens)
+        if named is None or respelled(named) != named or named.startswith("$"):
+            raise CheckpointError(  # "$…" is the template's mark of the text itself
+                f"source {path!r}: GGUF key tokenizer.ggml.add_{key}_token is true but "
+                f"tokenizer.ggml.{key}_token_id names no token that can be added ({shown(named)}); "
+                "pass token ids"
+            )
+        return named
+
+    bos = [piece("bos")] if _flag(path, metadata, "add_bos_token", True) else []
+    eos = [piece("eos")] if _flag(path, metadata, "add_eos_token", False) else []
+    return [*bos, "$A", *eos]
