@@ -30,9 +30,10 @@ merges. The tokenizer is rebuilt from that list:
   ``▁`` back into spaces and byte pieces back into characters.
 
 A vocabulary of more than :data:`MAX_VOCAB` pieces, a piece longer than :data:`MAX_PIECE` characters, two
-pieces of one spelling, a token type list of another length, or a special token id outside the vocabulary
-is a :class:`~hessviz.errors.CheckpointError` naming it: rebuilding the merges costs one dictionary look-up
-per character of the vocabulary (1.5 million for Gemma 3's 262,144 pieces, about a second).
+pieces of one spelling, a token type list of another length, a special token id outside the vocabulary or
+a ``<bos>``/``<eos>`` that cannot be added is a :class:`~hessviz.errors.CheckpointError` naming it:
+rebuilding the merges costs two set look-ups per split of a piece (1.2 million splits for Gemma 3's
+262,144 pieces: the whole build takes about 2 s).
 """
 
 from __future__ import annotations
