@@ -6,7 +6,8 @@ of ``<bos>The quick brown fox jumps over the`` (" lazy") and its loss, whole-mod
 through the 262,144-token head, and a dense block of layer 0's Hessian, each to round-off.
 
 The file stores Gemma's norm weights as ``1 + w`` (llama.cpp's converter); both readers subtract 1 in
-float32, and hessviz's ``γ`` adds it back in float64.
+float32, and hessviz's ``γ`` adds it back in float64. Its SentencePiece vocabulary tokenises a text as
+``transformers``' tokenizer of the same file does (varied texts, and the Real model page on a typed text).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import torch
 
 import hessviz as hv
 from hessviz import pretrained as pt
-from hessviz.errors import CheckpointError
 from hessviz.losses import NextToken
 from hessviz.pretrained.checkpoint import available_models, bundled_file
 from tests import gemma_reference as ref
@@ -127,9 +127,48 @@ def test_layer_zeros_dense_hessian_block(pair):
     assert float((H - H.T).norm() / H.norm()) <= 1e-12
 
 
-def test_layer_for_text_takes_token_ids_and_refuses_a_text():
-    """The file's vocabulary is SentencePiece (``tokenizer.ggml.model = "llama"``): hessviz takes ids."""
-    cfg, params, X = pt.layer_for_text("gemma3-270m", [2, 818, 3823], 5)
-    assert (cfg.seq_len, cfg.window, cfg.rope_theta, X.shape) == (3, None, 1e6, (3, 640))
-    with pytest.raises(CheckpointError, match="pass token ids"):
-        pt.token_ids("gemma3-270m", TEXT)
+TEXTS = (
+    TEXT,
+    "Café naïve résumé: Ærøskøbing, Straße, señor",  # accents
+    "emoji 🦊🧪👍🏽 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ䷀ \x00\x07",  # pieces missing from the vocabulary: their bytes
+    "def f(x):\n\tif x:\n\t\treturn  x * 2\n\n\n# done\r\n",  # code: tabs and newline runs
+    "  leading, a  double,   triple    and quadruple spaces  ",
+    "3.14159 1,000,000 2025-06-01 0x1F 12345678901234567890",
+    "日本語のテキスト。中文文本。한국어",
+    "<start_of_turn>user\n<b>bold</b> <bos>",  # control and user-defined pieces matched whole
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    path = bundled_file("gemma3-270m")
+    return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def test_a_text_gets_transformers_own_ids(tokenizer):
+    """hessviz's tokenizer, built from the file's SentencePiece vocabulary (``tokenizer.ggml.model =
+    "llama"``), gives the ids ``transformers`` gives for the same file, ``<bos>`` first, on texts of
+    every kind; ``layer_for_text`` takes a text as it takes those ids."""
+    for text in TEXTS:
+        expected = tokenizer(text).input_ids
+        assert expected[0] == 2
+        assert pt.token_ids("gemma3-270m", text) == expected, text
+    assert pt.token_strings("gemma3-270m", TEXT)[:3] == ["<bos>", "The", "▁quick"]
+    cfg, params, X = pt.layer_for_text("gemma3-270m", TEXT, 5)
+    _, _, X_ids = pt.layer_for_text("gemma3-270m", [2, 818, 3823, 8864, 37423, 38167, 1024, 506], 5)
+    assert (cfg.seq_len, cfg.window, cfg.rope_theta, X.shape) == (8, None, 1e6, (8, 640))
+    assert torch.equal(X, X_ids)
+
+
+def test_the_real_model_page_draws_a_typed_text():
+    """The Real model page (local profile) on Gemma 3 270M with a short typed text: no exception, no
+    error, the attention map over the text's tokens."""
+    pytest.importorskip("streamlit")
+    from tests.test_app_pages import run_page, titles
+
+    at = run_page(
+        "pages/real_model.py", rm_model="gemma3-270m", rm_text="The cat sat on the mat.", rm_rows="1"
+    )
+    assert not at.error, [e.value for e in at.error]
+    assert "The text is **8 tokens**" in at.info[0].value
+    assert any("gemma3-270m, layer" in t and "attention" in t for t in titles(at))

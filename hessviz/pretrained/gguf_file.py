@@ -20,7 +20,9 @@ file never sits in memory twice.
 * **Tokenizer.** A byte-level BPE (``tokenizer.ggml.model = "gpt2"``) is built with ``tokenizers``
   from ``tokenizer.ggml.tokens`` and ``merges`` as ``transformers`` builds it: GPT-2's byte-level
   pre-tokenizer (or the split pattern ``tokenizer.ggml.pre`` names), control tokens kept whole as
-  special tokens. A SentencePiece vocabulary (``"llama"``) is refused for texts: pass token ids.
+  special tokens. A SentencePiece vocabulary (``"llama"``) of a Gemma file is built as ``transformers``
+  builds it (:mod:`hessviz.pretrained.gguf_spm`); of another architecture it is refused for texts: pass
+  token ids. Either is built once per file state (an LRU cache).
 
 Anything else (a truncated file, an unknown tensor type, another architecture, a key that changes
 the math: rope scaling, a sliding window, experts, soft-capping, a partial rotary width, a size of the
@@ -43,6 +45,7 @@ from hessviz.errors import CheckpointError
 from hessviz.pretrained.bounded import shown
 from hessviz.pretrained.checkpoint import CACHE_SIZE, Checkpoint
 from hessviz.pretrained.gguf_header import check_header
+from hessviz.pretrained.gguf_spm import check_size, sentencepiece_tokenizer
 
 MAGIC = b"GGUF"
 ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
@@ -439,21 +442,32 @@ def _field(opened: _Opened, key: str, path: str, item: type = str, default: list
 
 @lru_cache(maxsize=2)
 def _tokenizer(state: tuple[str, int, int]):
-    """A byte-level BPE tokenizer from the file's vocabulary and merges, as ``transformers``'
-    GGUF conversion builds it (GPT-2's ``BPE`` model, byte-level pre-tokenizer and decoder,
-    control tokens added as special tokens)."""
+    """The file's tokenizer, as ``transformers``' GGUF conversion builds it: a SentencePiece
+    vocabulary (``"llama"``) by :func:`~hessviz.pretrained.gguf_spm.sentencepiece_tokenizer`, a
+    byte-level BPE (``"gpt2"``) from its vocabulary and merges here (GPT-2's ``BPE`` model, byte-level
+    pre-tokenizer and decoder, control tokens added as special tokens). Cached per file state: one
+    build per model and process."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
     from tokenizers.models import BPE
 
     path = state[0]
     opened = _open_file(state)
     kind = opened.metadata.get("tokenizer.ggml.model")
+    if kind == "llama":
+        return sentencepiece_tokenizer(
+            path,
+            opened.metadata,
+            _field(opened, "tokenizer.ggml.tokens", path),
+            _field(opened, "tokenizer.ggml.token_type", path, int, default=[]),
+        )
     if kind != "gpt2":
         raise CheckpointError(
             f"source {path!r}: GGUF key tokenizer.ggml.model = {shown(kind)} is not supported "
-            "for texts (hessviz builds byte-level BPE tokenizers, 'gpt2'); pass token ids"
+            "for texts (hessviz builds byte-level BPE, 'gpt2', and Gemma's SentencePiece, 'llama', "
+            "tokenizers); pass token ids"
         )
     tokens = _field(opened, "tokenizer.ggml.tokens", path)
+    check_size(path, tokens)
     merges = [tuple(m.split(" ")) for m in _field(opened, "tokenizer.ggml.merges", path)]
     bad = next((i for i, m in enumerate(merges) if len(m) != 2), None)
     if bad is not None:
