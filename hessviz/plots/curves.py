@@ -282,39 +282,63 @@ def side_by_side(
     theme: str = "light",
 ) -> go.Figure:
     """One log–log panel per placement (``name -> Sweep``, e.g. attention alone, Post-LN, Pre-LN),
-    shared y axis; each panel's title gives its fitted ``outer`` slope."""
+    one y axis shared by all; each panel's title gives its fitted ``outer`` slope. Up to three panels
+    stand in one row; four (with Peri-LN) stand two by two, so that each title keeps half a phone's
+    width (:func:`subplot_title_size`) and the chart grows by a third."""
     names = list(sweeps)
+    cols = len(names) if len(names) <= 3 else 2
+    rows = -(-len(names) // cols)
     fig = make_subplots(
-        rows=1,
-        cols=len(names),
+        rows=rows,
+        cols=cols,
         shared_yaxes=True,
         horizontal_spacing=0.06,
+        vertical_spacing=0.16,
         subplot_titles=[_panel_title(n, (fits or {}).get(n)) for n in names],
     )
-    for col, pname in enumerate(names, start=1):
+    for i, pname in enumerate(names):
         sw = sweeps[pname]
+        row, col = divmod(i, cols)
+        row, col = row + 1, col + 1
         add_bands(
             fig,
             sw.grid,
             sw.values,
             stat=stat,
-            row=1,
+            row=row,
             col=col,
-            show_legend=col == 1,
+            show_legend=i == 0,
             hover_prefix=f"{pname}, ",
         )
-        middle = col == (len(names) + 1) // 2  # one x title, under the middle panel: they would meet
+        middle = row == rows and col == (cols + 1) // 2  # one x title, under the bottom row's middle
         fig.update_xaxes(
             type="log" if _logx(sw) else "linear",
             title={"text": x_title or _x_title(sw) if middle else None},
-            row=1,
+            row=row,
             col=col,
         )
-    fig.update_yaxes(type="log", exponentformat="power")
-    fig.update_yaxes(title={"text": y_title}, row=1, col=1)
-    fig.update_annotations(font={"size": subplot_title_size([a.text for a in fig.layout.annotations])})
-    fig = layout(fig, title, height, theme=theme)
+    span = _log_range(sweeps) if rows > 1 else None
+    every = None if span is None else max(1, int(np.ceil((span[1] - span[0]) / 5)))  # decades a tick
+    fig.update_yaxes(type="log", exponentformat="power", range=span, dtick=every)
+    for row in range(1, rows + 1):
+        fig.update_yaxes(title={"text": y_title}, row=row, col=1)
+    titles = [a.text for a in fig.layout.annotations]
+    fig.update_annotations(font={"size": subplot_title_size(titles[:cols])})
+    fig = layout(fig, title, height if rows == 1 else height * 4 // 3, theme=theme)
     return fig.update_xaxes(tickfont={"size": FONT_SIZE - 5})  # narrow panels: 0.01, 2, 5, 0.1 apart
+
+
+def _log_range(sweeps: Mapping[str, object], pad: float = 0.25) -> list[float] | None:
+    """``[log10 lo, log10 hi]`` over every positive value of every sweep, ``pad`` decades wider each
+    side: one y range for all the panels of a grid (a row's panels share theirs; rows set it alike).
+    ``None`` when there is no positive value (plotly's own range then)."""
+    values = np.concatenate(
+        [np.ravel(np.asarray(v, dtype=np.float64)) for sw in sweeps.values() for v in sw.values.values()]
+    )
+    values = values[np.isfinite(values) & (values > 0)]
+    if not values.size:
+        return None
+    return [float(np.log10(values.min())) - pad, float(np.log10(values.max())) + pad]
 
 
 def _panel_title(name: str, fits: Mapping[str, RangeFit] | None) -> str:
