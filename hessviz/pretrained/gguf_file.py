@@ -45,7 +45,7 @@ from hessviz.pretrained.checkpoint import CACHE_SIZE, Checkpoint
 from hessviz.pretrained.gguf_header import check_header
 
 MAGIC = b"GGUF"
-ARCHITECTURES = ("llama", "qwen2", "qwen3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 """The tensor types read (``gguf.GGMLQuantizationType`` names)."""
 PERMUTED = ("llama",)
@@ -68,6 +68,23 @@ _LAYER_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+_GEMMA_LAYER_NAMES = _LAYER_NAMES | {
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+}
+"""Gemma's four norms a layer: llama.cpp's ``ffn_norm`` is the norm *before* the feed-forward."""
+LAYER_NAMES = {"gemma3": _GEMMA_LAYER_NAMES}
+"""Architectures whose layer tensors map otherwise than :data:`_LAYER_NAMES`."""
+SHIFTED_NORMS = ("gemma3",)
+"""Architectures whose norm weights llama.cpp's converter stores as ``1 + w`` (Gemma's norms scale by
+``1 + w``): reading subtracts 1 in float32, as ``transformers``' ``Gemma2TensorProcessor`` does, so a
+checkpoint holds ``w`` whatever its source (the family adds 1 back: ``Source.shift``)."""
+GEMMA3_PATTERN = 6
+"""llama.cpp's sliding-window pattern for ``gemma3`` files, which do not store it: every 6th layer global."""
+GEMMA3_LOCAL_BASE = 10000.0
+"""llama.cpp's (and ``transformers``') rotary base of Gemma 3's local layers, which the files do not store."""
+
 _TOP_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -118,14 +135,16 @@ SPLITS = {
 any other value keeps GPT-2's byte-level split."""
 
 
-def hf_name(name: str) -> str | None:
+def hf_name(name: str, arch: str = "llama") -> str | None:
     """The Hugging Face tensor name of a GGUF tensor (``blk.3.attn_q.weight`` ->
-    ``model.layers.3.self_attn.q_proj.weight``), ``None`` for one hessviz does not map."""
+    ``model.layers.3.self_attn.q_proj.weight``) in a file of architecture ``arch``, ``None`` for one
+    hessviz does not map."""
     if name in _TOP_NAMES:
         return _TOP_NAMES[name]
+    table = LAYER_NAMES.get(arch, _LAYER_NAMES)
     parts = name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}"
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in table:
+        return f"model.layers.{parts[1]}.{table[parts[2]]}"
     return None
 
 
@@ -196,6 +215,7 @@ def _open_file(state: tuple[str, int, int]) -> _Opened:
         if name not in _SMALL and not name.startswith("GGUF.")
     }
     tensors = {}
+    arch = metadata.get("general.architecture")
     for t in reader.tensors:
         end = int(t.data_offset) + int(t.n_bytes)
         if end > size:
@@ -209,7 +229,7 @@ def _open_file(state: tuple[str, int, int]) -> _Opened:
                 f"source {path!r}: tensor {t.name!r} holds {_REFUSED_TENSORS[t.name]}, "
                 "which hessviz does not compute (it computes the plain rotation)"
             )
-        name = hf_name(t.name)
+        name = hf_name(t.name, arch if isinstance(arch, str) else "")
         if name is None:
             continue
         if kind not in TYPES:
@@ -231,6 +251,8 @@ def _config(path: str, metadata: dict, tensors: dict) -> dict:
         )
     for key in _REFUSED_KEYS:
         full = f"{arch}.{key}"
+        if arch == "gemma3" and key == "attention.sliding_window":
+            continue  # Gemma 3's local layers: computed (window per layer)
         if full in metadata and metadata[full] not in _NEUTRAL.get(key, ()):
             raise CheckpointError(
                 f"source {path!r}: GGUF key {full} = {shown(metadata[full])} is not supported "
@@ -288,7 +310,30 @@ def _config(path: str, metadata: dict, tensors: dict) -> dict:
     }
     if arch == "qwen2":
         config["use_sliding_window"] = False
+    if arch == "gemma3":
+        config.update(_gemma3_config(config, get))
     return config
+
+
+def _gemma3_config(config: dict, get) -> dict:
+    """A Gemma 3 file's ``config.json`` keys beyond the Llama-like ones (``gemma3_text``): the sliding
+    window and llama.cpp's pattern (:data:`GEMMA3_PATTERN`, or the file's
+    ``attention.sliding_window_pattern`` where it has one), the local and global rotary bases, GeGLU with
+    the tanh GELU, and ``query_pre_attn_scalar = key_length`` (llama.cpp's score scale ``1/√d_k`` for
+    these files; ``transformers``' default 256 is the same number for every Gemma 3 but the 27B)."""
+    every = get("attention.sliding_window_pattern", GEMMA3_PATTERN)
+    n = config["num_hidden_layers"]
+    return {
+        "model_type": "gemma3_text",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window": get("attention.sliding_window"),
+        "layer_types": ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n)],
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": GEMMA3_LOCAL_BASE},
+            "full_attention": {"rope_type": "default", "rope_theta": config.pop("rope_theta")},
+        },
+        "query_pre_attn_scalar": config["head_dim"],
+    }
 
 
 def _permute_rows(w: Tensor, heads: int) -> Tensor:
@@ -335,6 +380,11 @@ class GGUFCheckpoint(Checkpoint):
     def _read_one(self, key: str) -> Tensor:
         t, shape = self.opened.tensors[key], self.shape(key)
         w = self._dequantize(key, t.data).reshape(shape)
+        if (
+            t.name.endswith("norm.weight")
+            and self.opened.metadata.get("general.architecture") in SHIFTED_NORMS
+        ):
+            w -= 1  # float32, as transformers' Gemma2TensorProcessor: the file holds 1 + w
         if self.config["model_type"] in PERMUTED:
             if key.endswith(("q_proj.weight", "q_proj.bias")):
                 w = _permute_rows(w, self.config["num_attention_heads"])

@@ -17,7 +17,6 @@ the text, and the names and shapes of every tensor needed), so a bad input raise
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,16 +87,17 @@ def _check_layer(family: Family, layer: int) -> int:
     return layer
 
 
-def _block(family: Family, seq_len: int | None) -> BlockConfig:
+def _block(family: Family, seq_len: int | None, layer: int = 0) -> BlockConfig:
+    """Layer ``layer``'s block with ``seq_len`` tokens (checked), or the model's positions."""
     if seq_len is None:
-        return family.block
+        return family.layer_block(layer)
     top = family.max_positions
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 1 <= seq_len <= top:
         raise ModelRangeError(
             f"seq_len must be an integer in [1, {top}] (the model's positions), got {seq_len!r}"
         )
     family.check_length(seq_len)
-    return dataclasses.replace(family.block, seq_len=seq_len)
+    return family.layer_block(layer, seq_len)
 
 
 def _to(params: dict[str, Tensor], device: Device) -> dict[str, Tensor]:
@@ -148,19 +148,21 @@ def load_layer(
         return cfg, _to(params, device)
     fam = _open(source)
     layer, dtype = _check_layer(fam, layer), _check_dtype(dtype)
-    cfg = _block(fam, seq_len)
+    cfg = _block(fam, seq_len, layer)
     return cfg, _to(fam.read_layer(layer, dtype), device)
 
 
 def load_model(
     source: Source, *, dtype: torch.dtype = torch.float64, seq_len: int | None = None, device: Device = None
 ) -> list[tuple[BlockConfig, dict[str, Tensor]]]:
-    """Every layer of ``source``, layer 0 first, as ``(cfg, params)`` pairs (one shared ``cfg``)."""
+    """Every layer of ``source``, layer 0 first, as ``(cfg, params)`` pairs: each layer's own ``cfg`` (the
+    same for every layer but where the layers differ in ``window`` and ``rope_theta``, Gemma)."""
     fam = _open(source)
-    dtype, cfg = _check_dtype(dtype), _block(fam, seq_len)
+    dtype = _check_dtype(dtype)
+    cfgs = [_block(fam, seq_len, i) for i in range(fam.n_layers)]
     for i in range(fam.n_layers):  # all names and shapes, before reading
         fam.ckpt.require(fam.layer_shapes(i))
-    return [(cfg, _to(fam.read_layer(i, dtype), device)) for i in range(fam.n_layers)]
+    return [(cfgs[i], _to(fam.read_layer(i, dtype), device)) for i in range(fam.n_layers)]
 
 
 def _ids(family: Family, text_or_ids: TextOrIds) -> list[int]:
@@ -232,11 +234,10 @@ def hidden_states(
     fam.ckpt.require(fam.embedding_shapes())  # every name and shape, before reading
     for i in range(upto if loaded is None else 0):
         fam.ckpt.require(fam.layer_shapes(i))
-    cfg = dataclasses.replace(fam.block, seq_len=len(ids))
     states = [fam.embed(ids, dtype).to(device)]
     for i in range(upto):
         params = fam.read_layer(i, dtype) if loaded is None else loaded[i]
-        states.append(forward(cfg, _to(params, device), states[-1]))
+        states.append(forward(fam.layer_block(i, len(ids)), _to(params, device), states[-1]))
     return states
 
 
@@ -269,6 +270,6 @@ def layer_for_text(
     fam = _open(source)
     layer, dtype = _check_layer(fam, layer), _check_dtype(dtype)
     ids = _ids(fam, text_or_ids)
-    cfg = _block(fam, len(ids))
+    cfg = _block(fam, len(ids), layer)
     X = hidden_states(source, ids, upto=layer, dtype=dtype, device=device)[-1]
     return cfg, _to(fam.read_layer(layer, dtype), device), X

@@ -158,11 +158,12 @@ def lm_head(source: str | os.PathLike, dtype: torch.dtype = torch.float64) -> LM
     fam.ckpt.require(shapes)
     w = fam.ckpt.read(list(shapes), dtype)
     return LMHead(
-        None if h.gamma is None else w[h.gamma],
+        None if h.gamma is None else w[h.gamma] + h.shift,
         None if h.beta is None else w[h.beta],
         fam.block.ln_eps,
         w[h.unembedding],
         h.norm_type,
+        softcap=h.softcap,
     )
 
 

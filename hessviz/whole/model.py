@@ -185,7 +185,7 @@ def _final_norm_only(fam: Family, dtype: torch.dtype) -> LMHead:
         fam.ckpt.require(fam.head_shapes())  # raises the error naming what is wrong
     w = fam.ckpt.read(list(norm), dtype)
     return LMHead(
-        None if h.gamma is None else w[h.gamma],
+        None if h.gamma is None else w[h.gamma] + h.shift,
         None if h.beta is None else w[h.beta],
         fam.block.ln_eps,
         torch.zeros(0, fam.block.d_model, dtype=dtype),
