@@ -145,10 +145,9 @@ def build() -> DocstringTask:
 
 @lru_cache(maxsize=16)
 def _tokenised(task: DocstringTask, source: str, split: str) -> tuple[Tensor, Tensor]:
-    from hessviz.pretrained import tokens
-    from hessviz.pretrained.sources import open_source
+    from hessviz.experiments.text_ids import tokenizer
 
-    tok = tokens.tokenizer(open_source(source))
+    tok = tokenizer(source)
     specials = len(tok.encode("").ids) > 0  # [CLS] [SEP]: keep the closing token
     rows = []
     for e in task.split(split):

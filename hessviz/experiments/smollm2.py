@@ -120,7 +120,9 @@ def type_means(tops: dict[str, float]) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- the unembedding block
-def unembedding_top(h: torch.Tensor, p: torch.Tensor, w: torch.Tensor, tol: float = 1e-6) -> float:
+def unembedding_top(
+    h: torch.Tensor, p: torch.Tensor, w: torch.Tensor, tol: float = 1e-6, ncv: int | None = None
+) -> float:
     r"""The top eigenvalue of the loss's Hessian in the unembedding ``E (V, d)`` of
     ``ℓ = Σ_t w_t (\log\sum_v e^{(E h_t)_v} − (E h_t)_{y_t})`` (logits linear in ``E``, so exactly)
 
@@ -129,7 +131,8 @@ def unembedding_top(h: torch.Tensor, p: torch.Tensor, w: torch.Tensor, tol: floa
     ``h (T, d)`` the final-normed states, ``p (T, V)`` the softmax, ``w (T,)`` the weights. ``H``
     vanishes on every ``M`` whose rows are orthogonal to all ``h_t``, so with ``Q (d, r)`` an
     orthonormal basis of their span and ``c_t = Q^⊤ h_t``, ``H`` acts on ``W (V, r)`` (``M = W Q^⊤``)
-    as ``W ↦ Σ_t w_t A_t W c_t c_t^⊤``: Lanczos (``eigsh``) on ``V·r`` instead of ``V·d`` entries.
+    as ``W ↦ Σ_t w_t A_t W c_t c_t^⊤``: Lanczos (``eigsh``) on ``V·r`` instead of ``V·d`` entries,
+    ``ncv`` Lanczos vectors (``eigsh``'s default when ``None``; fewer for a large vocabulary).
 
     >>> h, p = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, 0.5]])
     >>> round(unembedding_top(h, p, torch.ones(1)), 6)   # diag p − ppᵀ has eigenvalues 0 and 0.5
@@ -152,7 +155,7 @@ def unembedding_top(h: torch.Tensor, p: torch.Tensor, w: torch.Tensor, tol: floa
         dense = np.stack([apply(e) for e in np.eye(V * r)], 1)
         return float(np.linalg.eigvalsh(0.5 * (dense + dense.T))[-1])
     v0 = np.random.default_rng(0).standard_normal(V * r)
-    return float(eigsh(op, k=1, which="LA", v0=v0, tol=tol, return_eigenvectors=False)[0])
+    return float(eigsh(op, k=1, which="LA", v0=v0, tol=tol, ncv=ncv, return_eigenvectors=False)[0])
 
 
 def head_states(model, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
@@ -482,11 +485,14 @@ def gini_gradients(
     path: pathlib.Path = GINI_FILE,
     log=lambda s: None,
     cache: pathlib.Path | None = None,
+    source: str = st.MODEL,
+    dtype: torch.dtype = torch.float64,
 ) -> dict[str, list[float]]:
     """``{"seed,batch": the 22 gradient norms}`` of :func:`hessviz.experiments.gini_protocol.gradient_norms`
-    on SmolLM2 (float64) for each ``(seed, batch index)`` of ``plan``. Stored batches are read back from
-    ``path`` (the package's, read-only) and from ``cache`` (default: ``gini_gradients.json`` in
-    :func:`hessviz.resources.cache_dir`); new ones are computed and added to ``cache`` only."""
+    on ``source`` (SmolLM2 by default; in ``dtype``) for each ``(seed, batch index)`` of ``plan``.
+    Stored batches are read back from ``path`` (the package's, read-only) and from ``cache``
+    (default: ``gini_gradients.json`` in :func:`hessviz.resources.cache_dir`); new ones are
+    computed and added to ``cache`` only."""
     import hessviz as hv
     from hessviz.experiments import gini_protocol as gp
     from hessviz.experiments.docstring_task import build
@@ -500,10 +506,10 @@ def gini_gradients(
             done["seconds"] |= got["seconds"]
     todo = [(s, b) for s, b in plan if f"{s},{b}" not in done["grads"]]
     if todo:
-        task, model = build(), hv.load_model(st.MODEL)
+        task, model = build(), hv.load_model(source, dtype=dtype)
         for s, b in todo:
             t = time.perf_counter()
-            ids, labels = task.batches(st.MODEL, gp.BATCH, s)[b]
+            ids, labels = task.batches(source, gp.BATCH, s)[b]
             done["grads"][f"{s},{b}"] = gp.gradient_norms(model, ids, labels, s).tolist()
             done["seconds"][f"{s},{b}"] = time.perf_counter() - t
             cache.parent.mkdir(parents=True, exist_ok=True)
