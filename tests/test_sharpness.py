@@ -90,7 +90,7 @@ def test_gnb_expectation_is_the_gauss_newton_trace(tiny) -> None:
                 gs = torch.autograd.grad(-logp[i, v], ps, retain_graph=True)
                 total += float(p[i, v].detach()) * sum(float(g.pow(2).sum()) for g in gs)
         exact[t] = total / N / sum(q.numel() for q in ps)
-    expected = dict.fromkeys(exact, 0.0)
+    expected = dict.fromkeys([*exact, "Emb_out"], 0.0)
     s = sh.embedding_scale(model, IDS)
     for y0, y1 in itertools.product(range(VOCAB), repeat=2):
         draw = sh.gnb_draw(model, IDS, sh.SampledNextToken(0, labels={0: [y0], 1: [y1]}), s)
@@ -99,13 +99,16 @@ def test_gnb_expectation_is_the_gauss_newton_trace(tiny) -> None:
             expected[t] += weight * draw[t]
     for t in exact:
         assert expected[t] == pytest.approx(exact[t], rel=REL), t
+    V, d = model.head.embedding.shape  # the unembedding copy alone: its closed-form trace
+    out = sh.unembedding_trace(*sh.head_states(model, IDS)) / (V * d)
+    assert expected["Emb_out"] == pytest.approx(out, rel=REL)
 
 
 def test_sampled_labels_follow_the_seed(tiny) -> None:
     model = hv.load_model(tiny[0], dtype=torch.float64)
     a = sh.gnb_draw(model, IDS, sh.SampledNextToken(3))
     b = sh.gnb_draw(model, IDS, sh.SampledNextToken(3))
-    assert a == b and set(a) == {"Emb", "QK", "FFN", "VO", "Norm"}
+    assert a == b and set(a) == {"Emb", "Emb_out", "QK", "FFN", "VO", "Norm"}
 
 
 def test_type_traces_against_double_backward(tiny) -> None:
@@ -133,7 +136,23 @@ def test_run_writes_both_metrics(tiny, tmp_path: Path) -> None:
     out = tmp_path / "s.json"
     st = sh.run(tiny[0], out, 2, 2, draws=2, probes=2, log=lambda s: None, ids=IDS, dtype=torch.float64)
     got = json.loads(out.read_text())
-    assert got["gnb"].keys() == {"Emb", "QK", "FFN", "VO", "Norm"}
+    assert got["gnb"].keys() == {"Emb", "Emb_out", "QK", "FFN", "VO", "Norm"}
     assert all(len(v) == 2 for v in got["gnb"].values())
     assert got["exact"]["full"].keys() == got["exact"]["outer"].keys() == {"QK", "FFN", "VO", "Norm"}
     assert got["exact"]["emb_out_top"] > 0 and st["exact"]["emb_out_trace_over_size"] > 0
+
+
+def test_the_claim_reads_the_run_and_judges_each_metric(tiny, tmp_path: Path, monkeypatch) -> None:
+    from hessviz.experiments import llm
+
+    folder = tmp_path / "tiny"
+    sh.run(tiny[0], folder / "sharpness.json", 2, 2, 2, 2, log=lambda s: None, ids=IDS, dtype=torch.float64)
+    monkeypatch.setattr(llm, "stored", lambda model: folder)
+    result = llm.sharpness_claim("tiny").run()
+    m = result.measured
+    assert result.id == "sharpness_metrics_tiny"
+    for metric in ("gnb", "outer", "full"):
+        S = {t: m[f"S_{t}_{metric}"] for t in sh.ORDER}
+        assert m[f"relations_holding_{metric}"] == sum(llm.relations(S))
+    assert result.holds == llm.sharpness_claim("tiny").judge(m).holds
+    assert "pending" in result.note  # no per-tensor table stored for it: the top-eigenvalue metric waits

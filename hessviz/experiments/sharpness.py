@@ -166,7 +166,9 @@ def embedding_scale(model, ids: Tensor) -> float:
 
 def gnb_draw(model, ids: Tensor, objective: SampledNextToken, s: float | None = None) -> dict[str, float]:
     """``{type: N ‖ĝ_T‖² / m_T}`` of one draw of labels (``objective``), ``Emb`` over both copies of the
-    tied matrix (``s``: :func:`embedding_scale`, read when ``None``)."""
+    tied matrix, ``Emb_out`` over its unembedding copy alone (whose expectation is the closed form
+    :func:`unembedding_trace` over ``V·d``: a check on the real model) (``s``: :func:`embedding_scale`,
+    read when ``None``)."""
     import hessviz as hv
 
     names = tuple(n for n in model.names if block_type(n) is not None)
@@ -183,6 +185,8 @@ def gnb_draw(model, ids: Tensor, objective: SampledNextToken, s: float | None = 
     for b in range(B):  # each sequence's loss has weight 1/B in the mean
         drawn = objective.drawn[b]
         gE.addmm_(drawn_residual(drawn).T, drawn.h.double(), alpha=1.0 / B)  # the unembedding copy
+    out["Emb_out"] = N * float(gE.pow(2).sum()) / gE.numel()
+    for b in range(B):
         gX = res.parts[b].products.tape.adjoints["X"].double()  # ∂ℓ_b/∂X0_b: the input copy
         gE.index_add_(0, ids[b].to(gE.device), s * gX.cpu() / B)
     out["Emb"] = N * float(gE.pow(2).sum()) / gE.numel()

@@ -32,6 +32,7 @@ import torch
 from scipy.sparse.linalg import LinearOperator, eigsh
 
 from hessviz import plots
+from hessviz.experiments import llm
 from hessviz.experiments import smollm2_table as st
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.laws.fitting import gini
@@ -509,7 +510,7 @@ def gini_gradients(
         task, model = build(), hv.load_model(source, dtype=dtype)
         for s, b in todo:
             t = time.perf_counter()
-            ids, labels = task.batches(source, gp.BATCH, s)[b]
+            ids, labels = task.batches(source, gp.BATCH, s, drop_short=source != st.MODEL)[b]
             done["grads"][f"{s},{b}"] = gp.gradient_norms(model, ids, labels, s).tolist()
             done["seconds"][f"{s},{b}"] = time.perf_counter() - t
             cache.parent.mkdir(parents=True, exist_ok=True)
@@ -614,11 +615,13 @@ GINI_SMOLLM2 = Claim(
     report_gini,
 )
 
-CLAIMS = (SMOLLM2_TABLE, SHARPNESS, GINI_SMOLLM2)
+CLAIMS = (SMOLLM2_TABLE, SHARPNESS, GINI_SMOLLM2, *llm.claims(st.MODEL))
+"""The three claims of this module, then the two of :mod:`hessviz.experiments.llm` (generic in the model)."""
 
 
 def main(out: pathlib.Path, quick: bool = False, ids: tuple[str, ...] | None = None) -> list[dict]:
-    """Run the claims ``ids`` (default all three); write ``out`` (claims.json, report.md, data, figures)."""
+    """Run the claims ``ids`` (default all); write ``out`` (claims.json, report.md, data, figures). A claim
+    of :mod:`hessviz.experiments.llm` whose stored numbers are missing is left out (pending)."""
     from hessviz.experiments.report import write_report
 
     results = []
@@ -626,7 +629,13 @@ def main(out: pathlib.Path, quick: bool = False, ids: tuple[str, ...] | None = N
     for c in CLAIMS:
         if ids is None or c.id in ids:
             t = time.perf_counter()
-            r = c.run(quick)
+            try:
+                r = c.run(quick)
+            except FileNotFoundError as e:
+                if not c.id.startswith(("sharpness_metrics", "gini_interval")):
+                    raise
+                print(f"{c.id}: {e}", flush=True)
+                continue
             r.seconds = time.perf_counter() - t
             results.append(r)
     return write_report(
