@@ -337,7 +337,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if args.smollm2:
         from hessviz.experiments import smollm2
 
-        claims = smollm2.main(Path(args.out), quick=args.quick)
+        claims = smollm2.main(Path(args.out), quick=args.quick, figures=not args.no_figures)
+    elif args.gemma3:
+        from hessviz.experiments import llm
+
+        claims = llm.main("gemma3-270m", Path(args.out), quick=args.quick, figures=not args.no_figures)
     elif args.scheduler is None:
         claims, printed = (
             reproduce(
@@ -505,6 +509,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the three SmolLM2-135M claims instead (needs its GGUF, the models extra; reads the "
         "table stored by python -m hessviz.experiments.smollm2_table; minutes)",
+    )
+    p.add_argument(
+        "--gemma3",
+        action="store_true",
+        help="the two Gemma 3 270M claims instead (Wang et al.'s sharpness under four metrics, the Gini with "
+        "intervals), from the numbers stored by python -m hessviz.experiments.sharpness and the Gini's "
+        "gradients; seconds)",
     )
     p.add_argument(
         "--scheduler",

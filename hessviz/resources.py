@@ -6,7 +6,7 @@ in an installed wheel.
 - ``models/``: the bundled pydoc models (``pydoc-postln``, ``pydoc-preln``, ``pydoc-llama``), each a
   folder of ``model.safetensors``, ``config.json`` and ``tokenizer.json``;
 - ``claims/``: the papers' claims as measured and committed (``claims.json``, ``report.md``, ``data/``,
-  ``figures/``, ``real_weights/``, ``smollm2/``);
+  ``real_weights/``, ``smollm2/``, ``gemma3/``; no HTML figures: the app draws them from ``data/``);
 - ``real_views.npz`` and ``whole_tables.json``: the Real and Whole model pages' stored default views.
 
 Nothing writes here: commands that produce files take ``--out`` (default: the working directory).

@@ -197,3 +197,13 @@ def test_optimizers_protocol_quick_run(claims_once):
     assert set(res.figures) == {f"optimizers_protocol_{s}" for s in op.PAIR}
     curves, _ = op.saved_curves(res.data)
     assert curves["pydoc-postln"]["SGD"].shape == (1, 10 // op.EVAL_EVERY + 1)
+
+
+def test_a_text_too_short_for_a_tokenizer_is_an_error_or_left_out_on_request():
+    long = dt.build().train[0]
+    task = dt.DocstringTask((dt.Example("Short.", 1), long), (), (1, 1), "x")
+    with pytest.raises(ValueError, match="SEQ_LEN"):
+        task.ids("pydoc-postln")
+    ids, labels = task.ids("pydoc-postln", drop_short=True)
+    assert ids.shape == (1, dt.SEQ_LEN) and labels.tolist() == [long.label]
+    assert torch.equal(ids[0], dt.build().ids("pydoc-postln")[0][0])

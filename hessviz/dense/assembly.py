@@ -38,10 +38,10 @@ import torch
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig
-from hessviz.block.terms import PARTS_FIRST, TERMS, check_term
+from hessviz.block.terms import TERMS, check_term
 from hessviz.block.weights import Unit, units, units_of
 from hessviz.dense.chain import TokenCurvature
-from hessviz.dense.engine import DenseEngine, memo
+from hessviz.dense.engine import ClosedFormEngine, memo
 from hessviz.dense.record import BlockRecord
 from hessviz.losses import Loss
 from hessviz.ops.contributions import Piece, Ref, Sandwich
@@ -234,17 +234,13 @@ def _theta_order(cfg: BlockConfig):
 
 
 @final
-class DenseHessian(DenseEngine):
+class DenseHessian(ClosedFormEngine):
     """The closed-form engine of one block under a token-wise loss: the term :attr:`term` in
     ``names`` (and its blocks alone) assembled from the Kronecker-factored pieces of the forward
     record ``rec`` of ``X``.
 
     The curvature pulled back to ``SA`` (:func:`backward`, ``O(L d³)``) is formed when a term or
     block is first asked for, and shared by the three terms (:func:`~hessviz.dense.engine.memo`)."""
-
-    order = PARTS_FIRST
-    """outer and functional are assembled, full is their sum."""
-    label = "closed_form"
 
     def __init__(
         self,

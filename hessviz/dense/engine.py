@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig, parse_name
-from hessviz.block.terms import check_term
+from hessviz.block.terms import PARTS_FIRST, check_term
 from hessviz.errors import ConfigError
 from hessviz.products.hessian_operator import DenseOperator, HessianOperator, Names, head_blocks
 from hessviz.runtime import pages
@@ -170,3 +170,12 @@ class DenseEngine(HessianOperator):
     @final
     def block_names(self, by_head: bool = True) -> Names:
         return head_blocks(self.cfg, self.names, by_head)
+
+
+class ClosedFormEngine(DenseEngine):
+    """A closed-form dense engine (:class:`~hessviz.dense.assembly.DenseHessian`,
+    :class:`~hessviz.dense.stack.StackHessian`): ``outer`` and ``functional`` are assembled, ``full``
+    is their sum."""
+
+    order = PARTS_FIRST
+    label = "closed_form"

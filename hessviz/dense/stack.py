@@ -39,7 +39,7 @@ every block of ``H`` is
 How each piece is computed:
 
 * ``M_b``, ``S_{b−1}`` and ``A_b``: one sweep of block ``b``'s nodes on the matrix-free tape
-  (:meth:`~hessviz.products.tape.Tape.tangents`, :meth:`~hessviz.products.tape.Tape.adjoint_tangents`,
+  (:meth:`~hessviz.products.tape.Tape.tangents`, :func:`~hessviz.products.tape.adjoint_tangents`,
   the hand-written forward-over-reverse rules of every node) with the identity as the ``L·d``
   tangent columns of ``X_{b−1}``, the adjoint-tangent seed ``S_b Ż_b`` at the block's output,
   and the second-order parts on iff ``cf ≠ 0``: the forward tangents are the columns of ``A_b``,
@@ -69,15 +69,15 @@ import torch
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig
-from hessviz.block.terms import PARTS_FIRST, TERMS
+from hessviz.block.terms import TERMS
 from hessviz.block.weights import layer_params
 from hessviz.dense import assembly
 from hessviz.dense.chain import TokenCurvature
-from hessviz.dense.engine import DenseEngine, memo
+from hessviz.dense.engine import ClosedFormEngine, memo
 from hessviz.dense.record import BlockRecord, fold
 from hessviz.losses import Loss
 from hessviz.products.layout import Layout
-from hessviz.products.tape import Tape
+from hessviz.products.tape import Tape, adjoint_tangents
 from hessviz.runtime import pages
 
 
@@ -126,7 +126,7 @@ class Boundary:
 
 
 @final
-class StackHessian(DenseEngine):
+class StackHessian(ClosedFormEngine):
     """The dense term :attr:`term` in ``names`` (and its blocks alone) of the Hessian of a stack, or
     of one block under a loss whose curvature couples tokens, from the tape of its forward pass (see
     the module docstring).
@@ -136,10 +136,6 @@ class StackHessian(DenseEngine):
     sweeps (the maps ``A_b``, the Jacobians, each term's boundaries) is kept for the others
     (:func:`~hessviz.dense.engine.memo`).
     """
-
-    order = PARTS_FIRST
-    """outer and functional are computed, full is their sum."""
-    label = "closed_form"
 
     def __init__(
         self,
@@ -237,8 +233,8 @@ class StackHessian(DenseEngine):
         dvals = self.input_tangents(b)
         seed = outside.times(dvals[span.output])
         weights = self.cfg.layer_names(b)
-        prods, inputs = self.tape.adjoint_tangents(
-            span, dvals, {}, {span.output: seed}, bool(cf), weights, (span.input,)
+        prods, (inputs,) = adjoint_tangents(
+            [self.tape], span, [dvals], {}, [{span.output: seed}], bool(cf), weights, (span.input,)
         )
         S = inputs[span.input]
         if S is not None:

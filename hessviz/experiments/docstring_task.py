@@ -101,17 +101,20 @@ class DocstringTask:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
         return self.train if split == "train" else self.validation
 
-    def ids(self, source: str, split: str = "train") -> tuple[Tensor, Tensor]:
-        """``(ids (N, SEQ_LEN), labels (N,))`` of ``split`` tokenised by ``source``'s tokenizer."""
-        return _tokenised(self, source, split)
+    def ids(self, source: str, split: str = "train", drop_short: bool = False) -> tuple[Tensor, Tensor]:
+        """``(ids (N, SEQ_LEN), labels (N,))`` of ``split`` tokenised by ``source``'s tokenizer; a text
+        shorter than ``SEQ_LEN`` tokens is an error, or left out with ``drop_short`` (a tokenizer with a
+        large vocabulary, Gemma's 262,144 tokens, makes a few docstrings shorter)."""
+        return _tokenised(self, source, split, drop_short)
 
     def batches(
-        self, source: str, batch: int, seed: int, split: str = "train"
+        self, source: str, batch: int, seed: int, split: str = "train", drop_short: bool = False
     ) -> list[tuple[Tensor, Tensor]]:
-        """``split`` shuffled by ``seed`` (a ``torch.Generator``) and cut into full batches of ``batch``."""
+        """``split`` shuffled by ``seed`` (a ``torch.Generator``) and cut into full batches of ``batch``
+        (``drop_short``: :meth:`ids`)."""
         if not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be a positive integer, got {batch!r}")
-        ids, labels = self.ids(source, split)
+        ids, labels = self.ids(source, split, drop_short)
         order = torch.randperm(ids.shape[0], generator=torch.Generator().manual_seed(seed))
         n = ids.shape[0] // batch
         return [
@@ -144,22 +147,23 @@ def build() -> DocstringTask:
 
 
 @lru_cache(maxsize=16)
-def _tokenised(task: DocstringTask, source: str, split: str) -> tuple[Tensor, Tensor]:
-    from hessviz.pretrained import tokens
-    from hessviz.pretrained.sources import open_source
+def _tokenised(
+    task: DocstringTask, source: str, split: str, drop_short: bool = False
+) -> tuple[Tensor, Tensor]:
+    from hessviz.experiments.text_ids import tokenizer
 
-    tok = tokens.tokenizer(open_source(source))
+    tok = tokenizer(source)
     specials = len(tok.encode("").ids) > 0  # [CLS] [SEP]: keep the closing token
-    rows = []
+    rows, labels = [], []
     for e in task.split(split):
         ids = tok.encode(e.text).ids
+        if len(ids) < SEQ_LEN and drop_short:
+            continue
         if len(ids) < SEQ_LEN:
             raise ValueError(
                 f"text of label {MODULES[e.label]!r} is {len(ids)} tokens under {source!r}, "
                 f"fewer than SEQ_LEN = {SEQ_LEN}: raise MIN_CHARS"
             )
         rows.append(ids[: SEQ_LEN - 1] + ids[-1:] if specials else ids[:SEQ_LEN])
-    return (
-        torch.tensor(rows, dtype=torch.int64),
-        torch.tensor([e.label for e in task.split(split)], dtype=torch.int64),
-    )
+        labels.append(e.label)
+    return torch.tensor(rows, dtype=torch.int64), torch.tensor(labels, dtype=torch.int64)

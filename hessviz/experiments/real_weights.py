@@ -261,7 +261,7 @@ REAL_GINI = Claim(
 )
 
 
-def main(quick: bool = False, out: pathlib.Path = OUT) -> list[dict]:
+def main(quick: bool = False, out: pathlib.Path = OUT, figures: bool = True) -> list[dict]:
     from hessviz.experiments.report import write_report
 
     torch.set_num_threads(2)
@@ -275,11 +275,12 @@ def main(quick: bool = False, out: pathlib.Path = OUT) -> list[dict]:
         result.seconds,
         title="hessviz: the gradient-heterogeneity claim on real weights",
         command="python -m hessviz.experiments.real_weights",
+        figures=figures,
     )
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
     out = pathlib.Path(args[args.index("--out") + 1]) if "--out" in args else OUT
-    for entry in main(quick="--quick" in args, out=out):
+    for entry in main(quick="--quick" in args, out=out, figures="--no-figures" not in args):
         print(entry["id"], entry["holds"], entry["note"])

@@ -10,7 +10,7 @@ import concurrent.futures as cf
 import json
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -235,6 +235,33 @@ def write_report(
         lines.append("")
     (out_dir / "report.md").write_text("\n".join(lines))
     return entries
+
+
+def run_and_write(
+    claims: Sequence[Claim],
+    out_dir: pathlib.Path,
+    quick: bool,
+    *,
+    stored: Callable[[str], bool] = lambda cid: True,
+    figures: bool = True,
+    **about: str,
+) -> list[dict]:
+    """Run ``claims`` here, in order, and :func:`write_report` them (``about``: its ``title``,
+    ``command`` and ``basis``). A claim that reads stored numbers (``stored(id)``) whose file is missing
+    is left out, with one line; any other claim's missing file is an error."""
+    results, start = [], time.perf_counter()
+    for c in claims:
+        t = time.perf_counter()
+        try:
+            r = c.run(quick)
+        except FileNotFoundError as e:
+            if not stored(c.id):
+                raise
+            print(f"{c.id}: {e}", flush=True)
+            continue
+        r.seconds = time.perf_counter() - t
+        results.append(r)
+    return write_report(results, out_dir, quick, time.perf_counter() - start, figures=figures, **about)
 
 
 def reproduce(

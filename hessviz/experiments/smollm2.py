@@ -29,32 +29,29 @@ import time
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import eigsh
 
 from hessviz import plots
+from hessviz.experiments import llm
 from hessviz.experiments import smollm2_table as st
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
+from hessviz.experiments.tensor_types import (  # noqa: F401  (read here and by the reports)
+    TYPES,
+    head_rows,
+    split_name,
+    type_means,
+    unembedding_top,
+    weight_rows,
+)
 from hessviz.laws.fitting import gini
-from hessviz.products.hessian_operator import scipy_view
 from hessviz.resources import cache_dir, data
 
 COMMITTED = data("claims", "claims.json")
 """The committed ``hessviz reproduce`` records (the pydoc and MiniLM Gini of ``gini_protocol``)."""
-WANG = (
-    "Wang, Zhou, Zhang, Weinan E, Wu, 'The Sharpness Disparity Principle in Transformers for "
-    "Accelerating Language Model Pre-Training', arXiv:2502.19002 (ICML 2025)"
-)
+WANG = llm.WANG
 ZHANG = (
     "Zhang, Chen, Ding, Li, Sun, Luo, 'Why Transformers Need Adam: A Hessian Perspective', "
     "arXiv:2402.16788 (NeurIPS 2024)"
 )
-TYPES = {
-    "QK": ("W_Q", "W_K"),
-    "FFN": ("W_G", "W_1", "W_2"),
-    "VO": ("W_V", "W_O"),
-    "Norm": ("ln1_gamma", "ln2_gamma"),
-}
-"""Block types of the layers (``Emb`` is the unembedding, computed apart)."""
 ORDER = ("Emb", "QK", "FFN", "VO", "Norm")
 PYDOC = ("pydoc-postln", "pydoc-preln", "pydoc-llama")
 PYDOC_TEXT = "The sorted() function returns a new sorted list from the items in the iterable."
@@ -80,80 +77,6 @@ def own_gradients(path: pathlib.Path = st.GRADIENTS) -> dict[str, float]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: python -m hessviz.experiments.smollm2_table --gradients")
     return json.loads(path.read_text())["grad"]
-
-
-def split_name(name: str) -> tuple[int, str, int | None]:
-    """``"l3.W_Q[2]" -> (3, "W_Q", 2)``, ``"l0.ln1_gamma" -> (0, "ln1_gamma", None)``.
-
-    >>> split_name("l3.W_Q[2]"), split_name("l0.ln1_gamma")
-    ((3, 'W_Q', 2), (0, 'ln1_gamma', None))
-    """
-    layer, _, rest = name.partition(".")
-    w, _, h = rest.partition("[")
-    return int(layer[1:]), w, int(h.rstrip("]")) if h else None
-
-
-def weight_rows(table: dict) -> dict[str, dict]:
-    """The whole-weight rows (no head slices), in layer order."""
-    rows = {n: r for n, r in table["rows"].items() if "[" not in n}
-    return dict(sorted(rows.items(), key=lambda kv: split_name(kv[0])[0]))
-
-
-def head_rows(table: dict) -> dict[str, dict]:
-    """The per-head rows, by layer."""
-    rows = {n: r for n, r in table["rows"].items() if "[" in n}
-    return dict(sorted(rows.items(), key=lambda kv: split_name(kv[0])[0]))
-
-
-def type_means(tops: dict[str, float]) -> dict[str, float]:
-    """``{type: mean top eigenvalue}`` over the tensors of each of :data:`TYPES` present in ``tops``
-    (names ``l{i}.w``).
-
-    >>> type_means({"l0.W_Q": 1.0, "l0.W_K": 3.0, "l1.ln1_gamma": 5.0})
-    {'QK': 2.0, 'Norm': 5.0}
-    """
-    out = {}
-    for t, ws in TYPES.items():
-        vals = [v for n, v in tops.items() if split_name(n)[1] in ws]
-        if vals:
-            out[t] = float(np.mean(vals))
-    return out
-
-
-# ----------------------------------------------------------------------------- the unembedding block
-def unembedding_top(h: torch.Tensor, p: torch.Tensor, w: torch.Tensor, tol: float = 1e-6) -> float:
-    r"""The top eigenvalue of the loss's Hessian in the unembedding ``E (V, d)`` of
-    ``ℓ = Σ_t w_t (\log\sum_v e^{(E h_t)_v} − (E h_t)_{y_t})`` (logits linear in ``E``, so exactly)
-
-    .. math:: H = \sum_t w_t\, (\mathrm{diag}\,p_t − p_t p_t^⊤) ⊗ h_t h_t^⊤,
-
-    ``h (T, d)`` the final-normed states, ``p (T, V)`` the softmax, ``w (T,)`` the weights. ``H``
-    vanishes on every ``M`` whose rows are orthogonal to all ``h_t``, so with ``Q (d, r)`` an
-    orthonormal basis of their span and ``c_t = Q^⊤ h_t``, ``H`` acts on ``W (V, r)`` (``M = W Q^⊤``)
-    as ``W ↦ Σ_t w_t A_t W c_t c_t^⊤``: Lanczos (``eigsh``) on ``V·r`` instead of ``V·d`` entries.
-
-    >>> h, p = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, 0.5]])
-    >>> round(unembedding_top(h, p, torch.ones(1)), 6)   # diag p − ppᵀ has eigenvalues 0 and 0.5
-    0.5
-    """
-    h, p, w = h.double(), p.double(), w.double()
-    U, S, _ = torch.linalg.svd(h.T, full_matrices=False)
-    Q = U[:, S > S[0] * 1e-10]
-    C = h @ Q  # (T, r)
-    V, r = p.shape[1], Q.shape[1]
-
-    def apply(x: torch.Tensor) -> torch.Tensor:
-        W = x.reshape(V, r)
-        u = W @ C.T  # (V, T): W c_t
-        Au = p.T * u - p.T * (p.T * u).sum(0, keepdim=True)  # A_t u_t
-        return ((Au * w) @ C).reshape(-1)
-
-    op = scipy_view((V * r, V * r), lambda X: torch.stack([apply(x) for x in X]), h)
-    if V * r <= 64:
-        dense = torch.stack([apply(e) for e in torch.eye(V * r, dtype=torch.float64)], 1).numpy()
-        return float(np.linalg.eigvalsh(0.5 * (dense + dense.T))[-1])
-    v0 = np.random.default_rng(0).standard_normal(V * r)
-    return float(eigsh(op, k=1, which="LA", v0=v0, tol=tol, return_eigenvectors=False)[0])
 
 
 def head_states(model, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
@@ -483,11 +406,14 @@ def gini_gradients(
     path: pathlib.Path = GINI_FILE,
     log=lambda s: None,
     cache: pathlib.Path | None = None,
+    source: str = st.MODEL,
+    dtype: torch.dtype = torch.float64,
 ) -> dict[str, list[float]]:
     """``{"seed,batch": the 22 gradient norms}`` of :func:`hessviz.experiments.gini_protocol.gradient_norms`
-    on SmolLM2 (float64) for each ``(seed, batch index)`` of ``plan``. Stored batches are read back from
-    ``path`` (the package's, read-only) and from ``cache`` (default: ``gini_gradients.json`` in
-    :func:`hessviz.resources.cache_dir`); new ones are computed and added to ``cache`` only."""
+    on ``source`` (SmolLM2 by default; in ``dtype``) for each ``(seed, batch index)`` of ``plan``.
+    Stored batches are read back from ``path`` (the package's, read-only) and from ``cache``
+    (default: ``gini_gradients.json`` in :func:`hessviz.resources.cache_dir`); new ones are
+    computed and added to ``cache`` only."""
     import hessviz as hv
     from hessviz.experiments import gini_protocol as gp
     from hessviz.experiments.docstring_task import build
@@ -501,10 +427,10 @@ def gini_gradients(
             done["seconds"] |= got["seconds"]
     todo = [(s, b) for s, b in plan if f"{s},{b}" not in done["grads"]]
     if todo:
-        task, model = build(), hv.load_model(st.MODEL)
+        task, model = build(), hv.load_model(source, dtype=dtype)
         for s, b in todo:
             t = time.perf_counter()
-            ids, labels = task.batches(st.MODEL, gp.BATCH, s)[b]
+            ids, labels = task.batches(source, gp.BATCH, s, drop_short=source != st.MODEL)[b]
             done["grads"][f"{s},{b}"] = gp.gradient_norms(model, ids, labels, s).tolist()
             done["seconds"][f"{s},{b}"] = time.perf_counter() - t
             cache.parent.mkdir(parents=True, exist_ok=True)
@@ -609,26 +535,24 @@ GINI_SMOLLM2 = Claim(
     report_gini,
 )
 
-CLAIMS = (SMOLLM2_TABLE, SHARPNESS, GINI_SMOLLM2)
+CLAIMS = (SMOLLM2_TABLE, SHARPNESS, GINI_SMOLLM2, *llm.claims(st.MODEL))
+"""The three claims of this module, then the two of :mod:`hessviz.experiments.llm` (generic in the model)."""
 
 
-def main(out: pathlib.Path, quick: bool = False, ids: tuple[str, ...] | None = None) -> list[dict]:
-    """Run the claims ``ids`` (default all three); write ``out`` (claims.json, report.md, data, figures)."""
-    from hessviz.experiments.report import write_report
+def main(
+    out: pathlib.Path, quick: bool = False, ids: tuple[str, ...] | None = None, figures: bool = True
+) -> list[dict]:
+    """Run the claims ``ids`` (default all); write ``out`` (claims.json, report.md, data, figures unless
+    ``figures=False``). A claim
+    of :mod:`hessviz.experiments.llm` whose stored numbers are missing is left out (pending)."""
+    from hessviz.experiments.report import run_and_write
 
-    results = []
-    start = time.perf_counter()
-    for c in CLAIMS:
-        if ids is None or c.id in ids:
-            t = time.perf_counter()
-            r = c.run(quick)
-            r.seconds = time.perf_counter() - t
-            results.append(r)
-    return write_report(
-        results,
+    return run_and_write(
+        [c for c in CLAIMS if ids is None or c.id in ids],
         out,
         quick,
-        time.perf_counter() - start,
+        stored=lambda cid: cid.startswith(("sharpness_metrics", "gini_interval")),
+        figures=figures,
         title="hessviz: SmolLM2-135M, a real LLM, beside the pydoc models",
         command="hessviz reproduce --smollm2",
         basis="Every number comes from the closed-form Hessians and gradients of hessviz on "

@@ -219,26 +219,6 @@ class Tape:
         :func:`tangents` of this one tape."""
         return tangents([self.nodes[span.start : span.stop]], [dinputs], dparams)[0]
 
-    def adjoint_tangents(
-        self,
-        span: LayerSpan,
-        dvals: dict[str, Maybe],
-        dparams: dict[str, Tensor],
-        seeds: dict[str, Maybe],
-        second: bool,
-        wanted: Sequence[str],
-        wanted_inputs: Sequence[str] = (),
-        into: dict[str, Tensor] | None = None,
-        alpha: float = 1.0,
-        accumulate: bool = False,
-    ) -> tuple[dict[str, Maybe], dict[str, Maybe]]:
-        """The tangent of the reverse sweep over ``span``: ``(θ̄̇ of wanted, x̄̇ of wanted_inputs)``
-        (:func:`adjoint_tangents` of this one tape)."""
-        out, (dins,) = adjoint_tangents(
-            [self], span, [dvals], dparams, [seeds], second, wanted, wanted_inputs, into, alpha, accumulate
-        )
-        return out, dins
-
 
 # ----------------------------------------------------------------------------- the one sweep loop
 # Written once over ``B ≥ 1`` tapes of the same nodes ("lanes": the sequences of a batch, side by

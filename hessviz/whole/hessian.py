@@ -51,7 +51,7 @@ from hessviz.products.checkpoint import Checkpoints
 from hessviz.products.hessian_operator import HessianOperator, ProductsOperator
 from hessviz.products.layout import Layout
 from hessviz.products.operator import BATCH, MatrixFreeHessian, TapeOperator, sweep_in_batches
-from hessviz.products.tape import Tape
+from hessviz.products.tape import Tape, adjoint_tangents
 from hessviz.result import HessianResult, OperatorResult
 from hessviz.runtime import pages
 from hessviz.whole.model import Model
@@ -222,8 +222,8 @@ def head_product(
         seed = None if dZ is None else tape.loss_hvp(dZ)
         mixed = terms.seed(dW, db, terms.w.shape[0])
         seed = mixed if seed is None else (seed if mixed is None else seed + mixed)
-        prods = tape.adjoint_tangents(
-            tape.whole, dvals, dparams, {tape.output: seed}, True, rows.stack.bases
+        prods = adjoint_tangents(
+            [tape], tape.whole, [dvals], dparams, [{tape.output: seed}], True, rows.stack.bases
         )[0]
         out[:, : rows.stack.size] = rows.stack.gather(prods, k, V)
     if rows.heads:
