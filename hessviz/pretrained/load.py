@@ -1,5 +1,6 @@
 """The pretrained-model API of ``MODEL.md`` part 2: layers of a real model and their inputs.
 
+>>> import dataclasses
 >>> import hessviz
 >>> cfg, params = load_layer("pydoc-postln", layer=0)          # the bundled Post-LN model
 >>> X = layer_inputs("pydoc-postln", "def add(a, b):", layer=0)
