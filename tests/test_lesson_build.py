@@ -25,9 +25,10 @@ from hessviz.app.profiles import Limits
 from hessviz.app.state import View
 
 SMALL = "/scaling?norm=attention&L=4&d=4&dk=2&dff=8&sc_seeds=1&sc_axis=L&hide=sc_axis,sc_blk"
-"""A lesson of three small views (the placement baked): about 2.5 s of CPU with the builder's start."""
+"""A lesson of four small views (the placement baked: attention, Post-, Pre- and Peri-LN)."""
 REFUSED = "/scaling?d=40&dk=64&L=64&sc_seeds=8"
-"""The issue's view the Scaling page refuses as "about 121 s": its lesson page bakes 24 such views (four placements, Peri-LN among them)."""
+"""The issue's view the Scaling page refuses as "about 121 s": its lesson page bakes 24
+such views (four placements, Peri-LN among them)."""
 LONG = "/scaling?L=64&sc_seeds=8"
 """A lesson the local profile affords (about 36 s) that runs long enough to be stopped midway."""
 ROOT = Path(__file__).resolve().parents[1]

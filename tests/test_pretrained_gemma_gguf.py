@@ -109,22 +109,24 @@ def test_whole_model_products_match_double_backward(pair):
     assert float((res.matvec(v) - expected).norm() / expected.norm()) <= ROUND_OFF
 
 
-def test_layer_zeros_dense_hessian_block(pair):
-    """Layer 0's dense Hessian in its key norm's weights (256 × 256), symmetric, and 32 of its rows (drawn
-    at random) against double backward through ``transformers``. On the text's first 4 tokens: each
-    of the 256 columns crosses the 262,144-token head (the 8 tokens took 13 minutes of the whole file at
-    load 14; every reference row, 3.5 minutes at load 11)."""
+def test_layer_zeros_hessian_block(pair):
+    """Layer 0's Hessian block in its key norm's weights (256 × 256): 32 of its columns, drawn at random
+    and computed as products ``H e_j``, against the rows of double backward through ``transformers``
+    (the block is symmetric). On the text's first 4 tokens: each column crosses the 262,144-token head.
+    (The whole block, every column dense, took 13 minutes of the whole file at load 14 on 8 tokens;
+    dense blocks of a random Gemma 3 and 2 are checked in full in ``test_pretrained_gemma.py``.)"""
     model, reference, _, ids = pair
     ids = ids[:4]
     res = hv.model_hessian(model, ids, wrt=("l0.k_norm_gamma",))
-    H = res.operator("full").dense()
     params = dict(reference.named_parameters())
     w = params["model.layers.0.self_attn.k_norm.weight"]
     (g,) = torch.autograd.grad(ref.next_token_loss(reference, ids), w, create_graph=True)
     drawn = torch.randperm(g.numel(), generator=torch.Generator().manual_seed(0))[:32].tolist()
+    E = torch.zeros(res.size, len(drawn), dtype=torch.float64)
+    E[drawn, range(len(drawn))] = 1.0
+    columns = res.matvec(E).T  # (32, 256): H e_j, rows of the symmetric block
     rows = torch.stack([torch.autograd.grad(g[k], w, retain_graph=True)[0] for k in drawn])
-    assert float((H[drawn] - rows).norm() / rows.norm()) <= ROUND_OFF
-    assert float((H - H.T).norm() / H.norm()) <= 1e-12
+    assert float((columns - rows).norm() / rows.norm()) <= ROUND_OFF
 
 
 TEXTS = (
