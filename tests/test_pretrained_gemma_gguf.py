@@ -142,9 +142,9 @@ TEXTS = (
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    path = bundled_file("gemma3-270m")
-    return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+def tokenizer(pair):
+    """``transformers``' tokenizer of the same file (read once, with the model)."""
+    return pair[2]
 
 
 def test_a_text_gets_transformers_own_ids(tokenizer):
