@@ -24,37 +24,42 @@ def metric(
     where.metric(f"{label}{error}", f"{scale * value:.3g}{unit}", help=help)
 
 
-def spectrum_matrix_free(view, shown: list[str], why: str) -> None:
-    """Lanczos extremes and an SLQ density of each term drawn, from products alone."""
-    P = view.num_params
-    c1, c2, c3 = st.columns(3)
-    k = hva.slider(
+LANCZOS_SLIDERS = (
+    (
         "Extreme eigenvalues k (each end)",
         1,
         20,
-        key="spec_k",
-        default=5,
-        container=c1,
-        help="the k largest and k smallest eigenvalues, by Lanczos (hessviz's torch core)",
-    )
-    probes = hva.slider(
+        "spec_k",
+        5,
+        "the k largest and k smallest eigenvalues, by Lanczos (hessviz's torch core)",
+    ),
+    (
         "SLQ probes",
         1,
         30,
-        key="spec_probes",
-        default=4,
-        container=c2,
-        help="random ±1 start vectors; the standard errors below are over them",
-    )
-    steps = hva.slider(
+        "spec_probes",
+        4,
+        "random ±1 start vectors; the standard errors below are over them",
+    ),
+    (
         "Lanczos steps per probe",
         5,
         120,
-        key="spec_steps",
-        default=30,
-        container=c3,
-        help="each probe's density has this many nodes (Gauss quadrature exact for "
-        "polynomials of degree < 2·steps)",
+        "spec_steps",
+        30,
+        "each probe's density has this many nodes (Gauss quadrature exact for polynomials of degree "
+        "< 2·steps)",
+    ),
+)
+"""The matrix-free view's three sliders: label, range, key, default, help."""
+
+
+def spectrum_matrix_free(view, shown: list[str], why: str) -> None:
+    """Lanczos extremes and an SLQ density of each term drawn, from products alone."""
+    P = view.num_params
+    k, probes, steps = (
+        hva.slider(label, low, high, key=key, default=default, container=where, help=text)
+        for (label, low, high, key, default, text), where in zip(LANCZOS_SLIDERS, st.columns(3))
     )
     extra = {"k": k, "probes": probes, "steps": steps, "group_bytes": hva.cache.SLQ_GROUP_BYTES}
     cost = hva.verdict(view, "spectrum_matfree", terms=len(shown), **extra).cost
