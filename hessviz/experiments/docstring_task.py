@@ -150,9 +150,10 @@ def build() -> DocstringTask:
 def _tokenised(
     task: DocstringTask, source: str, split: str, drop_short: bool = False
 ) -> tuple[Tensor, Tensor]:
-    from hessviz.experiments.text_ids import tokenizer
+    from hessviz.pretrained import tokens
+    from hessviz.pretrained.sources import open_source
 
-    tok = tokenizer(source)
+    tok = tokens.tokenizer(open_source(source))
     specials = len(tok.encode("").ids) > 0  # [CLS] [SEP]: keep the closing token
     rows, labels = [], []
     for e in task.split(split):

@@ -106,11 +106,11 @@ def types_of(names) -> dict[str, tuple[str, ...]]:
 def batch_ids(model: str, seqs: int = SEQS, tokens: int = TOKENS) -> Tensor:
     """``(seqs, tokens)``: the first ``tokens`` ids of each of the first ``seqs`` :data:`TEXTS` under
     ``model``'s own tokenizer (special tokens as it adds them)."""
-    from hessviz.experiments.text_ids import text_ids
+    from hessviz.pretrained import token_ids
 
     if not 1 <= seqs <= len(TEXTS):
         raise ValueError(f"seqs must be in [1, {len(TEXTS)}], got {seqs}")
-    rows = [text_ids(model, t)[:tokens] for _, t in TEXTS[:seqs]]
+    rows = [token_ids(model, t)[:tokens] for _, t in TEXTS[:seqs]]
     short = [len(r) for r in rows if len(r) < tokens]
     if short or tokens < 2:
         raise ValueError(f"tokens = {tokens}: a text has only {min(short or [0])} tokens (at least 2 needed)")
