@@ -511,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--smollm2",
         action="store_true",
         help="the three SmolLM2-135M claims instead (needs its GGUF, the models extra; reads the "
-        "table stored by python -m hessviz.experiments.smollm2_table; minutes)",
+        "table stored by python -m hessviz.experiments.llm_table; minutes)",
     )
     p.add_argument(
         "--gemma3",

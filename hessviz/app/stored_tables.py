@@ -1,14 +1,17 @@
-"""SmolLM2-135M's stored per-tensor table (``hessviz/data/claims/smollm2/``) as the app's pages draw it.
+"""The real LLMs' stored per-tensor tables (``hessviz/data/claims/smollm2/``, ``…/gemma3/``) as the app's
+pages draw them.
 
-Its table is not computed by the server (hours of one core for every weight of 30 layers at
-d = 576): :mod:`hessviz.experiments.smollm2_table` computed it once, on a fixed text, and the Whole
-model, Heterogeneity and Optimization pages read the files on every profile:
+A table is not computed by the server (SmolLM2-135M's every weight of 30 layers at d = 576 is most of an
+hour of two cores, Gemma 3 270M's 18 layers through its 262,144-token head as long):
+:mod:`hessviz.experiments.llm_table` computed each once, on a fixed text, and the Whole model,
+Heterogeneity and Optimization pages read the files on every profile:
 
 * ``table.json``: the top eigenvalue (and gradient norm) of each tensor the run reached,
   every weight of the layers in ``weight_layers``, every head of ``W_Q, W_K, W_V, W_O`` in
   ``head_layers``;
-* ``gradients.json``: the gradient norm of every weight and head of all 30 layers (one backward);
-* ``claims.json``: the three SmolLM2 claims (``hessviz reproduce --smollm2``).
+* ``gradients.json``: the gradient norm of every weight and head of every layer (one backward);
+* ``claims.json``: the model's claims (``hessviz reproduce --smollm2``, ``--gemma3``), among them the
+  Gini with its interval (:func:`gini_claim`).
 
 :func:`part` returns what :func:`hessviz.app.whole_model.arrays` returns for a live table, with NaN
 where the run did not reach a tensor (and no trace: the run computed none), so the pages draw both
@@ -22,10 +25,9 @@ import math
 from pathlib import Path
 
 from hessviz.errors import InputError
-from hessviz.resources import data
+from hessviz.experiments.llm_table import FOLDERS, stored
 
-DIR = data("claims", "smollm2")
-MODELS = {"smollm2-135m": DIR}
+MODELS = {m: stored(m) for m in FOLDERS if (stored(m) / "table.json").is_file()}
 """Bundled models whose table is stored rather than computed, and where."""
 WEIGHTS = "every weight"
 
@@ -60,6 +62,24 @@ def load(model: str, where: Path | None = None) -> dict:
             raise InputError(f"table.json in {d}: field {k!r} is missing")
     grads = _json(d / "gradients.json").get("grad", {}) if (d / "gradients.json").is_file() else {}
     return {**t, "grad": grads}
+
+
+def gini_claim(model: str) -> str:
+    """The id of ``model``'s Tomihari & Sato claim with its interval (:mod:`hessviz.experiments.llm`).
+
+    >>> gini_claim("gemma3-270m")
+    'gini_interval_gemma3'
+    """
+    return f"gini_interval_{FOLDERS.get(model, model)}"
+
+
+def reproduce_flag(model: str) -> str:
+    """The ``hessviz reproduce`` flag that writes ``model``'s claims.
+
+    >>> reproduce_flag("smollm2-135m")
+    '--smollm2'
+    """
+    return f"--{FOLDERS.get(model, model)}"
 
 
 def claims(model: str, where: Path | None = None) -> dict[str, dict]:
@@ -108,13 +128,13 @@ def _layer_weights(cfg) -> list[str]:
     return [n.partition(".")[2] for n in cfg.param_names if n.startswith("l0.")]
 
 
-def describe(stored: dict) -> str:
-    """The stored run in one sentence."""
+def describe(stored: dict, n_layers: int) -> str:
+    """The stored run of a stack of ``n_layers`` layers in one sentence."""
     heads = sorted(stored["head_layers"])
     source = "; ".join(stored.get("sources", [])[:1])
     return (
         f'{stored["tokens"]} tokens of "{stored["text"][:70]}…" ({source}), next-token loss; top '
-        f"eigenvalues for every weight of {len(stored['weight_layers'])} of 30 layers and every head of "
-        f"layers {', '.join(map(str, heads)) or 'none'}, Lanczos to about 1 % "
+        f"eigenvalues for every weight of {len(stored['weight_layers'])} of {n_layers} layers and every head "
+        f"of layers {', '.join(map(str, heads)) or 'none'}, Lanczos to about 1 % "
         f"({stored.get('dtype', 'float32')}); gradient norms for every layer."
     )

@@ -51,9 +51,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hessviz.experiments.smollm2_table import SOURCES_OF_TEXT
+from hessviz.experiments.llm_table import FOLDERS, SOURCES_OF_TEXT, stored  # noqa: F401  (read here and by llm)
 from hessviz.losses.next_token import NextToken
-from hessviz.resources import data
 
 TEXTS = (
     *SOURCES_OF_TEXT[:2],  # the openings SmolLM2's table reads (the Moby-Dick one is longer here)
@@ -73,12 +72,6 @@ SEQS, TOKENS = 4, 12
 """The stored runs' batch: 4 sequences × 12 tokens (modest: a 2-core machine shared by several)."""
 ORDER = ("Emb", "QK", "FFN", "VO", "Norm")
 WEIGHTS = {"QK": ("W_Q", "W_K"), "FFN": ("W_G", "W_1", "W_2"), "VO": ("W_V", "W_O")}
-FOLDERS = {"smollm2-135m": "smollm2", "gemma3-270m": "gemma3"}
-
-
-def stored(model: str) -> pathlib.Path:
-    """The package's folder of a real LLM's stored results (``hessviz/data/claims/<short name>``)."""
-    return data("claims", FOLDERS.get(model, model))
 
 
 def block_type(name: str) -> str | None:

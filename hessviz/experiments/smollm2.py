@@ -1,7 +1,7 @@
 r"""Three claims on a real LLM, SmolLM2-135M (the bundled GGUF file), beside the pydoc models.
 
 * ``smollm2_table``: its per-tensor table under its own next-token loss
-  (:mod:`hessviz.experiments.smollm2_table`, stored in ``hessviz/data/claims/smollm2/table.json``): the
+  (:mod:`hessviz.experiments.llm_table`, stored in ``hessviz/data/claims/smollm2/table.json``): the
   top eigenvalues of the weights' diagonal blocks spread over orders of magnitude (Zhang et al.'s
   block heterogeneity).
 * ``sharpness_ordering``: Wang et al.'s sharpness disparity, ``S(Emb) ≪ S(QK) < S(FFN) < S(VO) ≪
@@ -17,7 +17,7 @@ r"""Three claims on a real LLM, SmolLM2-135M (the bundled GGUF file), beside the
 ``python -m hessviz.experiments.smollm2`` (or ``hessviz reproduce --smollm2``) writes
 ``hessviz/data/claims/smollm2/`` (``claims.json``, ``report.md``, ``data/``, ``figures/``) with the report
 machinery (:func:`hessviz.experiments.report.write_report`), from the stored table; the table itself
-is computed once by :mod:`hessviz.experiments.smollm2_table` (tens of minutes on two cores).
+is computed once by :mod:`hessviz.experiments.llm_table` (tens of minutes on two cores).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch
 
 from hessviz import plots
 from hessviz.experiments import llm
-from hessviz.experiments import smollm2_table as st
+from hessviz.experiments import llm_table as st
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
 from hessviz.experiments.tensor_types import (  # noqa: F401  (read here and by the reports)
     TYPES,
@@ -56,15 +56,18 @@ ORDER = ("Emb", "QK", "FFN", "VO", "Norm")
 PYDOC = ("pydoc-postln", "pydoc-preln", "pydoc-llama")
 PYDOC_TEXT = "The sorted() function returns a new sorted list from the items in the iterable."
 """The pydoc models' text: the Whole model page's default (Python's help text, what they learned)."""
+MODEL = "smollm2-135m"
 SPREAD_HOLDS = 100.0
 """``smollm2_table`` holds when the weights' top eigenvalues span at least this factor (partly: 10×)."""
 
 
 # ----------------------------------------------------------------------------- the stored table
-def load_table(path: pathlib.Path = st.TABLE) -> dict:
-    """The stored table (:func:`hessviz.experiments.smollm2_table.run`), checked for its shape."""
+def load_table(path: pathlib.Path | None = None) -> dict:
+    """The stored table (default: the package's; :func:`hessviz.experiments.llm_table.run`), checked for
+    its shape."""
+    path = path or st.table_path(MODEL)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run python -m hessviz.experiments.smollm2_table")
+        raise FileNotFoundError(f"{path} is missing: python -m hessviz.experiments.llm_table --model {MODEL}")
     t = json.loads(path.read_text())
     for k in ("rows", "weight_layers", "head_layers", "tokens", "text"):
         if k not in t:
@@ -72,10 +75,14 @@ def load_table(path: pathlib.Path = st.TABLE) -> dict:
     return t
 
 
-def own_gradients(path: pathlib.Path = st.GRADIENTS) -> dict[str, float]:
-    """Every weight's and head's gradient norm under the table's loss (:func:`smollm2_table.gradients`)."""
+def own_gradients(path: pathlib.Path | None = None) -> dict[str, float]:
+    """Every weight's and head's gradient norm under the table's loss (default: the package's;
+    :func:`hessviz.experiments.llm_table.gradients`)."""
+    path = path or st.gradients_path(MODEL)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: python -m hessviz.experiments.smollm2_table --gradients")
+        raise FileNotFoundError(
+            f"{path} is missing: python -m hessviz.experiments.llm_table --model {MODEL} --gradients"
+        )
     return json.loads(path.read_text())["grad"]
 
 
@@ -135,8 +142,8 @@ def smollm2_emb(table: dict) -> float:
     """SmolLM2's unembedding top eigenvalue on the stored table's tokens."""
     import hessviz as hv
 
-    model = hv.load_model(st.MODEL, dtype=torch.float32)
-    ids = st.token_ids()
+    model = hv.load_model(MODEL, dtype=torch.float32)
+    ids = st.token_ids(MODEL)
     if len(ids) != table["tokens"]:
         raise ValueError(f"the stored table has {table['tokens']} tokens, the text gives {len(ids)}")
     h, p, w, _ = head_states(model, ids)
@@ -226,7 +233,7 @@ def report_table(ms: Measurement, v: Verdict) -> tuple[str, dict]:
         + (
             " then ".join(f"`{c}`" for c in t["commands"])
             if t.get("commands")
-            else "`python -m hessviz.experiments.smollm2_table`"
+            else f"`python -m hessviz.experiments.llm_table --model {MODEL}`"
         )
         + " (each resuming from the checkpoint) in "
         f"{m['seconds_table'] / 60:.0f} min of work ({m['products']:.0f} products; load average "
@@ -397,7 +404,7 @@ SEEDS = (0, 1)
 GINI_BATCHES = 1
 
 
-GINI_FILE = st.STORED / "gini_gradients.json"
+GINI_FILE = st.stored(MODEL) / "gini_gradients.json"
 """The protocol's gradient norms per batch, as stored with the package (minutes each on two shared cores)."""
 
 
@@ -406,7 +413,7 @@ def gini_gradients(
     path: pathlib.Path = GINI_FILE,
     log=lambda s: None,
     cache: pathlib.Path | None = None,
-    source: str = st.MODEL,
+    source: str = MODEL,
     dtype: torch.dtype = torch.float64,
 ) -> dict[str, list[float]]:
     """``{"seed,batch": the 22 gradient norms}`` of :func:`hessviz.experiments.gini_protocol.gradient_norms`
@@ -430,7 +437,7 @@ def gini_gradients(
         task, model = build(), hv.load_model(source, dtype=dtype)
         for s, b in todo:
             t = time.perf_counter()
-            ids, labels = task.batches(source, gp.BATCH, s, drop_short=source != st.MODEL)[b]
+            ids, labels = task.batches(source, gp.BATCH, s, drop_short=source != MODEL)[b]
             done["grads"][f"{s},{b}"] = gp.gradient_norms(model, ids, labels, s).tolist()
             done["seconds"][f"{s},{b}"] = time.perf_counter() - t
             cache.parent.mkdir(parents=True, exist_ok=True)
@@ -535,7 +542,7 @@ GINI_SMOLLM2 = Claim(
     report_gini,
 )
 
-CLAIMS = (SMOLLM2_TABLE, SHARPNESS, GINI_SMOLLM2, *llm.claims(st.MODEL))
+CLAIMS = (SMOLLM2_TABLE, SHARPNESS, GINI_SMOLLM2, *llm.claims(MODEL))
 """The three claims of this module, then the two of :mod:`hessviz.experiments.llm` (generic in the model)."""
 
 

@@ -40,7 +40,7 @@ source = hva.choice(
     key="het_model",
     default=SIDEBAR,
     help="the block of the sidebar (computed here), or a real LLM's table, precomputed on a "
-    "fixed text under its own next-token loss (hessviz reproduce --smollm2)",
+    "fixed text under its own next-token loss (python -m hessviz.experiments.llm_table)",
 )
 if source != SIDEBAR:
     try:
@@ -54,7 +54,7 @@ if source != SIDEBAR:
         st.stop()
     stack = wm.stack_config(info)
     top.caption(info.describe())
-    st.caption(f"Precomputed, not live: {stored_tables.describe(stored)}")
+    st.caption(f"Precomputed, not live: {stored_tables.describe(stored, info.n_layers)}")
     by = hva.choice(
         "Blocks",
         ("heads", "weights"),

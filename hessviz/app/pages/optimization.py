@@ -131,42 +131,47 @@ elif mode == "protocol":
         key="opt_model",
         default=tuple(curves)[0],
         help="the trained pair (Post-LN, Pre-LN) and pydoc-llama, fine-tuned here; "
-        "SmolLM2-135M with its Gini alone (hessviz reproduce --smollm2)",
+        + " and ".join(stored)
+        + " with their Gini alone, 95 % intervals over batches (hessviz reproduce --smollm2, --gemma3)",
     )
     if source in stored:
         try:
-            rec = stored_tables.claims(source).get("gini_smollm2")
+            records = stored_tables.claims(source)
         except hv.HessvizError as err:
-            rec = None
+            records = {}
             st.error(
                 f"**The stored claims of {source} cannot be read.** {hva.plain(err)}", icon=":material/block:"
             )
+        rec = records.get(stored_tables.gini_claim(source))
         if rec is None:
-            st.info(f"No stored Gini for {source} (`hessviz reproduce --smollm2`).")
+            flag = stored_tables.reproduce_flag(source)
+            st.info(f"No stored Gini for {source} (`hessviz reproduce {flag}`).")
             st.stop()
         sm = rec["measured"]
-        models = [source] + [k[len("committed_gini_") :] for k in sm if k.startswith("committed_gini_")]
-        values = [sm[f"gini_{source}"]] + [sm[f"committed_gini_{k}"] for k in models[1:]]
+        models = [source] + [k[len("gini_ci_") :] for k in sm if k.startswith("gini_ci_") and source not in k]
+        values = [sm[f"gini_{m}"] for m in models]
+        half = [(sm[f"gini_ci_{m}"][1] - sm[f"gini_ci_{m}"][0]) / 2 for m in models]
         m1, m2 = st.columns(2)
+        lo, hi = sm[f"gini_ci_{source}"]
         m1.metric(
             "Gini of the 22 gradient norms",
             f"{sm[f'gini_{source}']:.3f}",
-            help=f"mean over {sm['batches']:.0f} batches of the docstring task",
+            help=f"mean over {sm[f'batches_{source}']:.0f} batches of the docstring task; 95 % interval "
+            f"[{lo:.3f}, {hi:.3f}]",
         )
-        if f"gini_own_loss_all_weights_{source}" in sm:
-            m2.metric(
-                "Gini under its own next-token loss (270 weights)",
-                f"{sm[f'gini_own_loss_all_weights_{source}']:.3f}",
-            )
+        own = records.get("gini_smollm2", {}).get("measured", {}).get(f"gini_own_loss_all_weights_{source}")
+        if own is not None:
+            m2.metric("Gini under its own next-token loss (270 weights)", f"{own:.3f}")
         hva.chart(
             plots.grouped_bars(
                 models,
                 {"Gini": values},
+                errors={"Gini": half},
                 ylabel="Gini",
-                title="Gini of the 22 gradient norms, Tomihari & Sato's protocol",
+                title="Gini of the 22 gradient norms, Tomihari & Sato's protocol (95 % intervals)",
             ),
             f"protocol_gini_{source}",
-            csv=lambda: {"model": models, "gini": values},
+            csv=lambda: {"model": models, "gini": values, "ci_half_width": half},
         )
         st.caption(rec["note"] + " Not fine-tuned here: no training curves for it.")
         st.stop()

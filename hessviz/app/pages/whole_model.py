@@ -40,8 +40,9 @@ model = hva.select(
     key="wm_model",
     default=models[0],
     container=c1,
-    help="the small models trained here on Python's help text (4 layers, d = 128), and "
-    "SmolLM2-135M from its GGUF file (30 layers, d = 576)",
+    help="the small models trained here on Python's help text (4 layers, d = 128), and two real LLMs "
+    "from their GGUF files: SmolLM2-135M (Pre-RMSNorm, 30 layers, d = 576) and Gemma 3 270M (Peri-RMSNorm, "
+    "18 layers, d = 640)",
 )
 with st.spinner("Reading the model's configuration and tokenizer…"), hva.guard("the model"):
     info = pretrained.model_info(model)
@@ -106,6 +107,12 @@ weight = hva.select(
 )
 
 
+def gqa_words(block) -> str:
+    """How the key/value heads are shared, in words (nothing for one key/value head per query head)."""
+    share = block.n_heads // (block.n_kv_heads or block.n_heads)
+    return f" Grouped-query attention: a key/value head is shared by {share} query heads." * (share > 1)
+
+
 def bars(t: dict, title: str):
     cats, groups = wm.by_layer(t["names"], t[stat])
     values = np.asarray(t[stat], dtype=float)
@@ -121,8 +128,8 @@ def bars(t: dict, title: str):
 if stored is not None:
     stack = wm.stack_config(info)
     st.info(
-        "**Precomputed, not live** (a table of every weight of 30 layers is hours of one core): "
-        + stored_tables.describe(stored),
+        f"**Precomputed, not live** (a table of every weight of {info.n_layers} layers is most of an hour "
+        "of two cores): " + stored_tables.describe(stored, info.n_layers),
         icon=":material/functions:",
     )
     st.markdown(
@@ -160,8 +167,7 @@ if stored is not None:
         )
         st.caption(
             f"Each bar is one head's slice of {weight} in one layer ({heads['reached']} of "
-            f"{len(heads['names'])} with a top eigenvalue). Grouped-query attention: a key/value head "
-            "is shared by three query heads."
+            f"{len(heads['names'])} with a top eigenvalue)." + gqa_words(stack.block)
         )
     st.stop()
 

@@ -1,8 +1,9 @@
-r"""SmolLM2-135M's per-tensor table under its own next-token loss, computed once and stored.
+r"""A real LLM's per-tensor table under its own next-token loss, computed once and stored.
 
-For every layer ``i`` of the 30 and every weight ``t`` of it (``ln1_gamma, W_Q, W_K, W_V, W_O,
-ln2_gamma, W_G, W_1, W_2``), and per head for ``W_Q, W_K, W_V, W_O`` (9 query heads, 3 key/value
-heads, so 9 + 3 + 3 + 9 = 24 head blocks a layer), two numbers:
+For every layer ``i`` and every weight ``t`` of it (SmolLM2-135M: ``ln1_gamma, W_Q, W_K, W_V, W_O,
+ln2_gamma, W_G, W_1, W_2``; Gemma 3 270M adds the QK-norms and the two output norms of the sandwich),
+and per head for ``W_Q, W_K, W_V, W_O`` (SmolLM2: 9 query heads, 3 key/value heads, 24 head blocks a
+layer; Gemma 3: 4 query heads, 1 key/value head, 10), two numbers:
 
 * ``top``: the largest eigenvalue of the diagonal block ``H_{tt}`` of the Hessian of the loss in
   every layer weight, by Lanczos (``k = 1``) on hessviz's closed-form products
@@ -12,17 +13,19 @@ heads, so 9 + 3 + 3 + 9 = 24 head blocks a layer), two numbers:
 
 The loss ``ℓ`` is the model's own next-token cross-entropy, the mean over the predicted tokens of
 one sequence: :data:`TEXT`, the opening sentences of three public-domain novels
-(:data:`SOURCES_OF_TEXT`), joined and cut to :data:`TOKENS` tokens of SmolLM2's own tokenizer.
-Weights dequantized from the bundled Q4_1 GGUF file, float32 (the file's precision is 4 bits).
+(:data:`SOURCES_OF_TEXT`), joined and cut to :data:`TOKENS` tokens of the model's own tokenizer
+(Gemma's begins with its ``<bos>``). Weights dequantized from the bundled GGUF file, float32 (the
+file's precision is 4 bits).
 
-The full table is ≈ 990 Lanczos runs of products through up to 30 layers: tens of minutes on two
-shared cores. So it is computed by :func:`run` once (``python -m hessviz.experiments.smollm2_table``),
-checkpointed to a JSON file after every layer (a crash loses one layer; a rerun resumes). Layers go
-in :func:`head_layer_order` (spread over depth): every layer's weights, then the heads of
-:data:`HEAD_LAYERS_FIRST` and the other layers' until a wall-clock ``budget`` is spent (a head layer is
-not started when the last one's time would overrun it); the layers reached are listed in the file
-(``weight_layers``, ``head_layers``). The claims of
-:mod:`hessviz.experiments.smollm2` and the app read the file.
+A full table is hundreds of Lanczos runs of products through up to 30 layers: tens of minutes on two
+shared cores. So it is computed by :func:`run` once (``python -m hessviz.experiments.llm_table
+--model NAME``), checkpointed to a JSON file after every layer (a crash loses one layer; a rerun
+resumes). Layers go in :func:`head_layer_order` (spread over depth): every layer's weights, then the
+heads of :func:`heads_first`'s layers and the other layers' until a wall-clock ``budget`` is spent (a
+head layer is not started when the last one's time would overrun it); the layers reached are listed in
+the file (``weight_layers``, ``head_layers``). The claims of :mod:`hessviz.experiments.smollm2` and
+:mod:`hessviz.experiments.llm`, and the app (:mod:`hessviz.app.stored_tables`), read the file from the
+model's folder of ``hessviz/data/claims`` (:func:`stored`).
 """
 
 from __future__ import annotations
@@ -37,10 +40,25 @@ import torch
 
 from hessviz.resources import data
 
-STORED = data("claims", "smollm2")
-"""The package's stored results of SmolLM2 (read-only: runs write where ``--out`` says)."""
-TABLE = STORED / "table.json"
-"""The stored table (read by the claims and the app)."""
+FOLDERS = {"smollm2-135m": "smollm2", "gemma3-270m": "gemma3"}
+"""The bundled LLMs whose results are stored, and their folders' (short) names."""
+
+
+def stored(model: str) -> pathlib.Path:
+    """The package's folder of a real LLM's stored results (``hessviz/data/claims/<short name>``,
+    read-only: runs write where ``--out`` says)."""
+    return data("claims", FOLDERS.get(model, model))
+
+
+def table_path(model: str) -> pathlib.Path:
+    """The stored table of ``model`` (read by the claims and the app)."""
+    return stored(model) / "table.json"
+
+
+def gradients_path(model: str) -> pathlib.Path:
+    """Every weight's and every head's gradient norm on the table's tokens (one backward)."""
+    return stored(model) / "gradients.json"
+
 
 SOURCES_OF_TEXT = (
     (
@@ -60,10 +78,17 @@ TOKENS = 24
 """Tokens of :data:`TEXT` kept: one sequence, Austen's first sentence (its last words cut)."""
 TOL = 1e-2
 HEADED = ("W_Q", "W_K", "W_V", "W_O")
-HEAD_LAYERS_FIRST = (29, 14, 0)
-"""The layers whose heads come first (the last layer's are the cheapest: a product on a layer's block
-sweeps every layer above it), then the others in :func:`head_layer_order`."""
-MODEL = "smollm2-135m"
+MODELS = tuple(FOLDERS)
+
+
+def heads_first(n_layers: int) -> tuple[int, ...]:
+    """The layers whose heads come first: the last (the cheapest: a product on a layer's block sweeps
+    every layer above it), the middle and the first; then the others in :func:`head_layer_order`.
+
+    >>> heads_first(30), heads_first(18)
+    ((29, 14, 0), (17, 8, 0))
+    """
+    return (n_layers - 1, (n_layers - 1) // 2, 0)
 
 
 def head_layer_order(n_layers: int) -> list[int]:
@@ -91,11 +116,11 @@ def head_layer_order(n_layers: int) -> list[int]:
     return order + [i for i in range(n_layers) if i not in seen]
 
 
-def token_ids() -> list[int]:
-    """The ids of :data:`TEXT` under SmolLM2's tokenizer, cut to :data:`TOKENS`."""
+def token_ids(model: str) -> list[int]:
+    """The ids of :data:`TEXT` under ``model``'s own tokenizer, cut to :data:`TOKENS`."""
     from hessviz import pretrained
 
-    return list(pretrained.token_ids(MODEL, TEXT))[:TOKENS]
+    return list(pretrained.token_ids(model, TEXT))[:TOKENS]
 
 
 def _save(path: pathlib.Path, state: dict) -> None:
@@ -105,15 +130,16 @@ def _save(path: pathlib.Path, state: dict) -> None:
 
 
 def run(
+    model: str,
     path: pathlib.Path,
     budget: float = 2400.0,
     log=print,
     heads_after: int = 30,
     deep_first: bool = False,
 ) -> dict:
-    """Compute (or resume) the table into ``path``; per-head layers only while ``budget`` seconds of
-    this call are left (a layer is not started when the last one's time would overrun it). The heads
-    of the first of :data:`HEAD_LAYERS_FIRST` come after the weights of the first ``heads_after``
+    """Compute (or resume) ``model``'s table into ``path``; per-head layers only while ``budget`` seconds
+    of this call are left (a layer is not started when the last one's time would overrun it). The heads
+    of the first of :func:`heads_first` come after the weights of the first ``heads_after``
     layers of :func:`head_layer_order` (a run that may be cut short gets heads of one layer early).
     ``deep_first``: the weights' layers from the last to the first instead (the cheapest first)."""
     import hessviz as hv
@@ -122,11 +148,12 @@ def run(
     start = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
     state = json.loads(path.read_text()) if path.exists() else None
-    model = hv.load_model(MODEL, dtype=torch.float32)
-    ids = token_ids()
+    name = model
+    model = hv.load_model(name, dtype=torch.float32)
+    ids = token_ids(name)
     if state is None:
         state = {
-            "model": MODEL,
+            "model": name,
             "text": TEXT,
             "sources": [s for s, _ in SOURCES_OF_TEXT],
             "tokens": len(ids),
@@ -169,8 +196,9 @@ def run(
 
     order = head_layer_order(cfg.n_layers)
     heads_of = {i: [h for w in HEADED for h in cfg.head_names(f"l{i}.{w}")] for i in order}
-    rest = tuple(i for i in order if i not in HEAD_LAYERS_FIRST)
-    heads = [("head_layers", i) for i in HEAD_LAYERS_FIRST + rest]
+    first = heads_first(cfg.n_layers)
+    rest = tuple(i for i in order if i not in first)
+    heads = [("head_layers", i) for i in first + rest]
     weights = [("weight_layers", i) for i in (sorted(order, reverse=True) if deep_first else order)]
     work = weights[:heads_after] + heads[:1] + weights[heads_after:] + heads[1:]
     last = 0.0
@@ -191,19 +219,16 @@ def run(
     return state
 
 
-GRADIENTS = STORED / "gradients.json"
-"""Every weight's and every head's gradient norm on the same tokens (one backward: all 30 layers)."""
-
-
-def gradients(path: pathlib.Path) -> dict:
+def gradients(model: str, path: pathlib.Path) -> dict:
     """``‖∂ℓ/∂t‖`` of every layer weight and every head slice of :data:`HEADED` (the gradient column
-    of the table for every layer, whatever part of the eigenvalue column a run reached), written to
-    ``path``."""
+    of the table for every layer, whatever part of the eigenvalue column a run reached) of ``model``,
+    written to ``path`` (one backward through every layer)."""
     import hessviz as hv
 
     t = time.perf_counter()
-    model = hv.load_model(MODEL, dtype=torch.float32)
-    ids = token_ids()
+    name = model
+    model = hv.load_model(name, dtype=torch.float32)
+    ids = token_ids(name)
     res = hv.model_hessian(model, torch.tensor(ids), "next_token")
     cfg = model.cfg
     heads = [h for i in range(cfg.n_layers) for w in HEADED for h in cfg.head_names(f"l{i}.{w}")]
@@ -212,7 +237,7 @@ def gradients(path: pathlib.Path) -> dict:
     for h in heads:
         out[h] = float(res.stack_gradient(res._names([h]))[res._names([h])[0]].norm())
     state = {
-        "model": MODEL,
+        "model": name,
         "text": TEXT,
         "tokens": len(ids),
         "dtype": "float32",
@@ -233,6 +258,7 @@ def main() -> None:
         help="the JSON file to write or resume (default: table.json, or gradients.json with --gradients, "
         "in the working directory)",
     )
+    ap.add_argument("--model", choices=MODELS, default=MODELS[0], help="the bundled LLM (%(default)s)")
     ap.add_argument("--budget", type=float, default=2400.0, help="seconds; per-head layers stop after it")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gradients", action="store_true", help="only the gradient norms (gradients.json)")
@@ -246,11 +272,12 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.gradients:
-        state = gradients(args.out or pathlib.Path(GRADIENTS.name))
+        state = gradients(args.model, args.out or pathlib.Path(gradients_path(args.model).name))
         print(f"{len(state['grad'])} gradient norms in {state['seconds']:.0f} s", flush=True)
         return
     run(
-        args.out or pathlib.Path(TABLE.name),
+        args.model,
+        args.out or pathlib.Path(table_path(args.model).name),
         args.budget,
         log=lambda s: print(time.strftime("%H:%M:%S"), s, flush=True),
         heads_after=args.heads_after,
