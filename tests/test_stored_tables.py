@@ -101,7 +101,7 @@ def test_the_pages_draw_a_stored_table_within_the_hosted_limit(model, monkeypatc
     assert not at.error and not at.warning, [m.value for m in [*at.error, *at.warning]]
     got = titles(at)
     assert any(t.startswith(f"{model}, layer") for t in got), got
-    assert any("Sharpness per block type" in t for t in got) == (model == "smollm2-135m")
+    assert any(t.startswith(f"{model}: Wang et al.'s sharpness per block type under") for t in got), got
 
     at = run_page("pages/optimization.py", opt_view="protocol", opt_model=model)
     assert not at.error and any("Gini of the 22 gradient norms" in t for t in titles(at))

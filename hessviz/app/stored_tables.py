@@ -73,6 +73,15 @@ def gini_claim(model: str) -> str:
     return f"gini_interval_{FOLDERS.get(model, model)}"
 
 
+def sharpness_claim(model: str) -> str:
+    """The id of ``model``'s Wang et al. claim under four metrics (:mod:`hessviz.experiments.llm`).
+
+    >>> sharpness_claim("smollm2-135m")
+    'sharpness_metrics_smollm2'
+    """
+    return f"sharpness_metrics_{FOLDERS.get(model, model)}"
+
+
 def reproduce_flag(model: str) -> str:
     """The ``hessviz reproduce`` flag that writes ``model``'s claims.
 
