@@ -115,8 +115,9 @@ if source != SIDEBAR:
         types = ["Emb", "QK", "FFN", "VO", "Norm"]
         m = metrics["measured"]
         drawn = [k for k in ("gnb", "outer", "full", "top") if f"S_QK_{k}" in m]
-        groups = {k: [m.get(f"S_{t}_{k}", float("nan")) for t in types] for k in drawn}
-        errors = {k: [m.get(f"S_{t}_{k}_stderr", 0.0) for t in types] for k in drawn}
+        label = {"gnb": "paper's GNB", "outer": "exact outer", "full": "exact full", "top": "top λ (table)"}
+        groups = {label[k]: [m.get(f"S_{t}_{k}", float("nan")) for t in types] for k in drawn}
+        errors = {label[k]: [m.get(f"S_{t}_{k}_stderr", 0.0) for t in types] for k in drawn}
         hva.chart(
             plots.grouped_bars(
                 types,
@@ -130,9 +131,9 @@ if source != SIDEBAR:
             csv=lambda: {"type": types, **groups},
         )
         st.caption(
-            "gnb: the paper's estimator of tr(G_TT)/m_T; outer, full: the exact trace over size of each "
-            "term from closed-form products (Hutchinson, ± standard error); top: the mean top eigenvalue of "
-            "the type's blocks in the stored table. Relations of the paper's order holding: "
+            "The paper's GNB: its estimator of tr(G_TT)/m_T; exact outer, full: the trace over size of each "
+            "term from closed-form products (Hutchinson, ± standard error); top λ: the mean top eigenvalue "
+            "of the type's blocks in the stored table. Relations of the paper's order holding: "
             + ", ".join(f"{k} {m[f'relations_holding_{k}']:.0f}/4" for k in drawn)
             + f" (claim `{metrics['id']}`, hessviz reproduce {stored_tables.reproduce_flag(source)})."
         )
