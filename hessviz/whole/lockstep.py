@@ -35,6 +35,7 @@ from hessviz.losses import HEAD_NAMES
 from hessviz.matfree.lanczos import Request, Ritz, steps
 from hessviz.matfree.spectral import _operator
 from hessviz.products.hessian_operator import HessianOperator
+from hessviz.runtime import pages
 from hessviz.whole.hessian import ModelHessian
 
 
@@ -90,9 +91,9 @@ def top_values(
             start=starts.get(t),
         )
         asked[t] = next(runs[t])
-    calls, ops = 0, {}
+    calls, kept = 0, {}
     while asked:
-        products = _shared_products(res, term, asked, sizes, ops)
+        products = _shared_products(res, term, asked, sizes, kept)
         calls += 1
         for t, HV in products.items():
             try:
@@ -120,29 +121,34 @@ def _shared_products(
     term: str,
     asked: dict[str, Request],
     sizes: dict[str, int],
-    ops: dict[tuple[str, ...], HessianOperator],
+    kept: dict[tuple, tuple[HessianOperator, Tensor, Tensor]],
 ) -> dict[str, Tensor]:
     """Every run's asked ``H_tt V_t`` from one call of ``H[U, U]`` (``U``: the asking runs' tensors):
     each run's rows placed on its tensor's entries of zero columns, its tensor's rows of their
-    products read back (into the run's ``out`` when it gave one). ``ops``: the operators built so
-    far, by union."""
+    products read back (into the run's ``out`` when it gave one). ``kept``: the last call's operator
+    and its ``(b, |U|)`` buffers, reused while ``U`` and ``b`` stay (the columns zeroed again after
+    the call, a tensor's entries each, not the whole buffer)."""
     union = res.products.layout(tuple(asked)).names  # θ' order of the union
     offsets, at = {}, 0
     for t in union:
         offsets[t] = slice(at, at + sizes[t])
         at += sizes[t]
     width = sum(V.shape[0] for V, _ in asked.values())
-    W = asked[next(iter(asked))][0].new_zeros(width, at)
+    key = (union, width)
+    if key not in kept:
+        kept.clear()  # one set of buffers at a time
+        like = asked[next(iter(asked))][0]
+        kept[key] = (_operator(res, term, union, union), like.new_zeros(width, at), pages.empty((width, at), like))
+    op, W, HW = kept[key]
     rows, r = {}, 0
     for t, (V, _) in asked.items():
         rows[t] = slice(r, r + V.shape[0])
         W[rows[t], offsets[t]] = V
         r += V.shape[0]
-    if union not in ops:
-        ops[union] = _operator(res, term, union, union)
-    HW = ops[union].apply(W)
+    op.apply(W, out=HW)
     out = {}
     for t, (_, dest) in asked.items():
+        W[rows[t], offsets[t]] = 0.0
         got = HW[rows[t], offsets[t]]
         out[t] = got.clone() if dest is None else dest.copy_(got)
     return out
