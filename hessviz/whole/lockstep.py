@@ -70,7 +70,7 @@ def top_values(
     own columns)."""
     starts = starts or {}
     like = res.products.X
-    sizes = {t: res.param_size(t) for t in names}
+    sizes = {t: res.param_size(t) for t in res.products.layout(tuple(names)).names}  # in θ' order
     runs: dict[str, Generator[Request, Tensor, Ritz]] = {}
     asked: dict[str, Request] = {}
     done: dict[str, Ritz] = {}
@@ -120,7 +120,7 @@ def _shared_products(
     res: ModelHessian,
     term: str,
     asked: dict[str, Request],
-    sizes: dict[str, int],
+    sizes: dict[str, int],  # in θ' order
     kept: dict[tuple, tuple[HessianOperator, Tensor, Tensor]],
 ) -> dict[str, Tensor]:
     """Every run's asked ``H_tt V_t`` from one call of ``H[U, U]`` (``U``: the asking runs' tensors):
@@ -128,7 +128,7 @@ def _shared_products(
     products read back (into the run's ``out`` when it gave one). ``kept``: the last call's operator
     and its ``(b, |U|)`` buffers, reused while ``U`` and ``b`` stay (the columns zeroed again after
     the call, a tensor's entries each, not the whole buffer)."""
-    union = res.products.layout(tuple(asked)).names  # θ' order of the union
+    union = tuple(t for t in sizes if t in asked)  # θ' order of the union
     offsets, at = {}, 0
     for t in union:
         offsets[t] = slice(at, at + sizes[t])

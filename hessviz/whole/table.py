@@ -180,7 +180,7 @@ def rows(
             grad = float(torch.linalg.vector_norm(starts[n]))
             public, size = _public(res.cfg, n), res.param_size(n)
             got[n] = TensorRow(public, size, float(r.values[0]), math.nan, math.nan, False, grad), r.matvecs
-            report(f"{public} done")
+        report(f"{', '.join(_public(res.cfg, n) for n in group)} done")
     for i, n in enumerate(names):
         if n in got:
             continue
