@@ -685,7 +685,9 @@ def test_tensor_table_in_lockstep_is_each_tensor_alone(folders, which):
     assert tab.matvecs == sum(table.row(res, n, alone)[1] for n in names)
     # one shared call: each run's rows on its own tensor's entries, its own block's product back
     gen = torch.Generator().manual_seed(5)
-    asked = {n: (torch.randn(2, res.param_size(n), generator=gen, dtype=torch.float64), None) for n in names[:4]}
+    asked = {
+        n: (torch.randn(2, res.param_size(n), generator=gen, dtype=torch.float64), None) for n in names[:4]
+    }
     sizes = {n: res.param_size(n) for n in res.products.layout(names[:4]).names}
     got = lockstep._shared_products(res, "full", asked, sizes, {})
     for n, (V, _) in asked.items():
@@ -702,7 +704,9 @@ def test_lockstep_runs_with_the_residual_check_match_eigenpairs(folders):
     names = res._names(("l1.W_O", "l1.W_1"))
     grads = res.stack_gradient(names)
     starts = {n: grads[n].reshape(-1) for n in names}
-    got = lockstep.top_values(res, names, "full", tol=1e-8, seed=2, bound="residual", starts=starts, check=True)
+    got = lockstep.top_values(
+        res, names, "full", tol=1e-8, seed=2, bound="residual", starts=starts, check=True
+    )
     for n in names:
         ref = matfree.eigenpairs(
             res, "full", 1, names=(n,), seed=2, tol=1e-8, start=starts[n], solver="torch", check=True

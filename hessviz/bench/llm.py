@@ -396,7 +396,8 @@ def run(
     out["columns"] = column_rows(res, k, rounds)
     out["trace"] = trace_row(res, samples, max(1, min(rounds, 3)))
     del res
-    out["table"], out["table_whole"] = table_rows(model, lengths[0], tensors, tol, 200, max(1, min(rounds, 3)))
+    table_rounds = max(1, min(rounds, 3))
+    out["table"], out["table_whole"] = table_rows(model, lengths[0], tensors, tol, 200, table_rounds)
     out["load_end"] = load()
     return out
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Generator, Sequence
 
-import torch
 from torch import Tensor
 
 from hessviz.losses import HEAD_NAMES
@@ -138,7 +137,8 @@ def _shared_products(
     if key not in kept:
         kept.clear()  # one set of buffers at a time
         like = asked[next(iter(asked))][0]
-        kept[key] = (_operator(res, term, union, union), like.new_zeros(width, at), pages.empty((width, at), like))
+        op = _operator(res, term, union, union)
+        kept[key] = (op, like.new_zeros(width, at), pages.empty((width, at), like))
     op, W, HW = kept[key]
     rows, r = {}, 0
     for t, (V, _) in asked.items():

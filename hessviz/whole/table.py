@@ -173,7 +173,7 @@ def rows(
             bound=opts.bound,
             starts=starts,
             check=opts.bound == "residual",
-            progress=None if progress is None else lambda d, m: progress(base + d, total, m),
+            progress=None if progress is None else lambda d, m, base=base: progress(base + d, total, m),
         )
         for n in group:
             r = ritz[n]
@@ -181,7 +181,7 @@ def rows(
             public, size = _public(res.cfg, n), res.param_size(n)
             got[n] = TensorRow(public, size, float(r.values[0]), math.nan, math.nan, False, grad), r.matvecs
         report(f"{', '.join(_public(res.cfg, n) for n in group)} done")
-    for i, n in enumerate(names):
+    for n in names:
         if n in got:
             continue
         public = _public(res.cfg, n)
