@@ -689,7 +689,10 @@ def test_tensor_table_in_lockstep_is_each_tensor_alone(folders, which):
         n: (torch.randn(2, res.param_size(n), generator=gen, dtype=torch.float64), None) for n in names[:4]
     }
     sizes = {n: res.param_size(n) for n in res.products.layout(names[:4]).names}
-    got = lockstep._shared_products(res, "full", asked, sizes, {})
+    P = sum(sizes.values())
+    buffers = (torch.zeros(8, P, dtype=torch.float64), torch.empty(8, P, dtype=torch.float64))
+    got = lockstep._shared_products(res, "full", asked, sizes, {}, buffers)
+    assert not buffers[0].any()  # zeroed again after the call
     for n, (V, _) in asked.items():
         want = res.matvec(V.T, rows=(n,), cols=(n,)).T
         assert (got[n] - want).norm() <= TIGHT * want.norm()

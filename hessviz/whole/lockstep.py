@@ -90,9 +90,11 @@ def top_values(
             start=starts.get(t),
         )
         asked[t] = next(runs[t])
-    calls, kept = 0, {}
+    calls, ops = 0, {}
+    shape = (len(names), sum(sizes.values()))  # k = 1: each run asks for one row at a time
+    buffers = (like.new_zeros(shape), pages.empty(shape, like))
     while asked:
-        products = _shared_products(res, term, asked, sizes, kept)
+        products = _shared_products(res, term, asked, sizes, ops, buffers)
         calls += 1
         for t, HV in products.items():
             try:
@@ -120,32 +122,31 @@ def _shared_products(
     term: str,
     asked: dict[str, Request],
     sizes: dict[str, int],  # in θ' order
-    kept: dict[tuple, tuple[HessianOperator, Tensor, Tensor]],
+    ops: dict[tuple[str, ...], HessianOperator],
+    buffers: tuple[Tensor, Tensor],
 ) -> dict[str, Tensor]:
     """Every run's asked ``H_tt V_t`` from one call of ``H[U, U]`` (``U``: the asking runs' tensors):
     each run's rows placed on its tensor's entries of zero columns, its tensor's rows of their
-    products read back (into the run's ``out`` when it gave one). ``kept``: the last call's operator
-    and its ``(b, |U|)`` buffers, reused while ``U`` and ``b`` stay (the columns zeroed again after
-    the call, a tensor's entries each, not the whole buffer)."""
+    products read back (into the run's ``out`` when it gave one). ``ops``: the operators built so
+    far, by union. ``buffers``: ``(W, HW)``, each ``(b, P')`` for the first call's ``b`` columns and
+    the whole group's ``P'``; a call's columns and products are their leading ``(b, |U|)`` views
+    (unit-stride rows), ``W`` zero outside what a call writes, which it zeroes again after the call
+    (a tensor's entries each, never the whole buffer)."""
     union = tuple(t for t in sizes if t in asked)  # θ' order of the union
     offsets, at = {}, 0
     for t in union:
         offsets[t] = slice(at, at + sizes[t])
         at += sizes[t]
     width = sum(V.shape[0] for V, _ in asked.values())
-    key = (union, width)
-    if key not in kept:
-        kept.clear()  # one set of buffers at a time
-        like = asked[next(iter(asked))][0]
-        op = _operator(res, term, union, union)
-        kept[key] = (op, like.new_zeros(width, at), pages.empty((width, at), like))
-    op, W, HW = kept[key]
+    if union not in ops:
+        ops[union] = _operator(res, term, union, union)
+    W, HW = buffers[0][:width, :at], buffers[1][:width, :at]
     rows, r = {}, 0
     for t, (V, _) in asked.items():
         rows[t] = slice(r, r + V.shape[0])
         W[rows[t], offsets[t]] = V
         r += V.shape[0]
-    op.apply(W, out=HW)
+    ops[union].apply(W, out=HW)
     out = {}
     for t, (_, dest) in asked.items():
         W[rows[t], offsets[t]] = 0.0
