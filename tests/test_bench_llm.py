@@ -1,7 +1,7 @@
 """``hessviz bench --suite llm --quick`` runs and agrees: SmolLM2-135M's whole-model products equal the
 kept graph's double backward to float64 round-off, batched columns in every layout equal single calls,
-Hutch++ and Hutchinson count their products, the table's top eigenvalue is power iteration's within its
-tolerance. No timing is asserted."""
+Hutch++ and Hutchinson count their products, the table's top eigenvalues are power iteration's within its
+tolerance, the whole table in lockstep is its tensors' one at a time. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -23,7 +23,12 @@ def test_llm_suite_quick_runs_and_agrees():
     assert all(c["agreement"] <= 1e-13 for c in r["columns"])
     t = r["trace"]
     assert t["matvecs"] == (6, 6) and t["hutchpp_stderr"] >= 0
-    (row,) = r["table"]
-    assert row["difference"] <= 0.05, row  # both to 1e-2: power iteration's change, Lanczos's bound
+    assert len(r["table"]) == 2
+    for row in r["table"]:
+        assert row["difference"] <= 0.05, row  # both to 1e-2: power iteration's change, Lanczos's bound
+    w = r["table_whole"]  # the two tensors' runs in lockstep, one at a time, by power iteration
+    assert w["tensors"] == [row["tensor"] for row in r["table"]]
+    assert w["apart_difference"] <= 1e-12 and w["hv_products"] == w["apart_products"]
+    assert w["hv_products"] == sum(row["hv_products"] for row in r["table"]) and w["difference"] <= 0.05
     text = llm.markdown(r)
-    assert "kept / hessviz" in text and "Hutch++ / Hutchinson" in text
+    assert "kept / hessviz" in text and "Hutch++ / Hutchinson" in text and "The whole table" in text

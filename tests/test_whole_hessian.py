@@ -655,3 +655,65 @@ def test_the_batch_swept_in_lockstep_is_the_sum_of_the_sequences_sweeps(folders,
     inner = res._names(["l0.W_Q[1]", "l1.ln2_gamma"])
     alone = sum(p.operator(term, inner).apply(v[None]) for p in mf.parts)[0] / len(mf.parts)
     assert relative(sliced @ v, alone) <= 1e-12
+
+
+@pytest.mark.parametrize("which", ["top", "magnitude"])
+def test_tensor_table_in_lockstep_is_each_tensor_alone(folders, which):
+    """The top-eigenvalue table (``trace_samples=0``) runs each layer's Lanczos runs in lockstep
+    (:mod:`hessviz.whole.lockstep`, one call per step, the union's block): each row equals the row of
+    its tensor alone (``table.row``, :func:`hessviz.matfree.eigenpairs` from the gradient) to round-off,
+    with the same products, and the dense block's eigenvalue to ``tol``; a shared call's products are
+    each tensor's own block's."""
+    from hessviz.whole import lockstep, table
+
+    res = table_problem(folders)
+    seen = []
+    opts = dict(by_head=True, trace_samples=0, exact_limit=0, tol=1e-6, bound="value", which=which)
+    tab = tensor_table(res, progress=lambda d, t, _m: seen.append((d, t)), **opts)
+    names = res._names([r.name for r in tab.rows])
+    assert lockstep.groups(res, names) == [names[:4], names[4:]]  # l0's and l1's
+    assert seen[-1] == (8, 8) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    alone = table.Options("full", 0, 0, 1e-6, 0, which, "value")
+    for r, n in zip(tab.rows, names):
+        ref, matvecs = table.row(res, n, alone)
+        assert abs(r.top - ref.top) <= 1e-12 * abs(ref.top) and r.grad_norm == ref.grad_norm
+        assert matvecs > 1 and r.name == ref.name and r.size == ref.size
+        Hb = res.matvec(torch.eye(r.size, dtype=torch.float64), rows=(n,), cols=(n,))
+        vals = torch.linalg.eigvalsh(0.5 * (Hb + Hb.T))
+        want = vals[-1] if which == "top" else vals[vals.abs().argmax()]
+        assert abs(r.top - float(want)) <= 1e-6 * abs(float(want))
+    assert tab.matvecs == sum(table.row(res, n, alone)[1] for n in names)
+    # one shared call: each run's rows on its own tensor's entries, its own block's product back
+    gen = torch.Generator().manual_seed(5)
+    asked = {
+        n: (torch.randn(2, res.param_size(n), generator=gen, dtype=torch.float64), None) for n in names[:4]
+    }
+    sizes = {n: res.param_size(n) for n in res.products.layout(names[:4]).names}
+    P = sum(sizes.values())
+    buffers = (torch.zeros(8, P, dtype=torch.float64), torch.empty(8, P, dtype=torch.float64))
+    got = lockstep._shared_products(res, "full", asked, sizes, {}, buffers)
+    assert not buffers[0].any()  # zeroed again after the call
+    for n, (V, _) in asked.items():
+        want = res.matvec(V.T, rows=(n,), cols=(n,)).T
+        assert (got[n] - want).norm() <= TIGHT * want.norm()
+
+
+def test_lockstep_runs_with_the_residual_check_match_eigenpairs(folders):
+    """With the residual test and ``check`` (one more product of the Ritz vector, its rows handed
+    over as a request like any), each lockstep run is :func:`hessviz.matfree.eigenpairs`' run."""
+    from hessviz.whole import lockstep
+
+    res = table_problem(folders)
+    names = res._names(("l1.W_O", "l1.W_1"))
+    grads = res.stack_gradient(names)
+    starts = {n: grads[n].reshape(-1) for n in names}
+    got = lockstep.top_values(
+        res, names, "full", tol=1e-8, seed=2, bound="residual", starts=starts, check=True
+    )
+    for n in names:
+        ref = matfree.eigenpairs(
+            res, "full", 1, names=(n,), seed=2, tol=1e-8, start=starts[n], solver="torch", check=True
+        )
+        assert abs(float(got[n].values[0]) - float(ref.values[-1])) <= 1e-12 * abs(float(ref.values[-1]))
+        assert got[n].matvecs == ref.matvecs and got[n].converged
+        assert float(got[n].residuals[0]) == pytest.approx(float(ref.residuals[-1]), rel=1e-6, abs=1e-12)

@@ -102,6 +102,7 @@ dtype of the products; the small ``T`` and its eigendecomposition are float64 on
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -371,6 +372,60 @@ def extremes(
     eigenpairs are locked and the run stops or goes on from a fresh vector (the module's "Breakdown
     is an answer"); when the locked rows leave no room they are cut to the ``k`` wanted, which counts
     as a restart."""
+    return drive(
+        steps(
+            n,
+            k,
+            which,
+            tol=tol,
+            seed=seed,
+            like=like,
+            ncv=ncv,
+            max_restarts=max_restarts,
+            vectors=vectors,
+            check=check,
+            reorth=reorth,
+            bound=bound,
+            start=start,
+        ),
+        apply,
+    )
+
+
+Request = tuple[Tensor, Tensor | None]
+"""A product a :func:`steps` run asks for: ``(V (b, n), out)``, ``H V`` to be written into ``out``
+(basis rows) when it is given, else returned as a new tensor."""
+
+
+def drive(run: Generator[Request, Tensor, Ritz], apply: Apply) -> Ritz:
+    """Run :func:`steps` to its end, each product it asks for by ``apply`` (:func:`apply_into`)."""
+    try:
+        V, out = next(run)
+        while True:
+            V, out = run.send(apply(V) if out is None else apply_into(apply, V, out))
+    except StopIteration as stop:
+        return stop.value
+
+
+def steps(
+    n: int,
+    k: int,
+    which: str = "top",
+    *,
+    tol: float,
+    seed: int,
+    like: Tensor,
+    ncv: int | None,
+    max_restarts: int,
+    vectors: bool,
+    check: bool,
+    reorth: str,
+    bound: str,
+    start: Tensor | None,
+) -> Generator[Request, Tensor, Ritz]:
+    """:func:`extremes`' run, its products asked for rather than made: it yields each
+    :data:`Request` and is sent back ``H V``; its return value is the :class:`Ritz`. So several runs
+    can share their products, each step's columns in one call (:mod:`hessviz.whole.lockstep`)."""
     m, reorth = _check(n, k, which, tol, ncv, bound, like, reorth)
     Q = pages.empty((m + 1, n), like)
     T = torch.zeros(m, m, dtype=torch.float64)
@@ -383,7 +438,7 @@ def extremes(
     omega = Orthogonality(m, n, eps) if reorth == "partial" else None
     j, begin, locked, matvecs, restarts, beta, size = 0, 0, 0, 0, 0, 0.0, 0.0
     while True:
-        w = apply_into(apply, Q[j : j + 1], Q[j + 1 : j + 2])[0]  # the next row, worked on in place
+        w = (yield Q[j : j + 1], Q[j + 1 : j + 2])[0]  # the next row, worked on in place
         matvecs += 1
         if j > begin or omega is not None:  # the three-term part first, so Gram–Schmidt cancels little
             alpha = float(torch.dot(Q[j], w))
@@ -459,18 +514,19 @@ def extremes(
         if vectors:
             U = U.clone()
     if check:
-        values, residuals = _checked(apply, Q[:k], Q[k : 2 * k] if len(Q) >= 2 * k else None)
+        HU = yield Q[:k], Q[k : 2 * k] if len(Q) >= 2 * k else None
+        values, residuals = _checked(HU, Q[:k])
         matvecs += k
     errors = value_error(torch.cat([values, r.theta[k:]]), residuals, k)
     return Ritz(values, U if vectors else None, residuals, errors, matvecs, restarts, done)
 
 
-def _checked(apply: Apply, U: Tensor, scratch: Tensor | None) -> tuple[Tensor, Tensor]:
+def _checked(HU: Tensor, U: Tensor) -> tuple[Tensor, Tensor]:
     """The Rayleigh quotients ``θ_i = u_iᵀ H u_i`` (error ``~ ‖r‖² / gap``) and true residuals
-    ``‖H u_i − θ_i u_i‖`` of the unit rows ``U (k, n)``, float64 on the host, with one product of
-    ``k`` columns written into ``scratch`` (spare rows of the basis: at a model's size the basis and
-    ``k`` more rows are all the memory this needs) and worked on in place, row by row."""
-    HU = apply_into(apply, U, scratch) if scratch is not None else apply(U)
+    ``‖H u_i − θ_i u_i‖`` of the unit rows ``U (k, n)``, float64 on the host, from their product
+    ``HU`` (one product of ``k`` columns, written into spare rows of the basis when there are
+    any: at a model's size the basis and ``k`` more rows are all the memory this needs), worked on
+    in place, row by row."""
     values = torch.empty(len(U), dtype=torch.float64)
     residuals = torch.empty(len(U), dtype=torch.float64)
     for i, (hu, u) in enumerate(zip(HU, U)):

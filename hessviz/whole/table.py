@@ -35,8 +35,9 @@ import torch
 from hessviz.errors import ConfigError, InputError
 from hessviz.losses import HEAD_NAMES
 from hessviz.matfree.lanczos import check_bound
-from hessviz.matfree.spectral import BlockStats, BlockTable, Progress, block_table, eigenpairs
+from hessviz.matfree.spectral import SCIPY_BELOW, BlockStats, BlockTable, Progress, block_table, eigenpairs
 from hessviz.runtime.tasks import built, run_tasks
+from hessviz.whole import lockstep
 from hessviz.whole.hessian import ModelHessian, Problem, _public
 
 
@@ -133,11 +134,67 @@ def row(
     ), table.matvecs
 
 
+def shared(res: ModelHessian, name: str, opts: Options) -> bool:
+    """Whether ``name``'s row is a Lanczos run of the torch core alone (the top eigenvalue, no trace,
+    not exact, not scipy's), which :func:`rows` runs in lockstep with its layer's
+    (:mod:`hessviz.whole.lockstep`)."""
+    size = res.param_size(name)
+    scipy = opts.bound == "residual" and size < SCIPY_BELOW
+    return opts.trace_samples == 0 and size > max(opts.exact_limit, 1) and not scipy
+
+
+def rows(
+    res: ModelHessian, names: Sequence[str], opts: Options, progress: Progress | None = None
+) -> list[tuple[TensorRow, int]]:
+    """:func:`row` of each of ``names``, in order, and the product columns each took. The rows that
+    are a Lanczos run alone (:func:`shared`) run a layer at a time in lockstep, each step's products
+    of the layer's runs in one call (:func:`hessviz.whole.lockstep.top_values`, the gradient the
+    start, each run leaving when it has converged); the others one after another. ``progress(done,
+    total, message)`` as each row ends (and within the runs)."""
+    got: dict[str, tuple[TensorRow, int]] = {}
+    total = len(names)
+
+    def report(message: str) -> None:
+        if progress is not None:
+            progress(len(got), total, message)
+
+    lock = [n for n in names if shared(res, n, opts)]
+    grads = res.stack_gradient(tuple(dict.fromkeys(lock))) if lock else {}
+    for group in lockstep.groups(res, lock):
+        starts = {n: grads[n].reshape(-1) for n in group}  # θ' order: the Lanczos starts
+        base = len(got)
+        ritz = lockstep.top_values(
+            res,
+            group,
+            opts.term,
+            tol=opts.tol,
+            seed=opts.seed,
+            which=opts.which,
+            bound=opts.bound,
+            starts=starts,
+            check=opts.bound == "residual",
+            progress=None if progress is None else lambda d, m, base=base: progress(base + d, total, m),
+        )
+        for n in group:
+            r = ritz[n]
+            grad = float(torch.linalg.vector_norm(starts[n]))
+            public, size = _public(res.cfg, n), res.param_size(n)
+            got[n] = TensorRow(public, size, float(r.values[0]), math.nan, math.nan, False, grad), r.matvecs
+        report(f"{', '.join(_public(res.cfg, n) for n in group)} done")
+    for n in names:
+        if n in got:
+            continue
+        public = _public(res.cfg, n)
+        step = None if progress is None else lambda _d, _t, message, p=public: report(f"{p}: {message}")
+        got[n] = row(res, n, opts, step)
+        report(f"{public} done")
+    return [got[n] for n in names]
+
+
 def remote_rows(problem: Problem, names: tuple[str, ...], opts: Options) -> list[tuple[TensorRow, int]]:
-    """:func:`row` of each of ``names`` on a worker, one after another, on the Hessian built from
-    ``problem`` (once per worker and problem)."""
-    res = built(problem)
-    return [row(res, n, opts) for n in names]
+    """:func:`rows` of ``names`` on a worker, on the Hessian built from ``problem`` (once per
+    worker and problem)."""
+    return rows(built(problem), names, opts)
 
 
 TASKS = 32
@@ -206,20 +263,7 @@ def tensor_table(
     opts = Options(term, trace_samples, exact_limit, tol, seed, which, check_bound(bound))
     start = time.perf_counter()
     if executor is None:
-        done = []
-        for i, n in enumerate(names):
-            step = (
-                None
-                if progress is None
-                else (
-                    lambda _d, _t, message, i=i, n=n: progress(
-                        i, len(names), f"{_public(res.cfg, n)}: {message}"
-                    )
-                )
-            )
-            done.append(row(res, n, opts, step))
-            if progress is not None:
-                progress(i + 1, len(names), f"{_public(res.cfg, n)} done")
+        done = rows(res, names, opts, progress)
         return TensorTable([r for r, _ in done], term, sum(m for _, m in done), time.perf_counter() - start)
     if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
         raise ConfigError(f"tasks must be an integer >= 1, got {tasks!r}")
