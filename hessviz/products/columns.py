@@ -4,7 +4,14 @@ Every engine sweeps ``k`` product columns as the **rows** of a ``(k, n)`` tensor
 unit-stride (a weight's tangent is then a view, :meth:`~hessviz.products.layout.Layout.scatter`).
 A user's ``v (n, k)`` comes in any layout: F-contiguous (or the transpose of a ``(k, n)``
 tensor) is already that, a view; C-contiguous (``torch.randn(n, k)``) or a column slice
-(``w[:, ::2]``) is not, and must be transposed once.
+(``w[:, ::2]``) is not, and must be transposed once (:func:`unit_rows`) for an engine that needs
+unit-stride rows.
+
+An engine whose GEMMs take the columns *last* (the closed-form tape on the CPU:
+:func:`hessviz.ops.batched.columns_last`, each weight tangent the ``(n, m·k)`` matrix
+``[Ẇ_1 … Ẇ_k]`` interleaved) sweeps a C-contiguous ``v (n, k)`` as it is, with no copy at all, and a
+column slice after one streaming copy into C order (:func:`sweepable`): rows read and written in
+order, no transposition.
 
 A plain ``copy_`` of the transposed view walks the output row by row and reads the input with
 stride ``k``: every input cache line is fetched ``k`` times from memory (a ``(1.77 M, 8)`` float64
@@ -53,3 +60,34 @@ def unit_rows(V: Tensor, out: Tensor | None = None) -> Tensor:
     for start in range(0, n, tile):
         out[:, start : start + tile].copy_(V[:, start : start + tile])
     return out
+
+
+def is_columns_last(V: Tensor) -> bool:
+    """Whether ``V (k, n)``, ``k > 1``, is the transpose of a C-contiguous ``(n, k)`` block."""
+    k = V.shape[0]
+    return V.ndim == 2 and k > 1 and V.stride(0) == 1 and V.stride(1) == k
+
+
+def needs_copy(V: Tensor, columns_last: bool, batch: int) -> bool:
+    """Whether :func:`sweepable` copies ``V (k, n)``'s chunks of at most ``batch`` rows: unless its rows
+    are unit-stride, or, for an engine that takes the columns last, ``V`` is one such chunk already."""
+    if V.ndim != 2 or V.stride(1) == 1 or V.shape[1] <= 1:
+        return False
+    return not (columns_last and V.device.type == "cpu" and is_columns_last(V) and V.shape[0] <= batch)
+
+
+def sweepable(V: Tensor, columns_last: bool, scratch: Tensor | None = None) -> Tensor:
+    """``V (k, n)`` in a layout the sweep takes: unit-stride rows (a view, or :func:`unit_rows`), or,
+    where the engine takes the columns last (``columns_last``, CPU only), the transpose of a C-contiguous
+    ``(n, k)`` block: ``V`` itself when it is one (no copy), or one streaming copy of ``V``'s rows when
+    they are rows of a wider row-major block (a column slice, a chunk of a C-contiguous block), into
+    ``scratch`` (a flat buffer of at least ``n k`` elements, reused across calls: a fresh one's page
+    faults cost as much as the copy) when given."""
+    if V.ndim == 2 and V.shape[0] > 1 and columns_last and V.device.type == "cpu" and V.stride(1) != 1:
+        if is_columns_last(V):
+            return V
+        k, n = V.shape
+        if abs(V.stride(1)) >= k * abs(V.stride(0)):  # v (n, k) row-major, rows apart: copy in order
+            into = pages.empty((n, k), V) if scratch is None else scratch[: n * k].view(n, k)
+            return into.copy_(V.T).T
+    return unit_rows(V)
