@@ -421,6 +421,43 @@ def test_batched_products_equal_looped(case, layout):
     torch.testing.assert_close(batched, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
 
 
+@pytest.mark.parametrize("k", [4, 11])
+def test_c_order_and_sliced_columns_are_swept_columns_last(case, monkeypatch, k):
+    """On the CPU the closed-form engine sweeps a C-contiguous ``V (P, k)`` as it is when ``k ≤ BATCH``
+    (its weight tangents are views of ``V``: ``hessviz.ops.batched.columns_last``), and a column slice,
+    or the chunks of a wider C block, after one streaming copy into C order, into a buffer the point
+    lends again on the next call; the products equal ``k`` single ones to 1e-15."""
+    from hessviz.products import operator
+
+    res, _ = case
+    swept: list[tuple[int, int]] = []
+    sweepable = operator.sweepable
+
+    def recorded(V, columns_last, scratch=None):
+        chunk = sweepable(V, columns_last, scratch)
+        swept.append((chunk.data_ptr(), chunk.stride(0)))
+        return chunk
+
+    monkeypatch.setattr(operator, "sweepable", recorded)
+    gen = torch.Generator().manual_seed(6)
+    base = torch.randn(res.size, k, generator=gen, dtype=torch.float64)
+    looped = torch.stack([res.matvec(base[:, i].contiguous()) for i in range(k)], 1)
+    for layout in ("C", "slice"):
+        V = in_layout(base, layout)
+        lent = set()
+        for _ in range(2):  # the second call borrows the first call's buffer
+            swept.clear()
+            got = res.matvec(V)
+            torch.testing.assert_close(got, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
+            assert all(stride == 1 for _, stride in swept)  # columns last: every chunk (k', P) is (P, k')ᵀ
+            if layout == "C" and k <= operator.BATCH:
+                assert swept == [(V.data_ptr(), 1)]  # no copy at all
+            else:
+                assert all(ptr != V.data_ptr() for ptr, _ in swept)
+                lent.add(swept[0][0])
+        assert len(lent) <= 1  # the same lent buffer on the second call
+
+
 def test_columns_are_taken_without_a_copy_or_by_one_exact_tiled_copy(monkeypatch):
     """``unit_rows``: unit-stride rows are handed back as they are (no copy); a transposed or sliced
     block is copied in tiles (several here: the tile is shrunk) bit for bit, into ``out`` when given."""

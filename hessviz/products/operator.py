@@ -88,9 +88,10 @@ def sweep_in_batches(
     The chunks are as even as ``BATCH`` allows (:func:`chunks`: 10 columns are 5 + 5, not 8 + 2).
     ``columns_last``: the sweep takes a chunk with its columns last
     (:func:`~hessviz.products.columns.sweepable`; a C-contiguous ``(P', k)`` block of at most ``BATCH``
-    columns is swept as it is), else each chunk is made unit-stride rows."""
+    columns is swept as it is), else each chunk is made unit-stride rows; a chunk copied in order goes
+    into ``scratch``."""
     for start, stop in chunks(V.shape[0]):
-        chunk = sweepable(V[start:stop], columns_last)  # unit-stride rows, or columns last
+        chunk = sweepable(V[start:stop], columns_last, scratch)  # unit rows, or columns last
         part = out[start:stop]
         prods = sweep(cols.scatter(chunk), rows.bases, rows.destinations(part))
         rows.gather(prods, chunk.shape[0], chunk, part, alpha, accumulate)
