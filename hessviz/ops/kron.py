@@ -143,7 +143,11 @@ class Factored:
         """``(L, n_out, n1*n2)``."""
         if self.whole is not None:
             return self.flat
-        return sum(t.dense() for t in self.terms)
+        first, *rest = self.terms
+        out = torch.mul(*first._factors())  # (L, n_out, n1, n2), then each term added in place
+        for term in rest:
+            out.addcmul_(*term._factors())
+        return out.flatten(2)
 
     def dense_into(self, out: Tensor) -> None:
         """Write the Jacobian into ``out``, a (strided) view of shape ``(L*n_out, n1, n2)``."""

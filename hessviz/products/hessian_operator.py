@@ -72,7 +72,8 @@ def as_columns(
     ``(k, size)`` tensor) is a view; any other layout is copied once, in tiles
     (:func:`hessviz.products.columns.unit_rows`, at the cost of a plain copy). ``columns_last`` (an
     engine that sweeps any layout, :attr:`HessianOperator.columns_last`): on the CPU, ``v``'s transpose
-    itself, whatever its layout (:func:`hessviz.products.columns.sweepable` takes it from there)."""
+    itself, whatever its layout (:func:`hessviz.products.columns.sweepable` takes it from there), or,
+    in another dtype, cast into a C-contiguous block (the same sweep as the cast ``v`` would get)."""
     if isinstance(v, np.ndarray):
         v = torch.from_numpy(np.ascontiguousarray(v))
     if not isinstance(v, Tensor):
@@ -88,8 +89,11 @@ def as_columns(
     V = v.to(device=like.device).reshape(size, -1).T  # a view on the CPU: (k, P) rows, any strides
     if V.dtype == like.dtype and (V.stride(1) == 1 or V.shape[1] <= 1):
         return V, vector  # F-contiguous, a (k, P) tensor's transpose, or one column: no copy
-    if columns_last and V.dtype == like.dtype and V.device.type == "cpu":
-        return V, vector  # C-contiguous or a column slice: the engine's sweep takes it as it is
+    if columns_last and V.device.type == "cpu" and V.shape[0] > 1 and V.stride(1) != 1:
+        if V.dtype == like.dtype:
+            return V, vector  # C-contiguous or a column slice: the engine's sweep takes it as it is
+        # another dtype: cast in one streaming pass into C order, swept as a C-contiguous v would be
+        return pages.empty(tuple(V.T.shape), like).copy_(V.T).T, vector
     # C-contiguous (P, k), a column slice, another dtype: one tiled copy (and cast) into (k, P) rows
     return unit_rows(V, pages.empty(tuple(V.shape), like)), vector
 
