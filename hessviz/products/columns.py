@@ -68,26 +68,49 @@ def is_columns_last(V: Tensor) -> bool:
     return V.ndim == 2 and k > 1 and V.stride(0) == 1 and V.stride(1) == k
 
 
-def needs_copy(V: Tensor, columns_last: bool, batch: int) -> bool:
-    """Whether :func:`sweepable` copies ``V (k, n)``'s chunks of at most ``batch`` rows: unless its rows
-    are unit-stride, or, for an engine that takes the columns last, ``V`` is one such chunk already."""
-    if V.ndim != 2 or V.stride(1) == 1 or V.shape[1] <= 1:
+def in_order(V: Tensor, columns_last: bool) -> bool:
+    """Whether an engine that takes the columns last (``columns_last``) sweeps ``V (k, n)`` in C order:
+    on the CPU, ``k > 1`` rows of a row-major ``v (n, ·)`` (C-contiguous, a column slice, a chunk of
+    either): as it is when :func:`is_columns_last`, else after one streaming copy."""
+    if not columns_last or V.ndim != 2 or V.device.type != "cpu" or V.shape[0] <= 1 or V.stride(1) == 1:
         return False
-    return not (columns_last and V.device.type == "cpu" and is_columns_last(V) and V.shape[0] <= batch)
+    return abs(V.stride(1)) >= V.shape[0] * abs(V.stride(0))
 
 
-def sweepable(V: Tensor, columns_last: bool, scratch: Tensor | None = None) -> Tensor:
-    """``V (k, n)`` in a layout the sweep takes: unit-stride rows (a view, or :func:`unit_rows`), or,
-    where the engine takes the columns last (``columns_last``, CPU only), the transpose of a C-contiguous
-    ``(n, k)`` block: ``V`` itself when it is one (no copy), or one streaming copy of ``V``'s rows when
-    they are rows of a wider row-major block (a column slice, a chunk of a C-contiguous block), into
-    ``scratch`` (a flat buffer of at least ``n k`` elements, reused across calls: a fresh one's page
-    faults cost as much as the copy) when given."""
-    if V.ndim == 2 and V.shape[0] > 1 and columns_last and V.device.type == "cpu" and V.stride(1) != 1:
-        if is_columns_last(V):
-            return V
-        k, n = V.shape
-        if abs(V.stride(1)) >= k * abs(V.stride(0)):  # v (n, k) row-major, rows apart: copy in order
-            into = pages.empty((n, k), V) if scratch is None else scratch[: n * k].view(n, k)
-            return into.copy_(V.T).T
-    return unit_rows(V)
+def needs_copy(V: Tensor, columns_last: bool, bounds: list[tuple[int, int]]) -> bool:
+    """Whether :func:`swept_chunks` copies ``V`` in C order (into a buffer of ``V.numel()``): unless its
+    rows are unit-stride, or it is one C-contiguous chunk already."""
+    return in_order(V, columns_last) and not (len(bounds) == 1 and is_columns_last(V))
+
+
+def swept_chunks(
+    V: Tensor, bounds: list[tuple[int, int]], columns_last: bool, scratch: Tensor | None = None
+) -> list[Tensor]:
+    """``V (k, n)``'s chunks of rows ``[start, stop)`` (``bounds``) in a layout the sweep takes: unit-stride
+    rows (a view, or :func:`unit_rows` each), or, where the engine takes the columns last
+    (:func:`in_order`), each the transpose of a C-contiguous ``(n, c)`` block: ``V`` itself when it is one
+    chunk of one (no copy), else all chunks in one streaming copy into ``scratch`` (a flat buffer of at
+    least ``k n`` elements, reused across calls: a fresh one's page faults cost as much as the copy).
+    The copy goes in tiles of ``V``'s rows ``(·, k)`` (about :data:`TILE_BYTES`), each read once while
+    every chunk's rows are written from it. The values are ``V``'s, bit for bit."""
+    if not in_order(V, columns_last):
+        return [unit_rows(V[a:b]) for a, b in bounds]
+    if not needs_copy(V, columns_last, bounds):
+        return [V]
+    k, n = V.shape
+    buffer = pages.empty((k * n,), V) if scratch is None else scratch
+    runs: list[tuple[int, int, int]] = []  # (first row, chunk size, chunks): equal-sized chunks in a run
+    for a, b in bounds:
+        if runs and runs[-1][1] == b - a and runs[-1][0] + runs[-1][1] * runs[-1][2] == a:
+            runs[-1] = (runs[-1][0], b - a, runs[-1][2] + 1)
+        else:
+            runs.append((a, b - a, 1))
+    pairs = [
+        (buffer[a * n : (a + c * g) * n].view(g, n, c), V[a : a + c * g].unflatten(0, (g, c)).transpose(1, 2))
+        for a, c, g in runs
+    ]  # (g, n, c) each: a run's chunks in C order, and V's rows seen that way
+    step = max(1024, TILE_BYTES // (max(abs(V.stride(1)), 1) * V.element_size()))
+    for first in range(0, n, step):
+        for dst, src in pairs:
+            dst[:, first : first + step].copy_(src[:, first : first + step])
+    return [dst[i].T for dst, _ in pairs for i in range(dst.shape[0])]

@@ -40,7 +40,7 @@ from hessviz.losses import Loss
 from hessviz.ops.base import Maybe
 from hessviz.products import graphs
 from hessviz.products.block import build
-from hessviz.products.columns import needs_copy, sweepable
+from hessviz.products.columns import needs_copy, swept_chunks
 from hessviz.products.hessian_operator import Names, ProductsOperator
 from hessviz.products.layout import Layout
 from hessviz.products.tape import Tape, sweep
@@ -87,11 +87,11 @@ def sweep_in_batches(
     by ``rows`` into the chunk's rows of ``out`` (``alpha``, ``accumulate``: as the sweep applied them).
     The chunks are as even as ``BATCH`` allows (:func:`chunks`: 10 columns are 5 + 5, not 8 + 2).
     ``columns_last``: the sweep takes a chunk with its columns last
-    (:func:`~hessviz.products.columns.sweepable`; a C-contiguous ``(P', k)`` block of at most ``BATCH``
-    columns is swept as it is), else each chunk is made unit-stride rows; a chunk copied in order goes
-    into ``scratch``."""
-    for start, stop in chunks(V.shape[0]):
-        chunk = sweepable(V[start:stop], columns_last, scratch)  # unit rows, or columns last
+    (:func:`~hessviz.products.columns.swept_chunks`: a C-contiguous ``(P', k)`` block of at most ``BATCH``
+    columns is swept as it is, other row-major blocks after one copy in C order into ``scratch``), else
+    each chunk is made unit-stride rows."""
+    bounds = chunks(V.shape[0])
+    for (start, stop), chunk in zip(bounds, swept_chunks(V, bounds, columns_last, scratch), strict=True):
         part = out[start:stop]
         prods = sweep(cols.scatter(chunk), rows.bases, rows.destinations(part))
         rows.gather(prods, chunk.shape[0], chunk, part, alpha, accumulate)
@@ -244,9 +244,9 @@ class TapeOperator(ProductsOperator):
             return sweep([tape], dparams, term, wanted, into, alpha, accumulate)
 
         out = check_out(V, self.row_layout, out)
-        if not needs_copy(V, self.columns_last, BATCH):
+        if not needs_copy(V, self.columns_last, chunks(V.shape[0])):
             return sweep_in_batches(V, out, self.row_layout, self.col_layout, swept, alpha, accumulate, True)
-        with self.products.scratch(V.shape[1] * min(V.shape[0], BATCH), V) as buffer:
+        with self.products.scratch(V.numel(), V) as buffer:
             return sweep_in_batches(
                 V, out, self.row_layout, self.col_layout, swept, alpha, accumulate, True, buffer
             )
