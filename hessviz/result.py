@@ -56,9 +56,11 @@ class OperatorResult(ABC):
 
         ``v`` is **cast** to the products' dtype and device (a float32 ``v`` on a float64 result is
         promoted, a float64 ``v`` on float32 products rounded, a CPU ``v`` copied to the GPU);
-        anything but a floating-point tensor or array is refused. A ``(P', k)`` ``v`` in either
-        memory layout is swept ``k`` columns at a time as contiguous ``(k, P')`` rows (a
-        C-contiguous ``v`` is copied once into that layout); the result is ``(P', k)``."""
+        anything but a floating-point tensor or array is refused. A ``(P', k)`` ``v`` in any
+        memory layout is swept ``k`` columns at a time: F-contiguous as ``(k, P')`` rows (a view); on
+        the CPU the closed-form engine takes a C-contiguous ``v`` of up to 8 columns as it is and copies
+        a column slice or a wider block once in C order (``hessviz.products.columns``), other engines
+        copy it once into rows; the result is ``(P', k)``."""
         op = self.operator(term)
         if rows is not None or cols is not None:
             op = op.block(op.rows if rows is None else rows, op.cols if cols is None else cols)

@@ -421,6 +421,61 @@ def test_batched_products_equal_looped(case, layout):
     torch.testing.assert_close(batched, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
 
 
+@pytest.mark.parametrize("k", [4, 11])
+def test_c_order_and_sliced_columns_are_swept_columns_last(case, monkeypatch, k):
+    """On the CPU the closed-form engine sweeps a C-contiguous ``V (P, k)`` as it is when ``k ≤ BATCH``
+    (its weight tangents are views of ``V``: ``hessviz.ops.batched.columns_last``), and a column slice,
+    or a wider C block's chunks, after one streaming copy in C order, into a buffer the point lends
+    again on the next call; the products equal ``k`` single ones to 1e-15."""
+    from hessviz.products import operator
+
+    res, _ = case
+    swept: list[list[tuple[int, int]]] = []
+    swept_chunks = operator.swept_chunks
+
+    def recorded(V, bounds, columns_last, scratch=None):
+        got = swept_chunks(V, bounds, columns_last, scratch)
+        swept.append([(c.data_ptr(), c.stride(0)) for c in got])
+        return got
+
+    monkeypatch.setattr(operator, "swept_chunks", recorded)
+    gen = torch.Generator().manual_seed(6)
+    base = torch.randn(res.size, k, generator=gen, dtype=torch.float64)
+    looped = torch.stack([res.matvec(base[:, i].contiguous()) for i in range(k)], 1)
+    for layout in ("C", "slice"):
+        V = in_layout(base, layout)
+        swept.clear()
+        for _ in range(2):  # the second call borrows the first call's buffer
+            got = res.matvec(V)
+            torch.testing.assert_close(got, looped, rtol=0, atol=1e-15 * float(looped.abs().max()))
+        first, second = swept
+        assert len(first) == -(-k // operator.BATCH) and all(stride == 1 for _, stride in first)
+        if layout == "C" and k <= operator.BATCH:
+            assert first == [(V.data_ptr(), 1)]  # no copy at all
+        else:
+            assert all(ptr != V.data_ptr() for ptr, _ in first) and first == second  # the same buffer
+
+
+def test_chunks_in_c_order_are_one_exact_tiled_copy(monkeypatch):
+    """``swept_chunks``: a C block or a column slice of ``k`` columns, in chunks of sizes 3, 4, 4, copied
+    in C order in tiles of rows (5 here), chunk by chunk the transpose of a C-contiguous block, bit for
+    bit; unit-stride rows and non-columns-last engines are not copied in C order."""
+    from hessviz.products import columns
+
+    monkeypatch.setattr(columns, "TILE_BYTES", 64 * 8 * 11)  # 1 024-row tiles of the (n, 11) rows
+    V = torch.randn(4100, 11, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    bounds = [(0, 3), (3, 7), (7, 11)]
+    for block in (V, torch.cat([V, V], 1)[:, ::2]):
+        got = columns.swept_chunks(block.T, bounds, True)
+        for (a, b), chunk in zip(bounds, got, strict=True):
+            assert columns.is_columns_last(chunk) and torch.equal(chunk, block.T[a:b])
+        assert got[0].data_ptr() != block.data_ptr()
+    assert columns.swept_chunks(V.T, [(0, 11)], True)[0].data_ptr() == V.data_ptr()  # one C chunk: itself
+    F = V.T.contiguous()
+    assert all(c.stride(1) == 1 for c in columns.swept_chunks(V.T, bounds, False))  # unit rows (tiled)
+    assert columns.swept_chunks(F, bounds, True)[1].data_ptr() == F[3].data_ptr()  # rows: views
+
+
 def test_columns_are_taken_without_a_copy_or_by_one_exact_tiled_copy(monkeypatch):
     """``unit_rows``: unit-stride rows are handed back as they are (no copy); a transposed or sliced
     block is copied in tiles (several here: the tile is shrunk) bit for bit, into ``out`` when given."""

@@ -12,7 +12,11 @@ Shapes: primals ``a (L, n)``, weights ``W (n, m)``; tangents carry a leading ``k
   enough for BLAS to run at full speed, and folding ``k`` into a matrix side would copy
   ``Ẇ``). Results go straight into their destination (``out``, possibly a strided column
   block of a wider tensor), accumulated in place (``addmm_``), so no temporary of the
-  weight's size is allocated.
+  weight's size is allocated. Where the ``k`` columns are the *last*, unit-stride index
+  (:func:`columns_last`: the tangents are views of a C-contiguous ``(P', k)`` block, as
+  ``torch.randn(P', k)`` makes it), ``Ẇ`` is already the ``(n, m·k)`` matrix ``[Ẇ_1 … Ẇ_k]``
+  interleaved: ``a Ẇ_j`` for every ``j`` is one GEMM over it, and ``a Ẇ_jᵀ`` one batched GEMM over
+  its ``n`` rows ``(m, k)``; only activation-sized results are permuted.
 """
 
 from __future__ import annotations
@@ -39,15 +43,31 @@ def primal_times_heads(X: Tensor, Y: Tensor) -> Tensor:
     return out.unflatten(-1, (k, w)).permute(2, 0, 1, 3)
 
 
+def columns_last(B: Tensor) -> bool:
+    """Whether the tangents ``B (k, n, m)``, ``k > 1``, are a C-contiguous ``(n, m, k)`` block seen
+    with ``k`` first (``B.permute(1, 2, 0)`` is contiguous): the ``k`` columns interleaved."""
+    return B.shape[0] > 1 and B.permute(1, 2, 0).is_contiguous()
+
+
 def add_primal_times_(out: Tensor, a: Tensor, B: Tensor) -> Tensor:
-    """``out_j += a B_j``: ``(k, L, m) += (L, n) @ (k, n, m)``; ``out`` may be a column block."""
+    """``out_j += a B_j``: ``(k, L, m) += (L, n) @ (k, n, m)``; ``out`` may be a column block.
+    Columns last (:func:`columns_last`): ``a [B_1 … B_k]``, one GEMM ``(L, n) @ (n, m·k)``."""
+    if columns_last(B):
+        k, n, m = B.shape
+        out += (a @ B.permute(1, 2, 0).reshape(n, m * k)).view(-1, m, k).permute(2, 0, 1)
+        return out
     for o, b in zip(out, B):
         o.addmm_(a, b)
     return out
 
 
 def add_primal_times_T_(out: Tensor, a: Tensor, B: Tensor) -> Tensor:
-    """``out_j += a B_jᵀ``: ``(k, L, n) += (L, m) @ (k, n, m)ᵀ``; ``a`` may be a column block."""
+    """``out_j += a B_jᵀ``: ``(k, L, n) += (L, m) @ (k, n, m)ᵀ``; ``a`` may be a column block.
+    Columns last (:func:`columns_last`): one batched GEMM over the ``n`` rows of ``B``,
+    ``a (L, m) @ B[α] (m, k)``, read in place."""
+    if columns_last(B):
+        out += (a @ B.permute(1, 2, 0)).permute(2, 1, 0)  # (n, L, k) -> (k, L, n)
+        return out
     for o, b in zip(out, B):
         o.addmm_(a, b.T)
     return out
@@ -64,14 +84,30 @@ def stacked_T_times(
     r"""``out_j = beta out_j + alpha Σ_i left_iᵀ right_i`` for pairs whose members are ``(L, ·)``
     primals or ``(k, L, ·)`` tangents (``None`` pairs skipped): one GEMM per ``j`` over the
     stacked rows, ``[l_1; l_2]ᵀ [r_1; r_2] = l_1ᵀ r_1 + l_2ᵀ r_2``, so the weight-sized
-    ``out (k, n, m)`` is written once (``beta = 0``: its contents are not read)."""
+    ``out (k, n, m)`` is written once (``beta = 0``: its contents are not read). The rows of all
+    ``k`` columns are stacked by two copies (:func:`_stack_rows`), not ``2k`` concatenations."""
     pairs = [(lf, r) for lf, r in zip(left, right) if lf is not None and r is not None]
+    if len(pairs) == 1:
+        lhs, rhs = pairs[0]
+    else:  # every column's stacked rows in two copies, not 2 k concatenations
+        lhs, rhs = (_stack_rows([p[side] for p in pairs], k) for side in (0, 1))
     for j in range(k):
-        lhs = [lf if lf.ndim == 2 else lf[j] for lf, _ in pairs]
-        rhs = [r if r.ndim == 2 else r[j] for _, r in pairs]
-        a, b = (lhs[0].T, rhs[0]) if len(pairs) == 1 else (torch.cat(lhs).T, torch.cat(rhs))
+        a = (lhs if lhs.ndim == 2 else lhs[j]).T
+        b = rhs if rhs.ndim == 2 else rhs[j]
         if alpha == 1.0 and beta == 0.0:
             torch.mm(a, b, out=out[j])
         else:
             torch.addmm(out[j], a, b, beta=beta, alpha=alpha, out=out[j])
+    return out
+
+
+def _stack_rows(parts: list[Tensor], k: int) -> Tensor:
+    """``[p_1; p_2; …]`` stacked along the rows for every column: ``(k, Σ rows, w)`` from ``(rows, w)``
+    primals (repeated) and ``(k, rows, w)`` tangents."""
+    rows = sum(p.shape[-2] for p in parts)
+    out = parts[0].new_empty(k, rows, parts[0].shape[-1])
+    start = 0
+    for p in parts:
+        out[:, start : start + p.shape[-2]] = p
+        start += p.shape[-2]
     return out

@@ -24,6 +24,7 @@ against ``2 L n_out`` for the dense ``JᵀNJ``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import torch
@@ -67,20 +68,41 @@ class KronTerm:
 
 @dataclass(frozen=True)
 class Factored:
-    """A per-token Jacobian ``(L, n_out, n1*n2)`` kept as a sum of :class:`KronTerm`."""
+    """A per-token Jacobian ``(L, n_out, n1*n2)`` kept as a sum of :class:`KronTerm`, or, where it is
+    no short sum of them (a key/value head read by several query heads, a rotated key, a node's
+    tangent sweep), written out as ``whole (L, n_out, n1, n2)`` (then ``terms`` is empty): a block
+    between two written-out Jacobians is one GEMM whose inner dimension is ``L·n_out``."""
 
-    terms: tuple[KronTerm, ...]
+    terms: tuple[KronTerm, ...] = ()
+    whole: Tensor | None = None
+
+    @cached_property
+    def flat(self) -> Tensor:
+        """The written-out Jacobian as ``(L, n_out, n1*n2)`` (one tensor, so caches keyed by it hit)."""
+        assert self.whole is not None
+        return self.whole.flatten(2)
+
+    @cached_property
+    def as_term(self) -> KronTerm:
+        """The written-out Jacobian as one left term of a ``(1, n1*n2)`` weight: the vector is ``1``."""
+        return KronTerm(LEFT, self.flat.new_ones(self.flat.shape[0], 1), self.flat)
 
     @property
     def shape(self) -> tuple[int, int]:
+        if self.whole is not None:
+            return (self.whole.shape[2], self.whole.shape[3])
         return self.terms[0].shape
 
     def lmul(self, M: Tensor) -> Factored:
+        if self.whole is not None:
+            return Factored(whole=(M @ self.flat).unflatten(2, self.shape))
         return Factored(tuple(t.lmul(M) for t in self.terms))
 
     def __add__(self, other: Factored) -> Factored:
-        """The sum of two Jacobians of one weight: their terms side by side."""
-        return Factored(self.terms + other.terms)
+        """The sum of two Jacobians of one weight: their terms side by side (written out if either is)."""
+        if self.whole is None and other.whole is None:
+            return Factored(self.terms + other.terms)
+        return Factored.from_dense((self.dense() + other.dense()).unflatten(2, self.shape))
 
     @staticmethod
     def per_token(mat: Tensor, ones: Tensor) -> Factored:
@@ -90,31 +112,48 @@ class Factored:
 
     @staticmethod
     def from_dense(J: Tensor) -> Factored:
-        """A dense per-token Jacobian ``J (L, n_out, n1, n2)`` of a matrix weight as a sum of
-        ``min(n1, n2)`` terms, one per row (left terms, the vector the unit row ``e_α``) or per
-        column (right terms, ``e_β``)."""
-        L, _, n1, n2 = J.shape
-        kind, n = (LEFT, n1) if n1 <= n2 else (RIGHT, n2)
-        unit = torch.eye(n, dtype=J.dtype, device=J.device)
-        pick = (lambda k: J[:, :, k, :]) if kind == LEFT else (lambda k: J[:, :, :, k])  # noqa: E731
-        return Factored(tuple(KronTerm(kind, unit[k].expand(L, n), pick(k)) for k in range(n)))
+        """A dense per-token Jacobian ``J (L, n_out, n1, n2)`` of a matrix weight, kept written out."""
+        return Factored(whole=J)
 
     def compact(self) -> Factored:
-        """The same Jacobian in at most ``min(n1, n2)`` terms (:meth:`from_dense`) when it has more
-        (a key/value head read by several query heads, a rotated key): each term pair of a block
-        is one GEMM, so fewer terms are fewer GEMMs."""
+        """The same Jacobian written out (:meth:`from_dense`) when it has more than ``min(n1, n2)``
+        terms (a key/value head read by several query heads, a rotated key): each term pair of a
+        block is one GEMM of inner dimension ``L``, so past that many terms one GEMM of inner
+        dimension ``L·n_out`` over the written-out Jacobian costs less."""
         n1, n2 = self.shape
-        if len(self.terms) <= min(n1, n2):
+        if self.whole is not None or len(self.terms) <= min(n1, n2):
             return self
         L, n_out = self.terms[0].mat.shape[:2]
         return Factored.from_dense(self.dense().reshape(L, n_out, n1, n2))
 
+    @cached_property
+    def packed(self) -> Factored:
+        """The form a block sandwich reads: written out (:meth:`from_dense`, once) when its ``k``
+        terms would cost more than that, ``k² ≥ n_out`` (two such Jacobians meet in ``k²`` GEMMs of
+        inner dimension ``L`` against one of ``L·n_out``), else itself."""
+        k = len(self.terms)
+        if self.whole is not None or k < 2:
+            return self
+        L, n_out = self.terms[0].mat.shape[:2]
+        if k * k < n_out and k <= min(self.shape):
+            return self
+        return Factored.from_dense(self.dense().reshape(L, n_out, *self.shape))
+
     def dense(self) -> Tensor:
         """``(L, n_out, n1*n2)``."""
-        return sum(t.dense() for t in self.terms)
+        if self.whole is not None:
+            return self.flat
+        first, *rest = self.terms
+        out = torch.mul(*first._factors())  # (L, n_out, n1, n2), then each term added in place
+        for term in rest:
+            out.addcmul_(*term._factors())
+        return out.flatten(2)
 
     def dense_into(self, out: Tensor) -> None:
         """Write the Jacobian into ``out``, a (strided) view of shape ``(L*n_out, n1, n2)``."""
+        if self.whole is not None:
+            out.unflatten(0, self.whole.shape[:2]).copy_(self.whole)
+            return
         L, n_out = self.terms[0].mat.shape[:2]
         view = out.unflatten(0, (L, n_out))
         torch.mul(*self.terms[0]._factors(), out=view)
@@ -139,9 +178,14 @@ summed in place while it is in cache, then copied into the mirror image."""
 
 
 class Structured(Protocol):
-    """A per-token middle matrix kept in factored form; it only forms ``Maᵀ N Mb``."""
+    """A per-token middle matrix kept in factored form; it only forms ``Maᵀ N Mb``, and, summed over
+    tokens, ``Σ_t Ma_tᵀ N_t Mb_t = Σ_k A_kᵀ B_k`` as GEMM operands (:meth:`gram`, optional: without
+    it two written-out Jacobians meet through :meth:`sandwich`): ``A_k``'s columns are ``Ma``'s last
+    index, its rows a flattening of tokens (and outputs)."""
 
     def sandwich(self, Ma: Tensor, Mb: Tensor) -> Tensor: ...
+
+    def gram(self, Ma: Tensor, Mb: Tensor) -> list[tuple[Tensor, Tensor]]: ...
 
 
 Middle = Tensor | Structured | None
@@ -171,16 +215,30 @@ def _middle(Ma: Tensor, N: Middle, Mb: Tensor, cache: MiddleCache | None = None)
     return N.sandwich(Ma, Mb)
 
 
-def _pair_key(a: KronTerm, b: KronTerm) -> tuple:
-    """Two term pairs with the same kinds and the same vector tensors share one GEMM."""
-    return (a.kind, id(a.vec), b.kind, id(b.vec), a.mat.shape[-1], b.mat.shape[-1])
+def _pair_key(a: KronTerm, b: KronTerm, whole_a: bool, whole_b: bool) -> tuple:
+    """Two term pairs with the same kinds and the same vector tensors share one GEMM (a written-out
+    Jacobian's vector is ``1``, the same for all)."""
+    return (
+        a.kind,
+        "whole" if whole_a else id(a.vec),
+        b.kind,
+        "whole" if whole_b else id(b.vec),
+        a.mat.shape[-1],
+        b.mat.shape[-1],
+    )
 
 
 class _TermPair:
     """``Σ_t (u ⊗ u')_t P_t`` for one pair of vectors and the sum of their middle factors,
-    ready to produce any range of block rows α."""
+    ready to produce any range of block rows α.
 
-    def __init__(self, a: KronTerm, b: KronTerm, P: Tensor):
+    A written-out Jacobian enters as one left term of a ``(1, n1·n2)`` weight (:attr:`Factored.as_term`);
+    ``split_a = n2`` (``a`` written out: block rows ``α`` are ``P``'s first index, ``n2`` at a time) and
+    ``shape_b = (n1', n2')`` (``b`` written out) give the block its 4-d shape back."""
+
+    def __init__(
+        self, a: KronTerm, b: KronTerm, P: Tensor, split_a: int = 0, shape_b: tuple[int, int] | None = None
+    ):
         L = P.shape[0]
         # u ⊗ u' per token: (L, n_va * n_vb)
         uu = (a.vec[:, :, None] * b.vec[:, None, :]).reshape(L, -1)
@@ -188,6 +246,7 @@ class _TermPair:
         shape_uu, shape_P = (a.vec.shape[1], b.vec.shape[1]), (P.shape[1], P.shape[2])
         self.lhs, self.rhs = (uu, P.reshape(L, -1)) if vectors_first else (P.reshape(L, -1), uu)
         self.lhs_shape, self.rhs_shape = (shape_uu, shape_P) if vectors_first else (shape_P, shape_uu)
+        self.vectors_first, self.split_a, self.shape_b = vectors_first, split_a, shape_b
 
     def rows(self, start: int, stop: int) -> Tensor:
         """Block rows ``α ∈ [start, stop)`` as a 4-d view ``(stop − start, β, α', β')``.
@@ -195,30 +254,79 @@ class _TermPair:
         One GEMM over tokens (inner dimension ``L``) on the slice of the side that holds α.
         """
         (l0, l1), (r0, r1) = self.lhs_shape, self.rhs_shape
-        if self.perm[0] == 0:  # α is the GEMM's first row index
+        if self.split_a:  # α·n2 + β is P's first index, on the side vectors_first says
+            s, e = start * self.split_a, stop * self.split_a
+            if self.vectors_first:
+                G = (self.lhs.T @ self.rhs[:, s * r1 : e * r1]).view(l0, l1, e - s, r1)
+            else:
+                G = (self.lhs[:, s * l1 : e * l1].T @ self.rhs).view(e - s, l1, r0, r1)
+            G = G.permute(*self.perm)  # (1, e − s, α', β')
+            G = G.reshape(stop - start, self.split_a, *G.shape[2:])
+        elif self.perm[0] == 0:  # α is the GEMM's first row index
             G = (self.lhs[:, start * l1 : stop * l1].T @ self.rhs).view(stop - start, l1, r0, r1)
+            G = G.permute(*self.perm)
         else:  # α is the GEMM's first column index
             G = (self.lhs.T @ self.rhs[:, start * r1 : stop * r1]).view(l0, l1, stop - start, r1)
-        return G.permute(*self.perm)
+            G = G.permute(*self.perm)
+        if self.shape_b is not None:  # (α, β, 1, n1'·n2') -> (α, β, n1', n2')
+            G = G.unflatten(3, self.shape_b).squeeze(2)
+        return G
+
+
+class _WholePair:
+    """``Σ_t Ja_tᵀ N_t Jb_t`` of two written-out Jacobians: ``Σ_k A_kᵀ B_k`` with inner dimension
+    ``L·n_out`` (:meth:`Structured.gram`), one GEMM per operand pair on the rows asked for; the result
+    is already in the block's layout ``(α, β, α', β')``."""
+
+    def __init__(self, Ja: Factored, N: Tensor | Structured | None, Jb: Factored, cache: MiddleCache | None):
+        Ma, Mb = Ja.flat, Jb.flat
+        if N is None:
+            self.operands = [(Ma.flatten(0, 1), Mb.flatten(0, 1))]
+        elif isinstance(N, Tensor):
+            NMb = N @ Mb if cache is None else cache.apply(N, Mb)
+            self.operands = [(Ma.flatten(0, 1), NMb.flatten(0, 1))]
+        else:
+            self.operands = N.gram(Ma, Mb)
+        self.n2a, self.shape_b = Ja.shape[1], Jb.shape
+
+    def rows(self, start: int, stop: int) -> Tensor:
+        s, e = start * self.n2a, stop * self.n2a
+        out = None
+        for A, B in self.operands:
+            out = A[:, s:e].T @ B if out is None else out.addmm_(A[:, s:e].T, B)
+        return out.view(stop - start, self.n2a, *self.shape_b)
+
+
+def _gram_pair(N: Middle) -> bool:
+    """Whether two written-out Jacobians around ``N`` make a :class:`_WholePair`."""
+    return N is None or isinstance(N, Tensor) or hasattr(N, "gram")
 
 
 def term_pairs(
     products: list[tuple[Factored, Middle, Factored]], cache: MiddleCache | None = None
-) -> list[_TermPair]:
+) -> list[_TermPair | _WholePair]:
     """Every pair of terms of ``Σ_k Σ_t Ja_tᵀ N_t Jb_t``, with the middle factors
-    ``P_t = M_aᵀ N_t M_b`` of pairs that share both vectors summed first (one GEMM each)."""
-    groups: dict[tuple, tuple[KronTerm, KronTerm, Tensor]] = {}
+    ``P_t = M_aᵀ N_t M_b`` of pairs that share both vectors summed first (one GEMM each); two
+    written-out Jacobians make one :class:`_WholePair`."""
+    groups: dict[tuple, tuple[KronTerm, KronTerm, Tensor, int, tuple[int, int] | None]] = {}
+    whole: list[_TermPair | _WholePair] = []
     for Ja, N, Jb in products:
-        for a in Ja.terms:
-            for b in Jb.terms:
-                key = _pair_key(a, b)
+        Ja, Jb = Ja.packed, Jb.packed
+        wa, wb = Ja.whole is not None, Jb.whole is not None
+        if wa and wb and _gram_pair(N):
+            whole.append(_WholePair(Ja, N, Jb, cache))
+            continue
+        split_a, shape_b = Ja.shape[1] if wa else 0, Jb.shape if wb else None
+        for a in (Ja.as_term,) if wa else Ja.terms:
+            for b in (Jb.as_term,) if wb else Jb.terms:
+                key = _pair_key(a, b, wa, wb)
                 P = _middle(a.mat, N, b.mat, cache)  # (L, n_ma, n_mb)
                 if key in groups:
-                    ga, gb, total = groups[key]
-                    groups[key] = (ga, gb, total + P)
+                    ga, gb, total, _, _ = groups[key]
+                    groups[key] = (ga, gb, total + P, split_a, shape_b)
                 else:
-                    groups[key] = (a, b, P)
-    return [_TermPair(a, b, P) for a, b, P in groups.values()]
+                    groups[key] = (a, b, P, split_a, shape_b)
+    return whole + [_TermPair(*group) for group in groups.values()]
 
 
 def sandwich_into(

@@ -84,6 +84,13 @@ class CappedCurvature:
         capped = self.softmax.sandwich(d1 * Ma, d1 * Mb)
         return capped + Ma.transpose(-1, -2) @ (self.e.unsqueeze(-1) * Mb)
 
+    def gram(self, Ma: Tensor, Mb: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """``Σ_t Ma_tᵀ N_t Mb_t`` as GEMM operands (:meth:`~hessviz.ops.softmax.ContractedHessian.gram`)."""
+        d1 = self.d1.unsqueeze(-1)
+        return self.softmax.gram(d1 * Ma, d1 * Mb) + [
+            (Ma.flatten(0, 1), (self.e.unsqueeze(-1) * Mb).flatten(0, 1))
+        ]
+
     def dense(self) -> Tensor:
         """``(..., n, n)``."""
         Q = self.softmax.dense()

@@ -96,6 +96,17 @@ class ContractedHessian:
         diag = Ma.transpose(-1, -2) @ (self.w.unsqueeze(-1) * Mb)
         return diag - Maw.unsqueeze(-1) * Mba.unsqueeze(-2) - Maa.unsqueeze(-1) * Mbw.unsqueeze(-2)
 
+    def gram(self, Ma: Tensor, Mb: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """``Σ_t Ma_tᵀ Q_t(g) Mb_t = Σ_k A_kᵀ B_k`` for ``Ma (L, n, p)``, ``Mb (L, n, q)`` (rows
+        ``a, w (L, n)``): ``A = Ma`` and ``B = w ⊙ Mb`` over the ``L·n`` (token, entry) pairs, then
+        ``−(Maᵀw)ᵀ(Mbᵀa)`` and ``−(Maᵀa)ᵀ(Mbᵀw)`` over the ``L`` tokens."""
+        w, a = self.w.unsqueeze(-1), self.a.unsqueeze(-1)
+        return [
+            (Ma.flatten(0, 1), (w * Mb).flatten(0, 1)),
+            (-(Ma * w).sum(-2), (Mb * a).sum(-2)),
+            (-(Ma * a).sum(-2), (Mb * w).sum(-2)),
+        ]
+
 
 def contract_hessian_factored(a: Tensor, g: Tensor) -> ContractedHessian:
     """:func:`contract_hessian` without forming it."""

@@ -64,11 +64,16 @@ DENSE_COLUMNS = 64
 them in its own batches)."""
 
 
-def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v") -> tuple[Tensor, bool]:
+def as_columns(
+    v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v", columns_last: bool = False
+) -> tuple[Tensor, bool]:
     """``v (size,)`` or ``(size, k)`` as a ``(k, size)`` tensor like ``like`` with unit-stride rows; and
     whether it was 1-D. A ``v`` whose columns are already unit-stride (F-contiguous, the transpose of a
     ``(k, size)`` tensor) is a view; any other layout is copied once, in tiles
-    (:func:`hessviz.products.columns.unit_rows`, at the cost of a plain copy)."""
+    (:func:`hessviz.products.columns.unit_rows`, at the cost of a plain copy). ``columns_last`` (an
+    engine that sweeps any layout, :attr:`HessianOperator.columns_last`): on the CPU, ``v``'s transpose
+    itself, whatever its layout (:func:`hessviz.products.columns.sweepable` takes it from there), or,
+    in another dtype, cast into a C-contiguous block (the same sweep as the cast ``v`` would get)."""
     if isinstance(v, np.ndarray):
         v = torch.from_numpy(np.ascontiguousarray(v))
     if not isinstance(v, Tensor):
@@ -84,6 +89,11 @@ def as_columns(v: Tensor | np.ndarray, size: int, like: Tensor, field: str = "v"
     V = v.to(device=like.device).reshape(size, -1).T  # a view on the CPU: (k, P) rows, any strides
     if V.dtype == like.dtype and (V.stride(1) == 1 or V.shape[1] <= 1):
         return V, vector  # F-contiguous, a (k, P) tensor's transpose, or one column: no copy
+    if columns_last and V.device.type == "cpu" and V.shape[0] > 1 and V.stride(1) != 1:
+        if V.dtype == like.dtype:
+            return V, vector  # C-contiguous or a column slice: the engine's sweep takes it as it is
+        # another dtype: cast in one streaming pass into C order, swept as a C-contiguous v would be
+        return pages.empty(tuple(V.T.shape), like).copy_(V.T).T, vector
     # C-contiguous (P, k), a column slice, another dtype: one tiled copy (and cast) into (k, P) rows
     return unit_rows(V, pages.empty(tuple(V.shape), like)), vector
 
@@ -149,6 +159,10 @@ class HessianOperator(ABC):
     ``tally``, when given, counts the product columns :meth:`apply` computes.
     """
 
+    columns_last: bool = False
+    """Whether :meth:`_matmat` takes, on the CPU, ``V (k, n)`` as the transpose of a C-contiguous or
+    row-major ``(n, k)`` block (``op @ v`` then hands ``v`` over without a copy: :func:`as_columns`)."""
+
     def __init__(
         self,
         rows: Names,
@@ -207,7 +221,7 @@ class HessianOperator(ABC):
     def __matmul__(self, v: Tensor | np.ndarray) -> Tensor:
         """``op @ v`` for ``v (n,)`` or ``(n, k)`` (the same shape back, ``m`` rows); ``v`` is cast
         to the operator's dtype and device."""
-        V, vector = as_columns(v, self.shape[1], self.like)
+        V, vector = as_columns(v, self.shape[1], self.like, columns_last=self.columns_last)
         out = self.apply(V).T
         return out.reshape(-1) if vector else out
 

@@ -25,7 +25,8 @@ with the tangent on ``b`` only and the product read on ``a`` only: ``op.block(a,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Protocol, TypeVar, final
 
@@ -39,7 +40,7 @@ from hessviz.losses import Loss
 from hessviz.ops.base import Maybe
 from hessviz.products import graphs
 from hessviz.products.block import build
-from hessviz.products.columns import unit_rows
+from hessviz.products.columns import needs_copy, swept_chunks
 from hessviz.products.hessian_operator import Names, ProductsOperator
 from hessviz.products.layout import Layout
 from hessviz.products.tape import Tape, sweep
@@ -77,14 +78,20 @@ def sweep_in_batches(
     sweep: Sweep,
     alpha: float = 1.0,
     accumulate: bool = False,
+    columns_last: bool = False,
+    scratch: Tensor | None = None,
 ) -> Tensor:
     """``out (k, |rows|)`` from ``V (k, |cols|)``, ``BATCH`` rows of ``V`` at a time: each chunk's
     weight tangents scattered by ``cols``, swept by ``sweep(dparams, wanted, into)`` (the products of
     the ``wanted`` bases, a product written into its view of ``into`` where it can be), and gathered
     by ``rows`` into the chunk's rows of ``out`` (``alpha``, ``accumulate``: as the sweep applied them).
-    The chunks are as even as ``BATCH`` allows (:func:`chunks`: 10 columns are 5 + 5, not 8 + 2)."""
-    for start, stop in chunks(V.shape[0]):
-        chunk = unit_rows(V[start:stop])  # (k, P') rows: unit-stride weight tangents
+    The chunks are as even as ``BATCH`` allows (:func:`chunks`: 10 columns are 5 + 5, not 8 + 2).
+    ``columns_last``: the sweep takes a chunk with its columns last
+    (:func:`~hessviz.products.columns.swept_chunks`: a C-contiguous ``(P', k)`` block of at most ``BATCH``
+    columns is swept as it is, other row-major blocks after one copy in C order into ``scratch``), else
+    each chunk is made unit-stride rows."""
+    bounds = chunks(V.shape[0])
+    for (start, stop), chunk in zip(bounds, swept_chunks(V, bounds, columns_last, scratch), strict=True):
         part = out[start:stop]
         prods = sweep(cols.scatter(chunk), rows.bases, rows.destinations(part))
         rows.gather(prods, chunk.shape[0], chunk, part, alpha, accumulate)
@@ -127,6 +134,7 @@ class MatrixFreeHessian:
         self.replay = True
         """On a GPU, replay repeated products as CUDA graphs (:mod:`hessviz.products.graphs`)."""
         self._kept: dict[Hashable, object] = {}
+        self._scratch: list[Tensor] = []
 
     @cached_property
     def tape(self) -> Tape:
@@ -150,6 +158,25 @@ class MatrixFreeHessian:
         if key not in self._kept:
             self._kept[key] = make()
         return self._kept[key]  # type: ignore[return-value]
+
+    @contextmanager
+    def scratch(self, numel: int, like: Tensor) -> Iterator[Tensor]:
+        """A flat buffer of at least ``numel`` elements like ``like`` for the copy of a product block
+        (:func:`~hessviz.products.columns.sweepable`), lent for one call and kept for the next: a fresh
+        buffer's page faults cost as much as the copy. Each call in flight borrows its own (the list's
+        ``pop`` and ``append`` are atomic), and the largest asked for is kept."""
+        buffer = self._scratch.pop() if self._scratch else None
+        if (
+            buffer is None
+            or buffer.numel() < numel
+            or buffer.dtype != like.dtype
+            or buffer.device != like.device
+        ):
+            buffer = pages.empty((numel,), like)
+        try:
+            yield buffer
+        finally:
+            self._scratch.append(buffer)
 
     def layout(self, names: Sequence[str] | None = None) -> Layout:
         names = self.names if names is None else self.cfg.sort_names(tuple(names))
@@ -179,6 +206,9 @@ class TapeOperator(ProductsOperator):
     products: MatrixFreeHessian
     row_layout: Layout
     col_layout: Layout
+    columns_last = True
+    """On the CPU the tape's GEMMs take a C-contiguous ``(P', k)`` block as it is
+    (:func:`hessviz.ops.batched.columns_last`)."""
 
     def _matmat(self, V: Tensor, out: Tensor | None = None) -> Tensor:
         return self.scaled(V, out)
@@ -214,4 +244,9 @@ class TapeOperator(ProductsOperator):
             return sweep([tape], dparams, term, wanted, into, alpha, accumulate)
 
         out = check_out(V, self.row_layout, out)
-        return sweep_in_batches(V, out, self.row_layout, self.col_layout, swept, alpha, accumulate)
+        if not needs_copy(V, self.columns_last, chunks(V.shape[0])):
+            return sweep_in_batches(V, out, self.row_layout, self.col_layout, swept, alpha, accumulate, True)
+        with self.products.scratch(V.numel(), V) as buffer:
+            return sweep_in_batches(
+                V, out, self.row_layout, self.col_layout, swept, alpha, accumulate, True, buffer
+            )

@@ -60,3 +60,30 @@ def test_stacked_T_times(rng, rtol, pairs):
     out = torch.empty(k, 3, 5)
     assert bt.stacked_T_times(left, right, k, out) is out
     assert_close(out, expected, rtol, f"Σ_i left_iᵀ right_i ({pairs})")
+
+
+def _columns_last(rng, k: int, n: int, m: int) -> torch.Tensor:
+    """Tangents ``(k, n, m)`` that are views of a C-contiguous ``(n·m, k)`` block (columns last)."""
+    block = randn(rng, n * m, k)
+    B = block.T.reshape(k, n, m)
+    assert B.data_ptr() == block.data_ptr() and bt.columns_last(B)
+    return B
+
+
+def test_columns_last_products_match_the_loop(rng, rtol):
+    """Tangents with the columns last: ``a Ẇ_j`` as one GEMM over ``[Ẇ_1 … Ẇ_k]`` and ``a Ẇ_jᵀ`` as one
+    batched GEMM, read in place, into a column block of ``out``; the same as column by column."""
+    k, L, n, m = 3, 4, 5, 2
+    B = _columns_last(rng, k, n, m)
+    assert not bt.columns_last(B.contiguous()) and not bt.columns_last(B[:1])
+    out, a = randn(rng, k, L, 6), randn(rng, L, n)
+    expected = out.clone()
+    expected[..., 2:4] += torch.einsum("ln,knm->klm", a, B)
+    bt.add_primal_times_(out[..., 2:4], a, B)
+    assert_close(out, expected, rtol, "out_j += a Ẇ_j, columns last")
+    wide = randn(rng, L, 4)
+    outT = randn(rng, k, L, n)
+    expected = outT + torch.einsum("lm,knm->kln", wide[:, 1:3], B)
+    assert_close(
+        bt.add_primal_times_T_(outT, wide[:, 1:3], B), expected, rtol, "out_j += a Ẇ_jᵀ, columns last"
+    )
