@@ -269,8 +269,24 @@ def test_vector_and_head_slice_blocks_name_whole_weight_entries():
         col_index=np.array([2, 3, 6]),
     )
     assert fig.data[0].y[1] == "row 1 (b_Q[3])" and fig.data[0].x[2] == "col 2 (W_Q[1, 2])"
-    pretty = [plots.pretty(n) for n in ("ln2_beta", "W_O[3]", "x", "l1.ln1_out_gamma", "ln1_outer_beta")]
-    assert pretty == ["β<sub>2</sub>", "W<sub>O</sub>[3]", "x", "l1.γ<sub>1,out</sub>", "ln1_outer_beta"]
+    names = (
+        "ln2_beta",
+        "W_O[3]",
+        "x",
+        "l1.ln1_out_gamma",
+        "ln1_outer_beta",
+        "l2.q_norm_gamma",
+        "v_norm_gamma",
+    )
+    assert [plots.pretty(n) for n in names] == [
+        "β<sub>2</sub>",
+        "W<sub>O</sub>[3]",
+        "x",
+        "l1.γ<sub>1,out</sub>",
+        "ln1_outer_beta",
+        "l2.γ<sub>q</sub>",
+        "v_norm_gamma",
+    ]
 
 
 def test_block_spectrum_bars_and_density():

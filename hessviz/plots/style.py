@@ -134,7 +134,7 @@ def wrap(text: str, width: int = TITLE_CHARS) -> str:
 def pretty(name: str) -> str:
     """A weight's name with its subscript in HTML: ``W_Q -> W<sub>Q</sub>``,
     ``b_O[1] -> b<sub>O</sub>[1]`` (a head slice keeps its index), ``ln1_gamma -> γ<sub>1</sub>``,
-    ``ln2_out_beta -> β<sub>2,out</sub>``;
+    ``ln2_out_beta -> β<sub>2,out</sub>``, the QK-norms ``q_norm_gamma -> γ<sub>q</sub>``;
     in a stack the layer prefix stays, ``l1.W_Q -> l1.W<sub>Q</sub>``; anything else unchanged."""
     layer, dot, local = name.partition(".")
     if dot and layer[:1] == "l" and layer[1:].isdigit():
@@ -148,6 +148,9 @@ def pretty(name: str) -> str:
             return f"{_LN_PRETTY[after]}<sub>{layer},out</sub>{head}"
         if which in _LN_PRETTY:
             return f"{_LN_PRETTY[which]}<sub>{layer}</sub>{head}"
+    qk, norm, which = base.partition("_norm_")
+    if norm and qk in ("q", "k") and which in _LN_PRETTY:
+        return f"{_LN_PRETTY[which]}<sub>{qk}</sub>{head}"
     letter, underscore, sub = base.partition("_")
     if underscore and letter in ("W", "b") and sub.isalnum():
         return f"{letter}<sub>{sub}</sub>{head}"
