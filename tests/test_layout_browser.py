@@ -29,7 +29,7 @@ import pytest
 
 from hessviz.app.registry import ALL_PAGES
 from tests.figure_layout import CUT_TEXT_JS, FIGURE_PROBLEMS_JS
-from tests.streamlit_server import ROOT, chromium, require_chromium, running_server
+from tests.streamlit_server import ROOT
 
 pytestmark = pytest.mark.browser
 
@@ -188,22 +188,20 @@ def _visit(page, base: str, spec, found: dict[str, list[str]], measured: dict[st
 
 
 @pytest.fixture(scope="module")
-def walk() -> tuple[dict[str, list[str]], dict[str, int]]:
-    """Every page of :data:`~hessviz.app.registry.ALL_PAGES` visited once (:func:`_visit`): the
-    problems found, by kind (``cut``, ``present``, ``projector``), and each page's count of heatmap
-    panels in its first chart in presentation mode."""
-    require_chromium()
+def walk(app_server, app_browser) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """Every page of :data:`~hessviz.app.registry.ALL_PAGES` visited once (:func:`_visit`) on the
+    session's app server (``tests/conftest.py``): the problems found, by kind (``cut``, ``present``,
+    ``projector``), and each page's count of heatmap panels in its first chart in presentation mode."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     found: dict[str, list[str]] = {"cut": [], "present": [], "projector": []}
     measured: dict[str, int] = {}
-    with running_server("streamlit_layout_test.log") as srv, chromium() as browser:
-        ctx = browser.new_context(viewport=VIEWPORTS["projector"])
-        page = ctx.new_page()
-        try:
-            for spec in ALL_PAGES:
-                _visit(page, srv.base, spec, found, measured)
-        finally:
-            ctx.close()
+    ctx = app_browser.new_context(viewport=VIEWPORTS["projector"])
+    page = ctx.new_page()
+    try:
+        for spec in ALL_PAGES:
+            _visit(page, app_server.base, spec, found, measured)
+    finally:
+        ctx.close()
     print("heatmap panels of each first chart:", measured)
     return found, measured
 
