@@ -28,6 +28,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(scope="session")
+def app_server():
+    """One ``streamlit run app.py`` on loopback for the browser tests of the checkout's app
+    (``test_browser.py``, ``test_browser_tour.py``, ``test_layout_browser.py``), started by the first
+    that asks (``test_browser.py`` in a whole run, whose first visit is the cold server's first
+    visitor) and stopped at the session's end: each page's default view is computed once for them all."""
+    from tests.streamlit_server import require_chromium, running_server
+
+    require_chromium()
+    with running_server("streamlit_browser_test.log") as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def app_browser(app_server):
+    """One headless Chromium for those tests (each opens its own contexts)."""
+    from tests.streamlit_server import chromium
+
+    with chromium() as b:
+        yield b
+
+
 RTOL = 1e-12
 """Closed form against autograd in float64: relative Frobenius error (:func:`tests.helpers.assert_close`)."""
 

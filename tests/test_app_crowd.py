@@ -1,4 +1,5 @@
-"""A crowd on one small host (issue 43, item 2): admission control, and 150 tabs opening 150 views.
+"""A crowd on one small host (issue 43, item 2): admission control, and a crowd of tabs opening as
+many distinct views.
 
 The first tests run in-process and are quick: the door (:class:`hessviz.app.admission.Door`) admits
 runs in order up to its count, charges each against the process ceiling, makes room by evicting
@@ -6,20 +7,21 @@ cached results only once nothing is in flight, and refuses with :class:`~hessviz
 past its wait or once nothing is left to give back; a refused visitor gets the short page
 (``AppTest`` through ``app.py``), with no figure.
 
-The last one (``slow``) is the crowd. A cold ``streamlit run app.py`` under the hosted profile
-(``HESSVIZ_PROFILE=hosted``, ``HESSVIZ_MEMORY_LIMIT=800MiB``) on 127.0.0.1, and :data:`TABS` headless visitors
-(:mod:`tests.st_client`, coroutines in one thread) that each open ``/hessian_map?seed=k`` for its
-own ``k`` at the same moment: 150 different Hessians (18 MiB each) and their figures, where the
-class of 30 (:mod:`tests.test_app_load`) shares one view. Before admission control the process
-passed 1.7 GB and 98 tabs timed out.
+The last one (``slow``) is the crowd (:func:`crowd_record`). A cold ``streamlit run app.py`` under the
+hosted profile (``HESSVIZ_PROFILE=hosted``, ``HESSVIZ_MEMORY_LIMIT=800MiB``) on 127.0.0.1, and
+:data:`TABS` headless visitors (:mod:`tests.st_client`, coroutines in one thread) that each open
+``/hessian_map?seed=k`` for its own ``k`` at the same moment: 60 different Hessians (18 MiB each)
+and their figures, where the class of 30 (:mod:`tests.test_app_load`) shares one view. Before
+admission control 60 such tabs took the process to 1,049 MiB, and 150 to 1.7 GB with 98 timed out.
 
 Asserted: the server's resident memory (the whole process tree, sampled every 0.2 s, and its own
-``VmHWM``) stays under ``HESSVIZ_MEMORY_LIMIT``; every tab gets its charts or the short "the class
-is full" page (:mod:`hessviz.app.admission`), none an exception, an error box or no answer; and the
-server is up afterwards: it answers ``/_stcore/health``, and a new visitor then gets a chart.
-The numbers (peak memory, charts and full pages, times) go to ``assets/screenshots/crowd.json``
-(quoted in docs/hosting.md); no timing is asserted. Bounded: each tab waits at most
-:data:`TIMEOUT_S`, the test well under 5 minutes.
+``VmHWM``) stays under ``HESSVIZ_MEMORY_LIMIT``; the door held some tabs in line (or told them the
+class is full); every tab gets its charts or the short "the class is full" page
+(:mod:`hessviz.app.admission`), none an exception, an error box or no answer; and the server is up
+afterwards: it answers ``/_stcore/health``, and a new visitor then gets a chart. No timing is
+asserted. Bounded: each tab waits at most :data:`TIMEOUT_S`. The 150-tab crowd quoted in
+``docs/hosting.md`` is a measurement: ``python benchmarks/crowd.py`` writes
+``assets/screenshots/crowd.json``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ from tests.streamlit_server import Server
 from tests.test_app_load import TreeSampler
 
 ROOT = Path(__file__).resolve().parents[1]
-TABS = 150
+TABS = 60
+"""Tabs in the test's crowd: over the door's runs at once (two per core), and a crowd that passed
+the memory limit before the door (``docs/hosting.md``)."""
 MEMORY_LIMIT = "800MiB"
 TIMEOUT_S = 180.0
 """The longest any tab waits for its page (a chart or the full page) before the test fails."""
@@ -205,20 +209,26 @@ SESSION_TTL_S = serve.settings()["server.disconnectedSessionTTL"]
 """Seconds a closed tab's session is kept (the app's Streamlit settings)."""
 
 
-@pytest.mark.slow  # a load test: a server and 150 websocket clients for two to four minutes
-@pytest.mark.timeout(420)
-def test_a_crowd_of_distinct_views_stays_under_the_memory_limit():
-    limit = parse_bytes(MEMORY_LIMIT)
+def _busy(run: Run) -> bool:
+    """Whether the tab was told its place in line (it waited for the door)."""
+    return any("The server is busy" in t for t in run.infos)
+
+
+def crowd_record(tabs: int, log: str = "streamlit_crowd_test.log") -> tuple[dict[str, object], list[str]]:
+    """A cold hosted server (:data:`MEMORY_LIMIT`) and ``tabs`` tabs opening ``tabs`` distinct views at
+    once, then one more visitor once the crowd has left: the record (the numbers of ``crowd.json``,
+    peaks in MiB and, under ``peak_bytes``, in bytes) and the problems found (tabs that got an
+    exception, an error box, no answer, or neither charts nor the full page; a server not serving
+    afterwards). ``benchmarks/crowd.py`` runs it at 150 tabs."""
     server = Server(
-        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": MEMORY_LIMIT, runlog.ENV: "1"},
-        log="streamlit_crowd_test.log",
+        {"HESSVIZ_PROFILE": "hosted", "HESSVIZ_MEMORY_LIMIT": MEMORY_LIMIT, runlog.ENV: "1"}, log=log
     )
     out: dict[str, object] = {
         "cores": os.cpu_count(),
         "profile": "hosted",
         "memory_limit": MEMORY_LIMIT,
-        "tabs": TABS,
-        "views": f"{view(1000)} … {view(1000 + TABS - 1)}",
+        "tabs": tabs,
+        "views": f"{view(1000)} … {view(1000 + tabs - 1)}",
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
     try:
@@ -226,33 +236,38 @@ def test_a_crowd_of_distinct_views_stays_under_the_memory_limit():
         out["rss_server_started_mb"] = round(server.rss() / 2**20)
         with TreeSampler(server.proc.pid) as sampler:
             t0, cpu0 = time.perf_counter(), server.cpu_seconds()
-            runs = asyncio.run(_crowd(server.base, TABS))
+            runs = asyncio.run(_crowd(server.base, tabs))
             wall, cpu = time.perf_counter() - t0, server.cpu_seconds() - cpu0
             up = _healthy(server.base)
             # The crowd's sessions outlive their closed tabs by Streamlit's disconnectedSessionTTL, and
             # a visitor arriving while they fill the memory is rightly told the class is full; once
-            # they are dropped the server serves a chart again.
-            time.sleep(SESSION_TTL_S + 5)
-            for _ in range(3):
+            # they are dropped the server serves a chart again. A new visitor every few seconds until
+            # one gets a chart, for at most that long and a margin.
+            deadline, tries = time.perf_counter() + SESSION_TTL_S + 30, 0
+            while True:
                 after = asyncio.run(_crowd(server.base, 1))[0]
-                if isinstance(after, Run) and after.charts >= 2:
+                tries += 1
+                if isinstance(after, Run) and after.charts >= 2 or time.perf_counter() > deadline:
                     break
+                time.sleep(3)
         finished = [r for r in runs if isinstance(r, Run)]
         charted = [r for r in finished if r.charts >= 2]
         full = [r for r in finished if r.charts == 0 and _full(r)]
-        log = server.log_text()
+        log_text = server.log_text()
         out.update(
             {
                 "charts": len(charted),
                 "class_is_full": len(full),
+                "waited_in_line": sum(map(_busy, finished)),
                 "no_answer": [repr(r)[:200] for r in runs if not isinstance(r, Run)],
                 "first_chart_s": _summary([r.first_chart_s for r in charted]),
                 "full_page_s": _summary([r.seconds for r in full]),
                 "all_answered_s": round(wall, 1),
                 "server_cpu_s": round(cpu, 2),
-                "computations": len(runlog.parse(log, runlog.COMPUTE_PREFIX)),
+                "computations": len(runlog.parse(log_text, runlog.COMPUTE_PREFIX)),
                 "healthy_after": up,
                 "chart_after": isinstance(after, Run) and after.charts >= 2,
+                "visitors_after": tries,
                 "peak_rss_mb": {
                     "process_tree_sampled": round(sampler.peak / 2**20),
                     "server_vmhwm": round(server.peak_rss() / 2**20),
@@ -261,19 +276,30 @@ def test_a_crowd_of_distinct_views_stays_under_the_memory_limit():
                 "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
             }
         )
-        print("crowd:", json.dumps(out), flush=True)
-        shots = ROOT / "assets" / "screenshots"
-        shots.mkdir(parents=True, exist_ok=True)
-        (shots / "crowd.json").write_text(json.dumps(out, indent=2) + "\n")
-
-        problems = list(out["no_answer"])
-        for i, r in enumerate(finished):
-            problems += [f"tab {i}: {s}" for s in r.exceptions + r.errors]
-            if r not in charted and r not in full:
-                problems.append(f"tab {i}: {r.charts} charts and no full page ({r.infos + r.warnings})")
-        assert not problems, problems[:20]
-        assert up and out["chart_after"], "the server is not serving after the crowd"
-        assert sampler.peak < limit, f"the server's process tree peaked at {sampler.peak / 2**20:.0f} MiB"
-        assert server.peak_rss() < limit, f"the server peaked at {server.peak_rss() / 2**20:.0f} MiB"
+        peaks = {"process tree": sampler.peak, "server": server.peak_rss()}
     finally:
         server.stop()
+    problems = list(out["no_answer"])
+    for i, r in enumerate(finished):
+        problems += [f"tab {i}: {s}" for s in r.exceptions + r.errors]
+        if r not in charted and r not in full:
+            problems.append(f"tab {i}: {r.charts} charts and no full page ({r.infos + r.warnings})")
+    if not (up and out["chart_after"]):
+        problems.append("the server is not serving after the crowd")
+    limit = parse_bytes(MEMORY_LIMIT)
+    problems += [
+        f"the {k} peaked at {v / 2**20:.0f} MiB, over {MEMORY_LIMIT}" for k, v in peaks.items() if v >= limit
+    ]
+    return out, problems
+
+
+@pytest.mark.slow  # a load test: a server and TABS websocket clients for about a minute
+@pytest.mark.timeout(420)
+def test_a_crowd_of_distinct_views_stays_under_the_memory_limit():
+    """:data:`TABS` tabs at once (``benchmarks/crowd.py`` measures 150): more than the door admits at
+    once, so some wait in line (or are told the class is full), and more than fit the limit without
+    the door (60 tabs took the process to 1,049 MiB before it)."""
+    out, problems = crowd_record(TABS)
+    print("crowd:", json.dumps(out), flush=True)
+    assert not problems, problems[:20]
+    assert out["waited_in_line"] + out["class_is_full"] > 0, f"no tab waited for the door: {out}"

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import pytest
 
 from hessviz.app.registry import EXPLORE
-from tests.streamlit_server import ROOT, chromium, require_chromium, running_server
+from tests.streamlit_server import ROOT
 
 pytestmark = pytest.mark.browser
 
@@ -47,16 +47,14 @@ IDLE = (
 
 
 @pytest.fixture(scope="module")
-def server():
-    require_chromium()
-    with running_server("streamlit_browser_test.log") as srv:
-        yield srv.base
+def server(app_server):
+    """The session's app server (``tests/conftest.py``): its address."""
+    return app_server.base
 
 
 @pytest.fixture(scope="module")
-def browser(server):
-    with chromium() as b:
-        yield b
+def browser(app_browser):
+    return app_browser
 
 
 def _settle(page, timeout: float = 120_000) -> None:

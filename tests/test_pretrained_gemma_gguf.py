@@ -36,14 +36,37 @@ TEXT = "The quick brown fox jumps over the"
 ROUND_OFF = 1e-10
 
 
+def _one_reader(reader_class):
+    """``gguf.GGUFReader`` as ``transformers`` calls it, made once per file: its tokenizer reads the
+    file's config, then its model the weights, each through ``load_gguf_checkpoint``, which opens a
+    reader each time, and a reader walks the 262,144-piece vocabulary in Python as it opens (most of
+    this fixture's time). The reader is read-only, so ``transformers`` reads the same file with the
+    same code from the one reader; hessviz opens its own (outside this patch)."""
+    opened: dict[str, object] = {}
+
+    def reader(path, *args, **kw):
+        key = str(path)
+        if args or kw:
+            return reader_class(path, *args, **kw)
+        if key not in opened:
+            opened[key] = reader_class(path)
+        return opened[key]
+
+    return reader
+
+
 @pytest.fixture(scope="module")
 def pair():
     """``(hv.Model, Gemma3ForCausalLM, tokenizer, ids)`` of the same file, both float64."""
+    import gguf
+
     path = bundled_file("gemma3-270m")
-    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
-    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gguf, "GGUFReader", _one_reader(gguf.GGUFReader))
+        tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+        )
     ids = torch.tensor(tok(TEXT).input_ids)
     with pytest.MonkeyPatch.context() as mp:
         yield hv.load_model("gemma3-270m"), ref.exact(model, mp), tok, ids

@@ -1,7 +1,7 @@
 """The header's line about presentation mode (issue 44 item 4), under AppTest: its link is this view
 with ``present=1``, kept up to date as the page's own controls move; presentation mode, and a page in
 another page's frame, do not show it. Its place on a projector's screen is measured in Chromium
-(``tests/test_projector_browser.py``)."""
+(``tests/test_layout_browser.py``)."""
 
 from __future__ import annotations
 
