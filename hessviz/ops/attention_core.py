@@ -105,10 +105,9 @@ class AttentionCore(Node):
         q, k, v = torch.split(qkv, (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v), dim=-1)
         split = lambda t, n, w: t.unflatten(-1, (n, w)).transpose(-2, -3)  # noqa: E731
         q, k, v = split(q, self.H, self.d_k), split(k, self.G, self.d_k), split(v, self.G, self.d_v)
-        k, v = self._expand(k), self._expand(v)
-        if self.rotary is not None:
+        if self.rotary is not None:  # the keys rotated before they are repeated (G heads, not H)
             q, k = self.rotary.apply(q), self.rotary.apply(k)
-        return q, k, v
+        return q, self._expand(k), self._expand(v)
 
     def _expand(self, t: Tensor) -> Tensor:
         """``(..., G, L, w) -> (..., H, L, w)``: query head ``h`` reads key/value head ``h // (H/G)``."""
@@ -117,12 +116,12 @@ class AttentionCore(Node):
     def _gather(self, gQ: Maybe, gK: Maybe, gV: Maybe) -> tuple[Maybe, Maybe, Maybe]:
         """The adjoint of :meth:`_heads` on per-head gradients: ``rotᵀ`` on ``Q̄, K̄``, each key/value
         head summing the gradients of the query heads that read it; ``(..., H or G, L, ·)``."""
+        if self.G != self.H:  # summed before the keys' rotation back (the same for every head)
+            group = self.H // self.G
+            gK, gV = (None if t is None else t.unflatten(-3, (self.G, group)).sum(-3) for t in (gK, gV))
         if self.rotary is not None:
             gQ = None if gQ is None else self.rotary.apply_T(gQ)
             gK = None if gK is None else self.rotary.apply_T(gK)
-        if self.G != self.H:
-            group = self.H // self.G
-            gK, gV = (None if t is None else t.unflatten(-3, (self.G, group)).sum(-3) for t in (gK, gV))
         return gQ, gK, gV
 
     def _concat(self, o: Tensor) -> Tensor:
