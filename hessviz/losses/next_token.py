@@ -174,6 +174,7 @@ class NextToken(ModelObjective):
     :mod:`hessviz.losses.names`): :meth:`at_text` places it at each sequence's last hidden states."""
 
     reads_head = True
+    exact_curvature = True
 
     def __init__(
         self,

@@ -202,9 +202,9 @@ class GatedUnit(Node):
     def __init__(self, output: str, input: str, uh: Tensor, act: type[Elementwise]):
         self.output, self.inputs, self.params = output, (input,), ()
         u, self.h = uh.chunk(2, dim=-1)
-        self.p, self.psi = act.f(u), act.df(u)
+        self.p, self.psi, psi2 = act.derivatives(u)
         self.psi_h = self.psi * self.h
-        self.psi2_h = None if act.hessian_is_zero else act.d2f(u) * self.h
+        self.psi2_h = None if psi2 is None else psi2.mul_(self.h)
         self.y = self.p * self.h
 
     def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
