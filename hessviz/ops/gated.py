@@ -52,7 +52,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.ops.base import Along, Lazy, Maybe, Node, Stage, TokenMap, add
+from hessviz.ops.base import Along, Lazy, Maybe, Node, Stage, TokenMap
 from hessviz.ops.contributions import Diagonal
 from hessviz.ops.elementwise import Elementwise
 from hessviz.ops.ffn import FeedForward
