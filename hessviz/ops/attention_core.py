@@ -190,13 +190,14 @@ class AttentionCore(Node):
         if all(p is None for p in parts):
             return [None], []
         like = next(p for p in parts if p is not None)
-        batch = like.shape[:-3]
-        L = self.A.shape[-1]
         widths = (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v)
-        full = [
-            self._concat(p) if p is not None else like.new_zeros(*batch, L, w) for p, w in zip(parts, widths)
-        ]
-        return [torch.cat(full, -1)], []
+        out = like.new_empty(*like.shape[:-3], self.A.shape[-1], sum(widths))
+        for p, view in zip(parts, out.split(widths, -1)):  # each head-major part into its columns
+            if p is None:
+                view.zero_()
+            else:
+                view.unflatten(-1, (p.shape[-3], p.shape[-1])).transpose(-2, -3).copy_(p)
+        return [out], []
 
 
 LinearMaker = Callable[[str, str, Tensor, list[str], list[str]], Node]
