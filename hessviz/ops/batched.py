@@ -20,7 +20,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
 K_BLOCK = 64
 """Rows of a weight per GEMM in :func:`rows_times` (64 × 1536 float64 values: 0.8 MB, in the core's cache)."""
 
