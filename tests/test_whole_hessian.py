@@ -717,3 +717,27 @@ def test_lockstep_runs_with_the_residual_check_match_eigenpairs(folders):
         assert abs(float(got[n].values[0]) - float(ref.values[-1])) <= 1e-12 * abs(float(ref.values[-1]))
         assert got[n].matvecs == ref.matvecs and got[n].converged
         assert float(got[n].residuals[0]) == pytest.approx(float(ref.residuals[-1]), rel=1e-6, abs=1e-12)
+
+
+def test_the_own_next_token_product_is_not_probed_a_subclass_is(folders, monkeypatch):
+    """The build probes a callable curvature (two columns through the head) unless it is hessviz's own
+    ``NextToken`` product, checked here against double backward; a subclass of one's own keeps it."""
+    from hessviz.losses import custom
+    from hessviz.losses import next_token as nt
+
+    monkeypatch.setattr(nt, "TOKEN_WISE_MAX_D", 0)  # the product, not the token-wise blocks
+    calls: list[str] = []
+    probe = custom._probe
+    monkeypatch.setattr(custom, "_probe", lambda name, *a: calls.append(name) or probe(name, *a))
+
+    class Mine(hv.NextToken):
+        pass
+
+    ids = IDS[0]
+    loss_of = lambda m: m(input_ids=ids[None], labels=ids[None]).loss  # noqa: E731
+    res = check_products(folders["llama"], "llama", ids, hv.NextToken(), ("l1.W_G",), loss_of, LOOSE)
+    assert res.value is not None and calls == []
+    hv.model_hessian(hv.load_model(folders["llama"]), ids, objective=Mine(), wrt=("l1.W_G",)).matvec(
+        torch.ones(res.size, dtype=torch.float64)
+    )
+    assert calls == ["hess_Z"]

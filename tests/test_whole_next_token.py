@@ -58,6 +58,21 @@ def test_chunked_is_the_unchunked_objective_in_float64(kind, chunk, keep, monkey
     assert (got.kept is not None) == keep
 
 
+@pytest.mark.parametrize("block", [7, 4])
+@pytest.mark.parametrize("wide_rows", [1, 10_000])
+def test_vocabulary_blocks_are_the_whole_vocabulary(block, wide_rows, monkeypatch):
+    """A product with ``p`` kept runs ``E`` in blocks of rows (the last one narrower when the
+    vocabulary is not a multiple of the block): the same numbers as the token-wise blocks."""
+    monkeypatch.setattr(nt, "VOCAB_BLOCK", block)
+    monkeypatch.setattr(nt, "VOCAB_BLOCK_WIDE", block + 3)
+    monkeypatch.setattr(nt, "WIDE_ROWS", wide_rows)
+    Z, ids, dZ = inputs()
+    got = nt.NextToken(Z, ids, head("rmsnorm"), chunk=4)
+    assert got.kept is not None and got.E.shape[0] % block and got.E.shape[0] % (block + 3)
+    want = torch.einsum("tij,ktj->kti", got.token_curvature(), dZ)
+    assert rel(got.product(dZ), want) <= 1e-13
+
+
 def test_float32_is_exact_to_its_floor():
     Z, ids, dZ = inputs()
     ref = nt.NextToken(Z, ids, head("layernorm"), chunk=4)  # float64: the exact numbers

@@ -100,8 +100,14 @@ class CustomLoss(Loss):
 
     # ------------------------------------------------------------------ validation
 
-    def checked(self, L: int, d: int, dtype: torch.dtype, device: torch.device, Z: Tensor) -> CustomLoss:
-        """This loss checked against ``Z (L, d)`` and cast to ``dtype`` and ``device``; bound to ``Z``."""
+    def checked(
+        self, L: int, d: int, dtype: torch.dtype, device: torch.device, Z: Tensor, probe: bool = True
+    ) -> CustomLoss:
+        """This loss checked against ``Z (L, d)`` and cast to ``dtype`` and ``device``; bound to ``Z``.
+        ``probe=False`` skips the two-direction probe of a callable curvature (its shapes and
+        symmetry): for hessviz's own objectives' products (:attr:`~hessviz.losses.objective.ModelObjective.
+        exact_curvature`), checked against autograd by their tests, whose probe cost two product
+        columns through the head at every build (a sixth of SmolLM2's set-up at 64 tokens, issue 47)."""
         g = _tensor("grad_Z", self.grad_Z, (L, d), dtype, device)
         if isinstance(self.hess_Z, Tensor):
             if self.hess_Z.ndim == 3:
@@ -118,7 +124,8 @@ class CustomLoss(Loss):
             N = 0.5 * (N + N.transpose(-1, -2))
         elif callable(self.hess_Z):
             N = self.hess_Z
-            _probe("hess_Z", N, L, d, dtype, device)
+            if probe:
+                _probe("hess_Z", N, L, d, dtype, device)
         else:
             raise InputError(
                 f"hess_Z must be a torch.Tensor of shape (L, d, d) or (L*d, L*d), or a callable "

@@ -110,15 +110,23 @@ small's vocabulary (``python benchmarks/next_token_memory.py``, L = 1024, float3
 product of 8 columns took 8.8 s in chunks of 256 and 9.4 s in one chunk of 1024, with 1,036 against
 3,605 MiB of heap; chunks of 64 were as fast at 8 columns and slower at 1."""
 
-KEEP_PROBABILITIES = 64 << 20
+KEEP_PROBABILITIES = 256 << 20
 """Bytes of the softmax ``p (L', V)`` kept from the point for the products when it fits (SmolLM2's
-``V = 49,152`` in float64: up to 170 positions). A product then computes ``E ḣ`` alone instead of
+``V = 49,152`` in float64: up to 682 positions). A product then computes ``E ḣ`` alone instead of
 recomputing the logits ``h Eᵀ`` in the same GEMM, whose rows it doubled at one column (issue 47: the
-head was a third of a 16-token product's GEMM work against double backward's two GEMMs)."""
+head was a third of a 16-token product's GEMM work against double backward's two GEMMs; at 256
+tokens the recomputed logits were 10 % of a SmolLM2 product)."""
 
-VOCAB_SLICE = 256
-"""Rows of ``E`` a kept-softmax product takes at a time on the CPU (:meth:`NextToken._kept_product`):
-``256 × d`` (1.2 MB at SmolLM2's ``d = 576`` in float64) stays in cache between the slice's two GEMMs."""
+VOCAB_BLOCK = 256
+"""Rows of ``E`` per block of a product with ``p`` kept (:meth:`NextToken.product`): ``E ḣ`` and
+``Eᵀ(p ⊙ E ḣ)`` of one block run back to back while the block (``256 × d`` values: 1.2 MB at
+``d = 576`` in float64) is still in the core's cache, so ``E`` is read from memory once a product,
+not twice, and no ``(k, L', V)`` term is formed. Wider blocks at many rows
+(:data:`VOCAB_BLOCK_WIDE` from :data:`WIDE_ROWS` rows), where the GEMMs are compute-bound. SmolLM2,
+one thread, one column (issue 47): 1.49× / 1.31× / 1.30× the unblocked head at 15 / 63 / 255 rows."""
+
+VOCAB_BLOCK_WIDE = 1024
+WIDE_ROWS = 64
 
 PRODUCT_COLUMNS = 8
 """Columns of one product call that a chunk is sized for: :data:`hessviz.products.operator.BATCH`
@@ -166,6 +174,7 @@ class NextToken(ModelObjective):
     :mod:`hessviz.losses.names`): :meth:`at_text` places it at each sequence's last hidden states."""
 
     reads_head = True
+    exact_curvature = True
 
     def __init__(
         self,
@@ -236,7 +245,7 @@ class NextToken(ModelObjective):
             and self.h.shape[0] * E.shape[0] * Z.element_size() <= KEEP_PROBABILITIES
         )
         self.kept: list[Tensor] | None = [] if keep else None
-        self.means: list[Tensor] = []
+        self.mean: list[Tensor] = []  # Eᵀ p_t of each chunk's positions, with p kept
         for c in self._chunks():
             s = self.h[c] @ self.E.T  # (c, V)
             y = self.targets[c]
@@ -248,8 +257,8 @@ class NextToken(ModelObjective):
                 self.kept.append(p)
             if a is None:
                 torch.matmul(p, self.E, out=gh[c])
-                if keep:
-                    self.means.append(gh[c].clone())  # m = Eᵀ p per position
+                if keep:  # Eᵀ p_t, the products' rank-one term
+                    self.mean.append(gh[c].clone())
                 gh[c] -= self.E[y]
             else:  # Eᵀ(a ⊙ (p − e_y))
                 torch.matmul(p * a, self.E, out=gh[c])
@@ -321,17 +330,14 @@ class NextToken(ModelObjective):
         dh = dz if self.norm is None else self.norm.tangent([dz], [None] * nparams)
         dgh = torch.empty_like(dh)
         for i, c in enumerate(self._chunks()):
-            if self.kept is not None and self.E.device.type == "cpu":  # E read once (_kept_product)
-                dgh[:, c] = self._kept_product(dh[:, c], self.kept[i], self.means[i])
+            if self.kept is not None:  # p kept from the point (no cap): E read once, in blocks
+                dgh[:, c] = self._kept_product(dh[:, c], self.kept[i], self.mean[i])
                 continue
-            if self.kept is not None:  # p kept from the point (no cap): E ḣ alone, one GEMM
-                p, a, q = self.kept[i], None, None
-                u = (dh[:, c].reshape(-1, self.d) @ self.E.T).view(k, p.shape[0], -1)
-            else:  # the logits h Eᵀ (recomputed: O(chunk · V) memory) and E ḣ, one GEMM
-                rows = torch.cat([self.h[c][None], dh[:, c]])  # (1 + k, c, d)
-                s = (rows.reshape(-1, self.d) @ self.E.T).view(1 + k, rows.shape[1], -1)
-                p, a, q = self._capped(s[0], self.targets[c])  # (c, V)
-                u = s[1:]  # (k, c, V): E ḣ
+            # the logits h Eᵀ (recomputed: O(chunk · V) memory) and E ḣ, one GEMM
+            rows = torch.cat([self.h[c][None], dh[:, c]])  # (1 + k, c, d)
+            s = (rows.reshape(-1, self.d) @ self.E.T).view(1 + k, rows.shape[1], -1)
+            p, a, q = self._capped(s[0], self.targets[c])  # (c, V)
+            u = s[1:]  # (k, c, V): E ḣ
             if a is None:
                 u -= (u * p).sum(-1, keepdim=True)
                 u *= p  # (diag p − ppᵀ) E ḣ
@@ -352,21 +358,28 @@ class NextToken(ModelObjective):
             )[0][0]
         return out
 
-    def _kept_product(self, dh: Tensor, p: Tensor, m: Tensor) -> Tensor:
-        """``Eᵀ (diag p − ppᵀ) E ḣ`` of a chunk's positions ``dh (k, c, d)``, their softmax ``p (c, V)`` and
-        ``m = Eᵀ p (c, d)`` kept from the point, on the CPU: since ``pᵀ E ḣ = m · ḣ``, it is
-        ``Σ_s E_sᵀ (p_s ⊙ E_s ḣ) − m (m · ḣ)`` over slices ``s`` of :data:`VOCAB_SLICE` rows of ``E``,
-        each slice's two GEMMs while it is in cache: ``E`` (SmolLM2's ``49152 × 576``, 226 MB in
-        float64) is read from memory once a product instead of twice (a one-column product's head
-        0.72× the two whole GEMMs' CPU, 4 columns 0.93×; the same numbers to round-off)."""
+    def _kept_product(self, dh: Tensor, p: Tensor, mean: Tensor) -> Tensor:
+        """``Eᵀ(diag p_t − p_t p_tᵀ) E ḣ_t`` of one chunk, ``dh (k, c, d)``, with ``p (c, V)`` kept and
+        ``mean = Eᵀ p (c, d)``: the rank-one term is ``(Eᵀp_t)(p_tᵀ E ḣ_t) = mean_t (mean_t · ḣ_t)``, and
+        ``Eᵀ (p ⊙ E ḣ) = Σ_j E_jᵀ (p_j ⊙ E_j ḣ)`` over blocks ``E_j`` of :data:`VOCAB_BLOCK` rows, each
+        block's two GEMMs back to back (the block read from memory once; on a GPU one block of every row)."""
         k, c, d = dh.shape
-        out = m * (dh * m).sum(-1, keepdim=True).neg_()  # (k, c, d), contiguous
-        rows, acc = dh.reshape(-1, d), out.view(-1, d)
-        for s in range(0, self.E.shape[0], VOCAB_SLICE):
-            Es = self.E[s : s + VOCAB_SLICE]
-            u = rows @ Es.T  # (k c, slice)
-            u.view(k, c, -1).mul_(p[:, s : s + VOCAB_SLICE])
-            acc.addmm_(u, Es)
+        rows = dh.reshape(k * c, d)
+        V = self.E.shape[0]
+        if self.E.device.type != "cpu":  # a GPU: one block, two launches (no cache to keep it in)
+            block = V
+        else:
+            block = VOCAB_BLOCK_WIDE if k * c >= WIDE_ROWS else VOCAB_BLOCK
+        acc = rows.new_zeros(k * c, d)
+        u = rows.new_empty(k * c * min(block, V))
+        for j in range(0, V, block):
+            Ej = self.E[j : j + block]
+            uj = u[: k * c * Ej.shape[0]].view(k * c, Ej.shape[0])
+            torch.mm(rows, Ej.T, out=uj)  # E_j ḣ
+            uj.view(k, c, -1).mul_(p[:, j : j + block])  # p_j ⊙ E_j ḣ
+            acc.addmm_(uj, Ej)
+        out = acc.view(k, c, d)
+        out -= (dh * mean).sum(-1, keepdim=True) * mean  # − (Eᵀp)(pᵀ E ḣ)
         return out
 
     @property

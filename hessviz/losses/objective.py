@@ -35,6 +35,12 @@ class ModelObjective(Loss):
     """What the Hessian needs when the loss has parameters of its own (a classifier's ``W``, ``b``:
     :class:`~hessviz.losses.classifier.HeadTerms`); ``None``: it has none."""
 
+    exact_curvature: bool = False
+    """Whether this class's curvature is hessviz's own closed form, checked against autograd by the
+    test suite (:class:`~hessviz.losses.NextToken`): a whole model's
+    build then does not probe its product (:meth:`hessviz.losses.CustomLoss.checked`); a subclass of
+    one's own keeps the probe."""
+
     @property
     def prefers_blocks(self) -> bool:
         """Whether :meth:`custom_loss` hands a token-wise curvature over as its ``(L, d, d)`` blocks

@@ -65,6 +65,13 @@ def _T(t: Tensor) -> Tensor:
     return t.transpose(-1, -2)
 
 
+def _add_(a: Maybe, b: Tensor) -> Tensor:
+    """``a + b``, into ``a`` when it has the sum's shape (``a`` a fresh tensor of the caller's)."""
+    if a is None:
+        return b
+    return a.add_(b) if a.shape == torch.broadcast_shapes(a.shape, b.shape) else a + b
+
+
 class AttentionCore(Node):
     """``output = O (L, H d_v)`` from ``input = [Q K V]``; ``heads``, ``d_k``, ``d_v``, ``causal``;
     ``scale`` the factor on ``q·k`` (``None``: ``1/√d_k``), ``window`` the sliding window (with
@@ -105,10 +112,9 @@ class AttentionCore(Node):
         q, k, v = torch.split(qkv, (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v), dim=-1)
         split = lambda t, n, w: t.unflatten(-1, (n, w)).transpose(-2, -3)  # noqa: E731
         q, k, v = split(q, self.H, self.d_k), split(k, self.G, self.d_k), split(v, self.G, self.d_v)
-        k, v = self._expand(k), self._expand(v)
-        if self.rotary is not None:
+        if self.rotary is not None:  # the keys rotated before they are repeated (G heads, not H)
             q, k = self.rotary.apply(q), self.rotary.apply(k)
-        return q, k, v
+        return q, self._expand(k), self._expand(v)
 
     def _expand(self, t: Tensor) -> Tensor:
         """``(..., G, L, w) -> (..., H, L, w)``: query head ``h`` reads key/value head ``h // (H/G)``."""
@@ -117,12 +123,12 @@ class AttentionCore(Node):
     def _gather(self, gQ: Maybe, gK: Maybe, gV: Maybe) -> tuple[Maybe, Maybe, Maybe]:
         """The adjoint of :meth:`_heads` on per-head gradients: ``rotᵀ`` on ``Q̄, K̄``, each key/value
         head summing the gradients of the query heads that read it; ``(..., H or G, L, ·)``."""
+        if self.G != self.H:  # summed before the keys' rotation back (the same for every head)
+            group = self.H // self.G
+            gK, gV = (None if t is None else t.unflatten(-3, (self.G, group)).sum(-3) for t in (gK, gV))
         if self.rotary is not None:
             gQ = None if gQ is None else self.rotary.apply_T(gQ)
             gK = None if gK is None else self.rotary.apply_T(gK)
-        if self.G != self.H:
-            group = self.H // self.G
-            gK, gV = (None if t is None else t.unflatten(-3, (self.G, group)).sum(-3) for t in (gK, gV))
         return gQ, gK, gV
 
     def _concat(self, o: Tensor) -> Tensor:
@@ -135,9 +141,9 @@ class AttentionCore(Node):
         if cached is not None and cached[0] is dqkv:
             return cached[1]
         dQ, dK, dV = self._heads(dqkv)
-        dS0 = dQ @ self.cKT + self.cQ @ _T(dK)  # c(Q̇ Kᵀ + Q K̇ᵀ)
+        dS0 = _add_(dQ @ self.cKT, self.cQ @ _T(dK))  # c(Q̇ Kᵀ + Q K̇ᵀ)
         dS = dS0 if self.cap is None else self.cap.tangent(dS0)
-        out = dQ, dK, dV, softmax.vjp(self.A, dS), dS0
+        out = dQ, dK, dV, softmax.vjp_fused(self.A, dS), dS0
         self._cache = (dqkv, out)
         return out
 
@@ -145,7 +151,7 @@ class AttentionCore(Node):
         if dx[0] is None:
             return None
         _, _, dV, dA, _ = self._tangents(dx[0])
-        return self._concat(dA @ self.V + bt.primal_times_heads(self.A, dV))  # Ȧ V + A V̇
+        return self._concat(_add_(dA @ self.V, bt.primal_times_heads(self.A, dV)))  # Ȧ V + A V̇
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         self.gO = gy.unflatten(-1, (self.H, self.d_v)).transpose(-2, -3)  # (H, L, d_v)
@@ -171,14 +177,17 @@ class AttentionCore(Node):
             dQ, dK, dV, dA, dS0 = self._tangents(a.dx[0])
         self._cache = None  # the forward sweep's, done with
         if second:
-            dgA = add(dgA, self.gO @ _T(dV))  # [Ō V̇ᵀ]
-            dgV = add(dgV, _T(dA) @ self.gO)  # [Ȧᵀ Ō]
-            # A ⊙ (Ā̇ − rowsum(A ⊙ Ā̇ + Ȧ ⊙ Ā)) + Ȧ ⊙ (Ā − r): the softmax rule and its tangent
-            t = dA * self.gA if dgA is None else torch.addcmul(dA * self.gA, self.A, dgA)
-            inner = -_rowsum(t) if dgA is None else dgA - _rowsum(t)
-            dgS = torch.addcmul(dA * self.gA_r, self.A, inner)
+            dgA = _add_(dgA, self.gO @ _T(dV))  # [Ō V̇ᵀ]
+            dgV = _add_(dgV, _T(dA) @ self.gO)  # [Ȧᵀ Ō]
+            # A ⊙ (Ā̇ − rowsum(A ⊙ Ā̇ + Ȧ ⊙ Ā)) + Ȧ ⊙ (Ā − r): the softmax rule and its tangent, in
+            # place on fresh tensors (Ā̇ and Ȧ are this node's own and read no more)
+            t = dA * self.gA
+            if dgA is not None:
+                t.addcmul_(self.A, dgA)
+            inner = -_rowsum(t) if dgA is None else dgA.sub_(_rowsum(t))
+            dgS = dA.mul_(self.gA_r).addcmul_(self.A, inner)
         elif dgA is not None:
-            dgS = softmax.vjp(self.A, dgA)
+            dgS = softmax.vjp_fused(self.A, dgA)
         if self.cap is not None and (dgS is not None or second):  # y' ⊙ S̄̇ + [y'' ⊙ S̄ ⊙ Ṡ₀]
             dgS = self.cap.adjoint_tangent(dgS, self.gS_capped, dS0 if second else None)
         if dgS is not None:
@@ -191,13 +200,14 @@ class AttentionCore(Node):
         if all(p is None for p in parts):
             return [None], []
         like = next(p for p in parts if p is not None)
-        batch = like.shape[:-3]
-        L = self.A.shape[-1]
         widths = (self.H * self.d_k, self.G * self.d_k, self.G * self.d_v)
-        full = [
-            self._concat(p) if p is not None else like.new_zeros(*batch, L, w) for p, w in zip(parts, widths)
-        ]
-        return [torch.cat(full, -1)], []
+        out = like.new_empty(*like.shape[:-3], self.A.shape[-1], sum(widths))
+        for p, view in zip(parts, out.split(widths, -1)):  # each head-major part into its columns
+            if p is None:
+                view.zero_()
+            else:
+                view.unflatten(-1, (p.shape[-3], p.shape[-1])).transpose(-2, -3).copy_(p)
+        return [out], []
 
 
 LinearMaker = Callable[[str, str, Tensor, list[str], list[str]], Node]

@@ -54,6 +54,12 @@ class Elementwise(Node):
             return torch.zeros_like(u)
         raise NotImplementedError
 
+    @classmethod
+    def derivatives(cls, u: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``(φ(u), φ'(u), φ''(u))`` at once (``None`` for ``φ''`` when ``hessian_is_zero``); a subclass
+        may share their common factors (:class:`~hessviz.ops.silu.SiLU`: one sigmoid for the three)."""
+        return cls.f(u), cls.df(u), None if cls.hessian_is_zero else cls.d2f(u)
+
     def __init__(self, output: str, input: str, u: Tensor):
         self.output, self.inputs, self.params = output, (input,), ()
         self.u = u

@@ -52,7 +52,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-from hessviz.ops.base import Along, Lazy, Maybe, Node, Stage, TokenMap, add
+from hessviz.ops.base import Along, Lazy, Maybe, Node, Stage, TokenMap
 from hessviz.ops.contributions import Diagonal
 from hessviz.ops.elementwise import Elementwise
 from hessviz.ops.ffn import FeedForward
@@ -202,32 +202,42 @@ class GatedUnit(Node):
     def __init__(self, output: str, input: str, uh: Tensor, act: type[Elementwise]):
         self.output, self.inputs, self.params = output, (input,), ()
         u, self.h = uh.chunk(2, dim=-1)
-        self.p, self.psi = act.f(u), act.df(u)
+        self.p, self.psi, psi2 = act.derivatives(u)
         self.psi_h = self.psi * self.h
-        self.psi2_h = None if act.hessian_is_zero else act.d2f(u) * self.h
+        self.psi2_h = None if psi2 is None else psi2.mul_(self.h)
         self.y = self.p * self.h
 
     def tangent(self, dx: list[Maybe], dp: list[Maybe]) -> Maybe:
         if dx[0] is None:
             return None
         du, dh = dx[0].chunk(2, dim=-1)
-        return self.psi_h * du + self.p * dh
+        return torch.mul(self.psi_h, du).addcmul_(self.p, dh)
 
     def adjoint(self, gy: Tensor) -> tuple[list[Maybe], list[Maybe]]:
         self.gy = gy
+        # v-independent factors of the second-order rules, formed once
+        self.gpsi = gy * self.psi
+        self.gpsi2_h = None if self.psi2_h is None else gy * self.psi2_h
         return [torch.cat([self.psi_h * gy, self.p * gy], dim=-1)], []
 
     def adjoint_tangent(self, a: Along) -> tuple[list[Maybe], list[Maybe]]:
-        dgy = a.dgy
-        dgu = None if dgy is None else self.psi_h * dgy
-        dgh = None if dgy is None else self.p * dgy
-        if a.second_dx is not None:
-            du, dh = a.second_dx.chunk(2, dim=-1)
-            gpsi = self.gy * self.psi
-            dgu = add(dgu, gpsi * dh, None if self.psi2_h is None else self.gy * self.psi2_h * du)
-            dgh = add(dgh, gpsi * du)
-        if dgu is None and dgh is None:
+        """Both halves written into one ``(k, L, 2 d_ff)`` output:
+        ``ū̇ = ψh ȳ̇ + [ȳψ ḣ + ȳψ'h u̇]``, ``h̄̇ = φ ȳ̇ + [ȳψ u̇]``."""
+        dgy, dx = a.dgy, a.second_dx
+        if dgy is None and dx is None:
             return [None], []
-        like = dgu if dgu is not None else dgh
-        zero = torch.zeros_like(like)
-        return [torch.cat([zero if dgu is None else dgu, zero if dgh is None else dgh], dim=-1)], []
+        like = dgy if dgy is not None else dx
+        out = like.new_empty(*like.shape[:-1], 2 * self.p.shape[-1])
+        dgu, dgh = out.chunk(2, dim=-1)
+        if dgy is not None:
+            torch.mul(self.psi_h, dgy, out=dgu)
+            torch.mul(self.p, dgy, out=dgh)
+        else:
+            out.zero_()
+        if dx is not None:
+            du, dh = dx.chunk(2, dim=-1)
+            dgu.addcmul_(self.gpsi, dh)
+            if self.gpsi2_h is not None:
+                dgu.addcmul_(self.gpsi2_h, du)
+            dgh.addcmul_(self.gpsi, du)
+        return [out], []

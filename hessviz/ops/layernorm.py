@@ -240,9 +240,14 @@ class LayerNorm(Node):
         return dp[0], (dp[1] if self.has_beta else None)
 
     def _jvp_n(self, dz: Tensor) -> tuple[Tensor, Tensor]:
-        """``(ṅ, a)`` for ``ż (k, L, d)``."""
+        """``(ṅ, a)`` for ``ż (k, L, d)``; kept from the forward sweep for the reverse one (same ``ż``)."""
+        kept = getattr(self, "_fwd", None)
+        if kept is not None and kept[0] is dz:
+            return kept[1], kept[2]
         a = _mean(self.n * dz)
-        return _apply_jacobian_rows(self.n, self.inv_sigma, dz, a, self.centre), a
+        dn = torch.addcmul(_centred(dz, self.centre), self.n, a, value=-1.0).mul_(self.inv_sigma)
+        self._fwd = (dz, dn, a)
+        return dn, a
 
     def _jac(self, g: Tensor) -> Tensor:
         """``J g`` row by row."""
@@ -270,24 +275,36 @@ class LayerNorm(Node):
         )
         return [self.gz], grads
 
+    def _adjoint_rows(self, dgn: Maybe, dn: Maybe, a: Maybe) -> Maybe:
+        """``J n̄̇ + (∂J[ż]) n̄`` in one pass over the rows:
+        ``(Π n̄̇ − n (mean(n ⊙ n̄̇) + mean(ṅ ⊙ n̄)) − m ṅ − a z̄) / σ`` with ``m = mean(n ⊙ n̄)``,
+        ``a = mean(n ⊙ ż)``, ``z̄ = J n̄`` (either part ``None``: zero)."""
+        if dgn is None and dn is None:
+            return None
+        coef = None if dgn is None else _mean(self.n * dgn)
+        if dn is not None:
+            coef = add(coef, _mean(dn * self.gn))
+        if dgn is None:
+            out = torch.mul(self.n, coef).neg_()
+        else:
+            out = torch.addcmul(_centred(dgn, self.centre), self.n, coef, value=-1.0)
+        if dn is not None:
+            out.addcmul_(dn, self.m, value=-1.0).addcmul_(self.gz, a, value=-1.0)
+        return out.mul_(self.inv_sigma)
+
     def adjoint_tangent(self, along: Along) -> tuple[list[Maybe], list[Maybe]]:
         dgy, need_p = along.dgy, along.need_p
         dgamma, _ = self._split(along.dp)
         dn = None
         if along.second_dx is not None:
             dn, a = self._jvp_n(along.second_dx)
+        self._fwd = None  # the forward sweep's, done with
         dgz = None
         if along.need_x[0]:
             dgn = None if dgy is None else self._scale(dgy)  # γ ȳ̇
             if along.second and dgamma is not None:
                 dgn = add(dgn, dgamma[:, None, :] * self.gy)  # γ̇ ȳ
-            dgz = None if dgn is None else self._jac(dgn)
-            if dn is not None:  # (∂J[ż]) n̄
-                dgz = add(
-                    dgz,
-                    -a * self.inv_sigma * self.gz
-                    - (dn * self.m + self.n * _mean(dn * self.gn)) * self.inv_sigma,
-                )
+            dgz = self._adjoint_rows(dgn, dn, a if dn is not None else None)
         dgp: list[Maybe] = []
         if self.gamma is not None:
             dgg = None

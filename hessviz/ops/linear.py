@@ -76,12 +76,13 @@ class Linear(Node):
 
     def times_W(self, a: Tensor) -> Tensor:
         """``a W``: ``(…, n) -> (…, m)``, one GEMM per weight block into its columns when unfused."""
-        if self.W is not None:
-            return a @ self.W
         rows = a.reshape(-1, a.shape[-1])
         out = rows.new_empty(rows.shape[0], sum(self.widths))
-        for w, c in zip(self.blocks, self.cols):
-            out[:, c] = rows @ w
+        if self.W is not None:
+            bt.rows_times(rows, self.W, out)
+        else:
+            for w, c in zip(self.blocks, self.cols):
+                bt.rows_times(rows, w, out[:, c])  # into its columns (unit stride: no copy)
         return out.reshape(*a.shape[:-1], out.shape[1])
 
     def times_WT(self, a: Tensor) -> Tensor:

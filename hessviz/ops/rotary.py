@@ -56,13 +56,30 @@ class Rotary:
         self.r, self.d_k, self.theta = r, d_k, theta
         self.c, self.s = tables(L, d_k, r, theta, like)
 
+    @cached_property
+    def _halves(self) -> tuple[Tensor, Tensor]:
+        """``(−s[:, :r/2], s[:, r/2:r])``: the sines that multiply each half of ``rh``."""
+        h = self.r // 2
+        return -self.s[:, :h], self.s[:, h : self.r]
+
     def apply(self, u: Tensor) -> Tensor:
-        """``rot_t(u_t)`` row by row for ``u (..., L, d_k)``."""
-        return u * self.c + rotate_half(u, self.r) * self.s
+        """``rot_t(u_t) = u_t ⊙ c_t + rh(u_t) ⊙ s_t`` row by row for ``u (..., L, d_k)``, ``rh`` written
+        half by half into the product (no ``rh(u)`` formed)."""
+        h, r = self.r // 2, self.r
+        ns, s2 = self._halves
+        out = u * self.c
+        out[..., :h].addcmul_(u[..., h:r], ns)  # −u[h:r] s[:h]
+        out[..., h:r].addcmul_(u[..., :h], s2)  # + u[:h] s[h:r]
+        return out
 
     def apply_T(self, v: Tensor) -> Tensor:
         """``rot_tᵀ(v_t) = v_t ⊙ c_t − rh(v_t ⊙ s_t)`` row by row (the adjoint of :meth:`apply`)."""
-        return v * self.c - rotate_half(v * self.s, self.r)
+        h, r = self.r // 2, self.r
+        ns, s2 = self._halves
+        out = v * self.c
+        out[..., :h].addcmul_(v[..., h:r], s2)  # + v[h:r] s[h:r]
+        out[..., h:r].addcmul_(v[..., :h], ns)  # − v[:h] s[:h]
+        return out
 
     @cached_property
     def relative(self) -> Tensor:

@@ -28,3 +28,11 @@ class SiLU(Elementwise):
     def d2f(u: Tensor) -> Tensor:
         s = torch.sigmoid(u)
         return s * (1.0 - s) * (2.0 + u * (1.0 - 2.0 * s))
+
+    @classmethod
+    def derivatives(cls, u: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``(φ, φ', φ'')`` from one sigmoid: ``1 − s`` and ``u (1 − s)`` shared."""
+        s = torch.sigmoid(u)
+        one_minus = 1.0 - s
+        u1 = u * one_minus
+        return u * s, s * (1.0 + u1), (s * one_minus) * (2.0 + u1 - u * s)

@@ -60,6 +60,13 @@ def vjp(a: Tensor, g: Tensor) -> Tensor:
     return vjp_centered(a, g)[0]
 
 
+def vjp_fused(a: Tensor, g: Tensor) -> Tensor:
+    """:func:`vjp` as ``a ⊙ g − a ⊙ rowsum(a ⊙ g)``, in place on one fresh tensor (one pass fewer
+    over ``(…, L, L)`` than :func:`vjp_centered`; the products' tangents use it)."""
+    t = a * g
+    return t.addcmul_(a, t.sum(-1, keepdim=True), value=-1.0)
+
+
 def vjp_centered(a: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
     """``(Jᵀ g, g − aᵀg)``: the VJP and the centred ``g`` it is made of (the adjoint tangent reuses it)."""
     centered = g - (a * g).sum(-1, keepdim=True)

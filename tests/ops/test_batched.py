@@ -87,3 +87,18 @@ def test_columns_last_products_match_the_loop(rng, rtol):
     assert_close(
         bt.add_primal_times_T_(outT, wide[:, 1:3], B), expected, rtol, "out_j += a Ẇ_jᵀ, columns last"
     )
+
+
+@pytest.mark.parametrize("rows", [1, 16, bt.K_BLOCK_ROWS, bt.K_BLOCK_ROWS + 1])
+@pytest.mark.parametrize("n", [bt.K_BLOCK - 1, bt.K_BLOCK + 1, 3 * bt.K_BLOCK + 5])
+def test_rows_times_is_one_product_into_a_column_block(rows, n):
+    """``a W`` in blocks of the weight's rows (few activation rows) or one GEMM: the same product, to
+    round-off, written into a column block of a wider tensor and nowhere else."""
+    g = torch.Generator().manual_seed(rows + n)
+    a = torch.randn(rows, n, generator=g, dtype=torch.float64)
+    W = torch.randn(n, 7, generator=g, dtype=torch.float64)
+    wide = torch.full((rows, 12), 5.0, dtype=torch.float64)
+    got = bt.rows_times(a, W, wide[:, 3:10])
+    assert got.data_ptr() == wide[:, 3:10].data_ptr()
+    assert torch.allclose(wide[:, 3:10], a @ W, rtol=1e-14, atol=1e-13)
+    assert (wide[:, :3] == 5).all() and (wide[:, 10:] == 5).all()
