@@ -31,12 +31,14 @@ What the values *mean* is checked afterwards (:mod:`hessviz.pretrained.gguf_file
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hessviz.errors import CheckpointError
+from hessviz.pretrained.bounded import shown
 
 VERSIONS = (2, 3)
 MAX_KEYS = 1 << 16
@@ -204,10 +206,13 @@ def read_header(
         if name == "general.alignment":
             alignment = out.metadata[name]
             if kind != UINT32 or alignment == 0 or alignment & (alignment - 1):
-                raise h.fail(f"general.alignment = {alignment!r} is not a power of two (a uint32)")
-    infos = []
+                raise h.fail(f"general.alignment = {shown(alignment)} is not a power of two (a uint32)")
+    infos, names = [], set()
     for i in range(tensors):
         name = h.string(f"the name of tensor {i}", limit=MAX_NAME)
+        if name in names:
+            raise h.fail(f"tensor {name!r} appears twice")
+        names.add(name)
         n_dims = h.number("I", f"the dimension count of tensor {name!r}")
         if n_dims > MAX_DIMS:
             raise h.fail(f"tensor {name!r} has {n_dims} dimensions; GGUF tensors have at most {MAX_DIMS}")
@@ -217,9 +222,9 @@ def read_header(
             raise h.fail(f"tensor {name!r} has unknown type id {kind}")
         offset = h.number("Q", f"the data offset of tensor {name!r}")
         infos.append((name, kind, dims, offset))
-    data, names = h.pos + (-h.pos) % alignment, set()
+    data = h.pos + (-h.pos) % alignment
     for name, kind, dims, offset in infos:
-        elements = int(np.prod(dims, dtype=object)) if dims else 1
+        elements = math.prod(dims)
         block, block_bytes = quant_sizes[kind]
         end = data + offset + -(-elements // block) * block_bytes
         if end > size:
@@ -227,9 +232,6 @@ def read_header(
                 f"tensor {name!r} ends at byte {end} but the file has {size} bytes: "
                 "the GGUF file is truncated"
             )
-        if name in names:
-            raise h.fail(f"tensor {name!r} appears twice")
-        names.add(name)
         out.tensors.append(
             TensorInfo(name, kind, dims, data + offset, elements, elements * block_bytes // block)
         )
