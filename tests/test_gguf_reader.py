@@ -7,12 +7,16 @@ several tensor types in both byte orders, and the bundled SmolLM2 file (its 49k-
 
 from __future__ import annotations
 
+import os
+import pickle
+
 import numpy as np
 import pytest
 
 from hessviz.errors import CheckpointError
 from hessviz.pretrained import gguf_file
 from tests.test_loaders_fail_closed import gguf_file as gguf_file_of
+from tests.test_loaders_fail_closed import gguf_string
 
 gg = pytest.importorskip("gguf")
 
@@ -109,6 +113,18 @@ def test_a_row_that_is_not_whole_blocks_is_one_error(tmp_path):
         CheckpointError, match=r"tensor 'token_embd.weight' \(Q8_0\) of shape .* cannot be read"
     ):
         opened(path)
+
+
+def test_an_opened_file_pickles_as_its_state(tmp_path):
+    """A checkpoint that holds the mapped file (``hv.load_model``'s model does) pickles as the file's
+    state and unpickles to the same opened file; a file changed since is refused."""
+    path = gguf_file_of(tmp_path / "t.gguf", keys=[("general.architecture", 8, gguf_string("llama"))])
+    mine = opened(path)
+    data = pickle.dumps(mine)
+    assert len(data) < 1000 and pickle.loads(data) is mine
+    os.utime(path, ns=(0, 0))
+    with pytest.raises(CheckpointError, match="changed since it was opened"):
+        pickle.loads(data)
 
 
 def test_the_bundled_smollm2_file_reads_as_gguf_reads_it():

@@ -204,14 +204,25 @@ class _Opened:
     """What :func:`_open_file` keeps per file state: the metadata, the tensor index (each tensor's
     data a view of the memory-mapped file), and the header with the places of the vocabulary arrays,
     read by :meth:`array` only when a text is tokenised (Gemma 3's 262,144 pieces are ~0.2 s and
-    ~30 MB as Python strings)."""
+    ~30 MB as Python strings). Pickled, it is its file state: unpickling maps the file again
+    (:func:`_reopen`), never a copy of it."""
 
-    path: str
-    size: int
+    state: tuple[str, int, int]
     buf: mmap.mmap = field(repr=False)
     header: Header = field(repr=False)
     metadata: dict
     tensors: dict = field(default_factory=dict)  # HF name -> GGUFTensor
+
+    @property
+    def path(self) -> str:
+        return self.state[0]
+
+    @property
+    def size(self) -> int:
+        return self.state[1]
+
+    def __reduce__(self):
+        return _reopen, (self.state,)
 
     def has(self, key: str) -> bool:
         """Whether the file holds the vocabulary array ``key``."""
@@ -284,7 +295,19 @@ def _open_file(state: tuple[str, int, int]) -> _Opened:
                 f"source {path!r}: tensor {t.name!r} has type {kind}; hessviz dequantizes {', '.join(TYPES)}"
             )
         tensors[name] = t
-    return _Opened(path, size, buf, header, metadata, tensors)
+    return _Opened(state, buf, header, metadata, tensors)
+
+
+def _reopen(state: tuple[str, int, int]) -> _Opened:
+    """A pickled :class:`_Opened` back: its file mapped again, refused if it changed since."""
+    path = state[0]
+    try:
+        st = Path(path).stat()
+    except OSError as e:
+        raise CheckpointError(f"source {path!r} cannot be read ({e.strerror or e})") from None
+    if (st.st_size, st.st_mtime_ns) != state[1:]:
+        raise CheckpointError(f"source {path!r} changed since it was opened; open it again")
+    return _open_file(state)
 
 
 def _config(path: str, metadata: dict, tensors: dict) -> dict:
