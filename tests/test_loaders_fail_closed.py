@@ -399,6 +399,11 @@ ARCH = ("general.architecture", 8, gguf_string("llama"))
         ({"tensors": [("w", (4,), 999, 0)]}, "tensor 'w' has unknown type id 999"),
         ({"tensors": [("w", (2**62, 2**62), 0, 0)]}, "tensor 'w' ends at byte .* the GGUF file is truncated"),
         ({"tensors": [("w", (4,), 0, 2**63)]}, "tensor 'w' ends at byte"),
+        ({"keys": [ARCH, ARCH]}, "key 'general.architecture' appears twice"),
+        ({"keys": [(b"\xffk", 4, b"\0" * 4)]}, "the name of key 0 is not UTF-8 text"),
+        ({"keys": [("general.alignment", 8, gguf_string("32"))]}, "general.alignment = '32' is not a power"),
+        ({"keys": [ARCH, ("general.name", 8, gguf_string(b"\xc3("))]}, "key 'general.name' is not UTF-8"),
+        ({"tensors": [("w", (4,), 0, 0), ("w", (4,), 0, 0)]}, "tensor 'w' appears twice"),
     ],
 )
 def test_a_bad_gguf_header_is_one_error(tmp_path, parts, match):
@@ -494,6 +499,10 @@ def test_gguf_metadata_of_the_wrong_type_is_named(tmp_path, override, match):
         ({"tokenizer.ggml.merges": ["a b c"]}, "merges item 0 is 'a b c', not two tokens"),
         ({"tokenizer.ggml.merges": ["x y"]}, "make no BPE tokenizer .*Token `x` out of vocabulary"),
         ({"tokenizer.ggml.token_type": ["1"]}, "tokenizer.ggml.token_type must be an array of integers"),
+        (
+            {"tokenizer.ggml.tokens": [b"\xff"] + TOKENS[1:]},
+            "item 0 of key 'tokenizer.ggml.tokens' is not UTF-8 text",
+        ),
         ({"tokenizer.ggml.pre": ["llama3"]}, None),  # not a name it knows: GPT-2's split, as before
     ],
 )

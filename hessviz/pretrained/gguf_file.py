@@ -1,9 +1,12 @@
 """A GGUF file (llama.cpp's format) as a checkpoint: its metadata as a Hugging Face config, its
 tensors under Hugging Face names, dequantized lazily by the ``gguf`` package.
 
-Opening a file reads its header only (``gguf.GGUFReader`` memory-maps the file); a tensor is
+Opening a file memory-maps it and reads its header only, with hessviz's own bounded reader
+(:mod:`hessviz.pretrained.gguf_header`: ``gguf.GGUFReader`` builds a few numpy views per vocabulary
+item, ~700 MB and ~20 s for Gemma 3's 262,144 pieces, where this takes ~5 MB and ~0.05 s); each tensor's
+data is the view of the mapped bytes that ``gguf.GGUFReader`` gives (:class:`GGUFTensor`). A tensor is
 dequantized when it is read, and an embedding table only in the rows a text uses, so a 98 MB
-file never sits in memory twice.
+file never sits in memory twice; the vocabulary is decoded only when a text is tokenised.
 
 * **Architectures** ``llama``, ``qwen2``, ``qwen3`` (``general.architecture``), read by the families
   of the same name (:mod:`hessviz.pretrained.families`) from a config built out of the
@@ -27,12 +30,13 @@ file never sits in memory twice.
 Anything else (a truncated file, an unknown tensor type, another architecture, a key that changes
 the math: rope scaling, a sliding window, experts, soft-capping, a partial rotary width, a size of the
 wrong type) is a :class:`~hessviz.errors.CheckpointError` naming it; an error inside ``gguf`` never escapes
-as is. The header is walked within bounds before ``gguf`` parses it (:mod:`hessviz.pretrained.gguf_header`),
-so a damaged or hostile header is refused in bounded time and memory.
+as is. The header is read within bounds (:mod:`hessviz.pretrained.gguf_header`), so a damaged or
+hostile header is refused in bounded time and memory.
 """
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -44,7 +48,7 @@ from torch import Tensor
 from hessviz.errors import CheckpointError
 from hessviz.pretrained.bounded import shown
 from hessviz.pretrained.checkpoint import CACHE_SIZE, Checkpoint
-from hessviz.pretrained.gguf_header import check_header
+from hessviz.pretrained.gguf_header import Header, TensorInfo, deferred_value, read_header
 from hessviz.pretrained.gguf_spm import check_size, sentencepiece_tokenizer
 
 MAGIC = b"GGUF"
@@ -170,26 +174,87 @@ def _gguf():
     return gguf
 
 
-def _value(field) -> object:
-    try:
-        return field.contents()
-    except Exception as e:  # a malformed field: gguf raises whatever numpy raises
-        raise CheckpointError(f"GGUF key {field.name!r} cannot be read ({e})") from None
+@dataclass(frozen=True)
+class GGUFTensor:
+    """One tensor of the file: what ``gguf.GGUFReader``'s ``ReaderTensor`` holds and hessviz reads.
+    ``shape`` in GGUF order (fastest first); ``data`` a read-only view of the mapped file, the array
+    ``ReaderTensor.data`` is (for ``gguf.quants.dequantize``): the values for ``F32``, ``F16`` (and
+    ``F64``, ``I8`` … ``I64``) in the reversed shape, otherwise the raw bytes, one row per row."""
+
+    name: str
+    tensor_type: object  # gguf.GGMLQuantizationType
+    shape: tuple[int, ...]
+    data: np.ndarray = field(repr=False)
+
+
+_ITEMS = {
+    "F16": np.float16,
+    "F32": np.float32,
+    "F64": np.float64,
+    "I8": np.int8,
+    "I16": np.int16,
+    "I32": np.int32,
+    "I64": np.int64,
+}
+"""Tensor types whose data ``gguf`` views as values, not bytes."""
 
 
 @dataclass(frozen=True)
 class _Opened:
     """What :func:`_open_file` keeps per file state: the metadata, the tensor index (each tensor's
-    data a view of the memory-mapped file) and the vocabulary lists. The reader itself, whose parsed
-    fields take ~160 MB for a 49k-token vocabulary, is let go."""
+    data a view of the memory-mapped file), and the header with the places of the vocabulary arrays,
+    read by :meth:`array` only when a text is tokenised (Gemma 3's 262,144 pieces are ~0.2 s and
+    ~30 MB as Python strings). Pickled, it is its file state: unpickling maps the file again
+    (:func:`_reopen`), never a copy of it."""
 
+    state: tuple[str, int, int]
+    buf: mmap.mmap = field(repr=False)
+    header: Header = field(repr=False)
     metadata: dict
-    tensors: dict = field(default_factory=dict)  # HF name -> gguf ReaderTensor
-    vocab: dict = field(default_factory=dict)  # tokenizer.ggml.tokens / merges / token_type -> list
+    tensors: dict = field(default_factory=dict)  # HF name -> GGUFTensor
+
+    @property
+    def path(self) -> str:
+        return self.state[0]
+
+    @property
+    def size(self) -> int:
+        return self.state[1]
+
+    def __reduce__(self):
+        return _reopen, (self.state,)
+
+    def has(self, key: str) -> bool:
+        """Whether the file holds the vocabulary array ``key``."""
+        return key in self.header.deferred
+
+    def array(self, key: str) -> object:
+        """The value of the vocabulary key ``key`` (a list, if the file is well formed)."""
+        return deferred_value(self.buf, self.size, self.path, self.header, key)
 
 
 _VOCAB = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")
-_SMALL = _VOCAB + ("tokenizer.ggml.scores",)
+_DEFERRED = _VOCAB + ("tokenizer.ggml.scores",)
+
+
+def _tensor(gguf, base: np.ndarray, info: TensorInfo, order: str, path: str) -> GGUFTensor:
+    """The :class:`GGUFTensor` of ``info``: ``base`` the whole file as bytes; views as ``gguf`` does."""
+    qtype = gguf.GGMLQuantizationType(info.kind)
+    shape = tuple(reversed(info.dims))
+    item = _ITEMS.get(qtype.name)
+    if item is None:
+        dtype, count = np.dtype(np.uint8), info.n_bytes
+        try:
+            shape = gguf.quants.quant_shape_to_byte_shape(shape, qtype)
+        except Exception as e:  # a row not a whole number of blocks
+            raise CheckpointError(
+                f"source {path!r}: GGUF header: tensor {info.name!r} ({qtype.name}) of shape "
+                f"{shape} cannot be read ({e}); the file is truncated or damaged"
+            ) from None
+    else:
+        dtype, count = np.dtype(item).newbyteorder(order), info.n_elements
+    data = base[info.offset : info.offset + count * dtype.itemsize].view(dtype)
+    return GGUFTensor(info.name, qtype, info.dims, data.reshape(shape))
 
 
 @lru_cache(maxsize=CACHE_SIZE)
@@ -201,32 +266,22 @@ def _open_file(state: tuple[str, int, int]) -> _Opened:
             "'GGUF'); a source is a checkpoint folder, a .gguf file or a bundled name"
         )
     gguf = _gguf()
+    quant_sizes = {int(k): v for k, v in gguf.GGML_QUANT_SIZES.items()}
     try:
-        check_header(path, size, {int(k): v for k, v in gguf.GGML_QUANT_SIZES.items()})
-    except OSError as e:
-        raise CheckpointError(f"source {path!r} cannot be read ({e.strerror or e})") from None
-    try:
-        reader = gguf.GGUFReader(path, "r")
-    except Exception as e:  # truncated header, unknown type id, bad version …
+        with open(path, "rb") as f:
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as e:  # ValueError: an empty file
         raise CheckpointError(
-            f"source {path!r}: GGUF header cannot be read ({type(e).__name__}: {e}); "
-            "the file is truncated or damaged"
+            f"source {path!r} cannot be read ({getattr(e, 'strerror', None) or e})"
         ) from None
-    metadata = {
-        name: _value(f)
-        for name, f in reader.fields.items()
-        if name not in _SMALL and not name.startswith("GGUF.")
-    }
+    header = read_header(buf, size, path, quant_sizes, _DEFERRED)
+    metadata = {name: value for name, value in header.metadata.items() if not name.startswith("GGUF.")}
     tensors = {}
     arch = metadata.get("general.architecture")
-    for t in reader.tensors:
-        end = int(t.data_offset) + int(t.n_bytes)
-        if end > size:
-            raise CheckpointError(
-                f"source {path!r}: tensor {t.name!r} ends at byte {end} but the file has "
-                f"{size} bytes: the GGUF file is truncated"
-            )
-        kind = getattr(t.tensor_type, "name", str(t.tensor_type))
+    base = np.frombuffer(buf, np.uint8)
+    for info in header.tensors:
+        t = _tensor(gguf, base, info, header.order, path)
+        kind = t.tensor_type.name
         if t.name in _REFUSED_TENSORS:
             raise CheckpointError(
                 f"source {path!r}: tensor {t.name!r} holds {_REFUSED_TENSORS[t.name]}, "
@@ -240,8 +295,19 @@ def _open_file(state: tuple[str, int, int]) -> _Opened:
                 f"source {path!r}: tensor {t.name!r} has type {kind}; hessviz dequantizes {', '.join(TYPES)}"
             )
         tensors[name] = t
-    vocab = {key: _value(reader.fields[key]) for key in _VOCAB if key in reader.fields}
-    return _Opened(metadata, tensors, vocab)
+    return _Opened(state, buf, header, metadata, tensors)
+
+
+def _reopen(state: tuple[str, int, int]) -> _Opened:
+    """A pickled :class:`_Opened` back: its file mapped again, refused if it changed since."""
+    path = state[0]
+    try:
+        st = Path(path).stat()
+    except OSError as e:
+        raise CheckpointError(f"source {path!r} cannot be read ({e.strerror or e})") from None
+    if (st.st_size, st.st_mtime_ns) != state[1:]:
+        raise CheckpointError(f"source {path!r} changed since it was opened; open it again")
+    return _open_file(state)
 
 
 def _config(path: str, metadata: dict, tensors: dict) -> dict:
@@ -359,10 +425,7 @@ class GGUFCheckpoint(Checkpoint):
         st = path.stat()
         opened = _open_file((str(path), st.st_size, st.st_mtime_ns))
         config = _config(str(path), opened.metadata, opened.tensors)
-        shapes = {
-            name: (str(path), tuple(int(n) for n in reversed(t.shape.tolist())))
-            for name, t in opened.tensors.items()
-        }
+        shapes = {name: (str(path), tuple(reversed(t.shape))) for name, t in opened.tensors.items()}
         return cls(path, config, shapes, label or path.name, opened)
 
     @property
@@ -418,20 +481,20 @@ class GGUFCheckpoint(Checkpoint):
 
     @property
     def has_tokenizer(self) -> bool:
-        return "tokenizer.ggml.tokens" in self.opened.vocab
+        return self.opened.has("tokenizer.ggml.tokens")
 
 
 def _field(opened: _Opened, key: str, path: str, item: type = str, default: list | None = None) -> list:
     """The vocabulary array ``key``, checked to be an array of ``item`` (``default`` when absent, or
     :class:`CheckpointError` when that is None)."""
-    if key not in opened.vocab:
+    if not opened.has(key):
         if default is not None:
             return default
         raise CheckpointError(
             f"source {path!r}: GGUF key {key} is missing, so a text cannot be tokenised; "
             "pass token ids instead of a text"
         )
-    values = opened.vocab[key]
+    values = opened.array(key)
     if not isinstance(values, list) or any(isinstance(v, bool) or not isinstance(v, item) for v in values):
         raise CheckpointError(
             f"source {path!r}: GGUF key {key} must be an array of "
