@@ -136,3 +136,30 @@ def test_a_stored_part_is_nan_where_the_run_did_not_reach():
         and np.isnan(np.delete(top, part["names"].index("l1.W_Q"))).all()
     )
     assert np.isfinite(part["grad_norm"]).all()
+
+
+def test_reading_a_stored_llm_for_its_pages_fits_the_hosted_memory(tmp_path):
+    """What the three pages read of a real LLM (its configuration, its stored table and claims) leaves
+    a fresh process with the app's stack under 600 MiB at its peak, inside the hosted profile's 800 MiB:
+    the GGUF file's 262,144-piece vocabulary is not parsed for it (it took the peak to 986 MiB)."""
+    import subprocess
+    import sys
+
+    from hessviz.pretrained.checkpoint import available_models
+
+    models = [m for m in SHAPES if m in available_models()]
+    if not models:
+        pytest.skip("no bundled LLM is installed (the README's set-up installs them)")
+    code = (
+        "import resource, hessviz, streamlit, plotly\n"
+        "from hessviz import pretrained\n"
+        "from hessviz.app import stored_tables\n"
+        f"for m in {models!r}:\n"
+        "    pretrained.model_info(m); stored_tables.load(m); stored_tables.claims(m)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) < 600, out.stdout
