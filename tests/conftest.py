@@ -41,9 +41,13 @@ def app_server():
         yield srv
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def app_browser(app_server):
-    """One headless Chromium for those tests (each opens its own contexts)."""
+    """One headless Chromium for a module of those tests (each opens its own contexts). Per module,
+    not per session: Playwright's sync API runs an event loop while it is open, and a module after
+    them that starts its own (``test_install.py``, the lesson tests) or calls ``asyncio.run`` would
+    find it running. Starting Chromium takes about a second; the server's computed views are what
+    the session shares."""
     from tests.streamlit_server import chromium
 
     with chromium() as b:
