@@ -107,7 +107,7 @@ def test_the_pages_draw_a_stored_table_within_the_hosted_limit(model, monkeypatc
     assert not at.error and any("Gini of the 22 gradient norms" in t for t in titles(at))
     assert (
         at.metric[0].value
-        == f"{stored_tables.claims(model)[stored_tables.gini_claim(model)]['measured'][f'gini_{model}']:.3f}"
+        == f"{stored_tables.claims(model)[stored_tables.gini_id(model)]['measured'][f'gini_{model}']:.3f}"
     )
     assert not list(cache.STORE.items())
 

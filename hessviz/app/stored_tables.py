@@ -11,7 +11,7 @@ Heterogeneity and Optimization pages read the files on every profile:
   ``head_layers``;
 * ``gradients.json``: the gradient norm of every weight and head of every layer (one backward);
 * ``claims.json``: the model's claims (``hessviz reproduce --smollm2``, ``--gemma3``), among them the
-  Gini with its interval (:func:`gini_claim`).
+  Gini with its interval (:func:`~hessviz.experiments.llm.gini_id`).
 
 :func:`part` returns what :func:`hessviz.app.whole_model.arrays` returns for a live table, with NaN
 where the run did not reach a tensor (and no trace: the run computed none), so the pages draw both
@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 
 from hessviz.errors import InputError
+from hessviz.experiments.llm import gini_id, reproduce_command, sharpness_id  # noqa: F401  (the pages')
 from hessviz.experiments.llm_table import FOLDERS, stored
 
 MODELS = {m: stored(m) for m in FOLDERS if (stored(m) / "table.json").is_file()}
@@ -62,33 +63,6 @@ def load(model: str, where: Path | None = None) -> dict:
             raise InputError(f"table.json in {d}: field {k!r} is missing")
     grads = _json(d / "gradients.json").get("grad", {}) if (d / "gradients.json").is_file() else {}
     return {**t, "grad": grads}
-
-
-def gini_claim(model: str) -> str:
-    """The id of ``model``'s Tomihari & Sato claim with its interval (:mod:`hessviz.experiments.llm`).
-
-    >>> gini_claim("gemma3-270m")
-    'gini_interval_gemma3'
-    """
-    return f"gini_interval_{FOLDERS.get(model, model)}"
-
-
-def sharpness_claim(model: str) -> str:
-    """The id of ``model``'s Wang et al. claim under four metrics (:mod:`hessviz.experiments.llm`).
-
-    >>> sharpness_claim("smollm2-135m")
-    'sharpness_metrics_smollm2'
-    """
-    return f"sharpness_metrics_{FOLDERS.get(model, model)}"
-
-
-def reproduce_flag(model: str) -> str:
-    """The ``hessviz reproduce`` flag that writes ``model``'s claims.
-
-    >>> reproduce_flag("smollm2-135m")
-    '--smollm2'
-    """
-    return f"--{FOLDERS.get(model, model)}"
 
 
 def claims(model: str, where: Path | None = None) -> dict[str, dict]:

@@ -27,6 +27,7 @@ import numpy as np
 
 from hessviz import plots
 from hessviz.experiments.common import SOURCES, Claim, Measurement, Verdict, grade
+from hessviz.experiments.llm_table import short
 from hessviz.experiments.sharpness import ORDER, stored
 from hessviz.laws.fitting import gini, t_interval
 from hessviz.resources import data
@@ -47,9 +48,31 @@ COMMITTED = data("claims", "data", "gini_protocol.npz")
 GINI_BESIDE = {"pydoc-postln": "Post-LN", "pydoc-preln": "Pre-LN", "all-MiniLM-L6-v2": "Post-LN"}
 
 
-def short(model: str) -> str:
-    """``smollm2-135m -> smollm2``, ``gemma3-270m -> gemma3`` (the folder and the claims' suffix)."""
-    return stored(model).name
+def sharpness_id(model: str) -> str:
+    """The id of :func:`sharpness_claim` on ``model``.
+
+    >>> sharpness_id("smollm2-135m")
+    'sharpness_metrics_smollm2'
+    """
+    return f"sharpness_metrics_{short(model)}"
+
+
+def gini_id(model: str) -> str:
+    """The id of :func:`gini_claim` on ``model``.
+
+    >>> gini_id("gemma3-270m")
+    'gini_interval_gemma3'
+    """
+    return f"gini_interval_{short(model)}"
+
+
+def reproduce_command(model: str) -> str:
+    """The command that writes ``model``'s claims (:func:`main`).
+
+    >>> reproduce_command("smollm2-135m")
+    'hessviz reproduce --smollm2'
+    """
+    return f"hessviz reproduce --{short(model)}"
 
 
 def _read(path: pathlib.Path, how: str) -> dict:
@@ -103,7 +126,6 @@ def relations(S: dict[str, float]) -> list[bool]:
 
 def sharpness_claim(model: str) -> Claim:
     """The Wang et al. claim on ``model`` (module docstring)."""
-    name = short(model)
 
     def measure(quick: bool = False) -> Measurement:
         S, se, run = metric_means(model)
@@ -184,7 +206,7 @@ def sharpness_claim(model: str) -> Claim:
             f"{run['load_average_start'][0]:.0f} at the start, on 2 shared cores)."
         )
         figs = {
-            f"sharpness_metrics_{name}": plots.grouped_bars(
+            sharpness_id(model): plots.grouped_bars(
                 list(ORDER),
                 {k: [S[k].get(t, np.nan) for t in ORDER] for k in S},
                 title=f"{model}: S per block type, each metric (Wang et al.: Emb ≪ QK < FFN < VO ≪ Norm)",
@@ -195,7 +217,7 @@ def sharpness_claim(model: str) -> Claim:
         return note, figs
 
     return Claim(
-        f"sharpness_metrics_{name}",
+        sharpness_id(model),
         f"On {model}, the block types' sharpness is ordered S(Emb) ≪ S(QK) < S(FFN) < S(VO) ≪ S(Norm), "
         "S the average sharpness tr(H_TT)/m_T of a type (Gauss–Newton, GNB-estimated in the paper).",
         WANG,
@@ -216,7 +238,6 @@ def committed_batches() -> dict[str, np.ndarray]:
 
 def gini_claim(model: str) -> Claim:
     """The Tomihari & Sato claim on ``model`` (module docstring)."""
-    name = short(model)
 
     def measure(quick: bool = False) -> Measurement:
         got = _read(
@@ -265,7 +286,7 @@ def gini_claim(model: str) -> Claim:
             "Differences: models of different size, data and training; few batches, so wide intervals."
         )
         figs = {
-            f"gini_interval_{name}": plots.grouped_bars(
+            gini_id(model): plots.grouped_bars(
                 list(per),
                 {"Gini": [m[f"gini_{s}"] for s in per]},
                 errors={"Gini": [(m[f"gini_ci_{s}"][1] - m[f"gini_ci_{s}"][0]) / 2 for s in per]},
@@ -276,7 +297,7 @@ def gini_claim(model: str) -> Claim:
         return note, figs
 
     return Claim(
-        f"gini_interval_{name}",
+        gini_id(model),
         "Post-LN amplifies gradient heterogeneity (Gini 0.941 vs 0.880 for Pre-LN on RoBERTa): "
         f"{model} ({PLACEMENT.get(model, '?')}) should sit below the Post-LN models at the same protocol.",
         SOURCES["tomihari"] + " (protocol of the tom4649/gradient-heterogeneity code)",
@@ -303,7 +324,7 @@ def main(model: str, out: pathlib.Path, quick: bool = False, figures: bool = Tru
         quick,
         figures=figures,
         title=f"hessviz: two papers' claims on {model}, a real LLM",
-        command=f"hessviz reproduce --{short(model)}",
+        command=reproduce_command(model),
         basis="Every number comes from hessviz's closed-form gradients and Hessian products on CPU, "
         "float32 weights dequantized from the model's 4-bit GGUF file (the Gini in float64).",
     )

@@ -44,10 +44,19 @@ FOLDERS = {"smollm2-135m": "smollm2", "gemma3-270m": "gemma3"}
 """The bundled LLMs whose results are stored, and their folders' (short) names."""
 
 
+def short(model: str) -> str:
+    """``smollm2-135m -> smollm2``, ``gemma3-270m -> gemma3`` (the folder and the claims' suffix).
+
+    >>> short("gemma3-270m")
+    'gemma3'
+    """
+    return FOLDERS.get(model, model)
+
+
 def stored(model: str) -> pathlib.Path:
     """The package's folder of a real LLM's stored results (``hessviz/data/claims/<short name>``,
     read-only: runs write where ``--out`` says)."""
-    return data("claims", FOLDERS.get(model, model))
+    return data("claims", short(model))
 
 
 def table_path(model: str) -> pathlib.Path:

@@ -110,7 +110,7 @@ if source != SIDEBAR:
             csv=lambda: {"type": types, **groups},
         )
         st.caption(records["sharpness_ordering"]["note"])
-    metrics = records.get(stored_tables.sharpness_claim(source))
+    metrics = records.get(stored_tables.sharpness_id(source))
     if metrics:
         types = ["Emb", "QK", "FFN", "VO", "Norm"]
         m = metrics["measured"]
@@ -135,7 +135,7 @@ if source != SIDEBAR:
             "term from closed-form products (Hutchinson, ± standard error); top λ: the mean top eigenvalue "
             "of the type's blocks in the stored table. Relations of the paper's order holding: "
             + ", ".join(f"{k} {m[f'relations_holding_{k}']:.0f}/4" for k in drawn)
-            + f" (claim `{metrics['id']}`, hessviz reproduce {stored_tables.reproduce_flag(source)})."
+            + f" (claim `{metrics['id']}`, {stored_tables.reproduce_command(source)})."
         )
     st.stop()
 

@@ -142,13 +142,13 @@ elif mode == "protocol":
             st.error(
                 f"**The stored claims of {source} cannot be read.** {hva.plain(err)}", icon=":material/block:"
             )
-        rec = records.get(stored_tables.gini_claim(source))
+        rec = records.get(stored_tables.gini_id(source))
         if rec is None:
-            flag = stored_tables.reproduce_flag(source)
-            st.info(f"No stored Gini for {source} (`hessviz reproduce {flag}`).")
+            st.info(f"No stored Gini for {source} (`{stored_tables.reproduce_command(source)}`).")
             st.stop()
         sm = rec["measured"]
-        models = [source] + [k[len("gini_ci_") :] for k in sm if k.startswith("gini_ci_") and source not in k]
+        beside = [k[len("gini_ci_") :] for k in sm if k.startswith("gini_ci_")]
+        models = [source] + [m for m in beside if m != source]
         values = [sm[f"gini_{m}"] for m in models]
         half = [(sm[f"gini_ci_{m}"][1] - sm[f"gini_ci_{m}"][0]) / 2 for m in models]
         m1, m2 = st.columns(2)
