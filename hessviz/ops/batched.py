@@ -126,7 +126,9 @@ def stacked_T_times(
 
 def _stack_rows(parts: list[Tensor], k: int) -> Tensor:
     """``[p_1; p_2; …]`` stacked along the rows for every column: ``(k, Σ rows, w)`` from ``(rows, w)``
-    primals (repeated) and ``(k, rows, w)`` tangents."""
+    primals (repeated) and ``(k, rows, w)`` tangents; ``(Σ rows, w)`` once when all are primals."""
+    if all(p.ndim == 2 for p in parts):
+        return torch.cat(parts)
     rows = sum(p.shape[-2] for p in parts)
     out = parts[0].new_empty(k, rows, parts[0].shape[-1])
     start = 0

@@ -60,8 +60,8 @@ STRING, ARRAY, UINT32 = 8, 9, 4
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor of the index: ``dims`` in GGUF order (fastest first), ``offset`` the absolute byte
-    offset of its data in the file, ``n_elements`` and ``n_bytes`` (``n_elements · type bytes / block``,
-    as ``gguf``)."""
+    offset of its data in the file, ``n_elements`` and ``n_bytes`` (whole blocks of the type: ``gguf``'s
+    ``n_elements · block bytes / block`` wherever rows are whole blocks, which :mod:`gguf_file` requires)."""
 
     name: str
     kind: int
@@ -226,15 +226,14 @@ def read_header(
     for name, kind, dims, offset in infos:
         elements = math.prod(dims)
         block, block_bytes = quant_sizes[kind]
-        end = data + offset + -(-elements // block) * block_bytes
+        n_bytes = -(-elements // block) * block_bytes  # whole blocks (a partial one is refused later)
+        end = data + offset + n_bytes
         if end > size:
             raise h.fail(
                 f"tensor {name!r} ends at byte {end} but the file has {size} bytes: "
                 "the GGUF file is truncated"
             )
-        out.tensors.append(
-            TensorInfo(name, kind, dims, data + offset, elements, elements * block_bytes // block)
-        )
+        out.tensors.append(TensorInfo(name, kind, dims, data + offset, elements, n_bytes))
     return out
 
 
