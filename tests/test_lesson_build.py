@@ -318,6 +318,7 @@ def test_the_app_offers_a_page_only_where_the_server_affords_it(monkeypatch, for
 def test_a_teacher_makes_and_downloads_the_page_in_chromium(tmp_path):
     """A real server on loopback: the panel's button makes the page beside the charts (the fragment
     reruns alone), then the download button gives the file."""
+    from tests.page_timing import settled
     from tests.streamlit_server import chromium, require_chromium, running_server
 
     require_chromium()
@@ -326,6 +327,7 @@ def test_a_teacher_makes_and_downloads_the_page_in_chromium(tmp_path):
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"{srv.base}/scaling?{query}")
         page.locator(".stPlotlyChart").first.wait_for(timeout=120_000)
+        settled(page)  # the view's run over first: the fragment's click during it was lost 1 time in 3
         page.get_by_text("Make a lesson link").click()
         page.get_by_role("button", name="Make it a page").click()
         button = page.get_by_role("button", name="Download as a page")
