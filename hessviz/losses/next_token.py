@@ -253,8 +253,8 @@ class NextToken(ModelObjective):
             lse = torch.logsumexp(s, -1)
             value += (lse - s.gather(1, y[:, None]).squeeze(1)).sum()
             p = torch.exp(s.sub_(lse[:, None]))
-            if keep:
-                self.kept.append(p)
+            if keep:  # as (V, c): a product's E ḣ is (V, k·c), the GEMMs' long side first
+                self.kept.append(p.T.contiguous())
             if a is None:
                 torch.matmul(p, self.E, out=gh[c])
                 if keep:  # Eᵀ p_t, the products' rank-one term
@@ -358,26 +358,28 @@ class NextToken(ModelObjective):
             )[0][0]
         return out
 
-    def _kept_product(self, dh: Tensor, p: Tensor, mean: Tensor) -> Tensor:
-        """``Eᵀ(diag p_t − p_t p_tᵀ) E ḣ_t`` of one chunk, ``dh (k, c, d)``, with ``p (c, V)`` kept and
+    def _kept_product(self, dh: Tensor, pT: Tensor, mean: Tensor) -> Tensor:
+        """``Eᵀ(diag p_t − p_t p_tᵀ) E ḣ_t`` of one chunk, ``dh (k, c, d)``, with ``pT = pᵀ (V, c)`` kept and
         ``mean = Eᵀ p (c, d)``: the rank-one term is ``(Eᵀp_t)(p_tᵀ E ḣ_t) = mean_t (mean_t · ḣ_t)``, and
         ``Eᵀ (p ⊙ E ḣ) = Σ_j E_jᵀ (p_j ⊙ E_j ḣ)`` over blocks ``E_j`` of :data:`VOCAB_BLOCK` rows, each
-        block's two GEMMs back to back (the block read from memory once; on a GPU one block of every row)."""
+        block's two GEMMs back to back (the block read from memory once; on a GPU one block of every row).
+        The tangents are the columns, ``ḣ (d, k·c)``: ``E_j ḣ`` is a GEMM with ``E_j``'s rows as its long
+        side, which MKL runs 1.3× faster at one column (15 rows) than ``ḣᵀ E_jᵀ``."""
         k, c, d = dh.shape
-        rows = dh.reshape(k * c, d)
+        cols = dh.reshape(k * c, d).T.contiguous()  # (d, k·c)
         V = self.E.shape[0]
         if self.E.device.type != "cpu":  # a GPU: one block, two launches (no cache to keep it in)
             block = V
         else:
             block = VOCAB_BLOCK_WIDE if k * c >= WIDE_ROWS else VOCAB_BLOCK
-        acc = rows.new_zeros(k * c, d)
-        u = rows.new_empty(k * c * min(block, V))
+        acc = cols.new_zeros(k * c, d)
+        u = cols.new_empty(min(block, V) * k * c)
         for j in range(0, V, block):
             Ej = self.E[j : j + block]
-            uj = u[: k * c * Ej.shape[0]].view(k * c, Ej.shape[0])
-            torch.mm(rows, Ej.T, out=uj)  # E_j ḣ
-            uj.view(k, c, -1).mul_(p[:, j : j + block])  # p_j ⊙ E_j ḣ
-            acc.addmm_(uj, Ej)
+            uj = u[: Ej.shape[0] * k * c].view(Ej.shape[0], k * c)
+            torch.mm(Ej, cols, out=uj)  # E_j ḣ
+            uj.view(-1, k, c).mul_(pT[j : j + block, None])  # p_j ⊙ E_j ḣ
+            acc.addmm_(uj.T, Ej)
         out = acc.view(k, c, d)
         out -= (dh * mean).sum(-1, keepdim=True) * mean  # − (Eᵀp)(pᵀ E ḣ)
         return out
