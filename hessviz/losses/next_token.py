@@ -245,6 +245,7 @@ class NextToken(ModelObjective):
             and self.h.shape[0] * E.shape[0] * Z.element_size() <= KEEP_PROBABILITIES
         )
         self.kept: list[Tensor] | None = [] if keep else None
+        self._block_views: dict[tuple[int, int], list[tuple[Tensor, Tensor]]] = {}
         self.mean: list[Tensor] = []  # Eᵀ p_t of each chunk's positions, with p kept
         for c in self._chunks():
             s = self.h[c] @ self.E.T  # (c, V)
@@ -331,7 +332,7 @@ class NextToken(ModelObjective):
         dgh = torch.empty_like(dh)
         for i, c in enumerate(self._chunks()):
             if self.kept is not None:  # p kept from the point (no cap): E read once, in blocks
-                dgh[:, c] = self._kept_product(dh[:, c], self.kept[i], self.mean[i])
+                dgh[:, c] = self._kept_product(dh[:, c], i)
                 continue
             # the logits h Eᵀ (recomputed: O(chunk · V) memory) and E ḣ, one GEMM
             rows = torch.cat([self.h[c][None], dh[:, c]])  # (1 + k, c, d)
@@ -358,31 +359,47 @@ class NextToken(ModelObjective):
             )[0][0]
         return out
 
-    def _kept_product(self, dh: Tensor, pT: Tensor, mean: Tensor) -> Tensor:
-        """``Eᵀ(diag p_t − p_t p_tᵀ) E ḣ_t`` of one chunk, ``dh (k, c, d)``, with ``pT = pᵀ (V, c)`` kept and
-        ``mean = Eᵀ p (c, d)``: the rank-one term is ``(Eᵀp_t)(p_tᵀ E ḣ_t) = mean_t (mean_t · ḣ_t)``, and
-        ``Eᵀ (p ⊙ E ḣ) = Σ_j E_jᵀ (p_j ⊙ E_j ḣ)`` over blocks ``E_j`` of :data:`VOCAB_BLOCK` rows, each
-        block's two GEMMs back to back (the block read from memory once; on a GPU one block of every row).
-        The tangents are the columns, ``ḣ (d, k·c)``: ``E_j ḣ`` is a GEMM with ``E_j``'s rows as its long
-        side, which MKL runs 1.3× faster at one column (15 rows) than ``ḣᵀ E_jᵀ``."""
+    def _kept_product(self, dh: Tensor, i: int) -> Tensor:
+        """``Eᵀ(diag p_t − p_t p_tᵀ) E ḣ_t`` of chunk ``i``, ``dh (k, c, d)``, with its softmax kept as
+        ``pᵀ (V, c)`` and ``mean = Eᵀ p (c, d)``: the rank-one term is ``(Eᵀp_t)(p_tᵀ E ḣ_t) =
+        mean_t (mean_t · ḣ_t)``, and ``Eᵀ (p ⊙ E ḣ) = Σ_j E_jᵀ (p_j ⊙ E_j ḣ)`` over blocks ``E_j`` of
+        :data:`VOCAB_BLOCK` rows (:meth:`_blocks`), each block's two GEMMs back to back (the block read
+        from memory once; on a GPU one block of every row). The tangents are the columns, ``ḣ (d, k·c)``:
+        ``E_j ḣ`` is a GEMM with ``E_j``'s rows as its long side, which MKL runs 1.3× faster at one
+        column (15 rows) than ``ḣᵀ E_jᵀ``."""
         k, c, d = dh.shape
-        cols = dh.reshape(k * c, d).T.contiguous()  # (d, k·c)
+        n = k * c
+        cols = dh.reshape(n, d).T.contiguous()  # (d, k·c)
         V = self.E.shape[0]
         if self.E.device.type != "cpu":  # a GPU: one block, two launches (no cache to keep it in)
             block = V
         else:
-            block = VOCAB_BLOCK_WIDE if k * c >= WIDE_ROWS else VOCAB_BLOCK
-        acc = cols.new_zeros(k * c, d)
-        u = cols.new_empty(min(block, V) * k * c)
-        for j in range(0, V, block):
-            Ej = self.E[j : j + block]
-            uj = u[: Ej.shape[0] * k * c].view(Ej.shape[0], k * c)
+            block = VOCAB_BLOCK_WIDE if n >= WIDE_ROWS else VOCAB_BLOCK
+        acc = cols.new_zeros(n, d)
+        u = cols.new_empty(min(block, V) * n)
+        whole = u.view(-1, n), u.view(-1, k, c)  # a whole block's E_j ḣ, and per column
+        for Ej, pj in self._blocks(block, i):
+            b = Ej.shape[0]
+            uj, per = whole if b * n == u.numel() else (u[: b * n].view(b, n), u[: b * n].view(b, k, c))
             torch.mm(Ej, cols, out=uj)  # E_j ḣ
-            uj.view(-1, k, c).mul_(pT[j : j + block, None])  # p_j ⊙ E_j ḣ
+            per.mul_(pj)  # p_j ⊙ E_j ḣ
             acc.addmm_(uj.T, Ej)
         out = acc.view(k, c, d)
+        mean = self.mean[i]
         out -= (dh * mean).sum(-1, keepdim=True) * mean  # − (Eᵀp)(pᵀ E ḣ)
         return out
+
+    def _blocks(self, block: int, i: int) -> list[tuple[Tensor, Tensor]]:
+        """``(E_j, p_jᵀ (b, 1, c))`` of chunk ``i``'s kept softmax over blocks of ``block`` vocabulary rows:
+        views, made at the first product and reused (192 blocks a product for SmolLM2: their slicing
+        cost 3 ms of a one-column head's 25)."""
+        got = self._block_views.get((block, i))
+        if got is None:
+            pT = self.kept[i]
+            got = self._block_views[(block, i)] = [
+                (Ej, pj[:, None]) for Ej, pj in zip(self.E.split(block), pT.split(block), strict=True)
+            ]
+        return got
 
     @property
     def prefers_blocks(self) -> bool:
