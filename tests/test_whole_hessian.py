@@ -696,6 +696,18 @@ def test_tensor_table_in_lockstep_is_each_tensor_alone(folders, which):
     for n, (V, _) in asked.items():
         want = res.matvec(V.T, rows=(n,), cols=(n,)).T
         assert (got[n] - want).norm() <= TIGHT * want.norm()
+    # the CPU's call: each run's rows swept alone (its own nodes), the head once for all, every term,
+    # into a run's own ``out`` where it gave one
+    assert lockstep.splits(res, names[:4]) and len(res.products.parts) >= 2
+    for term in ("full", "outer", "functional"):
+        dest = {n: torch.full_like(V, float("nan")) for n, (V, _) in asked.items()}
+        given = {n: (V, dest[n] if i % 2 else None) for i, (n, (V, _)) in enumerate(asked.items())}
+        lays = {n: res.products.layout((n,)).stack for n in asked}
+        split = lockstep._split_products(res, term, given, lays)
+        for i, (n, (V, _)) in enumerate(asked.items()):
+            want = res.matvec(V.T, term, rows=(n,), cols=(n,)).T
+            assert (split[n] - want).norm() <= TIGHT * want.norm()
+            assert (split[n] is dest[n]) == bool(i % 2)
 
 
 def test_lockstep_runs_with_the_residual_check_match_eigenpairs(folders):

@@ -384,3 +384,53 @@ def sweep(
         alpha=alpha,
         accumulate=accumulate,
     )[0]
+
+
+def split_sweep(
+    tape: Tape,
+    groups: Sequence[Mapping[str, Tensor]],
+    term: str,
+    wanted: Sequence[Sequence[str]],
+    into: Sequence[Mapping[str, Tensor] | None],
+    alpha: float = 1.0,
+    accumulate: bool = False,
+    batch: int | None = None,
+) -> list[dict[str, Maybe]]:
+    """:func:`sweep` of one tape for several groups of columns at once: group ``g`` has its own
+    tangents ``groups[g] (k_g, *shape)`` and wanted parameters ``wanted[g]`` (``into``, ``alpha``,
+    ``accumulate``: as there, per group), and returns its ``θ̄̇``. Each group's forward and reverse
+    sweeps run through the nodes its own tangents reach (a zero tangent costs nothing: the nodes
+    before a group's weights, and their adjoints, are skipped), and the loss's curvature is applied to
+    every group's ``Ż`` in one call (``Σ k_g`` columns, ``batch`` at a time), so the loss's head is
+    read once for all of them.
+
+    One sweep of the groups' union computes the same diagonal blocks, ``H[w_g, w_g] v_g`` (to the
+    GEMMs' rounding), but takes every group's columns through every group's nodes and returns every
+    block of ``H[U, U]``; the per-tensor table asks for the diagonal ones only
+    (:mod:`hessviz.whole.lockstep`)."""
+    seed_curvature, second = SWEEP_RULES[term]
+    dvals = [tangents([tape.nodes], [{}], g)[0] for g in groups]
+    seeds: list[Maybe] = [None] * len(groups)
+    dZ = [d.get(tape.output) for d in dvals]
+    present = [i for i, z in enumerate(dZ) if z is not None]
+    if seed_curvature and present:
+        Z = torch.cat([cast(Tensor, dZ[i]) for i in present])
+        step = Z.shape[0] if batch is None else batch
+        S = torch.cat([tape.loss_hvp(piece) for piece in Z.split(step)])
+        for i, s in zip(present, S.split([cast(Tensor, dZ[i]).shape[0] for i in present])):
+            seeds[i] = s
+    return [
+        adjoint_tangents(
+            [tape],
+            tape.whole,
+            [d],
+            g,
+            [{tape.output: s}],
+            second,
+            w,
+            into=i,
+            alpha=alpha,
+            accumulate=accumulate,
+        )[0]
+        for d, g, s, w, i in zip(dvals, groups, seeds, wanted, into, strict=True)
+    ]

@@ -2,26 +2,34 @@ r"""The top eigenvalues of several diagonal blocks ``H[t, t]`` of a whole model 
 run per tensor (:func:`hessviz.matfree.lanczos.steps`, the run of
 :func:`~hessviz.matfree.lanczos.extremes`), their products made together.
 
-At each step every run still going asks for ``H_tt q_t``. The runs of one group (one layer's
-tensors: :func:`groups`) hand their vectors over as the columns of **one** call of the block
-``H[U, U]``, ``U`` the union of the tensors of the runs still going: column ``j`` is ``q_{t_j}`` on
-``t_j``'s entries and 0 elsewhere, and of its product only ``t_j``'s rows are read back,
+At each step every run still going asks for ``H_tt q_t``; the runs of one group (one layer's
+tensors: :func:`groups`) are answered by one call. Two ways, the same numbers to round-off:
 
-.. math::
-    (H[U, U]\, (0, …, q_{t_j}, …, 0))[t_j] = H_{t_j t_j}\, q_{t_j}.
+* **Split** (:func:`_split_products`, on the CPU): per sequence one
+  :func:`~hessviz.products.tape.split_sweep`, each run's vector its own group of columns. A run's
+  forward and reverse sweeps go through the nodes of its own tensor onward only (a zero tangent costs
+  nothing) and give its own block's product only, while the objective's curvature, the head, is
+  applied to every run's ``Ż`` in one call. SmolLM2's tied head, ``49152 × 576`` in float64, is most
+  of a last-layer product, and its GEMMs run at a third of their cost a column at four columns
+  (issue 47: four ``l29`` tensors' table 0.47 s against 0.53 s for the union's block below).
+* **Union** (:func:`_shared_products`, a GPU's, replayed as one CUDA graph; a checkpointed model's;
+  a classifier's head weights): the block ``H[U, U]``, ``U`` the union of the tensors of the runs
+  still going, column ``j`` being ``q_{t_j}`` on ``t_j``'s entries and 0 elsewhere, of whose product
+  only ``t_j``'s rows are read back,
 
-So a step costs one sweep of ``b`` columns instead of ``b`` sweeps of one: the layers above the
-group and the objective's head are read once for all of them (SmolLM2's tied head, ``49152 × 576``
-in float64, is most of a last-layer product; 4 columns in one call cost about 2× one). Each column
-still carries the tangents of the whole union (a zero tangent of another tensor is swept like any),
-which is why a group is one layer and why the union shrinks as runs converge: a run leaves at the
-step its own stopping test passes, with its own product count.
+  .. math::
+      (H[U, U]\, (0, …, q_{t_j}, …, 0))[t_j] = H_{t_j t_j}\, q_{t_j}.
+
+  Each column carries the tangents of the whole union (a zero tangent of another tensor is swept
+  like any), which is why a group is one layer.
+
+Either way a step costs one head for ``b`` columns instead of ``b`` heads, and a run leaves at the
+step its own stopping test passes, with its own product count, so the union shrinks as runs converge.
 
 Each run is :func:`~hessviz.matfree.lanczos.extremes`' own loop with the same arguments, so with
 products equal to round-off (a column's product does not depend on the columns beside it, up to the
 GEMMs' rounding) it takes the same steps and returns the same eigenvalue to round-off
-(``tests/test_table.py`` checks it against the one-tensor-at-a-time rows).
-"""
+(``tests/test_whole_hessian.py`` checks it against the one-tensor-at-a-time rows)"""
 
 from __future__ import annotations
 
@@ -33,7 +41,11 @@ from torch import Tensor
 from hessviz.losses import HEAD_NAMES
 from hessviz.matfree.lanczos import Request, Ritz, steps
 from hessviz.matfree.spectral import _operator
+from hessviz.products import graphs
 from hessviz.products.hessian_operator import HessianOperator
+from hessviz.products.layout import Layout
+from hessviz.products.operator import BATCH
+from hessviz.products.tape import split_sweep
 from hessviz.runtime import pages
 from hessviz.whole.hessian import ModelHessian
 
@@ -91,10 +103,18 @@ def top_values(
         )
         asked[t] = next(runs[t])
     calls, ops = 0, {}
-    shape = (len(names), sum(sizes.values()))  # k = 1: each run asks for one row at a time
-    buffers = (like.new_zeros(shape), pages.empty(shape, like))
+    split = splits(res, names)
+    if split:  # each run's own columns: its tensor's layout, made once
+        lays = {t: res.products.layout((t,)).stack for t in names}
+    else:
+        shape = (len(names), sum(sizes.values()))  # k = 1: each run asks for one row at a time
+        buffers = (like.new_zeros(shape), pages.empty(shape, like))
     while asked:
-        products = _shared_products(res, term, asked, sizes, ops, buffers)
+        products = (
+            _split_products(res, term, asked, lays)
+            if split
+            else _shared_products(res, term, asked, sizes, ops, buffers)
+        )
         calls += 1
         for t, HV in products.items():
             try:
@@ -115,6 +135,56 @@ def top_values(
                 stacklevel=2,
             )
     return {t: done[t] for t in names}
+
+
+def splits(res: ModelHessian, names: Sequence[str]) -> bool:
+    """Whether a step's products go through :func:`_split_products` (each run's columns swept alone,
+    the head shared): the CPU (a GPU replays the union's sweep as one CUDA graph instead), tapes kept
+    whole (not checkpointed), and layer weights only (a classifier's ``head.W`` / ``head.b`` have
+    their own product, :func:`~hessviz.whole.hessian.head_product`)."""
+    batch = res.products
+    return (
+        not graphs.enabled(res.products.X)
+        and batch.checkpoints is None
+        and not any(n in HEAD_NAMES for n in names)
+    )
+
+
+def _split_products(
+    res: ModelHessian, term: str, asked: dict[str, Request], lays: dict[str, Layout]
+) -> dict[str, Tensor]:
+    """Every run's asked ``H_tt V_t``, ``(1/B) Σ_β`` over the sequences: per sequence one
+    :func:`~hessviz.products.tape.split_sweep`, each run's rows its own group of columns (swept
+    through the nodes of its own tensor onward, its own tensor's product alone), the objective's
+    curvature applied to every run's ``Ż`` in one call; then summed over the ranks. Into each run's
+    ``out`` when it gave one. ``lays[t]``: run ``t``'s tensor's columns (``res.products.layout((t,))``'s
+    stack)."""
+    batch = res.products
+    names = list(asked)
+    outs = {
+        t: V.new_empty(V.shape[0], lays[t].size) if dest is None else dest for t, (V, dest) in asked.items()
+    }
+    if not batch.parts:  # a rank without sequences: its share is 0
+        for o in outs.values():
+            o.zero_()
+    for b, part in enumerate(batch.parts):
+        got = split_sweep(
+            part.sweep_tape,
+            [lays[t].scatter(asked[t][0]) for t in names],
+            term,
+            [lays[t].bases for t in names],
+            [lays[t].destinations(outs[t]) for t in names],
+            batch.weight,
+            b > 0,
+            BATCH,
+        )
+        for t, prods in zip(names, got):
+            V = asked[t][0]
+            lays[t].gather(prods, V.shape[0], V, outs[t], batch.weight, b > 0)
+            part.matvecs += V.shape[0]
+    for t in names:
+        batch.ranks.all_reduce_(outs[t])
+    return outs
 
 
 def _shared_products(
