@@ -32,6 +32,7 @@ def test_llm_suite_quick_runs_and_agrees():
     assert w["hv_products"] == sum(row["hv_products"] for row in r["table"]) and w["difference"] <= 0.05
     text = llm.markdown(r)
     assert "kept / hessviz" in text and "Hutch++ / Hutchinson" in text and "The whole table" in text
+    assert "{" not in text  # every field filled in, nothing printed as a dict
 
 
 TINY = {

@@ -497,17 +497,17 @@ def run(
 def markdown(r: dict) -> str:
     """The suite's tables (ratios are baseline / hessviz CPU time, except the columns': hessviz's
     batched per column / its single call), of the run's clock (``r["clock"]``: CPU, or a GPU's wall)."""
-    c = r.get("clock", "CPU")
+    clock = r.get("clock", "CPU")
     lines = [
         f"{'SmolLM2-135M' if r['model'] == MODEL else 'SmolLM2-135M-shaped checkpoint'} (`{r['model']}`) "
         f"on {r.get('device', 'CPU')}, float64, next-token loss, "
         f"{r['threads']} thread(s); "
         f"load {r['load_start']} at the start, {r['load_end']} at the end.",
         "",
-        f"**Products** over `{', '.join(WRT)}` (median {c} / wall per product; set-up = forward, "
+        f"**Products** over `{', '.join(WRT)}` (median {clock} / wall per product; set-up = forward, "
         "gradient and first product):",
         "",
-        f"| L | P' | hessviz {c} ms | kept graph {c} ms | kept / hessviz | set-up hessviz s | "
+        f"| L | P' | hessviz {clock} ms | kept graph {clock} ms | kept / hessviz | set-up hessviz s | "
         "set-up kept s | agreement | load |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -521,9 +521,9 @@ def markdown(r: dict) -> str:
     lines += [
         "",
         f"**Columns**: {c0['k']} columns in one call against {c0['k']} single calls "
-        f"({1e3 * c0['single_cpu']:.0f} ms {c} a column), L = {r['products'][0]['L']}:",
+        f"({1e3 * c0['single_cpu']:.0f} ms {clock} a column), L = {r['products'][0]['L']}:",
         "",
-        f"| layout | {c} ms a column | / single call | agreement | load |",
+        f"| layout | {clock} ms a column | / single call | agreement | load |",
         "|---|---|---|---|---|",
     ]
     for c in r["columns"]:
@@ -534,7 +534,7 @@ def markdown(r: dict) -> str:
     t = r["trace"]
     lines += [
         "",
-        f"**Traces**, {t['samples']} products each: Hutch++ {t['hutchpp_cpu']:.2f} s {c} "
+        f"**Traces**, {t['samples']} products each: Hutch++ {t['hutchpp_cpu']:.2f} s {clock} "
         f"({t['hutchpp']:.6g} ± {t['hutchpp_stderr']:.2g}), Hutchinson {t['hutchinson_cpu']:.2f} s "
         f"({t['hutchinson']:.6g} ± {t['hutchinson_stderr']:.2g}): Hutch++ / Hutchinson "
         f"**{t['ratio_cpu']:.2f}×** (load {t['load']}).",
@@ -555,7 +555,7 @@ def markdown(r: dict) -> str:
     lines += [
         "",
         f"**The whole table** of these {len(w['tensors'])} tensors: `tensor_table` of them all (a layer's "
-        f"Lanczos runs in lockstep, each step's products in one call) {w['hv_cpu']:.2f} s {c} "
+        f"Lanczos runs in lockstep, each step's products in one call) {w['hv_cpu']:.2f} s {clock} "
         f"({w['hv_products']} products), of one tensor at a time {w['apart_cpu']:.2f} s "
         f"({w['apart_products']}), power iteration {w['power_cpu']:.2f} s ({w['power_products']}): "
         f"power / hessviz **{w['ratio_cpu']:.2f}×**, one at a time / all **{w['apart_ratio_cpu']:.2f}×**; "
