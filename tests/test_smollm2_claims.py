@@ -81,3 +81,21 @@ def test_the_app_reads_the_stored_table_and_names_a_missing_file(stored, tmp_pat
     (tmp_path / "table.json").write_text("{not json")
     with pytest.raises(InputError, match="cannot be read"):
         stored_tables.load("smollm2-135m", where=tmp_path)
+
+
+def test_the_gini_claim_reports_beside_the_committed_models():
+    """``reproduce --smollm2`` writes its Gini claim beside the committed ``gini_protocol`` Gini of each
+    of that claim's models (a float each: the committed record also holds bands, differences and a
+    Peri-LN variant, which once broke the report's formatting) and reproduces the stored numbers."""
+    from hessviz.experiments.gini_protocol import MODELS
+
+    committed = sm.committed_gini()
+    assert list(committed) == list(MODELS) and all(isinstance(v, float) for v in committed.values())
+    m = sm.measure_gini()
+    note, figures = sm.report_gini(m, sm.judge_gini(m.numbers))
+    assert all(f"{name} {committed[name]:.3f}" in note for name in MODELS) and figures
+    stored = {r["id"]: r for r in json.loads((st.stored(sm.MODEL) / "claims.json").read_text())}
+    want = stored["gini_smollm2"]["measured"]
+    assert set(m.numbers) == set(want)
+    for k, v in m.numbers.items():
+        assert np.asarray(v) == pytest.approx(np.asarray(want[k]), rel=1e-12), k

@@ -387,16 +387,16 @@ SHARPNESS = Claim(
 
 # ----------------------------------------------------------------------------- claim C: the Gini
 def committed_gini() -> dict[str, float]:
-    """``{model: Gini}`` of the committed ``gini_protocol`` record (pydoc models, MiniLM)."""
+    """``{model: Gini}`` of the committed ``gini_protocol`` record, for each of its models
+    (:data:`hessviz.experiments.gini_protocol.MODELS`: the pydoc models and MiniLM; not its bands, its
+    differences or its Peri-LN variant of a model)."""
+    from hessviz.experiments.gini_protocol import MODELS
+
     if not COMMITTED.is_file():
         return {}
     rec = {r["id"]: r for r in json.loads(COMMITTED.read_text())}.get("gini_protocol", {})
     m = rec.get("measured", {})
-    return {
-        k[len("gini_") :]: v
-        for k, v in m.items()
-        if k.startswith("gini_") and not k.startswith(("gini_band_", "gini_post_minus"))
-    }
+    return {name: m[f"gini_{name}"] for name in MODELS if f"gini_{name}" in m}
 
 
 POST_LN = ("pydoc-postln", "all-MiniLM-L6-v2")
