@@ -164,3 +164,27 @@ def test_reading_a_stored_llm_for_its_pages_fits_the_hosted_memory(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.split()[-1]) < 600, out.stdout
+
+
+def test_a_layers_rows_are_its_tensors_one_at_a_time():
+    """``llm_table`` computes a layer's rows in lockstep (:func:`llm_table.layer_rows`): each tensor's
+    top eigenvalue and products are those of its tensor alone (``tensor_table`` of one tensor, the
+    way the stored files were first made), heads as weights; its seconds add up to the layer's."""
+    import torch
+
+    import hessviz as hv
+    from hessviz.whole.table import tensor_table
+
+    model = hv.load_model("pydoc-llama", dtype=torch.float32)
+    res = hv.model_hessian(model, torch.tensor([1, 5, 9, 2, 7, 3]), "next_token")
+    for names in ([n for n in res.names if n.startswith("l1.")], list(model.cfg.head_names("l1.W_Q"))):
+        got = llm_table.layer_rows(res, names)
+        assert list(got) == names
+        for n in names:
+            alone = tensor_table(
+                res, tensors=[n], trace_samples=0, exact_limit=0, tol=llm_table.TOL, bound="value"
+            )
+            assert got[n]["top"] == pytest.approx(alone.rows[0].top, rel=1e-5)
+            assert got[n]["matvecs"] == alone.matvecs and got[n]["size"] == alone.rows[0].size
+            assert got[n]["grad"] == pytest.approx(alone.rows[0].grad_norm, rel=1e-6)
+        assert all(r["seconds"] >= 0 for r in got.values())

@@ -7,8 +7,9 @@ layer; Gemma 3: 4 query heads, 1 key/value head, 10), two numbers:
 
 * ``top``: the largest eigenvalue of the diagonal block ``H_{tt}`` of the Hessian of the loss in
   every layer weight, by Lanczos (``k = 1``) on hessviz's closed-form products
-  (:func:`hessviz.whole.table.tensor_table`, ``trace_samples = 0``, ``bound = "value"``,
-  tolerance :data:`TOL`: each eigenvalue to about 1 % relative), started from the block's gradient;
+  (:func:`hessviz.whole.table.tensor_table`'s rows, ``trace_samples = 0``, ``bound = "value"``,
+  tolerance :data:`TOL`: each eigenvalue to about 1 % relative), started from the block's gradient, a
+  layer's runs in lockstep (:func:`layer_rows`);
 * ``grad``: ``‖∂ℓ/∂t‖`` (Frobenius).
 
 The loss ``ℓ`` is the model's own next-token cross-entropy, the mean over the predicted tokens of
@@ -138,6 +139,30 @@ def _save(path: pathlib.Path, state: dict) -> None:
     tmp.replace(path)
 
 
+def layer_rows(res, names: list[str]) -> dict[str, dict]:
+    """The rows of ``names`` (one layer's weights, or its heads) of the table at ``res``: ``top``, ``grad``,
+    ``size``, ``matvecs`` (its own product columns) and ``seconds``. The layer's Lanczos runs go in
+    lockstep, each step's products in one call (:func:`hessviz.whole.table.rows`, the runs'
+    eigenvalues and product counts those of one tensor at a time), so a tensor's ``seconds`` is its
+    share of the layer's time by its products."""
+    from hessviz.whole.table import Options, rows
+
+    t = time.perf_counter()
+    got = rows(res, res._names(names), Options("full", 0, 0, TOL, 0, "top", "value"))
+    spent = time.perf_counter() - t
+    total = sum(m for _, m in got) or 1
+    return {
+        n: {
+            "top": row.top,
+            "grad": row.grad_norm,
+            "size": row.size,
+            "matvecs": m,
+            "seconds": round(spent * m / total, 3),
+        }
+        for n, (row, m) in zip(names, got)
+    }
+
+
 def run(
     model: str,
     path: pathlib.Path,
@@ -152,7 +177,6 @@ def run(
     layers of :func:`head_layer_order` (a run that may be cut short gets heads of one layer early).
     ``deep_first``: the weights' layers from the last to the first instead (the cheapest first)."""
     import hessviz as hv
-    from hessviz.whole.table import tensor_table
 
     start = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,21 +206,9 @@ def run(
 
     def do_layer(names: list[str], key: str, layer: int) -> float:
         t = time.perf_counter()
-        for n in names:
-            r0 = time.perf_counter()
-            tab = tensor_table(res, tensors=[n], trace_samples=0, exact_limit=0, tol=TOL, bound="value")
-            row = tab.rows[0]
-            state["rows"][n] = {
-                "top": row.top,
-                "grad": row.grad_norm,
-                "size": row.size,
-                "matvecs": tab.matvecs,
-                "seconds": round(time.perf_counter() - r0, 3),
-            }
-            log(
-                f"{n:14s} top {row.top:.5g} grad {row.grad_norm:.4g} {tab.matvecs} products "
-                f"{time.perf_counter() - r0:.1f} s"
-            )
+        for n, got in layer_rows(res, names).items():
+            state["rows"][n] = got
+            log(f"{n:14s} top {got['top']:.5g} grad {got['grad']:.4g} {got['matvecs']} products")
         state[key].append(layer)
         state["seconds"] += time.perf_counter() - t
         state["load_average_end"] = list(os.getloadavg())
