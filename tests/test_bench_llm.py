@@ -82,3 +82,8 @@ def test_a_model_moves_to_a_device_whole(tmp_path):
     assert model.params["l1.W_Q"] is model[1][1]["W_Q"]  # the layers' own tensors, not copies
     assert model.embed(torch.tensor([[1, 2, 3]]))[0].device.type == "meta"
     assert cpu.params["l0.W_Q"].device.type == "cpu"  # the CPU model is left as it was
+    with pytest.raises(hv.ConfigError, match="not a torch device"):
+        cpu.to("banana")
+    if not torch.cuda.is_available():
+        with pytest.raises(hv.ConfigError, match="no CUDA device"):
+            hv.load_model(folder, device="cuda")

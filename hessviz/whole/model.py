@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from hessviz.block.config import BlockConfig, layer_name
-from hessviz.errors import CheckpointError, InputError, ModelRangeError
+from hessviz.errors import CheckpointError, ConfigError, InputError, ModelRangeError
 from hessviz.losses import Classifier, LMHead
 from hessviz.pretrained import load
 from hessviz.pretrained.families import Family
@@ -76,7 +76,7 @@ class Model(Sequence):
         """This model with every weight on ``device``: each layer's, the head's (final norm and
         unembedding) and so the products'; :meth:`embed` and :meth:`classifier` give their tensors there
         too. The same model (not a copy) when it is there already; the checkpoint is not read again."""
-        device = torch.device(device)
+        device = checked_device(device)
         if self.device == device:
             return self
         layers = [(cfg, {n: p.to(device) for n, p in ps.items()}) for cfg, ps in self.layers]
@@ -164,6 +164,21 @@ class Model(Sequence):
         """``[X0_b (L, d)]``: the hidden state entering layer 0, per sequence of checked ``ids (B, L)``,
         on the model's device."""
         return [self.family.embed(row.tolist(), self.dtype).to(self.device) for row in ids]
+
+
+def checked_device(device: torch.device | str) -> torch.device:
+    """``device`` as a :class:`torch.device` that this torch can put tensors on; a
+    :class:`~hessviz.errors.ConfigError` saying why not (a name torch does not know, CUDA asked for
+    where there is none)."""
+    try:
+        out = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"device {device!r} is not a torch device (cpu, cuda, cuda:1, mps, …)") from e
+    if out.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r}: this torch sees no CUDA device (torch {torch.__version__})")
+    if out.type == "cuda" and out.index is not None and out.index >= torch.cuda.device_count():
+        raise ConfigError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return out
 
 
 def _stack_params(layers: list[tuple[BlockConfig, dict[str, Tensor]]]) -> dict[str, Tensor]:
