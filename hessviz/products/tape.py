@@ -409,7 +409,8 @@ def split_sweep(
     block of ``H[U, U]``; the per-tensor table asks for the diagonal ones only
     (:mod:`hessviz.whole.lockstep`)."""
     seed_curvature, second = SWEEP_RULES[term]
-    dvals = [tangents([tape.nodes], [{}], g)[0] for g in groups]
+    spans = [_downstream(tape, g) for g in groups]
+    dvals = [tangents([tape.nodes[span.start :]], [{}], g)[0] for span, g in zip(spans, groups)]
     seeds: list[Maybe] = [None] * len(groups)
     dZ = [d.get(tape.output) for d in dvals]
     present = [i for i, z in enumerate(dZ) if z is not None]
@@ -422,7 +423,7 @@ def split_sweep(
     return [
         adjoint_tangents(
             [tape],
-            tape.whole,
+            span,
             [d],
             g,
             [{tape.output: s}],
@@ -432,5 +433,13 @@ def split_sweep(
             alpha=alpha,
             accumulate=accumulate,
         )[0]
-        for d, g, s, w, i in zip(dvals, groups, seeds, wanted, into, strict=True)
+        for span, d, g, s, w, i in zip(spans, dvals, groups, seeds, wanted, into, strict=True)
     ]
+
+
+def _downstream(tape: Tape, dparams: Mapping[str, Tensor]) -> LayerSpan:
+    """The nodes from the first that reads a weight of ``dparams`` to the output: every node before it
+    has a zero tangent and nothing of its adjoint is wanted, so a sweep of these tangents skips it (a
+    last layer's weights: the nodes of one layer of 30, not a Python call per node of all of them)."""
+    first = next((i for i, node in enumerate(tape.nodes) if any(p in dparams for p in node.params)), 0)
+    return LayerSpan(tape.whole.input, tape.output, first, len(tape.nodes))
