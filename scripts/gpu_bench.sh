@@ -16,14 +16,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+source scripts/device_wheels.sh
 CASES=.cases/minilm.pt
 if [[ "${1:-}" == "--prepare" ]]; then
-    exclude="$(git rev-parse --git-common-dir)/info/exclude"
-    for d in /.whl/ /.cases/; do grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"; done
-    mkdir -p .whl .cases
-    $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
-        "plotly==7.1.0" "hessian-eigenthings==1.0.0a5" "pyhessian==0.1"
+    ignore_locally /.cases/
+    mkdir -p .cases
+    download_wheels "plotly==7.1.0" "hessian-eigenthings==1.0.0a5" "pyhessian==0.1"
     $PY -m benchmarks.matfree_spectra --save-cases "$CASES" --top5-lens 24 --product-lens 24 64 128 --slq-len 128
     ls -l .whl .cases
     exit 0
@@ -34,10 +32,7 @@ mkdir -p benchmarks "$(dirname "$LOG")"
 exec > >(tee "$LOG") 2>&1
 export PYTHONUNBUFFERED=1
 
-if [[ -d .whl ]]; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site
-fi
+install_wheels
 $PY -c "import plotly" 2>/dev/null || { echo "plotly missing: run scripts/gpu_bench.sh --prepare here and carry .whl"; exit 2; }
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"     # this checkout's hessviz, no install needed
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true

@@ -14,14 +14,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+source scripts/device_wheels.sh
 if [[ "${1:-}" == "--prepare" ]]; then
-    exclude="$(git rev-parse --git-common-dir)/info/exclude"
-    grep -qxF /.whl/ "$exclude" 2>/dev/null || echo /.whl/ >> "$exclude"
-    mkdir -p .whl
-    $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
-        "hessian-eigenthings==1.0.0a5" "curvlinops-for-pytorch==3.0.1" "einops==0.8.2" "einconv==0.1.0" \
-        "linear_operator==0.6.1"
+    download_wheels "hessian-eigenthings==1.0.0a5" "curvlinops-for-pytorch==3.0.1" "einops==0.8.2" \
+        "einconv==0.1.0" "linear_operator==0.6.1"
     ls -l .whl
     exit 0
 fi
@@ -31,10 +27,7 @@ LOG=$DIR/gpt2_small_gpu.log
 mkdir -p "$DIR"
 exec > >(tee "$LOG") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-if [[ -d .whl ]]; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
+install_wheels
 nvidia-smi --query-gpu=name,memory.total --format=csv
 # one product, one gradient and peak memory of each method, 4 x 1024 tokens, float32
 timeout 240 $PY benchmarks/gpt2_small.py --device cuda --tokens 4x1024 --repeats 5 --json "$DIR/gpt2_small_gpu.jsonl" || true

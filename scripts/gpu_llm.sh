@@ -22,13 +22,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+source scripts/device_wheels.sh
 if [[ "${1:-}" == "--prepare" ]]; then
-    exclude="$(git rev-parse --git-common-dir)/info/exclude"
-    grep -qxF /.whl/ "$exclude" 2>/dev/null || echo /.whl/ >> "$exclude"
-    mkdir -p .whl
-    $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
-        "safetensors==0.8.0" "tokenizers==0.23.3" "plotly==7.1.0" "narwhals==2.29.0" \
+    download_wheels "safetensors==0.8.0" "tokenizers==0.23.3" "plotly==7.1.0" "narwhals==2.29.0" \
         "curvlinops-for-pytorch==3.0.1" "einops==0.8.2" "einconv==0.1.0" "linear_operator==0.6.1"
     ls -l .whl
     exit 0
@@ -38,10 +34,7 @@ DIR=${OUT:-benchmarks}
 mkdir -p "$DIR"
 exec > >(tee "$DIR/gpu_llm.log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}   # this checkout's hessviz, no install
-if [[ -d .whl ]]; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
+install_wheels
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 $PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print('torch', torch.__version__)"
 
