@@ -149,9 +149,9 @@ class KeptGraph:
         from hessviz import reference
 
         wanted = set(wrt)
+        X = model.embed(ids[None])[0]  # on the model's device
         ids = ids.to(model.device)
         with torch.enable_grad():
-            X = model.embed(ids[None].cpu())[0]
             self.leaves: dict[str, Tensor] = {}
             for i, (cfg, params) in enumerate(model):
                 p = dict(params)
@@ -488,8 +488,7 @@ def run(
     out["columns"] = column_rows(res, k, rounds)
     out["trace"] = trace_row(res, samples, max(1, min(rounds, 3)))
     del res
-    table_rounds = rounds
-    out["table"], out["table_whole"] = table_rows(model, lengths[0], tensors, tol, 200, table_rounds)
+    out["table"], out["table_whole"] = table_rows(model, lengths[0], tensors, tol, 200, rounds)
     out["load_end"] = load()
     return out
 
