@@ -144,9 +144,7 @@ def splits(res: ModelHessian, names: Sequence[str]) -> bool:
     their own product, :func:`~hessviz.whole.hessian.head_product`)."""
     batch = res.products
     return (
-        not graphs.enabled(batch.X)
-        and batch.checkpoints is None
-        and not any(n in HEAD_NAMES for n in names)
+        not graphs.enabled(batch.X) and batch.checkpoints is None and not any(n in HEAD_NAMES for n in names)
     )
 
 
